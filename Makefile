@@ -1,0 +1,61 @@
+# mailroom — the two commands a newcomer needs: `make demo` and `make test`.
+# Both install what they need (system packages when run as root, a local venv).
+
+PYTHON ?= python3
+VENV   := .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.installed
+APT_PACKAGES := postgresql-15 postgresql-15-pgtap libtap-parser-sourcehandler-pgtap-perl
+export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
+
+.PHONY: help deps venv lint test test-pgtap test-py demo bench bench-quick clean
+
+help:
+	@echo "make demo         the whole story end to end on a private PostgreSQL cluster"
+	@echo "make test         lint, pgTAP (pg_prove) and pytest against a cluster the run starts"
+	@echo "make lint         sqlfluff (sql/, migrations/) and ruff"
+	@echo "make bench        figures in bench/results.md (minutes); bench-quick (< 1 minute)"
+
+deps:
+	@if command -v pg_prove >/dev/null 2>&1 && [ -f /usr/share/postgresql/15/extension/pgtap.control ] \
+	    && ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; then :; \
+	elif [ "$$(id -u)" = 0 ]; then \
+	    echo "installing $(APT_PACKAGES)"; \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(APT_PACKAGES) >/dev/null; \
+	else \
+	    echo "missing system packages; run: sudo apt-get install -y $(APT_PACKAGES)"; exit 1; \
+	fi
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[dev]'
+	touch $(STAMP)
+
+venv: $(STAMP)
+
+lint: venv
+	$(VENV)/bin/sqlfluff lint --disable-progress-bar --nocolor sql migrations
+	$(VENV)/bin/ruff check driver tests bench
+
+test: deps venv lint
+	$(PY) -m mailroom.testing all
+
+test-pgtap: deps venv
+	$(PY) -m mailroom.testing pgtap
+
+test-py: deps venv
+	$(PY) -m pytest
+
+demo: deps venv
+	$(VENV)/bin/mailroom demo
+
+bench: deps venv
+	$(PY) -m bench.run
+
+bench-quick: deps venv
+	$(PY) -m bench.run --quick
+
+clean:
+	-$(VENV)/bin/mailroom db down 2>/dev/null
+	rm -rf .mailroom .pytest_cache .ruff_cache

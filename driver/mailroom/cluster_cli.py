@@ -1,0 +1,140 @@
+"""`mailroom db …`: start, stop, inspect and migrate the database."""
+
+from __future__ import annotations
+
+import sys
+import time
+from typing import Annotated, Optional
+
+import typer
+
+from mailroom import cluster as embedded
+from mailroom import migrate as runner
+from mailroom.config import DatabaseUrlOption, DataDirOption, default_home
+from mailroom.db import connect
+from mailroom.errors import UserError
+
+db_app = typer.Typer(help="The database: embedded cluster or MAILROOM_DATABASE_URL.", no_args_is_help=True)
+
+PortOption = Annotated[
+    Optional[int],
+    typer.Option("--port", envvar="MAILROOM_PG_PORT", help="Port of the embedded server (socket name; TCP with --tcp)."),
+]
+TcpOption = Annotated[
+    Optional[bool],
+    typer.Option("--tcp/--no-tcp", help="Also listen on 127.0.0.1 (default: unix socket only)."),
+]
+
+
+def register(app: typer.Typer) -> None:
+    app.add_typer(db_app, name="db")
+
+
+def _say(message: str) -> None:
+    print(message, file=sys.stderr)
+
+
+@db_app.command("up")
+def up(
+    database_url: DatabaseUrlOption = None,
+    data_dir: DataDirOption = None,
+    port: PortOption = None,
+    tcp: TcpOption = None,
+) -> None:
+    """Create and start the embedded cluster (idempotent), then migrate. With a URL: only migrate."""
+    started = time.monotonic()
+    if database_url:
+        url = database_url
+        _say("using MAILROOM_DATABASE_URL; migrating only")
+    else:
+        home = default_home(data_dir)
+        cluster = embedded.Cluster(home, port=port, tcp=tcp)
+        was_running = cluster.is_running()
+        if was_running and port is not None and port != cluster._load_config().get("port", port):
+            raise UserError(f"the cluster in {home} already runs on port {cluster.port}; `mailroom db down` first")
+        cluster = embedded.up(home, port=port, tcp=tcp)
+        _say(f"{'reusing running' if was_running else 'started'} cluster in {cluster.home} (port {cluster.port})")
+        url = cluster.url()
+    result = runner.migrate(url)
+    _say(f"migrations applied: {len(result.applied)}; sql files applied: {result.sql_files}")
+    _say(f"ready in {time.monotonic() - started:.2f}s")
+    print(url)
+
+
+@db_app.command("down")
+def down(data_dir: DataDirOption = None) -> None:
+    """Stop the embedded cluster (its data stays)."""
+    home = default_home(data_dir)
+    if embedded.down(home):
+        _say(f"stopped cluster in {home}")
+    else:
+        _say(f"no running cluster in {home}")
+
+
+@db_app.command("status")
+def status(database_url: DatabaseUrlOption = None, data_dir: DataDirOption = None) -> None:
+    """Show whether the database is up and which migrations are applied (exit 1 when down)."""
+    if database_url:
+        url = database_url
+        print("database: MAILROOM_DATABASE_URL")
+    else:
+        cluster = embedded.Cluster(default_home(data_dir))
+        print(f"cluster:  {cluster.home}")
+        if not cluster.exists():
+            print("state:    not created (run `mailroom db up`)")
+            raise typer.Exit(1)
+        pid = cluster.pid()
+        if pid is None or not cluster.is_running():
+            print("state:    stopped")
+            raise typer.Exit(1)
+        print(f"state:    running (pid {pid}, port {cluster.port}{', tcp 127.0.0.1' if cluster.tcp else ''})")
+        url = cluster.url()
+    with connect(url) as conn:
+        version = conn.execute("SHOW server_version").fetchone()[0]
+        print(f"server:   PostgreSQL {version}")
+        exists = conn.execute("SELECT to_regclass('mailroom.schema_migrations') IS NOT NULL").fetchone()[0]
+        applied = runner.applied_versions(conn) if exists else {}
+    pending = [m.name for m in runner.load_migrations() if m.version not in applied]
+    print(f"applied:  {len(applied)} migrations")
+    print(f"pending:  {', '.join(pending) if pending else 'none'}")
+    print(f"url:      {url}")
+
+
+@db_app.command("migrate")
+def migrate_cmd(
+    database_url: DatabaseUrlOption = None,
+    data_dir: DataDirOption = None,
+    print_bundle: Annotated[bool, typer.Option("--print", help="Print the SQL bundle for psql instead of applying.")] = False,
+    offline: Annotated[bool, typer.Option("--offline", help="With --print: every migration, no database needed.")] = False,
+) -> None:
+    """Apply pending migrations, then re-apply sql/ (or print them as one psql bundle)."""
+    if print_bundle:
+        url = None if offline else _url(database_url, data_dir)
+        sys.stdout.write(runner.bundle(url))
+        return
+    result = runner.migrate(_url(database_url, data_dir))
+    for name in result.applied:
+        _say(f"applied {name}")
+    _say(f"migrations applied: {len(result.applied)}; sql files applied: {result.sql_files}")
+
+
+@db_app.command("url")
+def url_cmd(
+    database_url: DatabaseUrlOption = None,
+    data_dir: DataDirOption = None,
+    tcp: Annotated[bool, typer.Option("--tcp", help="The TCP conninfo (password via a passfile).")] = False,
+) -> None:
+    """Print a conninfo usable as psql "$(mailroom db url)"."""
+    if database_url:
+        print(database_url)
+        return
+    cluster = embedded.Cluster(default_home(data_dir))
+    if tcp and not cluster.tcp:
+        raise UserError("the cluster does not listen on TCP; `mailroom db down` and `mailroom db up --tcp`")
+    print(cluster.tcp_url() if tcp else cluster.url())
+
+
+def _url(database_url: str | None, data_dir) -> str:
+    from mailroom.config import resolve_database_url
+
+    return resolve_database_url(database_url, data_dir)

@@ -1,0 +1,244 @@
+"""Migration runner: numbered files in migrations/ once each, then every file in sql/.
+
+- One session advisory lock for the whole run, so concurrent `db migrate` calls queue up.
+- Each pending migration runs in its own transaction together with its bookkeeping row
+  (version, name, sha256, applied_at) in mailroom.schema_migrations.
+- A first line `-- mailroom:no-transaction` runs the file's statements in autocommit
+  (for CREATE INDEX CONCURRENTLY); statements are split at lines ending in `;`.
+- An applied file whose checksum changed stops the run before anything is applied.
+- Then sql/*.sql is re-applied in file-name order in one transaction (all idempotent).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+import psycopg
+
+from mailroom.db import connect
+from mailroom.errors import UserError
+
+LOCK_KEY = 7_305_853_001  # pg_advisory_lock key of the migration runner
+NO_TRANSACTION_MARKER = "-- mailroom:no-transaction"
+_NAME = re.compile(r"^(\d{4})_[a-z0-9_]+\.sql$")
+
+BOOTSTRAP = """\
+CREATE SCHEMA IF NOT EXISTS mailroom;
+CREATE TABLE IF NOT EXISTS mailroom.schema_migrations (
+    version integer PRIMARY KEY,
+    name text NOT NULL,
+    sha256 text NOT NULL,
+    applied_at timestamptz NOT NULL DEFAULT now()
+);"""
+
+
+def project_root() -> Path:
+    """The directory holding migrations/ and sql/ (MAILROOM_HOME, else found above the package)."""
+    env = os.environ.get("MAILROOM_HOME")
+    if env:
+        return Path(env)
+    here = Path(__file__).resolve()
+    for parent in here.parents:
+        if (parent / "migrations").is_dir() and (parent / "sql").is_dir():
+            return parent
+    raise UserError("cannot find the migrations/ and sql/ directories; set MAILROOM_HOME to the mailroom checkout")
+
+
+@dataclass(frozen=True)
+class Migration:
+    version: int
+    name: str
+    path: Path
+    text: str
+
+    @property
+    def sha256(self) -> str:
+        return hashlib.sha256(self.text.encode()).hexdigest()
+
+    @property
+    def transactional(self) -> bool:
+        return not self.text.startswith(NO_TRANSACTION_MARKER)
+
+
+def load_migrations(root: Path | None = None) -> list[Migration]:
+    root = root or project_root()
+    found: list[Migration] = []
+    seen: dict[int, str] = {}
+    for path in sorted((root / "migrations").glob("*.sql")):
+        match = _NAME.match(path.name)
+        if not match:
+            raise UserError(f"migration file name {path.name} does not match NNNN_name.sql")
+        version = int(match.group(1))
+        if version in seen:
+            raise UserError(f"migrations {seen[version]} and {path.name} share version {version}")
+        seen[version] = path.name
+        found.append(Migration(version, path.name, path, path.read_text()))
+    return found
+
+
+def load_sql_files(root: Path | None = None) -> list[Path]:
+    root = root or project_root()
+    return sorted((root / "sql").glob("*.sql"))
+
+
+def split_statements(text: str) -> list[str]:
+    """Split a no-transaction migration at lines ending in ';' (no function bodies there)."""
+    statements, current = [], []
+    for line in text.splitlines():
+        current.append(line)
+        if line.rstrip().endswith(";"):
+            stmt = "\n".join(current).strip()
+            if _has_code(stmt):
+                statements.append(stmt)
+            current = []
+    tail = "\n".join(current).strip()
+    if _has_code(tail):
+        statements.append(tail)
+    return statements
+
+
+def _has_code(stmt: str) -> bool:
+    return any(line.strip() and not line.strip().startswith("--") for line in stmt.splitlines())
+
+
+def _line_of(text: str, exc: psycopg.Error) -> str:
+    pos = getattr(exc.diag, "statement_position", None)
+    if not pos:
+        return ""
+    try:
+        offset = int(pos)
+    except ValueError:
+        return ""
+    return f" line {text[: offset - 1].count(chr(10)) + 1}"
+
+
+def _fail(path: Path, text: str, exc: psycopg.Error) -> UserError:
+    message = exc.diag.message_primary or str(exc).strip().splitlines()[0]
+    sqlstate = f" (SQLSTATE {exc.sqlstate})" if exc.sqlstate else ""
+    where = f"{path.parent.name}/{path.name}{_line_of(text, exc)}"
+    return UserError(f"{where}: {message}{sqlstate}; nothing from this file was applied")
+
+
+def applied_versions(conn: psycopg.Connection) -> dict[int, tuple[str, str]]:
+    rows = conn.execute("SELECT version, name, sha256 FROM mailroom.schema_migrations").fetchall()
+    return {v: (n, s) for v, n, s in rows}
+
+
+def check_checksums(migrations: list[Migration], applied: dict[int, tuple[str, str]]) -> None:
+    for m in migrations:
+        if m.version in applied and applied[m.version][1] != m.sha256:
+            raise UserError(
+                f"migrations/{m.name} was edited after it was applied (recorded sha256 "
+                f"{applied[m.version][1][:12]}…, file {m.sha256[:12]}…); "
+                "restore it and put the change in a new migration"
+            )
+
+
+@dataclass
+class MigrateResult:
+    applied: list[str]
+    sql_files: int
+
+
+def migrate(url: str, *, upto: int | None = None, apply_sql: bool = True, root: Path | None = None) -> MigrateResult:
+    """Apply pending migrations (up to `upto`) and then sql/; returns what was applied."""
+    root = root or project_root()
+    migrations = [m for m in load_migrations(root) if upto is None or m.version <= upto]
+    done: list[str] = []
+    with connect(url, application_name="mailroom migrate") as conn:
+        conn.execute("SET client_min_messages = warning")
+        conn.execute("SELECT pg_advisory_lock(%s)", (LOCK_KEY,))
+        try:
+            conn.execute(BOOTSTRAP)
+            applied = applied_versions(conn)
+            check_checksums(migrations, applied)
+            for m in migrations:
+                if m.version in applied:
+                    continue
+                _apply_migration(conn, m)
+                done.append(m.name)
+            sql_files = load_sql_files(root) if apply_sql else []
+            if sql_files:
+                _apply_sql(conn, sql_files)
+        finally:
+            if not conn.closed and not conn.broken:
+                conn.execute("SELECT pg_advisory_unlock(%s)", (LOCK_KEY,))
+    return MigrateResult(done, len(sql_files))
+
+
+def _record(conn: psycopg.Connection, m: Migration) -> None:
+    conn.execute(
+        "INSERT INTO mailroom.schema_migrations (version, name, sha256) VALUES (%s, %s, %s)",
+        (m.version, m.name, m.sha256),
+    )
+
+
+def _apply_migration(conn: psycopg.Connection, m: Migration) -> None:
+    try:
+        if m.transactional:
+            with conn.transaction():
+                conn.execute(m.text.encode())
+                _record(conn, m)
+        else:
+            for stmt in split_statements(m.text):
+                conn.execute(stmt.encode())
+            _record(conn, m)
+    except psycopg.Error as exc:
+        raise _fail(m.path, m.text, exc) from None
+
+
+def _apply_sql(conn: psycopg.Connection, files: list[Path]) -> None:
+    with conn.transaction():
+        for path in files:
+            text = path.read_text()
+            try:
+                with conn.transaction():
+                    conn.execute(text.encode())
+            except psycopg.Error as exc:
+                raise UserError(str(_fail(path, text, exc)).replace(
+                    "nothing from this file was applied", "sql/ was rolled back as a whole")) from None
+
+
+def bundle(url: str | None, *, root: Path | None = None) -> str:
+    """The SQL a DBA can review and pipe into psql: lock, pending files, bookkeeping, sql/, unlock.
+
+    With a reachable database only pending migrations are included; without one (url None),
+    all of them, for a fresh database.
+    """
+    root = root or project_root()
+    migrations = load_migrations(root)
+    applied: dict[int, tuple[str, str]] = {}
+    if url is not None:
+        with connect(url) as conn:
+            conn.execute(BOOTSTRAP)
+            applied = applied_versions(conn)
+        check_checksums(migrations, applied)
+    out = [
+        "-- mailroom migration bundle: review, then `psql -v ON_ERROR_STOP=1 -f bundle.sql`",
+        "\\set ON_ERROR_STOP on",
+        f"SELECT pg_advisory_lock({LOCK_KEY});",
+        BOOTSTRAP,
+    ]
+    for m in migrations:
+        if m.version in applied:
+            continue
+        record = (
+            "INSERT INTO mailroom.schema_migrations (version, name, sha256) "
+            f"VALUES ({m.version}, '{m.name}', '{m.sha256}');"
+        )
+        out.append(f"\n-- migrations/{m.name}")
+        if m.transactional:
+            out += ["BEGIN;", m.text.rstrip(), record, "COMMIT;"]
+        else:
+            out += [m.text.rstrip(), record]
+    out.append("\n-- sql/ (idempotent, re-applied on every migrate)")
+    out.append("BEGIN;")
+    for path in load_sql_files(root):
+        out += [f"-- sql/{path.name}", path.read_text().rstrip()]
+    out.append("COMMIT;")
+    out.append(f"SELECT pg_advisory_unlock({LOCK_KEY});")
+    return "\n".join(out) + "\n"
