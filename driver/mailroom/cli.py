@@ -25,6 +25,8 @@ COMMAND_MODULES = (
     "mailroom.expiry",
     "mailroom.sender",
     "mailroom.outbound",
+    "mailroom.supervisor",
+    "mailroom.demo",
 )
 
 for _name in COMMAND_MODULES:

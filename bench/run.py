@@ -1,0 +1,163 @@
+"""`make bench`: every benchmark on one dedicated cluster, written to bench/results.md.
+
+    python -m bench.run [--quick] [--only AREA ...] [--output bench/results.md]
+
+The cluster runs with PostgreSQL's default durability (fsync on, synchronous_commit on), and
+pgbench's single-row commit rate is measured first, in the same run, as the reference the
+other rates are compared with: absolute numbers vary between machines, ratios travel better.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import os
+import platform
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+from pathlib import Path
+
+from mailroom import cluster as embedded
+from mailroom import testing
+from mailroom.db import connect
+
+AREAS = ("accounts", "collector", "inboxes", "outbound")
+HERE = Path(__file__).resolve().parent
+
+
+def progress(message: str) -> None:
+    print(f"{time.strftime('%H:%M:%S')} bench: {message}", file=sys.stderr, flush=True)
+
+
+def start_cluster() -> embedded.Cluster:
+    home = Path(tempfile.mkdtemp(prefix="mailroom-bench-", dir="/tmp"))
+    return embedded.up(home, fast=False)
+
+
+def pgbench_reference(cluster: embedded.Cluster, seconds: int) -> dict:
+    """Single-row INSERT commits per second, 1 client, as the machine's reference rate."""
+    url = testing.create_database(cluster, "pgbench_ref")
+    with connect(url) as conn:
+        conn.execute("CREATE TABLE ref (id bigserial PRIMARY KEY, v int NOT NULL)")
+    script = Path(tempfile.mkstemp(suffix=".sql")[1])
+    script.write_text("INSERT INTO ref (v) VALUES (1);\n")
+    script.chmod(0o644)
+    exe = shutil.which("pgbench") or str(embedded.find_bindir() / "pgbench")
+    argv = [exe, "-n", "-c", "1", "-T", str(seconds), "-f", str(script),
+            "-h", str(cluster.home), "-p", str(cluster.port), "-U", "postgres", "pgbench_ref"]
+    out = subprocess.run(argv, capture_output=True, text=True, timeout=seconds + 60)
+    script.unlink(missing_ok=True)
+    match = re.search(r"tps = ([\d.]+)", out.stdout)
+    if out.returncode != 0 or not match:
+        raise RuntimeError(f"pgbench failed: {out.stderr.strip()[-200:]}")
+    return {"area": "reference", "benchmark": "pgbench single-row INSERT commit rate (1 client)",
+            "value": float(match.group(1)), "unit": "tx/s", "note": f"{seconds}s run, synchronous_commit=on"}
+
+
+def machine(cluster: embedded.Cluster) -> list[tuple[str, str]]:
+    with connect(cluster.url("postgres")) as conn:
+        version = conn.execute("SHOW server_version").fetchone()[0]
+        sync = conn.execute("SHOW synchronous_commit").fetchone()[0]
+        fsync = conn.execute("SHOW fsync").fetchone()[0]
+        shared = conn.execute("SHOW shared_buffers").fetchone()[0]
+    mem = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
+    return [
+        ("cores", str(os.cpu_count())),
+        ("memory", f"{mem:.0f} GiB"),
+        ("python", platform.python_version()),
+        ("PostgreSQL", version),
+        ("synchronous_commit", sync),
+        ("fsync", fsync),
+        ("shared_buffers", shared),
+    ]
+
+
+def fmt(value: float) -> str:
+    if value >= 100:
+        return f"{value:,.0f}"
+    if value >= 1:
+        return f"{value:,.2f}"
+    return f"{value:.4f}"
+
+
+def ratio(row: dict, reference: float | None) -> str:
+    if reference and row["unit"].endswith("/s") and row["area"] != "reference":
+        return f"{row['value'] / reference:.2f}×"
+    return ""
+
+
+def render(rows: list[dict], info: list[tuple[str, str]], reference: float | None, quick: bool, took: float) -> str:
+    lines = [
+        f"# mailroom benchmark results{' (quick)' if quick else ''}",
+        "",
+        f"Generated {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())} by `make bench{'-quick' if quick else ''}` "
+        f"in {took:.0f} s. Rates are compared with pgbench's single-row commit rate measured in the same run "
+        "(ratio column): absolute numbers vary between machines.",
+        "",
+        "| machine | |",
+        "|---|---|",
+        *[f"| {k} | {v} |" for k, v in info],
+        "",
+        "| area | benchmark | value | unit | vs pgbench | note |",
+        "|---|---|---:|---|---:|---|",
+    ]
+    for row in rows:
+        value = fmt(row["value"]) if isinstance(row.get("value"), (int, float)) else str(row.get("value"))
+        lines.append(
+            f"| {row['area']} | {row['benchmark']} | {value} | {row['unit']} | {ratio(row, reference)} "
+            f"| {row.get('note', '')} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help="small sizes, under a minute")
+    parser.add_argument("--only", nargs="*", choices=AREAS, help="run only these areas")
+    parser.add_argument("--output", type=Path, default=HERE / "results.md")
+    args = parser.parse_args(argv)
+    started = time.monotonic()
+    areas = args.only or list(AREAS)
+    progress(f"starting a dedicated cluster ({'quick' if args.quick else 'full'} run: {', '.join(areas)})")
+    cluster = start_cluster()
+    rows: list[dict] = []
+    failures = 0
+    try:
+        info = machine(cluster)
+        progress("pgbench reference (single-row commits)")
+        ref_row = pgbench_reference(cluster, 2 if args.quick else 5)
+        rows.append(ref_row)
+        reference = ref_row["value"]
+        progress(f"reference: {reference:,.0f} commits/s")
+        for area in areas:
+            dbname = f"bench_{area}"
+            url = testing.migrated_database(cluster, dbname)
+            progress(f"{area}: running")
+            t0 = time.monotonic()
+            try:
+                module = importlib.import_module(f"bench.bench_{area}")
+                area_rows = module.run(url, args.quick, lambda msg, a=area: progress(f"{a}: {msg}"))
+            except Exception as exc:  # a broken benchmark is reported, the others still run
+                failures += 1
+                traceback.print_exc()
+                area_rows = [{"area": area, "benchmark": "FAILED", "value": float("nan"), "unit": "",
+                              "note": f"{type(exc).__name__}: {str(exc)[:120]}"}]
+            rows.extend(area_rows)
+            progress(f"{area}: done in {time.monotonic() - t0:.1f}s")
+            testing.drop_database(cluster, dbname)
+    finally:
+        testing.stop_cluster(cluster)
+    text = render(rows, info, reference, args.quick, time.monotonic() - started)
+    args.output.write_text(text)
+    print(text)
+    progress(f"wrote {args.output} in {time.monotonic() - started:.0f}s")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,115 @@
+"""The end-to-end story (`make demo`) and the `mailroom run` supervisor, as real processes."""
+
+from __future__ import annotations
+
+import os
+import re
+import secrets
+import signal
+import socket
+import time
+from pathlib import Path
+
+import pytest
+
+
+def processes_with(db_url: str) -> list[str]:
+    """Command lines of live processes whose environment points at this test database."""
+    found = []
+    needle = f"MAILROOM_DATABASE_URL={db_url}".encode()
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit() or int(proc.name) == os.getpid():
+            continue
+        try:
+            if needle in (proc / "environ").read_bytes().split(b"\0"):
+                found.append((proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace"))
+        except OSError:
+            continue
+    return found
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_listening(port: int, timeout: float = 20) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+                return
+        except OSError:
+            time.sleep(0.05)
+    raise AssertionError(f"nothing listens on {port}")
+
+
+def test_demo_story_runs_end_to_end(cli, conn, db_url):
+    proc = cli("demo", "--pace", "0", timeout=120)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    out = proc.stdout
+    assert "status is now active" in out
+    assert re.search(r"expire_mailboxes\(\) expired 1 inbox", out)
+    assert "refused at RCPT: 550" in out
+    assert re.search(r"got 451: attempt 1, back to queued, next try in 0:01:00", out), out
+    assert "every process the demo started has stopped" in out
+    assert processes_with(db_url) == []
+
+    # the database tells the same story
+    assert conn.execute("SELECT status FROM mailroom.accounts").fetchone()[0] == "active"
+    assert conn.execute("SELECT count(*) FROM mailroom.tokens WHERE consumed_at IS NOT NULL").fetchone()[0] == 1
+    assert conn.execute("SELECT bool_or(is_active) FROM mailroom.mailboxes").fetchone()[0] is False
+    assert conn.execute("SELECT count(*) FROM mailroom.messages").fetchone()[0] == 1
+    statuses = dict(conn.execute("SELECT status::text, count(*) FROM mailroom.outbound_messages GROUP BY 1").fetchall())
+    assert statuses == {"sent": 1, "queued": 1}
+
+
+@pytest.fixture
+def keys() -> dict[str, str]:
+    return {"MAILROOM_SECRET_KEY": secrets.token_hex(32), "MAILROOM_ENCRYPTION_KEY": secrets.token_hex(32)}
+
+
+def test_run_starts_all_and_stops_on_sigterm(cli_popen, db_url, keys):
+    port = free_port()
+    proc = cli_popen("run", "--inbox-port", str(port), env=keys)
+    wait_listening(port)
+    deadline = time.monotonic() + 10
+    while len(processes_with(db_url)) < 5 and time.monotonic() < deadline:
+        time.sleep(0.1)
+    children = processes_with(db_url)
+    for name in ("inbox serve", "collect --enqueue", "mailroom send", "mailroom expire"):
+        assert any(name in c for c in children), (name, children)
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=15) == 0, proc.stderr.read().decode()
+    assert processes_with(db_url) == []
+
+
+def test_run_stops_everything_when_a_component_dies(cli_popen, db_url, keys):
+    port = free_port()
+    proc = cli_popen("run", "--inbox-port", str(port), "--no-expire", env=keys)
+    wait_listening(port)
+    deadline = time.monotonic() + 10
+    sender = None
+    while sender is None and time.monotonic() < deadline:
+        for pid in os.listdir("/proc"):
+            if pid.isdigit():
+                try:
+                    cmd = Path(f"/proc/{pid}/cmdline").read_bytes()
+                    env = Path(f"/proc/{pid}/environ").read_bytes()
+                except OSError:
+                    continue
+                if b"mailroom\0send" in cmd and f"MAILROOM_DATABASE_URL={db_url}".encode() in env:
+                    sender = int(pid)
+        time.sleep(0.1)
+    assert sender is not None
+    os.kill(sender, signal.SIGKILL)
+    assert proc.wait(timeout=20) == 1
+    assert b"send exited with code -9; stopping the others" in proc.stderr.read()
+    assert processes_with(db_url) == []
+
+
+def test_run_refuses_to_run_nothing(cli):
+    proc = cli("run", "--no-inbox", "--no-collect", "--no-send", "--no-expire")
+    assert proc.returncode == 2
+    assert proc.stderr.strip() == "mailroom: error: nothing to run: every component is disabled"
