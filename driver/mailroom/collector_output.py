@@ -1,0 +1,155 @@
+"""Where a batch of dequeued tokens goes: stdout (csv / jsonl) or the outbound queue (--enqueue).
+
+Each sink runs ONE batch as one transaction on the collector's work connection: dequeue (which
+marks the tokens dispatched in this transaction), hand off, and COMMIT only once the hand-off
+succeeded. A failed write rolls back, so an unwritten token stays eligible.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from typing import BinaryIO
+
+import psycopg
+
+DEQUEUE_SQL = (
+    "SELECT action::text, email, login, signed, code, token_id"
+    " FROM mailroom.dequeue_tokens(%s, %s)"
+)
+ENQUEUE_SQL = "SELECT mailroom.enqueue_token_emails(%s, %s)"
+
+# The article's numeric action codes (its downstream senders switch on them).
+ACTION_CODES = {"activation": "1", "password_recovery": "2"}
+
+
+class OutputClosed(Exception):
+    """stdout could not be written (the downstream reader went away); the batch was rolled back."""
+
+    def __init__(self, rows: int, reason: str) -> None:
+        super().__init__(reason)
+        self.rows = rows
+        self.reason = reason
+
+
+class CommitLost(Exception):
+    """The connection dropped during COMMIT of a batch that was already written."""
+
+    def __init__(self, rows: int, cause: BaseException) -> None:
+        super().__init__(str(cause))
+        self.rows = rows
+        self.cause = cause
+
+
+def format_csv(rows: list[tuple]) -> bytes:
+    """One line per batch: `action,email,login,signed,code` records joined by commas (article).
+
+    The format has no quoting. Emails cannot hold a comma; a login can (any printable text), so a
+    comma in a login is written as `%2C` to keep the record framing (use jsonl for exact values).
+    """
+    fields: list[str] = []
+    for action, email, login, signed, code, _token_id in rows:
+        if "," in login:
+            login = login.replace(",", "%2C")  # noqa: PLW2901 - framing-safe form of this one field
+        fields += (ACTION_CODES.get(action, "0"), email, login, signed, code or "")
+    return (",".join(fields) + "\n").encode()
+
+
+def format_jsonl(rows: list[tuple]) -> bytes:
+    """One JSON object per token."""
+    lines = [
+        json.dumps(
+            {"action": action, "email": email, "login": login, "signed": signed, "code": code,
+             "token_id": token_id},
+            separators=(",", ":"),
+        )
+        for action, email, login, signed, code, token_id in rows
+    ]
+    return ("\n".join(lines) + "\n").encode()
+
+
+FORMATS = {"csv": format_csv, "jsonl": format_jsonl}
+
+
+def _commit(conn: psycopg.Connection, rows: int) -> None:
+    try:
+        conn.commit()
+    except psycopg.OperationalError as exc:
+        raise CommitLost(rows, exc) from None
+
+
+class StdoutSink:
+    """Write each batch to stdout, flush, then commit.
+
+    The one window left is a connection drop between the flush and the COMMIT: the rows were
+    written but their dispatch rolled back. Their token ids are remembered, and when the backlog
+    drain after the reconnect dequeues them again they are committed without being written twice.
+    """
+
+    def __init__(self, output: str, stream: BinaryIO | None = None) -> None:
+        self.format = FORMATS[output]
+        self.stream = stream if stream is not None else sys.stdout.buffer
+        self.unconfirmed: set[int] = set()  # written, commit lost
+        self.skipped = 0
+
+    def run_batch(self, conn: psycopg.Connection, limit: int, key: bytes) -> int:
+        with conn.cursor() as cur:
+            cur.execute(DEQUEUE_SQL, (limit, key), prepare=True)
+            rows = cur.fetchall()
+        if not rows:
+            conn.rollback()  # nothing was dispatched; end the transaction cheaply
+            return 0
+        fresh = [r for r in rows if r[5] not in self.unconfirmed] if self.unconfirmed else rows
+        if fresh:
+            data = self.format(fresh)
+            try:
+                self.stream.write(data)
+                self.stream.flush()
+            except (OSError, ValueError) as exc:
+                conn.rollback()
+                self._silence()
+                reason = "the reader closed the pipe" if isinstance(exc, BrokenPipeError) else str(exc)
+                raise OutputClosed(len(fresh), reason) from None
+        try:
+            _commit(conn, len(fresh))
+        except CommitLost:
+            self.unconfirmed.update(r[5] for r in fresh)
+            raise
+        if len(fresh) < len(rows):
+            self.skipped += len(rows) - len(fresh)
+            self.unconfirmed.difference_update(r[5] for r in rows)
+        return len(rows)
+
+    def settle(self) -> None:
+        """After a complete backlog drain, tokens still unconfirmed were committed after all."""
+        self.unconfirmed.clear()
+
+    def _silence(self) -> None:
+        """Point fd 1 at /dev/null so the interpreter's exit flush cannot print a traceback."""
+        try:
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, sys.stdout.fileno())
+            os.close(devnull)
+        except (OSError, ValueError):
+            pass
+
+
+class EnqueueSink:
+    """Turn each batch into outbound messages in SQL (mailroom.enqueue_token_emails), then commit."""
+
+    skipped = 0
+
+    def run_batch(self, conn: psycopg.Connection, limit: int, key: bytes) -> int:
+        with conn.cursor() as cur:
+            cur.execute(ENQUEUE_SQL, (limit, key), prepare=True)
+            row = cur.fetchone()
+        count = int(row[0]) if row and row[0] is not None else 0
+        if count == 0:
+            conn.rollback()
+            return 0
+        _commit(conn, count)
+        return count
+
+    def settle(self) -> None:
+        """Nothing to settle: the outbox rows and the dispatch commit or roll back together."""

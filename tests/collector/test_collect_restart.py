@@ -1,0 +1,51 @@
+"""The collector survives pg_terminate_backend and a full server stop / start on a cluster of its own."""
+
+from __future__ import annotations
+
+import psycopg
+import pytest
+from collector_support import Collector, assert_exactly_once, create_accounts
+
+from mailroom import cluster as embedded
+from mailroom import testing
+from mailroom.migrate import migrate
+
+
+@pytest.fixture
+def own_cluster():
+    cluster = testing.start_cluster(prefix="mailroom-collector-")
+    try:
+        yield cluster
+    finally:
+        testing.stop_cluster(cluster)
+
+
+def test_terminate_then_server_restart_zero_lost_zero_duplicates(own_cluster):
+    url = own_cluster.url()
+    migrate(url)
+    bindir, run_as = embedded.find_bindir(), embedded.RunAs.detect()
+    c = Collector(url, env={"MAILROOM_BATCH_LIMIT": "4", "MAILROOM_BATCH_TIMEOUT": "100"})
+    try:
+        c.wait_stderr("waiting for notifications")
+        logins: list[str] = []
+        with psycopg.connect(url, autocommit=True) as conn:
+            logins += create_accounts(conn, "a", 6)
+            records = c.records(6)
+            conn.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+                         " WHERE application_name = 'mailroom collect'")
+            logins += create_accounts(conn, "b", 5)
+        c.wait_stderr("waiting for notifications", count=2)
+
+        own_cluster.stop(bindir, run_as)  # fast shutdown: every backend gets terminated
+        c.wait_stderr("reconnecting (attempt 2)", timeout=15)  # it keeps trying while the server is down
+        own_cluster.start(bindir, run_as, fast=True)
+        with psycopg.connect(url, autocommit=True) as conn:
+            logins += create_accounts(conn, "c", 9)  # maybe before, maybe after it is back: both must work
+        records += c.records(len(logins) - len(records), timeout=30)
+        c.assert_quiet(0.5)
+        assert_exactly_once(records, logins)
+        assert c.proc.poll() is None
+        assert c.stop() == 0
+    finally:
+        c.kill()
+        print(c.stderr_text())  # shown by pytest when the test fails
