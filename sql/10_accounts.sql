@@ -1,0 +1,249 @@
+-- Accounts: validation, lifecycle triggers, create / suspend / unsuspend.
+-- Every timestamp comes from mailroom.clock(). A plain INSERT or
+-- UPDATE ... SET status = ... from psql goes through the same triggers as
+-- the functions below, so both behave the same.
+
+CREATE OR REPLACE FUNCTION mailroom._valid_email(p_email text)
+RETURNS boolean
+LANGUAGE sql
+IMMUTABLE
+AS $$
+    SELECT p_email IS NOT NULL
+        AND char_length(p_email) <= 254
+        AND char_length(split_part(p_email, '@', 1)) <= 64
+        AND p_email ~ (
+            '^[A-Za-z0-9.!#$%&''*+/=?^_`{|}~-]+'
+            || '@[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?'
+            || '(\.[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)+$'
+        );
+$$;
+
+COMMENT ON FUNCTION mailroom._valid_email(text) IS
+'Internal: true when the text is a plausible mailbox address (local@domain.tld, at most 254 characters).';
+
+CREATE OR REPLACE FUNCTION mailroom._check_account_identity(p_email text, p_login text)
+RETURNS void
+LANGUAGE plpgsql
+IMMUTABLE
+AS $$
+BEGIN
+    IF mailroom._valid_email(p_email) IS NOT TRUE THEN
+        RAISE EXCEPTION USING
+            ERRCODE = 'MR101',
+            MESSAGE = 'invalid email address',
+            HINT = 'Expected local@domain.tld, at most 254 characters, no spaces.';
+    END IF;
+    IF p_login IS NULL
+        OR char_length(p_login) NOT BETWEEN 1 AND 254
+        OR p_login !~ '^[[:graph:]]([[:print:]]*[[:graph:]])?$' THEN
+        RAISE EXCEPTION USING
+            ERRCODE = 'MR104',
+            MESSAGE = 'invalid login',
+            HINT = 'Expected 1 to 254 printable characters, without leading or trailing spaces.';
+    END IF;
+END;
+$$;
+
+COMMENT ON FUNCTION mailroom._check_account_identity(text, text) IS
+'Internal: raise MR101 (bad email) or MR104 (bad login).';
+
+-- 1. Before account insert: validate, stamp, create the activation token.
+--    NEW.id is already assigned (identity default) in a BEFORE trigger; the
+--    token's foreign key is deferred, so the token row can precede its account.
+CREATE OR REPLACE FUNCTION mailroom.trg_before_account_insert()
+RETURNS trigger
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    ts timestamptz := mailroom.clock();
+BEGIN
+    PERFORM mailroom._check_account_identity(NEW.email, NEW.login);
+    NEW.created_at := coalesce(NEW.created_at, ts);
+    IF NEW.status = 'active' THEN
+        NEW.activated_at := coalesce(NEW.activated_at, ts);
+    ELSIF NEW.status = 'suspended' THEN
+        NEW.suspended_at := coalesce(NEW.suspended_at, ts);
+    END IF;
+    IF NEW.status = 'provisioned' THEN
+        INSERT INTO mailroom.tokens (account, action) VALUES (NEW.id, 'activation');
+    END IF;
+    RETURN NEW;
+END;
+$$;
+
+COMMENT ON FUNCTION mailroom.trg_before_account_insert() IS
+'Trigger: validate email/login, stamp created_at, insert the activation token of a provisioned account.';
+
+CREATE OR REPLACE TRIGGER before_account_insert
+BEFORE INSERT ON mailroom.accounts
+FOR EACH ROW
+EXECUTE FUNCTION mailroom.trg_before_account_insert();
+
+CREATE OR REPLACE FUNCTION mailroom.trg_before_account_identity_change()
+RETURNS trigger
+LANGUAGE plpgsql
+AS $$
+BEGIN
+    PERFORM mailroom._check_account_identity(NEW.email, NEW.login);
+    RETURN NEW;
+END;
+$$;
+
+COMMENT ON FUNCTION mailroom.trg_before_account_identity_change() IS
+'Trigger: validate email and login when they are updated.';
+
+CREATE OR REPLACE TRIGGER before_account_identity_change
+BEFORE UPDATE OF email, login ON mailroom.accounts
+FOR EACH ROW
+EXECUTE FUNCTION mailroom.trg_before_account_identity_change();
+
+-- 2. Before account status change: lifecycle timestamps.
+--    provisioned -> active     activated_at (first activation only)
+--    * -> suspended            suspended_at = now, unsuspended_at cleared
+--    suspended -> active       unsuspended_at = now, suspended_at cleared,
+--                              back to provisioned if never activated
+--    suspended -> provisioned  same as above when never activated
+--    active -> provisioned     refused (MR108)
+CREATE OR REPLACE FUNCTION mailroom.trg_before_account_status_change()
+RETURNS trigger
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    ts timestamptz;
+BEGIN
+    IF NEW.status = OLD.status THEN
+        RETURN NEW;
+    END IF;
+    ts := mailroom.clock();
+    IF OLD.status = 'suspended' THEN
+        IF NEW.status = 'provisioned' AND OLD.activated_at IS NOT NULL THEN
+            RAISE EXCEPTION USING
+                ERRCODE = 'MR108',
+                MESSAGE = format('invalid status transition for account %s: an activated account '
+                    || 'cannot return to provisioned', OLD.id);
+        END IF;
+        NEW.unsuspended_at := ts;
+        NEW.suspended_at := NULL;
+        IF OLD.activated_at IS NULL THEN
+            NEW.status := 'provisioned';
+        END IF;
+    ELSIF NEW.status = 'suspended' THEN
+        NEW.suspended_at := ts;
+        NEW.unsuspended_at := NULL;
+    ELSIF NEW.status = 'active' THEN
+        NEW.activated_at := coalesce(OLD.activated_at, ts);
+    ELSE
+        RAISE EXCEPTION USING
+            ERRCODE = 'MR108',
+            MESSAGE = format('invalid status transition for account %s: active to provisioned', OLD.id);
+    END IF;
+    NEW.status_changed_at := ts;
+    RETURN NEW;
+END;
+$$;
+
+COMMENT ON FUNCTION mailroom.trg_before_account_status_change() IS
+'Trigger: maintain status_changed_at/activated_at/suspended_at/unsuspended_at; unsuspend reverts to provisioned if never activated.';
+
+CREATE OR REPLACE TRIGGER before_account_status_change
+BEFORE UPDATE OF status ON mailroom.accounts
+FOR EACH ROW
+EXECUTE FUNCTION mailroom.trg_before_account_status_change();
+
+CREATE OR REPLACE FUNCTION mailroom.create_account(p_email text, p_login text)
+RETURNS bigint
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    v_id bigint;
+    v_constraint text;
+BEGIN
+    INSERT INTO mailroom.accounts (email, login)
+    VALUES (p_email, p_login)
+    RETURNING id INTO v_id;
+    RETURN v_id;
+EXCEPTION
+    WHEN unique_violation THEN
+        GET STACKED DIAGNOSTICS v_constraint = CONSTRAINT_NAME;
+        IF v_constraint = 'accounts_email_lower_key' THEN
+            RAISE EXCEPTION USING
+                ERRCODE = 'MR102',
+                MESSAGE = 'an account with this email address already exists';
+        ELSIF v_constraint = 'accounts_login_key' THEN
+            RAISE EXCEPTION USING
+                ERRCODE = 'MR103',
+                MESSAGE = 'an account with this login already exists';
+        END IF;
+        RAISE;
+END;
+$$;
+
+COMMENT ON FUNCTION mailroom.create_account(text, text) IS
+'Create a provisioned account and its activation token; returns the account id (MR101 bad email, MR102 email taken, MR103 login taken, MR104 bad login).';
+
+CREATE OR REPLACE FUNCTION mailroom._lock_account(p_account bigint)
+RETURNS mailroom.account_status
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    v_status mailroom.account_status;
+BEGIN
+    SELECT a.status INTO v_status
+    FROM mailroom.accounts AS a
+    WHERE a.id = p_account
+    FOR UPDATE;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION USING
+            ERRCODE = 'MR105',
+            MESSAGE = format('unknown account %s', coalesce(p_account::text, 'NULL'));
+    END IF;
+    RETURN v_status;
+END;
+$$;
+
+COMMENT ON FUNCTION mailroom._lock_account(bigint) IS
+'Internal: lock an account row and return its status (MR105 if it does not exist).';
+
+CREATE OR REPLACE FUNCTION mailroom.suspend_account(p_account bigint)
+RETURNS mailroom.account_status
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    v_status mailroom.account_status;
+BEGIN
+    IF mailroom._lock_account(p_account) = 'suspended' THEN
+        RAISE EXCEPTION USING
+            ERRCODE = 'MR106',
+            MESSAGE = format('account %s is already suspended', p_account);
+    END IF;
+    UPDATE mailroom.accounts SET status = 'suspended'
+    WHERE id = p_account
+    RETURNING status INTO v_status;
+    RETURN v_status;
+END;
+$$;
+
+COMMENT ON FUNCTION mailroom.suspend_account(bigint) IS
+'Suspend an account (sets suspended_at, clears unsuspended_at); returns the new status (MR105 unknown, MR106 already suspended).';
+
+CREATE OR REPLACE FUNCTION mailroom.unsuspend_account(p_account bigint)
+RETURNS mailroom.account_status
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    v_status mailroom.account_status;
+BEGIN
+    IF mailroom._lock_account(p_account) <> 'suspended' THEN
+        RAISE EXCEPTION USING
+            ERRCODE = 'MR107',
+            MESSAGE = format('account %s is not suspended', p_account);
+    END IF;
+    UPDATE mailroom.accounts SET status = 'active'
+    WHERE id = p_account
+    RETURNING status INTO v_status;
+    RETURN v_status;
+END;
+$$;
+
+COMMENT ON FUNCTION mailroom.unsuspend_account(bigint) IS
+'Lift a suspension: back to active, or to provisioned if never activated; returns the new status (MR105 unknown, MR107 not suspended).';

@@ -1,0 +1,363 @@
+-- Tokens: CSPRNG codes, signed values, lifecycle triggers, statement-level
+-- NOTIFY and the exactly-once dequeue.
+
+CREATE OR REPLACE FUNCTION mailroom._random_code()
+RETURNS text
+LANGUAGE plpgsql
+VOLATILE
+AS $$
+DECLARE
+    b bytea;
+    v integer;
+BEGIN
+    -- Rejection sampling over 24 random bits: 16700000 = 167 * 100000 is the
+    -- largest multiple of 10^5 below 2^24, so v % 100000 is uniform.
+    LOOP
+        b := gen_random_bytes(3);
+        v := (get_byte(b, 0) << 16) | (get_byte(b, 1) << 8) | get_byte(b, 2);
+        IF v < 16700000 THEN
+            RETURN lpad((v % 100000)::text, 5, '0');
+        END IF;
+    END LOOP;
+END;
+$$;
+
+COMMENT ON FUNCTION mailroom._random_code() IS
+'Internal: a uniformly distributed 5-digit code from pgcrypto''s CSPRNG.';
+
+CREATE OR REPLACE FUNCTION mailroom._b64url_encode(p_data bytea)
+RETURNS text
+LANGUAGE sql
+IMMUTABLE
+STRICT
+AS $$
+    SELECT translate(encode(p_data, 'base64'), E'+/=\n', '-_');
+$$;
+
+COMMENT ON FUNCTION mailroom._b64url_encode(bytea) IS
+'Internal: URL-safe base64 without padding (RFC 4648 section 5).';
+
+CREATE OR REPLACE FUNCTION mailroom._b64url_decode(p_text text)
+RETURNS bytea
+LANGUAGE plpgsql
+IMMUTABLE
+STRICT
+AS $$
+BEGIN
+    IF p_text !~ '^[A-Za-z0-9_-]*$' OR length(p_text) % 4 = 1 THEN
+        RETURN NULL;
+    END IF;
+    RETURN decode(translate(p_text, '-_', '+/') || repeat('=', (4 - length(p_text) % 4) % 4), 'base64');
+EXCEPTION
+    WHEN invalid_parameter_value THEN
+        RETURN NULL;
+END;
+$$;
+
+COMMENT ON FUNCTION mailroom._b64url_decode(text) IS
+'Internal: decode URL-safe base64 without padding; NULL when the text is not valid.';
+
+CREATE OR REPLACE FUNCTION mailroom._check_key(p_key bytea)
+RETURNS void
+LANGUAGE plpgsql
+IMMUTABLE
+AS $$
+BEGIN
+    IF p_key IS NULL OR octet_length(p_key) < 32 THEN
+        RAISE EXCEPTION USING
+            ERRCODE = 'MR120',
+            MESSAGE = 'signing key missing or shorter than 32 bytes';
+    END IF;
+END;
+$$;
+
+COMMENT ON FUNCTION mailroom._check_key(bytea) IS
+'Internal: raise MR120 unless the signing key is at least 32 bytes.';
+
+CREATE OR REPLACE FUNCTION mailroom._token_mac(
+    p_action mailroom.token_action, p_secret bytea, p_code text, p_key bytea
+)
+RETURNS bytea
+LANGUAGE sql
+STABLE
+AS $$
+    SELECT hmac(
+        CASE p_action
+            WHEN 'activation' THEN convert_to('/activate', 'UTF8') || p_secret
+            ELSE convert_to('/recover', 'UTF8') || p_secret || convert_to(p_code, 'UTF8')
+        END,
+        p_key,
+        'sha256'
+    );
+$$;
+
+COMMENT ON FUNCTION mailroom._token_mac(mailroom.token_action, bytea, text, bytea) IS
+'Internal: HMAC-SHA256(key, path || secret [|| code]); path /activate or /recover (code appended for recovery only).';
+
+CREATE OR REPLACE FUNCTION mailroom.sign_token(
+    p_action mailroom.token_action, p_secret bytea, p_code text, p_key bytea
+)
+RETURNS text
+LANGUAGE plpgsql
+STABLE
+AS $$
+BEGIN
+    PERFORM mailroom._check_key(p_key);
+    IF p_secret IS NULL OR octet_length(p_secret) <> 32 THEN
+        RAISE EXCEPTION USING ERRCODE = '22023', MESSAGE = 'secret must be 32 bytes';
+    END IF;
+    IF p_action = 'password_recovery' AND (p_code IS NULL OR p_code !~ '^[0-9]{5}$') THEN
+        RAISE EXCEPTION USING ERRCODE = '22023', MESSAGE = 'a recovery code must be 5 digits';
+    END IF;
+    RETURN mailroom._b64url_encode(p_secret || mailroom._token_mac(p_action, p_secret, p_code, p_key));
+END;
+$$;
+
+COMMENT ON FUNCTION mailroom.sign_token(mailroom.token_action, bytea, text, bytea) IS
+'The signed link value: base64url-nopad(secret || HMAC-SHA256(key, path || secret [|| code])) (used by dequeue_tokens).';
+
+-- Before token insert: secret, code, digests, expiry; revoke older open
+-- tokens of the same account and action (a reissue supersedes them).
+CREATE OR REPLACE FUNCTION mailroom.trg_before_token_insert()
+RETURNS trigger
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    ts timestamptz := mailroom.clock();
+BEGIN
+    NEW.secret := coalesce(NEW.secret, gen_random_bytes(32));
+    NEW.code := coalesce(NEW.code, mailroom._random_code());
+    NEW.secret_digest := digest(NEW.secret, 'sha256');
+    NEW.code_digest := digest(NEW.secret || convert_to(NEW.code, 'UTF8'), 'sha256');
+    NEW.created_at := coalesce(NEW.created_at, ts);
+    NEW.expires_at := coalesce(
+        NEW.expires_at, NEW.created_at + mailroom.setting('tokens.ttl')::interval
+    );
+    UPDATE mailroom.tokens
+    SET revoked_at = ts
+    WHERE account = NEW.account
+        AND action = NEW.action
+        AND consumed_at IS NULL
+        AND revoked_at IS NULL;
+    RETURN NEW;
+END;
+$$;
+
+COMMENT ON FUNCTION mailroom.trg_before_token_insert() IS
+'Trigger: fill secret (32 CSPRNG bytes), 5-digit code, digests, created_at, expires_at (tokens.ttl); revoke older open tokens of that account and action.';
+
+CREATE OR REPLACE TRIGGER before_token_insert
+BEFORE INSERT ON mailroom.tokens
+FOR EACH ROW
+EXECUTE FUNCTION mailroom.trg_before_token_insert();
+
+-- Once dispatched, consumed or revoked, a token keeps only digests.
+CREATE OR REPLACE FUNCTION mailroom.trg_before_token_close()
+RETURNS trigger
+LANGUAGE plpgsql
+AS $$
+BEGIN
+    NEW.secret := NULL;
+    NEW.code := NULL;
+    RETURN NEW;
+END;
+$$;
+
+COMMENT ON FUNCTION mailroom.trg_before_token_close() IS
+'Trigger: wipe the plaintext secret and code once a token is dispatched, consumed or revoked.';
+
+CREATE OR REPLACE TRIGGER before_token_close
+BEFORE UPDATE ON mailroom.tokens
+FOR EACH ROW
+WHEN (
+    (new.secret IS NOT null OR new.code IS NOT null)
+    AND (
+        new.dispatched_at IS NOT null
+        OR new.consumed_at IS NOT null
+        OR new.revoked_at IS NOT null
+    )
+)
+EXECUTE FUNCTION mailroom.trg_before_token_close();
+
+-- 3. After token consumed: consuming an activation token activates a
+--    provisioned account.
+CREATE OR REPLACE FUNCTION mailroom.trg_after_token_consumed()
+RETURNS trigger
+LANGUAGE plpgsql
+AS $$
+BEGIN
+    IF NEW.action = 'activation' THEN
+        UPDATE mailroom.accounts
+        SET status = 'active'
+        WHERE id = NEW.account
+            AND status = 'provisioned';
+    END IF;
+    RETURN NULL;
+END;
+$$;
+
+COMMENT ON FUNCTION mailroom.trg_after_token_consumed() IS
+'Trigger: an activation token that becomes consumed activates its provisioned account.';
+
+CREATE OR REPLACE TRIGGER after_token_consumed
+AFTER UPDATE OF consumed_at ON mailroom.tokens
+FOR EACH ROW
+WHEN (new.consumed_at IS NOT null AND old.consumed_at IS null)
+EXECUTE FUNCTION mailroom.trg_after_token_consumed();
+
+-- 4. After tokens inserted: ONE notification per statement, payload = the
+--    number of tokens. The activation tokens that the accounts BEFORE INSERT
+--    trigger inserts (one nested INSERT per account) are not announced one by
+--    one: the trigger is skipped inside another trigger (WHEN depth < 1), and
+--    the accounts statement trigger below announces them all at once, so
+--    inserting 100,000 accounts in one statement raises one notification.
+CREATE OR REPLACE FUNCTION mailroom._announce_tokens(p_count bigint)
+RETURNS void
+LANGUAGE plpgsql
+AS $$
+BEGIN
+    IF p_count > 0 THEN
+        PERFORM pg_notify(mailroom.setting('tokens.channel'), p_count::text);
+    END IF;
+END;
+$$;
+
+COMMENT ON FUNCTION mailroom._announce_tokens(bigint) IS
+'Internal: NOTIFY tokens.channel with the number of tokens a statement inserted (nothing for 0).';
+
+CREATE OR REPLACE FUNCTION mailroom.trg_after_tokens_inserted()
+RETURNS trigger
+LANGUAGE plpgsql
+AS $$
+BEGIN
+    PERFORM mailroom._announce_tokens((SELECT count(*) FROM inserted));
+    RETURN NULL;
+END;
+$$;
+
+COMMENT ON FUNCTION mailroom.trg_after_tokens_inserted() IS
+'Trigger (statement): one NOTIFY per INSERT statement on tokens.channel, payload = number of tokens inserted.';
+
+CREATE OR REPLACE TRIGGER after_tokens_inserted
+AFTER INSERT ON mailroom.tokens
+REFERENCING NEW TABLE AS inserted
+FOR EACH STATEMENT
+WHEN (pg_trigger_depth() < 1)
+EXECUTE FUNCTION mailroom.trg_after_tokens_inserted();
+
+CREATE OR REPLACE FUNCTION mailroom.trg_after_accounts_inserted()
+RETURNS trigger
+LANGUAGE plpgsql
+AS $$
+BEGIN
+    -- every account inserted as provisioned got one activation token
+    PERFORM mailroom._announce_tokens((SELECT count(*) FROM inserted WHERE status = 'provisioned'));
+    RETURN NULL;
+END;
+$$;
+
+COMMENT ON FUNCTION mailroom.trg_after_accounts_inserted() IS
+'Trigger (statement): announce the activation tokens created by this INSERT on accounts in one NOTIFY.';
+
+CREATE OR REPLACE TRIGGER after_accounts_inserted
+AFTER INSERT ON mailroom.accounts
+REFERENCING NEW TABLE AS inserted
+FOR EACH STATEMENT
+EXECUTE FUNCTION mailroom.trg_after_accounts_inserted();
+
+-- The dequeue: every eligible token exactly once, whatever the commit order
+-- and however many callers run at once. Rows are claimed with
+-- FOR UPDATE SKIP LOCKED through the partial index tokens_pending_idx and
+-- marked dispatched in the caller's transaction (rollback = still pending).
+-- EXECUTE plans each call with the actual limit (no generic plan). The
+-- UPDATE in "marked" runs to completion although the final SELECT does not
+-- read it (PostgreSQL executes data-modifying CTEs exactly once), and every
+-- picked row is locked by us, so every returned row is marked. "closed"
+-- retires up to 1000 expired, never-dispatched tokens per call
+-- (revoked_at = expires_at, plaintext wiped) through tokens_pending_expiry_idx,
+-- so they do not pile up in tokens_pending_idx and slow the scan down.
+CREATE OR REPLACE FUNCTION mailroom._dequeue_tokens_sql()
+RETURNS text
+LANGUAGE sql
+IMMUTABLE
+AS $fn$
+    SELECT $q$
+        WITH picked AS (
+            SELECT t.id, t.action, t.secret, t.code, a.email, a.login
+            FROM mailroom.tokens AS t
+            INNER JOIN mailroom.accounts AS a ON t.account = a.id
+            WHERE t.dispatched_at IS NULL
+                AND t.consumed_at IS NULL
+                AND t.revoked_at IS NULL
+                AND t.expires_at > $3
+                AND (
+                    (t.action = 'activation' AND a.status = 'provisioned')
+                    OR (t.action = 'password_recovery' AND a.status = 'active')
+                )
+            ORDER BY t.id
+            LIMIT $1
+            FOR UPDATE OF t SKIP LOCKED
+        ),
+        marked AS (
+            UPDATE mailroom.tokens AS t
+            SET dispatched_at = $3, secret = NULL, code = NULL
+            FROM picked AS p
+            WHERE t.id = p.id
+        ),
+        closed AS (
+            UPDATE mailroom.tokens AS t
+            SET revoked_at = t.expires_at, secret = NULL, code = NULL
+            WHERE t.id IN (
+                SELECT x.id
+                FROM mailroom.tokens AS x
+                WHERE x.dispatched_at IS NULL
+                    AND x.consumed_at IS NULL
+                    AND x.revoked_at IS NULL
+                    AND x.expires_at <= $3
+                ORDER BY x.expires_at
+                LIMIT 1000
+                FOR UPDATE SKIP LOCKED
+            )
+        )
+        SELECT
+            p.action,
+            p.email,
+            p.login,
+            mailroom._b64url_encode(p.secret || mailroom._token_mac(p.action, p.secret, p.code, $2)),
+            p.code,
+            p.id
+        FROM picked AS p
+        ORDER BY p.id
+$q$;
+$fn$;
+
+COMMENT ON FUNCTION mailroom._dequeue_tokens_sql() IS
+'Internal: the statement dequeue_tokens executes ($1 limit, $2 key, $3 now); tests EXPLAIN it.';
+
+CREATE OR REPLACE FUNCTION mailroom.dequeue_tokens(p_limit integer, p_key bytea)
+RETURNS TABLE (
+    action mailroom.token_action,
+    email text,
+    login text,
+    signed text,
+    code text,
+    token_id bigint
+)
+LANGUAGE plpgsql
+VOLATILE
+AS $fn$
+BEGIN
+    PERFORM mailroom._check_key(p_key);
+    IF p_limit IS NULL OR p_limit < 1 THEN
+        RAISE EXCEPTION USING
+            ERRCODE = '22023',
+            MESSAGE = format('dequeue_tokens: limit must be a positive integer, got %s',
+                coalesce(p_limit::text, 'NULL'));
+    END IF;
+    RETURN QUERY EXECUTE mailroom._dequeue_tokens_sql()
+        USING p_limit, p_key, mailroom.clock();
+END;
+$fn$;
+
+COMMENT ON FUNCTION mailroom.dequeue_tokens(integer, bytea) IS
+'Claim up to p_limit eligible tokens (SKIP LOCKED), mark them dispatched in the caller''s transaction, return action, email, login, signed value, code, token_id by id.';

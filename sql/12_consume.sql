@@ -1,0 +1,315 @@
+-- Verifying and consuming signed token values.
+
+CREATE OR REPLACE FUNCTION mailroom._ct_equal(p_a bytea, p_b bytea)
+RETURNS boolean
+LANGUAGE sql
+VOLATILE
+AS $$
+    -- Double-HMAC comparison under a fresh random key: the time taken does
+    -- not depend on where the two values first differ.
+    SELECT p_a IS NOT NULL AND p_b IS NOT NULL
+        AND hmac(p_a, k.key, 'sha256') = hmac(p_b, k.key, 'sha256')
+    FROM (SELECT gen_random_bytes(32) AS key) AS k;
+$$;
+
+COMMENT ON FUNCTION mailroom._ct_equal(bytea, bytea) IS
+'Internal: constant-time equality of two byte strings (double HMAC under a random key).';
+
+CREATE OR REPLACE FUNCTION mailroom._mac_key_index(
+    p_keys bytea[], p_action mailroom.token_action, p_secret bytea, p_code text, p_mac bytea
+)
+RETURNS integer
+LANGUAGE plpgsql
+VOLATILE
+AS $$
+DECLARE
+    v_found integer;
+BEGIN
+    IF p_action = 'password_recovery' AND (p_code IS NULL OR p_code !~ '^[0-9]{5}$') THEN
+        RETURN NULL;
+    END IF;
+    -- every key is tried, so the time does not reveal which one matched
+    FOR i IN 1 .. coalesce(array_length(p_keys, 1), 0) LOOP
+        IF mailroom._ct_equal(p_mac, mailroom._token_mac(p_action, p_secret, p_code, p_keys[i]))
+            AND v_found IS NULL THEN
+            v_found := i;
+        END IF;
+    END LOOP;
+    RETURN v_found;
+END;
+$$;
+
+COMMENT ON FUNCTION mailroom._mac_key_index(bytea[], mailroom.token_action, bytea, text, bytea) IS
+'Internal: 1-based index of the first key whose HMAC matches, or NULL.';
+
+CREATE OR REPLACE FUNCTION mailroom._signing_keys(p_key bytea, p_previous_keys bytea[])
+RETURNS bytea[]
+LANGUAGE plpgsql
+IMMUTABLE
+AS $$
+DECLARE
+    v_keys bytea [] := ARRAY[p_key] || coalesce(p_previous_keys, '{}');
+BEGIN
+    FOR i IN 1 .. array_length(v_keys, 1) LOOP
+        PERFORM mailroom._check_key(v_keys[i]);
+    END LOOP;
+    RETURN v_keys;
+END;
+$$;
+
+COMMENT ON FUNCTION mailroom._signing_keys(bytea, bytea[]) IS
+'Internal: current key followed by previous keys, each checked (MR120).';
+
+CREATE OR REPLACE FUNCTION mailroom._split_signed(p_signed text)
+RETURNS bytea
+LANGUAGE plpgsql
+IMMUTABLE
+AS $$
+DECLARE
+    v_raw bytea := mailroom._b64url_decode(p_signed);
+BEGIN
+    IF v_raw IS NULL OR octet_length(v_raw) <> 64 OR mailroom._b64url_encode(v_raw) <> p_signed THEN
+        RAISE EXCEPTION USING
+            ERRCODE = 'MR110',
+            MESSAGE = 'malformed token: expected 86 characters of URL-safe base64 without padding';
+    END IF;
+    RETURN v_raw;
+END;
+$$;
+
+COMMENT ON FUNCTION mailroom._split_signed(text) IS
+'Internal: decode a signed value to its 64 bytes (secret || mac), MR110 when malformed.';
+
+CREATE OR REPLACE FUNCTION mailroom.verify_token(
+    p_signed text,
+    p_key bytea,
+    p_code text DEFAULT null,
+    p_previous_keys bytea[] DEFAULT '{}'
+)
+RETURNS TABLE (valid boolean, action mailroom.token_action, key_index integer)
+LANGUAGE plpgsql
+VOLATILE
+AS $$
+DECLARE
+    v_keys bytea [] := mailroom._signing_keys(p_key, p_previous_keys);
+    v_raw bytea := mailroom._b64url_decode(p_signed);
+    v_secret bytea;
+    v_mac bytea;
+    v_act integer;
+    v_rec integer;
+BEGIN
+    IF v_raw IS NULL OR octet_length(v_raw) <> 64 THEN
+        RETURN QUERY SELECT false, NULL::mailroom.token_action, NULL::integer;
+        RETURN;
+    END IF;
+    v_secret := substr(v_raw, 1, 32);
+    v_mac := substr(v_raw, 33, 32);
+    v_act := mailroom._mac_key_index(v_keys, 'activation', v_secret, NULL, v_mac);
+    v_rec := mailroom._mac_key_index(v_keys, 'password_recovery', v_secret, p_code, v_mac);
+    IF v_act IS NOT NULL THEN
+        RETURN QUERY SELECT true, 'activation'::mailroom.token_action, v_act;
+    ELSIF v_rec IS NOT NULL THEN
+        RETURN QUERY SELECT true, 'password_recovery'::mailroom.token_action, v_rec;
+    ELSE
+        RETURN QUERY SELECT false, NULL::mailroom.token_action, NULL::integer;
+    END IF;
+END;
+$$;
+
+COMMENT ON FUNCTION mailroom.verify_token(text, bytea, text, bytea[]) IS
+'Check a signed value without touching tokens: (valid, action, key_index); constant-time, p_previous_keys for key rotation, p_code needed for recovery.';
+
+CREATE OR REPLACE FUNCTION mailroom._loopback_conninfo()
+RETURNS text
+LANGUAGE plpgsql
+STABLE
+AS $$
+DECLARE
+    v_conninfo text := mailroom.setting('tokens.loopback_conninfo');
+    v_host text := btrim(split_part(current_setting('unix_socket_directories'), ',', 1));
+BEGIN
+    IF v_conninfo <> '' THEN
+        RETURN v_conninfo;
+    END IF;
+    IF v_host = '' THEN
+        v_host := 'localhost';
+    END IF;
+    RETURN format(
+        'host=''%s'' port=''%s'' dbname=''%s'' user=''%s'' application_name=''mailroom-code-attempt''',
+        replace(replace(v_host, '\', '\\'), '''', '\'''),
+        current_setting('port'),
+        replace(replace(current_database(), '\', '\\'), '''', '\'''),
+        replace(replace(current_user, '\', '\\'), '''', '\''')
+    );
+END;
+$$;
+
+COMMENT ON FUNCTION mailroom._loopback_conninfo() IS
+'Internal: dblink conninfo back to this database (setting tokens.loopback_conninfo, else the local socket).';
+
+-- Count a code attempt BEFORE the code is compared, in its own committed
+-- transaction (dblink loopback): an attempt that ends in an error (and a
+-- rolled-back caller transaction) still counts. Returns the attempt number,
+-- or NULL when the token has no attempt left (locked). A token not yet
+-- visible to other sessions (created in the caller's open transaction) or
+-- row-locked by the caller is counted locally instead.
+CREATE OR REPLACE FUNCTION mailroom._count_code_attempt(p_token bigint)
+RETURNS integer
+LANGUAGE plpgsql
+VOLATILE
+AS $$
+DECLARE
+    v_max integer := mailroom.setting('tokens.max_code_attempts')::integer;
+    v_n integer;
+    v_visible boolean;
+BEGIN
+    BEGIN
+        SELECT r.n, r.visible INTO v_n, v_visible
+        FROM dblink(
+            mailroom._loopback_conninfo(),
+            format(
+                'SET lock_timeout = ''2s''; SET statement_timeout = ''10s'';'
+                || ' WITH u AS (UPDATE mailroom.tokens SET code_attempts = code_attempts + 1'
+                || ' WHERE id = %s AND code_attempts < %s RETURNING code_attempts)'
+                || ' SELECT (SELECT code_attempts FROM u),'
+                || ' EXISTS (SELECT 1 FROM mailroom.tokens WHERE id = %s)',
+                p_token, v_max, p_token
+            )
+        ) AS r (n integer, visible boolean);
+    EXCEPTION
+        WHEN lock_not_available THEN
+            v_visible := false;
+        WHEN OTHERS THEN
+            RAISE EXCEPTION USING
+                ERRCODE = 'MR121',
+                MESSAGE = 'cannot record the code attempt: the loopback connection failed',
+                HINT = 'Set tokens.loopback_conninfo to a conninfo this server accepts for itself.';
+    END;
+    IF v_visible THEN
+        RETURN v_n;
+    END IF;
+    UPDATE mailroom.tokens
+    SET code_attempts = code_attempts + 1
+    WHERE id = p_token AND code_attempts < v_max
+    RETURNING code_attempts INTO v_n;
+    RETURN v_n;
+END;
+$$;
+
+COMMENT ON FUNCTION mailroom._count_code_attempt(bigint) IS
+'Internal: count one code attempt in an autonomous (dblink) transaction; NULL when the token is locked.';
+
+CREATE OR REPLACE FUNCTION mailroom._raise_token_state(p_token bigint)
+RETURNS void
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    t mailroom.tokens;
+BEGIN
+    SELECT * INTO t FROM mailroom.tokens WHERE id = p_token;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION USING ERRCODE = 'MR112', MESSAGE = 'unknown token';
+    ELSIF t.consumed_at IS NOT NULL THEN
+        RAISE EXCEPTION USING ERRCODE = 'MR114', MESSAGE = 'token already used';
+    ELSIF t.expires_at <= mailroom.clock() THEN
+        RAISE EXCEPTION USING ERRCODE = 'MR113', MESSAGE = 'token expired';
+    ELSIF t.revoked_at IS NOT NULL THEN
+        RAISE EXCEPTION USING
+            ERRCODE = 'MR117', MESSAGE = 'token revoked: a newer token of the same kind was issued';
+    END IF;
+END;
+$$;
+
+COMMENT ON FUNCTION mailroom._raise_token_state(bigint) IS
+'Internal: raise MR112/MR114/MR117/MR113 when a token is unknown, used, revoked or expired.';
+
+CREATE OR REPLACE FUNCTION mailroom.consume_token(
+    p_signed text,
+    p_key bytea,
+    p_code text DEFAULT null,
+    p_previous_keys bytea[] DEFAULT '{}'
+)
+RETURNS bigint
+LANGUAGE plpgsql
+VOLATILE
+AS $$
+DECLARE
+    v_keys bytea [] := mailroom._signing_keys(p_key, p_previous_keys);
+    v_raw bytea := mailroom._split_signed(p_signed);
+    v_secret bytea := substr(v_raw, 1, 32);
+    v_mac bytea := substr(v_raw, 33, 32);
+    v_max integer := mailroom.setting('tokens.max_code_attempts')::integer;
+    v_ts timestamptz := mailroom.clock();
+    t mailroom.tokens;
+    v_status mailroom.account_status;
+    v_attempt integer;
+    v_account bigint;
+BEGIN
+    SELECT * INTO t FROM mailroom.tokens WHERE secret_digest = digest(v_secret, 'sha256');
+    IF NOT FOUND THEN
+        -- a genuine value the database no longer knows, or a forgery?
+        IF mailroom._mac_key_index(v_keys, 'activation', v_secret, NULL, v_mac) IS NOT NULL
+            OR mailroom._mac_key_index(v_keys, 'password_recovery', v_secret, p_code, v_mac) IS NOT NULL THEN
+            RAISE EXCEPTION USING ERRCODE = 'MR112', MESSAGE = 'unknown token';
+        END IF;
+        RAISE EXCEPTION USING ERRCODE = 'MR111', MESSAGE = 'bad token signature';
+    END IF;
+
+    IF t.action = 'activation'
+        AND mailroom._mac_key_index(v_keys, 'activation', v_secret, NULL, v_mac) IS NULL THEN
+        RAISE EXCEPTION USING ERRCODE = 'MR111', MESSAGE = 'bad token signature';
+    END IF;
+
+    PERFORM mailroom._raise_token_state(t.id);
+
+    IF t.action = 'password_recovery' THEN
+        IF p_code IS NULL THEN
+            RAISE EXCEPTION USING
+                ERRCODE = 'MR119', MESSAGE = 'a password-recovery token needs its 5-digit code';
+        END IF;
+        -- counted before comparing, in its own transaction
+        v_attempt := mailroom._count_code_attempt(t.id);
+        IF v_attempt IS NULL THEN
+            RAISE EXCEPTION USING
+                ERRCODE = 'MR116',
+                MESSAGE = format('token locked after %s wrong codes', v_max);
+        END IF;
+        IF NOT mailroom._ct_equal(
+            digest(v_secret || convert_to(p_code, 'UTF8'), 'sha256'), t.code_digest
+        ) THEN
+            RAISE EXCEPTION USING
+                ERRCODE = 'MR115',
+                MESSAGE = format('wrong code (attempt %s of %s)', v_attempt, v_max);
+        END IF;
+        IF mailroom._mac_key_index(v_keys, 'password_recovery', v_secret, p_code, v_mac) IS NULL THEN
+            RAISE EXCEPTION USING ERRCODE = 'MR111', MESSAGE = 'bad token signature';
+        END IF;
+    END IF;
+
+    SELECT a.status INTO v_status FROM mailroom.accounts AS a WHERE a.id = t.account;
+    IF (t.action = 'activation' AND v_status IS DISTINCT FROM 'provisioned')
+        OR (t.action = 'password_recovery' AND v_status IS DISTINCT FROM 'active') THEN
+        RAISE EXCEPTION USING
+            ERRCODE = 'MR118',
+            MESSAGE = format('account %s is %s: its %s token cannot be used',
+                t.account, coalesce(v_status::text, 'missing'), t.action);
+    END IF;
+
+    -- single use: of two concurrent consumers only one updates the row
+    UPDATE mailroom.tokens
+    SET consumed_at = v_ts
+    WHERE id = t.id
+        AND consumed_at IS NULL
+        AND revoked_at IS NULL
+        AND expires_at > v_ts
+    RETURNING account INTO v_account;
+    IF NOT FOUND THEN
+        PERFORM mailroom._raise_token_state(t.id);
+        RAISE EXCEPTION USING ERRCODE = 'MR114', MESSAGE = 'token already used';
+    END IF;
+    RETURN v_account;
+END;
+$$;
+
+COMMENT ON FUNCTION mailroom.consume_token(text, bytea, text, bytea[]) IS
+'Use a signed token once: checks signature (p_previous_keys for rotation), state, code (recovery, 5 tries), account status; returns the account id. Errors MR110-MR121.';

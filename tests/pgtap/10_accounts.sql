@@ -1,0 +1,179 @@
+-- Accounts: validation, the insert and status triggers, create/suspend/unsuspend.
+BEGIN;
+SELECT plan(52);
+
+SET LOCAL mailroom.clock = '2030-01-01 00:00:00+00';
+
+-- schema
+SELECT has_table('mailroom', 'accounts', 'accounts table exists');
+SELECT has_table('mailroom', 'tokens', 'tokens table exists');
+SELECT enum_has_labels('mailroom', 'account_status', ARRAY['provisioned', 'active', 'suspended'],
+    'account_status labels');
+SELECT enum_has_labels('mailroom', 'token_action', ARRAY['activation', 'password_recovery'],
+    'token_action labels');
+SELECT col_type_is('mailroom', 'accounts', 'created_at', 'timestamp with time zone', 'timestamps are timestamptz');
+SELECT col_type_is('mailroom', 'tokens', 'expires_at', 'timestamp with time zone', 'expires_at is timestamptz');
+SELECT has_trigger('mailroom', 'accounts', 'before_account_insert', 'trigger 1: before_account_insert');
+SELECT has_trigger('mailroom', 'accounts', 'before_account_status_change', 'trigger 2: before_account_status_change');
+SELECT has_trigger('mailroom', 'tokens', 'after_token_consumed', 'trigger 3: after_token_consumed');
+SELECT has_trigger('mailroom', 'tokens', 'after_tokens_inserted', 'trigger 4: after_tokens_inserted');
+SELECT ok(
+    (SELECT condeferrable AND condeferred FROM pg_constraint WHERE conname = 'tokens_account_fkey'),
+    'tokens -> accounts FK is DEFERRABLE INITIALLY DEFERRED'
+);
+SELECT is(
+    (SELECT count(*)::int FROM pg_proc AS p
+     JOIN pg_namespace AS n ON n.oid = p.pronamespace
+     WHERE n.nspname = 'mailroom'
+       AND p.proname IN ('create_account', 'request_password_recovery', 'dequeue_tokens', 'verify_token',
+                         'consume_token', 'suspend_account', 'unsuspend_account', 'sign_token')
+       AND obj_description(p.oid, 'pg_proc') IS NOT NULL),
+    8, 'every public accounts/tokens function has a COMMENT'
+);
+
+-- create_account: insert trigger creates the activation token in the same transaction
+SELECT lives_ok($$ SELECT mailroom.create_account('Alice@Example.com', 'alice') $$, 'create_account works');
+CREATE TEMP TABLE alice AS SELECT * FROM mailroom.accounts WHERE login = 'alice';
+SELECT is((SELECT status FROM alice), 'provisioned'::mailroom.account_status, 'new account is provisioned');
+SELECT is((SELECT created_at FROM alice), '2030-01-01 00:00:00+00'::timestamptz, 'created_at from mailroom.clock()');
+SELECT is(
+    (SELECT count(*)::int FROM mailroom.tokens AS t, alice AS a WHERE t.account = a.id AND t.action = 'activation'),
+    1, 'activation token inserted by the BEFORE INSERT trigger'
+);
+SELECT is(
+    (SELECT t.expires_at FROM mailroom.tokens AS t, alice AS a WHERE t.account = a.id),
+    '2030-01-01 00:15:00+00'::timestamptz, 'token expires after tokens.ttl (15 minutes)'
+);
+
+-- validation and uniqueness
+SELECT throws_ok($$ SELECT mailroom.create_account('alice@example.COM', 'alice2') $$,
+    'MR102', 'an account with this email address already exists', 'email unique case-insensitively');
+SELECT throws_ok($$ SELECT mailroom.create_account('bob@example.com', 'alice') $$,
+    'MR103', 'an account with this login already exists', 'login unique');
+SELECT throws_ok($$ SELECT mailroom.create_account('not-an-email', 'x1') $$,
+    'MR101', 'invalid email address', 'email without @ rejected');
+SELECT throws_ok($$ SELECT mailroom.create_account('a b@example.com', 'x2') $$,
+    'MR101', 'invalid email address', 'email with a space rejected');
+SELECT throws_ok($$ SELECT mailroom.create_account(NULL, 'x3') $$,
+    'MR101', 'invalid email address', 'NULL email rejected');
+SELECT throws_ok($$ SELECT mailroom.create_account(repeat('a', 250) || '@x.io', 'x4') $$,
+    'MR101', 'invalid email address', 'email over 254 characters rejected');
+SELECT throws_ok($$ SELECT mailroom.create_account('x5@example.com', '') $$,
+    'MR104', 'invalid login', 'empty login rejected');
+SELECT throws_ok($$ SELECT mailroom.create_account('x6@example.com', ' padded ') $$,
+    'MR104', 'invalid login', 'login with surrounding spaces rejected');
+SELECT throws_ok($$ INSERT INTO mailroom.accounts (email, login) VALUES ('bad', 'y1') $$,
+    'MR101', 'invalid email address', 'plain INSERT is validated too');
+SELECT throws_ok($$ UPDATE mailroom.accounts SET email = 'bad' WHERE login = 'alice' $$,
+    'MR101', 'invalid email address', 'UPDATE of email is validated');
+
+-- status trigger through plain UPDATEs (as from psql)
+SET LOCAL mailroom.clock = '2030-01-01 01:00:00+00';
+UPDATE mailroom.accounts SET status = 'active' WHERE login = 'alice';
+SELECT is(
+    (SELECT activated_at FROM mailroom.accounts WHERE login = 'alice'),
+    '2030-01-01 01:00:00+00'::timestamptz, 'activation sets activated_at'
+);
+SELECT is(
+    (SELECT status_changed_at FROM mailroom.accounts WHERE login = 'alice'),
+    '2030-01-01 01:00:00+00'::timestamptz, 'status change sets status_changed_at'
+);
+SET LOCAL mailroom.clock = '2030-01-01 02:00:00+00';
+UPDATE mailroom.accounts SET status = 'suspended' WHERE login = 'alice';
+SELECT results_eq(
+    $$ SELECT status::text, suspended_at, unsuspended_at FROM mailroom.accounts WHERE login = 'alice' $$,
+    $$ VALUES ('suspended', '2030-01-01 02:00:00+00'::timestamptz, NULL::timestamptz) $$,
+    'suspend sets suspended_at, clears unsuspended_at'
+);
+SET LOCAL mailroom.clock = '2030-01-01 03:00:00+00';
+UPDATE mailroom.accounts SET status = 'active' WHERE login = 'alice';
+SELECT results_eq(
+    $$ SELECT status::text, suspended_at, unsuspended_at, activated_at FROM mailroom.accounts WHERE login = 'alice' $$,
+    $$ VALUES ('active', NULL::timestamptz, '2030-01-01 03:00:00+00'::timestamptz,
+               '2030-01-01 01:00:00+00'::timestamptz) $$,
+    'unsuspend of an activated account: active, unsuspended_at set, suspended_at cleared, activated_at kept'
+);
+SET LOCAL mailroom.clock = '2030-01-01 04:00:00+00';
+UPDATE mailroom.accounts SET status = 'suspended' WHERE login = 'alice';
+SELECT is(
+    (SELECT unsuspended_at FROM mailroom.accounts WHERE login = 'alice'), NULL,
+    'suspending again clears unsuspended_at'
+);
+UPDATE mailroom.accounts SET status = 'active' WHERE login = 'alice';
+SELECT throws_ok($$ UPDATE mailroom.accounts SET status = 'provisioned' WHERE login = 'alice' $$,
+    'MR108', NULL, 'active -> provisioned refused');
+UPDATE mailroom.accounts SET login = 'alice' WHERE login = 'alice';
+SELECT is(
+    (SELECT status_changed_at FROM mailroom.accounts WHERE login = 'alice'),
+    '2030-01-01 04:00:00+00'::timestamptz, 'an UPDATE that does not change status leaves the timestamps'
+);
+
+-- revert to provisioned: suspended before ever being activated
+SELECT mailroom.create_account('carol@example.com', 'carol');
+SELECT is(mailroom.suspend_account((SELECT id FROM mailroom.accounts WHERE login = 'carol')),
+    'suspended'::mailroom.account_status, 'suspend_account returns suspended');
+SELECT is(mailroom.unsuspend_account((SELECT id FROM mailroom.accounts WHERE login = 'carol')),
+    'provisioned'::mailroom.account_status, 'unsuspend_account reverts a never-activated account to provisioned');
+SELECT results_eq(
+    $$ SELECT activated_at, suspended_at, unsuspended_at FROM mailroom.accounts WHERE login = 'carol' $$,
+    $$ VALUES (NULL::timestamptz, NULL::timestamptz, '2030-01-01 04:00:00+00'::timestamptz) $$,
+    'reverted account: never activated, suspended_at cleared, unsuspended_at set'
+);
+UPDATE mailroom.accounts SET status = 'suspended' WHERE login = 'carol';
+UPDATE mailroom.accounts SET status = 'active' WHERE login = 'carol';
+SELECT is((SELECT status FROM mailroom.accounts WHERE login = 'carol'), 'provisioned'::mailroom.account_status,
+    'plain UPDATE status=active on a suspended never-activated account also reverts to provisioned');
+UPDATE mailroom.accounts SET status = 'suspended' WHERE login = 'carol';
+UPDATE mailroom.accounts SET status = 'provisioned' WHERE login = 'carol';
+SELECT is((SELECT status FROM mailroom.accounts WHERE login = 'carol'), 'provisioned'::mailroom.account_status,
+    'suspended -> provisioned is an unsuspend for a never-activated account');
+UPDATE mailroom.accounts SET status = 'suspended' WHERE login = 'alice';
+SELECT throws_ok($$ UPDATE mailroom.accounts SET status = 'provisioned' WHERE login = 'alice' $$,
+    'MR108', NULL, 'suspended -> provisioned refused for an activated account');
+SELECT is(mailroom.unsuspend_account((SELECT id FROM mailroom.accounts WHERE login = 'alice')),
+    'active'::mailroom.account_status, 'unsuspend_account returns active for an activated account');
+
+-- suspend/unsuspend errors
+SELECT throws_ok($$ SELECT mailroom.suspend_account(-1) $$, 'MR105', 'unknown account -1', 'suspend unknown');
+SELECT throws_ok($$ SELECT mailroom.unsuspend_account(-1) $$, 'MR105', 'unknown account -1', 'unsuspend unknown');
+SELECT throws_ok($$ SELECT mailroom.suspend_account(NULL) $$, 'MR105', 'unknown account NULL', 'suspend NULL');
+SELECT mailroom.suspend_account((SELECT id FROM mailroom.accounts WHERE login = 'carol'));
+SELECT throws_ok(
+    format('SELECT mailroom.suspend_account(%s)', (SELECT id FROM mailroom.accounts WHERE login = 'carol')),
+    'MR106', NULL, 'suspending a suspended account');
+SELECT throws_ok(
+    format('SELECT mailroom.unsuspend_account(%s)', (SELECT id FROM mailroom.accounts WHERE login = 'alice')),
+    'MR107', NULL, 'unsuspending an account that is not suspended');
+
+-- an account inserted directly as active gets no activation token, a consistent activated_at
+INSERT INTO mailroom.accounts (email, login, status) VALUES ('dave@example.com', 'dave', 'active');
+SELECT is(
+    (SELECT count(*)::int FROM mailroom.tokens AS t JOIN mailroom.accounts AS a ON a.id = t.account
+     WHERE a.login = 'dave'), 0, 'no activation token for an account inserted active');
+SELECT is((SELECT activated_at FROM mailroom.accounts WHERE login = 'dave'),
+    '2030-01-01 04:00:00+00'::timestamptz, 'account inserted active has activated_at');
+
+-- consuming the activation token (plain UPDATE, as in the article) activates the account
+SELECT mailroom.create_account('erin@example.com', 'erin');
+UPDATE mailroom.tokens SET consumed_at = mailroom.clock()
+WHERE account = (SELECT id FROM mailroom.accounts WHERE login = 'erin') AND action = 'activation';
+SELECT is((SELECT status FROM mailroom.accounts WHERE login = 'erin'), 'active'::mailroom.account_status,
+    'trigger 3: consuming the activation token activates a provisioned account');
+SELECT is(
+    (SELECT secret FROM mailroom.tokens WHERE account = (SELECT id FROM mailroom.accounts WHERE login = 'erin')),
+    NULL, 'a consumed token keeps no plaintext secret');
+-- ... but not a suspended one
+SELECT mailroom.create_account('fay@example.com', 'fay');
+SELECT mailroom.suspend_account((SELECT id FROM mailroom.accounts WHERE login = 'fay'));
+UPDATE mailroom.tokens SET consumed_at = mailroom.clock()
+WHERE account = (SELECT id FROM mailroom.accounts WHERE login = 'fay');
+SELECT is((SELECT status FROM mailroom.accounts WHERE login = 'fay'), 'suspended'::mailroom.account_status,
+    'consuming the activation token of a suspended account does not activate it');
+
+-- deferred FK: a token for an account that never appears fails at commit
+SELECT throws_ok(
+    $$ INSERT INTO mailroom.tokens (account, action) VALUES (-42, 'activation'); SET CONSTRAINTS ALL IMMEDIATE $$,
+    '23503', NULL, 'deferred FK still enforced at commit');
+
+SELECT * FROM finish();
+ROLLBACK;

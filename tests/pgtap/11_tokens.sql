@@ -1,0 +1,233 @@
+-- Tokens: codes, signed values, revocation, dequeue eligibility, expiry, secrets at rest.
+BEGIN;
+SELECT plan(45);
+
+SET LOCAL mailroom.clock = '2030-01-01 00:00:00+00';
+CREATE TEMP TABLE k (key bytea);
+INSERT INTO k VALUES (decode(repeat('cafebabe', 8), 'hex'));
+
+-- CSPRNG codes: always 5 digits, spread over the whole range
+CREATE TEMP TABLE codes AS SELECT mailroom._random_code() AS code FROM generate_series(1, 10000);
+SELECT is((SELECT count(*)::int FROM codes WHERE code ~ '^[0-9]{5}$'), 10000, '10,000 codes all match ^[0-9]{5}$');
+SELECT cmp_ok((SELECT count(DISTINCT left(code, 1))::int FROM codes), '=', 10, 'every leading digit occurs');
+SELECT cmp_ok((SELECT count(DISTINCT code)::int FROM codes), '>', 9000, 'codes are not repeating (> 9,000 distinct of 10,000)');
+SELECT ok(
+    (SELECT bool_and(n BETWEEN 850 AND 1150) FROM (SELECT count(*) AS n FROM codes GROUP BY left(code, 1)) AS c),
+    'each leading digit about 1,000 times in 10,000 (uniform)'
+);
+SELECT unalike(pg_get_functiondef('mailroom._random_code'::regproc), '%random()%', 'codes do not use random()');
+
+-- signature vectors: expected values computed independently (Python hmac/base64)
+SELECT is(
+    mailroom.sign_token('activation', '\x000102030405060708090a0b0c0d0e0f101112131415161718191a1b1c1d1e1f', NULL,
+        (SELECT key FROM k)),
+    'AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh_Ri3Yy9eHzSYzQ27mlxgmLvANFsuUMXQadIzL8Ldn_vg',
+    'activation vector: b64url(secret || HMAC(key, "/activate" || secret))'
+);
+SELECT is(
+    mailroom.sign_token('password_recovery', '\x000102030405060708090a0b0c0d0e0f101112131415161718191a1b1c1d1e1f',
+        '01234', (SELECT key FROM k)),
+    'AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh9i5OlN1SlaXoECDwHhTfKVusWAe9V0mmmeiRqSVmnb5A',
+    'recovery vector: b64url(secret || HMAC(key, "/recover" || secret || code))'
+);
+SELECT is(
+    mailroom._b64url_decode('AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh_Ri3Yy9eHzSYzQ27mlxgmLvANFsuUMXQadIzL8Ldn_vg'),
+    '\x000102030405060708090a0b0c0d0e0f101112131415161718191a1b1c1d1e1f'::bytea
+    || hmac('/activate'::bytea || '\x000102030405060708090a0b0c0d0e0f101112131415161718191a1b1c1d1e1f'::bytea,
+        (SELECT key FROM k), 'sha256'),
+    'the signed value decodes to secret || mac'
+);
+SELECT throws_ok($$ SELECT mailroom.sign_token('activation', gen_random_bytes(32), NULL, '\x00') $$,
+    'MR120', 'signing key missing or shorter than 32 bytes', 'short key refused');
+SELECT throws_ok($$ SELECT mailroom.sign_token('activation', gen_random_bytes(31), NULL, (SELECT key FROM k)) $$,
+    '22023', 'secret must be 32 bytes', 'sign_token: secret of the wrong length');
+SELECT throws_ok($$ SELECT mailroom.sign_token('password_recovery', gen_random_bytes(32), '123', (SELECT key FROM k)) $$,
+    '22023', 'a recovery code must be 5 digits', 'sign_token: recovery code not 5 digits');
+
+-- a token with a known secret and code, dequeued and signed in SQL
+SELECT mailroom.create_account('vec@example.com', 'vec');
+UPDATE mailroom.accounts SET status = 'active' WHERE login = 'vec';
+INSERT INTO mailroom.tokens (account, action, secret, code)
+SELECT id, 'password_recovery', '\x000102030405060708090a0b0c0d0e0f101112131415161718191a1b1c1d1e1f', '01234'
+FROM mailroom.accounts WHERE login = 'vec';
+CREATE TEMP TABLE d1 AS SELECT * FROM mailroom.dequeue_tokens(10, (SELECT key FROM k));
+SELECT results_eq(
+    $$ SELECT action::text, email, login, signed, code FROM d1 $$,
+    $$ VALUES ('password_recovery', 'vec@example.com', 'vec',
+        'AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh9i5OlN1SlaXoECDwHhTfKVusWAe9V0mmmeiRqSVmnb5A', '01234') $$,
+    'dequeue_tokens returns action, email, login, the signed value and the code'
+);
+SELECT results_eq(
+    $$ SELECT secret, code, dispatched_at FROM mailroom.tokens WHERE id = (SELECT token_id FROM d1) $$,
+    $$ VALUES (NULL::bytea, NULL::text, '2030-01-01 00:00:00+00'::timestamptz) $$,
+    'after dispatch only digests remain (secret and code wiped)'
+);
+SELECT is(
+    (SELECT secret_digest FROM mailroom.tokens WHERE id = (SELECT token_id FROM d1)),
+    digest('\x000102030405060708090a0b0c0d0e0f101112131415161718191a1b1c1d1e1f'::bytea, 'sha256'),
+    'secret_digest = sha256(secret)'
+);
+UPDATE mailroom.tokens SET secret = gen_random_bytes(32), code = '12345' WHERE id = (SELECT token_id FROM d1);
+SELECT is((SELECT secret FROM mailroom.tokens WHERE id = (SELECT token_id FROM d1)), NULL,
+    'a plaintext secret written back into a dispatched token is wiped');
+SELECT is((SELECT count(*)::int FROM mailroom.dequeue_tokens(10, (SELECT key FROM k))), 0,
+    'a dispatched token is not returned again');
+
+-- revocation on reissue
+SELECT mailroom.create_account('rev@example.com', 'rev');
+CREATE TEMP TABLE rev_first AS
+SELECT t.id FROM mailroom.tokens AS t JOIN mailroom.accounts AS a ON a.id = t.account WHERE a.login = 'rev';
+INSERT INTO mailroom.tokens (account, action) SELECT id, 'activation' FROM mailroom.accounts WHERE login = 'rev';
+SELECT isnt((SELECT revoked_at FROM mailroom.tokens WHERE id = (SELECT id FROM rev_first)), NULL,
+    'issuing a new activation token revokes the older one');
+SELECT is((SELECT secret FROM mailroom.tokens WHERE id = (SELECT id FROM rev_first)), NULL,
+    'the revoked token keeps no plaintext secret');
+SELECT is(
+    (SELECT count(*)::int FROM mailroom.tokens AS t JOIN mailroom.accounts AS a ON a.id = t.account
+     WHERE a.login = 'rev' AND t.revoked_at IS NULL), 1, 'exactly one open activation token after reissue');
+SELECT is(
+    (SELECT array_agg(token_id) FROM mailroom.dequeue_tokens(10, (SELECT key FROM k))),
+    (SELECT array_agg(t.id) FROM mailroom.tokens AS t JOIN mailroom.accounts AS a ON a.id = t.account
+     WHERE a.login = 'rev' AND t.revoked_at IS NULL),
+    'only the new token is dequeued'
+);
+
+-- eligibility: activation for provisioned, recovery for active, not expired, not consumed
+SELECT mailroom.create_account('p1@example.com', 'p1');   -- provisioned: activation eligible
+SELECT mailroom.create_account('p2@example.com', 'p2');
+SELECT mailroom.suspend_account((SELECT id FROM mailroom.accounts WHERE login = 'p2'));  -- suspended: not eligible
+SELECT mailroom.create_account('p3@example.com', 'p3');
+UPDATE mailroom.accounts SET status = 'active' WHERE login = 'p3';  -- active: activation not eligible
+INSERT INTO mailroom.tokens (account, action)
+SELECT id, 'password_recovery' FROM mailroom.accounts WHERE login = 'p1';  -- recovery for provisioned: no
+INSERT INTO mailroom.tokens (account, action)
+SELECT id, 'password_recovery' FROM mailroom.accounts WHERE login = 'p3';  -- recovery for active: yes
+SELECT mailroom.create_account('p4@example.com', 'p4');
+UPDATE mailroom.tokens SET consumed_at = mailroom.clock()
+WHERE account = (SELECT id FROM mailroom.accounts WHERE login = 'p4');  -- consumed: no
+SELECT results_eq(
+    $$ SELECT login, action::text FROM mailroom.dequeue_tokens(100, (SELECT key FROM k)) ORDER BY token_id $$,
+    $$ VALUES ('p1', 'activation'), ('p3', 'password_recovery') $$,
+    'only eligible tokens are dequeued, in id order'
+);
+-- the suspended account's token comes back when the account is unsuspended (and reverts to provisioned)
+SELECT mailroom.unsuspend_account((SELECT id FROM mailroom.accounts WHERE login = 'p2'));
+SELECT results_eq(
+    $$ SELECT login FROM mailroom.dequeue_tokens(100, (SELECT key FROM k)) $$,
+    $$ VALUES ('p2') $$,
+    'the pending activation token of an unsuspended never-activated account becomes eligible'
+);
+
+-- limit and ordering
+INSERT INTO mailroom.accounts (email, login) SELECT 'bulk' || g || '@example.com', 'bulk' || g FROM generate_series(1, 25) AS g;
+SELECT is((SELECT count(*)::int FROM mailroom.dequeue_tokens(10, (SELECT key FROM k))), 10, 'limit 10 returns 10');
+SELECT results_eq(
+    $$ SELECT login FROM mailroom.dequeue_tokens(10, (SELECT key FROM k)) $$,
+    $$ SELECT 'bulk' || g FROM generate_series(11, 20) AS g $$,
+    'the next call returns the next 10 in id order'
+);
+SELECT is((SELECT count(*)::int FROM mailroom.dequeue_tokens(1000, (SELECT key FROM k))), 5, 'then the last 5');
+SELECT is((SELECT count(*)::int FROM mailroom.dequeue_tokens(1000, (SELECT key FROM k))), 0, 'then nothing');
+
+-- expiry with the pinned clock
+SELECT mailroom.create_account('exp1@example.com', 'exp1');
+SET LOCAL mailroom.clock = '2030-01-01 00:00:01+00';
+SELECT mailroom.create_account('exp2@example.com', 'exp2');
+SET LOCAL mailroom.clock = '2030-01-01 00:15:00+00';
+SELECT results_eq(
+    $$ SELECT login FROM mailroom.dequeue_tokens(10, (SELECT key FROM k)) $$,
+    $$ VALUES ('exp2') $$,
+    'at its expiry instant a token is not dequeued; one a second younger is'
+);
+SELECT results_eq(
+    $$ SELECT t.revoked_at, t.secret, t.dispatched_at FROM mailroom.tokens AS t
+       JOIN mailroom.accounts AS a ON a.id = t.account WHERE a.login = 'exp1' $$,
+    $$ VALUES ('2030-01-01 00:15:00+00'::timestamptz, NULL::bytea, NULL::timestamptz) $$,
+    'the expired, never-dispatched token is closed by the dequeue (revoked_at = expires_at, secret wiped)'
+);
+
+-- TTL setting
+SELECT mailroom.set_setting('tokens.ttl', '2 hours');
+SELECT mailroom.create_account('ttl@example.com', 'ttl');
+SELECT is(
+    (SELECT t.expires_at - t.created_at FROM mailroom.tokens AS t JOIN mailroom.accounts AS a ON a.id = t.account
+     WHERE a.login = 'ttl'),
+    '2 hours'::interval, 'tokens.ttl sets the lifetime'
+);
+
+-- input errors
+SELECT throws_ok($$ SELECT * FROM mailroom.dequeue_tokens(0, (SELECT key FROM k)) $$,
+    '22023', 'dequeue_tokens: limit must be a positive integer, got 0', 'limit 0 refused');
+SELECT throws_ok($$ SELECT * FROM mailroom.dequeue_tokens(NULL, (SELECT key FROM k)) $$,
+    '22023', 'dequeue_tokens: limit must be a positive integer, got NULL', 'NULL limit refused');
+SELECT throws_ok($$ SELECT * FROM mailroom.dequeue_tokens(10, NULL) $$,
+    'MR120', 'signing key missing or shorter than 32 bytes', 'NULL key refused');
+SELECT throws_ok($$ SELECT * FROM mailroom.dequeue_tokens(10, '\x0102') $$,
+    'MR120', 'signing key missing or shorter than 32 bytes', 'short key refused');
+SELECT throws_ok(
+    $$ INSERT INTO mailroom.tokens (account, action, code) SELECT id, 'activation', '1234#' FROM mailroom.accounts LIMIT 1 $$,
+    '23514', NULL, 'a code must be 5 digits');
+SELECT throws_ok(
+    $$ INSERT INTO mailroom.tokens (account, action, secret) SELECT id, 'activation', '\x01' FROM mailroom.accounts LIMIT 1 $$,
+    '23514', NULL, 'a secret must be 32 bytes');
+
+-- the due-query is served by the partial index on pending tokens
+SELECT is(
+    (SELECT indexdef FROM pg_indexes WHERE indexname = 'tokens_pending_idx'),
+    'CREATE INDEX tokens_pending_idx ON mailroom.tokens USING btree (id) WHERE ((dispatched_at IS NULL) '
+    || 'AND (consumed_at IS NULL) AND (revoked_at IS NULL) AND (expires_at > ''-infinity''::timestamp with time zone))',
+    'partial index on pending tokens'
+);
+-- EXPLAIN the very statement dequeue_tokens executes, with 5,000 processed
+-- tokens and statistics, as a custom plan (what EXECUTE ... USING gets)
+INSERT INTO mailroom.accounts (email, login)
+SELECT 'old' || g || '@example.com', 'old' || g FROM generate_series(1, 5000) AS g;
+UPDATE mailroom.tokens SET dispatched_at = mailroom.clock() WHERE dispatched_at IS NULL;
+ANALYZE mailroom.tokens;
+ANALYZE mailroom.accounts;
+CREATE FUNCTION pg_temp.dequeue_plan(p_limit integer) RETURNS text LANGUAGE plpgsql AS $$
+DECLARE
+    r text;
+    v_plan text := '';
+BEGIN
+    EXECUTE 'PREPARE dq(integer, bytea, timestamptz) AS ' || mailroom._dequeue_tokens_sql();
+    FOR r IN EXECUTE format('EXPLAIN EXECUTE dq(%s, %L, %L)', p_limit, (SELECT key FROM k), mailroom.clock()) LOOP
+        v_plan := v_plan || r || E'\n';
+    END LOOP;
+    DEALLOCATE dq;
+    RETURN v_plan;
+END;
+$$;
+SELECT matches(split_part(pg_temp.dequeue_plan(10), 'CTE marked', 1), 'Index Scan using tokens_pending_idx on tokens',
+    'dequeue at limit 10 scans the partial index');
+SELECT matches(split_part(pg_temp.dequeue_plan(1000), 'CTE marked', 1), 'Index Scan using tokens_pending_idx on tokens',
+    'dequeue at limit 1000 scans the partial index');
+SELECT doesnt_match(pg_temp.dequeue_plan(1000), 'Seq Scan on tokens', 'and never a sequential scan of tokens');
+SELECT matches(split_part(pg_temp.dequeue_plan(100), 'CTE closed', 2), 'Index Scan using tokens_pending_expiry_idx on tokens',
+    'expired pending tokens are found through tokens_pending_expiry_idx');
+
+-- each pending index can serve only its own query, whatever the estimates
+SET CONSTRAINTS ALL IMMEDIATE;  -- fire the deferred FK checks before touching indexes
+DROP INDEX mailroom.tokens_pending_idx;
+SELECT doesnt_match(split_part(pg_temp.dequeue_plan(100), 'CTE marked', 1), 'tokens_pending_expiry_idx',
+    'the expiry index cannot serve the due-query (its predicate is not implied)');
+DROP INDEX mailroom.tokens_pending_expiry_idx;
+CREATE INDEX tokens_pending_idx ON mailroom.tokens (id)
+WHERE dispatched_at IS NULL AND consumed_at IS NULL AND revoked_at IS NULL AND expires_at > '-infinity';
+SELECT doesnt_match(split_part(pg_temp.dequeue_plan(100), 'CTE closed', 2), 'tokens_pending_idx',
+    'the due-query index cannot serve the expiry sweep');
+
+-- NOTIFY trigger is per statement
+SELECT is(
+    (SELECT tgtype & 1 FROM pg_trigger WHERE tgname = 'after_tokens_inserted')::int, 0,
+    'after_tokens_inserted is a statement-level trigger'
+);
+SELECT is(
+    (SELECT count(*)::int FROM pg_trigger WHERE tgrelid = 'mailroom.tokens'::regclass AND NOT tgisinternal
+     AND (tgtype & 1) = 1 AND (tgtype & 4) = 4 AND (tgtype & 2) = 0),
+    0, 'no row-level AFTER INSERT trigger on tokens (no per-row NOTIFY)'
+);
+SELECT ok(mailroom.setting('tokens.channel') = 'token_insert', 'default channel token_insert');
+
+SELECT * FROM finish();
+ROLLBACK;

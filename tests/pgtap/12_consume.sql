@@ -1,0 +1,173 @@
+-- verify_token and consume_token: every success and every error path.
+BEGIN;
+SELECT plan(41);
+
+SET LOCAL mailroom.clock = '2030-01-01 00:00:00+00';
+CREATE TEMP TABLE k (key bytea, old bytea);
+INSERT INTO k VALUES (decode(repeat('ab', 32), 'hex'), decode(repeat('cd', 32), 'hex'));
+
+-- activation: create, dequeue, consume
+SELECT mailroom.create_account('act@example.com', 'act');
+CREATE TEMP TABLE act AS SELECT * FROM mailroom.dequeue_tokens(10, (SELECT key FROM k));
+SELECT is((SELECT count(*)::int FROM act), 1, 'one activation token dequeued');
+
+SELECT results_eq(
+    $$ SELECT valid, action::text, key_index FROM mailroom.verify_token((SELECT signed FROM act), (SELECT key FROM k)) $$,
+    $$ VALUES (true, 'activation', 1) $$, 'verify_token: valid activation value, key 1');
+SELECT results_eq(
+    $$ SELECT valid, action::text, key_index FROM mailroom.verify_token((SELECT signed FROM act), (SELECT old FROM k)) $$,
+    $$ VALUES (false, NULL::text, NULL::integer) $$, 'verify_token: wrong key is invalid');
+SELECT results_eq(
+    $$ SELECT valid, key_index FROM mailroom.verify_token((SELECT signed FROM act), (SELECT old FROM k), NULL,
+        ARRAY[(SELECT key FROM k)]) $$,
+    $$ VALUES (true, 2) $$, 'verify_token: a previous key (rotation) is accepted and reported');
+SELECT results_eq(
+    $$ SELECT valid FROM mailroom.verify_token('not-a-token', (SELECT key FROM k)) $$,
+    $$ VALUES (false) $$, 'verify_token: malformed value is invalid');
+SELECT throws_ok($$ SELECT * FROM mailroom.verify_token((SELECT signed FROM act), '\x01') $$,
+    'MR120', 'signing key missing or shorter than 32 bytes', 'verify_token: short key');
+SELECT throws_ok(
+    $$ SELECT * FROM mailroom.verify_token((SELECT signed FROM act), (SELECT key FROM k), NULL, ARRAY['\x01'::bytea]) $$,
+    'MR120', 'signing key missing or shorter than 32 bytes', 'verify_token: short previous key');
+
+SELECT throws_ok($$ SELECT mailroom.consume_token((SELECT signed FROM act), (SELECT old FROM k)) $$,
+    'MR111', 'bad token signature', 'consume with the wrong key: bad signature');
+SELECT throws_ok($$ SELECT mailroom.consume_token('abc', (SELECT key FROM k)) $$,
+    'MR110', 'malformed token: expected 86 characters of URL-safe base64 without padding', 'too short');
+SELECT throws_ok($$ SELECT mailroom.consume_token((SELECT signed FROM act) || '==', (SELECT key FROM k)) $$,
+    'MR110', NULL, 'padding is not accepted');
+SELECT throws_ok(
+    $$ SELECT mailroom.consume_token(
+        'AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh/Ri3Yy9eHzSYzQ27mlxgmLvANFsuUMXQadIzL8Ldn/vg', (SELECT key FROM k)) $$,
+    'MR110', NULL, 'the standard base64 alphabet (+/) is not accepted');
+SELECT throws_ok($$ SELECT mailroom.consume_token(NULL, (SELECT key FROM k)) $$, 'MR110', NULL, 'NULL value');
+SELECT throws_ok($$ SELECT mailroom.consume_token((SELECT signed FROM act), NULL) $$,
+    'MR120', 'signing key missing or shorter than 32 bytes', 'NULL key');
+
+SELECT is(mailroom.consume_token((SELECT signed FROM act), (SELECT key FROM k)),
+    (SELECT id FROM mailroom.accounts WHERE login = 'act'), 'consume returns the account id');
+SELECT is((SELECT status FROM mailroom.accounts WHERE login = 'act'), 'active'::mailroom.account_status,
+    'consuming the activation token activates the account');
+SELECT throws_ok($$ SELECT mailroom.consume_token((SELECT signed FROM act), (SELECT key FROM k)) $$,
+    'MR114', 'token already used', 'second consume: already used');
+
+-- unknown: a correctly signed value for a secret the database never had
+SELECT throws_ok(
+    format('SELECT mailroom.consume_token(%L, %L)',
+        mailroom.sign_token('activation', gen_random_bytes(32), NULL, (SELECT key FROM k)), (SELECT key FROM k)),
+    'MR112', 'unknown token', 'unknown (validly signed) token');
+SELECT throws_ok(
+    format('SELECT mailroom.consume_token(%L, %L)',
+        mailroom._b64url_encode(gen_random_bytes(64)), (SELECT key FROM k)),
+    'MR111', 'bad token signature', 'random bytes: bad signature');
+
+-- key rotation in consume_token
+SELECT mailroom.create_account('rot@example.com', 'rot');
+CREATE TEMP TABLE rot AS SELECT * FROM mailroom.dequeue_tokens(10, (SELECT old FROM k));
+SELECT is(mailroom.consume_token((SELECT signed FROM rot), (SELECT key FROM k), NULL, ARRAY[(SELECT old FROM k)]),
+    (SELECT id FROM mailroom.accounts WHERE login = 'rot'), 'consume accepts a value signed with a previous key');
+
+-- expired
+SELECT mailroom.create_account('exp@example.com', 'exp');
+CREATE TEMP TABLE exp AS SELECT * FROM mailroom.dequeue_tokens(10, (SELECT key FROM k));
+SET LOCAL mailroom.clock = '2030-01-01 00:15:00+00';
+SELECT throws_ok($$ SELECT mailroom.consume_token((SELECT signed FROM exp), (SELECT key FROM k)) $$,
+    'MR113', 'token expired', 'expired at expires_at (pinned clock)');
+SET LOCAL mailroom.clock = '2030-01-01 00:14:59+00';
+SELECT lives_ok($$ SELECT mailroom.consume_token((SELECT signed FROM exp), (SELECT key FROM k)) $$,
+    'one second earlier it is consumed');
+SET LOCAL mailroom.clock = '2030-01-01 00:00:00+00';
+
+-- revoked: a reissued activation token supersedes the dispatched one
+SELECT mailroom.create_account('rev@example.com', 'rev');
+CREATE TEMP TABLE rev AS SELECT * FROM mailroom.dequeue_tokens(10, (SELECT key FROM k));
+INSERT INTO mailroom.tokens (account, action) SELECT id, 'activation' FROM mailroom.accounts WHERE login = 'rev';
+SELECT throws_ok($$ SELECT mailroom.consume_token((SELECT signed FROM rev), (SELECT key FROM k)) $$,
+    'MR117', 'token revoked: a newer token of the same kind was issued', 'revoked by reissue');
+CREATE TEMP TABLE rev2 AS SELECT * FROM mailroom.dequeue_tokens(10, (SELECT key FROM k));
+
+-- account status: activation token of a suspended account
+SELECT mailroom.create_account('sus@example.com', 'sus');
+CREATE TEMP TABLE sus AS SELECT * FROM mailroom.dequeue_tokens(10, (SELECT key FROM k));
+SELECT mailroom.suspend_account((SELECT id FROM mailroom.accounts WHERE login = 'sus'));
+SELECT throws_ok($$ SELECT mailroom.consume_token((SELECT signed FROM sus), (SELECT key FROM k)) $$,
+    'MR118', format('account %s is suspended: its activation token cannot be used',
+        (SELECT id FROM mailroom.accounts WHERE login = 'sus')),
+    'activation token of a suspended account');
+SELECT is((SELECT consumed_at FROM mailroom.tokens WHERE id = (SELECT token_id FROM sus)), NULL,
+    'the refused token is left unconsumed');
+
+-- password recovery: fixed secret and code
+SELECT mailroom.create_account('rec@example.com', 'rec');
+UPDATE mailroom.accounts SET status = 'active' WHERE login = 'rec';
+INSERT INTO mailroom.tokens (account, action, secret, code)
+SELECT id, 'password_recovery', '\x1111111111111111111111111111111111111111111111111111111111111111', '04242'
+FROM mailroom.accounts WHERE login = 'rec';
+CREATE TEMP TABLE rec AS SELECT * FROM mailroom.dequeue_tokens(10, (SELECT key FROM k));
+SELECT is((SELECT code FROM rec), '04242', 'recovery token dequeued with its code');
+SELECT results_eq(
+    $$ SELECT valid, action::text FROM mailroom.verify_token((SELECT signed FROM rec), (SELECT key FROM k), '04242') $$,
+    $$ VALUES (true, 'password_recovery') $$, 'verify_token: recovery value with its code');
+SELECT results_eq(
+    $$ SELECT valid FROM mailroom.verify_token((SELECT signed FROM rec), (SELECT key FROM k)) $$,
+    $$ VALUES (false) $$, 'verify_token: a recovery value without its code does not verify');
+SELECT results_eq(
+    $$ SELECT valid FROM mailroom.verify_token((SELECT signed FROM rec), (SELECT key FROM k), '04243') $$,
+    $$ VALUES (false) $$, 'verify_token: a recovery value with another code does not verify');
+
+SELECT throws_ok($$ SELECT mailroom.consume_token((SELECT signed FROM rec), (SELECT key FROM k)) $$,
+    'MR119', 'a password-recovery token needs its 5-digit code', 'recovery without a code');
+SELECT throws_ok($$ SELECT mailroom.consume_token((SELECT signed FROM rec), (SELECT key FROM k), '00000') $$,
+    'MR115', 'wrong code (attempt 1 of 5)', 'recovery with a wrong code');
+SELECT throws_ok($$ SELECT mailroom.consume_token((SELECT signed FROM rec), (SELECT key FROM k), 'abcde') $$,
+    'MR115', NULL, 'a non-numeric code is a wrong code');
+SELECT throws_ok($$ SELECT mailroom.consume_token((SELECT signed FROM rec), (SELECT old FROM k), '04242') $$,
+    'MR111', 'bad token signature', 'recovery with the right code but the wrong key');
+
+-- no way to record the attempt: refuse rather than compare uncounted
+SELECT mailroom.set_setting('tokens.loopback_conninfo', 'host=/nonexistent port=1 dbname=nowhere');
+SELECT throws_ok($$ SELECT mailroom.consume_token((SELECT signed FROM rec), (SELECT key FROM k), '04242') $$,
+    'MR121', 'cannot record the code attempt: the loopback connection failed', 'loopback failure refuses');
+SELECT mailroom.set_setting('tokens.loopback_conninfo', '');
+
+-- locked: the attempt counter is at the limit (5 wrong codes already)
+UPDATE mailroom.tokens SET code_attempts = 5 WHERE id = (SELECT token_id FROM rec);
+SELECT throws_ok($$ SELECT mailroom.consume_token((SELECT signed FROM rec), (SELECT key FROM k), '04242') $$,
+    'MR116', 'token locked after 5 wrong codes', 'even the right code is refused once locked');
+UPDATE mailroom.tokens SET code_attempts = 4 WHERE id = (SELECT token_id FROM rec);
+SELECT is(mailroom.consume_token((SELECT signed FROM rec), (SELECT key FROM k), '04242'),
+    (SELECT id FROM mailroom.accounts WHERE login = 'rec'), 'the right code on the 5th attempt consumes');
+SELECT is((SELECT code_attempts FROM mailroom.tokens WHERE id = (SELECT token_id FROM rec)), 5,
+    'the successful attempt was counted too (counted before comparing)');
+SELECT is((SELECT status FROM mailroom.accounts WHERE login = 'rec'), 'active'::mailroom.account_status,
+    'consuming a recovery token leaves the account active');
+SELECT throws_ok($$ SELECT mailroom.consume_token((SELECT signed FROM rec), (SELECT key FROM k), '04242') $$,
+    'MR114', 'token already used', 'a recovery token is single use');
+
+-- recovery token of an account suspended after the request
+SELECT mailroom.create_account('rs@example.com', 'rs');
+UPDATE mailroom.accounts SET status = 'active' WHERE login = 'rs';
+INSERT INTO mailroom.tokens (account, action) SELECT id, 'password_recovery' FROM mailroom.accounts WHERE login = 'rs';
+CREATE TEMP TABLE rs AS SELECT * FROM mailroom.dequeue_tokens(10, (SELECT key FROM k));
+SELECT mailroom.suspend_account((SELECT id FROM mailroom.accounts WHERE login = 'rs'));
+SELECT throws_ok(
+    $$ SELECT mailroom.consume_token((SELECT signed FROM rs), (SELECT key FROM k), (SELECT code FROM rs)) $$,
+    'MR118', NULL, 'recovery token of a suspended account');
+
+-- messages never carry the secret value or an address
+SELECT ok(
+    NOT EXISTS (
+        SELECT 1 FROM pg_proc AS p JOIN pg_namespace AS n ON n.oid = p.pronamespace
+        WHERE n.nspname = 'mailroom' AND p.proname IN ('consume_token', '_raise_token_state')
+          AND prosrc ~ 'MESSAGE = format\([^)]*(p_signed|email)'
+    ),
+    'error messages are not built from the signed value or an email address'
+);
+
+-- constant-time helper
+SELECT ok(mailroom._ct_equal('\x0102', '\x0102') AND NOT mailroom._ct_equal('\x0102', '\x0103')
+    AND NOT mailroom._ct_equal('\x01', '\x0102') AND NOT coalesce(mailroom._ct_equal(NULL, '\x01'), false),
+    '_ct_equal compares whole values');
+
+SELECT * FROM finish();
+ROLLBACK;
