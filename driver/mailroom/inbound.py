@@ -1,0 +1,549 @@
+"""Inbound SMTP for expiring inboxes (`mailroom inbox serve`) and the `mailroom inbox` commands.
+
+The server is a thin aiosmtpd front over the SQL API:
+- RCPT TO asks `mailroom.check_recipient` (unknown, deleted, expired → 550 5.1.1; over the plan's
+  size for a declared SIZE → 552 5.3.4; full → 552 5.2.2; more than --max-recipients → 452 4.5.3).
+- DATA parses the message (mailroom.mime) and calls `mailroom.deliver_message` for every accepted
+  recipient in ONE autocommit statement (one row each). 250 is answered only after it returned
+  (committed), so an accepted message is never lost; if any recipient fails, nothing is kept and
+  the reply says why (4xx when a retry can succeed, 5xx otherwise), so nothing is doubled.
+- Logs carry counts, sizes and ids, never addresses or subjects.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import signal
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Annotated, Any, Optional
+
+import psycopg
+import typer
+from aiosmtpd.smtp import SMTP, Envelope, Session
+from psycopg.types.json import Jsonb
+from psycopg_pool import AsyncConnectionPool
+
+from mailroom.config import DatabaseUrlOption, resolve_database_url
+from mailroom.db import connect, connect_async
+from mailroom.errors import ConfigError, UserError, describe_db_error
+from mailroom.log import get_logger
+from mailroom.mime import ParsedMessage, clean_text, parse_message
+
+log = get_logger("inbox")
+
+# Replies. Addresses are never echoed back or logged.
+REPLY_UNAVAILABLE = "550 5.1.1 Mailbox unavailable (unknown, deleted or expired)"
+REPLY_TOO_BIG = "552 5.3.4 Message too big for this mailbox"
+REPLY_FULL = "552 5.2.2 Mailbox full"
+REPLY_TOO_MANY = "452 4.5.3 Too many recipients"
+REPLY_TEMPFAIL = "451 4.3.0 Temporary failure, please try again later"
+REPLY_RETRY_RCPT = "451 4.2.0 A recipient became unavailable; please try again"
+REPLY_EMPTY = "554 5.6.0 Message is empty"
+
+_VERDICT_REPLY = {
+    "unknown": REPLY_UNAVAILABLE,
+    "deleted": REPLY_UNAVAILABLE,
+    "expired": REPLY_UNAVAILABLE,
+    "too_large": REPLY_TOO_BIG,
+    "full": REPLY_FULL,
+}
+
+# SQLSTATE raised by deliver_message → (reply, detectable again at RCPT on a retry).
+_SQLSTATE_REPLY = {
+    "MR203": (REPLY_UNAVAILABLE, True),
+    "MR205": (REPLY_UNAVAILABLE, True),
+    "MR206": (REPLY_UNAVAILABLE, True),
+    "MR207": (REPLY_TOO_BIG, False),
+    "MR208": (REPLY_FULL, True),
+    "MR211": (REPLY_EMPTY, False),
+}
+
+
+def _declared_size(mail_options: list[str]) -> int | None:
+    for option in mail_options:
+        key, _, value = option.partition("=")
+        if key.upper() == "SIZE" and value.isdigit():
+            return int(value)
+    return None
+
+
+@dataclass
+class _Failure:
+    reply: str
+    retry_fixes: bool  # a retry of the whole transaction would weed this recipient out at RCPT
+
+
+class _StaleConnection(Exception):
+    """The pooled connection failed its liveness check: nothing was sent, a retry is safe."""
+
+
+@dataclass
+class _DeliveryParams:
+    raw: bytes
+    parsed: ParsedMessage
+    mail_from: str
+    recipients: list[str]
+
+
+_INLINE_PARSE_BYTES = 64 * 1024
+
+
+class InboxHandler:
+    """aiosmtpd handler: RCPT checks and DATA delivery through the SQL API."""
+
+    def __init__(self, pool: AsyncConnectionPool, *, max_recipients: int = 100) -> None:
+        self.pool = pool
+        self.max_recipients = max_recipients
+        self.in_flight = 0
+        self.idle = asyncio.Event()
+        self.idle.set()
+
+    async def handle_RCPT(  # noqa: N802 - aiosmtpd hook name
+        self, server: SMTP, session: Session, envelope: Envelope, address: str, rcpt_options: list[str]
+    ) -> str:
+        if len(envelope.rcpt_tos) >= self.max_recipients:
+            return REPLY_TOO_MANY
+        address = clean_text(address) or ""
+        try:
+            verdict = await self._fetch_one(
+                "SELECT mailroom.check_recipient(%s, %s)", (address, _declared_size(envelope.mail_options))
+            )
+        except psycopg.Error as exc:
+            log.error("recipient check failed: %s", describe_db_error(exc))
+            return REPLY_TEMPFAIL
+        except Exception as exc:  # noqa: BLE001 - a 4xx, never a traceback to the client
+            log.error("recipient check failed unexpectedly: %s", type(exc).__name__)
+            return REPLY_TEMPFAIL
+        if verdict != "ok":
+            log.info("refused a recipient at RCPT: %s", verdict)
+            return _VERDICT_REPLY.get(verdict, REPLY_UNAVAILABLE)
+        key = address.strip().lower()
+        if key not in (a.strip().lower() for a in envelope.rcpt_tos):
+            envelope.rcpt_tos.append(address)
+            envelope.rcpt_options.extend(rcpt_options)
+        return "250 2.1.5 OK"
+
+    async def handle_DATA(self, server: SMTP, session: Session, envelope: Envelope) -> str:  # noqa: N802
+        self.in_flight += 1
+        self.idle.clear()
+        try:
+            return await self._deliver(envelope)
+        except Exception as exc:  # noqa: BLE001 - never a 250 without a stored row, never a traceback
+            log.error("delivery failed unexpectedly: %s", type(exc).__name__)
+            return REPLY_TEMPFAIL
+        finally:
+            self.in_flight -= 1
+            if self.in_flight == 0:
+                self.idle.set()
+
+    async def _fetch_one(self, query: str, params: tuple) -> Any:
+        attempts = self.pool.max_size + 1  # a read: retrying on a broken connection is always safe
+        for attempt in range(1, attempts + 1):
+            try:
+                async with self.pool.connection() as conn:
+                    cur = await conn.execute(query, params)
+                    row = await cur.fetchone()
+                    return row[0] if row else None
+            except psycopg.OperationalError:
+                if attempt == attempts:
+                    raise
+        return None  # pragma: no cover
+
+    async def _deliver(self, envelope: Envelope) -> str:
+        raw = envelope.original_content
+        if raw is None:
+            raw = envelope.content if isinstance(envelope.content, bytes) else b""
+        raw = bytes(raw)
+        if not raw.strip():  # no header, no body: nothing to store
+            return REPLY_EMPTY
+        if len(raw) <= _INLINE_PARSE_BYTES:
+            parsed = parse_message(raw)
+        else:  # keep the event loop responsive while a big message is parsed
+            parsed = await asyncio.to_thread(parse_message, raw)
+        mail_from = envelope.mail_from or ""
+        if mail_from == "<>":
+            mail_from = ""
+        params = _DeliveryParams(raw, parsed, clean_text(mail_from) or "", list(envelope.rcpt_tos))
+        # Every pooled connection may be stale after a server restart: try up to pool size + 1.
+        for attempt in range(1, self.pool.max_size + 2):
+            try:
+                return await self._deliver_once(params)
+            except _StaleConnection as exc:
+                # The pooled connection was dead before anything was sent (server restart,
+                # pg_terminate_backend): nothing was stored, one retry on a fresh one is safe.
+                log.warning("delivery attempt %d: stale database connection: %s", attempt, exc)
+            except psycopg.OperationalError as exc:
+                # Lost during the delivering statement: the outcome is unknown. 4xx makes the
+                # client retry (a possible duplicate beats a lost message).
+                log.error("connection lost while delivering: %s", describe_db_error(exc))
+                return REPLY_TEMPFAIL
+            except psycopg.Error as exc:
+                log.error("delivery failed: %s", describe_db_error(exc))
+                return REPLY_TEMPFAIL
+        return REPLY_TEMPFAIL
+
+    async def _deliver_once(self, p: _DeliveryParams) -> str:
+        async with self.pool.connection() as conn:
+            try:
+                await conn.execute("")  # liveness check: fails only before anything is sent
+            except psycopg.OperationalError as exc:
+                raise _StaleConnection(describe_db_error(exc)) from None
+            # Fast path: every recipient in ONE autocommit statement, so it either commits for all
+            # of them or for none, in one round trip. 250 is sent only after it returned.
+            try:
+                cur = await conn.execute(
+                    "SELECT mailroom.deliver_message(r.address, %s, %s, %s, %s, %s, %s, %s)"
+                    " FROM unnest(%s::text[]) WITH ORDINALITY AS r (address, n) ORDER BY r.n",
+                    (p.raw, p.mail_from, p.parsed.subject, p.parsed.from_header, p.parsed.text_body,
+                     p.parsed.html_body, Jsonb(p.parsed.attachments), p.recipients),
+                )
+                ids = [row[0] for row in await cur.fetchall()]
+            except psycopg.OperationalError:
+                raise
+            except psycopg.Error as exc:
+                if (exc.sqlstate or "") not in _SQLSTATE_REPLY:
+                    raise
+                if len(p.recipients) == 1:
+                    log.info("refused a message at DATA: %s", exc.sqlstate)
+                    return _SQLSTATE_REPLY[exc.sqlstate][0]
+                return await self._diagnose(conn, p)
+        log.info(
+            "stored %d message(s) of %d bytes, %d attachment(s), ids %s",
+            len(ids), len(p.raw), len(p.parsed.attachments), ",".join(map(str, ids)),
+        )
+        return f"250 2.0.0 OK: stored for {len(ids)} recipient(s)"
+
+    async def _diagnose(self, conn: psycopg.AsyncConnection, p: _DeliveryParams) -> str:
+        """Several recipients and the fast path failed (nothing kept): find out who, keep nothing."""
+        failures: list[_Failure] = []
+        ok = 0
+        async with conn.transaction():
+            for rcpt in p.recipients:
+                try:
+                    async with conn.transaction():  # a savepoint per recipient
+                        await conn.execute(
+                            "SELECT mailroom.deliver_message(%s, %s, %s)", (rcpt, p.raw, p.mail_from)
+                        )
+                        ok += 1
+                except psycopg.OperationalError:
+                    raise
+                except psycopg.Error as exc:
+                    reply, retry_fixes = _SQLSTATE_REPLY.get(exc.sqlstate or "", (None, False))
+                    if reply is None:
+                        raise
+                    failures.append(_Failure(reply, retry_fixes))
+            raise psycopg.Rollback  # all or nothing: keep no recipient's copy
+        log.info("refused a message at DATA for %d of %d recipient(s)", len(failures), len(p.recipients))
+        if not failures:
+            return REPLY_RETRY_RCPT  # a concurrent change made them all deliverable: retry
+        if ok and all(f.retry_fixes for f in failures):
+            # Others would have succeeded: ask for a retry; RCPT will refuse the bad ones then.
+            return REPLY_RETRY_RCPT
+        return failures[0].reply
+
+
+def _smtp_class(max_line_length: int) -> type[SMTP]:
+    """SMTP with our line length limit (the StreamReader limit is read from the class)."""
+    return type("InboundSMTP", (SMTP,), {"line_length_limit": max_line_length + 1})
+
+
+class InboundServer:
+    """The listening server and its connection pool; run() until stop() (or SIGTERM in the CLI)."""
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        host: str = "127.0.0.1",
+        port: int = 2525,
+        max_recipients: int = 100,
+        idle_timeout: float = 300.0,
+        max_line_length: int = 1000,
+        pool_size: int = 4,
+        data_size_limit: int | None = None,
+        hostname: str | None = None,
+    ) -> None:
+        self.url = url
+        self.host = host
+        self.port = port
+        self.max_recipients = max_recipients
+        self.idle_timeout = idle_timeout
+        self.max_line_length = max_line_length
+        self.pool_size = pool_size
+        self.data_size_limit = data_size_limit
+        self.hostname = hostname
+        self.bound_port: int | None = None
+        self._stop: asyncio.Event | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    def stop(self) -> None:
+        """Thread-safe: ask run() to finish."""
+        if self._loop is not None and self._stop is not None:
+            self._loop.call_soon_threadsafe(self._stop.set)
+
+    async def run(self, ready: Callable[[int], None] | None = None) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._stop = asyncio.Event()
+        # One direct connection first: fails fast with the real reason (the pool would only time out).
+        conn = await connect_async(self.url, application_name="mailroom-inbox")
+        try:
+            cur = await conn.execute("SELECT mailroom.max_inbound_message_bytes(), mailroom.setting('inbox.domain')")
+            max_bytes, domain = await cur.fetchone()
+        except psycopg.Error as exc:
+            raise UserError(f"cannot read inbox settings (is the database migrated?): {describe_db_error(exc)}") from None
+        finally:
+            await conn.close()
+        pool = AsyncConnectionPool(
+            self.url,
+            min_size=1,
+            max_size=self.pool_size,
+            kwargs={"autocommit": True, "application_name": "mailroom-inbox"},
+            open=False,
+        )
+        try:
+            await pool.open(wait=True, timeout=10)
+        except Exception as exc:  # noqa: BLE001 - PoolTimeout hides the cause
+            await pool.close()
+            raise UserError(f"cannot connect to the database: {describe_db_error(exc)}") from None
+        size_limit = self.data_size_limit if self.data_size_limit is not None else int(max_bytes)
+        handler = InboxHandler(pool, max_recipients=self.max_recipients)
+        smtp_class = _smtp_class(self.max_line_length)
+        hostname = self.hostname or domain
+
+        def factory() -> SMTP:
+            return smtp_class(
+                handler,
+                data_size_limit=size_limit or None,
+                enable_SMTPUTF8=True,
+                decode_data=False,
+                hostname=hostname,
+                ident="mailroom inbound",
+                timeout=self.idle_timeout,
+                loop=self._loop,
+            )
+
+        try:
+            server = await self._loop.create_server(factory, host=self.host, port=self.port)
+        except OSError as exc:
+            await pool.close()
+            raise UserError(f"cannot listen on {self.host}:{self.port}: {exc.strerror or exc}") from None
+        self.bound_port = server.sockets[0].getsockname()[1]
+        log.info(
+            "listening on %s:%d (SIZE %d, max %d recipients, idle timeout %gs)",
+            self.host, self.bound_port, size_limit, self.max_recipients, self.idle_timeout,
+        )
+        if ready is not None:
+            ready(self.bound_port)
+        try:
+            await self._stop.wait()
+        finally:
+            server.close()
+            # Let messages in DATA finish (their 250 follows COMMIT), then close the pool.
+            try:
+                await asyncio.wait_for(handler.idle.wait(), timeout=10)
+            except TimeoutError:
+                log.warning("stopping with %d delivery(ies) still running", handler.in_flight)
+            await pool.close()
+            log.info("stopped")
+
+
+# ----------------------------------------------------------------------------- CLI
+
+inbox_app = typer.Typer(
+    name="inbox",
+    help="Expiring inboxes: the inbound SMTP server and inbox management.",
+    no_args_is_help=True,
+    add_completion=False,
+)
+
+TokenOption = Annotated[
+    Optional[str],
+    typer.Option("--token", envvar="MAILROOM_SESSION_TOKEN", help="Session token of an anonymous inbox.",
+                 show_envvar=True),
+]
+OwnerTypeOption = Annotated[
+    Optional[str], typer.Option("--owner-type", help="Owner type for api/mcp inboxes (api or mcp).")
+]
+OwnerIdOption = Annotated[Optional[str], typer.Option("--owner-id", help="Owner id for api/mcp inboxes.")]
+JsonOption = Annotated[bool, typer.Option("--json", help="Print JSON instead of text.")]
+
+
+def _db_call(url: str, query: str, params: tuple) -> list[tuple]:
+    with connect(url, application_name="mailroom-inbox") as conn:
+        try:
+            cur = conn.execute(query, params)
+            return cur.fetchall()
+        except psycopg.Error as exc:
+            raise UserError(describe_db_error(exc)) from None
+
+
+def _print(obj: Any, as_json: bool) -> None:
+    if as_json:
+        print(json.dumps(obj, default=str))
+        return
+    for key, value in obj.items():
+        if value is not None:
+            print(f"{key}: {value}")
+
+
+@inbox_app.command("serve")
+def serve_cmd(
+    database_url: DatabaseUrlOption = None,
+    host: Annotated[str, typer.Option(help="Address to listen on.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="TCP port to listen on (0: any free port).")] = 2525,
+    max_recipients: Annotated[int, typer.Option(help="RCPT TO per message; more get 452.")] = 100,
+    idle_timeout: Annotated[float, typer.Option(help="Seconds a client may stay silent.")] = 300.0,
+    max_line_length: Annotated[int, typer.Option(help="Longest line in octets, CRLF excluded.")] = 1000,
+    max_message_size: Annotated[
+        Optional[int], typer.Option(help="SIZE to advertise (default: the largest plan limit).")
+    ] = None,
+    pool_size: Annotated[int, typer.Option(help="Database connections.")] = 4,
+) -> None:
+    """Run the inbound SMTP server that stores mail for open inboxes."""
+    if not 0 <= port <= 65535:
+        raise ConfigError(f"--port must be between 0 and 65535, got {port}")
+    for name, value in (("--max-recipients", max_recipients), ("--pool-size", pool_size),
+                        ("--max-line-length", max_line_length)):
+        if value < 1:
+            raise ConfigError(f"{name} must be at least 1, got {value}")
+    if idle_timeout <= 0:
+        raise ConfigError(f"--idle-timeout must be positive, got {idle_timeout}")
+    if max_message_size is not None and max_message_size < 1:
+        raise ConfigError(f"--max-message-size must be positive, got {max_message_size}")
+    url = resolve_database_url(database_url)
+    server = InboundServer(
+        url, host=host, port=port, max_recipients=max_recipients, idle_timeout=idle_timeout,
+        max_line_length=max_line_length, pool_size=pool_size, data_size_limit=max_message_size,
+    )
+
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, server.stop)
+        await server.run()
+
+    import logging
+
+    logging.getLogger("mail.log").setLevel(logging.WARNING)  # aiosmtpd logs addresses at INFO
+    asyncio.run(main())
+
+
+@inbox_app.command("create")
+def create_cmd(
+    database_url: DatabaseUrlOption = None,
+    plan: Annotated[str, typer.Option(help="Plan: free, pro, enterprise.")] = "free",
+    ttl: Annotated[Optional[int], typer.Option(help="TTL in minutes (default: the plan's; capped).")] = None,
+    owner_type: Annotated[str, typer.Option("--owner-type", help="anonymous, api or mcp.")] = "anonymous",
+    owner_id: OwnerIdOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Create an inbox; prints its address, expires_at and (anonymous) session token."""
+    url = resolve_database_url(database_url)
+    rows = _db_call(
+        url,
+        "SELECT mailbox_id, address, expires_at, session_token FROM mailroom.create_mailbox(%s, %s, %s, %s)",
+        (ttl, plan, owner_type, owner_id),
+    )
+    mailbox_id, address, expires_at, token = rows[0]
+    _print(
+        {"mailbox_id": mailbox_id, "address": address, "expires_at": expires_at.isoformat(),
+         "session_token": token},
+        as_json,
+    )
+
+
+@inbox_app.command("list")
+def list_cmd(
+    address: Annotated[str, typer.Argument(help="Inbox address.")],
+    database_url: DatabaseUrlOption = None,
+    token: TokenOption = None,
+    owner_type: OwnerTypeOption = None,
+    owner_id: OwnerIdOption = None,
+    limit: Annotated[int, typer.Option(help="At most this many messages.")] = 100,
+    as_json: JsonOption = False,
+) -> None:
+    """List an inbox's messages (id, received_at, sender, subject)."""
+    url = resolve_database_url(database_url)
+    rows = _db_call(
+        url,
+        "SELECT message_id, received_at, envelope_from, subject, is_read, size_bytes"
+        " FROM mailroom.list_messages(%s, %s, %s, %s, %s)",
+        (address, token, owner_type, owner_id, limit),
+    )
+    if as_json:
+        for r in rows:
+            print(json.dumps({"message_id": r[0], "received_at": r[1].isoformat(), "envelope_from": r[2],
+                              "subject": r[3], "is_read": r[4], "size_bytes": r[5]}))
+        return
+    for r in rows:
+        print(f"{r[0]}\t{r[1].isoformat()}\t{r[2]}\t{'read' if r[4] else 'unread'}\t{r[3] or ''}")
+
+
+@inbox_app.command("read")
+def read_cmd(
+    address: Annotated[str, typer.Argument(help="Inbox address.")],
+    message_id: Annotated[int, typer.Argument(help="Message id from `inbox list`.")],
+    database_url: DatabaseUrlOption = None,
+    token: TokenOption = None,
+    owner_type: OwnerTypeOption = None,
+    owner_id: OwnerIdOption = None,
+    raw: Annotated[bool, typer.Option("--raw", help="Write the raw RFC 5322 bytes to stdout.")] = False,
+) -> None:
+    """Show one message (marks it read)."""
+    url = resolve_database_url(database_url)
+    rows = _db_call(
+        url,
+        "SELECT envelope_from, from_header, subject, text_body, html_body, attachments, raw"
+        " FROM mailroom.read_message(%s, %s, %s, %s, %s)",
+        (address, token, message_id, owner_type, owner_id),
+    )
+    envelope_from, from_header, subject, text_body, html_body, attachments, raw_bytes = rows[0]
+    if raw:
+        sys.stdout.buffer.write(bytes(raw_bytes))
+        sys.stdout.flush()
+        return
+    print(f"envelope-from: {envelope_from}")
+    print(f"from: {from_header or ''}")
+    print(f"subject: {subject or ''}")
+    for a in attachments:
+        print(f"attachment: {a.get('filename') or '(unnamed)'} {a.get('content_type')} {a.get('size')} bytes")
+    print()
+    print(text_body if text_body is not None else (html_body or ""))
+
+
+@inbox_app.command("extend")
+def extend_cmd(
+    address: Annotated[str, typer.Argument(help="Inbox address.")],
+    minutes: Annotated[int, typer.Argument(help="Minutes to add (capped by the plan).")],
+    database_url: DatabaseUrlOption = None,
+    token: TokenOption = None,
+    owner_type: OwnerTypeOption = None,
+    owner_id: OwnerIdOption = None,
+) -> None:
+    """Push an inbox's expiry later, within its plan's cap; prints the new expires_at."""
+    url = resolve_database_url(database_url)
+    rows = _db_call(url, "SELECT mailroom.extend_mailbox(%s, %s, %s, %s, %s)",
+                    (address, token, minutes, owner_type, owner_id))
+    print(f"expires_at: {rows[0][0].isoformat()}")
+
+
+@inbox_app.command("delete")
+def delete_cmd(
+    address: Annotated[str, typer.Argument(help="Inbox address.")],
+    database_url: DatabaseUrlOption = None,
+    token: TokenOption = None,
+    owner_type: OwnerTypeOption = None,
+    owner_id: OwnerIdOption = None,
+) -> None:
+    """Soft-delete an inbox: it stops accepting mail now; purge removes it later."""
+    url = resolve_database_url(database_url)
+    rows = _db_call(url, "SELECT mailroom.delete_mailbox(%s, %s, %s, %s)", (address, token, owner_type, owner_id))
+    print("deleted" if rows[0][0] else "already deleted")
+
+
+def register(app: typer.Typer) -> None:
+    """Add the `inbox` sub-commands to the root CLI."""
+    app.add_typer(inbox_app, name="inbox")

@@ -1,0 +1,341 @@
+-- Mailboxes: create, extend, soft delete, authorize, and the RCPT-stage acceptance check.
+-- Error codes (docs/inboxes.md): MR201 unknown plan, MR202 bad TTL/minutes, MR203 not found,
+-- MR204 not authorized, MR205 expired, MR206 deleted, MR210 bad owner.
+
+CREATE OR REPLACE FUNCTION mailroom._normalize_address(p_address text)
+RETURNS text
+LANGUAGE sql
+IMMUTABLE
+PARALLEL SAFE
+AS $$
+    SELECT lower(btrim(btrim(p_address), '<>'))
+$$;
+
+COMMENT ON FUNCTION mailroom._normalize_address(text) IS
+'Internal: the stored form of an address (trimmed, angle brackets removed, lower case).';
+
+CREATE OR REPLACE FUNCTION mailroom._session_token_digest(p_token text)
+RETURNS bytea
+LANGUAGE sql
+IMMUTABLE
+PARALLEL SAFE
+AS $$
+    SELECT digest(convert_to(p_token, 'UTF8'), 'sha256')
+$$;
+
+COMMENT ON FUNCTION mailroom._session_token_digest(text) IS
+'Internal: sha256 of a session token, the only form in which tokens are stored.';
+
+CREATE OR REPLACE FUNCTION mailroom.create_mailbox(
+    p_ttl_minutes integer DEFAULT null,
+    p_plan text DEFAULT 'free',
+    p_owner_type text DEFAULT 'anonymous',
+    p_owner_id text DEFAULT null
+)
+RETURNS TABLE (
+    mailbox_id bigint,
+    address text,
+    expires_at timestamptz,
+    session_token text
+)
+LANGUAGE plpgsql
+VOLATILE
+AS $$
+#variable_conflict use_column
+DECLARE
+    v_plan mailroom.plans;
+    v_owner_type text := coalesce(p_owner_type, 'anonymous');
+    v_owner_id text := nullif(btrim(p_owner_id), '');
+    v_now timestamptz := mailroom.clock();
+    v_domain text := lower(btrim(mailroom.setting('inbox.domain')));
+    v_token text;
+    v_ttl integer;
+    v_attempt integer := 0;
+BEGIN
+    SELECT * INTO v_plan FROM mailroom.plans AS p WHERE p.name = coalesce(p_plan, 'free');
+    IF NOT FOUND THEN
+        RAISE EXCEPTION USING
+            ERRCODE = 'MR201',
+            MESSAGE = format('unknown plan %L', p_plan),
+            HINT = 'SELECT name FROM mailroom.plans lists the plans';
+    END IF;
+    IF p_ttl_minutes IS NOT NULL AND p_ttl_minutes <= 0 THEN
+        RAISE EXCEPTION USING
+            ERRCODE = 'MR202',
+            MESSAGE = format('TTL must be a positive number of minutes, got %s', p_ttl_minutes);
+    END IF;
+    IF v_owner_type NOT IN ('anonymous', 'api', 'mcp') THEN
+        RAISE EXCEPTION USING
+            ERRCODE = 'MR210',
+            MESSAGE = format('unknown owner type %L (anonymous, api or mcp)', v_owner_type);
+    END IF;
+    IF v_owner_type = 'anonymous' AND v_owner_id IS NOT NULL THEN
+        RAISE EXCEPTION USING
+            ERRCODE = 'MR210',
+            MESSAGE = 'an anonymous mailbox has no owner id (it is authorized by its session token)';
+    END IF;
+    IF v_owner_type <> 'anonymous' AND v_owner_id IS NULL THEN
+        RAISE EXCEPTION USING
+            ERRCODE = 'MR210',
+            MESSAGE = format('a mailbox owned by %s needs an owner id', v_owner_type);
+    END IF;
+
+    v_ttl := least(coalesce(p_ttl_minutes, v_plan.default_ttl_minutes), v_plan.max_ttl_minutes);
+    IF v_owner_type = 'anonymous' THEN
+        -- 24 random bytes, URL-safe base64 without padding (32 characters).
+        v_token := rtrim(translate(encode(gen_random_bytes(24), 'base64'), '+/', '-_'), '=');
+    END IF;
+
+    LOOP
+        -- 10 random bytes = 80 bits in the local part: addresses cannot be guessed.
+        RETURN QUERY
+        INSERT INTO mailroom.mailboxes AS m (
+            address, plan, owner_type, owner_id, session_token_digest, expires_at, created_at
+        )
+        VALUES (
+            encode(gen_random_bytes(10), 'hex') || '@' || v_domain,
+            v_plan.name,
+            v_owner_type::mailroom.mailbox_owner_type,
+            v_owner_id,
+            mailroom._session_token_digest(v_token),
+            v_now + make_interval(mins => v_ttl),
+            v_now
+        )
+        ON CONFLICT (address) DO NOTHING
+        RETURNING m.id, m.address, m.expires_at, v_token;
+        EXIT WHEN FOUND;
+        v_attempt := v_attempt + 1;
+        IF v_attempt >= 5 THEN
+            RAISE EXCEPTION USING
+                ERRCODE = '23505',
+                MESSAGE = 'could not generate a unique mailbox address';
+        END IF;
+    END LOOP;
+END;
+$$;
+
+COMMENT ON FUNCTION mailroom.create_mailbox(integer, text, text, text) IS
+'Create an inbox: TTL = min(requested or plan default, plan max); returns id, address, expires_at and (anonymous only) the session token.';
+
+CREATE OR REPLACE FUNCTION mailroom._authorize_mailbox(
+    p_address text,
+    p_session_token text,
+    p_owner_type text,
+    p_owner_id text,
+    p_require_open boolean DEFAULT true
+)
+RETURNS mailroom.mailboxes
+LANGUAGE plpgsql
+STABLE
+AS $$
+DECLARE
+    v_box mailroom.mailboxes;
+BEGIN
+    SELECT * INTO v_box
+    FROM mailroom.mailboxes AS m
+    WHERE m.address = mailroom._normalize_address(p_address);
+    IF NOT FOUND THEN
+        RAISE EXCEPTION USING ERRCODE = 'MR203', MESSAGE = 'mailbox not found';
+    END IF;
+    IF NOT (
+        (
+            v_box.session_token_digest IS NOT NULL
+            AND p_session_token IS NOT NULL
+            AND v_box.session_token_digest = mailroom._session_token_digest(p_session_token)
+        )
+        OR (
+            v_box.owner_id IS NOT NULL
+            AND p_owner_id IS NOT NULL
+            AND v_box.owner_type::text = p_owner_type
+            AND v_box.owner_id = p_owner_id
+        )
+    ) THEN
+        RAISE EXCEPTION USING
+            ERRCODE = 'MR204',
+            MESSAGE = 'not authorized for this mailbox (wrong session token or owner)';
+    END IF;
+    IF p_require_open THEN
+        IF v_box.deleted_at IS NOT NULL THEN
+            RAISE EXCEPTION USING
+                ERRCODE = 'MR206',
+                MESSAGE = format('mailbox was deleted at %s', v_box.deleted_at);
+        END IF;
+        IF NOT v_box.is_active OR v_box.expires_at <= mailroom.clock() THEN
+            RAISE EXCEPTION USING
+                ERRCODE = 'MR205',
+                MESSAGE = format('mailbox expired at %s', v_box.expires_at);
+        END IF;
+    END IF;
+    RETURN v_box;
+END;
+$$;
+
+COMMENT ON FUNCTION mailroom._authorize_mailbox(text, text, text, text, boolean) IS
+'Internal: the mailbox row if the caller holds its session token or owns it (MR203/MR204), and it is open (MR205/MR206).';
+
+CREATE OR REPLACE FUNCTION mailroom.extend_mailbox(
+    p_address text,
+    p_session_token text,
+    p_minutes integer,
+    p_owner_type text DEFAULT null,
+    p_owner_id text DEFAULT null
+)
+RETURNS timestamptz
+LANGUAGE plpgsql
+VOLATILE
+AS $$
+DECLARE
+    v_box mailroom.mailboxes;
+    v_expires timestamptz;
+BEGIN
+    IF p_minutes IS NULL OR p_minutes <= 0 THEN
+        RAISE EXCEPTION USING
+            ERRCODE = 'MR202',
+            MESSAGE = format('extension must be a positive number of minutes, got %s',
+                coalesce(p_minutes::text, 'NULL'));
+    END IF;
+    v_box := mailroom._authorize_mailbox(p_address, p_session_token, p_owner_type, p_owner_id);
+    -- New expiry: later by p_minutes, but never more than the plan's max TTL from now,
+    -- and never earlier than it already is. The guard is re-checked under the row lock.
+    UPDATE mailroom.mailboxes AS m
+    SET expires_at = greatest(
+        m.expires_at,
+        least(
+            m.expires_at + make_interval(mins => p_minutes),
+            mailroom.clock() + make_interval(mins => p.max_ttl_minutes)
+        )
+    )
+    FROM mailroom.plans AS p
+    WHERE
+        m.id = v_box.id
+        AND p.name = m.plan
+        AND m.is_active
+        AND m.expires_at > mailroom.clock()
+    RETURNING m.expires_at INTO v_expires;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION USING
+            ERRCODE = 'MR205',
+            MESSAGE = format('mailbox expired at %s', v_box.expires_at);
+    END IF;
+    RETURN v_expires;
+END;
+$$;
+
+COMMENT ON FUNCTION mailroom.extend_mailbox(text, text, integer, text, text) IS
+'Push an open mailbox''s expiry later by p_minutes, capped at now + the plan''s max TTL; returns the new expires_at.';
+
+CREATE OR REPLACE FUNCTION mailroom.delete_mailbox(
+    p_address text,
+    p_session_token text,
+    p_owner_type text DEFAULT null,
+    p_owner_id text DEFAULT null
+)
+RETURNS boolean
+LANGUAGE plpgsql
+VOLATILE
+AS $$
+DECLARE
+    v_box mailroom.mailboxes;
+BEGIN
+    v_box := mailroom._authorize_mailbox(
+        p_address, p_session_token, p_owner_type, p_owner_id, p_require_open => false
+    );
+    UPDATE mailroom.mailboxes AS m
+    SET
+        is_active = false,
+        deleted_at = mailroom.clock(),
+        inactive_since = coalesce(m.inactive_since, least(m.expires_at, mailroom.clock()))
+    WHERE m.id = v_box.id AND m.deleted_at IS NULL;
+    RETURN FOUND;
+END;
+$$;
+
+COMMENT ON FUNCTION mailroom.delete_mailbox(text, text, text, text) IS
+'Soft-delete a mailbox (stops accepting mail at once; purge removes it later); false if it was already deleted.';
+
+CREATE OR REPLACE FUNCTION mailroom.check_recipient(
+    p_address text,
+    p_size bigint DEFAULT null
+)
+RETURNS text
+LANGUAGE sql
+STABLE
+AS $$
+    SELECT
+        CASE
+            WHEN m.id IS NULL THEN 'unknown'
+            WHEN m.deleted_at IS NOT NULL THEN 'deleted'
+            WHEN NOT m.is_active OR m.expires_at <= mailroom.clock() THEN 'expired'
+            WHEN p_size IS NOT NULL AND p_size > p.max_message_bytes THEN 'too_large'
+            WHEN m.message_count >= p.max_messages THEN 'full'
+            ELSE 'ok'
+        END
+    FROM (SELECT 1) AS one
+    LEFT JOIN mailroom.mailboxes AS m ON m.address = mailroom._normalize_address(p_address)
+    LEFT JOIN mailroom.plans AS p ON p.name = m.plan
+$$;
+
+COMMENT ON FUNCTION mailroom.check_recipient(text, bigint) IS
+'RCPT-stage verdict for an address (and declared size): ok, unknown, deleted, expired, too_large or full.';
+
+CREATE OR REPLACE FUNCTION mailroom.mailbox_accepts(
+    p_address text,
+    p_size bigint DEFAULT null
+)
+RETURNS boolean
+LANGUAGE sql
+STABLE
+AS $$
+    SELECT mailroom.check_recipient(p_address, p_size) = 'ok'
+$$;
+
+COMMENT ON FUNCTION mailroom.mailbox_accepts(text, bigint) IS
+'Whether mail for this address (of this size, if given) is accepted now: active, unexpired, under the plan limits.';
+
+CREATE OR REPLACE FUNCTION mailroom.max_inbound_message_bytes()
+RETURNS integer
+LANGUAGE sql
+STABLE
+AS $$
+    SELECT coalesce(max(p.max_message_bytes), 0) FROM mailroom.plans AS p
+$$;
+
+COMMENT ON FUNCTION mailroom.max_inbound_message_bytes() IS
+'Largest message any plan accepts: the SIZE the inbound SMTP server advertises.';
+
+CREATE OR REPLACE FUNCTION mailroom.list_mailboxes(
+    p_owner_type text,
+    p_owner_id text,
+    p_include_closed boolean DEFAULT false
+)
+RETURNS TABLE (
+    mailbox_id bigint,
+    address text,
+    plan text,
+    expires_at timestamptz,
+    is_open boolean,
+    message_count integer,
+    created_at timestamptz
+)
+LANGUAGE sql
+STABLE
+AS $$
+    SELECT
+        m.id,
+        m.address,
+        m.plan,
+        m.expires_at,
+        m.is_active AND m.expires_at > mailroom.clock(),
+        m.message_count,
+        m.created_at
+    FROM mailroom.mailboxes AS m
+    WHERE
+        m.owner_type::text = p_owner_type
+        AND m.owner_id = p_owner_id
+        AND m.owner_id IS NOT NULL
+        AND (p_include_closed OR (m.is_active AND m.expires_at > mailroom.clock()))
+    ORDER BY m.created_at, m.id
+$$;
+
+COMMENT ON FUNCTION mailroom.list_mailboxes(text, text, boolean) IS
+'Mailboxes of an api/mcp owner, oldest first: open ones only unless p_include_closed (expired or deleted, not yet purged).';

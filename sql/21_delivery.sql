@@ -1,0 +1,100 @@
+-- Delivery: store one inbound message for one recipient, with the expiry guard in the statement.
+-- Error codes: MR203 unknown, MR205 expired, MR206 deleted, MR207 too large, MR208 full,
+-- MR211 empty or malformed input.
+
+CREATE OR REPLACE FUNCTION mailroom.deliver_message(
+    p_address text,
+    p_raw bytea,
+    p_envelope_from text DEFAULT '',
+    p_subject text DEFAULT null,
+    p_from_header text DEFAULT null,
+    p_text_body text DEFAULT null,
+    p_html_body text DEFAULT null,
+    p_attachments jsonb DEFAULT '[]'
+)
+RETURNS bigint
+LANGUAGE plpgsql
+VOLATILE
+AS $$
+DECLARE
+    v_address text := mailroom._normalize_address(p_address);
+    v_size bigint := octet_length(p_raw);
+    v_message_id bigint;
+    v_mailbox_id bigint;
+    v_reason text;
+BEGIN
+    IF p_raw IS NULL OR v_size = 0 THEN
+        RAISE EXCEPTION USING ERRCODE = 'MR211', MESSAGE = 'message is empty';
+    END IF;
+    IF p_attachments IS NOT NULL AND jsonb_typeof(p_attachments) <> 'array' THEN
+        RAISE EXCEPTION USING
+            ERRCODE = 'MR211',
+            MESSAGE = 'attachments must be a JSON array of metadata objects';
+    END IF;
+
+    FOR v_attempt IN 1..2 LOOP
+        -- The guard (active, not yet expired by mailroom.clock(), under the plan's size and
+        -- count limits) is part of this one statement: a message can never land in an expired
+        -- inbox, whether or not the expiry sweep has run. Bumping message_count takes the row
+        -- lock, so the count limit is exact under concurrency and a concurrent sweep that
+        -- flips is_active is seen on re-check.
+        WITH box AS (
+            UPDATE mailroom.mailboxes AS m
+            SET message_count = m.message_count + 1
+            FROM mailroom.plans AS p
+            WHERE
+                m.address = v_address
+                AND p.name = m.plan
+                AND m.is_active
+                AND m.expires_at > mailroom.clock()
+                AND m.message_count < p.max_messages
+                AND v_size <= p.max_message_bytes
+            RETURNING m.id, mailroom.clock() AS received_at
+        )
+
+        INSERT INTO mailroom.messages (
+            mailbox_id, raw, envelope_from, envelope_to, from_header, subject,
+            text_body, html_body, attachments, size_bytes, received_at
+        )
+        SELECT
+            box.id, p_raw, coalesce(p_envelope_from, ''), btrim(p_address), p_from_header,
+            p_subject, p_text_body, p_html_body, coalesce(p_attachments, '[]'), v_size,
+            box.received_at
+        FROM box
+        RETURNING id, mailbox_id INTO v_message_id, v_mailbox_id;
+
+        IF v_message_id IS NOT NULL THEN
+            PERFORM pg_notify(
+                'mailroom_delivery',
+                json_build_object('mailbox_id', v_mailbox_id, 'message_id', v_message_id)::text
+            );
+            RETURN v_message_id;
+        END IF;
+
+        v_reason := mailroom.check_recipient(p_address, v_size);
+        CASE v_reason
+            WHEN 'unknown' THEN
+                RAISE EXCEPTION USING ERRCODE = 'MR203', MESSAGE = 'mailbox not found';
+            WHEN 'deleted' THEN
+                RAISE EXCEPTION USING ERRCODE = 'MR206', MESSAGE = 'mailbox was deleted';
+            WHEN 'expired' THEN
+                RAISE EXCEPTION USING ERRCODE = 'MR205', MESSAGE = 'mailbox expired';
+            WHEN 'too_large' THEN
+                RAISE EXCEPTION USING
+                    ERRCODE = 'MR207',
+                    MESSAGE = format('message of %s bytes exceeds the plan''s size limit', v_size);
+            WHEN 'full' THEN
+                RAISE EXCEPTION USING
+                    ERRCODE = 'MR208',
+                    MESSAGE = 'mailbox is full (plan message limit reached)';
+            ELSE
+                -- A concurrent change between the guard and the diagnosis: try once more.
+                NULL;
+        END CASE;
+    END LOOP;
+    RAISE EXCEPTION USING ERRCODE = 'MR205', MESSAGE = 'mailbox does not accept mail now';
+END;
+$$;
+
+COMMENT ON FUNCTION mailroom.deliver_message(text, bytea, text, text, text, text, text, jsonb) IS
+'Store a raw message for one recipient if its mailbox is open and within plan limits (guard in the INSERT); NOTIFY mailroom_delivery with ids; returns the message id.';

@@ -1,0 +1,164 @@
+-- Expiry and purge: batched, one batch per call (one short transaction), safe with any number of
+-- concurrent workers: each batch claims its rows with FOR UPDATE SKIP LOCKED, so two workers
+-- never touch the same mailbox, never wait on each other and cannot deadlock.
+
+CREATE OR REPLACE FUNCTION mailroom._batch_size(p_batch integer, p_setting text)
+RETURNS integer
+LANGUAGE plpgsql
+STABLE
+AS $$
+DECLARE
+    v_batch integer := coalesce(p_batch, mailroom.setting(p_setting)::integer);
+BEGIN
+    IF v_batch <= 0 THEN
+        RAISE EXCEPTION USING
+            ERRCODE = '22023',
+            MESSAGE = format('batch size must be positive, got %s', v_batch);
+    END IF;
+    RETURN v_batch;
+END;
+$$;
+
+COMMENT ON FUNCTION mailroom._batch_size(integer, text) IS
+'Internal: p_batch, or the named setting when NULL; 22023 unless positive.';
+
+CREATE OR REPLACE FUNCTION mailroom.expire_mailboxes(p_batch integer DEFAULT null)
+RETURNS integer
+LANGUAGE plpgsql
+VOLATILE
+AS $$
+DECLARE
+    v_count integer;
+BEGIN
+    WITH due AS (
+        SELECT m.id
+        FROM mailroom.mailboxes AS m
+        WHERE m.is_active AND m.expires_at <= mailroom.clock()
+        ORDER BY m.expires_at
+        LIMIT mailroom._batch_size(p_batch, 'inbox.expire_batch')
+        FOR UPDATE SKIP LOCKED
+    )
+
+    UPDATE mailroom.mailboxes AS m
+    SET is_active = false, inactive_since = m.expires_at
+    FROM due
+    WHERE m.id = due.id;
+    GET DIAGNOSTICS v_count = ROW_COUNT;
+    RETURN v_count;
+END;
+$$;
+
+COMMENT ON FUNCTION mailroom.expire_mailboxes(integer) IS
+'Mark up to p_batch (default setting inbox.expire_batch) due mailboxes inactive; returns how many. Call until it returns less than the batch.';
+
+CREATE OR REPLACE FUNCTION mailroom.seconds_until_next_expiry()
+RETURNS double precision
+LANGUAGE sql
+STABLE
+AS $$
+    SELECT extract(EPOCH FROM min(m.expires_at) - mailroom.clock())::double precision
+    FROM mailroom.mailboxes AS m
+    WHERE m.is_active
+$$;
+
+COMMENT ON FUNCTION mailroom.seconds_until_next_expiry() IS
+'Seconds until the next active mailbox expires (negative when one is already due, NULL when none): the worker sleeps until then, like a delay queue.';
+
+CREATE OR REPLACE FUNCTION mailroom.trg_mailboxes_schedule()
+RETURNS trigger
+LANGUAGE plpgsql
+AS $$
+BEGIN
+    -- Only when a new inbox becomes the next one due (a shorter TTL than every open inbox):
+    -- a sleeping `mailroom expire` re-reads seconds_until_next_expiry(). In the steady state
+    -- (same TTLs) a new inbox expires last and nothing is sent.
+    IF (SELECT min(n.expires_at) FROM new_rows AS n WHERE n.is_active)
+        <= (SELECT min(m.expires_at) FROM mailroom.mailboxes AS m WHERE m.is_active) THEN
+        PERFORM pg_notify('mailroom_expiry_schedule', '');
+    END IF;
+    RETURN NULL;
+END;
+$$;
+
+COMMENT ON FUNCTION mailroom.trg_mailboxes_schedule() IS
+'Statement trigger: NOTIFY mailroom_expiry_schedule (empty payload) when inserted inboxes become the next due.';
+
+CREATE OR REPLACE TRIGGER after_mailboxes_inserted
+AFTER INSERT ON mailroom.mailboxes
+REFERENCING NEW TABLE AS new_rows
+FOR EACH STATEMENT
+EXECUTE FUNCTION mailroom.trg_mailboxes_schedule();
+
+CREATE OR REPLACE FUNCTION mailroom.purge_mailboxes(
+    p_older_than interval,
+    p_batch integer DEFAULT null
+)
+RETURNS integer
+LANGUAGE plpgsql
+VOLATILE
+AS $$
+DECLARE
+    v_count integer;
+BEGIN
+    IF p_older_than IS NULL OR p_older_than < interval '0' THEN
+        RAISE EXCEPTION USING
+            ERRCODE = '22023',
+            MESSAGE = format('retention must be a non-negative interval, got %s',
+                coalesce(p_older_than::text, 'NULL'));
+    END IF;
+    WITH doomed AS (
+        SELECT m.id
+        FROM mailroom.mailboxes AS m
+        WHERE NOT m.is_active AND m.inactive_since <= mailroom.clock() - p_older_than
+        ORDER BY m.inactive_since
+        LIMIT mailroom._batch_size(p_batch, 'inbox.purge_batch')
+        FOR UPDATE SKIP LOCKED
+    )
+
+    DELETE FROM mailroom.mailboxes AS m
+    USING doomed
+    WHERE m.id = doomed.id;
+    GET DIAGNOSTICS v_count = ROW_COUNT;
+    RETURN v_count;
+END;
+$$;
+
+COMMENT ON FUNCTION mailroom.purge_mailboxes(interval, integer) IS
+'Hard-delete up to p_batch (default inbox.purge_batch) mailboxes inactive for longer than p_older_than, messages by cascade; returns how many.';
+
+CREATE OR REPLACE PROCEDURE mailroom.run_expiry(
+    p_purge_after interval DEFAULT interval '7 days',
+    p_expire_batch integer DEFAULT null,
+    p_purge_batch integer DEFAULT null
+)
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    v_expire_batch integer := mailroom._batch_size(p_expire_batch, 'inbox.expire_batch');
+    v_purge_batch integer := mailroom._batch_size(p_purge_batch, 'inbox.purge_batch');
+    v_count integer;
+    v_expired bigint := 0;
+    v_purged bigint := 0;
+BEGIN
+    -- One COMMIT per batch keeps every lock short. Called inside an explicit transaction
+    -- block, COMMIT is not allowed: run it as a top-level CALL (psql, pg_cron).
+    LOOP
+        v_count := mailroom.expire_mailboxes(v_expire_batch);
+        v_expired := v_expired + v_count;
+        COMMIT;
+        EXIT WHEN v_count < v_expire_batch;
+    END LOOP;
+    IF p_purge_after IS NOT NULL THEN
+        LOOP
+            v_count := mailroom.purge_mailboxes(p_purge_after, v_purge_batch);
+            v_purged := v_purged + v_count;
+            COMMIT;
+            EXIT WHEN v_count < v_purge_batch;
+        END LOOP;
+    END IF;
+    RAISE NOTICE 'mailroom.run_expiry: expired %, purged %', v_expired, v_purged;
+END;
+$$;
+
+COMMENT ON PROCEDURE mailroom.run_expiry (interval, integer, integer) IS
+'Expire all due mailboxes, then purge those inactive longer than p_purge_after (NULL: no purge), committing after each batch. For pg_cron.';

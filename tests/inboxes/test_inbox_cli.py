@@ -1,0 +1,76 @@
+"""`mailroom inbox create|list|read|extend|delete` as a real subprocess."""
+
+from __future__ import annotations
+
+import json
+import smtplib
+from datetime import datetime
+
+RAW = b"From: a@example.com\r\nSubject: cli test\r\n\r\nthe body\r\n"
+
+
+def test_create_list_read_extend_delete(cli, conn, server):
+    created = cli("inbox", "create", "--plan", "pro", "--ttl", "30", "--json")
+    assert created.returncode == 0, created.stderr
+    box = json.loads(created.stdout)
+    assert box["address"].endswith("@mailroom.test")
+    assert len(box["session_token"]) == 32
+    expires = datetime.fromisoformat(box["expires_at"])
+    with smtplib.SMTP(server.host, server.port, timeout=10) as client:
+        assert client.sendmail("a@example.com", [box["address"]], RAW) == {}
+
+    env = {"MAILROOM_SESSION_TOKEN": box["session_token"]}
+    listed = cli("inbox", "list", box["address"], env=env)
+    assert listed.returncode == 0, listed.stderr
+    message_id, _, sender, state, subject = listed.stdout.strip().split("\t")
+    assert (sender, state, subject) == ("a@example.com", "unread", "cli test")
+
+    read = cli("inbox", "read", box["address"], message_id, env=env)
+    assert read.returncode == 0, read.stderr
+    assert "subject: cli test" in read.stdout and "the body" in read.stdout
+    raw = cli("inbox", "read", box["address"], message_id, "--raw", env=env)
+    assert raw.stdout.encode() == RAW.replace(b"\r\n", b"\n") or raw.stdout.encode() == RAW
+    assert "\tread\t" in cli("inbox", "list", box["address"], env=env).stdout
+
+    extended = cli("inbox", "extend", box["address"], "10", env=env)
+    assert extended.returncode == 0, extended.stderr
+    assert datetime.fromisoformat(extended.stdout.split(": ", 1)[1].strip()) > expires
+
+    assert cli("inbox", "delete", box["address"], env=env).stdout.strip() == "deleted"
+    gone = cli("inbox", "list", box["address"], env=env)
+    assert gone.returncode == 1
+    assert gone.stderr.startswith("mailroom: error: mailbox was deleted at ")
+    assert gone.stderr.strip().endswith("(SQLSTATE MR206)")
+
+
+def test_text_output_and_api_owner(cli):
+    created = cli("inbox", "create", "--owner-type", "api", "--owner-id", "client-1")
+    assert created.returncode == 0, created.stderr
+    fields = dict(line.split(": ", 1) for line in created.stdout.strip().splitlines())
+    assert set(fields) == {"mailbox_id", "address", "expires_at"}  # no session token for api inboxes
+    listed = cli("inbox", "list", fields["address"], "--owner-type", "api", "--owner-id", "client-1")
+    assert listed.returncode == 0 and listed.stdout == ""
+
+
+def test_errors_are_one_line(cli, conn):
+    cases = [
+        (("inbox", "create", "--ttl", "0"), "TTL must be a positive number of minutes, got 0 (SQLSTATE MR202)"),
+        (("inbox", "create", "--plan", "gold"), "unknown plan 'gold' (SQLSTATE MR201)"),
+        (("inbox", "list", "nobody@mailroom.test", "--token", "x"), "mailbox not found (SQLSTATE MR203)"),
+    ]
+    for args, message in cases:
+        result = cli(*args)
+        assert result.returncode == 1, result
+        assert result.stderr == f"mailroom: error: {message}\n"
+    address = conn.execute("SELECT address FROM mailroom.create_mailbox()").fetchone()[0]
+    result = cli("inbox", "list", address, "--token", "wrong")
+    assert result.returncode == 1
+    assert result.stderr == "mailroom: error: not authorized for this mailbox (wrong session token or owner) (SQLSTATE MR204)\n"
+
+
+def test_expired_inbox_says_expired(cli, conn):
+    box = conn.execute("SELECT address, session_token FROM mailroom.create_mailbox(5)").fetchone()
+    result = cli("inbox", "list", box[0], "--token", box[1], env={"PGOPTIONS": "-c mailroom.clock=2099-01-01T00:00:00Z"})
+    assert result.returncode == 1
+    assert result.stderr.startswith("mailroom: error: mailbox expired at ")
+    assert "MR205" in result.stderr

@@ -1,0 +1,184 @@
+-- Delivery guard at the exact expiry boundary, plan limits, list/read and their errors.
+BEGIN;
+SELECT plan(39);
+
+SET LOCAL mailroom.clock = '2030-01-01 00:00:00+00';
+
+CREATE TEMP TABLE b AS
+SELECT 'free' AS k, * FROM mailroom.create_mailbox(10, 'free');
+INSERT INTO b SELECT 'free2', * FROM mailroom.create_mailbox(10, 'free');
+INSERT INTO b SELECT 'pro', * FROM mailroom.create_mailbox(10, 'pro');
+
+-- free expires at 2030-01-01 00:10:00+00. The guard is expires_at > clock.
+SET LOCAL mailroom.clock = '2030-01-01 00:09:59.999999+00';
+SELECT ok(mailroom.mailbox_accepts((SELECT address FROM b WHERE k = 'free')), 'accepts 1 us before expiry');
+SELECT ok(
+    mailroom.deliver_message((SELECT address FROM b WHERE k = 'free'), '\x4869'::bytea, 'a@example.com',
+        'Hi', 'A <a@example.com>', 'text', '<p>html</p>', '[{"filename": "x.txt"}]') > 0,
+    'delivers 1 us before expiry'
+);
+SELECT is(
+    (SELECT received_at FROM mailroom.messages WHERE mailbox_id = (SELECT mailbox_id FROM b WHERE k = 'free')),
+    '2030-01-01 00:09:59.999999+00'::timestamptz, 'received_at is mailroom.clock()'
+);
+
+SET LOCAL mailroom.clock = '2030-01-01 00:10:00+00';
+SELECT ok(NOT mailroom.mailbox_accepts((SELECT address FROM b WHERE k = 'free')), 'refuses at expiry');
+SELECT throws_ok(
+    format('SELECT mailroom.deliver_message(%L, %L::bytea)', (SELECT address FROM b WHERE k = 'free'), '\x4869'),
+    'MR205', 'mailbox expired', 'delivery at the exact expiry instant is refused'
+);
+
+SET LOCAL mailroom.clock = '2030-01-01 00:10:00.000001+00';
+SELECT is(mailroom.check_recipient((SELECT address FROM b WHERE k = 'free')), 'expired', 'refuses 1 us after expiry');
+SELECT throws_ok(
+    format('SELECT mailroom.deliver_message(%L, %L::bytea)', (SELECT address FROM b WHERE k = 'free'), '\x4869'),
+    'MR205', 'mailbox expired', 'delivery after expiry is refused though the sweep has not run'
+);
+SELECT ok((SELECT is_active FROM mailroom.mailboxes WHERE id = (SELECT mailbox_id FROM b WHERE k = 'free')),
+    'the mailbox is still flagged active: the guard alone refused it');
+SELECT is((SELECT count(*) FROM mailroom.messages WHERE mailbox_id = (SELECT mailbox_id FROM b WHERE k = 'free')),
+    1::bigint, 'only the message delivered before expiry is stored');
+SELECT throws_ok(
+    format('SELECT * FROM mailroom.list_messages(%L, %L)',
+        (SELECT address FROM b WHERE k = 'free'), (SELECT session_token FROM b WHERE k = 'free')),
+    'MR205', 'mailbox expired at 2030-01-01 00:10:00+00', 'listing an expired mailbox says expired (not an empty list)'
+);
+SELECT throws_ok(
+    format('SELECT * FROM mailroom.read_message(%L, %L, 1)',
+        (SELECT address FROM b WHERE k = 'free'), (SELECT session_token FROM b WHERE k = 'free')),
+    'MR205', 'mailbox expired at 2030-01-01 00:10:00+00', 'reading from an expired mailbox says expired'
+);
+SELECT throws_ok(
+    format('SELECT * FROM mailroom.list_messages(%L, %L)', (SELECT address FROM b WHERE k = 'free'), 'bad'),
+    'MR204', 'not authorized for this mailbox (wrong session token or owner)',
+    'expiry is only revealed to an authorized caller'
+);
+
+SELECT throws_ok(
+    format('SELECT mailroom.extend_mailbox(%L, %L, 10)',
+        (SELECT address FROM b WHERE k = 'free'), (SELECT session_token FROM b WHERE k = 'free')),
+    'MR205', 'mailbox expired at 2030-01-01 00:10:00+00', 'an expired mailbox cannot be extended'
+);
+SELECT is(
+    mailroom.delete_mailbox((SELECT address FROM b WHERE k = 'free'), (SELECT session_token FROM b WHERE k = 'free')),
+    true, 'an expired mailbox can still be deleted by its owner'
+);
+SELECT is(
+    (SELECT inactive_since FROM mailroom.mailboxes WHERE id = (SELECT mailbox_id FROM b WHERE k = 'free')),
+    '2030-01-01 00:10:00+00'::timestamptz, 'retention then counts from its expiry, not the later delete'
+);
+
+SET LOCAL mailroom.clock = '2030-01-01 00:01:00+00';
+SELECT throws_ok($$SELECT mailroom.deliver_message('nobody@mailroom.test', '\x4869'::bytea)$$,
+    'MR203', 'mailbox not found', 'unknown address');
+SELECT throws_ok(format('SELECT mailroom.deliver_message(%L, %L::bytea)', (SELECT address FROM b WHERE k = 'pro'), ''),
+    'MR211', 'message is empty', 'empty message');
+SELECT throws_ok(format('SELECT mailroom.deliver_message(%L, NULL)', (SELECT address FROM b WHERE k = 'pro')),
+    'MR211', 'message is empty', 'NULL message');
+SELECT throws_ok(
+    format('SELECT mailroom.deliver_message(%L, %L::bytea, p_attachments => %L)',
+        (SELECT address FROM b WHERE k = 'pro'), '\x41', '{}'),
+    'MR211', 'attachments must be a JSON array of metadata objects', 'attachments must be an array'
+);
+
+-- Size limit per plan: free 2 MiB, pro 10 MiB.
+SELECT throws_ok(
+    format('SELECT mailroom.deliver_message(%L, convert_to(repeat(%L, 2097153), %L))',
+        (SELECT address FROM b WHERE k = 'free2'), 'x', 'UTF8'),
+    'MR207', 'message of 2097153 bytes exceeds the plan''s size limit', 'free plan refuses 2 MiB + 1'
+);
+SELECT ok(
+    mailroom.deliver_message((SELECT address FROM b WHERE k = 'free2'), convert_to(repeat('x', 2097152), 'UTF8')) > 0,
+    'free plan accepts exactly 2 MiB'
+);
+SELECT ok(
+    mailroom.deliver_message((SELECT address FROM b WHERE k = 'pro'), convert_to(repeat('x', 2097153), 'UTF8')) > 0,
+    'pro plan accepts 2 MiB + 1'
+);
+SELECT is(mailroom.check_recipient((SELECT address FROM b WHERE k = 'free2'), 2097153), 'too_large',
+    'RCPT check sees a declared SIZE over the plan limit');
+SELECT is(mailroom.max_inbound_message_bytes(), 26214400, 'SIZE advertised is the largest plan limit');
+
+-- Count limit: fill free2 up to 100 messages.
+SELECT is(
+    (SELECT count(mailroom.deliver_message((SELECT address FROM b WHERE k = 'free2'), '\x41'::bytea))
+        FROM generate_series(1, 99)),
+    99::bigint, 'free2 takes 99 more messages'
+);
+SELECT is(mailroom.check_recipient((SELECT address FROM b WHERE k = 'free2')), 'full', 'a full mailbox is reported');
+SELECT throws_ok(format('SELECT mailroom.deliver_message(%L, %L::bytea)', (SELECT address FROM b WHERE k = 'free2'), '\x41'),
+    'MR208', 'mailbox is full (plan message limit reached)', 'the 101st message is refused');
+SELECT is((SELECT message_count FROM mailroom.mailboxes WHERE id = (SELECT mailbox_id FROM b WHERE k = 'free2')),
+    100, 'message_count matches');
+
+-- List and read.
+SET LOCAL mailroom.clock = '2030-01-01 00:02:00+00';
+SELECT is(
+    (SELECT count(*) FROM mailroom.list_messages(
+        (SELECT address FROM b WHERE k = 'free2'), (SELECT session_token FROM b WHERE k = 'free2'))),
+    100::bigint, 'list_messages returns up to 100 by default'
+);
+SELECT is(
+    (SELECT count(*) FROM mailroom.list_messages(
+        (SELECT address FROM b WHERE k = 'free2'), (SELECT session_token FROM b WHERE k = 'free2'),
+        p_limit => 10, p_offset => 95)),
+    5::bigint, 'list_messages pages with limit/offset'
+);
+SELECT throws_ok(
+    format('SELECT * FROM mailroom.list_messages(%L, %L, p_limit => 0)',
+        (SELECT address FROM b WHERE k = 'free2'), (SELECT session_token FROM b WHERE k = 'free2')),
+    '22023', 'p_limit must be positive and p_offset non-negative', 'bad paging is refused'
+);
+
+CREATE TEMP TABLE m AS
+SELECT mailroom.deliver_message((SELECT address FROM b WHERE k = 'pro'), '\x53756269'::bytea, 'sender@example.org',
+    'Subject line', 'S <sender@example.org>', 'the text', '<b>the html</b>',
+    '[{"filename": "a.pdf", "content_type": "application/pdf", "size": 3, "content_id": null, "sha256": "ab"}]')
+    AS id;
+SELECT results_eq(
+    format('SELECT message_id, envelope_from, subject, text_body, html_body, is_read FROM mailroom.list_messages(%L, %L)
+            WHERE message_id = %s',
+        (SELECT address FROM b WHERE k = 'pro'), (SELECT session_token FROM b WHERE k = 'pro'), (SELECT id FROM m)),
+    format($$VALUES (%s::bigint, 'sender@example.org', 'Subject line', 'the text', '<b>the html</b>', false)$$,
+        (SELECT id FROM m)),
+    'list_messages returns the parsed fields, unread'
+);
+SELECT results_eq(
+    format('SELECT raw, is_read, attachments->0->>''filename'' FROM mailroom.read_message(%L, %L, %s)',
+        (SELECT address FROM b WHERE k = 'pro'), (SELECT session_token FROM b WHERE k = 'pro'), (SELECT id FROM m)),
+    $$VALUES ('\x53756269'::bytea, true, 'a.pdf')$$,
+    'read_message returns the raw bytes and marks the message read'
+);
+SELECT is((SELECT is_read FROM mailroom.messages WHERE id = (SELECT id FROM m)), true, 'is_read is stored');
+SELECT throws_ok(
+    format('SELECT * FROM mailroom.read_message(%L, %L, %s)',
+        (SELECT address FROM b WHERE k = 'free2'), (SELECT session_token FROM b WHERE k = 'free2'), (SELECT id FROM m)),
+    'MR209', format('message %s not found in this mailbox', (SELECT id FROM m)),
+    'a message of another mailbox cannot be read'
+);
+SELECT throws_ok(
+    format('SELECT * FROM mailroom.read_message(%L, %L, %s)',
+        (SELECT address FROM b WHERE k = 'pro'), (SELECT session_token FROM b WHERE k = 'free2'), (SELECT id FROM m)),
+    'MR204', 'not authorized for this mailbox (wrong session token or owner)',
+    'another mailbox''s token cannot read it'
+);
+SELECT is(
+    (SELECT envelope_to FROM mailroom.messages WHERE id = (SELECT id FROM m)),
+    (SELECT address FROM b WHERE k = 'pro'), 'envelope recipient is stored'
+);
+
+-- The guard reads the statement's real time, not now() frozen at transaction start.
+SET LOCAL mailroom.clock = '';
+UPDATE mailroom.mailboxes SET expires_at = clock_timestamp() + interval '50 milliseconds'
+WHERE id = (SELECT mailbox_id FROM b WHERE k = 'pro');
+SELECT pg_sleep(0.1);
+SELECT ok(
+    now() < (SELECT expires_at FROM mailroom.mailboxes WHERE id = (SELECT mailbox_id FROM b WHERE k = 'pro')),
+    'by transaction time (now()) the mailbox would still be open'
+);
+SELECT throws_ok(format('SELECT mailroom.deliver_message(%L, %L::bytea)', (SELECT address FROM b WHERE k = 'pro'), '\x41'),
+    'MR205', 'mailbox expired', 'but by the statement''s real time it has expired: refused');
+
+SELECT * FROM finish();
+ROLLBACK;
