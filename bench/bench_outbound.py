@@ -1,0 +1,154 @@
+"""Outbound queue: SQL-only claim + finalize rate, end-to-end delivery rate, claim latency vs size.
+
+1. SQL-only cycle: claim_messages(batch) then finalize_messages(all 'sent'), each its own
+   autocommit transaction (2 commits per batch), one worker, at batch 1, 100 and 500.
+2. End to end: `mailroom send --until-idle` subprocesses (1 and 4 of them, --concurrency 4 each)
+   delivering to an aiosmtpd sink in this process; wall time includes process start-up.
+3. Claim latency (claim 100 + release, so the queue keeps its size) with 10^3, 10^5 and 10^6
+   queued rows (quick: 10^3, 10^4, 10^5), after ANALYZE: p50 and max of 30 calls.
+
+The backlog is loaded with INSERT ... SELECT (the measured calls are the real SQL API).
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import psycopg
+from aiosmtpd.controller import Controller
+
+AREA = "outbound"
+ROOT = Path(__file__).resolve().parents[1]
+
+CLAIM = "SELECT id, claim_token FROM mailroom.claim_messages(%s, 'bench')"
+FINALIZE = "SELECT count(*) FROM mailroom.finalize_messages(%s::bigint[], %s::bigint[], %s::text[])"
+RELEASE = "SELECT mailroom.release_messages(%s::bigint[], %s::bigint[])"
+
+
+def _row(benchmark: str, value: float, unit: str, note: str = "") -> dict:
+    return {"area": AREA, "benchmark": benchmark, "value": value, "unit": unit, "note": note}
+
+
+def _fill(conn: psycopg.Connection, n: int) -> None:
+    """n queued messages of sender 'bench' in one statement."""
+    conn.execute(
+        """
+        INSERT INTO mailroom.outbound_messages (sender_id, to_addrs, subject, text_body, html_body, message_id)
+        SELECT s.id, ARRAY['rcpt' || g || '@example.com'], 'bench ' || g, 'text body ' || g, '<p>html ' || g || '</p>',
+               '<' || md5(random()::text || g) || '@mailroom.test>'
+        FROM mailroom.senders AS s, generate_series(1, %s) AS g
+        WHERE s.name = 'bench'
+        """,
+        (n,),
+    )
+
+
+def _sql_cycle(conn: psycopg.Connection, batch: int, total: int) -> float:
+    conn.execute("TRUNCATE mailroom.outbound_messages")
+    _fill(conn, total)
+    conn.execute("VACUUM ANALYZE mailroom.outbound_messages")
+    done = 0
+    started = time.perf_counter()
+    while True:
+        rows = conn.execute(CLAIM.replace("%s", str(batch), 1)).fetchall()
+        if not rows:
+            break
+        ids = [r[0] for r in rows]
+        conn.execute(FINALIZE, (ids, [r[1] for r in rows], ["sent"] * len(ids)))
+        done += len(ids)
+    elapsed = time.perf_counter() - started
+    assert done == total, f"cycled {done} of {total}"
+    return total / elapsed
+
+
+class _Sink:
+    def __init__(self) -> None:
+        self.count = 0
+        self.lock = threading.Lock()
+
+    async def handle_DATA(self, server, session, envelope):  # noqa: N802
+        with self.lock:
+            self.count += 1
+        return "250 2.0.0 Ok"
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _end_to_end(conn: psycopg.Connection, url: str, processes: int, total: int) -> float:
+    conn.execute("TRUNCATE mailroom.outbound_messages")
+    _fill(conn, total)
+    conn.execute("VACUUM ANALYZE mailroom.outbound_messages")
+    env = dict(os.environ, MAILROOM_DATABASE_URL=url, PYTHONPATH=str(ROOT / "driver"))
+    argv = [sys.executable, "-m", "mailroom", "send", "--until-idle", "--concurrency", "4", "--batch-size", "100",
+            "--poll-interval", "0.2s", "--reap-after", "0"]
+    started = time.perf_counter()
+    procs = [subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE) for _ in range(processes)]
+    for proc in procs:
+        _, err = proc.communicate(timeout=300)
+        if proc.returncode != 0:
+            raise RuntimeError(f"mailroom send failed: {err.decode()[-300:]}")
+    elapsed = time.perf_counter() - started
+    sent = conn.execute("SELECT count(*) FROM mailroom.outbound_messages WHERE status = 'sent'").fetchone()[0]
+    assert sent == total, f"{sent} of {total} sent"
+    return total / elapsed
+
+
+def _claim_latency(conn: psycopg.Connection, calls: int = 30) -> tuple[float, float]:
+    times = []
+    for _ in range(calls):
+        t0 = time.perf_counter()
+        rows = conn.execute(CLAIM.replace("%s", "100", 1)).fetchall()
+        times.append((time.perf_counter() - t0) * 1000)
+        conn.execute(RELEASE, ([r[0] for r in rows], [r[1] for r in rows]))
+    return statistics.median(times), max(times)
+
+
+def run(url: str, quick: bool, progress: Callable[[str], None]) -> list[dict]:
+    rows: list[dict] = []
+    sink = _Sink()
+    port = _free_port()
+    controller = Controller(sink, hostname="127.0.0.1", port=port)
+    controller.start()
+    try:
+        with psycopg.connect(url, autocommit=True) as conn:
+            conn.execute("SELECT mailroom.upsert_sender('bench', 'bench@mailroom.test', '127.0.0.1', %s)", (port,))
+
+            for batch, total in ((1, 500 if quick else 3000), (100, 5000 if quick else 50000),
+                                 (500, 10000 if quick else 100000)):
+                progress(f"SQL-only claim+finalize, batch {batch}, {total} messages")
+                rate = _sql_cycle(conn, batch, total)
+                rows.append(_row(f"SQL-only claim+finalize cycle, batch {batch}", rate, "msgs/s",
+                                 f"{total} msgs, 1 worker, 2 commits per batch"))
+
+            total = 400 if quick else 4000
+            for procs in (1, 4):
+                progress(f"end to end, {procs} sender process(es), {total} messages")
+                rate = _end_to_end(conn, url, procs, total)
+                rows.append(_row(f"end-to-end to aiosmtpd sink, {procs} sender(s)", rate, "msgs/s",
+                                 f"{total} msgs, --concurrency 4 --batch-size 100 each, start-up included"))
+
+            conn.execute("TRUNCATE mailroom.outbound_messages")
+            have = 0
+            for size in ((10**3, 10**4, 10**5) if quick else (10**3, 10**5, 10**6)):
+                progress(f"claim latency with {size:,} queued rows")
+                _fill(conn, size - have)
+                have = size
+                conn.execute("VACUUM ANALYZE mailroom.outbound_messages")
+                p50, worst = _claim_latency(conn)
+                rows.append(_row(f"claim_messages(100) latency, {size:,} queued", p50, "ms",
+                                 f"p50 of 30 calls (max {worst:.1f} ms), claim + release keeps the size"))
+    finally:
+        controller.stop()
+    return rows

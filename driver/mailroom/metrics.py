@@ -1,0 +1,103 @@
+"""Prometheus metrics of the outbound sender.
+
+Labels are closed sets only (result, SMTP class, status): never an address, subject,
+Message-ID or error text (CONTRIBUTING.md: error_log is sensitive).
+"""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+
+# The SMTP classes a delivery outcome falls into (the `smtp_class` label).
+SMTP_CLASSES = ("2xx", "4xx", "5xx", "dropped", "timeout", "connect", "uncertain", "local", "other")
+RESULTS = ("sent", "retry", "failed", "stale")
+STATUSES = ("queued", "processing", "sent", "failed")
+
+
+def smtp_class(outcome: str, code: int | None) -> str:
+    """The label value for an outcome: the reply class for SMTP replies, else the outcome kind."""
+    if outcome == "sent":
+        return "2xx"
+    if outcome == "reply":
+        if code is not None and 400 <= code < 500:
+            return "4xx"
+        if code is not None and 500 <= code < 600:
+            return "5xx"
+        return "other"
+    return outcome if outcome in SMTP_CLASSES else "other"
+
+
+class SenderMetrics:
+    """All sender metrics in a private registry (so tests can run several senders)."""
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        r = self.registry
+        self.messages = Counter(
+            "mailroom_outbound_messages",
+            "Delivery outcomes recorded by finalize_messages, by result and SMTP class.",
+            ["result", "smtp_class"],
+            registry=r,
+        )
+        self.send_seconds = Histogram(
+            "mailroom_outbound_send_seconds",
+            "Time of one SMTP delivery attempt (connection reuse included).",
+            ["smtp_class"],
+            buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60),
+            registry=r,
+        )
+        self.claimed = Counter(
+            "mailroom_outbound_claimed_messages", "Messages claimed by this sender.", registry=r
+        )
+        self.released = Counter(
+            "mailroom_outbound_released_messages",
+            "Claimed messages given back unattempted (shutdown, lease budget).",
+            registry=r,
+        )
+        self.reaped = Counter(
+            "mailroom_outbound_reaped_messages", "Stuck messages taken back by this sender's reaper.", registry=r
+        )
+        self.smtp_connections = Counter(
+            "mailroom_outbound_smtp_connections", "SMTP connections opened.", registry=r
+        )
+        self.queue = Gauge(
+            "mailroom_outbound_queue_messages", "Messages in the queue by status (stats view).", ["status"], registry=r
+        )
+        self.due_now = Gauge("mailroom_outbound_due_messages", "Queued messages due now.", registry=r)
+        self.retries_waiting = Gauge(
+            "mailroom_outbound_retries_waiting_messages", "Queued messages waiting for a retry.", registry=r
+        )
+        self.possibly_sent = Gauge(
+            "mailroom_outbound_possibly_sent_messages", "Messages flagged possibly sent by the reaper.", registry=r
+        )
+        self.oldest_queued = Gauge(
+            "mailroom_outbound_oldest_queued_age_seconds", "Age of the oldest eligible queued message.", registry=r
+        )
+        self.stale_outcomes = Gauge(
+            "mailroom_outbound_stale_outcomes",
+            "Outcomes ignored by fencing since the database was created (stats view).",
+            registry=r,
+        )
+        for result in RESULTS:
+            for cls in SMTP_CLASSES:
+                self.messages.labels(result=result, smtp_class=cls)
+
+    def record(self, result: str, cls: str, seconds: float | None) -> None:
+        self.messages.labels(result=result, smtp_class=cls).inc()
+        if seconds is not None:
+            self.send_seconds.labels(smtp_class=cls).observe(seconds)
+
+    def update_stats(self, stats: dict) -> None:
+        """Copy one row of mailroom.outbound_stats into the gauges."""
+        for status in STATUSES:
+            self.queue.labels(status=status).set(float(stats[status]))
+        self.due_now.set(float(stats["due_now"]))
+        self.retries_waiting.set(float(stats["retries_waiting"]))
+        self.possibly_sent.set(float(stats["possibly_sent"]))
+        self.oldest_queued.set(float(stats["oldest_queued_age_seconds"]))
+        self.stale_outcomes.set(float(stats["stale_outcomes"] or 0))
+
+    def serve(self, port: int, host: str = "127.0.0.1"):
+        """Expose /metrics on host:port (loopback by default); returns the server."""
+        server, _thread = start_http_server(port, addr=host, registry=self.registry)
+        return server

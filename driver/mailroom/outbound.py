@@ -1,0 +1,209 @@
+"""`mailroom outbound …`: the operator's view of the outbound queue.
+
+Every command is one call of a SQL function or view (sql/35_outbound_admin.sql); nothing here
+decides what a state means. Output never contains addresses, subjects or bodies; `show`
+prints error_log, which the database has already scrubbed (mailroom.redact_pii).
+"""
+
+from __future__ import annotations
+
+import os
+from datetime import UTC, datetime
+from typing import Annotated, Any, Optional
+
+import psycopg
+import typer
+from psycopg.rows import dict_row
+
+from mailroom.config import DatabaseUrlOption, hex_key, resolve_database_url
+from mailroom.db import connect
+from mailroom.errors import ConfigError, UserError, describe_db_error
+from mailroom.sender import parse_seconds
+
+outbound = typer.Typer(
+    name="outbound",
+    help="Operate the outbound queue: status, list, show, retry, purge, reap, sender.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+# SQLSTATEs that mean "the operator asked for something invalid" (exit 2) rather than a failure.
+_USAGE_STATES = {"MR303", "MR310", "MR311", "MR312", "MR313", "MR314", "MR316", "MR342", "MR343"}
+
+
+def _call(database_url: str | None, sql: str, params: tuple = (), *, fetch: str = "all") -> Any:
+    url = resolve_database_url(database_url)
+    with connect(url, application_name="mailroom-outbound") as conn:
+        try:
+            cur = conn.cursor(row_factory=dict_row)
+            cur.execute(sql, params)
+            if fetch == "one":
+                return cur.fetchone()
+            return cur.fetchall()
+        except psycopg.Error as exc:
+            code = 2 if getattr(exc, "sqlstate", None) in _USAGE_STATES else 1
+            raise UserError(describe_db_error(exc), code) from None
+
+
+def _fmt(value: Any) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, datetime):
+        return value.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%SZ")
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, float):
+        return f"{value:.0f}"
+    return str(value)
+
+
+def _table(rows: list[dict[str, Any]], columns: list[str]) -> None:
+    cells = [[_fmt(r[c]) for c in columns] for r in rows]
+    widths = [max([len(c)] + [len(row[i]) for row in cells]) for i, c in enumerate(columns)]
+    typer.echo("  ".join(c.upper().ljust(w) for c, w in zip(columns, widths, strict=True)).rstrip())
+    for row in cells:
+        typer.echo("  ".join(v.ljust(w) for v, w in zip(row, widths, strict=True)).rstrip())
+
+
+@outbound.command("status")
+def status(database_url: DatabaseUrlOption = None) -> None:
+    """Counts per status, due now, retries waiting, oldest queued age (mailroom.outbound_stats)."""
+    row = _call(database_url, "SELECT * FROM mailroom.outbound_stats", fetch="one")
+    labels = {
+        "queued": "queued",
+        "processing": "processing",
+        "sent": "sent",
+        "failed": "failed",
+        "due_now": "due now",
+        "retries_waiting": "retries waiting",
+        "possibly_sent": "possibly sent (reaped)",
+        "oldest_queued_age_seconds": "oldest queued age (s)",
+        "stale_outcomes": "stale outcomes ignored",
+        "reaped": "reaped",
+    }
+    width = max(len(v) for v in labels.values())
+    for key, label in labels.items():
+        typer.echo(f"{label.ljust(width)}  {_fmt(row[key])}")
+
+
+@outbound.command("list")
+def list_messages(
+    database_url: DatabaseUrlOption = None,
+    status: Annotated[Optional[str], typer.Option(help="queued, processing, sent or failed.")] = None,
+    limit: Annotated[int, typer.Option(help="At most this many, newest first.")] = 50,
+) -> None:
+    """Newest messages (no addresses or subjects)."""
+    rows = _call(database_url, "SELECT * FROM mailroom.list_outbound_messages(%s, %s)", (status, limit))
+    if not rows:
+        typer.echo("no messages")
+        return
+    _table(
+        rows,
+        ["id", "sender", "status", "attempts", "recipients", "last_smtp_code", "last_enhanced_code",
+         "possibly_sent", "next_retry_at", "created_at", "sent_at"],
+    )
+
+
+@outbound.command("show")
+def show(message_id: Annotated[int, typer.Argument(metavar="ID")], database_url: DatabaseUrlOption = None) -> None:
+    """One message: state, codes and its (scrubbed) error log."""
+    row = _call(database_url, "SELECT * FROM mailroom.show_outbound_message(%s)", (message_id,), fetch="one")
+    log = row.pop("error_log")
+    width = max(len(k) for k in row)
+    for key, value in row.items():
+        typer.echo(f"{key.ljust(width)}  {_fmt(value)}")
+    typer.echo("error_log:")
+    for line in (log or "-").splitlines():
+        typer.echo(f"  {line}")
+
+
+@outbound.command("retry")
+def retry(
+    message_id: Annotated[Optional[int], typer.Argument(metavar="[ID]")] = None,
+    all_failed: Annotated[bool, typer.Option("--all-failed", help="Retry every failed message.")] = False,
+    database_url: DatabaseUrlOption = None,
+) -> None:
+    """Put a failed message (or all of them) back in the queue with a fresh attempt budget."""
+    if (message_id is None) == (not all_failed):
+        raise ConfigError("give either a message ID or --all-failed")
+    if all_failed:
+        row = _call(database_url, "SELECT mailroom.retry_failed_messages() AS n", fetch="one")
+        typer.echo(f"{row['n']} message(s) queued again")
+    else:
+        _call(database_url, "SELECT mailroom.retry_message(%s)", (message_id,), fetch="one")
+        typer.echo(f"message {message_id} queued again")
+
+
+@outbound.command("purge")
+def purge(
+    sent_before: Annotated[str, typer.Option(help="Age of sent messages to delete, e.g. 7d, 12h.")],
+    batch: Annotated[int, typer.Option(help="Rows deleted per transaction.")] = 5000,
+    database_url: DatabaseUrlOption = None,
+) -> None:
+    """Delete sent messages older than --sent-before, in batches (short transactions)."""
+    age = parse_seconds("--sent-before", sent_before)
+    if not 1 <= batch <= 100000:
+        raise ConfigError(f"--batch must be between 1 and 100000, got {batch}")
+    url = resolve_database_url(database_url)
+    total = 0
+    with connect(url, application_name="mailroom-outbound") as conn:
+        try:
+            cutoff = conn.execute(
+                "SELECT mailroom.clock() - make_interval(secs => %s)", (age,)
+            ).fetchone()[0]
+            while True:
+                n = conn.execute("SELECT mailroom.purge_sent_messages(%s, %s)", (cutoff, batch)).fetchone()[0]
+                total += n
+                if n < batch:
+                    break
+        except psycopg.Error as exc:
+            raise UserError(f"purge stopped after {total} row(s): {describe_db_error(exc)}") from None
+    typer.echo(f"purged {total} sent message(s) sent before {_fmt(cutoff)}")
+
+
+@outbound.command("reap")
+def reap(
+    older_than: Annotated[
+        Optional[str], typer.Option(help="Also reap rows claimed longer ago than this (default: expired leases only).")
+    ] = None,
+    database_url: DatabaseUrlOption = None,
+) -> None:
+    """Return messages stuck in processing (dead worker) to the queue, flagged possibly sent."""
+    seconds = parse_seconds("--older-than", older_than) if older_than is not None else None
+    row = _call(
+        database_url,
+        "SELECT mailroom.reap_stuck_messages(CASE WHEN %s::float8 IS NULL THEN NULL "
+        "ELSE make_interval(secs => %s::float8) END) AS n",
+        (seconds, seconds),
+        fetch="one",
+    )
+    typer.echo(f"reaped {row['n']} message(s)")
+
+
+@outbound.command("sender")
+def sender(
+    name: Annotated[str, typer.Argument(help="Sender name used by enqueue_message.")],
+    from_address: Annotated[str, typer.Option("--from", help="From address.")],
+    host: Annotated[str, typer.Option(help="SMTP relay host.")],
+    port: Annotated[int, typer.Option(help="SMTP relay port.")],
+    security: Annotated[str, typer.Option(help="none, starttls or tls.")] = "none",
+    username: Annotated[Optional[str], typer.Option(help="SMTP login (password: env MAILROOM_SMTP_PASSWORD).")] = None,
+    database_url: DatabaseUrlOption = None,
+) -> None:
+    """Create or update a sending identity (mailroom.upsert_sender)."""
+    password = os.environ.get("MAILROOM_SMTP_PASSWORD") or None
+    key = hex_key("MAILROOM_ENCRYPTION_KEY", os.environ.get("MAILROOM_ENCRYPTION_KEY"), required=password is not None)
+    row = _call(
+        database_url,
+        "SELECT mailroom.upsert_sender(%s, %s, %s, %s, %s, %s, %s, %s) AS id",
+        (name, from_address, host, port, security, username, password, key),
+        fetch="one",
+    )
+    typer.echo(f"sender {name} saved (id {row['id']})")
+
+
+def register(app: typer.Typer) -> None:
+    """Add the `outbound` sub-app to the root CLI."""
+    app.add_typer(outbound, name="outbound")
+

@@ -1,0 +1,186 @@
+-- enqueue_message: validate, insert a queued row (idempotent on p_idempotency_key), NOTIFY
+-- channel mailroom_outbound with the new id only.
+
+CREATE OR REPLACE FUNCTION mailroom._check_recipients(p_kind text, p_addresses text[])
+RETURNS void
+LANGUAGE plpgsql
+IMMUTABLE
+AS $$
+DECLARE
+    v_i integer;
+BEGIN
+    FOR v_i IN 1 .. coalesce(cardinality(p_addresses), 0) LOOP
+        IF NOT mailroom._is_valid_address(p_addresses[v_i]) THEN
+            -- never echo the address itself
+            RAISE EXCEPTION USING
+                ERRCODE = 'MR303',
+                MESSAGE = format('%s[%s] is not a valid email address', p_kind, v_i);
+        END IF;
+    END LOOP;
+END;
+$$;
+
+CREATE OR REPLACE FUNCTION mailroom._check_extra_headers(p_headers jsonb)
+RETURNS void
+LANGUAGE plpgsql
+IMMUTABLE
+AS $$
+DECLARE
+    v_name text;
+    v_value jsonb;
+BEGIN
+    IF p_headers IS NULL OR jsonb_typeof(p_headers) <> 'object' THEN
+        RAISE EXCEPTION USING
+            ERRCODE = 'MR308',
+            MESSAGE = 'extra headers must be a JSON object of header name to string value';
+    END IF;
+    FOR v_name, v_value IN SELECT h.key, h.value FROM jsonb_each(p_headers) AS h LOOP
+        IF v_name !~ '^[!-9;-~]{1,76}$' THEN
+            RAISE EXCEPTION USING
+                ERRCODE = 'MR308',
+                MESSAGE = format(
+                    'extra header name %s is not a valid header field name', quote_literal(left(v_name, 40))
+                );
+        END IF;
+        IF lower(v_name) IN (
+            'from', 'to', 'cc', 'bcc', 'subject', 'date', 'message-id', 'sender',
+            'mime-version', 'content-type', 'content-transfer-encoding', 'content-disposition'
+        ) THEN
+            RAISE EXCEPTION USING
+                ERRCODE = 'MR308',
+                MESSAGE = format('extra header %s is set by mailroom and cannot be overridden', v_name);
+        END IF;
+        IF jsonb_typeof(v_value) <> 'string'
+            OR v_value #>> '{}' ~ '[\r\n]'
+            OR length(v_value #>> '{}') > 998 THEN
+            RAISE EXCEPTION USING
+                ERRCODE = 'MR308',
+                MESSAGE = format(
+                    'extra header %s must be a single-line string of at most 998 characters', v_name
+                );
+        END IF;
+    END LOOP;
+END;
+$$;
+
+CREATE OR REPLACE FUNCTION mailroom.enqueue_message(
+    p_sender text,
+    p_to text[],
+    p_subject text,
+    p_text_body text,
+    p_html_body text DEFAULT null,
+    p_cc text[] DEFAULT '{}',
+    p_bcc text[] DEFAULT '{}',
+    p_headers jsonb DEFAULT '{}',
+    p_idempotency_key text DEFAULT null,
+    p_send_after timestamptz DEFAULT null
+)
+RETURNS bigint
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    v_sender_id bigint;
+    v_from text;
+    v_to text [] := coalesce(p_to, '{}');
+    v_cc text [] := coalesce(p_cc, '{}');
+    v_bcc text [] := coalesce(p_bcc, '{}');
+    v_headers jsonb := coalesce(p_headers, '{}');
+    v_count integer;
+    v_size bigint;
+    v_id bigint;
+BEGIN
+    SELECT s.id, s.from_address INTO v_sender_id, v_from
+    FROM mailroom.senders AS s
+    WHERE s.name = p_sender;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION USING
+            ERRCODE = 'MR301',
+            MESSAGE = format('unknown sender %s', coalesce(quote_literal(p_sender), 'NULL'));
+    END IF;
+
+    IF p_idempotency_key IS NOT NULL THEN
+        IF length(p_idempotency_key) NOT BETWEEN 1 AND 200 THEN
+            RAISE EXCEPTION USING
+                ERRCODE = 'MR309',
+                MESSAGE = 'idempotency key must be 1-200 characters';
+        END IF;
+        SELECT m.id INTO v_id
+        FROM mailroom.outbound_messages AS m
+        WHERE m.idempotency_key = p_idempotency_key;
+        IF FOUND THEN
+            RETURN v_id;
+        END IF;
+    END IF;
+
+    v_count := cardinality(v_to) + cardinality(v_cc) + cardinality(v_bcc);
+    IF v_count = 0 THEN
+        RAISE EXCEPTION USING
+            ERRCODE = 'MR302',
+            MESSAGE = 'a message needs at least one recipient (to, cc or bcc)';
+    END IF;
+    IF v_count > mailroom.setting('outbound.max_recipients')::integer THEN
+        RAISE EXCEPTION USING
+            ERRCODE = 'MR304',
+            MESSAGE = format(
+                'too many recipients: %s (outbound.max_recipients is %s)',
+                v_count, mailroom.setting('outbound.max_recipients')
+            );
+    END IF;
+    PERFORM mailroom._check_recipients('to', v_to);
+    PERFORM mailroom._check_recipients('cc', v_cc);
+    PERFORM mailroom._check_recipients('bcc', v_bcc);
+
+    IF p_subject IS NULL OR p_subject ~ '[\r\n]' OR length(p_subject) > 998 THEN
+        RAISE EXCEPTION USING
+            ERRCODE = 'MR305',
+            MESSAGE = 'subject must be a single line of at most 998 characters (not NULL)';
+    END IF;
+    IF p_text_body IS NULL AND p_html_body IS NULL THEN
+        RAISE EXCEPTION USING
+            ERRCODE = 'MR307',
+            MESSAGE = 'a message needs a text body or an HTML body';
+    END IF;
+    PERFORM mailroom._check_extra_headers(v_headers);
+
+    v_size := octet_length(p_subject)
+        + coalesce(octet_length(p_text_body), 0)
+        + coalesce(octet_length(p_html_body), 0)
+        + octet_length(v_headers::text);
+    IF v_size > mailroom.setting('outbound.max_message_bytes')::bigint THEN
+        RAISE EXCEPTION USING
+            ERRCODE = 'MR306',
+            MESSAGE = format(
+                'message too large: %s bytes (outbound.max_message_bytes is %s)',
+                v_size, mailroom.setting('outbound.max_message_bytes')
+            );
+    END IF;
+
+    INSERT INTO mailroom.outbound_messages AS m (
+        sender_id, to_addrs, cc_addrs, bcc_addrs, subject, text_body, html_body, headers,
+        message_id, next_retry_at, send_after, idempotency_key, created_at, updated_at
+    )
+    VALUES (
+        v_sender_id, v_to, v_cc, v_bcc, p_subject, p_text_body, p_html_body, v_headers,
+        '<' || replace(gen_random_uuid()::text, '-', '') || '@' || split_part(v_from, '@', 2) || '>',
+        p_send_after, p_send_after, p_idempotency_key, mailroom.clock(), mailroom.clock()
+    )
+    ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
+    RETURNING m.id INTO v_id;
+
+    IF v_id IS NULL THEN
+        -- a concurrent caller inserted the same idempotency key first
+        SELECT m.id INTO v_id
+        FROM mailroom.outbound_messages AS m
+        WHERE m.idempotency_key = p_idempotency_key;
+        RETURN v_id;
+    END IF;
+
+    PERFORM pg_notify('mailroom_outbound', v_id::text);
+    RETURN v_id;
+END;
+$$;
+
+COMMENT ON FUNCTION mailroom.enqueue_message(
+    text, text[], text, text, text, text[], text[], jsonb, text, timestamptz
+) IS
+'Validate and queue a message for a sender; same idempotency key returns the same id; NOTIFY mailroom_outbound (id).';

@@ -1,0 +1,322 @@
+-- finalize_messages (many outcomes in one statement, fenced on the claim token),
+-- release_messages (give claimed rows back untouched) and reap_stuck_messages (take back
+-- rows whose worker went silent). The retry policy is read from mailroom.settings.
+
+CREATE OR REPLACE FUNCTION mailroom._classify_outcome(
+    p_outcome text, p_smtp_code integer, p_enhanced_code text
+)
+RETURNS text
+LANGUAGE sql
+IMMUTABLE
+PARALLEL SAFE
+AS $$
+    -- sent | transient | permanent. An SMTP reply is classified by its RFC 3463 enhanced
+    -- code when it carries a valid one (4.x.x transient, 5.x.x permanent), else by the
+    -- RFC 5321 reply code (5yz permanent, anything else transient). A lost connection,
+    -- a timeout, a refused connection or an uncertain end of DATA is transient; a message
+    -- the driver cannot build ('local') is permanent.
+    SELECT CASE
+        WHEN p_outcome = 'sent' THEN 'sent'
+        WHEN p_outcome = 'reply' THEN
+            CASE
+                WHEN p_enhanced_code ~ '^5[.][0-9]{1,3}[.][0-9]{1,3}$' THEN 'permanent'
+                WHEN p_enhanced_code ~ '^4[.][0-9]{1,3}[.][0-9]{1,3}$' THEN 'transient'
+                WHEN p_smtp_code BETWEEN 500 AND 599 THEN 'permanent'
+                ELSE 'transient'
+            END
+        WHEN p_outcome = 'local' THEN 'permanent'
+        ELSE 'transient'
+    END;
+$$;
+
+CREATE OR REPLACE FUNCTION mailroom._retry_delay(p_attempts integer)
+RETURNS interval
+LANGUAGE sql
+STABLE
+AS $$
+    -- backoff_base * attempts ^ backoff_exponent, at most backoff_max (seed: attempts² minutes)
+    SELECT least(
+        mailroom.setting('outbound.backoff_max')::interval,
+        mailroom.setting('outbound.backoff_base')::interval
+        * power(p_attempts, mailroom.setting('outbound.backoff_exponent')::double precision)
+    );
+$$;
+
+COMMENT ON FUNCTION mailroom._retry_delay(integer) IS
+'Delay before retry number p_attempts, per settings outbound.backoff_*.';
+
+CREATE OR REPLACE FUNCTION mailroom._log_line(
+    p_now timestamptz, p_attempt integer, p_outcome text, p_text text
+)
+RETURNS text
+LANGUAGE sql
+IMMUTABLE
+AS $$
+    SELECT to_char(p_now AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"')
+        || ' attempt ' || p_attempt || ' ' || p_outcome
+        || coalesce(': ' || left(regexp_replace(p_text, '[\r\n]+', ' ', 'g'), 1000), '');
+$$;
+
+CREATE OR REPLACE FUNCTION mailroom.finalize_messages(
+    p_ids bigint[],
+    p_claim_tokens bigint[],
+    p_outcomes text[],
+    p_smtp_codes integer[] DEFAULT null,
+    p_enhanced_codes text[] DEFAULT null,
+    p_errors text[] DEFAULT null
+)
+RETURNS TABLE (
+    id bigint,
+    result text,
+    status mailroom.outbound_status,
+    attempts integer,
+    next_retry_at timestamptz
+)
+LANGUAGE plpgsql
+-- The batch join must stay linear at any table size. Statistics usually say "nothing is
+-- processing", so the planner expects ~1 matching row and picks either a sequential scan of the
+-- whole queue or a nested loop over the whole input per row (quadratic in the batch). Measured
+-- at 100k rows, batch 500: 55-125 ms per call instead of ~10 ms. With these two settings every
+-- plan, custom or cached generic, is primary-key lookups (id = ANY) + a hash join.
+SET enable_seqscan = off
+SET enable_nestloop = off
+AS $$
+#variable_conflict use_column
+DECLARE
+    v_now timestamptz := mailroom.clock();
+    v_n integer := coalesce(cardinality(p_ids), 0);
+    v_max integer := mailroom.setting('outbound.max_attempts')::integer;
+    v_log_max integer := mailroom.setting('outbound.error_log_max_chars')::integer;
+BEGIN
+    IF p_ids IS NULL OR p_claim_tokens IS NULL OR p_outcomes IS NULL
+        OR cardinality(p_claim_tokens) <> v_n
+        OR cardinality(p_outcomes) <> v_n
+        OR coalesce(cardinality(p_smtp_codes), v_n) NOT IN (0, v_n)
+        OR coalesce(cardinality(p_enhanced_codes), v_n) NOT IN (0, v_n)
+        OR coalesce(cardinality(p_errors), v_n) NOT IN (0, v_n) THEN
+        RAISE EXCEPTION USING
+            ERRCODE = 'MR330',
+            MESSAGE = 'finalize arrays must be non-NULL and of equal length (ids, claim tokens, outcomes[, codes, enhanced codes, errors])';
+    END IF;
+    IF EXISTS (
+        SELECT 1
+        FROM unnest(p_ids, p_claim_tokens, p_outcomes) AS u (i, t, o)
+        WHERE u.i IS NULL OR u.t IS NULL OR u.o IS NULL
+            OR u.o NOT IN ('sent', 'reply', 'dropped', 'timeout', 'connect', 'uncertain', 'local')
+    ) THEN
+        RAISE EXCEPTION USING
+            ERRCODE = 'MR331',
+            MESSAGE = 'each outcome needs an id, a claim token and one of: sent, reply, dropped, timeout, connect, uncertain, local';
+    END IF;
+    IF (SELECT count(DISTINCT u.i) FROM unnest(p_ids) AS u (i)) <> v_n THEN
+        RAISE EXCEPTION USING
+            ERRCODE = 'MR332',
+            MESSAGE = 'a message id appears more than once in one finalize call';
+    END IF;
+
+    RETURN QUERY
+    WITH input AS (
+        SELECT
+            u.id,
+            u.claim_token,
+            u.outcome,
+            u.smtp_code,
+            u.enhanced_code,
+            u.error,
+            mailroom._classify_outcome(u.outcome, u.smtp_code, u.enhanced_code) AS kind
+        FROM unnest(
+            p_ids, p_claim_tokens, p_outcomes, p_smtp_codes, p_enhanced_codes, p_errors
+        ) AS u (id, claim_token, outcome, smtp_code, enhanced_code, error)
+    ),
+
+    upd AS (
+        UPDATE mailroom.outbound_messages AS m
+        SET
+            -- a row the reaper took back (still queued, same token) only accepts 'sent'
+            attempts = CASE WHEN m.status = 'processing' THEN m.attempts + 1 ELSE m.attempts END,
+            status = CASE
+                WHEN i.kind = 'sent' THEN 'sent'
+                WHEN i.kind = 'permanent' THEN 'failed'
+                WHEN m.attempts + 1 >= v_max THEN 'failed'
+                ELSE 'queued'
+            END::mailroom.outbound_status,
+            next_retry_at = CASE
+                WHEN i.kind = 'transient' AND m.attempts + 1 < v_max
+                    THEN v_now + mailroom._retry_delay(m.attempts + 1)
+            END,
+            sent_at = CASE WHEN i.kind = 'sent' THEN v_now END,
+            last_outcome = i.outcome,
+            last_smtp_code = i.smtp_code,
+            last_enhanced_code = i.enhanced_code,
+            possibly_sent = m.possibly_sent OR i.outcome = 'uncertain',
+            error_log = CASE
+                WHEN i.kind = 'sent' AND i.error IS NULL THEN m.error_log
+                ELSE right(
+                    concat_ws(
+                        E'\n',
+                        m.error_log,
+                        mailroom._log_line(v_now, m.attempts + 1, i.outcome, i.error),
+                        CASE
+                            WHEN i.kind = 'transient' AND m.attempts + 1 >= v_max
+                                THEN 'giving up after ' || (m.attempts + 1) || ' attempts (outbound.max_attempts)'
+                        END
+                    ),
+                    v_log_max
+                )
+            END,
+            claimed_by = NULL,
+            claim_token = NULL,
+            lease_expires_at = NULL,
+            updated_at = v_now
+        FROM input AS i
+        WHERE
+            m.id = i.id
+            -- an index condition the planner estimates right (a hash join over a seq scan of
+            -- the whole table is what it picks otherwise when statistics say "no processing rows")
+            AND m.id = any(p_ids)
+            AND m.claim_token = i.claim_token
+            AND (
+                m.status = 'processing'
+                OR (m.status = 'queued' AND m.possibly_sent AND i.kind = 'sent')
+            )
+        RETURNING m.id, m.status, m.attempts, m.next_retry_at
+    ),
+
+    stale AS (
+        UPDATE mailroom.outbound_counters AS k
+        SET value = k.value + (SELECT count(*) FROM input) - (SELECT count(*) FROM upd)
+        WHERE k.name = 'stale_outcomes'
+            AND (SELECT count(*) FROM input) > (SELECT count(*) FROM upd)
+    )
+
+    SELECT
+        i.id,
+        CASE
+            WHEN u.id IS NULL THEN 'stale'
+            WHEN u.status = 'sent' THEN 'sent'
+            WHEN u.status = 'failed' THEN 'failed'
+            ELSE 'retry'
+        END,
+        u.status,
+        u.attempts,
+        u.next_retry_at
+    FROM input AS i
+    LEFT JOIN upd AS u ON i.id = u.id
+    ORDER BY i.id;
+END;
+$$;
+
+COMMENT ON FUNCTION mailroom.finalize_messages(bigint[], bigint[], text[], integer[], text[], text[]) IS
+'Record many delivery outcomes at once: sent, retry with backoff, or failed; outcomes from a lost claim are ignored (stale).';
+
+CREATE OR REPLACE FUNCTION mailroom.release_messages(p_ids bigint[], p_claim_tokens bigint[])
+RETURNS integer
+LANGUAGE plpgsql
+SET enable_seqscan = off
+SET enable_nestloop = off
+AS $$
+DECLARE
+    v_count integer;
+BEGIN
+    IF p_ids IS NULL OR p_claim_tokens IS NULL
+        OR cardinality(p_ids) <> cardinality(p_claim_tokens) THEN
+        RAISE EXCEPTION USING
+            ERRCODE = 'MR330',
+            MESSAGE = 'release arrays must be non-NULL and of equal length (ids, claim tokens)';
+    END IF;
+    UPDATE mailroom.outbound_messages AS m
+    SET
+        status = 'queued',
+        claimed_by = NULL,
+        claim_token = NULL,
+        lease_expires_at = NULL,
+        updated_at = mailroom.clock()
+    FROM unnest(p_ids, p_claim_tokens) AS u (id, claim_token)
+    WHERE
+        m.id = u.id
+        AND m.id = any(p_ids)
+        AND m.claim_token = u.claim_token
+        AND m.status = 'processing';
+    GET DIAGNOSTICS v_count = ROW_COUNT;
+    RETURN v_count;
+END;
+$$;
+
+COMMENT ON FUNCTION mailroom.release_messages(bigint[], bigint[]) IS
+'Give claimed, unattempted messages back to the queue (no attempt counted); returns how many.';
+
+CREATE OR REPLACE FUNCTION mailroom.reap_stuck_messages(p_older_than interval DEFAULT null)
+RETURNS integer
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    v_now timestamptz := mailroom.clock();
+    v_max integer := mailroom.setting('outbound.max_attempts')::integer;
+    v_log_max integer := mailroom.setting('outbound.error_log_max_chars')::integer;
+    v_count integer;
+BEGIN
+    IF p_older_than < interval '0' THEN
+        RAISE EXCEPTION USING
+            ERRCODE = 'MR333',
+            MESSAGE = format('reap interval must not be negative, got %s', p_older_than);
+    END IF;
+    WITH stuck AS (
+        SELECT m.id
+        FROM mailroom.outbound_messages AS m
+        WHERE
+            m.status = 'processing'
+            AND (
+                m.lease_expires_at <= v_now
+                OR m.claimed_at <= v_now - p_older_than
+            )
+        FOR UPDATE SKIP LOCKED
+    ),
+
+    reaped AS (
+        -- The worker may have handed the message to the relay before it died: count the
+        -- attempt, flag possibly_sent, retry at once (the stable Message-ID lets receivers
+        -- de-duplicate). The claim token is kept so a late 'sent' from that worker still lands.
+        UPDATE mailroom.outbound_messages AS m
+        SET
+            attempts = m.attempts + 1,
+            status = CASE
+                WHEN m.attempts + 1 >= v_max THEN 'failed' ELSE 'queued'
+            END::mailroom.outbound_status,
+            next_retry_at = CASE WHEN m.attempts + 1 < v_max THEN v_now END,
+            possibly_sent = TRUE,
+            claimed_by = NULL,
+            lease_expires_at = NULL,
+            error_log = right(
+                concat_ws(
+                    E'\n',
+                    m.error_log,
+                    mailroom._log_line(
+                        v_now, m.attempts + 1, 'reaped',
+                        'no outcome before the lease expired; the message may have been sent'
+                    ),
+                    CASE
+                        WHEN m.attempts + 1 >= v_max
+                            THEN 'giving up after ' || (m.attempts + 1) || ' attempts (outbound.max_attempts)'
+                    END
+                ),
+                v_log_max
+            ),
+            updated_at = v_now
+        FROM stuck
+        WHERE m.id = stuck.id
+        RETURNING m.id
+    )
+
+    SELECT count(*) INTO v_count FROM reaped;
+
+    IF v_count > 0 THEN
+        UPDATE mailroom.outbound_counters AS k
+        SET value = k.value + v_count
+        WHERE k.name = 'reaped';
+    END IF;
+    RETURN v_count;
+END;
+$$;
+
+COMMENT ON FUNCTION mailroom.reap_stuck_messages(interval) IS
+'Return processing rows whose lease expired (or claimed longer ago than p_older_than) to queued, or failed; flags possibly_sent.';

@@ -1,0 +1,89 @@
+-- Outbound: redact_pii and the trigger that scrubs every write of error_log.
+BEGIN;
+SELECT plan(19);
+
+SELECT matches(
+    mailroom.redact_pii('550 5.1.1 <alice@example.com> user unknown'),
+    '^550 5\.1\.1 <redacted:[0-9a-f]{16}> user unknown$',
+    'an address in angle brackets becomes one tag; codes and text stay'
+);
+SELECT is(
+    mailroom.redact_pii('<alice@example.com>'),
+    mailroom.redact_pii('Alice@Example.COM'),
+    'same address (any case, with or without brackets) -> same tag'
+);
+SELECT isnt(
+    mailroom.redact_pii('alice@example.com'),
+    mailroom.redact_pii('bob@example.com'),
+    'different addresses -> different tags'
+);
+SELECT isnt(
+    mailroom.redact_pii('alice@example.com'),
+    '<redacted:' || left(encode(digest('alice@example.com', 'sha256'), 'hex'), 16) || '>',
+    'the tag is keyed: not the plain hash of the address'
+);
+SELECT matches(
+    mailroom.redact_pii('550 alice@example.com: Recipient address rejected.'),
+    '^550 <redacted:[0-9a-f]{16}>: Recipient address rejected\.$',
+    'a bare address is redacted, trailing punctuation kept'
+);
+SELECT unalike(
+    mailroom.redact_pii('queued as <20261122.abc$1@mx.example.net>'),
+    '%mx.example%',
+    'a Message-ID is redacted'
+);
+SELECT is(
+    mailroom.redact_pii('Client host [192.0.2.17] blocked') ~ '^Client host \[<redacted:[0-9a-f]{16}>\] blocked$',
+    TRUE,
+    'an IPv4 address is redacted'
+);
+SELECT unalike(mailroom.redact_pii('from 2001:db8::1 and fe80:0:0:0:1:2:3:4'), '%db8%', 'IPv6 addresses are redacted');
+SELECT unalike(mailroom.redact_pii('rejected "John Smith" <John Smith>'), '%Smith%', 'quoted and bracketed names are redacted');
+SELECT unalike(mailroom.redact_pii('user jürgen@bücher.de unknown'), '%bücher%', 'non-ASCII addresses are redacted');
+SELECT is(
+    mailroom.redact_pii('451 4.7.1 try again at 19:09:25, code 5.7.1'),
+    '451 4.7.1 try again at 19:09:25, code 5.7.1',
+    'times and enhanced codes are not mistaken for PII'
+);
+SELECT is(
+    mailroom.redact_pii(mailroom.redact_pii('550 <a@b.example> "Bob" 10.0.0.1')),
+    mailroom.redact_pii('550 <a@b.example> "Bob" 10.0.0.1'),
+    'redact_pii is idempotent'
+);
+SELECT is(mailroom.redact_pii(NULL), NULL, 'NULL stays NULL');
+
+-- the trigger
+SELECT mailroom.upsert_sender('tap', 'robot@mailroom.test', '127.0.0.1', 2525);
+INSERT INTO mailroom.outbound_messages (sender_id, to_addrs, subject, text_body, message_id, error_log)
+SELECT id, ARRAY['x@example.com'], 's', 't', '<m1@mailroom.test>', '550 <carol@example.com> unknown'
+FROM mailroom.senders WHERE name = 'tap';
+SELECT is(
+    (SELECT error_log FROM mailroom.outbound_messages WHERE message_id = '<m1@mailroom.test>'),
+    mailroom.redact_pii('550 <carol@example.com> unknown'),
+    'an INSERT with a raw error_log is scrubbed by the trigger'
+);
+UPDATE mailroom.outbound_messages SET error_log = error_log || E'\n451 dave@example.com later'
+WHERE message_id = '<m1@mailroom.test>';
+SELECT unalike(
+    (SELECT error_log FROM mailroom.outbound_messages WHERE message_id = '<m1@mailroom.test>'),
+    '%@%',
+    'an UPDATE by any client is scrubbed by the trigger'
+);
+SELECT is(
+    (SELECT error_log FROM mailroom.outbound_messages WHERE message_id = '<m1@mailroom.test>'),
+    mailroom.redact_pii('550 <carol@example.com> unknown') || E'\n451 ' || mailroom.redact_pii('dave@example.com') || ' later',
+    'previously scrubbed text keeps its tags'
+);
+
+-- the pepper
+SELECT is(
+    (SELECT octet_length(pepper) FROM mailroom.redaction_pepper), 32, 'the pepper is 32 random bytes'
+);
+SELECT ok(
+    NOT has_table_privilege('public', 'mailroom.redaction_pepper', 'SELECT'),
+    'PUBLIC cannot read the pepper'
+);
+SELECT isnt(obj_description('mailroom.redact_pii(text)'::regprocedure), NULL, 'redact_pii is documented');
+
+SELECT * FROM finish();
+ROLLBACK;

@@ -1,0 +1,95 @@
+-- Outbound: claim_messages (what is due, lease, token) and its plan at any queue size.
+BEGIN;
+SELECT plan(20);
+
+SET LOCAL mailroom.clock = '2030-01-01 00:00Z';
+SELECT mailroom.upsert_sender('tap', 'robot@mailroom.test', '127.0.0.1', 2525);
+SELECT mailroom.enqueue_message('tap', ARRAY['a' || g || '@example.com'], 's' || g, 't') FROM generate_series(1, 5) AS g;
+SELECT mailroom.enqueue_message('tap', ARRAY['later@example.com'], 'later', 't', p_send_after => '2030-01-01 01:00Z');
+-- a retry that is not due yet
+UPDATE mailroom.outbound_messages SET attempts = 1, next_retry_at = '2030-01-01 00:05Z' WHERE subject = 's5';
+
+CREATE TEMP TABLE c1 ON COMMIT DROP AS SELECT * FROM mailroom.claim_messages(3, 'w1');
+SELECT is((SELECT count(*)::integer FROM c1), 3, 'the limit is honoured');
+SELECT is(
+    (SELECT array_agg(subject ORDER BY id) FROM c1), ARRAY['s1', 's2', 's3'], 'oldest due rows first'
+);
+SELECT is(
+    (SELECT count(*)::integer FROM mailroom.outbound_messages WHERE status = 'processing' AND claimed_by = 'w1'
+        AND claimed_at = '2030-01-01 00:00Z' AND lease_expires_at = '2030-01-01 00:05Z'),
+    3,
+    'claimed rows are processing under the default lease (outbound.lease = 5 minutes)'
+);
+SELECT is(
+    (SELECT count(DISTINCT claim_token)::integer FROM c1), 3, 'each claimed row gets its own fencing token'
+);
+SELECT is(
+    (SELECT smtp_host || ':' || smtp_port || ' ' || smtp_security || ' ' || from_address FROM c1 LIMIT 1),
+    '127.0.0.1:2525 none robot@mailroom.test',
+    'claim returns the relay settings'
+);
+CREATE TEMP TABLE c2 ON COMMIT DROP AS SELECT * FROM mailroom.claim_messages(100, 'w2', NULL, '30 seconds');
+SELECT is(
+    (SELECT array_agg(subject ORDER BY id) FROM c2), ARRAY['s4'],
+    'claimed rows, future send-after and not-yet-due retries are left alone'
+);
+SELECT is(
+    (SELECT lease_expires_at FROM mailroom.outbound_messages WHERE subject = 's4'),
+    '2030-01-01 00:00:30Z'::timestamptz,
+    'p_lease overrides the lease'
+);
+SET LOCAL mailroom.clock = '2030-01-01 00:05Z';
+SELECT is(
+    (SELECT array_agg(subject) FROM mailroom.claim_messages(100, 'w3')), ARRAY['s5'],
+    'a retry is claimed once next_retry_at has come'
+);
+SET LOCAL mailroom.clock = '2030-01-01 01:00Z';
+SELECT is(
+    (SELECT array_agg(subject) FROM mailroom.claim_messages(100, 'w3')), ARRAY['later'],
+    'a send-after message is claimed once its time has come'
+);
+
+SELECT throws_ok($$SELECT * FROM mailroom.claim_messages(0, 'w')$$, 'MR320', 'claim limit must be between 1 and 10000, got 0', 'limit 0 is MR320');
+SELECT throws_ok($$SELECT * FROM mailroom.claim_messages(NULL, 'w')$$, 'MR320', NULL, 'a NULL limit is MR320');
+SELECT throws_ok($$SELECT * FROM mailroom.claim_messages(10, '')$$, 'MR321', 'worker name must be 1-200 characters', 'an empty worker name is MR321');
+SELECT throws_ok($$SELECT * FROM mailroom.claim_messages(10, 'w', NULL, '-1 minute')$$, 'MR322', NULL, 'a negative lease is MR322');
+SELECT throws_ok($$SELECT * FROM mailroom.claim_messages(10, 'w', '\x01'::bytea)$$, 'MR314', NULL, 'a short key is MR314');
+
+-- The plan: an ordered scan of the partial index that stops after LIMIT rows, at any size.
+SELECT ok(
+    (SELECT string_agg(p, E'\n') FROM mailroom._explain_claim(10) AS p) ~ 'Index Scan using outbound_messages_due_idx',
+    'small queue: the claim scans outbound_messages_due_idx'
+);
+ANALYZE mailroom.outbound_messages;
+-- 200k rows: mostly sent history, 50k queued (half of them waiting for a retry), stats stale
+INSERT INTO mailroom.outbound_messages (sender_id, to_addrs, subject, text_body, message_id, status, next_retry_at, sent_at)
+SELECT
+    (SELECT id FROM mailroom.senders WHERE name = 'tap'), ARRAY['bulk@example.com'], 'bulk', 't', '<b' || g || '@x>',
+    CASE WHEN g % 4 = 0 THEN 'queued' ELSE 'sent' END::mailroom.outbound_status,
+    CASE WHEN g % 8 = 0 THEN '2031-01-01Z'::timestamptz END,
+    CASE WHEN g % 4 <> 0 THEN '2029-01-01Z'::timestamptz END
+FROM generate_series(1, 200000) AS g;
+SELECT ok(
+    (SELECT string_agg(p, E'\n') FROM mailroom._explain_claim(100) AS p) ~ 'Index Scan using outbound_messages_due_idx',
+    '200k rows, stale statistics: still the partial index'
+);
+ANALYZE mailroom.outbound_messages;
+SELECT ok(
+    (SELECT string_agg(p, E'\n') FROM mailroom._explain_claim(500) AS p) ~ 'Index Scan using outbound_messages_due_idx',
+    '200k rows, fresh statistics, LIMIT 500: still the partial index'
+);
+SELECT ok(
+    (SELECT string_agg(p, E'\n') FROM mailroom._explain_claim(10000) AS p) !~ 'Seq Scan on outbound_messages',
+    'LIMIT 10000: no sequential scan of the queue'
+);
+SELECT is(
+    (SELECT count(*)::integer FROM mailroom.claim_messages(500, 'big')), 500,
+    'the big claim returns a full batch'
+);
+SELECT isnt(
+    obj_description('mailroom.claim_messages(integer,text,bytea,interval)'::regprocedure), NULL,
+    'claim_messages is documented'
+);
+
+SELECT * FROM finish();
+ROLLBACK;

@@ -1,0 +1,182 @@
+-- Outbound: finalize_messages (classification, backoff, max attempts, fencing), release, reaper.
+BEGIN;
+SELECT plan(44);
+
+SET LOCAL mailroom.clock = '2030-01-01 00:00Z';
+SELECT mailroom.upsert_sender('tap', 'robot@mailroom.test', '127.0.0.1', 2525);
+SELECT mailroom.enqueue_message('tap', ARRAY['a' || g || '@example.com'], 'm' || g, 't') FROM generate_series(1, 12) AS g;
+CREATE TEMP TABLE ids ON COMMIT DROP AS
+SELECT subject, id FROM mailroom.outbound_messages;
+CREATE FUNCTION pg_temp.mid(text) RETURNS bigint LANGUAGE sql AS $$ SELECT id FROM ids WHERE subject = $1 $$;
+CREATE FUNCTION pg_temp.tok(text) RETURNS bigint LANGUAGE sql AS $$
+    SELECT claim_token FROM mailroom.outbound_messages WHERE id = pg_temp.mid($1) $$;
+-- make exactly these queued rows due (everything else waits until 2099)
+CREATE FUNCTION pg_temp.only_due(VARIADIC text []) RETURNS void LANGUAGE sql AS $$
+    UPDATE mailroom.outbound_messages
+    SET next_retry_at = CASE WHEN subject = ANY($1) THEN NULL ELSE '2099-01-01Z'::timestamptz END
+    WHERE status = 'queued' $$;
+CREATE FUNCTION pg_temp.st(text) RETURNS text LANGUAGE sql AS $$
+    SELECT status || ' ' || attempts || ' ' || coalesce(to_char(next_retry_at AT TIME ZONE 'UTC', 'HH24:MI'), '-')
+    FROM mailroom.outbound_messages WHERE id = pg_temp.mid($1) $$;
+
+-- classification (RFC 3463 enhanced code first, then the RFC 5321 reply code)
+SELECT is(mailroom._classify_outcome('sent', 250, '2.0.0'), 'sent', 'sent is sent');
+SELECT is(mailroom._classify_outcome('reply', 451, '4.7.1'), 'transient', '451 4.7.1 is transient');
+SELECT is(mailroom._classify_outcome('reply', 550, '5.1.1'), 'permanent', '550 5.1.1 is permanent');
+SELECT is(mailroom._classify_outcome('reply', 554, '4.7.0'), 'transient', 'a 4.x.x enhanced code wins over a 5yz reply');
+SELECT is(mailroom._classify_outcome('reply', 450, '5.2.2'), 'permanent', 'a 5.x.x enhanced code wins over a 4yz reply');
+SELECT is(mailroom._classify_outcome('reply', 552, NULL), 'permanent', 'no enhanced code: 5yz is permanent');
+SELECT is(mailroom._classify_outcome('reply', 421, NULL), 'transient', 'no enhanced code: 4yz is transient');
+SELECT is(mailroom._classify_outcome('dropped', NULL, NULL), 'transient', 'a dropped connection is transient');
+SELECT is(mailroom._classify_outcome('timeout', NULL, NULL), 'transient', 'a timeout is transient');
+SELECT is(mailroom._classify_outcome('local', NULL, NULL), 'permanent', 'an unbuildable message is permanent');
+
+-- many outcomes in one call
+SELECT pg_temp.only_due('m1', 'm2', 'm3', 'm4', 'm5', 'm6', 'm7');
+SELECT count(*) FROM mailroom.claim_messages(7, 'w1');
+SELECT results_eq(
+    $$SELECT id, result FROM mailroom.finalize_messages(
+        ARRAY[pg_temp.mid('m1'), pg_temp.mid('m2'), pg_temp.mid('m3'), pg_temp.mid('m4'), pg_temp.mid('m5'),
+              pg_temp.mid('m6'), pg_temp.mid('m7')],
+        ARRAY[pg_temp.tok('m1'), pg_temp.tok('m2'), pg_temp.tok('m3'), pg_temp.tok('m4'), pg_temp.tok('m5'),
+              pg_temp.tok('m6'), pg_temp.tok('m7')],
+        ARRAY['sent', 'reply', 'reply', 'dropped', 'uncertain', 'local', 'timeout'],
+        ARRAY[250, 451, 550, NULL, NULL, NULL, NULL],
+        ARRAY['2.0.0', '4.7.1', '5.1.1', NULL, NULL, NULL, NULL],
+        ARRAY[NULL, '451 4.7.1 <a2@example.com> greylisted', '550 5.1.1 <a3@example.com> unknown', 'lost',
+              'lost after DATA', 'cannot build', 'timed out'])$$,
+    $$VALUES (pg_temp.mid('m1'), 'sent'), (pg_temp.mid('m2'), 'retry'), (pg_temp.mid('m3'), 'failed'),
+             (pg_temp.mid('m4'), 'retry'), (pg_temp.mid('m5'), 'retry'), (pg_temp.mid('m6'), 'failed'),
+             (pg_temp.mid('m7'), 'retry')$$,
+    'one call records seven outcomes'
+);
+SELECT is(pg_temp.st('m1'), 'sent 1 -', 'sent: status sent, one attempt');
+SELECT is(
+    (SELECT sent_at FROM mailroom.outbound_messages WHERE id = pg_temp.mid('m1')), '2030-01-01 00:00Z'::timestamptz,
+    'sent_at follows the clock'
+);
+SELECT is(pg_temp.st('m2'), 'queued 1 00:01', '4xx: queued again, next_retry_at = clock + 1² minutes');
+SELECT is(pg_temp.st('m3'), 'failed 1 -', '5xx: failed at once');
+SELECT is(pg_temp.st('m4'), 'queued 1 00:01', 'dropped: retried');
+SELECT is(
+    (SELECT possibly_sent FROM mailroom.outbound_messages WHERE id = pg_temp.mid('m5')), TRUE,
+    'uncertain (lost after DATA): retried and flagged possibly_sent'
+);
+SELECT unalike(
+    (SELECT string_agg(error_log, ' ') FROM mailroom.outbound_messages), '%@%',
+    'no address reaches error_log'
+);
+SELECT is(
+    (SELECT claim_token FROM mailroom.outbound_messages WHERE id = pg_temp.mid('m2')), NULL,
+    'a finalized row gives up its claim token'
+);
+
+-- backoff: attempts² minutes, then max attempts
+UPDATE mailroom.outbound_messages SET next_retry_at = '2099-01-01Z' WHERE status = 'queued' AND subject <> 'm2';
+SET LOCAL mailroom.clock = '2030-01-01 00:01Z';
+SELECT count(*) FROM mailroom.claim_messages(100, 'w1');
+SELECT mailroom.finalize_messages(ARRAY[pg_temp.mid('m2')], ARRAY[pg_temp.tok('m2')], ARRAY['reply'], ARRAY[421], ARRAY[NULL::text]);
+SELECT is(pg_temp.st('m2'), 'queued 2 00:05', 'second transient failure: + 2² = 4 minutes');
+SELECT mailroom.set_setting('outbound.max_attempts', '3');
+SET LOCAL mailroom.clock = '2030-01-01 00:05Z';
+SELECT count(*) FROM mailroom.claim_messages(100, 'w1');
+SELECT mailroom.finalize_messages(ARRAY[pg_temp.mid('m2')], ARRAY[pg_temp.tok('m2')], ARRAY['reply'], ARRAY[421], ARRAY[NULL::text]);
+SELECT is(pg_temp.st('m2'), 'failed 3 -', 'the third transient failure with max_attempts 3 fails the message');
+SELECT matches(
+    (SELECT error_log FROM mailroom.outbound_messages WHERE id = pg_temp.mid('m2')),
+    'giving up after 3 attempts',
+    'and says so in error_log'
+);
+SELECT mailroom.set_setting('outbound.max_attempts', '10');
+
+-- fencing: reaped and re-claimed -> the old worker's outcome is ignored and counted
+SET LOCAL mailroom.clock = '2030-01-01 01:00Z';
+SELECT pg_temp.only_due('m8');
+SELECT count(*) FROM mailroom.claim_messages(100, 'old');
+CREATE TEMP TABLE old_claim ON COMMIT DROP AS SELECT pg_temp.tok('m8') AS token;
+SET LOCAL mailroom.clock = '2030-01-01 01:10Z';
+SELECT is(mailroom.reap_stuck_messages(), 1, 'the reaper takes back the expired claim');
+SELECT is(pg_temp.st('m8'), 'queued 1 01:10', 'reaped: queued, the attempt counted, due at once');
+SELECT is(
+    (SELECT possibly_sent FROM mailroom.outbound_messages WHERE id = pg_temp.mid('m8')), TRUE,
+    'reaped: flagged possibly_sent'
+);
+SELECT count(*) FROM mailroom.claim_messages(100, 'new');
+SELECT is(
+    (SELECT result FROM mailroom.finalize_messages(ARRAY[pg_temp.mid('m8')], ARRAY[(SELECT token FROM old_claim)], ARRAY['reply'], ARRAY[550], ARRAY['5.1.1'])),
+    'stale',
+    'the old worker''s outcome is ignored'
+);
+SELECT is(
+    (SELECT status || ' ' || claimed_by FROM mailroom.outbound_messages WHERE id = pg_temp.mid('m8')), 'processing new',
+    'and does not touch the new claim'
+);
+SELECT is(
+    (SELECT value FROM mailroom.outbound_counters WHERE name = 'stale_outcomes'), 1::bigint,
+    'ignored outcomes are counted'
+);
+SELECT is(
+    (SELECT result FROM mailroom.finalize_messages(ARRAY[pg_temp.mid('m8')], ARRAY[pg_temp.tok('m8')], ARRAY['sent'])),
+    'sent', 'the new claim finalizes'
+);
+SELECT is(
+    (SELECT result FROM mailroom.finalize_messages(ARRAY[pg_temp.mid('m8')], ARRAY[(SELECT token FROM old_claim)], ARRAY['sent'])),
+    'stale', 'an outcome for an already finalized row is stale too'
+);
+
+-- reaped but not re-claimed: a late 'sent' still lands (avoids a duplicate), a late failure does not
+SELECT pg_temp.only_due('m9', 'm10');
+SELECT count(*) FROM mailroom.claim_messages(100, 'slow');
+SET LOCAL mailroom.clock = '2030-01-01 02:00Z';
+SELECT is(mailroom.reap_stuck_messages(), 2, 'two stuck rows reaped');
+SELECT results_eq(
+    $$SELECT result FROM mailroom.finalize_messages(
+        ARRAY[pg_temp.mid('m9'), pg_temp.mid('m10')], ARRAY[pg_temp.tok('m9'), pg_temp.tok('m10')],
+        ARRAY['sent', 'reply'], ARRAY[250, 451], ARRAY['2.0.0', '4.2.0'])$$,
+    $$VALUES ('sent'), ('stale')$$,
+    'a late sent after the reap is accepted, a late failure is not'
+);
+
+-- release: back to queued without counting an attempt
+SELECT pg_temp.only_due('m11');
+SELECT count(*) FROM mailroom.claim_messages(100, 'w');
+SELECT is(mailroom.release_messages(ARRAY[pg_temp.mid('m11')], ARRAY[-1::bigint]), 0, 'release with a wrong token does nothing');
+SELECT is(mailroom.release_messages(ARRAY[pg_temp.mid('m11')], ARRAY[pg_temp.tok('m11')]), 1, 'release with the token');
+SELECT is(pg_temp.st('m11'), 'queued 0 -', 'released: queued, no attempt counted');
+
+-- reaper: older_than, out of attempts
+SELECT count(*) FROM mailroom.claim_messages(100, 'w');
+SELECT is(mailroom.reap_stuck_messages(), 0, 'a live lease is not reaped');
+SELECT is(mailroom.reap_stuck_messages('0 seconds'), 1, 'p_older_than reaps rows claimed longer ago');
+UPDATE mailroom.outbound_messages SET attempts = 9 WHERE id = pg_temp.mid('m12');
+SELECT pg_temp.only_due('m12');
+SELECT count(*) FROM mailroom.claim_messages(100, 'w');
+SELECT mailroom.reap_stuck_messages('0 seconds');
+SELECT is(pg_temp.st('m12'), 'failed 10 -', 'a reaped row out of attempts fails');
+
+SELECT throws_ok(
+    $$SELECT * FROM mailroom.finalize_messages(ARRAY[1, 2]::bigint[], ARRAY[1]::bigint[], ARRAY['sent', 'sent'])$$,
+    'MR330', NULL, 'arrays of different lengths are MR330'
+);
+SELECT throws_ok(
+    $$SELECT * FROM mailroom.finalize_messages(ARRAY[1]::bigint[], ARRAY[1]::bigint[], ARRAY['delivered'])$$,
+    'MR331', NULL, 'an unknown outcome is MR331'
+);
+SELECT throws_ok(
+    $$SELECT * FROM mailroom.finalize_messages(ARRAY[1, 1]::bigint[], ARRAY[1, 2]::bigint[], ARRAY['sent', 'sent'])$$,
+    'MR332', 'a message id appears more than once in one finalize call', 'a duplicate id is MR332'
+);
+SELECT ok(
+    (SELECT proconfig @> ARRAY['enable_seqscan=off', 'enable_nestloop=off']
+        FROM pg_proc
+        WHERE oid = 'mailroom.finalize_messages(bigint[],bigint[],text[],integer[],text[],text[])'::regprocedure),
+    'finalize_messages looks rows up by primary key and hash-joins the batch (linear at any size)'
+);
+SELECT throws_ok(
+    $$SELECT mailroom.release_messages(ARRAY[1, 2]::bigint[], ARRAY[1]::bigint[])$$,
+    'MR330', 'release arrays must be non-NULL and of equal length (ids, claim tokens)', 'release with unequal arrays is MR330'
+);
+SELECT throws_ok($$SELECT mailroom.reap_stuck_messages('-1 minute')$$, 'MR333', NULL, 'a negative reap interval is MR333');
+
+SELECT * FROM finish();
+ROLLBACK;

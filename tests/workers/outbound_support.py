@@ -1,0 +1,157 @@
+"""Helpers for the outbound tests: real aiosmtpd servers on 127.0.0.1 with scripted behaviour,
+and small wrappers around the SQL API (senders, enqueue, status)."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import socket
+import threading
+from dataclasses import dataclass, field
+from email import message_from_bytes, policy
+
+import psycopg
+from aiosmtpd.controller import Controller
+
+KEY_HEX = "0123456789abcdef" * 4
+KEY = bytes.fromhex(KEY_HEX)
+_MESSAGE_ID = re.compile(rb"^Message-ID: (<[^>]+>)", re.MULTILINE | re.IGNORECASE)
+SEND_FLAGS = ("--poll-interval", "0.2s", "--smtp-timeout", "2s", "--shutdown-grace", "1s")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@dataclass
+class Received:
+    mail_from: str
+    rcpt_tos: list[str]
+    content: bytes
+
+    @property
+    def message(self):
+        return message_from_bytes(self.content, policy=policy.default)
+
+
+@dataclass
+class Handler:
+    """An SMTP server's behaviour.
+
+    mode: accept | reply_rcpt (answer RCPT with `reply`) | reply_data (answer end of DATA with
+    `reply`) | drop_rcpt (close the connection at RCPT) | drop_data (close it at end of DATA) |
+    stall_data (never answer the end of DATA)."""
+
+    mode: str = "accept"
+    reply: str = "250 2.0.0 Ok"
+    delay: float = 0.0
+    received: list[Received] = field(default_factory=list)
+    sessions: int = 0
+    in_data: int = 0
+    auth: tuple[str, str] | None = None
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    async def handle_EHLO(self, server, session, envelope, hostname, responses):  # noqa: N802
+        with self.lock:
+            self.sessions += 1
+        session.host_name = hostname
+        return responses
+
+    async def handle_RCPT(self, server, session, envelope, address, rcpt_options):  # noqa: N802
+        if self.mode == "reply_rcpt":
+            return self.reply
+        if self.mode == "drop_rcpt":
+            server.transport.close()
+            return "421 4.4.2 closing"
+        envelope.rcpt_tos.append(address)
+        return "250 2.1.5 Ok"
+
+    async def handle_DATA(self, server, session, envelope):  # noqa: N802
+        with self.lock:
+            self.in_data += 1
+        if self.mode == "stall_data":
+            await asyncio.sleep(3600)
+        if self.mode == "drop_data":
+            server.transport.close()
+            return "421 4.4.2 closing"
+        if self.mode == "reply_data":
+            return self.reply
+        if self.delay:
+            await asyncio.sleep(self.delay)
+        with self.lock:
+            self.received.append(Received(envelope.mail_from, list(envelope.rcpt_tos), envelope.original_content))
+        return "250 2.0.0 Ok: queued"
+
+    def message_ids(self) -> list[str]:
+        with self.lock:
+            return [_MESSAGE_ID.search(r.content).group(1).decode() for r in self.received]
+
+
+class SmtpServer:
+    def __init__(self, handler: Handler, **controller_kwargs):
+        self.handler = handler
+        self.port = free_port()
+        self.controller = Controller(handler, hostname="127.0.0.1", port=self.port, **controller_kwargs)
+
+    def start(self) -> SmtpServer:
+        self.controller.start()
+        return self
+
+    def stop(self) -> None:
+        try:
+            self.controller.stop()
+        except Exception:  # noqa: BLE001 - a stalled handler must not fail teardown
+            pass
+
+
+def add_sender(conn: psycopg.Connection, port: int, name: str = "main", **kw) -> int:
+    return conn.execute(
+        "SELECT mailroom.upsert_sender(%s, %s, '127.0.0.1', %s, %s, %s, %s, %s)",
+        (
+            name,
+            kw.get("from_address", "noreply@mailroom.test"),
+            port,
+            kw.get("security", "none"),
+            kw.get("username"),
+            kw.get("password"),
+            kw.get("key"),
+        ),
+    ).fetchone()[0]
+
+
+def enqueue(conn: psycopg.Connection, n: int = 1, sender: str = "main", **kw) -> list[int]:
+    return [
+        conn.execute(
+            "SELECT mailroom.enqueue_message(%s, %s, %s, %s, %s, %s, %s)",
+            (
+                sender,
+                kw.get("to", [f"rcpt{i}@example.com"]),
+                kw.get("subject", f"message {i}"),
+                kw.get("text", f"text body {i}"),
+                kw.get("html", f"<p>html body {i}</p>"),
+                kw.get("cc", []),
+                kw.get("bcc", []),
+            ),
+        ).fetchone()[0]
+        for i in range(n)
+    ]
+
+
+def enqueue_many(conn: psycopg.Connection, n: int, sender: str = "main") -> None:
+    """n messages in one statement (for the larger tests)."""
+    conn.execute(
+        "SELECT count(mailroom.enqueue_message(%s, ARRAY['rcpt' || g || '@example.com'], 'bulk ' || g, 'body ' || g))"
+        " FROM generate_series(1, %s) AS g",
+        (sender, n),
+    )
+
+
+def row(conn: psycopg.Connection, message_id: int) -> dict:
+    cur = conn.cursor(row_factory=psycopg.rows.dict_row)
+    return cur.execute("SELECT * FROM mailroom.outbound_messages WHERE id = %s", (message_id,)).fetchone()
+
+
+def counts(conn: psycopg.Connection) -> dict[str, int]:
+    return dict(conn.execute("SELECT status::text, count(*) FROM mailroom.outbound_messages GROUP BY 1").fetchall())
