@@ -19,21 +19,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import email.utils
 import os
 import re
 import signal
 import socket
 import ssl
 import time
-from dataclasses import dataclass, field
-from email.contentmanager import raw_data_manager
-from email.header import Header
-from email.message import EmailMessage
-from email.policy import compat32
+from dataclasses import dataclass
 from typing import Annotated, Any, Optional
 
-import aiosmtplib
 import psycopg
 import typer
 from psycopg.rows import dict_row
@@ -43,14 +37,11 @@ from mailroom.db import connect_async
 from mailroom.errors import ConfigError, UserError, describe_db_error
 from mailroom.log import get_logger
 from mailroom.metrics import SenderMetrics, smtp_class
+from mailroom.relay import Attempt, Outcome, Relay, RelayConnections, deliver
 
 log = get_logger("send")
 
 CHANNEL = "mailroom_outbound"
-_ENHANCED = re.compile(r"^\s*([245]\.\d{1,3}\.\d{1,3})\b")
-
-_POLICY = compat32.clone(linesep="\r\n", max_line_length=78)
-
 CLAIM_SQL = "SELECT * FROM mailroom.claim_messages(%s, %s, %s, %s::interval)"
 FINALIZE_SQL = (
     "SELECT id, result FROM mailroom.finalize_messages("
@@ -59,230 +50,6 @@ FINALIZE_SQL = (
 RELEASE_SQL = "SELECT mailroom.release_messages(%s::bigint[], %s::bigint[])"
 REAP_SQL = "SELECT mailroom.reap_stuck_messages(make_interval(secs => %s))"
 STATS_SQL = "SELECT * FROM mailroom.outbound_stats"
-
-
-# ---------------------------------------------------------------------------------------------
-# Message construction
-
-
-def _header_value(value: str) -> str | Header:
-    """ASCII values go in as they are; anything else is RFC 2047 encoded (UTF-8)."""
-    return value if value.isascii() else Header(value, "utf-8")
-
-
-def build_message(row: dict[str, Any]) -> EmailMessage:
-    """The RFC 5322 message of a claimed row: multipart/alternative when both bodies exist.
-
-    Headers: Subject, From, To (or an empty group when there are only Cc/Bcc recipients), Cc,
-    Date (enqueue time), Message-ID (generated once at enqueue), the extra headers. Never Bcc.
-    The compat32 header policy (with the modern raw_data_manager for bodies) is used because the
-    modern policy's header parsing costs ~2 ms per message, the sender's main CPU cost.
-    """
-    msg = EmailMessage(policy=_POLICY)
-    msg["Subject"] = _header_value(row["subject"])
-    msg["From"] = row["from_address"]
-    msg["To"] = ", ".join(row["to_addrs"]) if row["to_addrs"] else "undisclosed-recipients:;"
-    if row["cc_addrs"]:
-        msg["Cc"] = ", ".join(row["cc_addrs"])
-    msg["Date"] = email.utils.format_datetime(row["created_at"])
-    msg["Message-ID"] = row["message_id"]
-    for name, value in (row["headers"] or {}).items():
-        msg[name] = _header_value(value)
-    text, html = row["text_body"], row["html_body"]
-    if text is not None and html is not None:
-        msg.set_content(text, content_manager=raw_data_manager)
-        msg.add_alternative(html, subtype="html", content_manager=raw_data_manager)
-    elif html is not None:
-        msg.set_content(html, subtype="html", content_manager=raw_data_manager)
-    else:
-        msg.set_content(text or "", content_manager=raw_data_manager)
-    return msg
-
-
-def envelope_recipients(row: dict[str, Any]) -> list[str]:
-    """RCPT TO list: to + cc + bcc, each once, in order."""
-    return list(dict.fromkeys([*row["to_addrs"], *row["cc_addrs"], *row["bcc_addrs"]]))
-
-
-# ---------------------------------------------------------------------------------------------
-# SMTP
-
-
-@dataclass(frozen=True)
-class Relay:
-    host: str
-    port: int
-    security: str
-    username: str | None
-    password: str | None = field(repr=False)
-
-
-@dataclass
-class Outcome:
-    id: int
-    claim_token: int
-    outcome: str  # sent | reply | dropped | timeout | connect | uncertain | local
-    code: int | None = None
-    enhanced: str | None = None
-    error: str | None = None  # raw reply text: scrubbed by the database before it is stored
-    seconds: float | None = None
-
-
-def _enhanced(message: str | None) -> str | None:
-    match = _ENHANCED.match(message or "")
-    return match.group(1) if match else None
-
-
-def _reply(exc: aiosmtplib.SMTPResponseException) -> tuple[int, str | None, str]:
-    text = (exc.message or "").strip()
-    return exc.code, _enhanced(text), f"{exc.code} {text}".strip()
-
-
-class RelayConnections:
-    """One slot's SMTP connections, one per relay, reused across messages."""
-
-    def __init__(self, timeout: float, tls_context: ssl.SSLContext | None, metrics: SenderMetrics | None):
-        self.timeout = timeout
-        self.tls_context = tls_context
-        self.metrics = metrics
-        self.conns: dict[Relay, aiosmtplib.SMTP] = {}
-        # EHLO name: the host name, without a (possibly slow) DNS lookup for the FQDN
-        self.local_hostname = socket.gethostname() or "localhost"
-
-    async def open(self, relay: Relay) -> aiosmtplib.SMTP:
-        kwargs: dict[str, Any] = {}
-        if self.tls_context is not None:
-            kwargs["tls_context"] = self.tls_context
-        smtp = aiosmtplib.SMTP(
-            hostname=relay.host,
-            port=relay.port,
-            use_tls=relay.security == "tls",
-            start_tls=relay.security == "starttls",
-            timeout=self.timeout,
-            local_hostname=self.local_hostname,
-            **kwargs,
-        )
-        await smtp.connect()
-        if self.metrics:
-            self.metrics.smtp_connections.inc()
-        if relay.username:
-            await smtp.login(relay.username, relay.password or "")
-        self.conns[relay] = smtp
-        return smtp
-
-    async def get(self, relay: Relay) -> tuple[aiosmtplib.SMTP, bool]:
-        """A connected SMTP client for the relay and whether it was reused."""
-        smtp = self.conns.get(relay)
-        if smtp is not None and smtp.is_connected:
-            return smtp, True
-        self.conns.pop(relay, None)
-        return await self.open(relay), False
-
-    def discard(self, relay: Relay) -> None:
-        smtp = self.conns.pop(relay, None)
-        if smtp is not None:
-            with contextlib.suppress(Exception):
-                smtp.close()
-
-    async def reset(self, relay: Relay) -> None:
-        """After a refused transaction: RSET, or drop the connection if that fails."""
-        smtp = self.conns.get(relay)
-        if smtp is None:
-            return
-        try:
-            await smtp.rset()
-        except Exception:  # noqa: BLE001 - any failure means the connection is not reusable
-            self.discard(relay)
-
-    async def close_all(self) -> None:
-        for relay, smtp in list(self.conns.items()):
-            with contextlib.suppress(Exception):
-                await asyncio.wait_for(smtp.quit(), timeout=1)
-            self.discard(relay)
-
-
-class Attempt:
-    """Where one delivery got to, so an abandoned attempt can be reported correctly."""
-
-    def __init__(self) -> None:
-        self.stage = "connect"  # connect -> envelope -> data
-
-
-async def deliver(conns: RelayConnections, relay: Relay, row: dict[str, Any], attempt: Attempt) -> Outcome:
-    """One SMTP transaction; never raises (except cancellation): the outcome says what happened."""
-    out = Outcome(row["id"], row["claim_token"], "sent")
-    try:
-        payload = build_message(row).as_bytes()
-    except Exception as exc:  # noqa: BLE001 - a message that cannot be built never will be
-        out.outcome, out.error = "local", f"cannot build the message: {type(exc).__name__}"
-        return out
-    rcpts = envelope_recipients(row)
-    for try_number in (1, 2):
-        attempt.stage = "connect"
-        try:
-            smtp, reused = await conns.get(relay)
-        except aiosmtplib.SMTPResponseException as exc:
-            # greeting, EHLO, STARTTLS or AUTH refused: the relay's problem, not the message's,
-            # so it is reported as a (transient) connection failure, with the reply for operators
-            conns.discard(relay)
-            out.outcome = "connect"
-            out.code, out.enhanced, out.error = _reply(exc)
-            return out
-        except aiosmtplib.SMTPTimeoutError:
-            conns.discard(relay)
-            out.outcome, out.error = "timeout", "timed out connecting to the relay"
-            return out
-        except (OSError, aiosmtplib.SMTPException) as exc:
-            conns.discard(relay)
-            out.outcome, out.error = "connect", f"cannot connect to the relay: {type(exc).__name__}"
-            return out
-        attempt.stage = "envelope"
-        try:
-            await smtp.mail(row["from_address"])
-            refused: list[aiosmtplib.SMTPRecipientRefused] = []
-            for rcpt in rcpts:
-                try:
-                    await smtp.rcpt(rcpt)
-                except aiosmtplib.SMTPRecipientRefused as exc:
-                    refused.append(exc)
-            if len(refused) == len(rcpts):
-                # every recipient refused: report the most hopeful reply (a 4xx may pass later)
-                first = min(refused, key=lambda e: 0 if 400 <= e.code < 500 else 1)
-                out.outcome = "reply"
-                out.code, out.enhanced, out.error = _reply(first)
-                await conns.reset(relay)
-                return out
-            attempt.stage = "data"
-            response = await smtp.data(payload)
-            out.code, out.enhanced = response.code, _enhanced(response.message)
-            if refused:
-                out.error = f"{len(refused)} of {len(rcpts)} recipients refused: " + "; ".join(
-                    f"{e.code} {e.message}" for e in refused
-                )
-            return out
-        except aiosmtplib.SMTPResponseException as exc:
-            out.outcome = "reply"
-            out.code, out.enhanced, out.error = _reply(exc)
-            await conns.reset(relay)
-            return out
-        except (aiosmtplib.SMTPTimeoutError, TimeoutError):
-            conns.discard(relay)
-            out.outcome = "uncertain" if attempt.stage == "data" else "timeout"
-            out.error = f"timed out during {attempt.stage}"
-            return out
-        except (aiosmtplib.SMTPServerDisconnected, OSError) as exc:
-            conns.discard(relay)
-            if reused and attempt.stage == "envelope" and try_number == 1:
-                continue  # an idle reused connection went away before anything was sent
-            out.outcome = "uncertain" if attempt.stage == "data" else "dropped"
-            out.error = f"connection lost during {attempt.stage}: {type(exc).__name__}"
-            return out
-        except aiosmtplib.SMTPException as exc:
-            conns.discard(relay)
-            out.outcome = "uncertain" if attempt.stage == "data" else "dropped"
-            out.error = f"SMTP client error during {attempt.stage}: {type(exc).__name__}"
-            return out
-    raise AssertionError("unreachable")  # pragma: no cover
 
 
 # ---------------------------------------------------------------------------------------------
