@@ -21,7 +21,7 @@ app = typer.Typer(
 COMMAND_MODULES = (
     "mailroom.cluster_cli",
     "mailroom.collector",
-    "mailroom.inbound",
+    "mailroom.inbox_cli",
     "mailroom.expiry",
     "mailroom.sender",
     "mailroom.outbound",

@@ -1,4 +1,4 @@
-"""Inbound SMTP for expiring inboxes (`mailroom inbox serve`) and the `mailroom inbox` commands.
+"""Inbound SMTP for expiring inboxes: the aiosmtpd server behind `mailroom inbox serve`.
 
 The server is a thin aiosmtpd front over the SQL API:
 - RCPT TO asks `mailroom.check_recipient` (unknown, deleted, expired → 550 5.1.1; over the plan's
@@ -13,22 +13,17 @@ The server is a thin aiosmtpd front over the SQL API:
 from __future__ import annotations
 
 import asyncio
-import json
-import signal
-import sys
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Annotated, Any, Optional
+from typing import Any
 
 import psycopg
-import typer
 from aiosmtpd.smtp import SMTP, Envelope, Session
 from psycopg.types.json import Jsonb
 from psycopg_pool import AsyncConnectionPool
 
-from mailroom.config import DatabaseUrlOption, resolve_database_url
-from mailroom.db import connect, connect_async
-from mailroom.errors import ConfigError, UserError, describe_db_error
+from mailroom.db import connect_async
+from mailroom.errors import UserError, describe_db_error
 from mailroom.log import get_logger
 from mailroom.mime import ParsedMessage, clean_text, parse_message
 
@@ -348,202 +343,3 @@ class InboundServer:
                 log.warning("stopping with %d delivery(ies) still running", handler.in_flight)
             await pool.close()
             log.info("stopped")
-
-
-# ----------------------------------------------------------------------------- CLI
-
-inbox_app = typer.Typer(
-    name="inbox",
-    help="Expiring inboxes: the inbound SMTP server and inbox management.",
-    no_args_is_help=True,
-    add_completion=False,
-)
-
-TokenOption = Annotated[
-    Optional[str],
-    typer.Option("--token", envvar="MAILROOM_SESSION_TOKEN", help="Session token of an anonymous inbox.",
-                 show_envvar=True),
-]
-OwnerTypeOption = Annotated[
-    Optional[str], typer.Option("--owner-type", help="Owner type for api/mcp inboxes (api or mcp).")
-]
-OwnerIdOption = Annotated[Optional[str], typer.Option("--owner-id", help="Owner id for api/mcp inboxes.")]
-JsonOption = Annotated[bool, typer.Option("--json", help="Print JSON instead of text.")]
-
-
-def _db_call(url: str, query: str, params: tuple) -> list[tuple]:
-    with connect(url, application_name="mailroom-inbox") as conn:
-        try:
-            cur = conn.execute(query, params)
-            return cur.fetchall()
-        except psycopg.Error as exc:
-            raise UserError(describe_db_error(exc)) from None
-
-
-def _print(obj: Any, as_json: bool) -> None:
-    if as_json:
-        print(json.dumps(obj, default=str))
-        return
-    for key, value in obj.items():
-        if value is not None:
-            print(f"{key}: {value}")
-
-
-@inbox_app.command("serve")
-def serve_cmd(
-    database_url: DatabaseUrlOption = None,
-    host: Annotated[str, typer.Option(help="Address to listen on.")] = "127.0.0.1",
-    port: Annotated[int, typer.Option(help="TCP port to listen on (0: any free port).")] = 2525,
-    max_recipients: Annotated[int, typer.Option(help="RCPT TO per message; more get 452.")] = 100,
-    idle_timeout: Annotated[float, typer.Option(help="Seconds a client may stay silent.")] = 300.0,
-    max_line_length: Annotated[int, typer.Option(help="Longest line in octets, CRLF excluded.")] = 1000,
-    max_message_size: Annotated[
-        Optional[int], typer.Option(help="SIZE to advertise (default: the largest plan limit).")
-    ] = None,
-    pool_size: Annotated[int, typer.Option(help="Database connections.")] = 4,
-) -> None:
-    """Run the inbound SMTP server that stores mail for open inboxes."""
-    if not 0 <= port <= 65535:
-        raise ConfigError(f"--port must be between 0 and 65535, got {port}")
-    for name, value in (("--max-recipients", max_recipients), ("--pool-size", pool_size),
-                        ("--max-line-length", max_line_length)):
-        if value < 1:
-            raise ConfigError(f"{name} must be at least 1, got {value}")
-    if idle_timeout <= 0:
-        raise ConfigError(f"--idle-timeout must be positive, got {idle_timeout}")
-    if max_message_size is not None and max_message_size < 1:
-        raise ConfigError(f"--max-message-size must be positive, got {max_message_size}")
-    url = resolve_database_url(database_url)
-    server = InboundServer(
-        url, host=host, port=port, max_recipients=max_recipients, idle_timeout=idle_timeout,
-        max_line_length=max_line_length, pool_size=pool_size, data_size_limit=max_message_size,
-    )
-
-    async def main() -> None:
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(sig, server.stop)
-        await server.run()
-
-    import logging
-
-    logging.getLogger("mail.log").setLevel(logging.WARNING)  # aiosmtpd logs addresses at INFO
-    asyncio.run(main())
-
-
-@inbox_app.command("create")
-def create_cmd(
-    database_url: DatabaseUrlOption = None,
-    plan: Annotated[str, typer.Option(help="Plan: free, pro, enterprise.")] = "free",
-    ttl: Annotated[Optional[int], typer.Option(help="TTL in minutes (default: the plan's; capped).")] = None,
-    owner_type: Annotated[str, typer.Option("--owner-type", help="anonymous, api or mcp.")] = "anonymous",
-    owner_id: OwnerIdOption = None,
-    as_json: JsonOption = False,
-) -> None:
-    """Create an inbox; prints its address, expires_at and (anonymous) session token."""
-    url = resolve_database_url(database_url)
-    rows = _db_call(
-        url,
-        "SELECT mailbox_id, address, expires_at, session_token FROM mailroom.create_mailbox(%s, %s, %s, %s)",
-        (ttl, plan, owner_type, owner_id),
-    )
-    mailbox_id, address, expires_at, token = rows[0]
-    _print(
-        {"mailbox_id": mailbox_id, "address": address, "expires_at": expires_at.isoformat(),
-         "session_token": token},
-        as_json,
-    )
-
-
-@inbox_app.command("list")
-def list_cmd(
-    address: Annotated[str, typer.Argument(help="Inbox address.")],
-    database_url: DatabaseUrlOption = None,
-    token: TokenOption = None,
-    owner_type: OwnerTypeOption = None,
-    owner_id: OwnerIdOption = None,
-    limit: Annotated[int, typer.Option(help="At most this many messages.")] = 100,
-    as_json: JsonOption = False,
-) -> None:
-    """List an inbox's messages (id, received_at, sender, subject)."""
-    url = resolve_database_url(database_url)
-    rows = _db_call(
-        url,
-        "SELECT message_id, received_at, envelope_from, subject, is_read, size_bytes"
-        " FROM mailroom.list_messages(%s, %s, %s, %s, %s)",
-        (address, token, owner_type, owner_id, limit),
-    )
-    if as_json:
-        for r in rows:
-            print(json.dumps({"message_id": r[0], "received_at": r[1].isoformat(), "envelope_from": r[2],
-                              "subject": r[3], "is_read": r[4], "size_bytes": r[5]}))
-        return
-    for r in rows:
-        print(f"{r[0]}\t{r[1].isoformat()}\t{r[2]}\t{'read' if r[4] else 'unread'}\t{r[3] or ''}")
-
-
-@inbox_app.command("read")
-def read_cmd(
-    address: Annotated[str, typer.Argument(help="Inbox address.")],
-    message_id: Annotated[int, typer.Argument(help="Message id from `inbox list`.")],
-    database_url: DatabaseUrlOption = None,
-    token: TokenOption = None,
-    owner_type: OwnerTypeOption = None,
-    owner_id: OwnerIdOption = None,
-    raw: Annotated[bool, typer.Option("--raw", help="Write the raw RFC 5322 bytes to stdout.")] = False,
-) -> None:
-    """Show one message (marks it read)."""
-    url = resolve_database_url(database_url)
-    rows = _db_call(
-        url,
-        "SELECT envelope_from, from_header, subject, text_body, html_body, attachments, raw"
-        " FROM mailroom.read_message(%s, %s, %s, %s, %s)",
-        (address, token, message_id, owner_type, owner_id),
-    )
-    envelope_from, from_header, subject, text_body, html_body, attachments, raw_bytes = rows[0]
-    if raw:
-        sys.stdout.buffer.write(bytes(raw_bytes))
-        sys.stdout.flush()
-        return
-    print(f"envelope-from: {envelope_from}")
-    print(f"from: {from_header or ''}")
-    print(f"subject: {subject or ''}")
-    for a in attachments:
-        print(f"attachment: {a.get('filename') or '(unnamed)'} {a.get('content_type')} {a.get('size')} bytes")
-    print()
-    print(text_body if text_body is not None else (html_body or ""))
-
-
-@inbox_app.command("extend")
-def extend_cmd(
-    address: Annotated[str, typer.Argument(help="Inbox address.")],
-    minutes: Annotated[int, typer.Argument(help="Minutes to add (capped by the plan).")],
-    database_url: DatabaseUrlOption = None,
-    token: TokenOption = None,
-    owner_type: OwnerTypeOption = None,
-    owner_id: OwnerIdOption = None,
-) -> None:
-    """Push an inbox's expiry later, within its plan's cap; prints the new expires_at."""
-    url = resolve_database_url(database_url)
-    rows = _db_call(url, "SELECT mailroom.extend_mailbox(%s, %s, %s, %s, %s)",
-                    (address, token, minutes, owner_type, owner_id))
-    print(f"expires_at: {rows[0][0].isoformat()}")
-
-
-@inbox_app.command("delete")
-def delete_cmd(
-    address: Annotated[str, typer.Argument(help="Inbox address.")],
-    database_url: DatabaseUrlOption = None,
-    token: TokenOption = None,
-    owner_type: OwnerTypeOption = None,
-    owner_id: OwnerIdOption = None,
-) -> None:
-    """Soft-delete an inbox: it stops accepting mail now; purge removes it later."""
-    url = resolve_database_url(database_url)
-    rows = _db_call(url, "SELECT mailroom.delete_mailbox(%s, %s, %s, %s)", (address, token, owner_type, owner_id))
-    print("deleted" if rows[0][0] else "already deleted")
-
-
-def register(app: typer.Typer) -> None:
-    """Add the `inbox` sub-commands to the root CLI."""
-    app.add_typer(inbox_app, name="inbox")
