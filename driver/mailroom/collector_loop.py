@@ -33,7 +33,7 @@ if TYPE_CHECKING:
 WAIT_SLICE = 0.2  # longest uninterrupted wait, so a signal is honoured within a second
 BACKOFF_FIRST = 0.1
 BACKOFF_CAP = 5.0
-APP_NAME = "mailroom collect"
+APP_NAME = "mailroom-collect"
 
 # Connection-level failures: reconnect and resume. Anything else from the database is fatal.
 RECONNECTABLE = (psycopg.OperationalError, psycopg.InterfaceError)

@@ -19,7 +19,7 @@ import psycopg
 
 KEY_HEX = "cafebabe" * 8
 KEY = bytes.fromhex(KEY_HEX)
-APP_NAME = "mailroom collect"
+APP_NAME = "mailroom-collect"
 ROOT = Path(__file__).resolve().parents[2]
 
 

@@ -236,7 +236,7 @@ def test_healthcheck_runs_when_idle(collectors, conn):
     c = running(collectors, mailroom_batch_timeout="100", mailroom_healthcheck_interval="200")
     time.sleep(0.8)
     queries = [q for (q,) in conn.execute(
-        "SELECT query FROM pg_stat_activity WHERE application_name = 'mailroom collect'")]
+        "SELECT query FROM pg_stat_activity WHERE application_name = 'mailroom-collect'")]
     assert "SELECT 1" in queries, queries  # else the LISTEN connection's last query is the settings check
     assert c.proc.poll() is None
 
@@ -256,7 +256,7 @@ def test_terminate_backend_reconnects_nothing_lost(collectors, conn):
     logins = create_accounts(conn, "pre", 5)
     records = c.records(5)
     killed = conn.execute(
-        "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE application_name = 'mailroom collect'"
+        "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE application_name = 'mailroom-collect'"
     ).fetchone()[0]
     assert killed == 2
     logins += create_accounts(conn, "post", 7)  # while it notices and reconnects
@@ -315,11 +315,11 @@ def test_commit_lost_after_write_is_not_written_twice(collectors, conn):
     c.wait_stderr("waiting for notifications")
     conn.execute(bulk_accounts_sql("win", 1000))  # one ~130 kB line: the write blocks on the full pipe
     deadline = time.monotonic() + 10
-    while not conn.execute("SELECT 1 FROM pg_stat_activity WHERE application_name = 'mailroom collect'"
+    while not conn.execute("SELECT 1 FROM pg_stat_activity WHERE application_name = 'mailroom-collect'"
                            " AND state = 'idle in transaction'").fetchone():
         assert time.monotonic() < deadline, c.stderr_text()
         time.sleep(0.05)
-    conn.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = 'mailroom collect'")
+    conn.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = 'mailroom-collect'")
     c.start_pump()  # the write completes, the COMMIT fails
     c.wait_stderr("connection lost while committing a written batch of 1000 tokens")
     c.wait_stderr("1000 tokens written before a lost commit were confirmed, not written again")

@@ -32,7 +32,7 @@ def test_terminate_then_server_restart_zero_lost_zero_duplicates(own_cluster):
             logins += create_accounts(conn, "a", 6)
             records = c.records(6)
             conn.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
-                         " WHERE application_name = 'mailroom collect'")
+                         " WHERE application_name = 'mailroom-collect'")
             logins += create_accounts(conn, "b", 5)
         c.wait_stderr("waiting for notifications", count=2)
 
