@@ -65,6 +65,20 @@ def test_demo_story_runs_end_to_end(cli, conn, db_url):
     assert statuses == {"sent": 1, "queued": 1}
 
 
+def test_demo_failing_midway_stops_what_it_started(cli, conn, db_url):
+    # break the story after the workers have started (a trigger of ours survives the demo's migrate)
+    conn.execute("CREATE FUNCTION public.refuse() RETURNS trigger LANGUAGE plpgsql AS"
+                 " $$BEGIN RAISE EXCEPTION 'accounts are closed today'; END$$")
+    conn.execute("CREATE TRIGGER refuse BEFORE INSERT ON mailroom.accounts FOR EACH ROW EXECUTE FUNCTION public.refuse()")
+    proc = cli("demo", "--pace", "0", timeout=120)
+    assert proc.returncode == 1
+    assert "Traceback" not in proc.stderr
+    assert proc.stderr.strip().splitlines()[-1].startswith("mailroom: error: ")
+    assert "accounts are closed today" in proc.stderr.strip().splitlines()[-1]
+    assert "started: `mailroom inbox serve" in proc.stdout
+    assert processes_with(db_url) == []
+
+
 @pytest.fixture
 def keys() -> dict[str, str]:
     return {"MAILROOM_SECRET_KEY": secrets.token_hex(32), "MAILROOM_ENCRYPTION_KEY": secrets.token_hex(32)}

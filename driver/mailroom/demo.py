@@ -25,7 +25,7 @@ from aiosmtpd.controller import Controller
 from mailroom import cluster as embedded
 from mailroom.config import DatabaseUrlOption, DataDirOption, default_home
 from mailroom.db import connect
-from mailroom.errors import UserError
+from mailroom.errors import UserError, describe_db_error
 from mailroom.migrate import migrate
 from mailroom.supervisor import Child, Supervisor
 
@@ -109,13 +109,16 @@ def demo(
     story.detail(f"migrations applied now: {len(result.applied)}, sql files: {result.sql_files}")
 
     relay = Controller(TempFailHandler(), hostname="127.0.0.1", port=free_port())
-    supervisor: Supervisor | None = None
+    started: list[Supervisor] = []  # filled as soon as the workers start, so a failure stops them too
     try:
         relay.start()
-        supervisor = _run_story(story, url, relay)
+        _run_story(story, url, relay, started)
+    except psycopg.Error as exc:
+        raise UserError(f"demo: step {story.n + 1} failed: {describe_db_error(exc)}") from None
     finally:
-        if supervisor is not None and not supervisor.stopping:
-            supervisor.stop()
+        for supervisor in started:
+            if not supervisor.stopping:
+                supervisor.stop()
         relay.stop()
         if started_cluster is not None:
             embedded.down(started_cluster.home)
@@ -123,7 +126,7 @@ def demo(
     story.step("done: every process the demo started has stopped")
 
 
-def _run_story(story: Story, url: str, relay: Controller) -> Supervisor:
+def _run_story(story: Story, url: str, relay: Controller, started: list[Supervisor]) -> None:
     secret_key = secrets.token_hex(32)
     encryption_key = secrets.token_hex(32)
     inbox_port = free_port()
@@ -157,6 +160,7 @@ def _run_story(story: Story, url: str, relay: Controller) -> Supervisor:
         Child("send", ["send"]),
     ]
     supervisor = Supervisor(children, env)
+    started.append(supervisor)
     supervisor.start(("127.0.0.1", inbox_port))
     with connect(url) as conn:
         story.wait("the collector and the sender to connect", lambda: one(
@@ -243,7 +247,6 @@ def _run_story(story: Story, url: str, relay: Controller) -> Supervisor:
     for child in children:
         if child.proc.returncode != 0:
             raise UserError(f"demo: {child.name} exited with code {child.proc.returncode}")
-    return supervisor
 
 
 def _try_rcpt(port: int, address: str) -> tuple[int, str]:
