@@ -106,13 +106,28 @@ def test_no_transaction_marker_allows_concurrent_index(empty_db, project):
     assert 9997 in [r[0] for r in ledger(empty_db)]
 
 
-def test_printed_bundle_applies_through_psql_and_is_recorded(empty_db, pg):
-    bundle = migrate.bundle(None)
-    proc = subprocess.run(["psql", "-X", "-q", empty_db], input=bundle, capture_output=True, text=True, timeout=120)
+def print_bundle(*flags: str, url: str | None = None) -> str:
+    env = {"PATH": "/usr/bin:/bin", **({"MAILROOM_DATABASE_URL": url} if url else {})}
+    proc = subprocess.run([sys.executable, "-m", "mailroom", "db", "migrate", "--print", *flags],
+                          env=env, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout
+
+
+def test_printed_bundle_applies_through_psql_and_is_recorded(empty_db, pg, tmp_path):
+    # as in the README: mailroom db migrate --print > bundle.sql; psql -v ON_ERROR_STOP=1 -f bundle.sql
+    bundle = tmp_path / "bundle.sql"
+    bundle.write_text(print_bundle("--offline"))
+    proc = subprocess.run(["psql", "-X", "-q", "-v", "ON_ERROR_STOP=1", "-f", str(bundle), empty_db],
+                          capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert ledger(empty_db) == ledger_of_fresh_build(pg)
     # the runner sees everything as applied and only re-applies sql/
     assert migrate.migrate(empty_db).applied == []
+    # against an up-to-date database the bundle holds no migration, only sql/
+    again = print_bundle(url=empty_db)
+    assert "-- migrations/" not in again
+    assert "-- sql/00_clock.sql" in again
 
 
 def ledger_of_fresh_build(pg) -> list[tuple]:
