@@ -12,7 +12,9 @@ The backlog is loaded with INSERT ... SELECT (the measured calls are the real SQ
 
 from __future__ import annotations
 
+import collections
 import os
+import re
 import socket
 import statistics
 import subprocess
@@ -70,14 +72,27 @@ def _sql_cycle(conn: psycopg.Connection, batch: int, total: int) -> float:
 
 
 class _Sink:
+    """Accepts everything and counts deliveries per Message-ID (the exactly-once check)."""
+
     def __init__(self) -> None:
         self.count = 0
+        self.ids: collections.Counter[bytes] = collections.Counter()
         self.lock = threading.Lock()
 
     async def handle_DATA(self, server, session, envelope):  # noqa: N802
+        match = _MESSAGE_ID.search(envelope.original_content or b"")
         with self.lock:
             self.count += 1
+            self.ids[match.group(1) if match else b""] += 1
         return "250 2.0.0 Ok"
+
+    def reset(self) -> None:
+        with self.lock:
+            self.count = 0
+            self.ids.clear()
+
+
+_MESSAGE_ID = re.compile(rb"^Message-ID:\s*(\S+)", re.M | re.I)
 
 
 def _free_port() -> int:
@@ -86,7 +101,8 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _end_to_end(conn: psycopg.Connection, url: str, processes: int, total: int) -> float:
+def _end_to_end(conn: psycopg.Connection, url: str, processes: int, total: int, sink: _Sink) -> float:
+    sink.reset()
     conn.execute("TRUNCATE mailroom.outbound_messages")
     _fill(conn, total)
     conn.execute("VACUUM ANALYZE mailroom.outbound_messages")
@@ -132,12 +148,16 @@ def run(url: str, quick: bool, progress: Callable[[str], None]) -> list[dict]:
                 rows.append(_row(f"SQL-only claim+finalize cycle, batch {batch}", rate, "msgs/s",
                                  f"{total} msgs, 1 worker, 2 commits per batch"))
 
-            total = 400 if quick else 4000
-            for procs in (1, 4):
+            for procs, total in ((1, 400 if quick else 4000), (4, 400 if quick else 10000)):
                 progress(f"end to end, {procs} sender process(es), {total} messages")
-                rate = _end_to_end(conn, url, procs, total)
+                rate = _end_to_end(conn, url, procs, total, sink)
                 rows.append(_row(f"end-to-end to aiosmtpd sink, {procs} sender(s)", rate, "msgs/s",
                                  f"{total} msgs, --concurrency 4 --batch-size 100 each, start-up included"))
+            distinct = len(sink.ids)
+            rows.append(_row(f"exactly once: {total} messages through 4 senders, duplicates received",
+                             sink.count - distinct, "messages",
+                             f"{sink.count} DATA received, {distinct} distinct Message-IDs, "
+                             f"{total - distinct} never received"))
 
             conn.execute("TRUNCATE mailroom.outbound_messages")
             have = 0

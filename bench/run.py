@@ -78,6 +78,8 @@ def machine(cluster: embedded.Cluster) -> list[tuple[str, str]]:
 
 
 def fmt(value: float) -> str:
+    if value == int(value) and abs(value) < 1e15:
+        return f"{int(value):,}"
     if value >= 100:
         return f"{value:,.0f}"
     if value >= 1:
