@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import math
 import os
 import platform
 import re
@@ -78,7 +79,9 @@ def machine(cluster: embedded.Cluster) -> list[tuple[str, str]]:
 
 
 def fmt(value: float) -> str:
-    if value == int(value) and abs(value) < 1e15:
+    if not math.isfinite(value):
+        return str(value)
+    if value == int(value):
         return f"{int(value):,}"
     if value >= 100:
         return f"{value:,.0f}"
