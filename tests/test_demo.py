@@ -8,6 +8,7 @@ import secrets
 import signal
 import socket
 import time
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -85,9 +86,12 @@ def keys() -> dict[str, str]:
 
 
 def test_run_starts_all_and_stops_on_sigterm(cli_popen, db_url, keys):
-    port = free_port()
-    proc = cli_popen("run", "--inbox-port", str(port), env=keys)
+    port, metrics = free_port(), free_port()
+    proc = cli_popen("run", "--inbox-port", str(port), "--metrics-port", str(metrics), env=keys)
     wait_listening(port)
+    wait_listening(metrics)
+    with urllib.request.urlopen(f"http://127.0.0.1:{metrics}/metrics", timeout=5) as resp:
+        assert b"mailroom_" in resp.read()
     deadline = time.monotonic() + 10
     while len(processes_with(db_url)) < 5 and time.monotonic() < deadline:
         time.sleep(0.1)

@@ -14,7 +14,7 @@ import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
-from typing import Annotated
+from typing import Annotated, Optional
 
 import typer
 
@@ -33,7 +33,10 @@ class Child:
     proc: subprocess.Popen | None = field(default=None, repr=False)
 
 
-def plan(inbox_host: str, inbox_port: int, *, collect: bool, send: bool, expire: bool, inbox: bool) -> list[Child]:
+def plan(
+    inbox_host: str, inbox_port: int, *, collect: bool, send: bool, expire: bool, inbox: bool,
+    metrics_port: int | None = None,
+) -> list[Child]:
     """Which commands to run, in start order (the inbox first, so relays pointing at it work)."""
     children = []
     if inbox:
@@ -41,7 +44,8 @@ def plan(inbox_host: str, inbox_port: int, *, collect: bool, send: bool, expire:
     if collect:
         children.append(Child("collect", ["collect", "--enqueue"]))
     if send:
-        children.append(Child("send", ["send"]))
+        metrics = ["--metrics-port", str(metrics_port)] if metrics_port is not None else []
+        children.append(Child("send", ["send", *metrics]))
     if expire:
         children.append(Child("expire", ["expire"]))
     return children
@@ -111,11 +115,15 @@ def run(
     collect: Annotated[bool, typer.Option("--collect/--no-collect", help="Run `mailroom collect --enqueue`.")] = True,
     send: Annotated[bool, typer.Option("--send/--no-send", help="Run `mailroom send`.")] = True,
     expire: Annotated[bool, typer.Option("--expire/--no-expire", help="Run `mailroom expire`.")] = True,
+    metrics_port: Annotated[
+        Optional[int], typer.Option(help="Prometheus metrics port of the sender (127.0.0.1); off by default.")
+    ] = None,
 ) -> None:
     """Run inbound SMTP, the collector (--enqueue), the sender and the expiry worker together."""
     url = resolve_database_url(database_url)
     env = dict(os.environ, MAILROOM_DATABASE_URL=url)
-    children = plan(inbox_host, inbox_port, collect=collect, send=send, expire=expire, inbox=inbox)
+    children = plan(inbox_host, inbox_port, collect=collect, send=send, expire=expire, inbox=inbox,
+                    metrics_port=metrics_port)
     if not children:
         raise UserError("nothing to run: every component is disabled", exit_code=2)
     sup = Supervisor(children, env)
