@@ -147,3 +147,12 @@ BEGIN
     END;
 END;
 $$;
+
+COMMENT ON FUNCTION mailroom._is_valid_address(text) IS
+'Internal: an RFC 5321 mailbox (dot-atom local part, LDH domain, length limits).';
+
+COMMENT ON FUNCTION mailroom._check_outbound_key(bytea) IS
+'Internal: raise MR314 unless the encryption key is NULL or 32 bytes.';
+
+COMMENT ON FUNCTION mailroom._smtp_password(bytea, bytea, text) IS
+'Internal: decrypt a relay password with the key the caller passes (NULL without one; MR315 wrong key).';

@@ -98,3 +98,9 @@ BEFORE UPDATE OF error_log ON mailroom.outbound_messages
 FOR EACH ROW
 WHEN (new.error_log IS DISTINCT FROM old.error_log)
 EXECUTE FUNCTION mailroom.trg_outbound_redact_error_log();
+
+COMMENT ON FUNCTION mailroom._redaction_tag(text) IS
+'Internal: the stable keyed tag <redacted:HASH> of one value (HMAC with the redaction pepper).';
+
+COMMENT ON FUNCTION mailroom.trg_outbound_redact_error_log() IS
+'Trigger: pass every error_log write through mailroom.redact_pii, whichever client writes it.';

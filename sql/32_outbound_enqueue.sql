@@ -184,3 +184,9 @@ COMMENT ON FUNCTION mailroom.enqueue_message(
     text, text[], text, text, text, text[], text[], jsonb, text, timestamptz
 ) IS
 'Validate and queue a message for a sender; same idempotency key returns the same id; NOTIFY mailroom_outbound (id).';
+
+COMMENT ON FUNCTION mailroom._check_recipients(text, text[]) IS
+'Internal: raise MR303 naming the position (never the value) of an invalid address.';
+
+COMMENT ON FUNCTION mailroom._check_extra_headers(jsonb) IS
+'Internal: raise MR308 unless extra headers are an object of valid names to single-line strings.';

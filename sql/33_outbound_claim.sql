@@ -153,3 +153,9 @@ BEGIN
     USING mailroom.clock(), p_limit, 'explain', interval '5 minutes', NULL::bytea;
 END;
 $$;
+
+COMMENT ON FUNCTION mailroom._claim_statement() IS
+'Internal: text of the claim statement, run with EXECUTE so each call is planned with its real LIMIT.';
+
+COMMENT ON FUNCTION mailroom._explain_claim(integer) IS
+'Internal: EXPLAIN of the exact claim statement (pgTAP checks it uses the partial index).';

@@ -43,7 +43,7 @@ AS $$
 $$;
 
 COMMENT ON FUNCTION mailroom._retry_delay(integer) IS
-'Delay before retry number p_attempts, per settings outbound.backoff_*.';
+'Internal: delay before retry number p_attempts, per settings outbound.backoff_*.';
 
 CREATE OR REPLACE FUNCTION mailroom._log_line(
     p_now timestamptz, p_attempt integer, p_outcome text, p_text text
@@ -320,3 +320,9 @@ $$;
 
 COMMENT ON FUNCTION mailroom.reap_stuck_messages(interval) IS
 'Return processing rows whose lease expired (or claimed longer ago than p_older_than) to queued, or failed; flags possibly_sent.';
+
+COMMENT ON FUNCTION mailroom._classify_outcome(text, integer, text) IS
+'Internal: sent, transient or permanent, by RFC 3463 enhanced code first, then RFC 5321 reply code.';
+
+COMMENT ON FUNCTION mailroom._log_line(timestamptz, integer, text, text) IS
+'Internal: one error_log line (UTC time, attempt, outcome, reply text); redacted by trigger.';

@@ -265,3 +265,6 @@ $$;
 
 COMMENT ON FUNCTION mailroom.purge_sent_messages(timestamptz, integer) IS
 'Delete up to p_batch sent messages sent before p_before; call until it returns 0.';
+
+COMMENT ON FUNCTION mailroom._check_outbound_status(text) IS
+'Internal: raise MR343 unless the status filter is NULL or an outbound status.';
