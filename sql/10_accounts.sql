@@ -8,14 +8,11 @@ RETURNS boolean
 LANGUAGE sql
 IMMUTABLE
 AS $$
-    SELECT p_email IS NOT NULL
-        AND char_length(p_email) <= 254
-        AND char_length(split_part(p_email, '@', 1)) <= 64
-        AND p_email ~ (
-            '^[A-Za-z0-9.!#$%&''*+/=?^_`{|}~-]+'
-            || '@[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?'
-            || '(\.[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)+$'
-        );
+    -- the shared address rule (so every account email is sendable), plus a dotted domain
+    SELECT coalesce(
+        mailroom._is_valid_address(p_email) AND split_part(p_email, '@', 2) LIKE '%.%',
+        FALSE
+    );
 $$;
 
 COMMENT ON FUNCTION mailroom._valid_email(text) IS

@@ -1,22 +1,6 @@
 -- Sending identities: upsert_sender stores the relay settings, the password encrypted with
 -- pgcrypto under a key the caller passes (never stored); _smtp_password decrypts it for claim.
 
-CREATE OR REPLACE FUNCTION mailroom._is_valid_address(p_address text)
-RETURNS boolean
-LANGUAGE sql
-IMMUTABLE
-PARALLEL SAFE
-AS $fn$
-    -- ASCII dot-atom local part @ LDH domain (RFC 5321 mailbox without quoted strings
-    -- or address literals); at most 64 + 1 + 253 characters.
-    SELECT coalesce(
-        octet_length(p_address) <= 254
-        AND p_address ~ $re$^[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]+([.][A-Za-z0-9!#$%&'*+/=?^_`{|}~-]+)*@[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?([.][A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*$$re$
-        AND octet_length(split_part(p_address, '@', 1)) <= 64,
-        FALSE
-    );
-$fn$;
-
 CREATE OR REPLACE FUNCTION mailroom._check_outbound_key(p_key bytea)
 RETURNS void
 LANGUAGE plpgsql
@@ -147,9 +131,6 @@ BEGIN
     END;
 END;
 $$;
-
-COMMENT ON FUNCTION mailroom._is_valid_address(text) IS
-'Internal: an RFC 5321 mailbox (dot-atom local part, LDH domain, length limits).';
 
 COMMENT ON FUNCTION mailroom._check_outbound_key(bytea) IS
 'Internal: raise MR314 unless the encryption key is NULL or 32 bytes.';
