@@ -162,6 +162,34 @@ $$;
 COMMENT ON FUNCTION mailroom.show_outbound_message(bigint) IS
 'One message for operators: state, codes and the (already scrubbed) error_log; no addresses or bodies.';
 
+CREATE OR REPLACE FUNCTION mailroom._requeue_failed(p_id bigint DEFAULT null)
+RETURNS integer
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    v_count integer;
+BEGIN
+    UPDATE mailroom.outbound_messages AS m
+    SET
+        status = 'queued',
+        attempts = 0,
+        next_retry_at = NULL,
+        claim_token = NULL,
+        error_log = concat_ws(
+            E'\n', m.error_log,
+            to_char(mailroom.clock() AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"')
+            || ' retried by operator'
+        ),
+        updated_at = mailroom.clock()
+    WHERE m.status = 'failed' AND (p_id IS NULL OR m.id = p_id);
+    GET DIAGNOSTICS v_count = ROW_COUNT;
+    RETURN v_count;
+END;
+$$;
+
+COMMENT ON FUNCTION mailroom._requeue_failed(bigint) IS
+'Internal: failed message p_id (all failed ones when NULL) back to queued with a fresh attempt budget.';
+
 CREATE OR REPLACE FUNCTION mailroom.retry_message(p_id bigint)
 RETURNS bigint
 LANGUAGE plpgsql
@@ -183,19 +211,7 @@ BEGIN
             ERRCODE = 'MR341',
             MESSAGE = format('message %s is %s; only failed messages can be retried', p_id, v_status);
     END IF;
-    UPDATE mailroom.outbound_messages AS m
-    SET
-        status = 'queued',
-        attempts = 0,
-        next_retry_at = NULL,
-        claim_token = NULL,
-        error_log = concat_ws(
-            E'\n', m.error_log,
-            to_char(mailroom.clock() AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"')
-            || ' retried by operator'
-        ),
-        updated_at = mailroom.clock()
-    WHERE m.id = p_id;
+    PERFORM mailroom._requeue_failed(p_id);
     RETURN p_id;
 END;
 $$;
@@ -205,27 +221,9 @@ COMMENT ON FUNCTION mailroom.retry_message(bigint) IS
 
 CREATE OR REPLACE FUNCTION mailroom.retry_failed_messages()
 RETURNS integer
-LANGUAGE plpgsql
+LANGUAGE sql
 AS $$
-DECLARE
-    v_count integer;
-BEGIN
-    UPDATE mailroom.outbound_messages AS m
-    SET
-        status = 'queued',
-        attempts = 0,
-        next_retry_at = NULL,
-        claim_token = NULL,
-        error_log = concat_ws(
-            E'\n', m.error_log,
-            to_char(mailroom.clock() AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"')
-            || ' retried by operator'
-        ),
-        updated_at = mailroom.clock()
-    WHERE m.status = 'failed';
-    GET DIAGNOSTICS v_count = ROW_COUNT;
-    RETURN v_count;
-END;
+    SELECT mailroom._requeue_failed();
 $$;
 
 COMMENT ON FUNCTION mailroom.retry_failed_messages() IS
