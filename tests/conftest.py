@@ -1,6 +1,7 @@
 """Shared fixtures: one real PostgreSQL cluster per run, one fresh database per test.
 
 - `pg`: the run's cluster (reused from MAILROOM_TEST_CLUSTER_HOME when `make test` started one).
+- `private_cluster`: a cluster of the test's own, for tests that stop and start the server.
 - `template_db`: a database migrated from migrations/ + sql/ once per run.
 - `db_url`: a new database cloned from the template for each test (CREATE DATABASE … TEMPLATE).
 - `conn`: an autocommit psycopg connection to it.
@@ -34,6 +35,16 @@ def pg() -> Iterator[embedded.Cluster]:
         yield cluster
         return
     cluster = testing.start_cluster()
+    try:
+        yield cluster
+    finally:
+        testing.stop_cluster(cluster)
+
+
+@pytest.fixture
+def private_cluster() -> Iterator[embedded.Cluster]:
+    """A cluster of the test's own, for tests that stop and start the server."""
+    cluster = testing.start_cluster(prefix="mailroom-private-")
     try:
         yield cluster
     finally:

@@ -3,25 +3,14 @@
 from __future__ import annotations
 
 import psycopg
-import pytest
 from collector_support import Collector, assert_exactly_once, create_accounts
 
 from mailroom import cluster as embedded
-from mailroom import testing
 from mailroom.migrate import migrate
 
 
-@pytest.fixture
-def own_cluster():
-    cluster = testing.start_cluster(prefix="mailroom-collector-")
-    try:
-        yield cluster
-    finally:
-        testing.stop_cluster(cluster)
-
-
-def test_terminate_then_server_restart_zero_lost_zero_duplicates(own_cluster):
-    url = own_cluster.url()
+def test_terminate_then_server_restart_zero_lost_zero_duplicates(private_cluster):
+    url = private_cluster.url()
     migrate(url)
     bindir, run_as = embedded.find_bindir(), embedded.RunAs.detect()
     c = Collector(url, env={"MAILROOM_BATCH_LIMIT": "4", "MAILROOM_BATCH_TIMEOUT": "100"})
@@ -36,9 +25,9 @@ def test_terminate_then_server_restart_zero_lost_zero_duplicates(own_cluster):
             logins += create_accounts(conn, "b", 5)
         c.wait_stderr("waiting for notifications", count=2)
 
-        own_cluster.stop(bindir, run_as)  # fast shutdown: every backend gets terminated
+        private_cluster.stop(bindir, run_as)  # fast shutdown: every backend gets terminated
         c.wait_stderr("reconnecting (attempt 2)", timeout=15)  # it keeps trying while the server is down
-        own_cluster.start(bindir, run_as, fast=True)
+        private_cluster.start(bindir, run_as, fast=True)
         with psycopg.connect(url, autocommit=True) as conn:
             logins += create_accounts(conn, "c", 9)  # maybe before, maybe after it is back: both must work
         records += c.records(len(logins) - len(records), timeout=30)

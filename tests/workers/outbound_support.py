@@ -7,6 +7,7 @@ import asyncio
 import re
 import socket
 import threading
+import time
 from dataclasses import dataclass, field
 from email import message_from_bytes, policy
 
@@ -155,3 +156,12 @@ def row(conn: psycopg.Connection, message_id: int) -> dict:
 
 def counts(conn: psycopg.Connection) -> dict[str, int]:
     return dict(conn.execute("SELECT status::text, count(*) FROM mailroom.outbound_messages GROUP BY 1").fetchall())
+
+
+def wait_for(predicate, timeout=15.0, what="condition"):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(0.02)
+    raise AssertionError(f"timed out waiting for {what}")

@@ -6,16 +6,7 @@ import collections
 import signal
 import time
 
-from outbound_support import SEND_FLAGS, add_sender, counts, enqueue, enqueue_many
-
-
-def wait_for(predicate, timeout=15.0, what="condition"):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.02)
-    raise AssertionError(f"timed out waiting for {what}")
+from outbound_support import SEND_FLAGS, add_sender, counts, enqueue, enqueue_many, wait_for
 
 
 def test_sigkill_mid_batch_then_reap_delivers_everything(conn, cli, cli_popen, smtp_server):

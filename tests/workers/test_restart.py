@@ -10,30 +10,10 @@ import sys
 import time
 
 import psycopg
-import pytest
-from outbound_support import SEND_FLAGS, add_sender, counts, enqueue_many
+from outbound_support import SEND_FLAGS, add_sender, counts, enqueue_many, wait_for
 
 from mailroom import cluster as embedded
-from mailroom import testing
 from mailroom.migrate import migrate
-
-
-@pytest.fixture
-def own_cluster():
-    cluster = testing.start_cluster(prefix="mailroom-sender-")
-    try:
-        yield cluster
-    finally:
-        testing.stop_cluster(cluster)
-
-
-def wait_for(predicate, timeout=30.0, what="condition"):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def current_counts(url: str) -> dict[str, int]:
@@ -44,8 +24,8 @@ def current_counts(url: str) -> dict[str, int]:
         return {}
 
 
-def test_sender_survives_server_restart(own_cluster, smtp_server):
-    url = own_cluster.url()
+def test_sender_survives_server_restart(private_cluster, smtp_server):
+    url = private_cluster.url()
     migrate(url)
     server = smtp_server(delay=0.005)
     with psycopg.connect(url, autocommit=True) as conn:
@@ -60,12 +40,12 @@ def test_sender_survives_server_restart(own_cluster, smtp_server):
         env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
     )
     try:
-        wait_for(lambda: len(server.handler.received) >= 60, what="first deliveries")
+        wait_for(lambda: len(server.handler.received) >= 60, timeout=30, what="first deliveries")
         bindir, run_as = embedded.find_bindir(), embedded.RunAs.detect()
-        own_cluster.stop(bindir, run_as)  # fast shutdown: every backend is terminated mid-flow
+        private_cluster.stop(bindir, run_as)  # fast shutdown: every backend is terminated mid-flow
         time.sleep(1.0)
         assert proc.poll() is None, "the sender must keep running while the database is down"
-        own_cluster.start(bindir, run_as, fast=True)
+        private_cluster.start(bindir, run_as, fast=True)
         with psycopg.connect(url, autocommit=True) as conn:
             enqueue_many(conn, 100)  # work that arrives after the restart
         wait_for(lambda: current_counts(url) == {"sent": 400}, timeout=60, what="all 400 sent")
