@@ -116,11 +116,11 @@ def _line_of(text: str, exc: psycopg.Error) -> str:
     return f" line {text[: offset - 1].count(chr(10)) + 1}"
 
 
-def _fail(path: Path, text: str, exc: psycopg.Error) -> UserError:
+def _fail(path: Path, text: str, exc: psycopg.Error, consequence: str = "nothing from this file was applied") -> UserError:
     message = exc.diag.message_primary or str(exc).strip().splitlines()[0]
     sqlstate = f" (SQLSTATE {exc.sqlstate})" if exc.sqlstate else ""
     where = f"{path.parent.name}/{path.name}{_line_of(text, exc)}"
-    return UserError(f"{where}: {message}{sqlstate}; nothing from this file was applied")
+    return UserError(f"{where}: {message}{sqlstate}; {consequence}")
 
 
 def applied_versions(conn: psycopg.Connection) -> dict[int, tuple[str, str]]:
@@ -199,8 +199,7 @@ def _apply_sql(conn: psycopg.Connection, files: list[Path]) -> None:
                 with conn.transaction():
                     conn.execute(text.encode())
             except psycopg.Error as exc:
-                raise UserError(str(_fail(path, text, exc)).replace(
-                    "nothing from this file was applied", "sql/ was rolled back as a whole")) from None
+                raise _fail(path, text, exc, "sql/ was rolled back as a whole") from None
 
 
 def bundle(url: str | None, *, root: Path | None = None) -> str:
