@@ -86,6 +86,15 @@ def test_up_twice_url_status_down(home):
     assert "state:    stopped" in stopped.stdout
 
 
+def test_up_with_other_settings_while_running_says_so(home):
+    assert mailroom("db", "up", home=home).returncode == 0
+    other_port = mailroom("db", "up", "--port", "5999", home=home)
+    assert_one_line_error(other_port, "already runs on port 5432; `mailroom db down` first")
+    tcp = mailroom("db", "up", "--tcp", home=home)
+    assert_one_line_error(tcp, "runs without TCP")
+    assert mailroom("db", "up", "--port", "5432", home=home).returncode == 0
+
+
 def test_stale_pid_file_after_crash_is_handled(home):
     assert mailroom("db", "up", home=home).returncode == 0
     cluster = embedded.Cluster(home)

@@ -48,10 +48,12 @@ def up(
         _say("using MAILROOM_DATABASE_URL; migrating only")
     else:
         home = default_home(data_dir)
-        cluster = embedded.Cluster(home, port=port, tcp=tcp)
-        was_running = cluster.is_running()
-        if was_running and port is not None and port != cluster._load_config().get("port", port):
-            raise UserError(f"the cluster in {home} already runs on port {cluster.port}; `mailroom db down` first")
+        current = embedded.Cluster(home)  # as it was last started (port, TCP)
+        was_running = current.is_running()
+        if was_running and port is not None and port != current.port:
+            raise UserError(f"the cluster in {home} already runs on port {current.port}; `mailroom db down` first")
+        if was_running and tcp and not current.tcp:
+            raise UserError(f"the cluster in {home} runs without TCP; `mailroom db down`, then `mailroom db up --tcp`")
         cluster = embedded.up(home, port=port, tcp=tcp)
         _say(f"{'reusing running' if was_running else 'started'} cluster in {cluster.home} (port {cluster.port})")
         url = cluster.url()
