@@ -7,6 +7,10 @@
   (for CREATE INDEX CONCURRENTLY); statements are split at lines ending in `;`.
 - An applied file whose checksum changed stops the run before anything is applied.
 - Then sql/*.sql is re-applied in file-name order in one transaction (all idempotent).
+- Ownership: migrations up to ROLES_VERSION run as the connecting role (that one creates the
+  roles and hands every object to mailroom_owner); later migrations and the sql/ pass run under
+  SET LOCAL ROLE mailroom_owner, so every object is the owner's. A migration whose first lines
+  hold `-- mailroom:as-migrator` runs as the connecting role (role and grant work).
 """
 
 from __future__ import annotations
@@ -24,6 +28,9 @@ from mailroom.errors import UserError
 
 LOCK_KEY = 7_305_853_001  # pg_advisory_lock key of the migration runner
 NO_TRANSACTION_MARKER = "-- mailroom:no-transaction"
+AS_MIGRATOR_MARKER = "-- mailroom:as-migrator"
+ROLES_VERSION = 50  # migrations/0050_roles.sql: from here on, objects belong to mailroom_owner
+OWNER_ROLE = "mailroom_owner"
 _NAME = re.compile(r"^(\d{4})_[a-z0-9_]+\.sql$")
 
 BOOTSTRAP = """\
@@ -61,7 +68,23 @@ class Migration:
 
     @property
     def transactional(self) -> bool:
-        return not self.text.startswith(NO_TRANSACTION_MARKER)
+        return NO_TRANSACTION_MARKER not in _markers(self.text)
+
+    @property
+    def as_owner(self) -> bool:
+        """Whether the file runs under SET ROLE mailroom_owner (see the module docstring)."""
+        return self.version > ROLES_VERSION and AS_MIGRATOR_MARKER not in _markers(self.text)
+
+
+def _markers(text: str) -> set[str]:
+    """The `-- mailroom:…` marker lines at the top of a file (before its first statement)."""
+    found = set()
+    for line in text.splitlines():
+        if not line.startswith("--"):
+            break
+        if line.startswith("-- mailroom:"):
+            found.add(line.strip())
+    return found
 
 
 def load_migrations(root: Path | None = None) -> list[Migration]:
@@ -181,11 +204,21 @@ def _apply_migration(conn: psycopg.Connection, m: Migration) -> None:
     try:
         if m.transactional:
             with conn.transaction():
+                if m.as_owner:
+                    conn.execute(f"SET LOCAL ROLE {OWNER_ROLE}")
                 conn.execute(m.text.encode())
+                if m.as_owner:
+                    conn.execute("RESET ROLE")
                 _record(conn, m)
         else:
-            for stmt in split_statements(m.text):
-                conn.execute(stmt.encode())
+            if m.as_owner:
+                conn.execute(f"SET ROLE {OWNER_ROLE}")
+            try:
+                for stmt in split_statements(m.text):
+                    conn.execute(stmt.encode())
+            finally:
+                if m.as_owner and not conn.broken:
+                    conn.execute("RESET ROLE")
             _record(conn, m)
     except psycopg.Error as exc:
         raise _fail(m.path, m.text, exc) from None
@@ -193,6 +226,7 @@ def _apply_migration(conn: psycopg.Connection, m: Migration) -> None:
 
 def _apply_sql(conn: psycopg.Connection, files: list[Path]) -> None:
     with conn.transaction():
+        conn.execute(f"SET LOCAL ROLE {OWNER_ROLE}")
         for path in files:
             text = path.read_text()
             try:
@@ -231,11 +265,16 @@ def bundle(url: str | None, *, root: Path | None = None) -> str:
         )
         out.append(f"\n-- migrations/{m.name}")
         if m.transactional:
-            out += ["BEGIN;", m.text.rstrip(), record, "COMMIT;"]
+            role = [f"SET LOCAL ROLE {OWNER_ROLE};"] if m.as_owner else []
+            reset = ["RESET ROLE;"] if m.as_owner else []
+            out += ["BEGIN;", *role, m.text.rstrip(), *reset, record, "COMMIT;"]
+        elif m.as_owner:
+            out += [f"SET ROLE {OWNER_ROLE};", m.text.rstrip(), "RESET ROLE;", record]
         else:
             out += [m.text.rstrip(), record]
-    out.append("\n-- sql/ (idempotent, re-applied on every migrate)")
+    out.append("\n-- sql/ (idempotent, re-applied on every migrate), as the owner of every object")
     out.append("BEGIN;")
+    out.append(f"SET LOCAL ROLE {OWNER_ROLE};")
     for path in load_sql_files(root):
         out += [f"-- sql/{path.name}", path.read_text().rstrip()]
     out.append("COMMIT;")

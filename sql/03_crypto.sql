@@ -1,0 +1,85 @@
+-- Cryptography: every call into pgcrypto goes through these wrappers. They name the schema
+-- pgcrypto is installed in (looked up when this file runs), so no mailroom function depends on
+-- the caller's search_path to find hmac() or digest().
+
+DO $crypto$
+DECLARE
+    v_schema text := (
+        SELECT e.extnamespace::pg_catalog.regnamespace::text
+        FROM pg_catalog.pg_extension AS e
+        WHERE e.extname = 'pgcrypto'
+    );
+BEGIN
+    IF v_schema IS NULL THEN
+        RAISE EXCEPTION USING
+            ERRCODE = 'MR002',
+            MESSAGE = 'the pgcrypto extension is not installed in this database',
+            HINT = 'CREATE EXTENSION pgcrypto (a trusted extension: the database owner may create it).';
+    END IF;
+    EXECUTE format($f$
+        CREATE OR REPLACE FUNCTION mailroom._random_bytes(p_count integer)
+        RETURNS bytea
+        LANGUAGE sql
+        VOLATILE
+        STRICT
+        PARALLEL SAFE
+        SET search_path = pg_catalog, pg_temp
+        AS 'SELECT %1$s.gen_random_bytes(p_count)'
+    $f$, v_schema);
+    EXECUTE format($f$
+        CREATE OR REPLACE FUNCTION mailroom._digest(p_data bytea, p_algorithm text)
+        RETURNS bytea
+        LANGUAGE sql
+        IMMUTABLE
+        STRICT
+        PARALLEL SAFE
+        SET search_path = pg_catalog, pg_temp
+        AS 'SELECT %1$s.digest(p_data, p_algorithm)'
+    $f$, v_schema);
+    EXECUTE format($f$
+        CREATE OR REPLACE FUNCTION mailroom._hmac(p_data bytea, p_key bytea, p_algorithm text)
+        RETURNS bytea
+        LANGUAGE sql
+        IMMUTABLE
+        STRICT
+        PARALLEL SAFE
+        SET search_path = pg_catalog, pg_temp
+        AS 'SELECT %1$s.hmac(p_data, p_key, p_algorithm)'
+    $f$, v_schema);
+    EXECUTE format($f$
+        CREATE OR REPLACE FUNCTION mailroom._pgp_sym_encrypt(p_data text, p_password text, p_options text)
+        RETURNS bytea
+        LANGUAGE sql
+        VOLATILE
+        STRICT
+        PARALLEL SAFE
+        SET search_path = pg_catalog, pg_temp
+        AS 'SELECT %1$s.pgp_sym_encrypt(p_data, p_password, p_options)'
+    $f$, v_schema);
+    EXECUTE format($f$
+        CREATE OR REPLACE FUNCTION mailroom._pgp_sym_decrypt(p_data bytea, p_password text)
+        RETURNS text
+        LANGUAGE sql
+        IMMUTABLE
+        STRICT
+        PARALLEL SAFE
+        SET search_path = pg_catalog, pg_temp
+        AS 'SELECT %1$s.pgp_sym_decrypt(p_data, p_password)'
+    $f$, v_schema);
+END;
+$crypto$;
+
+COMMENT ON FUNCTION mailroom._random_bytes(integer) IS
+'Internal: p_count bytes from pgcrypto''s CSPRNG (gen_random_bytes, schema-qualified).';
+
+COMMENT ON FUNCTION mailroom._digest(bytea, text) IS
+'Internal: pgcrypto digest(), schema-qualified.';
+
+COMMENT ON FUNCTION mailroom._hmac(bytea, bytea, text) IS
+'Internal: pgcrypto hmac(), schema-qualified.';
+
+COMMENT ON FUNCTION mailroom._pgp_sym_encrypt(text, text, text) IS
+'Internal: pgcrypto pgp_sym_encrypt(), schema-qualified.';
+
+COMMENT ON FUNCTION mailroom._pgp_sym_decrypt(bytea, text) IS
+'Internal: pgcrypto pgp_sym_decrypt(), schema-qualified.';
