@@ -23,9 +23,9 @@ import time
 import traceback
 from pathlib import Path
 
-from mailroom import cluster as embedded
 from mailroom import testing
-from mailroom.db import connect
+from mailroom.db import cluster as embedded
+from mailroom.db.connect import connect
 
 AREAS = ("accounts", "collector", "inboxes", "outbound")
 HERE = Path(__file__).resolve().parent

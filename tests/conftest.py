@@ -20,8 +20,8 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from mailroom import cluster as embedded
 from mailroom import testing
+from mailroom.db import cluster as embedded
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -1,42 +1,69 @@
-"""The `mailroom` command: a root typer app that each driver module adds its commands to."""
+"""The `mailroom` command: a root group that loads each area's typer commands only when used.
+
+`mailroom collect` imports the accounts area and nothing of the others (`mailroom --help`
+imports them all to render their help).
+"""
 
 from __future__ import annotations
 
 import importlib
 import sys
+from typing import Any
 
-import typer
+from typer.core import TyperGroup
 
-from mailroom.errors import UserError
+from mailroom.core.errors import UserError
 
-app = typer.Typer(
+# name -> (module, attribute holding the typer app, command inside it or None for a group)
+COMMANDS: dict[str, tuple[str, str, str | None]] = {
+    "db": ("mailroom.db.cli", "db_app", None),
+    "collect": ("mailroom.accounts.cli", "app", "collect"),
+    "inbox": ("mailroom.inboxes.cli", "inbox_app", None),
+    "expire": ("mailroom.inboxes.cli", "app", "expire"),
+    "send": ("mailroom.outbound.cli", "app", "send"),
+    "outbound": ("mailroom.outbound.cli", "outbound", None),
+    "run": ("mailroom.ops.cli", "app", "run"),
+    "demo": ("mailroom.ops.cli", "app", "demo"),
+    "doctor": ("mailroom.ops.cli", "app", "doctor"),
+}
+
+
+def load_command(name: str) -> Any:
+    """Import one area's typer app and return the click command for `name`."""
+    import typer.main
+
+    module, attribute, command = COMMANDS[name]
+    typer_app = getattr(importlib.import_module(module), attribute)
+    if command is None:
+        group = typer.main.get_group(typer_app)
+        group.name = name
+        return group
+    return typer.main.get_group(typer_app).commands[command]
+
+
+class LazyGroup(TyperGroup):
+    """A typer group whose sub-commands are imported on first use (help imports them all)."""
+
+    def list_commands(self, ctx: Any) -> list[str]:
+        return list(COMMANDS)
+
+    def get_command(self, ctx: Any, cmd_name: str) -> Any:
+        if cmd_name not in COMMANDS:
+            return None
+        return load_command(cmd_name)
+
+
+app = LazyGroup(
     name="mailroom",
     help="mailroom: a PostgreSQL-native mail lifecycle engine.",
     no_args_is_help=True,
-    add_completion=False,
-    pretty_exceptions_enable=False,
 )
-
-# Each module exposes register(app); the order is the order of `mailroom --help`.
-COMMAND_MODULES = (
-    "mailroom.cluster_cli",
-    "mailroom.collector",
-    "mailroom.inbox_cli",
-    "mailroom.expiry",
-    "mailroom.sender",
-    "mailroom.outbound",
-    "mailroom.supervisor",
-    "mailroom.demo",
-)
-
-for _name in COMMAND_MODULES:
-    importlib.import_module(_name).register(app)
 
 
 def main() -> None:
     """Entry point: run the app, turning UserError into one line and an exit code."""
     try:
-        app(standalone_mode=True)
+        app.main(prog_name="mailroom", standalone_mode=True)
     except UserError as exc:
         print(f"mailroom: error: {exc}", file=sys.stderr)
         sys.exit(exc.exit_code)

@@ -17,10 +17,10 @@ from pathlib import Path
 
 from psycopg import sql
 
-from mailroom import cluster as embedded
-from mailroom.db import connect
-from mailroom.errors import UserError
-from mailroom.migrate import migrate, project_root
+from mailroom.core.errors import UserError
+from mailroom.db import cluster as embedded
+from mailroom.db.connect import connect
+from mailroom.db.migrate import migrate, project_root
 
 CLUSTER_ENV = "MAILROOM_TEST_CLUSTER_HOME"
 

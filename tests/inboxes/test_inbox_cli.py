@@ -53,14 +53,15 @@ def test_text_output_and_api_owner(cli):
 
 
 def test_errors_are_one_line(cli, conn):
+    # bad input exits 2 (usage), a mailbox that is not there exits 1 (mailroom.core.errors.kind_of)
     cases = [
-        (("inbox", "create", "--ttl", "0"), "TTL must be a positive number of minutes, got 0 (SQLSTATE MR202)"),
-        (("inbox", "create", "--plan", "gold"), "unknown plan 'gold' (SQLSTATE MR201)"),
-        (("inbox", "list", "nobody@mailroom.test", "--token", "x"), "mailbox not found (SQLSTATE MR203)"),
+        (("inbox", "create", "--ttl", "0"), "TTL must be a positive number of minutes, got 0 (SQLSTATE MR202)", 2),
+        (("inbox", "create", "--plan", "gold"), "unknown plan 'gold' (SQLSTATE MR201)", 2),
+        (("inbox", "list", "nobody@mailroom.test", "--token", "x"), "mailbox not found (SQLSTATE MR203)", 1),
     ]
-    for args, message in cases:
+    for args, message, code in cases:
         result = cli(*args)
-        assert result.returncode == 1, result
+        assert result.returncode == code, result
         assert result.stderr == f"mailroom: error: {message}\n"
     address = conn.execute("SELECT address FROM mailroom.create_mailbox()").fetchone()[0]
     result = cli("inbox", "list", address, "--token", "wrong")

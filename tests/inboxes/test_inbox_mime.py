@@ -7,7 +7,7 @@ from email.message import EmailMessage
 
 import pytest
 
-from mailroom.mime import clean_text, parse_message
+from mailroom.inboxes.mime import clean_text, parse_message
 
 
 def test_alternative_with_attachments():

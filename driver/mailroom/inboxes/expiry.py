@@ -1,10 +1,11 @@
-"""`mailroom expire`: the expiry worker.
+"""The expiry worker behind `mailroom expire`.
 
 Every --interval it calls mailroom.expire_mailboxes() batch after batch (each batch its own short
 transaction) until nothing is due, then mailroom.purge_mailboxes(--purge-after) the same way. With
 --wake-on-due (default) it also wakes when the next inbox is due, like a delay queue:
-mailroom.seconds_until_next_expiry() reads the partial index of active inboxes, and a listener
-thread re-reads it when NOTIFY mailroom_expiry_schedule says a sooner inbox was created.
+mailroom.seconds_until_next_expiry() reads the partial index of active inboxes, and the listener
+(mailroom.db.listen) re-reads it when NOTIFY mailroom_expiry_schedule says a sooner inbox was
+created; without one (a transaction pooler) the --interval sweep still finds every due inbox.
 
 All rules (what is due, retention, locking) live in SQL; rows are claimed with FOR UPDATE SKIP
 LOCKED, so any number of workers can run at once without doing the same work twice or waiting on
@@ -14,34 +15,20 @@ failed cycle is logged and the next one runs.
 
 from __future__ import annotations
 
-import re
-import signal
 import threading
 import time
 from datetime import timedelta
-from typing import Annotated, Optional
 
 import psycopg
-import typer
 
-from mailroom.config import DatabaseUrlOption, resolve_database_url
-from mailroom.db import connect
-from mailroom.errors import ConfigError, UserError, describe_db_error
-from mailroom.log import get_logger
+from mailroom.core.errors import UserError, describe_db_error
+from mailroom.core.log import get_logger
+from mailroom.db.connect import connect
+from mailroom.db.listen import Listener
 
 log = get_logger("expire")
 
 MIN_WAIT = 0.2
-_UNITS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d|w)?\s*$")
-
-
-def parse_duration(flag: str, text: str) -> timedelta:
-    """'60s', '5m', '7d', '1.5h', '90' (seconds) → timedelta; ConfigError (exit 2) when bad."""
-    match = _DURATION.match(text or "")
-    if not match:
-        raise ConfigError(f"{flag} must be a duration like 60s, 5m, 2h or 7d, got {text!r}")
-    return timedelta(seconds=float(match.group(1)) * _UNITS[match.group(2) or "s"])
 
 
 class ExpiryWorker:
@@ -56,8 +43,10 @@ class ExpiryWorker:
         batch: int | None = None,
         purge_batch: int | None = None,
         wake_on_due: bool = True,
+        listen_url: str | None = None,
     ) -> None:
         self.url = url
+        self.listen_url = listen_url
         self.wake_on_due = wake_on_due
         self.interval = interval
         self.purge_after = purge_after
@@ -110,8 +99,12 @@ class ExpiryWorker:
         )
         listener = None
         if self.wake_on_due and not once:
-            listener = threading.Thread(target=self._listen, name="expiry-schedule", daemon=True)
-            listener.start()
+            # notifications may have been missed while it was away: re-read the schedule then
+            listener = Listener(
+                self.listen_url, ["mailroom_expiry_schedule"], name="mailroom-expire-listen", log=log,
+                on_notify=lambda _c, _p: self.wake.set(), on_connect=self.wake.set,
+                poll_hint=f"sweeping every {self.interval:g}s",
+            ).start()
         try:
             while not self.stop_event.is_set():
                 started = time.monotonic()
@@ -131,7 +124,7 @@ class ExpiryWorker:
             self.stop_event.set()
             self._close()
             if listener is not None:
-                listener.join(timeout=2)
+                listener.stop()
             log.info("stopped (expired %d, purged %d)", self.total_expired, self.total_purged)
 
     def _sleep(self, cycle_deadline: float) -> None:
@@ -162,72 +155,9 @@ class ExpiryWorker:
         # The floor keeps a due-but-locked inbox (skipped by SKIP LOCKED) from turning this into a busy loop.
         return max(MIN_WAIT, seconds + 0.001)
 
-    def _listen(self) -> None:
-        """Thread: LISTEN mailroom_expiry_schedule and set the wake event on each notification."""
-        failing = False
-        while not self.stop_event.is_set():
-            try:
-                with connect(self.url, application_name="mailroom-expire-listen") as conn:
-                    conn.execute("LISTEN mailroom_expiry_schedule")
-                    if failing:
-                        log.info("schedule listener reconnected")
-                        failing = False
-                    self.wake.set()  # notifications may have been missed meanwhile: re-read the schedule
-                    while not self.stop_event.is_set():
-                        for _ in conn.notifies(timeout=0.5, stop_after=1):
-                            self.wake.set()
-            except (psycopg.Error, UserError) as exc:
-                if not failing:
-                    text = describe_db_error(exc) if isinstance(exc, psycopg.Error) else str(exc)
-                    log.warning("schedule listener: %s (falling back to --interval)", text)
-                    failing = True
-                self.stop_event.wait(min(self.interval, 5.0))
-
     def _close(self) -> None:
         if self._conn is not None:
             try:
                 self._conn.close()
             finally:
                 self._conn = None
-
-
-def register(app: typer.Typer) -> None:
-    """Add `mailroom expire` to the root CLI."""
-
-    @app.command("expire")
-    def expire_cmd(
-        database_url: DatabaseUrlOption = None,
-        interval: Annotated[str, typer.Option(help="Time between cycles (60s, 5m, ...).")] = "60s",
-        purge_after: Annotated[
-            str, typer.Option(help="Hard-delete inboxes inactive for longer than this (7d; 'never' to keep).")
-        ] = "7d",
-        batch: Annotated[
-            Optional[int], typer.Option(help="Mailboxes expired per transaction (default: setting inbox.expire_batch).")
-        ] = None,
-        purge_batch: Annotated[
-            Optional[int], typer.Option(help="Mailboxes purged per transaction (default: setting inbox.purge_batch).")
-        ] = None,
-        once: Annotated[bool, typer.Option("--once", help="Run one cycle, print counts, exit.")] = False,
-        wake_on_due: Annotated[
-            bool, typer.Option("--wake-on-due/--no-wake-on-due",
-                               help="Wake when the next inbox is due if that is sooner than --interval.")
-        ] = True,
-    ) -> None:
-        """Expire due inboxes and purge old inactive ones, every --interval (safe with many workers)."""
-        every = parse_duration("--interval", interval).total_seconds()
-        if every <= 0:
-            raise ConfigError("--interval must be positive")
-        retention = None if purge_after.strip().lower() in ("never", "off", "none") else parse_duration(
-            "--purge-after", purge_after
-        )
-        for name, value in (("--batch", batch), ("--purge-batch", purge_batch)):
-            if value is not None and value < 1:
-                raise ConfigError(f"{name} must be at least 1, got {value}")
-        url = resolve_database_url(database_url)
-        worker = ExpiryWorker(url, interval=every, purge_after=retention, batch=batch, purge_batch=purge_batch,
-                              wake_on_due=wake_on_due)
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            signal.signal(sig, lambda *_: worker.stop())
-        worker.run(once=once)
-        if once:
-            print(f"expired={worker.total_expired} purged={worker.total_purged}")

@@ -1,4 +1,4 @@
-"""`mailroom demo`: the whole story on real processes and real protocols on 127.0.0.1.
+"""The story behind `mailroom demo`: real processes and real protocols on 127.0.0.1.
 
 inbox → account → activation token collected → email queued → claimed and sent over SMTP
 → delivered into the temporary inbox → link read back and consumed → account active →
@@ -16,18 +16,18 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
-from typing import Annotated, Any
+from pathlib import Path
+from typing import Any
 
 import psycopg
-import typer
 from aiosmtpd.controller import Controller
 
-from mailroom import cluster as embedded
-from mailroom.config import DatabaseUrlOption, DataDirOption, default_home
-from mailroom.db import connect
-from mailroom.errors import UserError, describe_db_error
-from mailroom.migrate import migrate
-from mailroom.supervisor import Child, Supervisor
+from mailroom.core.errors import UserError, describe_db_error
+from mailroom.db import cluster as embedded
+from mailroom.db.config import default_home
+from mailroom.db.connect import connect
+from mailroom.db.migrate import migrate
+from mailroom.ops.supervisor import Child, Supervisor
 
 DEMO_SENDER = "mailroom-demo"
 FLAKY_SENDER = "mailroom-demo-flaky"
@@ -83,15 +83,7 @@ def one(conn: psycopg.Connection, query: str, params: tuple = ()) -> Any:
     return row[0] if row else None
 
 
-def register(app: typer.Typer) -> None:
-    app.command("demo")(demo)
-
-
-def demo(
-    database_url: DatabaseUrlOption = None,
-    data_dir: DataDirOption = None,
-    pace: Annotated[float, typer.Option(help="Seconds to pause after each step (0 for none).")] = 0.4,
-) -> None:
+def run_demo(database_url: str | None, data_dir: Path | None, pace: float) -> None:
     """Run the end-to-end story on the embedded cluster (or MAILROOM_DATABASE_URL) and stop everything."""
     story = Story(pace)
     started_cluster: embedded.Cluster | None = None

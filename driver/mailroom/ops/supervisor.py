@@ -1,4 +1,4 @@
-"""`mailroom run`: start the inbound SMTP server, the collector, the sender and the expiry worker.
+"""The supervisor behind `mailroom run`: the inbound SMTP server, the collector, the sender and the expiry worker.
 
 Each child is the same CLI command an operator would run on its own; the supervisor only
 starts them, forwards SIGTERM/SIGINT, and stops the others when one of them dies (exit 1),
@@ -14,13 +14,9 @@ import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
-from typing import Annotated, Optional
 
-import typer
-
-from mailroom.config import DatabaseUrlOption, resolve_database_url
-from mailroom.errors import UserError
-from mailroom.log import get_logger
+from mailroom.core.errors import UserError
+from mailroom.core.log import get_logger
 
 log = get_logger("run")
 STOP_GRACE_SECONDS = 10.0
@@ -103,24 +99,18 @@ class Supervisor:
             log.info("%s exited with code %s", child.name, child.proc.returncode)
 
 
-def register(app: typer.Typer) -> None:
-    app.command("run")(run)
-
-
-def run(
-    database_url: DatabaseUrlOption = None,
-    inbox_host: Annotated[str, typer.Option(help="Inbound SMTP listen address.")] = "127.0.0.1",
-    inbox_port: Annotated[int, typer.Option(help="Inbound SMTP port.")] = 2525,
-    inbox: Annotated[bool, typer.Option("--inbox/--no-inbox", help="Run `mailroom inbox serve`.")] = True,
-    collect: Annotated[bool, typer.Option("--collect/--no-collect", help="Run `mailroom collect --enqueue`.")] = True,
-    send: Annotated[bool, typer.Option("--send/--no-send", help="Run `mailroom send`.")] = True,
-    expire: Annotated[bool, typer.Option("--expire/--no-expire", help="Run `mailroom expire`.")] = True,
-    metrics_port: Annotated[
-        Optional[int], typer.Option(help="Prometheus metrics port of the sender (127.0.0.1); off by default.")
-    ] = None,
-) -> None:
-    """Run inbound SMTP, the collector (--enqueue), the sender and the expiry worker together."""
-    url = resolve_database_url(database_url)
+def run_all(
+    url: str,
+    *,
+    inbox_host: str,
+    inbox_port: int,
+    inbox: bool,
+    collect: bool,
+    send: bool,
+    expire: bool,
+    metrics_port: int | None,
+) -> int:
+    """Run inbound SMTP, the collector (--enqueue), the sender and the expiry worker; the exit code."""
     env = dict(os.environ, MAILROOM_DATABASE_URL=url)
     children = plan(inbox_host, inbox_port, collect=collect, send=send, expire=expire, inbox=inbox,
                     metrics_port=metrics_port)
@@ -142,9 +132,10 @@ def run(
             if dead is not None:
                 log.info("%s exited with code %s; stopping the others", dead.name, dead.proc.returncode)
                 sup.stop()
-                raise typer.Exit(1)
+                return 1
             time.sleep(0.1)
         log.info("signal %s received; stopping", signal.Signals(received[0]).name)
+        return 0
     finally:
         if not sup.stopping:
             sup.stop()

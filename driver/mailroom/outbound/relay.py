@@ -21,7 +21,7 @@ from typing import Any
 
 import aiosmtplib
 
-from mailroom.metrics import SenderMetrics
+from mailroom.outbound.metrics import SenderMetrics
 
 _ENHANCED = re.compile(r"^\s*([245]\.\d{1,3}\.\d{1,3})\b")
 

@@ -1,4 +1,4 @@
-"""`mailroom db …`: start, stop, inspect and migrate the database."""
+"""`mailroom db …`: the typer commands that start, stop, inspect and migrate the database."""
 
 from __future__ import annotations
 
@@ -8,11 +8,11 @@ from typing import Annotated, Optional
 
 import typer
 
-from mailroom import cluster as embedded
-from mailroom import migrate as runner
-from mailroom.config import DatabaseUrlOption, DataDirOption, default_home
-from mailroom.db import connect
-from mailroom.errors import UserError
+from mailroom.core.errors import UserError
+from mailroom.db import cluster as embedded
+from mailroom.db import migrate as runner
+from mailroom.db.config import DatabaseUrlOption, DataDirOption, default_home
+from mailroom.db.connect import connect
 
 db_app = typer.Typer(help="The database: embedded cluster or MAILROOM_DATABASE_URL.", no_args_is_help=True)
 
@@ -24,10 +24,6 @@ TcpOption = Annotated[
     Optional[bool],
     typer.Option("--tcp/--no-tcp", help="Also listen on 127.0.0.1 (default: unix socket only)."),
 ]
-
-
-def register(app: typer.Typer) -> None:
-    app.add_typer(db_app, name="db")
 
 
 def _say(message: str) -> None:
@@ -137,6 +133,6 @@ def url_cmd(
 
 
 def _url(database_url: str | None, data_dir) -> str:
-    from mailroom.config import resolve_database_url
+    from mailroom.db.config import resolve_database_url
 
     return resolve_database_url(database_url, data_dir)

@@ -1,4 +1,4 @@
-"""Where the database is: --database-url, MAILROOM_DATABASE_URL, or the embedded cluster."""
+"""Where the database is: --database-url, MAILROOM_DATABASE_URL, or the embedded cluster; where to LISTEN."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from mailroom.errors import ConfigError, UserError
+from mailroom.core.errors import ConfigError, UserError
 
 DatabaseUrlOption = Annotated[
     Optional[str],
@@ -16,6 +16,16 @@ DatabaseUrlOption = Annotated[
         "--database-url",
         envvar="MAILROOM_DATABASE_URL",
         help="libpq conninfo or URL of an existing server (default: the embedded cluster).",
+        show_envvar=True,
+    ),
+]
+
+ListenUrlOption = Annotated[
+    Optional[str],
+    typer.Option(
+        "--listen-url",
+        envvar="MAILROOM_LISTEN_URL",
+        help="Direct (not transaction-pooled) conninfo for LISTEN; default: the database URL; 'none': poll only.",
         show_envvar=True,
     ),
 ]
@@ -45,7 +55,7 @@ def resolve_database_url(database_url: str | None, data_dir: Path | None = None)
         if not database_url.strip():
             raise ConfigError("MAILROOM_DATABASE_URL is empty")
         return database_url
-    from mailroom.cluster import Cluster
+    from mailroom.db.cluster import Cluster
 
     cluster = Cluster(default_home(data_dir))
     if not cluster.is_running():
@@ -54,6 +64,18 @@ def resolve_database_url(database_url: str | None, data_dir: Path | None = None)
             "run `mailroom db up` or set MAILROOM_DATABASE_URL"
         )
     return cluster.url()
+
+
+def resolve_listen_url(listen_url: str | None, database_url: str) -> str | None:
+    """The conninfo a worker LISTENs on: the flag/env value, 'none' for none, else the database URL.
+
+    Through a transaction pooler the listener's self-test fails and the worker polls, so the
+    default is safe; a separate direct URL gives NOTIFY wake-ups behind a pooler."""
+    if listen_url is None:
+        return database_url
+    if listen_url.strip().lower() in ("none", "off", ""):
+        return None
+    return listen_url
 
 
 def hex_key(name: str, value: str | None, *, required: bool = True) -> bytes | None:

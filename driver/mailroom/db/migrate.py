@@ -11,6 +11,10 @@
   roles and hands every object to mailroom_owner); later migrations and the sql/ pass run under
   SET LOCAL ROLE mailroom_owner, so every object is the owner's. A migration whose first lines
   hold `-- mailroom:as-migrator` runs as the connecting role (role and grant work).
+- A file that had to change after release (it could not run somewhere, e.g. as a non-superuser)
+  lists the checksums it replaces: `-- mailroom:replaces-sha256 <hex>`. A database that applied
+  a listed version is accepted and re-recorded; the change must be harmless for it (a later
+  migration brings such databases to the same state).
 """
 
 from __future__ import annotations
@@ -23,12 +27,13 @@ from pathlib import Path
 
 import psycopg
 
-from mailroom.db import connect
-from mailroom.errors import UserError
+from mailroom.core.errors import UserError
+from mailroom.db.connect import connect
 
 LOCK_KEY = 7_305_853_001  # pg_advisory_lock key of the migration runner
 NO_TRANSACTION_MARKER = "-- mailroom:no-transaction"
 AS_MIGRATOR_MARKER = "-- mailroom:as-migrator"
+REPLACES_MARKER = "-- mailroom:replaces-sha256 "
 ROLES_VERSION = 50  # migrations/0050_roles.sql: from here on, objects belong to mailroom_owner
 OWNER_ROLE = "mailroom_owner"
 _NAME = re.compile(r"^(\d{4})_[a-z0-9_]+\.sql$")
@@ -71,10 +76,19 @@ class Migration:
         return NO_TRANSACTION_MARKER not in _markers(self.text)
 
     @property
+    def replaces(self) -> set[str]:
+        """sha256 values of earlier versions of this file that databases may have recorded."""
+        return {line[len(REPLACES_MARKER):].strip() for line in _markers(self.text) if line.startswith(REPLACES_MARKER)}
+
+    @property
     def as_owner(self) -> bool:
         """Whether the file runs under SET ROLE mailroom_owner (see the module docstring)."""
         return self.version > ROLES_VERSION and AS_MIGRATOR_MARKER not in _markers(self.text)
 
+
+def checksum_accepted(m: Migration, recorded: str) -> bool:
+    """Whether a recorded checksum matches the file, or a version the file says it replaces."""
+    return recorded == m.sha256 or recorded in m.replaces
 
 def _markers(text: str) -> set[str]:
     """The `-- mailroom:…` marker lines at the top of a file (before its first statement)."""
@@ -153,7 +167,7 @@ def applied_versions(conn: psycopg.Connection) -> dict[int, tuple[str, str]]:
 
 def check_checksums(migrations: list[Migration], applied: dict[int, tuple[str, str]]) -> None:
     for m in migrations:
-        if m.version in applied and applied[m.version][1] != m.sha256:
+        if m.version in applied and not checksum_accepted(m, applied[m.version][1]):
             raise UserError(
                 f"migrations/{m.name} was edited after it was applied (recorded sha256 "
                 f"{applied[m.version][1][:12]}…, file {m.sha256[:12]}…); "
@@ -179,6 +193,7 @@ def migrate(url: str, *, upto: int | None = None, apply_sql: bool = True, root: 
             conn.execute(BOOTSTRAP)
             applied = applied_versions(conn)
             check_checksums(migrations, applied)
+            _rerecord_replaced(conn, migrations, applied)
             for m in migrations:
                 if m.version in applied:
                     continue
@@ -191,6 +206,12 @@ def migrate(url: str, *, upto: int | None = None, apply_sql: bool = True, root: 
             if not conn.closed and not conn.broken:
                 conn.execute("SELECT pg_advisory_unlock(%s)", (LOCK_KEY,))
     return MigrateResult(done, len(sql_files))
+
+
+def _rerecord_replaced(conn: psycopg.Connection, migrations: list[Migration], applied: dict) -> None:
+    for m in migrations:
+        if m.version in applied and applied[m.version][1] != m.sha256:
+            conn.execute("UPDATE mailroom.schema_migrations SET sha256 = %s WHERE version = %s", (m.sha256, m.version))
 
 
 def _record(conn: psycopg.Connection, m: Migration) -> None:

@@ -24,7 +24,7 @@ from pathlib import Path
 
 from psycopg.conninfo import make_conninfo
 
-from mailroom.errors import UserError
+from mailroom.core.errors import UserError
 
 SUPERUSER = "postgres"
 DEFAULT_DBNAME = "mailroom"
@@ -361,7 +361,7 @@ def ensure_database(url: str, dbname: str) -> bool:
     import psycopg
     from psycopg import sql
 
-    from mailroom.db import connect
+    from mailroom.db.connect import connect
 
     admin = make_conninfo(url, dbname="postgres")
     with connect(admin) as conn:

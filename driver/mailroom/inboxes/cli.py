@@ -1,12 +1,12 @@
-"""`mailroom inbox …`: serve inbound SMTP and manage expiring inboxes from the shell.
+"""`mailroom inbox …` and `mailroom expire`: the typer commands of the expiring inboxes.
 
-Each command is one call of the SQL API (create_mailbox, list_messages, read_message,
-extend_mailbox, delete_mailbox); `serve` runs mailroom.inbound.InboundServer.
+Each `inbox` command is one call of the SQL API (create_mailbox, list_messages, read_message,
+extend_mailbox, delete_mailbox); `inbox serve` runs mailroom.inboxes.server.InboundServer and
+`expire` runs mailroom.inboxes.expiry.ExpiryWorker.
 """
 
 from __future__ import annotations
 
-import asyncio
 import json
 import signal
 import sys
@@ -15,10 +15,12 @@ from typing import Annotated, Any, Optional
 import psycopg
 import typer
 
-from mailroom.config import DatabaseUrlOption, resolve_database_url
-from mailroom.db import connect
-from mailroom.errors import ConfigError, UserError, describe_db_error
-from mailroom.inbound import InboundServer
+from mailroom.core.durations import parse_optional_duration, parse_seconds
+from mailroom.core.errors import ConfigError, db_user_error
+from mailroom.db.config import DatabaseUrlOption, ListenUrlOption, resolve_database_url, resolve_listen_url
+from mailroom.db.connect import connect
+
+app = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
 
 inbox_app = typer.Typer(
     name="inbox",
@@ -45,7 +47,7 @@ def _db_call(url: str, query: str, params: tuple) -> list[tuple]:
             cur = conn.execute(query, params)
             return cur.fetchall()
         except psycopg.Error as exc:
-            raise UserError(describe_db_error(exc)) from None
+            raise db_user_error(exc) from None
 
 
 def _print(obj: Any, as_json: bool) -> None:
@@ -81,6 +83,10 @@ def serve_cmd(
         raise ConfigError(f"--idle-timeout must be positive, got {idle_timeout}")
     if max_message_size is not None and max_message_size < 1:
         raise ConfigError(f"--max-message-size must be positive, got {max_message_size}")
+    import asyncio
+
+    from mailroom.inboxes.server import InboundServer
+
     url = resolve_database_url(database_url)
     server = InboundServer(
         url, host=host, port=port, max_recipients=max_recipients, idle_timeout=idle_timeout,
@@ -212,6 +218,41 @@ def delete_cmd(
     print("deleted" if rows[0][0] else "already deleted")
 
 
-def register(app: typer.Typer) -> None:
-    """Add the `inbox` sub-commands to the root CLI."""
-    app.add_typer(inbox_app, name="inbox")
+@app.command("expire")
+def expire_cmd(
+    database_url: DatabaseUrlOption = None,
+    listen_url: ListenUrlOption = None,
+    interval: Annotated[str, typer.Option(help="Time between cycles (60s, 5m, ...).")] = "60s",
+    purge_after: Annotated[
+        str, typer.Option(help="Hard-delete inboxes inactive for longer than this (7d; 'never' to keep).")
+    ] = "7d",
+    batch: Annotated[
+        Optional[int], typer.Option(help="Mailboxes expired per transaction (default: setting inbox.expire_batch).")
+    ] = None,
+    purge_batch: Annotated[
+        Optional[int], typer.Option(help="Mailboxes purged per transaction (default: setting inbox.purge_batch).")
+    ] = None,
+    once: Annotated[bool, typer.Option("--once", help="Run one cycle, print counts, exit.")] = False,
+    wake_on_due: Annotated[
+        bool, typer.Option("--wake-on-due/--no-wake-on-due",
+                           help="Wake when the next inbox is due if that is sooner than --interval.")
+    ] = True,
+) -> None:
+    """Expire due inboxes and purge old inactive ones, every --interval (safe with many workers)."""
+    from mailroom.inboxes.expiry import ExpiryWorker
+
+    every = parse_seconds("--interval", interval)
+    if every <= 0:
+        raise ConfigError("--interval must be positive")
+    retention = parse_optional_duration("--purge-after", purge_after)
+    for name, value in (("--batch", batch), ("--purge-batch", purge_batch)):
+        if value is not None and value < 1:
+            raise ConfigError(f"{name} must be at least 1, got {value}")
+    url = resolve_database_url(database_url)
+    worker = ExpiryWorker(url, interval=every, purge_after=retention, batch=batch, purge_batch=purge_batch,
+                          wake_on_due=wake_on_due, listen_url=resolve_listen_url(listen_url, url))
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: worker.stop())
+    worker.run(once=once)
+    if once:
+        print(f"expired={worker.total_expired} purged={worker.total_purged}")

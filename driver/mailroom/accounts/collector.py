@@ -1,8 +1,11 @@
-"""The collector's main loop: LISTEN on a dedicated connection, batch on limit or timeout, reconnect.
+"""The token collector: wait for token NOTIFYs, dequeue in batches on limit or timeout, reconnect.
 
-Two connections per collector, both direct (never a pool, never PgBouncer):
-- `listen`: autocommit, runs LISTEN and the healthcheck; notifications are only hints;
-- `work`:   non-autocommit, runs one transaction per batch (dequeue → hand off → COMMIT).
+The collector decides only *when* to call `mailroom.dequeue_tokens`; what is eligible, how a
+token is signed and how an email is rendered all live in SQL. Two connections per collector:
+- the listener (mailroom.db.listen): LISTEN on the listen URL, a direct connection; notifications
+  are only hints. Without one, or while it cannot hear, the collector polls every poll interval;
+- `work`: non-autocommit on the database URL (a transaction pooler is fine), one transaction per
+  batch (dequeue → hand off → COMMIT).
 
 Notification payloads are the number of tokens the inserting statement created; their sum is the
 pending count. A batch is taken when the pending count reaches the limit, or when the batch
@@ -14,21 +17,86 @@ after every reconnect it drains the backlog, because notifications sent while it
 from __future__ import annotations
 
 import contextlib
+import queue
 import signal
 import time
-from typing import TYPE_CHECKING
+from dataclasses import dataclass
 
 import psycopg
-from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
-from mailroom.collector_output import CommitLost, EnqueueSink, OutputClosed, StdoutSink
-from mailroom.db import connect
-from mailroom.errors import UserError, describe_db_error
-from mailroom.log import get_logger
+from mailroom.accounts.output import CommitLost, EnqueueSink, OutputClosed, StdoutSink
+from mailroom.core.errors import ConfigError, UserError, describe_db_error
+from mailroom.core.log import get_logger
+from mailroom.db.connect import connect
+from mailroom.db.listen import Listener
 
-if TYPE_CHECKING:
-    from mailroom.collector import CollectorConfig
+OUTPUTS = ("csv", "jsonl")
+MAX_BATCH_LIMIT = 100_000
+MAX_MS = 24 * 3600 * 1000
+MAX_CHANNEL_BYTES = 63  # NAMEDATALEN - 1
+_RECONNECTED = object()  # queued by the listener after every (re)connect: drain the backlog
+
+
+@dataclass(frozen=True)
+class CollectorConfig:
+    """Validated settings of one collector process."""
+
+    url: str
+    key: bytes
+    batch_limit: int = 10
+    batch_timeout_ms: int = 5000
+    healthcheck_ms: int = 270_000
+    channel: str = "token_insert"
+    output: str = "csv"
+    enqueue: bool = False
+    listen_url: str | None = None  # None: poll every poll_ms
+    poll_ms: int = 1000
+
+
+def _int_setting(name: str, value: str, low: int, high: int) -> int:
+    text = value.strip()
+    if not text.isdigit() or not text.isascii():
+        raise ConfigError(f"{name} must be a whole number between {low} and {high}, got {value!r}")
+    number = int(text)
+    if not low <= number <= high:
+        raise ConfigError(f"{name} must be between {low} and {high}, got {number}")
+    return number
+
+
+def parse_config(
+    key: bytes,
+    batch_limit: str,
+    batch_timeout: str,
+    healthcheck_interval: str,
+    channel: str,
+    output: str,
+    enqueue: bool,
+    poll_interval_ms: int = 1000,
+) -> CollectorConfig:
+    """Validate every flag / environment value; raise ConfigError (exit 2) on the first bad one.
+
+    The URLs are filled in by the caller (they need the embedded cluster's state)."""
+    limit = _int_setting("MAILROOM_BATCH_LIMIT", batch_limit, 1, MAX_BATCH_LIMIT)
+    timeout_ms = _int_setting("MAILROOM_BATCH_TIMEOUT", batch_timeout, 0, MAX_MS)
+    health_ms = _int_setting("MAILROOM_HEALTHCHECK_INTERVAL", healthcheck_interval, 1, MAX_MS)
+    if health_ms < timeout_ms:
+        raise ConfigError(
+            f"MAILROOM_HEALTHCHECK_INTERVAL ({health_ms} ms) must be at least "
+            f"MAILROOM_BATCH_TIMEOUT ({timeout_ms} ms)"
+        )
+    channel = channel.strip()
+    if not channel:
+        raise ConfigError("MAILROOM_CHANNEL_NAME is empty")
+    if len(channel.encode()) > MAX_CHANNEL_BYTES or not channel.isprintable():
+        raise ConfigError(
+            f"MAILROOM_CHANNEL_NAME must be printable and at most {MAX_CHANNEL_BYTES} bytes"
+        )
+    output = output.strip().lower()
+    if output not in OUTPUTS:
+        raise ConfigError(f"--output must be one of {', '.join(OUTPUTS)}, got {output!r}")
+    return CollectorConfig("", key, limit, timeout_ms, health_ms, channel, output, enqueue, None, poll_interval_ms)
+
 
 WAIT_SLICE = 0.2  # longest uninterrupted wait, so a signal is honoured within a second
 BACKOFF_FIRST = 0.1
@@ -61,16 +129,27 @@ class Collector:
         self.cfg = cfg
         self.log = get_logger("collect")
         self.sink = EnqueueSink() if cfg.enqueue else StdoutSink(cfg.output)
-        self.listen: psycopg.Connection | None = None
+        self.events: queue.SimpleQueue = queue.SimpleQueue()  # announced counts, or _RECONNECTED
+        self.listener = Listener(
+            with_tcp_defaults(cfg.listen_url) if cfg.listen_url else None,
+            [cfg.channel],
+            name=APP_NAME,
+            log=self.log,
+            on_notify=lambda _channel, payload: self.events.put(_announced(payload)),
+            on_connect=lambda: self.events.put(_RECONNECTED),
+            check_interval=min(cfg.healthcheck_ms / 1000, 60.0),
+            poll_hint=f"polling every {cfg.poll_ms} ms",
+        )
         self.work: psycopg.Connection | None = None
         self.stopping = False
         self.must_drain = True
         self.pending = 0  # tokens announced by notifications since the last batch
         self.first_at = 0.0  # monotonic time of the first notification of this quiet period
-        self.last_check = 0.0  # monotonic time of the last round trip that proved the links alive
+        self.last_check = 0.0  # monotonic time of the last round trip that proved the work link alive
         self.url = with_tcp_defaults(cfg.url)
         self.timeout = cfg.batch_timeout_ms / 1000
         self.health = cfg.healthcheck_ms / 1000
+        self.poll = cfg.poll_ms / 1000
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -84,9 +163,10 @@ class Collector:
         )
         try:
             self._connect()  # the first failure is fatal: a bad URL should not spin forever
+            self.listener.start()
             while not self.stopping:
                 try:
-                    if self.listen is None:
+                    if self.work is None:
                         self._reconnect()
                     else:
                         self._step()
@@ -100,14 +180,17 @@ class Collector:
                     self._lost(describe_db_error(exc.cause))
         except OutputClosed as exc:
             self._close()
+            self.listener.stop()
             raise UserError(
                 f"stdout closed ({exc.reason}); rolled back the unwritten batch of {exc.rows} "
                 "tokens, which stay eligible for the next collector"
             ) from None
         except psycopg.Error as exc:
             self._close()
+            self.listener.stop()
             raise UserError(f"collector stopped: {describe_db_error(exc)}") from None
         self._close()
+        self.listener.stop()
         self.log.info("stopped")
         return 0
 
@@ -124,15 +207,9 @@ class Collector:
     # -- connections -------------------------------------------------------------------------
 
     def _connect(self) -> None:
-        listen = connect(self.url, autocommit=True, application_name=APP_NAME)
-        try:
-            listen.execute(sql.SQL("LISTEN {}").format(sql.Identifier(self.cfg.channel)))
-            work = connect(self.url, autocommit=False, application_name=APP_NAME)
-        except BaseException:
-            listen.close()
-            raise
-        self.listen, self.work = listen, work
-        info = listen.info
+        work = connect(self.url, autocommit=False, application_name=APP_NAME)
+        self.work = work
+        info = work.info
         self.log.info(
             "connected; host=%s port=%s dbname=%s user=%s",
             info.host, info.port, info.dbname, info.user,
@@ -144,13 +221,15 @@ class Collector:
 
     def _check_channel(self) -> None:
         """Warn when the tokens trigger notifies another channel than the one we LISTEN on."""
-        assert self.listen is not None
+        assert self.work is not None
         try:
-            row = self.listen.execute("SELECT mailroom.setting('tokens.channel')").fetchone()
+            row = self.work.execute("SELECT mailroom.setting('tokens.channel')").fetchone()
         except RECONNECTABLE:
             raise
         except psycopg.Error:
+            self.work.rollback()
             return  # setting absent (older schema): nothing to compare
+        self.work.rollback()
         if row and row[0] and row[0] != self.cfg.channel:
             self.log.warning(
                 "WARN: setting tokens.channel is %r but MAILROOM_CHANNEL_NAME is %r; "
@@ -159,11 +238,10 @@ class Collector:
             )
 
     def _close(self) -> None:
-        for conn in (self.work, self.listen):
-            if conn is not None:
-                with contextlib.suppress(Exception):  # closing a dead connection
-                    conn.close()
-        self.listen = self.work = None
+        if self.work is not None:
+            with contextlib.suppress(Exception):  # closing a dead connection
+                self.work.close()
+        self.work = None
 
     def _lost(self, reason: str) -> None:
         self.log.warning("WARN: connection lost: %s", reason)
@@ -206,30 +284,41 @@ class Collector:
         if self.pending:
             wait = self.first_at + self.timeout - now
         else:
-            wait = self.last_check + self.health - now
+            # listening: a healthcheck (and sweep) now and then; not listening: poll
+            idle = self.health if self.listener.listening else self.poll
+            wait = self.last_check + idle - now
             if wait <= 0:
                 self._healthcheck()
                 return
         self._wait(min(wait, WAIT_SLICE))
 
     def _wait(self, seconds: float) -> None:
-        assert self.listen is not None
-        # stop_after=1 ends the generator after one read, yielding every notification of that read;
-        # never break out of it early (notifications of the same read would be dropped).
-        for note in self.listen.notifies(timeout=max(seconds, 0.0), stop_after=1):
-            if not self.pending:
-                self.first_at = time.monotonic()
-                self.log.info("woke up (NOTIFY)")
-            self.pending += _announced(note.payload)
+        """Take what the listener heard within `seconds`: token counts, or a reconnect."""
+        try:
+            event = self.events.get(timeout=max(seconds, 0.0))
+        except queue.Empty:
+            return
+        while True:
+            if event is _RECONNECTED:
+                self.must_drain = True
+            else:
+                if not self.pending:
+                    self.first_at = time.monotonic()
+                    self.log.info("woke up (NOTIFY)")
+                self.pending += event
+            try:
+                event = self.events.get_nowait()
+            except queue.Empty:
+                return
 
     def _healthcheck(self) -> None:
-        """SELECT 1 on both connections, then one sweep for tokens no notification announced.
+        """One sweep for tokens no notification announced (also the poll when not listening).
 
         The sweep catches tokens that became eligible again without a notification, such as a
-        batch rolled back by another collector whose stdout closed.
+        batch rolled back by another collector whose stdout closed; its round trip proves the
+        work connection alive.
         """
-        assert self.listen is not None and self.work is not None
-        self.listen.execute("SELECT 1")
+        assert self.work is not None
         self.work.execute("SELECT 1")
         self.work.rollback()
         swept = self._drain(None)
@@ -266,7 +355,10 @@ class Collector:
         if what:
             if total:
                 self.log.info("%s: collected %d tokens in %d batches", what, total, batches)
-            self.log.info("waiting for notifications on %s", self.cfg.channel)
+            if self.listener.listening:
+                self.log.info("waiting for notifications on %s", self.cfg.channel)
+            else:
+                self.log.info("polling every %d ms", self.cfg.poll_ms)
         return total
 
 

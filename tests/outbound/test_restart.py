@@ -12,8 +12,8 @@ import time
 import psycopg
 from outbound_support import SEND_FLAGS, add_sender, counts, enqueue_many, wait_for
 
-from mailroom import cluster as embedded
-from mailroom.migrate import migrate
+from mailroom.db import cluster as embedded
+from mailroom.db.migrate import migrate
 
 
 def current_counts(url: str) -> dict[str, int]:

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from mailroom import cluster as embedded
+from mailroom.db import cluster as embedded
 
 
 def mailroom(*args: str, home: Path, env: dict[str, str] | None = None, timeout: float = 120):

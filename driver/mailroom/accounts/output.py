@@ -95,7 +95,7 @@ class StdoutSink:
 
     def run_batch(self, conn: psycopg.Connection, limit: int, key: bytes) -> int:
         with conn.cursor() as cur:
-            cur.execute(DEQUEUE_SQL, (limit, key), prepare=True)
+            cur.execute(DEQUEUE_SQL, (limit, key))
             rows = cur.fetchall()
         if not rows:
             conn.rollback()  # nothing was dispatched; end the transaction cheaply
@@ -142,7 +142,7 @@ class EnqueueSink:
 
     def run_batch(self, conn: psycopg.Connection, limit: int, key: bytes) -> int:
         with conn.cursor() as cur:
-            cur.execute(ENQUEUE_SQL, (limit, key), prepare=True)
+            cur.execute(ENQUEUE_SQL, (limit, key))
             row = cur.fetchone()
         count = int(row[0]) if row and row[0] is not None else 0
         if count == 0:

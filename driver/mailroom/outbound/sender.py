@@ -1,4 +1,4 @@
-"""`mailroom send`: the outbound sender loop (claim -> SMTP -> finalize).
+"""The outbound sender: claim -> SMTP -> finalize, the loop behind `mailroom send`.
 
 Every rule lives in SQL (sql/33_outbound_claim.sql, sql/34_outbound_finalize.sql): what is due,
 what a reply means, when to retry. This module only claims a batch, talks SMTP with aiosmtplib
@@ -7,8 +7,9 @@ and reports raw outcomes (kind, reply code, enhanced code, reply text) in one fi
 - `--concurrency` slots; each slot owns one database connection and one SMTP connection per
   relay, reused across messages and batches. No transaction is open during SMTP (autocommit:
   claim and finalize are single statements).
-- Wakes on NOTIFY mailroom_outbound, polls every `--poll-interval` as a fallback (retries that
-  become due are found by the poll).
+- Wakes on NOTIFY mailroom_outbound (mailroom.db.listen on the listen URL), polls every
+  `--poll-interval` as a fallback (retries that become due are found by the poll; behind a
+  transaction pooler without a listen URL the poll is the only wake-up).
 - SIGTERM/SIGINT: stop claiming, finish the message on the wire, release the rest of the batch,
   finalize, exit; after `--shutdown-grace` seconds an unfinished SMTP exchange is abandoned (a
   DATA phase cut short is reported 'uncertain': retried and flagged possibly_sent).
@@ -20,24 +21,22 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-import re
 import signal
 import socket
 import ssl
 import time
 from dataclasses import dataclass
-from typing import Annotated, Any, Optional
+from typing import Any
 
 import psycopg
-import typer
 from psycopg.rows import dict_row
 
-from mailroom.config import DatabaseUrlOption, hex_key, resolve_database_url
-from mailroom.db import connect_async
-from mailroom.errors import ConfigError, UserError, describe_db_error
-from mailroom.log import get_logger
-from mailroom.metrics import SenderMetrics, smtp_class
-from mailroom.relay import Attempt, Outcome, Relay, RelayConnections, deliver
+from mailroom.core.errors import ConfigError, Kind, UserError, describe_db_error, kind_of
+from mailroom.core.log import get_logger
+from mailroom.db.connect import connect_async, connection_kwargs
+from mailroom.db.listen import Listener
+from mailroom.outbound.metrics import SenderMetrics, smtp_class
+from mailroom.outbound.relay import Attempt, Outcome, Relay, RelayConnections, deliver
 
 log = get_logger("send")
 
@@ -60,6 +59,7 @@ STATS_SQL = "SELECT * FROM mailroom.outbound_stats"
 class SenderOptions:
     url: str
     key: bytes | None
+    listen_url: str | None = None  # None: poll only
     concurrency: int = 4
     batch_size: int = 50
     poll_interval: float = 5.0
@@ -132,7 +132,13 @@ class Sender:
             self.worker, self.opts.concurrency, self.opts.batch_size, lease,
             f"{self.opts.reap_after:.0f}s" if self.opts.reap_after > 0 else "off",
         )
-        helpers = [asyncio.create_task(self.listen())]
+        listener = Listener(
+            self.opts.listen_url, [CHANNEL], name="mailroom-send-listen", log=log,
+            on_notify=lambda _c, _p: loop.call_soon_threadsafe(self.wake.set),
+            on_connect=lambda: loop.call_soon_threadsafe(self.wake.set),
+            poll_hint=f"polling every {self.opts.poll_interval:g}s",
+        ).start()
+        helpers = []
         if self.opts.reap_after > 0:
             helpers.append(asyncio.create_task(self.reaper()))
         if self.opts.metrics_port is not None:
@@ -150,6 +156,7 @@ class Sender:
                 with contextlib.suppress(asyncio.TimeoutError):
                     await asyncio.wait_for(asyncio.shield(slots_done), timeout=5)
         stop_wait.cancel()
+        listener.stop()
         for task in helpers:
             task.cancel()
         await asyncio.gather(*helpers, return_exceptions=True)
@@ -170,30 +177,12 @@ class Sender:
 
     # -- helpers -----------------------------------------------------------------------------
 
-    async def listen(self) -> None:
-        """LISTEN mailroom_outbound; any notification wakes the slots. Reconnects on failure."""
-        while True:
-            try:
-                conn = await psycopg.AsyncConnection.connect(
-                    self.opts.url, autocommit=True, application_name="mailroom-send-listen"
-                )
-                async with conn:
-                    await conn.execute(f"LISTEN {CHANNEL}")
-                    self.wake.set()  # something may have been queued while we were not listening
-                    async for _note in conn.notifies():
-                        self.wake.set()
-            except asyncio.CancelledError:
-                raise
-            except psycopg.Error as exc:
-                log.info("notification connection lost (%s); polling until it is back", describe_db_error(exc))
-                await asyncio.sleep(1)
-
     async def reaper(self) -> None:
         interval = max(1.0, min(self.opts.reap_after / 2, 30.0))
         while True:
             try:
                 async with await psycopg.AsyncConnection.connect(
-                    self.opts.url, autocommit=True, application_name="mailroom-send-reaper"
+                    self.opts.url, **connection_kwargs(application_name="mailroom-send-reaper")
                 ) as conn:
                     while True:
                         cur = await conn.execute(REAP_SQL, (self.opts.reap_after,))
@@ -213,7 +202,7 @@ class Sender:
         while True:
             try:
                 async with await psycopg.AsyncConnection.connect(
-                    self.opts.url, autocommit=True, row_factory=dict_row, application_name="mailroom-send-stats"
+                    self.opts.url, row_factory=dict_row, **connection_kwargs(application_name="mailroom-send-stats")
                 ) as conn:
                     while True:
                         cur = await conn.execute(STATS_SQL)
@@ -235,8 +224,8 @@ class Sender:
                 if conn is None or conn.closed:
                     try:
                         conn = await psycopg.AsyncConnection.connect(
-                            self.opts.url, autocommit=True, row_factory=dict_row,
-                            application_name=f"mailroom-send-{index}",
+                            self.opts.url, row_factory=dict_row,
+                            **connection_kwargs(application_name=f"mailroom-send-{index}"),
                         )
                     except psycopg.Error as exc:
                         log.info("slot %d: cannot connect (%s); retrying", index, describe_db_error(exc))
@@ -250,7 +239,7 @@ class Sender:
                     )
                     rows = await cur.fetchall()
                 except psycopg.Error as exc:
-                    if getattr(exc, "sqlstate", None) in ("MR314", "MR315"):
+                    if kind_of(exc) in (Kind.CONFIG, Kind.DENIED):  # wrong key, not installed, no grant: no retry helps
                         self.fatal = ConfigError(describe_db_error(exc))
                         self.stop()
                         return
@@ -331,7 +320,7 @@ class Sender:
                 if try_number:
                     await asyncio.sleep(0.5 * try_number)
                     target = await psycopg.AsyncConnection.connect(
-                        self.opts.url, autocommit=True, row_factory=dict_row
+                        self.opts.url, row_factory=dict_row, **connection_kwargs(application_name="mailroom-send")
                     )
                 try:
                     await self._report_on(target, outcomes, unsent)
@@ -365,70 +354,3 @@ class Sender:
         if unsent:
             await conn.execute(RELEASE_SQL, ([r["id"] for r in unsent], [r["claim_token"] for r in unsent]))
             self.metrics.released.inc(len(unsent))
-
-
-# ---------------------------------------------------------------------------------------------
-# CLI
-
-
-def parse_seconds(name: str, value: str) -> float:
-    """'90', '90s', '5m', '2h', '7d' -> seconds (ConfigError, exit 2, when bad)."""
-    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([smhd]?)\s*", value or "")
-    if not match:
-        raise ConfigError(f"{name} must be a duration like 30s, 5m, 2h or 7d, got {value!r}")
-    number, unit = float(match.group(1)), match.group(2) or "s"
-    return number * {"s": 1, "m": 60, "h": 3600, "d": 86400}[unit]
-
-
-def send_command(
-    database_url: DatabaseUrlOption = None,
-    concurrency: Annotated[int, typer.Option(help="Parallel slots (DB connection + SMTP connections each).")] = 4,
-    batch_size: Annotated[int, typer.Option(help="Messages claimed per slot per round trip.")] = 50,
-    poll_interval: Annotated[str, typer.Option(help="Fallback poll when no NOTIFY arrives.")] = "5s",
-    reap_after: Annotated[
-        str, typer.Option(help="Reap rows claimed longer ago than this (and expired leases); 0 disables.")
-    ] = "5m",
-    lease: Annotated[Optional[str], typer.Option(help="Claim lease (default: setting outbound.lease).")] = None,
-    smtp_timeout: Annotated[str, typer.Option(help="Timeout of each SMTP command.")] = "30s",
-    shutdown_grace: Annotated[str, typer.Option(help="On SIGTERM, time allowed to finish in-flight SMTP.")] = "5s",
-    worker: Annotated[Optional[str], typer.Option(help="Worker name recorded on claims (default host:pid).")] = None,
-    metrics_port: Annotated[
-        Optional[int], typer.Option(help="Serve Prometheus metrics on this port (0: any free port).")
-    ] = None,
-    metrics_host: Annotated[str, typer.Option(help="Metrics bind address.")] = "127.0.0.1",
-    tls_ca_file: Annotated[
-        Optional[str], typer.Option(envvar="MAILROOM_SMTP_CA_FILE", help="CA bundle to verify relay certificates.")
-    ] = None,
-    until_idle: Annotated[bool, typer.Option(help="Exit once nothing is due (batch jobs, tests).")] = False,
-) -> None:
-    """Deliver queued outbound messages (env MAILROOM_ENCRYPTION_KEY for relay passwords)."""
-    if not 1 <= concurrency <= 64:
-        raise ConfigError(f"--concurrency must be between 1 and 64, got {concurrency}")
-    if not 1 <= batch_size <= 10000:
-        raise ConfigError(f"--batch-size must be between 1 and 10000, got {batch_size}")
-    if metrics_port is not None and not 0 <= metrics_port <= 65535:
-        raise ConfigError(f"--metrics-port must be between 0 and 65535, got {metrics_port}")
-    opts = SenderOptions(
-        url=resolve_database_url(database_url),
-        key=hex_key("MAILROOM_ENCRYPTION_KEY", os.environ.get("MAILROOM_ENCRYPTION_KEY"), required=False),
-        concurrency=concurrency,
-        batch_size=batch_size,
-        poll_interval=max(0.05, parse_seconds("--poll-interval", poll_interval)),
-        reap_after=parse_seconds("--reap-after", reap_after),
-        lease=parse_seconds("--lease", lease) if lease else None,
-        smtp_timeout=max(0.1, parse_seconds("--smtp-timeout", smtp_timeout)),
-        shutdown_grace=parse_seconds("--shutdown-grace", shutdown_grace),
-        worker=worker or "",
-        metrics_port=metrics_port,
-        metrics_host=metrics_host,
-        tls_ca_file=tls_ca_file,
-        until_idle=until_idle,
-    )
-    if opts.lease is not None and opts.lease <= 0:
-        raise ConfigError("--lease must be positive")
-    asyncio.run(Sender(opts).run())
-
-
-def register(app: typer.Typer) -> None:
-    """Add `mailroom send` to the root CLI."""
-    app.command("send")(send_command)

@@ -22,10 +22,10 @@ from aiosmtpd.smtp import SMTP, Envelope, Session
 from psycopg.types.json import Jsonb
 from psycopg_pool import AsyncConnectionPool
 
-from mailroom.db import connect_async
-from mailroom.errors import UserError, describe_db_error
-from mailroom.log import get_logger
-from mailroom.mime import ParsedMessage, clean_text, parse_message
+from mailroom.core.errors import UserError, describe_db_error
+from mailroom.core.log import get_logger
+from mailroom.db.connect import connect_async, connection_kwargs
+from mailroom.inboxes.mime import ParsedMessage, clean_text, parse_message
 
 log = get_logger("inbox")
 
@@ -295,7 +295,7 @@ class InboundServer:
             self.url,
             min_size=1,
             max_size=self.pool_size,
-            kwargs={"autocommit": True, "application_name": "mailroom-inbox"},
+            kwargs=connection_kwargs(application_name="mailroom-inbox"),
             open=False,
         )
         try:

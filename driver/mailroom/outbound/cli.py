@@ -1,8 +1,9 @@
-"""`mailroom outbound …`: the operator's view of the outbound queue.
+"""`mailroom send` and `mailroom outbound …`: the typer commands of the outbound queue.
 
-Every command is one call of a SQL function or view (sql/35_outbound_admin.sql); nothing here
-decides what a state means. Output never contains addresses, subjects or bodies; `show`
-prints error_log, which the database has already scrubbed (mailroom.redact_pii).
+`send` runs the sender (mailroom.outbound.sender). Every `outbound` command is one call of a SQL
+function or view (sql/35_outbound_admin.sql); nothing here decides what a state means. Output
+never contains addresses, subjects or bodies; `show` prints error_log, which the database has
+already scrubbed (mailroom.redact_pii).
 """
 
 from __future__ import annotations
@@ -15,10 +16,12 @@ import psycopg
 import typer
 from psycopg.rows import dict_row
 
-from mailroom.config import DatabaseUrlOption, hex_key, resolve_database_url
-from mailroom.db import connect
-from mailroom.errors import ConfigError, UserError, describe_db_error
-from mailroom.sender import parse_seconds
+from mailroom.core.durations import parse_seconds
+from mailroom.core.errors import ConfigError, UserError, db_user_error, describe_db_error
+from mailroom.db.config import DatabaseUrlOption, ListenUrlOption, hex_key, resolve_database_url, resolve_listen_url
+from mailroom.db.connect import connect
+
+app = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
 
 outbound = typer.Typer(
     name="outbound",
@@ -27,10 +30,6 @@ outbound = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
 )
-
-# SQLSTATEs that mean "the operator asked for something invalid" (exit 2) rather than a failure.
-_USAGE_STATES = {"MR303", "MR310", "MR311", "MR312", "MR313", "MR314", "MR316", "MR342", "MR343"}
-
 
 def _call(database_url: str | None, sql: str, params: tuple = (), *, fetch: str = "all") -> Any:
     url = resolve_database_url(database_url)
@@ -42,8 +41,7 @@ def _call(database_url: str | None, sql: str, params: tuple = (), *, fetch: str 
                 return cur.fetchone()
             return cur.fetchall()
         except psycopg.Error as exc:
-            code = 2 if getattr(exc, "sqlstate", None) in _USAGE_STATES else 1
-            raise UserError(describe_db_error(exc), code) from None
+            raise db_user_error(exc) from None
 
 
 def _fmt(value: Any) -> str:
@@ -203,7 +201,60 @@ def sender(
     typer.echo(f"sender {name} saved (id {row['id']})")
 
 
-def register(app: typer.Typer) -> None:
-    """Add the `outbound` sub-app to the root CLI."""
-    app.add_typer(outbound, name="outbound")
+@app.command("send")
+def send_command(
+    database_url: DatabaseUrlOption = None,
+    listen_url: ListenUrlOption = None,
+    concurrency: Annotated[int, typer.Option(help="Parallel slots (DB connection + SMTP connections each).")] = 4,
+    batch_size: Annotated[int, typer.Option(help="Messages claimed per slot per round trip.")] = 50,
+    poll_interval: Annotated[
+        str, typer.Option(help="Poll for due messages this often (the only wake-up while LISTEN cannot hear).")
+    ] = "1s",
+    reap_after: Annotated[
+        str, typer.Option(help="Reap rows claimed longer ago than this (and expired leases); 0 disables.")
+    ] = "5m",
+    lease: Annotated[Optional[str], typer.Option(help="Claim lease (default: setting outbound.lease).")] = None,
+    smtp_timeout: Annotated[str, typer.Option(help="Timeout of each SMTP command.")] = "30s",
+    shutdown_grace: Annotated[str, typer.Option(help="On SIGTERM, time allowed to finish in-flight SMTP.")] = "5s",
+    worker: Annotated[Optional[str], typer.Option(help="Worker name recorded on claims (default host:pid).")] = None,
+    metrics_port: Annotated[
+        Optional[int], typer.Option(help="Serve Prometheus metrics on this port (0: any free port).")
+    ] = None,
+    metrics_host: Annotated[str, typer.Option(help="Metrics bind address.")] = "127.0.0.1",
+    tls_ca_file: Annotated[
+        Optional[str], typer.Option(envvar="MAILROOM_SMTP_CA_FILE", help="CA bundle to verify relay certificates.")
+    ] = None,
+    until_idle: Annotated[bool, typer.Option(help="Exit once nothing is due (batch jobs, tests).")] = False,
+) -> None:
+    """Deliver queued outbound messages (env MAILROOM_ENCRYPTION_KEY for relay passwords)."""
+    if not 1 <= concurrency <= 64:
+        raise ConfigError(f"--concurrency must be between 1 and 64, got {concurrency}")
+    if not 1 <= batch_size <= 10000:
+        raise ConfigError(f"--batch-size must be between 1 and 10000, got {batch_size}")
+    if metrics_port is not None and not 0 <= metrics_port <= 65535:
+        raise ConfigError(f"--metrics-port must be between 0 and 65535, got {metrics_port}")
+    from mailroom.outbound.sender import Sender, SenderOptions
 
+    url = resolve_database_url(database_url)
+    opts = SenderOptions(
+        url=url,
+        listen_url=resolve_listen_url(listen_url, url),
+        key=hex_key("MAILROOM_ENCRYPTION_KEY", os.environ.get("MAILROOM_ENCRYPTION_KEY"), required=False),
+        concurrency=concurrency,
+        batch_size=batch_size,
+        poll_interval=max(0.05, parse_seconds("--poll-interval", poll_interval)),
+        reap_after=parse_seconds("--reap-after", reap_after),
+        lease=parse_seconds("--lease", lease) if lease else None,
+        smtp_timeout=max(0.1, parse_seconds("--smtp-timeout", smtp_timeout)),
+        shutdown_grace=parse_seconds("--shutdown-grace", shutdown_grace),
+        worker=worker or "",
+        metrics_port=metrics_port,
+        metrics_host=metrics_host,
+        tls_ca_file=tls_ca_file,
+        until_idle=until_idle,
+    )
+    if opts.lease is not None and opts.lease <= 0:
+        raise ConfigError("--lease must be positive")
+    import asyncio
+
+    asyncio.run(Sender(opts).run())

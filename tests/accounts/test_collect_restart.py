@@ -5,8 +5,8 @@ from __future__ import annotations
 import psycopg
 from collector_support import Collector, assert_exactly_once, create_accounts
 
-from mailroom import cluster as embedded
-from mailroom.migrate import migrate
+from mailroom.db import cluster as embedded
+from mailroom.db.migrate import migrate
 
 
 def test_terminate_then_server_restart_zero_lost_zero_duplicates(private_cluster):

@@ -10,10 +10,11 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from mailroom import migrate, testing
-from mailroom.errors import UserError
+from mailroom import testing
+from mailroom.core.errors import UserError
+from mailroom.db import migrate
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture

@@ -1,0 +1,1 @@
+"""Accounts and tokens: the token collector (`mailroom collect`) and where its batches go."""

@@ -1,0 +1,1 @@
+"""The database: the embedded cluster, migrations, where to connect, connections and LISTEN."""

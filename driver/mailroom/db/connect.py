@@ -1,0 +1,43 @@
+"""Connections: one place that opens psycopg connections and turns failures into one-line errors.
+
+Every connection is pooler-safe: no server-side prepared statements (`prepare_threshold=None`:
+PgBouncer in transaction mode hands each transaction to any server connection, where a prepared
+statement of another one does not exist) and no session state is set on it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import psycopg
+
+from mailroom.core.errors import UserError, describe_db_error, kind_of
+
+
+def connection_kwargs(*, autocommit: bool = True, application_name: str = "mailroom", **extra: Any) -> dict[str, Any]:
+    """psycopg connect() keyword arguments for a pooler-safe connection (also for pools' kwargs)."""
+    return {"autocommit": autocommit, "application_name": application_name, "prepare_threshold": None, **extra}
+
+
+def _failed(exc: psycopg.Error) -> UserError:
+    return UserError(f"cannot connect to the database: {describe_db_error(exc)}", kind_of(exc).exit_code)
+
+
+def connect(url: str, *, autocommit: bool = True, application_name: str = "mailroom", **extra: Any) -> psycopg.Connection:
+    """Open a connection or raise UserError naming what went wrong (no password echoed)."""
+    try:
+        return psycopg.connect(url, **connection_kwargs(autocommit=autocommit, application_name=application_name, **extra))
+    except psycopg.Error as exc:
+        raise _failed(exc) from None
+
+
+async def connect_async(
+    url: str, *, autocommit: bool = True, application_name: str = "mailroom", **extra: Any
+) -> psycopg.AsyncConnection:
+    """Async twin of connect()."""
+    try:
+        return await psycopg.AsyncConnection.connect(
+            url, **connection_kwargs(autocommit=autocommit, application_name=application_name, **extra)
+        )
+    except psycopg.Error as exc:
+        raise _failed(exc) from None

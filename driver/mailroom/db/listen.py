@@ -1,0 +1,175 @@
+"""LISTEN with reconnect, a self-test and a polling fallback: the one way a worker hears NOTIFY.
+
+A Listener runs in a thread on its own autocommit connection to the listen URL, which must be a
+direct (or session-pooled) connection: a transaction pooler cannot carry LISTEN. It calls
+`on_notify(channel, payload)` for each notification and `on_connect()` after every (re)connect,
+because whatever was announced while it was away is gone and the consumer must look for work.
+
+It checks itself on connect and every `check_interval` seconds: a separate short connection
+NOTIFYs a private channel and the listener must hear it within `check_timeout`. Through a
+transaction pooler, or on a link that went silent, it does not: the listener says why once,
+closes, and tries again after a while. Meanwhile `listening` is False and consumers poll.
+
+Without a listen URL nothing runs: `listening` stays False, the consumer polls, and `start()`
+logs that once.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import secrets
+import threading
+import time
+from collections.abc import Callable, Sequence
+
+import psycopg
+from psycopg import sql
+
+from mailroom.core.errors import describe_db_error
+from mailroom.db.connect import connection_kwargs
+
+BACKOFF_FIRST = 0.1
+BACKOFF_CAP = 5.0
+RETRY_AFTER_FAILED_CHECK = 30.0  # a pooler will not start carrying LISTEN soon
+READ_SLICE = 0.5  # longest blocking read, so stop() is honoured quickly
+
+
+class Listener:
+    """LISTEN on `channels` in a background thread; see the module docstring."""
+
+    def __init__(
+        self,
+        url: str | None,
+        channels: Sequence[str],
+        *,
+        name: str,
+        log: logging.Logger,
+        on_notify: Callable[[str, str], None] | None = None,
+        on_connect: Callable[[], None] | None = None,
+        check_interval: float = 60.0,
+        check_timeout: float = 2.0,
+        poll_hint: str = "",
+    ) -> None:
+        self.url = url
+        self.channels = list(channels)
+        self.name = name
+        self.log = log
+        self.on_notify = on_notify or (lambda _c, _p: None)
+        self.on_connect = on_connect or (lambda: None)
+        self.check_interval = check_interval
+        self.check_timeout = check_timeout
+        self.poll_hint = poll_hint  # e.g. "polling every 1s", for the log line
+        self.check_channel = f"mailroom_selftest_{secrets.token_hex(6)}"
+        self._stop = threading.Event()
+        self._listening = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._down_reason: str | None = None
+        self.checks_passed = 0
+
+    @property
+    def listening(self) -> bool:
+        """True while connected, LISTENing and the last self-test came back."""
+        return self._listening.is_set()
+
+    def start(self) -> Listener:
+        if self.url is None:
+            self.log.info("no listen URL: %s (no notifications)", self.poll_hint or "polling")
+            return self
+        self._thread = threading.Thread(target=self._run, name=f"{self.name}-listen", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self, timeout: float = 2.0) -> None:
+        self._stop.set()
+        self._listening.clear()
+        if self._thread is not None:
+            self._thread.join(timeout)
+
+    def wait_listening(self, timeout: float) -> bool:
+        """Block until the listener is up (tests, start-up ordering); False on timeout."""
+        return self._listening.wait(timeout)
+
+    # -- the thread ----------------------------------------------------------------------------
+
+    def _down(self, reason: str) -> None:
+        self._listening.clear()
+        if reason != self._down_reason:  # say each reason once, not on every retry
+            hint = f"; {self.poll_hint} until it is back" if self.poll_hint else ""
+            self.log.warning("WARN: LISTEN %s: %s%s", "/".join(self.channels), reason, hint)
+            self._down_reason = reason
+
+    def _up(self) -> None:
+        if self._down_reason is not None:
+            self.log.info("LISTEN %s: listening again", "/".join(self.channels))
+        self._down_reason = None
+        self._listening.set()
+        self.on_connect()
+
+    def _run(self) -> None:
+        delay = BACKOFF_FIRST
+        while not self._stop.is_set():
+            try:
+                conn = psycopg.connect(self.url, **connection_kwargs(application_name=self.name))
+            except psycopg.Error as exc:
+                self._down(f"cannot connect ({describe_db_error(exc)})")
+                self._stop.wait(delay)
+                delay = min(delay * 2, BACKOFF_CAP)
+                continue
+            try:
+                with conn:
+                    if self._serve(conn):
+                        delay = BACKOFF_FIRST
+                        continue
+                self._stop.wait(RETRY_AFTER_FAILED_CHECK)
+            except psycopg.Error as exc:
+                self._down(f"connection lost ({describe_db_error(exc)})")
+                self._stop.wait(delay)
+                delay = min(delay * 2, BACKOFF_CAP)
+
+    def _serve(self, conn: psycopg.Connection) -> bool:
+        """LISTEN and read until stopped (True) or the self-test fails (False)."""
+        for channel in [*self.channels, self.check_channel]:
+            conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(channel)))
+        if not self._self_test(conn):
+            self._down("the self-test NOTIFY did not come back (a transaction pooler cannot carry LISTEN: "
+                       "give a direct --listen-url)")
+            return False
+        self._up()
+        next_check = time.monotonic() + self.check_interval
+        while not self._stop.is_set():
+            wait = min(READ_SLICE, max(0.0, next_check - time.monotonic()))
+            self._read(conn, wait, None)
+            if time.monotonic() >= next_check:
+                conn.execute("SELECT 1")  # the listen connection itself is alive (raises when not)
+                if not self._self_test(conn):
+                    self._down("the self-test NOTIFY did not come back (the link went silent)")
+                    return False
+                next_check = time.monotonic() + self.check_interval
+        return True
+
+    def _self_test(self, conn: psycopg.Connection) -> bool:
+        nonce = secrets.token_hex(8)
+        try:
+            with psycopg.connect(self.url, **connection_kwargs(application_name=f"{self.name}-check")) as probe:
+                probe.execute("SELECT pg_notify(%s, %s)", (self.check_channel, nonce))
+        except psycopg.Error:
+            return False
+        deadline = time.monotonic() + self.check_timeout
+        while not self._stop.is_set() and (left := deadline - time.monotonic()) > 0:
+            if self._read(conn, min(left, READ_SLICE), nonce):
+                self.checks_passed += 1
+                return True
+        return self._stop.is_set()
+
+    def _read(self, conn: psycopg.Connection, timeout: float, nonce: str | None) -> bool:
+        """Deliver the notifications of one read; True when the self-test nonce was among them."""
+        heard = False
+        # stop_after=1 ends after one read with every notification of that read; never break early.
+        for note in conn.notifies(timeout=timeout, stop_after=1):
+            if note.channel == self.check_channel:
+                heard = heard or note.payload == nonce
+                continue
+            with contextlib.suppress(Exception):  # a consumer's bug must not kill the listener
+                self.on_notify(note.channel, note.payload)
+        return heard

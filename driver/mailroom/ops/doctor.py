@@ -1,0 +1,168 @@
+"""`mailroom doctor`: check a deployment, one line per check (OK, WARN or FAIL).
+
+It connects as whoever the URL names (run it as each worker's role to check that role) and
+looks at: the server version, the migrations, the roles, whether the URL goes through a
+transaction pooler, whether LISTEN/NOTIFY round-trips on the listen URL, server logging that
+would write bind parameters (keys, tokens, codes, passwords) to the log, and clock pinning.
+"""
+
+from __future__ import annotations
+
+import secrets
+import time
+from dataclasses import dataclass
+
+import psycopg
+from psycopg import sql
+
+from mailroom.core.errors import describe_db_error
+from mailroom.db import migrate as runner
+from mailroom.db.connect import connection_kwargs
+
+ROLES = ("mailroom_owner", "mailroom_app", "mailroom_collector", "mailroom_sender", "mailroom_inbound",
+         "mailroom_monitor", "mailroom_admin", "mailroom_timekeeper")
+
+
+@dataclass
+class Check:
+    status: str  # OK | WARN | FAIL
+    name: str
+    text: str
+
+    def line(self) -> str:
+        return f"{self.status:<4}  {self.name}: {self.text}"
+
+
+def _connect(url: str, name: str = "mailroom-doctor") -> psycopg.Connection:
+    return psycopg.connect(url, **connection_kwargs(application_name=name, connect_timeout=10))
+
+
+def run_checks(url: str, listen_url: str | None) -> list[Check]:
+    checks: list[Check] = []
+    try:
+        conn = _connect(url)
+    except psycopg.Error as exc:
+        return [Check("FAIL", "connect", describe_db_error(exc))]
+    with conn:
+        checks.append(_version(conn))
+        checks.append(_migrations(conn))
+        checks.append(_roles(conn))
+        checks.append(_role_in_use(conn))
+        checks.append(_pooler(conn))
+        checks.append(_logging(conn))
+        checks.append(_clock(conn))
+    checks.append(_listen(listen_url))
+    return checks
+
+
+def _one(conn: psycopg.Connection, query: str, params: tuple = ()) -> object:
+    row = conn.execute(query, params).fetchone()
+    return row[0] if row else None
+
+
+def _version(conn: psycopg.Connection) -> Check:
+    num = int(_one(conn, "SELECT current_setting('server_version_num')"))
+    text = str(_one(conn, "SHOW server_version"))
+    if num >= 150000:
+        return Check("OK", "server", f"PostgreSQL {text}")
+    return Check("FAIL", "server", f"PostgreSQL {text}: mailroom needs 15 or newer")
+
+
+def _migrations(conn: psycopg.Connection) -> Check:
+    try:
+        applied = runner.applied_versions(conn)
+    except psycopg.Error as exc:
+        return Check("FAIL", "migrations", f"cannot read mailroom.schema_migrations ({describe_db_error(exc)})")
+    files = runner.load_migrations()
+    pending = [m.name for m in files if m.version not in applied]
+    edited = [m.name for m in files if m.version in applied and not runner.checksum_accepted(m, applied[m.version][1])]
+    if edited:
+        return Check("FAIL", "migrations", f"applied files changed since: {', '.join(edited)}")
+    if pending:
+        return Check("FAIL", "migrations", f"{len(pending)} pending: {', '.join(pending)} (run `mailroom db migrate`)")
+    return Check("OK", "migrations", f"{len(applied)} applied, none pending")
+
+
+def _roles(conn: psycopg.Connection) -> Check:
+    present = {r for (r,) in conn.execute("SELECT rolname FROM pg_roles WHERE rolname = ANY(%s)", (list(ROLES),))}
+    missing = [r for r in ROLES if r not in present]
+    if missing:
+        return Check("FAIL", "roles", f"missing: {', '.join(missing)}")
+    return Check("OK", "roles", "all mailroom_* roles exist")
+
+
+def _role_in_use(conn: psycopg.Connection) -> Check:
+    row = conn.execute(
+        "SELECT r.rolname, r.rolsuper, pg_has_role(current_user, 'mailroom_owner', 'MEMBER'),"
+        " array(SELECT g.rolname FROM pg_roles AS g WHERE g.rolname LIKE 'mailroom\\_%%'"
+        "       AND g.rolname <> 'mailroom_owner' AND pg_has_role(current_user, g.oid, 'MEMBER') ORDER BY 1)"
+        " FROM pg_roles AS r WHERE r.rolname = current_user"
+    ).fetchone()
+    name, is_super, is_owner, groups = row
+    if is_super:
+        return Check("WARN", "login role", f"{name} is a superuser: run workers as a login role granted one mailroom_* role")
+    if is_owner:
+        return Check("WARN", "login role", f"{name} can act as mailroom_owner: runtime workers should not")
+    if not groups:
+        return Check("FAIL", "login role", f"{name} is granted no mailroom_* role: it can call nothing")
+    return Check("OK", "login role", f"{name} acts as {', '.join(groups)}")
+
+
+def _pooler(conn: psycopg.Connection) -> Check:
+    """A transaction pooler hands consecutive transactions to different server sessions."""
+    pids = {_one(conn, "SELECT pg_backend_pid()") for _ in range(5)}
+    probe = secrets.token_hex(4)
+    _one(conn, "SELECT set_config('mailroom.doctor_probe', %s, false)", (probe,))
+    kept = _one(conn, "SELECT current_setting('mailroom.doctor_probe', true)") == probe
+    if len(pids) > 1 or not kept:
+        return Check("OK", "pooler", "transaction pooling detected: fine for calls; LISTEN needs a direct --listen-url")
+    return Check("OK", "pooler", "direct connection (or session pooling)")
+
+
+def _logging(conn: psycopg.Connection) -> Check:
+    settings = dict(conn.execute(
+        "SELECT name, setting FROM pg_settings WHERE name IN ('log_statement', 'log_min_duration_statement',"
+        " 'log_duration', 'log_parameter_max_length', 'log_min_duration_sample')"
+    ).fetchall())
+    logs_statements = (
+        settings.get("log_statement") == "all"
+        or int(settings.get("log_min_duration_statement", "-1")) >= 0
+        or int(settings.get("log_min_duration_sample", "-1")) >= 0
+    )
+    params_logged = settings.get("log_parameter_max_length", "-1") != "0"
+    if logs_statements and params_logged:
+        return Check(
+            "FAIL", "server log",
+            "statements are logged with their bind parameters (keys, tokens, codes, SMTP passwords): "
+            "ALTER DATABASE … SET log_parameter_max_length = 0 (docs/security.md)",
+        )
+    if logs_statements:
+        return Check("OK", "server log", "statements are logged without bind parameters")
+    return Check("OK", "server log", "statements are not logged")
+
+
+def _clock(conn: psycopg.Connection) -> Check:
+    may_pin = _one(conn, "SELECT pg_has_role(session_user, 'mailroom_timekeeper', 'MEMBER')")
+    if may_pin:
+        return Check("WARN", "clock", "this login may pin mailroom.clock() (tests and demos only)")
+    return Check("OK", "clock", "this login cannot move mailroom.clock()")
+
+
+def _listen(listen_url: str | None) -> Check:
+    if listen_url is None:
+        return Check("WARN", "listen", "no listen URL: workers poll (set MAILROOM_LISTEN_URL to a direct connection)")
+    channel = f"mailroom_doctor_{secrets.token_hex(4)}"
+    nonce = secrets.token_hex(8)
+    try:
+        with _connect(listen_url, "mailroom-doctor-listen") as listener:
+            listener.execute(sql.SQL("LISTEN {}").format(sql.Identifier(channel)))
+            with _connect(listen_url, "mailroom-doctor-notify") as notifier:
+                notifier.execute("SELECT pg_notify(%s, %s)", (channel, nonce))
+            deadline = time.monotonic() + 3
+            while (left := deadline - time.monotonic()) > 0:
+                for note in listener.notifies(timeout=left, stop_after=1):
+                    if note.payload == nonce:
+                        return Check("OK", "listen", "LISTEN/NOTIFY round-trips on the listen URL")
+    except psycopg.Error as exc:
+        return Check("FAIL", "listen", f"cannot LISTEN on the listen URL ({describe_db_error(exc)})")
+    return Check("FAIL", "listen", "NOTIFY did not come back on the listen URL (a transaction pooler?): workers will poll")
