@@ -41,3 +41,18 @@ async def connect_async(
         )
     except psycopg.Error as exc:
         raise _failed(exc) from None
+
+
+def call(url: str, query: str, params: tuple = (), *, application_name: str, row_factory: Any = None) -> list[Any]:
+    """One statement on a short-lived connection, for operator commands: its rows, or UserError.
+
+    The error is one line with the exit code of its kind (mailroom.core.errors.kind_of)."""
+    from mailroom.core.errors import db_user_error
+
+    with connect(url, application_name=application_name) as conn:
+        try:
+            cur = conn.cursor(row_factory=row_factory) if row_factory is not None else conn.cursor()
+            cur.execute(query, params)
+            return cur.fetchall()
+        except psycopg.Error as exc:
+            raise db_user_error(exc) from None

@@ -12,13 +12,12 @@ import signal
 import sys
 from typing import Annotated, Any, Optional
 
-import psycopg
 import typer
 
 from mailroom.core.durations import parse_optional_duration, parse_seconds
-from mailroom.core.errors import ConfigError, db_user_error
+from mailroom.core.errors import ConfigError
 from mailroom.db.config import DatabaseUrlOption, ListenUrlOption, resolve_database_url, resolve_listen_url
-from mailroom.db.connect import connect
+from mailroom.db.connect import call
 
 app = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
 
@@ -42,12 +41,7 @@ JsonOption = Annotated[bool, typer.Option("--json", help="Print JSON instead of 
 
 
 def _db_call(url: str, query: str, params: tuple) -> list[tuple]:
-    with connect(url, application_name="mailroom-inbox") as conn:
-        try:
-            cur = conn.execute(query, params)
-            return cur.fetchall()
-        except psycopg.Error as exc:
-            raise db_user_error(exc) from None
+    return call(url, query, params, application_name="mailroom-inbox")
 
 
 def _print(obj: Any, as_json: bool) -> None:

@@ -17,9 +17,9 @@ import typer
 from psycopg.rows import dict_row
 
 from mailroom.core.durations import parse_seconds
-from mailroom.core.errors import ConfigError, UserError, db_user_error, describe_db_error
+from mailroom.core.errors import ConfigError, UserError, describe_db_error
 from mailroom.db.config import DatabaseUrlOption, ListenUrlOption, hex_key, resolve_database_url, resolve_listen_url
-from mailroom.db.connect import connect
+from mailroom.db.connect import call, connect
 
 app = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
 
@@ -32,16 +32,11 @@ outbound = typer.Typer(
 )
 
 def _call(database_url: str | None, sql: str, params: tuple = (), *, fetch: str = "all") -> Any:
-    url = resolve_database_url(database_url)
-    with connect(url, application_name="mailroom-outbound") as conn:
-        try:
-            cur = conn.cursor(row_factory=dict_row)
-            cur.execute(sql, params)
-            if fetch == "one":
-                return cur.fetchone()
-            return cur.fetchall()
-        except psycopg.Error as exc:
-            raise db_user_error(exc) from None
+    rows = call(resolve_database_url(database_url), sql, params, application_name="mailroom-outbound",
+                row_factory=dict_row)
+    if fetch == "one":
+        return rows[0] if rows else None
+    return rows
 
 
 def _fmt(value: Any) -> str:
