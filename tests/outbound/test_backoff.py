@@ -134,7 +134,8 @@ def test_relay_login_failure_is_not_the_messages_fault(conn, cli, smtp_server):
     server = smtp_server(authenticator=reject, auth_require_tls=False)
     add_sender(conn, server.port, username="u", password="wrong", key=KEY)
     ids = enqueue(conn, 3)
-    result = cli("send", "--until-idle", *SEND_FLAGS, env={
+    # one slot, so the three messages are one batch (concurrent slots' SKIP LOCKED claims may split them)
+    result = cli("send", "--until-idle", "--concurrency", "1", *SEND_FLAGS, env={
         "MAILROOM_ENCRYPTION_KEY": KEY_HEX, "PGOPTIONS": f"-c mailroom.clock={T0.isoformat()}"}, timeout=30)
     assert result.returncode == 0, result.stderr
     for mid in ids:
