@@ -6,6 +6,9 @@
 - `db_url`: a new database cloned from the template for each test (CREATE DATABASE … TEMPLATE).
 - `conn`: an autocommit psycopg connection to it.
 - `cli` / `cli_popen`: the real `python -m mailroom` as a subprocess pointed at `db_url`.
+- `pooler`: a real PgBouncer in transaction mode in front of `pg`, once per run
+  (mailroom.testing.PgBouncer); `pooler.pooled_url(url)` is the same database and user through it.
+- `pooled_db_url`: `db_url` through the pooler.
 """
 
 from __future__ import annotations
@@ -65,6 +68,21 @@ def db_url(pg: embedded.Cluster, template_db: str) -> Iterator[str]:
     url = testing.create_database(pg, name, template=template_db)
     yield url
     testing.drop_database(pg, name)
+
+
+@pytest.fixture(scope="session")
+def pooler(pg: embedded.Cluster) -> Iterator[testing.PgBouncer]:
+    """PgBouncer, pool_mode = transaction, 3 server connections per database and user."""
+    bouncer = testing.PgBouncer(pg).start()
+    try:
+        yield bouncer
+    finally:
+        bouncer.stop()
+
+
+@pytest.fixture
+def pooled_db_url(pooler: testing.PgBouncer, db_url: str) -> str:
+    return pooler.pooled_url(db_url)
 
 
 @pytest.fixture

@@ -4,18 +4,24 @@
     python -m mailroom.testing all [PYTEST ARGS]  one cluster: pg_prove, then pytest on it
 
 pytest reuses the cluster named by MAILROOM_TEST_CLUSTER_HOME when set (see tests/conftest.py).
+`PgBouncer` puts a real PgBouncer in transaction mode in front of a test cluster.
 """
 
 from __future__ import annotations
 
 import os
 import shutil
+import signal
+import socket
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
+import psycopg
 from psycopg import sql
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from mailroom.core.errors import UserError
 from mailroom.db import cluster as embedded
@@ -80,6 +86,160 @@ def run_pgtap(cluster: embedded.Cluster, files: list[str]) -> int:
         return 0
     migrated_database(cluster, "mailroom_pgtap", pgtap=True)
     return pg_prove(cluster, "mailroom_pgtap", files)
+
+
+PGBOUNCER_PATHS = ("/usr/sbin/pgbouncer", "/usr/bin/pgbouncer")
+
+
+def find_pgbouncer() -> str:
+    """The pgbouncer binary (PATH, then the Debian location), or UserError naming the package."""
+    found = shutil.which("pgbouncer") or next((p for p in PGBOUNCER_PATHS if os.access(p, os.X_OK)), None)
+    if found is None:
+        raise UserError("pgbouncer not found: apt-get install pgbouncer (1.18 or newer)")
+    return found
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class PgBouncer:
+    """A real PgBouncer in transaction mode in front of a test cluster, as a child process.
+
+    Everything lives in its own temporary directory (config, auth file, unix socket, log). A
+    wildcard database entry sends every database name to the cluster's unix socket, so a test
+    database created after start is reachable at once. Clients connect over TCP on 127.0.0.1
+    (`pooled_url`), like workers on other hosts. The pools are small (`pool_size` server
+    connections per database and user) and clients many (`max_client_conn`), so consecutive
+    transactions of one client really land on different server connections. auth_type is trust
+    (the cluster trusts its socket too); PgBouncer still admits only users listed in the auth
+    file: `pooled_url` adds the URL's user. As root it runs as the cluster's OS user (`-u`).
+    """
+
+    def __init__(self, cluster: embedded.Cluster, *, pool_size: int = 3, max_client_conn: int = 200,
+                 users: tuple[str, ...] = (embedded.SUPERUSER,)) -> None:
+        self.cluster = cluster
+        self.pool_size = pool_size
+        self.max_client_conn = max_client_conn
+        self.users = list(users)
+        self.run_as = embedded.RunAs.detect()
+        self.home = Path(tempfile.mkdtemp(prefix="mailroom-pgbouncer-", dir=os.environ.get("MAILROOM_TEST_TMP", "/tmp")))
+        self.config_file = self.home / "pgbouncer.ini"
+        self.auth_file = self.home / "userlist.txt"
+        self.logfile = self.home / "pgbouncer.log"
+        self.port = 0
+        self.proc: subprocess.Popen | None = None
+
+    def config(self) -> str:
+        """The pgbouncer.ini this instance runs with (docs/deployment.md shows the same settings)."""
+        return f"""\
+[databases]
+* = host={self.cluster.home} port={self.cluster.port}
+
+[pgbouncer]
+listen_addr = 127.0.0.1
+listen_port = {self.port}
+unix_socket_dir = {self.home}
+auth_type = trust
+auth_file = {self.auth_file}
+admin_users = {embedded.SUPERUSER}
+pool_mode = transaction
+default_pool_size = {self.pool_size}
+max_client_conn = {self.max_client_conn}
+server_login_retry = 1
+ignore_startup_parameters = extra_float_digits
+logfile = {self.logfile}
+log_connections = 0
+log_disconnections = 0
+"""
+
+    def _write_auth_file(self) -> None:
+        self.auth_file.write_text("".join(f'"{user}" ""\n' for user in self.users))
+        self._own(self.auth_file)
+
+    def _own(self, path: Path) -> None:
+        if self.run_as.name is not None:
+            os.chown(path, self.run_as.uid, self.run_as.gid)
+
+    def start(self, timeout: float = 15.0) -> PgBouncer:
+        exe = find_pgbouncer()
+        self._own(self.home)
+        for _attempt in range(3):  # the free port can be taken between probe and bind: pick another
+            self.port = _free_port()
+            self.config_file.write_text(self.config())
+            self._own(self.config_file)
+            self._write_auth_file()
+            argv = [exe, *(["-u", self.run_as.name] if self.run_as.name else []), str(self.config_file)]
+            self.proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                         stderr=subprocess.DEVNULL, cwd=str(self.home))
+            if self._wait_ready(timeout):
+                return self
+            self.stop(remove=False)
+        raise UserError(f"pgbouncer did not start (log: {self.logfile})")
+
+    def _wait_ready(self, timeout: float) -> bool:
+        """Until a query through the pooler reaches the cluster (or the process exits)."""
+        deadline = time.monotonic() + timeout
+        url = self.pooled_url(self.cluster.url("postgres"))
+        while time.monotonic() < deadline:
+            if self.proc is None or self.proc.poll() is not None:
+                return False
+            try:
+                with psycopg.connect(url, connect_timeout=2, autocommit=True) as conn:
+                    conn.execute("SELECT 1")
+                return True
+            except psycopg.Error:
+                time.sleep(0.05)
+        return False
+
+    def pooled_url(self, url: str) -> str:
+        """The same database and user as `url`, through this pooler (TCP 127.0.0.1, no password)."""
+        params = conninfo_to_dict(url)
+        for key in ("host", "hostaddr", "port", "passfile", "password"):
+            params.pop(key, None)
+        user = str(params.get("user") or embedded.SUPERUSER)
+        if user not in self.users:
+            self.allow(user)
+        return make_conninfo("", **params, host="127.0.0.1", port=str(self.port))
+
+    def admin_url(self) -> str:
+        """The admin console (SHOW POOLS, SHOW SERVERS …; simple queries only)."""
+        return make_conninfo(host="127.0.0.1", port=str(self.port), dbname="pgbouncer", user=embedded.SUPERUSER)
+
+    def admin(self, command: str) -> list[tuple]:
+        """One admin-console command (`SHOW POOLS`, `RELOAD`); its rows."""
+        with psycopg.connect(self.admin_url(), autocommit=True, connect_timeout=5) as conn:
+            cur = conn.execute(command)
+            return cur.fetchall() if cur.description else []
+
+    def allow(self, user: str) -> None:
+        """Admit another login role (auth file + RELOAD)."""
+        self.users.append(user)
+        self._write_auth_file()
+        if self.proc is not None and self.proc.poll() is None:
+            self.admin("RELOAD")
+
+    def log(self) -> str:
+        try:
+            return self.logfile.read_text(errors="replace")
+        except OSError:
+            return ""
+
+    def stop(self, *, remove: bool = True) -> None:
+        """SIGINT (safe shutdown), then SIGTERM, then SIGKILL; remove the directory."""
+        proc, self.proc = self.proc, None
+        if proc is not None and proc.poll() is None:
+            for sig, wait in ((signal.SIGINT, 5), (signal.SIGTERM, 5), (signal.SIGKILL, 5)):
+                proc.send_signal(sig)
+                try:
+                    proc.wait(timeout=wait)
+                    break
+                except subprocess.TimeoutExpired:
+                    continue
+        if remove:
+            shutil.rmtree(self.home, ignore_errors=True)
 
 
 def main(argv: list[str]) -> int:
