@@ -1,0 +1,115 @@
+"""`mailroom collect` through PgBouncer (transaction mode): csv and --enqueue, polling or LISTEN direct.
+
+Each test runs far more than five calls of the same statement, the point where psycopg would
+prepare it server-side (which a transaction pooler breaks).
+"""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from collector_support import Collector, assert_exactly_once, create_accounts
+from pooled_support import POOLER_SELFTEST_WARNING
+
+
+@pytest.fixture
+def collectors():
+    started: list[Collector] = []
+
+    def start(url: str, *args: str, **env: str) -> Collector:
+        c = Collector(url, *args, env={k.upper(): v for k, v in env.items()})
+        started.append(c)
+        return c
+
+    yield start
+    for c in started:
+        c.kill()
+
+
+def wait_rows(conn, query: str, n: int, timeout: float = 20) -> list[tuple]:
+    deadline = time.monotonic() + timeout
+    rows: list[tuple] = []
+    while time.monotonic() < deadline:
+        rows = conn.execute(query).fetchall()
+        if len(rows) >= n:
+            return rows
+        time.sleep(0.05)
+    return rows
+
+
+def test_collect_csv_through_the_pooler_polls_and_collects_every_token(collectors, conn, urls):
+    """No listen URL: the default (the pooled URL) fails its self-test, says so once, and polls."""
+    u = urls("collector")
+    c = collectors(u.database, "--poll-interval", "100", mailroom_batch_limit="4")
+    c.wait_stderr("polling every 100 ms until it is back")
+    logins: list[str] = []
+    records = []
+    for wave in range(6):  # 6 waves x 8 accounts, batches of 4: at least a dozen dequeue calls
+        logins += create_accounts(conn, f"w{wave}x", 8)
+        records += c.records(8 * (wave + 1) - len(records), timeout=15)
+    c.assert_quiet(0.5)
+    assert_exactly_once(records, logins)
+    err = c.stderr_text()
+    assert err.count(POOLER_SELFTEST_WARNING) == 1, err  # said once, not on every retry
+    assert "prepared statement" not in err and "Traceback" not in err
+    assert c.stop() == 0
+
+
+def test_collect_enqueue_through_the_pooler(collectors, conn, urls):
+    conn.execute("SELECT mailroom.upsert_sender('mailroom', 'noreply@example.test', '127.0.0.1', 2525)")
+    u = urls("collector")
+    c = collectors(u.database, "--enqueue", "--listen-url", "none", "--poll-interval", "100",
+                   mailroom_batch_limit="3")
+    c.wait_stderr("polling every 100 ms")
+    logins: list[str] = []
+    for wave in range(5):
+        logins += create_accounts(conn, f"e{wave}x", 6)
+        time.sleep(0.15)
+    rows = wait_rows(conn, "SELECT to_addrs[1], idempotency_key FROM mailroom.outbound_messages", len(logins))
+    assert sorted(r[0] for r in rows) == sorted(f"{login}@example.test" for login in logins), c.stderr_text()
+    assert len({r[1] for r in rows}) == len(rows), "one message per token"
+    c.assert_quiet(0.3)  # nothing on stdout in enqueue mode
+    assert "no listen URL" in c.stderr_text()
+    assert c.stop() == 0
+
+
+def test_collect_with_a_direct_listen_url_reacts_to_notify(collectors, conn, urls):
+    """MAILROOM_LISTEN_URL direct, work through the pooler: a token inserted while idle is collected within the
+    batch timeout, long before the 60 s poll would have found it."""
+    u = urls("collector")
+    c = collectors(u.database, "--poll-interval", "60000", mailroom_listen_url=u.listen,
+                   mailroom_batch_limit="10", mailroom_batch_timeout="200", mailroom_healthcheck_interval="60000")
+    c.wait_stderr("waiting for notifications on token_insert")
+    time.sleep(0.5)  # idle: the backlog drain is over
+    for i in range(8):  # one at a time: each wakes the collector through NOTIFY
+        t0 = time.monotonic()
+        logins = create_accounts(conn, f"n{i}x", 1)
+        assert_exactly_once(c.records(1, timeout=5), logins)
+        assert time.monotonic() - t0 < 3, "woken by NOTIFY, not by the 60 s poll"
+    assert c.stderr_text().count("woke up (NOTIFY)") >= 8
+    assert POOLER_SELFTEST_WARNING not in c.stderr_text()
+    assert c.stop() == 0
+
+
+def test_collect_listener_reconnects_after_its_backend_is_terminated(collectors, conn, urls):
+    u = urls("collector")
+    c = collectors(u.database, "--listen-url", u.listen, "--poll-interval", "60000",
+                   mailroom_batch_timeout="100", mailroom_healthcheck_interval="60000")
+    c.wait_stderr("waiting for notifications on token_insert")
+    logins = create_accounts(conn, "before", 1)
+    assert_exactly_once(c.records(1, timeout=5), logins)
+    # the listen connection is a direct one named mailroom-collect; PgBouncer's server connections
+    # take the name of their client while a transaction runs: ending those too is a harmless extra
+    killed = conn.execute(
+        "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE application_name = 'mailroom-collect'"
+    ).fetchone()[0]
+    assert killed >= 1
+    c.wait_stderr("LISTEN token_insert: connection lost", timeout=10)
+    c.wait_stderr("LISTEN token_insert: listening again", timeout=15)
+    t0 = time.monotonic()
+    logins = create_accounts(conn, "after", 1)
+    assert_exactly_once(c.records(1, timeout=5), logins)
+    assert time.monotonic() - t0 < 3, "heard through NOTIFY again"
+    assert c.stop() == 0
+
