@@ -112,8 +112,10 @@ class PgBouncer:
     wildcard database entry sends every database name to the cluster's unix socket, so a test
     database created after start is reachable at once. Clients connect over TCP on 127.0.0.1
     (`pooled_url`), like workers on other hosts. The pools are small (`pool_size` server
-    connections per database and user) and clients many (`max_client_conn`), so consecutive
-    transactions of one client really land on different server connections. auth_type is trust
+    connections per database and user) and clients many (`max_client_conn`), and each pool
+    keeps all its server connections open and hands them out in turn (min_pool_size,
+    server_round_robin), so consecutive transactions of even a lone client land on different
+    server connections: what session state or a server-side prepared statement would not survive. auth_type is trust
     (the cluster trusts its socket too); PgBouncer still admits only users listed in the auth
     file: `pooled_url` adds the URL's user. As root it runs as the cluster's OS user (`-u`).
     """
@@ -147,8 +149,11 @@ auth_file = {self.auth_file}
 admin_users = {embedded.SUPERUSER}
 pool_mode = transaction
 default_pool_size = {self.pool_size}
+min_pool_size = {self.pool_size}
+server_round_robin = 1
 max_client_conn = {self.max_client_conn}
 server_login_retry = 1
+autodb_idle_timeout = 30
 ignore_startup_parameters = extra_float_digits
 logfile = {self.logfile}
 log_connections = 0
@@ -203,6 +208,20 @@ log_disconnections = 0
         if user not in self.users:
             self.allow(user)
         return make_conninfo("", **params, host="127.0.0.1", port=str(self.port))
+
+    def fill(self, url: str) -> None:
+        """Open every server connection of `url`'s pool now: `pool_size` clients hold a transaction at once.
+
+        (min_pool_size fills a new pool only bit by bit; until it is full a lone client keeps
+        landing on the same server connection.)"""
+        pooled = self.pooled_url(url)
+        clients = [psycopg.connect(pooled, connect_timeout=5) for _ in range(self.pool_size)]
+        try:
+            for client in clients:
+                client.execute("SELECT 1")  # non-autocommit: each now holds a server connection
+        finally:
+            for client in clients:
+                client.close()
 
     def admin_url(self) -> str:
         """The admin console (SHOW POOLS, SHOW SERVERS …; simple queries only)."""
