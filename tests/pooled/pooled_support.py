@@ -29,6 +29,7 @@ def as_login(url: str, role: str) -> str:
 
 def worker_urls(pooler: PgBouncer, db_url: str, role: str) -> WorkerUrls:
     direct = as_login(db_url, role)
+    pooler.fill(direct)  # every server connection open: the driver's transactions rotate over them
     return WorkerUrls(database=pooler.pooled_url(direct), listen=direct)
 
 

@@ -1,7 +1,9 @@
 """`mailroom collect` through PgBouncer (transaction mode): csv and --enqueue, polling or LISTEN direct.
 
-Each test runs far more than five calls of the same statement, the point where psycopg would
-prepare it server-side (which a transaction pooler breaks).
+Each test runs far more than five calls of the same statement in a row, the point where psycopg
+would prepare it server-side (which a transaction pooler breaks; the test PgBouncer hands a
+client's transactions to its server connections in turn). A ROLLBACK makes psycopg forget what it
+prepared, so the backlog is inserted in one statement and drained in many committed batches.
 """
 
 from __future__ import annotations
@@ -9,7 +11,7 @@ from __future__ import annotations
 import time
 
 import pytest
-from collector_support import Collector, assert_exactly_once, create_accounts
+from collector_support import Collector, assert_exactly_once, bulk_accounts_sql, create_accounts
 from pooled_support import POOLER_SELFTEST_WARNING
 
 
@@ -43,11 +45,12 @@ def test_collect_csv_through_the_pooler_polls_and_collects_every_token(collector
     u = urls("collector")
     c = collectors(u.database, "--poll-interval", "100", mailroom_batch_limit="4")
     c.wait_stderr("polling every 100 ms until it is back")
-    logins: list[str] = []
-    records = []
-    for wave in range(6):  # 6 waves x 8 accounts, batches of 4: at least a dozen dequeue calls
-        logins += create_accounts(conn, f"w{wave}x", 8)
-        records += c.records(8 * (wave + 1) - len(records), timeout=15)
+    conn.execute(bulk_accounts_sql("bulk", 48))  # 12 committed batches of 4 in a row
+    logins = [f"bulk{i}" for i in range(48)]
+    records = c.records(48, timeout=15)
+    for wave in range(3):
+        logins += create_accounts(conn, f"w{wave}x", 5)
+        records += c.records(len(logins) - len(records), timeout=15)
     c.assert_quiet(0.5)
     assert_exactly_once(records, logins)
     err = c.stderr_text()
@@ -62,9 +65,10 @@ def test_collect_enqueue_through_the_pooler(collectors, conn, urls):
     c = collectors(u.database, "--enqueue", "--listen-url", "none", "--poll-interval", "100",
                    mailroom_batch_limit="3")
     c.wait_stderr("polling every 100 ms")
-    logins: list[str] = []
-    for wave in range(5):
-        logins += create_accounts(conn, f"e{wave}x", 6)
+    conn.execute(bulk_accounts_sql("ebulk", 30))  # 10 committed batches of 3 in a row
+    logins = [f"ebulk{i}" for i in range(30)]
+    for wave in range(3):
+        logins += create_accounts(conn, f"e{wave}x", 4)
         time.sleep(0.15)
     rows = wait_rows(conn, "SELECT to_addrs[1], idempotency_key FROM mailroom.outbound_messages", len(logins))
     assert sorted(r[0] for r in rows) == sorted(f"{login}@example.test" for login in logins), c.stderr_text()
