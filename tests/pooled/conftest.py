@@ -24,3 +24,20 @@ from pooled_support import WorkerUrls, worker_urls  # noqa: E402
 def urls(pooler, db_url) -> Callable[[str], WorkerUrls]:
     """urls(role): the database URL through the pooler and the direct listen URL for that role."""
     return lambda role: worker_urls(pooler, db_url, role)
+
+
+@pytest.fixture
+def workers():
+    """workers(args, env) starts a Worker (pooled_support); every one is killed after the test."""
+    from pooled_support import Worker
+
+    started: list[Worker] = []
+
+    def start(*args: str, **kw) -> Worker:
+        w = Worker(list(args), **kw)
+        started.append(w)
+        return w
+
+    yield start
+    for w in started:
+        w.kill()

@@ -7,6 +7,13 @@ a change of `as_login` only.
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import psycopg
@@ -39,3 +46,61 @@ def server_backends(conn: psycopg.Connection, application_name: str) -> int:
         "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND application_name LIKE %s",
         (application_name + "%",),
     ).fetchone()[0]
+
+
+class Worker:
+    """A `python -m mailroom …` subprocess whose stderr is collected (wait_stderr) as it runs."""
+
+    def __init__(self, args: list[str], env: dict[str, str], *, stdout: int | None = subprocess.DEVNULL) -> None:
+        merged = {k: v for k, v in os.environ.items() if not k.startswith("MAILROOM_")}
+        merged.update(PYTHONUNBUFFERED="1", **env)
+        self.args = args
+        self.proc = subprocess.Popen([sys.executable, "-m", "mailroom", *args], env=merged, stdout=stdout,
+                                     stderr=subprocess.PIPE, text=True)
+        self._lines: list[str] = []
+        self._cond = threading.Condition()
+        threading.Thread(target=self._pump, daemon=True).start()
+
+    def _pump(self) -> None:
+        assert self.proc.stderr is not None
+        for line in self.proc.stderr:
+            with self._cond:
+                self._lines.append(line)
+                self._cond.notify_all()
+
+    def stderr(self) -> str:
+        with self._cond:
+            return "".join(self._lines)
+
+    def wait_stderr(self, needle: str, timeout: float = 15, count: int = 1) -> None:
+        deadline = time.monotonic() + timeout
+        with self._cond:
+            while "".join(self._lines).count(needle) < count:
+                left = deadline - time.monotonic()
+                if left <= 0 or (self.proc.poll() is not None and left < timeout - 1):
+                    raise AssertionError(f"{needle!r} not seen {count}x on stderr of {self.args[0]} "
+                                         f"(exit {self.proc.poll()}):\n{''.join(self._lines)}")
+                self._cond.wait(min(left, 0.1))
+
+    def stop(self, timeout: float = 15) -> int:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+        try:
+            return self.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            return self.proc.wait(timeout=5)
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait(timeout=10)
+
+
+def wait_until(predicate: Callable[[], object], timeout: float = 20, what: str = "condition") -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
