@@ -219,6 +219,8 @@ log_disconnections = 0
         try:
             for client in clients:
                 client.execute("SELECT 1")  # non-autocommit: each now holds a server connection
+            for client in clients:
+                client.rollback()  # (a client leaving inside a transaction would take its server along)
         finally:
             for client in clients:
                 client.close()
