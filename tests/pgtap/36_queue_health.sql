@@ -1,0 +1,153 @@
+-- Queue health: queue_health (due, oldest due age, expired leases per queue), worker_heartbeat and
+-- worker_health, their privileges, and the plan of every due-count (its partial index).
+BEGIN;
+SELECT plan(42);
+
+-- ---------------------------------------------------------------- shape and privileges
+SELECT has_table('mailroom', 'workers', 'mailroom.workers exists');
+SELECT has_function('mailroom', 'queue_health', ARRAY[]::text[], 'queue_health()');
+SELECT has_function('mailroom', 'worker_heartbeat', ARRAY['text', 'text', 'boolean', 'integer'], 'worker_heartbeat(…)');
+SELECT has_function('mailroom', 'worker_health', ARRAY[]::text[], 'worker_health()');
+SELECT is(
+    (SELECT array_agg(p.proname::text ORDER BY p.proname) FROM pg_proc AS p
+     WHERE p.oid IN ('mailroom.queue_health()'::regprocedure, 'mailroom.worker_health()'::regprocedure,
+                     'mailroom.worker_heartbeat(text, text, boolean, integer)'::regprocedure)
+       AND p.prosecdef AND p.proconfig @> ARRAY['search_path=pg_catalog, pg_temp']),
+    ARRAY['queue_health', 'worker_health', 'worker_heartbeat']::text[],
+    'all three are SECURITY DEFINER with search_path = pg_catalog, pg_temp'
+);
+SELECT ok(
+    NOT EXISTS (
+        SELECT 1 FROM pg_proc AS p, aclexplode(coalesce(p.proacl, acldefault('f', p.proowner))) AS a
+        WHERE p.oid IN ('mailroom.queue_health()'::regprocedure, 'mailroom.worker_health()'::regprocedure,
+                        'mailroom.worker_heartbeat(text, text, boolean, integer)'::regprocedure,
+                        'mailroom._explain_queue_health()'::regprocedure)
+          AND a.grantee = 0
+    ),
+    'PUBLIC may execute none of them'
+);
+SELECT ok(
+    has_function_privilege('mailroom_monitor', 'mailroom.queue_health()', 'EXECUTE')
+    AND has_function_privilege('mailroom_admin', 'mailroom.queue_health()', 'EXECUTE')
+    AND has_function_privilege('mailroom_monitor', 'mailroom.worker_health()', 'EXECUTE')
+    AND has_function_privilege('mailroom_admin', 'mailroom.worker_health()', 'EXECUTE'),
+    'monitor and admin read queue_health and worker_health'
+);
+SELECT ok(
+    NOT has_function_privilege('mailroom_app', 'mailroom.queue_health()', 'EXECUTE')
+    AND NOT has_function_privilege('mailroom_sender', 'mailroom.worker_health()', 'EXECUTE'),
+    'the application and the workers do not'
+);
+SELECT ok(
+    has_function_privilege('mailroom_collector', 'mailroom.worker_heartbeat(text, text, boolean, integer)', 'EXECUTE')
+    AND has_function_privilege('mailroom_sender', 'mailroom.worker_heartbeat(text, text, boolean, integer)', 'EXECUTE')
+    AND has_function_privilege('mailroom_inbound', 'mailroom.worker_heartbeat(text, text, boolean, integer)', 'EXECUTE'),
+    'collector, sender and inbound report heartbeats'
+);
+SELECT ok(
+    NOT has_function_privilege('mailroom_app', 'mailroom.worker_heartbeat(text, text, boolean, integer)', 'EXECUTE')
+    AND NOT has_function_privilege('mailroom_monitor', 'mailroom.worker_heartbeat(text, text, boolean, integer)', 'EXECUTE'),
+    'the application and the monitor do not'
+);
+SELECT ok(
+    NOT has_table_privilege('mailroom_monitor', 'mailroom.workers', 'SELECT')
+    AND NOT has_table_privilege('mailroom_sender', 'mailroom.workers', 'INSERT'),
+    'the workers table is reached through the functions only'
+);
+
+-- ---------------------------------------------------------------- queue_health, pinned clock
+SET LOCAL mailroom.clock = '2030-01-01 00:00:00+00';
+SELECT results_eq(
+    'SELECT queue, due, oldest_due_age_seconds, expired_leases FROM mailroom.queue_health()',
+    $$VALUES ('outbound', 0::bigint, 0::float8, 0::bigint), ('tokens', 0, 0, NULL), ('inbox_expiry', 0, 0, NULL)$$,
+    'empty queues: one row each, nothing due'
+);
+SELECT mailroom.upsert_sender('qh', 'robot@mailroom.test', '127.0.0.1', 2525);
+SELECT mailroom.enqueue_message('qh', ARRAY['a' || g || '@example.com'], 's' || g, 't') FROM generate_series(1, 3) AS g;
+SELECT mailroom.enqueue_message('qh', ARRAY['later@example.com'], 'later', 't', p_send_after => '2030-01-01 01:00Z');
+SELECT mailroom.create_account('qh@example.com', 'qh');
+SELECT mailroom.create_mailbox(10);
+
+SET LOCAL mailroom.clock = '2030-01-01 00:01:30+00';
+CREATE TEMP TABLE h1 ON COMMIT DROP AS SELECT * FROM mailroom.queue_health();
+SELECT is((SELECT due FROM h1 WHERE queue = 'outbound'), 3::bigint, 'outbound: three due, the later one is not');
+SELECT is((SELECT oldest_due_age_seconds FROM h1 WHERE queue = 'outbound'), 90::float8, 'outbound: due for 90 s');
+SELECT is((SELECT expired_leases FROM h1 WHERE queue = 'outbound'), 0::bigint, 'outbound: no lease expired');
+SELECT is((SELECT due FROM h1 WHERE queue = 'tokens'), 1::bigint, 'tokens: the activation token is pending');
+SELECT is((SELECT oldest_due_age_seconds FROM h1 WHERE queue = 'tokens'), 90::float8, 'tokens: pending for 90 s');
+SELECT is((SELECT due FROM h1 WHERE queue = 'inbox_expiry'), 0::bigint, 'inbox_expiry: nothing due before expires_at');
+
+SELECT is((SELECT count(*)::integer FROM mailroom.claim_messages(1, 'qh-w', NULL, '60 seconds')), 1, 'one claimed, lease 60 s');
+SELECT is((SELECT count(*)::integer FROM mailroom.dequeue_tokens(10, decode(repeat('ab', 32), 'hex'))), 1, 'the token dispatched');
+SET LOCAL mailroom.clock = '2030-01-01 00:11:00+00';
+CREATE TEMP TABLE h2 ON COMMIT DROP AS SELECT * FROM mailroom.queue_health();
+SELECT is((SELECT due FROM h2 WHERE queue = 'outbound'), 2::bigint, 'outbound: the claimed one is no longer due');
+SELECT is((SELECT oldest_due_age_seconds FROM h2 WHERE queue = 'outbound'), 660::float8, 'outbound: the oldest due is 11 min old');
+SELECT is((SELECT expired_leases FROM h2 WHERE queue = 'outbound'), 1::bigint, 'outbound: its lease expired (a dead worker)');
+SELECT is((SELECT due FROM h2 WHERE queue = 'tokens'), 0::bigint, 'tokens: nothing pending after the dispatch');
+SELECT is((SELECT due FROM h2 WHERE queue = 'inbox_expiry'), 1::bigint, 'inbox_expiry: the 10-minute inbox is due');
+SELECT is((SELECT oldest_due_age_seconds FROM h2 WHERE queue = 'inbox_expiry'), 60::float8, 'inbox_expiry: due for 60 s');
+SELECT is(mailroom.expire_mailboxes(), 1, 'expired');
+SELECT is((SELECT due FROM mailroom.queue_health() WHERE queue = 'inbox_expiry'), 0::bigint, 'inbox_expiry: nothing due after');
+
+-- ---------------------------------------------------------------- heartbeats
+SET LOCAL mailroom.clock = '2030-01-02 00:00:00+00';
+SELECT lives_ok($$SELECT mailroom.worker_heartbeat('host-a:101', 'sender', true)$$, 'a sender reports in');
+SELECT is(
+    (SELECT row(kind, host, listening, last_claim_at IS NULL, claimed)::text FROM mailroom.workers WHERE worker = 'host-a:101'),
+    '(sender,host-a,t,t,0)', 'its row: kind, host from the name, listening, no claim yet'
+);
+SET LOCAL mailroom.clock = '2030-01-02 00:00:10+00';
+SELECT mailroom.worker_heartbeat('host-a:101', 'sender', false, 5);
+SELECT mailroom.worker_heartbeat('host-b:7', 'collector', true, 0);
+SET LOCAL mailroom.clock = '2030-01-02 00:00:40+00';
+SELECT results_eq(
+    $$SELECT worker, kind, host, listening, heartbeat_age_seconds, listener_age_seconds, last_claim_age_seconds, claimed
+      FROM mailroom.worker_health()$$,
+    $$VALUES ('host-b:7', 'collector', 'host-b', true, 30::float8, 30::float8, NULL::float8, 0::bigint),
+             ('host-a:101', 'sender', 'host-a', false, 30, 40, 30, 5)$$,
+    'worker_health: heartbeat, listener and claim ages per worker'
+);
+SELECT mailroom.worker_heartbeat('host-a:101', 'sender', false, 2);
+SELECT is((SELECT claimed FROM mailroom.workers WHERE worker = 'host-a:101'), 7::bigint, 'claims add up');
+SELECT throws_ok($$SELECT mailroom.worker_heartbeat('x:1', 'bogus', true)$$, '22023', NULL, 'an unknown kind is 22023');
+SELECT throws_ok($$SELECT mailroom.worker_heartbeat('', 'sender', true)$$, '22023', NULL, 'an empty name is 22023');
+SELECT throws_ok($$SELECT mailroom.worker_heartbeat('x:1', 'sender', true, -1)$$, '22023', NULL, 'negative claims are 22023');
+SET LOCAL mailroom.clock = '2030-01-03 00:01:00+00';
+SELECT mailroom.worker_heartbeat('host-c:1', 'expiry', false);
+SELECT is(
+    (SELECT array_agg(worker ORDER BY worker) FROM mailroom.workers), ARRAY['host-c:1'],
+    'workers silent for longer than workers.forget_after (1 day) are forgotten'
+);
+
+-- ---------------------------------------------------------------- the plan: partial indexes only
+-- history in every table (sent messages, dispatched tokens, closed inboxes) and a small backlog
+INSERT INTO mailroom.outbound_messages (sender_id, to_addrs, subject, text_body, message_id, status, sent_at)
+SELECT (SELECT id FROM mailroom.senders WHERE name = 'qh'), ARRAY['bulk@example.com'], 'bulk', 't', '<qh' || g || '@x>',
+    CASE WHEN g % 500 = 0 THEN 'queued' ELSE 'sent' END::mailroom.outbound_status, '2029-01-01Z'
+FROM generate_series(1, 50000) AS g;
+INSERT INTO mailroom.accounts (email, login) SELECT 'hist' || g || '@example.com', 'hist' || g FROM generate_series(1, 20000) AS g;
+UPDATE mailroom.tokens SET dispatched_at = mailroom.clock(), secret = NULL, code = NULL
+WHERE dispatched_at IS NULL AND id % 200 <> 0;
+INSERT INTO mailroom.mailboxes (address, plan, session_token_digest, expires_at, created_at, is_active, inactive_since)
+SELECT format('old-%s@qh.test', g), 'free', '\x00', '2029-01-01Z', '2029-01-01Z', g % 400 = 0,
+    CASE WHEN g % 400 <> 0 THEN '2029-01-01Z'::timestamptz END
+FROM generate_series(1, 50000) AS g;
+ANALYZE mailroom.outbound_messages;
+ANALYZE mailroom.tokens;
+ANALYZE mailroom.accounts;
+ANALYZE mailroom.mailboxes;
+CREATE TEMP TABLE plan ON COMMIT DROP AS SELECT string_agg(p, E'\n') AS p FROM mailroom._explain_queue_health() AS p;
+SELECT ok((SELECT p FROM plan) ~ 'using outbound_messages_due_idx', 'outbound due-count: outbound_messages_due_idx');
+SELECT ok((SELECT p FROM plan) ~ 'using outbound_messages_processing_idx', 'expired leases: outbound_messages_processing_idx');
+SELECT ok((SELECT p FROM plan) ~ 'using tokens_pending_idx', 'tokens due-count: tokens_pending_idx');
+SELECT ok((SELECT p FROM plan) ~ 'using mailboxes_expiry_idx', 'inbox_expiry due-count: mailboxes_expiry_idx');
+SELECT ok((SELECT p FROM plan) !~ 'Seq Scan', 'no sequential scan of any queue table');
+SELECT results_eq(
+    'SELECT queue, due FROM mailroom.queue_health()',
+    $$VALUES ('outbound', 103::bigint), ('tokens', 100), ('inbox_expiry', 125)$$,
+    'the counts at size (the later message is due by now)'
+);
+
+SELECT * FROM finish();
+ROLLBACK;
