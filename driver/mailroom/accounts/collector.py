@@ -5,7 +5,8 @@ token is signed and how an email is rendered all live in SQL. Two connections pe
 - the listener (mailroom.db.listen): LISTEN on the listen URL, a direct connection; notifications
   are only hints. Without one, or while it cannot hear, the collector polls every poll interval;
 - `work`: non-autocommit on the database URL (a transaction pooler is fine), one transaction per
-  batch (dequeue → hand off → COMMIT).
+  batch (dequeue → hand off → COMMIT); between batches, about every 10 s, a heartbeat
+  (mailroom.db.heartbeat: alive, listening, tokens collected) in a transaction of its own.
 
 Notification payloads are the number of tokens the inserting statement created; their sum is the
 pending count. A batch is taken when the pending count reaches the limit, or when the batch
@@ -28,6 +29,7 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from mailroom.accounts.output import CommitLost, EnqueueSink, OutputClosed, StdoutSink
 from mailroom.core.errors import ConfigError, UserError, describe_db_error
 from mailroom.core.log import get_logger
+from mailroom.db import heartbeat
 from mailroom.db.connect import connect
 from mailroom.db.listen import Listener
 
@@ -140,6 +142,7 @@ class Collector:
             check_interval=min(cfg.healthcheck_ms / 1000, 60.0),
             poll_hint=f"polling every {cfg.poll_ms} ms",
         )
+        self.heartbeat = heartbeat.Heartbeat(heartbeat.worker_name(), "collector", self.log)
         self.work: psycopg.Connection | None = None
         self.stopping = False
         self.must_drain = True
@@ -270,6 +273,9 @@ class Collector:
     # -- the loop ----------------------------------------------------------------------------
 
     def _step(self) -> None:
+        if self.heartbeat.due(self.listener.listening):
+            self._beat()
+            return
         if self.must_drain:
             self._drain("backlog")
             self.must_drain = False
@@ -311,6 +317,21 @@ class Collector:
             except queue.Empty:
                 return
 
+    def _beat(self) -> None:
+        """One heartbeat in its own short transaction on the work connection."""
+        assert self.work is not None
+        params = self.heartbeat.params(self.listener.listening)
+        try:
+            self.work.execute(heartbeat.SQL, params)
+            self.work.commit()
+        except RECONNECTABLE:
+            raise
+        except psycopg.Error as exc:
+            self.work.rollback()
+            self.heartbeat.failed(exc, params[2])
+            return
+        self.heartbeat.sent(params)
+
     def _healthcheck(self) -> None:
         """One sweep for tokens no notification announced (also the poll when not listening).
 
@@ -345,6 +366,7 @@ class Collector:
             batches += got > 0
             if got < limit or self.stopping:
                 break
+        self.heartbeat.claimed += total
         self.last_check = time.monotonic()
         if what and not self.stopping:
             self.sink.settle()

@@ -10,7 +10,9 @@ created; without one (a transaction pooler) the --interval sweep still finds eve
 All rules (what is due, retention, locking) live in SQL; rows are claimed with FOR UPDATE SKIP
 LOCKED, so any number of workers can run at once without doing the same work twice or waiting on
 each other. Between cycles it waits on an Event, so SIGTERM/SIGINT stop it within a second; a
-failed cycle is logged and the next one runs.
+failed cycle is logged and the next one runs. About every 10 s (and after each cycle when one is
+due) it sends a heartbeat on its connection (mailroom.db.heartbeat: alive, listening, inboxes
+expired and purged); `--once` sends none.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ import psycopg
 
 from mailroom.core.errors import UserError, describe_db_error
 from mailroom.core.log import get_logger
+from mailroom.db import heartbeat
 from mailroom.db.connect import connect
 from mailroom.db.listen import Listener
 
@@ -58,6 +61,8 @@ class ExpiryWorker:
         self.total_expired = 0
         self.total_purged = 0
         self.failed_cycles = 0
+        self.heartbeat = heartbeat.Heartbeat(heartbeat.worker_name(), "expiry", log)
+        self.listener: Listener | None = None
 
     def stop(self) -> None:
         self.stop_event.set()
@@ -86,6 +91,7 @@ class ExpiryWorker:
             purged = self._drain("SELECT mailroom.purge_mailboxes(%s, %s)", (self.purge_after, self.purge_batch))
         self.total_expired += expired
         self.total_purged += purged
+        self.heartbeat.claimed += expired + purged
         if expired or purged:
             log.info("expired %d mailbox(es), purged %d", expired, purged)
         return expired, purged
@@ -98,9 +104,11 @@ class ExpiryWorker:
             self.purge_after if self.purge_after is not None else "never",
         )
         listener = None
+        if once:
+            self.heartbeat.enabled = False  # a one-shot run is no worker to watch
         if self.wake_on_due and not once:
             # notifications may have been missed while it was away: re-read the schedule then
-            listener = Listener(
+            listener = self.listener = Listener(
                 self.listen_url, ["mailroom_expiry_schedule"], name="mailroom-expire-listen", log=log,
                 on_notify=lambda _c, _p: self.wake.set(), on_connect=self.wake.set,
                 poll_hint=f"sweeping every {self.interval:g}s",
@@ -135,13 +143,37 @@ class ExpiryWorker:
         """
         while not self.stop_event.is_set():
             self.wake.clear()
+            self._beat()
             wait = cycle_deadline - time.monotonic()
             if self.wake_on_due:
                 due = self._seconds_until_due()
                 if due is not None:
                     wait = min(wait, due)
-            if wait <= 0 or not self.wake.wait(wait):
+            beat_in = self.heartbeat.seconds_left()
+            if wait <= 0:
                 return
+            if not self.wake.wait(min(wait, beat_in)) and wait <= beat_in:
+                return  # the cycle (or the next inbox) is due; else it was the heartbeat's turn
+
+    def _beat(self) -> None:
+        """A heartbeat when one is due (autocommit, on the worker's connection)."""
+        listening = self.listener is not None and self.listener.listening
+        if not self.heartbeat.due(listening):
+            return
+        params = self.heartbeat.params(listening)
+        try:
+            self._connection().execute(heartbeat.SQL, params)
+        except UserError:
+            self.heartbeat.skip(listening)  # cannot connect: the next cycle says so
+            return
+        except psycopg.OperationalError:
+            self.heartbeat.skip(listening)
+            self._close()
+            return
+        except psycopg.Error as exc:
+            self.heartbeat.failed(exc, listening)
+            return
+        self.heartbeat.sent(params)
 
     def _seconds_until_due(self) -> float | None:
         """Seconds until the next inbox is due (a delay queue over the partial index), floored."""

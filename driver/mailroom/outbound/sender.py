@@ -14,6 +14,8 @@ and reports raw outcomes (kind, reply code, enhanced code, reply text) in one fi
   finalize, exit; after `--shutdown-grace` seconds an unfinished SMTP exchange is abandoned (a
   DATA phase cut short is reported 'uncertain': retried and flagged possibly_sent).
 - A built-in reaper (`--reap-after`) returns rows of dead workers to the queue.
+- Slot 0 sends the heartbeat (mailroom.db.heartbeat: alive, listening, messages claimed) on its
+  connection about every 10 s, between batches.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from psycopg.rows import dict_row
 
 from mailroom.core.errors import ConfigError, Kind, UserError, describe_db_error, kind_of
 from mailroom.core.log import get_logger
+from mailroom.db import heartbeat
 from mailroom.db.connect import connect_async, connection_kwargs
 from mailroom.db.listen import Listener
 from mailroom.outbound.metrics import SenderMetrics, smtp_class
@@ -49,6 +52,7 @@ FINALIZE_SQL = (
 RELEASE_SQL = "SELECT mailroom.release_messages(%s::bigint[], %s::bigint[])"
 REAP_SQL = "SELECT mailroom.reap_stuck_messages(make_interval(secs => %s))"
 STATS_SQL = "SELECT * FROM mailroom.outbound_stats"
+HEALTH_SQL = "SELECT * FROM mailroom.queue_health()"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -90,6 +94,8 @@ class Sender:
                 raise ConfigError(f"cannot load --tls-ca-file: {exc.__class__.__name__}") from None
         self.budget = 60.0  # seconds a slot may spend on one claimed batch before releasing the rest
         self.fatal: UserError | None = None
+        self.heartbeat = heartbeat.Heartbeat(self.worker, "sender", log)
+        self.listener: Listener | None = None
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -132,7 +138,7 @@ class Sender:
             self.worker, self.opts.concurrency, self.opts.batch_size, lease,
             f"{self.opts.reap_after:.0f}s" if self.opts.reap_after > 0 else "off",
         )
-        listener = Listener(
+        self.listener = listener = Listener(
             self.opts.listen_url, [CHANNEL], name="mailroom-send-listen", log=log,
             on_notify=lambda _c, _p: loop.call_soon_threadsafe(self.wake.set),
             on_connect=lambda: loop.call_soon_threadsafe(self.wake.set),
@@ -171,9 +177,27 @@ class Sender:
         if self.fatal is not None:
             raise self.fatal
 
-    async def wait_for_work(self) -> None:
+    def listening(self) -> bool:
+        return self.listener is not None and self.listener.listening
+
+    async def wait_for_work(self, index: int = 0) -> None:
+        timeout = self.opts.poll_interval
+        if index == 0:  # slot 0 also wakes for the heartbeat
+            timeout = min(timeout, max(0.05, self.heartbeat.seconds_left()))
         with contextlib.suppress(asyncio.TimeoutError):
-            await asyncio.wait_for(self.wake.wait(), timeout=self.opts.poll_interval)
+            await asyncio.wait_for(self.wake.wait(), timeout=timeout)
+
+    async def beat(self, conn: psycopg.AsyncConnection) -> None:
+        """One heartbeat on slot 0's connection (autocommit); a lost connection raises."""
+        params = self.heartbeat.params(self.listening())
+        try:
+            await conn.execute(heartbeat.SQL, params)
+        except psycopg.OperationalError:
+            raise
+        except psycopg.Error as exc:
+            self.heartbeat.failed(exc, params[2])
+            return
+        self.heartbeat.sent(params)
 
     # -- helpers -----------------------------------------------------------------------------
 
@@ -199,6 +223,7 @@ class Sender:
                 await asyncio.sleep(interval)
 
     async def stats_loop(self) -> None:
+        health = True  # off after one failure that no retry fixes (older schema, no grant)
         while True:
             try:
                 async with await psycopg.AsyncConnection.connect(
@@ -207,6 +232,15 @@ class Sender:
                     while True:
                         cur = await conn.execute(STATS_SQL)
                         self.metrics.update_stats(await cur.fetchone())
+                        if health:
+                            try:
+                                cur = await conn.execute(HEALTH_SQL)
+                                self.metrics.update_health(await cur.fetchall())
+                            except psycopg.OperationalError:
+                                raise
+                            except psycopg.Error as exc:
+                                health = False
+                                log.warning("WARN: queue health metrics off: %s", describe_db_error(exc))
                         await asyncio.sleep(max(1.0, self.opts.poll_interval))
             except asyncio.CancelledError:
                 raise
@@ -233,6 +267,8 @@ class Sender:
                         continue
                 self.wake.clear()
                 try:
+                    if index == 0 and self.heartbeat.due(self.listening()):
+                        await self.beat(conn)
                     cur = await conn.execute(
                         CLAIM_SQL,
                         (self.opts.batch_size, self.worker, self.opts.key, f"{self.lease} seconds"),
@@ -250,9 +286,10 @@ class Sender:
                 if not rows:
                     if self.opts.until_idle:
                         return
-                    await self.wait_for_work()
+                    await self.wait_for_work(index)
                     continue
                 self.metrics.claimed.inc(len(rows))
+                self.heartbeat.claimed += len(rows)
                 outcomes, unsent = await self.deliver_batch(conns, rows)
                 await self.report(conn, outcomes, unsent)
         finally:
