@@ -61,8 +61,10 @@ def _table(rows: list[dict[str, Any]], columns: list[str]) -> None:
 
 @outbound.command("status")
 def status(database_url: DatabaseUrlOption = None) -> None:
-    """Counts per status, due now, retries waiting, oldest queued age (mailroom.outbound_stats)."""
-    row = _call(database_url, "SELECT * FROM mailroom.outbound_stats", fetch="one")
+    """Counts per status, due now, retries waiting, oldest queued age (mailroom.outbound_stats), then
+    every queue's health (mailroom.queue_health) and the workers' heartbeats (mailroom.worker_health)."""
+    url = resolve_database_url(database_url)
+    row = _call(url, "SELECT * FROM mailroom.outbound_stats", fetch="one")
     labels = {
         "queued": "queued",
         "processing": "processing",
@@ -78,6 +80,26 @@ def status(database_url: DatabaseUrlOption = None) -> None:
     width = max(len(v) for v in labels.values())
     for key, label in labels.items():
         typer.echo(f"{label.ljust(width)}  {_fmt(row[key])}")
+    # Health next; a role or schema without it still gets the counts above (one line says why).
+    for title, query, columns in (
+        ("queue health:", "SELECT * FROM mailroom.queue_health()", list(QUEUE_HEALTH_COLUMNS)),
+        ("worker heartbeats:", "SELECT * FROM mailroom.worker_health()", list(WORKER_HEALTH_COLUMNS)),
+    ):
+        try:
+            rows = _call(url, query)
+        except UserError as exc:
+            typer.echo(f"{title} unavailable ({exc})")
+            continue
+        typer.echo(title)
+        if rows:
+            _table(rows, columns)
+        else:
+            typer.echo("  none reported a heartbeat")
+
+
+QUEUE_HEALTH_COLUMNS = ("queue", "due", "oldest_due_age_seconds", "expired_leases")
+WORKER_HEALTH_COLUMNS = ("worker", "kind", "listening", "heartbeat_age_seconds", "listener_age_seconds",
+                         "last_claim_age_seconds", "claimed")
 
 
 @outbound.command("list")

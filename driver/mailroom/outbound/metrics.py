@@ -12,6 +12,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, star
 SMTP_CLASSES = ("2xx", "4xx", "5xx", "dropped", "timeout", "connect", "uncertain", "local", "other")
 RESULTS = ("sent", "retry", "failed", "stale")
 STATUSES = ("queued", "processing", "sent", "failed")
+QUEUES = ("outbound", "tokens", "inbox_expiry")  # the `queue` label: mailroom.queue_health() rows
 
 
 def smtp_class(outcome: str, code: int | None) -> str:
@@ -78,6 +79,21 @@ class SenderMetrics:
             "Outcomes ignored by fencing since the database was created (stats view).",
             registry=r,
         )
+        self.queue_due = Gauge(
+            "mailroom_queue_due", "Rows due now, by queue (mailroom.queue_health).", ["queue"], registry=r
+        )
+        self.queue_oldest_due_age = Gauge(
+            "mailroom_queue_oldest_due_age_seconds",
+            "Seconds since the oldest due row of the queue became due (mailroom.queue_health).",
+            ["queue"],
+            registry=r,
+        )
+        self.queue_expired_leases = Gauge(
+            "mailroom_queue_expired_leases",
+            "Rows processing under an expired lease: a dead worker's claims (mailroom.queue_health).",
+            ["queue"],
+            registry=r,
+        )
         for result in RESULTS:
             for cls in SMTP_CLASSES:
                 self.messages.labels(result=result, smtp_class=cls)
@@ -96,6 +112,17 @@ class SenderMetrics:
         self.possibly_sent.set(float(stats["possibly_sent"]))
         self.oldest_queued.set(float(stats["oldest_queued_age_seconds"]))
         self.stale_outcomes.set(float(stats["stale_outcomes"] or 0))
+
+    def update_health(self, rows: list[dict]) -> None:
+        """Copy the rows of mailroom.queue_health() into the queue gauges (known queue names only)."""
+        for row in rows:
+            queue = row["queue"]
+            if queue not in QUEUES:
+                continue
+            self.queue_due.labels(queue=queue).set(float(row["due"]))
+            self.queue_oldest_due_age.labels(queue=queue).set(float(row["oldest_due_age_seconds"]))
+            if row["expired_leases"] is not None:
+                self.queue_expired_leases.labels(queue=queue).set(float(row["expired_leases"]))
 
     def serve(self, port: int, host: str = "127.0.0.1"):
         """Expose /metrics on host:port (loopback by default); returns the server."""
