@@ -121,8 +121,9 @@ class PgBouncer:
     """
 
     def __init__(self, cluster: embedded.Cluster, *, pool_size: int = 3, max_client_conn: int = 200,
-                 users: tuple[str, ...] = (embedded.SUPERUSER,)) -> None:
+                 users: tuple[str, ...] = (embedded.SUPERUSER,), rotate: bool = True) -> None:
         self.cluster = cluster
+        self.rotate = rotate  # False: PgBouncer's defaults (last used server first, pools grow on demand)
         self.pool_size = pool_size
         self.max_client_conn = max_client_conn
         self.users = list(users)
@@ -149,8 +150,8 @@ auth_file = {self.auth_file}
 admin_users = {embedded.SUPERUSER}
 pool_mode = transaction
 default_pool_size = {self.pool_size}
-min_pool_size = {self.pool_size}
-server_round_robin = 1
+min_pool_size = {self.pool_size if self.rotate else 0}
+server_round_robin = {1 if self.rotate else 0}
 max_client_conn = {self.max_client_conn}
 server_login_retry = 1
 autodb_idle_timeout = 30
