@@ -4,18 +4,25 @@ It connects as whoever the URL names (run it as each worker's role to check that
 looks at: the server version, the migrations, the roles, whether the URL goes through a
 transaction pooler, whether LISTEN/NOTIFY round-trips on the listen URL, server logging that
 would write bind parameters (keys, tokens, codes, passwords) to the log, and clock pinning.
+
+A transaction pooler is recognised by what it does, not by its name: the backend pid differs from
+the one the connection was given at start-up (something speaks for the server), and session state
+set on this connection shows up on a second one, or this connection's transactions run on several
+backends (they are handed out per transaction). PgBouncer reuses the last server first, so a lone
+client often keeps one backend: the second connection is what catches it.
 """
 
 from __future__ import annotations
 
 import secrets
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import psycopg
 from psycopg import sql
 
-from mailroom.core.errors import describe_db_error
+from mailroom.core.errors import Kind, describe_db_error, kind_of
 from mailroom.db import migrate as runner
 from mailroom.db.connect import connection_kwargs
 
@@ -44,15 +51,28 @@ def run_checks(url: str, listen_url: str | None) -> list[Check]:
     except psycopg.Error as exc:
         return [Check("FAIL", "connect", describe_db_error(exc))]
     with conn:
-        checks.append(_version(conn))
-        checks.append(_migrations(conn))
-        checks.append(_roles(conn))
-        checks.append(_role_in_use(conn))
-        checks.append(_pooler(conn))
-        checks.append(_logging(conn))
-        checks.append(_clock(conn))
-    checks.append(_listen(listen_url))
+        checks.append(_guarded("server", _version, conn))
+        checks.append(_guarded("migrations", _migrations, conn))
+        checks.append(_guarded("roles", _roles, conn))
+        checks.append(_guarded("login role", _role_in_use, conn))
+        pooler = _guarded("pooler", _pooler, conn, url)
+        checks.append(pooler)
+        checks.append(_guarded("server log", _logging, conn))
+        checks.append(_guarded("clock", _clock, conn))
+    listen = _listen(listen_url)
+    if listen.status == "FAIL" and listen_url == url and pooler.text.startswith(TRANSACTION_POOLING):
+        listen.text = ("the listen URL is the database URL, which goes through a transaction pooler: LISTEN cannot "
+                       "work there; set MAILROOM_LISTEN_URL (--listen-url) to a direct connection (workers poll until then)")
+    checks.append(listen)
     return checks
+
+
+def _guarded(name: str, check: Callable[..., Check], *args: object) -> Check:
+    """A check that hits an unexpected database error FAILs with it instead of ending the doctor."""
+    try:
+        return check(*args)
+    except psycopg.Error as exc:
+        return Check("FAIL", name, f"could not check: {describe_db_error(exc)}")
 
 
 def _one(conn: psycopg.Connection, query: str, params: tuple = ()) -> object:
@@ -72,6 +92,9 @@ def _migrations(conn: psycopg.Connection) -> Check:
     try:
         applied = runner.applied_versions(conn)
     except psycopg.Error as exc:
+        if kind_of(exc) is Kind.DENIED:  # a least-privilege worker role may not read the ledger
+            return Check("WARN", "migrations", f"this login may not read mailroom.schema_migrations "
+                                               f"({describe_db_error(exc)}): run the doctor as the migrating role")
         return Check("FAIL", "migrations", f"cannot read mailroom.schema_migrations ({describe_db_error(exc)})")
     files = runner.load_migrations()
     pending = [m.name for m in files if m.version not in applied]
@@ -108,21 +131,43 @@ def _role_in_use(conn: psycopg.Connection) -> Check:
     return Check("OK", "login role", f"{name} acts as {', '.join(groups)}")
 
 
-def _pooler(conn: psycopg.Connection) -> Check:
-    """A transaction pooler hands consecutive transactions to different server sessions."""
+TRANSACTION_POOLING = "transaction pooling detected"
+
+
+def _pooler(conn: psycopg.Connection, url: str) -> Check:
+    """A pooler in front (backend pid) and whether it pools transactions (session state moves)."""
+    started_with = conn.info.backend_pid  # from the start-up message: a pooler sends its own
     pids = {_one(conn, "SELECT pg_backend_pid()") for _ in range(5)}
-    probe = secrets.token_hex(4)
+    probe = secrets.token_hex(8)
     _one(conn, "SELECT set_config('mailroom.doctor_probe', %s, false)", (probe,))
+    leaked = False
+    try:
+        with _connect(url, "mailroom-doctor-probe") as other:
+            # a pooler hands the probe's server connection to the next client (with round robin
+            # within a pool's size of transactions); a session never shows another one's state
+            leaked = any(_one(other, "SELECT current_setting('mailroom.doctor_probe', true)") == probe
+                         for _ in range(8))
+    except psycopg.Error:
+        pass
     kept = _one(conn, "SELECT current_setting('mailroom.doctor_probe', true)") == probe
-    if len(pids) > 1 or not kept:
-        return Check("OK", "pooler", "transaction pooling detected: fine for calls; LISTEN needs a direct --listen-url")
-    return Check("OK", "pooler", "direct connection (or session pooling)")
+    _one(conn, "SELECT set_config('mailroom.doctor_probe', '', false)")
+    if len(pids) > 1 or leaked or not kept:
+        return Check("OK", "pooler", f"{TRANSACTION_POOLING} (e.g. PgBouncer pool_mode = transaction): fine for calls; "
+                                     "LISTEN needs a direct --listen-url; db migrate needs a direct URL")
+    if started_with not in pids:
+        return Check("OK", "pooler", "a session pooler or proxy answers for the server (session state is kept)")
+    return Check("OK", "pooler", "direct connection")
 
 
 def _logging(conn: psycopg.Connection) -> Check:
+    """Would the server write bind parameters (keys, tokens, codes, passwords) to its log?
+
+    Logged statements carry their parameters unless log_parameter_max_length = 0; a failing
+    statement's error carries them (to the log and to the client) unless
+    log_parameter_max_length_on_error = 0. Read in this session: database and role settings apply."""
     settings = dict(conn.execute(
         "SELECT name, setting FROM pg_settings WHERE name IN ('log_statement', 'log_min_duration_statement',"
-        " 'log_duration', 'log_parameter_max_length', 'log_min_duration_sample')"
+        " 'log_min_duration_sample', 'log_parameter_max_length', 'log_parameter_max_length_on_error')"
     ).fetchall())
     logs_statements = (
         settings.get("log_statement") == "all"
@@ -130,11 +175,17 @@ def _logging(conn: psycopg.Connection) -> Check:
         or int(settings.get("log_min_duration_sample", "-1")) >= 0
     )
     params_logged = settings.get("log_parameter_max_length", "-1") != "0"
+    params_on_error = settings.get("log_parameter_max_length_on_error", "0") != "0"
+    problems = []
     if logs_statements and params_logged:
+        problems.append("statements are logged with their bind parameters")
+    if params_on_error:
+        problems.append("failing statements are logged (and reported) with their bind parameters")
+    if problems:
         return Check(
             "FAIL", "server log",
-            "statements are logged with their bind parameters (keys, tokens, codes, SMTP passwords): "
-            "ALTER DATABASE … SET log_parameter_max_length = 0 (docs/security.md)",
+            f"{'; '.join(problems)} (keys, tokens, codes, SMTP passwords): ALTER DATABASE … SET "
+            "log_parameter_max_length = 0, log_parameter_max_length_on_error = 0 (docs/security.md)",
         )
     if logs_statements:
         return Check("OK", "server log", "statements are logged without bind parameters")
@@ -142,7 +193,8 @@ def _logging(conn: psycopg.Connection) -> Check:
 
 
 def _clock(conn: psycopg.Connection) -> Check:
-    may_pin = _one(conn, "SELECT pg_has_role(session_user, 'mailroom_timekeeper', 'MEMBER')")
+    may_pin = _one(conn, "SELECT pg_has_role(session_user, r.oid, 'MEMBER') FROM pg_roles AS r"
+                         " WHERE r.rolname = 'mailroom_timekeeper'")  # NULL (no row) when the role is missing
     if may_pin:
         return Check("WARN", "clock", "this login may pin mailroom.clock() (tests and demos only)")
     return Check("OK", "clock", "this login cannot move mailroom.clock()")

@@ -1,0 +1,151 @@
+"""`mailroom doctor` against a good deployment and misconfigured ones: a transaction pooler
+without a direct listen URL, pending migrations, a missing role, a server log that would write
+bind parameters (checked against the real log of a private cluster)."""
+
+from __future__ import annotations
+
+import time
+
+import psycopg
+import pytest
+
+from mailroom import testing
+from mailroom.db.migrate import migrate
+
+TOKEN = "SECRET-TOKEN-FOR-THE-LOG-CHECK"
+
+
+def checks(result) -> dict[str, tuple[str, str]]:
+    """name -> (status, text) of every check line."""
+    found = {}
+    for line in result.stdout.splitlines():
+        status, rest = line.split(None, 1)
+        name, text = rest.split(": ", 1)
+        found[name] = (status, text)
+    return found
+
+
+def test_good_setup_direct(cli):
+    result = cli("doctor")
+    assert result.returncode == 0, result.stdout + result.stderr
+    found = checks(result)
+    assert found["listen"] == ("OK", "LISTEN/NOTIFY round-trips on the listen URL")
+    assert found["pooler"] == ("OK", "direct connection")
+    assert found["migrations"][0] == "OK" and "none pending" in found["migrations"][1]
+    assert found["roles"][0] == "OK" and found["server log"][0] == "OK"
+    assert "FAIL" not in result.stdout
+
+
+def test_through_the_pooler_without_a_direct_listen_url(cli, pooled_db_url):
+    result = cli("doctor", env={"MAILROOM_DATABASE_URL": pooled_db_url})
+    assert result.returncode == 1, result.stdout + result.stderr
+    found = checks(result)
+    assert found["pooler"][0] == "OK" and found["pooler"][1].startswith("transaction pooling detected")
+    assert found["listen"][0] == "FAIL" and "MAILROOM_LISTEN_URL" in found["listen"][1]
+    assert [name for name, (status, _) in found.items() if status == "FAIL"] == ["listen"]
+
+
+def test_through_the_pooler_with_a_direct_listen_url(cli, pooled_db_url, db_url):
+    result = cli("doctor", env={"MAILROOM_DATABASE_URL": pooled_db_url, "MAILROOM_LISTEN_URL": db_url})
+    assert result.returncode == 0, result.stdout + result.stderr
+    found = checks(result)
+    assert found["pooler"][1].startswith("transaction pooling detected")
+    assert found["listen"][0] == "OK"
+
+
+@pytest.fixture
+def default_pgbouncer(pg):
+    """A PgBouncer with its default server choice (the last used first), as most deployments run it."""
+    bouncer = testing.PgBouncer(pg, rotate=False).start()
+    yield bouncer
+    bouncer.stop()
+
+
+def test_pooler_detected_behind_a_default_pgbouncer(cli, default_pgbouncer, db_url):
+    """A lone client keeps one backend there: only a second connection sees the pooling."""
+    result = cli("doctor", env={"MAILROOM_DATABASE_URL": default_pgbouncer.pooled_url(db_url),
+                                "MAILROOM_LISTEN_URL": db_url})
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert checks(result)["pooler"][1].startswith("transaction pooling detected"), result.stdout
+
+
+def test_pending_migrations(cli, pg):
+    name = f"doctor_pending_{time.monotonic_ns()}"
+    url = testing.create_database(pg, name)
+    try:
+        migrate(url, upto=50, apply_sql=False)
+        result = cli("doctor", env={"MAILROOM_DATABASE_URL": url})
+        assert result.returncode == 1
+        status, text = checks(result)["migrations"]
+        assert status == "FAIL" and "pending" in text and "0070_queue_health.sql" in text, text
+    finally:
+        testing.drop_database(pg, name)
+
+
+def _log_since(cluster, start: int) -> str:
+    time.sleep(0.3)  # postgres writes the file directly (no logging collector)
+    with cluster.logfile.open("rb") as f:
+        f.seek(start)
+        return f.read().decode(errors="replace")
+
+
+def _call_with_a_token(url: str) -> None:
+    """A call whose bind parameter is a token, and one that fails with it."""
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("SELECT mailroom.setting(%s) IS NULL", ("tokens.ttl",))
+        conn.execute("SELECT %s::text", (TOKEN,))
+        with pytest.raises(psycopg.Error):
+            conn.execute("SELECT mailroom.consume_token(%s, %s)", (TOKEN, b"k" * 32))
+
+
+def test_server_log_and_roles_on_a_private_cluster(private_cluster):
+    """The server-log check against what the server really writes, and a missing role."""
+    import subprocess
+    import sys
+
+    url = private_cluster.url()
+    migrate(url)
+
+    def doctor() -> dict[str, tuple[str, str]]:
+        env = {"MAILROOM_DATABASE_URL": url, "PATH": "/usr/bin:/bin"}
+        out = subprocess.run([sys.executable, "-m", "mailroom", "doctor"], env=env, capture_output=True, text=True,
+                             timeout=60)
+        return checks(out) | {"exit": (str(out.returncode), out.stderr)}
+
+    with psycopg.connect(private_cluster.url("postgres"), autocommit=True) as admin:
+        admin.execute("ALTER SYSTEM SET log_min_duration_statement = 0")
+        admin.execute("SELECT pg_reload_conf()")
+        # the migrating role could not set it (migration 0080 only said so): parameters reach the log
+        admin.execute("ALTER DATABASE mailroom RESET log_parameter_max_length")
+    found = doctor()
+    assert found["server log"][0] == "FAIL" and "statements are logged with their bind parameters" in found["server log"][1]
+    assert found["exit"][0] == "1"
+    start = private_cluster.logfile.stat().st_size
+    _call_with_a_token(url)
+    assert TOKEN in _log_since(private_cluster, start), "the check is right: the log holds the parameter"
+
+    with psycopg.connect(private_cluster.url("postgres"), autocommit=True) as admin:
+        admin.execute("ALTER DATABASE mailroom SET log_parameter_max_length = 0")
+        admin.execute("ALTER DATABASE mailroom SET log_parameter_max_length_on_error = -1")
+    found = doctor()
+    assert found["server log"][0] == "FAIL" and "failing statements" in found["server log"][1]
+    start = private_cluster.logfile.stat().st_size
+    _call_with_a_token(url)
+    assert TOKEN in _log_since(private_cluster, start), "an error's context carries the parameter"
+
+    with psycopg.connect(private_cluster.url("postgres"), autocommit=True) as admin:
+        admin.execute("ALTER DATABASE mailroom SET log_parameter_max_length_on_error = 0")
+    found = doctor()
+    assert found["server log"] == ("OK", "statements are logged without bind parameters")
+    start = private_cluster.logfile.stat().st_size
+    _call_with_a_token(url)
+    log = _log_since(private_cluster, start)
+    assert "mailroom.consume_token" in log and TOKEN not in log, "logged, without the parameter"
+    assert found["roles"][0] == "OK" and found["exit"][0] == "0", found
+
+    with psycopg.connect(url, autocommit=True) as admin:
+        admin.execute("DROP OWNED BY mailroom_timekeeper")
+        admin.execute("DROP ROLE mailroom_timekeeper")
+    found = doctor()
+    assert found["roles"] == ("FAIL", "missing: mailroom_timekeeper")
+    assert found["exit"][0] == "1"
