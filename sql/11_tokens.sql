@@ -265,6 +265,29 @@ REFERENCING NEW TABLE AS inserted
 FOR EACH STATEMENT
 EXECUTE FUNCTION mailroom.trg_after_accounts_inserted();
 
+-- Which tokens may be used: an activation token while its account is
+-- provisioned, a password-recovery token while its account is active. The
+-- dequeue filters on it (after the index found the pending tokens) and
+-- consume_token checks it under the account's row lock.
+CREATE OR REPLACE FUNCTION mailroom._token_eligible(
+    p_action mailroom.token_action, p_status mailroom.account_status
+)
+RETURNS boolean
+LANGUAGE sql
+IMMUTABLE
+PARALLEL SAFE
+AS $$
+    SELECT coalesce(
+        (p_action = 'activation' AND p_status = 'provisioned')
+        OR (p_action = 'password_recovery' AND p_status = 'active'),
+        FALSE
+    );
+$$;
+
+COMMENT ON FUNCTION mailroom._token_eligible(mailroom.token_action, mailroom.account_status) IS
+'Internal: true when a token of this action may be dispatched or used for an account in this status '
+'(activation: provisioned, password recovery: active); false for NULL.';
+
 -- The dequeue: every eligible token exactly once, whatever the commit order
 -- and however many callers run at once. Rows are claimed with
 -- FOR UPDATE SKIP LOCKED through the partial index tokens_pending_idx and
@@ -290,10 +313,7 @@ AS $fn$
                 AND t.consumed_at IS NULL
                 AND t.revoked_at IS NULL
                 AND t.expires_at > $3
-                AND (
-                    (t.action = 'activation' AND a.status = 'provisioned')
-                    OR (t.action = 'password_recovery' AND a.status = 'active')
-                )
+                AND mailroom._token_eligible(t.action, a.status)
             ORDER BY t.id
             LIMIT $1
             FOR UPDATE OF t SKIP LOCKED

@@ -287,8 +287,7 @@ BEGIN
     END IF;
 
     SELECT a.status INTO v_status FROM mailroom.accounts AS a WHERE a.id = t.account;
-    IF (t.action = 'activation' AND v_status IS DISTINCT FROM 'provisioned')
-        OR (t.action = 'password_recovery' AND v_status IS DISTINCT FROM 'active') THEN
+    IF NOT mailroom._token_eligible(t.action, v_status) THEN
         RAISE EXCEPTION USING
             ERRCODE = 'MR118',
             MESSAGE = format('account %s is %s: its %s token cannot be used',

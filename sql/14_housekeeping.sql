@@ -7,6 +7,7 @@ LANGUAGE plpgsql
 VOLATILE
 AS $$
 DECLARE
+    v_now timestamptz := mailroom.clock();
     v_count bigint;
 BEGIN
     IF p_older_than IS NULL OR p_older_than < interval '1 day' THEN
@@ -15,8 +16,8 @@ BEGIN
             MESSAGE = 'purge_tokens: keep at least 1 day of tokens (the recovery rate limit counts them)';
     END IF;
     DELETE FROM mailroom.tokens
-    WHERE expires_at < mailroom.clock() - p_older_than
-        AND created_at < mailroom.clock() - p_older_than;
+    WHERE expires_at < v_now - p_older_than
+        AND created_at < v_now - p_older_than;
     GET DIAGNOSTICS v_count = ROW_COUNT;
     RETURN v_count;
 END;
