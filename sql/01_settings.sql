@@ -4,6 +4,8 @@ CREATE OR REPLACE FUNCTION mailroom.setting(p_name text)
 RETURNS text
 LANGUAGE plpgsql
 STABLE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     v_value text;
@@ -22,10 +24,15 @@ $$;
 COMMENT ON FUNCTION mailroom.setting(text) IS
 'Value of a setting; raises MR001 when the setting does not exist.';
 
+GRANT EXECUTE ON FUNCTION mailroom.setting(text)
+TO mailroom_app, mailroom_collector, mailroom_sender, mailroom_inbound, mailroom_monitor;
+
 CREATE OR REPLACE FUNCTION mailroom.set_setting(p_name text, p_value text)
 RETURNS text
 LANGUAGE plpgsql
 VOLATILE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
     IF p_value IS NULL THEN
@@ -46,3 +53,5 @@ $$;
 
 COMMENT ON FUNCTION mailroom.set_setting(text, text) IS
 'Change an existing setting; raises MR001 for an unknown name.';
+
+GRANT EXECUTE ON FUNCTION mailroom.set_setting(text, text) TO mailroom_admin;

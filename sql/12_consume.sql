@@ -4,12 +4,13 @@ CREATE OR REPLACE FUNCTION mailroom._ct_equal(p_a bytea, p_b bytea)
 RETURNS boolean
 LANGUAGE sql
 VOLATILE
+SET search_path = pg_catalog, pg_temp
 AS $$
     -- Double-HMAC comparison under a fresh random key: the time taken does
     -- not depend on where the two values first differ.
     SELECT p_a IS NOT NULL AND p_b IS NOT NULL
-        AND hmac(p_a, k.key, 'sha256') = hmac(p_b, k.key, 'sha256')
-    FROM (SELECT gen_random_bytes(32) AS key) AS k;
+        AND mailroom._hmac(p_a, k.key, 'sha256') = mailroom._hmac(p_b, k.key, 'sha256')
+    FROM (SELECT mailroom._random_bytes(32) AS key) AS k;
 $$;
 
 COMMENT ON FUNCTION mailroom._ct_equal(bytea, bytea) IS
@@ -21,6 +22,7 @@ CREATE OR REPLACE FUNCTION mailroom._mac_key_index(
 RETURNS integer
 LANGUAGE plpgsql
 VOLATILE
+SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     v_found integer;
@@ -46,6 +48,7 @@ CREATE OR REPLACE FUNCTION mailroom._signing_keys(p_key bytea, p_previous_keys b
 RETURNS bytea[]
 LANGUAGE plpgsql
 IMMUTABLE
+SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     v_keys bytea [] := ARRAY[p_key] || coalesce(p_previous_keys, '{}');
@@ -64,6 +67,7 @@ CREATE OR REPLACE FUNCTION mailroom._split_signed(p_signed text)
 RETURNS bytea
 LANGUAGE plpgsql
 IMMUTABLE
+SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     v_raw bytea := mailroom._b64url_decode(p_signed);
@@ -89,6 +93,8 @@ CREATE OR REPLACE FUNCTION mailroom.verify_token(
 RETURNS TABLE (valid boolean, action mailroom.token_action, key_index integer)
 LANGUAGE plpgsql
 VOLATILE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     v_keys bytea [] := mailroom._signing_keys(p_key, p_previous_keys);
@@ -119,10 +125,13 @@ $$;
 COMMENT ON FUNCTION mailroom.verify_token(text, bytea, text, bytea[]) IS
 'Check a signed value without touching tokens: (valid, action, key_index); constant-time, p_previous_keys for key rotation, p_code needed for recovery.';
 
+GRANT EXECUTE ON FUNCTION mailroom.verify_token(text, bytea, text, bytea[]) TO mailroom_app;
+
 CREATE OR REPLACE FUNCTION mailroom._loopback_conninfo()
 RETURNS text
 LANGUAGE plpgsql
 STABLE
+SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     v_conninfo text := mailroom.setting('tokens.loopback_conninfo');
@@ -157,6 +166,7 @@ CREATE OR REPLACE FUNCTION mailroom._count_code_attempt(p_token bigint)
 RETURNS integer
 LANGUAGE plpgsql
 VOLATILE
+SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     v_max integer := mailroom.setting('tokens.max_code_attempts')::integer;
@@ -165,7 +175,7 @@ DECLARE
 BEGIN
     BEGIN
         SELECT r.n, r.visible INTO v_n, v_visible
-        FROM dblink(
+        FROM public.dblink(
             mailroom._loopback_conninfo(),
             format(
                 'SET lock_timeout = ''2s''; SET statement_timeout = ''10s'';'
@@ -202,6 +212,7 @@ COMMENT ON FUNCTION mailroom._count_code_attempt(bigint) IS
 CREATE OR REPLACE FUNCTION mailroom._raise_token_state(p_token bigint)
 RETURNS void
 LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     t mailroom.tokens;
@@ -232,6 +243,7 @@ CREATE OR REPLACE FUNCTION mailroom.consume_token(
 RETURNS bigint
 LANGUAGE plpgsql
 VOLATILE
+SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     v_keys bytea [] := mailroom._signing_keys(p_key, p_previous_keys);
@@ -245,7 +257,7 @@ DECLARE
     v_attempt integer;
     v_account bigint;
 BEGIN
-    SELECT * INTO t FROM mailroom.tokens WHERE secret_digest = digest(v_secret, 'sha256');
+    SELECT * INTO t FROM mailroom.tokens WHERE secret_digest = mailroom._digest(v_secret, 'sha256');
     IF NOT FOUND THEN
         -- a genuine value the database no longer knows, or a forgery?
         IF mailroom._mac_key_index(v_keys, 'activation', v_secret, NULL, v_mac) IS NOT NULL
@@ -275,7 +287,7 @@ BEGIN
                 MESSAGE = format('token locked after %s wrong codes', v_max);
         END IF;
         IF NOT mailroom._ct_equal(
-            digest(v_secret || convert_to(p_code, 'UTF8'), 'sha256'), t.code_digest
+            mailroom._digest(v_secret || convert_to(p_code, 'UTF8'), 'sha256'), t.code_digest
         ) THEN
             RAISE EXCEPTION USING
                 ERRCODE = 'MR115',
@@ -312,3 +324,5 @@ $$;
 
 COMMENT ON FUNCTION mailroom.consume_token(text, bytea, text, bytea[]) IS
 'Use a signed token once: checks signature (p_previous_keys for rotation), state, code (recovery, 5 tries), account status; returns the account id. Errors MR110-MR121.';
+
+GRANT EXECUTE ON FUNCTION mailroom.consume_token(text, bytea, text, bytea[]) TO mailroom_app;

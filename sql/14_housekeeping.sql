@@ -5,6 +5,8 @@ CREATE OR REPLACE FUNCTION mailroom.purge_tokens(p_older_than interval DEFAULT '
 RETURNS bigint
 LANGUAGE plpgsql
 VOLATILE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     v_now timestamptz := mailroom.clock();
@@ -25,3 +27,5 @@ $$;
 
 COMMENT ON FUNCTION mailroom.purge_tokens(interval) IS
 'Delete tokens that expired more than p_older_than ago (default 7 days, at least 1 day); returns how many.';
+
+GRANT EXECUTE ON FUNCTION mailroom.purge_tokens(interval) TO mailroom_admin;
