@@ -1,9 +1,10 @@
 -- Foundation: schema, migrations ledger, settings and the settable clock.
 BEGIN;
-SELECT plan(16);
+SELECT plan(17);
 
 SELECT has_schema('mailroom', 'schema mailroom exists');
 SELECT has_extension('pgcrypto', 'pgcrypto is installed');
+SELECT hasnt_extension('dblink', 'a fresh install creates no dblink extension');
 SELECT has_table('mailroom', 'schema_migrations', 'migrations ledger exists');
 SELECT columns_are(
     'mailroom', 'schema_migrations', ARRAY['version', 'name', 'sha256', 'applied_at'],

@@ -48,7 +48,7 @@ SELECT is(
     (
         SELECT coalesce(string_agg(a.fn::text, ', ' ORDER BY a.fn::text), '')
         FROM accounts_area AS a INNER JOIN pg_proc AS p ON a.fn = p.oid
-        WHERE p.prosecdef <> (a.api AND p.proname <> 'consume_token')
+        WHERE p.prosecdef <> a.api
     ),
     '',
     'the accounts API runs as its owner (SECURITY DEFINER); helpers and triggers run as the caller'
