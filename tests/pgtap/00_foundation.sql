@@ -123,7 +123,7 @@ SELECT throws_ok(
 SELECT mailroom.unpin_clock();
 
 -- settings
-INSERT INTO mailroom.settings (name, value, description) VALUES ('test.answer', '42', 'a test setting');
+INSERT INTO mailroom.settings (name, value, description, kind) VALUES ('test.answer', '42', 'a test setting', 'integer');
 SELECT is(mailroom.set_setting('test.answer', '43'), '43', 'set_setting changes a setting');
 SELECT is(mailroom.setting('test.answer'), '43', 'setting reads it back');
 SELECT throws_ok(

@@ -10,7 +10,8 @@ SELECT p.oid::regprocedure, p.proname !~ '^(_|trg_)'
 FROM pg_proc AS p
 WHERE p.pronamespace = 'mailroom'::regnamespace
     AND p.proname IN (
-        'clock', '_may_pin_clock', 'pin_clock', 'unpin_clock', 'setting', 'set_setting', '_is_valid_address',
+        'clock', '_may_pin_clock', 'pin_clock', 'unpin_clock', 'setting', 'set_setting', '_check_setting_value',
+        '_is_valid_address',
         '_random_bytes', '_digest', '_hmac', '_pgp_sym_encrypt', '_pgp_sym_decrypt',
         '_valid_email', '_check_account_identity', 'trg_before_account_insert',
         'trg_before_account_identity_change', 'trg_before_account_status_change', 'create_account',
