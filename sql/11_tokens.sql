@@ -109,8 +109,14 @@ SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
+    IF p_action IS NULL THEN
+        RAISE EXCEPTION USING ERRCODE = '22004', MESSAGE = 'sign_token: the action must not be NULL';
+    END IF;
+    IF p_secret IS NULL THEN
+        RAISE EXCEPTION USING ERRCODE = '22004', MESSAGE = 'sign_token: the secret must not be NULL';
+    END IF;
     PERFORM mailroom._check_key(p_key);
-    IF p_secret IS NULL OR octet_length(p_secret) <> 32 THEN
+    IF octet_length(p_secret) <> 32 THEN
         RAISE EXCEPTION USING ERRCODE = '22023', MESSAGE = 'secret must be 32 bytes';
     END IF;
     IF p_action = 'password_recovery' AND (p_code IS NULL OR p_code !~ '^[0-9]{5}$') THEN

@@ -177,12 +177,11 @@ DECLARE
     v_mac bytea := substr(v_raw, 33, 32);
     v_max integer := mailroom.setting('tokens.max_code_attempts')::integer;
     v_ts timestamptz := mailroom.clock();
-    v_id bigint;
     t mailroom.tokens;
     v_status mailroom.account_status;
     v_attempts integer;
 BEGIN
-    SELECT tk.id INTO v_id
+    SELECT tk.* INTO t
     FROM mailroom.tokens AS tk
     WHERE tk.secret_digest = mailroom._digest(v_secret, 'sha256');
     IF NOT FOUND THEN
@@ -194,15 +193,30 @@ BEGIN
         RAISE EXCEPTION USING ERRCODE = 'MR111', MESSAGE = 'bad token signature';
     END IF;
 
-    -- the token row is locked from here on: its state and attempt count cannot change under us
-    SELECT tk.* INTO t FROM mailroom.tokens AS tk WHERE tk.id = v_id FOR UPDATE;
-
     IF t.action = 'activation'
         AND mailroom._mac_key_index(v_keys, 'activation', v_secret, NULL, v_mac) IS NULL THEN
         RAISE EXCEPTION USING ERRCODE = 'MR111', MESSAGE = 'bad token signature';
     END IF;
 
+    -- Lock order: the account, then the token (suspend_account locks the account), so a
+    -- concurrent suspend either commits first (then the status check below refuses) or waits
+    -- until this token is used. FOR NO KEY UPDATE: a token insert's foreign-key check
+    -- (FOR KEY SHARE) on the account does not wait for it, so a reissue cannot deadlock with us.
+    SELECT a.status INTO v_status
+    FROM mailroom.accounts AS a
+    WHERE a.id = t.account
+    FOR NO KEY UPDATE;
+    -- the token row is locked from here on: its state and attempt count cannot change under us
+    SELECT tk.* INTO t FROM mailroom.tokens AS tk WHERE tk.id = t.id FOR UPDATE;
+
     PERFORM mailroom._raise_token_state(t.id);
+
+    IF NOT mailroom._token_eligible(t.action, v_status) THEN
+        RAISE EXCEPTION USING
+            ERRCODE = 'MR118',
+            MESSAGE = format('account %s is %s: its %s token cannot be used',
+                t.account, coalesce(v_status::text, 'missing'), t.action);
+    END IF;
 
     IF t.action = 'password_recovery' THEN
         IF p_code IS NULL THEN
@@ -228,14 +242,6 @@ BEGIN
         IF mailroom._mac_key_index(v_keys, 'password_recovery', v_secret, p_code, v_mac) IS NULL THEN
             RAISE EXCEPTION USING ERRCODE = 'MR111', MESSAGE = 'bad token signature';
         END IF;
-    END IF;
-
-    SELECT a.status INTO v_status FROM mailroom.accounts AS a WHERE a.id = t.account;
-    IF NOT mailroom._token_eligible(t.action, v_status) THEN
-        RAISE EXCEPTION USING
-            ERRCODE = 'MR118',
-            MESSAGE = format('account %s is %s: its %s token cannot be used',
-                t.account, coalesce(v_status::text, 'missing'), t.action);
     END IF;
 
     -- single use: the row is locked and its state was checked above

@@ -1,6 +1,6 @@
 -- Tokens: codes, signed values, revocation, dequeue eligibility, expiry, secrets at rest.
 BEGIN;
-SELECT plan(48);
+SELECT plan(51);
 
 SET LOCAL mailroom.clock = '2030-01-01 00:00:00+00';
 CREATE TEMP TABLE k (key bytea);
@@ -43,6 +43,12 @@ SELECT throws_ok($$ SELECT mailroom.sign_token('activation', gen_random_bytes(31
     '22023', 'secret must be 32 bytes', 'sign_token: secret of the wrong length');
 SELECT throws_ok($$ SELECT mailroom.sign_token('password_recovery', gen_random_bytes(32), '123', (SELECT key FROM k)) $$,
     '22023', 'a recovery code must be 5 digits', 'sign_token: recovery code not 5 digits');
+SELECT throws_ok($$ SELECT mailroom.sign_token(NULL, gen_random_bytes(32), NULL, (SELECT key FROM k)) $$,
+    '22004', 'sign_token: the action must not be NULL', 'sign_token: a NULL action is an error, not a NULL value');
+SELECT throws_ok($$ SELECT mailroom.sign_token('activation', NULL, NULL, (SELECT key FROM k)) $$,
+    '22004', 'sign_token: the secret must not be NULL', 'sign_token: a NULL secret is an error');
+SELECT throws_ok($$ SELECT mailroom.sign_token('activation', gen_random_bytes(32), NULL, NULL) $$,
+    'MR120', 'signing key missing or shorter than 32 bytes', 'sign_token: a NULL key is an error');
 
 -- a token with a known secret and code, dequeued and signed in SQL
 SELECT mailroom.create_account('vec@example.com', 'vec');

@@ -1,6 +1,6 @@
 -- verify_token and consume_token: every success and every error path.
 BEGIN;
-SELECT plan(54);
+SELECT plan(65);
 
 SET LOCAL mailroom.clock = '2030-01-01 00:00:00+00';
 CREATE TEMP TABLE k (key bytea, old bytea);
@@ -174,6 +174,11 @@ SELECT mailroom.suspend_account((SELECT id FROM mailroom.accounts WHERE login = 
 SELECT throws_ok(
     $$ SELECT mailroom.consume_token((SELECT signed FROM rs), (SELECT key FROM k), (SELECT code FROM rs)) $$,
     'MR118', NULL, 'recovery token of a suspended account');
+SELECT throws_ok(
+    $$ SELECT mailroom.consume_token((SELECT signed FROM rs), (SELECT key FROM k), '99999') $$,
+    'MR118', NULL, 'a wrong code on a suspended account is refused by status before the code is compared');
+SELECT is((SELECT code_attempts FROM mailroom.tokens WHERE id = (SELECT token_id FROM rs)), 0,
+    'so nothing is counted for it');
 
 -- The count commits with the caller's transaction. Another session (dblink) runs the wrong codes
 -- in a transaction that commits, as an application does; its rows are committed, so they are
@@ -243,8 +248,103 @@ SELECT results_eq(
     'then the right code consumes the token'
 );
 
+-- consume_token against suspend_account: the account row is locked first by both, so exactly
+-- one of them goes first and the other sees its result. Two more sessions: 'holder' runs one
+-- side in an open transaction, 'client' runs the other asynchronously and must wait for it.
+SELECT dblink_connect('holder', format(
+    'dbname=%s port=%s host=%s user=%s', current_database(), current_setting('port'),
+    coalesce(nullif(split_part(current_setting('unix_socket_directories'), ',', 1), ''), 'localhost'),
+    current_user
+));
+SELECT dblink_exec('client', $$SET statement_timeout = '20s'$$);
+SELECT dblink_exec('holder', $$SET statement_timeout = '20s'$$);
+INSERT INTO burn
+SELECT l, mailroom.sign_token('password_recovery', decode(repeat(h, 32), 'hex'), '04242', (SELECT key FROM k))
+FROM (VALUES ('race1', '61'), ('race2', '62')) AS v (l, h);
+SELECT dblink_exec('client', $$
+    INSERT INTO mailroom.accounts (email, login, status)
+    VALUES ('race1@commit.test', 'race1', 'active'), ('race2@commit.test', 'race2', 'active');
+    INSERT INTO mailroom.tokens (account, action, secret, code)
+    SELECT a.id, 'password_recovery', decode(repeat(v.h, 32), 'hex'), '04242'
+    FROM mailroom.accounts AS a
+    INNER JOIN (VALUES ('race1', '61'), ('race2', '62')) AS v (l, h) ON a.login = v.l;
+    UPDATE mailroom.tokens AS t SET dispatched_at = t.created_at
+    FROM mailroom.accounts AS a WHERE a.id = t.account AND a.login LIKE 'race%'
+$$);
+-- true once the session's backend waits for a lock (polls for at most 10 s)
+CREATE TEMP TABLE pids AS
+SELECT c AS conn, (SELECT pid FROM dblink(c, 'SELECT pg_backend_pid()') AS r (pid integer)) AS pid
+FROM unnest(ARRAY['client', 'holder']) AS c;
+CREATE FUNCTION pg_temp.waits_for_lock(p_conn text) RETURNS boolean LANGUAGE plpgsql AS $$
+BEGIN
+    FOR i IN 1 .. 200 LOOP
+        IF EXISTS (
+            SELECT 1 FROM pg_stat_activity AS a INNER JOIN pids AS p ON a.pid = p.pid
+            WHERE p.conn = p_conn AND a.wait_event_type = 'Lock'
+        ) THEN
+            RETURN true;
+        END IF;
+        PERFORM pg_sleep(0.05);
+    END LOOP;
+    RETURN false;
+END;
+$$;
+
+-- 1. suspend first: the consume waits for it, then refuses (MR118), nothing is consumed
+SELECT dblink_exec('holder', 'BEGIN');
+SELECT * FROM dblink(
+    'holder', $$SELECT mailroom.suspend_account(id)::text FROM mailroom.accounts WHERE login = 'race1'$$
+) AS r (status text);
+SELECT dblink_send_query('client', format(
+    'SELECT * FROM mailroom.consume_token(%L, %L, %L)',
+    (SELECT signed FROM burn WHERE login = 'race1'), (SELECT key FROM k), '04242'
+));
+SELECT ok(pg_temp.waits_for_lock('client'), 'a consume of a recovery token waits for a suspend of its account in flight');
+SELECT dblink_exec('holder', 'COMMIT');
+SELECT throws_ok(
+    $$ SELECT * FROM dblink_get_result('client') AS r (account bigint, outcome text, attempts_left integer) $$,
+    'MR118', format('account %s is suspended: its password_recovery token cannot be used',
+        (SELECT id FROM mailroom.accounts WHERE login = 'race1')),
+    'then it sees the suspension and refuses'
+);
+SELECT is(
+    (SELECT count(*)::int FROM dblink_get_result('client') AS r (account bigint, outcome text, attempts_left integer)),
+    0, '(no further result)'
+);
+SELECT results_eq(
+    $$ SELECT a.status::text, t.consumed_at IS NULL, t.code_attempts FROM mailroom.tokens AS t
+       JOIN mailroom.accounts AS a ON a.id = t.account WHERE a.login = 'race1' $$,
+    $$ VALUES ('suspended', true, 0) $$,
+    'suspended, token not consumed, no attempt counted'
+);
+
+-- 2. consume first: the suspend waits until the token is used, then suspends
+SELECT dblink_exec('client', 'BEGIN');
+SELECT is(
+    (SELECT outcome FROM pg_temp.remote_consume('race2', '04242')), 'consumed',
+    'a consume in an open transaction'
+);
+SELECT dblink_send_query(
+    'holder', $$SELECT mailroom.suspend_account(id)::text FROM mailroom.accounts WHERE login = 'race2'$$
+);
+SELECT ok(pg_temp.waits_for_lock('holder'), 'a suspend of the account waits for the consume in flight');
+SELECT dblink_exec('client', 'COMMIT');
+SELECT is(
+    (SELECT s FROM dblink_get_result('holder') AS r (s text)), 'suspended', 'then suspends the account'
+);
+SELECT is(
+    (SELECT count(*)::int FROM dblink_get_result('holder') AS r (s text)), 0, '(no further result)'
+);
+SELECT results_eq(
+    $$ SELECT a.status::text, t.consumed_at IS NOT NULL FROM mailroom.tokens AS t
+       JOIN mailroom.accounts AS a ON a.id = t.account WHERE a.login = 'race2' $$,
+    $$ VALUES ('suspended', true) $$,
+    'the token was used before the account was suspended, in that order'
+);
+
 SELECT dblink_exec('client', $$DELETE FROM mailroom.accounts WHERE email LIKE '%@commit.test'$$);
 SELECT dblink_disconnect('client');
+SELECT dblink_disconnect('holder');
 
 -- no autonomous transaction: nothing in mailroom uses dblink, and its leftovers are gone
 SELECT is(
