@@ -1,9 +1,8 @@
+-- mailroom:replaces-sha256 b65d4111a90eb6c9720cc6c7c6f6a29d411a8fb1a2abf8cbcf21a06a2535cc82
 -- Accounts and their tokens (activation, password recovery).
 -- Functions and triggers live in sql/1x_*.sql; this file holds only types,
 -- tables, indexes and setting defaults, so it never references a function
 -- that is created later by the sql/ pass.
-
-CREATE EXTENSION IF NOT EXISTS dblink SCHEMA public;
 
 CREATE TYPE mailroom.account_status AS ENUM (
     'provisioned',
@@ -94,11 +93,6 @@ INSERT INTO mailroom.settings (name, value, description) VALUES
 (
     'tokens.max_code_attempts', '5',
     'Wrong codes a password-recovery token accepts before it is locked.'
-),
-(
-    'tokens.loopback_conninfo', '',
-    'dblink conninfo used to record code attempts outside the caller''s transaction; '
-    || 'empty = this server''s unix socket as the current user.'
 ),
 (
     'recovery.min_interval', '60 seconds',

@@ -1,41 +1,97 @@
 -- The one clock every business rule reads, so tests and demos can pin time.
+-- Anyone may SET the mailroom.clock parameter (a custom setting cannot be restricted), so the
+-- clock honours a pin only for a login role that is a member of mailroom_timekeeper: an
+-- application role cannot move time to revive an expired token or mailbox.
 
-CREATE OR REPLACE FUNCTION mailroom.clock()
-RETURNS timestamptz
+CREATE OR REPLACE FUNCTION mailroom._may_pin_clock(p_role name)
+RETURNS boolean
 LANGUAGE sql
 STABLE
 PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
 AS $$
-    SELECT coalesce(
-        nullif(current_setting('mailroom.clock', true), '')::timestamptz,
-        clock_timestamp()
-    )
+    SELECT CASE
+        WHEN pg_catalog.to_regrole('mailroom_timekeeper') IS NULL
+            OR pg_catalog.to_regrole(pg_catalog.quote_ident(p_role)) IS NULL
+            THEN FALSE
+        ELSE pg_catalog.pg_has_role(p_role, 'mailroom_timekeeper', 'MEMBER')
+    END;
+$$;
+
+COMMENT ON FUNCTION mailroom._may_pin_clock(name) IS
+'Internal: true when the role is a member of mailroom_timekeeper (directly, through other roles, or as a superuser).';
+
+CREATE OR REPLACE FUNCTION mailroom.clock()
+RETURNS timestamptz
+LANGUAGE plpgsql
+STABLE
+PARALLEL SAFE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_pin text := pg_catalog.current_setting('mailroom.clock', true);
+BEGIN
+    IF v_pin IS NULL OR v_pin = '' THEN
+        RETURN pg_catalog.clock_timestamp();
+    END IF;
+    -- session_user: the login role (current_user is the owner inside definer functions, and a
+    -- SET ROLE does not change who logged in)
+    IF mailroom._may_pin_clock(session_user) THEN
+        RETURN v_pin::timestamptz;
+    END IF;
+    RETURN pg_catalog.clock_timestamp();
+END;
 $$;
 
 COMMENT ON FUNCTION mailroom.clock() IS
-'Current time for business rules: the pinned mailroom.clock setting if set, else clock_timestamp().';
+'Current time for business rules: the pinned mailroom.clock setting when the login role is a member of mailroom_timekeeper, else clock_timestamp().';
+
+GRANT EXECUTE ON FUNCTION mailroom.clock()
+TO mailroom_app, mailroom_collector, mailroom_sender, mailroom_inbound, mailroom_monitor;
 
 CREATE OR REPLACE FUNCTION mailroom.pin_clock(
     p_at timestamptz, p_local boolean DEFAULT true
 )
 RETURNS timestamptz
-LANGUAGE sql
+LANGUAGE plpgsql
 VOLATILE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
 AS $$
-    SELECT set_config('mailroom.clock', p_at::text, p_local)::timestamptz
+BEGIN
+    IF p_at IS NULL OR p_local IS NULL THEN
+        RAISE EXCEPTION USING
+            ERRCODE = '22004',
+            MESSAGE = 'pin_clock: the time and p_local must not be NULL';
+    END IF;
+    IF NOT mailroom._may_pin_clock(session_user) THEN
+        RAISE EXCEPTION USING
+            ERRCODE = 'MR005',
+            MESSAGE = format('role %s may not pin the clock', session_user),
+            HINT = 'GRANT mailroom_timekeeper to the login role of a test or demo.';
+    END IF;
+    RETURN pg_catalog.set_config('mailroom.clock', p_at::text, p_local)::timestamptz;
+END;
 $$;
 
 COMMENT ON FUNCTION mailroom.pin_clock(timestamptz, boolean) IS
-'Pin mailroom.clock() to p_at for this transaction (or the session when p_local is false).';
+'Pin mailroom.clock() to p_at for this transaction (or the session when p_local is false); MR005 unless the login role is a mailroom_timekeeper.';
+
+GRANT EXECUTE ON FUNCTION mailroom.pin_clock(timestamptz, boolean) TO mailroom_timekeeper;
 
 CREATE OR REPLACE FUNCTION mailroom.unpin_clock(p_local boolean DEFAULT true)
 RETURNS timestamptz
 LANGUAGE sql
 VOLATILE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
 AS $$
-    SELECT set_config('mailroom.clock', '', p_local);
+    SELECT pg_catalog.set_config('mailroom.clock', '', coalesce(p_local, true));
     SELECT mailroom.clock()
 $$;
 
 COMMENT ON FUNCTION mailroom.unpin_clock(boolean) IS
 'Release a pinned clock so mailroom.clock() follows real time again; returns the time.';
+
+GRANT EXECUTE ON FUNCTION mailroom.unpin_clock(boolean) TO mailroom_timekeeper;

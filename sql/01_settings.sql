@@ -1,9 +1,13 @@
--- Reading and writing mailroom.settings.
+-- Reading and writing mailroom.settings. A write is checked against the setting's kind and
+-- bounds (columns kind, min_value, max_value): a bad value is refused when it is set, with a
+-- message naming the rule, rather than failing a worker later on a cast.
 
 CREATE OR REPLACE FUNCTION mailroom.setting(p_name text)
 RETURNS text
 LANGUAGE plpgsql
 STABLE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     v_value text;
@@ -22,27 +26,164 @@ $$;
 COMMENT ON FUNCTION mailroom.setting(text) IS
 'Value of a setting; raises MR001 when the setting does not exist.';
 
+GRANT EXECUTE ON FUNCTION mailroom.setting(text)
+TO mailroom_app, mailroom_collector, mailroom_sender, mailroom_inbound, mailroom_monitor;
+
+-- The rule of each kind; min_value / max_value are inclusive and either may be NULL (unbounded).
+--   interval, integer, number: the value parses as that type and lies within the bounds
+--     (number: not NaN or infinite)
+--   boolean: the value parses as a boolean
+--   text: any text whose length in characters lies within the bounds
+--   name: letters, digits, '.', '_', '-', starting with a letter or digit, length within bounds
+--   domain: a domain name, by the domain part of the shared address rule
+--   url: http:// or https://, a host name or [IPv6] literal, an optional port and path; no
+--     user info, query, fragment or white space; at most max_value characters
+-- Only numbers, intervals and booleans are quoted back in the message; the text kinds state
+-- the rule without repeating the value.
+CREATE OR REPLACE FUNCTION mailroom._check_setting_value(
+    p_name text, p_kind text, p_min text, p_max text, p_value text
+)
+RETURNS void
+LANGUAGE plpgsql
+STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_ok boolean;
+    v_rule text;
+    v_len integer := char_length(p_value);
+BEGIN
+    CASE p_kind
+        WHEN 'interval' THEN
+            v_rule := 'an interval';
+            BEGIN
+                v_ok := (p_min IS NULL OR p_value::interval >= p_min::interval)
+                    AND (p_max IS NULL OR p_value::interval <= p_max::interval);
+            EXCEPTION
+                WHEN data_exception THEN
+                    v_ok := false;
+            END;
+        WHEN 'integer' THEN
+            v_rule := 'an integer';
+            BEGIN
+                v_ok := (p_min IS NULL OR p_value::bigint >= p_min::bigint)
+                    AND (p_max IS NULL OR p_value::bigint <= p_max::bigint);
+            EXCEPTION
+                WHEN data_exception THEN
+                    v_ok := false;
+            END;
+        WHEN 'number' THEN
+            v_rule := 'a number';
+            BEGIN
+                v_ok := p_value::numeric NOT IN ('NaN', 'Infinity', '-Infinity')
+                    AND (p_min IS NULL OR p_value::numeric >= p_min::numeric)
+                    AND (p_max IS NULL OR p_value::numeric <= p_max::numeric);
+            EXCEPTION
+                WHEN data_exception THEN
+                    v_ok := false;
+            END;
+        WHEN 'boolean' THEN
+            BEGIN
+                v_ok := p_value::boolean IS NOT NULL;
+            EXCEPTION
+                WHEN data_exception THEN
+                    v_ok := false;
+            END;
+            IF NOT v_ok THEN
+                RAISE EXCEPTION USING
+                    ERRCODE = 'MR003',
+                    MESSAGE = format('setting %s must be a boolean (true or false), got %L',
+                        p_name, left(p_value, 40));
+            END IF;
+            RETURN;
+        WHEN 'text', 'name' THEN
+            v_ok := (p_min IS NULL OR v_len >= p_min::integer)
+                AND (p_max IS NULL OR v_len <= p_max::integer)
+                AND (p_kind = 'text' OR p_value ~ '^[A-Za-z0-9][A-Za-z0-9._-]*$');
+            IF NOT v_ok THEN
+                RAISE EXCEPTION USING
+                    ERRCODE = 'MR003',
+                    MESSAGE = format('setting %s must be %s of %s to %s characters%s',
+                        p_name,
+                        CASE p_kind WHEN 'text' THEN 'text' ELSE 'a name' END,
+                        coalesce(p_min, '0'), coalesce(p_max, 'any number of'),
+                        CASE p_kind WHEN 'name' THEN
+                            ' (letters, digits, ".", "_" or "-", starting with a letter or digit)'
+                        ELSE '' END);
+            END IF;
+            RETURN;
+        WHEN 'domain' THEN
+            IF NOT mailroom._is_valid_address('postmaster@' || p_value) THEN
+                RAISE EXCEPTION USING
+                    ERRCODE = 'MR003',
+                    MESSAGE = format('setting %s must be a domain name (dot-separated labels of letters, '
+                        || 'digits and "-", at most 253 characters)', p_name);
+            END IF;
+            RETURN;
+        WHEN 'url' THEN
+            IF p_value !~ '^https?://([A-Za-z0-9]([A-Za-z0-9.-]*[A-Za-z0-9])?|\[[0-9A-Fa-f:.]+\])(:[0-9]{1,5})?(/[^\s?#]*)?$'
+                OR (p_max IS NOT NULL AND v_len > p_max::integer) THEN
+                RAISE EXCEPTION USING
+                    ERRCODE = 'MR003',
+                    MESSAGE = format('setting %s must be an http:// or https:// URL without user info, '
+                        || 'query or fragment%s', p_name,
+                        CASE WHEN p_max IS NOT NULL THEN format(', at most %s characters', p_max) ELSE '' END);
+            END IF;
+            RETURN;
+        ELSE
+            RAISE EXCEPTION USING
+                ERRCODE = 'MR004',
+                MESSAGE = format('setting %s declares no kind, so it cannot be checked or changed', p_name),
+                HINT = 'A migration sets its kind (and bounds) in mailroom.settings.';
+    END CASE;
+    IF NOT v_ok THEN
+        RAISE EXCEPTION USING
+            ERRCODE = 'MR003',
+            MESSAGE = format('setting %s must be %s%s, got %L',
+                p_name, v_rule,
+                CASE
+                    WHEN p_min IS NOT NULL AND p_max IS NOT NULL THEN format(' between %s and %s', p_min, p_max)
+                    WHEN p_min IS NOT NULL THEN format(' of at least %s', p_min)
+                    WHEN p_max IS NOT NULL THEN format(' of at most %s', p_max)
+                    ELSE ''
+                END,
+                left(p_value, 40));
+    END IF;
+END;
+$$;
+
+COMMENT ON FUNCTION mailroom._check_setting_value(text, text, text, text, text) IS
+'Internal: raise MR003 unless the value is of the kind and within the bounds given (MR004 for no kind).';
+
 CREATE OR REPLACE FUNCTION mailroom.set_setting(p_name text, p_value text)
 RETURNS text
 LANGUAGE plpgsql
 VOLATILE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
 AS $$
+DECLARE
+    s mailroom.settings;
 BEGIN
-    IF p_value IS NULL THEN
-        RAISE EXCEPTION USING
-            ERRCODE = '22004',
-            MESSAGE = format('setting %L cannot be NULL', p_name);
-    END IF;
-    UPDATE mailroom.settings SET value = p_value WHERE name = p_name;
+    SELECT * INTO s FROM mailroom.settings AS x WHERE x.name = p_name FOR UPDATE;
     IF NOT FOUND THEN
         RAISE EXCEPTION USING
             ERRCODE = 'MR001',
             MESSAGE = format('unknown setting %L', p_name),
             HINT = 'SELECT name FROM mailroom.settings lists the known settings';
     END IF;
+    IF p_value IS NULL THEN
+        RAISE EXCEPTION USING
+            ERRCODE = '22004',
+            MESSAGE = format('setting %s cannot be NULL', p_name);
+    END IF;
+    PERFORM mailroom._check_setting_value(s.name, s.kind, s.min_value, s.max_value, p_value);
+    UPDATE mailroom.settings AS x SET value = p_value WHERE x.name = p_name;
     RETURN p_value;
 END;
 $$;
 
 COMMENT ON FUNCTION mailroom.set_setting(text, text) IS
-'Change an existing setting; raises MR001 for an unknown name.';
+'Change an existing setting after checking the value against its kind and bounds; MR001 unknown name, MR003 bad value, MR004 setting without a kind, 22004 NULL.';
+
+GRANT EXECUTE ON FUNCTION mailroom.set_setting(text, text) TO mailroom_admin;

@@ -6,6 +6,7 @@ RETURNS boolean
 LANGUAGE sql
 IMMUTABLE
 PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
 AS $fn$
     -- ASCII dot-atom local part @ LDH domain (RFC 5321 mailbox without quoted strings
     -- or address literals); at most 64 + 1 + 253 characters.

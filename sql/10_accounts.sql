@@ -7,6 +7,7 @@ CREATE OR REPLACE FUNCTION mailroom._valid_email(p_email text)
 RETURNS boolean
 LANGUAGE sql
 IMMUTABLE
+SET search_path = pg_catalog, pg_temp
 AS $$
     -- the shared address rule (so every account email is sendable), plus a dotted domain
     SELECT coalesce(
@@ -22,6 +23,7 @@ CREATE OR REPLACE FUNCTION mailroom._check_account_identity(p_email text, p_logi
 RETURNS void
 LANGUAGE plpgsql
 IMMUTABLE
+SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
     IF mailroom._valid_email(p_email) IS NOT TRUE THEN
@@ -50,6 +52,7 @@ COMMENT ON FUNCTION mailroom._check_account_identity(text, text) IS
 CREATE OR REPLACE FUNCTION mailroom.trg_before_account_insert()
 RETURNS trigger
 LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     ts timestamptz := mailroom.clock();
@@ -79,6 +82,7 @@ EXECUTE FUNCTION mailroom.trg_before_account_insert();
 CREATE OR REPLACE FUNCTION mailroom.trg_before_account_identity_change()
 RETURNS trigger
 LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
     PERFORM mailroom._check_account_identity(NEW.email, NEW.login);
@@ -104,6 +108,7 @@ EXECUTE FUNCTION mailroom.trg_before_account_identity_change();
 CREATE OR REPLACE FUNCTION mailroom.trg_before_account_status_change()
 RETURNS trigger
 LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     ts timestamptz;
@@ -150,6 +155,8 @@ EXECUTE FUNCTION mailroom.trg_before_account_status_change();
 CREATE OR REPLACE FUNCTION mailroom.create_account(p_email text, p_login text)
 RETURNS bigint
 LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     v_id bigint;
@@ -178,9 +185,12 @@ $$;
 COMMENT ON FUNCTION mailroom.create_account(text, text) IS
 'Create a provisioned account and its activation token; returns the account id (MR101 bad email, MR102 email taken, MR103 login taken, MR104 bad login).';
 
+GRANT EXECUTE ON FUNCTION mailroom.create_account(text, text) TO mailroom_app;
+
 CREATE OR REPLACE FUNCTION mailroom._lock_account(p_account bigint)
 RETURNS mailroom.account_status
 LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     v_status mailroom.account_status;
@@ -204,6 +214,8 @@ COMMENT ON FUNCTION mailroom._lock_account(bigint) IS
 CREATE OR REPLACE FUNCTION mailroom.suspend_account(p_account bigint)
 RETURNS mailroom.account_status
 LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     v_status mailroom.account_status;
@@ -223,9 +235,13 @@ $$;
 COMMENT ON FUNCTION mailroom.suspend_account(bigint) IS
 'Suspend an account (sets suspended_at, clears unsuspended_at); returns the new status (MR105 unknown, MR106 already suspended).';
 
+GRANT EXECUTE ON FUNCTION mailroom.suspend_account(bigint) TO mailroom_app;
+
 CREATE OR REPLACE FUNCTION mailroom.unsuspend_account(p_account bigint)
 RETURNS mailroom.account_status
 LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     v_status mailroom.account_status;
@@ -244,3 +260,5 @@ $$;
 
 COMMENT ON FUNCTION mailroom.unsuspend_account(bigint) IS
 'Lift a suspension: back to active, or to provisioned if never activated; returns the new status (MR105 unknown, MR107 not suspended).';
+
+GRANT EXECUTE ON FUNCTION mailroom.unsuspend_account(bigint) TO mailroom_app;

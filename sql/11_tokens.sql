@@ -5,6 +5,7 @@ CREATE OR REPLACE FUNCTION mailroom._random_code()
 RETURNS text
 LANGUAGE plpgsql
 VOLATILE
+SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     b bytea;
@@ -13,7 +14,7 @@ BEGIN
     -- Rejection sampling over 24 random bits: 16700000 = 167 * 100000 is the
     -- largest multiple of 10^5 below 2^24, so v % 100000 is uniform.
     LOOP
-        b := gen_random_bytes(3);
+        b := mailroom._random_bytes(3);
         v := (get_byte(b, 0) << 16) | (get_byte(b, 1) << 8) | get_byte(b, 2);
         IF v < 16700000 THEN
             RETURN lpad((v % 100000)::text, 5, '0');
@@ -30,6 +31,7 @@ RETURNS text
 LANGUAGE sql
 IMMUTABLE
 STRICT
+SET search_path = pg_catalog, pg_temp
 AS $$
     SELECT translate(encode(p_data, 'base64'), E'+/=\n', '-_');
 $$;
@@ -42,6 +44,7 @@ RETURNS bytea
 LANGUAGE plpgsql
 IMMUTABLE
 STRICT
+SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
     IF p_text !~ '^[A-Za-z0-9_-]*$' OR length(p_text) % 4 = 1 THEN
@@ -61,6 +64,7 @@ CREATE OR REPLACE FUNCTION mailroom._check_key(p_key bytea)
 RETURNS void
 LANGUAGE plpgsql
 IMMUTABLE
+SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
     IF p_key IS NULL OR octet_length(p_key) < 32 THEN
@@ -80,8 +84,9 @@ CREATE OR REPLACE FUNCTION mailroom._token_mac(
 RETURNS bytea
 LANGUAGE sql
 STABLE
+SET search_path = pg_catalog, pg_temp
 AS $$
-    SELECT hmac(
+    SELECT mailroom._hmac(
         CASE p_action
             WHEN 'activation' THEN convert_to('/activate', 'UTF8') || p_secret
             ELSE convert_to('/recover', 'UTF8') || p_secret || convert_to(p_code, 'UTF8')
@@ -100,10 +105,18 @@ CREATE OR REPLACE FUNCTION mailroom.sign_token(
 RETURNS text
 LANGUAGE plpgsql
 STABLE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
+    IF p_action IS NULL THEN
+        RAISE EXCEPTION USING ERRCODE = '22004', MESSAGE = 'sign_token: the action must not be NULL';
+    END IF;
+    IF p_secret IS NULL THEN
+        RAISE EXCEPTION USING ERRCODE = '22004', MESSAGE = 'sign_token: the secret must not be NULL';
+    END IF;
     PERFORM mailroom._check_key(p_key);
-    IF p_secret IS NULL OR octet_length(p_secret) <> 32 THEN
+    IF octet_length(p_secret) <> 32 THEN
         RAISE EXCEPTION USING ERRCODE = '22023', MESSAGE = 'secret must be 32 bytes';
     END IF;
     IF p_action = 'password_recovery' AND (p_code IS NULL OR p_code !~ '^[0-9]{5}$') THEN
@@ -116,19 +129,22 @@ $$;
 COMMENT ON FUNCTION mailroom.sign_token(mailroom.token_action, bytea, text, bytea) IS
 'The signed link value: base64url-nopad(secret || HMAC-SHA256(key, path || secret [|| code])) (used by dequeue_tokens).';
 
+GRANT EXECUTE ON FUNCTION mailroom.sign_token(mailroom.token_action, bytea, text, bytea) TO mailroom_admin;
+
 -- Before token insert: secret, code, digests, expiry; revoke older open
 -- tokens of the same account and action (a reissue supersedes them).
 CREATE OR REPLACE FUNCTION mailroom.trg_before_token_insert()
 RETURNS trigger
 LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     ts timestamptz := mailroom.clock();
 BEGIN
-    NEW.secret := coalesce(NEW.secret, gen_random_bytes(32));
+    NEW.secret := coalesce(NEW.secret, mailroom._random_bytes(32));
     NEW.code := coalesce(NEW.code, mailroom._random_code());
-    NEW.secret_digest := digest(NEW.secret, 'sha256');
-    NEW.code_digest := digest(NEW.secret || convert_to(NEW.code, 'UTF8'), 'sha256');
+    NEW.secret_digest := mailroom._digest(NEW.secret, 'sha256');
+    NEW.code_digest := mailroom._digest(NEW.secret || convert_to(NEW.code, 'UTF8'), 'sha256');
     NEW.created_at := coalesce(NEW.created_at, ts);
     NEW.expires_at := coalesce(
         NEW.expires_at, NEW.created_at + mailroom.setting('tokens.ttl')::interval
@@ -155,6 +171,7 @@ EXECUTE FUNCTION mailroom.trg_before_token_insert();
 CREATE OR REPLACE FUNCTION mailroom.trg_before_token_close()
 RETURNS trigger
 LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
     NEW.secret := NULL;
@@ -184,6 +201,7 @@ EXECUTE FUNCTION mailroom.trg_before_token_close();
 CREATE OR REPLACE FUNCTION mailroom.trg_after_token_consumed()
 RETURNS trigger
 LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
     IF NEW.action = 'activation' THEN
@@ -214,6 +232,7 @@ EXECUTE FUNCTION mailroom.trg_after_token_consumed();
 CREATE OR REPLACE FUNCTION mailroom._announce_tokens(p_count bigint)
 RETURNS void
 LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
     IF p_count > 0 THEN
@@ -228,6 +247,7 @@ COMMENT ON FUNCTION mailroom._announce_tokens(bigint) IS
 CREATE OR REPLACE FUNCTION mailroom.trg_after_tokens_inserted()
 RETURNS trigger
 LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
     PERFORM mailroom._announce_tokens((SELECT count(*) FROM inserted));
@@ -248,6 +268,7 @@ EXECUTE FUNCTION mailroom.trg_after_tokens_inserted();
 CREATE OR REPLACE FUNCTION mailroom.trg_after_accounts_inserted()
 RETURNS trigger
 LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
     -- every account inserted as provisioned got one activation token
@@ -265,6 +286,30 @@ REFERENCING NEW TABLE AS inserted
 FOR EACH STATEMENT
 EXECUTE FUNCTION mailroom.trg_after_accounts_inserted();
 
+-- Which tokens may be used: an activation token while its account is
+-- provisioned, a password-recovery token while its account is active. The
+-- dequeue filters on it (after the index found the pending tokens) and
+-- consume_token checks it under the account's row lock.
+CREATE OR REPLACE FUNCTION mailroom._token_eligible(
+    p_action mailroom.token_action, p_status mailroom.account_status
+)
+RETURNS boolean
+LANGUAGE sql
+IMMUTABLE
+PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT coalesce(
+        (p_action = 'activation' AND p_status = 'provisioned')
+        OR (p_action = 'password_recovery' AND p_status = 'active'),
+        FALSE
+    );
+$$;
+
+COMMENT ON FUNCTION mailroom._token_eligible(mailroom.token_action, mailroom.account_status) IS
+'Internal: true when a token of this action may be dispatched or used for an account in this status '
+'(activation: provisioned, password recovery: active); false for NULL.';
+
 -- The dequeue: every eligible token exactly once, whatever the commit order
 -- and however many callers run at once. Rows are claimed with
 -- FOR UPDATE SKIP LOCKED through the partial index tokens_pending_idx and
@@ -280,6 +325,7 @@ CREATE OR REPLACE FUNCTION mailroom._dequeue_tokens_sql()
 RETURNS text
 LANGUAGE sql
 IMMUTABLE
+SET search_path = pg_catalog, pg_temp
 AS $fn$
     SELECT $q$
         WITH picked AS (
@@ -290,10 +336,7 @@ AS $fn$
                 AND t.consumed_at IS NULL
                 AND t.revoked_at IS NULL
                 AND t.expires_at > $3
-                AND (
-                    (t.action = 'activation' AND a.status = 'provisioned')
-                    OR (t.action = 'password_recovery' AND a.status = 'active')
-                )
+                AND mailroom._token_eligible(t.action, a.status)
             ORDER BY t.id
             LIMIT $1
             FOR UPDATE OF t SKIP LOCKED
@@ -345,6 +388,8 @@ RETURNS TABLE (
 )
 LANGUAGE plpgsql
 VOLATILE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
 AS $fn$
 BEGIN
     PERFORM mailroom._check_key(p_key);
@@ -361,3 +406,5 @@ $fn$;
 
 COMMENT ON FUNCTION mailroom.dequeue_tokens(integer, bytea) IS
 'Claim up to p_limit eligible tokens (SKIP LOCKED), mark them dispatched in the caller''s transaction, return action, email, login, signed value, code, token_id by id.';
+
+GRANT EXECUTE ON FUNCTION mailroom.dequeue_tokens(integer, bytea) TO mailroom_collector;

@@ -4,12 +4,13 @@ CREATE OR REPLACE FUNCTION mailroom._ct_equal(p_a bytea, p_b bytea)
 RETURNS boolean
 LANGUAGE sql
 VOLATILE
+SET search_path = pg_catalog, pg_temp
 AS $$
     -- Double-HMAC comparison under a fresh random key: the time taken does
     -- not depend on where the two values first differ.
     SELECT p_a IS NOT NULL AND p_b IS NOT NULL
-        AND hmac(p_a, k.key, 'sha256') = hmac(p_b, k.key, 'sha256')
-    FROM (SELECT gen_random_bytes(32) AS key) AS k;
+        AND mailroom._hmac(p_a, k.key, 'sha256') = mailroom._hmac(p_b, k.key, 'sha256')
+    FROM (SELECT mailroom._random_bytes(32) AS key) AS k;
 $$;
 
 COMMENT ON FUNCTION mailroom._ct_equal(bytea, bytea) IS
@@ -21,6 +22,7 @@ CREATE OR REPLACE FUNCTION mailroom._mac_key_index(
 RETURNS integer
 LANGUAGE plpgsql
 VOLATILE
+SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     v_found integer;
@@ -46,6 +48,7 @@ CREATE OR REPLACE FUNCTION mailroom._signing_keys(p_key bytea, p_previous_keys b
 RETURNS bytea[]
 LANGUAGE plpgsql
 IMMUTABLE
+SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     v_keys bytea [] := ARRAY[p_key] || coalesce(p_previous_keys, '{}');
@@ -64,6 +67,7 @@ CREATE OR REPLACE FUNCTION mailroom._split_signed(p_signed text)
 RETURNS bytea
 LANGUAGE plpgsql
 IMMUTABLE
+SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     v_raw bytea := mailroom._b64url_decode(p_signed);
@@ -89,6 +93,8 @@ CREATE OR REPLACE FUNCTION mailroom.verify_token(
 RETURNS TABLE (valid boolean, action mailroom.token_action, key_index integer)
 LANGUAGE plpgsql
 VOLATILE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     v_keys bytea [] := mailroom._signing_keys(p_key, p_previous_keys);
@@ -119,89 +125,12 @@ $$;
 COMMENT ON FUNCTION mailroom.verify_token(text, bytea, text, bytea[]) IS
 'Check a signed value without touching tokens: (valid, action, key_index); constant-time, p_previous_keys for key rotation, p_code needed for recovery.';
 
-CREATE OR REPLACE FUNCTION mailroom._loopback_conninfo()
-RETURNS text
-LANGUAGE plpgsql
-STABLE
-AS $$
-DECLARE
-    v_conninfo text := mailroom.setting('tokens.loopback_conninfo');
-    v_host text := btrim(split_part(current_setting('unix_socket_directories'), ',', 1));
-BEGIN
-    IF v_conninfo <> '' THEN
-        RETURN v_conninfo;
-    END IF;
-    IF v_host = '' THEN
-        v_host := 'localhost';
-    END IF;
-    RETURN format(
-        'host=''%s'' port=''%s'' dbname=''%s'' user=''%s'' application_name=''mailroom-code-attempt''',
-        replace(replace(v_host, '\', '\\'), '''', '\'''),
-        current_setting('port'),
-        replace(replace(current_database(), '\', '\\'), '''', '\'''),
-        replace(replace(current_user, '\', '\\'), '''', '\''')
-    );
-END;
-$$;
-
-COMMENT ON FUNCTION mailroom._loopback_conninfo() IS
-'Internal: dblink conninfo back to this database (setting tokens.loopback_conninfo, else the local socket).';
-
--- Count a code attempt BEFORE the code is compared, in its own committed
--- transaction (dblink loopback): an attempt that ends in an error (and a
--- rolled-back caller transaction) still counts. Returns the attempt number,
--- or NULL when the token has no attempt left (locked). A token not yet
--- visible to other sessions (created in the caller's open transaction) or
--- row-locked by the caller is counted locally instead.
-CREATE OR REPLACE FUNCTION mailroom._count_code_attempt(p_token bigint)
-RETURNS integer
-LANGUAGE plpgsql
-VOLATILE
-AS $$
-DECLARE
-    v_max integer := mailroom.setting('tokens.max_code_attempts')::integer;
-    v_n integer;
-    v_visible boolean;
-BEGIN
-    BEGIN
-        SELECT r.n, r.visible INTO v_n, v_visible
-        FROM dblink(
-            mailroom._loopback_conninfo(),
-            format(
-                'SET lock_timeout = ''2s''; SET statement_timeout = ''10s'';'
-                || ' WITH u AS (UPDATE mailroom.tokens SET code_attempts = code_attempts + 1'
-                || ' WHERE id = %s AND code_attempts < %s RETURNING code_attempts)'
-                || ' SELECT (SELECT code_attempts FROM u),'
-                || ' EXISTS (SELECT 1 FROM mailroom.tokens WHERE id = %s)',
-                p_token, v_max, p_token
-            )
-        ) AS r (n integer, visible boolean);
-    EXCEPTION
-        WHEN lock_not_available THEN
-            v_visible := false;
-        WHEN OTHERS THEN
-            RAISE EXCEPTION USING
-                ERRCODE = 'MR121',
-                MESSAGE = 'cannot record the code attempt: the loopback connection failed',
-                HINT = 'Set tokens.loopback_conninfo to a conninfo this server accepts for itself.';
-    END;
-    IF v_visible THEN
-        RETURN v_n;
-    END IF;
-    UPDATE mailroom.tokens
-    SET code_attempts = code_attempts + 1
-    WHERE id = p_token AND code_attempts < v_max
-    RETURNING code_attempts INTO v_n;
-    RETURN v_n;
-END;
-$$;
-
-COMMENT ON FUNCTION mailroom._count_code_attempt(bigint) IS
-'Internal: count one code attempt in an autonomous (dblink) transaction; NULL when the token is locked.';
+GRANT EXECUTE ON FUNCTION mailroom.verify_token(text, bytea, text, bytea[]) TO mailroom_app;
 
 CREATE OR REPLACE FUNCTION mailroom._raise_token_state(p_token bigint)
 RETURNS void
 LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     t mailroom.tokens;
@@ -223,15 +152,23 @@ $$;
 COMMENT ON FUNCTION mailroom._raise_token_state(bigint) IS
 'Internal: raise MR112/MR114/MR117/MR113 when a token is unknown, used, revoked or expired.';
 
+
+-- Using a token. Every failure raises its own MRnnn error and changes nothing, except a wrong
+-- recovery code: that is a result row (outcome 'wrong_code'), so the attempt it counted commits
+-- with the caller's transaction like any other write. Each recovery token accepts
+-- tokens.max_code_attempts codes (the right one included); once they are used up the token is
+-- locked (MR116) whatever code comes next. Codes and MACs are compared in constant time.
 CREATE OR REPLACE FUNCTION mailroom.consume_token(
     p_signed text,
     p_key bytea,
     p_code text DEFAULT null,
     p_previous_keys bytea[] DEFAULT '{}'
 )
-RETURNS bigint
+RETURNS TABLE (account bigint, outcome text, attempts_left integer)
 LANGUAGE plpgsql
 VOLATILE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     v_keys bytea [] := mailroom._signing_keys(p_key, p_previous_keys);
@@ -242,10 +179,11 @@ DECLARE
     v_ts timestamptz := mailroom.clock();
     t mailroom.tokens;
     v_status mailroom.account_status;
-    v_attempt integer;
-    v_account bigint;
+    v_attempts integer;
 BEGIN
-    SELECT * INTO t FROM mailroom.tokens WHERE secret_digest = digest(v_secret, 'sha256');
+    SELECT tk.* INTO t
+    FROM mailroom.tokens AS tk
+    WHERE tk.secret_digest = mailroom._digest(v_secret, 'sha256');
     IF NOT FOUND THEN
         -- a genuine value the database no longer knows, or a forgery?
         IF mailroom._mac_key_index(v_keys, 'activation', v_secret, NULL, v_mac) IS NOT NULL
@@ -260,56 +198,73 @@ BEGIN
         RAISE EXCEPTION USING ERRCODE = 'MR111', MESSAGE = 'bad token signature';
     END IF;
 
+    -- Lock order: the account, then the token (suspend_account locks the account), so a
+    -- concurrent suspend either commits first (then the status check below refuses) or waits
+    -- until this token is used. FOR NO KEY UPDATE: a token insert's foreign-key check
+    -- (FOR KEY SHARE) on the account does not wait for it, so a reissue cannot deadlock with us.
+    SELECT a.status INTO v_status
+    FROM mailroom.accounts AS a
+    WHERE a.id = t.account
+    FOR NO KEY UPDATE;
+    -- the token row is locked from here on: its state and attempt count cannot change under us
+    SELECT tk.* INTO t FROM mailroom.tokens AS tk WHERE tk.id = t.id FOR UPDATE;
+
     PERFORM mailroom._raise_token_state(t.id);
 
-    IF t.action = 'password_recovery' THEN
-        IF p_code IS NULL THEN
-            RAISE EXCEPTION USING
-                ERRCODE = 'MR119', MESSAGE = 'a password-recovery token needs its 5-digit code';
-        END IF;
-        -- counted before comparing, in its own transaction
-        v_attempt := mailroom._count_code_attempt(t.id);
-        IF v_attempt IS NULL THEN
-            RAISE EXCEPTION USING
-                ERRCODE = 'MR116',
-                MESSAGE = format('token locked after %s wrong codes', v_max);
-        END IF;
-        IF NOT mailroom._ct_equal(
-            digest(v_secret || convert_to(p_code, 'UTF8'), 'sha256'), t.code_digest
-        ) THEN
-            RAISE EXCEPTION USING
-                ERRCODE = 'MR115',
-                MESSAGE = format('wrong code (attempt %s of %s)', v_attempt, v_max);
-        END IF;
-        IF mailroom._mac_key_index(v_keys, 'password_recovery', v_secret, p_code, v_mac) IS NULL THEN
-            RAISE EXCEPTION USING ERRCODE = 'MR111', MESSAGE = 'bad token signature';
-        END IF;
-    END IF;
-
-    SELECT a.status INTO v_status FROM mailroom.accounts AS a WHERE a.id = t.account;
-    IF (t.action = 'activation' AND v_status IS DISTINCT FROM 'provisioned')
-        OR (t.action = 'password_recovery' AND v_status IS DISTINCT FROM 'active') THEN
+    IF NOT mailroom._token_eligible(t.action, v_status) THEN
         RAISE EXCEPTION USING
             ERRCODE = 'MR118',
             MESSAGE = format('account %s is %s: its %s token cannot be used',
                 t.account, coalesce(v_status::text, 'missing'), t.action);
     END IF;
 
-    -- single use: of two concurrent consumers only one updates the row
-    UPDATE mailroom.tokens
+    IF t.action = 'password_recovery' THEN
+        IF p_code IS NULL THEN
+            RAISE EXCEPTION USING
+                ERRCODE = 'MR119', MESSAGE = 'a password-recovery token needs its 5-digit code';
+        END IF;
+        IF t.code_attempts >= v_max THEN
+            RAISE EXCEPTION USING
+                ERRCODE = 'MR116',
+                MESSAGE = format('token locked after %s wrong codes', v_max);
+        END IF;
+        -- every compared code counts, the right one too
+        UPDATE mailroom.tokens AS tk
+        SET code_attempts = tk.code_attempts + 1
+        WHERE tk.id = t.id
+        RETURNING tk.code_attempts INTO v_attempts;
+        IF NOT mailroom._ct_equal(
+            mailroom._digest(v_secret || convert_to(p_code, 'UTF8'), 'sha256'), t.code_digest
+        ) THEN
+            RETURN QUERY SELECT NULL::bigint, 'wrong_code'::text, greatest(v_max - v_attempts, 0);
+            RETURN;
+        END IF;
+        IF mailroom._mac_key_index(v_keys, 'password_recovery', v_secret, p_code, v_mac) IS NULL THEN
+            RAISE EXCEPTION USING ERRCODE = 'MR111', MESSAGE = 'bad token signature';
+        END IF;
+    END IF;
+
+    -- single use: the row is locked and its state was checked above
+    UPDATE mailroom.tokens AS tk
     SET consumed_at = v_ts
-    WHERE id = t.id
-        AND consumed_at IS NULL
-        AND revoked_at IS NULL
-        AND expires_at > v_ts
-    RETURNING account INTO v_account;
+    WHERE tk.id = t.id
+        AND tk.consumed_at IS NULL
+        AND tk.revoked_at IS NULL
+        AND tk.expires_at > v_ts;
     IF NOT FOUND THEN
         PERFORM mailroom._raise_token_state(t.id);
         RAISE EXCEPTION USING ERRCODE = 'MR114', MESSAGE = 'token already used';
     END IF;
-    RETURN v_account;
+    RETURN QUERY SELECT
+        t.account,
+        'consumed'::text,
+        CASE WHEN t.action = 'password_recovery' THEN greatest(v_max - v_attempts, 0) END;
 END;
 $$;
 
 COMMENT ON FUNCTION mailroom.consume_token(text, bytea, text, bytea[]) IS
-'Use a signed token once: checks signature (p_previous_keys for rotation), state, code (recovery, 5 tries), account status; returns the account id. Errors MR110-MR121.';
+'Use a signed token once: checks signature (p_previous_keys for rotation), state, code (recovery: tokens.max_code_attempts tries), account status. '
+'One row (account, outcome, attempts_left): outcome consumed (account set), or wrong_code (account NULL; commit it, the attempt counts). '
+'Every other failure raises MR110-MR120.';
+
+GRANT EXECUTE ON FUNCTION mailroom.consume_token(text, bytea, text, bytea[]) TO mailroom_app;

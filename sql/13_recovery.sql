@@ -5,6 +5,8 @@ CREATE OR REPLACE FUNCTION mailroom.request_password_recovery(p_email text)
 RETURNS void
 LANGUAGE plpgsql
 VOLATILE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     v_ts timestamptz := mailroom.clock();
@@ -34,7 +36,7 @@ BEGIN
         AND t.action = 'password_recovery'
         AND t.created_at > v_ts - interval '1 day';
 
-    v_secret := gen_random_bytes(32);
+    v_secret := mailroom._random_bytes(32);
     v_code := mailroom._random_code();
 
     IF v_status = 'active'
@@ -48,8 +50,8 @@ BEGIN
         -- after an insert), the digests and the revocation probe
         PERFORM pg_logical_emit_message(true, 'mailroom.recovery', '');
         PERFORM
-            digest(v_secret, 'sha256'),
-            digest(v_secret || convert_to(v_code, 'UTF8'), 'sha256');
+            mailroom._digest(v_secret, 'sha256'),
+            mailroom._digest(v_secret || convert_to(v_code, 'UTF8'), 'sha256');
         PERFORM 1
         FROM mailroom.tokens AS t
         WHERE t.account = coalesce(v_account, 0)
@@ -67,3 +69,5 @@ $$;
 
 COMMENT ON FUNCTION mailroom.request_password_recovery(text) IS
 'Issue a password-recovery token if the address is an active account within the rate limits (recovery.min_interval, recovery.daily_cap); same void result otherwise.';
+
+GRANT EXECUTE ON FUNCTION mailroom.request_password_recovery(text) TO mailroom_app;

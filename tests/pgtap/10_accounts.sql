@@ -153,7 +153,7 @@ SELECT is(
 SELECT is((SELECT activated_at FROM mailroom.accounts WHERE login = 'dave'),
     '2030-01-01 04:00:00+00'::timestamptz, 'account inserted active has activated_at');
 
--- consuming the activation token (plain UPDATE, as in the article) activates the account
+-- consuming the activation token, even by a plain UPDATE, activates a provisioned account
 SELECT mailroom.create_account('erin@example.com', 'erin');
 UPDATE mailroom.tokens SET consumed_at = mailroom.clock()
 WHERE account = (SELECT id FROM mailroom.accounts WHERE login = 'erin') AND action = 'activation';

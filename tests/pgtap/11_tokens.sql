@@ -1,6 +1,6 @@
 -- Tokens: codes, signed values, revocation, dequeue eligibility, expiry, secrets at rest.
 BEGIN;
-SELECT plan(45);
+SELECT plan(51);
 
 SET LOCAL mailroom.clock = '2030-01-01 00:00:00+00';
 CREATE TEMP TABLE k (key bytea);
@@ -43,6 +43,12 @@ SELECT throws_ok($$ SELECT mailroom.sign_token('activation', gen_random_bytes(31
     '22023', 'secret must be 32 bytes', 'sign_token: secret of the wrong length');
 SELECT throws_ok($$ SELECT mailroom.sign_token('password_recovery', gen_random_bytes(32), '123', (SELECT key FROM k)) $$,
     '22023', 'a recovery code must be 5 digits', 'sign_token: recovery code not 5 digits');
+SELECT throws_ok($$ SELECT mailroom.sign_token(NULL, gen_random_bytes(32), NULL, (SELECT key FROM k)) $$,
+    '22004', 'sign_token: the action must not be NULL', 'sign_token: a NULL action is an error, not a NULL value');
+SELECT throws_ok($$ SELECT mailroom.sign_token('activation', NULL, NULL, (SELECT key FROM k)) $$,
+    '22004', 'sign_token: the secret must not be NULL', 'sign_token: a NULL secret is an error');
+SELECT throws_ok($$ SELECT mailroom.sign_token('activation', gen_random_bytes(32), NULL, NULL) $$,
+    'MR120', 'signing key missing or shorter than 32 bytes', 'sign_token: a NULL key is an error');
 
 -- a token with a known secret and code, dequeued and signed in SQL
 SELECT mailroom.create_account('vec@example.com', 'vec');
@@ -90,6 +96,27 @@ SELECT is(
     (SELECT array_agg(t.id) FROM mailroom.tokens AS t JOIN mailroom.accounts AS a ON a.id = t.account
      WHERE a.login = 'rev' AND t.revoked_at IS NULL),
     'only the new token is dequeued'
+);
+
+-- eligibility: one rule for the dequeue and for consume_token
+SELECT results_eq(
+    $$ SELECT a::text AS action, s::text AS status, mailroom._token_eligible(a, s)
+       FROM unnest(enum_range(NULL::mailroom.token_action)) AS a,
+            unnest(enum_range(NULL::mailroom.account_status)) AS s
+       ORDER BY a, s $$,
+    $$ VALUES ('activation', 'provisioned', true), ('activation', 'active', false),
+              ('activation', 'suspended', false), ('password_recovery', 'provisioned', false),
+              ('password_recovery', 'active', true), ('password_recovery', 'suspended', false) $$,
+    '_token_eligible: activation needs provisioned, recovery needs active'
+);
+SELECT ok(
+    NOT mailroom._token_eligible('activation', NULL) AND NOT mailroom._token_eligible(NULL, 'active'),
+    '_token_eligible is false (not NULL) for a missing status or action'
+);
+SELECT ok(
+    mailroom._dequeue_tokens_sql() ~ '_token_eligible\(t\.action, a\.status\)'
+    AND pg_get_functiondef('mailroom.consume_token'::regproc) ~ '_token_eligible\(',
+    'dequeue_tokens and consume_token both decide eligibility through _token_eligible'
 );
 
 -- eligibility: activation for provisioned, recovery for active, not expired, not consumed

@@ -1,6 +1,6 @@
 -- verify_token and consume_token: every success and every error path.
 BEGIN;
-SELECT plan(41);
+SELECT plan(65);
 
 SET LOCAL mailroom.clock = '2030-01-01 00:00:00+00';
 CREATE TEMP TABLE k (key bytea, old bytea);
@@ -44,8 +44,10 @@ SELECT throws_ok($$ SELECT mailroom.consume_token(NULL, (SELECT key FROM k)) $$,
 SELECT throws_ok($$ SELECT mailroom.consume_token((SELECT signed FROM act), NULL) $$,
     'MR120', 'signing key missing or shorter than 32 bytes', 'NULL key');
 
-SELECT is(mailroom.consume_token((SELECT signed FROM act), (SELECT key FROM k)),
-    (SELECT id FROM mailroom.accounts WHERE login = 'act'), 'consume returns the account id');
+SELECT results_eq(
+    $$ SELECT account, outcome, attempts_left FROM mailroom.consume_token((SELECT signed FROM act), (SELECT key FROM k)) $$,
+    $$ SELECT id, 'consumed', NULL::integer FROM mailroom.accounts WHERE login = 'act' $$,
+    'consume returns one row: the account id, consumed, no attempt count for activation');
 SELECT is((SELECT status FROM mailroom.accounts WHERE login = 'act'), 'active'::mailroom.account_status,
     'consuming the activation token activates the account');
 SELECT throws_ok($$ SELECT mailroom.consume_token((SELECT signed FROM act), (SELECT key FROM k)) $$,
@@ -64,7 +66,8 @@ SELECT throws_ok(
 -- key rotation in consume_token
 SELECT mailroom.create_account('rot@example.com', 'rot');
 CREATE TEMP TABLE rot AS SELECT * FROM mailroom.dequeue_tokens(10, (SELECT old FROM k));
-SELECT is(mailroom.consume_token((SELECT signed FROM rot), (SELECT key FROM k), NULL, ARRAY[(SELECT old FROM k)]),
+SELECT is(
+    (SELECT account FROM mailroom.consume_token((SELECT signed FROM rot), (SELECT key FROM k), NULL, ARRAY[(SELECT old FROM k)])),
     (SELECT id FROM mailroom.accounts WHERE login = 'rot'), 'consume accepts a value signed with a previous key');
 
 -- expired
@@ -117,28 +120,46 @@ SELECT results_eq(
 
 SELECT throws_ok($$ SELECT mailroom.consume_token((SELECT signed FROM rec), (SELECT key FROM k)) $$,
     'MR119', 'a password-recovery token needs its 5-digit code', 'recovery without a code');
-SELECT throws_ok($$ SELECT mailroom.consume_token((SELECT signed FROM rec), (SELECT key FROM k), '00000') $$,
-    'MR115', 'wrong code (attempt 1 of 5)', 'recovery with a wrong code');
-SELECT throws_ok($$ SELECT mailroom.consume_token((SELECT signed FROM rec), (SELECT key FROM k), 'abcde') $$,
-    'MR115', NULL, 'a non-numeric code is a wrong code');
+-- a wrong code is a result row (it commits with the caller's transaction), not an error
+SELECT results_eq(
+    $$ SELECT account, outcome, attempts_left FROM mailroom.consume_token((SELECT signed FROM rec), (SELECT key FROM k), '00000') $$,
+    $$ VALUES (NULL::bigint, 'wrong_code', 4) $$,
+    'recovery with a wrong code: (NULL, wrong_code, 4 attempts left)');
+SELECT results_eq(
+    $$ SELECT outcome, attempts_left FROM mailroom.consume_token((SELECT signed FROM rec), (SELECT key FROM k), 'abcde') $$,
+    $$ VALUES ('wrong_code', 3) $$,
+    'a non-numeric code is a wrong code and counts');
+SELECT is((SELECT code_attempts FROM mailroom.tokens WHERE id = (SELECT token_id FROM rec)), 2,
+    'both wrong codes are counted on the token');
 SELECT throws_ok($$ SELECT mailroom.consume_token((SELECT signed FROM rec), (SELECT old FROM k), '04242') $$,
     'MR111', 'bad token signature', 'recovery with the right code but the wrong key');
+SELECT is((SELECT consumed_at FROM mailroom.tokens WHERE id = (SELECT token_id FROM rec)), NULL,
+    'the refused token is left unconsumed');
 
--- no way to record the attempt: refuse rather than compare uncounted
-SELECT mailroom.set_setting('tokens.loopback_conninfo', 'host=/nonexistent port=1 dbname=nowhere');
+-- five tries: the fifth wrong code leaves none, then even the right code is refused
+CREATE TEMP TABLE tries AS
+SELECT g, c.outcome, c.attempts_left
+FROM generate_series(3, 5) AS g,
+    LATERAL mailroom.consume_token((SELECT signed FROM rec), (SELECT key FROM k), '9999' || g) AS c;
+SELECT results_eq(
+    $$ SELECT g, outcome, attempts_left FROM tries ORDER BY g $$,
+    $$ VALUES (3, 'wrong_code', 2), (4, 'wrong_code', 1), (5, 'wrong_code', 0) $$,
+    'wrong codes 3 to 5 leave 2, 1, 0 attempts');
 SELECT throws_ok($$ SELECT mailroom.consume_token((SELECT signed FROM rec), (SELECT key FROM k), '04242') $$,
-    'MR121', 'cannot record the code attempt: the loopback connection failed', 'loopback failure refuses');
-SELECT mailroom.set_setting('tokens.loopback_conninfo', '');
-
--- locked: the attempt counter is at the limit (5 wrong codes already)
-UPDATE mailroom.tokens SET code_attempts = 5 WHERE id = (SELECT token_id FROM rec);
-SELECT throws_ok($$ SELECT mailroom.consume_token((SELECT signed FROM rec), (SELECT key FROM k), '04242') $$,
-    'MR116', 'token locked after 5 wrong codes', 'even the right code is refused once locked');
-UPDATE mailroom.tokens SET code_attempts = 4 WHERE id = (SELECT token_id FROM rec);
-SELECT is(mailroom.consume_token((SELECT signed FROM rec), (SELECT key FROM k), '04242'),
-    (SELECT id FROM mailroom.accounts WHERE login = 'rec'), 'the right code on the 5th attempt consumes');
+    'MR116', 'token locked after 5 wrong codes', 'after the fifth wrong code even the right code is refused');
+SELECT throws_ok($$ SELECT mailroom.consume_token((SELECT signed FROM rec), (SELECT key FROM k), '99999') $$,
+    'MR116', 'token locked after 5 wrong codes', 'and a sixth wrong code is refused, not counted');
 SELECT is((SELECT code_attempts FROM mailroom.tokens WHERE id = (SELECT token_id FROM rec)), 5,
-    'the successful attempt was counted too (counted before comparing)');
+    'the count stops at tokens.max_code_attempts');
+
+-- the right code after four wrong ones: the fifth attempt consumes
+UPDATE mailroom.tokens SET code_attempts = 4 WHERE id = (SELECT token_id FROM rec);
+SELECT results_eq(
+    $$ SELECT account, outcome, attempts_left FROM mailroom.consume_token((SELECT signed FROM rec), (SELECT key FROM k), '04242') $$,
+    $$ SELECT id, 'consumed', 0 FROM mailroom.accounts WHERE login = 'rec' $$,
+    'the right code on the 5th attempt consumes (account, consumed, 0 attempts left)');
+SELECT is((SELECT code_attempts FROM mailroom.tokens WHERE id = (SELECT token_id FROM rec)), 5,
+    'the successful attempt was counted too');
 SELECT is((SELECT status FROM mailroom.accounts WHERE login = 'rec'), 'active'::mailroom.account_status,
     'consuming a recovery token leaves the account active');
 SELECT throws_ok($$ SELECT mailroom.consume_token((SELECT signed FROM rec), (SELECT key FROM k), '04242') $$,
@@ -153,6 +174,188 @@ SELECT mailroom.suspend_account((SELECT id FROM mailroom.accounts WHERE login = 
 SELECT throws_ok(
     $$ SELECT mailroom.consume_token((SELECT signed FROM rs), (SELECT key FROM k), (SELECT code FROM rs)) $$,
     'MR118', NULL, 'recovery token of a suspended account');
+SELECT throws_ok(
+    $$ SELECT mailroom.consume_token((SELECT signed FROM rs), (SELECT key FROM k), '99999') $$,
+    'MR118', NULL, 'a wrong code on a suspended account is refused by status before the code is compared');
+SELECT is((SELECT code_attempts FROM mailroom.tokens WHERE id = (SELECT token_id FROM rs)), 0,
+    'so nothing is counted for it');
+
+-- The count commits with the caller's transaction. Another session (dblink) runs the wrong codes
+-- in a transaction that commits, as an application does; its rows are committed, so they are
+-- created dispatched (never dequeued by another test) and deleted at the end.
+SET LOCAL client_min_messages = warning;
+CREATE EXTENSION IF NOT EXISTS dblink;
+CREATE TEMP TABLE burn (login text, signed text);
+INSERT INTO burn
+SELECT
+    l,
+    mailroom.sign_token('password_recovery', decode(repeat(h, 32), 'hex'), '04242', (SELECT key FROM k))
+FROM (VALUES ('burn5', '51'), ('burn4', '52')) AS v (l, h);
+SELECT dblink_connect('client', format(
+    'dbname=%s port=%s host=%s user=%s', current_database(), current_setting('port'),
+    coalesce(nullif(split_part(current_setting('unix_socket_directories'), ',', 1), ''), 'localhost'),
+    current_user
+));
+SELECT dblink_exec('client', $$
+    INSERT INTO mailroom.accounts (email, login, status)
+    VALUES ('burn5@commit.test', 'burn5', 'active'), ('burn4@commit.test', 'burn4', 'active');
+    INSERT INTO mailroom.tokens (account, action, secret, code)
+    SELECT a.id, 'password_recovery', decode(repeat(v.h, 32), 'hex'), '04242'
+    FROM mailroom.accounts AS a
+    INNER JOIN (VALUES ('burn5', '51'), ('burn4', '52')) AS v (l, h) ON a.login = v.l;
+    UPDATE mailroom.tokens AS t SET dispatched_at = t.created_at
+    FROM mailroom.accounts AS a WHERE a.id = t.account AND a.email LIKE '%@commit.test'
+$$);
+CREATE FUNCTION pg_temp.remote_consume(p_login text, p_code text)
+RETURNS TABLE (account bigint, outcome text, attempts_left integer) LANGUAGE sql AS $$
+    SELECT * FROM dblink('client', format(
+        'SELECT * FROM mailroom.consume_token(%L, %L, %L)',
+        (SELECT signed FROM burn WHERE login = p_login), (SELECT key FROM k), p_code
+    )) AS r (account bigint, outcome text, attempts_left integer)
+$$;
+
+SELECT dblink_exec('client', 'BEGIN');
+SELECT results_eq(
+    $$ SELECT g, c.outcome, c.attempts_left FROM generate_series(1, 5) AS g,
+       LATERAL pg_temp.remote_consume('burn5', lpad(g::text, 5, '0')) AS c ORDER BY g $$,
+    $$ VALUES (1, 'wrong_code', 4), (2, 'wrong_code', 3), (3, 'wrong_code', 2), (4, 'wrong_code', 1),
+              (5, 'wrong_code', 0) $$,
+    'another session: five wrong codes in one transaction, each a wrong_code row'
+);
+SELECT dblink_exec('client', 'COMMIT');
+SELECT is(
+    (SELECT t.code_attempts FROM mailroom.tokens AS t JOIN mailroom.accounts AS a ON a.id = t.account
+     WHERE a.login = 'burn5'),
+    5, 'its transaction committed, and the five attempts with it'
+);
+SELECT throws_ok(
+    $$ SELECT * FROM pg_temp.remote_consume('burn5', '04242') $$,
+    'MR116', 'token locked after 5 wrong codes',
+    'then the right code is refused: the token is burnt'
+);
+
+SELECT dblink_exec('client', 'BEGIN');
+SELECT is(
+    (SELECT count(*)::int FROM generate_series(1, 4) AS g, LATERAL pg_temp.remote_consume('burn4', lpad(g::text, 5, '0')) AS c
+     WHERE c.outcome = 'wrong_code'),
+    4, 'another session: four wrong codes in one transaction'
+);
+SELECT dblink_exec('client', 'COMMIT');
+SELECT results_eq(
+    $$ SELECT c.outcome, c.attempts_left, c.account = a.id
+       FROM pg_temp.remote_consume('burn4', '04242') AS c, mailroom.accounts AS a WHERE a.login = 'burn4' $$,
+    $$ VALUES ('consumed', 0, true) $$,
+    'then the right code consumes the token'
+);
+
+-- consume_token against suspend_account: the account row is locked first by both, so exactly
+-- one of them goes first and the other sees its result. Two more sessions: 'holder' runs one
+-- side in an open transaction, 'client' runs the other asynchronously and must wait for it.
+SELECT dblink_connect('holder', format(
+    'dbname=%s port=%s host=%s user=%s', current_database(), current_setting('port'),
+    coalesce(nullif(split_part(current_setting('unix_socket_directories'), ',', 1), ''), 'localhost'),
+    current_user
+));
+SELECT dblink_exec('client', $$SET statement_timeout = '20s'$$);
+SELECT dblink_exec('holder', $$SET statement_timeout = '20s'$$);
+INSERT INTO burn
+SELECT l, mailroom.sign_token('password_recovery', decode(repeat(h, 32), 'hex'), '04242', (SELECT key FROM k))
+FROM (VALUES ('race1', '61'), ('race2', '62')) AS v (l, h);
+SELECT dblink_exec('client', $$
+    INSERT INTO mailroom.accounts (email, login, status)
+    VALUES ('race1@commit.test', 'race1', 'active'), ('race2@commit.test', 'race2', 'active');
+    INSERT INTO mailroom.tokens (account, action, secret, code)
+    SELECT a.id, 'password_recovery', decode(repeat(v.h, 32), 'hex'), '04242'
+    FROM mailroom.accounts AS a
+    INNER JOIN (VALUES ('race1', '61'), ('race2', '62')) AS v (l, h) ON a.login = v.l;
+    UPDATE mailroom.tokens AS t SET dispatched_at = t.created_at
+    FROM mailroom.accounts AS a WHERE a.id = t.account AND a.login LIKE 'race%'
+$$);
+-- true once the session's backend waits for a lock (polls for at most 10 s)
+CREATE TEMP TABLE pids AS
+SELECT c AS conn, (SELECT pid FROM dblink(c, 'SELECT pg_backend_pid()') AS r (pid integer)) AS pid
+FROM unnest(ARRAY['client', 'holder']) AS c;
+CREATE FUNCTION pg_temp.waits_for_lock(p_conn text) RETURNS boolean LANGUAGE plpgsql AS $$
+BEGIN
+    FOR i IN 1 .. 200 LOOP
+        IF EXISTS (
+            SELECT 1 FROM pg_stat_activity AS a INNER JOIN pids AS p ON a.pid = p.pid
+            WHERE p.conn = p_conn AND a.wait_event_type = 'Lock'
+        ) THEN
+            RETURN true;
+        END IF;
+        PERFORM pg_sleep(0.05);
+    END LOOP;
+    RETURN false;
+END;
+$$;
+
+-- 1. suspend first: the consume waits for it, then refuses (MR118), nothing is consumed
+SELECT dblink_exec('holder', 'BEGIN');
+SELECT * FROM dblink(
+    'holder', $$SELECT mailroom.suspend_account(id)::text FROM mailroom.accounts WHERE login = 'race1'$$
+) AS r (status text);
+SELECT dblink_send_query('client', format(
+    'SELECT * FROM mailroom.consume_token(%L, %L, %L)',
+    (SELECT signed FROM burn WHERE login = 'race1'), (SELECT key FROM k), '04242'
+));
+SELECT ok(pg_temp.waits_for_lock('client'), 'a consume of a recovery token waits for a suspend of its account in flight');
+SELECT dblink_exec('holder', 'COMMIT');
+SELECT throws_ok(
+    $$ SELECT * FROM dblink_get_result('client') AS r (account bigint, outcome text, attempts_left integer) $$,
+    'MR118', format('account %s is suspended: its password_recovery token cannot be used',
+        (SELECT id FROM mailroom.accounts WHERE login = 'race1')),
+    'then it sees the suspension and refuses'
+);
+SELECT is(
+    (SELECT count(*)::int FROM dblink_get_result('client') AS r (account bigint, outcome text, attempts_left integer)),
+    0, '(no further result)'
+);
+SELECT results_eq(
+    $$ SELECT a.status::text, t.consumed_at IS NULL, t.code_attempts FROM mailroom.tokens AS t
+       JOIN mailroom.accounts AS a ON a.id = t.account WHERE a.login = 'race1' $$,
+    $$ VALUES ('suspended', true, 0) $$,
+    'suspended, token not consumed, no attempt counted'
+);
+
+-- 2. consume first: the suspend waits until the token is used, then suspends
+SELECT dblink_exec('client', 'BEGIN');
+SELECT is(
+    (SELECT outcome FROM pg_temp.remote_consume('race2', '04242')), 'consumed',
+    'a consume in an open transaction'
+);
+SELECT dblink_send_query(
+    'holder', $$SELECT mailroom.suspend_account(id)::text FROM mailroom.accounts WHERE login = 'race2'$$
+);
+SELECT ok(pg_temp.waits_for_lock('holder'), 'a suspend of the account waits for the consume in flight');
+SELECT dblink_exec('client', 'COMMIT');
+SELECT is(
+    (SELECT s FROM dblink_get_result('holder') AS r (s text)), 'suspended', 'then suspends the account'
+);
+SELECT is(
+    (SELECT count(*)::int FROM dblink_get_result('holder') AS r (s text)), 0, '(no further result)'
+);
+SELECT results_eq(
+    $$ SELECT a.status::text, t.consumed_at IS NOT NULL FROM mailroom.tokens AS t
+       JOIN mailroom.accounts AS a ON a.id = t.account WHERE a.login = 'race2' $$,
+    $$ VALUES ('suspended', true) $$,
+    'the token was used before the account was suspended, in that order'
+);
+
+SELECT dblink_exec('client', $$DELETE FROM mailroom.accounts WHERE email LIKE '%@commit.test'$$);
+SELECT dblink_disconnect('client');
+SELECT dblink_disconnect('holder');
+
+-- no autonomous transaction: nothing in mailroom uses dblink, and its leftovers are gone
+SELECT is(
+    (SELECT coalesce(string_agg(p.oid::regprocedure::text, ', '), '') FROM pg_proc AS p
+     WHERE p.pronamespace = 'mailroom'::regnamespace AND p.prosrc ~* 'dblink'),
+    '', 'no function in schema mailroom calls dblink'
+);
+SELECT hasnt_function('mailroom', '_count_code_attempt', 'the loopback attempt counter is gone');
+SELECT hasnt_function('mailroom', '_loopback_conninfo', 'the loopback conninfo helper is gone');
+SELECT is((SELECT count(*)::int FROM mailroom.settings WHERE name = 'tokens.loopback_conninfo'), 0,
+    'the setting tokens.loopback_conninfo is gone');
 
 -- messages never carry the secret value or an address
 SELECT ok(
