@@ -23,9 +23,10 @@ COMMENT ON COLUMN mailroom.workers.last_listening_at IS
 COMMENT ON COLUMN mailroom.workers.claimed IS
 'Rows claimed (tokens, messages, inboxes) as reported by the heartbeats since the worker started.';
 
-INSERT INTO mailroom.settings (name, value, description) VALUES
+INSERT INTO mailroom.settings (name, value, description, kind, min_value, max_value) VALUES
 (
     'workers.forget_after', '1 day',
-    'A worker without a heartbeat for this long (an interval) is removed from mailroom.workers.'
+    'A worker without a heartbeat for this long (an interval) is removed from mailroom.workers.',
+    'interval', '1 minute', '30 days'
 )
 ON CONFLICT (name) DO NOTHING;

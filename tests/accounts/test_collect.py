@@ -120,13 +120,13 @@ def test_password_recovery_is_action_2_signed_with_its_code(collectors, conn):
     c = running(collectors, mailroom_batch_limit="1", mailroom_batch_timeout="100")
     conn.execute("SELECT mailroom.create_account('rec@example.test', 'rec')")
     (activation,) = c.records(1)
-    account = conn.execute("SELECT mailroom.consume_token(%s, %s)", (activation.signed, KEY)).fetchone()[0]
+    account = conn.execute("SELECT account FROM mailroom.consume_token(%s, %s)", (activation.signed, KEY)).fetchone()[0]
     assert conn.execute("SELECT status::text FROM mailroom.accounts WHERE id = %s", (account,)).fetchone()[0] == "active"
     conn.execute("SELECT mailroom.request_password_recovery('rec@example.test')")
     (recovery,) = c.records(1)
     assert recovery.action == "2" and recovery.login == "rec"
     verify_signed(recovery)  # HMAC over /recover ‖ secret ‖ code
-    assert conn.execute("SELECT mailroom.consume_token(%s, %s, %s)",
+    assert conn.execute("SELECT account FROM mailroom.consume_token(%s, %s, %s)",
                         (recovery.signed, KEY, recovery.code)).fetchone()[0] == account
 
 

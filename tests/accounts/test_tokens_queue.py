@@ -187,17 +187,18 @@ def _recovery_token(conn: psycopg.Connection, email: str = "lock@example.com") -
     return rows[0][3], rows[0][4], rows[0][5]
 
 
-def test_wrong_codes_count_even_when_the_caller_rolls_back(conn: psycopg.Connection, db_url: str) -> None:
+def test_wrong_codes_count_in_autocommit_and_in_a_committed_transaction(conn: psycopg.Connection, db_url: str) -> None:
+    """A wrong code is a result row, not an error, so its count commits with the caller (no dblink)."""
     signed, code, token_id = _recovery_token(conn)
     wrong = f"{(int(code) + 1) % 100000:05d}"
-    consume = "SELECT mailroom.consume_token(%s, %s, %s)"
-    # four wrong codes, each an error in its own (autocommit) transaction
-    for _ in range(4):
-        assert sqlstate_of(conn, consume, (signed, KEY, wrong)) == "MR115"
-    # a fifth inside an explicit transaction that the caller rolls back
+    consume = "SELECT account, outcome, attempts_left FROM mailroom.consume_token(%s, %s, %s)"
+    # four wrong codes, each in its own (autocommit) transaction
+    for left in (4, 3, 2, 1):
+        assert conn.execute(consume, (signed, KEY, wrong)).fetchone() == (None, "wrong_code", left)
+    # a fifth inside an explicit transaction that commits
     with psycopg.connect(db_url) as other:
-        assert sqlstate_of(other, consume, (signed, KEY, wrong)) == "MR115"
-        other.rollback()
+        assert other.execute(consume, (signed, KEY, wrong)).fetchone() == (None, "wrong_code", 0)
+        other.commit()
     attempts = conn.execute("SELECT code_attempts FROM mailroom.tokens WHERE id = %s", (token_id,)).fetchone()[0]
     assert attempts == 5
     # burned: even the right code is now refused
@@ -208,8 +209,9 @@ def test_wrong_codes_count_even_when_the_caller_rolls_back(conn: psycopg.Connect
 def test_right_code_after_some_wrong_ones(conn: psycopg.Connection) -> None:
     signed, code, _ = _recovery_token(conn)
     wrong = f"{(int(code) + 7) % 100000:05d}"
-    assert sqlstate_of(conn, "SELECT mailroom.consume_token(%s, %s, %s)", (signed, KEY, wrong)) == "MR115"
-    account = conn.execute("SELECT mailroom.consume_token(%s, %s, %s)", (signed, KEY, code)).fetchone()[0]
+    assert conn.execute("SELECT outcome FROM mailroom.consume_token(%s, %s, %s)",
+                        (signed, KEY, wrong)).fetchone()[0] == "wrong_code"
+    account = conn.execute("SELECT account FROM mailroom.consume_token(%s, %s, %s)", (signed, KEY, code)).fetchone()[0]
     assert account == conn.execute("SELECT id FROM mailroom.accounts").fetchone()[0]
 
 
@@ -217,7 +219,7 @@ def test_two_concurrent_consumes_only_one_succeeds(db_url: str, conn: psycopg.Co
     conn.execute("SELECT mailroom.create_account('race@example.com', 'race')")
     signed = dequeue(conn, 10)[0][3]
     with psycopg.connect(db_url) as a, psycopg.connect(db_url) as b:
-        assert a.execute("SELECT mailroom.consume_token(%s, %s)", (signed, KEY)).fetchone()[0]
+        assert a.execute("SELECT account FROM mailroom.consume_token(%s, %s)", (signed, KEY)).fetchone()[0]
         result: dict[str, str | None] = {}
 
         def second() -> None:
@@ -239,7 +241,8 @@ def test_key_rotation_and_errors_from_python(conn: psycopg.Connection) -> None:
     assert conn.execute(verify, (signed, KEY, [OLD_KEY])).fetchone() == (True, "activation", 2)
     assert sqlstate_of(conn, "SELECT mailroom.consume_token(%s, %s)", (signed, KEY)) == "MR111"
     assert sqlstate_of(conn, "SELECT mailroom.consume_token(%s, %s)", ("x" * 86, KEY)) == "MR110"
-    assert conn.execute("SELECT mailroom.consume_token(%s, %s, NULL, %s)", (signed, KEY, [OLD_KEY])).fetchone()[0]
+    assert conn.execute("SELECT account FROM mailroom.consume_token(%s, %s, NULL, %s)",
+                        (signed, KEY, [OLD_KEY])).fetchone()[0]
 
 
 def test_concurrent_duplicate_email_is_a_clean_error(db_url: str) -> None:

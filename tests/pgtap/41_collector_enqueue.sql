@@ -11,7 +11,7 @@ SELECT throws_ok(
     $$SELECT mailroom.enqueue_token_emails(10, decode(repeat('ab', 32), 'hex'))$$,
     'MR301', 'unknown sender ''mailroom''', 'no such sender: the outbound error, nothing dequeued'
 );
-SELECT mailroom.set_setting('collector.sender', ' ');
+UPDATE mailroom.settings SET value = ' ' WHERE name = 'collector.sender';
 SELECT throws_ok(
     $$SELECT mailroom.enqueue_token_emails(10, decode(repeat('ab', 32), 'hex'))$$,
     'MR404', 'setting collector.sender is empty', 'empty sender setting: MR404'
@@ -54,9 +54,9 @@ SELECT ok(
 SELECT ok(
     (
         SELECT
-            mailroom.consume_token(
+            (mailroom.consume_token(
                 substring(text_body FROM 'token=([A-Za-z0-9_-]+)'), decode(repeat('ab', 32), 'hex')
-            ) IS NOT null
+            )).account IS NOT null
         FROM mailroom.outbound_messages
         ORDER BY id
         LIMIT 1

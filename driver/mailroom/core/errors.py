@@ -46,12 +46,12 @@ class Kind(Enum):
 # mailroom's own SQLSTATEs (docs/<area>.md lists their messages). Unlisted MR codes are USAGE.
 _MR_KINDS: dict[str, Kind] = {
     # foundation
-    "MR001": Kind.USAGE, "MR002": Kind.CONFIG, "MR003": Kind.USAGE,
+    "MR001": Kind.USAGE, "MR002": Kind.CONFIG, "MR003": Kind.USAGE, "MR004": Kind.CONFIG, "MR005": Kind.DENIED,
     # accounts and tokens
     "MR102": Kind.CONFLICT, "MR103": Kind.CONFLICT, "MR105": Kind.NOT_FOUND, "MR106": Kind.CONFLICT,
     "MR107": Kind.CONFLICT, "MR108": Kind.CONFLICT, "MR111": Kind.DENIED, "MR112": Kind.NOT_FOUND,
-    "MR113": Kind.GONE, "MR114": Kind.GONE, "MR115": Kind.DENIED, "MR116": Kind.GONE, "MR117": Kind.GONE,
-    "MR118": Kind.CONFLICT, "MR120": Kind.CONFIG, "MR121": Kind.UNAVAILABLE,
+    "MR113": Kind.GONE, "MR114": Kind.GONE, "MR116": Kind.GONE, "MR117": Kind.GONE,
+    "MR118": Kind.CONFLICT, "MR120": Kind.CONFIG,
     # inboxes
     "MR203": Kind.NOT_FOUND, "MR204": Kind.DENIED, "MR205": Kind.GONE, "MR206": Kind.GONE,
     "MR207": Kind.LIMIT, "MR208": Kind.LIMIT, "MR209": Kind.NOT_FOUND,

@@ -205,7 +205,7 @@ def _run_story(story: Story, url: str, relay: Controller, started: list[Supervis
             raise UserError("demo: the activation email carries no signed link")
         signed = match.group(1)
         story.detail(f"link: {LINK_BASE}/activate?token={signed[:10]}… ({len(signed)} characters)")
-        consumed = one(conn, "SELECT mailroom.consume_token(%s, %s)", (signed, bytes.fromhex(secret_key)))
+        consumed = one(conn, "SELECT account FROM mailroom.consume_token(%s, %s)", (signed, bytes.fromhex(secret_key)))
         status = one(conn, "SELECT status FROM mailroom.accounts WHERE id = %s", (account_id,))
         story.step(f"consumed the signed link for account {consumed}: status is now {status}")
         if status != "active":
