@@ -26,6 +26,21 @@ $$;
 COMMENT ON FUNCTION mailroom._session_token_digest(text) IS
 'Internal: sha256 of a session token, the only form in which tokens are stored.';
 
+CREATE OR REPLACE FUNCTION mailroom._mailbox_open(p_box mailroom.mailboxes)
+RETURNS boolean
+LANGUAGE sql
+STABLE
+AS $$
+    -- A mailbox is open (accepts mail, may be read and extended) while it is active, not
+    -- deleted and mailroom.clock() is before its expires_at: at the expiry instant it is closed,
+    -- whether or not the expiry sweep has flipped is_active yet. For a row already found by
+    -- another index (address, id, owner); the sweep's due-query keeps its own index condition.
+    SELECT p_box.is_active AND p_box.deleted_at IS NULL AND p_box.expires_at > mailroom.clock()
+$$;
+
+COMMENT ON FUNCTION mailroom._mailbox_open(mailroom.mailboxes) IS
+'Internal: whether a mailbox row is open now (active, not deleted, expires_at after mailroom.clock()).';
+
 CREATE OR REPLACE FUNCTION mailroom.create_mailbox(
     p_ttl_minutes integer DEFAULT null,
     p_plan text DEFAULT 'free',
@@ -160,7 +175,7 @@ BEGIN
                 ERRCODE = 'MR206',
                 MESSAGE = format('mailbox was deleted at %s', v_box.deleted_at);
         END IF;
-        IF NOT v_box.is_active OR v_box.expires_at <= mailroom.clock() THEN
+        IF NOT mailroom._mailbox_open(v_box) THEN
             RAISE EXCEPTION USING
                 ERRCODE = 'MR205',
                 MESSAGE = format('mailbox expired at %s', v_box.expires_at);
@@ -209,8 +224,7 @@ BEGIN
     WHERE
         m.id = v_box.id
         AND p.name = m.plan
-        AND m.is_active
-        AND m.expires_at > mailroom.clock()
+        AND mailroom._mailbox_open(m)
     RETURNING m.expires_at INTO v_expires;
     IF NOT FOUND THEN
         RAISE EXCEPTION USING
@@ -257,26 +271,29 @@ CREATE OR REPLACE FUNCTION mailroom.check_recipient(
     p_address text,
     p_size bigint DEFAULT null
 )
-RETURNS text
+RETURNS TABLE (verdict text, address text)
 LANGUAGE sql
 STABLE
 AS $$
+    -- One row: the verdict and the address in its stored form, so an SMTP server de-duplicates
+    -- recipients by the same normalization the mailboxes are keyed on.
     SELECT
         CASE
             WHEN m.id IS NULL THEN 'unknown'
             WHEN m.deleted_at IS NOT NULL THEN 'deleted'
-            WHEN NOT m.is_active OR m.expires_at <= mailroom.clock() THEN 'expired'
+            WHEN NOT mailroom._mailbox_open(m) THEN 'expired'
             WHEN p_size IS NOT NULL AND p_size > p.max_message_bytes THEN 'too_large'
             WHEN m.message_count >= p.max_messages THEN 'full'
             ELSE 'ok'
-        END
-    FROM (SELECT 1) AS one
-    LEFT JOIN mailroom.mailboxes AS m ON m.address = mailroom._normalize_address(p_address)
-    LEFT JOIN mailroom.plans AS p ON p.name = m.plan
+        END,
+        n.address
+    FROM (SELECT mailroom._normalize_address(p_address) AS address) AS n
+    LEFT JOIN mailroom.mailboxes AS m ON n.address = m.address
+    LEFT JOIN mailroom.plans AS p ON m.plan = p.name
 $$;
 
 COMMENT ON FUNCTION mailroom.check_recipient(text, bigint) IS
-'RCPT-stage verdict for an address (and declared size): ok, unknown, deleted, expired, too_large or full.';
+'RCPT-stage verdict for an address (and declared size): ok, unknown, deleted, expired, too_large or full, with the normalized address (de-duplicate recipients by it).';
 
 CREATE OR REPLACE FUNCTION mailroom.mailbox_accepts(
     p_address text,
@@ -286,7 +303,7 @@ RETURNS boolean
 LANGUAGE sql
 STABLE
 AS $$
-    SELECT mailroom.check_recipient(p_address, p_size) = 'ok'
+    SELECT c.verdict = 'ok' FROM mailroom.check_recipient(p_address, p_size) AS c
 $$;
 
 COMMENT ON FUNCTION mailroom.mailbox_accepts(text, bigint) IS
@@ -325,7 +342,7 @@ AS $$
         m.address,
         m.plan,
         m.expires_at,
-        m.is_active AND m.expires_at > mailroom.clock(),
+        mailroom._mailbox_open(m),
         m.message_count,
         m.created_at
     FROM mailroom.mailboxes AS m
@@ -333,7 +350,7 @@ AS $$
         m.owner_type::text = p_owner_type
         AND m.owner_id = p_owner_id
         AND m.owner_id IS NOT NULL
-        AND (p_include_closed OR (m.is_active AND m.expires_at > mailroom.clock()))
+        AND (p_include_closed OR mailroom._mailbox_open(m))
     ORDER BY m.created_at, m.id
 $$;
 

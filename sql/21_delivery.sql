@@ -33,7 +33,7 @@ BEGIN
     END IF;
 
     FOR v_attempt IN 1..2 LOOP
-        -- The guard (active, not yet expired by mailroom.clock(), under the plan's size and
+        -- The guard (open by mailroom._mailbox_open, under the plan's size and
         -- count limits) is part of this one statement: a message can never land in an expired
         -- inbox, whether or not the expiry sweep has run. Bumping message_count takes the row
         -- lock, so the count limit is exact under concurrency and a concurrent sweep that
@@ -45,8 +45,7 @@ BEGIN
             WHERE
                 m.address = v_address
                 AND p.name = m.plan
-                AND m.is_active
-                AND m.expires_at > mailroom.clock()
+                AND mailroom._mailbox_open(m)
                 AND m.message_count < p.max_messages
                 AND v_size <= p.max_message_bytes
             RETURNING m.id, mailroom.clock() AS received_at
@@ -71,7 +70,7 @@ BEGIN
             RETURN v_message_id;
         END IF;
 
-        v_reason := mailroom.check_recipient(p_address, v_size);
+        SELECT c.verdict INTO v_reason FROM mailroom.check_recipient(p_address, v_size) AS c;
         CASE v_reason
             WHEN 'unknown' THEN
                 RAISE EXCEPTION USING ERRCODE = 'MR203', MESSAGE = 'mailbox not found';

@@ -33,6 +33,9 @@ BEGIN
     WITH due AS (
         SELECT m.id
         FROM mailroom.mailboxes AS m
+        -- Due = not mailroom._mailbox_open, written out here because it is the index condition
+        -- of mailboxes_expiry_idx (expires_at) WHERE is_active: a function call would hide it
+        -- from the planner. Deleted mailboxes are already inactive, so they are not in the index.
         WHERE m.is_active AND m.expires_at <= mailroom.clock()
         ORDER BY m.expires_at
         LIMIT mailroom._batch_size(p_batch, 'inbox.expire_batch')
