@@ -1,6 +1,22 @@
 -- Sending identities: upsert_sender stores the relay settings, the password encrypted with
 -- pgcrypto under a key the caller passes (never stored); _smtp_password decrypts it for claim.
 
+CREATE OR REPLACE FUNCTION mailroom._clock_default()
+RETURNS timestamptz
+LANGUAGE plpgsql
+STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    -- The default of the outbound tables' created_at / updated_at (migration 0062): time comes
+    -- from mailroom.clock(), resolved when a row is inserted.
+    RETURN mailroom.clock();
+END;
+$$;
+
+COMMENT ON FUNCTION mailroom._clock_default() IS
+'Internal: mailroom.clock() for column defaults (resolved at call time, so a migration can use it before sql/ runs).';
+
 CREATE OR REPLACE FUNCTION mailroom._check_outbound_key(p_key bytea)
 RETURNS void
 LANGUAGE plpgsql
@@ -86,11 +102,11 @@ BEGIN
 
     INSERT INTO mailroom.senders AS s (
         name, from_address, smtp_host, smtp_port, smtp_security,
-        smtp_username, smtp_password_encrypted
+        smtp_username, smtp_password_encrypted, created_at, updated_at
     )
     VALUES (
         p_name, p_from_address, p_host, p_port, p_security,
-        p_username, v_encrypted
+        p_username, v_encrypted, mailroom.clock(), mailroom.clock()
     )
     ON CONFLICT (name) DO UPDATE SET
         from_address = excluded.from_address,
@@ -99,7 +115,7 @@ BEGIN
         smtp_security = excluded.smtp_security,
         smtp_username = excluded.smtp_username,
         smtp_password_encrypted = excluded.smtp_password_encrypted,
-        updated_at = now()
+        updated_at = excluded.updated_at
     RETURNING s.id INTO v_id;
     RETURN v_id;
 END;
