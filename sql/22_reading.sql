@@ -86,7 +86,7 @@ BEGIN
     IF NOT FOUND THEN
         RAISE EXCEPTION USING
             ERRCODE = 'MR209',
-            MESSAGE = format('message %s not found in this mailbox', p_message_id);
+            MESSAGE = format('message %s not found in this mailbox', coalesce(p_message_id::text, 'NULL'));
     END IF;
 END;
 $$;

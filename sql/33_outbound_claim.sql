@@ -16,7 +16,8 @@ WITH due AS (
     FROM mailroom.outbound_messages AS m
     WHERE
         m.status = 'queued'
-        -- the seed's predicate, and its sargable twin that bounds the index scan
+        -- due: never tried or its retry time has come; the coalesce twin says the same on
+        -- the index expression of outbound_messages_due_idx and bounds the index scan
         AND (m.next_retry_at IS NULL OR m.next_retry_at <= $1)
         AND coalesce(m.next_retry_at, '-infinity'::timestamptz) <= $1
     ORDER BY coalesce(m.next_retry_at, '-infinity'::timestamptz), m.id
