@@ -7,6 +7,7 @@ RETURNS text
 LANGUAGE sql
 IMMUTABLE
 PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
 AS $$
     SELECT lower(btrim(btrim(p_address), '<>'))
 $$;
@@ -19,8 +20,9 @@ RETURNS bytea
 LANGUAGE sql
 IMMUTABLE
 PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
 AS $$
-    SELECT digest(convert_to(p_token, 'UTF8'), 'sha256')
+    SELECT mailroom._digest(convert_to(p_token, 'UTF8'), 'sha256')
 $$;
 
 COMMENT ON FUNCTION mailroom._session_token_digest(text) IS
@@ -30,6 +32,7 @@ CREATE OR REPLACE FUNCTION mailroom._mailbox_open(p_box mailroom.mailboxes)
 RETURNS boolean
 LANGUAGE sql
 STABLE
+SET search_path = pg_catalog, pg_temp
 AS $$
     -- A mailbox is open (accepts mail, may be read and extended) while it is active, not
     -- deleted and mailroom.clock() is before its expires_at: at the expiry instant it is closed,
@@ -55,6 +58,8 @@ RETURNS TABLE (
 )
 LANGUAGE plpgsql
 VOLATILE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
 AS $$
 #variable_conflict use_column
 DECLARE
@@ -98,7 +103,7 @@ BEGIN
     v_ttl := least(coalesce(p_ttl_minutes, v_plan.default_ttl_minutes), v_plan.max_ttl_minutes);
     IF v_owner_type = 'anonymous' THEN
         -- 24 random bytes, URL-safe base64 without padding (32 characters).
-        v_token := rtrim(translate(encode(gen_random_bytes(24), 'base64'), '+/', '-_'), '=');
+        v_token := rtrim(translate(encode(mailroom._random_bytes(24), 'base64'), '+/', '-_'), '=');
     END IF;
 
     LOOP
@@ -108,7 +113,7 @@ BEGIN
             address, plan, owner_type, owner_id, session_token_digest, expires_at, created_at
         )
         VALUES (
-            encode(gen_random_bytes(10), 'hex') || '@' || v_domain,
+            encode(mailroom._random_bytes(10), 'hex') || '@' || v_domain,
             v_plan.name,
             v_owner_type::mailroom.mailbox_owner_type,
             v_owner_id,
@@ -132,6 +137,8 @@ $$;
 COMMENT ON FUNCTION mailroom.create_mailbox(integer, text, text, text) IS
 'Create an inbox: TTL = min(requested or plan default, plan max); returns id, address, expires_at and (anonymous only) the session token.';
 
+GRANT EXECUTE ON FUNCTION mailroom.create_mailbox(integer, text, text, text) TO mailroom_app;
+
 CREATE OR REPLACE FUNCTION mailroom._authorize_mailbox(
     p_address text,
     p_session_token text,
@@ -142,6 +149,7 @@ CREATE OR REPLACE FUNCTION mailroom._authorize_mailbox(
 RETURNS mailroom.mailboxes
 LANGUAGE plpgsql
 STABLE
+SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     v_box mailroom.mailboxes;
@@ -198,6 +206,8 @@ CREATE OR REPLACE FUNCTION mailroom.extend_mailbox(
 RETURNS timestamptz
 LANGUAGE plpgsql
 VOLATILE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     v_box mailroom.mailboxes;
@@ -238,6 +248,8 @@ $$;
 COMMENT ON FUNCTION mailroom.extend_mailbox(text, text, integer, text, text) IS
 'Push an open mailbox''s expiry later by p_minutes, capped at now + the plan''s max TTL; returns the new expires_at.';
 
+GRANT EXECUTE ON FUNCTION mailroom.extend_mailbox(text, text, integer, text, text) TO mailroom_app;
+
 CREATE OR REPLACE FUNCTION mailroom.delete_mailbox(
     p_address text,
     p_session_token text,
@@ -247,6 +259,8 @@ CREATE OR REPLACE FUNCTION mailroom.delete_mailbox(
 RETURNS boolean
 LANGUAGE plpgsql
 VOLATILE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     v_box mailroom.mailboxes;
@@ -267,6 +281,8 @@ $$;
 COMMENT ON FUNCTION mailroom.delete_mailbox(text, text, text, text) IS
 'Soft-delete a mailbox (stops accepting mail at once; purge removes it later); false if it was already deleted.';
 
+GRANT EXECUTE ON FUNCTION mailroom.delete_mailbox(text, text, text, text) TO mailroom_app;
+
 CREATE OR REPLACE FUNCTION mailroom.check_recipient(
     p_address text,
     p_size bigint DEFAULT null
@@ -274,6 +290,8 @@ CREATE OR REPLACE FUNCTION mailroom.check_recipient(
 RETURNS TABLE (verdict text, address text)
 LANGUAGE sql
 STABLE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
 AS $$
     -- One row: the verdict and the address in its stored form, so an SMTP server de-duplicates
     -- recipients by the same normalization the mailboxes are keyed on.
@@ -295,6 +313,8 @@ $$;
 COMMENT ON FUNCTION mailroom.check_recipient(text, bigint) IS
 'RCPT-stage verdict for an address (and declared size): ok, unknown, deleted, expired, too_large or full, with the normalized address (de-duplicate recipients by it).';
 
+GRANT EXECUTE ON FUNCTION mailroom.check_recipient(text, bigint) TO mailroom_inbound;
+
 CREATE OR REPLACE FUNCTION mailroom.mailbox_accepts(
     p_address text,
     p_size bigint DEFAULT null
@@ -302,6 +322,8 @@ CREATE OR REPLACE FUNCTION mailroom.mailbox_accepts(
 RETURNS boolean
 LANGUAGE sql
 STABLE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
 AS $$
     SELECT c.verdict = 'ok' FROM mailroom.check_recipient(p_address, p_size) AS c
 $$;
@@ -309,16 +331,22 @@ $$;
 COMMENT ON FUNCTION mailroom.mailbox_accepts(text, bigint) IS
 'Whether mail for this address (of this size, if given) is accepted now: active, unexpired, under the plan limits.';
 
+GRANT EXECUTE ON FUNCTION mailroom.mailbox_accepts(text, bigint) TO mailroom_app;
+
 CREATE OR REPLACE FUNCTION mailroom.max_inbound_message_bytes()
 RETURNS integer
 LANGUAGE sql
 STABLE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
 AS $$
     SELECT coalesce(max(p.max_message_bytes), 0) FROM mailroom.plans AS p
 $$;
 
 COMMENT ON FUNCTION mailroom.max_inbound_message_bytes() IS
 'Largest message any plan accepts: the SIZE the inbound SMTP server advertises.';
+
+GRANT EXECUTE ON FUNCTION mailroom.max_inbound_message_bytes() TO mailroom_inbound;
 
 CREATE OR REPLACE FUNCTION mailroom.list_mailboxes(
     p_owner_type text,
@@ -336,6 +364,8 @@ RETURNS TABLE (
 )
 LANGUAGE sql
 STABLE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
 AS $$
     SELECT
         m.id,
@@ -356,3 +386,5 @@ $$;
 
 COMMENT ON FUNCTION mailroom.list_mailboxes(text, text, boolean) IS
 'Mailboxes of an api/mcp owner, oldest first: open ones only unless p_include_closed (expired or deleted, not yet purged).';
+
+GRANT EXECUTE ON FUNCTION mailroom.list_mailboxes(text, text, boolean) TO mailroom_app;

@@ -21,6 +21,7 @@ CREATE OR REPLACE FUNCTION mailroom._check_outbound_key(p_key bytea)
 RETURNS void
 LANGUAGE plpgsql
 IMMUTABLE
+SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
     IF p_key IS NOT NULL AND octet_length(p_key) <> 32 THEN
@@ -46,6 +47,8 @@ CREATE OR REPLACE FUNCTION mailroom.upsert_sender(
 )
 RETURNS bigint
 LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     v_id bigint;
@@ -94,7 +97,7 @@ BEGIN
     IF p_password IS NOT NULL THEN
         -- The key is 256 random bits, so a salted non-iterated S2K is enough and keeps
         -- decryption cheap at claim time.
-        v_encrypted := pgp_sym_encrypt(
+        v_encrypted := mailroom._pgp_sym_encrypt(
             p_password, encode(p_key, 'hex'),
             'cipher-algo=aes256, s2k-mode=1, s2k-digest-algo=sha256, compress-algo=0'
         );
@@ -124,12 +127,15 @@ $$;
 COMMENT ON FUNCTION mailroom.upsert_sender(text, text, text, integer, text, text, text, bytea) IS
 'Create or replace a sending identity and its SMTP relay; the password is encrypted with p_key.';
 
+GRANT EXECUTE ON FUNCTION mailroom.upsert_sender(text, text, text, integer, text, text, text, bytea) TO mailroom_admin;
+
 CREATE OR REPLACE FUNCTION mailroom._smtp_password(
     p_encrypted bytea, p_key bytea, p_sender text
 )
 RETURNS text
 LANGUAGE plpgsql
 STABLE
+SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
     IF p_encrypted IS NULL OR p_key IS NULL THEN
@@ -137,7 +143,7 @@ BEGIN
     END IF;
     PERFORM mailroom._check_outbound_key(p_key);
     BEGIN
-        RETURN pgp_sym_decrypt(p_encrypted, encode(p_key, 'hex'));
+        RETURN mailroom._pgp_sym_decrypt(p_encrypted, encode(p_key, 'hex'));
     EXCEPTION WHEN OTHERS THEN
         RAISE EXCEPTION USING
             ERRCODE = 'MR315',

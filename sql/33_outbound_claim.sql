@@ -6,6 +6,7 @@ CREATE OR REPLACE FUNCTION mailroom._claim_statement()
 RETURNS text
 LANGUAGE sql
 IMMUTABLE
+SET search_path = pg_catalog, pg_temp
 AS $fn$
     -- $1 now, $2 limit, $3 worker, $4 lease, $5 key. Run with EXECUTE, so every call is
     -- planned with the actual LIMIT and clock (a cached generic plan costs LIMIT $2 blind and
@@ -113,6 +114,8 @@ RETURNS TABLE (
     smtp_password_set boolean
 )
 LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     v_now timestamptz := mailroom.clock();
@@ -144,9 +147,12 @@ $$;
 COMMENT ON FUNCTION mailroom.claim_messages(integer, text, bytea, interval) IS
 'Claim up to p_limit due queued messages (SKIP LOCKED) under a lease; returns them with relay settings.';
 
+GRANT EXECUTE ON FUNCTION mailroom.claim_messages(integer, text, bytea, interval) TO mailroom_sender;
+
 CREATE OR REPLACE FUNCTION mailroom._explain_claim(p_limit integer DEFAULT 100)
 RETURNS SETOF text
 LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
     -- EXPLAIN without ANALYZE: plans the exact claim statement, changes nothing.

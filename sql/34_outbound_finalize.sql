@@ -9,6 +9,7 @@ RETURNS text
 LANGUAGE sql
 IMMUTABLE
 PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
 AS $$
     -- sent | transient | permanent. An SMTP reply is classified by its RFC 3463 enhanced
     -- code when it carries a valid one (4.x.x transient, 5.x.x permanent), else by the
@@ -33,6 +34,7 @@ CREATE OR REPLACE FUNCTION mailroom._retry_delay(p_attempts integer)
 RETURNS interval
 LANGUAGE sql
 STABLE
+SET search_path = pg_catalog, pg_temp
 AS $$
     -- backoff_base * attempts ^ backoff_exponent, at most backoff_max (defaults: attempts² minutes)
     SELECT least(
@@ -51,6 +53,7 @@ CREATE OR REPLACE FUNCTION mailroom._log_line(
 RETURNS text
 LANGUAGE sql
 IMMUTABLE
+SET search_path = pg_catalog, pg_temp
 AS $$
     SELECT to_char(p_now AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"')
         || ' attempt ' || p_attempt || ' ' || p_outcome
@@ -61,6 +64,7 @@ CREATE OR REPLACE FUNCTION mailroom._gives_up(p_kind text, p_attempt integer, p_
 RETURNS boolean
 LANGUAGE sql
 IMMUTABLE
+SET search_path = pg_catalog, pg_temp
 AS $$
     -- A transient outcome (or a reaped claim) retries until attempt number outbound.max_attempts;
     -- that attempt fails the message. Sent and permanent outcomes never "give up".
@@ -80,6 +84,7 @@ CREATE OR REPLACE FUNCTION mailroom._attempt_log(
 RETURNS text
 LANGUAGE sql
 IMMUTABLE
+SET search_path = pg_catalog, pg_temp
 AS $$
     -- error_log after one attempt: the attempt's line, then the give-up line when this attempt
     -- exhausted outbound.max_attempts; only the last p_max_chars characters are kept.
@@ -101,6 +106,7 @@ CREATE OR REPLACE FUNCTION mailroom._reply_class(p_outcome text, p_code integer)
 RETURNS text
 LANGUAGE sql
 IMMUTABLE
+SET search_path = pg_catalog, pg_temp
 AS $$
     -- The class a delivery outcome is counted under (a closed set, safe as a metric label):
     -- 2xx for sent, 4xx / 5xx for an SMTP reply by its reply code (other for a reply without a
@@ -144,6 +150,8 @@ LANGUAGE plpgsql
 -- plan, custom or cached generic, is primary-key lookups (id = ANY) + a hash join.
 SET enable_seqscan = off
 SET enable_nestloop = off
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
 AS $$
 #variable_conflict use_column
 DECLARE
@@ -267,11 +275,15 @@ $$;
 COMMENT ON FUNCTION mailroom.finalize_messages(bigint[], bigint[], text[], integer[], text[], text[]) IS
 'Record many delivery outcomes at once: sent, retry with backoff, or failed; outcomes from a lost claim are ignored (stale). Each row also says the kind decided (sent, transient, permanent) and the reply class for metrics.';
 
+GRANT EXECUTE ON FUNCTION mailroom.finalize_messages(bigint[], bigint[], text[], integer[], text[], text[]) TO mailroom_sender;
+
 CREATE OR REPLACE FUNCTION mailroom.release_messages(p_ids bigint[], p_claim_tokens bigint[])
 RETURNS integer
 LANGUAGE plpgsql
 SET enable_seqscan = off
 SET enable_nestloop = off
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     v_count integer;
@@ -303,9 +315,13 @@ $$;
 COMMENT ON FUNCTION mailroom.release_messages(bigint[], bigint[]) IS
 'Give claimed, unattempted messages back to the queue (no attempt counted); returns how many.';
 
+GRANT EXECUTE ON FUNCTION mailroom.release_messages(bigint[], bigint[]) TO mailroom_sender;
+
 CREATE OR REPLACE FUNCTION mailroom.reap_stuck_messages(p_older_than interval DEFAULT null)
 RETURNS integer
 LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     v_now timestamptz := mailroom.clock();
@@ -368,6 +384,8 @@ $$;
 
 COMMENT ON FUNCTION mailroom.reap_stuck_messages(interval) IS
 'Return processing rows whose lease expired (or claimed longer ago than p_older_than) to queued, or failed; flags possibly_sent.';
+
+GRANT EXECUTE ON FUNCTION mailroom.reap_stuck_messages(interval) TO mailroom_sender;
 
 COMMENT ON FUNCTION mailroom._classify_outcome(text, integer, text) IS
 'Internal: sent, transient or permanent, by RFC 3463 enhanced code first, then RFC 5321 reply code.';
