@@ -7,6 +7,7 @@ RETURNS text
 LANGUAGE sql
 IMMUTABLE
 PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
 AS $$
     SELECT lower(btrim(btrim(p_address), '<>'))
 $$;
@@ -19,12 +20,29 @@ RETURNS bytea
 LANGUAGE sql
 IMMUTABLE
 PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
 AS $$
-    SELECT digest(convert_to(p_token, 'UTF8'), 'sha256')
+    SELECT mailroom._digest(convert_to(p_token, 'UTF8'), 'sha256')
 $$;
 
 COMMENT ON FUNCTION mailroom._session_token_digest(text) IS
 'Internal: sha256 of a session token, the only form in which tokens are stored.';
+
+CREATE OR REPLACE FUNCTION mailroom._mailbox_open(p_box mailroom.mailboxes)
+RETURNS boolean
+LANGUAGE sql
+STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    -- A mailbox is open (accepts mail, may be read and extended) while it is active, not
+    -- deleted and mailroom.clock() is before its expires_at: at the expiry instant it is closed,
+    -- whether or not the expiry sweep has flipped is_active yet. For a row already found by
+    -- another index (address, id, owner); the sweep's due-query keeps its own index condition.
+    SELECT p_box.is_active AND p_box.deleted_at IS NULL AND p_box.expires_at > mailroom.clock()
+$$;
+
+COMMENT ON FUNCTION mailroom._mailbox_open(mailroom.mailboxes) IS
+'Internal: whether a mailbox row is open now (active, not deleted, expires_at after mailroom.clock()).';
 
 CREATE OR REPLACE FUNCTION mailroom.create_mailbox(
     p_ttl_minutes integer DEFAULT null,
@@ -40,6 +58,8 @@ RETURNS TABLE (
 )
 LANGUAGE plpgsql
 VOLATILE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
 AS $$
 #variable_conflict use_column
 DECLARE
@@ -83,7 +103,7 @@ BEGIN
     v_ttl := least(coalesce(p_ttl_minutes, v_plan.default_ttl_minutes), v_plan.max_ttl_minutes);
     IF v_owner_type = 'anonymous' THEN
         -- 24 random bytes, URL-safe base64 without padding (32 characters).
-        v_token := rtrim(translate(encode(gen_random_bytes(24), 'base64'), '+/', '-_'), '=');
+        v_token := rtrim(translate(encode(mailroom._random_bytes(24), 'base64'), '+/', '-_'), '=');
     END IF;
 
     LOOP
@@ -93,7 +113,7 @@ BEGIN
             address, plan, owner_type, owner_id, session_token_digest, expires_at, created_at
         )
         VALUES (
-            encode(gen_random_bytes(10), 'hex') || '@' || v_domain,
+            encode(mailroom._random_bytes(10), 'hex') || '@' || v_domain,
             v_plan.name,
             v_owner_type::mailroom.mailbox_owner_type,
             v_owner_id,
@@ -117,6 +137,8 @@ $$;
 COMMENT ON FUNCTION mailroom.create_mailbox(integer, text, text, text) IS
 'Create an inbox: TTL = min(requested or plan default, plan max); returns id, address, expires_at and (anonymous only) the session token.';
 
+GRANT EXECUTE ON FUNCTION mailroom.create_mailbox(integer, text, text, text) TO mailroom_app;
+
 CREATE OR REPLACE FUNCTION mailroom._authorize_mailbox(
     p_address text,
     p_session_token text,
@@ -127,6 +149,7 @@ CREATE OR REPLACE FUNCTION mailroom._authorize_mailbox(
 RETURNS mailroom.mailboxes
 LANGUAGE plpgsql
 STABLE
+SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     v_box mailroom.mailboxes;
@@ -160,7 +183,7 @@ BEGIN
                 ERRCODE = 'MR206',
                 MESSAGE = format('mailbox was deleted at %s', v_box.deleted_at);
         END IF;
-        IF NOT v_box.is_active OR v_box.expires_at <= mailroom.clock() THEN
+        IF NOT mailroom._mailbox_open(v_box) THEN
             RAISE EXCEPTION USING
                 ERRCODE = 'MR205',
                 MESSAGE = format('mailbox expired at %s', v_box.expires_at);
@@ -183,6 +206,8 @@ CREATE OR REPLACE FUNCTION mailroom.extend_mailbox(
 RETURNS timestamptz
 LANGUAGE plpgsql
 VOLATILE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     v_box mailroom.mailboxes;
@@ -209,8 +234,7 @@ BEGIN
     WHERE
         m.id = v_box.id
         AND p.name = m.plan
-        AND m.is_active
-        AND m.expires_at > mailroom.clock()
+        AND mailroom._mailbox_open(m)
     RETURNING m.expires_at INTO v_expires;
     IF NOT FOUND THEN
         RAISE EXCEPTION USING
@@ -224,6 +248,8 @@ $$;
 COMMENT ON FUNCTION mailroom.extend_mailbox(text, text, integer, text, text) IS
 'Push an open mailbox''s expiry later by p_minutes, capped at now + the plan''s max TTL; returns the new expires_at.';
 
+GRANT EXECUTE ON FUNCTION mailroom.extend_mailbox(text, text, integer, text, text) TO mailroom_app;
+
 CREATE OR REPLACE FUNCTION mailroom.delete_mailbox(
     p_address text,
     p_session_token text,
@@ -233,6 +259,8 @@ CREATE OR REPLACE FUNCTION mailroom.delete_mailbox(
 RETURNS boolean
 LANGUAGE plpgsql
 VOLATILE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     v_box mailroom.mailboxes;
@@ -253,30 +281,39 @@ $$;
 COMMENT ON FUNCTION mailroom.delete_mailbox(text, text, text, text) IS
 'Soft-delete a mailbox (stops accepting mail at once; purge removes it later); false if it was already deleted.';
 
+GRANT EXECUTE ON FUNCTION mailroom.delete_mailbox(text, text, text, text) TO mailroom_app;
+
 CREATE OR REPLACE FUNCTION mailroom.check_recipient(
     p_address text,
     p_size bigint DEFAULT null
 )
-RETURNS text
+RETURNS TABLE (verdict text, address text)
 LANGUAGE sql
 STABLE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
 AS $$
+    -- One row: the verdict and the address in its stored form, so an SMTP server de-duplicates
+    -- recipients by the same normalization the mailboxes are keyed on.
     SELECT
         CASE
             WHEN m.id IS NULL THEN 'unknown'
             WHEN m.deleted_at IS NOT NULL THEN 'deleted'
-            WHEN NOT m.is_active OR m.expires_at <= mailroom.clock() THEN 'expired'
+            WHEN NOT mailroom._mailbox_open(m) THEN 'expired'
             WHEN p_size IS NOT NULL AND p_size > p.max_message_bytes THEN 'too_large'
             WHEN m.message_count >= p.max_messages THEN 'full'
             ELSE 'ok'
-        END
-    FROM (SELECT 1) AS one
-    LEFT JOIN mailroom.mailboxes AS m ON m.address = mailroom._normalize_address(p_address)
-    LEFT JOIN mailroom.plans AS p ON p.name = m.plan
+        END,
+        n.address
+    FROM (SELECT mailroom._normalize_address(p_address) AS address) AS n
+    LEFT JOIN mailroom.mailboxes AS m ON n.address = m.address
+    LEFT JOIN mailroom.plans AS p ON m.plan = p.name
 $$;
 
 COMMENT ON FUNCTION mailroom.check_recipient(text, bigint) IS
-'RCPT-stage verdict for an address (and declared size): ok, unknown, deleted, expired, too_large or full.';
+'RCPT-stage verdict for an address (and declared size): ok, unknown, deleted, expired, too_large or full, with the normalized address (de-duplicate recipients by it).';
+
+GRANT EXECUTE ON FUNCTION mailroom.check_recipient(text, bigint) TO mailroom_inbound;
 
 CREATE OR REPLACE FUNCTION mailroom.mailbox_accepts(
     p_address text,
@@ -285,23 +322,31 @@ CREATE OR REPLACE FUNCTION mailroom.mailbox_accepts(
 RETURNS boolean
 LANGUAGE sql
 STABLE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
 AS $$
-    SELECT mailroom.check_recipient(p_address, p_size) = 'ok'
+    SELECT c.verdict = 'ok' FROM mailroom.check_recipient(p_address, p_size) AS c
 $$;
 
 COMMENT ON FUNCTION mailroom.mailbox_accepts(text, bigint) IS
 'Whether mail for this address (of this size, if given) is accepted now: active, unexpired, under the plan limits.';
 
+GRANT EXECUTE ON FUNCTION mailroom.mailbox_accepts(text, bigint) TO mailroom_app;
+
 CREATE OR REPLACE FUNCTION mailroom.max_inbound_message_bytes()
 RETURNS integer
 LANGUAGE sql
 STABLE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
 AS $$
     SELECT coalesce(max(p.max_message_bytes), 0) FROM mailroom.plans AS p
 $$;
 
 COMMENT ON FUNCTION mailroom.max_inbound_message_bytes() IS
 'Largest message any plan accepts: the SIZE the inbound SMTP server advertises.';
+
+GRANT EXECUTE ON FUNCTION mailroom.max_inbound_message_bytes() TO mailroom_inbound;
 
 CREATE OR REPLACE FUNCTION mailroom.list_mailboxes(
     p_owner_type text,
@@ -319,13 +364,15 @@ RETURNS TABLE (
 )
 LANGUAGE sql
 STABLE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
 AS $$
     SELECT
         m.id,
         m.address,
         m.plan,
         m.expires_at,
-        m.is_active AND m.expires_at > mailroom.clock(),
+        mailroom._mailbox_open(m),
         m.message_count,
         m.created_at
     FROM mailroom.mailboxes AS m
@@ -333,9 +380,11 @@ AS $$
         m.owner_type::text = p_owner_type
         AND m.owner_id = p_owner_id
         AND m.owner_id IS NOT NULL
-        AND (p_include_closed OR (m.is_active AND m.expires_at > mailroom.clock()))
+        AND (p_include_closed OR mailroom._mailbox_open(m))
     ORDER BY m.created_at, m.id
 $$;
 
 COMMENT ON FUNCTION mailroom.list_mailboxes(text, text, boolean) IS
 'Mailboxes of an api/mcp owner, oldest first: open ones only unless p_include_closed (expired or deleted, not yet purged).';
+
+GRANT EXECUTE ON FUNCTION mailroom.list_mailboxes(text, text, boolean) TO mailroom_app;

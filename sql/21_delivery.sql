@@ -15,6 +15,8 @@ CREATE OR REPLACE FUNCTION mailroom.deliver_message(
 RETURNS bigint
 LANGUAGE plpgsql
 VOLATILE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     v_address text := mailroom._normalize_address(p_address);
@@ -33,7 +35,7 @@ BEGIN
     END IF;
 
     FOR v_attempt IN 1..2 LOOP
-        -- The guard (active, not yet expired by mailroom.clock(), under the plan's size and
+        -- The guard (open by mailroom._mailbox_open, under the plan's size and
         -- count limits) is part of this one statement: a message can never land in an expired
         -- inbox, whether or not the expiry sweep has run. Bumping message_count takes the row
         -- lock, so the count limit is exact under concurrency and a concurrent sweep that
@@ -45,8 +47,7 @@ BEGIN
             WHERE
                 m.address = v_address
                 AND p.name = m.plan
-                AND m.is_active
-                AND m.expires_at > mailroom.clock()
+                AND mailroom._mailbox_open(m)
                 AND m.message_count < p.max_messages
                 AND v_size <= p.max_message_bytes
             RETURNING m.id, mailroom.clock() AS received_at
@@ -71,7 +72,7 @@ BEGIN
             RETURN v_message_id;
         END IF;
 
-        v_reason := mailroom.check_recipient(p_address, v_size);
+        SELECT c.verdict INTO v_reason FROM mailroom.check_recipient(p_address, v_size) AS c;
         CASE v_reason
             WHEN 'unknown' THEN
                 RAISE EXCEPTION USING ERRCODE = 'MR203', MESSAGE = 'mailbox not found';
@@ -98,3 +99,5 @@ $$;
 
 COMMENT ON FUNCTION mailroom.deliver_message(text, bytea, text, text, text, text, text, jsonb) IS
 'Store a raw message for one recipient if its mailbox is open and within plan limits (guard in the INSERT); NOTIFY mailroom_delivery with ids; returns the message id.';
+
+GRANT EXECUTE ON FUNCTION mailroom.deliver_message(text, bytea, text, text, text, text, text, jsonb) TO mailroom_inbound;

@@ -24,6 +24,8 @@ RETURNS TABLE (
 )
 LANGUAGE plpgsql
 STABLE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     v_box mailroom.mailboxes;
@@ -48,6 +50,8 @@ $$;
 COMMENT ON FUNCTION mailroom.list_messages(text, text, text, text, integer, integer) IS
 'Messages of an open mailbox, oldest first, for its session token or owner (MR203/MR204/MR205/MR206).';
 
+GRANT EXECUTE ON FUNCTION mailroom.list_messages(text, text, text, text, integer, integer) TO mailroom_app;
+
 CREATE OR REPLACE FUNCTION mailroom.read_message(
     p_address text,
     p_session_token text,
@@ -71,6 +75,8 @@ RETURNS TABLE (
 )
 LANGUAGE plpgsql
 VOLATILE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     v_box mailroom.mailboxes;
@@ -86,10 +92,12 @@ BEGIN
     IF NOT FOUND THEN
         RAISE EXCEPTION USING
             ERRCODE = 'MR209',
-            MESSAGE = format('message %s not found in this mailbox', p_message_id);
+            MESSAGE = format('message %s not found in this mailbox', coalesce(p_message_id::text, 'NULL'));
     END IF;
 END;
 $$;
 
 COMMENT ON FUNCTION mailroom.read_message(text, text, bigint, text, text) IS
 'One message of an open mailbox with its raw bytes, marked read; MR209 if it is not in this mailbox.';
+
+GRANT EXECUTE ON FUNCTION mailroom.read_message(text, text, bigint, text, text) TO mailroom_app;

@@ -6,6 +6,7 @@ CREATE OR REPLACE FUNCTION mailroom._batch_size(p_batch integer, p_setting text)
 RETURNS integer
 LANGUAGE plpgsql
 STABLE
+SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     v_batch integer := coalesce(p_batch, mailroom.setting(p_setting)::integer);
@@ -26,6 +27,8 @@ CREATE OR REPLACE FUNCTION mailroom.expire_mailboxes(p_batch integer DEFAULT nul
 RETURNS integer
 LANGUAGE plpgsql
 VOLATILE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     v_count integer;
@@ -33,6 +36,9 @@ BEGIN
     WITH due AS (
         SELECT m.id
         FROM mailroom.mailboxes AS m
+        -- Due = not mailroom._mailbox_open, written out here because it is the index condition
+        -- of mailboxes_expiry_idx (expires_at) WHERE is_active: a function call would hide it
+        -- from the planner. Deleted mailboxes are already inactive, so they are not in the index.
         WHERE m.is_active AND m.expires_at <= mailroom.clock()
         ORDER BY m.expires_at
         LIMIT mailroom._batch_size(p_batch, 'inbox.expire_batch')
@@ -51,10 +57,14 @@ $$;
 COMMENT ON FUNCTION mailroom.expire_mailboxes(integer) IS
 'Mark up to p_batch (default setting inbox.expire_batch) due mailboxes inactive; returns how many. Call until it returns less than the batch.';
 
+GRANT EXECUTE ON FUNCTION mailroom.expire_mailboxes(integer) TO mailroom_inbound;
+
 CREATE OR REPLACE FUNCTION mailroom.seconds_until_next_expiry()
 RETURNS double precision
 LANGUAGE sql
 STABLE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
 AS $$
     SELECT extract(EPOCH FROM min(m.expires_at) - mailroom.clock())::double precision
     FROM mailroom.mailboxes AS m
@@ -64,9 +74,12 @@ $$;
 COMMENT ON FUNCTION mailroom.seconds_until_next_expiry() IS
 'Seconds until the next active mailbox expires (negative when one is already due, NULL when none): the worker sleeps until then, like a delay queue.';
 
+GRANT EXECUTE ON FUNCTION mailroom.seconds_until_next_expiry() TO mailroom_inbound;
+
 CREATE OR REPLACE FUNCTION mailroom.trg_mailboxes_schedule()
 RETURNS trigger
 LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
     -- Only when a new inbox becomes the next one due (a shorter TTL than every open inbox):
@@ -96,6 +109,8 @@ CREATE OR REPLACE FUNCTION mailroom.purge_mailboxes(
 RETURNS integer
 LANGUAGE plpgsql
 VOLATILE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     v_count integer;
@@ -126,6 +141,8 @@ $$;
 COMMENT ON FUNCTION mailroom.purge_mailboxes(interval, integer) IS
 'Hard-delete up to p_batch (default inbox.purge_batch) mailboxes inactive for longer than p_older_than, messages by cascade; returns how many.';
 
+GRANT EXECUTE ON FUNCTION mailroom.purge_mailboxes(interval, integer) TO mailroom_inbound;
+
 CREATE OR REPLACE PROCEDURE mailroom.run_expiry(
     p_purge_after interval DEFAULT interval '7 days',
     p_expire_batch integer DEFAULT null,
@@ -133,27 +150,30 @@ CREATE OR REPLACE PROCEDURE mailroom.run_expiry(
 )
 LANGUAGE plpgsql
 AS $$
+-- SECURITY INVOKER and without SET search_path: PostgreSQL refuses COMMIT in a procedure that
+-- has either. It runs with its caller's rights and only calls the SECURITY DEFINER batch
+-- functions (fully qualified); each of them resolves a NULL batch size from its setting and
+-- checks its own arguments (22023).
 DECLARE
-    v_expire_batch integer := mailroom._batch_size(p_expire_batch, 'inbox.expire_batch');
-    v_purge_batch integer := mailroom._batch_size(p_purge_batch, 'inbox.purge_batch');
     v_count integer;
     v_expired bigint := 0;
     v_purged bigint := 0;
 BEGIN
-    -- One COMMIT per batch keeps every lock short. Called inside an explicit transaction
-    -- block, COMMIT is not allowed: run it as a top-level CALL (psql, pg_cron).
+    -- One COMMIT per batch keeps every lock short; a phase ends with the first empty batch.
+    -- Called inside an explicit transaction block, COMMIT is not allowed: run it as a
+    -- top-level CALL (psql, pg_cron).
     LOOP
-        v_count := mailroom.expire_mailboxes(v_expire_batch);
+        v_count := mailroom.expire_mailboxes(p_expire_batch);
         v_expired := v_expired + v_count;
         COMMIT;
-        EXIT WHEN v_count < v_expire_batch;
+        EXIT WHEN v_count = 0;
     END LOOP;
     IF p_purge_after IS NOT NULL THEN
         LOOP
-            v_count := mailroom.purge_mailboxes(p_purge_after, v_purge_batch);
+            v_count := mailroom.purge_mailboxes(p_purge_after, p_purge_batch);
             v_purged := v_purged + v_count;
             COMMIT;
-            EXIT WHEN v_count < v_purge_batch;
+            EXIT WHEN v_count = 0;
         END LOOP;
     END IF;
     RAISE NOTICE 'mailroom.run_expiry: expired %, purged %', v_expired, v_purged;
@@ -162,3 +182,5 @@ $$;
 
 COMMENT ON PROCEDURE mailroom.run_expiry (interval, integer, integer) IS
 'Expire all due mailboxes, then purge those inactive longer than p_purge_after (NULL: no purge), committing after each batch. For pg_cron.';
+
+GRANT EXECUTE ON PROCEDURE mailroom.run_expiry(interval, integer, integer) TO mailroom_inbound;

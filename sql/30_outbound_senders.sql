@@ -1,10 +1,27 @@
 -- Sending identities: upsert_sender stores the relay settings, the password encrypted with
 -- pgcrypto under a key the caller passes (never stored); _smtp_password decrypts it for claim.
 
+CREATE OR REPLACE FUNCTION mailroom._clock_default()
+RETURNS timestamptz
+LANGUAGE plpgsql
+STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    -- The default of the outbound tables' created_at / updated_at (migration 0062): time comes
+    -- from mailroom.clock(), resolved when a row is inserted.
+    RETURN mailroom.clock();
+END;
+$$;
+
+COMMENT ON FUNCTION mailroom._clock_default() IS
+'Internal: mailroom.clock() for column defaults (resolved at call time, so a migration can use it before sql/ runs).';
+
 CREATE OR REPLACE FUNCTION mailroom._check_outbound_key(p_key bytea)
 RETURNS void
 LANGUAGE plpgsql
 IMMUTABLE
+SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
     IF p_key IS NOT NULL AND octet_length(p_key) <> 32 THEN
@@ -30,6 +47,8 @@ CREATE OR REPLACE FUNCTION mailroom.upsert_sender(
 )
 RETURNS bigint
 LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     v_id bigint;
@@ -78,7 +97,7 @@ BEGIN
     IF p_password IS NOT NULL THEN
         -- The key is 256 random bits, so a salted non-iterated S2K is enough and keeps
         -- decryption cheap at claim time.
-        v_encrypted := pgp_sym_encrypt(
+        v_encrypted := mailroom._pgp_sym_encrypt(
             p_password, encode(p_key, 'hex'),
             'cipher-algo=aes256, s2k-mode=1, s2k-digest-algo=sha256, compress-algo=0'
         );
@@ -86,11 +105,11 @@ BEGIN
 
     INSERT INTO mailroom.senders AS s (
         name, from_address, smtp_host, smtp_port, smtp_security,
-        smtp_username, smtp_password_encrypted
+        smtp_username, smtp_password_encrypted, created_at, updated_at
     )
     VALUES (
         p_name, p_from_address, p_host, p_port, p_security,
-        p_username, v_encrypted
+        p_username, v_encrypted, mailroom.clock(), mailroom.clock()
     )
     ON CONFLICT (name) DO UPDATE SET
         from_address = excluded.from_address,
@@ -99,7 +118,7 @@ BEGIN
         smtp_security = excluded.smtp_security,
         smtp_username = excluded.smtp_username,
         smtp_password_encrypted = excluded.smtp_password_encrypted,
-        updated_at = now()
+        updated_at = excluded.updated_at
     RETURNING s.id INTO v_id;
     RETURN v_id;
 END;
@@ -108,12 +127,15 @@ $$;
 COMMENT ON FUNCTION mailroom.upsert_sender(text, text, text, integer, text, text, text, bytea) IS
 'Create or replace a sending identity and its SMTP relay; the password is encrypted with p_key.';
 
+GRANT EXECUTE ON FUNCTION mailroom.upsert_sender(text, text, text, integer, text, text, text, bytea) TO mailroom_admin;
+
 CREATE OR REPLACE FUNCTION mailroom._smtp_password(
     p_encrypted bytea, p_key bytea, p_sender text
 )
 RETURNS text
 LANGUAGE plpgsql
 STABLE
+SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
     IF p_encrypted IS NULL OR p_key IS NULL THEN
@@ -121,7 +143,7 @@ BEGIN
     END IF;
     PERFORM mailroom._check_outbound_key(p_key);
     BEGIN
-        RETURN pgp_sym_decrypt(p_encrypted, encode(p_key, 'hex'));
+        RETURN mailroom._pgp_sym_decrypt(p_encrypted, encode(p_key, 'hex'));
     EXCEPTION WHEN OTHERS THEN
         RAISE EXCEPTION USING
             ERRCODE = 'MR315',

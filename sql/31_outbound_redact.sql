@@ -7,14 +7,13 @@ CREATE OR REPLACE FUNCTION mailroom._redaction_tag(p_value text)
 RETURNS text
 LANGUAGE sql
 STABLE
-SECURITY DEFINER
-SET search_path = pg_catalog, public
+SET search_path = pg_catalog, pg_temp
 AS $$
     -- Same value -> same tag: brackets, quotes and case are not part of the identity.
     SELECT '<redacted:'
         || left(
             encode(
-                hmac(
+                mailroom._hmac(
                     convert_to(lower(btrim(p_value, '<>"')), 'UTF8'),
                     p.pepper,
                     'sha256'
@@ -31,6 +30,7 @@ CREATE OR REPLACE FUNCTION mailroom.redact_pii(p_text text)
 RETURNS text
 LANGUAGE plpgsql
 STABLE
+SET search_path = pg_catalog, pg_temp
 AS $fn$
 DECLARE
     -- leftmost-longest alternatives, tried at each position:
@@ -80,6 +80,7 @@ COMMENT ON FUNCTION mailroom.redact_pii(text) IS
 CREATE OR REPLACE FUNCTION mailroom.trg_outbound_redact_error_log()
 RETURNS trigger
 LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
     NEW.error_log := mailroom.redact_pii(NEW.error_log);
@@ -101,6 +102,13 @@ EXECUTE FUNCTION mailroom.trg_outbound_redact_error_log();
 
 COMMENT ON FUNCTION mailroom._redaction_tag(text) IS
 'Internal: the stable keyed tag <redacted:HASH> of one value (HMAC with the redaction pepper).';
+
+-- _redaction_tag and redact_pii answer "what is the tag of this guess?", which is all the pepper
+-- protects: only the owner runs them (through the error_log trigger, inside the SECURITY DEFINER
+-- API). No runtime role may execute either or read mailroom.redaction_pepper.
+REVOKE ALL ON FUNCTION mailroom._redaction_tag(text) FROM public;
+REVOKE ALL ON FUNCTION mailroom.redact_pii(text) FROM public;
+REVOKE ALL ON TABLE mailroom.redaction_pepper FROM public;
 
 COMMENT ON FUNCTION mailroom.trg_outbound_redact_error_log() IS
 'Trigger: pass every error_log write through mailroom.redact_pii, whichever client writes it.';

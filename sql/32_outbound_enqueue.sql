@@ -5,6 +5,7 @@ CREATE OR REPLACE FUNCTION mailroom._check_recipients(p_kind text, p_addresses t
 RETURNS void
 LANGUAGE plpgsql
 IMMUTABLE
+SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     v_i integer;
@@ -24,6 +25,7 @@ CREATE OR REPLACE FUNCTION mailroom._check_extra_headers(p_headers jsonb)
 RETURNS void
 LANGUAGE plpgsql
 IMMUTABLE
+SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     v_name text;
@@ -77,6 +79,8 @@ CREATE OR REPLACE FUNCTION mailroom.enqueue_message(
 )
 RETURNS bigint
 LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     v_sender_id bigint;
@@ -161,7 +165,7 @@ BEGIN
     )
     VALUES (
         v_sender_id, v_to, v_cc, v_bcc, p_subject, p_text_body, p_html_body, v_headers,
-        '<' || replace(gen_random_uuid()::text, '-', '') || '@' || split_part(v_from, '@', 2) || '>',
+        '<' || replace(pg_catalog.gen_random_uuid()::text, '-', '') || '@' || split_part(v_from, '@', 2) || '>',
         p_send_after, p_send_after, p_idempotency_key, mailroom.clock(), mailroom.clock()
     )
     ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
@@ -184,6 +188,8 @@ COMMENT ON FUNCTION mailroom.enqueue_message(
     text, text[], text, text, text, text[], text[], jsonb, text, timestamptz
 ) IS
 'Validate and queue a message for a sender; same idempotency key returns the same id; NOTIFY mailroom_outbound (id).';
+
+GRANT EXECUTE ON FUNCTION mailroom.enqueue_message(text, text[], text, text, text, text[], text[], jsonb, text, timestamptz) TO mailroom_app;
 
 COMMENT ON FUNCTION mailroom._check_recipients(text, text[]) IS
 'Internal: raise MR303 naming the position (never the value) of an invalid address.';

@@ -6,6 +6,7 @@ CREATE OR REPLACE FUNCTION mailroom._claim_statement()
 RETURNS text
 LANGUAGE sql
 IMMUTABLE
+SET search_path = pg_catalog, pg_temp
 AS $fn$
     -- $1 now, $2 limit, $3 worker, $4 lease, $5 key. Run with EXECUTE, so every call is
     -- planned with the actual LIMIT and clock (a cached generic plan costs LIMIT $2 blind and
@@ -16,7 +17,8 @@ WITH due AS (
     FROM mailroom.outbound_messages AS m
     WHERE
         m.status = 'queued'
-        -- the seed's predicate, and its sargable twin that bounds the index scan
+        -- due: never tried or its retry time has come; the coalesce twin says the same on
+        -- the index expression of outbound_messages_due_idx and bounds the index scan
         AND (m.next_retry_at IS NULL OR m.next_retry_at <= $1)
         AND coalesce(m.next_retry_at, '-infinity'::timestamptz) <= $1
     ORDER BY coalesce(m.next_retry_at, '-infinity'::timestamptz), m.id
@@ -112,6 +114,8 @@ RETURNS TABLE (
     smtp_password_set boolean
 )
 LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     v_now timestamptz := mailroom.clock();
@@ -143,9 +147,12 @@ $$;
 COMMENT ON FUNCTION mailroom.claim_messages(integer, text, bytea, interval) IS
 'Claim up to p_limit due queued messages (SKIP LOCKED) under a lease; returns them with relay settings.';
 
+GRANT EXECUTE ON FUNCTION mailroom.claim_messages(integer, text, bytea, interval) TO mailroom_sender;
+
 CREATE OR REPLACE FUNCTION mailroom._explain_claim(p_limit integer DEFAULT 100)
 RETURNS SETOF text
 LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
     -- EXPLAIN without ANALYZE: plans the exact claim statement, changes nothing.

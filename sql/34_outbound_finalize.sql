@@ -9,6 +9,7 @@ RETURNS text
 LANGUAGE sql
 IMMUTABLE
 PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
 AS $$
     -- sent | transient | permanent. An SMTP reply is classified by its RFC 3463 enhanced
     -- code when it carries a valid one (4.x.x transient, 5.x.x permanent), else by the
@@ -33,8 +34,9 @@ CREATE OR REPLACE FUNCTION mailroom._retry_delay(p_attempts integer)
 RETURNS interval
 LANGUAGE sql
 STABLE
+SET search_path = pg_catalog, pg_temp
 AS $$
-    -- backoff_base * attempts ^ backoff_exponent, at most backoff_max (seed: attempts² minutes)
+    -- backoff_base * attempts ^ backoff_exponent, at most backoff_max (defaults: attempts² minutes)
     SELECT least(
         mailroom.setting('outbound.backoff_max')::interval,
         mailroom.setting('outbound.backoff_base')::interval
@@ -51,10 +53,76 @@ CREATE OR REPLACE FUNCTION mailroom._log_line(
 RETURNS text
 LANGUAGE sql
 IMMUTABLE
+SET search_path = pg_catalog, pg_temp
 AS $$
     SELECT to_char(p_now AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"')
         || ' attempt ' || p_attempt || ' ' || p_outcome
         || coalesce(': ' || left(regexp_replace(p_text, '[\r\n]+', ' ', 'g'), 1000), '');
+$$;
+
+CREATE OR REPLACE FUNCTION mailroom._gives_up(p_kind text, p_attempt integer, p_max_attempts integer)
+RETURNS boolean
+LANGUAGE sql
+IMMUTABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    -- A transient outcome (or a reaped claim) retries until attempt number outbound.max_attempts;
+    -- that attempt fails the message. Sent and permanent outcomes never "give up".
+    SELECT p_kind = 'transient' AND p_attempt >= p_max_attempts;
+$$;
+
+CREATE OR REPLACE FUNCTION mailroom._attempt_log(
+    p_log text,
+    p_now timestamptz,
+    p_attempt integer,
+    p_outcome text,
+    p_text text,
+    p_kind text,
+    p_max_attempts integer,
+    p_max_chars integer
+)
+RETURNS text
+LANGUAGE sql
+IMMUTABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    -- error_log after one attempt: the attempt's line, then the give-up line when this attempt
+    -- exhausted outbound.max_attempts; only the last p_max_chars characters are kept.
+    SELECT right(
+        concat_ws(
+            E'\n',
+            p_log,
+            mailroom._log_line(p_now, p_attempt, p_outcome, p_text),
+            CASE
+                WHEN mailroom._gives_up(p_kind, p_attempt, p_max_attempts)
+                    THEN 'giving up after ' || p_attempt || ' attempts (outbound.max_attempts)'
+            END
+        ),
+        p_max_chars
+    );
+$$;
+
+CREATE OR REPLACE FUNCTION mailroom._reply_class(p_outcome text, p_code integer)
+RETURNS text
+LANGUAGE sql
+IMMUTABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    -- The class a delivery outcome is counted under (a closed set, safe as a metric label):
+    -- 2xx for sent, 4xx / 5xx for an SMTP reply by its reply code (other for a reply without a
+    -- 4yz or 5yz code), the outcome itself for dropped, timeout, connect, uncertain and local,
+    -- other for anything else.
+    SELECT CASE
+        WHEN p_outcome = 'sent' THEN '2xx'
+        WHEN p_outcome = 'reply' THEN
+            CASE
+                WHEN p_code BETWEEN 400 AND 499 THEN '4xx'
+                WHEN p_code BETWEEN 500 AND 599 THEN '5xx'
+                ELSE 'other'
+            END
+        WHEN p_outcome IN ('dropped', 'timeout', 'connect', 'uncertain', 'local') THEN p_outcome
+        ELSE 'other'
+    END;
 $$;
 
 CREATE OR REPLACE FUNCTION mailroom.finalize_messages(
@@ -70,7 +138,9 @@ RETURNS TABLE (
     result text,
     status mailroom.outbound_status,
     attempts integer,
-    next_retry_at timestamptz
+    next_retry_at timestamptz,
+    kind text,
+    reply_class text
 )
 LANGUAGE plpgsql
 -- The batch join must stay linear at any table size. Statistics usually say "nothing is
@@ -80,6 +150,8 @@ LANGUAGE plpgsql
 -- plan, custom or cached generic, is primary-key lookups (id = ANY) + a hash join.
 SET enable_seqscan = off
 SET enable_nestloop = off
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
 AS $$
 #variable_conflict use_column
 DECLARE
@@ -123,7 +195,8 @@ BEGIN
             u.smtp_code,
             u.enhanced_code,
             u.error,
-            mailroom._classify_outcome(u.outcome, u.smtp_code, u.enhanced_code) AS kind
+            mailroom._classify_outcome(u.outcome, u.smtp_code, u.enhanced_code) AS kind,
+            mailroom._reply_class(u.outcome, u.smtp_code) AS reply_class
         FROM unnest(
             p_ids, p_claim_tokens, p_outcomes, p_smtp_codes, p_enhanced_codes, p_errors
         ) AS u (id, claim_token, outcome, smtp_code, enhanced_code, error)
@@ -137,11 +210,11 @@ BEGIN
             status = CASE
                 WHEN i.kind = 'sent' THEN 'sent'
                 WHEN i.kind = 'permanent' THEN 'failed'
-                WHEN m.attempts + 1 >= v_max THEN 'failed'
+                WHEN mailroom._gives_up(i.kind, m.attempts + 1, v_max) THEN 'failed'
                 ELSE 'queued'
             END::mailroom.outbound_status,
             next_retry_at = CASE
-                WHEN i.kind = 'transient' AND m.attempts + 1 < v_max
+                WHEN i.kind = 'transient' AND NOT mailroom._gives_up(i.kind, m.attempts + 1, v_max)
                     THEN v_now + mailroom._retry_delay(m.attempts + 1)
             END,
             sent_at = CASE WHEN i.kind = 'sent' THEN v_now END,
@@ -151,17 +224,8 @@ BEGIN
             possibly_sent = m.possibly_sent OR i.outcome = 'uncertain',
             error_log = CASE
                 WHEN i.kind = 'sent' AND i.error IS NULL THEN m.error_log
-                ELSE right(
-                    concat_ws(
-                        E'\n',
-                        m.error_log,
-                        mailroom._log_line(v_now, m.attempts + 1, i.outcome, i.error),
-                        CASE
-                            WHEN i.kind = 'transient' AND m.attempts + 1 >= v_max
-                                THEN 'giving up after ' || (m.attempts + 1) || ' attempts (outbound.max_attempts)'
-                        END
-                    ),
-                    v_log_max
+                ELSE mailroom._attempt_log(
+                    m.error_log, v_now, m.attempts + 1, i.outcome, i.error, i.kind, v_max, v_log_max
                 )
             END,
             claimed_by = NULL,
@@ -199,7 +263,9 @@ BEGIN
         END,
         u.status,
         u.attempts,
-        u.next_retry_at
+        u.next_retry_at,
+        i.kind,
+        i.reply_class
     FROM input AS i
     LEFT JOIN upd AS u ON i.id = u.id
     ORDER BY i.id;
@@ -207,13 +273,17 @@ END;
 $$;
 
 COMMENT ON FUNCTION mailroom.finalize_messages(bigint[], bigint[], text[], integer[], text[], text[]) IS
-'Record many delivery outcomes at once: sent, retry with backoff, or failed; outcomes from a lost claim are ignored (stale).';
+'Record many delivery outcomes at once: sent, retry with backoff, or failed; outcomes from a lost claim are ignored (stale). Each row also says the kind decided (sent, transient, permanent) and the reply class for metrics.';
+
+GRANT EXECUTE ON FUNCTION mailroom.finalize_messages(bigint[], bigint[], text[], integer[], text[], text[]) TO mailroom_sender;
 
 CREATE OR REPLACE FUNCTION mailroom.release_messages(p_ids bigint[], p_claim_tokens bigint[])
 RETURNS integer
 LANGUAGE plpgsql
 SET enable_seqscan = off
 SET enable_nestloop = off
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     v_count integer;
@@ -245,9 +315,13 @@ $$;
 COMMENT ON FUNCTION mailroom.release_messages(bigint[], bigint[]) IS
 'Give claimed, unattempted messages back to the queue (no attempt counted); returns how many.';
 
+GRANT EXECUTE ON FUNCTION mailroom.release_messages(bigint[], bigint[]) TO mailroom_sender;
+
 CREATE OR REPLACE FUNCTION mailroom.reap_stuck_messages(p_older_than interval DEFAULT null)
 RETURNS integer
 LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     v_now timestamptz := mailroom.clock();
@@ -274,32 +348,22 @@ BEGIN
 
     reaped AS (
         -- The worker may have handed the message to the relay before it died: count the
-        -- attempt, flag possibly_sent, retry at once (the stable Message-ID lets receivers
+        -- attempt as a transient failure, flag possibly_sent, retry at once (the stable Message-ID lets receivers
         -- de-duplicate). The claim token is kept so a late 'sent' from that worker still lands.
         UPDATE mailroom.outbound_messages AS m
         SET
             attempts = m.attempts + 1,
             status = CASE
-                WHEN m.attempts + 1 >= v_max THEN 'failed' ELSE 'queued'
+                WHEN mailroom._gives_up('transient', m.attempts + 1, v_max) THEN 'failed' ELSE 'queued'
             END::mailroom.outbound_status,
-            next_retry_at = CASE WHEN m.attempts + 1 < v_max THEN v_now END,
+            next_retry_at = CASE WHEN NOT mailroom._gives_up('transient', m.attempts + 1, v_max) THEN v_now END,
             possibly_sent = TRUE,
             claimed_by = NULL,
             lease_expires_at = NULL,
-            error_log = right(
-                concat_ws(
-                    E'\n',
-                    m.error_log,
-                    mailroom._log_line(
-                        v_now, m.attempts + 1, 'reaped',
-                        'no outcome before the lease expired; the message may have been sent'
-                    ),
-                    CASE
-                        WHEN m.attempts + 1 >= v_max
-                            THEN 'giving up after ' || (m.attempts + 1) || ' attempts (outbound.max_attempts)'
-                    END
-                ),
-                v_log_max
+            error_log = mailroom._attempt_log(
+                m.error_log, v_now, m.attempts + 1, 'reaped',
+                'no outcome before the lease expired; the message may have been sent',
+                'transient', v_max, v_log_max
             ),
             updated_at = v_now
         FROM stuck
@@ -321,8 +385,19 @@ $$;
 COMMENT ON FUNCTION mailroom.reap_stuck_messages(interval) IS
 'Return processing rows whose lease expired (or claimed longer ago than p_older_than) to queued, or failed; flags possibly_sent.';
 
+GRANT EXECUTE ON FUNCTION mailroom.reap_stuck_messages(interval) TO mailroom_sender;
+
 COMMENT ON FUNCTION mailroom._classify_outcome(text, integer, text) IS
 'Internal: sent, transient or permanent, by RFC 3463 enhanced code first, then RFC 5321 reply code.';
 
 COMMENT ON FUNCTION mailroom._log_line(timestamptz, integer, text, text) IS
 'Internal: one error_log line (UTC time, attempt, outcome, reply text); redacted by trigger.';
+
+COMMENT ON FUNCTION mailroom._gives_up(text, integer, integer) IS
+'Internal: whether this attempt fails the message for good (a transient outcome at outbound.max_attempts).';
+
+COMMENT ON FUNCTION mailroom._attempt_log(text, timestamptz, integer, text, text, text, integer, integer) IS
+'Internal: error_log after one attempt (its line, the give-up line when _gives_up), trimmed to the last p_max_chars.';
+
+COMMENT ON FUNCTION mailroom._reply_class(text, integer) IS
+'Internal: the reply class of an outcome (2xx, 4xx, 5xx, dropped, timeout, connect, uncertain, local, other), the sender''s metric label.';

@@ -37,10 +37,16 @@ FROM mailroom.outbound_messages AS m;
 COMMENT ON VIEW mailroom.outbound_stats IS
 'One row: counts per status, due now, retries waiting, possibly sent, oldest queued age, stale outcomes, reaped.';
 
+GRANT SELECT ON mailroom.outbound_stats TO mailroom_monitor, mailroom_sender;
+-- A view reads its tables with its owner's rights but calls functions with its reader's: the
+-- readers of outbound_stats need mailroom.clock() (granted to them in sql/00_clock.sql too).
+GRANT EXECUTE ON FUNCTION mailroom.clock() TO mailroom_monitor, mailroom_sender;
+
 CREATE OR REPLACE FUNCTION mailroom._check_outbound_status(p_status text)
 RETURNS void
 LANGUAGE plpgsql
 IMMUTABLE
+SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
     IF p_status IS NOT NULL AND p_status NOT IN ('queued', 'processing', 'sent', 'failed') THEN
@@ -71,6 +77,8 @@ RETURNS TABLE (
 )
 LANGUAGE plpgsql
 STABLE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
     PERFORM mailroom._check_outbound_status(p_status);
@@ -103,6 +111,8 @@ $$;
 COMMENT ON FUNCTION mailroom.list_outbound_messages(text, integer) IS
 'Newest messages (optionally of one status) without addresses, subjects or bodies.';
 
+GRANT EXECUTE ON FUNCTION mailroom.list_outbound_messages(text, integer) TO mailroom_monitor;
+
 CREATE OR REPLACE FUNCTION mailroom.show_outbound_message(p_id bigint)
 RETURNS TABLE (
     id bigint,
@@ -126,6 +136,8 @@ RETURNS TABLE (
 )
 LANGUAGE plpgsql
 STABLE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
     RETURN QUERY
@@ -162,9 +174,12 @@ $$;
 COMMENT ON FUNCTION mailroom.show_outbound_message(bigint) IS
 'One message for operators: state, codes and the (already scrubbed) error_log; no addresses or bodies.';
 
+GRANT EXECUTE ON FUNCTION mailroom.show_outbound_message(bigint) TO mailroom_admin;
+
 CREATE OR REPLACE FUNCTION mailroom._requeue_failed(p_id bigint DEFAULT null)
 RETURNS integer
 LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     v_count integer;
@@ -193,6 +208,8 @@ COMMENT ON FUNCTION mailroom._requeue_failed(bigint) IS
 CREATE OR REPLACE FUNCTION mailroom.retry_message(p_id bigint)
 RETURNS bigint
 LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     v_status mailroom.outbound_status;
@@ -219,9 +236,13 @@ $$;
 COMMENT ON FUNCTION mailroom.retry_message(bigint) IS
 'Put one failed message back in the queue with a fresh attempt budget.';
 
+GRANT EXECUTE ON FUNCTION mailroom.retry_message(bigint) TO mailroom_admin;
+
 CREATE OR REPLACE FUNCTION mailroom.retry_failed_messages()
 RETURNS integer
 LANGUAGE sql
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
 AS $$
     SELECT mailroom._requeue_failed();
 $$;
@@ -229,11 +250,15 @@ $$;
 COMMENT ON FUNCTION mailroom.retry_failed_messages() IS
 'Put every failed message back in the queue with a fresh attempt budget; returns how many.';
 
+GRANT EXECUTE ON FUNCTION mailroom.retry_failed_messages() TO mailroom_admin;
+
 CREATE OR REPLACE FUNCTION mailroom.purge_sent_messages(
     p_before timestamptz, p_batch integer DEFAULT 5000
 )
 RETURNS integer
 LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     v_count integer;
@@ -263,6 +288,8 @@ $$;
 
 COMMENT ON FUNCTION mailroom.purge_sent_messages(timestamptz, integer) IS
 'Delete up to p_batch sent messages sent before p_before; call until it returns 0.';
+
+GRANT EXECUTE ON FUNCTION mailroom.purge_sent_messages(timestamptz, integer) TO mailroom_admin;
 
 COMMENT ON FUNCTION mailroom._check_outbound_status(text) IS
 'Internal: raise MR343 unless the status filter is NULL or an outbound status.';

@@ -5,6 +5,7 @@ RETURNS text
 LANGUAGE sql
 IMMUTABLE
 PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
 AS $$
     SELECT replace(replace(replace(replace(replace(
         p_text, '&', '&amp;'), '<', '&lt;'), '>', '&gt;'), '"', '&quot;'), '''', '&#39;');
@@ -19,6 +20,8 @@ CREATE OR REPLACE FUNCTION mailroom.render_token_email(
 RETURNS TABLE (subject text, text_body text, html_body text)
 LANGUAGE plpgsql
 STABLE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     v_tpl mailroom.token_email_templates;
@@ -65,3 +68,5 @@ $$;
 COMMENT ON FUNCTION mailroom.render_token_email(text, text, text, text, text) IS
 'Subject, text and HTML body of the activation / recovery email for one token (MR401 no template, '
 'MR402 bad collector.link_base_url, MR403 bad signed value).';
+
+GRANT EXECUTE ON FUNCTION mailroom.render_token_email(text, text, text, text, text) TO mailroom_collector;

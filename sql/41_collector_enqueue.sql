@@ -4,6 +4,8 @@ CREATE OR REPLACE FUNCTION mailroom.enqueue_token_emails(p_limit integer, p_key 
 RETURNS integer
 LANGUAGE plpgsql
 VOLATILE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     v_sender text := mailroom.setting('collector.sender');
@@ -41,3 +43,5 @@ $$;
 COMMENT ON FUNCTION mailroom.enqueue_token_emails(integer, bytea) IS
 'Dequeue up to p_limit tokens (signed with p_key) and enqueue one rendered email each via '
 'mailroom.enqueue_message, in the caller''s transaction; returns how many were enqueued.';
+
+GRANT EXECUTE ON FUNCTION mailroom.enqueue_token_emails(integer, bytea) TO mailroom_collector;

@@ -1,6 +1,6 @@
 -- Mailboxes: TTL clamping per plan, addresses, owners, extend, soft delete, authorization.
 BEGIN;
-SELECT plan(47);
+SELECT plan(57);
 
 SET LOCAL mailroom.clock = '2030-01-01 00:00:00+00';
 
@@ -179,12 +179,74 @@ SELECT throws_like(
         (SELECT address FROM boxes WHERE k = 'pro_default'), (SELECT session_token FROM boxes WHERE k = 'pro_default')),
     'mailbox was deleted at %', 'a deleted mailbox cannot be listed'
 );
-SELECT is(mailroom.check_recipient((SELECT address FROM boxes WHERE k = 'pro_default')), 'deleted',
+SELECT is((SELECT verdict FROM mailroom.check_recipient((SELECT address FROM boxes WHERE k = 'pro_default'))), 'deleted',
     'a deleted mailbox refuses mail');
 SELECT throws_ok(
     format('SELECT mailroom.delete_mailbox(%L, %L)',
         (SELECT address FROM boxes WHERE k = 'free_30'), 'nope'),
     'MR204', 'not authorized for this mailbox (wrong session token or owner)', 'delete needs authorization'
+);
+
+-- check_recipient: the verdict and the normalized address the server de-duplicates by.
+SELECT results_eq(
+    format('SELECT verdict, address FROM mailroom.check_recipient(%L)',
+        ' <' || (SELECT upper(address) FROM boxes WHERE k = 'free_30') || '> '),
+    format('VALUES (%L, %L)', 'ok', (SELECT address FROM boxes WHERE k = 'free_30')),
+    'check_recipient answers ok with the stored form of an address given with case, brackets and spaces'
+);
+SELECT results_eq(
+    $$SELECT verdict, address FROM mailroom.check_recipient('<Nobody@Mailroom.TEST>')$$,
+    $$VALUES ('unknown', 'nobody@mailroom.test')$$,
+    'an unknown address is normalized too'
+);
+SELECT is(
+    (SELECT count(*) FROM mailroom.check_recipient((SELECT address FROM boxes WHERE k = 'free_30'), 10)),
+    1::bigint, 'check_recipient returns exactly one row'
+);
+SELECT ok(
+    mailroom.mailbox_accepts(' ' || (SELECT upper(address) FROM boxes WHERE k = 'free_30')),
+    'mailbox_accepts keeps its boolean'
+);
+
+-- One rule for "open": _mailbox_open, and nowhere else except the sweep's index condition.
+SELECT ok(
+    mailroom._mailbox_open((SELECT m FROM mailroom.mailboxes AS m JOIN boxes USING (address) WHERE k = 'free_30')),
+    'an active mailbox before its expiry is open'
+);
+SELECT set_config('mailroom.clock', (
+    SELECT m.expires_at::text FROM mailroom.mailboxes AS m JOIN boxes USING (address) WHERE k = 'free_30'
+), true);
+SELECT ok(
+    NOT mailroom._mailbox_open((SELECT m FROM mailroom.mailboxes AS m JOIN boxes USING (address) WHERE k = 'free_30')),
+    'at the expiry instant it is closed, though the sweep has not run'
+);
+SET LOCAL mailroom.clock = '2030-01-01 00:00:00+00';
+SELECT ok(
+    NOT mailroom._mailbox_open((SELECT m FROM mailroom.mailboxes AS m JOIN boxes USING (address) WHERE k = 'pro_default')),
+    'a deleted mailbox is closed'
+);
+SELECT ok(
+    NOT mailroom._mailbox_open(
+        (SELECT jsonb_populate_record(m, '{"is_active": false}') FROM mailroom.mailboxes AS m JOIN boxes USING (address)
+            WHERE k = 'pro_5000')
+    ),
+    'an inactive mailbox is closed whatever its expires_at'
+);
+SELECT is(
+    (
+        SELECT string_agg(p.proname, ', ' ORDER BY p.proname)
+        FROM pg_proc AS p
+        WHERE p.pronamespace = 'mailroom'::regnamespace
+            -- the functions about mailboxes (tokens have an expires_at of their own)
+            AND p.prosrc ~ 'mailroom\.mailboxes|v_box|p_box'
+            AND p.prosrc ~ 'expires_at\s*(>|<=)\s*mailroom\.clock\(\)'
+    ),
+    '_mailbox_open, expire_mailboxes',
+    'the open/expired comparison is written in _mailbox_open and, as its index condition, in expire_mailboxes only'
+);
+SELECT is(
+    (SELECT is_open FROM mailroom.list_mailboxes('api', 'client-7', true) WHERE address = (SELECT address FROM boxes WHERE k = 'api')),
+    true, 'list_mailboxes says is_open by the same rule'
 );
 
 SELECT * FROM finish();

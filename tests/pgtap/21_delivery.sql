@@ -30,7 +30,7 @@ SELECT throws_ok(
 );
 
 SET LOCAL mailroom.clock = '2030-01-01 00:10:00.000001+00';
-SELECT is(mailroom.check_recipient((SELECT address FROM b WHERE k = 'free')), 'expired', 'refuses 1 us after expiry');
+SELECT is((SELECT verdict FROM mailroom.check_recipient((SELECT address FROM b WHERE k = 'free'))), 'expired', 'refuses 1 us after expiry');
 SELECT throws_ok(
     format('SELECT mailroom.deliver_message(%L, %L::bytea)', (SELECT address FROM b WHERE k = 'free'), '\x4869'),
     'MR205', 'mailbox expired', 'delivery after expiry is refused though the sweep has not run'
@@ -96,7 +96,7 @@ SELECT ok(
     mailroom.deliver_message((SELECT address FROM b WHERE k = 'pro'), convert_to(repeat('x', 2097153), 'UTF8')) > 0,
     'pro plan accepts 2 MiB + 1'
 );
-SELECT is(mailroom.check_recipient((SELECT address FROM b WHERE k = 'free2'), 2097153), 'too_large',
+SELECT is((SELECT verdict FROM mailroom.check_recipient((SELECT address FROM b WHERE k = 'free2'), 2097153)), 'too_large',
     'RCPT check sees a declared SIZE over the plan limit');
 SELECT is(mailroom.max_inbound_message_bytes(), 26214400, 'SIZE advertised is the largest plan limit');
 
@@ -106,7 +106,7 @@ SELECT is(
         FROM generate_series(1, 99)),
     99::bigint, 'free2 takes 99 more messages'
 );
-SELECT is(mailroom.check_recipient((SELECT address FROM b WHERE k = 'free2')), 'full', 'a full mailbox is reported');
+SELECT is((SELECT verdict FROM mailroom.check_recipient((SELECT address FROM b WHERE k = 'free2'))), 'full', 'a full mailbox is reported');
 SELECT throws_ok(format('SELECT mailroom.deliver_message(%L, %L::bytea)', (SELECT address FROM b WHERE k = 'free2'), '\x41'),
     'MR208', 'mailbox is full (plan message limit reached)', 'the 101st message is refused');
 SELECT is((SELECT message_count FROM mailroom.mailboxes WHERE id = (SELECT mailbox_id FROM b WHERE k = 'free2')),

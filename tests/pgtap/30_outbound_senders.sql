@@ -1,6 +1,6 @@
 -- Outbound: sending identities, relay settings, the password encrypted under a caller's key.
 BEGIN;
-SELECT plan(22);
+SELECT plan(26);
 
 SELECT has_table('mailroom', 'senders', 'senders table exists');
 SELECT has_table('mailroom', 'outbound_messages', 'outbound_messages table exists');
@@ -104,6 +104,50 @@ SELECT isnt(
     obj_description('mailroom.upsert_sender(text,text,text,integer,text,text,text,bytea)'::regprocedure),
     NULL,
     'upsert_sender is documented'
+);
+
+-- time comes from mailroom.clock(), whichever path writes the row
+SET LOCAL mailroom.clock = '2030-01-01 00:00Z';
+SELECT mailroom.upsert_sender('clocked', 'robot@mailroom.test', 'h', 25);
+SET LOCAL mailroom.clock = '2030-01-02 00:00Z';
+SELECT mailroom.upsert_sender('clocked', 'robot@mailroom.test', 'h2', 25);
+SELECT is(
+    (SELECT ARRAY[created_at, updated_at] FROM mailroom.senders WHERE name = 'clocked'),
+    ARRAY['2030-01-01 00:00Z', '2030-01-02 00:00Z']::timestamptz [],
+    'upsert_sender: created_at and updated_at follow mailroom.clock()'
+);
+INSERT INTO mailroom.senders (name, from_address, smtp_host, smtp_port) VALUES ('raw', 'r@mailroom.test', 'h', 25);
+INSERT INTO mailroom.outbound_messages (sender_id, to_addrs, subject, text_body, message_id)
+SELECT id, ARRAY['x@example.com'], 's', 't', '<raw@mailroom.test>' FROM mailroom.senders WHERE name = 'raw';
+SELECT is(
+    (SELECT ARRAY[s.created_at, s.updated_at, m.created_at, m.updated_at]
+        FROM mailroom.senders AS s JOIN mailroom.outbound_messages AS m ON m.sender_id = s.id WHERE s.name = 'raw'),
+    array_fill('2030-01-02 00:00Z'::timestamptz, ARRAY[4]),
+    'a row inserted outside the API gets its times from mailroom.clock() too (column defaults)'
+);
+SELECT is(
+    (
+        SELECT string_agg(c.relname || '.' || a.attname, ', ' ORDER BY c.relname, a.attname)
+        FROM pg_attrdef AS d
+        JOIN pg_class AS c ON d.adrelid = c.oid
+        JOIN pg_attribute AS a ON a.attrelid = d.adrelid AND a.attnum = d.adnum
+        WHERE c.relnamespace = 'mailroom'::regnamespace
+            AND c.relname IN ('senders', 'outbound_messages')
+            AND pg_get_expr(d.adbin, d.adrelid) ~* 'now\(\)|current_timestamp|clock_timestamp|transaction_timestamp'
+    ),
+    NULL,
+    'no outbound column defaults to now()'
+);
+SELECT is(
+    (
+        SELECT string_agg(p.proname, ', ' ORDER BY p.proname)
+        FROM pg_proc AS p
+        WHERE p.pronamespace = 'mailroom'::regnamespace
+            AND p.prosrc ~ 'mailroom\.(senders|outbound_messages|mailboxes|messages)\M'
+            AND p.prosrc ~* '\m(now\(\)|current_timestamp|clock_timestamp|transaction_timestamp)'
+    ),
+    NULL,
+    'no inbox or outbound function reads now() (time comes from mailroom.clock())'
 );
 
 SELECT * FROM finish();

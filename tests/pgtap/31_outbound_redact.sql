@@ -37,7 +37,11 @@ SELECT is(
     TRUE,
     'an IPv4 address is redacted'
 );
-SELECT unalike(mailroom.redact_pii('from 2001:db8::1 and fe80:0:0:0:1:2:3:4'), '%db8%', 'IPv6 addresses are redacted');
+SELECT is(
+    regexp_replace(mailroom.redact_pii('from 2001:db8::1 and fe80:0:0:0:1:2:3:4'), '<redacted:[0-9a-f]{16}>', 'T', 'g'),
+    'from T and T',
+    'IPv6 addresses are redacted'
+);
 SELECT unalike(mailroom.redact_pii('rejected "John Smith" <John Smith>'), '%Smith%', 'quoted and bracketed names are redacted');
 SELECT unalike(mailroom.redact_pii('user jürgen@bücher.de unknown'), '%bücher%', 'non-ASCII addresses are redacted');
 SELECT is(

@@ -1,6 +1,6 @@
 -- Outbound: finalize_messages (classification, backoff, max attempts, fencing), release, reaper.
 BEGIN;
-SELECT plan(44);
+SELECT plan(52);
 
 SET LOCAL mailroom.clock = '2030-01-01 00:00Z';
 SELECT mailroom.upsert_sender('tap', 'robot@mailroom.test', '127.0.0.1', 2525);
@@ -31,11 +31,25 @@ SELECT is(mailroom._classify_outcome('dropped', NULL, NULL), 'transient', 'a dro
 SELECT is(mailroom._classify_outcome('timeout', NULL, NULL), 'transient', 'a timeout is transient');
 SELECT is(mailroom._classify_outcome('local', NULL, NULL), 'permanent', 'an unbuildable message is permanent');
 
+-- the reply class (the sender's metric label): a closed set decided in SQL
+SELECT results_eq(
+    $$SELECT mailroom._reply_class(o, c) FROM (VALUES
+        ('sent', 250), ('sent', NULL), ('reply', 421), ('reply', 499), ('reply', 500), ('reply', 599),
+        ('reply', 250), ('reply', 600), ('reply', NULL), ('dropped', NULL), ('timeout', NULL),
+        ('connect', 421), ('uncertain', NULL), ('local', NULL), ('exploded', 550)) AS t (o, c)$$,
+    $$VALUES ('2xx'), ('2xx'), ('4xx'), ('4xx'), ('5xx'), ('5xx'), ('other'), ('other'), ('other'),
+             ('dropped'), ('timeout'), ('connect'), ('uncertain'), ('local'), ('other')$$,
+    '_reply_class: 2xx for sent, 4xx/5xx by reply code, the outcome for connection-level ones, else other'
+);
+SELECT ok(mailroom._gives_up('transient', 3, 3), 'a transient outcome at max_attempts gives up');
+SELECT ok(NOT mailroom._gives_up('transient', 2, 3), 'before max_attempts it does not');
+SELECT ok(NOT mailroom._gives_up('permanent', 3, 3), 'a permanent failure fails without "giving up"');
+
 -- many outcomes in one call
 SELECT pg_temp.only_due('m1', 'm2', 'm3', 'm4', 'm5', 'm6', 'm7');
 SELECT count(*) FROM mailroom.claim_messages(7, 'w1');
-SELECT results_eq(
-    $$SELECT id, result FROM mailroom.finalize_messages(
+CREATE TEMP TABLE fin7 ON COMMIT DROP AS
+SELECT * FROM mailroom.finalize_messages(
         ARRAY[pg_temp.mid('m1'), pg_temp.mid('m2'), pg_temp.mid('m3'), pg_temp.mid('m4'), pg_temp.mid('m5'),
               pg_temp.mid('m6'), pg_temp.mid('m7')],
         ARRAY[pg_temp.tok('m1'), pg_temp.tok('m2'), pg_temp.tok('m3'), pg_temp.tok('m4'), pg_temp.tok('m5'),
@@ -44,11 +58,19 @@ SELECT results_eq(
         ARRAY[250, 451, 550, NULL, NULL, NULL, NULL],
         ARRAY['2.0.0', '4.7.1', '5.1.1', NULL, NULL, NULL, NULL],
         ARRAY[NULL, '451 4.7.1 <a2@example.com> greylisted', '550 5.1.1 <a3@example.com> unknown', 'lost',
-              'lost after DATA', 'cannot build', 'timed out'])$$,
+              'lost after DATA', 'cannot build', 'timed out']);
+SELECT results_eq(
+    $$SELECT id, result FROM fin7$$,
     $$VALUES (pg_temp.mid('m1'), 'sent'), (pg_temp.mid('m2'), 'retry'), (pg_temp.mid('m3'), 'failed'),
              (pg_temp.mid('m4'), 'retry'), (pg_temp.mid('m5'), 'retry'), (pg_temp.mid('m6'), 'failed'),
              (pg_temp.mid('m7'), 'retry')$$,
     'one call records seven outcomes'
+);
+SELECT results_eq(
+    $$SELECT kind, reply_class FROM fin7$$,
+    $$VALUES ('sent', '2xx'), ('transient', '4xx'), ('permanent', '5xx'), ('transient', 'dropped'),
+             ('transient', 'uncertain'), ('permanent', 'local'), ('transient', 'timeout')$$,
+    'each row says the kind finalize decided and the reply class to label metrics with'
 );
 SELECT is(pg_temp.st('m1'), 'sent 1 -', 'sent: status sent, one attempt');
 SELECT is(
@@ -120,8 +142,9 @@ SELECT is(
     'sent', 'the new claim finalizes'
 );
 SELECT is(
-    (SELECT result FROM mailroom.finalize_messages(ARRAY[pg_temp.mid('m8')], ARRAY[(SELECT token FROM old_claim)], ARRAY['sent'])),
-    'stale', 'an outcome for an already finalized row is stale too'
+    (SELECT result || ' ' || kind || ' ' || reply_class
+        FROM mailroom.finalize_messages(ARRAY[pg_temp.mid('m8')], ARRAY[(SELECT token FROM old_claim)], ARRAY['sent'])),
+    'stale sent 2xx', 'an outcome for an already finalized row is stale too (still classified, for the metrics)'
 );
 
 -- reaped but not re-claimed: a late 'sent' still lands (avoids a duplicate), a late failure does not
@@ -153,6 +176,29 @@ SELECT pg_temp.only_due('m12');
 SELECT count(*) FROM mailroom.claim_messages(100, 'w');
 SELECT mailroom.reap_stuck_messages('0 seconds');
 SELECT is(pg_temp.st('m12'), 'failed 10 -', 'a reaped row out of attempts fails');
+SELECT matches(
+    (SELECT error_log FROM mailroom.outbound_messages WHERE id = pg_temp.mid('m12')),
+    'attempt 10 reaped: [^\n]*\ngiving up after 10 attempts \(outbound\.max_attempts\)$',
+    'and says so in error_log with the same give-up line as finalize'
+);
+SELECT is(
+    (
+        SELECT string_agg(p.proname, ', ' ORDER BY p.proname)
+        FROM pg_proc AS p
+        WHERE p.pronamespace = 'mailroom'::regnamespace AND p.prosrc ~ 'giving up after'
+    ),
+    '_attempt_log',
+    'the give-up line is written in one helper only'
+);
+SELECT is(
+    (
+        SELECT string_agg(p.proname, ', ' ORDER BY p.proname)
+        FROM pg_proc AS p
+        WHERE p.pronamespace = 'mailroom'::regnamespace AND p.prosrc ~ 'attempts \+ 1\s*(>=|<)\s*v_max'
+    ),
+    NULL,
+    'the give-up rule (attempt >= outbound.max_attempts) is only in _gives_up'
+);
 
 SELECT throws_ok(
     $$SELECT * FROM mailroom.finalize_messages(ARRAY[1, 2]::bigint[], ARRAY[1]::bigint[], ARRAY['sent', 'sent'])$$,

@@ -81,6 +81,7 @@ SELECT throws_ok(
     $$SELECT * FROM mailroom.render_token_email('password_recovery', 'a@example.test', 'a', 'q', '12345')$$,
     'MR401', 'no email template for token action ''password_recovery''', 'deleted template: MR401'
 );
+-- written around set_setting (which may refuse it), as a value stored before validation would be
 UPDATE mailroom.settings SET value = 'javascript:alert(1)' WHERE name = 'collector.link_base_url';
 SELECT throws_ok(
     $$SELECT * FROM mailroom.render_token_email('activation', 'a@example.test', 'a', 'q', null)$$,
