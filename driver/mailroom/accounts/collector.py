@@ -30,7 +30,7 @@ from mailroom.accounts.output import CommitLost, EnqueueSink, OutputClosed, Stdo
 from mailroom.core.errors import ConfigError, UserError, describe_db_error
 from mailroom.core.log import get_logger
 from mailroom.db import heartbeat
-from mailroom.db.connect import connect
+from mailroom.db.connect import connect, connection_lost
 from mailroom.db.listen import Listener
 
 OUTPUTS = ("csv", "jsonl")
@@ -175,6 +175,10 @@ class Collector:
                         self._step()
                 except RECONNECTABLE as exc:
                     self._lost(describe_db_error(exc))
+                except psycopg.Error as exc:
+                    if self.work is None or not connection_lost(self.work, exc):
+                        raise
+                    self._lost(describe_db_error(exc))  # e.g. PgBouncer: a server connection crashed
                 except CommitLost as exc:
                     self.log.warning(
                         "WARN: connection lost while committing a written batch of %d tokens; "
@@ -324,9 +328,9 @@ class Collector:
         try:
             self.work.execute(heartbeat.SQL, params)
             self.work.commit()
-        except RECONNECTABLE:
-            raise
         except psycopg.Error as exc:
+            if connection_lost(self.work, exc):
+                raise
             self.work.rollback()
             self.heartbeat.failed(exc, params[2])
             return

@@ -14,6 +14,8 @@ from typing import BinaryIO
 
 import psycopg
 
+from mailroom.db.connect import connection_lost
+
 DEQUEUE_SQL = (
     "SELECT action::text, email, login, signed, code, token_id"
     " FROM mailroom.dequeue_tokens(%s, %s)"
@@ -75,7 +77,9 @@ FORMATS = {"csv": format_csv, "jsonl": format_jsonl}
 def _commit(conn: psycopg.Connection, rows: int) -> None:
     try:
         conn.commit()
-    except psycopg.OperationalError as exc:
+    except psycopg.Error as exc:
+        if not connection_lost(conn, exc):
+            raise
         raise CommitLost(rows, exc) from None
 
 

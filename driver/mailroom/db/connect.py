@@ -19,6 +19,15 @@ def connection_kwargs(*, autocommit: bool = True, application_name: str = "mailr
     return {"autocommit": autocommit, "application_name": application_name, "prepare_threshold": None, **extra}
 
 
+def connection_lost(conn: psycopg.Connection | psycopg.AsyncConnection, exc: BaseException) -> bool:
+    """Whether `exc` means the connection is gone, so reconnecting (not giving up) is the answer.
+
+    An OperationalError or InterfaceError, or any error after which psycopg closed the connection:
+    PgBouncer reports a server connection that died inside a transaction with two error results,
+    which psycopg raises for COMMIT as InternalError ("received 2 results from command 'COMMIT'")."""
+    return isinstance(exc, (psycopg.OperationalError, psycopg.InterfaceError)) or conn.closed or conn.broken
+
+
 def _failed(exc: psycopg.Error) -> UserError:
     return UserError(f"cannot connect to the database: {describe_db_error(exc)}", kind_of(exc).exit_code)
 

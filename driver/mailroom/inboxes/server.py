@@ -103,8 +103,9 @@ class InboxHandler:
             return REPLY_TOO_MANY
         address = clean_text(address) or ""
         try:
-            verdict = await self._fetch_one(
-                "SELECT mailroom.check_recipient(%s, %s)", (address, _declared_size(envelope.mail_options))
+            verdict, normalized = await self._fetch_one(
+                "SELECT verdict, address FROM mailroom.check_recipient(%s, %s)",
+                (address, _declared_size(envelope.mail_options)),
             )
         except psycopg.Error as exc:
             log.error("recipient check failed: %s", describe_db_error(exc))
@@ -115,8 +116,10 @@ class InboxHandler:
         if verdict != "ok":
             log.info("refused a recipient at RCPT: %s", verdict)
             return _VERDICT_REPLY.get(verdict, REPLY_UNAVAILABLE)
-        key = address.strip().lower()
-        if key not in (a.strip().lower() for a in envelope.rcpt_tos):
+        # SQL's normalized form of this transaction's accepted recipients (a new Envelope per MAIL)
+        accepted = envelope.__dict__.setdefault("mailroom_accepted", set())
+        if normalized not in accepted:  # one stored copy per mailbox, however the address was written
+            accepted.add(normalized)
             envelope.rcpt_tos.append(address)
             envelope.rcpt_options.extend(rcpt_options)
         return "250 2.1.5 OK"
@@ -140,8 +143,7 @@ class InboxHandler:
             try:
                 async with self.pool.connection() as conn:
                     cur = await conn.execute(query, params)
-                    row = await cur.fetchone()
-                    return row[0] if row else None
+                    return await cur.fetchone()
             except psycopg.OperationalError:
                 if attempt == attempts:
                     raise

@@ -8,24 +8,11 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 
-# The SMTP classes a delivery outcome falls into (the `smtp_class` label).
+# The reply classes mailroom.finalize_messages reports (mailroom._reply_class): the `smtp_class` label.
 SMTP_CLASSES = ("2xx", "4xx", "5xx", "dropped", "timeout", "connect", "uncertain", "local", "other")
 RESULTS = ("sent", "retry", "failed", "stale")
 STATUSES = ("queued", "processing", "sent", "failed")
 QUEUES = ("outbound", "tokens", "inbox_expiry")  # the `queue` label: mailroom.queue_health() rows
-
-
-def smtp_class(outcome: str, code: int | None) -> str:
-    """The label value for an outcome: the reply class for SMTP replies, else the outcome kind."""
-    if outcome == "sent":
-        return "2xx"
-    if outcome == "reply":
-        if code is not None and 400 <= code < 500:
-            return "4xx"
-        if code is not None and 500 <= code < 600:
-            return "5xx"
-        return "other"
-    return outcome if outcome in SMTP_CLASSES else "other"
 
 
 class SenderMetrics:

@@ -38,7 +38,7 @@ from mailroom.core.log import get_logger
 from mailroom.db import heartbeat
 from mailroom.db.connect import connect_async, connection_kwargs
 from mailroom.db.listen import Listener
-from mailroom.outbound.metrics import SenderMetrics, smtp_class
+from mailroom.outbound.metrics import SenderMetrics
 from mailroom.outbound.relay import Attempt, Outcome, Relay, RelayConnections, deliver
 
 log = get_logger("send")
@@ -46,7 +46,7 @@ log = get_logger("send")
 CHANNEL = "mailroom_outbound"
 CLAIM_SQL = "SELECT * FROM mailroom.claim_messages(%s, %s, %s, %s::interval)"
 FINALIZE_SQL = (
-    "SELECT id, result FROM mailroom.finalize_messages("
+    "SELECT id, result, reply_class FROM mailroom.finalize_messages("
     "%s::bigint[], %s::bigint[], %s::text[], %s::integer[], %s::text[], %s::text[])"
 )
 RELEASE_SQL = "SELECT mailroom.release_messages(%s::bigint[], %s::bigint[])"
@@ -382,10 +382,12 @@ class Sender:
                     [o.error for o in outcomes],
                 ),
             )
-            results = {r["id"]: r["result"] for r in await cur.fetchall()}
+            # SQL decided what each outcome means (result) and its reply class (the metric label)
+            results = {r["id"]: (r["result"], r["reply_class"]) for r in await cur.fetchall()}
             for o in outcomes:
-                self.metrics.record(results.get(o.id, "stale"), smtp_class(o.outcome, o.code), o.seconds)
-            stale = sum(1 for r in results.values() if r == "stale")
+                result, reply_class = results.get(o.id, ("stale", "other"))
+                self.metrics.record(result, reply_class, o.seconds)
+            stale = sum(1 for r, _ in results.values() if r == "stale")
             if stale:
                 log.info("%d outcome(s) ignored: their claim was reaped and taken over", stale)
         if unsent:
