@@ -12,7 +12,7 @@ import time
 
 import pytest
 from collector_support import Collector, assert_exactly_once, bulk_accounts_sql, create_accounts
-from pooled_support import POOLER_SELFTEST_WARNING
+from pooled_support import POOLER_SELFTEST_WARNING, wait_until
 
 
 @pytest.fixture
@@ -117,3 +117,29 @@ def test_collect_listener_reconnects_after_its_backend_is_terminated(collectors,
     assert time.monotonic() - t0 < 3, "heard through NOTIFY again"
     assert c.stop() == 0
 
+
+def test_commit_lost_behind_the_pooler_is_not_fatal_nor_written_twice(conn, urls):
+    """The server connection under a batch dies before its COMMIT: PgBouncer answers the COMMIT with
+    two errors (psycopg: InternalError, connection closed). The collector reconnects and the batch,
+    already written, is confirmed without being written again."""
+    u = urls("collector")
+    c = Collector(u.database, "--listen-url", u.listen,
+                  env={"MAILROOM_BATCH_LIMIT": "1000", "MAILROOM_BATCH_TIMEOUT": "50"}, pump_stdout=False)
+    try:
+        c.wait_stderr("waiting for notifications")
+        conn.execute(bulk_accounts_sql("cut", 1000))  # one ~130 kB line: the write blocks on the full pipe
+        wait_until(lambda: conn.execute("SELECT 1 FROM pg_stat_activity WHERE application_name = 'mailroom-collect'"
+                                        " AND state = 'idle in transaction'").fetchone(), what="a batch in flight")
+        conn.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+                     " WHERE application_name = 'mailroom-collect' AND state = 'idle in transaction'")
+        c.start_pump()  # the write completes, the COMMIT fails
+        c.wait_stderr("connection lost while committing a written batch of 1000 tokens")
+        c.wait_stderr("1000 tokens written before a lost commit were confirmed, not written again")
+        records = c.records(1000)
+        logins = [f"cut{i}" for i in range(1000)] + create_accounts(conn, "next", 2)
+        records += c.records(2)
+        c.assert_quiet(0.3)
+        assert_exactly_once(records, logins)
+        assert c.proc.poll() is None, c.stderr_text()
+    finally:
+        c.kill()

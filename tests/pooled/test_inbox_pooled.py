@@ -65,10 +65,10 @@ def test_inbox_serve_through_the_pooler_stores_every_accepted_message_once(conn,
         s.removeprefix("pooled ") for (s,) in conn.execute("SELECT subject FROM mailroom.messages").fetchall()
     )
     assert len(replies) == CLIENTS * PER_CLIENT
+    assert len(accepted) == CLIENTS * PER_CLIENT, (collections.Counter(replies.values()), server.stderr()[-3000:])
     assert set(stored) == accepted, f"250 but not stored: {len(accepted - set(stored))}, stored without 250: " \
                                      f"{len(set(stored) - accepted)}"
     assert set(stored.values()) == {1}, "each accepted message stored once"
-    assert len(accepted) == CLIENTS * PER_CLIENT, collections.Counter(replies.values())
     assert "prepared statement" not in server.stderr() and "failed" not in server.stderr(), server.stderr()
     assert server.stop() == 0
 
