@@ -85,7 +85,7 @@ $$;
 
 COMMENT ON FUNCTION mailroom.queue_health() IS
 'One row per queue (outbound, tokens, inbox_expiry): rows due now, seconds since the oldest became due, expired leases (outbound; NULL elsewhere).';
-GRANT EXECUTE ON FUNCTION mailroom.queue_health() TO mailroom_monitor, mailroom_admin;
+GRANT EXECUTE ON FUNCTION mailroom.queue_health() TO mailroom_monitor, mailroom_admin, mailroom_sender;
 
 CREATE OR REPLACE FUNCTION mailroom.worker_heartbeat(
     p_worker text,

@@ -5,7 +5,8 @@
 - `template_db`: a database migrated from migrations/ + sql/ once per run.
 - `db_url`: a new database cloned from the template for each test (CREATE DATABASE … TEMPLATE).
 - `conn`: an autocommit psycopg connection to it.
-- `cli` / `cli_popen`: the real `python -m mailroom` as a subprocess pointed at `db_url`.
+- `cli` / `cli_popen`: the real `python -m mailroom` as a subprocess pointed at `db_url`, logged in
+  as the command's least-privilege role (mailroom.testing.TEST_LOGINS).
 - `pooler`: a real PgBouncer in transaction mode in front of `pg`, once per run
   (mailroom.testing.PgBouncer); `pooler.pooled_url(url)` is the same database and user through it.
 - `pooled_db_url`: `db_url` through the pooler.
@@ -91,13 +92,15 @@ def conn(db_url: str) -> Iterator[psycopg.Connection]:
         yield connection
 
 
-def _cli_env(db_url: str | None, env: dict[str, str] | None) -> dict[str, str]:
+def _cli_env(db_url: str | None, env: dict[str, str] | None, args: tuple[str, ...] = ()) -> dict[str, str]:
+    """The command's environment; its database URLs log in as the command's least-privilege role
+    (mailroom.testing.login_for: collect as mr_collector, send as mr_sender, …), never the superuser."""
     merged = {k: v for k, v in os.environ.items() if not k.startswith("MAILROOM_")}
     merged["PYTHONUNBUFFERED"] = "1"
     if db_url is not None:
         merged["MAILROOM_DATABASE_URL"] = db_url
     merged.update(env or {})
-    return merged
+    return testing.driver_env(merged, args)
 
 
 @pytest.fixture
@@ -106,7 +109,7 @@ def cli(db_url: str) -> Callable[..., subprocess.CompletedProcess]:
             cwd: str | Path | None = None) -> subprocess.CompletedProcess:
         return subprocess.run(
             [sys.executable, "-m", "mailroom", *args],
-            env=_cli_env(db_url, env),
+            env=_cli_env(db_url, env, args),
             capture_output=True,
             text=True,
             timeout=timeout,
@@ -124,7 +127,7 @@ def cli_popen(db_url: str) -> Iterator[Callable[..., subprocess.Popen]]:
     def start(*args: str, env: dict[str, str] | None = None, **kwargs) -> subprocess.Popen:
         kwargs.setdefault("stdout", subprocess.PIPE)
         kwargs.setdefault("stderr", subprocess.PIPE)
-        proc = subprocess.Popen([sys.executable, "-m", "mailroom", *args], env=_cli_env(db_url, env), **kwargs)
+        proc = subprocess.Popen([sys.executable, "-m", "mailroom", *args], env=_cli_env(db_url, env, args), **kwargs)
         procs.append(proc)
         return proc
 

@@ -56,9 +56,72 @@ def drop_database(cluster: embedded.Cluster, name: str) -> None:
         conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
 
 
+# Login roles the drivers use in tests: never the superuser. Each is granted the group role of
+# its job, and mailroom_timekeeper, because tests pin the clock (`mr_app_nopin` is not: it proves a
+# runtime role cannot move time).
+TEST_LOGINS: dict[str, tuple[str, ...]] = {
+    "mr_app": ("mailroom_app", "mailroom_timekeeper"),
+    "mr_collector": ("mailroom_collector", "mailroom_timekeeper"),
+    "mr_sender": ("mailroom_sender", "mailroom_timekeeper"),
+    "mr_inbound": ("mailroom_inbound", "mailroom_timekeeper"),
+    "mr_monitor": ("mailroom_monitor", "mailroom_timekeeper"),
+    "mr_admin": ("mailroom_admin", "mailroom_timekeeper"),
+    # `mailroom run` starts the inbox server, the collector and the sender with one URL
+    "mr_worker": ("mailroom_collector", "mailroom_sender", "mailroom_inbound", "mailroom_timekeeper"),
+    "mr_app_nopin": ("mailroom_app",),
+}
+
+
+def ensure_test_logins(url: str) -> None:
+    """Create the TEST_LOGINS (cluster-wide, idempotent) with their group roles."""
+    with connect(url) as conn:
+        for login, groups in TEST_LOGINS.items():
+            exists = conn.execute("SELECT 1 FROM pg_roles WHERE rolname = %s", (login,)).fetchone()
+            if not exists:
+                conn.execute(sql.SQL("CREATE ROLE {} LOGIN").format(sql.Identifier(login)))
+            for group in groups:
+                conn.execute(sql.SQL("GRANT {} TO {}").format(sql.Identifier(group), sql.Identifier(login)))
+
+
+def login_for(args: tuple[str, ...] | list[str]) -> str | None:
+    """The test login a `mailroom …` command runs as; None: as given (db, demo, doctor: admin's tools)."""
+    if not args:
+        return None
+    command, sub = args[0], (args[1] if len(args) > 1 else "")
+    if command == "collect":
+        return "mr_collector"
+    if command == "send":
+        return "mr_sender"
+    if command == "expire" or (command == "inbox" and sub == "serve"):
+        return "mr_inbound"
+    if command == "inbox":
+        return "mr_app"
+    if command == "outbound":
+        return "mr_monitor" if sub in ("status", "list") else "mr_admin"
+    if command == "run":
+        return "mr_worker"
+    return None
+
+
+def as_login(url: str, login: str | None) -> str:
+    """`url` with another user (the cluster trusts its socket; the test pooler lists TEST_LOGINS)."""
+    return url if login is None else make_conninfo(url, user=login)
+
+
+def driver_env(env: dict[str, str], args: tuple[str, ...] | list[str]) -> dict[str, str]:
+    """MAILROOM_DATABASE_URL / MAILROOM_LISTEN_URL of a command's environment, as its test login."""
+    login = login_for(args)
+    out = dict(env)
+    for key in ("MAILROOM_DATABASE_URL", "MAILROOM_LISTEN_URL"):
+        if out.get(key) and out[key].strip().lower() not in ("none", "off"):
+            out[key] = as_login(out[key], login)
+    return out
+
+
 def migrated_database(cluster: embedded.Cluster, name: str, *, pgtap: bool = False) -> str:
     url = create_database(cluster, name)
     migrate(url)
+    ensure_test_logins(url)
     if pgtap:
         with connect(url) as conn:
             conn.execute("CREATE EXTENSION IF NOT EXISTS pgtap")
@@ -121,7 +184,7 @@ class PgBouncer:
     """
 
     def __init__(self, cluster: embedded.Cluster, *, pool_size: int = 3, max_client_conn: int = 200,
-                 users: tuple[str, ...] = (embedded.SUPERUSER,), rotate: bool = True) -> None:
+                 users: tuple[str, ...] = (embedded.SUPERUSER, *TEST_LOGINS), rotate: bool = True) -> None:
         self.cluster = cluster
         self.rotate = rotate  # False: PgBouncer's defaults (last used server first, pools grow on demand)
         self.pool_size = pool_size

@@ -17,6 +17,8 @@ from pathlib import Path
 
 import psycopg
 
+from mailroom import testing
+
 KEY_HEX = "cafebabe" * 8
 KEY = bytes.fromhex(KEY_HEX)
 APP_NAME = "mailroom-collect"
@@ -75,7 +77,7 @@ class Collector:
         merged.update(env or {})
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "mailroom", "collect", *args],
-            env=merged,
+            env=testing.driver_env(merged, ["collect"]),  # as mr_collector, never the superuser
             cwd=ROOT,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,

@@ -5,6 +5,7 @@ from __future__ import annotations
 import psycopg
 from collector_support import Collector, assert_exactly_once, create_accounts
 
+from mailroom import testing
 from mailroom.db import cluster as embedded
 from mailroom.db.migrate import migrate
 
@@ -12,6 +13,7 @@ from mailroom.db.migrate import migrate
 def test_terminate_then_server_restart_zero_lost_zero_duplicates(private_cluster):
     url = private_cluster.url()
     migrate(url)
+    testing.ensure_test_logins(url)  # the collector logs in as mr_collector
     bindir, run_as = embedded.find_bindir(), embedded.RunAs.detect()
     c = Collector(url, env={"MAILROOM_BATCH_LIMIT": "4", "MAILROOM_BATCH_TIMEOUT": "100"})
     try:

@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from mailroom.testing import as_login, login_for
+
 
 def processes_with(db_url: str) -> list[str]:
     """Command lines of live processes whose environment points at this test database."""
@@ -87,24 +89,26 @@ def keys() -> dict[str, str]:
 
 def test_run_starts_all_and_stops_on_sigterm(cli_popen, db_url, keys):
     port, metrics = free_port(), free_port()
+    run_url = as_login(db_url, login_for(["run"]))  # the cli fixture runs it as its test login
     proc = cli_popen("run", "--inbox-port", str(port), "--metrics-port", str(metrics), env=keys)
     wait_listening(port)
     wait_listening(metrics)
     with urllib.request.urlopen(f"http://127.0.0.1:{metrics}/metrics", timeout=5) as resp:
         assert b"mailroom_" in resp.read()
     deadline = time.monotonic() + 10
-    while len(processes_with(db_url)) < 5 and time.monotonic() < deadline:
+    while len(processes_with(run_url)) < 5 and time.monotonic() < deadline:
         time.sleep(0.1)
-    children = processes_with(db_url)
+    children = processes_with(run_url)
     for name in ("inbox serve", "collect --enqueue", "mailroom send", "mailroom expire"):
         assert any(name in c for c in children), (name, children)
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(timeout=15) == 0, proc.stderr.read().decode()
-    assert processes_with(db_url) == []
+    assert processes_with(run_url) == []
 
 
 def test_run_stops_everything_when_a_component_dies(cli_popen, db_url, keys):
     port = free_port()
+    run_url = as_login(db_url, login_for(["run"]))
     proc = cli_popen("run", "--inbox-port", str(port), "--no-expire", env=keys)
     wait_listening(port)
     deadline = time.monotonic() + 10
@@ -117,14 +121,14 @@ def test_run_stops_everything_when_a_component_dies(cli_popen, db_url, keys):
                     env = Path(f"/proc/{pid}/environ").read_bytes()
                 except OSError:
                     continue
-                if b"mailroom\0send" in cmd and f"MAILROOM_DATABASE_URL={db_url}".encode() in env:
+                if b"mailroom\0send" in cmd and f"MAILROOM_DATABASE_URL={run_url}".encode() in env:
                     sender = int(pid)
         time.sleep(0.1)
     assert sender is not None
     os.kill(sender, signal.SIGKILL)
     assert proc.wait(timeout=20) == 1
     assert b"send exited with code -9; stopping the others" in proc.stderr.read()
-    assert processes_with(db_url) == []
+    assert processes_with(run_url) == []
 
 
 def test_run_refuses_to_run_nothing(cli):

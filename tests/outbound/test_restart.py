@@ -12,6 +12,7 @@ import time
 import psycopg
 from outbound_support import SEND_FLAGS, add_sender, counts, enqueue_many, wait_for
 
+from mailroom import testing
 from mailroom.db import cluster as embedded
 from mailroom.db.migrate import migrate
 
@@ -33,6 +34,8 @@ def test_sender_survives_server_restart(private_cluster, smtp_server):
         enqueue_many(conn, 300)
     env = {k: v for k, v in os.environ.items() if not k.startswith("MAILROOM_")}
     env.update(MAILROOM_DATABASE_URL=url, PYTHONUNBUFFERED="1")
+    testing.ensure_test_logins(url)
+    env = testing.driver_env(env, ["send"])  # as mr_sender
     # short lease and reaper, so a batch whose finalize died with the server comes back quickly
     proc = subprocess.Popen(
         [sys.executable, "-m", "mailroom", "send", *SEND_FLAGS, "--concurrency", "2", "--batch-size", "20",

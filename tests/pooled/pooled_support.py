@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 import psycopg
 
+from mailroom import testing
 from mailroom.testing import PgBouncer
 
 POOLER_SELFTEST_WARNING = "the self-test NOTIFY did not come back (a transaction pooler cannot carry LISTEN"
@@ -55,7 +56,8 @@ class Worker:
         merged = {k: v for k, v in os.environ.items() if not k.startswith("MAILROOM_")}
         merged.update(PYTHONUNBUFFERED="1", **env)
         self.args = args
-        self.proc = subprocess.Popen([sys.executable, "-m", "mailroom", *args], env=merged, stdout=stdout,
+        self.proc = subprocess.Popen([sys.executable, "-m", "mailroom", *args], env=testing.driver_env(merged, args),
+                                     stdout=stdout,
                                      stderr=subprocess.PIPE, text=True)
         self._lines: list[str] = []
         self._cond = threading.Condition()

@@ -59,7 +59,15 @@ def serve_cmd(
     host: Annotated[str, typer.Option(help="Address to listen on.")] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="TCP port to listen on (0: any free port).")] = 2525,
     max_recipients: Annotated[int, typer.Option(help="RCPT TO per message; more get 452.")] = 100,
-    idle_timeout: Annotated[float, typer.Option(help="Seconds a client may stay silent.")] = 300.0,
+    max_bad_recipients: Annotated[
+        int, typer.Option(help="Refused recipients a connection may send; its next RCPT gets 421 and a hang-up.")
+    ] = 10,
+    max_sessions: Annotated[
+        int, typer.Option(help="Connections at once; more get 421 and are closed at once.")
+    ] = 100,
+    idle_timeout: Annotated[
+        float, typer.Option(help="Seconds a client may stay silent (also bounds one DATA transfer).")
+    ] = 300.0,
     max_line_length: Annotated[int, typer.Option(help="Longest line in octets, CRLF excluded.")] = 1000,
     max_message_size: Annotated[
         Optional[int], typer.Option(help="SIZE to advertise (default: the largest plan limit).")
@@ -69,7 +77,8 @@ def serve_cmd(
     """Run the inbound SMTP server that stores mail for open inboxes."""
     if not 0 <= port <= 65535:
         raise ConfigError(f"--port must be between 0 and 65535, got {port}")
-    for name, value in (("--max-recipients", max_recipients), ("--pool-size", pool_size),
+    for name, value in (("--max-recipients", max_recipients), ("--max-bad-recipients", max_bad_recipients),
+                        ("--max-sessions", max_sessions), ("--pool-size", pool_size),
                         ("--max-line-length", max_line_length)):
         if value < 1:
             raise ConfigError(f"{name} must be at least 1, got {value}")
@@ -83,8 +92,9 @@ def serve_cmd(
 
     url = resolve_database_url(database_url)
     server = InboundServer(
-        url, host=host, port=port, max_recipients=max_recipients, idle_timeout=idle_timeout,
-        max_line_length=max_line_length, pool_size=pool_size, data_size_limit=max_message_size,
+        url, host=host, port=port, max_recipients=max_recipients, max_bad_recipients=max_bad_recipients,
+        max_sessions=max_sessions, idle_timeout=idle_timeout, max_line_length=max_line_length,
+        pool_size=pool_size, data_size_limit=max_message_size,
     )
 
     async def main() -> None:

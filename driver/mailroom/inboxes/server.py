@@ -2,17 +2,24 @@
 
 The server is a thin aiosmtpd front over the SQL API:
 - RCPT TO asks `mailroom.check_recipient` (unknown, deleted, expired → 550 5.1.1; over the plan's
-  size for a declared SIZE → 552 5.3.4; full → 552 5.2.2; more than --max-recipients → 452 4.5.3).
-- DATA parses the message (mailroom.mime) and calls `mailroom.deliver_message` for every accepted
-  recipient in ONE autocommit statement (one row each). 250 is answered only after it returned
-  (committed), so an accepted message is never lost; if any recipient fails, nothing is kept and
-  the reply says why (4xx when a retry can succeed, 5xx otherwise), so nothing is doubled.
+  size for a declared SIZE → 552 5.3.4; full → 552 5.2.2; more than --max-recipients → 452 4.5.3)
+  and, for an accepted recipient, the largest size it accepts (the same function, probed).
+- DATA is read by InboundSMTP.smtp_DATA, which holds at most the largest limit of the
+  transaction's accepted recipients: past it the rest is read and dropped, and the reply is
+  552 5.3.4 (the connection stays usable).
+- DATA then parses the message (mailroom.mime) and calls `mailroom.deliver_message` for every
+  accepted recipient in ONE autocommit statement (one row each). 250 is answered only after it
+  returned (committed), so an accepted message is never lost; if any recipient fails, nothing is
+  kept and the reply says why (4xx when a retry can succeed, 5xx otherwise), so nothing is doubled.
+- Abuse limits: --max-bad-recipients refused recipients per session, then 421 and hang up;
+  --max-sessions connections at once, more get 421 before any database work; --idle-timeout.
 - Logs carry counts, sizes and ids, never addresses or subjects.
 """
 
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -37,6 +44,9 @@ REPLY_TOO_MANY = "452 4.5.3 Too many recipients"
 REPLY_TEMPFAIL = "451 4.3.0 Temporary failure, please try again later"
 REPLY_RETRY_RCPT = "451 4.2.0 A recipient became unavailable; please try again"
 REPLY_EMPTY = "554 5.6.0 Message is empty"
+REPLY_TOO_MANY_BAD = "421 4.7.0 Too many invalid recipients, closing connection"
+REPLY_BUSY = "421 4.3.2 Too many connections, try again later"
+REPLY_LINE_TOO_LONG = "500 Line too long (see RFC5321 4.5.3.1.6)"
 
 _VERDICT_REPLY = {
     "unknown": REPLY_UNAVAILABLE,
@@ -65,6 +75,49 @@ def _declared_size(mail_options: list[str]) -> int | None:
     return None
 
 
+# The RCPT verdict, and for an accepted recipient the largest message size its mailbox takes:
+# check_recipient answers 'too_large' exactly when a size is over the plan's limit, so a binary
+# search over [floor, cap] with it finds max(floor, min(limit, cap)) in one round trip (about 25
+# calls of the function for a 25 MiB cap, none once floor = cap). floor is the transaction's
+# limit so far: only a larger limit matters.
+_RCPT_QUERY = """
+WITH RECURSIVE c AS MATERIALIZED (
+    SELECT verdict, address FROM mailroom.check_recipient(%(address)s, %(size)s)
+), probe (lo, hi) AS (
+    SELECT %(floor)s::bigint, %(cap)s::bigint FROM c WHERE c.verdict = 'ok'
+    UNION ALL
+    SELECT
+        CASE WHEN r.verdict = 'too_large' THEN p.lo ELSE m.mid END,
+        CASE WHEN r.verdict = 'too_large' THEN m.mid - 1 ELSE p.hi END
+    FROM probe AS p
+    CROSS JOIN LATERAL (SELECT (p.lo + p.hi + 1) / 2 AS mid) AS m
+    CROSS JOIN LATERAL mailroom.check_recipient(%(address)s, m.mid) AS r
+    WHERE p.lo < p.hi
+)
+SELECT c.verdict, c.address, (SELECT max(probe.lo) FROM probe) FROM c
+"""
+
+_NO_CAP = 2**31 - 1  # plans.max_message_bytes is an integer
+
+
+class _Envelope(Envelope):
+    """One transaction (a new one per MAIL, after DATA and at RSET)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.accepted: set[str] = set()  # SQL's normalized form of the accepted recipients
+        self.accepted_count = 0  # RCPTs answered 250 (a repeated address counts again)
+        self.size_limit = 0  # the largest limit of the accepted recipients' mailboxes
+
+
+class _Session(Session):
+    """One connection."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        super().__init__(loop)
+        self.refused_recipients = 0  # recipients refused by their verdict, whatever the transaction
+
+
 @dataclass
 class _Failure:
     reply: str
@@ -89,23 +142,25 @@ _INLINE_PARSE_BYTES = 64 * 1024
 class InboxHandler:
     """aiosmtpd handler: RCPT checks and DATA delivery through the SQL API."""
 
-    def __init__(self, pool: AsyncConnectionPool, *, max_recipients: int = 100) -> None:
+    def __init__(self, pool: AsyncConnectionPool, *, max_recipients: int = 100, size_cap: int | None = None) -> None:
         self.pool = pool
         self.max_recipients = max_recipients
+        self.size_cap = size_cap or _NO_CAP  # the server's SIZE: no transaction holds more
         self.in_flight = 0
         self.idle = asyncio.Event()
         self.idle.set()
 
     async def handle_RCPT(  # noqa: N802 - aiosmtpd hook name
-        self, server: SMTP, session: Session, envelope: Envelope, address: str, rcpt_options: list[str]
+        self, server: SMTP, session: _Session, envelope: _Envelope, address: str, rcpt_options: list[str]
     ) -> str:
-        if len(envelope.rcpt_tos) >= self.max_recipients:
+        if envelope.accepted_count >= self.max_recipients:
             return REPLY_TOO_MANY
         address = clean_text(address) or ""
+        declared = _declared_size(envelope.mail_options)
+        floor = max(envelope.size_limit, min(declared or 0, self.size_cap))
         try:
-            verdict, normalized = await self._fetch_one(
-                "SELECT verdict, address FROM mailroom.check_recipient(%s, %s)",
-                (address, _declared_size(envelope.mail_options)),
+            verdict, normalized, limit = await self._fetch_one(
+                _RCPT_QUERY, {"address": address, "size": declared, "floor": floor, "cap": self.size_cap}
             )
         except psycopg.Error as exc:
             log.error("recipient check failed: %s", describe_db_error(exc))
@@ -114,12 +169,13 @@ class InboxHandler:
             log.error("recipient check failed unexpectedly: %s", type(exc).__name__)
             return REPLY_TEMPFAIL
         if verdict != "ok":
+            session.refused_recipients += 1
             log.info("refused a recipient at RCPT: %s", verdict)
             return _VERDICT_REPLY.get(verdict, REPLY_UNAVAILABLE)
-        # SQL's normalized form of this transaction's accepted recipients (a new Envelope per MAIL)
-        accepted = envelope.__dict__.setdefault("mailroom_accepted", set())
-        if normalized not in accepted:  # one stored copy per mailbox, however the address was written
-            accepted.add(normalized)
+        envelope.accepted_count += 1
+        envelope.size_limit = max(envelope.size_limit, int(limit) if limit is not None else self.size_cap)
+        if normalized not in envelope.accepted:  # one stored copy per mailbox, however the address was written
+            envelope.accepted.add(normalized)
             envelope.rcpt_tos.append(address)
             envelope.rcpt_options.extend(rcpt_options)
         return "250 2.1.5 OK"
@@ -137,7 +193,7 @@ class InboxHandler:
             if self.in_flight == 0:
                 self.idle.set()
 
-    async def _fetch_one(self, query: str, params: tuple) -> Any:
+    async def _fetch_one(self, query: str, params: tuple | dict[str, Any]) -> Any:
         attempts = self.pool.max_size + 1  # a read: retrying on a broken connection is always safe
         for attempt in range(1, attempts + 1):
             try:
@@ -242,9 +298,153 @@ class InboxHandler:
         return failures[0].reply
 
 
-def _smtp_class(max_line_length: int) -> type[SMTP]:
-    """SMTP with our line length limit (the StreamReader limit is read from the class)."""
-    return type("InboundSMTP", (SMTP,), {"line_length_limit": max_line_length + 1})
+class _SessionGate:
+    """Counts open SMTP sessions for --max-sessions (one event loop: no lock needed)."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.open = 0
+        self._refused = 0
+        self._logged_at = float("-inf")
+
+    def enter(self) -> bool:
+        if self.open < self.limit:
+            self.open += 1
+            return True
+        self._refused += 1
+        now = time.monotonic()
+        if now - self._logged_at >= 10:  # a flood of connections is one line per 10 s, not one each
+            log.warning("refused %d connection(s): %d sessions open (--max-sessions)", self._refused, self.open)
+            self._refused = 0
+            self._logged_at = now
+        return False
+
+    def leave(self) -> None:
+        self.open -= 1
+
+
+class _Busy(asyncio.Protocol):
+    """A connection over --max-sessions: 421 and hang up, before any database work."""
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        transport.write(REPLY_BUSY.encode() + b"\r\n")  # type: ignore[attr-defined]
+        transport.close()  # after the reply is flushed
+
+
+class InboundSMTP(SMTP):
+    """aiosmtpd's SMTP with the server's per-session limits and a DATA reader that holds at most
+    the transaction's size limit (aiosmtpd's own reads up to the server-wide data_size_limit)."""
+
+    def __init__(self, handler: InboxHandler, *, max_bad_recipients: int = 10, gate: _SessionGate | None = None,
+                 **kwargs: Any) -> None:
+        super().__init__(handler, **kwargs)
+        self.max_bad_recipients = max_bad_recipients
+        self._gate = gate  # its slot was taken by the factory, given back at connection_lost
+
+    def _create_session(self) -> _Session:
+        return _Session(self.loop)
+
+    def _create_envelope(self) -> _Envelope:
+        return _Envelope()
+
+    def connection_lost(self, error: Exception | None) -> None:
+        if self._gate is not None:
+            self._gate.leave()
+            self._gate = None
+        super().connection_lost(error)
+
+    async def _hang_up(self, reply: str) -> None:
+        """421 and close, like QUIT: commands the client pipelined after it are not run."""
+        await self.push(reply)
+        if self.transport is not None:
+            self.transport.close()  # after the reply is flushed
+        if self._handler_coroutine is not None:
+            self._handler_coroutine.cancel()  # this very task: it ends at the next await
+        await asyncio.sleep(0)  # here, before a pipelined command is read
+
+    async def smtp_RCPT(self, arg: str | None) -> None:  # noqa: N802 - aiosmtpd command name
+        assert self.session is not None
+        if self.session.refused_recipients >= self.max_bad_recipients:  # type: ignore[attr-defined]
+            log.warning("closing a session after %d refused recipient(s)",
+                        self.session.refused_recipients)  # type: ignore[attr-defined]
+            await self._hang_up(REPLY_TOO_MANY_BAD)
+            return
+        await super().smtp_RCPT(arg)
+
+    def _transaction_limit(self, envelope: _Envelope) -> int | None:
+        cap = self.data_size_limit or None
+        limit = envelope.size_limit or cap
+        return min(limit, cap) if limit is not None and cap is not None else limit
+
+    async def smtp_DATA(self, arg: str) -> None:  # noqa: N802 - aiosmtpd command name
+        """aiosmtpd 1.4.6's DATA (decode_data=False), with the transaction's size limit.
+
+        The message is kept in one buffer, dot-stuffing removed, so its size is the size
+        deliver_message checks. Once it passes the limit the buffer is dropped and the rest is read
+        and thrown away up to the final dot: never more than the limit is held (plus the line being
+        read and the socket's read buffer). Then 552 5.3.4, and the session goes on.
+        """
+        if await self.check_helo_needed():
+            return
+        if await self.check_auth_needed("DATA"):
+            return
+        envelope = self.envelope
+        assert isinstance(envelope, _Envelope)
+        if not envelope.rcpt_tos:
+            await self.push("503 Error: need RCPT command")
+            return
+        if arg:
+            await self.push("501 Syntax: DATA")
+            return
+        limit = self._transaction_limit(envelope)
+        await self.push("354 End data with <CR><LF>.<CR><LF>")
+        body = bytearray()
+        received = 0  # octets of the message so far, dot-stuffing removed, CRLFs counted
+        held = 0  # the most the buffer ever held
+        refusal: str | None = None
+        line_start = True
+        while True:
+            try:
+                line = await self._reader.readuntil(b"\r\n")
+            except asyncio.LimitOverrunError as exc:
+                # Longer than the line limit: take the part read so far (never a lone CR of CRLF).
+                refusal = refusal or REPLY_LINE_TOO_LONG
+                line = await self._reader.read(exc.consumed)
+            if line_start and line == b".\r\n":
+                break
+            if line_start and line.startswith(b"."):
+                line = line[1:]
+            line_start = line.endswith(b"\r\n")
+            received += len(line)
+            if refusal is None and limit is not None and received > limit:
+                refusal = REPLY_TOO_BIG
+            if refusal is None:
+                body += line
+            elif body:
+                held = max(held, len(body))
+                body = bytearray()
+        held = max(held, len(body))
+        if refusal is not None:
+            if refusal == REPLY_TOO_BIG:
+                log.info("refused a message at DATA: over the limit of %d bytes for its recipients"
+                         " (read %d bytes, held at most %d)", limit, received, held)
+            self._set_post_data_state()
+            await self.push(refusal)
+            return
+        envelope.original_content = bytes(body)
+        envelope.content = envelope.original_content
+        del body
+        # The idle timer runs from the DATA command (it bounds the transfer); delivery gets a full
+        # period of its own, so a slow COMMIT is not cut off before its 250.
+        self._reset_timeout()
+        status = await self._call_handler_hook("DATA")
+        self._set_post_data_state()
+        await self.push("250 OK" if not isinstance(status, str) else status)
+
+
+def _smtp_class(max_line_length: int) -> type[InboundSMTP]:
+    """InboundSMTP with our line length limit (the StreamReader limit is read from the class)."""
+    return type("InboundSMTP", (InboundSMTP,), {"line_length_limit": max_line_length + 1})
 
 
 class InboundServer:
@@ -257,6 +457,8 @@ class InboundServer:
         host: str = "127.0.0.1",
         port: int = 2525,
         max_recipients: int = 100,
+        max_bad_recipients: int = 10,
+        max_sessions: int = 100,
         idle_timeout: float = 300.0,
         max_line_length: int = 1000,
         pool_size: int = 4,
@@ -267,6 +469,8 @@ class InboundServer:
         self.host = host
         self.port = port
         self.max_recipients = max_recipients
+        self.max_bad_recipients = max_bad_recipients
+        self.max_sessions = max_sessions
         self.idle_timeout = idle_timeout
         self.max_line_length = max_line_length
         self.pool_size = pool_size
@@ -306,21 +510,30 @@ class InboundServer:
             await pool.close()
             raise UserError(f"cannot connect to the database: {describe_db_error(exc)}") from None
         size_limit = self.data_size_limit if self.data_size_limit is not None else int(max_bytes)
-        handler = InboxHandler(pool, max_recipients=self.max_recipients)
+        handler = InboxHandler(pool, max_recipients=self.max_recipients, size_cap=size_limit or None)
         smtp_class = _smtp_class(self.max_line_length)
         hostname = self.hostname or domain
+        gate = _SessionGate(self.max_sessions)
 
-        def factory() -> SMTP:
-            return smtp_class(
-                handler,
-                data_size_limit=size_limit or None,
-                enable_SMTPUTF8=True,
-                decode_data=False,
-                hostname=hostname,
-                ident="mailroom inbound",
-                timeout=self.idle_timeout,
-                loop=self._loop,
-            )
+        def factory() -> asyncio.Protocol:
+            if not gate.enter():
+                return _Busy()
+            try:
+                return smtp_class(
+                    handler,
+                    gate=gate,
+                    max_bad_recipients=self.max_bad_recipients,
+                    data_size_limit=size_limit or None,
+                    enable_SMTPUTF8=True,
+                    decode_data=False,
+                    hostname=hostname,
+                    ident="mailroom inbound",
+                    timeout=self.idle_timeout,
+                    loop=self._loop,
+                )
+            except BaseException:
+                gate.leave()
+                raise
 
         try:
             server = await self._loop.create_server(factory, host=self.host, port=self.port)
@@ -329,8 +542,10 @@ class InboundServer:
             raise UserError(f"cannot listen on {self.host}:{self.port}: {exc.strerror or exc}") from None
         self.bound_port = server.sockets[0].getsockname()[1]
         log.info(
-            "listening on %s:%d (SIZE %d, max %d recipients, idle timeout %gs)",
-            self.host, self.bound_port, size_limit, self.max_recipients, self.idle_timeout,
+            "listening on %s:%d (SIZE %d, max %d recipients, %d refused recipients a session, %d sessions,"
+            " idle timeout %gs)",
+            self.host, self.bound_port, size_limit, self.max_recipients, self.max_bad_recipients,
+            self.max_sessions, self.idle_timeout,
         )
         if ready is not None:
             ready(self.bound_port)
