@@ -9,7 +9,10 @@ LANGUAGE sql
 STABLE
 SET search_path = pg_catalog, pg_temp
 AS $$
-    -- Same value -> same tag: brackets, quotes and case are not part of the identity.
+    -- Same value -> same tag: brackets, quotes and case are not part of the identity. The pepper
+    -- is read by its key, so the lookup stays an index scan under enable_seqscan = off (which
+    -- finalize_messages sets): a disabled sequential scan costs 1e10 and would be JIT-compiled
+    -- for every tag.
     SELECT '<redacted:'
         || left(
             encode(
@@ -23,59 +26,103 @@ AS $$
             16
         )
         || '>'
-    FROM mailroom.redaction_pepper AS p;
+    FROM mailroom.redaction_pepper AS p
+    WHERE p.singleton;
 $$;
 
-CREATE OR REPLACE FUNCTION mailroom.redact_pii(p_text text)
+CREATE OR REPLACE FUNCTION mailroom._pii_pattern()
 RETURNS text
-LANGUAGE plpgsql
-STABLE
+LANGUAGE sql
+IMMUTABLE
+PARALLEL SAFE
 SET search_path = pg_catalog, pg_temp
 AS $fn$
-DECLARE
-    -- leftmost-longest alternatives, tried at each position:
-    --   <anything in angle brackets>  (addresses, Message-IDs, <Names>)
-    --   "quoted strings"              (display names)
-    --   local@domain / local@[literal] (bare addresses, any script)
-    --   IPv6 (3+ colons or ::) and IPv4 addresses
-    v_pattern constant text := concat_ws(
+    -- What redact_pii replaces, as leftmost-longest alternatives (groups are non-capturing, so
+    -- regexp_matches returns whole matches; no alternative matches the empty string):
+    --   <anything in angle brackets>        addresses, Message-IDs, <Names>
+    --   "quoted strings"                    display names
+    --   local@[literal], local@domain       bare addresses, any script
+    --   local AT domain                     obfuscated: %40, (at), [at] or " at " for @, and
+    --                                       ".", (dot), [dot] or " dot " between labels, ending
+    --                                       in an alphabetic top-level label
+    --   IPv6 (3+ colons or ::), IPv4
+    SELECT concat_ws(
         '|',
         '<[^<>]*>',
         '"[^"\n]{1,200}"',
         '[^][[:space:]<>(),;:"@]+@\[[^]]*\]',
         '[^][[:space:]<>(),;:"@]+@[^][[:space:]<>(),;:"@]*[^][[:space:]<>(),;:"@.]',
-        '\m[0-9A-Fa-f]{1,4}(:[0-9A-Fa-f]{0,4}){3,7}',
+        '[[:alnum:]._%+-]+'
+        || '(?:%40|[[:space:]]*[([][Aa][Tt][])][[:space:]]*|[[:space:]]+[Aa][Tt][[:space:]]+)'
+        || '[[:alnum:]](?:[[:alnum:]-]*[[:alnum:]])?'
+        || '(?:(?:[.]|[[:space:]]*[([][Dd][Oo][Tt][])][[:space:]]*|[[:space:]]+[Dd][Oo][Tt][[:space:]]+)'
+        || '[[:alnum:]](?:[[:alnum:]-]*[[:alnum:]])?)*'
+        || '(?:[.]|[[:space:]]*[([][Dd][Oo][Tt][])][[:space:]]*|[[:space:]]+[Dd][Oo][Tt][[:space:]]+)'
+        || '[[:alpha:]]{2,}\M',
+        '\m[0-9A-Fa-f]{1,4}(?::[0-9A-Fa-f]{0,4}){3,7}',
         '[0-9A-Fa-f]{0,4}::[0-9A-Fa-f:.]*[0-9A-Fa-f]',
-        '\m[0-9]{1,3}([.][0-9]{1,3}){3}\M'
+        '\m[0-9]{1,3}(?:[.][0-9]{1,3}){3}\M'
     );
-    v_out text := p_text;
-    v_start integer := 1;
-    v_pos integer;
-    v_match text;
-    v_tag text;
-BEGIN
-    IF p_text IS NULL THEN
-        RETURN NULL;
-    END IF;
-    LOOP
-        v_pos := regexp_instr(v_out, v_pattern, v_start);
-        EXIT WHEN v_pos = 0;
-        v_match := regexp_substr(v_out, v_pattern, v_start);
-        IF v_match ~ '^<redacted:[0-9a-f]{16}>$' THEN
-            -- already scrubbed: keeps redact_pii idempotent
-            v_start := v_pos + length(v_match);
-        ELSE
-            v_tag := mailroom._redaction_tag(v_match);
-            v_out := left(v_out, v_pos - 1) || v_tag || substr(v_out, v_pos + length(v_match));
-            v_start := v_pos + length(v_tag);
-        END IF;
-    END LOOP;
-    RETURN v_out;
-END;
+$fn$;
+
+CREATE OR REPLACE FUNCTION mailroom._pii_identity(p_match text)
+RETURNS text
+LANGUAGE sql
+IMMUTABLE
+PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+    -- The value a match is tagged by: an obfuscated address (no @, no brackets or quotes) is
+    -- tagged as the address it spells, so user(at)example(dot)com, user%40example.com and
+    -- user@example.com share one tag. Anything else is tagged as it is.
+    SELECT CASE
+        WHEN p_match ~ '[@<>"]' THEN p_match
+        ELSE regexp_replace(
+            regexp_replace(
+                p_match,
+                '%40|[[:space:]]*[([][Aa][Tt][])][[:space:]]*|[[:space:]]+[Aa][Tt][[:space:]]+',
+                '@'
+            ),
+            '[[:space:]]*[([][Dd][Oo][Tt][])][[:space:]]*|[[:space:]]+[Dd][Oo][Tt][[:space:]]+',
+            '.',
+            'g'
+        )
+    END;
+$fn$;
+
+CREATE OR REPLACE FUNCTION mailroom.redact_pii(p_text text)
+RETURNS text
+LANGUAGE sql
+STABLE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+    -- One pass, linear in the text: split it at the matches of _pii_pattern (the text between
+    -- them: n + 1 pieces) and list the n matches in the same order; piece i is followed by
+    -- match i. Each distinct match is tagged once; a match that already is a tag stays as it is,
+    -- which keeps redact_pii idempotent.
+    WITH hits AS (
+        SELECT h.m[1] AS hit, h.n
+        FROM regexp_matches(p_text, mailroom._pii_pattern(), 'g') WITH ORDINALITY AS h (m, n)
+    ),
+
+    tags AS (
+        SELECT
+            d.hit,
+            CASE
+                WHEN d.hit ~ '^<redacted:[0-9a-f]{16}>$' THEN d.hit
+                ELSE mailroom._redaction_tag(mailroom._pii_identity(d.hit))
+            END AS tag
+        FROM (SELECT DISTINCT h.hit FROM hits AS h) AS d
+    )
+
+    SELECT string_agg(s.piece || coalesce(t.tag, ''), '' ORDER BY s.n)
+    FROM regexp_split_to_table(p_text, mailroom._pii_pattern()) WITH ORDINALITY AS s (piece, n)
+    LEFT JOIN hits AS h ON s.n = h.n
+    LEFT JOIN tags AS t ON h.hit = t.hit
 $fn$;
 
 COMMENT ON FUNCTION mailroom.redact_pii(text) IS
-'Replace addresses, Message-IDs, <bracketed>/"quoted" names and IPs with <redacted:HASH> (keyed, stable).';
+'Replace addresses (also %40, (at), [at] and " at " spellings), Message-IDs, <bracketed>/"quoted" names and IPs with <redacted:HASH> (keyed, stable).';
 
 CREATE OR REPLACE FUNCTION mailroom.trg_outbound_redact_error_log()
 RETURNS trigger
@@ -102,6 +149,12 @@ EXECUTE FUNCTION mailroom.trg_outbound_redact_error_log();
 
 COMMENT ON FUNCTION mailroom._redaction_tag(text) IS
 'Internal: the stable keyed tag <redacted:HASH> of one value (HMAC with the redaction pepper).';
+
+COMMENT ON FUNCTION mailroom._pii_pattern() IS
+'Internal: the regular expression of everything redact_pii replaces (leftmost-longest alternatives).';
+
+COMMENT ON FUNCTION mailroom._pii_identity(text) IS
+'Internal: the value a redact_pii match is tagged by (an obfuscated address as the address it spells).';
 
 -- _redaction_tag and redact_pii answer "what is the tag of this guess?", which is all the pepper
 -- protects: only the owner runs them (through the error_log trigger, inside the SECURITY DEFINER

@@ -1,5 +1,24 @@
--- enqueue_message: validate, insert a queued row (idempotent on p_idempotency_key), NOTIFY
--- channel mailroom_outbound with the new id only.
+-- enqueue_message: validate, insert a queued row (idempotent on p_idempotency_key within the
+-- application's scope), NOTIFY channel mailroom_outbound with the new id only. mailroom's own
+-- emails go through _enqueue_message with scope 'mailroom'.
+
+CREATE OR REPLACE FUNCTION mailroom._header_breaking_chars()
+RETURNS text
+LANGUAGE sql
+IMMUTABLE
+PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    -- The characters no header line may hold, as a regular-expression bracket: every control
+    -- character except HTAB (C0 U+0001-U+0008 and U+000A-U+001F, DEL, C1 U+0080-U+009F with
+    -- U+0085 NEL) and the Unicode line and paragraph separators U+2028, U+2029. A mail library
+    -- or relay may take any of them for a line end, so one in a subject or header value could
+    -- start a header of its own.
+    SELECT '[\u0001-\u0008\u000A-\u001F\u007F-\u009F\u2028\u2029]'::text;
+$$;
+
+COMMENT ON FUNCTION mailroom._header_breaking_chars() IS
+'Internal: regular-expression bracket of the characters refused in header lines (controls but HTAB, U+2028, U+2029).';
 
 CREATE OR REPLACE FUNCTION mailroom._check_recipients(p_kind text, p_addresses text[])
 RETURNS void
@@ -53,19 +72,22 @@ BEGIN
                 MESSAGE = format('extra header %s is set by mailroom and cannot be overridden', v_name);
         END IF;
         IF jsonb_typeof(v_value) <> 'string'
-            OR v_value #>> '{}' ~ '[\r\n]'
+            OR v_value #>> '{}' ~ mailroom._header_breaking_chars()
             OR length(v_value #>> '{}') > 998 THEN
             RAISE EXCEPTION USING
                 ERRCODE = 'MR308',
                 MESSAGE = format(
-                    'extra header %s must be a single-line string of at most 998 characters', v_name
+                    'extra header %s must be a string of at most 998 characters without line breaks '
+                    || 'or control characters (TAB allowed)',
+                    v_name
                 );
         END IF;
     END LOOP;
 END;
 $$;
 
-CREATE OR REPLACE FUNCTION mailroom.enqueue_message(
+CREATE OR REPLACE FUNCTION mailroom._enqueue_message(
+    p_scope text,
     p_sender text,
     p_to text[],
     p_subject text,
@@ -79,7 +101,6 @@ CREATE OR REPLACE FUNCTION mailroom.enqueue_message(
 )
 RETURNS bigint
 LANGUAGE plpgsql
-SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
@@ -93,6 +114,13 @@ DECLARE
     v_size bigint;
     v_id bigint;
 BEGIN
+    -- p_scope is the namespace of p_idempotency_key: 'app' for enqueue_message, 'mailroom' for
+    -- mailroom's own emails, so neither can take the other's key.
+    IF p_scope IS NULL OR p_scope NOT IN ('app', 'mailroom') THEN
+        RAISE EXCEPTION USING
+            ERRCODE = '22023',
+            MESSAGE = 'idempotency scope must be app or mailroom';
+    END IF;
     SELECT s.id, s.from_address INTO v_sender_id, v_from
     FROM mailroom.senders AS s
     WHERE s.name = p_sender;
@@ -110,7 +138,7 @@ BEGIN
         END IF;
         SELECT m.id INTO v_id
         FROM mailroom.outbound_messages AS m
-        WHERE m.idempotency_key = p_idempotency_key;
+        WHERE m.idempotency_scope = p_scope AND m.idempotency_key = p_idempotency_key;
         IF FOUND THEN
             RETURN v_id;
         END IF;
@@ -134,10 +162,11 @@ BEGIN
     PERFORM mailroom._check_recipients('cc', v_cc);
     PERFORM mailroom._check_recipients('bcc', v_bcc);
 
-    IF p_subject IS NULL OR p_subject ~ '[\r\n]' OR length(p_subject) > 998 THEN
+    IF p_subject IS NULL OR p_subject ~ mailroom._header_breaking_chars() OR length(p_subject) > 998 THEN
         RAISE EXCEPTION USING
             ERRCODE = 'MR305',
-            MESSAGE = 'subject must be a single line of at most 998 characters (not NULL)';
+            MESSAGE = 'subject must be at most 998 characters without line breaks or control characters '
+            || '(TAB allowed), not NULL';
     END IF;
     IF p_text_body IS NULL AND p_html_body IS NULL THEN
         RAISE EXCEPTION USING
@@ -145,6 +174,11 @@ BEGIN
             MESSAGE = 'a message needs a text body or an HTML body';
     END IF;
     PERFORM mailroom._check_extra_headers(v_headers);
+    IF NOT isfinite(p_send_after) THEN
+        RAISE EXCEPTION USING
+            ERRCODE = 'MR317',
+            MESSAGE = 'send_after must be a finite time (NULL: as soon as possible), not infinity or -infinity';
+    END IF;
 
     v_size := octet_length(p_subject)
         + coalesce(octet_length(p_text_body), 0)
@@ -161,21 +195,21 @@ BEGIN
 
     INSERT INTO mailroom.outbound_messages AS m (
         sender_id, to_addrs, cc_addrs, bcc_addrs, subject, text_body, html_body, headers,
-        message_id, next_retry_at, send_after, idempotency_key, created_at, updated_at
+        message_id, next_retry_at, send_after, idempotency_scope, idempotency_key, created_at, updated_at
     )
     VALUES (
         v_sender_id, v_to, v_cc, v_bcc, p_subject, p_text_body, p_html_body, v_headers,
         '<' || replace(pg_catalog.gen_random_uuid()::text, '-', '') || '@' || split_part(v_from, '@', 2) || '>',
-        p_send_after, p_send_after, p_idempotency_key, mailroom.clock(), mailroom.clock()
+        p_send_after, p_send_after, p_scope, p_idempotency_key, mailroom.clock(), mailroom.clock()
     )
-    ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
+    ON CONFLICT (idempotency_scope, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
     RETURNING m.id INTO v_id;
 
     IF v_id IS NULL THEN
         -- a concurrent caller inserted the same idempotency key first
         SELECT m.id INTO v_id
         FROM mailroom.outbound_messages AS m
-        WHERE m.idempotency_key = p_idempotency_key;
+        WHERE m.idempotency_scope = p_scope AND m.idempotency_key = p_idempotency_key;
         RETURN v_id;
     END IF;
 
@@ -184,12 +218,41 @@ BEGIN
 END;
 $$;
 
+CREATE OR REPLACE FUNCTION mailroom.enqueue_message(
+    p_sender text,
+    p_to text[],
+    p_subject text,
+    p_text_body text,
+    p_html_body text DEFAULT null,
+    p_cc text[] DEFAULT '{}',
+    p_bcc text[] DEFAULT '{}',
+    p_headers jsonb DEFAULT '{}',
+    p_idempotency_key text DEFAULT null,
+    p_send_after timestamptz DEFAULT null
+)
+RETURNS bigint
+LANGUAGE sql
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+    -- The application's messages: idempotency keys in scope 'app'.
+    SELECT mailroom._enqueue_message(
+        'app', p_sender, p_to, p_subject, p_text_body, p_html_body, p_cc, p_bcc, p_headers,
+        p_idempotency_key, p_send_after
+    );
+$$;
+
 COMMENT ON FUNCTION mailroom.enqueue_message(
     text, text[], text, text, text, text[], text[], jsonb, text, timestamptz
 ) IS
 'Validate and queue a message for a sender; same idempotency key returns the same id; NOTIFY mailroom_outbound (id).';
 
 GRANT EXECUTE ON FUNCTION mailroom.enqueue_message(text, text[], text, text, text, text[], text[], jsonb, text, timestamptz) TO mailroom_app;
+
+COMMENT ON FUNCTION mailroom._enqueue_message(
+    text, text, text[], text, text, text, text[], text[], jsonb, text, timestamptz
+) IS
+'Internal: validate and queue a message, idempotent on (p_scope, p_idempotency_key); NOTIFY mailroom_outbound (id).';
 
 COMMENT ON FUNCTION mailroom._check_recipients(text, text[]) IS
 'Internal: raise MR303 naming the position (never the value) of an invalid address.';

@@ -148,8 +148,12 @@ LANGUAGE plpgsql
 -- whole queue or a nested loop over the whole input per row (quadratic in the batch). Measured
 -- at 100k rows, batch 500: 55-125 ms per call instead of ~10 ms. With these two settings every
 -- plan, custom or cached generic, is primary-key lookups (id = ANY) + a hash join.
+-- A disabled plan node costs 1e10, far above jit_above_cost: any nested query that has no other
+-- plan (the error_log trigger's, for one) would be JIT-compiled on every call, about 70 ms each.
+-- jit = off keeps the settings above from costing more than the plans they fix.
 SET enable_seqscan = off
 SET enable_nestloop = off
+SET jit = off
 SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
@@ -280,8 +284,10 @@ GRANT EXECUTE ON FUNCTION mailroom.finalize_messages(bigint[], bigint[], text[],
 CREATE OR REPLACE FUNCTION mailroom.release_messages(p_ids bigint[], p_claim_tokens bigint[])
 RETURNS integer
 LANGUAGE plpgsql
+-- the same planner settings as finalize_messages, for the same reasons
 SET enable_seqscan = off
 SET enable_nestloop = off
+SET jit = off
 SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$

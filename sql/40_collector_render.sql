@@ -59,8 +59,9 @@ BEGIN
         text_body := replace(text_body, v_keys[i], v_vals[i]);
         html_body := replace(html_body, v_keys[i], mailroom._html_escape(v_vals[i]));
     END LOOP;
-    -- a header line must stay one line whatever a login contains
-    subject := regexp_replace(subject, '[\r\n]+', ' ', 'g');
+    -- A header line must stay one line whatever a login or a template contains: every run of
+    -- characters a header may not hold (mailroom._header_breaking_chars) becomes one space.
+    subject := regexp_replace(subject, mailroom._header_breaking_chars() || '+', ' ', 'g');
     RETURN NEXT;
 END;
 $$;

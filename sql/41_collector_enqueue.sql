@@ -30,8 +30,9 @@ BEGIN
         ORDER BY d.token_id
     LOOP
         SELECT e.* INTO m FROM mailroom.render_token_email(r.action, r.email, r.login, r.signed, r.code) AS e;
-        PERFORM mailroom.enqueue_message(
-            v_sender, ARRAY[r.email], m.subject, m.text_body, m.html_body,
+        -- mailroom's own scope: an application message with the same key cannot suppress it
+        PERFORM mailroom._enqueue_message(
+            'mailroom', v_sender, ARRAY[r.email], m.subject, m.text_body, m.html_body,
             p_idempotency_key => 'token:' || r.token_id
         );
         v_count := v_count + 1;
@@ -41,7 +42,7 @@ END;
 $$;
 
 COMMENT ON FUNCTION mailroom.enqueue_token_emails(integer, bytea) IS
-'Dequeue up to p_limit tokens (signed with p_key) and enqueue one rendered email each via '
-'mailroom.enqueue_message, in the caller''s transaction; returns how many were enqueued.';
+'Dequeue up to p_limit tokens (signed with p_key) and enqueue one rendered email each (idempotency key '
+'token:<id> in scope mailroom), in the caller''s transaction; returns how many were enqueued.';
 
 GRANT EXECUTE ON FUNCTION mailroom.enqueue_token_emails(integer, bytea) TO mailroom_collector;

@@ -1,6 +1,6 @@
 -- Outbound: redact_pii and the trigger that scrubs every write of error_log.
 BEGIN;
-SELECT plan(19);
+SELECT plan(29);
 
 SELECT matches(
     mailroom.redact_pii('550 5.1.1 <alice@example.com> user unknown'),
@@ -55,6 +55,68 @@ SELECT is(
     'redact_pii is idempotent'
 );
 SELECT is(mailroom.redact_pii(NULL), NULL, 'NULL stays NULL');
+
+-- obfuscated spellings of an address: redacted, and tagged as the address they spell
+SELECT results_eq(
+    $$SELECT mailroom.redact_pii(s) FROM (VALUES
+        ('user%40example.com'), ('user(at)example.com'), ('user [at] example [dot] com'), ('User (AT) Example (DOT) COM'),
+        ('user at example.com'), ('user at example dot com'), ('user[at]example[dot]com')) AS t (s)$$,
+    $$SELECT mailroom.redact_pii('user@example.com') FROM generate_series(1, 7)$$,
+    '%40, (at), [at], " at " (and (dot), [dot], " dot ") spellings get the tag of the address they spell'
+);
+SELECT is(
+    regexp_replace(
+        mailroom.redact_pii('550 5.1.1 user(at)example.com unknown; mail bob [at] example [dot] org or carol%40x.example.'),
+        '<redacted:[0-9a-f]{16}>', 'T', 'g'
+    ),
+    '550 5.1.1 T unknown; mail T or T.',
+    'in a reply, each obfuscated address becomes one tag; the text around it stays'
+);
+SELECT is(
+    mailroom.redact_pii('Service unavailable at this time, try at 19:09 (code 4.3.2)'),
+    'Service unavailable at this time, try at 19:09 (code 4.3.2)',
+    'the word "at" alone is not an address (a domain needs a dot and an alphabetic last label)'
+);
+SELECT is(
+    mailroom.redact_pii(mailroom.redact_pii('a (at) b.example and <c%40d.example> "e at f.example"')),
+    mailroom.redact_pii('a (at) b.example and <c%40d.example> "e at f.example"'),
+    'redact_pii stays idempotent with the new spellings'
+);
+SELECT is(mailroom.redact_pii(''), '', 'an empty text stays empty');
+
+-- linear: 4,000 addresses in one text (a0@b … a9@b, space-separated: 19,999 characters)
+CREATE TEMP TABLE many AS
+SELECT string_agg('a' || (g % 10) || '@b', ' ' ORDER BY g) AS s FROM generate_series(1, 4000) AS g;
+SELECT is((SELECT length(s) FROM many), 19999, 'the input holds 4,000 addresses in 19,999 characters');
+SET LOCAL statement_timeout = '5s';
+CREATE TEMP TABLE many_out AS SELECT mailroom.redact_pii(s) AS r FROM many;
+SET LOCAL statement_timeout = 0;
+SELECT is(
+    (SELECT count(*)::integer FROM many_out AS o, regexp_matches(o.r, '<redacted:[0-9a-f]{16}>', 'g') AS m),
+    4000,
+    'every one of the 4,000 addresses became one tag, well within a 5 s statement timeout'
+);
+SELECT is(
+    (SELECT regexp_replace(o.r, '<redacted:[0-9a-f]{16}>', '', 'g') FROM many_out AS o),
+    repeat(' ', 3999),
+    'nothing but the tags and the separators is left'
+);
+SELECT is(
+    (SELECT count(DISTINCT m[1])::integer FROM many_out AS o, regexp_matches(o.r, '<redacted:[0-9a-f]{16}>', 'g') AS m),
+    10,
+    'the 10 distinct addresses get 10 distinct tags'
+);
+
+-- the pepper lookup stays cheap when the caller disabled sequential scans (finalize_messages does)
+SET LOCAL enable_seqscan = off;
+SET LOCAL statement_timeout = '5s';
+CREATE TEMP TABLE tags_noseq AS SELECT mailroom._redaction_tag('u' || g || '@example.com') AS t FROM generate_series(1, 300) AS g;
+SET LOCAL statement_timeout = 0;
+SET LOCAL enable_seqscan = on;
+SELECT is(
+    (SELECT count(DISTINCT t)::integer FROM tags_noseq), 300,
+    '300 tags under enable_seqscan = off within a 5 s statement timeout (the pepper is read by its key, not JIT-compiled each time)'
+);
 
 -- the trigger
 SELECT mailroom.upsert_sender('tap', 'robot@mailroom.test', '127.0.0.1', 2525);

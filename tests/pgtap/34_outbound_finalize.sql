@@ -1,6 +1,6 @@
 -- Outbound: finalize_messages (classification, backoff, max attempts, fencing), release, reaper.
 BEGIN;
-SELECT plan(52);
+SELECT plan(54);
 
 SET LOCAL mailroom.clock = '2030-01-01 00:00Z';
 SELECT mailroom.upsert_sender('tap', 'robot@mailroom.test', '127.0.0.1', 2525);
@@ -213,10 +213,33 @@ SELECT throws_ok(
     'MR332', 'a message id appears more than once in one finalize call', 'a duplicate id is MR332'
 );
 SELECT ok(
-    (SELECT proconfig @> ARRAY['enable_seqscan=off', 'enable_nestloop=off']
+    (SELECT proconfig @> ARRAY['enable_seqscan=off', 'enable_nestloop=off', 'jit=off']
         FROM pg_proc
         WHERE oid = 'mailroom.finalize_messages(bigint[],bigint[],text[],integer[],text[],text[])'::regprocedure),
-    'finalize_messages looks rows up by primary key and hash-joins the batch (linear at any size)'
+    'finalize_messages looks rows up by primary key and hash-joins the batch (linear at any size), without JIT'
+);
+
+-- a batch whose replies quote addresses (the error_log trigger tags each one) stays fast
+SET LOCAL mailroom.clock = '2030-01-02 00:00Z';
+UPDATE mailroom.outbound_messages SET next_retry_at = '2099-01-01Z' WHERE status = 'queued';
+SELECT mailroom.enqueue_message('tap', ARRAY['bulk' || g || '@example.com'], 'bulk', 't') FROM generate_series(1, 300) AS g;
+CREATE TEMP TABLE bulk ON COMMIT DROP AS SELECT id, claim_token FROM mailroom.claim_messages(300, 'bulk');
+SET LOCAL statement_timeout = '5s';
+CREATE TEMP TABLE bulk_out ON COMMIT DROP AS
+SELECT * FROM mailroom.finalize_messages(
+    ARRAY(SELECT id FROM bulk ORDER BY id), ARRAY(SELECT claim_token FROM bulk ORDER BY id),
+    array_fill('reply'::text, ARRAY[300]), array_fill(550, ARRAY[300]), array_fill('5.1.1'::text, ARRAY[300]),
+    ARRAY(SELECT '550 5.1.1 <bulk' || id || '@example.com> unknown' FROM bulk ORDER BY id)
+);
+SET LOCAL statement_timeout = 0;
+SELECT is(
+    (SELECT count(*)::integer FROM bulk_out WHERE result = 'failed'), 300,
+    '300 outcomes with an address in each reply finalize within a 5 s statement timeout'
+);
+SELECT is(
+    (SELECT count(*)::integer FROM mailroom.outbound_messages AS m JOIN bulk USING (id) WHERE m.error_log ~ '@'),
+    0,
+    'and every quoted address was redacted'
 );
 SELECT throws_ok(
     $$SELECT mailroom.release_messages(ARRAY[1, 2]::bigint[], ARRAY[1]::bigint[])$$,

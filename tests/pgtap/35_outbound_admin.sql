@@ -1,6 +1,6 @@
 -- Outbound: the stats view, retry, purge, list/show, and documentation of the public API.
 BEGIN;
-SELECT plan(22);
+SELECT plan(23);
 
 SET LOCAL mailroom.clock = '2030-01-01 00:00Z';
 SELECT mailroom.upsert_sender('tap', 'robot@mailroom.test', '127.0.0.1', 2525);
@@ -36,6 +36,12 @@ SELECT is(
     (SELECT status::text || ' ' || recipients FROM mailroom.show_outbound_message((SELECT id FROM mailroom.outbound_messages WHERE subject = 'm4'))),
     'failed 1',
     'show_outbound_message shows state and counts, not addresses'
+);
+SELECT is(
+    (SELECT coalesce(idempotency_key, '-') || ' ' || idempotency_scope
+        FROM mailroom.show_outbound_message((SELECT id FROM mailroom.outbound_messages WHERE subject = 'm4'))),
+    '- app',
+    'show_outbound_message shows the idempotency scope'
 );
 SELECT throws_ok($$SELECT * FROM mailroom.show_outbound_message(-1)$$, 'MR340', 'no outbound message with id -1', 'show of an unknown id is MR340');
 

@@ -15,9 +15,10 @@ WHERE p.pronamespace = 'mailroom'::regnamespace
         '_claim_statement', 'claim_messages', '_explain_claim', '_classify_outcome', '_retry_delay', '_log_line',
         '_gives_up', '_attempt_log', '_reply_class', 'finalize_messages', 'release_messages', 'reap_stuck_messages',
         '_check_outbound_status', 'list_outbound_messages', 'show_outbound_message', '_requeue_failed',
-        'retry_message', 'retry_failed_messages', 'purge_sent_messages'
+        'retry_message', 'retry_failed_messages', 'purge_sent_messages', '_header_breaking_chars', '_enqueue_message',
+        '_pii_pattern', '_pii_identity'
     );
-SELECT is((SELECT count(*)::integer FROM area), 29, 'the outbound area has its 29 functions');
+SELECT is((SELECT count(*)::integer FROM area), 33, 'the outbound area has its 33 functions');
 
 SELECT is(
     (

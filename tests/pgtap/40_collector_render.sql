@@ -1,6 +1,6 @@
 -- Collector templates: seeded rows, settings, rendering, escaping and each error.
 BEGIN;
-SELECT plan(22);
+SELECT plan(24);
 
 SELECT has_table('mailroom', 'token_email_templates', 'templates table exists');
 SELECT set_eq(
@@ -68,6 +68,21 @@ WHERE action = 'activation';
 SELECT is(
     (SELECT e.subject FROM mailroom.render_token_email('activation', 'a@example.test', E'x\r\nBcc: evil', 'q', null) AS e),
     'Welcome x Bcc: evil', 'line breaks from values cannot reach the subject header'
+);
+SELECT is(
+    (
+        SELECT e.subject FROM mailroom.render_token_email(
+            'activation', 'a@example.test', E'x\x0bB\x0cC\x1cD\x1dE\x1eF\x7fG\u0085H\u2028I\u2029J\tK', 'q', null
+        ) AS e
+    ),
+    E'Welcome x B C D E F G H I J\tK',
+    'every character a header may not hold (controls but TAB, U+2028, U+2029) becomes a space in the subject'
+);
+UPDATE mailroom.token_email_templates SET subject = E'Welcome\u2028{{login}}'
+WHERE action = 'activation';
+SELECT is(
+    (SELECT e.subject FROM mailroom.render_token_email('activation', 'a@example.test', 'x', 'q', null) AS e),
+    'Welcome x', 'the template''s own text is held to the same rule'
 );
 
 -- errors

@@ -1,6 +1,6 @@
 -- Collector --enqueue: dequeue + render + enqueue_message in one transaction.
 BEGIN;
-SELECT plan(14);
+SELECT plan(15);
 
 SELECT mailroom.create_account('ann@example.test', 'ann');
 SELECT mailroom.create_account('bob@example.test', 'bob');
@@ -23,7 +23,15 @@ UPDATE mailroom.token_email_templates SET subject = 'Hi {{login}}'
 WHERE action = 'activation';
 SELECT mailroom.set_setting('collector.link_base_url', 'https://app.example.test');
 
-SELECT is(mailroom.enqueue_token_emails(2, decode(repeat('ab', 32), 'hex')), 2, 'a full batch enqueues 2 emails');
+-- an application message that uses the key token:<id> of ann's token (same namespace before)
+SELECT mailroom.enqueue_message(
+    'mailroom', ARRAY['someone@example.test'], 'app', 't',
+    p_idempotency_key => 'token:' || (SELECT min(t.id) FROM mailroom.tokens AS t)
+);
+SELECT is(
+    mailroom.enqueue_token_emails(2, decode(repeat('ab', 32), 'hex')), 2,
+    'a full batch enqueues 2 emails (an application message keyed token:<id> takes none of them)'
+);
 SELECT is(mailroom.enqueue_token_emails(2, decode(repeat('ab', 32), 'hex')), 1, 'the rest: 1 email');
 SELECT is(mailroom.enqueue_token_emails(2, decode(repeat('ab', 32), 'hex')), 0, 'then nothing is left');
 SELECT is(
@@ -32,24 +40,37 @@ SELECT is(
 );
 
 SELECT results_eq(
-    $$SELECT to_addrs[1], subject, status::text FROM mailroom.outbound_messages ORDER BY id$$,
+    $$SELECT to_addrs[1], subject, status::text FROM mailroom.outbound_messages
+      WHERE idempotency_scope = 'mailroom' ORDER BY id$$,
     $$VALUES ('ann@example.test', 'Hi ann', 'queued'), ('bob@example.test', 'Hi bob', 'queued'),
              ('cyd@example.test', 'Hi cyd', 'queued')$$,
     'one queued message per token, in token order, rendered from the template'
 );
 SELECT ok(
-    (SELECT bool_and(idempotency_key ~ '^token:[0-9]+$') FROM mailroom.outbound_messages),
-    'idempotency key is token:<id>'
+    (SELECT bool_and(idempotency_key ~ '^token:[0-9]+$') FROM mailroom.outbound_messages WHERE idempotency_scope = 'mailroom'),
+    'idempotency key is token:<id>, in scope mailroom'
+);
+SELECT is(
+    (
+        SELECT array_agg(idempotency_scope || ' ' || to_addrs[1] ORDER BY idempotency_scope)
+        FROM mailroom.outbound_messages
+        WHERE idempotency_key = 'token:' || (SELECT min(t.id) FROM mailroom.tokens AS t)
+    ),
+    ARRAY['app someone@example.test', 'mailroom ann@example.test'],
+    'the application''s token:<id> message no longer suppresses the activation email with that key'
 );
 SELECT ok(
     (
         SELECT bool_and(text_body ~ 'https://app\.example\.test/activate\?token=[A-Za-z0-9_-]{86}\n')
-        FROM mailroom.outbound_messages
+        FROM mailroom.outbound_messages WHERE idempotency_scope = 'mailroom'
     ),
     'every text body carries an 86-character signed activation link'
 );
 SELECT ok(
-    (SELECT bool_and(html_body LIKE '%<a href="https://app.example.test/activate?token=%') FROM mailroom.outbound_messages),
+    (
+        SELECT bool_and(html_body LIKE '%<a href="https://app.example.test/activate?token=%')
+        FROM mailroom.outbound_messages WHERE idempotency_scope = 'mailroom'
+    ),
     'every HTML body links it'
 );
 SELECT is(
@@ -59,7 +80,7 @@ SELECT is(
             LATERAL mailroom.consume_token(
                 substring(m.text_body FROM 'token=([A-Za-z0-9_-]+)'), decode(repeat('ab', 32), 'hex')
             ) AS c
-        WHERE m.id = (SELECT min(o.id) FROM mailroom.outbound_messages AS o)
+        WHERE m.id = (SELECT min(o.id) FROM mailroom.outbound_messages AS o WHERE o.idempotency_scope = 'mailroom')
     ),
     1,
     'the emailed link consumes with the same key'
