@@ -391,7 +391,7 @@ $$;
 COMMENT ON FUNCTION mailroom.reap_stuck_messages(interval) IS
 'Return processing rows whose lease expired (or claimed longer ago than p_older_than) to queued, or failed; flags possibly_sent.';
 
-GRANT EXECUTE ON FUNCTION mailroom.reap_stuck_messages(interval) TO mailroom_sender;
+GRANT EXECUTE ON FUNCTION mailroom.reap_stuck_messages(interval) TO mailroom_sender, mailroom_admin;
 
 COMMENT ON FUNCTION mailroom._classify_outcome(text, integer, text) IS
 'Internal: sent, transient or permanent, by RFC 3463 enhanced code first, then RFC 5321 reply code.';

@@ -34,7 +34,7 @@ SELECT 'mailroom_monitor', unnest(ARRAY['list_outbound_messages', 'queue_health'
 UNION ALL
 SELECT 'mailroom_admin', unnest(ARRAY[
     'set_setting', 'upsert_sender', 'show_outbound_message', 'retry_message', 'retry_failed_messages',
-    'purge_sent_messages', 'purge_tokens', 'sign_token', 'list_outbound_messages', 'queue_health',
+    'purge_sent_messages', 'purge_tokens', 'sign_token', 'list_outbound_messages', 'reap_stuck_messages', 'queue_health',
     'worker_health', 'clock', 'setting'
 ])
 UNION ALL

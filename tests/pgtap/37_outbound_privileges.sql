@@ -61,7 +61,7 @@ SELECT results_eq(
         '-') COLLATE "default"
       FROM roles AS r ORDER BY r.role$$,
     $$VALUES
-        ('mailroom_admin', 'list_outbound_messages, purge_sent_messages, retry_failed_messages, retry_message, show_outbound_message, upsert_sender'),
+        ('mailroom_admin', 'list_outbound_messages, purge_sent_messages, reap_stuck_messages, retry_failed_messages, retry_message, show_outbound_message, upsert_sender'),
         ('mailroom_app', 'enqueue_message'),
         ('mailroom_collector', '-'),
         ('mailroom_inbound', '-'),
