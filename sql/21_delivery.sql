@@ -65,6 +65,12 @@ BEGIN
         RETURNING id, mailbox_id INTO v_message_id, v_mailbox_id;
 
         IF v_message_id IS NOT NULL THEN
+            -- mailroom_inbox (issue 15) and, for existing listeners, mailroom_delivery: the same
+            -- ids-only payload, delivered at commit. No address or subject ever goes in it.
+            PERFORM pg_notify(
+                'mailroom_inbox',
+                json_build_object('mailbox_id', v_mailbox_id, 'message_id', v_message_id)::text
+            );
             PERFORM pg_notify(
                 'mailroom_delivery',
                 json_build_object('mailbox_id', v_mailbox_id, 'message_id', v_message_id)::text
@@ -98,6 +104,6 @@ END;
 $$;
 
 COMMENT ON FUNCTION mailroom.deliver_message(text, bytea, text, text, text, text, text, jsonb) IS
-'Store a raw message for one recipient if its mailbox is open and within plan limits (guard in the INSERT); NOTIFY mailroom_delivery with ids; returns the message id.';
+'Store a raw message for one recipient if its mailbox is open and within plan limits (guard in the INSERT); NOTIFY mailroom_inbox and mailroom_delivery with ids; returns the message id.';
 
 GRANT EXECUTE ON FUNCTION mailroom.deliver_message(text, bytea, text, text, text, text, text, jsonb) TO mailroom_inbound;

@@ -13,7 +13,8 @@ INSERT INTO matrix (role, fn)
 SELECT 'mailroom_app', unnest(ARRAY[
     'create_account', 'suspend_account', 'unsuspend_account', 'request_password_recovery', 'consume_token',
     'verify_token', 'create_mailbox', 'extend_mailbox', 'delete_mailbox', 'list_mailboxes', 'list_messages',
-    'read_message', 'mailbox_accepts', 'enqueue_message', 'clock', 'setting'
+    'read_message', 'mailbox_accepts', 'enqueue_message', 'wait_for_message', 'extract_link', 'extract_code',
+    'clock', 'setting'
 ])
 UNION ALL
 SELECT 'mailroom_collector', unnest(ARRAY[

@@ -1,0 +1,240 @@
+-- Waiting for mail from SQL (test suites in psql and pgTAP, and the application): wait for the
+-- newest matching message of an inbox, then pull the activation link or the code out of it.
+-- Authorized like list_messages/read_message (session token or owner): a message id alone is a
+-- guessable sequence number and must not open someone else's mail.
+-- Errors: MR203/MR204/MR205/MR206 (authorization, as for reading), MR209 (message not in this
+-- mailbox), MR212 (timed out), MR213 (timeout negative, NULL or over 10 minutes), MR214 (nothing
+-- yet and the transaction is not READ COMMITTED, so waiting could never see new mail), MR215
+-- (no link or code matching in the message).
+
+CREATE OR REPLACE FUNCTION mailroom.wait_for_message(
+    p_address text,
+    p_session_token text,
+    p_timeout interval,
+    p_subject_like text DEFAULT null,
+    p_owner_type text DEFAULT null,
+    p_owner_id text DEFAULT null
+)
+RETURNS TABLE (
+    message_id bigint,
+    received_at timestamptz,
+    subject text,
+    from_header text,
+    envelope_from text,
+    text_body text,
+    html_body text
+)
+LANGUAGE plpgsql
+VOLATILE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    -- The wait is counted in sleeps, not read from a clock: mailroom.clock() may be pinned (it
+    -- would never move) and a business rule may not call clock_timestamp(). So the wait lasts at
+    -- least p_timeout and at most p_timeout plus the time of the queries, never forever.
+    c_step constant double precision := 0.05;
+    v_box mailroom.mailboxes;
+    v_seconds double precision;
+    v_rounds integer;
+BEGIN
+    IF p_timeout IS NULL OR p_timeout < interval '0' OR p_timeout > interval '10 minutes' THEN
+        RAISE EXCEPTION USING
+            ERRCODE = 'MR213',
+            MESSAGE = 'p_timeout must be between 0 and 10 minutes';
+    END IF;
+    v_box := mailroom._authorize_mailbox(p_address, p_session_token, p_owner_type, p_owner_id);
+    v_seconds := extract(EPOCH FROM p_timeout);
+    v_rounds := ceil(v_seconds / c_step)::integer;
+
+    FOR v_round IN 0..v_rounds LOOP
+        -- Under READ COMMITTED every statement of a VOLATILE function takes a fresh snapshot, so
+        -- this query sees every message committed before it started.
+        RETURN QUERY
+        SELECT g.id, g.received_at, g.subject, g.from_header, g.envelope_from, g.text_body, g.html_body
+        FROM mailroom.messages AS g
+        WHERE
+            g.mailbox_id = v_box.id
+            AND (p_subject_like IS NULL OR g.subject LIKE p_subject_like)
+        ORDER BY g.received_at DESC, g.id DESC
+        LIMIT 1;
+        IF FOUND THEN
+            RETURN;
+        END IF;
+        IF current_setting('transaction_isolation') <> 'read committed' THEN
+            RAISE EXCEPTION USING
+                ERRCODE = 'MR214',
+                MESSAGE = format(
+                    'no matching message yet, and under %s this transaction would never see one: '
+                    'call wait_for_message in READ COMMITTED',
+                    current_setting('transaction_isolation')
+                );
+        END IF;
+        EXIT WHEN v_round = v_rounds;
+        PERFORM pg_sleep(least(c_step, v_seconds - v_round * c_step));
+    END LOOP;
+    RAISE EXCEPTION USING
+        ERRCODE = 'MR212',
+        MESSAGE = format('no matching message arrived within %s', p_timeout);
+END;
+$$;
+
+COMMENT ON FUNCTION mailroom.wait_for_message(text, text, interval, text, text, text) IS
+'Newest message of an open mailbox whose subject is LIKE p_subject_like (NULL: any), waiting up to p_timeout (0 to 10 minutes, MR213) for one to be committed; MR212 on timeout, MR214 outside READ COMMITTED; authorized like list_messages; does not mark it read.';
+
+GRANT EXECUTE ON FUNCTION mailroom.wait_for_message(text, text, interval, text, text, text) TO mailroom_app;
+
+CREATE OR REPLACE FUNCTION mailroom._readable_message(
+    p_address text,
+    p_session_token text,
+    p_message_id bigint,
+    p_owner_type text,
+    p_owner_id text
+)
+RETURNS mailroom.messages
+LANGUAGE plpgsql
+STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_box mailroom.mailboxes;
+    v_message mailroom.messages;
+BEGIN
+    v_box := mailroom._authorize_mailbox(p_address, p_session_token, p_owner_type, p_owner_id);
+    SELECT * INTO v_message
+    FROM mailroom.messages AS g
+    WHERE g.id = p_message_id AND g.mailbox_id = v_box.id;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION USING
+            ERRCODE = 'MR209',
+            MESSAGE = format('message %s not found in this mailbox', coalesce(p_message_id::text, 'NULL'));
+    END IF;
+    RETURN v_message;
+END;
+$$;
+
+COMMENT ON FUNCTION mailroom._readable_message(text, text, bigint, text, text) IS
+'Internal: one message of an open mailbox the caller may read (MR203-MR206 as _authorize_mailbox, MR209 if not in it).';
+
+CREATE OR REPLACE FUNCTION mailroom._html_to_text(p_html text)
+RETURNS text
+LANGUAGE sql
+IMMUTABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT replace(replace(replace(replace(replace(
+        regexp_replace(
+            regexp_replace(p_html, '<(style|script)\M.*?</\1\s*>', ' ', 'gi'),
+            '<[^>]*>', ' ', 'g'
+        ),
+        '&nbsp;', ' '), '&lt;', '<'), '&gt;', '>'), '&quot;', '"'), '&amp;', '&');
+$$;
+
+COMMENT ON FUNCTION mailroom._html_to_text(text) IS
+'Internal: the visible text of an HTML body (style and script dropped, tags to spaces, the five common entities decoded), for extract_code.';
+
+CREATE OR REPLACE FUNCTION mailroom.extract_link(
+    p_address text,
+    p_session_token text,
+    p_message_id bigint,
+    p_url_like text DEFAULT null,
+    p_owner_type text DEFAULT null,
+    p_owner_id text DEFAULT null
+)
+RETURNS text
+LANGUAGE plpgsql
+STABLE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_message mailroom.messages;
+    v_link text;
+BEGIN
+    v_message := mailroom._readable_message(p_address, p_session_token, p_message_id, p_owner_type, p_owner_id);
+    -- The text part: http(s) URLs up to white space or a delimiter, without trailing punctuation.
+    SELECT u.url INTO v_link
+    FROM (
+        SELECT
+            regexp_replace(m.hit[1], '[.,;:!?)\]''"]+$', '') AS url,
+            m.n
+        FROM regexp_matches(coalesce(v_message.text_body, ''), '(https?://[^\s<>"]+)', 'gi')
+            WITH ORDINALITY AS m (hit, n)
+    ) AS u
+    WHERE p_url_like IS NULL OR u.url LIKE p_url_like
+    ORDER BY u.n
+    LIMIT 1;
+    IF v_link IS NULL THEN
+        -- Else the HTML part: the http(s) hrefs, in document order, with &amp; decoded.
+        SELECT u.url INTO v_link
+        FROM (
+            SELECT
+                replace(btrim(coalesce(m.hit[1], m.hit[2], m.hit[3])), '&amp;', '&') AS url,
+                m.n
+            FROM regexp_matches(
+                coalesce(v_message.html_body, ''),
+                'href\s*=\s*(?:"([^"]*)"|''([^'']*)''|([^\s>"'']+))', 'gi'
+            ) WITH ORDINALITY AS m (hit, n)
+        ) AS u
+        WHERE
+            u.url ~* '^https?://'
+            AND (p_url_like IS NULL OR u.url LIKE p_url_like)
+        ORDER BY u.n
+        LIMIT 1;
+    END IF;
+    IF v_link IS NULL THEN
+        RAISE EXCEPTION USING
+            ERRCODE = 'MR215',
+            MESSAGE = format('no link%s in message %s',
+                             CASE WHEN p_url_like IS NULL THEN '' ELSE ' matching the pattern' END,
+                             p_message_id);
+    END IF;
+    RETURN v_link;
+END;
+$$;
+
+COMMENT ON FUNCTION mailroom.extract_link(text, text, bigint, text, text, text) IS
+'First http(s) link of a message LIKE p_url_like (NULL: any): from the text part, else from the HTML hrefs; MR215 when there is none; authorized like read_message (MR209), does not mark it read.';
+
+GRANT EXECUTE ON FUNCTION mailroom.extract_link(text, text, bigint, text, text, text) TO mailroom_app;
+
+CREATE OR REPLACE FUNCTION mailroom.extract_code(
+    p_address text,
+    p_session_token text,
+    p_message_id bigint,
+    p_pattern text DEFAULT '\m\d{5}\M',
+    p_owner_type text DEFAULT null,
+    p_owner_id text DEFAULT null
+)
+RETURNS text
+LANGUAGE plpgsql
+STABLE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_message mailroom.messages;
+    v_hit text [];
+BEGIN
+    IF p_pattern IS NULL OR p_pattern = '' THEN
+        RAISE EXCEPTION USING ERRCODE = '22023', MESSAGE = 'p_pattern must be a non-empty regular expression';
+    END IF;
+    v_message := mailroom._readable_message(p_address, p_session_token, p_message_id, p_owner_type, p_owner_id);
+    v_hit := regexp_match(coalesce(v_message.text_body, ''), p_pattern);
+    IF v_hit IS NULL THEN
+        v_hit := regexp_match(coalesce(mailroom._html_to_text(v_message.html_body), ''), p_pattern);
+    END IF;
+    IF v_hit IS NULL THEN
+        RAISE EXCEPTION USING
+            ERRCODE = 'MR215',
+            MESSAGE = format('no code matching the pattern in message %s', p_message_id);
+    END IF;
+    -- A pattern with a capture group returns the group, else the whole match.
+    RETURN v_hit[1];
+END;
+$$;
+
+COMMENT ON FUNCTION mailroom.extract_code(text, text, bigint, text, text, text) IS
+'First match of the regular expression p_pattern (default a 5-digit word; its first group if it has one) in a message: the text part, else the visible text of the HTML part; MR215 when none; authorized like read_message (MR209).';
+
+GRANT EXECUTE ON FUNCTION mailroom.extract_code(text, text, bigint, text, text, text) TO mailroom_app;
