@@ -2,11 +2,12 @@
 
 The server is a thin aiosmtpd front over the SQL API:
 - RCPT TO asks `mailroom.check_recipient` (unknown, deleted, expired → 550 5.1.1; over the plan's
-  size for a declared SIZE → 552 5.3.4; full → 552 5.2.2; more than --max-recipients → 452 4.5.3)
-  and, for an accepted recipient, the largest size it accepts (the same function, probed).
-- DATA is read by InboundSMTP.smtp_DATA, which holds at most the largest limit of the
-  transaction's accepted recipients: past it the rest is read and dropped, and the reply is
-  552 5.3.4 (the connection stays usable).
+  size for a declared SIZE → 552 5.3.4; full → 552 5.2.2; more than --max-recipients → 452 4.5.3).
+- DATA is read by InboundSMTP.smtp_DATA. Every _SIZE_PROBE_BYTES past what is known to fit, it asks
+  check_recipient with the running size whether any accepted recipient's plan still takes it; when
+  none does, the buffer is dropped, the rest is read and thrown away and the reply is 552 5.3.4
+  (the connection stays usable). So a message is never held past the largest limit of its
+  recipients by more than one probe step; deliver_message still checks the exact size.
 - DATA then parses the message (mailroom.mime) and calls `mailroom.deliver_message` for every
   accepted recipient in ONE autocommit statement (one row each). 250 is answered only after it
   returned (committed), so an accepted message is never lost; if any recipient fails, nothing is
@@ -75,29 +76,20 @@ def _declared_size(mail_options: list[str]) -> int | None:
     return None
 
 
-# The RCPT verdict, and for an accepted recipient the largest message size its mailbox takes:
-# check_recipient answers 'too_large' exactly when a size is over the plan's limit, so a binary
-# search over [floor, cap] with it finds max(floor, min(limit, cap)) in one round trip (about 25
-# calls of the function for a 25 MiB cap, none once floor = cap). floor is the transaction's
-# limit so far: only a larger limit matters.
-_RCPT_QUERY = """
-WITH RECURSIVE c AS MATERIALIZED (
-    SELECT verdict, address FROM mailroom.check_recipient(%(address)s, %(size)s)
-), probe (lo, hi) AS (
-    SELECT %(floor)s::bigint, %(cap)s::bigint FROM c WHERE c.verdict = 'ok'
-    UNION ALL
-    SELECT
-        CASE WHEN r.verdict = 'too_large' THEN p.lo ELSE m.mid END,
-        CASE WHEN r.verdict = 'too_large' THEN m.mid - 1 ELSE p.hi END
-    FROM probe AS p
-    CROSS JOIN LATERAL (SELECT (p.lo + p.hi + 1) / 2 AS mid) AS m
-    CROSS JOIN LATERAL mailroom.check_recipient(%(address)s, m.mid) AS r
-    WHERE p.lo < p.hi
+# Whether any of the accepted recipients (their normalized addresses) takes a message of this size:
+# check_recipient answers 'too_large' exactly when a size is over the mailbox's plan. Another verdict
+# (a mailbox that expired meanwhile) is left to deliver_message. The first one that fits is returned,
+# so the caller asks it first next time.
+_FITS_QUERY = (
+    "SELECT c.address FROM unnest(%s::text[]) AS a (address)"
+    " CROSS JOIN LATERAL mailroom.check_recipient(a.address, %s) AS c"
+    " WHERE c.verdict <> 'too_large' LIMIT 1"
 )
-SELECT c.verdict, c.address, (SELECT max(probe.lo) FROM probe) FROM c
-"""
 
-_NO_CAP = 2**31 - 1  # plans.max_message_bytes is an integer
+# DATA asks _FITS_QUERY each time the message grows this much past the largest size known to fit:
+# a message never costs a query below it (or below a SIZE= every recipient accepted at RCPT), and
+# is never held past its recipients' largest limit by more than this (plus the line being read).
+_SIZE_PROBE_BYTES = 256 * 1024
 
 
 class _Envelope(Envelope):
@@ -105,9 +97,8 @@ class _Envelope(Envelope):
 
     def __init__(self) -> None:
         super().__init__()
-        self.accepted: set[str] = set()  # SQL's normalized form of the accepted recipients
+        self.accepted: list[str] = []  # SQL's normalized form of the accepted recipients, each once
         self.accepted_count = 0  # RCPTs answered 250 (a repeated address counts again)
-        self.size_limit = 0  # the largest limit of the accepted recipients' mailboxes
 
 
 class _Session(Session):
@@ -142,10 +133,9 @@ _INLINE_PARSE_BYTES = 64 * 1024
 class InboxHandler:
     """aiosmtpd handler: RCPT checks and DATA delivery through the SQL API."""
 
-    def __init__(self, pool: AsyncConnectionPool, *, max_recipients: int = 100, size_cap: int | None = None) -> None:
+    def __init__(self, pool: AsyncConnectionPool, *, max_recipients: int = 100) -> None:
         self.pool = pool
         self.max_recipients = max_recipients
-        self.size_cap = size_cap or _NO_CAP  # the server's SIZE: no transaction holds more
         self.in_flight = 0
         self.idle = asyncio.Event()
         self.idle.set()
@@ -156,11 +146,10 @@ class InboxHandler:
         if envelope.accepted_count >= self.max_recipients:
             return REPLY_TOO_MANY
         address = clean_text(address) or ""
-        declared = _declared_size(envelope.mail_options)
-        floor = max(envelope.size_limit, min(declared or 0, self.size_cap))
         try:
-            verdict, normalized, limit = await self._fetch_one(
-                _RCPT_QUERY, {"address": address, "size": declared, "floor": floor, "cap": self.size_cap}
+            verdict, normalized = await self._fetch_one(
+                "SELECT verdict, address FROM mailroom.check_recipient(%s, %s)",
+                (address, _declared_size(envelope.mail_options)),
             )
         except psycopg.Error as exc:
             log.error("recipient check failed: %s", describe_db_error(exc))
@@ -173,9 +162,8 @@ class InboxHandler:
             log.info("refused a recipient at RCPT: %s", verdict)
             return _VERDICT_REPLY.get(verdict, REPLY_UNAVAILABLE)
         envelope.accepted_count += 1
-        envelope.size_limit = max(envelope.size_limit, int(limit) if limit is not None else self.size_cap)
         if normalized not in envelope.accepted:  # one stored copy per mailbox, however the address was written
-            envelope.accepted.add(normalized)
+            envelope.accepted.append(normalized)
             envelope.rcpt_tos.append(address)
             envelope.rcpt_options.extend(rcpt_options)
         return "250 2.1.5 OK"
@@ -193,7 +181,17 @@ class InboxHandler:
             if self.in_flight == 0:
                 self.idle.set()
 
-    async def _fetch_one(self, query: str, params: tuple | dict[str, Any]) -> Any:
+    async def size_fits(self, envelope: _Envelope, size: int) -> bool:
+        """Whether some accepted recipient's plan takes a message of `size` octets (psycopg errors raise)."""
+        row = await self._fetch_one(_FITS_QUERY, (envelope.accepted, size))
+        if row is None:
+            return False
+        if row[0] in envelope.accepted:  # ask the one that fits first next time
+            envelope.accepted.remove(row[0])
+            envelope.accepted.insert(0, row[0])
+        return True
+
+    async def _fetch_one(self, query: str, params: tuple) -> Any:
         attempts = self.pool.max_size + 1  # a read: retrying on a broken connection is always safe
         for attempt in range(1, attempts + 1):
             try:
@@ -332,8 +330,8 @@ class _Busy(asyncio.Protocol):
 
 
 class InboundSMTP(SMTP):
-    """aiosmtpd's SMTP with the server's per-session limits and a DATA reader that holds at most
-    the transaction's size limit (aiosmtpd's own reads up to the server-wide data_size_limit)."""
+    """aiosmtpd's SMTP with the server's per-session limits and a DATA reader bounded by the
+    transaction's recipients (aiosmtpd's own holds up to the server-wide data_size_limit)."""
 
     def __init__(self, handler: InboxHandler, *, max_bad_recipients: int = 10, gate: _SessionGate | None = None,
                  **kwargs: Any) -> None:
@@ -371,18 +369,13 @@ class InboundSMTP(SMTP):
             return
         await super().smtp_RCPT(arg)
 
-    def _transaction_limit(self, envelope: _Envelope) -> int | None:
-        cap = self.data_size_limit or None
-        limit = envelope.size_limit or cap
-        return min(limit, cap) if limit is not None and cap is not None else limit
-
     async def smtp_DATA(self, arg: str) -> None:  # noqa: N802 - aiosmtpd command name
-        """aiosmtpd 1.4.6's DATA (decode_data=False), with the transaction's size limit.
+        """aiosmtpd 1.4.6's DATA (decode_data=False) with the transaction's size limit.
 
         The message is kept in one buffer, dot-stuffing removed, so its size is the size
-        deliver_message checks. Once it passes the limit the buffer is dropped and the rest is read
-        and thrown away up to the final dot: never more than the limit is held (plus the line being
-        read and the socket's read buffer). Then 552 5.3.4, and the session goes on.
+        deliver_message checks. Past the server's SIZE, or past what any accepted recipient's plan
+        takes (asked every _SIZE_PROBE_BYTES), the buffer is dropped and the rest is read and thrown
+        away up to the final dot; then 552 5.3.4, and the session goes on.
         """
         if await self.check_helo_needed():
             return
@@ -396,12 +389,15 @@ class InboundSMTP(SMTP):
         if arg:
             await self.push("501 Syntax: DATA")
             return
-        limit = self._transaction_limit(envelope)
+        handler: InboxHandler = self.event_handler
+        cap = self.data_size_limit or None
+        fits = _declared_size(envelope.mail_options) or 0  # every recipient took this SIZE= at RCPT
         await self.push("354 End data with <CR><LF>.<CR><LF>")
         body = bytearray()
         received = 0  # octets of the message so far, dot-stuffing removed, CRLFs counted
         held = 0  # the most the buffer ever held
         refusal: str | None = None
+        too_big_for = ""  # whose limit a refused message passed, for the log
         line_start = True
         while True:
             try:
@@ -416,8 +412,20 @@ class InboundSMTP(SMTP):
                 line = line[1:]
             line_start = line.endswith(b"\r\n")
             received += len(line)
-            if refusal is None and limit is not None and received > limit:
-                refusal = REPLY_TOO_BIG
+            if refusal is None and cap is not None and received > cap:
+                refusal, too_big_for = REPLY_TOO_BIG, "the server's SIZE"
+            elif refusal is None and received > fits + _SIZE_PROBE_BYTES:
+                try:
+                    if await handler.size_fits(envelope, received):
+                        fits = received
+                    else:
+                        refusal, too_big_for = REPLY_TOO_BIG, "its recipients' size limit"
+                except psycopg.Error as exc:
+                    log.error("size check failed: %s", describe_db_error(exc))
+                    refusal = REPLY_TEMPFAIL  # delivery could not succeed either: hold nothing more
+                except Exception as exc:  # noqa: BLE001 - a 4xx after the data, never a 500 in the middle of it
+                    log.error("size check failed unexpectedly: %s", type(exc).__name__)
+                    refusal = REPLY_TEMPFAIL
             if refusal is None:
                 body += line
             elif body:
@@ -426,8 +434,8 @@ class InboundSMTP(SMTP):
         held = max(held, len(body))
         if refusal is not None:
             if refusal == REPLY_TOO_BIG:
-                log.info("refused a message at DATA: over the limit of %d bytes for its recipients"
-                         " (read %d bytes, held at most %d)", limit, received, held)
+                log.info("refused a message at DATA: over %s (read %d bytes, held at most %d)",
+                         too_big_for, received, held)
             self._set_post_data_state()
             await self.push(refusal)
             return
@@ -510,7 +518,7 @@ class InboundServer:
             await pool.close()
             raise UserError(f"cannot connect to the database: {describe_db_error(exc)}") from None
         size_limit = self.data_size_limit if self.data_size_limit is not None else int(max_bytes)
-        handler = InboxHandler(pool, max_recipients=self.max_recipients, size_cap=size_limit or None)
+        handler = InboxHandler(pool, max_recipients=self.max_recipients)
         smtp_class = _smtp_class(self.max_line_length)
         hostname = self.hostname or domain
         gate = _SessionGate(self.max_sessions)
