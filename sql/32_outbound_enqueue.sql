@@ -113,6 +113,7 @@ DECLARE
     v_count integer;
     v_size bigint;
     v_id bigint;
+    v_suppressed text [];
 BEGIN
     -- p_scope is the namespace of p_idempotency_key: 'app' for enqueue_message, 'mailroom' for
     -- mailroom's own emails, so neither can take the other's key.
@@ -193,14 +194,44 @@ BEGIN
             );
     END IF;
 
+    -- The suppression list (sql/38_outbound_suppressions.sql): a suppressed recipient refuses
+    -- the message (MR318, naming its position), or with outbound.drop_suppressed_recipients is
+    -- dropped; the positions dropped are kept in suppressed_recipients and reported in a NOTICE,
+    -- and a message with no recipient left is refused.
+    v_suppressed := mailroom._suppressed_positions('to', v_to)
+        || mailroom._suppressed_positions('cc', v_cc)
+        || mailroom._suppressed_positions('bcc', v_bcc);
+    IF cardinality(v_suppressed) > 0 THEN
+        IF NOT mailroom.setting('outbound.drop_suppressed_recipients')::boolean THEN
+            RAISE EXCEPTION USING
+                ERRCODE = 'MR318',
+                MESSAGE = format('%s is on the suppression list', v_suppressed[1]),
+                HINT = 'outbound.drop_suppressed_recipients = true drops suppressed recipients instead';
+        END IF;
+        v_to := mailroom._without_suppressed(v_to);
+        v_cc := mailroom._without_suppressed(v_cc);
+        v_bcc := mailroom._without_suppressed(v_bcc);
+        IF cardinality(v_to) + cardinality(v_cc) + cardinality(v_bcc) = 0 THEN
+            RAISE EXCEPTION USING
+                ERRCODE = 'MR318',
+                MESSAGE = 'every recipient is on the suppression list';
+        END IF;
+        RAISE NOTICE USING
+            MESSAGE = format(
+                'suppressed recipients dropped: %s', array_to_string(v_suppressed, ', ')
+            );
+    END IF;
+
     INSERT INTO mailroom.outbound_messages AS m (
         sender_id, to_addrs, cc_addrs, bcc_addrs, subject, text_body, html_body, headers,
-        message_id, next_retry_at, send_after, idempotency_scope, idempotency_key, created_at, updated_at
+        message_id, next_retry_at, send_after, idempotency_scope, idempotency_key, created_at, updated_at,
+        suppressed_recipients
     )
     VALUES (
         v_sender_id, v_to, v_cc, v_bcc, p_subject, p_text_body, p_html_body, v_headers,
         '<' || replace(pg_catalog.gen_random_uuid()::text, '-', '') || '@' || split_part(v_from, '@', 2) || '>',
-        p_send_after, p_send_after, p_scope, p_idempotency_key, mailroom.clock(), mailroom.clock()
+        p_send_after, p_send_after, p_scope, p_idempotency_key, mailroom.clock(), mailroom.clock(),
+        v_suppressed
     )
     ON CONFLICT (idempotency_scope, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
     RETURNING m.id INTO v_id;

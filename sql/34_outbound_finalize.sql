@@ -247,7 +247,23 @@ BEGIN
                 m.status = 'processing'
                 OR (m.status = 'queued' AND m.possibly_sent AND i.kind = 'sent')
             )
-        RETURNING m.id, m.status, m.attempts, m.next_retry_at
+        RETURNING m.id, m.status, m.attempts, m.next_retry_at, m.to_addrs, m.cc_addrs, m.bcc_addrs
+    ),
+
+    -- A synchronous 5xx (a permanent reply) to a message with one recipient is a hard bounce
+    -- of that recipient: onto the suppression list (sql/38) with this message's id. With
+    -- several recipients the reply does not say which one failed: nothing is added.
+    bounced AS (
+        SELECT mailroom._add_suppression(
+            (u.to_addrs || u.cc_addrs || u.bcc_addrs)[1], 'hard_bounce', NULL, u.id
+        )
+        FROM upd AS u
+        INNER JOIN input AS i ON u.id = i.id
+        WHERE
+            i.outcome = 'reply'
+            AND i.kind = 'permanent'
+            AND u.status = 'failed'
+            AND cardinality(u.to_addrs) + cardinality(u.cc_addrs) + cardinality(u.bcc_addrs) = 1
     ),
 
     stale AS (
@@ -272,6 +288,9 @@ BEGIN
         i.reply_class
     FROM input AS i
     LEFT JOIN upd AS u ON i.id = u.id
+    -- reads bounced so that its inserts run (a data-modifying CTE nobody reads is still run,
+    -- but a SELECT calling a function is not: it must be referenced)
+    WHERE (SELECT count(*) FROM bounced) >= 0
     ORDER BY i.id;
 END;
 $$;

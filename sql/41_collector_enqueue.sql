@@ -10,6 +10,7 @@ AS $$
 DECLARE
     v_sender text := mailroom.setting('collector.sender');
     v_count integer := 0;
+    v_suppression bigint;
     r record;
     m record;
 BEGIN
@@ -29,6 +30,15 @@ BEGIN
         FROM mailroom.dequeue_tokens(p_limit, p_key) AS d
         ORDER BY d.token_id
     LOOP
+        -- a suppressed address (sql/38) gets no email: the token stays dequeued, the skip is
+        -- recorded in suppressed_token_emails and the batch goes on
+        v_suppression := mailroom._suppression_id(r.email);
+        IF v_suppression IS NOT NULL THEN
+            INSERT INTO mailroom.suppressed_token_emails (token_id, suppression_id, skipped_at)
+            VALUES (r.token_id, v_suppression, mailroom.clock())
+            ON CONFLICT (token_id) DO NOTHING;
+            CONTINUE;
+        END IF;
         SELECT e.* INTO m FROM mailroom.render_token_email(r.action, r.email, r.login, r.signed, r.code) AS e;
         -- mailroom's own scope: an application message with the same key cannot suppress it
         PERFORM mailroom._enqueue_message(
@@ -43,6 +53,6 @@ $$;
 
 COMMENT ON FUNCTION mailroom.enqueue_token_emails(integer, bytea) IS
 'Dequeue up to p_limit tokens (signed with p_key) and enqueue one rendered email each (idempotency key '
-'token:<id> in scope mailroom), in the caller''s transaction; returns how many were enqueued.';
+'token:<id> in scope mailroom), in the caller''s transaction; a suppressed address is skipped and recorded in suppressed_token_emails; returns how many were enqueued.';
 
 GRANT EXECUTE ON FUNCTION mailroom.enqueue_token_emails(integer, bytea) TO mailroom_collector;

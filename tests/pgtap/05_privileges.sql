@@ -14,7 +14,7 @@ SELECT 'mailroom_app', unnest(ARRAY[
     'create_account', 'suspend_account', 'unsuspend_account', 'request_password_recovery', 'consume_token',
     'verify_token', 'create_mailbox', 'extend_mailbox', 'delete_mailbox', 'list_mailboxes', 'list_messages',
     'read_message', 'mailbox_accepts', 'enqueue_message', 'wait_for_message', 'extract_link', 'extract_code',
-    'clock', 'setting'
+    'is_suppressed', 'clock', 'setting'
 ])
 UNION ALL
 SELECT 'mailroom_collector', unnest(ARRAY[
@@ -36,7 +36,7 @@ UNION ALL
 SELECT 'mailroom_admin', unnest(ARRAY[
     'set_setting', 'upsert_sender', 'show_outbound_message', 'retry_message', 'retry_failed_messages',
     'purge_sent_messages', 'purge_tokens', 'sign_token', 'list_outbound_messages', 'reap_stuck_messages', 'queue_health',
-    'worker_health', 'clock', 'setting'
+    'worker_health', 'suppress', 'unsuppress', 'list_suppressions', 'is_suppressed', 'clock', 'setting'
 ])
 UNION ALL
 SELECT 'mailroom_timekeeper', unnest(ARRAY['pin_clock', 'unpin_clock']);

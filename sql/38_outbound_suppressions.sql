@@ -1,0 +1,219 @@
+-- The suppression list: addresses mailroom does not send to (docs/bounces.md). Addresses are
+-- PII: adding, removing and listing are for mailroom_admin; the application may only ask
+-- whether one address is suppressed. Error messages never contain an address.
+
+CREATE OR REPLACE FUNCTION mailroom._suppression_id(p_address text)
+RETURNS bigint
+LANGUAGE sql
+STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    -- The id of the suppression that applies to p_address now (mailroom.clock()), else NULL:
+    -- an entry whose expires_at has passed no longer applies.
+    SELECT s.id
+    FROM mailroom.suppressions AS s
+    WHERE
+        s.address = mailroom._normalize_address(p_address)
+        AND (s.expires_at IS NULL OR s.expires_at > mailroom.clock());
+$$;
+
+COMMENT ON FUNCTION mailroom._suppression_id(text) IS
+'Internal: id of the suppression in force now for an address (normalized), else NULL.';
+
+CREATE OR REPLACE FUNCTION mailroom._suppressed(p_address text)
+RETURNS boolean
+LANGUAGE sql
+STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT mailroom._suppression_id(p_address) IS NOT NULL;
+$$;
+
+COMMENT ON FUNCTION mailroom._suppressed(text) IS
+'Internal: whether a suppression is in force now for an address (the enqueue paths use it).';
+
+CREATE OR REPLACE FUNCTION mailroom._add_suppression(
+    p_address text,
+    p_reason text,
+    p_expires_at timestamptz,
+    p_source_message bigint
+)
+RETURNS bigint
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_now timestamptz := mailroom.clock();
+    v_id bigint;
+BEGIN
+    -- One entry per address. An expired entry is replaced; an entry in force is updated to the
+    -- new reason, source and expiry (suppress is how an operator changes them), except that a
+    -- hard bounce never shortens or replaces an entry already in force (finalize_messages and,
+    -- later, bounce parsing call this for every 5xx).
+    INSERT INTO mailroom.suppressions AS s (address, reason, source_message, created_at, expires_at)
+    VALUES (mailroom._normalize_address(p_address), p_reason, p_source_message, v_now, p_expires_at)
+    ON CONFLICT (address) DO UPDATE
+    SET
+        reason = excluded.reason,
+        source_message = excluded.source_message,
+        created_at = excluded.created_at,
+        expires_at = excluded.expires_at
+    WHERE
+        excluded.reason <> 'hard_bounce'
+        OR (s.expires_at IS NOT NULL AND s.expires_at <= v_now)
+    RETURNING s.id INTO v_id;
+    IF v_id IS NULL THEN
+        SELECT s.id INTO v_id
+        FROM mailroom.suppressions AS s
+        WHERE s.address = mailroom._normalize_address(p_address);
+    END IF;
+    RETURN v_id;
+END;
+$$;
+
+COMMENT ON FUNCTION mailroom._add_suppression(text, text, timestamptz, bigint) IS
+'Internal: insert or refresh a suppression (a hard bounce never overrides one in force); returns its id.';
+
+CREATE OR REPLACE FUNCTION mailroom.suppress(
+    p_address text,
+    p_reason text,
+    p_expires_at timestamptz DEFAULT null,
+    p_source_message bigint DEFAULT null
+)
+RETURNS bigint
+LANGUAGE plpgsql
+VOLATILE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF NOT coalesce(mailroom._is_valid_address(mailroom._normalize_address(p_address)), false) THEN
+        RAISE EXCEPTION USING
+            ERRCODE = 'MR350',
+            MESSAGE = 'the address to suppress is not a valid email address';
+    END IF;
+    IF p_reason IS NULL OR p_reason NOT IN ('hard_bounce', 'complaint', 'manual') THEN
+        RAISE EXCEPTION USING
+            ERRCODE = 'MR351',
+            MESSAGE = format(
+                'reason must be hard_bounce, complaint or manual, got %s',
+                coalesce(quote_literal(left(p_reason, 40)), 'NULL')
+            );
+    END IF;
+    IF p_expires_at IS NOT NULL AND (NOT isfinite(p_expires_at) OR p_expires_at <= mailroom.clock()) THEN
+        RAISE EXCEPTION USING
+            ERRCODE = 'MR352',
+            MESSAGE = 'expires_at must be a finite time in the future (NULL: until removed)';
+    END IF;
+    RETURN mailroom._add_suppression(p_address, p_reason, p_expires_at, p_source_message);
+END;
+$$;
+
+COMMENT ON FUNCTION mailroom.suppress(text, text, timestamptz, bigint) IS
+'Put an address on the suppression list (hard_bounce, complaint, manual), until p_expires_at or removed; returns the entry id.';
+
+GRANT EXECUTE ON FUNCTION mailroom.suppress(text, text, timestamptz, bigint) TO mailroom_admin;
+
+CREATE OR REPLACE FUNCTION mailroom.unsuppress(p_address text)
+RETURNS boolean
+LANGUAGE sql
+VOLATILE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+    -- true when an entry was removed (expired or not), false when there was none
+    WITH gone AS (
+        DELETE FROM mailroom.suppressions AS s
+        WHERE s.address = mailroom._normalize_address(p_address)
+        RETURNING s.id
+    )
+
+    SELECT EXISTS (SELECT 1 FROM gone);
+$$;
+
+COMMENT ON FUNCTION mailroom.unsuppress(text) IS
+'Remove an address from the suppression list; true if it was there.';
+
+GRANT EXECUTE ON FUNCTION mailroom.unsuppress(text) TO mailroom_admin;
+
+CREATE OR REPLACE FUNCTION mailroom.is_suppressed(p_address text)
+RETURNS boolean
+LANGUAGE sql
+STABLE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT mailroom._suppressed(p_address);
+$$;
+
+COMMENT ON FUNCTION mailroom.is_suppressed(text) IS
+'Whether enqueue would treat this address as suppressed now (an expired entry does not count).';
+
+GRANT EXECUTE ON FUNCTION mailroom.is_suppressed(text) TO mailroom_app, mailroom_admin;
+
+CREATE OR REPLACE FUNCTION mailroom.list_suppressions(p_limit integer DEFAULT 100)
+RETURNS TABLE (
+    id bigint,
+    address text,
+    reason text,
+    source_message bigint,
+    created_at timestamptz,
+    expires_at timestamptz,
+    active boolean
+)
+LANGUAGE plpgsql
+STABLE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF p_limit IS NULL OR p_limit NOT BETWEEN 1 AND 100000 THEN
+        RAISE EXCEPTION USING
+            ERRCODE = 'MR353',
+            MESSAGE = format('limit must be 1..100000, got %s', coalesce(p_limit::text, 'NULL'));
+    END IF;
+    -- newest first; expired entries are listed (active = false) until removed
+    RETURN QUERY
+    SELECT
+        s.id, s.address, s.reason, s.source_message, s.created_at, s.expires_at,
+        (s.expires_at IS NULL OR s.expires_at > mailroom.clock())
+    FROM mailroom.suppressions AS s
+    ORDER BY s.created_at DESC, s.id DESC
+    LIMIT p_limit;
+END;
+$$;
+
+COMMENT ON FUNCTION mailroom.list_suppressions(integer) IS
+'The suppression list, newest first, with whether each entry is in force (addresses: admin only).';
+
+GRANT EXECUTE ON FUNCTION mailroom.list_suppressions(integer) TO mailroom_admin;
+
+CREATE OR REPLACE FUNCTION mailroom._suppressed_positions(p_kind text, p_addresses text[])
+RETURNS text[]
+LANGUAGE sql
+STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    -- the positions ('to[2]') of the suppressed addresses in a recipient list, in order
+    SELECT coalesce(array_agg(format('%s[%s]', p_kind, a.n) ORDER BY a.n), '{}')
+    FROM unnest(p_addresses) WITH ORDINALITY AS a (address, n)
+    WHERE mailroom._suppressed(a.address);
+$$;
+
+COMMENT ON FUNCTION mailroom._suppressed_positions(text, text[]) IS
+'Internal: positions (kind[n], never the value) of the suppressed addresses of a recipient list.';
+
+CREATE OR REPLACE FUNCTION mailroom._without_suppressed(p_addresses text[])
+RETURNS text[]
+LANGUAGE sql
+STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT coalesce(array_agg(a.address ORDER BY a.n), '{}')
+    FROM unnest(p_addresses) WITH ORDINALITY AS a (address, n)
+    WHERE NOT mailroom._suppressed(a.address);
+$$;
+
+COMMENT ON FUNCTION mailroom._without_suppressed(text[]) IS
+'Internal: a recipient list without its suppressed addresses, in order.';
