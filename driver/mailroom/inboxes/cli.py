@@ -260,3 +260,32 @@ def expire_cmd(
     worker.run(once=once)
     if once:
         print(f"expired={worker.total_expired} purged={worker.total_purged}")
+
+
+@inbox_app.command("watch")
+def watch_cmd(
+    address: Annotated[str, typer.Argument(help="Inbox address.")],
+    database_url: DatabaseUrlOption = None,
+    listen_url: ListenUrlOption = None,
+    token: TokenOption = None,
+    owner_type: OwnerTypeOption = None,
+    owner_id: OwnerIdOption = None,
+    poll_interval: Annotated[
+        str, typer.Option("--poll-interval", help="How often to look while LISTEN is unavailable (2s, 500ms, ...).")
+    ] = "2s",
+    existing: Annotated[bool, typer.Option("--existing", help="Print the messages already there first.")] = False,
+    as_json: JsonOption = False,
+) -> None:
+    """Print each new message's summary (id, received_at, from, subject) as it arrives; SIGTERM/SIGINT end it."""
+    from mailroom.inboxes.watch import InboxWatcher
+
+    every = parse_seconds("--poll-interval", poll_interval)
+    if every <= 0:
+        raise ConfigError("--poll-interval must be positive")
+    url = resolve_database_url(database_url)
+    watcher = InboxWatcher(url, address, token=token, owner_type=owner_type, owner_id=owner_id,
+                           listen_url=resolve_listen_url(listen_url, url), poll_interval=every,
+                           existing=existing, as_json=as_json)
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: watcher.stop())
+    watcher.run()
