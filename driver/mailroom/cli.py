@@ -22,6 +22,7 @@ COMMANDS: dict[str, tuple[str, str, str | None]] = {
     "expire": ("mailroom.inboxes.cli", "app", "expire"),
     "send": ("mailroom.outbound.cli", "app", "send"),
     "outbound": ("mailroom.outbound.cli", "outbound", None),
+    "suppress": ("mailroom.outbound.cli", "suppress_app", None),
     "run": ("mailroom.ops.cli", "app", "run"),
     "demo": ("mailroom.ops.cli", "app", "demo"),
     "doctor": ("mailroom.ops.cli", "app", "doctor"),

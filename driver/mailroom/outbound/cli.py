@@ -275,3 +275,77 @@ def send_command(
     import asyncio
 
     asyncio.run(Sender(opts).run())
+
+
+suppress_app = typer.Typer(
+    name="suppress",
+    help="The suppression list (admin): add, remove, list, check. Addresses are PII.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+SUPPRESSION_REASONS = ("manual", "complaint", "hard_bounce")
+
+
+@suppress_app.command("add")
+def suppress_add(
+    address: Annotated[str, typer.Argument(metavar="ADDRESS")],
+    reason: Annotated[str, typer.Option(help="manual, complaint or hard_bounce.")] = "manual",
+    expires_in: Annotated[Optional[str], typer.Option(
+        "--for", help="Suppress for this long (e.g. 30d, 12h); default: until removed.")] = None,
+    database_url: DatabaseUrlOption = None,
+) -> None:
+    """Put an address on the suppression list (mailroom.suppress)."""
+    if reason not in SUPPRESSION_REASONS:
+        raise ConfigError(f"--reason must be one of {', '.join(SUPPRESSION_REASONS)}, got {reason!r}")
+    seconds = parse_seconds("--for", expires_in) if expires_in is not None else None
+    if seconds is not None and seconds <= 0:
+        raise ConfigError("--for must be positive")
+    # the expiry is computed from mailroom.clock() in SQL, never from this machine's clock
+    row = _call(
+        database_url,
+        "SELECT mailroom.suppress(%s, %s, mailroom.clock() + make_interval(secs => %s::float8)) AS id",
+        (address, reason, seconds),
+        fetch="one",
+    )
+    typer.echo(f"suppressed (entry {row['id']})")
+
+
+@suppress_app.command("remove")
+def suppress_remove(
+    address: Annotated[str, typer.Argument(metavar="ADDRESS")],
+    database_url: DatabaseUrlOption = None,
+) -> None:
+    """Take an address off the suppression list (exit 1 if it was not on it)."""
+    row = _call(database_url, "SELECT mailroom.unsuppress(%s) AS removed", (address,), fetch="one")
+    if not row["removed"]:
+        raise UserError("the address is not on the suppression list")
+    typer.echo("removed")
+
+
+@suppress_app.command("list")
+def suppress_list(
+    limit: Annotated[int, typer.Option(help="At most this many, newest first.")] = 100,
+    database_url: DatabaseUrlOption = None,
+) -> None:
+    """The suppression list, newest first (expired entries show active = no until removed)."""
+    rows = _call(database_url, "SELECT * FROM mailroom.list_suppressions(%s)", (limit,))
+    if not rows:
+        typer.echo("no suppressions")
+        return
+    _table(rows, ["address", "reason", "active", "source_message", "created_at", "expires_at"])
+
+
+@suppress_app.command("check")
+def suppress_check(
+    address: Annotated[str, typer.Argument(metavar="ADDRESS")],
+    database_url: DatabaseUrlOption = None,
+) -> None:
+    """Whether enqueue treats the address as suppressed now: prints it, exit 0 if suppressed, 1 if not."""
+    row = _call(database_url, "SELECT mailroom.is_suppressed(%s) AS suppressed", (address,), fetch="one")
+    if row["suppressed"]:
+        typer.echo("suppressed")
+        return
+    typer.echo("not suppressed")
+    raise typer.Exit(1)

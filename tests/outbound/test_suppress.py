@@ -1,0 +1,86 @@
+"""The suppression list through the real CLI (`mailroom suppress add|remove|list|check`, run as
+mr_admin), and end to end: a relay answering 550 at RCPT puts the recipient on the list, after
+which the next enqueue to it is refused (MR318)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+import psycopg
+import pytest
+from outbound_support import SEND_FLAGS, add_sender, enqueue, row
+
+T0 = datetime(2030, 1, 1, 12, 0, tzinfo=UTC)
+
+
+def at(when: datetime) -> dict[str, str]:
+    return {"PGOPTIONS": f"-c mailroom.clock={when.isoformat()}"}
+
+
+def test_add_check_list_remove(conn, cli):
+    r = cli("suppress", "check", "alice@example.com")
+    assert r.returncode == 1 and r.stdout.strip() == "not suppressed"
+
+    r = cli("suppress", "add", " <Alice@Example.com>", "--reason", "complaint")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.startswith("suppressed (entry ")
+
+    r = cli("suppress", "check", "ALICE@example.com")
+    assert r.returncode == 0 and r.stdout.strip() == "suppressed"
+    assert conn.execute("SELECT mailroom.is_suppressed('alice@example.com')").fetchone()[0] is True
+
+    r = cli("suppress", "list")
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    assert lines[0].split()[:3] == ["ADDRESS", "REASON", "ACTIVE"]
+    assert lines[1].split()[:3] == ["alice@example.com", "complaint", "yes"]
+
+    r = cli("suppress", "remove", "alice@example.com")
+    assert r.returncode == 0 and r.stdout.strip() == "removed"
+    r = cli("suppress", "remove", "alice@example.com")
+    assert r.returncode == 1
+    assert r.stderr.strip() == "mailroom: error: the address is not on the suppression list"
+    assert cli("suppress", "list").stdout.strip() == "no suppressions"
+
+
+def test_bad_input_is_one_line_without_the_address(cli):
+    r = cli("suppress", "add", "not-an-address")
+    assert r.returncode == 2
+    assert r.stderr.startswith("mailroom: error:") and "not-an-address" not in r.stderr
+    assert "Traceback" not in r.stderr
+    r = cli("suppress", "add", "a@example.com", "--reason", "spam")
+    assert r.returncode == 2 and "--reason" in r.stderr
+
+
+def test_expiry_follows_the_database_clock(cli):
+    r = cli("suppress", "add", "temp@example.com", "--for", "1d", env=at(T0))
+    assert r.returncode == 0, r.stderr
+    assert cli("suppress", "check", "temp@example.com", env=at(T0.replace(hour=23))).returncode == 0
+    r = cli("suppress", "check", "temp@example.com", env=at(T0.replace(day=2)))
+    assert r.returncode == 1 and r.stdout.strip() == "not suppressed"
+    r = cli("suppress", "list", env=at(T0.replace(day=2)))
+    assert r.stdout.splitlines()[1].split()[:3] == ["temp@example.com", "manual", "no"]
+
+
+def test_a_550_at_rcpt_suppresses_the_recipient(conn, cli, smtp_server):
+    server = smtp_server("reply_rcpt", "550 5.1.1 <gone@example.com> user unknown")
+    add_sender(conn, server.port)
+    (mid,) = enqueue(conn, 1, to=["Gone@Example.com"])
+
+    result = cli("send", "--until-idle", *SEND_FLAGS, env=at(T0), timeout=30)
+    assert result.returncode == 0, result.stderr
+    assert row(conn, mid)["status"] == "failed"
+
+    r = cli("suppress", "check", "gone@example.com")
+    assert r.returncode == 0 and r.stdout.strip() == "suppressed"
+    r = cli("suppress", "list")
+    assert r.stdout.splitlines()[1].split()[:4] == ["gone@example.com", "hard_bounce", "yes", str(mid)]
+
+    with pytest.raises(psycopg.Error) as err:
+        enqueue(conn, 1, to=["gone@example.com"])
+    assert err.value.sqlstate == "MR318"
+    assert "@" not in str(err.value)
+
+    # removed from the list, the address can be written to again
+    assert cli("suppress", "remove", "gone@example.com").returncode == 0
+    assert enqueue(conn, 1, to=["gone@example.com"])
