@@ -55,6 +55,7 @@ _MR_KINDS: dict[str, Kind] = {
     # inboxes
     "MR203": Kind.NOT_FOUND, "MR204": Kind.DENIED, "MR205": Kind.GONE, "MR206": Kind.GONE,
     "MR207": Kind.LIMIT, "MR208": Kind.LIMIT, "MR209": Kind.NOT_FOUND,
+    "MR212": Kind.NOT_FOUND, "MR213": Kind.USAGE, "MR214": Kind.USAGE, "MR215": Kind.NOT_FOUND,
     # outbound
     "MR301": Kind.NOT_FOUND, "MR304": Kind.LIMIT, "MR306": Kind.LIMIT, "MR314": Kind.CONFIG,
     "MR315": Kind.CONFIG, "MR340": Kind.NOT_FOUND, "MR341": Kind.CONFLICT,
