@@ -31,7 +31,7 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     -- The wait is counted in sleeps, not read from a clock: mailroom.clock() may be pinned (it
-    -- would never move) and a business rule may not call clock_timestamp(). So the wait lasts at
+    -- would never move) and a rule may not read the wall clock itself. So the wait lasts at
     -- least p_timeout and at most p_timeout plus the time of the queries, never forever.
     c_step constant double precision := 0.05;
     v_box mailroom.mailboxes;
