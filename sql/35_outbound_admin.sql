@@ -133,6 +133,7 @@ RETURNS TABLE (
     send_after timestamptz,
     created_at timestamptz,
     sent_at timestamptz,
+    suppressed_recipients text[],
     error_log text
 )
 LANGUAGE plpgsql
@@ -161,6 +162,7 @@ BEGIN
         m.send_after,
         m.created_at,
         m.sent_at,
+        m.suppressed_recipients,
         m.error_log
     FROM mailroom.outbound_messages AS m
     INNER JOIN mailroom.senders AS s ON m.sender_id = s.id
@@ -174,7 +176,7 @@ END;
 $$;
 
 COMMENT ON FUNCTION mailroom.show_outbound_message(bigint) IS
-'One message for operators: state, codes and the (already scrubbed) error_log; no addresses or bodies.';
+'One message for operators: state, codes, positions of recipients dropped as suppressed and the (already scrubbed) error_log; no addresses or bodies.';
 
 GRANT EXECUTE ON FUNCTION mailroom.show_outbound_message(bigint) TO mailroom_admin;
 

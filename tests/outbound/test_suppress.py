@@ -84,3 +84,15 @@ def test_a_550_at_rcpt_suppresses_the_recipient(conn, cli, smtp_server):
     # removed from the list, the address can be written to again
     assert cli("suppress", "remove", "gone@example.com").returncode == 0
     assert enqueue(conn, 1, to=["gone@example.com"])
+
+
+def test_drop_setting_queues_for_the_others_and_show_says_so(conn, cli):
+    add_sender(conn, 2525)
+    assert cli("suppress", "add", "gone@example.com").returncode == 0
+    conn.execute("SELECT mailroom.set_setting('outbound.drop_suppressed_recipients', 'true')")
+    (mid,) = enqueue(conn, 1, to=["ok@example.com", "gone@example.com"])
+    assert row(conn, mid)["to_addrs"] == ["ok@example.com"]
+    shown = cli("outbound", "show", str(mid))
+    assert shown.returncode == 0, shown.stderr
+    assert any(line.split() == ["suppressed_recipients", "to[2]"] for line in shown.stdout.splitlines())
+    assert "gone@" not in shown.stdout

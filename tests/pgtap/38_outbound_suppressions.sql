@@ -1,7 +1,7 @@
 -- Outbound: the suppression list (suppress, unsuppress, is_suppressed, list_suppressions), what
 -- enqueue does with a suppressed recipient, token emails skipped, hard bounces from finalize.
 BEGIN;
-SELECT plan(43);
+SELECT plan(44);
 
 SET LOCAL mailroom.clock = '2030-01-01 00:00Z';
 SELECT mailroom.upsert_sender('tap', 'robot@mailroom.test', '127.0.0.1', 2525);
@@ -92,6 +92,11 @@ SELECT is(
 SELECT is(
     (SELECT suppressed_recipients FROM mailroom.outbound_messages WHERE subject = 'dropped'),
     ARRAY['to[2]', 'cc[1]'], 'drop: the positions dropped are recorded, not the addresses'
+);
+SELECT is(
+    (SELECT suppressed_recipients FROM mailroom.show_outbound_message(
+        (SELECT id FROM mailroom.outbound_messages WHERE subject = 'dropped'))),
+    ARRAY['to[2]', 'cc[1]'], 'show_outbound_message shows the positions dropped'
 );
 SELECT throws_ok(
     $$SELECT mailroom.enqueue_message('tap', ARRAY['gone@example.com'], 's', 't')$$,

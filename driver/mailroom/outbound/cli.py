@@ -48,6 +48,8 @@ def _fmt(value: Any) -> str:
         return "yes" if value else "no"
     if isinstance(value, float):
         return f"{value:.0f}"
+    if isinstance(value, list):
+        return ", ".join(str(v) for v in value) or "-"
     return str(value)
 
 
