@@ -158,6 +158,20 @@ def test_after_10_refused_recipients_the_session_is_closed_421(server, conn, mak
     assert stored_count(conn) == 1
 
 
+def test_expired_inboxes_do_not_count_as_invalid_recipients(server, conn, make_mailbox):
+    """Mail for inboxes that expired is the normal life of this service: 550 each, never a 421."""
+    boxes = [make_mailbox() for _ in range(12)]
+    conn.execute("UPDATE mailroom.mailboxes SET expires_at = clock_timestamp() - interval '1 second'")
+    live = make_mailbox()
+    with smtplib.SMTP(server.host, server.port, timeout=10) as client:
+        client.ehlo()
+        client.mail("ann@example.com")
+        for box in boxes:
+            assert client.rcpt(box.address)[0] == 550
+        assert client.rcpt(live.address)[0] == 250
+    assert "closing a session" not in server.log()
+
+
 def test_max_bad_recipients_is_configurable_and_pipelined_commands_after_421_are_not_run(
     start_server, conn, make_mailbox
 ):

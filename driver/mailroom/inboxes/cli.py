@@ -60,7 +60,7 @@ def serve_cmd(
     port: Annotated[int, typer.Option(help="TCP port to listen on (0: any free port).")] = 2525,
     max_recipients: Annotated[int, typer.Option(help="RCPT TO per message; more get 452.")] = 100,
     max_bad_recipients: Annotated[
-        int, typer.Option(help="Refused recipients a connection may send; its next RCPT gets 421 and a hang-up.")
+        int, typer.Option(help="Unknown recipients a connection may send; its next RCPT gets 421 and a hang-up.")
     ] = 10,
     max_sessions: Annotated[
         int, typer.Option(help="Connections at once; more get 421 and are closed at once.")

@@ -106,7 +106,9 @@ class _Session(Session):
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         super().__init__(loop)
-        self.refused_recipients = 0  # recipients refused by their verdict, whatever the transaction
+        # unknown recipients in this session, whatever the transaction (a directory-harvest defence;
+        # expired and deleted inboxes are the normal life of this service and do not count)
+        self.refused_recipients = 0
 
 
 @dataclass
@@ -158,7 +160,8 @@ class InboxHandler:
             log.error("recipient check failed unexpectedly: %s", type(exc).__name__)
             return REPLY_TEMPFAIL
         if verdict != "ok":
-            session.refused_recipients += 1
+            if verdict == "unknown":
+                session.refused_recipients += 1
             log.info("refused a recipient at RCPT: %s", verdict)
             return _VERDICT_REPLY.get(verdict, REPLY_UNAVAILABLE)
         envelope.accepted_count += 1
