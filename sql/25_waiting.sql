@@ -48,6 +48,10 @@ BEGIN
     v_rounds := ceil(v_seconds / c_step)::integer;
 
     FOR v_round IN 0..v_rounds LOOP
+        IF v_round > 0 THEN
+            -- An inbox deleted or expired during the wait ends it at once (MR206/MR205).
+            v_box := mailroom._authorize_mailbox(p_address, p_session_token, p_owner_type, p_owner_id);
+        END IF;
         -- Under READ COMMITTED every statement of a VOLATILE function takes a fresh snapshot, so
         -- this query sees every message committed before it started.
         RETURN QUERY

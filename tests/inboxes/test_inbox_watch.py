@@ -195,3 +195,43 @@ def test_inbox_watch_with_a_wrong_token_fails_in_one_line(cli, make_mailbox):
     result = cli("inbox", "watch", box.address, "--token", "wrong", timeout=30)
     assert result.returncode == 1
     assert "MR204" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_wait_for_message_ends_when_the_inbox_is_deleted_meanwhile(db_url, conn, make_mailbox):
+    box = make_mailbox()
+    result: dict = {}
+
+    def wait() -> None:
+        with psycopg.connect(_app_url(db_url), autocommit=True) as waiter:
+            try:
+                waiter.execute("SELECT * FROM mailroom.wait_for_message(%s, %s, interval '20 seconds')",
+                               (box.address, box.token))
+            except psycopg.Error as exc:
+                result["sqlstate"] = exc.sqlstate
+            result["ended"] = time.monotonic()
+
+    thread = threading.Thread(target=wait)
+    thread.start()
+    time.sleep(0.5)
+    conn.execute("SELECT mailroom.delete_mailbox(%s, %s)", (box.address, box.token))
+    deleted = time.monotonic()
+    thread.join(timeout=25)
+    assert result["sqlstate"] == "MR206"
+    assert result["ended"] - deleted < 2.0
+
+
+def test_inbox_watch_existing_as_json_while_polling(server, cli_popen, make_mailbox):
+    box = make_mailbox()
+    _send(server, box.address, "Already there", "old")
+    proc = cli_popen("inbox", "watch", box.address, "--token", box.token, "--existing", "--json",
+                     "--listen-url", "none", "--poll-interval", "0.2s", stdout=subprocess.PIPE,
+                     stderr=subprocess.DEVNULL, text=True)
+    lines: queue.Queue = queue.Queue()
+    threading.Thread(target=_read_lines, args=(proc.stdout, lines), daemon=True).start()
+    first = json.loads(lines.get(timeout=15))
+    assert first["subject"] == "Already there" and first["from"] == "App <app@example.org>"
+    _send(server, box.address, "New one", "new")
+    second = json.loads(lines.get(timeout=10))
+    assert second["subject"] == "New one" and second["message_id"] > first["message_id"]
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=10) == 0
