@@ -58,7 +58,7 @@ _MR_KINDS: dict[str, Kind] = {
     "MR212": Kind.NOT_FOUND, "MR213": Kind.USAGE, "MR214": Kind.USAGE, "MR215": Kind.NOT_FOUND,
     # outbound
     "MR301": Kind.NOT_FOUND, "MR304": Kind.LIMIT, "MR306": Kind.LIMIT, "MR314": Kind.CONFIG,
-    "MR315": Kind.CONFIG, "MR340": Kind.NOT_FOUND, "MR341": Kind.CONFLICT,
+    "MR315": Kind.CONFIG, "MR318": Kind.CONFLICT, "MR340": Kind.NOT_FOUND, "MR341": Kind.CONFLICT,
     # collector
     "MR401": Kind.CONFIG, "MR402": Kind.CONFIG, "MR404": Kind.CONFIG,
 }
