@@ -11,7 +11,7 @@ from typing import Any
 
 import psycopg
 
-from mailroom.core.errors import UserError, describe_db_error, kind_of
+from mailroom.core.errors import UserError, db_user_error, describe_db_error, kind_of
 
 
 def connection_kwargs(*, autocommit: bool = True, application_name: str = "mailroom", **extra: Any) -> dict[str, Any]:
@@ -56,8 +56,6 @@ def call(url: str, query: str, params: tuple = (), *, application_name: str, row
     """One statement on a short-lived connection, for operator commands: its rows, or UserError.
 
     The error is one line with the exit code of its kind (mailroom.core.errors.kind_of)."""
-    from mailroom.core.errors import db_user_error
-
     with connect(url, application_name=application_name) as conn:
         try:
             cur = conn.cursor(row_factory=row_factory) if row_factory is not None else conn.cursor()

@@ -22,9 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
 import signal
-import socket
 import ssl
 import time
 from dataclasses import dataclass
@@ -81,7 +79,7 @@ class SenderOptions:
 class Sender:
     def __init__(self, opts: SenderOptions):
         self.opts = opts
-        self.worker = opts.worker or f"{socket.gethostname()}:{os.getpid()}"
+        self.worker = opts.worker or heartbeat.worker_name()
         self.metrics = SenderMetrics()
         self.wake = asyncio.Event()
         self.stopping = asyncio.Event()
