@@ -57,13 +57,13 @@ _VERDICT_REPLY = {
     "full": REPLY_FULL,
 }
 
-# SQLSTATE raised by deliver_message → (reply, detectable again at RCPT on a retry).
+# The error deliver_message raises for each check_recipient verdict (sql/21_delivery.sql).
+_SQLSTATE_VERDICT = {"MR203": "unknown", "MR205": "expired", "MR206": "deleted", "MR207": "too_large", "MR208": "full"}
+
+# SQLSTATE raised by deliver_message → (reply, detectable again at RCPT on a retry): the reply
+# of its verdict; every verdict but too_large (the size is only known after DATA) shows at RCPT.
 _SQLSTATE_REPLY = {
-    "MR203": (REPLY_UNAVAILABLE, True),
-    "MR205": (REPLY_UNAVAILABLE, True),
-    "MR206": (REPLY_UNAVAILABLE, True),
-    "MR207": (REPLY_TOO_BIG, False),
-    "MR208": (REPLY_FULL, True),
+    **{code: (_VERDICT_REPLY[verdict], verdict != "too_large") for code, verdict in _SQLSTATE_VERDICT.items()},
     "MR211": (REPLY_EMPTY, False),
 }
 
