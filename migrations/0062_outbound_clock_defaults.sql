@@ -8,7 +8,7 @@
 -- mailroom.clock(), so this migration cannot name it in a DEFAULT. A PL/pgSQL body is only
 -- resolved when it runs, so _clock_default() can be created here, before mailroom.clock()
 -- exists, and the default calls whatever mailroom.clock() the sql/ pass installs.
--- sql/30_outbound_senders.sql re-creates _clock_default() on every migrate (the same body); it
+-- sql/00_clock.sql re-creates _clock_default() on every migrate (the same body); it
 -- is created here too because the DEFAULT needs it now.
 CREATE OR REPLACE FUNCTION mailroom._clock_default()
 RETURNS timestamptz

@@ -95,3 +95,19 @@ COMMENT ON FUNCTION mailroom.unpin_clock(boolean) IS
 'Release a pinned clock so mailroom.clock() follows real time again; returns the time.';
 
 GRANT EXECUTE ON FUNCTION mailroom.unpin_clock(boolean) TO mailroom_timekeeper;
+
+CREATE OR REPLACE FUNCTION mailroom._clock_default()
+RETURNS timestamptz
+LANGUAGE plpgsql
+STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    -- The default of the outbound tables' created_at / updated_at (migration 0062, which also
+    -- creates it, before this file exists on a fresh database): resolved when a row is inserted.
+    RETURN mailroom.clock();
+END;
+$$;
+
+COMMENT ON FUNCTION mailroom._clock_default() IS
+'Internal: mailroom.clock() for column defaults (resolved at call time, so a migration can use it before sql/ runs).';

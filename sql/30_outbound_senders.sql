@@ -1,22 +1,6 @@
 -- Sending identities: upsert_sender stores the relay settings, the password encrypted with
 -- pgcrypto under a key the caller passes (never stored); _smtp_password decrypts it for claim.
 
-CREATE OR REPLACE FUNCTION mailroom._clock_default()
-RETURNS timestamptz
-LANGUAGE plpgsql
-STABLE
-SET search_path = pg_catalog, pg_temp
-AS $$
-BEGIN
-    -- The default of the outbound tables' created_at / updated_at (migration 0062): time comes
-    -- from mailroom.clock(), resolved when a row is inserted.
-    RETURN mailroom.clock();
-END;
-$$;
-
-COMMENT ON FUNCTION mailroom._clock_default() IS
-'Internal: mailroom.clock() for column defaults (resolved at call time, so a migration can use it before sql/ runs).';
-
 CREATE OR REPLACE FUNCTION mailroom._check_outbound_key(p_key bytea)
 RETURNS void
 LANGUAGE plpgsql
