@@ -137,11 +137,20 @@ BEGIN
                 ERRCODE = 'MR309',
                 MESSAGE = 'idempotency key must be 1-200 characters';
         END IF;
-        SELECT m.id INTO v_id
-        FROM mailroom.outbound_messages AS m
-        WHERE m.idempotency_scope = p_scope AND m.idempotency_key = p_idempotency_key;
-        IF FOUND THEN
-            RETURN v_id;
+        -- The key is claimed in mailroom.outbound_idempotency_keys (unique across the time
+        -- partitions of outbound_messages); a concurrent caller with the same key waits here for
+        -- the first one's commit, then returns its message. A key whose message was purged is free.
+        INSERT INTO mailroom.outbound_idempotency_keys AS k (scope, key, created_at)
+        VALUES (p_scope, p_idempotency_key, mailroom.clock())
+        ON CONFLICT (scope, key) DO NOTHING;
+        IF NOT FOUND THEN
+            SELECT k.message_id INTO v_id
+            FROM mailroom.outbound_idempotency_keys AS k
+            WHERE k.scope = p_scope AND k.key = p_idempotency_key
+            FOR UPDATE;
+            IF EXISTS (SELECT 1 FROM mailroom.outbound_messages AS m WHERE m.id = v_id) THEN
+                RETURN v_id;
+            END IF;
         END IF;
     END IF;
 
@@ -233,15 +242,12 @@ BEGIN
         p_send_after, p_send_after, p_scope, p_idempotency_key, mailroom.clock(), mailroom.clock(),
         v_suppressed
     )
-    ON CONFLICT (idempotency_scope, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
     RETURNING m.id INTO v_id;
 
-    IF v_id IS NULL THEN
-        -- a concurrent caller inserted the same idempotency key first
-        SELECT m.id INTO v_id
-        FROM mailroom.outbound_messages AS m
-        WHERE m.idempotency_scope = p_scope AND m.idempotency_key = p_idempotency_key;
-        RETURN v_id;
+    IF p_idempotency_key IS NOT NULL THEN
+        UPDATE mailroom.outbound_idempotency_keys AS k
+        SET message_id = v_id, created_at = mailroom.clock()
+        WHERE k.scope = p_scope AND k.key = p_idempotency_key;
     END IF;
 
     PERFORM pg_notify('mailroom_outbound', v_id::text);

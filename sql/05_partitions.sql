@@ -1,0 +1,368 @@
+-- Time partitions of messages (received_at), outbound_messages (created_at) and tokens
+-- (created_at): listing them, creating them ahead, dropping those wholly past retention
+-- (migration 0100 made the tables partitioned; docs/retention.md describes the layout).
+
+CREATE OR REPLACE FUNCTION mailroom._partition_bound(p_width interval, p_at timestamptz)
+RETURNS timestamptz
+LANGUAGE sql
+IMMUTABLE
+PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    -- Partition boundaries are multiples of the width from Monday 2000-01-03 00:00 UTC, the
+    -- same rule migration 0100 used.
+    SELECT pg_catalog.date_bin(p_width, p_at, '2000-01-03 00:00:00+00'::timestamptz)
+$$;
+
+COMMENT ON FUNCTION mailroom._partition_bound(interval, timestamptz) IS
+'Internal: the partition boundary at or before p_at for partitions p_width wide (aligned to 2000-01-03 UTC).';
+
+CREATE OR REPLACE FUNCTION mailroom._partitions(p_table text)
+RETURNS TABLE (partition_name text, lower_bound timestamptz, upper_bound timestamptz, is_default boolean)
+LANGUAGE sql
+STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    -- The partitions of mailroom.<p_table> with their ranges (NULL bounds for the DEFAULT one),
+    -- read from the catalog: FOR VALUES FROM ('…') TO ('…').
+    SELECT
+        c.relname::text,
+        (regexp_match(pg_catalog.pg_get_expr(c.relpartbound, c.oid), 'FROM \(''([^'']*)''\)'))[1]::timestamptz,
+        (regexp_match(pg_catalog.pg_get_expr(c.relpartbound, c.oid), 'TO \(''([^'']*)''\)'))[1]::timestamptz,
+        pg_catalog.pg_get_expr(c.relpartbound, c.oid) = 'DEFAULT'
+    FROM pg_catalog.pg_inherits AS i
+    JOIN pg_catalog.pg_class AS c ON c.oid = i.inhrelid
+    WHERE i.inhparent = pg_catalog.to_regclass('mailroom.' || quote_ident(p_table))
+    ORDER BY 2 NULLS LAST
+$$;
+
+COMMENT ON FUNCTION mailroom._partitions(text) IS
+'Internal: partitions of a partitioned mailroom table with their time range (NULL bounds: the DEFAULT partition).';
+
+CREATE OR REPLACE FUNCTION mailroom._create_partition(
+    p_table text, p_key text, p_lower timestamptz, p_upper timestamptz
+)
+RETURNS bigint
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_name text := p_table || '_p' || to_char(p_lower AT TIME ZONE 'UTC', 'YYYYMMDD"t"HH24MI');
+    v_default text := p_table || '_default';
+    v_cols text;
+    v_moved bigint := 0;
+    v_has_rows boolean;
+BEGIN
+    -- A new range may not hold rows the DEFAULT partition already has: those rows move into the
+    -- new partition, which is built beside the table and attached (returns how many moved).
+    EXECUTE format(
+        'SELECT EXISTS (SELECT 1 FROM mailroom.%I WHERE %I >= $1 AND %I < $2)', v_default, p_key, p_key
+    ) INTO STRICT v_has_rows USING p_lower, p_upper;
+    IF NOT v_has_rows THEN
+        EXECUTE format(
+            'CREATE TABLE mailroom.%I PARTITION OF mailroom.%I FOR VALUES FROM (%L) TO (%L)',
+            v_name, p_table, p_lower, p_upper
+        );
+        RETURN 0;
+    END IF;
+    SELECT string_agg(quote_ident(a.attname), ', ' ORDER BY a.attnum) INTO v_cols
+    FROM pg_catalog.pg_attribute AS a
+    WHERE a.attrelid = pg_catalog.to_regclass('mailroom.' || quote_ident(p_table))
+        AND a.attnum > 0 AND NOT a.attisdropped AND a.attgenerated = '';
+    EXECUTE format(
+        'CREATE TABLE mailroom.%I (LIKE mailroom.%I INCLUDING DEFAULTS INCLUDING CONSTRAINTS)', v_name, p_table
+    );
+    EXECUTE format(
+        'WITH moved AS (DELETE FROM mailroom.%1$I WHERE %2$I >= $1 AND %2$I < $2 RETURNING %3$s) '
+        'INSERT INTO mailroom.%4$I (%3$s) SELECT %3$s FROM moved',
+        v_default, p_key, v_cols, v_name
+    ) USING p_lower, p_upper;
+    GET DIAGNOSTICS v_moved = ROW_COUNT;
+    EXECUTE format(
+        'ALTER TABLE mailroom.%I ATTACH PARTITION mailroom.%I FOR VALUES FROM (%L) TO (%L)',
+        p_table, v_name, p_lower, p_upper
+    );
+    RETURN v_moved;
+END;
+$$;
+
+COMMENT ON FUNCTION mailroom._create_partition(text, text, timestamptz, timestamptz) IS
+'Internal: create the partition [p_lower, p_upper) of a mailroom table, moving rows of that range out of its DEFAULT partition; returns the rows moved.';
+
+CREATE OR REPLACE FUNCTION mailroom.maintain_partitions()
+RETURNS TABLE (action text, table_name text, partition_name text, row_count bigint)
+LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_now timestamptz := mailroom.clock();
+    v_ahead interval := mailroom.setting('partitions.ahead')::interval;
+    v_batch integer := mailroom.setting('partitions.delete_batch')::integer;
+    v_t record;
+    v_p record;
+    v_cutoff timestamptz;
+    v_width interval;
+    v_lo timestamptz;
+    v_hi timestamptz;
+    v_live boolean;
+    v_count bigint;
+    v_drop text [] := '{}';
+    v_drop_table text [] := '{}';
+    v_drop_rows bigint [] := '{}';
+    v_i integer;
+BEGIN
+    -- One caller at a time (any number of expiry workers, pg_cron): the others return 'skipped'.
+    IF NOT pg_catalog.pg_try_advisory_xact_lock(1835101285, 1885435252) THEN
+        RETURN QUERY SELECT 'skipped'::text, null::text, null::text, 0::bigint;
+        RETURN;
+    END IF;
+    -- DDL below waits at most this long for a lock; a busy partition is left for the next run
+    PERFORM pg_catalog.set_config(
+        'lock_timeout',
+        (extract(EPOCH FROM mailroom.setting('partitions.lock_timeout')::interval) * 1000)::bigint::text,
+        true
+    );
+
+    FOR v_t IN
+        SELECT * FROM (VALUES
+            ('outbound_messages', 'created_at', 'partitions.outbound.width'),
+            ('messages', 'received_at', 'partitions.messages.width'),
+            ('tokens', 'created_at', 'partitions.tokens.width')
+        ) AS t (tbl, key, width_setting)
+    LOOP
+        v_cutoff := CASE v_t.tbl
+            WHEN 'outbound_messages' THEN v_now - mailroom.setting('outbound.retention')::interval
+            WHEN 'messages' THEN v_now
+                - (SELECT coalesce(max(p.max_ttl_minutes), 0) FROM mailroom.plans AS p) * interval '1 minute'
+                - mailroom.setting('inbox.retention_grace')::interval
+            ELSE v_now - mailroom.setting('tokens.retention')::interval
+        END;
+
+        FOR v_p IN SELECT * FROM mailroom._partitions(v_t.tbl) AS x LOOP
+            IF v_p.is_default THEN
+                EXECUTE format('SELECT count(*) FROM mailroom.%I', v_p.partition_name) INTO v_count;
+                IF v_count > 0 THEN
+                    RETURN QUERY SELECT 'default_rows'::text, v_t.tbl, v_p.partition_name, v_count;
+                END IF;
+            END IF;
+            IF NOT v_p.is_default AND v_p.upper_bound > v_cutoff THEN
+                CONTINUE;
+            END IF;
+            -- wholly past retention (or the DEFAULT partition): does it hold anything live?
+            v_live := CASE v_t.tbl
+                WHEN 'outbound_messages' THEN mailroom._outbound_partition_live(v_p.partition_name, v_cutoff)
+                WHEN 'messages' THEN mailroom._messages_partition_live(v_p.partition_name, v_cutoff)
+                ELSE mailroom._tokens_partition_live(v_p.partition_name, v_cutoff)
+            END;
+            IF NOT v_live AND NOT v_p.is_default THEN
+                EXECUTE format('SELECT count(*) FROM mailroom.%I', v_p.partition_name) INTO v_count;
+                v_drop := v_drop || v_p.partition_name;
+                v_drop_table := v_drop_table || v_t.tbl;
+                v_drop_rows := v_drop_rows || v_count;
+                CONTINUE;
+            END IF;
+            -- not droppable: its rows past retention go in batches, as purge_* do
+            v_count := mailroom._delete_past_retention(v_t.tbl, v_p.partition_name, v_cutoff, v_batch);
+            IF v_count > 0 OR NOT v_p.is_default THEN
+                RETURN QUERY SELECT
+                    CASE WHEN v_p.is_default THEN 'deleted' ELSE 'kept_deleted' END,
+                    v_t.tbl, v_p.partition_name, v_count;
+            END IF;
+        END LOOP;
+    END LOOP;
+
+    -- idempotency keys whose message is gone (purge_sent_messages) once past outbound retention
+    WITH doomed AS (
+        SELECT k.scope, k.key
+        FROM mailroom.outbound_idempotency_keys AS k
+        WHERE k.created_at < v_now - mailroom.setting('outbound.retention')::interval
+            AND NOT EXISTS (SELECT 1 FROM mailroom.outbound_messages AS m WHERE m.id = k.message_id)
+        LIMIT v_batch
+        FOR UPDATE SKIP LOCKED
+    )
+
+    DELETE FROM mailroom.outbound_idempotency_keys AS k
+    USING doomed AS d
+    WHERE k.scope = d.scope AND k.key = d.key;
+    GET DIAGNOSTICS v_count = ROW_COUNT;
+    IF v_count > 0 THEN
+        RETURN QUERY SELECT 'keys_deleted'::text, 'outbound_idempotency_keys'::text, null::text, v_count;
+    END IF;
+
+    -- DDL last: each statement takes ACCESS EXCLUSIVE on the parent, held to commit.
+    FOR v_t IN
+        SELECT * FROM (VALUES
+            ('outbound_messages', 'created_at', 'partitions.outbound.width'),
+            ('messages', 'received_at', 'partitions.messages.width'),
+            ('tokens', 'created_at', 'partitions.tokens.width')
+        ) AS t (tbl, key, width_setting)
+    LOOP
+        v_width := mailroom.setting(v_t.width_setting)::interval;
+        -- partitions ahead: from the end of the last one (or now's boundary, if that is later:
+        -- a gap stays with the DEFAULT partition) until now + partitions.ahead is covered
+        SELECT max(x.upper_bound) INTO v_lo FROM mailroom._partitions(v_t.tbl) AS x;
+        v_lo := greatest(v_lo, mailroom._partition_bound(v_width, v_now));
+        WHILE v_lo < v_now + v_ahead LOOP
+            v_hi := mailroom._partition_bound(v_width, v_lo) + v_width;
+            BEGIN
+                v_count := mailroom._create_partition(v_t.tbl, v_t.key, v_lo, v_hi);
+                RETURN QUERY SELECT 'created'::text, v_t.tbl,
+                    v_t.tbl || '_p' || to_char(v_lo AT TIME ZONE 'UTC', 'YYYYMMDD"t"HH24MI'), v_count;
+            EXCEPTION
+                WHEN lock_not_available THEN
+                    RETURN QUERY SELECT 'lock_busy'::text, v_t.tbl, null::text, 0::bigint;
+                    EXIT;
+            END;
+            v_lo := v_hi;
+        END LOOP;
+    END LOOP;
+
+    FOR v_i IN 1 .. cardinality(v_drop) LOOP
+        BEGIN
+            EXECUTE format('LOCK TABLE mailroom.%I IN ACCESS EXCLUSIVE MODE', v_drop_table[v_i]);
+            -- checked again under the lock: an operator may have re-queued a failed message
+            IF v_drop_table[v_i] = 'outbound_messages'
+                AND mailroom._outbound_partition_live(v_drop[v_i], null) THEN
+                RETURN QUERY SELECT 'kept'::text, v_drop_table[v_i], v_drop[v_i], 0::bigint;
+                CONTINUE;
+            END IF;
+            IF v_drop_table[v_i] = 'outbound_messages' THEN
+                EXECUTE format(
+                    'DELETE FROM mailroom.outbound_idempotency_keys AS k USING mailroom.%I AS m '
+                    'WHERE m.idempotency_key IS NOT NULL AND k.scope = m.idempotency_scope '
+                    'AND k.key = m.idempotency_key AND k.message_id = m.id',
+                    v_drop[v_i]
+                );
+            END IF;
+            EXECUTE format('DROP TABLE mailroom.%I', v_drop[v_i]);
+            RETURN QUERY SELECT 'dropped'::text, v_drop_table[v_i], v_drop[v_i], v_drop_rows[v_i];
+        EXCEPTION
+            WHEN lock_not_available THEN
+                RETURN QUERY SELECT 'lock_busy'::text, v_drop_table[v_i], v_drop[v_i], 0::bigint;
+        END;
+    END LOOP;
+END;
+$$;
+
+COMMENT ON FUNCTION mailroom.maintain_partitions() IS
+'Create partitions ahead, drop those wholly past retention with nothing live, batch-delete the rest; one caller at a time (others: skipped). Returns (action, table, partition, rows).';
+
+GRANT EXECUTE ON FUNCTION mailroom.maintain_partitions() TO mailroom_inbound, mailroom_admin;
+
+CREATE OR REPLACE FUNCTION mailroom._outbound_partition_live(p_partition text, p_cutoff timestamptz)
+RETURNS boolean
+LANGUAGE plpgsql
+STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_live boolean;
+BEGIN
+    -- Live: queued or processing (two probes of the partition's partial indexes). p_cutoff is not
+    -- needed: a sent or failed row is past retention by its partition's range.
+    EXECUTE format(
+        'SELECT EXISTS (SELECT 1 FROM mailroom.%1$I WHERE status = ''queued'') '
+        'OR EXISTS (SELECT 1 FROM mailroom.%1$I WHERE status = ''processing'')',
+        p_partition
+    ) INTO v_live;
+    RETURN v_live;
+END;
+$$;
+
+COMMENT ON FUNCTION mailroom._outbound_partition_live(text, timestamptz) IS
+'Internal: whether an outbound partition holds a queued or processing row.';
+
+CREATE OR REPLACE FUNCTION mailroom._messages_partition_live(p_partition text, p_cutoff timestamptz)
+RETURNS boolean
+LANGUAGE plpgsql
+STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_live boolean;
+BEGIN
+    -- Live: a message of a mailbox that is still active (open, or expired but not yet swept),
+    -- or (DEFAULT partition) received after the cut-off.
+    EXECUTE format(
+        'SELECT EXISTS (SELECT 1 FROM mailroom.%I AS g JOIN mailroom.mailboxes AS b ON b.id = g.mailbox_id '
+        'WHERE b.is_active OR g.received_at >= $1)',
+        p_partition
+    ) INTO v_live USING p_cutoff;
+    RETURN v_live;
+END;
+$$;
+
+COMMENT ON FUNCTION mailroom._messages_partition_live(text, timestamptz) IS
+'Internal: whether a messages partition holds a message of an active mailbox or one received after p_cutoff.';
+
+CREATE OR REPLACE FUNCTION mailroom._tokens_partition_live(p_partition text, p_cutoff timestamptz)
+RETURNS boolean
+LANGUAGE plpgsql
+STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_live boolean;
+BEGIN
+    -- Live: a token created after the cut-off, or one neither expired, consumed nor revoked
+    -- before it (the recovery rate limit and consume_token still need it).
+    EXECUTE format(
+        'SELECT EXISTS (SELECT 1 FROM mailroom.%I AS t WHERE t.created_at >= $1 OR (t.expires_at >= $1 '
+        'AND coalesce(t.consumed_at, t.revoked_at, ''infinity'') >= $1))',
+        p_partition
+    ) INTO v_live USING p_cutoff;
+    RETURN v_live;
+END;
+$$;
+
+COMMENT ON FUNCTION mailroom._tokens_partition_live(text, timestamptz) IS
+'Internal: whether a tokens partition holds a token created, or still open, after p_cutoff.';
+
+CREATE OR REPLACE FUNCTION mailroom._delete_past_retention(
+    p_table text, p_partition text, p_cutoff timestamptz, p_batch integer
+)
+RETURNS bigint
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_count bigint;
+BEGIN
+    -- One batch of rows past retention from a partition that cannot be dropped (SKIP LOCKED:
+    -- a row another transaction holds waits for the next run).
+    CASE p_table
+        WHEN 'outbound_messages' THEN
+            EXECUTE format(
+                'WITH doomed AS (SELECT m.ctid AS row_id, m.id, m.idempotency_scope, m.idempotency_key '
+                'FROM mailroom.%1$I AS m WHERE m.created_at < $1 AND m.status IN (''sent'', ''failed'') '
+                'LIMIT $2 FOR UPDATE SKIP LOCKED), '
+                'keys AS (DELETE FROM mailroom.outbound_idempotency_keys AS k USING doomed AS d '
+                'WHERE k.scope = d.idempotency_scope AND k.key = d.idempotency_key AND k.message_id = d.id) '
+                'DELETE FROM mailroom.%1$I AS m USING doomed AS d WHERE m.ctid = d.row_id',
+                p_partition
+            ) USING p_cutoff, p_batch;
+        WHEN 'messages' THEN
+            EXECUTE format(
+                'WITH doomed AS (SELECT g.ctid AS row_id FROM mailroom.%1$I AS g '
+                'JOIN mailroom.mailboxes AS b ON b.id = g.mailbox_id '
+                'WHERE g.received_at < $1 AND NOT b.is_active LIMIT $2 FOR UPDATE OF g SKIP LOCKED) '
+                'DELETE FROM mailroom.%1$I AS g USING doomed AS d WHERE g.ctid = d.row_id',
+                p_partition
+            ) USING p_cutoff, p_batch;
+        ELSE
+            EXECUTE format(
+                'WITH doomed AS (SELECT t.ctid AS row_id FROM mailroom.%1$I AS t WHERE t.created_at < $1 '
+                'AND (t.expires_at < $1 OR t.consumed_at < $1 OR t.revoked_at < $1) '
+                'LIMIT $2 FOR UPDATE SKIP LOCKED) '
+                'DELETE FROM mailroom.%1$I AS t USING doomed AS d WHERE t.ctid = d.row_id',
+                p_partition
+            ) USING p_cutoff, p_batch;
+    END CASE;
+    GET DIAGNOSTICS v_count = ROW_COUNT;
+    RETURN v_count;
+END;
+$$;
+
+COMMENT ON FUNCTION mailroom._delete_past_retention(text, text, timestamptz, integer) IS
+'Internal: delete one batch of rows past retention (outbound sent/failed, messages of inactive mailboxes, closed or expired tokens) from one partition.';
