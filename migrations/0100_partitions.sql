@@ -26,6 +26,33 @@ AS $$
     SELECT pg_catalog.date_bin(p_width, p_at, '2000-01-03 00:00:00+00'::timestamptz)
 $$;
 
+CREATE FUNCTION pg_temp.mr_name_partition_indexes(p_table text)
+RETURNS void
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    v_r record;
+BEGIN
+    -- An index of a partition is named <partition>_<the parent index's name without
+    -- <table>_>: outbound_messages_p20300101t0000_due_idx for outbound_messages_due_idx, so a
+    -- plan names the index it uses (PostgreSQL would name it after its columns).
+    FOR v_r IN
+        SELECT ci.relname AS child, c.relname || '_' || substr(pi.relname, length(p_table) + 2) AS wanted
+        FROM pg_catalog.pg_inherits AS i
+        JOIN pg_catalog.pg_class AS c ON c.oid = i.inhrelid
+        JOIN pg_catalog.pg_index AS x ON x.indrelid = c.oid
+        JOIN pg_catalog.pg_class AS ci ON ci.oid = x.indexrelid
+        JOIN pg_catalog.pg_inherits AS ii ON ii.inhrelid = x.indexrelid
+        JOIN pg_catalog.pg_class AS pi ON pi.oid = ii.inhparent
+        WHERE i.inhparent = pg_catalog.to_regclass('mailroom.' || quote_ident(p_table))
+            AND pi.relname LIKE p_table || '\_%'
+            AND ci.relname <> c.relname || '_' || substr(pi.relname, length(p_table) + 2)
+    LOOP
+        EXECUTE format('ALTER INDEX mailroom.%I RENAME TO %I', v_r.child, v_r.wanted);
+    END LOOP;
+END;
+$$;
+
 CREATE FUNCTION pg_temp.mr_partition(
     p_table text,
     p_key text,
@@ -183,6 +210,7 @@ BEGIN
     FOREACH v_def IN ARRAY v_indexes || v_fks || v_triggers LOOP
         EXECUTE v_def;
     END LOOP;
+    PERFORM pg_temp.mr_name_partition_indexes(p_table);
     EXECUTE format('COMMENT ON TABLE mailroom.%I IS %L', p_table, v_comment);
     FOR i IN 1 .. coalesce(cardinality(v_view_names), 0) LOOP
         EXECUTE format('CREATE VIEW %s AS %s', v_view_names[i], v_view_defs[i]);
@@ -275,6 +303,8 @@ CREATE INDEX outbound_messages_idempotency_key_idx
 ON mailroom.outbound_messages (idempotency_scope, idempotency_key)
 WHERE idempotency_key IS NOT null;
 
+SELECT pg_temp.mr_name_partition_indexes('outbound_messages');
+
 -- messages: no unique index but the primary key
 SELECT pg_temp.mr_partition(
     'messages', 'received_at',
@@ -282,6 +312,11 @@ SELECT pg_temp.mr_partition(
     (SELECT s.value::interval FROM mailroom.settings AS s WHERE s.name = 'partitions.ahead'),
     '{}'
 );
+
+-- tokens: created_at is set by the BEFORE INSERT trigger when NULL; a row must reach its
+-- partition with it already (PostgreSQL cannot move a row to another partition from a BEFORE
+-- trigger), so it gets the clock default the outbound tables have (migration 0062).
+ALTER TABLE mailroom.tokens ALTER COLUMN created_at SET DEFAULT mailroom._clock_default();
 
 -- tokens: secret_digest is sha256 of 32 random bytes; its UNIQUE constraint becomes a plain
 -- index (docs/retention.md: a collision is a 2^-128 event, and every look-up is an index probe
@@ -294,3 +329,5 @@ SELECT pg_temp.mr_partition(
 );
 
 CREATE INDEX tokens_secret_digest_idx ON mailroom.tokens (secret_digest);
+
+SELECT pg_temp.mr_name_partition_indexes('tokens');

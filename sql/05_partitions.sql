@@ -39,6 +39,37 @@ $$;
 COMMENT ON FUNCTION mailroom._partitions(text) IS
 'Internal: partitions of a partitioned mailroom table with their time range (NULL bounds: the DEFAULT partition).';
 
+CREATE OR REPLACE FUNCTION mailroom._name_partition_indexes(p_table text)
+RETURNS void
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_r record;
+BEGIN
+    -- An index of a partition is named <partition>_<the parent index's name without
+    -- <table>_>: outbound_messages_p20300101t0000_due_idx for outbound_messages_due_idx, so a
+    -- plan names the index it uses (PostgreSQL would name it after its columns).
+    FOR v_r IN
+        SELECT ci.relname AS child, c.relname || '_' || substr(pi.relname, length(p_table) + 2) AS wanted
+        FROM pg_catalog.pg_inherits AS i
+        JOIN pg_catalog.pg_class AS c ON c.oid = i.inhrelid
+        JOIN pg_catalog.pg_index AS x ON x.indrelid = c.oid
+        JOIN pg_catalog.pg_class AS ci ON ci.oid = x.indexrelid
+        JOIN pg_catalog.pg_inherits AS ii ON ii.inhrelid = x.indexrelid
+        JOIN pg_catalog.pg_class AS pi ON pi.oid = ii.inhparent
+        WHERE i.inhparent = pg_catalog.to_regclass('mailroom.' || quote_ident(p_table))
+            AND pi.relname LIKE p_table || '\_%'
+            AND ci.relname <> c.relname || '_' || substr(pi.relname, length(p_table) + 2)
+    LOOP
+        EXECUTE format('ALTER INDEX mailroom.%I RENAME TO %I', v_r.child, v_r.wanted);
+    END LOOP;
+END;
+$$;
+
+COMMENT ON FUNCTION mailroom._name_partition_indexes(text) IS
+'Internal: rename the indexes of the partitions of a table to <partition>_<parent index name without the table prefix>.';
+
 CREATE OR REPLACE FUNCTION mailroom._create_partition(
     p_table text, p_key text, p_lower timestamptz, p_upper timestamptz
 )
@@ -63,6 +94,7 @@ BEGIN
             'CREATE TABLE mailroom.%I PARTITION OF mailroom.%I FOR VALUES FROM (%L) TO (%L)',
             v_name, p_table, p_lower, p_upper
         );
+        PERFORM mailroom._name_partition_indexes(p_table);
         RETURN 0;
     END IF;
     SELECT string_agg(quote_ident(a.attname), ', ' ORDER BY a.attnum) INTO v_cols
@@ -82,6 +114,7 @@ BEGIN
         'ALTER TABLE mailroom.%I ATTACH PARTITION mailroom.%I FOR VALUES FROM (%L) TO (%L)',
         p_table, v_name, p_lower, p_upper
     );
+    PERFORM mailroom._name_partition_indexes(p_table);
     RETURN v_moved;
 END;
 $$;

@@ -13,7 +13,7 @@ AS $fn$
     -- can flip to a seq scan + sort on a big queue). _explain_claim shows the same text's plan.
     SELECT $q$
 WITH due AS (
-    SELECT m.id
+    SELECT m.id, m.created_at
     FROM mailroom.outbound_messages AS m
     WHERE
         m.status = 'queued'
@@ -35,8 +35,9 @@ claimed AS (
         claimed_at = $1,
         lease_expires_at = $1 + $4,
         updated_at = $1
-    FROM due
-    WHERE m.id = due.id
+    -- a semi-join on (id, created_at): the primary key of the partitioned table, so each row is
+    -- one probe of one partition (a join on id alone was planned as a hash join over all of them)
+    WHERE (m.id, m.created_at) IN (SELECT due.id, due.created_at FROM due)
     RETURNING m.*
 ),
 
