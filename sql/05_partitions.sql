@@ -271,7 +271,8 @@ BEGIN
             EXECUTE format('DROP TABLE mailroom.%I', v_drop[v_i]);
             RETURN QUERY SELECT 'dropped'::text, v_drop_table[v_i], v_drop[v_i], v_drop_rows[v_i];
         EXCEPTION
-            WHEN lock_not_available THEN
+            -- object_in_use: the calling transaction has pending trigger events on it
+            WHEN lock_not_available OR object_in_use THEN
                 RETURN QUERY SELECT 'lock_busy'::text, v_drop_table[v_i], v_drop[v_i], 0::bigint;
         END;
     END LOOP;
