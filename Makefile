@@ -5,7 +5,7 @@ PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
-APT_PACKAGES := postgresql-15 postgresql-15-pgtap libtap-parser-sourcehandler-pgtap-perl pgbouncer
+APT_PACKAGES := postgresql-15 postgresql-15-pgtap libtap-parser-sourcehandler-pgtap-perl pgbouncer postgresql-15-cron
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 
 .PHONY: help deps venv lint test test-pgtap test-py demo bench bench-quick clean

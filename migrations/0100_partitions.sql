@@ -58,7 +58,7 @@ CREATE FUNCTION pg_temp.mr_partition(
     p_key text,
     p_width interval,
     p_ahead interval,
-    p_replaced_unique text []
+    p_replaced_unique text[]
 )
 RETURNS void
 LANGUAGE plpgsql
@@ -151,6 +151,20 @@ BEGIN
             WHERE c.oid = v_views.oid AND x.grantee <> c.relowner
         ), '');
         EXECUTE format('DROP VIEW %s', v_views.name);
+    END LOOP;
+
+    -- functions taking or returning the table's row type depend on it (sql/25_waiting.sql's
+    -- _readable_message returns mailroom.messages): dropped here, the sql/ pass that follows
+    -- every migrate re-creates them, with their comments and grants, on the new table
+    FOR v_def IN
+        SELECT DISTINCT d.objid::regprocedure::text
+        FROM pg_catalog.pg_depend AS d
+        JOIN pg_catalog.pg_type AS t ON t.oid = d.refobjid
+        WHERE d.classid = 'pg_catalog.pg_proc'::regclass
+            AND d.refclassid = 'pg_catalog.pg_type'::regclass
+            AND (t.typrelid = v_old OR t.typelem = (SELECT c.reltype FROM pg_catalog.pg_class AS c WHERE c.oid = v_old))
+    LOOP
+        EXECUTE format('DROP FUNCTION %s', v_def);
     END LOOP;
 
     v_seq := pg_catalog.pg_get_serial_sequence(v_old::text, 'id');
@@ -288,14 +302,24 @@ COMMENT ON TABLE mailroom.outbound_idempotency_keys IS
 CREATE INDEX outbound_idempotency_keys_created_idx ON mailroom.outbound_idempotency_keys (created_at);
 
 INSERT INTO mailroom.outbound_idempotency_keys (scope, key, message_id, created_at)
-SELECT m.idempotency_scope, m.idempotency_key, m.id, m.created_at
+SELECT
+    m.idempotency_scope,
+    m.idempotency_key,
+    m.id,
+    m.created_at
 FROM mailroom.outbound_messages AS m
 WHERE m.idempotency_key IS NOT null;
 
 SELECT pg_temp.mr_partition(
     'outbound_messages', 'created_at',
-    (SELECT s.value::interval FROM mailroom.settings AS s WHERE s.name = 'partitions.outbound.width'),
-    (SELECT s.value::interval FROM mailroom.settings AS s WHERE s.name = 'partitions.ahead'),
+    (
+        SELECT s.value::interval FROM mailroom.settings AS s
+        WHERE s.name = 'partitions.outbound.width'
+    ),
+    (
+        SELECT s.value::interval FROM mailroom.settings AS s
+        WHERE s.name = 'partitions.ahead'
+    ),
     ARRAY['outbound_messages_idempotency_key_idx']
 );
 
@@ -308,8 +332,14 @@ SELECT pg_temp.mr_name_partition_indexes('outbound_messages');
 -- messages: no unique index but the primary key
 SELECT pg_temp.mr_partition(
     'messages', 'received_at',
-    (SELECT s.value::interval FROM mailroom.settings AS s WHERE s.name = 'partitions.messages.width'),
-    (SELECT s.value::interval FROM mailroom.settings AS s WHERE s.name = 'partitions.ahead'),
+    (
+        SELECT s.value::interval FROM mailroom.settings AS s
+        WHERE s.name = 'partitions.messages.width'
+    ),
+    (
+        SELECT s.value::interval FROM mailroom.settings AS s
+        WHERE s.name = 'partitions.ahead'
+    ),
     '{}'
 );
 
@@ -323,8 +353,14 @@ ALTER TABLE mailroom.tokens ALTER COLUMN created_at SET DEFAULT mailroom._clock_
 -- per partition, their number bounded by tokens.retention / partitions.tokens.width).
 SELECT pg_temp.mr_partition(
     'tokens', 'created_at',
-    (SELECT s.value::interval FROM mailroom.settings AS s WHERE s.name = 'partitions.tokens.width'),
-    (SELECT s.value::interval FROM mailroom.settings AS s WHERE s.name = 'partitions.ahead'),
+    (
+        SELECT s.value::interval FROM mailroom.settings AS s
+        WHERE s.name = 'partitions.tokens.width'
+    ),
+    (
+        SELECT s.value::interval FROM mailroom.settings AS s
+        WHERE s.name = 'partitions.ahead'
+    ),
     ARRAY['tokens_secret_digest_key']
 );
 

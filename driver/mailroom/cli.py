@@ -26,6 +26,7 @@ COMMANDS: dict[str, tuple[str, str, str | None]] = {
     "run": ("mailroom.ops.cli", "app", "run"),
     "demo": ("mailroom.ops.cli", "app", "demo"),
     "doctor": ("mailroom.ops.cli", "app", "doctor"),
+    "maintain": ("mailroom.ops.cli", "app", "maintain"),
 }
 
 

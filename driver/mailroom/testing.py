@@ -100,6 +100,8 @@ def login_for(args: tuple[str, ...] | list[str]) -> str | None:
         return "mr_monitor" if sub in ("status", "list") else "mr_admin"
     if command == "suppress":
         return "mr_admin"
+    if command == "maintain":
+        return "mr_admin"
     if command == "run":
         return "mr_worker"
     return None

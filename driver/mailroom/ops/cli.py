@@ -58,3 +58,16 @@ def doctor(database_url: DatabaseUrlOption = None, listen_url: ListenUrlOption =
     for check in checks:
         typer.echo(check.line())
     raise typer.Exit(1 if any(c.status == "FAIL" for c in checks) else 0)
+
+
+@app.command("maintain")
+def maintain(database_url: DatabaseUrlOption = None) -> None:
+    """Run partition maintenance once: create partitions ahead, drop those past retention; print the report."""
+    from mailroom.db.connect import call
+    from mailroom.ops.maintain import QUERY
+
+    rows = call(resolve_database_url(database_url), QUERY, application_name="mailroom-maintain")
+    if not rows:
+        typer.echo("nothing to do")
+    for action, table, partition, count in rows:
+        typer.echo(f"{action}\t{table or '-'}\t{partition or '-'}\t{count}")
