@@ -329,7 +329,7 @@ SET search_path = pg_catalog, pg_temp
 AS $fn$
     SELECT $q$
         WITH picked AS (
-            SELECT t.id, t.action, t.secret, t.code, a.email, a.login
+            SELECT t.id, t.created_at, t.action, t.secret, t.code, a.email, a.login
             FROM mailroom.tokens AS t
             INNER JOIN mailroom.accounts AS a ON t.account = a.id
             WHERE t.dispatched_at IS NULL
@@ -344,14 +344,14 @@ AS $fn$
         marked AS (
             UPDATE mailroom.tokens AS t
             SET dispatched_at = $3, secret = NULL, code = NULL
-            FROM picked AS p
-            WHERE t.id = p.id
+            -- (id, created_at): the primary key of the partitioned table, one pruned probe a row
+            WHERE (t.id, t.created_at) IN (SELECT p.id, p.created_at FROM picked AS p)
         ),
         closed AS (
             UPDATE mailroom.tokens AS t
             SET revoked_at = t.expires_at, secret = NULL, code = NULL
-            WHERE t.id IN (
-                SELECT x.id
+            WHERE (t.id, t.created_at) IN (
+                SELECT x.id, x.created_at
                 FROM mailroom.tokens AS x
                 WHERE x.dispatched_at IS NULL
                     AND x.consumed_at IS NULL

@@ -117,6 +117,11 @@ RETURNS TABLE (
 LANGUAGE plpgsql
 SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
+-- outbound_messages is partitioned (issue 14): the claimed rows are found by a nested loop of
+-- primary-key probes, each pruned at run time to one partition; a hash or merge join would
+-- read every partition (the planner does not cost that pruning, so it is told).
+SET enable_hashjoin = off
+SET enable_mergejoin = off
 AS $$
 DECLARE
     v_now timestamptz := mailroom.clock();
@@ -154,6 +159,9 @@ CREATE OR REPLACE FUNCTION mailroom._explain_claim(p_limit integer DEFAULT 100)
 RETURNS SETOF text
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
+-- planned as claim_messages plans it
+SET enable_hashjoin = off
+SET enable_mergejoin = off
 AS $$
 BEGIN
     -- EXPLAIN without ANALYZE: plans the exact claim statement, changes nothing.
