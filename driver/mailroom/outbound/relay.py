@@ -205,7 +205,8 @@ async def deliver(conns: RelayConnections, relay: Relay, row: dict[str, Any], at
             return out
         attempt.stage = "envelope"
         try:
-            await smtp.mail(row["from_address"])
+            # the VERP return path claim_messages computed (sql/26_bounces.sql), else the From address
+            await smtp.mail(row.get("return_path") or row["from_address"])
             refused: list[aiosmtplib.SMTPRecipientRefused] = []
             for rcpt in rcpts:
                 try:
