@@ -241,6 +241,18 @@ def test_no_bounce_domain_keeps_the_from_address(conn, cli, relay):
     assert mail_from == "noreply@mailroom.test"
 
 
+def test_a_senders_own_bounce_domain_from_the_cli(conn, cli, relay):
+    conn.execute("SELECT mailroom.set_setting('outbound.bounce_domain', %s)", (BOUNCE_DOMAIN,))
+    saved = cli("outbound", "sender", "main", "--from", "noreply@mailroom.test", "--host", "127.0.0.1",
+                "--port", str(relay.port), "--bounce-domain", "Own.Example.org")
+    assert saved.returncode == 0, saved.stderr
+    mid, mail_from = _send_and_get_return_path(conn, cli, relay, ["someone@example.com"])
+    assert re.fullmatch(rf"bounce\+{mid}-[a-z2-7]{{16}}@own\.example\.org", mail_from)
+    bad = cli("outbound", "sender", "main", "--from", "noreply@mailroom.test", "--host", "127.0.0.1",
+              "--port", str(relay.port), "--bounce-domain", "not a domain")
+    assert bad.returncode != 0 and bad.stderr.startswith("mailroom: error:") and "Traceback" not in bad.stderr
+
+
 # ---------------------------------------------------------------------------------------------
 # the parser
 
