@@ -2,47 +2,36 @@
 -- come back to them through `mailroom inbox serve`.
 --
 -- Return path: bounce+<outbound message id>-<signature>@<bounce domain>. The signature is the
--- first 80 bits of HMAC-SHA256('mailroom-verp:' || id) under mailroom.verp_key (migration 0095),
--- in lower-case base32 (16 characters of a-z2-7: local parts may be case-folded on the way
--- back). The key is read only here, inside SECURITY DEFINER callers; no function returns it.
+-- first 64 bits of HMAC-SHA256('mailroom-verp:' || id) under mailroom.verp_key (migration 0095),
+-- in lower-case hex (16 characters; local parts may be case-folded on the way back, the check
+-- lower-cases first). The key is read only here, inside SECURITY DEFINER callers; no function
+-- returns it.
 -- The bounce domain is the sender's bounce_domain, else the setting outbound.bounce_domain;
 -- neither: no VERP (claim_messages returns return_path NULL and the sender uses from_address).
 
 CREATE OR REPLACE FUNCTION mailroom._bounce_domain_name(p_domain text)
 RETURNS text
-LANGUAGE sql
+LANGUAGE plpgsql
 IMMUTABLE
 PARALLEL SAFE
 SET search_path = pg_catalog, pg_temp
 AS $$
-    -- the domain in lower case when it is a domain name (LDH labels, at most 253 octets), else NULL
-    SELECT d.domain
-    FROM (SELECT lower(btrim(p_domain)) AS domain) AS d
-    WHERE
-        octet_length(d.domain) <= 253
-        AND d.domain ~ '^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?([.][a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?)*$';
+DECLARE
+    v_domain text := lower(btrim(p_domain));
+BEGIN
+    -- the domain in lower case when it is a domain name (LDH labels, at most 253 octets), else
+    -- NULL. PL/pgSQL: claim calls this per row, and a SQL function with a SET clause is planned
+    -- on every call.
+    IF octet_length(v_domain) <= 253
+        AND v_domain ~ '^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?([.][a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?)*$' THEN
+        RETURN v_domain;
+    END IF;
+    RETURN NULL;
+END;
 $$;
 
 COMMENT ON FUNCTION mailroom._bounce_domain_name(text) IS
 'Internal: a bounce domain in lower case if it is a domain name, else NULL (an empty setting: no VERP).';
-
-CREATE OR REPLACE FUNCTION mailroom._bounce_domain(p_sender_id bigint)
-RETURNS text
-LANGUAGE sql
-STABLE
-SET search_path = pg_catalog, pg_temp
-AS $$
-    -- the sender's own bounce domain, else the setting's; NULL: no VERP for this sender
-    SELECT mailroom._bounce_domain_name(
-        coalesce(
-            (SELECT s.bounce_domain FROM mailroom.senders AS s WHERE s.id = p_sender_id),
-            mailroom.setting('outbound.bounce_domain')
-        )
-    );
-$$;
-
-COMMENT ON FUNCTION mailroom._bounce_domain(bigint) IS
-'Internal: the bounce domain of a sender (its bounce_domain, else the setting outbound.bounce_domain), NULL: no VERP.';
 
 CREATE OR REPLACE FUNCTION mailroom._is_bounce_domain(p_domain text)
 RETURNS boolean
@@ -66,48 +55,67 @@ $$;
 COMMENT ON FUNCTION mailroom._is_bounce_domain(text) IS
 'Internal: whether a domain is a bounce domain now (the setting outbound.bounce_domain or a sender''s bounce_domain).';
 
+CREATE OR REPLACE FUNCTION mailroom._verp_signature(p_message_id bigint, p_key bytea)
+RETURNS text
+LANGUAGE plpgsql
+IMMUTABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    -- 64 bits of the HMAC as 16 lower-case hex characters (PL/pgSQL: a SQL function with a SET
+    -- clause is planned on every call, ten times the cost of the HMAC; claim calls this per row)
+    RETURN encode(
+        substring(
+            mailroom._hmac(convert_to('mailroom-verp:' || p_message_id::text, 'UTF8'), p_key, 'sha256')
+            FROM 1 FOR 8
+        ),
+        'hex'
+    );
+END;
+$$;
+
+COMMENT ON FUNCTION mailroom._verp_signature(bigint, bytea) IS
+'Internal: the VERP signature of an outbound message id under a key (truncated HMAC-SHA256, 16 hex characters).';
+
 CREATE OR REPLACE FUNCTION mailroom._verp_signature(p_message_id bigint)
 RETURNS text
 LANGUAGE sql
 STABLE
 SET search_path = pg_catalog, pg_temp
 AS $$
-    -- 80 bits of the HMAC as 16 base32 characters (5 bits each)
-    SELECT string_agg(
-        substr(
-            'abcdefghijklmnopqrstuvwxyz234567',
-            substring(h.bits FROM g.i * 5 + 1 FOR 5)::integer + 1,
-            1
-        ),
-        ''
-        ORDER BY g.i
-    )
-    FROM (
-        SELECT ('x' || encode(
-            substring(
-                mailroom._hmac(convert_to('mailroom-verp:' || p_message_id::text, 'UTF8'), k.key, 'sha256')
-                FROM 1 FOR 10
-            ),
-            'hex'
-        ))::bit(80) AS bits
-        FROM mailroom.verp_key AS k
-        WHERE k.singleton
-    ) AS h
-    CROSS JOIN generate_series(0, 15) AS g (i);
+    SELECT mailroom._verp_signature(p_message_id, k.key) FROM mailroom.verp_key AS k WHERE k.singleton;
 $$;
 
 COMMENT ON FUNCTION mailroom._verp_signature(bigint) IS
-'Internal: the VERP signature of an outbound message id (truncated HMAC under mailroom.verp_key, base32, 16 characters).';
+'Internal: the VERP signature of an outbound message id under mailroom.verp_key.';
 
 CREATE OR REPLACE FUNCTION mailroom._return_path(p_message_id bigint, p_sender_id bigint)
 RETURNS text
-LANGUAGE sql
+LANGUAGE plpgsql
 STABLE
 SET search_path = pg_catalog, pg_temp
 AS $$
-    SELECT 'bounce+' || p_message_id::text || '-' || mailroom._verp_signature(p_message_id) || '@' || d.domain
-    FROM (SELECT mailroom._bounce_domain(p_sender_id) AS domain) AS d
-    WHERE d.domain IS NOT NULL;
+DECLARE
+    v_domain text;
+    v_key bytea;
+BEGIN
+    -- Called once per claimed row: PL/pgSQL keeps its plans for the session, and nothing here
+    -- calls another function but the two below (the bounce domain: the sender's, else the
+    -- setting's; none: no VERP).
+    SELECT coalesce(
+        (SELECT s.bounce_domain FROM mailroom.senders AS s WHERE s.id = p_sender_id),
+        (SELECT t.value FROM mailroom.settings AS t WHERE t.name = 'outbound.bounce_domain')
+    ) INTO v_domain;
+    IF coalesce(v_domain, '') = '' THEN
+        RETURN NULL;
+    END IF;
+    v_domain := mailroom._bounce_domain_name(v_domain);
+    IF v_domain IS NULL THEN
+        RETURN NULL;
+    END IF;
+    SELECT k.key INTO v_key FROM mailroom.verp_key AS k WHERE k.singleton;
+    RETURN 'bounce+' || p_message_id::text || '-' || mailroom._verp_signature(p_message_id, v_key) || '@' || v_domain;
+END;
 $$;
 
 COMMENT ON FUNCTION mailroom._return_path(bigint, bigint) IS
@@ -144,7 +152,7 @@ AS $$
     SELECT m.id
     FROM (
         SELECT regexp_match(
-            mailroom._normalize_address(p_address), '^bounce\+([1-9][0-9]{0,17})-([a-z2-7]{16})@([^@]+)$'
+            mailroom._normalize_address(p_address), '^bounce\+([1-9][0-9]{0,17})-([0-9a-f]{16})@([^@]+)$'
         ) AS p
     ) AS a
     INNER JOIN mailroom.outbound_messages AS m ON m.id = a.p[1]::bigint
