@@ -353,3 +353,77 @@ COMMENT ON FUNCTION mailroom.set_sender_bounce_domain(text, text) IS
 'Set a sender''s VERP bounce domain (NULL: the setting outbound.bounce_domain applies).';
 
 GRANT EXECUTE ON FUNCTION mailroom.set_sender_bounce_domain(text, text) TO mailroom_admin;
+
+CREATE OR REPLACE FUNCTION mailroom.record_refused_recipients(
+    p_ids bigint[],
+    p_claim_tokens bigint[],
+    p_recipients text[],
+    p_smtp_codes integer[],
+    p_enhanced_codes text[]
+)
+RETURNS integer
+LANGUAGE plpgsql
+VOLATILE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_now timestamptz := mailroom.clock();
+    v_n integer := coalesce(cardinality(p_ids), 0);
+    v_suppressed integer := 0;
+    r record;
+BEGIN
+    -- The relay refused some recipients of a message at RCPT (synchronously) and the sender
+    -- reports them, one element per refused recipient, before it finalizes the message (the
+    -- claim token fences it: a message no longer processing under that token is skipped). A
+    -- permanent reply (the rule of finalize_messages) is a hard bounce of that recipient; any
+    -- other is noted. A recipient the message does not have is skipped.
+    IF p_ids IS NULL OR p_claim_tokens IS NULL OR p_recipients IS NULL
+        OR cardinality(p_claim_tokens) <> v_n OR cardinality(p_recipients) <> v_n
+        OR coalesce(cardinality(p_smtp_codes), v_n) <> v_n
+        OR coalesce(cardinality(p_enhanced_codes), v_n) <> v_n
+        OR v_n > 100000 THEN
+        RAISE EXCEPTION USING
+            ERRCODE = 'MR364',
+            MESSAGE = 'refused recipient arrays must be non-NULL and of equal length (ids, claim tokens, recipients[, codes, enhanced codes]), at most 100000';
+    END IF;
+    FOR r IN
+        SELECT
+            m.id,
+            mailroom._normalize_address(u.rcpt) AS rcpt,
+            u.code,
+            CASE WHEN u.enhanced ~ '^[245][.][0-9]{1,3}[.][0-9]{1,3}$' THEN u.enhanced END AS enhanced,
+            p.pos
+        FROM unnest(p_ids, p_claim_tokens, p_recipients, p_smtp_codes, p_enhanced_codes)
+            WITH ORDINALITY AS u (id, claim_token, rcpt, code, enhanced, n)
+        INNER JOIN mailroom.outbound_messages AS m
+            ON m.id = u.id AND m.claim_token = u.claim_token AND m.status = 'processing'
+        CROSS JOIN LATERAL (
+            SELECT format('%s[%s]', k.kind, a.n) AS pos
+            FROM (VALUES (1, 'to', m.to_addrs), (2, 'cc', m.cc_addrs), (3, 'bcc', m.bcc_addrs)) AS k (ord, kind, addrs)
+            CROSS JOIN LATERAL unnest(k.addrs) WITH ORDINALITY AS a (address, n)
+            WHERE mailroom._normalize_address(a.address) = mailroom._normalize_address(u.rcpt)
+            ORDER BY k.ord, a.n
+            LIMIT 1
+        ) AS p
+        WHERE m.id = any(p_ids)
+        ORDER BY u.n
+    LOOP
+        IF mailroom._classify_outcome('reply', r.code, r.enhanced) = 'permanent' THEN
+            PERFORM mailroom._add_suppression(r.rcpt, 'hard_bounce', NULL, r.id);
+            v_suppressed := v_suppressed + 1;
+            INSERT INTO mailroom.outbound_bounces (message_id, received_at, outcome, recipient, action, status, smtp_code)
+            VALUES (r.id, v_now, 'hard_bounce', r.pos, 'refused', r.enhanced, r.code);
+        ELSE
+            INSERT INTO mailroom.outbound_bounces (message_id, received_at, outcome, recipient, action, status, smtp_code)
+            VALUES (r.id, v_now, 'soft_bounce', r.pos, 'refused', r.enhanced, r.code);
+        END IF;
+    END LOOP;
+    RETURN v_suppressed;
+END;
+$$;
+
+COMMENT ON FUNCTION mailroom.record_refused_recipients(bigint[], bigint[], text[], integer[], text[]) IS
+'Record recipients a relay refused at RCPT for claimed messages (fenced on the claim token): a permanent reply suppresses the recipient (hard_bounce), others are noted; returns how many were suppressed.';
+
+GRANT EXECUTE ON FUNCTION mailroom.record_refused_recipients(bigint[], bigint[], text[], integer[], text[]) TO mailroom_sender;

@@ -23,7 +23,7 @@ SELECT 'mailroom_collector', unnest(ARRAY[
 UNION ALL
 SELECT 'mailroom_sender', unnest(ARRAY[
     'claim_messages', 'finalize_messages', 'release_messages', 'reap_stuck_messages', 'worker_heartbeat',
-    'queue_health', 'clock', 'setting'
+    'queue_health', 'record_refused_recipients', 'clock', 'setting'
 ])
 UNION ALL
 SELECT 'mailroom_inbound', unnest(ARRAY[

@@ -1,7 +1,7 @@
 -- Bounces (sql/26_bounces.sql): VERP return paths from claim_messages, their signature checked
 -- at RCPT (check_bounce_recipient), and what record_bounce decides for each kind of report.
 BEGIN;
-SELECT plan(43);
+SELECT plan(49);
 
 SET LOCAL mailroom.clock = '2030-01-01 00:00Z';
 SELECT mailroom.upsert_sender('tap', 'robot@mailroom.test', '127.0.0.1', 2525);
@@ -213,6 +213,42 @@ SELECT results_eq(
 SELECT matches(
     (SELECT error_log FROM mailroom.outbound_messages WHERE id = (SELECT c FROM m)), 'bounce unparsed$',
     'unparsed is noted on the message'
+);
+
+-- record_refused_recipients: the relay refused some recipients of a message at RCPT
+CREATE TEMP TABLE d AS
+SELECT mailroom.enqueue_message('tap', ARRAY['r1@example.com', 'R2@example.com', 'r3@example.com'], 's4', 'b') AS id;
+CREATE TEMP TABLE dc AS SELECT id, claim_token FROM mailroom.claim_messages(10, 'w3');
+SELECT is((SELECT count(*)::integer FROM dc), 1, 'the new message is claimed');
+SELECT throws_ok(
+    $$SELECT mailroom.record_refused_recipients(ARRAY[1::bigint], ARRAY[]::bigint[], ARRAY['a@b.c'], NULL, NULL)$$,
+    'MR364', NULL, 'arrays of different lengths: MR364'
+);
+SELECT is(
+    mailroom.record_refused_recipients(
+        ARRAY[(SELECT id FROM dc)], ARRAY[(SELECT claim_token FROM dc) + 1], ARRAY['r1@example.com'], ARRAY[550],
+        ARRAY['5.1.1']
+    ),
+    0, 'another claim token: nothing recorded (fenced like finalize)'
+);
+SELECT is(
+    mailroom.record_refused_recipients(
+        ARRAY[(SELECT id FROM dc), (SELECT id FROM dc), (SELECT id FROM dc)],
+        ARRAY[(SELECT claim_token FROM dc), (SELECT claim_token FROM dc), (SELECT claim_token FROM dc)],
+        ARRAY['<R1@example.com>', 'r2@example.com', 'stranger2@example.com'],
+        ARRAY[550, 451, 550], ARRAY['5.1.1', NULL, '5.1.1']
+    ),
+    1, 'a 5xx at RCPT for one of three recipients: that one is suppressed'
+);
+SELECT results_eq(
+    $$SELECT address, source_message FROM mailroom.suppressions WHERE address IN ('r1@example.com', 'r2@example.com', 'stranger2@example.com')$$,
+    $$SELECT 'r1@example.com', id FROM d$$,
+    'only the recipient refused with 5xx, with its message as source (4xx and strangers: no)'
+);
+SELECT results_eq(
+    $$SELECT outcome, recipient, action, smtp_code FROM mailroom.outbound_bounces WHERE message_id = (SELECT id FROM d) ORDER BY id$$,
+    $$VALUES ('hard_bounce', 'to[1]', 'refused', 550), ('soft_bounce', 'to[2]', 'refused', 451)$$,
+    'both refusals are noted (action refused), the stranger is not'
 );
 
 SELECT * FROM finish();
