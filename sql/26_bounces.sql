@@ -237,7 +237,8 @@ BEGIN
             SELECT
                 e.n,
                 mailroom._normalize_address(e.v ->> 'recipient') AS rcpt,
-                lower(btrim(e.v ->> 'action')) AS action,
+                -- one word (RFC 3464: failed, delayed, delivered, relayed, expanded); else NULL
+                substring(lower(btrim(e.v ->> 'action')) FROM '^([a-z-]{1,20})$') AS action,
                 CASE
                     WHEN btrim(e.v ->> 'status') ~ '^[245][.][0-9]{1,3}[.][0-9]{1,3}$' THEN btrim(e.v ->> 'status')
                 END AS status,
@@ -279,7 +280,7 @@ BEGIN
             message_id, received_at, outcome, recipient, action, status, smtp_code, diagnostic
         )
         VALUES (
-            v_id, v_now, r.outcome, r.pos, left(r.action, 40), r.status, r.code, mailroom.redact_pii(r.diagnostic)
+            v_id, v_now, r.outcome, r.pos, r.action, r.status, r.code, mailroom.redact_pii(r.diagnostic)
         );
         v_outcomes := v_outcomes || r.outcome;
         IF r.outcome <> 'ignored' THEN

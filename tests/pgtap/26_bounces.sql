@@ -1,7 +1,7 @@
 -- Bounces (sql/26_bounces.sql): VERP return paths from claim_messages, their signature checked
 -- at RCPT (check_bounce_recipient), and what record_bounce decides for each kind of report.
 BEGIN;
-SELECT plan(49);
+SELECT plan(51);
 
 SET LOCAL mailroom.clock = '2030-01-01 00:00Z';
 SELECT mailroom.upsert_sender('tap', 'robot@mailroom.test', '127.0.0.1', 2525);
@@ -213,6 +213,18 @@ SELECT results_eq(
 SELECT matches(
     (SELECT error_log FROM mailroom.outbound_messages WHERE id = (SELECT c FROM m)), 'bounce unparsed$',
     'unparsed is noted on the message'
+);
+
+SELECT results_eq(
+    format(
+        'SELECT outcome, suppressed FROM mailroom.record_bounce(%L, %L)', (SELECT c FROM rp),
+        '[{"recipient": "x@example.com", "action": "failed <x@example.com>", "status": "5.1.1"}, "not an object"]'
+    ),
+    $$VALUES ('other', 0)$$, 'an action that is not one word is no action: noted as other, nobody suppressed'
+);
+SELECT is(
+    (SELECT action FROM mailroom.outbound_bounces WHERE message_id = (SELECT c FROM m) ORDER BY id DESC LIMIT 1),
+    NULL, 'and it is not stored'
 );
 
 -- record_refused_recipients: the relay refused some recipients of a message at RCPT
