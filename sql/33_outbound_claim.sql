@@ -77,7 +77,9 @@ SELECT
     r.smtp_security,
     r.smtp_username,
     r.smtp_password,
-    r.smtp_password_set
+    r.smtp_password_set,
+    -- the VERP envelope sender (sql/26_bounces.sql), NULL without a bounce domain
+    mailroom._return_path(c.id, c.sender_id) AS return_path
 FROM claimed AS c
 INNER JOIN relays AS r ON c.sender_id = r.id
 ORDER BY c.id
@@ -111,7 +113,8 @@ RETURNS TABLE (
     smtp_security text,
     smtp_username text,
     smtp_password text,
-    smtp_password_set boolean
+    smtp_password_set boolean,
+    return_path text
 )
 LANGUAGE plpgsql
 SECURITY DEFINER

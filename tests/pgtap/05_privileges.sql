@@ -23,12 +23,13 @@ SELECT 'mailroom_collector', unnest(ARRAY[
 UNION ALL
 SELECT 'mailroom_sender', unnest(ARRAY[
     'claim_messages', 'finalize_messages', 'release_messages', 'reap_stuck_messages', 'worker_heartbeat',
-    'queue_health', 'clock', 'setting'
+    'queue_health', 'record_refused_recipients', 'clock', 'setting'
 ])
 UNION ALL
 SELECT 'mailroom_inbound', unnest(ARRAY[
     'check_recipient', 'deliver_message', 'max_inbound_message_bytes', 'expire_mailboxes', 'purge_mailboxes',
-    'seconds_until_next_expiry', 'run_expiry', 'worker_heartbeat', 'clock', 'setting'
+    'seconds_until_next_expiry', 'run_expiry', 'worker_heartbeat', 'check_bounce_recipient', 'record_bounce',
+    'clock', 'setting'
 ])
 UNION ALL
 SELECT 'mailroom_monitor', unnest(ARRAY['list_outbound_messages', 'queue_health', 'worker_health', 'clock', 'setting'])
@@ -36,7 +37,8 @@ UNION ALL
 SELECT 'mailroom_admin', unnest(ARRAY[
     'set_setting', 'upsert_sender', 'show_outbound_message', 'retry_message', 'retry_failed_messages',
     'purge_sent_messages', 'purge_tokens', 'sign_token', 'list_outbound_messages', 'reap_stuck_messages', 'queue_health',
-    'worker_health', 'suppress', 'unsuppress', 'list_suppressions', 'is_suppressed', 'clock', 'setting'
+    'worker_health', 'suppress', 'unsuppress', 'list_suppressions', 'is_suppressed', 'set_sender_bounce_domain',
+    'clock', 'setting'
 ])
 UNION ALL
 SELECT 'mailroom_timekeeper', unnest(ARRAY['pin_clock', 'unpin_clock']);

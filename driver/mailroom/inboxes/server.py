@@ -12,6 +12,13 @@ The server is a thin aiosmtpd front over the SQL API:
   accepted recipient in ONE autocommit statement (one row each). 250 is answered only after it
   returned (committed), so an accepted message is never lost; if any recipient fails, nothing is
   kept and the reply says why (4xx when a retry can succeed, 5xx otherwise), so nothing is doubled.
+- Bounces (docs/bounces.md): RCPT asks `mailroom.check_bounce_recipient`, which answers
+  check_recipient's verdict for a mailbox and 'bounce' for a valid VERP return path (a forged or
+  unknown one is 'unknown': 550 5.1.1, counted like any unknown recipient). A transaction is either
+  for return paths or for mailboxes (the other kind gets 452 4.5.3: send it in another one). At
+  DATA, mailroom.inboxes.bounce reads the report and `mailroom.record_bounce` decides, in ONE
+  autocommit statement; 250 follows it. A bounce nothing could be read from is still 250 (SQL
+  notes it as unparsed), so a relay does not retry it for days. The bounce mail is not stored.
 - Abuse limits: --max-bad-recipients refused recipients per session, then 421 and hang up;
   --max-sessions connections at once, more get 421 before any database work; --idle-timeout.
 - Logs carry counts, sizes and ids, never addresses or subjects.
@@ -33,6 +40,7 @@ from psycopg_pool import AsyncConnectionPool
 from mailroom.core.errors import UserError, describe_db_error
 from mailroom.core.log import get_logger
 from mailroom.db.connect import connect_async, connection_kwargs
+from mailroom.inboxes.bounce import parse_bounce
 from mailroom.inboxes.mime import ParsedMessage, clean_text, parse_message
 
 log = get_logger("inbox")
@@ -48,6 +56,7 @@ REPLY_EMPTY = "554 5.6.0 Message is empty"
 REPLY_TOO_MANY_BAD = "421 4.7.0 Too many invalid recipients, closing connection"
 REPLY_BUSY = "421 4.3.2 Too many connections, try again later"
 REPLY_LINE_TOO_LONG = "500 Line too long (see RFC5321 4.5.3.1.6)"
+REPLY_SEPARATE = "452 4.5.3 Bounces and mail for inboxes go in separate transactions"
 
 _VERDICT_REPLY = {
     "unknown": REPLY_UNAVAILABLE,
@@ -80,6 +89,17 @@ def _declared_size(mail_options: list[str]) -> int | None:
 # check_recipient answers 'too_large' exactly when a size is over the mailbox's plan. Another verdict
 # (a mailbox that expired meanwhile) is left to deliver_message. The first one that fits is returned,
 # so the caller asks it first next time.
+_RCPT_QUERY = "SELECT verdict, address FROM mailroom.check_bounce_recipient(%s, %s)"
+
+# One statement for every return path of the transaction (normally one); 250 follows its commit.
+_BOUNCE_QUERY = (
+    "SELECT b.message_id, b.outcome, b.reports, b.suppressed FROM unnest(%s::text[]) WITH ORDINALITY AS r (address, n)"
+    " CROSS JOIN LATERAL mailroom.record_bounce(r.address, %s) AS b ORDER BY r.n"
+)
+
+# record_bounce's error for a return path that is no longer valid (its message was purged meanwhile)
+_BOUNCE_GONE = "MR360"
+
 _FITS_QUERY = (
     "SELECT c.address FROM unnest(%s::text[]) AS a (address)"
     " CROSS JOIN LATERAL mailroom.check_recipient(a.address, %s) AS c"
@@ -99,6 +119,7 @@ class _Envelope(Envelope):
         super().__init__()
         self.accepted: list[str] = []  # SQL's normalized form of the accepted recipients, each once
         self.accepted_count = 0  # RCPTs answered 250 (a repeated address counts again)
+        self.bounces: list[str] = []  # accepted VERP return paths (normalized), each once
 
 
 class _Session(Session):
@@ -150,8 +171,7 @@ class InboxHandler:
         address = clean_text(address) or ""
         try:
             verdict, normalized = await self._fetch_one(
-                "SELECT verdict, address FROM mailroom.check_recipient(%s, %s)",
-                (address, _declared_size(envelope.mail_options)),
+                _RCPT_QUERY, (address, _declared_size(envelope.mail_options))
             )
         except psycopg.Error as exc:
             log.error("recipient check failed: %s", describe_db_error(exc))
@@ -159,11 +179,21 @@ class InboxHandler:
         except Exception as exc:  # noqa: BLE001 - a 4xx, never a traceback to the client
             log.error("recipient check failed unexpectedly: %s", type(exc).__name__)
             return REPLY_TEMPFAIL
-        if verdict != "ok":
+        if verdict not in ("ok", "bounce"):
             if verdict == "unknown":
                 session.refused_recipients += 1
             log.info("refused a recipient at RCPT: %s", verdict)
             return _VERDICT_REPLY.get(verdict, REPLY_UNAVAILABLE)
+        if verdict == "bounce":
+            if envelope.accepted:
+                return REPLY_SEPARATE
+            envelope.accepted_count += 1
+            if normalized not in envelope.bounces:
+                envelope.bounces.append(normalized)
+                envelope.rcpt_tos.append(address)
+            return "250 2.1.5 OK"
+        if envelope.bounces:
+            return REPLY_SEPARATE
         envelope.accepted_count += 1
         if normalized not in envelope.accepted:  # one stored copy per mailbox, however the address was written
             envelope.accepted.append(normalized)
@@ -211,6 +241,8 @@ class InboxHandler:
         if raw is None:
             raw = envelope.content if isinstance(envelope.content, bytes) else b""
         raw = bytes(raw)
+        if isinstance(envelope, _Envelope) and envelope.bounces:
+            return await self._record_bounce(raw, list(envelope.bounces))
         if not raw.strip():  # no header, no body: nothing to store
             return REPLY_EMPTY
         if len(raw) <= _INLINE_PARSE_BYTES:
@@ -237,6 +269,39 @@ class InboxHandler:
             except psycopg.Error as exc:
                 log.error("delivery failed: %s", describe_db_error(exc))
                 return REPLY_TEMPFAIL
+        return REPLY_TEMPFAIL
+
+    async def _record_bounce(self, raw: bytes, return_paths: list[str]) -> str:
+        """Hand the parsed report to SQL in one statement; 250 only after it committed."""
+        if len(raw) <= _INLINE_PARSE_BYTES:
+            reports = parse_bounce(raw)
+        else:
+            reports = await asyncio.to_thread(parse_bounce, raw)
+        for attempt in range(1, self.pool.max_size + 2):
+            try:
+                async with self.pool.connection() as conn:
+                    try:
+                        await conn.execute("")  # liveness check: fails only before anything is sent
+                    except psycopg.OperationalError as exc:
+                        raise _StaleConnection(describe_db_error(exc)) from None
+                    cur = await conn.execute(_BOUNCE_QUERY, (return_paths, Jsonb(reports)))
+                    rows = await cur.fetchall()
+            except _StaleConnection as exc:
+                log.warning("bounce attempt %d: stale database connection: %s", attempt, exc)
+                continue
+            except psycopg.OperationalError as exc:
+                log.error("connection lost while recording a bounce: %s", describe_db_error(exc))
+                return REPLY_TEMPFAIL
+            except psycopg.Error as exc:
+                if exc.sqlstate == _BOUNCE_GONE:
+                    log.info("refused a bounce at DATA: its return path is no longer valid")
+                    return REPLY_UNAVAILABLE
+                log.error("recording a bounce failed: %s", describe_db_error(exc))
+                return REPLY_TEMPFAIL
+            for message_id, outcome, count, suppressed in rows:
+                log.info("bounce for outbound message %d: %s (%d report(s), %d suppressed)",
+                         message_id, outcome, count, suppressed)
+            return f"250 2.0.0 OK: bounce recorded for {len(rows)} message(s)"
         return REPLY_TEMPFAIL
 
     async def _deliver_once(self, p: _DeliveryParams) -> str:
@@ -417,7 +482,7 @@ class InboundSMTP(SMTP):
             received += len(line)
             if refusal is None and cap is not None and received > cap:
                 refusal, too_big_for = REPLY_TOO_BIG, "the server's SIZE"
-            elif refusal is None and received > fits + _SIZE_PROBE_BYTES:
+            elif refusal is None and not envelope.bounces and received > fits + _SIZE_PROBE_BYTES:
                 try:
                     if await handler.size_fits(envelope, received):
                         fits = received

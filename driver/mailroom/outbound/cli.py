@@ -206,9 +206,13 @@ def sender(
     port: Annotated[int, typer.Option(help="SMTP relay port.")],
     security: Annotated[str, typer.Option(help="none, starttls or tls.")] = "none",
     username: Annotated[Optional[str], typer.Option(help="SMTP login (password: env MAILROOM_SMTP_PASSWORD).")] = None,
+    bounce_domain: Annotated[
+        Optional[str],
+        typer.Option(help="Domain of this sender's VERP return paths ('': use the setting outbound.bounce_domain)."),
+    ] = None,
     database_url: DatabaseUrlOption = None,
 ) -> None:
-    """Create or update a sending identity (mailroom.upsert_sender)."""
+    """Create or update a sending identity (mailroom.upsert_sender, set_sender_bounce_domain)."""
     password = os.environ.get("MAILROOM_SMTP_PASSWORD") or None
     key = hex_key("MAILROOM_ENCRYPTION_KEY", os.environ.get("MAILROOM_ENCRYPTION_KEY"), required=password is not None)
     row = _call(
@@ -217,6 +221,8 @@ def sender(
         (name, from_address, host, port, security, username, password, key),
         fetch="one",
     )
+    if bounce_domain is not None:
+        _call(database_url, "SELECT mailroom.set_sender_bounce_domain(%s, NULLIF(%s, ''))", (name, bounce_domain))
     typer.echo(f"sender {name} saved (id {row['id']})")
 
 

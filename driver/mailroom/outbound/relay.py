@@ -93,6 +93,9 @@ class Outcome:
     enhanced: str | None = None
     error: str | None = None  # raw reply text: scrubbed by the database before it is stored
     seconds: float | None = None
+    # recipients the relay refused at RCPT (address, reply code, enhanced code), reported only for
+    # messages with several recipients: mailroom.record_refused_recipients decides what each means
+    refused: list[tuple[str, int, str | None]] = field(default_factory=list)
 
 
 def _enhanced(message: str | None) -> str | None:
@@ -205,13 +208,16 @@ async def deliver(conns: RelayConnections, relay: Relay, row: dict[str, Any], at
             return out
         attempt.stage = "envelope"
         try:
-            await smtp.mail(row["from_address"])
+            # the VERP return path claim_messages computed (sql/26_bounces.sql), else the From address
+            await smtp.mail(row.get("return_path") or row["from_address"])
             refused: list[aiosmtplib.SMTPRecipientRefused] = []
             for rcpt in rcpts:
                 try:
                     await smtp.rcpt(rcpt)
                 except aiosmtplib.SMTPRecipientRefused as exc:
                     refused.append(exc)
+            if refused and len(rcpts) > 1:
+                out.refused = [(e.recipient, e.code, _enhanced(e.message)) for e in refused]
             if len(refused) == len(rcpts):
                 # every recipient refused: report the most hopeful reply (a 4xx may pass later)
                 first = min(refused, key=lambda e: 0 if 400 <= e.code < 500 else 1)

@@ -47,6 +47,9 @@ FINALIZE_SQL = (
     "SELECT id, result, reply_class FROM mailroom.finalize_messages("
     "%s::bigint[], %s::bigint[], %s::text[], %s::integer[], %s::text[], %s::text[])"
 )
+REFUSED_SQL = (
+    "SELECT mailroom.record_refused_recipients(%s::bigint[], %s::bigint[], %s::text[], %s::integer[], %s::text[])"
+)
 RELEASE_SQL = "SELECT mailroom.release_messages(%s::bigint[], %s::bigint[])"
 REAP_SQL = "SELECT mailroom.reap_stuck_messages(make_interval(secs => %s))"
 STATS_SQL = "SELECT * FROM mailroom.outbound_stats"
@@ -368,6 +371,16 @@ class Sender:
         log.error("could not record %d outcome(s); the reaper will return them to the queue", len(outcomes))
 
     async def _report_on(self, conn: psycopg.AsyncConnection, outcomes: list[Outcome], unsent: list[dict]) -> None:
+        refused = [(o.id, o.claim_token, *r) for o in outcomes for r in o.refused]
+        if refused:
+            # before finalize: the call is fenced on the claim tokens it still holds (one statement a
+            # batch, and only for a batch in which a relay refused some recipients of a message)
+            try:
+                await conn.execute(REFUSED_SQL, tuple(list(column) for column in zip(*refused, strict=True)))
+            except psycopg.OperationalError:
+                raise
+            except psycopg.Error as exc:
+                log.warning("could not record %d refused recipient(s): %s", len(refused), describe_db_error(exc))
         if outcomes:
             cur = await conn.execute(
                 FINALIZE_SQL,
