@@ -46,6 +46,19 @@ BEGIN
         SET search_path = pg_catalog, pg_temp
         AS 'SELECT %1$s.hmac(p_data, p_key, p_algorithm)'
     $f$, v_schema);
+    -- Many HMACs in one call (one query for the whole array): a per-row call of _hmac costs a
+    -- SQL-function executor start each (~10 us), more than the HMAC itself.
+    EXECUTE format($f$
+        CREATE OR REPLACE FUNCTION mailroom._hmac_many(p_data bytea [], p_key bytea, p_algorithm text)
+        RETURNS bytea []
+        LANGUAGE sql
+        IMMUTABLE
+        STRICT
+        PARALLEL SAFE
+        SET search_path = pg_catalog, pg_temp
+        AS 'SELECT coalesce(array_agg(%1$s.hmac(u.d, p_key, p_algorithm) ORDER BY u.n), ''{}'')
+            FROM unnest(p_data) WITH ORDINALITY AS u (d, n)'
+    $f$, v_schema);
     EXECUTE format($f$
         CREATE OR REPLACE FUNCTION mailroom._pgp_sym_encrypt(p_data text, p_password text, p_options text)
         RETURNS bytea
@@ -77,6 +90,9 @@ COMMENT ON FUNCTION mailroom._digest(bytea, text) IS
 
 COMMENT ON FUNCTION mailroom._hmac(bytea, bytea, text) IS
 'Internal: pgcrypto hmac(), schema-qualified.';
+
+COMMENT ON FUNCTION mailroom._hmac_many(bytea[], bytea, text) IS
+'Internal: pgcrypto hmac() of every element (same order), schema-qualified; one call for a batch.';
 
 COMMENT ON FUNCTION mailroom._pgp_sym_encrypt(text, text, text) IS
 'Internal: pgcrypto pgp_sym_encrypt(), schema-qualified.';
