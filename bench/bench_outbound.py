@@ -164,6 +164,10 @@ def run(url: str, quick: bool, progress: Callable[[str], None]) -> list[dict]:
                     rows.append(_row(f"end-to-end to Postfix smtp-sink, {procs} sender(s)", rate, "msgs/s",
                                      f"{total} msgs, --concurrency 4 --batch-size 100 each, start-up included; "
                                      "goal >= 2,000 (1 sender) / >= 3,000 (4), about 1.0x pgbench"))
+                progress(f"end to end to smtp-sink, 1 sender with --connections 2, {total} messages")
+                rate = _end_to_end(conn, url, 1, total, None, postfix.port, ["--connections", "2"])
+                rows.append(_row("end-to-end to Postfix smtp-sink, 1 sender, --connections 2", rate, "msgs/s",
+                                 f"{total} msgs, --concurrency 4 --connections 2 (8 SMTP connections)"))
             finally:
                 postfix.close()
             for procs in (1, 4):
