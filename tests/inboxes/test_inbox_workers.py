@@ -85,3 +85,51 @@ def test_sigkill_of_all_workers_mid_load_loses_no_250(cli_popen, conn, make_mail
     # a message stored without its 250 (killed between COMMIT and the reply) is allowed: the
     # client retries it; a 250 without a row is not
     assert set(stored) <= set(accepted) | set(failed)
+
+
+def test_group_commit_with_a_filling_inbox_stores_exactly_its_limit(start_server, conn, make_mailbox):
+    """One pooled connection: messages of concurrent sessions are stored in shared statements. A free
+    inbox (100 messages) fills up mid-group: the group is refused as a whole, its messages go one by
+    one, and every 250 is a stored row, the free inbox never holds more than its limit."""
+    server = start_server("--pool-size", "1")
+    free, pro = make_mailbox(plan="free"), make_mailbox(plan="pro")
+    accepted: list[str] = []
+    refused: list[int] = []
+
+    async def client(n: int) -> None:
+        smtp = aiosmtplib.SMTP(hostname=server.host, port=server.port, timeout=30)
+        await smtp.connect()
+        try:
+            for i in range(30):
+                box = free if i % 2 == 0 else pro
+                subject = f"group {n}-{i}"
+                try:
+                    errors, reply = await smtp.send_message(_message(box.address, subject))
+                except aiosmtplib.SMTPRecipientsRefused as exc:  # full, seen at RCPT
+                    codes = [r.code for r in exc.recipients]
+                    assert codes == [552] and box is free, codes
+                    refused.append(552)
+                    await smtp.rset()
+                    continue
+                except aiosmtplib.SMTPResponseException as exc:  # full, found at DATA
+                    assert exc.code == 552 and box is free, (exc.code, exc.message)
+                    refused.append(exc.code)
+                    await smtp.rset()
+                    continue
+                assert errors == {} and reply.startswith("2.0.0 OK: stored"), reply
+                accepted.append(subject)
+        finally:
+            await smtp.quit()
+
+    async def main() -> None:
+        await asyncio.wait_for(asyncio.gather(*(client(n) for n in range(8))), timeout=120)
+
+    asyncio.run(main())
+    rows = dict(conn.execute(
+        "SELECT subject, count(*) FROM mailroom.messages WHERE mailbox_id = ANY(%s) GROUP BY subject",
+        ([free.id, pro.id],),
+    ).fetchall())
+    assert sorted(rows) == sorted(accepted) and set(rows.values()) == {1}  # every 250 stored, once
+    assert conn.execute("SELECT count(*) FROM mailroom.messages WHERE mailbox_id = %s", (free.id,)).fetchone()[0] == 100
+    assert len(refused) == 8 * 15 - 100
+    assert "group commit:" in server.log()

@@ -327,7 +327,10 @@ class InboxHandler:
             except psycopg.Error as exc:
                 if (exc.sqlstate or "") not in _SQLSTATE_REPLY:
                     raise
+                log.info("group commit of %d messages refused (%s): delivering them one by one",
+                         len(group), exc.sqlstate)
                 return None  # one of them is refused and nothing was kept: each goes alone
+        log.info("group commit: %d messages in one statement", len(group))
         ids: list[list[int]] = [[] for _ in group]
         for i, message_id in rows:
             ids[i].append(message_id)
