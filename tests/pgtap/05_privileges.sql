@@ -53,10 +53,11 @@ CREATE TEMP TABLE accounts_area (fn name PRIMARY KEY);
 INSERT INTO accounts_area
 SELECT unnest(ARRAY[
     'clock', '_may_pin_clock', 'pin_clock', 'unpin_clock', 'setting', 'set_setting', '_check_setting_value',
-    '_is_valid_address', '_random_bytes', '_digest', '_hmac', '_pgp_sym_encrypt', '_pgp_sym_decrypt',
+    '_is_valid_address', '_random_bytes', '_digest', '_hmac', '_hmac_many', '_pgp_sym_encrypt', '_pgp_sym_decrypt',
     '_valid_email', '_check_account_identity', 'trg_before_account_insert', 'trg_before_account_identity_change',
     'trg_before_account_status_change', 'create_account', '_lock_account', 'suspend_account',
-    'unsuspend_account', '_random_code', '_b64url_encode', '_b64url_decode', '_check_key', '_token_mac',
+    'unsuspend_account', '_random_code', '_b64url_encode', '_b64url_encode_many', '_b64url_decode', '_check_key',
+    '_token_mac', '_token_macs', '_signed_values',
     'sign_token', 'trg_before_token_insert', 'trg_before_token_close', 'trg_after_token_consumed',
     '_announce_tokens', 'trg_after_tokens_inserted', 'trg_after_accounts_inserted', '_token_eligible',
     '_dequeue_tokens_sql', 'dequeue_tokens', '_ct_equal', '_mac_key_index', '_signing_keys', '_split_signed',
@@ -99,7 +100,7 @@ SELECT is(
     (SELECT coalesce(string_agg(f.sig, ', ' ORDER BY f.sig), '') FROM fns AS f INNER JOIN pg_proc AS p ON f.oid = p.oid
      WHERE f.accounts
          AND p.prosrc ~ '(?<![._a-z])(gen_random_bytes|digest|hmac|pgp_sym_encrypt|pgp_sym_decrypt)\('
-         AND f.fn NOT IN ('_random_bytes', '_digest', '_hmac', '_pgp_sym_encrypt', '_pgp_sym_decrypt')),
+         AND f.fn NOT IN ('_random_bytes', '_digest', '_hmac', '_hmac_many', '_pgp_sym_encrypt', '_pgp_sym_decrypt')),
     '', 'pgcrypto is called only through the mailroom._* wrappers'
 );
 SELECT is(

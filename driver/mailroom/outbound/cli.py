@@ -232,6 +232,9 @@ def send_command(
     listen_url: ListenUrlOption = None,
     concurrency: Annotated[int, typer.Option(help="Parallel slots (DB connection + SMTP connections each).")] = 4,
     batch_size: Annotated[int, typer.Option(help="Messages claimed per slot per round trip.")] = 50,
+    connections: Annotated[
+        int, typer.Option(help="SMTP connections per slot and relay: a claimed batch is sent over them in parallel.")
+    ] = 1,
     poll_interval: Annotated[
         str, typer.Option(help="Poll for due messages this often (the only wake-up while LISTEN cannot hear).")
     ] = "1s",
@@ -256,6 +259,8 @@ def send_command(
         raise ConfigError(f"--concurrency must be between 1 and 64, got {concurrency}")
     if not 1 <= batch_size <= 10000:
         raise ConfigError(f"--batch-size must be between 1 and 10000, got {batch_size}")
+    if not 1 <= connections <= 64:
+        raise ConfigError(f"--connections must be between 1 and 64, got {connections}")
     if metrics_port is not None and not 0 <= metrics_port <= 65535:
         raise ConfigError(f"--metrics-port must be between 0 and 65535, got {metrics_port}")
     from mailroom.outbound.sender import Sender, SenderOptions
@@ -267,6 +272,7 @@ def send_command(
         key=hex_key("MAILROOM_ENCRYPTION_KEY", os.environ.get("MAILROOM_ENCRYPTION_KEY"), required=False),
         concurrency=concurrency,
         batch_size=batch_size,
+        connections=connections,
         poll_interval=max(0.05, parse_seconds("--poll-interval", poll_interval)),
         reap_after=parse_seconds("--reap-after", reap_after),
         lease=parse_seconds("--lease", lease) if lease else None,
