@@ -247,7 +247,25 @@ BEGIN
                 m.status = 'processing'
                 OR (m.status = 'queued' AND m.possibly_sent AND i.kind = 'sent')
             )
-        RETURNING m.id, m.status, m.attempts, m.next_retry_at, m.to_addrs, m.cc_addrs, m.bcc_addrs
+        RETURNING m.id, m.status, m.attempts, m.next_retry_at, m.to_addrs, m.cc_addrs, m.bcc_addrs, m.rcpt_domain
+    ),
+
+    -- The domain backoff (sql/39_outbound_domain_limits.sql, docs/limits.md): a reply that says
+    -- the recipient domain is throttling us (421, 4.7.x, greylisting) backs that domain off, so
+    -- claim skips its messages until then; an accepted message clears it. Other domains and
+    -- the message's own retry (attempts² above) are not touched.
+    domains AS (
+        SELECT mailroom._note_domain_outcomes(
+            v_now,
+            ARRAY(
+                SELECT u.rcpt_domain FROM upd AS u INNER JOIN input AS i ON u.id = i.id
+                WHERE mailroom._is_domain_throttle(i.outcome, i.smtp_code, i.enhanced_code, i.error)
+            ),
+            ARRAY(
+                SELECT u.rcpt_domain FROM upd AS u INNER JOIN input AS i ON u.id = i.id
+                WHERE i.kind = 'sent'
+            )
+        ) AS n
     ),
 
     -- A synchronous 5xx (a permanent reply) to a message with one recipient is a hard bounce
@@ -291,6 +309,7 @@ BEGIN
     -- reads bounced so that its inserts run (a data-modifying CTE nobody reads is still run,
     -- but a SELECT calling a function is not: it must be referenced)
     WHERE (SELECT count(*) FROM bounced) >= 0
+        AND (SELECT d.n FROM domains AS d) >= 0
     ORDER BY i.id;
 END;
 $$;
