@@ -57,6 +57,8 @@ CREATE OR REPLACE FUNCTION mailroom._domain_limit(p_domain text)
 RETURNS TABLE (pattern text, max_in_flight integer, max_per_minute integer)
 LANGUAGE sql
 STABLE
+-- at most one row: the planner must not think each domain multiplies into a thousand
+ROWS 1
 SET search_path = pg_catalog, pg_temp
 AS $$
     -- The limit row that governs a domain: the most specific matching pattern. No row at all

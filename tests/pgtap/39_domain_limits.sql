@@ -2,7 +2,7 @@
 -- domain backoff after a throttling reply, pattern matching and the admin API (docs/limits.md).
 -- Two claimers racing for the last slot are in tests/outbound/test_domain_limits.py (two sessions).
 BEGIN;
-SELECT plan(57);
+SELECT plan(59);
 
 SET LOCAL mailroom.clock = '2030-01-01 00:00:10Z';
 SELECT mailroom.upsert_sender('tap', 'robot@mailroom.test', '127.0.0.1', 2525);
@@ -75,15 +75,11 @@ SELECT is(
     (SELECT in_flight::integer || '/' || max_in_flight FROM mailroom.domain_status() WHERE domain = 'capped.test'),
     '2/2', 'domain_status shows the domain at its cap'
 );
-SELECT mailroom.release_messages(ARRAY(SELECT id FROM mailroom.outbound_messages WHERE status = 'processing'),
+SELECT mailroom.release_messages(ARRAY(SELECT id FROM mailroom.outbound_messages WHERE status = 'processing' ORDER BY id),
     ARRAY(SELECT claim_token FROM mailroom.outbound_messages WHERE status = 'processing' ORDER BY id));
 SELECT is(
     (SELECT count(*)::integer FROM mailroom.claim_messages(10, 'w5')), 2,
     'released messages leave the in-flight count'
-);
-SELECT ok(
-    (SELECT string_agg(p, E'\n') FROM mailroom._explain_claim(50, TRUE) AS p) ~ 'Index Scan using outbound_messages_due_idx',
-    'with limits on, the claim still walks the due index'
 );
 SELECT mailroom.set_domain_limit('capped.test', NULL, NULL);
 SELECT is((SELECT count(*)::integer FROM mailroom.claim_messages(100, 'w6')), 30, 'no cap: the rest goes in one claim');
@@ -189,6 +185,34 @@ SELECT ok(mailroom.clear_domain_backoff('slow.test'), 'clear_domain_backoff lift
 SELECT is(
     (SELECT count(*)::integer FROM mailroom.domain_state WHERE backoff_until IS NOT NULL), 0,
     'and no domain is backed off any more'
+);
+
+-- ---------------------------------------------------------------- the plan with limits on
+-- 200k rows (mostly sent history, 50k queued over 500 domains), one capped domain full
+SELECT mailroom.set_domain_limit('d1.bulk.test', 1, NULL);
+INSERT INTO mailroom.outbound_messages (
+    sender_id, to_addrs, subject, text_body, message_id, status, next_retry_at, sent_at, rcpt_domain
+)
+SELECT
+    (SELECT id FROM mailroom.senders WHERE name = 'tap'), ARRAY['bulk@d' || g % 500 || '.bulk.test'], 'bulk', 't',
+    '<b' || g || '@x>',
+    CASE WHEN g % 4 = 0 THEN 'queued' ELSE 'sent' END::mailroom.outbound_status,
+    CASE WHEN g % 8 = 0 THEN '2031-01-01Z'::timestamptz END,
+    CASE WHEN g % 4 <> 0 THEN '2029-01-01Z'::timestamptz END,
+    'd' || g % 500 || '.bulk.test'
+FROM generate_series(1, 200000) AS g;
+ANALYZE mailroom.outbound_messages;
+SELECT ok(
+    (SELECT string_agg(p, E'\n') FROM mailroom._explain_claim(100, TRUE) AS p) ~ 'Index Scan using outbound_messages_due_idx',
+    'with limits on, LIMIT 100: the claim still walks the due index'
+);
+SELECT ok(
+    (SELECT string_agg(p, E'\n') FROM mailroom._explain_claim(500, TRUE) AS p) !~ 'Seq Scan on outbound_messages',
+    'with limits on, LIMIT 500: no sequential scan of the queue'
+);
+SELECT is(
+    (SELECT count(*)::integer FROM mailroom.claim_messages(100, 'big')), 100,
+    'with limits on, a big claim returns a full batch'
 );
 
 SELECT * FROM finish();
