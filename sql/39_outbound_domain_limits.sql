@@ -124,17 +124,19 @@ CREATE OR REPLACE FUNCTION mailroom._is_domain_throttle(
     p_outcome text, p_smtp_code integer, p_enhanced_code text, p_error text
 )
 RETURNS boolean
-LANGUAGE sql
+LANGUAGE plpgsql
 IMMUTABLE
 PARALLEL SAFE
 SET search_path = pg_catalog, pg_temp
 AS $$
+BEGIN
     -- Whether an SMTP reply says the receiving domain is slowing us down, not that this
     -- message is wrong: 421 (service not available, too many connections), any 4.7.x
     -- (policy, rate limit, greylisting), 450/451 without an enhanced code or with 4.3.0/4.4.x
     -- (greylisting, local congestion), or a 4yz whose text says so ("too many connections",
     -- "rate limit", "throttl...", "greylist"). A 4.2.x (mailbox busy or full) is the recipient's.
-    SELECT coalesce(
+    -- PL/pgSQL for the reason given at mailroom._classify_outcome (finalize calls it per row).
+    RETURN coalesce(
         p_outcome = 'reply'
         AND p_smtp_code BETWEEN 400 AND 499
         AND (
@@ -145,6 +147,7 @@ AS $$
         ),
         FALSE
     );
+END;
 $$;
 
 COMMENT ON FUNCTION mailroom._is_domain_throttle(text, integer, text, text) IS
