@@ -123,27 +123,19 @@ COMMENT ON FUNCTION mailroom._claim_limited_counted() IS
 
 CREATE OR REPLACE FUNCTION mailroom._claim_statement(p_limited boolean DEFAULT false)
 RETURNS text
-LANGUAGE sql
+LANGUAGE plpgsql
 IMMUTABLE
 SET search_path = pg_catalog, pg_temp
 AS $fn$
-    -- $1 now, $2 limit, $3 worker, $4 lease, $5 key. Run with EXECUTE, so every call is
-    -- planned with the actual LIMIT and clock (a cached generic plan costs LIMIT $2 blind and
-    -- can flip to a seq scan + sort on a big queue). _explain_claim shows the same text's plan.
-    -- p_limited: the domain limits are on (docs/limits.md): the due CTE below is replaced by
-    -- _claim_limited_due() and the per-minute counts are written after the claim.
-    SELECT CASE
-        WHEN p_limited THEN replace(
-            overlay(
-                t.q PLACING mailroom._claim_limited_due()
-                FROM strpos(t.q, '/*due*/')
-                FOR strpos(t.q, '/*end due*/') + length('/*end due*/') - strpos(t.q, '/*due*/')
-            ),
-            '/*counted*/', mailroom._claim_limited_counted()
-        )
-        ELSE t.q
-    END
-    FROM (SELECT $q$
+-- $1 now, $2 limit, $3 worker, $4 lease, $5 key. Run with EXECUTE, so every call is
+-- planned with the actual LIMIT and clock (a cached generic plan costs LIMIT $2 blind and
+-- can flip to a seq scan + sort on a big queue). _explain_claim shows the same text's plan.
+-- p_limited: the domain limits are on (docs/limits.md): the due CTE below is replaced by
+-- _claim_limited_due() and the per-minute counts are written after the claim.
+-- PL/pgSQL, not SQL: claim_messages calls it once per claim, and a SQL function with SET
+-- search_path is parsed and planned on every call (with the limited texts folded in).
+DECLARE
+    v_q text := $q$
 WITH /*due*/
 due AS (
     SELECT m.id
@@ -214,7 +206,20 @@ SELECT
 FROM claimed AS c
 INNER JOIN relays AS r ON c.sender_id = r.id
 ORDER BY c.id
-$q$::text AS q) AS t;
+$q$;
+BEGIN
+    IF NOT p_limited THEN
+        RETURN v_q;
+    END IF;
+    RETURN replace(
+        overlay(
+            v_q PLACING mailroom._claim_limited_due()
+            FROM strpos(v_q, '/*due*/')
+            FOR strpos(v_q, '/*end due*/') + length('/*end due*/') - strpos(v_q, '/*due*/')
+        ),
+        '/*counted*/', mailroom._claim_limited_counted()
+    );
+END;
 $fn$;
 
 CREATE OR REPLACE FUNCTION mailroom.claim_messages(
@@ -275,13 +280,13 @@ BEGIN
 
     -- The domain limits (docs/limits.md) cost nothing while no limit is set and no domain is
     -- backed off: then the claim is the plain statement.
-    v_limited := EXISTS (
+    SELECT EXISTS (
         SELECT 1 FROM mailroom.domain_limits AS l
         WHERE l.max_in_flight IS NOT NULL OR l.max_per_minute IS NOT NULL
     ) OR EXISTS (
         SELECT 1 FROM mailroom.domain_state AS s
         WHERE s.backoff_until > v_now
-    );
+    ) INTO v_limited;
     IF v_limited AND current_setting('transaction_isolation') <> 'read committed' THEN
         -- _domain_room counts under its lock with a fresh snapshot, which only READ COMMITTED has
         RAISE EXCEPTION USING
