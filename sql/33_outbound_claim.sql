@@ -8,11 +8,12 @@
 -- skips instead of waiting for. Claims of per-minute capped domains are counted after.
 CREATE OR REPLACE FUNCTION mailroom._claim_limited_due()
 RETURNS text
-LANGUAGE sql
+LANGUAGE plpgsql
 IMMUTABLE
 SET search_path = pg_catalog, pg_temp
 AS $fn$
-    SELECT $q$
+BEGIN
+    RETURN $q$
 blocked AS MATERIALIZED (
     -- domains that can get nothing now by this statement's snapshot (backed off, at the
     -- per-minute cap, or at the in-flight cap): a hint so the scan skips their rows. The
@@ -82,16 +83,18 @@ due AS (
     LIMIT $2
 ),
 
-$q$::text;
+$q$;
+END;
 $fn$;
 
 CREATE OR REPLACE FUNCTION mailroom._claim_limited_counted()
 RETURNS text
-LANGUAGE sql
+LANGUAGE plpgsql
 IMMUTABLE
 SET search_path = pg_catalog, pg_temp
 AS $fn$
-    SELECT $q$
+BEGIN
+    RETURN $q$
 counted AS (
     -- claims of per-minute capped domains, counted in the current minute (domain order, the
     -- order finalize writes domain_state in too)
@@ -112,7 +115,8 @@ counted AS (
         updated_at = excluded.updated_at
 ),
 
-$q$::text;
+$q$;
+END;
 $fn$;
 
 COMMENT ON FUNCTION mailroom._claim_limited_due() IS
