@@ -32,13 +32,17 @@ SELECT 'mailroom_inbound', unnest(ARRAY[
     'clock', 'setting'
 ])
 UNION ALL
-SELECT 'mailroom_monitor', unnest(ARRAY['list_outbound_messages', 'queue_health', 'worker_health', 'clock', 'setting'])
+SELECT 'mailroom_monitor', unnest(ARRAY[
+    'list_outbound_messages', 'queue_health', 'worker_health', 'list_domain_limits', 'domain_status', 'clock',
+    'setting'
+])
 UNION ALL
 SELECT 'mailroom_admin', unnest(ARRAY[
     'set_setting', 'upsert_sender', 'show_outbound_message', 'retry_message', 'retry_failed_messages',
     'purge_sent_messages', 'purge_tokens', 'sign_token', 'list_outbound_messages', 'reap_stuck_messages', 'queue_health',
     'worker_health', 'suppress', 'unsuppress', 'list_suppressions', 'is_suppressed', 'set_sender_bounce_domain',
-    'clock', 'setting'
+    'clock', 'setting',
+    'set_domain_limit', 'delete_domain_limit', 'list_domain_limits', 'domain_status', 'clear_domain_backoff'
 ])
 UNION ALL
 SELECT 'mailroom_timekeeper', unnest(ARRAY['pin_clock', 'unpin_clock']);

@@ -25,7 +25,7 @@ app = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
 
 outbound = typer.Typer(
     name="outbound",
-    help="Operate the outbound queue: status, list, show, retry, purge, reap, sender.",
+    help="Operate the outbound queue: status, list, show, retry, purge, reap, sender, limits.",
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
@@ -224,6 +224,72 @@ def sender(
     if bounce_domain is not None:
         _call(database_url, "SELECT mailroom.set_sender_bounce_domain(%s, NULLIF(%s, ''))", (name, bounce_domain))
     typer.echo(f"sender {name} saved (id {row['id']})")
+
+
+limits_app = typer.Typer(
+    name="limits",
+    help="Per recipient domain limits (docs/limits.md): set, list, remove, status.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+outbound.add_typer(limits_app)
+
+
+def _limit(value: Optional[int]) -> str:
+    return "no limit" if value is None else str(value)
+
+
+@limits_app.command("set")
+def limits_set(
+    pattern: Annotated[str, typer.Argument(metavar="PATTERN", help="*, example.com or *.example.com.")],
+    max_in_flight: Annotated[
+        Optional[int], typer.Option(help="Messages of one domain in flight at once (default: no limit).")
+    ] = None,
+    max_per_minute: Annotated[
+        Optional[int], typer.Option(help="Messages of one domain claimed per minute (default: no limit).")
+    ] = None,
+    database_url: DatabaseUrlOption = None,
+) -> None:
+    """Create or change the limit of a domain pattern (mailroom.set_domain_limit)."""
+    row = _call(
+        database_url, "SELECT mailroom.set_domain_limit(%s, %s, %s) AS pattern",
+        (pattern, max_in_flight, max_per_minute), fetch="one",
+    )
+    typer.echo(
+        f"{row['pattern']}: max in flight {_limit(max_in_flight)}, max per minute {_limit(max_per_minute)}"
+    )
+
+
+@limits_app.command("list")
+def limits_list(database_url: DatabaseUrlOption = None) -> None:
+    """Every limit row, the default * last ('-': no limit)."""
+    rows = _call(database_url, "SELECT * FROM mailroom.list_domain_limits()")
+    _table(rows, ["pattern", "max_in_flight", "max_per_minute", "updated_at"])
+
+
+@limits_app.command("remove")
+def limits_remove(
+    pattern: Annotated[str, typer.Argument(metavar="PATTERN")],
+    database_url: DatabaseUrlOption = None,
+) -> None:
+    """Remove a pattern's limit (its domains fall back to the next matching pattern; * stays)."""
+    row = _call(database_url, "SELECT mailroom.delete_domain_limit(%s) AS pattern", (pattern,), fetch="one")
+    typer.echo(f"{row['pattern']}: removed")
+
+
+@limits_app.command("status")
+def limits_status(
+    limit: Annotated[int, typer.Option(help="At most this many domains, busiest first.")] = 100,
+    database_url: DatabaseUrlOption = None,
+) -> None:
+    """Domains with messages in flight, claims this minute or a backoff (mailroom.domain_status)."""
+    rows = _call(database_url, "SELECT * FROM mailroom.domain_status(%s)", (limit,))
+    if not rows:
+        typer.echo("no domain in flight, counted or backed off")
+        return
+    _table(rows, ["domain", "pattern", "in_flight", "max_in_flight", "claimed_this_minute", "max_per_minute",
+                  "backoff_until", "backoff_level"])
 
 
 @app.command("send")
