@@ -5,7 +5,7 @@ PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
-APT_PACKAGES := postgresql-15 postgresql-15-pgtap libtap-parser-sourcehandler-pgtap-perl pgbouncer postgresql-15-cron
+APT_PACKAGES := postgresql-15 postgresql-15-pgtap libtap-parser-sourcehandler-pgtap-perl pgbouncer postfix postgresql-15-cron
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 
 .PHONY: help deps venv lint test test-pgtap test-py demo bench bench-quick clean
@@ -19,10 +19,13 @@ help:
 deps:
 	@if command -v pg_prove >/dev/null 2>&1 && [ -f /usr/share/postgresql/15/extension/pgtap.control ] \
 	    && ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 \
-	    && { command -v pgbouncer >/dev/null 2>&1 || [ -x /usr/sbin/pgbouncer ]; }; then :; \
+	    && { command -v pgbouncer >/dev/null 2>&1 || [ -x /usr/sbin/pgbouncer ]; } \
+	    && { command -v smtp-source >/dev/null 2>&1 || [ -x /usr/sbin/smtp-source ]; }; then :; \
 	elif [ "$$(id -u)" = 0 ]; then \
 	    echo "installing $(APT_PACKAGES)"; \
-	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(APT_PACKAGES) >/dev/null; \
+	    echo "postfix postfix/main_mailer_type select No configuration" | debconf-set-selections; \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(APT_PACKAGES) >/dev/null || exit 1; \
+	    if postfix status >/dev/null 2>&1; then postfix stop >/dev/null 2>&1; fi; \
 	else \
 	    echo "missing system packages; run: sudo apt-get install -y $(APT_PACKAGES)"; exit 1; \
 	fi

@@ -5,15 +5,18 @@
 
 CREATE OR REPLACE FUNCTION mailroom._valid_email(p_email text)
 RETURNS boolean
-LANGUAGE sql
+LANGUAGE plpgsql
 IMMUTABLE
 SET search_path = pg_catalog, pg_temp
 AS $$
-    -- the shared address rule (so every account email is sendable), plus a dotted domain
-    SELECT coalesce(
+BEGIN
+    -- the shared address rule (so every account email is sendable), plus a dotted domain;
+    -- PL/pgSQL for the reason given at mailroom._is_valid_address (it runs at every account insert)
+    RETURN coalesce(
         mailroom._is_valid_address(p_email) AND split_part(p_email, '@', 2) LIKE '%.%',
         FALSE
     );
+END;
 $$;
 
 COMMENT ON FUNCTION mailroom._valid_email(text) IS

@@ -26,6 +26,20 @@ $$;
 COMMENT ON FUNCTION mailroom._random_code() IS
 'Internal: a uniformly distributed 5-digit code from pgcrypto''s CSPRNG.';
 
+CREATE OR REPLACE FUNCTION mailroom._b64url_encode_many(p_data bytea[])
+RETURNS text[]
+LANGUAGE sql
+IMMUTABLE
+STRICT
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT coalesce(array_agg(translate(encode(u.d, 'base64'), E'+/=\n', '-_') ORDER BY u.n), '{}')
+    FROM unnest(p_data) WITH ORDINALITY AS u (d, n);
+$$;
+
+COMMENT ON FUNCTION mailroom._b64url_encode_many(bytea[]) IS
+'Internal: URL-safe base64 without padding (RFC 4648 section 5) of every element, same order.';
+
 CREATE OR REPLACE FUNCTION mailroom._b64url_encode(p_data bytea)
 RETURNS text
 LANGUAGE sql
@@ -33,7 +47,7 @@ IMMUTABLE
 STRICT
 SET search_path = pg_catalog, pg_temp
 AS $$
-    SELECT translate(encode(p_data, 'base64'), E'+/=\n', '-_');
+    SELECT (mailroom._b64url_encode_many(ARRAY[p_data]))[1];
 $$;
 
 COMMENT ON FUNCTION mailroom._b64url_encode(bytea) IS
@@ -78,6 +92,34 @@ $$;
 COMMENT ON FUNCTION mailroom._check_key(bytea) IS
 'Internal: raise MR120 unless the signing key is at least 32 bytes.';
 
+-- The MAC and the signed value are defined once, for arrays: dequeue_tokens signs a whole batch
+-- in one call (a per-row chain of SQL functions cost ~25 us a token, the HMAC itself ~4 us).
+CREATE OR REPLACE FUNCTION mailroom._token_macs(
+    p_actions mailroom.token_action[], p_secrets bytea[], p_codes text[], p_key bytea
+)
+RETURNS bytea[]
+LANGUAGE sql
+STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT mailroom._hmac_many(
+        ARRAY(
+            SELECT
+                CASE u.action
+                    WHEN 'activation' THEN convert_to('/activate', 'UTF8') || u.secret
+                    ELSE convert_to('/recover', 'UTF8') || u.secret || convert_to(u.code, 'UTF8')
+                END
+            FROM unnest(p_actions, p_secrets, p_codes) WITH ORDINALITY AS u (action, secret, code, n)
+            ORDER BY u.n
+        ),
+        p_key,
+        'sha256'
+    );
+$$;
+
+COMMENT ON FUNCTION mailroom._token_macs(mailroom.token_action[], bytea[], text[], bytea) IS
+'Internal: _token_mac of every element of the arrays (same order), in one call.';
+
 CREATE OR REPLACE FUNCTION mailroom._token_mac(
     p_action mailroom.token_action, p_secret bytea, p_code text, p_key bytea
 )
@@ -86,18 +128,32 @@ LANGUAGE sql
 STABLE
 SET search_path = pg_catalog, pg_temp
 AS $$
-    SELECT mailroom._hmac(
-        CASE p_action
-            WHEN 'activation' THEN convert_to('/activate', 'UTF8') || p_secret
-            ELSE convert_to('/recover', 'UTF8') || p_secret || convert_to(p_code, 'UTF8')
-        END,
-        p_key,
-        'sha256'
-    );
+    SELECT (mailroom._token_macs(ARRAY[p_action], ARRAY[p_secret], ARRAY[p_code], p_key))[1];
 $$;
 
 COMMENT ON FUNCTION mailroom._token_mac(mailroom.token_action, bytea, text, bytea) IS
 'Internal: HMAC-SHA256(key, path || secret [|| code]); path /activate or /recover (code appended for recovery only).';
+
+CREATE OR REPLACE FUNCTION mailroom._signed_values(
+    p_actions mailroom.token_action[], p_secrets bytea[], p_codes text[], p_key bytea
+)
+RETURNS text[]
+LANGUAGE sql
+STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT mailroom._b64url_encode_many(
+        ARRAY(
+            SELECT u.secret || u.mac
+            FROM unnest(p_secrets, mailroom._token_macs(p_actions, p_secrets, p_codes, p_key))
+                WITH ORDINALITY AS u (secret, mac, n)
+            ORDER BY u.n
+        )
+    );
+$$;
+
+COMMENT ON FUNCTION mailroom._signed_values(mailroom.token_action[], bytea[], text[], bytea) IS
+'Internal: the signed link value of every token of the arrays (same order): base64url-nopad(secret || _token_mac).';
 
 CREATE OR REPLACE FUNCTION mailroom.sign_token(
     p_action mailroom.token_action, p_secret bytea, p_code text, p_key bytea
@@ -122,7 +178,7 @@ BEGIN
     IF p_action = 'password_recovery' AND (p_code IS NULL OR p_code !~ '^[0-9]{5}$') THEN
         RAISE EXCEPTION USING ERRCODE = '22023', MESSAGE = 'a recovery code must be 5 digits';
     END IF;
-    RETURN mailroom._b64url_encode(p_secret || mailroom._token_mac(p_action, p_secret, p_code, p_key));
+    RETURN (mailroom._signed_values(ARRAY[p_action], ARRAY[p_secret], ARRAY[p_code], p_key))[1];
 END;
 $$;
 
@@ -361,16 +417,25 @@ AS $fn$
                 LIMIT 1000
                 FOR UPDATE SKIP LOCKED
             )
+        ),
+        batch AS (
+            SELECT
+                array_agg(p.id ORDER BY p.id) AS ids,
+                array_agg(p.action ORDER BY p.id) AS actions,
+                array_agg(p.email ORDER BY p.id) AS emails,
+                array_agg(p.login ORDER BY p.id) AS logins,
+                array_agg(p.secret ORDER BY p.id) AS secrets,
+                array_agg(p.code ORDER BY p.id) AS codes
+            FROM picked AS p
         )
-        SELECT
-            p.action,
-            p.email,
-            p.login,
-            mailroom._b64url_encode(p.secret || mailroom._token_mac(p.action, p.secret, p.code, $2)),
-            p.code,
-            p.id
-        FROM picked AS p
-        ORDER BY p.id
+        SELECT u.action, u.email, u.login, u.signed, u.code, u.id
+        FROM batch AS b,
+            unnest(
+                b.actions, b.emails, b.logins,
+                mailroom._signed_values(b.actions, b.secrets, b.codes, $2),
+                b.codes, b.ids
+            ) AS u (action, email, login, signed, code, id)
+        ORDER BY u.id
 $q$;
 $fn$;
 

@@ -2,14 +2,19 @@
 -- Error codes (docs/inboxes.md): MR201 unknown plan, MR202 bad TTL/minutes, MR203 not found,
 -- MR204 not authorized, MR205 expired, MR206 deleted, MR210 bad owner.
 
+-- PL/pgSQL, not SQL, on the hot paths (RCPT, delivery): a SQL function with SET search_path is
+-- never inlined and is parsed and planned again at every statement that calls it (~25 us each),
+-- while a PL/pgSQL one keeps its compiled form for the session.
 CREATE OR REPLACE FUNCTION mailroom._normalize_address(p_address text)
 RETURNS text
-LANGUAGE sql
+LANGUAGE plpgsql
 IMMUTABLE
 PARALLEL SAFE
 SET search_path = pg_catalog, pg_temp
 AS $$
-    SELECT lower(btrim(btrim(p_address), '<>'))
+BEGIN
+    RETURN lower(btrim(btrim(p_address), '<>'));
+END;
 $$;
 
 COMMENT ON FUNCTION mailroom._normalize_address(text) IS
@@ -30,15 +35,18 @@ COMMENT ON FUNCTION mailroom._session_token_digest(text) IS
 
 CREATE OR REPLACE FUNCTION mailroom._mailbox_open(p_box mailroom.mailboxes)
 RETURNS boolean
-LANGUAGE sql
+LANGUAGE plpgsql
 STABLE
 SET search_path = pg_catalog, pg_temp
 AS $$
+BEGIN
     -- A mailbox is open (accepts mail, may be read and extended) while it is active, not
     -- deleted and mailroom.clock() is before its expires_at: at the expiry instant it is closed,
     -- whether or not the expiry sweep has flipped is_active yet. For a row already found by
     -- another index (address, id, owner); the sweep's due-query keeps its own index condition.
-    SELECT p_box.is_active AND p_box.deleted_at IS NULL AND p_box.expires_at > mailroom.clock()
+    -- PL/pgSQL for the reason given at _normalize_address.
+    RETURN p_box.is_active AND p_box.deleted_at IS NULL AND p_box.expires_at > mailroom.clock();
+END;
 $$;
 
 COMMENT ON FUNCTION mailroom._mailbox_open(mailroom.mailboxes) IS
@@ -288,26 +296,36 @@ CREATE OR REPLACE FUNCTION mailroom.check_recipient(
     p_size bigint DEFAULT null
 )
 RETURNS TABLE (verdict text, address text)
-LANGUAGE sql
+LANGUAGE plpgsql
 STABLE
 SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
+#variable_conflict use_column
+DECLARE
+    v_box mailroom.mailboxes;
+    v_plan mailroom.plans;
+BEGIN
     -- One row: the verdict and the address in its stored form, so an SMTP server de-duplicates
-    -- recipients by the same normalization the mailboxes are keyed on.
-    SELECT
-        CASE
-            WHEN m.id IS NULL THEN 'unknown'
-            WHEN m.deleted_at IS NOT NULL THEN 'deleted'
-            WHEN NOT mailroom._mailbox_open(m) THEN 'expired'
-            WHEN p_size IS NOT NULL AND p_size > p.max_message_bytes THEN 'too_large'
-            WHEN m.message_count >= p.max_messages THEN 'full'
-            ELSE 'ok'
-        END,
-        n.address
-    FROM (SELECT mailroom._normalize_address(p_address) AS address) AS n
-    LEFT JOIN mailroom.mailboxes AS m ON n.address = m.address
-    LEFT JOIN mailroom.plans AS p ON m.plan = p.name
+    -- recipients by the same normalization the mailboxes are keyed on. PL/pgSQL (plans kept for
+    -- the session): it runs at every RCPT, where a SQL function was parsed and planned each time.
+    address := mailroom._normalize_address(p_address);
+    SELECT m.* INTO v_box FROM mailroom.mailboxes AS m WHERE m.address = check_recipient.address;
+    IF v_box.id IS NULL THEN
+        verdict := 'unknown';
+        RETURN NEXT;
+        RETURN;
+    END IF;
+    SELECT p.* INTO v_plan FROM mailroom.plans AS p WHERE p.name = v_box.plan;
+    verdict := CASE
+        WHEN v_box.deleted_at IS NOT NULL THEN 'deleted'
+        WHEN NOT mailroom._mailbox_open(v_box) THEN 'expired'
+        WHEN p_size IS NOT NULL AND p_size > v_plan.max_message_bytes THEN 'too_large'
+        WHEN v_box.message_count >= v_plan.max_messages THEN 'full'
+        ELSE 'ok'
+    END;
+    RETURN NEXT;
+END;
 $$;
 
 COMMENT ON FUNCTION mailroom.check_recipient(text, bigint) IS

@@ -234,13 +234,16 @@ BEGIN
     INSERT INTO mailroom.outbound_messages AS m (
         sender_id, to_addrs, cc_addrs, bcc_addrs, subject, text_body, html_body, headers,
         message_id, next_retry_at, send_after, idempotency_scope, idempotency_key, created_at, updated_at,
-        suppressed_recipients
+        suppressed_recipients,
+        -- the domain the domain limits count it against (sql/39_outbound_domain_limits.sql)
+        rcpt_domain
     )
     VALUES (
         v_sender_id, v_to, v_cc, v_bcc, p_subject, p_text_body, p_html_body, v_headers,
         '<' || replace(pg_catalog.gen_random_uuid()::text, '-', '') || '@' || split_part(v_from, '@', 2) || '>',
         p_send_after, p_send_after, p_scope, p_idempotency_key, mailroom.clock(), mailroom.clock(),
-        v_suppressed
+        v_suppressed,
+        mailroom._recipient_domain(v_to, v_cc, v_bcc)
     )
     RETURNING m.id INTO v_id;
 

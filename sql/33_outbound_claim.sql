@@ -2,17 +2,147 @@
 -- (FOR UPDATE SKIP LOCKED over the partial index outbound_messages_due_idx) and returns them
 -- with their relay settings; the SMTP password is decrypted only when the caller passes the key.
 
-CREATE OR REPLACE FUNCTION mailroom._claim_statement()
+-- Domain limits on (docs/limits.md, sql/39_outbound_domain_limits.sql): the due CTE becomes
+-- four. Rows of uncapped domains are taken in due order as before; a capped domain gets at
+-- most the room _domain_room grants it, under a per-domain lock that a concurrent claimer
+-- skips instead of waiting for. Claims of per-minute capped domains are counted after.
+CREATE OR REPLACE FUNCTION mailroom._claim_limited_due()
 RETURNS text
-LANGUAGE sql
+LANGUAGE plpgsql
 IMMUTABLE
 SET search_path = pg_catalog, pg_temp
 AS $fn$
-    -- $1 now, $2 limit, $3 worker, $4 lease, $5 key. Run with EXECUTE, so every call is
-    -- planned with the actual LIMIT and clock (a cached generic plan costs LIMIT $2 blind and
-    -- can flip to a seq scan + sort on a big queue). _explain_claim shows the same text's plan.
-    SELECT $q$
-WITH due AS (
+BEGIN
+    RETURN $q$
+blocked AS MATERIALIZED (
+    -- domains that can get nothing now by this statement's snapshot (backed off, at the
+    -- per-minute cap, or at the in-flight cap): a hint so the scan skips their rows. The
+    -- decision that holds against concurrent claimers is _domain_room's, under the lock.
+    SELECT s.domain
+    FROM mailroom.domain_state AS s
+    WHERE s.backoff_until > $1
+    UNION
+    SELECT s.domain
+    FROM mailroom.domain_state AS s
+    CROSS JOIN LATERAL mailroom._domain_limit(s.domain) AS l
+    WHERE s.window_start = date_trunc('minute', $1) AND s.window_count >= l.max_per_minute
+    UNION
+    SELECT p.domain
+    FROM (
+        SELECT x.rcpt_domain AS domain, count(*) AS n
+        FROM mailroom.outbound_messages AS x
+        WHERE x.status = 'processing'
+        GROUP BY x.rcpt_domain
+    ) AS p
+    CROSS JOIN LATERAL mailroom._domain_limit(p.domain) AS l
+    WHERE p.n >= l.max_in_flight
+),
+
+head AS MATERIALIZED (
+    -- the due rows in due order (the same index scan as without limits), skipping blocked
+    -- domains; twice the limit, so a capped domain's surplus leaves room for the others
+    SELECT m.id, m.created_at, m.rcpt_domain, coalesce(m.next_retry_at, '-infinity'::timestamptz) AS due_at
+    FROM mailroom.outbound_messages AS m
+    WHERE
+        m.status = 'queued'
+        AND (m.next_retry_at IS NULL OR m.next_retry_at <= $1)
+        AND coalesce(m.next_retry_at, '-infinity'::timestamptz) <= $1
+        AND m.rcpt_domain <> ALL (ARRAY(SELECT b.domain FROM blocked AS b))
+    ORDER BY coalesce(m.next_retry_at, '-infinity'::timestamptz), m.id
+    LIMIT 2 * $2 + 8
+    FOR UPDATE SKIP LOCKED
+),
+
+room AS MATERIALIZED (
+    -- per domain of the head: no cap -> everything; a cap -> what _domain_room grants (it takes
+    -- the domain's lock, or answers 0 when another claimer holds it)
+    SELECT
+        d.domain,
+        l.max_per_minute,
+        CASE
+            WHEN l.max_in_flight IS NULL AND l.max_per_minute IS NULL THEN $2
+            ELSE mailroom._domain_room(d.domain, $1, l.max_in_flight, l.max_per_minute)
+        END AS room
+    FROM (SELECT DISTINCT h.rcpt_domain AS domain FROM head AS h) AS d
+    LEFT JOIN LATERAL mailroom._domain_limit(d.domain) AS l ON TRUE
+),
+
+due AS (
+    SELECT r.id, r.created_at
+    FROM (
+        SELECT
+            h.id,
+            h.created_at,
+            h.due_at,
+            o.room,
+            row_number() OVER (PARTITION BY h.rcpt_domain ORDER BY h.due_at, h.id) AS n
+        FROM head AS h
+        INNER JOIN room AS o ON h.rcpt_domain = o.domain
+    ) AS r
+    WHERE r.n <= r.room
+    ORDER BY r.due_at, r.id
+    LIMIT $2
+),
+
+$q$;
+END;
+$fn$;
+
+CREATE OR REPLACE FUNCTION mailroom._claim_limited_counted()
+RETURNS text
+LANGUAGE plpgsql
+IMMUTABLE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+BEGIN
+    RETURN $q$
+counted AS (
+    -- claims of per-minute capped domains, counted in the current minute (domain order, the
+    -- order finalize writes domain_state in too)
+    INSERT INTO mailroom.domain_state AS s (domain, window_start, window_count, updated_at)
+    SELECT c.rcpt_domain, date_trunc('minute', $1), count(*), $1
+    FROM claimed AS c
+    INNER JOIN room AS o ON c.rcpt_domain = o.domain
+    WHERE o.max_per_minute IS NOT NULL
+    GROUP BY c.rcpt_domain
+    ORDER BY c.rcpt_domain
+    ON CONFLICT (domain) DO UPDATE
+    SET
+        window_count = CASE
+            WHEN s.window_start = excluded.window_start THEN s.window_count + excluded.window_count
+            ELSE excluded.window_count
+        END,
+        window_start = excluded.window_start,
+        updated_at = excluded.updated_at
+),
+
+$q$;
+END;
+$fn$;
+
+COMMENT ON FUNCTION mailroom._claim_limited_due() IS
+'Internal: the due CTEs of the claim statement when domain limits are on (caps, room under a per-domain lock, backoff).';
+
+COMMENT ON FUNCTION mailroom._claim_limited_counted() IS
+'Internal: the CTE of the claim statement that counts claims of per-minute capped domains.';
+
+CREATE OR REPLACE FUNCTION mailroom._claim_statement(p_limited boolean DEFAULT false)
+RETURNS text
+LANGUAGE plpgsql
+IMMUTABLE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+-- $1 now, $2 limit, $3 worker, $4 lease, $5 key. Run with EXECUTE, so every call is
+-- planned with the actual LIMIT and clock (a cached generic plan costs LIMIT $2 blind and
+-- can flip to a seq scan + sort on a big queue). _explain_claim shows the same text's plan.
+-- p_limited: the domain limits are on (docs/limits.md): the due CTE below is replaced by
+-- _claim_limited_due() and the per-minute counts are written after the claim.
+-- PL/pgSQL, not SQL: claim_messages calls it once per claim, and a SQL function with SET
+-- search_path is parsed and planned on every call (with the limited texts folded in).
+DECLARE
+    v_q text := $q$
+WITH /*due*/
+due AS (
     SELECT m.id, m.created_at
     FROM mailroom.outbound_messages AS m
     WHERE
@@ -25,7 +155,7 @@ WITH due AS (
     LIMIT $2
     FOR UPDATE SKIP LOCKED
 ),
-
+/*end due*/
 claimed AS (
     UPDATE mailroom.outbound_messages AS m
     SET
@@ -40,7 +170,7 @@ claimed AS (
     WHERE (m.id, m.created_at) IN (SELECT due.id, due.created_at FROM due)
     RETURNING m.*
 ),
-
+/*counted*/
 relays AS MATERIALIZED (
     -- one decryption per sender, not per message
     SELECT
@@ -78,11 +208,26 @@ SELECT
     r.smtp_security,
     r.smtp_username,
     r.smtp_password,
-    r.smtp_password_set
+    r.smtp_password_set,
+    -- the VERP envelope sender (sql/26_bounces.sql), NULL without a bounce domain
+    mailroom._return_path(c.id, c.sender_id) AS return_path
 FROM claimed AS c
 INNER JOIN relays AS r ON c.sender_id = r.id
 ORDER BY c.id
-$q$::text;
+$q$;
+BEGIN
+    IF NOT p_limited THEN
+        RETURN v_q;
+    END IF;
+    RETURN replace(
+        overlay(
+            v_q PLACING mailroom._claim_limited_due()
+            FROM strpos(v_q, '/*due*/')
+            FOR strpos(v_q, '/*end due*/') + length('/*end due*/') - strpos(v_q, '/*due*/')
+        ),
+        '/*counted*/', mailroom._claim_limited_counted()
+    );
+END;
 $fn$;
 
 CREATE OR REPLACE FUNCTION mailroom.claim_messages(
@@ -112,7 +257,8 @@ RETURNS TABLE (
     smtp_security text,
     smtp_username text,
     smtp_password text,
-    smtp_password_set boolean
+    smtp_password_set boolean,
+    return_path text
 )
 LANGUAGE plpgsql
 SECURITY DEFINER
@@ -126,6 +272,7 @@ AS $$
 DECLARE
     v_now timestamptz := mailroom.clock();
     v_lease interval;
+    v_limited boolean;
 BEGIN
     IF p_limit IS NULL OR p_limit NOT BETWEEN 1 AND 10000 THEN
         RAISE EXCEPTION USING
@@ -145,7 +292,23 @@ BEGIN
     END IF;
     PERFORM mailroom._check_outbound_key(p_key);
 
-    RETURN QUERY EXECUTE mailroom._claim_statement()
+    -- The domain limits (docs/limits.md) cost nothing while no limit is set and no domain is
+    -- backed off: then the claim is the plain statement.
+    SELECT EXISTS (
+        SELECT 1 FROM mailroom.domain_limits AS l
+        WHERE l.max_in_flight IS NOT NULL OR l.max_per_minute IS NOT NULL
+    ) OR EXISTS (
+        SELECT 1 FROM mailroom.domain_state AS s
+        WHERE s.backoff_until > v_now
+    ) INTO v_limited;
+    IF v_limited AND current_setting('transaction_isolation') <> 'read committed' THEN
+        -- _domain_room counts under its lock with a fresh snapshot, which only READ COMMITTED has
+        RAISE EXCEPTION USING
+            ERRCODE = 'MR323',
+            MESSAGE = 'claim_messages must run in READ COMMITTED while domain limits are set';
+    END IF;
+
+    RETURN QUERY EXECUTE mailroom._claim_statement(v_limited)
     USING v_now, p_limit, p_worker, v_lease, p_key;
 END;
 $$;
@@ -155,7 +318,7 @@ COMMENT ON FUNCTION mailroom.claim_messages(integer, text, bytea, interval) IS
 
 GRANT EXECUTE ON FUNCTION mailroom.claim_messages(integer, text, bytea, interval) TO mailroom_sender;
 
-CREATE OR REPLACE FUNCTION mailroom._explain_claim(p_limit integer DEFAULT 100)
+CREATE OR REPLACE FUNCTION mailroom._explain_claim(p_limit integer DEFAULT 100, p_limited boolean DEFAULT false)
 RETURNS SETOF text
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
@@ -165,13 +328,13 @@ SET enable_mergejoin = off
 AS $$
 BEGIN
     -- EXPLAIN without ANALYZE: plans the exact claim statement, changes nothing.
-    RETURN QUERY EXECUTE 'EXPLAIN ' || mailroom._claim_statement()
+    RETURN QUERY EXECUTE 'EXPLAIN ' || mailroom._claim_statement(p_limited)
     USING mailroom.clock(), p_limit, 'explain', interval '5 minutes', NULL::bytea;
 END;
 $$;
 
-COMMENT ON FUNCTION mailroom._claim_statement() IS
-'Internal: text of the claim statement, run with EXECUTE so each call is planned with its real LIMIT.';
+COMMENT ON FUNCTION mailroom._claim_statement(boolean) IS
+'Internal: text of the claim statement (with domain limits when p_limited), run with EXECUTE so each call is planned with its real LIMIT.';
 
-COMMENT ON FUNCTION mailroom._explain_claim(integer) IS
+COMMENT ON FUNCTION mailroom._explain_claim(integer, boolean) IS
 'Internal: EXPLAIN of the exact claim statement (pgTAP checks it uses the partial index).';

@@ -43,7 +43,8 @@ class Handler:
 
     mode: accept | reply_rcpt (answer RCPT with `reply`) | reply_data (answer end of DATA with
     `reply`) | drop_rcpt (close the connection at RCPT) | drop_data (close it at end of DATA) |
-    stall_data (never answer the end of DATA)."""
+    stall_data (never answer the end of DATA). `refuse`: addresses answered with `reply` at RCPT
+    in any mode (the others go on as the mode says)."""
 
     mode: str = "accept"
     reply: str = "250 2.0.0 Ok"
@@ -52,6 +53,7 @@ class Handler:
     sessions: int = 0
     in_data: int = 0
     auth: tuple[str, str] | None = None
+    refuse: tuple[str, ...] = ()
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     async def handle_EHLO(self, server, session, envelope, hostname, responses):  # noqa: N802
@@ -61,7 +63,7 @@ class Handler:
         return responses
 
     async def handle_RCPT(self, server, session, envelope, address, rcpt_options):  # noqa: N802
-        if self.mode == "reply_rcpt":
+        if self.mode == "reply_rcpt" or address in self.refuse:
             return self.reply
         if self.mode == "drop_rcpt":
             server.transport.close()

@@ -1,6 +1,7 @@
 """The suppression list through the real CLI (`mailroom suppress add|remove|list|check`, run as
-mr_admin), and end to end: a relay answering 550 at RCPT puts the recipient on the list, after
-which the next enqueue to it is refused (MR318)."""
+mr_admin), and end to end: a relay answering 550 at RCPT puts the recipient on the list (the only
+recipient of a message, or one of several), after which the next enqueue to it is refused (MR318).
+The asynchronous path (a DSN to the VERP return path) is tests/inboxes/test_bounces.py."""
 
 from __future__ import annotations
 
@@ -84,6 +85,28 @@ def test_a_550_at_rcpt_suppresses_the_recipient(conn, cli, smtp_server):
     # removed from the list, the address can be written to again
     assert cli("suppress", "remove", "gone@example.com").returncode == 0
     assert enqueue(conn, 1, to=["gone@example.com"])
+
+
+def test_a_550_at_rcpt_for_one_of_several_recipients_suppresses_that_one(conn, cli, smtp_server):
+    server = smtp_server("accept", "550 5.1.1 <gone@example.com> user unknown")
+    server.handler.refuse = ("Gone@Example.com",)
+    add_sender(conn, server.port)
+    (mid,) = enqueue(conn, 1, to=["ok@example.com", "Gone@Example.com"], cc=["cc@example.com"])
+
+    result = cli("send", "--until-idle", *SEND_FLAGS, env=at(T0), timeout=30)
+    assert result.returncode == 0, result.stderr
+    assert row(conn, mid)["status"] == "sent"  # the relay took it for the two others
+    assert [r.rcpt_tos for r in server.handler.received] == [["ok@example.com", "cc@example.com"]]
+
+    r = cli("suppress", "list")
+    assert [line.split()[:4] for line in r.stdout.splitlines()[1:]] == [["gone@example.com", "hard_bounce", "yes", str(mid)]]
+    assert conn.execute(
+        "SELECT outcome, recipient, action, status FROM mailroom.outbound_bounces WHERE message_id = %s", (mid,)
+    ).fetchall() == [("hard_bounce", "to[2]", "refused", "5.1.1")]
+    with pytest.raises(psycopg.Error) as err:
+        enqueue(conn, 1, to=["ok@example.com", "gone@example.com"])
+    assert err.value.sqlstate == "MR318"
+    assert enqueue(conn, 1, to=["ok@example.com"])
 
 
 def test_drop_setting_queues_for_the_others_and_show_says_so(conn, cli):

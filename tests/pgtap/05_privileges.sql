@@ -23,21 +23,26 @@ SELECT 'mailroom_collector', unnest(ARRAY[
 UNION ALL
 SELECT 'mailroom_sender', unnest(ARRAY[
     'claim_messages', 'finalize_messages', 'release_messages', 'reap_stuck_messages', 'worker_heartbeat',
-    'queue_health', 'clock', 'setting'
+    'queue_health', 'record_refused_recipients', 'clock', 'setting'
 ])
 UNION ALL
 SELECT 'mailroom_inbound', unnest(ARRAY[
     'check_recipient', 'deliver_message', 'max_inbound_message_bytes', 'expire_mailboxes', 'purge_mailboxes',
-    'seconds_until_next_expiry', 'run_expiry', 'worker_heartbeat', 'maintain_partitions', 'clock', 'setting'
+    'seconds_until_next_expiry', 'run_expiry', 'worker_heartbeat', 'check_bounce_recipient', 'record_bounce',
+    'maintain_partitions', 'clock', 'setting'
 ])
 UNION ALL
-SELECT 'mailroom_monitor', unnest(ARRAY['list_outbound_messages', 'queue_health', 'worker_health', 'clock', 'setting'])
+SELECT 'mailroom_monitor', unnest(ARRAY[
+    'list_outbound_messages', 'queue_health', 'worker_health', 'list_domain_limits', 'domain_status', 'clock',
+    'setting'
+])
 UNION ALL
 SELECT 'mailroom_admin', unnest(ARRAY[
     'set_setting', 'upsert_sender', 'show_outbound_message', 'retry_message', 'retry_failed_messages',
     'purge_sent_messages', 'purge_tokens', 'sign_token', 'list_outbound_messages', 'reap_stuck_messages', 'queue_health',
-    'worker_health', 'suppress', 'unsuppress', 'list_suppressions', 'is_suppressed', 'maintain_partitions',
-    'clock', 'setting'
+    'worker_health', 'suppress', 'unsuppress', 'list_suppressions', 'is_suppressed', 'set_sender_bounce_domain',
+    'maintain_partitions', 'clock', 'setting',
+    'set_domain_limit', 'delete_domain_limit', 'list_domain_limits', 'domain_status', 'clear_domain_backoff'
 ])
 UNION ALL
 SELECT 'mailroom_timekeeper', unnest(ARRAY['pin_clock', 'unpin_clock']);
@@ -52,10 +57,11 @@ CREATE TEMP TABLE accounts_area (fn name PRIMARY KEY);
 INSERT INTO accounts_area
 SELECT unnest(ARRAY[
     'clock', '_may_pin_clock', 'pin_clock', 'unpin_clock', 'setting', 'set_setting', '_check_setting_value',
-    '_is_valid_address', '_random_bytes', '_digest', '_hmac', '_pgp_sym_encrypt', '_pgp_sym_decrypt',
+    '_is_valid_address', '_random_bytes', '_digest', '_hmac', '_hmac_many', '_pgp_sym_encrypt', '_pgp_sym_decrypt',
     '_valid_email', '_check_account_identity', 'trg_before_account_insert', 'trg_before_account_identity_change',
     'trg_before_account_status_change', 'create_account', '_lock_account', 'suspend_account',
-    'unsuspend_account', '_random_code', '_b64url_encode', '_b64url_decode', '_check_key', '_token_mac',
+    'unsuspend_account', '_random_code', '_b64url_encode', '_b64url_encode_many', '_b64url_decode', '_check_key',
+    '_token_mac', '_token_macs', '_signed_values',
     'sign_token', 'trg_before_token_insert', 'trg_before_token_close', 'trg_after_token_consumed',
     '_announce_tokens', 'trg_after_tokens_inserted', 'trg_after_accounts_inserted', '_token_eligible',
     '_dequeue_tokens_sql', 'dequeue_tokens', '_ct_equal', '_mac_key_index', '_signing_keys', '_split_signed',
@@ -98,7 +104,7 @@ SELECT is(
     (SELECT coalesce(string_agg(f.sig, ', ' ORDER BY f.sig), '') FROM fns AS f INNER JOIN pg_proc AS p ON f.oid = p.oid
      WHERE f.accounts
          AND p.prosrc ~ '(?<![._a-z])(gen_random_bytes|digest|hmac|pgp_sym_encrypt|pgp_sym_decrypt)\('
-         AND f.fn NOT IN ('_random_bytes', '_digest', '_hmac', '_pgp_sym_encrypt', '_pgp_sym_decrypt')),
+         AND f.fn NOT IN ('_random_bytes', '_digest', '_hmac', '_hmac_many', '_pgp_sym_encrypt', '_pgp_sym_decrypt')),
     '', 'pgcrypto is called only through the mailroom._* wrappers'
 );
 SELECT is(

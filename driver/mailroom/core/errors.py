@@ -59,6 +59,7 @@ _MR_KINDS: dict[str, Kind] = {
     # outbound
     "MR301": Kind.NOT_FOUND, "MR304": Kind.LIMIT, "MR306": Kind.LIMIT, "MR314": Kind.CONFIG,
     "MR315": Kind.CONFIG, "MR318": Kind.CONFLICT, "MR340": Kind.NOT_FOUND, "MR341": Kind.CONFLICT,
+    "MR323": Kind.CONFIG, "MR372": Kind.NOT_FOUND, "MR373": Kind.CONFLICT,
     # collector
     "MR401": Kind.CONFIG, "MR402": Kind.CONFIG, "MR404": Kind.CONFIG,
 }

@@ -72,13 +72,16 @@ def serve_cmd(
     max_message_size: Annotated[
         Optional[int], typer.Option(help="SIZE to advertise (default: the largest plan limit).")
     ] = None,
-    pool_size: Annotated[int, typer.Option(help="Database connections.")] = 4,
+    pool_size: Annotated[int, typer.Option(help="Database connections (of each worker).")] = 4,
+    workers: Annotated[
+        int, typer.Option(help="Server processes on the one port (SO_REUSEPORT), each with its own pool.")
+    ] = 1,
 ) -> None:
     """Run the inbound SMTP server that stores mail for open inboxes."""
     if not 0 <= port <= 65535:
         raise ConfigError(f"--port must be between 0 and 65535, got {port}")
     for name, value in (("--max-recipients", max_recipients), ("--max-bad-recipients", max_bad_recipients),
-                        ("--max-sessions", max_sessions), ("--pool-size", pool_size),
+                        ("--max-sessions", max_sessions), ("--pool-size", pool_size), ("--workers", workers),
                         ("--max-line-length", max_line_length)):
         if value < 1:
             raise ConfigError(f"{name} must be at least 1, got {value}")
@@ -91,22 +94,33 @@ def serve_cmd(
     from mailroom.inboxes.server import InboundServer
 
     url = resolve_database_url(database_url)
-    server = InboundServer(
-        url, host=host, port=port, max_recipients=max_recipients, max_bad_recipients=max_bad_recipients,
-        max_sessions=max_sessions, idle_timeout=idle_timeout, max_line_length=max_line_length,
-        pool_size=pool_size, data_size_limit=max_message_size,
-    )
-
-    async def main() -> None:
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(sig, server.stop)
-        await server.run()
-
     import logging
 
     logging.getLogger("mail.log").setLevel(logging.WARNING)  # aiosmtpd logs addresses at INFO
-    asyncio.run(main())
+
+    def run(bind_port: int, ready: Any = None, reuse_port: bool = False) -> None:
+        server = InboundServer(
+            url, host=host, port=bind_port, max_recipients=max_recipients, max_bad_recipients=max_bad_recipients,
+            max_sessions=max_sessions, idle_timeout=idle_timeout, max_line_length=max_line_length,
+            pool_size=pool_size, data_size_limit=max_message_size, reuse_port=reuse_port,
+        )
+
+        async def main() -> None:
+            loop = asyncio.get_running_loop()
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                loop.add_signal_handler(sig, server.stop)
+            await server.run(ready)
+
+        asyncio.run(main())
+
+    if workers == 1:
+        run(port)
+        return
+    from mailroom.inboxes.workers import supervise
+
+    code = supervise(lambda bind_port, ready: run(bind_port, ready, reuse_port=True), workers, host, port)
+    if code:
+        raise typer.Exit(code)
 
 
 @inbox_app.command("create")

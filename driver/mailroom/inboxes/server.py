@@ -12,6 +12,13 @@ The server is a thin aiosmtpd front over the SQL API:
   accepted recipient in ONE autocommit statement (one row each). 250 is answered only after it
   returned (committed), so an accepted message is never lost; if any recipient fails, nothing is
   kept and the reply says why (4xx when a retry can succeed, 5xx otherwise), so nothing is doubled.
+- Bounces (docs/bounces.md): RCPT asks `mailroom.check_bounce_recipient`, which answers
+  check_recipient's verdict for a mailbox and 'bounce' for a valid VERP return path (a forged or
+  unknown one is 'unknown': 550 5.1.1, counted like any unknown recipient). A transaction is either
+  for return paths or for mailboxes (the other kind gets 452 4.5.3: send it in another one). At
+  DATA, mailroom.inboxes.bounce reads the report and `mailroom.record_bounce` decides, in ONE
+  autocommit statement; 250 follows it. A bounce nothing could be read from is still 250 (SQL
+  notes it as unparsed), so a relay does not retry it for days. The bounce mail is not stored.
 - Abuse limits: --max-bad-recipients refused recipients per session, then 421 and hang up;
   --max-sessions connections at once, more get 421 before any database work; --idle-timeout.
 - Logs carry counts, sizes and ids, never addresses or subjects.
@@ -20,6 +27,8 @@ The server is a thin aiosmtpd front over the SQL API:
 from __future__ import annotations
 
 import asyncio
+import re
+import select
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -33,6 +42,7 @@ from psycopg_pool import AsyncConnectionPool
 from mailroom.core.errors import UserError, describe_db_error
 from mailroom.core.log import get_logger
 from mailroom.db.connect import connect_async, connection_kwargs
+from mailroom.inboxes.bounce import parse_bounce
 from mailroom.inboxes.mime import ParsedMessage, clean_text, parse_message
 
 log = get_logger("inbox")
@@ -48,6 +58,7 @@ REPLY_EMPTY = "554 5.6.0 Message is empty"
 REPLY_TOO_MANY_BAD = "421 4.7.0 Too many invalid recipients, closing connection"
 REPLY_BUSY = "421 4.3.2 Too many connections, try again later"
 REPLY_LINE_TOO_LONG = "500 Line too long (see RFC5321 4.5.3.1.6)"
+REPLY_SEPARATE = "452 4.5.3 Bounces and mail for inboxes go in separate transactions"
 
 _VERDICT_REPLY = {
     "unknown": REPLY_UNAVAILABLE,
@@ -80,6 +91,17 @@ def _declared_size(mail_options: list[str]) -> int | None:
 # check_recipient answers 'too_large' exactly when a size is over the mailbox's plan. Another verdict
 # (a mailbox that expired meanwhile) is left to deliver_message. The first one that fits is returned,
 # so the caller asks it first next time.
+_RCPT_QUERY = "SELECT verdict, address FROM mailroom.check_bounce_recipient(%s, %s)"
+
+# One statement for every return path of the transaction (normally one); 250 follows its commit.
+_BOUNCE_QUERY = (
+    "SELECT b.message_id, b.outcome, b.reports, b.suppressed FROM unnest(%s::text[]) WITH ORDINALITY AS r (address, n)"
+    " CROSS JOIN LATERAL mailroom.record_bounce(r.address, %s) AS b ORDER BY r.n"
+)
+
+# record_bounce's error for a return path that is no longer valid (its message was purged meanwhile)
+_BOUNCE_GONE = "MR360"
+
 _FITS_QUERY = (
     "SELECT c.address FROM unnest(%s::text[]) AS a (address)"
     " CROSS JOIN LATERAL mailroom.check_recipient(a.address, %s) AS c"
@@ -99,6 +121,7 @@ class _Envelope(Envelope):
         super().__init__()
         self.accepted: list[str] = []  # SQL's normalized form of the accepted recipients, each once
         self.accepted_count = 0  # RCPTs answered 250 (a repeated address counts again)
+        self.bounces: list[str] = []  # accepted VERP return paths (normalized), each once
 
 
 class _Session(Session):
@@ -131,13 +154,28 @@ class _DeliveryParams:
 
 _INLINE_PARSE_BYTES = 64 * 1024
 
+# `<local@domain>` with a dot-atom local part and a plain domain (InboundSMTP._getaddr's fast path).
+_ATOM = r"[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]+"
+_PLAIN_ANGLE_ADDR = re.compile(rf"<({_ATOM}(?:\.{_ATOM})*@[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*)>")
+
+
+def _has_pending_input(conn: psycopg.AsyncConnection) -> bool:
+    """Whether an idle pooled connection's socket is readable (or unusable): the sign that the server
+    sent it something, i.e. ended it (pg_terminate_backend, shutdown, crash). No round trip."""
+    try:
+        readable, _, _ = select.select([conn.pgconn.socket], [], [], 0)
+    except (OSError, ValueError, psycopg.Error):
+        return True
+    return bool(readable)
+
 
 class InboxHandler:
     """aiosmtpd handler: RCPT checks and DATA delivery through the SQL API."""
 
-    def __init__(self, pool: AsyncConnectionPool, *, max_recipients: int = 100) -> None:
+    def __init__(self, pool: AsyncConnectionPool, *, max_recipients: int = 100, group_size: int = 32) -> None:
         self.pool = pool
         self.max_recipients = max_recipients
+        self._group = _GroupCommit(self, group_size)
         self.in_flight = 0
         self.idle = asyncio.Event()
         self.idle.set()
@@ -150,8 +188,7 @@ class InboxHandler:
         address = clean_text(address) or ""
         try:
             verdict, normalized = await self._fetch_one(
-                "SELECT verdict, address FROM mailroom.check_recipient(%s, %s)",
-                (address, _declared_size(envelope.mail_options)),
+                _RCPT_QUERY, (address, _declared_size(envelope.mail_options))
             )
         except psycopg.Error as exc:
             log.error("recipient check failed: %s", describe_db_error(exc))
@@ -159,11 +196,21 @@ class InboxHandler:
         except Exception as exc:  # noqa: BLE001 - a 4xx, never a traceback to the client
             log.error("recipient check failed unexpectedly: %s", type(exc).__name__)
             return REPLY_TEMPFAIL
-        if verdict != "ok":
+        if verdict not in ("ok", "bounce"):
             if verdict == "unknown":
                 session.refused_recipients += 1
             log.info("refused a recipient at RCPT: %s", verdict)
             return _VERDICT_REPLY.get(verdict, REPLY_UNAVAILABLE)
+        if verdict == "bounce":
+            if envelope.accepted:
+                return REPLY_SEPARATE
+            envelope.accepted_count += 1
+            if normalized not in envelope.bounces:
+                envelope.bounces.append(normalized)
+                envelope.rcpt_tos.append(address)
+            return "250 2.1.5 OK"
+        if envelope.bounces:
+            return REPLY_SEPARATE
         envelope.accepted_count += 1
         if normalized not in envelope.accepted:  # one stored copy per mailbox, however the address was written
             envelope.accepted.append(normalized)
@@ -211,6 +258,8 @@ class InboxHandler:
         if raw is None:
             raw = envelope.content if isinstance(envelope.content, bytes) else b""
         raw = bytes(raw)
+        if isinstance(envelope, _Envelope) and envelope.bounces:
+            return await self._record_bounce(raw, list(envelope.bounces))
         if not raw.strip():  # no header, no body: nothing to store
             return REPLY_EMPTY
         if len(raw) <= _INLINE_PARSE_BYTES:
@@ -221,6 +270,10 @@ class InboxHandler:
         if mail_from == "<>":
             mail_from = ""
         params = _DeliveryParams(raw, parsed, clean_text(mail_from) or "", list(envelope.rcpt_tos))
+        return await self._group.submit(params)
+
+    async def _deliver_alone(self, params: _DeliveryParams) -> str:
+        """One message in its own statement (and commit): its reply."""
         # Every pooled connection may be stale after a server restart: try up to pool size + 1.
         for attempt in range(1, self.pool.max_size + 2):
             try:
@@ -239,12 +292,48 @@ class InboxHandler:
                 return REPLY_TEMPFAIL
         return REPLY_TEMPFAIL
 
+    async def _record_bounce(self, raw: bytes, return_paths: list[str]) -> str:
+        """Hand the parsed report to SQL in one statement; 250 only after it committed."""
+        if len(raw) <= _INLINE_PARSE_BYTES:
+            reports = parse_bounce(raw)
+        else:
+            reports = await asyncio.to_thread(parse_bounce, raw)
+        for attempt in range(1, self.pool.max_size + 2):
+            try:
+                async with self.pool.connection() as conn:
+                    try:
+                        await conn.execute("")  # liveness check: fails only before anything is sent
+                    except psycopg.OperationalError as exc:
+                        raise _StaleConnection(describe_db_error(exc)) from None
+                    cur = await conn.execute(_BOUNCE_QUERY, (return_paths, Jsonb(reports)))
+                    rows = await cur.fetchall()
+            except _StaleConnection as exc:
+                log.warning("bounce attempt %d: stale database connection: %s", attempt, exc)
+                continue
+            except psycopg.OperationalError as exc:
+                log.error("connection lost while recording a bounce: %s", describe_db_error(exc))
+                return REPLY_TEMPFAIL
+            except psycopg.Error as exc:
+                if exc.sqlstate == _BOUNCE_GONE:
+                    log.info("refused a bounce at DATA: its return path is no longer valid")
+                    return REPLY_UNAVAILABLE
+                log.error("recording a bounce failed: %s", describe_db_error(exc))
+                return REPLY_TEMPFAIL
+            for message_id, outcome, count, suppressed in rows:
+                log.info("bounce for outbound message %d: %s (%d report(s), %d suppressed)",
+                         message_id, outcome, count, suppressed)
+            return f"250 2.0.0 OK: bounce recorded for {len(rows)} message(s)"
+        return REPLY_TEMPFAIL
+
     async def _deliver_once(self, p: _DeliveryParams) -> str:
         async with self.pool.connection() as conn:
-            try:
-                await conn.execute("")  # liveness check: fails only before anything is sent
-            except psycopg.OperationalError as exc:
-                raise _StaleConnection(describe_db_error(exc)) from None
+            if _has_pending_input(conn):
+                # An idle connection has nothing to read unless the server ended it (a FATAL
+                # message, then EOF): only then pay a round trip to find out, before anything is sent.
+                try:
+                    await conn.execute("")  # liveness check: fails only before anything is sent
+                except psycopg.OperationalError as exc:
+                    raise _StaleConnection(describe_db_error(exc)) from None
             # Fast path: every recipient in ONE autocommit statement, so it either commits for all
             # of them or for none, in one round trip. 250 is sent only after it returned.
             try:
@@ -269,6 +358,55 @@ class InboxHandler:
             len(ids), len(p.raw), len(p.parsed.attachments), ",".join(map(str, ids)),
         )
         return f"250 2.0.0 OK: stored for {len(ids)} recipient(s)"
+
+    async def _deliver_group(self, group: list[_DeliveryParams]) -> list[str] | None:
+        """Several sessions' messages in ONE autocommit statement (one commit, one WAL flush, one
+        turn of each inbox's row lock): their replies, or None when the statement failed with
+        nothing kept (a refused recipient, a stale connection): then each goes alone."""
+        flat = [(i, rcpt) for i, p in enumerate(group) for rcpt in p.recipients]
+        async with self.pool.connection() as conn:
+            if _has_pending_input(conn):
+                try:
+                    await conn.execute("")
+                except psycopg.OperationalError as exc:
+                    log.warning("group delivery: stale database connection: %s", exc)
+                    return None  # nothing was sent
+            try:
+                cur = await conn.execute(
+                    "SELECT r.i, mailroom.deliver_message(r.address, m.raw, m.mail_from, m.subject, m.from_header,"
+                    " m.text_body, m.html_body, m.attachments)"
+                    " FROM unnest(%s::int[], %s::text[]) WITH ORDINALITY AS r (i, address, n)"
+                    " JOIN unnest(%s::bytea[], %s::text[], %s::text[], %s::text[], %s::text[], %s::text[], %s::jsonb[])"
+                    " WITH ORDINALITY AS m (raw, mail_from, subject, from_header, text_body, html_body, attachments, i)"
+                    " ON m.i = r.i + 1 ORDER BY r.n",
+                    (
+                        [i for i, _ in flat], [rcpt for _, rcpt in flat],
+                        [p.raw for p in group], [p.mail_from for p in group], [p.parsed.subject for p in group],
+                        [p.parsed.from_header for p in group], [p.parsed.text_body for p in group],
+                        [p.parsed.html_body for p in group], [Jsonb(p.parsed.attachments) for p in group],
+                    ),
+                )
+                rows = await cur.fetchall()
+            except psycopg.OperationalError:
+                raise  # the outcome is unknown: the caller answers 4xx for every one of them
+            except psycopg.Error as exc:
+                if (exc.sqlstate or "") not in _SQLSTATE_REPLY:
+                    raise
+                log.info("group commit of %d messages refused (%s): delivering them one by one",
+                         len(group), exc.sqlstate)
+                return None  # one of them is refused and nothing was kept: each goes alone
+        log.info("group commit: %d messages in one statement", len(group))
+        ids: list[list[int]] = [[] for _ in group]
+        for i, message_id in rows:
+            ids[i].append(message_id)
+        replies = []
+        for p, stored in zip(group, ids, strict=True):
+            log.info(
+                "stored %d message(s) of %d bytes, %d attachment(s), ids %s",
+                len(stored), len(p.raw), len(p.parsed.attachments), ",".join(map(str, stored)),
+            )
+            replies.append(f"250 2.0.0 OK: stored for {len(stored)} recipient(s)")
+        return replies
 
     async def _diagnose(self, conn: psycopg.AsyncConnection, p: _DeliveryParams) -> str:
         """Several recipients and the fast path failed (nothing kept): find out who, keep nothing."""
@@ -297,6 +435,54 @@ class InboxHandler:
             # Others would have succeeded: ask for a retry; RCPT will refuse the bad ones then.
             return REPLY_RETRY_RCPT
         return failures[0].reply
+
+
+class _GroupCommit:
+    """Group commit across sessions: messages whose DATA ended while other deliveries were running
+    are stored together in one statement (one COMMIT), at most `size` at a time, with as many
+    statements in flight as the pool has connections. Each message's reply is sent only after the
+    statement that stored it returned: a 250 still means committed. A lone message takes the
+    single-message path; a group that fails with nothing kept is retried message by message."""
+
+    def __init__(self, handler: InboxHandler, size: int) -> None:
+        self.handler = handler
+        self.size = max(1, size)
+        self.pending: list[tuple[_DeliveryParams, asyncio.Future[str]]] = []
+        self.flushers = 0
+
+    async def submit(self, params: _DeliveryParams) -> str:
+        future: asyncio.Future[str] = asyncio.get_running_loop().create_future()
+        self.pending.append((params, future))
+        if self.flushers < self.handler.pool.max_size:
+            self.flushers += 1
+            asyncio.ensure_future(self._flush())
+        return await future
+
+    async def _flush(self) -> None:
+        try:
+            while self.pending:
+                batch, self.pending = self.pending[: self.size], self.pending[self.size:]
+                await self._run(batch)
+        finally:
+            self.flushers -= 1
+
+    async def _run(self, batch: list[tuple[_DeliveryParams, asyncio.Future[str]]]) -> None:
+        replies: list[str] | None = None
+        try:
+            if len(batch) > 1:
+                try:
+                    replies = await self.handler._deliver_group([p for p, _ in batch])
+                except psycopg.OperationalError as exc:
+                    log.error("connection lost while delivering %d messages: %s", len(batch), describe_db_error(exc))
+                    replies = [REPLY_TEMPFAIL] * len(batch)
+            if replies is None:
+                replies = [await self.handler._deliver_alone(p) for p, _ in batch]
+        except Exception as exc:  # noqa: BLE001 - never a 250 without a stored row
+            log.error("delivery failed unexpectedly: %s", type(exc).__name__)
+            replies = [REPLY_TEMPFAIL] * len(batch)
+        for (_, future), reply in zip(batch, replies, strict=True):
+            if not future.done():
+                future.set_result(reply)
 
 
 class _SessionGate:
@@ -363,6 +549,17 @@ class InboundSMTP(SMTP):
             self._handler_coroutine.cancel()  # this very task: it ends at the next await
         await asyncio.sleep(0)  # here, before a pipelined command is read
 
+    def _getaddr(self, arg: str) -> tuple[str | None, str | None]:
+        """aiosmtpd's address parsing (email's header parser, ~40 us a call, twice a message) with a
+        fast path for the common `<dot-atom@domain>`: the same result, checked against it in the tests."""
+        match = _PLAIN_ANGLE_ADDR.match(arg)
+        if match is not None:
+            rest = arg[match.end():].lstrip(" \t")
+            local = match.group(1).rpartition("@")[0]
+            if not rest.startswith("(") and not (self.local_part_limit and len(local) > self.local_part_limit):
+                return match.group(1), rest
+        return super()._getaddr(arg)
+
     async def smtp_RCPT(self, arg: str | None) -> None:  # noqa: N802 - aiosmtpd command name
         assert self.session is not None
         if self.session.refused_recipients >= self.max_bad_recipients:  # type: ignore[attr-defined]
@@ -417,7 +614,7 @@ class InboundSMTP(SMTP):
             received += len(line)
             if refusal is None and cap is not None and received > cap:
                 refusal, too_big_for = REPLY_TOO_BIG, "the server's SIZE"
-            elif refusal is None and received > fits + _SIZE_PROBE_BYTES:
+            elif refusal is None and not envelope.bounces and received > fits + _SIZE_PROBE_BYTES:
                 try:
                     if await handler.size_fits(envelope, received):
                         fits = received
@@ -475,8 +672,10 @@ class InboundServer:
         pool_size: int = 4,
         data_size_limit: int | None = None,
         hostname: str | None = None,
+        reuse_port: bool = False,
     ) -> None:
         self.url = url
+        self.reuse_port = reuse_port  # several worker processes listen on one port (--workers)
         self.host = host
         self.port = port
         self.max_recipients = max_recipients
@@ -547,7 +746,9 @@ class InboundServer:
                 raise
 
         try:
-            server = await self._loop.create_server(factory, host=self.host, port=self.port)
+            server = await self._loop.create_server(
+                factory, host=self.host, port=self.port, reuse_port=self.reuse_port or None
+            )
         except OSError as exc:
             await pool.close()
             raise UserError(f"cannot listen on {self.host}:{self.port}: {exc.strerror or exc}") from None

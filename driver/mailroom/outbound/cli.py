@@ -25,7 +25,7 @@ app = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
 
 outbound = typer.Typer(
     name="outbound",
-    help="Operate the outbound queue: status, list, show, retry, purge, reap, sender.",
+    help="Operate the outbound queue: status, list, show, retry, purge, reap, sender, limits.",
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
@@ -206,9 +206,13 @@ def sender(
     port: Annotated[int, typer.Option(help="SMTP relay port.")],
     security: Annotated[str, typer.Option(help="none, starttls or tls.")] = "none",
     username: Annotated[Optional[str], typer.Option(help="SMTP login (password: env MAILROOM_SMTP_PASSWORD).")] = None,
+    bounce_domain: Annotated[
+        Optional[str],
+        typer.Option(help="Domain of this sender's VERP return paths ('': use the setting outbound.bounce_domain)."),
+    ] = None,
     database_url: DatabaseUrlOption = None,
 ) -> None:
-    """Create or update a sending identity (mailroom.upsert_sender)."""
+    """Create or update a sending identity (mailroom.upsert_sender, set_sender_bounce_domain)."""
     password = os.environ.get("MAILROOM_SMTP_PASSWORD") or None
     key = hex_key("MAILROOM_ENCRYPTION_KEY", os.environ.get("MAILROOM_ENCRYPTION_KEY"), required=password is not None)
     row = _call(
@@ -217,7 +221,75 @@ def sender(
         (name, from_address, host, port, security, username, password, key),
         fetch="one",
     )
+    if bounce_domain is not None:
+        _call(database_url, "SELECT mailroom.set_sender_bounce_domain(%s, NULLIF(%s, ''))", (name, bounce_domain))
     typer.echo(f"sender {name} saved (id {row['id']})")
+
+
+limits_app = typer.Typer(
+    name="limits",
+    help="Per recipient domain limits (docs/limits.md): set, list, remove, status.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+outbound.add_typer(limits_app)
+
+
+def _limit(value: Optional[int]) -> str:
+    return "no limit" if value is None else str(value)
+
+
+@limits_app.command("set")
+def limits_set(
+    pattern: Annotated[str, typer.Argument(metavar="PATTERN", help="*, example.com or *.example.com.")],
+    max_in_flight: Annotated[
+        Optional[int], typer.Option(help="Messages of one domain in flight at once (default: no limit).")
+    ] = None,
+    max_per_minute: Annotated[
+        Optional[int], typer.Option(help="Messages of one domain claimed per minute (default: no limit).")
+    ] = None,
+    database_url: DatabaseUrlOption = None,
+) -> None:
+    """Create or change the limit of a domain pattern (mailroom.set_domain_limit)."""
+    row = _call(
+        database_url, "SELECT mailroom.set_domain_limit(%s, %s, %s) AS pattern",
+        (pattern, max_in_flight, max_per_minute), fetch="one",
+    )
+    typer.echo(
+        f"{row['pattern']}: max in flight {_limit(max_in_flight)}, max per minute {_limit(max_per_minute)}"
+    )
+
+
+@limits_app.command("list")
+def limits_list(database_url: DatabaseUrlOption = None) -> None:
+    """Every limit row, the default * last ('-': no limit)."""
+    rows = _call(database_url, "SELECT * FROM mailroom.list_domain_limits()")
+    _table(rows, ["pattern", "max_in_flight", "max_per_minute", "updated_at"])
+
+
+@limits_app.command("remove")
+def limits_remove(
+    pattern: Annotated[str, typer.Argument(metavar="PATTERN")],
+    database_url: DatabaseUrlOption = None,
+) -> None:
+    """Remove a pattern's limit (its domains fall back to the next matching pattern; * stays)."""
+    row = _call(database_url, "SELECT mailroom.delete_domain_limit(%s) AS pattern", (pattern,), fetch="one")
+    typer.echo(f"{row['pattern']}: removed")
+
+
+@limits_app.command("status")
+def limits_status(
+    limit: Annotated[int, typer.Option(help="At most this many domains, busiest first.")] = 100,
+    database_url: DatabaseUrlOption = None,
+) -> None:
+    """Domains with messages in flight, claims this minute or a backoff (mailroom.domain_status)."""
+    rows = _call(database_url, "SELECT * FROM mailroom.domain_status(%s)", (limit,))
+    if not rows:
+        typer.echo("no domain in flight, counted or backed off")
+        return
+    _table(rows, ["domain", "pattern", "in_flight", "max_in_flight", "claimed_this_minute", "max_per_minute",
+                  "backoff_until", "backoff_level"])
 
 
 @app.command("send")
@@ -226,6 +298,9 @@ def send_command(
     listen_url: ListenUrlOption = None,
     concurrency: Annotated[int, typer.Option(help="Parallel slots (DB connection + SMTP connections each).")] = 4,
     batch_size: Annotated[int, typer.Option(help="Messages claimed per slot per round trip.")] = 50,
+    connections: Annotated[
+        int, typer.Option(help="SMTP connections per slot and relay: a claimed batch is sent over them in parallel.")
+    ] = 1,
     poll_interval: Annotated[
         str, typer.Option(help="Poll for due messages this often (the only wake-up while LISTEN cannot hear).")
     ] = "1s",
@@ -250,6 +325,8 @@ def send_command(
         raise ConfigError(f"--concurrency must be between 1 and 64, got {concurrency}")
     if not 1 <= batch_size <= 10000:
         raise ConfigError(f"--batch-size must be between 1 and 10000, got {batch_size}")
+    if not 1 <= connections <= 64:
+        raise ConfigError(f"--connections must be between 1 and 64, got {connections}")
     if metrics_port is not None and not 0 <= metrics_port <= 65535:
         raise ConfigError(f"--metrics-port must be between 0 and 65535, got {metrics_port}")
     from mailroom.outbound.sender import Sender, SenderOptions
@@ -261,6 +338,7 @@ def send_command(
         key=hex_key("MAILROOM_ENCRYPTION_KEY", os.environ.get("MAILROOM_ENCRYPTION_KEY"), required=False),
         concurrency=concurrency,
         batch_size=batch_size,
+        connections=connections,
         poll_interval=max(0.05, parse_seconds("--poll-interval", poll_interval)),
         reap_after=parse_seconds("--reap-after", reap_after),
         lease=parse_seconds("--lease", lease) if lease else None,

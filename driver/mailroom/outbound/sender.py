@@ -4,8 +4,9 @@ Every rule lives in SQL (sql/33_outbound_claim.sql, sql/34_outbound_finalize.sql
 what a reply means, when to retry. This module only claims a batch, talks SMTP with aiosmtplib
 and reports raw outcomes (kind, reply code, enhanced code, reply text) in one finalize call.
 
-- `--concurrency` slots; each slot owns one database connection and one SMTP connection per
-  relay, reused across messages and batches. No transaction is open during SMTP (autocommit:
+- `--concurrency` slots; each slot owns one database connection and `--connections` SMTP
+  connections per relay (a batch is dealt over them and sent in parallel), reused across messages
+  and batches. No transaction is open during SMTP (autocommit:
   claim and finalize are single statements).
 - Wakes on NOTIFY mailroom_outbound (mailroom.db.listen on the listen URL), polls every
   `--poll-interval` as a fallback (retries that become due are found by the poll; behind a
@@ -47,6 +48,9 @@ FINALIZE_SQL = (
     "SELECT id, result, reply_class FROM mailroom.finalize_messages("
     "%s::bigint[], %s::bigint[], %s::text[], %s::integer[], %s::text[], %s::text[])"
 )
+REFUSED_SQL = (
+    "SELECT mailroom.record_refused_recipients(%s::bigint[], %s::bigint[], %s::text[], %s::integer[], %s::text[])"
+)
 RELEASE_SQL = "SELECT mailroom.release_messages(%s::bigint[], %s::bigint[])"
 REAP_SQL = "SELECT mailroom.reap_stuck_messages(make_interval(secs => %s))"
 STATS_SQL = "SELECT * FROM mailroom.outbound_stats"
@@ -64,6 +68,7 @@ class SenderOptions:
     listen_url: str | None = None  # None: poll only
     concurrency: int = 4
     batch_size: int = 50
+    connections: int = 1  # SMTP connections per slot (and relay), used in parallel within a batch
     poll_interval: float = 5.0
     reap_after: float = 300.0
     lease: float | None = None
@@ -249,7 +254,8 @@ class Sender:
     # -- a concurrency slot ------------------------------------------------------------------
 
     async def slot(self, index: int) -> None:
-        conns = RelayConnections(self.opts.smtp_timeout, self.tls_context, self.metrics)
+        lanes = [RelayConnections(self.opts.smtp_timeout, self.tls_context, self.metrics)
+                 for _ in range(max(1, self.opts.connections))]
         conn: psycopg.AsyncConnection | None = None
         try:
             while not self.stopping.is_set():
@@ -288,12 +294,28 @@ class Sender:
                     continue
                 self.metrics.claimed.inc(len(rows))
                 self.heartbeat.claimed += len(rows)
-                outcomes, unsent = await self.deliver_batch(conns, rows)
+                outcomes, unsent = await self.deliver_lanes(lanes, rows)
                 await self.report(conn, outcomes, unsent)
         finally:
-            await conns.close_all()
+            for conns in lanes:
+                await conns.close_all()
             if conn is not None:
                 await conn.close()
+
+    async def deliver_lanes(
+        self, lanes: list[RelayConnections], rows: list[dict[str, Any]]
+    ) -> tuple[list[Outcome], list[dict[str, Any]]]:
+        """--connections: the batch dealt round-robin over the slot's SMTP connections, each lane
+        sent in order on its own connection; every row ends in exactly one lane's outcomes or unsent."""
+        if len(lanes) == 1 or len(rows) == 1:
+            return await self.deliver_batch(lanes[0], rows)
+        parts = [rows[i::len(lanes)] for i in range(len(lanes))]
+        results = await asyncio.gather(
+            *(self.deliver_batch(conns, part) for conns, part in zip(lanes, parts, strict=True) if part)
+        )
+        outcomes = [o for lane_outcomes, _ in results for o in lane_outcomes]
+        unsent = [r for _, lane_unsent in results for r in lane_unsent]
+        return outcomes, unsent
 
     async def deliver_batch(
         self, conns: RelayConnections, rows: list[dict[str, Any]]
@@ -368,6 +390,16 @@ class Sender:
         log.error("could not record %d outcome(s); the reaper will return them to the queue", len(outcomes))
 
     async def _report_on(self, conn: psycopg.AsyncConnection, outcomes: list[Outcome], unsent: list[dict]) -> None:
+        refused = [(o.id, o.claim_token, *r) for o in outcomes for r in o.refused]
+        if refused:
+            # before finalize: the call is fenced on the claim tokens it still holds (one statement a
+            # batch, and only for a batch in which a relay refused some recipients of a message)
+            try:
+                await conn.execute(REFUSED_SQL, tuple(list(column) for column in zip(*refused, strict=True)))
+            except psycopg.OperationalError:
+                raise
+            except psycopg.Error as exc:
+                log.warning("could not record %d refused recipient(s): %s", len(refused), describe_db_error(exc))
         if outcomes:
             cur = await conn.execute(
                 FINALIZE_SQL,

@@ -1,0 +1,267 @@
+-- Bounces (sql/26_bounces.sql): VERP return paths from claim_messages, their signature checked
+-- at RCPT (check_bounce_recipient), and what record_bounce decides for each kind of report.
+BEGIN;
+SELECT plan(51);
+
+SET LOCAL mailroom.clock = '2030-01-01 00:00Z';
+SELECT mailroom.upsert_sender('tap', 'robot@mailroom.test', '127.0.0.1', 2525);
+SELECT mailroom.upsert_sender('own', 'robot@mailroom.test', '127.0.0.1', 2525);
+
+CREATE TEMP TABLE m AS
+SELECT
+    mailroom.enqueue_message('tap', ARRAY['Gone@Example.com', 'ok@example.com'], 's1', 'b') AS a,
+    mailroom.enqueue_message('tap', ARRAY['late@example.com'], 's2', 'b') AS b,
+    mailroom.enqueue_message('own', ARRAY['x@example.com'], 's3', 'b', NULL, ARRAY['cc@example.com']) AS c;
+
+-- the key and the setting
+SELECT has_table('mailroom', 'verp_key', 'table verp_key');
+SELECT is((SELECT octet_length(key) FROM mailroom.verp_key), 32, 'the VERP key: 32 random bytes');
+SELECT is(mailroom.setting('outbound.bounce_domain'), '', 'default: no bounce domain');
+SELECT is(
+    (SELECT kind FROM mailroom.settings WHERE name = 'outbound.bounce_domain'), 'text',
+    'the setting has a kind (set_setting checks it)'
+);
+
+-- VERP off without a bounce domain: claim returns NULL and the sender keeps from_address
+SELECT is(
+    (SELECT count(*)::integer FROM mailroom.claim_messages(10, 'w1') WHERE return_path IS NULL), 3,
+    'no bounce domain: return_path is NULL for every claimed message'
+);
+SELECT mailroom.release_messages(array_agg(id), array_agg(claim_token))
+FROM mailroom.outbound_messages;
+SELECT is(mailroom._return_path((SELECT a FROM m), 1), NULL, '_return_path is NULL without a domain');
+SELECT mailroom.set_setting('outbound.bounce_domain', 'not a domain');
+SELECT is(
+    mailroom._return_path((SELECT a FROM m), (SELECT id FROM mailroom.senders WHERE name = 'tap')), NULL,
+    'a setting that is not a domain name: no VERP'
+);
+
+-- VERP on: the setting for every sender, a sender's own column first
+SELECT mailroom.set_setting('outbound.bounce_domain', 'Bounces.Mailroom.test');
+SELECT mailroom.set_sender_bounce_domain('own', 'b2.example.org');
+CREATE TEMP TABLE claimed AS SELECT id, return_path FROM mailroom.claim_messages(10, 'w2');
+SELECT is(
+    (SELECT return_path FROM claimed WHERE id = (SELECT a FROM m)),
+    'bounce+' || (SELECT a FROM m) || '-' || mailroom._verp_signature((SELECT a FROM m)) || '@bounces.mailroom.test',
+    'return_path = bounce+<id>-<signature>@<setting, lower case>'
+);
+SELECT matches(
+    (SELECT return_path FROM claimed WHERE id = (SELECT a FROM m)), '^bounce\+[0-9]+-[0-9a-f]{16}@',
+    'the signature: 16 hex characters'
+);
+SELECT is(
+    (SELECT split_part(return_path, '@', 2) FROM claimed WHERE id = (SELECT c FROM m)), 'b2.example.org',
+    'a sender''s bounce_domain wins over the setting'
+);
+SELECT isnt(
+    mailroom._verp_signature((SELECT a FROM m)), mailroom._verp_signature((SELECT b FROM m)),
+    'each message has its own signature'
+);
+SELECT throws_ok(
+    $$SELECT mailroom.set_sender_bounce_domain('own', 'bad domain')$$, 'MR362', NULL, 'a bad domain: MR362'
+);
+SELECT throws_ok(
+    $$SELECT mailroom.set_sender_bounce_domain('nobody', 'x.example')$$, 'MR363', NULL, 'unknown sender: MR363'
+);
+
+CREATE TEMP TABLE rp AS
+SELECT
+    (SELECT return_path FROM claimed WHERE id = (SELECT a FROM m)) AS a,
+    (SELECT return_path FROM claimed WHERE id = (SELECT b FROM m)) AS b,
+    (SELECT return_path FROM claimed WHERE id = (SELECT c FROM m)) AS c;
+
+-- RCPT: the signature is checked
+SELECT is(
+    (SELECT verdict FROM mailroom.check_bounce_recipient((SELECT a FROM rp))), 'bounce', 'a valid return path: bounce'
+);
+SELECT is(
+    (SELECT verdict FROM mailroom.check_bounce_recipient('<' || upper((SELECT a FROM rp)) || '>')), 'bounce',
+    'case-folded and in brackets: still valid (the signature is lower-case hex)'
+);
+SELECT is(
+    (SELECT verdict FROM mailroom.check_bounce_recipient((SELECT c FROM rp))), 'bounce',
+    'a return path on a sender''s own domain: bounce'
+);
+SELECT is(
+    (SELECT verdict FROM mailroom.check_bounce_recipient(
+        regexp_replace((SELECT a FROM rp), '-[0-9a-f]{16}@', '-aaaaaaaaaaaaaaaa@')
+    )),
+    'unknown', 'a bad signature: unknown'
+);
+SELECT is(
+    (SELECT verdict FROM mailroom.check_bounce_recipient(
+        'bounce+' || (SELECT b FROM m) || '-' || mailroom._verp_signature((SELECT a FROM m)) || '@bounces.mailroom.test'
+    )),
+    'unknown', 'another message''s signature: unknown'
+);
+SELECT is(
+    (SELECT verdict FROM mailroom.check_bounce_recipient(
+        'bounce+999999-' || mailroom._verp_signature(999999) || '@bounces.mailroom.test'
+    )),
+    'unknown', 'a right signature for a message that does not exist: unknown'
+);
+SELECT is(
+    (SELECT verdict FROM mailroom.check_bounce_recipient(replace((SELECT a FROM rp), 'bounces.mailroom.test', 'other.test'))),
+    'unknown', 'a return path on a domain that is no bounce domain: check_recipient''s unknown'
+);
+SELECT is(
+    (SELECT verdict FROM mailroom.check_bounce_recipient('bounce+garbage@bounces.mailroom.test')), 'unknown',
+    'anything else at bounce+ on a bounce domain: unknown'
+);
+CREATE TEMP TABLE box AS SELECT address FROM mailroom.create_mailbox(NULL, 'free', 'anonymous', NULL);
+SELECT is(
+    (SELECT verdict FROM mailroom.check_bounce_recipient((SELECT address FROM box))),
+    'ok', 'a mailbox address: check_recipient''s verdict'
+);
+
+-- record_bounce: what a report means
+SELECT throws_ok(
+    format('SELECT * FROM mailroom.record_bounce(%L, %L)', regexp_replace((SELECT a FROM rp), '-[0-9a-f]+@', '-bbbbbbbbbbbbbbbb@'), '[]'),
+    'MR360', NULL, 'a forged return path: MR360'
+);
+SELECT throws_ok(
+    format('SELECT * FROM mailroom.record_bounce(%L, %L)', (SELECT a FROM rp), '{}'), 'MR361', NULL,
+    'reports must be an array: MR361'
+);
+
+SELECT results_eq(
+    format(
+        'SELECT outcome, reports, suppressed FROM mailroom.record_bounce(%L, %L)', (SELECT b FROM rp),
+        '[{"recipient": "late@example.com", "action": "delayed", "status": "4.4.1", "diagnostic": "smtp; 451 4.4.1 try later"}]'
+    ),
+    $$VALUES ('delayed', 1, 0)$$, 'Action: delayed is noted'
+);
+SELECT ok(NOT mailroom.is_suppressed('late@example.com'), 'delayed: no suppression');
+SELECT results_eq(
+    format(
+        'SELECT outcome, suppressed FROM mailroom.record_bounce(%L, %L)', (SELECT b FROM rp),
+        '[{"recipient": "late@example.com", "action": "failed", "status": "4.4.7", "diagnostic": "smtp; 421 expired"}]'
+    ),
+    $$VALUES ('soft_bounce', 0)$$, 'Action: failed with a 4.x.x status is a soft bounce'
+);
+SELECT ok(NOT mailroom.is_suppressed('late@example.com'), 'a soft bounce: no suppression');
+
+SELECT results_eq(
+    format(
+        'SELECT outcome, suppressed FROM mailroom.record_bounce(%L, %L)', (SELECT a FROM rp),
+        '[{"recipient": "stranger@example.com", "action": "failed", "status": "5.1.1"}]'
+    ),
+    $$VALUES ('ignored', 0)$$, 'a recipient the message did not have is ignored'
+);
+SELECT ok(NOT mailroom.is_suppressed('stranger@example.com'), 'a forged report suppresses nobody');
+
+SELECT results_eq(
+    format(
+        'SELECT message_id, outcome, reports, suppressed FROM mailroom.record_bounce(%L, %L)', (SELECT a FROM rp),
+        '[{"recipient": "gone@example.com", "action": "failed", "status": "5.1.1",'
+        || ' "diagnostic": "smtp; 550 5.1.1 <gone@example.com>: user unknown"},'
+        || ' {"recipient": "ok@example.com", "action": "delivered", "status": "2.0.0"}]'
+    ),
+    format('VALUES (%s::bigint, %L, 2, 1)', (SELECT a FROM m), 'hard_bounce'),
+    'Action: failed with 5.x.x: a hard bounce of that recipient (the strongest outcome is returned)'
+);
+SELECT results_eq(
+    $$SELECT address, reason, source_message, expires_at FROM mailroom.suppressions WHERE address LIKE 'gone@%'$$,
+    format('VALUES (%L, %L, %s::bigint, NULL::timestamptz)', 'gone@example.com', 'hard_bounce', (SELECT a FROM m)),
+    'the recipient is suppressed: hard_bounce, source message = the bounced message, no expiry'
+);
+SELECT ok(NOT mailroom.is_suppressed('ok@example.com'), 'the recipient the report says was delivered is not');
+SELECT throws_ok(
+    $$SELECT mailroom.enqueue_message('tap', ARRAY['gone@example.com'], 'again', 'b')$$, 'MR318', NULL,
+    'the next enqueue to the bounced address is refused'
+);
+SELECT results_eq(
+    format('SELECT outcome, recipient, status FROM mailroom.outbound_bounces WHERE message_id = %s ORDER BY id', (SELECT a FROM m)),
+    $$VALUES ('ignored', NULL, '5.1.1'), ('hard_bounce', 'to[1]', '5.1.1'), ('other', 'to[2]', '2.0.0')$$,
+    'every report is kept, the recipient as its position'
+);
+SELECT ok(
+    (SELECT bool_and(diagnostic NOT LIKE '%@%') FROM mailroom.outbound_bounces WHERE diagnostic IS NOT NULL),
+    'diagnostics are redacted (no address)'
+);
+SELECT matches(
+    (SELECT error_log FROM mailroom.outbound_messages WHERE id = (SELECT a FROM m)),
+    'bounce hard_bounce to\[1\] failed 5\.1\.1', 'the hard bounce is noted in the message''s error_log'
+);
+SELECT doesnt_match(
+    (SELECT error_log FROM mailroom.outbound_messages WHERE id = (SELECT a FROM m)), '@',
+    'error_log names no address'
+);
+
+SELECT results_eq(
+    format(
+        'SELECT outcome, suppressed FROM mailroom.record_bounce(%L, %L)', (SELECT c FROM rp),
+        '[{"recipient": "rfc822;CC@example.com", "action": "failed", "smtp_code": "550"}]'
+    ),
+    $$VALUES ('ignored', 0)$$, 'the recipient is an address, not an address type: rfc822;… is nobody'
+);
+SELECT results_eq(
+    format(
+        'SELECT outcome, suppressed FROM mailroom.record_bounce(%L, %L)', (SELECT c FROM rp),
+        '[{"recipient": "<CC@example.com>", "action": "failed", "smtp_code": "550"}]'
+    ),
+    $$VALUES ('hard_bounce', 1)$$, 'failed with a 5yz code and no status: hard (a cc recipient too)'
+);
+SELECT is(
+    (SELECT recipient FROM mailroom.outbound_bounces WHERE message_id = (SELECT c FROM m) ORDER BY id DESC LIMIT 1),
+    'cc[1]', 'the cc recipient''s position'
+);
+SELECT results_eq(
+    format('SELECT outcome, reports, suppressed FROM mailroom.record_bounce(%L, %L)', (SELECT c FROM rp), '[]'),
+    $$VALUES ('unparsed', 1, 0)$$, 'nothing parsed: recorded as unparsed'
+);
+SELECT matches(
+    (SELECT error_log FROM mailroom.outbound_messages WHERE id = (SELECT c FROM m)), 'bounce unparsed$',
+    'unparsed is noted on the message'
+);
+
+SELECT results_eq(
+    format(
+        'SELECT outcome, suppressed FROM mailroom.record_bounce(%L, %L)', (SELECT c FROM rp),
+        '[{"recipient": "x@example.com", "action": "failed <x@example.com>", "status": "5.1.1"}, "not an object"]'
+    ),
+    $$VALUES ('other', 0)$$, 'an action that is not one word is no action: noted as other, nobody suppressed'
+);
+SELECT is(
+    (SELECT action FROM mailroom.outbound_bounces WHERE message_id = (SELECT c FROM m) ORDER BY id DESC LIMIT 1),
+    NULL, 'and it is not stored'
+);
+
+-- record_refused_recipients: the relay refused some recipients of a message at RCPT
+CREATE TEMP TABLE d AS
+SELECT mailroom.enqueue_message('tap', ARRAY['r1@example.com', 'R2@example.com', 'r3@example.com'], 's4', 'b') AS id;
+CREATE TEMP TABLE dc AS SELECT id, claim_token FROM mailroom.claim_messages(10, 'w3');
+SELECT is((SELECT count(*)::integer FROM dc), 1, 'the new message is claimed');
+SELECT throws_ok(
+    $$SELECT mailroom.record_refused_recipients(ARRAY[1::bigint], ARRAY[]::bigint[], ARRAY['a@b.c'], NULL, NULL)$$,
+    'MR364', NULL, 'arrays of different lengths: MR364'
+);
+SELECT is(
+    mailroom.record_refused_recipients(
+        ARRAY[(SELECT id FROM dc)], ARRAY[(SELECT claim_token FROM dc) + 1], ARRAY['r1@example.com'], ARRAY[550],
+        ARRAY['5.1.1']
+    ),
+    0, 'another claim token: nothing recorded (fenced like finalize)'
+);
+SELECT is(
+    mailroom.record_refused_recipients(
+        ARRAY[(SELECT id FROM dc), (SELECT id FROM dc), (SELECT id FROM dc)],
+        ARRAY[(SELECT claim_token FROM dc), (SELECT claim_token FROM dc), (SELECT claim_token FROM dc)],
+        ARRAY['<R1@example.com>', 'r2@example.com', 'stranger2@example.com'],
+        ARRAY[550, 451, 550], ARRAY['5.1.1', NULL, '5.1.1']
+    ),
+    1, 'a 5xx at RCPT for one of three recipients: that one is suppressed'
+);
+SELECT results_eq(
+    $$SELECT address, source_message FROM mailroom.suppressions WHERE address IN ('r1@example.com', 'r2@example.com', 'stranger2@example.com')$$,
+    $$SELECT 'r1@example.com', id FROM d$$,
+    'only the recipient refused with 5xx, with its message as source (4xx and strangers: no)'
+);
+SELECT results_eq(
+    $$SELECT outcome, recipient, action, smtp_code FROM mailroom.outbound_bounces WHERE message_id = (SELECT id FROM d) ORDER BY id$$,
+    $$VALUES ('hard_bounce', 'to[1]', 'refused', 550), ('soft_bounce', 'to[2]', 'refused', 451)$$,
+    'both refusals are noted (action refused), the stranger is not'
+);
+
+SELECT * FROM finish();
+ROLLBACK;
