@@ -188,6 +188,18 @@ SELECT is(
 );
 
 -- ---------------------------------------------------------------- the plan with limits on
+-- outbound_messages is partitioned by time (migration 0100): a plan names a partition's index,
+-- <partition>_<index name without the table prefix>; an empty partition (created ahead) or a tiny
+-- one may be planned as a Seq Scan, cheaper than an index descent. This lists the sequential scans
+-- of relations larger than 8 pages (64 kB), as in 33_outbound_claim.
+CREATE FUNCTION pg_temp.nonempty_seq_scans(p_plan text) RETURNS text LANGUAGE sql AS $$
+    SELECT string_agg(DISTINCT m[1], ', ')
+    FROM regexp_matches(p_plan, 'Seq Scan on (\w+)', 'g') AS m
+    WHERE EXISTS (
+        SELECT 1 FROM pg_class AS c
+        WHERE c.relname = m[1] AND c.relnamespace = 'mailroom'::regnamespace AND pg_relation_size(c.oid) > 8 * 8192
+    )
+$$;
 -- 200k rows (mostly sent history, 50k queued over 500 domains), one capped domain full
 SELECT mailroom.set_domain_limit('d1.bulk.test', 1, NULL);
 INSERT INTO mailroom.outbound_messages (
@@ -203,11 +215,12 @@ SELECT
 FROM generate_series(1, 200000) AS g;
 ANALYZE mailroom.outbound_messages;
 SELECT ok(
-    (SELECT string_agg(p, E'\n') FROM mailroom._explain_claim(100, TRUE) AS p) ~ 'Index Scan using outbound_messages_due_idx',
+    (SELECT string_agg(p, E'\n') FROM mailroom._explain_claim(100, TRUE) AS p)
+    ~ 'Index Scan using outbound_messages_(p[0-9]{8}t[0-9]{4}|default)_due_idx',
     'with limits on, LIMIT 100: the claim still walks the due index'
 );
-SELECT ok(
-    (SELECT string_agg(p, E'\n') FROM mailroom._explain_claim(500, TRUE) AS p) !~ 'Seq Scan on outbound_messages',
+SELECT is(
+    pg_temp.nonempty_seq_scans((SELECT string_agg(p, E'\n') FROM mailroom._explain_claim(500, TRUE) AS p)), NULL,
     'with limits on, LIMIT 500: no sequential scan of the queue'
 );
 SELECT is(
