@@ -24,3 +24,25 @@ $fn$;
 
 COMMENT ON FUNCTION mailroom._is_valid_address(text) IS
 'Internal: an RFC 5321 mailbox (dot-atom local part, LDH domain, length limits).';
+
+CREATE OR REPLACE FUNCTION mailroom._is_domain_name(p_domain text)
+RETURNS boolean
+LANGUAGE plpgsql
+IMMUTABLE
+PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+BEGIN
+    -- A domain name in the stored (lower case) form: LDH labels of 1 to 63 characters, at most
+    -- 253 octets; the same LDH rule _is_valid_address applies to an address's domain. The one
+    -- check for bounce domains (sql/26) and domain limit patterns (sql/39).
+    RETURN coalesce(
+        octet_length(p_domain) <= 253
+        AND p_domain ~ '^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?([.][a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?)*$',
+        FALSE
+    );
+END;
+$fn$;
+
+COMMENT ON FUNCTION mailroom._is_domain_name(text) IS
+'Internal: whether a lower-case string is a domain name (LDH labels of 1-63 characters, at most 253 octets).';

@@ -22,8 +22,7 @@ BEGIN
     -- the domain in lower case when it is a domain name (LDH labels, at most 253 octets), else
     -- NULL. PL/pgSQL: claim calls this per row, and a SQL function with a SET clause is planned
     -- on every call.
-    IF octet_length(v_domain) <= 253
-        AND v_domain ~ '^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?([.][a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?)*$' THEN
+    IF mailroom._is_domain_name(v_domain) THEN
         RETURN v_domain;
     END IF;
     RETURN NULL;

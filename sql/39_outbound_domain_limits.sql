@@ -237,10 +237,9 @@ DECLARE
 BEGIN
     IF v_pattern IS NULL OR NOT (
         v_pattern = '*'
-        OR (
-            v_pattern ~ '^([*][.])?[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?([.][a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?)*$'
-            AND length(v_pattern) <= 255
-        )
+        -- a domain, or *. and a domain (its subdomains)
+        OR mailroom._is_domain_name(v_pattern)
+        OR (left(v_pattern, 2) = '*.' AND mailroom._is_domain_name(substr(v_pattern, 3)))
     ) THEN
         RAISE EXCEPTION USING
             ERRCODE = 'MR370',

@@ -1,6 +1,6 @@
 -- One address rule for every area: what an account may hold, the outbound queue can send to.
 BEGIN;
-SELECT plan(8);
+SELECT plan(11);
 
 SELECT ok(mailroom._is_valid_address('alice@example.com'), 'a plain address is valid');
 SELECT ok(mailroom._is_valid_address('first.last+tag@mail.example.org'), 'dots and + in the local part');
@@ -38,6 +38,27 @@ SELECT throws_ok(
     'MR101', 'invalid email address',
     'create_account refuses an address the queue could not send to'
 );
+
+SELECT is(
+    ARRAY(
+        SELECT t.d FROM unnest(ARRAY['example.com', 'a', 'mx-1.example.co.uk', 'x' || repeat('.abcdefghi', 25)]) AS t (d)
+        WHERE mailroom._is_domain_name(t.d)
+    ),
+    ARRAY['example.com', 'a', 'mx-1.example.co.uk', 'x' || repeat('.abcdefghi', 25)],
+    'domain names: LDH labels, up to 251 octets here'
+);
+SELECT is(
+    ARRAY(
+        SELECT t.d FROM unnest(ARRAY[
+            '', '-a.com', 'a-.com', 'a..com', 'a.com.', 'Example.com', 'a_b.com', '*.a.com', repeat('a', 64) || '.com',
+            'x' || repeat('.abcdefghi', 26)
+        ]) AS t (d)
+        WHERE mailroom._is_domain_name(t.d)
+    ),
+    '{}'::text[],
+    'not domain names: empty, edge hyphens, empty labels, upper case, underscore, wildcard, a 64-octet label, 261 octets'
+);
+SELECT is(mailroom._is_domain_name(NULL), false, 'NULL is not a domain name');
 
 SELECT * FROM finish();
 ROLLBACK;
