@@ -1,4 +1,5 @@
-"""Collector figures: backlog drain rate, rate under single-row inserts, trickle latency.
+"""Collector figures: start-up and a 10k drain against Python's floor, backlog drain rate, rate under
+single-row inserts, trickle latency.
 
 Each figure runs the real `python -m mailroom collect` subprocess and reads its stdout, so the
 numbers include LISTEN, the SQL dequeue + HMAC, the CSV formatting and the pipe.
@@ -187,8 +188,50 @@ def trickle_latency(url: str, n: int, progress: Callable[[str], None]) -> list[d
     ]
 
 
+def _floor_seconds(runs: int) -> float:
+    """Wall time of `python -c 'import psycopg, typer'`: the floor any Python collector starts from."""
+    times = []
+    for _ in range(runs):
+        t0 = time.monotonic()
+        subprocess.run([sys.executable, "-c", "import psycopg, typer"], check=True, cwd=ROOT)
+        times.append(time.monotonic() - t0)
+    return statistics.median(times)
+
+
+def start_and_drain(url: str, n: int, runs: int, progress: Callable[[str], None]) -> list[dict]:
+    """Issue 16, row 5: from process start to the last of n tokens written, at --batch-limit 1000,
+    and from process start to listening on an empty queue, each next to the import floor."""
+    floor = _floor_seconds(max(runs, 5))
+    ready, drains = [], []
+    for i in range(runs):
+        c = _Collector(url, 1000, 50)
+        t0 = time.monotonic()
+        try:
+            ready.append(c.wait_ready() - t0)
+        finally:
+            c.stop()
+        with psycopg.connect(url, autocommit=True) as conn:
+            _bulk(conn, f"sd{i}_", n)
+        progress(f"collector: draining a {n}-token backlog from process start ({i + 1}/{runs})")
+        t0 = time.monotonic()
+        c = _Collector(url, 1000, 50)
+        try:
+            drains.append(c.wait_count(n, 120) - t0)
+        finally:
+            c.stop()
+    start, drain = statistics.median(ready), statistics.median(drains)
+    note = f"median of {runs} runs; floor: `python -c 'import psycopg, typer'` {floor * 1000:.0f} ms (median of {max(runs, 5)})"
+    return [
+        _row("floor: python -c 'import psycopg, typer'", floor * 1000, "ms", f"median of {max(runs, 5)} runs"),
+        _row("collect: process start to listening (empty queue)", start * 1000, "ms",
+             f"{start / floor:.2f}x the floor; imports, config, connect, LISTEN and its self-test; {note}"),
+        _row(f"collect: process start to the last of {n:,} tokens written (limit 1000)", drain * 1000, "ms",
+             f"floor + {(drain - floor) * 1000:.0f} ms (goal: floor + 100 ms); {note}"),
+    ]
+
+
 def run(url: str, quick: bool, progress: Callable[[str], None]) -> list[dict]:
-    rows: list[dict] = []
+    rows: list[dict] = start_and_drain(url, 10_000, 1 if quick else 3, progress)
     if quick:
         rows += backlog_rates(url, 6_000, [(10, 1_000), (100, 2_000), (1000, 3_000)], progress)
     else:
