@@ -1,6 +1,6 @@
 -- Outbound: claim_messages (what is due, lease, token) and its plan at any queue size.
 BEGIN;
-SELECT plan(20);
+SELECT plan(23);
 
 SET LOCAL mailroom.clock = '2030-01-01 00:00Z';
 SELECT mailroom.upsert_sender('tap', 'robot@mailroom.test', '127.0.0.1', 2525);
@@ -97,6 +97,44 @@ SELECT is(
 SELECT is(
     (SELECT count(*)::integer FROM mailroom.claim_messages(500, 'big')), 500,
     'the big claim returns a full batch'
+);
+-- claim_messages up to LIMIT 100 runs the same text from _claim_cached with a generic plan
+-- (no LIMIT, no clock known) under that function's planner settings: the same shape at 200k rows
+CREATE TEMP TABLE generic_plan (line text) ON COMMIT DROP;
+SET LOCAL plan_cache_mode = force_generic_plan;
+SET LOCAL enable_seqscan = off;
+SET LOCAL enable_bitmapscan = off;
+SET LOCAL enable_sort = off;
+SET LOCAL enable_hashjoin = off;
+SET LOCAL enable_mergejoin = off;
+SET LOCAL jit = off;
+CREATE FUNCTION pg_temp.explain_generic() RETURNS SETOF text LANGUAGE plpgsql AS $$
+BEGIN
+    EXECUTE 'PREPARE claim_generic (timestamptz, integer, text, interval, bytea) AS ' || mailroom._claim_statement();
+    RETURN QUERY EXECUTE 'EXPLAIN EXECUTE claim_generic(mailroom.clock(), 100, ''w'', interval ''5 minutes'', NULL)';
+END;
+$$;
+INSERT INTO generic_plan SELECT p FROM pg_temp.explain_generic() AS p;
+DEALLOCATE claim_generic;
+RESET plan_cache_mode;
+RESET enable_seqscan;
+RESET enable_bitmapscan;
+RESET enable_sort;
+RESET enable_hashjoin;
+RESET enable_mergejoin;
+RESET jit;
+SELECT ok(
+    (SELECT string_agg(line, E'\n') FROM generic_plan) ~ 'Index Scan using outbound_messages_(p[0-9]{8}t[0-9]{4}|default)_due_idx'
+    AND (SELECT string_agg(line, E'\n') FROM generic_plan) ~ 'Index Cond: \(COALESCE\(next_retry_at.*<= \$1\)',
+    'the cached generic plan walks outbound_messages_due_idx (bounded by the clock parameter)'
+);
+SELECT is(
+    pg_temp.nonempty_seq_scans((SELECT string_agg(line, E'\n') FROM generic_plan)), NULL,
+    'the cached generic plan never scans the queue sequentially'
+);
+SELECT is(
+    (SELECT count(*)::integer FROM mailroom.claim_messages(100, 'cached')), 100,
+    'a claim through the cached plan returns a full batch'
 );
 SELECT isnt(
     obj_description('mailroom.claim_messages(integer,text,bytea,interval)'::regprocedure), NULL,
