@@ -6,24 +6,27 @@
 
 CREATE OR REPLACE FUNCTION mailroom._recipient_domain(p_to text[], p_cc text[], p_bcc text[])
 RETURNS text
-LANGUAGE sql
+LANGUAGE plpgsql
 IMMUTABLE
 PARALLEL SAFE
 SET search_path = pg_catalog, pg_temp
 AS $$
-    -- The domain a message counts against: its first recipient's (to, then cc, then bcc),
-    -- normalized like an address (mailroom._normalize_address), without a trailing dot;
-    -- '' when there is no recipient.
-    SELECT coalesce(
+BEGIN
+    -- The domain a message counts against: its first recipient's (to, then cc, then bcc), in
+    -- the stored form of an address (mailroom._normalize_address), without a trailing dot;
+    -- '' when there is no recipient. PL/pgSQL for the reason given at _classify_outcome
+    -- (enqueue calls it per message).
+    RETURN coalesce(
         rtrim(
             split_part(
-                lower(btrim(btrim((coalesce(p_to, '{}') || coalesce(p_cc, '{}') || coalesce(p_bcc, '{}'))[1]), '<>')),
+                mailroom._normalize_address((coalesce(p_to, '{}') || coalesce(p_cc, '{}') || coalesce(p_bcc, '{}'))[1]),
                 '@', 2
             ),
             '.'
         ),
         ''
     );
+END;
 $$;
 
 COMMENT ON FUNCTION mailroom._recipient_domain(text[], text[], text[]) IS
