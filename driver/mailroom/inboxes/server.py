@@ -169,6 +169,17 @@ def _has_pending_input(conn: psycopg.AsyncConnection) -> bool:
     return bool(readable)
 
 
+async def _ensure_alive(conn: psycopg.AsyncConnection) -> None:
+    """Before anything is sent on a pooled connection: raise _StaleConnection if the server ended
+    it. An idle connection has nothing to read unless the server ended it (a FATAL message, then
+    EOF): only then pay a round trip to find out."""
+    if _has_pending_input(conn):
+        try:
+            await conn.execute("")  # liveness check: fails only before anything is sent
+        except psycopg.OperationalError as exc:
+            raise _StaleConnection(describe_db_error(exc)) from None
+
+
 class InboxHandler:
     """aiosmtpd handler: RCPT checks and DATA delivery through the SQL API."""
 
@@ -301,10 +312,7 @@ class InboxHandler:
         for attempt in range(1, self.pool.max_size + 2):
             try:
                 async with self.pool.connection() as conn:
-                    try:
-                        await conn.execute("")  # liveness check: fails only before anything is sent
-                    except psycopg.OperationalError as exc:
-                        raise _StaleConnection(describe_db_error(exc)) from None
+                    await _ensure_alive(conn)
                     cur = await conn.execute(_BOUNCE_QUERY, (return_paths, Jsonb(reports)))
                     rows = await cur.fetchall()
             except _StaleConnection as exc:
@@ -327,13 +335,7 @@ class InboxHandler:
 
     async def _deliver_once(self, p: _DeliveryParams) -> str:
         async with self.pool.connection() as conn:
-            if _has_pending_input(conn):
-                # An idle connection has nothing to read unless the server ended it (a FATAL
-                # message, then EOF): only then pay a round trip to find out, before anything is sent.
-                try:
-                    await conn.execute("")  # liveness check: fails only before anything is sent
-                except psycopg.OperationalError as exc:
-                    raise _StaleConnection(describe_db_error(exc)) from None
+            await _ensure_alive(conn)
             # Fast path: every recipient in ONE autocommit statement, so it either commits for all
             # of them or for none, in one round trip. 250 is sent only after it returned.
             try:
@@ -365,12 +367,11 @@ class InboxHandler:
         nothing kept (a refused recipient, a stale connection): then each goes alone."""
         flat = [(i, rcpt) for i, p in enumerate(group) for rcpt in p.recipients]
         async with self.pool.connection() as conn:
-            if _has_pending_input(conn):
-                try:
-                    await conn.execute("")
-                except psycopg.OperationalError as exc:
-                    log.warning("group delivery: stale database connection: %s", exc)
-                    return None  # nothing was sent
+            try:
+                await _ensure_alive(conn)
+            except _StaleConnection as exc:
+                log.warning("group delivery: stale database connection: %s", exc)
+                return None  # nothing was sent
             try:
                 cur = await conn.execute(
                     "SELECT r.i, mailroom.deliver_message(r.address, m.raw, m.mail_from, m.subject, m.from_header,"
