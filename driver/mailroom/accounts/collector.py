@@ -29,7 +29,7 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from mailroom.accounts.output import CommitLost, EnqueueSink, OutputClosed, StdoutSink
 from mailroom.core.errors import ConfigError, UserError, describe_db_error
 from mailroom.core.log import get_logger
-from mailroom.db import heartbeat
+from mailroom.db import heartbeat, sqlapi
 from mailroom.db.connect import connect, connection_lost
 from mailroom.db.listen import Listener
 
@@ -326,13 +326,13 @@ class Collector:
         assert self.work is not None
         params = self.heartbeat.params(self.listener.listening)
         try:
-            self.work.execute(heartbeat.SQL, params)
+            sqlapi.worker_heartbeat.call(self.work, **params)
             self.work.commit()
         except psycopg.Error as exc:
             if connection_lost(self.work, exc):
                 raise
             self.work.rollback()
-            self.heartbeat.failed(exc, params[2])
+            self.heartbeat.failed(exc, bool(params["listening"]))
             return
         self.heartbeat.sent(params)
 

@@ -12,6 +12,7 @@ from typing import Any
 import psycopg
 
 from mailroom.core.errors import UserError, db_user_error, describe_db_error, kind_of
+from mailroom.db.contract import SqlFunction
 
 
 def connection_kwargs(*, autocommit: bool = True, application_name: str = "mailroom", **extra: Any) -> dict[str, Any]:
@@ -50,6 +51,16 @@ async def connect_async(
         )
     except psycopg.Error as exc:
         raise _failed(exc) from None
+
+
+def call_once(url: str, fn: SqlFunction, /, *, application_name: str, **kwargs: Any) -> list[Any]:
+    """One contract call (mailroom.db.contract) on a short-lived connection, for operator commands:
+    its rows (named tuples), or UserError with the one line and exit code of its kind."""
+    with connect(url, application_name=application_name) as conn:
+        try:
+            return fn.rows(conn, **kwargs)
+        except psycopg.Error as exc:
+            raise db_user_error(exc) from None
 
 
 def call(url: str, query: str, params: tuple = (), *, application_name: str, row_factory: Any = None) -> list[Any]:

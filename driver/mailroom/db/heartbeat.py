@@ -4,9 +4,10 @@ It reports that it is alive, whether its Listener hears NOTIFY, and how many row
 messages, inboxes) it claimed since the last one; `mailroom.worker_health()` and
 `mailroom outbound status` show the result. A change of the listener's state is reported at
 once (a worker that went deaf shows up without waiting for the interval). A heartbeat is never
-on the path of a row: the worker asks `due()` between batches and runs `SQL` with `params()`
-itself, on its own connection and transaction. A schema without the function (before migration 0070) or a role without the
-grant turns heartbeats off with one warning; the worker carries on.
+on the path of a row: the worker asks `due()` between batches and calls
+`mailroom.db.sqlapi.worker_heartbeat` with `params()` itself, on its own connection and transaction.
+A schema without the function (before migration 0070) or a role without the grant turns
+heartbeats off with one warning; the worker carries on.
 """
 
 from __future__ import annotations
@@ -20,7 +21,6 @@ import psycopg
 
 from mailroom.core.errors import Kind, describe_db_error, kind_of
 
-SQL = "SELECT mailroom.worker_heartbeat(%s, %s, %s, %s)"
 INTERVAL = 10.0
 MAX_CLAIMED = 2**31 - 1  # p_claimed is an integer
 
@@ -54,13 +54,15 @@ class Heartbeat:
         """Seconds until the next periodic one (inf when heartbeats are off)."""
         return max(0.0, self.next_at - time.monotonic()) if self.enabled else float("inf")
 
-    def params(self, listening: bool) -> tuple[str, str, bool, int]:
-        return (self.worker, self.kind, bool(listening), min(self.claimed, MAX_CLAIMED))
+    def params(self, listening: bool) -> dict[str, object]:
+        """The keyword arguments of mailroom.db.sqlapi.worker_heartbeat."""
+        return {"worker": self.worker, "kind": self.kind, "listening": bool(listening),
+                "claimed": min(self.claimed, MAX_CLAIMED)}
 
-    def sent(self, params: tuple[str, str, bool, int]) -> None:
+    def sent(self, params: dict[str, object]) -> None:
         """The heartbeat with these params committed."""
-        self.reported_listening = params[2]
-        self.claimed = max(0, self.claimed - params[3])
+        self.reported_listening = bool(params["listening"])
+        self.claimed = max(0, self.claimed - int(params["claimed"]))
         self.sent_count += 1
         self.next_at = time.monotonic() + self.interval
 

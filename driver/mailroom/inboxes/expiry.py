@@ -27,7 +27,7 @@ import psycopg
 
 from mailroom.core.errors import UserError, describe_db_error
 from mailroom.core.log import get_logger
-from mailroom.db import heartbeat
+from mailroom.db import heartbeat, sqlapi
 from mailroom.db.connect import connect
 from mailroom.db.listen import Listener
 
@@ -176,7 +176,7 @@ class ExpiryWorker:
             return
         params = self.heartbeat.params(listening)
         try:
-            self._connection().execute(heartbeat.SQL, params)
+            sqlapi.worker_heartbeat.call(self._connection(), **params)
         except UserError:
             self.heartbeat.skip(listening)  # cannot connect: the next cycle says so
             return

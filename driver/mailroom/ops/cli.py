@@ -63,10 +63,10 @@ def doctor(database_url: DatabaseUrlOption = None, listen_url: ListenUrlOption =
 @app.command("maintain")
 def maintain(database_url: DatabaseUrlOption = None) -> None:
     """Run partition maintenance once: create partitions ahead, drop those past retention; print the report."""
-    from mailroom.db.connect import call
-    from mailroom.ops.maintain import QUERY
+    from mailroom.db.connect import call_once
+    from mailroom.ops import sqlapi
 
-    rows = call(resolve_database_url(database_url), QUERY, application_name="mailroom-maintain")
+    rows = call_once(resolve_database_url(database_url), sqlapi.maintain_partitions, application_name="mailroom-maintain")
     if not rows:
         typer.echo("nothing to do")
     for action, table, partition, count in rows:

@@ -13,14 +13,14 @@ from typing import Optional
 
 import psycopg
 
-QUERY = "SELECT action, table_name, partition_name, row_count FROM mailroom.maintain_partitions()"
+from mailroom.ops import sqlapi
 
 Row = tuple[str, Optional[str], Optional[str], int]
 
 
 def maintain(conn: psycopg.Connection) -> list[Row]:
     """Run maintain_partitions on an autocommit `conn` (its own transaction); its report rows."""
-    return conn.execute(QUERY).fetchall()
+    return sqlapi.maintain_partitions.rows(conn)
 
 
 def summary(rows: list[Row]) -> str:

@@ -34,7 +34,7 @@ from psycopg.rows import dict_row
 
 from mailroom.core.errors import ConfigError, Kind, UserError, describe_db_error, kind_of
 from mailroom.core.log import get_logger
-from mailroom.db import heartbeat
+from mailroom.db import heartbeat, sqlapi
 from mailroom.db.connect import connect_async, connection_kwargs
 from mailroom.db.listen import Listener
 from mailroom.outbound.metrics import SenderMetrics
@@ -194,11 +194,11 @@ class Sender:
         """One heartbeat on slot 0's connection (autocommit); a lost connection raises."""
         params = self.heartbeat.params(self.listening())
         try:
-            await conn.execute(heartbeat.SQL, params)
+            await sqlapi.worker_heartbeat.acall(conn, **params)
         except psycopg.OperationalError:
             raise
         except psycopg.Error as exc:
-            self.heartbeat.failed(exc, params[2])
+            self.heartbeat.failed(exc, bool(params["listening"]))
             return
         self.heartbeat.sent(params)
 

@@ -1,0 +1,7 @@
+"""The SQL functions of operations (maintenance), as the driver calls them (mailroom.db.contract)."""
+
+from __future__ import annotations
+
+from mailroom.db.contract import SqlFunction
+
+maintain_partitions = SqlFunction("maintain_partitions", returns=("action", "table_name", "partition_name", "row_count"))

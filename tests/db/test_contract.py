@@ -1,0 +1,107 @@
+"""The driver's SQL contract (mailroom.db.contract) against a migrated catalog: they cannot drift.
+
+Every SqlFunction declared in an area's `sqlapi.py` must name a function of schema mailroom with
+exactly its input parameters (names, types, which have defaults), its result type, and a statement
+that PostgreSQL accepts (parse analysis resolves the overload and the result columns).
+"""
+
+from __future__ import annotations
+
+import re
+
+import psycopg
+import pytest
+
+from mailroom.db import contract
+
+CATALOG = """
+SELECT coalesce(p.proargnames, '{}') AS names,
+       coalesce(p.proargmodes::text[], array_fill('i'::text, ARRAY[p.pronargs])) AS modes,
+       array(SELECT format_type(t.oid, NULL) FROM unnest(coalesce(p.proallargtypes, p.proargtypes::oid[]))
+             WITH ORDINALITY AS t (oid, n) ORDER BY t.n) AS types,
+       p.pronargs, p.pronargdefaults, format_type(p.prorettype, NULL) AS returns, p.proretset
+FROM pg_proc AS p
+WHERE p.pronamespace = 'mailroom'::regnamespace AND p.proname = %s
+"""
+
+
+def _normalized(conn: psycopg.Connection, type_name: str) -> str:
+    return conn.execute("SELECT format_type(%s::regtype, NULL)", (type_name,)).fetchone()[0]
+
+
+def _signature(conn: psycopg.Connection, fn: contract.SqlFunction) -> list[tuple[str, str, bool]]:
+    return [(p.sql_name, _normalized(conn, p.type), p.optional) for p in fn.params]
+
+
+def _overloads(conn: psycopg.Connection, fn: contract.SqlFunction) -> list[dict]:
+    found = []
+    for names, modes, types, nargs, ndefaults, returns, retset in conn.execute(CATALOG, (fn.name,)).fetchall():
+        inputs = [(n, t) for n, m, t in zip(names, modes, types, strict=False) if m in ("i", "b", "v")]
+        found.append({
+            "inputs": [(n, t, i >= nargs - ndefaults) for i, (n, t) in enumerate(inputs)],
+            "returns": returns,
+            "setof": retset,
+        })
+    return found
+
+
+def _prepare(conn: psycopg.Connection, fn: contract.SqlFunction) -> None:
+    """Parse analysis of the generated statement (nothing runs): the overload and the columns resolve."""
+    names: list[str] = []
+
+    def number(match: re.Match) -> str:
+        if match.group(1) not in names:
+            names.append(match.group(1))
+        return f"${names.index(match.group(1)) + 1}"
+
+    query = re.sub(r"%\((\w+)\)s", number, fn.statement())
+    result = conn.pgconn.prepare(f"contract_{fn.name}".encode(), query.encode())
+    message = result.error_message.decode(errors="replace").strip()
+    assert result.status == psycopg.pq.ExecStatus.COMMAND_OK, f"{fn.qualified}: {message}"
+    conn.pgconn.exec_(f"DEALLOCATE contract_{fn.name}".encode())
+
+
+def test_the_contract_declares_the_drivers_calls() -> None:
+    declared = contract.declarations()
+    assert declared, "no SqlFunction declared: is any area's sqlapi.py importable?"
+    names = [fn.name for fn in declared]
+    assert len(names) == len(set(names)), "a function is declared twice"
+
+
+@pytest.mark.parametrize("fn", contract.declarations(), ids=lambda fn: fn.name)
+def test_declaration_matches_the_catalog(conn: psycopg.Connection, fn: contract.SqlFunction) -> None:
+    overloads = _overloads(conn, fn)
+    assert overloads, f"{fn.qualified} does not exist"
+    wanted = _signature(conn, fn)
+    match = [o for o in overloads if o["inputs"] == wanted]
+    assert match, f"{fn.qualified}: declared ({wanted}) but the catalog has {[o['inputs'] for o in overloads]}"
+    found = match[0]
+    if fn.columns:
+        assert found["setof"] or found["returns"] == "record" or found["returns"].startswith("mailroom."), (
+            f"{fn.qualified} returns {found['returns']}, declared as rows")
+    else:
+        assert found["returns"] == _normalized(conn, fn.returns), f"{fn.qualified} returns {found['returns']}"
+        assert found["setof"] == fn.setof, f"{fn.qualified}: setof is {found['setof']}"
+    _prepare(conn, fn)
+
+
+def test_calls_are_checked_before_anything_is_sent() -> None:
+    fn = contract.SqlFunction("contract_example", "p_limit integer, p_lease interval = default", returns="integer")
+    contract.REGISTRY.remove(fn)  # a throwaway declaration, not part of the driver's contract
+    assert fn.statement(["limit"]) == "SELECT mailroom.contract_example(p_limit => %(limit)s::integer)"
+    with pytest.raises(TypeError, match="missing limit"):
+        fn.statement(["lease"])
+    with pytest.raises(TypeError, match="no parameter limt"):
+        fn.statement(["limt"])
+    each = fn.each_statement(["limit"], ["lease"])
+    assert "unnest(%(limit__each)s::integer[])" in each and "p_lease => %(lease)s::interval" in each
+
+
+def test_each_calls_once_per_row_in_order(conn: psycopg.Connection) -> None:
+    fn = contract.SqlFunction("setting", "p_name text", returns="text")
+    contract.REGISTRY.remove(fn)
+    names = ["tokens.channel", "inbox.domain", "tokens.channel"]
+    assert fn.each(conn, [{"name": n} for n in names]) == [fn.value(conn, name=n) for n in names]
+    with pytest.raises(psycopg.Error) as info:
+        fn.value(conn, name="no.such.setting")
+    assert info.value.sqlstate == "MR001"
