@@ -209,7 +209,7 @@ SELECT
     r.smtp_username,
     r.smtp_password,
     r.smtp_password_set,
-    -- the VERP envelope sender (sql/26_bounces.sql), NULL without a bounce domain
+    -- the VERP envelope sender (sql/36_outbound_bounces.sql), NULL without a bounce domain
     mailroom._return_path(c.id, c.sender_id) AS return_path
 FROM claimed AS c
 INNER JOIN relays AS r ON c.sender_id = r.id

@@ -1,6 +1,6 @@
 """Bounce reports: what a bounce mail says about each recipient, for mailroom.record_bounce.
 
-Python only reads the facts; SQL (sql/26_bounces.sql) decides what they mean (hard bounce,
+Python only reads the facts; SQL (sql/36_outbound_bounces.sql) decides what they mean (hard bounce,
 delayed, a recipient that was not the message's). Two forms are understood:
 
 - RFC 3464 delivery status notifications: `multipart/report; report-type=delivery-status` with a

@@ -236,7 +236,7 @@ async def deliver(conns: RelayConnections, relay: Relay, row: dict[str, Any], at
             return out
         attempt.stage = "envelope"
         try:
-            # the VERP return path claim_messages computed (sql/26_bounces.sql), else the From address
+            # the VERP return path claim_messages computed (sql/36_outbound_bounces.sql), else the From address
             await smtp.mail(row.get("return_path") or row["from_address"])
             refused: list[aiosmtplib.SMTPRecipientRefused] = []
             for rcpt in rcpts:

@@ -1,4 +1,4 @@
--- Bounces (sql/26_bounces.sql): VERP return paths from claim_messages, their signature checked
+-- Bounces (sql/36_outbound_bounces.sql): VERP return paths from claim_messages, their signature checked
 -- at RCPT (check_bounce_recipient), and what record_bounce decides for each kind of report.
 BEGIN;
 SELECT plan(51);
