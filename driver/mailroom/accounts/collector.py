@@ -32,6 +32,7 @@ from mailroom.core.log import get_logger
 from mailroom.db import heartbeat, sqlapi
 from mailroom.db.connect import connect, connection_lost
 from mailroom.db.listen import Listener
+from mailroom.db.reconnect import Backoff
 
 OUTPUTS = ("csv", "jsonl")
 MAX_BATCH_LIMIT = 100_000
@@ -101,8 +102,6 @@ def parse_config(
 
 
 WAIT_SLICE = 0.2  # longest uninterrupted wait, so a signal is honoured within a second
-BACKOFF_FIRST = 0.1
-BACKOFF_CAP = 5.0
 APP_NAME = "mailroom-collect"
 
 # Connection-level failures: reconnect and resume. Anything else from the database is fatal.
@@ -255,7 +254,7 @@ class Collector:
         self._close()
 
     def _reconnect(self) -> None:
-        delay = BACKOFF_FIRST
+        backoff = Backoff()
         attempt = 0
         while not self.stopping:
             attempt += 1
@@ -263,9 +262,9 @@ class Collector:
             try:
                 self._connect()
             except UserError as exc:
+                delay = backoff.next()
                 self.log.warning("WARN: %s; retrying in %.1fs", exc, delay)
                 self._sleep(delay)
-                delay = min(delay * 2, BACKOFF_CAP)
                 continue
             return
 

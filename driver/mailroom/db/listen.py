@@ -28,9 +28,8 @@ from psycopg import sql
 
 from mailroom.core.errors import describe_db_error
 from mailroom.db.connect import connection_kwargs
+from mailroom.db.reconnect import Backoff
 
-BACKOFF_FIRST = 0.1
-BACKOFF_CAP = 5.0
 RETRY_AFTER_FAILED_CHECK = 30.0  # a pooler will not start carrying LISTEN soon
 READ_SLICE = 0.5  # longest blocking read, so stop() is honoured quickly
 
@@ -107,25 +106,23 @@ class Listener:
         self.on_connect()
 
     def _run(self) -> None:
-        delay = BACKOFF_FIRST
+        backoff = Backoff()
         while not self._stop.is_set():
             try:
                 conn = psycopg.connect(self.url, **connection_kwargs(application_name=self.name))
             except psycopg.Error as exc:
                 self._down(f"cannot connect ({describe_db_error(exc)})")
-                self._stop.wait(delay)
-                delay = min(delay * 2, BACKOFF_CAP)
+                self._stop.wait(backoff.next())
                 continue
             try:
                 with conn:
                     if self._serve(conn):
-                        delay = BACKOFF_FIRST
+                        backoff.reset()
                         continue
                 self._stop.wait(RETRY_AFTER_FAILED_CHECK)
             except psycopg.Error as exc:
                 self._down(f"connection lost ({describe_db_error(exc)})")
-                self._stop.wait(delay)
-                delay = min(delay * 2, BACKOFF_CAP)
+                self._stop.wait(backoff.next())
 
     def _serve(self, conn: psycopg.Connection) -> bool:
         """LISTEN and read until stopped (True) or the self-test fails (False)."""

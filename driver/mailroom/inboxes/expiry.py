@@ -28,8 +28,8 @@ import psycopg
 from mailroom.core.errors import UserError, describe_db_error
 from mailroom.core.log import get_logger
 from mailroom.db import heartbeat, sqlapi
-from mailroom.db.connect import connect
 from mailroom.db.listen import Listener
+from mailroom.db.reconnect import LazyConnection
 
 log = get_logger("expire")
 
@@ -62,7 +62,7 @@ class ExpiryWorker:
         self._maintained_at: float | None = None
         self.stop_event = threading.Event()
         self.wake = threading.Event()  # set by stop() and by the schedule listener
-        self._conn: psycopg.Connection | None = None
+        self._db = LazyConnection(url, "mailroom-expire")
         self.total_expired = 0
         self.total_purged = 0
         self.failed_cycles = 0
@@ -73,14 +73,9 @@ class ExpiryWorker:
         self.stop_event.set()
         self.wake.set()
 
-    def _connection(self) -> psycopg.Connection:
-        if self._conn is None or self._conn.closed:
-            self._conn = connect(self.url, application_name="mailroom-expire")
-        return self._conn
-
     def _drain(self, query: str, params: tuple) -> int:
         """Call a one-batch function until it reports nothing left (each call commits)."""
-        conn = self._connection()
+        conn = self._db.get()
         total = 0
         while True:
             count = conn.execute(query, params).fetchone()[0]
@@ -100,7 +95,7 @@ class ExpiryWorker:
             from mailroom.ops.maintain import maintain, summary
 
             self._maintained_at = time.monotonic()
-            rows = maintain(self._connection())
+            rows = maintain(self._db.get())
             if rows:
                 log.info("partitions: %s", summary(rows))
         self.total_expired += expired
@@ -136,7 +131,7 @@ class ExpiryWorker:
                     self.failed_cycles += 1
                     text = describe_db_error(exc) if isinstance(exc, psycopg.Error) else str(exc)
                     log.error("cycle failed: %s", text)
-                    self._close()
+                    self._db.close()
                     if once:
                         raise UserError(f"expiry failed: {text}") from None
                 if once:
@@ -144,7 +139,7 @@ class ExpiryWorker:
                 self._sleep(started + self.interval)
         finally:
             self.stop_event.set()
-            self._close()
+            self._db.close()
             if listener is not None:
                 listener.stop()
             log.info("stopped (expired %d, purged %d)", self.total_expired, self.total_purged)
@@ -176,13 +171,13 @@ class ExpiryWorker:
             return
         params = self.heartbeat.params(listening)
         try:
-            sqlapi.worker_heartbeat.call(self._connection(), **params)
+            sqlapi.worker_heartbeat.call(self._db.get(), **params)
         except UserError:
             self.heartbeat.skip(listening)  # cannot connect: the next cycle says so
             return
         except psycopg.OperationalError:
             self.heartbeat.skip(listening)
-            self._close()
+            self._db.close()
             return
         except psycopg.Error as exc:
             self.heartbeat.failed(exc, listening)
@@ -192,18 +187,11 @@ class ExpiryWorker:
     def _seconds_until_due(self) -> float | None:
         """Seconds until the next inbox is due (a delay queue over the partial index), floored."""
         try:
-            seconds = self._connection().execute("SELECT mailroom.seconds_until_next_expiry()").fetchone()[0]
+            seconds = self._db.get().execute("SELECT mailroom.seconds_until_next_expiry()").fetchone()[0]
         except (psycopg.Error, UserError):
-            self._close()
+            self._db.close()
             return None
         if seconds is None:
             return None
         # The floor keeps a due-but-locked inbox (skipped by SKIP LOCKED) from turning this into a busy loop.
         return max(MIN_WAIT, seconds + 0.001)
-
-    def _close(self) -> None:
-        if self._conn is not None:
-            try:
-                self._conn.close()
-            finally:
-                self._conn = None

@@ -24,8 +24,8 @@ import psycopg
 
 from mailroom.core.errors import Kind, UserError, db_user_error, describe_db_error, kind_of
 from mailroom.core.log import get_logger
-from mailroom.db.connect import connect
 from mailroom.db.listen import Listener
+from mailroom.db.reconnect import LazyConnection
 
 log = get_logger("inbox-watch")
 
@@ -80,7 +80,7 @@ class InboxWatcher:
         self.mailbox_id: int | None = None
         self._notified: dict[int, int] = {}  # message id -> mailbox id, heard since the last look
         self._lock = threading.Lock()
-        self._conn: psycopg.Connection | None = None
+        self._db = LazyConnection(url, "mailroom-inbox-watch")
         self.listener: Listener | None = None
 
     def stop(self) -> None:
@@ -104,21 +104,9 @@ class InboxWatcher:
 
     # -- reading -------------------------------------------------------------------------------
 
-    def _connection(self) -> psycopg.Connection:
-        if self._conn is None or self._conn.closed:
-            self._conn = connect(self.url, application_name="mailroom-inbox-watch")
-        return self._conn
-
-    def _close(self) -> None:
-        if self._conn is not None:
-            try:
-                self._conn.close()
-            finally:
-                self._conn = None
-
     def _new_messages(self) -> list[tuple]:
         """The inbox's messages not printed yet, oldest first."""
-        conn = self._connection()
+        conn = self._db.get()
         offset = max(0, len(self.seen) - REWIND)
         fresh: list[tuple] = []
         while True:
@@ -145,7 +133,7 @@ class InboxWatcher:
         try:
             self._look(show=self.existing)  # the baseline; a wrong token or closed inbox fails here
         except psycopg.Error as exc:
-            self._close()
+            self._db.close()
             raise db_user_error(exc) from None
         self.listener = Listener(
             self.listen_url, [CHANNEL], name="mailroom-inbox-watch-listen", log=log,
@@ -167,10 +155,10 @@ class InboxWatcher:
                 except UserError as exc:  # cannot connect: say so and try again at the next poll
                     log.warning("WARN: %s", exc)
                 except psycopg.Error as exc:
-                    self._close()
+                    self._db.close()
                     if kind_of(exc) is not Kind.UNAVAILABLE:
                         raise db_user_error(exc) from None
                     log.warning("WARN: reading the inbox failed: %s", describe_db_error(exc))
         finally:
             self.listener.stop()
-            self._close()
+            self._db.close()
