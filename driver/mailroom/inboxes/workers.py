@@ -2,10 +2,11 @@
 
 Each worker is a forked copy of the process running its own InboundServer (its own event loop and
 its own database pool) on a socket bound with SO_REUSEPORT, so the kernel spreads connections over
-them; they share nothing but the database. The parent holds no database connection and no event
-loop: it forks the workers, waits until every one of them listens, then forwards SIGTERM/SIGINT to
-them and waits. A worker that dies on its own is started again (after a second); one that dies
-within STARTUP_SECONDS of its start (bad settings, no database) stops the whole server.
+them; they share nothing but the database. The parent (mailroom.core.supervisor, with restarts)
+holds no database connection and no event loop: it forks the workers one after the other, each
+once the previous one listens, then passes SIGTERM/SIGINT on to them and waits. A worker that dies
+on its own is started again (after a second); one that dies within the supervisor's start-up
+window (bad settings, no database) stops the whole server.
 
 `250` keeps its meaning in every worker: it is answered only after that worker's COMMIT.
 """
@@ -14,18 +15,14 @@ from __future__ import annotations
 
 import os
 import select
-import signal
 import socket
-import sys
-import time
 from collections.abc import Callable
 
 from mailroom.core.errors import UserError
 from mailroom.core.log import get_logger
+from mailroom.core.supervisor import Child, Supervisor
 
 log = get_logger("inbox")
-
-STARTUP_SECONDS = 5.0
 
 
 def reserve_port(host: str, port: int) -> tuple[socket.socket, int]:
@@ -46,81 +43,29 @@ def supervise(run_worker: Callable[[int, Callable[[int], None]], None], workers:
     """Fork `workers` processes running run_worker(port, ready) and supervise them; the exit status."""
     reserved, port = reserve_port(host, port)
     ready_r, ready_w = os.pipe()
-    children: dict[int, float] = {}  # pid -> start time
-    stopping = False
-    failed = False
 
-    def spawn() -> None:
-        pid = os.fork()
-        if pid == 0:  # the worker
-            code = 0
-            try:
-                os.close(ready_r)
-                reserved.close()
-                for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGCHLD):
-                    signal.signal(sig, signal.SIG_DFL)
-                run_worker(port, lambda _port: os.write(ready_w, b"."))
-            except UserError as exc:
-                log.error("worker %d: %s", os.getpid(), exc)
-                code = 2
-            except BaseException as exc:  # noqa: BLE001 - a worker never returns into the parent's code
-                log.error("worker %d failed: %s", os.getpid(), type(exc).__name__)
-                code = 1
-            finally:
-                sys.stderr.flush()
-                os._exit(code)
-        children[pid] = time.monotonic()
+    def target() -> None:
+        os.close(ready_r)
+        reserved.close()
+        run_worker(port, lambda _port: os.write(ready_w, b"."))
 
-    def forward(signum: int, _frame: object) -> None:
-        nonlocal stopping
-        stopping = True
-        for pid in list(children):
-            try:
-                os.kill(pid, signum)
-            except ProcessLookupError:
-                pass
-
-    previous = {sig: signal.signal(sig, forward) for sig in (signal.SIGTERM, signal.SIGINT)}
-    try:
-        for _ in range(workers):
-            spawn()
-        # Wait until every worker listens (one byte each) or one of them exits.
-        ready = 0
-        while ready < workers and not stopping:
+    def listening(child: Child) -> None:
+        """One byte on the pipe: the worker listens (a restarted worker's byte is read by nobody)."""
+        while True:
             readable, _, _ = select.select([ready_r], [], [], 0.2)
-            if readable:
-                ready += len(os.read(ready_r, workers))
-            pid, status = os.waitpid(-1, os.WNOHANG)
-            if pid:
-                children.pop(pid, None)
-                log.error("a worker exited during start-up (status %d): stopping", os.waitstatus_to_exitcode(status))
-                failed = True
-                forward(signal.SIGTERM, None)
-        if ready >= workers and not stopping:
-            log.info("listening on %s:%d with %d worker processes (SO_REUSEPORT)", host, port, workers)
-        while children:
-            try:
-                pid, status = os.wait()
-            except ChildProcessError:
-                break
-            started = children.pop(pid, None)
-            if started is None or stopping:
-                continue
-            code = os.waitstatus_to_exitcode(status)
-            if time.monotonic() - started < STARTUP_SECONDS:
-                log.error("worker %d exited %d within %gs of its start: stopping", pid, code, STARTUP_SECONDS)
-                failed = True
-                forward(signal.SIGTERM, None)
-                continue
-            log.warning("worker %d exited (status %d): starting another", pid, code)
-            time.sleep(1)
-            if not stopping:
-                spawn()
+            if readable and os.read(ready_r, 1):
+                return
+            if not child.running():
+                raise UserError(f"an inbox worker exited during start-up (status {child.returncode})")
+
+    children = [Child(f"worker {n}", target=target, ready=listening) for n in range(1, workers + 1)]
+    sup = Supervisor(children, restart=True, log_name="inbox")
+    try:
+        code = sup.run(lambda: log.info("listening on %s:%d with %d worker processes (SO_REUSEPORT)",
+                                        host, port, workers))
     finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
         reserved.close()
         os.close(ready_r)
         os.close(ready_w)
     log.info("stopped (%d workers)", workers)
-    return 1 if failed else 0
+    return code

@@ -27,7 +27,7 @@ def run(
     ] = None,
 ) -> None:
     """Run inbound SMTP, the collector (--enqueue), the sender and the expiry worker together."""
-    from mailroom.ops.supervisor import run_all
+    from mailroom.ops.run import run_all
 
     if not (inbox or collect or send or expire):
         raise UserError("nothing to run: every component is disabled", exit_code=2)

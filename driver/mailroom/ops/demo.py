@@ -23,11 +23,12 @@ import psycopg
 from aiosmtpd.controller import Controller
 
 from mailroom.core.errors import UserError, describe_db_error
+from mailroom.core.supervisor import Supervisor
 from mailroom.db import cluster as embedded
 from mailroom.db.config import default_home
 from mailroom.db.connect import connect
 from mailroom.db.migrate import migrate
-from mailroom.ops.supervisor import Child, Supervisor
+from mailroom.ops.run import plan
 
 DEMO_SENDER = "mailroom-demo"
 FLAKY_SENDER = "mailroom-demo-flaky"
@@ -146,20 +147,16 @@ def _run_story(story: Story, url: str, relay: Controller, started: list[Supervis
         MAILROOM_BATCH_TIMEOUT="100",
         MAILROOM_HEALTHCHECK_INTERVAL="5000",
     )
-    children = [
-        Child("inbox", ["inbox", "serve", "--host", "127.0.0.1", "--port", str(inbox_port)]),
-        Child("collect", ["collect", "--enqueue"]),
-        Child("send", ["send"]),
-    ]
-    supervisor = Supervisor(children, env)
+    children = plan("127.0.0.1", inbox_port, inbox=True, collect=True, send=True, expire=False)
+    supervisor = Supervisor(children, env=env)
     started.append(supervisor)
-    supervisor.start(("127.0.0.1", inbox_port))
+    supervisor.start()
     with connect(url) as conn:
         story.wait("the collector and the sender to connect", lambda: one(
             conn, "SELECT bool_or(application_name = 'mailroom-collect')"
             " AND bool_or(application_name LIKE 'mailroom-send%%') FROM pg_stat_activity"
             " WHERE datname = current_database()"))
-    story.step("started: " + ", ".join(f"`mailroom {' '.join(c.args)}` (pid {c.proc.pid})" for c in children))
+    story.step("started: " + ", ".join(f"`mailroom {' '.join(c.args)}` (pid {c.pid})" for c in children))
 
     with connect(url) as conn:
         mailbox_id, address, expires_at, session_token = conn.execute(
@@ -237,8 +234,8 @@ def _run_story(story: Story, url: str, relay: Controller, started: list[Supervis
     supervisor.stop()
     story.step("stopped inbound SMTP, collector and sender (SIGTERM)")
     for child in children:
-        if child.proc.returncode != 0:
-            raise UserError(f"demo: {child.name} exited with code {child.proc.returncode}")
+        if child.returncode != 0:
+            raise UserError(f"demo: {child.name} exited with code {child.returncode}")
 
 
 def _try_rcpt(port: int, address: str) -> tuple[int, str]:

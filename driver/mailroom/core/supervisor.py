@@ -1,0 +1,200 @@
+"""The one process supervisor: `mailroom run` (a process per command) and `mailroom inbox serve --workers N`.
+
+A child is either a `mailroom` command run as its own process (`args`), or a function run in a
+forked copy of this process (`target`, whose return value is the exit status). Children start in
+order; a child's `ready` check (if any) runs right after it starts and blocks until it serves (it
+raises UserError when it does not). Then the supervisor waits, and its policy is the same for
+every set of children:
+
+- a child that exits within `startup_seconds` of its start failed to start: the others are
+  stopped and the exit status is 1;
+- a child that exits later is started again after RESTART_DELAY when `restart` is set (the inbox
+  server's workers); otherwise the others are stopped and the exit status is 1, so a service
+  manager (systemd, a container runtime) restarts the whole set (`mailroom run`);
+- SIGTERM or SIGINT is passed on to every child (the last started first); each gets `stop_grace`
+  seconds to exit before SIGKILL, and the exit status is 0.
+
+The supervisor holds no database connection and no event loop.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from mailroom.core.errors import UserError
+from mailroom.core.log import get_logger
+
+STARTUP_SECONDS = 5.0
+RESTART_DELAY = 1.0
+STOP_GRACE_SECONDS = 10.0
+POLL_SECONDS = 0.1
+
+
+@dataclass
+class Child:
+    """One supervised process; see the module docstring."""
+
+    name: str
+    args: list[str] | None = None  # `python -m mailroom *args`
+    target: Callable[[], int | None] | None = field(default=None, repr=False)  # run in a forked copy
+    ready: Callable[[Child], None] | None = field(default=None, repr=False)  # blocks until it serves
+    pid: int | None = None
+    started_at: float = 0.0
+    returncode: int | None = None  # as subprocess reports it: the exit code, or -N for signal N
+
+    def describe(self) -> str:
+        return f"mailroom {' '.join(self.args)}" if self.args is not None else self.name
+
+    def running(self) -> bool:
+        """Whether it still runs (reaps it and sets returncode when it has exited)."""
+        if self.pid is None or self.returncode is not None:
+            return False
+        try:
+            pid, status = os.waitpid(self.pid, os.WNOHANG)
+        except ChildProcessError:
+            self.returncode = self.returncode if self.returncode is not None else 1
+            return False
+        if pid == 0:
+            return True
+        self.returncode = os.waitstatus_to_exitcode(status)
+        return False
+
+    def send(self, signum: int) -> None:
+        if self.running():
+            try:
+                os.kill(self.pid, signum)  # type: ignore[arg-type]
+            except ProcessLookupError:
+                pass
+
+
+def _run_target(child: Child) -> None:
+    """In the forked process: run the target, never return into the supervisor's code."""
+    code = 0
+    log = get_logger(child.name)
+    try:
+        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGCHLD):
+            signal.signal(sig, signal.SIG_DFL)
+        code = (child.target() if child.target is not None else 0) or 0
+    except UserError as exc:
+        log.error("%s %d: %s", child.name, os.getpid(), exc)
+        code = 2
+    except BaseException as exc:  # noqa: BLE001 - a forked child never returns into the parent's code
+        log.error("%s %d failed: %s", child.name, os.getpid(), type(exc).__name__)
+        code = 1
+    finally:
+        sys.stderr.flush()
+        os._exit(code)
+
+
+class Supervisor:
+    """Starts children, passes signals on, applies the policy of the module docstring."""
+
+    def __init__(
+        self,
+        children: list[Child],
+        *,
+        env: dict[str, str] | None = None,
+        restart: bool = False,
+        startup_seconds: float = STARTUP_SECONDS,
+        stop_grace: float = STOP_GRACE_SECONDS,
+        log_name: str = "run",
+    ) -> None:
+        self.children = children
+        self.env = env
+        self.restart = restart
+        self.startup_seconds = startup_seconds
+        self.stop_grace = stop_grace
+        self.log = get_logger(log_name)
+        self.stopping = False
+        self.failed = False
+        self.received: list[int] = []
+
+    # -- starting ------------------------------------------------------------------------------
+
+    def spawn(self, child: Child) -> None:
+        child.returncode = None
+        child.started_at = time.monotonic()
+        if child.args is not None:
+            argv = [sys.executable, "-m", "mailroom", *child.args]
+            child.pid = os.posix_spawn(sys.executable, argv, self.env if self.env is not None else os.environ)
+            self.log.info("started %s (pid %d): %s", child.name, child.pid, child.describe())
+            return
+        pid = os.fork()
+        if pid == 0:
+            _run_target(child)
+        child.pid = pid
+
+    def start(self) -> None:
+        """Start every child in order, each one's ready check before the next (UserError if one fails)."""
+        for child in self.children:
+            self.spawn(child)
+            if child.ready is not None:
+                child.ready(child)
+
+    # -- running -------------------------------------------------------------------------------
+
+    def _on_signal(self, signum: int, _frame: object) -> None:
+        self.received.append(signum)
+
+    def run(self, on_started: Callable[[], None] | None = None) -> int:
+        """start(), then supervise until a signal or a failure; the exit status (0 after a signal)."""
+        previous = {sig: signal.signal(sig, self._on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
+        try:
+            self.start()
+            if on_started is not None and not self.received:
+                on_started()
+            while not self.received and not self.failed:
+                self._watch()
+                time.sleep(POLL_SECONDS)
+            if self.received:
+                self.log.info("signal %s received; stopping", signal.Signals(self.received[0]).name)
+            return 1 if self.failed else 0
+        finally:
+            if not self.stopping:
+                self.stop(self.received[0] if self.received else signal.SIGTERM)
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+
+    def _watch(self) -> None:
+        for child in self.children:
+            if child.pid is None or child.running():
+                continue
+            if time.monotonic() - child.started_at < self.startup_seconds:
+                self.log.error("%s exited with code %s; stopping the others (it failed to start: within %gs of "
+                               "its start)", child.name, child.returncode, self.startup_seconds)
+                self.failed = True
+                return
+            if not self.restart:
+                self.log.info("%s exited with code %s; stopping the others", child.name, child.returncode)
+                self.failed = True
+                return
+            self.log.warning("%s exited with code %s; starting another", child.name, child.returncode)
+            time.sleep(RESTART_DELAY)
+            if not self.received:
+                self.spawn(child)
+
+    # -- stopping ------------------------------------------------------------------------------
+
+    def stop(self, signum: int = signal.SIGTERM) -> None:
+        """Pass `signum` on to every running child (the last started first); SIGKILL after stop_grace."""
+        self.stopping = True
+        for child in reversed(self.children):
+            child.send(signum)
+        deadline = time.monotonic() + self.stop_grace
+        for child in self.children:
+            if child.pid is None:
+                continue
+            while child.running() and time.monotonic() < deadline:
+                time.sleep(POLL_SECONDS / 2)
+            if child.running():
+                self.log.info("%s did not stop within %.0fs; killing it", child.name, self.stop_grace)
+                child.send(signal.SIGKILL)
+                while child.running():
+                    time.sleep(POLL_SECONDS / 2)
+            if child.args is not None:
+                self.log.info("%s exited with code %s", child.name, child.returncode)

@@ -1,0 +1,101 @@
+"""mailroom.core.supervisor: the one policy of `mailroom run` and `mailroom inbox serve --workers N`.
+
+Children here are forked functions that write a line to a file when they start, so the tests see
+every start; the start-up window is shortened to keep them quick.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from mailroom.core.errors import UserError
+from mailroom.core.supervisor import Child, Supervisor
+
+
+def _child(name: str, starts: Path, *, lives: float | None) -> Child:
+    def target() -> int:
+        with starts.open("a") as f:
+            f.write(f"{name} {os.getpid()}\n")
+        if lives is None:
+            while True:
+                time.sleep(1)
+        time.sleep(lives)
+        return 3
+
+    return Child(name, target=target)
+
+
+def _starts(path: Path) -> list[str]:
+    return path.read_text().split()[0::2] if path.exists() else []
+
+
+def _signal_later(seconds: float) -> None:
+    threading.Timer(seconds, os.kill, (os.getpid(), signal.SIGTERM)).start()
+
+
+def test_a_child_that_dies_later_is_restarted_with_restart(tmp_path):
+    starts = tmp_path / "starts"
+    sup = Supervisor([_child("a", starts, lives=0.4), _child("b", starts, lives=None)], restart=True,
+                     startup_seconds=0.2, stop_grace=2)
+    _signal_later(3.0)
+    assert sup.run() == 0
+    names = _starts(starts)
+    assert names.count("a") >= 2, names  # died after its start-up window: started again
+    assert names.count("b") == 1, names
+    assert all(not c.running() for c in sup.children)
+
+
+def test_without_restart_a_death_stops_the_others(tmp_path):
+    starts = tmp_path / "starts"
+    sup = Supervisor([_child("a", starts, lives=0.4), _child("b", starts, lives=None)], restart=False,
+                     startup_seconds=0.2, stop_grace=2)
+    started = time.monotonic()
+    assert sup.run() == 1
+    assert time.monotonic() - started < 5
+    assert _starts(starts) == ["a", "b"]
+    a, b = sup.children
+    assert a.returncode == 3
+    assert b.returncode == -signal.SIGTERM  # stopped by the supervisor
+
+
+def test_a_death_within_the_start_up_window_stops_everything_even_with_restart(tmp_path):
+    starts = tmp_path / "starts"
+    sup = Supervisor([_child("a", starts, lives=0.0), _child("b", starts, lives=None)], restart=True,
+                     startup_seconds=3, stop_grace=2)
+    assert sup.run() == 1
+    assert _starts(starts).count("a") == 1
+
+
+def test_a_failed_ready_check_stops_what_was_started(tmp_path):
+    starts = tmp_path / "starts"
+
+    def never_ready(child: Child) -> None:
+        raise UserError(f"{child.name} does not serve")
+
+    first = _child("a", starts, lives=None)
+    second = _child("b", starts, lives=None)
+    second.ready = never_ready
+    sup = Supervisor([first, second], startup_seconds=0.2, stop_grace=2)
+    with pytest.raises(UserError, match="b does not serve"):
+        sup.run()
+    assert not first.running() and not second.running()
+
+
+def test_a_child_that_ignores_sigterm_is_killed_after_the_grace(tmp_path):
+    def stubborn() -> None:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        while True:
+            time.sleep(1)
+
+    sup = Supervisor([Child("stubborn", target=stubborn)], startup_seconds=0.1, stop_grace=0.5)
+    _signal_later(0.5)
+    started = time.monotonic()
+    assert sup.run() == 0
+    assert sup.children[0].returncode == -signal.SIGKILL
+    assert time.monotonic() - started < 5
