@@ -59,7 +59,8 @@ def supervise(run_worker: Callable[[int, Callable[[int], None]], None], workers:
                 raise UserError(f"an inbox worker exited during start-up (status {child.returncode})")
 
     children = [Child(f"worker {n}", target=target, ready=listening) for n in range(1, workers + 1)]
-    sup = Supervisor(children, restart=True, log_name="inbox")
+    # a worker lets deliveries in flight finish (up to 10 s, InboundServer.run) before it exits
+    sup = Supervisor(children, restart=True, stop_grace=30, log_name="inbox")
     try:
         code = sup.run(lambda: log.info("listening on %s:%d with %d worker processes (SO_REUSEPORT)",
                                         host, port, workers))
