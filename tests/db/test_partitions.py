@@ -4,6 +4,7 @@ maintain_partitions runs one caller at a time, from the CLI and (where installed
 from __future__ import annotations
 
 import shutil
+import signal
 import time
 from pathlib import Path
 
@@ -145,7 +146,7 @@ def test_a_second_concurrent_caller_is_skipped(db_url):
         assert ("skipped",) not in rows
 
 
-def test_cli_maintain_reports_and_expire_runs_it(cli, db_url):
+def test_cli_maintain_reports_and_its_worker_runs_it(cli, cli_popen, db_url):
     with psycopg.connect(db_url, autocommit=True) as conn:
         conn.execute(f"ALTER DATABASE {conn.info.dbname} SET mailroom.clock = '2031-06-01 12:00Z'")
     proc = cli("maintain")
@@ -156,12 +157,19 @@ def test_cli_maintain_reports_and_expire_runs_it(cli, db_url):
     assert "nothing to do" in proc.stdout
     with psycopg.connect(db_url, autocommit=True) as conn:
         conn.execute(f"ALTER DATABASE {conn.info.dbname} SET mailroom.clock = '2031-06-05 12:00Z'")
-    proc = cli("expire", "--once")
-    assert proc.returncode == 0, proc.stderr
-    with psycopg.connect(db_url) as conn:
-        parts = [r[0] for r in conn.execute("SELECT partition_name FROM mailroom._partitions('messages')")]
-    # four days later: the days up to 2031-06-12 exist only if the expiry worker ran maintenance
-    assert "messages_p20310611t0000" in parts, "mailroom expire ran maintain_partitions"
+    worker = cli_popen("maintain", "--every", "1h")  # runs at its start, then hourly
+    deadline = time.monotonic() + 30
+    parts: list[str] = []
+    while "messages_p20310611t0000" not in parts and time.monotonic() < deadline and worker.poll() is None:
+        time.sleep(0.2)
+        with psycopg.connect(db_url) as conn:
+            parts = [r[0] for r in conn.execute("SELECT partition_name FROM mailroom._partitions('messages')")]
+    # four days later: the days up to 2031-06-12 exist only if the maintenance worker ran
+    assert "messages_p20310611t0000" in parts, "mailroom maintain --every ran maintain_partitions"
+    worker.send_signal(signal.SIGTERM)
+    _, stderr = worker.communicate(timeout=10)
+    assert worker.returncode == 0, stderr
+    assert b"partitions: created" in stderr
 
 
 CRON_CONTROL = Path("/usr/share/postgresql/15/extension/pg_cron.control")

@@ -96,10 +96,10 @@ def test_run_starts_all_and_stops_on_sigterm(cli_popen, db_url, keys):
     with urllib.request.urlopen(f"http://127.0.0.1:{metrics}/metrics", timeout=5) as resp:
         assert b"mailroom_" in resp.read()
     deadline = time.monotonic() + 10
-    while len(processes_with(run_url)) < 5 and time.monotonic() < deadline:
+    while len(processes_with(run_url)) < 6 and time.monotonic() < deadline:
         time.sleep(0.1)
     children = processes_with(run_url)
-    for name in ("inbox serve", "collect --enqueue", "mailroom send", "mailroom expire"):
+    for name in ("inbox serve", "collect --enqueue", "mailroom send", "mailroom expire", "maintain --every"):
         assert any(name in c for c in children), (name, children)
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(timeout=15) == 0, proc.stderr.read().decode()
@@ -132,6 +132,6 @@ def test_run_stops_everything_when_a_component_dies(cli_popen, db_url, keys):
 
 
 def test_run_refuses_to_run_nothing(cli):
-    proc = cli("run", "--no-inbox", "--no-collect", "--no-send", "--no-expire")
+    proc = cli("run", "--no-inbox", "--no-collect", "--no-send", "--no-expire", "--no-maintain")
     assert proc.returncode == 2
     assert proc.stderr.strip() == "mailroom: error: nothing to run: every component is disabled"

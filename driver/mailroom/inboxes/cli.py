@@ -251,10 +251,6 @@ def expire_cmd(
         Optional[int], typer.Option(help="Mailboxes purged per transaction (default: setting inbox.purge_batch).")
     ] = None,
     once: Annotated[bool, typer.Option("--once", help="Run one cycle, print counts, exit.")] = False,
-    maintain_every: Annotated[
-        str, typer.Option(help="Run partition maintenance (mailroom maintain) this often (10m; 'never' to leave it "
-                               "to pg_cron or another worker).")
-    ] = "10m",
     wake_on_due: Annotated[
         bool, typer.Option("--wake-on-due/--no-wake-on-due",
                            help="Wake when the next inbox is due if that is sooner than --interval.")
@@ -267,14 +263,12 @@ def expire_cmd(
     if every <= 0:
         raise ConfigError("--interval must be positive")
     retention = parse_optional_duration("--purge-after", purge_after)
-    maintenance = parse_optional_duration("--maintain-every", maintain_every)
     for name, value in (("--batch", batch), ("--purge-batch", purge_batch)):
         if value is not None and value < 1:
             raise ConfigError(f"{name} must be at least 1, got {value}")
     url = resolve_database_url(database_url)
     worker = ExpiryWorker(url, interval=every, purge_after=retention, batch=batch, purge_batch=purge_batch,
-                          wake_on_due=wake_on_due, listen_url=resolve_listen_url(listen_url, url),
-                          maintain_every=None if maintenance is None else maintenance.total_seconds())
+                          wake_on_due=wake_on_due, listen_url=resolve_listen_url(listen_url, url))
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: worker.stop())
     worker.run(once=once)

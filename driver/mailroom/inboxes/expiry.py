@@ -1,9 +1,8 @@
 """The expiry worker behind `mailroom expire`.
 
 Every --interval it calls mailroom.expire_mailboxes() batch after batch (each batch its own short
-transaction) until nothing is due, then mailroom.purge_mailboxes(--purge-after) the same way, and
-every --maintain-every mailroom.maintain_partitions() (mailroom.ops.maintain: partitions ahead and
-past retention; one worker at a time, the others are told 'skipped'). With
+transaction) until nothing is due, then mailroom.purge_mailboxes(--purge-after) the same way
+(partition maintenance is another worker's: `mailroom maintain --every`). With
 --wake-on-due (default) it also wakes when the next inbox is due, like a delay queue:
 mailroom.seconds_until_next_expiry() reads the partial index of active inboxes, and the listener
 (mailroom.db.listen) re-reads it when NOTIFY mailroom_expiry_schedule says a sooner inbox was
@@ -49,7 +48,6 @@ class ExpiryWorker:
         purge_batch: int | None = None,
         wake_on_due: bool = True,
         listen_url: str | None = None,
-        maintain_every: float | None = 600.0,
     ) -> None:
         self.url = url
         self.listen_url = listen_url
@@ -58,8 +56,6 @@ class ExpiryWorker:
         self.purge_after = purge_after
         self.batch = batch
         self.purge_batch = purge_batch
-        self.maintain_every = maintain_every  # partition maintenance (mailroom.ops.maintain); None: never
-        self._maintained_at: float | None = None
         self.stop_event = threading.Event()
         self.wake = threading.Event()  # set by stop() and by the schedule listener
         self._db = LazyConnection(url, "mailroom-expire")
@@ -89,15 +85,6 @@ class ExpiryWorker:
         purged = 0
         if self.purge_after is not None and not self.stop_event.is_set():
             purged = self._drain("SELECT mailroom.purge_mailboxes(%s, %s)", (self.purge_after, self.purge_batch))
-        if self.maintain_every is not None and not self.stop_event.is_set() and (
-            self._maintained_at is None or time.monotonic() - self._maintained_at >= self.maintain_every
-        ):
-            from mailroom.ops.maintain import maintain, summary
-
-            self._maintained_at = time.monotonic()
-            rows = maintain(self._db.get())
-            if rows:
-                log.info("partitions: %s", summary(rows))
         self.total_expired += expired
         self.total_purged += purged
         self.heartbeat.claimed += expired + purged

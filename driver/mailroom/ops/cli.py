@@ -22,18 +22,21 @@ def run(
     collect: Annotated[bool, typer.Option("--collect/--no-collect", help="Run `mailroom collect --enqueue`.")] = True,
     send: Annotated[bool, typer.Option("--send/--no-send", help="Run `mailroom send`.")] = True,
     expire: Annotated[bool, typer.Option("--expire/--no-expire", help="Run `mailroom expire`.")] = True,
+    maintain: Annotated[
+        bool, typer.Option("--maintain/--no-maintain", help="Run `mailroom maintain --every 10m` (partitions).")
+    ] = True,
     metrics_port: Annotated[
         Optional[int], typer.Option(help="Prometheus metrics port of the sender (127.0.0.1); off by default.")
     ] = None,
 ) -> None:
-    """Run inbound SMTP, the collector (--enqueue), the sender and the expiry worker together."""
+    """Run inbound SMTP, the collector (--enqueue), the sender, the expiry worker and partition maintenance together."""
     from mailroom.ops.run import run_all
 
-    if not (inbox or collect or send or expire):
+    if not (inbox or collect or send or expire or maintain):
         raise UserError("nothing to run: every component is disabled", exit_code=2)
     url = resolve_database_url(database_url)
     raise typer.Exit(run_all(url, inbox_host=inbox_host, inbox_port=inbox_port, inbox=inbox, collect=collect,
-                             send=send, expire=expire, metrics_port=metrics_port))
+                             send=send, expire=expire, maintain=maintain, metrics_port=metrics_port))
 
 
 @app.command("demo")
@@ -61,11 +64,31 @@ def doctor(database_url: DatabaseUrlOption = None, listen_url: ListenUrlOption =
 
 
 @app.command("maintain")
-def maintain(database_url: DatabaseUrlOption = None) -> None:
-    """Run partition maintenance once: create partitions ahead, drop those past retention; print the report."""
+def maintain(
+    database_url: DatabaseUrlOption = None,
+    every: Annotated[
+        Optional[str], typer.Option(help="Run as a worker: now, then this often (e.g. 10m), until SIGTERM/SIGINT.")
+    ] = None,
+) -> None:
+    """Run partition maintenance once (create partitions ahead, drop those past retention; print the report),
+    or as a worker with --every."""
     from mailroom.db.connect import call_once
     from mailroom.ops import sqlapi
 
+    if every is not None:
+        import signal
+
+        from mailroom.core.durations import parse_seconds
+        from mailroom.ops.maintain import MaintenanceWorker
+
+        seconds = parse_seconds("--every", every)
+        if seconds <= 0:
+            raise UserError("--every must be positive", exit_code=2)
+        worker = MaintenanceWorker(resolve_database_url(database_url), seconds)
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, lambda *_: worker.stop())
+        worker.run()
+        return
     rows = call_once(resolve_database_url(database_url), sqlapi.maintain_partitions, application_name="mailroom-maintain")
     if not rows:
         typer.echo("nothing to do")

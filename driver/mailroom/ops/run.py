@@ -1,4 +1,4 @@
-"""`mailroom run`: the inbound SMTP server, the collector, the sender and the expiry worker together.
+"""`mailroom run`: the inbound SMTP server, the collector, the sender, the expiry worker and partition maintenance.
 
 Each child is the same CLI command an operator would run on its own, supervised by
 mailroom.core.supervisor without restarts: when one dies the others are stopped (exit 1), so a
@@ -16,6 +16,7 @@ from mailroom.core.errors import UserError
 from mailroom.core.supervisor import Child, Supervisor
 
 INBOX_LISTEN_TIMEOUT = 15.0
+MAINTAIN_EVERY = "10m"
 
 
 def wait_for_port(host: str, port: int, timeout: float) -> Callable[[Child], None]:
@@ -38,7 +39,7 @@ def wait_for_port(host: str, port: int, timeout: float) -> Callable[[Child], Non
 
 def plan(
     inbox_host: str, inbox_port: int, *, collect: bool, send: bool, expire: bool, inbox: bool,
-    metrics_port: int | None = None,
+    maintain: bool = False, metrics_port: int | None = None,
 ) -> list[Child]:
     """Which commands to run, in start order (the inbox first, so relays pointing at it work)."""
     children = []
@@ -52,6 +53,8 @@ def plan(
         children.append(Child("send", ["send", *metrics]))
     if expire:
         children.append(Child("expire", ["expire"]))
+    if maintain:
+        children.append(Child("maintain", ["maintain", "--every", MAINTAIN_EVERY]))
     return children
 
 
@@ -64,12 +67,13 @@ def run_all(
     collect: bool,
     send: bool,
     expire: bool,
+    maintain: bool,
     metrics_port: int | None,
 ) -> int:
-    """Run inbound SMTP, the collector (--enqueue), the sender and the expiry worker; the exit code."""
+    """Run inbound SMTP, the collector (--enqueue), the sender, the expiry worker and maintenance; the exit code."""
     env = dict(os.environ, MAILROOM_DATABASE_URL=url)
     children = plan(inbox_host, inbox_port, collect=collect, send=send, expire=expire, inbox=inbox,
-                    metrics_port=metrics_port)
+                    maintain=maintain, metrics_port=metrics_port)
     if not children:
         raise UserError("nothing to run: every component is disabled", exit_code=2)
     sup = Supervisor(children, env=env, restart=False)
