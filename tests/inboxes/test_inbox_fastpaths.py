@@ -13,7 +13,7 @@ import pytest
 from aiosmtpd.smtp import SMTP
 
 from mailroom.inboxes.mime import parse_message, plain_from
-from mailroom.inboxes.server import InboundSMTP
+from mailroom.inboxes.smtp import InboundSMTP
 
 FROM_VALUES = [
     "a@example.com", "<a@example.com>", "Bench <bench@example.com>", "A B C <x.y@z.org>", "x <a@b>", "<a.b@c>",

@@ -11,7 +11,7 @@ import time
 import psycopg
 import pytest
 
-from mailroom.inboxes.server import _SIZE_PROBE_BYTES
+from mailroom.inboxes.smtp import _SIZE_PROBE_BYTES
 
 FREE_LIMIT = 2 * 1024 * 1024  # the free plan's max_message_bytes (migrations/0020_inboxes.sql)
 MIB = 1024 * 1024
