@@ -1,6 +1,6 @@
 """The sender's message construction fast paths give the bytes the standard library gives.
 
-- relay._POLICY folds short plain header values itself: the same bytes as compat32's Header folding;
+- message._POLICY folds short plain header values itself: the same bytes as compat32's Header folding;
 - build_message chooses the multipart boundary itself (the generator compiles a regex per message
   to choose one): it never occurs in a body, and the message parses back to both bodies.
 """
@@ -12,7 +12,7 @@ import random
 import string
 from email import message_from_bytes, policy
 
-from mailroom.outbound import relay
+from mailroom.outbound import message
 
 SLOW = policy.compat32.clone(linesep="\r\n", max_line_length=78)
 
@@ -24,7 +24,7 @@ def test_fast_header_folding_is_byte_identical_to_compat32():
     values += ["".join(rnd.choice(string.printable[:95]) for _ in range(rnd.randint(1, 90))) for _ in range(500)]
     for value in values:
         for name in ("Subject", "To", "X-A-Rather-Long-Header-Name"):
-            assert relay._POLICY.fold_binary(name, value) == SLOW.fold_binary(name, value), (name, value)
+            assert message._POLICY.fold_binary(name, value) == SLOW.fold_binary(name, value), (name, value)
 
 
 def _row(text: str | None, html: str | None) -> dict:
@@ -39,7 +39,7 @@ def test_multipart_boundary_never_in_a_body_and_parses_back():
     text = "plain\n--===============\nend\n"
     html = "<p>html =3D ===============0000000000000000000==</p>"
     for _ in range(50):
-        msg = relay.build_message(_row(text, html))
+        msg = message.build_message(_row(text, html))
         boundary = msg.get_boundary()
         assert boundary is not None and boundary.startswith("=" * 15)
         raw = msg.as_bytes()

@@ -38,7 +38,7 @@ from mailroom.db import heartbeat, sqlapi
 from mailroom.db.connect import connect_async, connection_kwargs
 from mailroom.db.listen import Listener
 from mailroom.outbound.metrics import SenderMetrics
-from mailroom.outbound.relay import Attempt, Outcome, Relay, RelayConnections, deliver
+from mailroom.outbound.smtp import Attempt, Outcome, Relay, RelayConnections, deliver
 
 log = get_logger("send")
 

@@ -1,106 +1,26 @@
-"""SMTP relays: build the RFC 5322 message of a claimed row and deliver it over a reused connection.
+"""SMTP to the relays: a slot's reused connections (one per relay) and one transaction on them.
 
 `deliver()` never decides what a failure means: it reports the raw outcome (kind, reply code,
-enhanced status code, reply text) and mailroom.finalize_messages classifies it in SQL.
+enhanced status code, reply text) and mailroom.finalize_messages classifies it in SQL. The message
+itself is built by mailroom.outbound.message.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import email.utils
-import random
 import re
 import socket
 import ssl
-import sys
 from dataclasses import dataclass, field
-from email.contentmanager import raw_data_manager
-from email.header import Header
-from email.message import EmailMessage
-from email.policy import compat32
 from typing import Any
 
 import aiosmtplib
 
+from mailroom.outbound.message import build_message, envelope_recipients
 from mailroom.outbound.metrics import SenderMetrics
 
 _ENHANCED = re.compile(r"^\s*([245]\.\d{1,3}\.\d{1,3})\b")
-
-# Printable ASCII words separated by single spaces: a header value the compat32 folding (an
-# email.header.Header per header, ~60 us each, a dozen a message) leaves as it is when it fits.
-_PLAIN_HEADER = re.compile(r"[\x21-\x7e]+(?: [\x21-\x7e]+)*")
-
-
-class _Policy(type(compat32)):  # type: ignore[misc]
-    """compat32 with a fast path for short plain header values (same bytes; tests/outbound checks)."""
-
-    def _fold(self, name: str, value: Any, sanitize: bool) -> str:
-        if (isinstance(value, str) and len(name) + 2 + len(value) <= self.max_line_length
-                and _PLAIN_HEADER.fullmatch(value)):
-            return f"{name}: {value}{self.linesep}"
-        return super()._fold(name, value, sanitize)
-
-
-_POLICY = _Policy(linesep="\r\n", max_line_length=78)
-
-
-def _boundary(*bodies: str) -> str:
-    """A multipart boundary in the generator's own form, chosen here: the generator's check
-    compiles a new regex for every message (~0.3 ms). The boundary must not start a line of a
-    body: a plain substring test is stricter (encoded bodies cannot contain it: '=' is escaped)."""
-    while True:
-        boundary = f"{'=' * 15}{random.randrange(sys.maxsize):019d}=="
-        if not any("--" + boundary in body for body in bodies):
-            return boundary
-
-
-# ---------------------------------------------------------------------------------------------
-# Message construction
-
-
-def _header_value(value: str) -> str | Header:
-    """ASCII values go in as they are; anything else is RFC 2047 encoded (UTF-8)."""
-    return value if value.isascii() else Header(value, "utf-8")
-
-
-def build_message(row: dict[str, Any]) -> EmailMessage:
-    """The RFC 5322 message of a claimed row: multipart/alternative when both bodies exist.
-
-    Headers: Subject, From, To (or an empty group when there are only Cc/Bcc recipients), Cc,
-    Date (enqueue time), Message-ID (generated once at enqueue), the extra headers. Never Bcc.
-    The compat32 header policy (with the modern raw_data_manager for bodies) is used because the
-    modern policy's header parsing costs ~2 ms per message, the sender's main CPU cost.
-    """
-    msg = EmailMessage(policy=_POLICY)
-    msg["Subject"] = _header_value(row["subject"])
-    msg["From"] = row["from_address"]
-    msg["To"] = ", ".join(row["to_addrs"]) if row["to_addrs"] else "undisclosed-recipients:;"
-    if row["cc_addrs"]:
-        msg["Cc"] = ", ".join(row["cc_addrs"])
-    msg["Date"] = email.utils.format_datetime(row["created_at"])
-    msg["Message-ID"] = row["message_id"]
-    for name, value in (row["headers"] or {}).items():
-        msg[name] = _header_value(value)
-    text, html = row["text_body"], row["html_body"]
-    if text is not None and html is not None:
-        msg.set_content(text, content_manager=raw_data_manager)
-        msg.add_alternative(html, subtype="html", content_manager=raw_data_manager)
-        msg.set_boundary(_boundary(text, html))
-    elif html is not None:
-        msg.set_content(html, subtype="html", content_manager=raw_data_manager)
-    else:
-        msg.set_content(text or "", content_manager=raw_data_manager)
-    return msg
-
-
-def envelope_recipients(row: dict[str, Any]) -> list[str]:
-    """RCPT TO list: to + cc + bcc, each once, in order."""
-    return list(dict.fromkeys([*row["to_addrs"], *row["cc_addrs"], *row["bcc_addrs"]]))
-
-
-# ---------------------------------------------------------------------------------------------
-# SMTP
 
 
 @dataclass(frozen=True)
