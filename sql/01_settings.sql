@@ -187,3 +187,22 @@ COMMENT ON FUNCTION mailroom.set_setting(text, text) IS
 'Change an existing setting after checking the value against its kind and bounds; MR001 unknown name, MR003 bad value, MR004 setting without a kind, 22004 NULL.';
 
 GRANT EXECUTE ON FUNCTION mailroom.set_setting(text, text) TO mailroom_admin;
+
+CREATE OR REPLACE FUNCTION mailroom.interval_setting(p_name text)
+RETURNS interval
+LANGUAGE plpgsql
+STABLE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    -- set_setting checked the value against its kind, so an interval setting always casts
+    RETURN mailroom.setting(p_name)::interval;
+END;
+$$;
+
+COMMENT ON FUNCTION mailroom.interval_setting(text) IS
+'Value of an interval setting as an interval (a worker reads its lease or period typed); raises MR001 when the setting does not exist.';
+
+GRANT EXECUTE ON FUNCTION mailroom.interval_setting(text)
+TO mailroom_app, mailroom_collector, mailroom_sender, mailroom_inbound, mailroom_monitor;

@@ -265,3 +265,28 @@ COMMENT ON FUNCTION mailroom.unsuspend_account(bigint) IS
 'Lift a suspension: back to active, or to provisioned if never activated; returns the new status (MR105 unknown, MR107 not suspended).';
 
 GRANT EXECUTE ON FUNCTION mailroom.unsuspend_account(bigint) TO mailroom_app;
+
+CREATE OR REPLACE FUNCTION mailroom.account_status(p_account bigint)
+RETURNS mailroom.account_status
+LANGUAGE plpgsql
+STABLE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_status mailroom.account_status;
+BEGIN
+    SELECT a.status INTO v_status FROM mailroom.accounts AS a WHERE a.id = p_account;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION USING
+            ERRCODE = 'MR105',
+            MESSAGE = format('unknown account %s', coalesce(p_account::text, 'NULL'));
+    END IF;
+    RETURN v_status;
+END;
+$$;
+
+COMMENT ON FUNCTION mailroom.account_status(bigint) IS
+'The status of an account: provisioned, active or suspended (MR105 unknown).';
+
+GRANT EXECUTE ON FUNCTION mailroom.account_status(bigint) TO mailroom_app;

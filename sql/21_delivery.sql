@@ -107,3 +107,78 @@ COMMENT ON FUNCTION mailroom.deliver_message(text, bytea, text, text, text, text
 'Store a raw message for one recipient if its mailbox is open and within plan limits (guard in the INSERT); NOTIFY mailroom_inbox and mailroom_delivery with ids; returns the message id.';
 
 GRANT EXECUTE ON FUNCTION mailroom.deliver_message(text, bytea, text, text, text, text, text, jsonb) TO mailroom_inbound;
+
+-- deliver_messages: several messages (of several SMTP sessions) in ONE statement, so one COMMIT
+-- stores them all: the inbound server's group commit. Each recipient row names its message by
+-- position in the message arrays; a message's data is sent once, however many recipients it has.
+-- A refused recipient raises deliver_message's error and nothing of the statement is kept.
+CREATE OR REPLACE FUNCTION mailroom.deliver_messages(
+    p_message integer[],
+    p_address text[],
+    p_raw bytea[],
+    p_envelope_from text[],
+    p_subject text[],
+    p_from_header text[],
+    p_text_body text[],
+    p_html_body text[],
+    p_attachments jsonb[]
+)
+RETURNS TABLE (message integer, message_id bigint)
+LANGUAGE sql
+VOLATILE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT
+        r.message,
+        mailroom.deliver_message(
+            r.address, m.raw, m.envelope_from, m.subject, m.from_header, m.text_body, m.html_body, m.attachments
+        )
+    FROM unnest(p_message, p_address) WITH ORDINALITY AS r (message, address, n)
+    INNER JOIN unnest(p_raw, p_envelope_from, p_subject, p_from_header, p_text_body, p_html_body, p_attachments)
+        WITH ORDINALITY AS m (raw, envelope_from, subject, from_header, text_body, html_body, attachments, message)
+        ON r.message = m.message
+    ORDER BY r.n
+$$;
+
+COMMENT ON FUNCTION mailroom.deliver_messages(
+    integer[], text[], bytea[], text[], text[], text[], text[], text[], jsonb[]
+) IS
+'Group commit: deliver_message for every (message, recipient) row in one statement, the message data given once per message (1-based positions); returns (message, message_id) per recipient in order. All or nothing.';
+
+GRANT EXECUTE ON FUNCTION mailroom.deliver_messages(
+    integer[], text[], bytea[], text[], text[], text[], text[], text[], jsonb[]
+) TO mailroom_inbound;
+
+-- check_message_size: while DATA grows, whether any accepted recipient's plan still takes the
+-- size so far (check_recipient answers 'too_large' exactly when the size is over the mailbox's
+-- plan; another verdict, a mailbox that expired meanwhile, is left to deliver_message).
+CREATE OR REPLACE FUNCTION mailroom.check_message_size(p_addresses text[], p_size bigint)
+RETURNS TABLE (verdict text, address text, reply text)
+LANGUAGE plpgsql
+STABLE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_column
+BEGIN
+    -- the first recipient that takes it (ask it first next time), else the refusal
+    SELECT 'ok', c.address, NULL::text INTO verdict, address, reply
+    FROM unnest(p_addresses) WITH ORDINALITY AS a (address, n)
+    CROSS JOIN LATERAL mailroom.check_recipient(a.address, p_size) AS c
+    WHERE c.verdict <> 'too_large'
+    ORDER BY a.n
+    LIMIT 1;
+    IF NOT FOUND THEN
+        verdict := 'too_large';
+        address := NULL;
+        reply := '552 5.3.4 Message too big for this mailbox';
+    END IF;
+    RETURN NEXT;
+END;
+$$;
+
+COMMENT ON FUNCTION mailroom.check_message_size(text[], bigint) IS
+'DATA-stage size probe: ok with the first recipient whose plan takes p_size octets, or too_large with the SMTP reply when none does.';
+
+GRANT EXECUTE ON FUNCTION mailroom.check_message_size(text[], bigint) TO mailroom_inbound;

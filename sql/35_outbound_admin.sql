@@ -40,6 +40,34 @@ COMMENT ON VIEW mailroom.outbound_stats IS
 GRANT SELECT ON mailroom.outbound_stats TO mailroom_monitor, mailroom_sender;
 -- A view reads its tables with its owner's rights but calls functions with its reader's: the
 -- readers of outbound_stats need mailroom.clock() (granted to them in sql/00_clock.sql too).
+
+-- The same row as a function: what the driver calls (mailroom.db.contract names functions only).
+-- Its columns are spelled out, not the view's row type, so a migration may still replace the view.
+CREATE OR REPLACE FUNCTION mailroom.outbound_stats()
+RETURNS TABLE (
+    queued bigint,
+    processing bigint,
+    sent bigint,
+    failed bigint,
+    due_now bigint,
+    retries_waiting bigint,
+    possibly_sent bigint,
+    oldest_queued_age_seconds double precision,
+    stale_outcomes bigint,
+    reaped bigint
+)
+LANGUAGE sql
+STABLE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT s.* FROM mailroom.outbound_stats AS s
+$$;
+
+COMMENT ON FUNCTION mailroom.outbound_stats() IS
+'The row of the view mailroom.outbound_stats: counts per status, due now, retries waiting, possibly sent, oldest queued age, stale outcomes, reaped.';
+
+GRANT EXECUTE ON FUNCTION mailroom.outbound_stats() TO mailroom_monitor, mailroom_sender;
 GRANT EXECUTE ON FUNCTION mailroom.clock() TO mailroom_monitor, mailroom_sender;
 
 CREATE OR REPLACE FUNCTION mailroom._check_outbound_status(p_status text)

@@ -1,7 +1,7 @@
 -- set_setting checks every value against its setting's kind and bounds (MR003), and refuses a
 -- setting that declares no kind (MR004).
 BEGIN;
-SELECT plan(52);
+SELECT plan(55);
 
 CREATE FUNCTION pg_temp.refused(p_name text, p_value text) RETURNS text LANGUAGE plpgsql AS $$
 BEGIN
@@ -175,6 +175,10 @@ SELECT throws_ok(
     $$SELECT mailroom.set_setting('tokens.ttl', NULL)$$, '22004', 'setting tokens.ttl cannot be NULL', 'NULL: 22004'
 );
 SELECT is(mailroom.setting('tokens.ttl'), '30 days', 'refused values left the setting as it was');
+
+SELECT is(mailroom.interval_setting('tokens.ttl'), interval '30 days', 'interval_setting: the value as an interval');
+SELECT is(mailroom.interval_setting('outbound.lease'), interval '5 minutes', 'interval_setting of another setting');
+SELECT throws_ok($$SELECT mailroom.interval_setting('test.missing')$$, 'MR001', NULL, 'interval_setting: unknown: MR001');
 
 SELECT * FROM finish();
 ROLLBACK;

@@ -1,6 +1,6 @@
 -- Accounts: validation, the insert and status triggers, create/suspend/unsuspend.
 BEGIN;
-SELECT plan(52);
+SELECT plan(55);
 
 SET LOCAL mailroom.clock = '2030-01-01 00:00:00+00';
 
@@ -176,6 +176,16 @@ SELECT is((SELECT status FROM mailroom.accounts WHERE login = 'fay'), 'suspended
 SELECT throws_ok(
     $$ INSERT INTO mailroom.tokens (account, action) VALUES (-42, 'activation'); SET CONSTRAINTS ALL IMMEDIATE $$,
     '23503', NULL, 'deferred FK still enforced at commit');
+
+-- account_status: how an application reads an account's status
+CREATE TEMP TABLE dora AS SELECT mailroom.create_account('dora@example.com', 'dora') AS id;
+SELECT is(mailroom.account_status((SELECT id FROM dora)), 'provisioned'::mailroom.account_status,
+    'account_status: a new account is provisioned');
+SELECT mailroom.suspend_account((SELECT id FROM dora));
+SELECT is(mailroom.account_status((SELECT id FROM dora)), 'suspended'::mailroom.account_status,
+    'account_status follows a suspension');
+SELECT throws_ok($$ SELECT mailroom.account_status(-1) $$, 'MR105', 'unknown account -1',
+    'account_status of an unknown account: MR105');
 
 SELECT * FROM finish();
 ROLLBACK;

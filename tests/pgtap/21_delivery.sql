@@ -1,6 +1,6 @@
 -- Delivery guard at the exact expiry boundary, plan limits, list/read and their errors.
 BEGIN;
-SELECT plan(39);
+SELECT plan(47);
 
 SET LOCAL mailroom.clock = '2030-01-01 00:00:00+00';
 
@@ -179,6 +179,66 @@ SELECT ok(
 );
 SELECT throws_ok(format('SELECT mailroom.deliver_message(%L, %L::bytea)', (SELECT address FROM b WHERE k = 'pro'), '\x41'),
     'MR205', 'mailbox expired', 'but by the statement''s real time it has expired: refused');
+
+-- deliver_messages: the group commit in one statement, each message's data given once
+SET LOCAL mailroom.clock = '2030-02-01 00:00:00+00';
+INSERT INTO b SELECT 'g1', * FROM mailroom.create_mailbox(10, 'free');
+INSERT INTO b SELECT 'g2', * FROM mailroom.create_mailbox(10, 'free');
+INSERT INTO b SELECT 'gp', * FROM mailroom.create_mailbox(10, 'pro');
+CREATE TEMP TABLE g AS
+SELECT * FROM mailroom.deliver_messages(
+    ARRAY[1, 2, 2],
+    ARRAY[(SELECT address FROM b WHERE k = 'g1'), (SELECT address FROM b WHERE k = 'g1'), (SELECT address FROM b WHERE k = 'g2')],
+    ARRAY['\x41'::bytea, '\x4242'::bytea], ARRAY['a@example.com', ''], ARRAY['one', 'two'], ARRAY[NULL, 'B <b@example.com>'],
+    ARRAY['t1', NULL], ARRAY[NULL, '<p>2</p>'], ARRAY['[]'::jsonb, '[{"filename": "b.txt"}]'::jsonb]
+);
+SELECT is((SELECT array_agg(message) FROM g), ARRAY[1, 2, 2], 'deliver_messages: one row per recipient, in order');
+SELECT is(
+    (SELECT array_agg(m.subject || ':' || octet_length(m.raw) ORDER BY m.id) FROM mailroom.messages AS m
+     WHERE m.id IN (SELECT message_id FROM g)),
+    ARRAY['one:1', 'two:2', 'two:2'], 'each recipient row got its own message''s data'
+);
+SELECT is(
+    (SELECT count(*)::int FROM mailroom.messages AS m
+     WHERE m.mailbox_id = (SELECT mailbox_id FROM b WHERE k = 'g2') AND m.from_header = 'B <b@example.com>'
+         AND m.html_body = '<p>2</p>' AND m.attachments = '[{"filename": "b.txt"}]'),
+    1, 'every column of the second message reached its second recipient'
+);
+SELECT throws_ok(
+    format(
+        'SELECT * FROM mailroom.deliver_messages(ARRAY[1, 2], ARRAY[%L, %L], ARRAY[''\x41''::bytea, ''\x42''::bytea],'
+        ' ARRAY['''', ''''], ARRAY[NULL, NULL]::text[], ARRAY[NULL, NULL]::text[], ARRAY[NULL, NULL]::text[],'
+        ' ARRAY[NULL, NULL]::text[], ARRAY[''[]'', ''[]'']::jsonb[])',
+        (SELECT address FROM b WHERE k = 'g1'), 'nobody@mailroom.test'
+    ),
+    'MR203', 'mailbox not found', 'a refused recipient fails the whole group'
+);
+SELECT is(
+    (SELECT count(*)::int FROM mailroom.messages WHERE mailbox_id = (SELECT mailbox_id FROM b WHERE k = 'g1')),
+    2, 'and nothing of the failed group was kept'
+);
+
+-- check_message_size: the DATA-stage probe
+SELECT results_eq(
+    format('SELECT verdict, address, reply FROM mailroom.check_message_size(ARRAY[%L, %L], %s)',
+        (SELECT address FROM b WHERE k = 'g1'), (SELECT address FROM b WHERE k = 'gp'),
+        (SELECT max_message_bytes + 1 FROM mailroom.plans WHERE name = 'free')),
+    format($$VALUES ('ok'::text, %L::text, NULL::text)$$, (SELECT address FROM b WHERE k = 'gp')),
+    'over the free plan: the pro recipient takes it'
+);
+SELECT results_eq(
+    format('SELECT verdict, address, reply FROM mailroom.check_message_size(ARRAY[%L, %L], 10)',
+        (SELECT upper(address) FROM b WHERE k = 'gp'), (SELECT address FROM b WHERE k = 'g1')),
+    format($$VALUES ('ok'::text, %L::text, NULL::text)$$, (SELECT address FROM b WHERE k = 'gp')),
+    'the first recipient that takes it, in its normalized form'
+);
+SELECT results_eq(
+    format('SELECT verdict, address, reply FROM mailroom.check_message_size(ARRAY[%L, %L], %s)',
+        (SELECT address FROM b WHERE k = 'g1'), (SELECT address FROM b WHERE k = 'g2'),
+        (SELECT max_message_bytes + 1 FROM mailroom.plans WHERE name = 'free')),
+    $$VALUES ('too_large'::text, NULL::text, '552 5.3.4 Message too big for this mailbox'::text)$$,
+    'over every recipient''s plan: too_large, with the SMTP reply'
+);
 
 SELECT * FROM finish();
 ROLLBACK;

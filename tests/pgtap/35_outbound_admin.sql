@@ -1,6 +1,6 @@
 -- Outbound: the stats view, retry, purge, list/show, and documentation of the public API.
 BEGIN;
-SELECT plan(23);
+SELECT plan(24);
 
 SET LOCAL mailroom.clock = '2030-01-01 00:00Z';
 SELECT mailroom.upsert_sender('tap', 'robot@mailroom.test', '127.0.0.1', 2525);
@@ -22,6 +22,10 @@ SELECT is(
     'stats: oldest eligible queued message is one minute old (pinned clock)'
 );
 SELECT is((SELECT stale_outcomes FROM mailroom.outbound_stats), 0::bigint, 'stats: stale outcome counter');
+SELECT is(
+    (SELECT s::text FROM mailroom.outbound_stats() AS s), (SELECT v::text FROM mailroom.outbound_stats AS v),
+    'outbound_stats(): the row of the view'
+);
 
 SELECT is(
     (SELECT array_agg(subject ORDER BY id) FROM mailroom.outbound_messages m
