@@ -20,7 +20,10 @@ from pathlib import Path
 
 import psycopg
 
+from mailroom.accounts import sqlapi as accounts
 from mailroom.db import cluster as embedded
+from mailroom.db import sqlapi as db_sqlapi
+from mailroom.db.contract import SqlFunction
 
 AREA = "accounts"
 SEED_SQL = Path(__file__).resolve().parent / "seed_accounts.sql"
@@ -68,7 +71,7 @@ def _load_backlog(conn: psycopg.Connection, first: int, count: int) -> None:
 
 def _dequeue_once(conn: psycopg.Connection, limit: int) -> int:
     with conn.transaction():
-        rows = conn.execute("SELECT token_id FROM mailroom.dequeue_tokens(%s, %s)", (limit, KEY)).fetchall()
+        rows = accounts.dequeue_tokens.rows(conn, limit=limit, key=KEY)
     return len(rows)
 
 
@@ -109,7 +112,7 @@ def _buffers_per_call(conn: psycopg.Connection, limit: int) -> int:
             conn.execute("SET LOCAL auto_explain.log_analyze = on")
             conn.execute("SET LOCAL auto_explain.log_buffers = on")
             conn.execute("SET LOCAL client_min_messages = log")
-            conn.execute("SELECT count(*) FROM mailroom.dequeue_tokens(%s, %s)", (limit, KEY))
+            accounts.dequeue_tokens.rows(conn, limit=limit, key=KEY)
     finally:
         conn.remove_notice_handler(keep)
     plan = next(n for n in notes if "CTE picked" in n)
@@ -117,11 +120,11 @@ def _buffers_per_call(conn: psycopg.Connection, limit: int) -> int:
     return sum(int(v) for v in re.findall(r"(?:hit|read)=(\d+)", first))
 
 
-def _median_ms(conn: psycopg.Connection, sql: str, params_list: list[tuple]) -> float:
+def _median_ms(conn: psycopg.Connection, fn: SqlFunction, calls: list[dict]) -> float:
     times = []
-    for params in params_list:
+    for kwargs in calls:
         start = time.perf_counter()
-        conn.execute(sql, params)
+        fn.call(conn, **kwargs)
         times.append((time.perf_counter() - start) * 1000)
     return statistics.median(times)
 
@@ -129,13 +132,13 @@ def _median_ms(conn: psycopg.Connection, sql: str, params_list: list[tuple]) -> 
 def _consume_and_recovery(conn: psycopg.Connection, n: int, progress: Callable[[str], None]) -> list[dict]:
     """consume_token cost (recovery counts the code attempt in the same transaction) and request_password_recovery
     for an active account vs an unknown address (the anti-enumeration path should cost about the same)."""
-    conn.execute("SELECT mailroom.set_setting('recovery.min_interval', '0 seconds')")
-    conn.execute("SELECT mailroom.set_setting('recovery.daily_cap', '1000')")
+    db_sqlapi.set_setting.call(conn, name="recovery.min_interval", value="0 seconds")
+    db_sqlapi.set_setting.call(conn, name="recovery.daily_cap", value="1000")
     conn.execute("INSERT INTO mailroom.accounts (email, login, status) "
                  "SELECT 'live' || g || '@example.com', 'live' || g, 'active' FROM generate_series(1, %s) AS g", (n,))
-    emails = [(f"live{i}@example.com",) for i in range(1, n + 1)]
-    unknown = [(f"ghost{i}@example.com",) for i in range(1, n + 1)]
-    request = "SELECT mailroom.request_password_recovery(%s)"
+    emails = [{"email": f"live{i}@example.com"} for i in range(1, n + 1)]
+    unknown = [{"email": f"ghost{i}@example.com"} for i in range(1, n + 1)]
+    request = accounts.request_password_recovery
     _median_ms(conn, request, unknown[:3])  # warm up
     known_ms = _median_ms(conn, request, emails)
     unknown_ms = _median_ms(conn, request, unknown)
@@ -143,13 +146,12 @@ def _consume_and_recovery(conn: psycopg.Connection, n: int, progress: Callable[[
     conn.execute("INSERT INTO mailroom.accounts (email, login) "
                  "SELECT 'fresh' || g || '@example.com', 'fresh' || g FROM generate_series(1, %s) AS g", (n,))
     with conn.transaction():
-        issued = conn.execute(
-            "SELECT d.action::text, d.signed, d.code FROM mailroom.dequeue_tokens(1000000, %s) AS d "
-            "WHERE d.login LIKE 'live%%' OR d.login LIKE 'fresh%%'", (KEY,)
-        ).fetchall()
-    consume = "SELECT mailroom.consume_token(%s, %s, %s)"
-    act_ms = _median_ms(conn, consume, [(s, KEY, None) for a, s, _ in issued if a == "activation"])
-    rec_ms = _median_ms(conn, consume, [(s, KEY, c) for a, s, c in issued if a == "password_recovery"])
+        issued = [(d.action, d.signed, d.code) for d in accounts.dequeue_tokens.rows(conn, limit=1000000, key=KEY)
+                  if d.login.startswith(("live", "fresh"))]
+    consume = accounts.consume_token
+    act_ms = _median_ms(conn, consume, [{"signed": s, "key": KEY} for a, s, _ in issued if a == "activation"])
+    rec_ms = _median_ms(conn, consume, [{"signed": s, "key": KEY, "code": c} for a, s, c in issued
+                                        if a == "password_recovery"])
     progress(f"consume {act_ms:.2f} ms (activation), {rec_ms:.2f} ms (recovery); "
              f"request_password_recovery {known_ms:.2f} ms (active) vs {unknown_ms:.2f} ms (unknown)")
     note = f"median of {n} calls, autocommit"

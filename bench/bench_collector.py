@@ -18,6 +18,8 @@ from pathlib import Path
 
 import psycopg
 
+from mailroom.accounts import sqlapi as accounts
+
 KEY_HEX = "cafebabe" * 8
 ROOT = Path(__file__).resolve().parents[1]
 AREA = "collector"
@@ -93,10 +95,9 @@ class _Collector:
 
 
 def _bulk(conn: psycopg.Connection, prefix: str, n: int) -> None:
-    conn.execute(
-        "SELECT mailroom.create_account(%(p)s || g || '@bench.test', %(p)s || g) FROM generate_series(1, %(n)s) AS g",
-        {"p": prefix, "n": n},
-    )
+    """n accounts in one statement."""
+    accounts.create_account.each(conn, [{"email": f"{prefix}{g}@bench.test", "login": f"{prefix}{g}"}
+                                        for g in range(1, n + 1)])
 
 
 def _row(benchmark: str, value: float, unit: str, note: str) -> dict:
@@ -142,7 +143,7 @@ def insert_rate(url: str, n: int, progress: Callable[[str], None]) -> list[dict]
         with psycopg.connect(url, autocommit=True) as conn:
             start = time.monotonic()
             for i in range(n):
-                conn.execute("SELECT mailroom.create_account(%s, %s)", (f"s{i}@bench.test", f"s{i}"), prepare=True)
+                accounts.create_account.call(conn, email=f"s{i}@bench.test", login=f"s{i}")
             inserted = time.monotonic()
         end = c.wait_count(n, timeout=120)
     finally:
@@ -166,7 +167,7 @@ def trickle_latency(url: str, n: int, progress: Callable[[str], None]) -> list[d
             next_at = time.monotonic()
             for i in range(n):
                 login = f"t{i}"
-                conn.execute("SELECT mailroom.create_account(%s, %s)", (f"{login}@bench.test", login), prepare=True)
+                accounts.create_account.call(conn, email=f"{login}@bench.test", login=login)
                 committed[login] = time.monotonic()
                 next_at += 0.005
                 delay = next_at - time.monotonic()

@@ -25,11 +25,13 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable
+from datetime import timedelta
 from pathlib import Path
 
 import psycopg
 
 from bench import smtp_tools
+from mailroom.inboxes import sqlapi as inboxes
 
 AREA = "inboxes"
 
@@ -55,7 +57,7 @@ def _setup(conn: psycopg.Connection) -> None:
 
 
 def _mailbox(conn: psycopg.Connection) -> str:
-    return conn.execute("SELECT address FROM mailroom.create_mailbox(NULL, 'bench')").fetchone()[0]
+    return inboxes.create_mailbox.row(conn, plan="bench").address
 
 
 def _start_server(url: str, workers: int = 1) -> tuple[subprocess.Popen, int, Path]:
@@ -154,7 +156,8 @@ def _latencies(url: str, address: str, stop: threading.Event, out: list[float], 
     with psycopg.connect(url, autocommit=True) as c:
         while not stop.is_set() and len(out) < max_calls:
             t = time.perf_counter()
-            c.execute("SELECT mailroom.deliver_message(%s, %s, 'bench@example.com', 'lat')", (address, MESSAGE))
+            inboxes.deliver_message.call(c, address=address, raw=MESSAGE, envelope_from="bench@example.com",
+                                         subject="lat")
             out.append(time.perf_counter() - t)
 
 
@@ -195,7 +198,7 @@ def _bench_expiry(url: str, conn: psycopg.Connection, quick: bool, progress: Cal
     try:
         while True:
             t = time.perf_counter()
-            count = conn.execute("SELECT mailroom.expire_mailboxes(%s)", (batch,)).fetchone()[0]
+            count = inboxes.expire_mailboxes.value(conn, batch=batch)
             longest = max(longest, time.perf_counter() - t)
             expired += count
             calls += 1
@@ -217,7 +220,7 @@ def _bench_expiry(url: str, conn: psycopg.Connection, quick: bool, progress: Cal
     t0 = time.perf_counter()
     while True:
         t = time.perf_counter()
-        count = conn.execute("SELECT mailroom.purge_mailboxes(interval '0', %s)", (batch,)).fetchone()[0]
+        count = inboxes.purge_mailboxes.value(conn, older_than=timedelta(0), batch=batch)
         purge_longest = max(purge_longest, time.perf_counter() - t)
         purged += count
         purge_calls += 1

@@ -30,13 +30,11 @@ import psycopg
 from aiosmtpd.controller import Controller
 
 from bench import smtp_tools
+from mailroom.outbound import sqlapi as outbound
 
 AREA = "outbound"
 ROOT = Path(__file__).resolve().parents[1]
 
-CLAIM = "SELECT id, claim_token FROM mailroom.claim_messages(%s, 'bench')"
-FINALIZE = "SELECT count(*) FROM mailroom.finalize_messages(%s::bigint[], %s::bigint[], %s::text[])"
-RELEASE = "SELECT mailroom.release_messages(%s::bigint[], %s::bigint[])"
 
 
 def _row(benchmark: str, value: float, unit: str, note: str = "") -> dict:
@@ -64,11 +62,12 @@ def _sql_cycle(conn: psycopg.Connection, batch: int, total: int) -> float:
     done = 0
     started = time.perf_counter()
     while True:
-        rows = conn.execute(CLAIM.replace("%s", str(batch), 1)).fetchall()
+        rows = outbound.claim_messages.rows(conn, limit=batch, worker="bench")
         if not rows:
             break
-        ids = [r[0] for r in rows]
-        conn.execute(FINALIZE, (ids, [r[1] for r in rows], ["sent"] * len(ids)))
+        ids = [r.id for r in rows]
+        outbound.finalize_messages.rows(conn, ids=ids, claim_tokens=[r.claim_token for r in rows],
+                                        outcomes=["sent"] * len(ids))
         done += len(ids)
     elapsed = time.perf_counter() - started
     assert done == total, f"cycled {done} of {total}"
@@ -109,7 +108,7 @@ def _end_to_end(conn: psycopg.Connection, url: str, processes: int, total: int, 
                 port: int, extra: list[str] | None = None) -> float:
     if sink is not None:
         sink.reset()
-    conn.execute("SELECT mailroom.upsert_sender('bench', 'bench@mailroom.test', '127.0.0.1', %s)", (port,))
+    outbound.upsert_sender.call(conn, name="bench", from_address="bench@mailroom.test", host="127.0.0.1", port=port)
     conn.execute("TRUNCATE mailroom.outbound_messages")
     _fill(conn, total)
     conn.execute("VACUUM ANALYZE mailroom.outbound_messages")
@@ -132,9 +131,9 @@ def _claim_latency(conn: psycopg.Connection, calls: int = 30) -> tuple[float, fl
     times = []
     for _ in range(calls):
         t0 = time.perf_counter()
-        rows = conn.execute(CLAIM.replace("%s", "100", 1)).fetchall()
+        rows = outbound.claim_messages.rows(conn, limit=100, worker="bench")
         times.append((time.perf_counter() - t0) * 1000)
-        conn.execute(RELEASE, ([r[0] for r in rows], [r[1] for r in rows]))
+        outbound.release_messages.call(conn, ids=[r.id for r in rows], claim_tokens=[r.claim_token for r in rows])
     return statistics.median(times), max(times)
 
 
@@ -146,7 +145,7 @@ def run(url: str, quick: bool, progress: Callable[[str], None]) -> list[dict]:
     controller.start()
     try:
         with psycopg.connect(url, autocommit=True) as conn:
-            conn.execute("SELECT mailroom.upsert_sender('bench', 'bench@mailroom.test', '127.0.0.1', %s)", (port,))
+            outbound.upsert_sender.call(conn, name="bench", from_address="bench@mailroom.test", host="127.0.0.1", port=port)
 
             for batch, total in ((1, 500 if quick else 3000), (100, 5000 if quick else 50000),
                                  (500, 10000 if quick else 100000)):

@@ -26,8 +26,15 @@ import sys
 import threading
 import time
 from collections.abc import Callable
+from datetime import datetime, timedelta
 
 import psycopg
+
+from mailroom.accounts import sqlapi as accounts
+from mailroom.db import sqlapi as db_sqlapi
+from mailroom.inboxes import sqlapi as inboxes
+from mailroom.ops import sqlapi as ops
+from mailroom.outbound import sqlapi as outbound
 
 AREA = "partitions"
 NOW = "2030-06-15 12:00:00+00"
@@ -41,20 +48,22 @@ def _row(benchmark: str, value: float, unit: str, note: str = "") -> dict:
     return {"area": AREA, "benchmark": benchmark, "value": value, "unit": unit, "note": note}
 
 
-def _pin(conn: psycopg.Connection, at: str) -> None:
-    conn.execute("SELECT set_config('mailroom.clock', %s, false)", (at,))
+def _pin(conn: psycopg.Connection, at: str | datetime) -> None:
+    """mailroom.clock() for the rest of the session (the bench runs as a timekeeper)."""
+    when = datetime.fromisoformat(at) if isinstance(at, str) else at
+    db_sqlapi.pin_clock.call(conn, at=when, local=False)
 
 
 def _layout(conn: psycopg.Connection) -> None:
     """Empty tables, daily partitions from 31 days before NOW to a week after (tokens weekly)."""
     conn.execute("TRUNCATE mailroom.outbound_messages, mailroom.messages, mailroom.tokens, "
                  "mailroom.outbound_idempotency_keys, mailroom.mailboxes, mailroom.accounts CASCADE")
-    conn.execute("SELECT mailroom.set_setting('partitions.ahead', '40 days')")
-    conn.execute("SELECT set_config('mailroom.clock', (%s::timestamptz - interval '31 days')::text, false)", (NOW,))
-    conn.execute("SELECT count(*) FROM mailroom.maintain_partitions()")
-    conn.execute("SELECT mailroom.set_setting('partitions.ahead', '7 days')")
+    db_sqlapi.set_setting.call(conn, name="partitions.ahead", value="40 days")
+    _pin(conn, datetime.fromisoformat(NOW) - timedelta(days=31))
+    ops.maintain_partitions.rows(conn)
+    db_sqlapi.set_setting.call(conn, name="partitions.ahead", value="7 days")
     _pin(conn, NOW)
-    conn.execute("SELECT mailroom.upsert_sender('bench', 'bench@mailroom.test', '127.0.0.1', 2525)")
+    outbound.upsert_sender.call(conn, name="bench", from_address="bench@mailroom.test", host="127.0.0.1", port=2525)
 
 
 def _fill(conn: psycopg.Connection, n: int) -> tuple[str, str]:
@@ -77,11 +86,11 @@ def _fill(conn: psycopg.Connection, n: int) -> tuple[str, str]:
     )
     conn.execute("SET session_replication_role = origin")
     # accounts (their activation tokens are the pending backlog), 10 minutes old: not expired
-    conn.execute("SELECT set_config('mailroom.clock', (%s::timestamptz - interval '10 minutes')::text, false)",
-                 (NOW,))
+    _pin(conn, datetime.fromisoformat(NOW) - timedelta(minutes=10))
     conn.execute("INSERT INTO mailroom.accounts (email, login) SELECT 'u' || g || '@example.com', 'u' || g "
                  "FROM generate_series(1, %s) AS g", (PENDING_TOKENS,))
-    box = conn.execute("SELECT address, session_token FROM mailroom.create_mailbox(10080, 'enterprise')").fetchone()
+    created = inboxes.create_mailbox.row(conn, ttl_minutes=10080, plan="enterprise")
+    box = (created.address, created.session_token)
     _pin(conn, NOW)
     conn.execute("SET session_replication_role = replica")
     conn.execute(
@@ -133,7 +142,7 @@ def _fill(conn: psycopg.Connection, n: int) -> tuple[str, str]:
     return box[0], box[1]
 
 
-def _explain(conn: psycopg.Connection, query: str, params: tuple, runs: int = 5) -> tuple[float, int, int]:
+def _explain(conn: psycopg.Connection, query: str, params: dict, runs: int = 5) -> tuple[float, int, int]:
     """Median execution ms of EXPLAIN (ANALYZE, BUFFERS) of query (rolled back), buffers hit/read of the last."""
     times = []
     hit = read = 0
@@ -147,12 +156,12 @@ def _explain(conn: psycopg.Connection, query: str, params: tuple, runs: int = 5)
 
 def _flat(conn: psycopg.Connection, sizes: list[int], progress: Callable[[str], None]) -> list[dict]:
     calls = {
-        "claim_messages(100)": ("SELECT count(*) FROM mailroom.claim_messages(100, 'bench')", lambda box: ()),
-        "dequeue_tokens(100)": ("SELECT count(*) FROM mailroom.dequeue_tokens(100, %s)", lambda box: (KEY,)),
-        "deliver_message": ("SELECT mailroom.deliver_message(%s, '\\x00'::bytea, '', 'bench')",
-                            lambda box: (box[0],)),
-        "list_messages (one inbox, 20 messages)": ("SELECT count(*) FROM mailroom.list_messages(%s, %s)",
-                                                   lambda box: box),
+        "claim_messages(100)": (outbound.claim_messages, lambda box: {"limit": 100, "worker": "bench"}),
+        "dequeue_tokens(100)": (accounts.dequeue_tokens, lambda box: {"limit": 100, "key": KEY}),
+        "deliver_message": (inboxes.deliver_message, lambda box: {"address": box[0], "raw": b"\x00",
+                                                                  "envelope_from": "", "subject": "bench"}),
+        "list_messages (one inbox, 20 messages)": (
+            inboxes.list_messages, lambda box: {"address": box[0], "session_token": box[1]}),
     }
     base: dict[str, tuple[float, int]] = {}
     rows = []
@@ -163,8 +172,9 @@ def _flat(conn: psycopg.Connection, sizes: list[int], progress: Callable[[str], 
         box = _fill(conn, n)
         partitions = conn.execute("SELECT count(*) FROM mailroom._partitions('outbound_messages')").fetchone()[0]
         progress(f"loaded in {time.monotonic() - started:.0f}s ({partitions} outbound partitions)")
-        for name, (query, args) in calls.items():
-            ms, hit, read = _explain(conn, query, args(box))
+        for name, (fn, args) in calls.items():
+            params = args(box)
+            ms, hit, read = _explain(conn, fn.statement(params), params)
             base.setdefault(name, (ms, hit + read))
             b_ms, b_buf = base[name]
             rows.append(_row(
@@ -216,7 +226,7 @@ def _purge(conn: psycopg.Connection, url: str, n: int, progress: Callable[[str],
     thread.start()
     time.sleep(0.3)
     t0 = time.monotonic()
-    report = conn.execute("SELECT action, partition_name, row_count FROM mailroom.maintain_partitions()").fetchall()
+    report = [(r.action, r.partition_name, r.row_count) for r in ops.maintain_partitions.rows(conn)]
     took = time.monotonic() - t0
     time.sleep(0.3)
     stop.set()

@@ -7,7 +7,9 @@ that PostgreSQL accepts (parse analysis resolves the overload and the result col
 
 from __future__ import annotations
 
+import ast
 import re
+from pathlib import Path
 
 import psycopg
 import pytest
@@ -105,3 +107,32 @@ def test_each_calls_once_per_row_in_order(conn: psycopg.Connection) -> None:
     with pytest.raises(psycopg.Error) as info:
         fn.value(conn, name="no.such.setting")
     assert info.value.sqlstate == "MR001"
+
+
+# Where SQL text may stand in driver/: the contract itself and the areas' declarations, db/ (transport
+# and admin: LISTEN, liveness, migrate's bookkeeping, the cluster), doctor's catalog probes, the test harness.
+SQL_TEXT_ALLOWED = ("db/", "ops/probes.py", "testing.py")
+_SQL_START = re.compile(r"^\s*(SELECT|INSERT|UPDATE|DELETE|WITH|CALL)\s")
+
+
+def _sql_text(path: Path) -> list[str]:
+    """Statements a module writes itself: `.execute(...)` calls and string constants that start like SQL."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in (
+                "execute", "executemany", "copy", "exec_"):
+            found.append(f"{path.name}:{node.lineno}: .{node.func.attr}(…)")
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str) and _SQL_START.match(node.value):
+            found.append(f"{path.name}:{node.lineno}: {node.value[:40]!r}")
+    return found
+
+
+def test_no_sql_text_outside_the_contract() -> None:
+    root = Path(contract.__file__).resolve().parents[1]  # driver/mailroom
+    offenders = []
+    for path in sorted(root.rglob("*.py")):
+        relative = path.relative_to(root).as_posix()
+        if relative.startswith(SQL_TEXT_ALLOWED) or relative.endswith("sqlapi.py"):
+            continue
+        offenders += _sql_text(path)
+    assert offenders == [], "SQL text outside mailroom.db.contract declarations:\n" + "\n".join(offenders)

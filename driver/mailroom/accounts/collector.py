@@ -30,7 +30,7 @@ from mailroom.accounts.output import CommitLost, EnqueueSink, OutputClosed, Stdo
 from mailroom.core.errors import ConfigError, UserError, describe_db_error
 from mailroom.core.log import get_logger
 from mailroom.db import heartbeat, sqlapi
-from mailroom.db.connect import connect, connection_lost
+from mailroom.db.connect import connect, connection_lost, ping
 from mailroom.db.listen import Listener
 from mailroom.db.reconnect import Backoff
 
@@ -229,18 +229,18 @@ class Collector:
         """Warn when the tokens trigger notifies another channel than the one we LISTEN on."""
         assert self.work is not None
         try:
-            row = self.work.execute("SELECT mailroom.setting('tokens.channel')").fetchone()
+            channel = sqlapi.setting.value(self.work, name="tokens.channel")
         except RECONNECTABLE:
             raise
         except psycopg.Error:
             self.work.rollback()
             return  # setting absent (older schema): nothing to compare
         self.work.rollback()
-        if row and row[0] and row[0] != self.cfg.channel:
+        if channel and channel != self.cfg.channel:
             self.log.warning(
                 "WARN: setting tokens.channel is %r but MAILROOM_CHANNEL_NAME is %r; "
                 "only the backlog drain and the idle sweep will find new tokens",
-                row[0], self.cfg.channel,
+                channel, self.cfg.channel,
             )
 
     def _close(self) -> None:
@@ -343,7 +343,7 @@ class Collector:
         work connection alive.
         """
         assert self.work is not None
-        self.work.execute("SELECT 1")
+        ping(self.work)
         self.work.rollback()
         swept = self._drain(None)
         if swept:

@@ -14,13 +14,8 @@ from typing import BinaryIO
 
 import psycopg
 
+from mailroom.accounts import sqlapi
 from mailroom.db.connect import connection_lost
-
-DEQUEUE_SQL = (
-    "SELECT action::text, email, login, signed, code, token_id"
-    " FROM mailroom.dequeue_tokens(%s, %s)"
-)
-ENQUEUE_SQL = "SELECT mailroom.enqueue_token_emails(%s, %s)"
 
 # The article's numeric action codes (its downstream senders switch on them).
 ACTION_CODES = {"activation": "1", "password_recovery": "2"}
@@ -98,9 +93,7 @@ class StdoutSink:
         self.skipped = 0
 
     def run_batch(self, conn: psycopg.Connection, limit: int, key: bytes) -> int:
-        with conn.cursor() as cur:
-            cur.execute(DEQUEUE_SQL, (limit, key))
-            rows = cur.fetchall()
+        rows = [tuple(r) for r in sqlapi.dequeue_tokens.rows(conn, limit=limit, key=key)]
         if not rows:
             conn.rollback()  # nothing was dispatched; end the transaction cheaply
             return 0
@@ -145,10 +138,8 @@ class EnqueueSink:
     skipped = 0
 
     def run_batch(self, conn: psycopg.Connection, limit: int, key: bytes) -> int:
-        with conn.cursor() as cur:
-            cur.execute(ENQUEUE_SQL, (limit, key))
-            row = cur.fetchone()
-        count = int(row[0]) if row and row[0] is not None else 0
+        value = sqlapi.enqueue_token_emails.value(conn, limit=limit, key=key)
+        count = int(value) if value is not None else 0
         if count == 0:
             conn.rollback()
             return 0

@@ -7,6 +7,7 @@ statement of another one does not exist) and no session state is set on it.
 
 from __future__ import annotations
 
+import select
 from typing import Any
 
 import psycopg
@@ -63,14 +64,31 @@ def call_once(url: str, fn: SqlFunction, /, *, application_name: str, **kwargs: 
             raise db_user_error(exc) from None
 
 
-def call(url: str, query: str, params: tuple = (), *, application_name: str, row_factory: Any = None) -> list[Any]:
-    """One statement on a short-lived connection, for operator commands: its rows, or UserError.
+def ping(conn: psycopg.Connection) -> None:
+    """A round trip that proves the connection alive (raises when it is not): the liveness check."""
+    conn.execute("SELECT 1")
 
-    The error is one line with the exit code of its kind (mailroom.core.errors.kind_of)."""
-    with connect(url, application_name=application_name) as conn:
+
+class StaleConnection(Exception):
+    """A pooled connection failed its liveness check: nothing was sent, a retry is safe."""
+
+
+def _has_pending_input(conn: psycopg.AsyncConnection) -> bool:
+    """Whether an idle pooled connection's socket is readable (or unusable): the sign that the server
+    sent it something, i.e. ended it (pg_terminate_backend, shutdown, crash). No round trip."""
+    try:
+        readable, _, _ = select.select([conn.pgconn.socket], [], [], 0)
+    except (OSError, ValueError, psycopg.Error):
+        return True
+    return bool(readable)
+
+
+async def ensure_alive(conn: psycopg.AsyncConnection) -> None:
+    """Before anything is sent on a pooled connection: raise StaleConnection if the server ended
+    it. An idle connection has nothing to read unless the server ended it (a FATAL message, then
+    EOF): only then pay a round trip to find out."""
+    if _has_pending_input(conn):
         try:
-            cur = conn.cursor(row_factory=row_factory) if row_factory is not None else conn.cursor()
-            cur.execute(query, params)
-            return cur.fetchall()
-        except psycopg.Error as exc:
-            raise db_user_error(exc) from None
+            await conn.execute("")  # liveness check: fails only before anything is sent
+        except psycopg.OperationalError as exc:
+            raise StaleConnection(describe_db_error(exc)) from None

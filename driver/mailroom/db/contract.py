@@ -21,8 +21,9 @@ declaration does not name, or a required one left out, is a TypeError before any
 argument names, types and defaults, the result's type or columns, and that the statement plans):
 the contract and the schema cannot drift.
 
-Only this layer holds SQL text that names mailroom's API. Transport statements (LISTEN, a liveness
-`SELECT 1`, the migration runner's own bookkeeping) stay in `db/`.
+Only this layer holds SQL text that names mailroom's API. Transport and admin statements (LISTEN, a
+liveness check, the migration runner's own bookkeeping, cluster admin) stay in `db/`, and the catalog
+probes of `mailroom doctor` (pg_roles, pg_settings, session state) in `ops/probes.py`.
 """
 
 from __future__ import annotations

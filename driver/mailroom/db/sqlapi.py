@@ -1,9 +1,22 @@
-"""The SQL functions every area's workers share, as the driver calls them (mailroom.db.contract)."""
+"""The foundation's SQL functions the driver calls (mailroom.db.contract): settings, the clock,
+queue health and worker heartbeats (sql/00_clock.sql, 01_settings.sql, 06_queue_health.sql)."""
 
 from __future__ import annotations
 
 from mailroom.db.contract import SqlFunction
 
+setting = SqlFunction("setting", "p_name text", returns="text")
+interval_setting = SqlFunction("interval_setting", "p_name text", returns="interval")
+set_setting = SqlFunction("set_setting", "p_name text, p_value text", returns="text")
+
+clock = SqlFunction("clock", returns="timestamptz")
+pin_clock = SqlFunction("pin_clock", "p_at timestamptz, p_local boolean = default", returns="timestamptz")
+
+queue_health = SqlFunction("queue_health", returns=("queue", "due", "oldest_due_age_seconds", "expired_leases"))
+worker_health = SqlFunction("worker_health", returns=(
+    "worker", "kind", "host", "listening", "heartbeat_age_seconds", "listener_age_seconds",
+    "last_claim_age_seconds", "claimed", "started_at",
+))
 worker_heartbeat = SqlFunction(
     "worker_heartbeat", "p_worker text, p_kind text, p_listening boolean, p_claimed integer = default"
 )

@@ -17,7 +17,9 @@ import typer
 from mailroom.core.durations import parse_optional_duration, parse_seconds
 from mailroom.core.errors import ConfigError
 from mailroom.db.config import DatabaseUrlOption, ListenUrlOption, resolve_database_url, resolve_listen_url
-from mailroom.db.connect import call
+from mailroom.db.connect import call_once
+from mailroom.db.contract import SqlFunction
+from mailroom.inboxes import sqlapi
 
 app = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
 
@@ -40,8 +42,8 @@ OwnerIdOption = Annotated[Optional[str], typer.Option("--owner-id", help="Owner 
 JsonOption = Annotated[bool, typer.Option("--json", help="Print JSON instead of text.")]
 
 
-def _db_call(url: str, query: str, params: tuple) -> list[tuple]:
-    return call(url, query, params, application_name="mailroom-inbox")
+def _db_call(url: str, fn: SqlFunction, **kwargs: Any) -> list[Any]:
+    return call_once(url, fn, application_name="mailroom-inbox", **kwargs)
 
 
 def _print(obj: Any, as_json: bool) -> None:
@@ -134,11 +136,7 @@ def create_cmd(
 ) -> None:
     """Create an inbox; prints its address, expires_at and (anonymous) session token."""
     url = resolve_database_url(database_url)
-    rows = _db_call(
-        url,
-        "SELECT mailbox_id, address, expires_at, session_token FROM mailroom.create_mailbox(%s, %s, %s, %s)",
-        (ttl, plan, owner_type, owner_id),
-    )
+    rows = _db_call(url, sqlapi.create_mailbox, ttl_minutes=ttl, plan=plan, owner_type=owner_type, owner_id=owner_id)
     mailbox_id, address, expires_at, token = rows[0]
     _print(
         {"mailbox_id": mailbox_id, "address": address, "expires_at": expires_at.isoformat(),
@@ -159,19 +157,17 @@ def list_cmd(
 ) -> None:
     """List an inbox's messages (id, received_at, sender, subject)."""
     url = resolve_database_url(database_url)
-    rows = _db_call(
-        url,
-        "SELECT message_id, received_at, envelope_from, subject, is_read, size_bytes"
-        " FROM mailroom.list_messages(%s, %s, %s, %s, %s)",
-        (address, token, owner_type, owner_id, limit),
-    )
+    rows = _db_call(url, sqlapi.list_messages, address=address, session_token=token, owner_type=owner_type,
+                    owner_id=owner_id, limit=limit)
     if as_json:
         for r in rows:
-            print(json.dumps({"message_id": r[0], "received_at": r[1].isoformat(), "envelope_from": r[2],
-                              "subject": r[3], "is_read": r[4], "size_bytes": r[5]}))
+            print(json.dumps({"message_id": r.message_id, "received_at": r.received_at.isoformat(),
+                              "envelope_from": r.envelope_from, "subject": r.subject, "is_read": r.is_read,
+                              "size_bytes": r.size_bytes}))
         return
     for r in rows:
-        print(f"{r[0]}\t{r[1].isoformat()}\t{r[2]}\t{'read' if r[4] else 'unread'}\t{r[3] or ''}")
+        print(f"{r.message_id}\t{r.received_at.isoformat()}\t{r.envelope_from}\t{'read' if r.is_read else 'unread'}"
+              f"\t{r.subject or ''}")
 
 
 @inbox_app.command("read")
@@ -186,12 +182,8 @@ def read_cmd(
 ) -> None:
     """Show one message (marks it read)."""
     url = resolve_database_url(database_url)
-    rows = _db_call(
-        url,
-        "SELECT envelope_from, from_header, subject, text_body, html_body, attachments, raw"
-        " FROM mailroom.read_message(%s, %s, %s, %s, %s)",
-        (address, token, message_id, owner_type, owner_id),
-    )
+    rows = _db_call(url, sqlapi.read_message, address=address, session_token=token, message_id=message_id,
+                    owner_type=owner_type, owner_id=owner_id)
     envelope_from, from_header, subject, text_body, html_body, attachments, raw_bytes = rows[0]
     if raw:
         sys.stdout.buffer.write(bytes(raw_bytes))
@@ -217,8 +209,8 @@ def extend_cmd(
 ) -> None:
     """Push an inbox's expiry later, within its plan's cap; prints the new expires_at."""
     url = resolve_database_url(database_url)
-    rows = _db_call(url, "SELECT mailroom.extend_mailbox(%s, %s, %s, %s, %s)",
-                    (address, token, minutes, owner_type, owner_id))
+    rows = _db_call(url, sqlapi.extend_mailbox, address=address, session_token=token, minutes=minutes,
+                    owner_type=owner_type, owner_id=owner_id)
     print(f"expires_at: {rows[0][0].isoformat()}")
 
 
@@ -232,7 +224,8 @@ def delete_cmd(
 ) -> None:
     """Soft-delete an inbox: it stops accepting mail now; purge removes it later."""
     url = resolve_database_url(database_url)
-    rows = _db_call(url, "SELECT mailroom.delete_mailbox(%s, %s, %s, %s)", (address, token, owner_type, owner_id))
+    rows = _db_call(url, sqlapi.delete_mailbox, address=address, session_token=token, owner_type=owner_type,
+                    owner_id=owner_id)
     print("deleted" if rows[0][0] else "already deleted")
 
 

@@ -19,7 +19,6 @@ Logs carry counts, sizes and ids, never addresses or subjects.
 from __future__ import annotations
 
 import asyncio
-import select
 from dataclasses import dataclass
 from typing import Any
 
@@ -29,6 +28,9 @@ from psycopg_pool import AsyncConnectionPool
 
 from mailroom.core.errors import describe_db_error
 from mailroom.core.log import get_logger
+from mailroom.db.connect import StaleConnection, ensure_alive
+from mailroom.db.contract import SqlFunction
+from mailroom.inboxes import sqlapi
 from mailroom.inboxes.bounce import parse_bounce
 from mailroom.inboxes.mime import ParsedMessage, parse_message
 
@@ -60,27 +62,8 @@ _SQLSTATE_REPLY = {
     "MR211": (REPLY_EMPTY, False),
 }
 
-# A recipient's verdict (and its normalized address) at RCPT.
-_RCPT_QUERY = "SELECT verdict, address FROM mailroom.check_bounce_recipient(%s, %s)"
-
-# One statement for every return path of the transaction (normally one); 250 follows its commit.
-_BOUNCE_QUERY = (
-    "SELECT b.message_id, b.outcome, b.reports, b.suppressed FROM unnest(%s::text[]) WITH ORDINALITY AS r (address, n)"
-    " CROSS JOIN LATERAL mailroom.record_bounce(r.address, %s) AS b ORDER BY r.n"
-)
-
 # record_bounce's error for a return path that is no longer valid (its message was purged meanwhile)
 _BOUNCE_GONE = "MR360"
-
-# Whether any of the accepted recipients (their normalized addresses) takes a message of this size:
-# check_recipient answers 'too_large' exactly when a size is over the mailbox's plan. Another verdict
-# (a mailbox that expired meanwhile) is left to deliver_message. The first one that fits is returned,
-# so the caller asks it first next time.
-_FITS_QUERY = (
-    "SELECT c.address FROM unnest(%s::text[]) AS a (address)"
-    " CROSS JOIN LATERAL mailroom.check_recipient(a.address, %s) AS c"
-    " WHERE c.verdict <> 'too_large' LIMIT 1"
-)
 
 _INLINE_PARSE_BYTES = 64 * 1024
 
@@ -91,37 +74,12 @@ class _Failure:
     retry_fixes: bool  # a retry of the whole transaction would weed this recipient out at RCPT
 
 
-class _StaleConnection(Exception):
-    """The pooled connection failed its liveness check: nothing was sent, a retry is safe."""
-
-
 @dataclass
 class DeliveryParams:
     raw: bytes
     parsed: ParsedMessage
     mail_from: str
     recipients: list[str]
-
-
-def _has_pending_input(conn: psycopg.AsyncConnection) -> bool:
-    """Whether an idle pooled connection's socket is readable (or unusable): the sign that the server
-    sent it something, i.e. ended it (pg_terminate_backend, shutdown, crash). No round trip."""
-    try:
-        readable, _, _ = select.select([conn.pgconn.socket], [], [], 0)
-    except (OSError, ValueError, psycopg.Error):
-        return True
-    return bool(readable)
-
-
-async def _ensure_alive(conn: psycopg.AsyncConnection) -> None:
-    """Before anything is sent on a pooled connection: raise _StaleConnection if the server ended
-    it. An idle connection has nothing to read unless the server ended it (a FATAL message, then
-    EOF): only then pay a round trip to find out."""
-    if _has_pending_input(conn):
-        try:
-            await conn.execute("")  # liveness check: fails only before anything is sent
-        except psycopg.OperationalError as exc:
-            raise _StaleConnection(describe_db_error(exc)) from None
 
 
 class Delivery:
@@ -133,27 +91,28 @@ class Delivery:
 
     async def recipient(self, address: str, size: int | None) -> tuple[str, str]:
         """check_bounce_recipient's verdict and normalized address (psycopg errors raise)."""
-        verdict, normalized = await self._fetch_one(_RCPT_QUERY, (address, size))
-        return verdict, normalized
+        row = await self._read(sqlapi.check_bounce_recipient, address=address, size=size)
+        return row.verdict, row.address
 
-    async def size_fits(self, accepted: list[str], size: int) -> bool:
-        """Whether some accepted recipient's plan takes a message of `size` octets (psycopg errors
-        raise); the one that fits is moved to the front of `accepted`, to be asked first next time."""
-        row = await self._fetch_one(_FITS_QUERY, (accepted, size))
-        if row is None:
-            return False
-        if row[0] in accepted:  # ask the one that fits first next time
-            accepted.remove(row[0])
-            accepted.insert(0, row[0])
-        return True
+    async def size_refusal(self, accepted: list[str], size: int) -> str | None:
+        """None when some accepted recipient's plan takes a message of `size` octets (that one is
+        moved to the front of `accepted`, to be asked first next time), else the refusal reply
+        (mailroom.check_message_size; psycopg errors raise)."""
+        row = await self._read(sqlapi.check_message_size, addresses=accepted, size=size)
+        if row.reply is not None:
+            return row.reply
+        if row.address in accepted:  # ask the one that fits first next time
+            accepted.remove(row.address)
+            accepted.insert(0, row.address)
+        return None
 
-    async def _fetch_one(self, query: str, params: tuple) -> Any:
-        attempts = self.pool.max_size + 1  # a read: retrying on a broken connection is always safe
+    async def _read(self, fn: SqlFunction, **kwargs: Any) -> Any:
+        """The first row of a read-only call (retrying on a broken connection is always safe)."""
+        attempts = self.pool.max_size + 1
         for attempt in range(1, attempts + 1):
             try:
                 async with self.pool.connection() as conn:
-                    cur = await conn.execute(query, params)
-                    return await cur.fetchone()
+                    return await fn.arow(conn, **kwargs)
             except psycopg.OperationalError:
                 if attempt == attempts:
                     raise
@@ -175,7 +134,7 @@ class Delivery:
         for attempt in range(1, self.pool.max_size + 2):
             try:
                 return await self._deliver_once(params)
-            except _StaleConnection as exc:
+            except StaleConnection as exc:
                 # The pooled connection was dead before anything was sent (server restart,
                 # pg_terminate_backend): nothing was stored, one retry on a fresh one is safe.
                 log.warning("delivery attempt %d: stale database connection: %s", attempt, exc)
@@ -198,10 +157,12 @@ class Delivery:
         for attempt in range(1, self.pool.max_size + 2):
             try:
                 async with self.pool.connection() as conn:
-                    await _ensure_alive(conn)
-                    cur = await conn.execute(_BOUNCE_QUERY, (return_paths, Jsonb(reports)))
-                    rows = await cur.fetchall()
-            except _StaleConnection as exc:
+                    await ensure_alive(conn)
+                    # one statement for every return path of the transaction (normally one)
+                    rows = await sqlapi.record_bounce.aeach(
+                        conn, [{"return_path": a} for a in return_paths], reports=Jsonb(reports)
+                    )
+            except StaleConnection as exc:
                 log.warning("bounce attempt %d: stale database connection: %s", attempt, exc)
                 continue
             except psycopg.OperationalError as exc:
@@ -221,17 +182,15 @@ class Delivery:
 
     async def _deliver_once(self, p: DeliveryParams) -> str:
         async with self.pool.connection() as conn:
-            await _ensure_alive(conn)
+            await ensure_alive(conn)
             # Fast path: every recipient in ONE autocommit statement, so it either commits for all
             # of them or for none, in one round trip. 250 is sent only after it returned.
             try:
-                cur = await conn.execute(
-                    "SELECT mailroom.deliver_message(r.address, %s, %s, %s, %s, %s, %s, %s)"
-                    " FROM unnest(%s::text[]) WITH ORDINALITY AS r (address, n) ORDER BY r.n",
-                    (p.raw, p.mail_from, p.parsed.subject, p.parsed.from_header, p.parsed.text_body,
-                     p.parsed.html_body, Jsonb(p.parsed.attachments), p.recipients),
+                ids = await sqlapi.deliver_message.aeach(
+                    conn, [{"address": a} for a in p.recipients], raw=p.raw, envelope_from=p.mail_from,
+                    subject=p.parsed.subject, from_header=p.parsed.from_header, text_body=p.parsed.text_body,
+                    html_body=p.parsed.html_body, attachments=Jsonb(p.parsed.attachments),
                 )
-                ids = [row[0] for row in await cur.fetchall()]
             except psycopg.OperationalError:
                 raise
             except psycopg.Error as exc:
@@ -251,29 +210,21 @@ class Delivery:
         """Several sessions' messages in ONE autocommit statement (one commit, one WAL flush, one
         turn of each inbox's row lock): their replies, or None when the statement failed with
         nothing kept (a refused recipient, a stale connection): then each goes alone."""
-        flat = [(i, rcpt) for i, p in enumerate(group) for rcpt in p.recipients]
+        flat = [(i, rcpt) for i, p in enumerate(group, start=1) for rcpt in p.recipients]
         async with self.pool.connection() as conn:
             try:
-                await _ensure_alive(conn)
-            except _StaleConnection as exc:
+                await ensure_alive(conn)
+            except StaleConnection as exc:
                 log.warning("group delivery: stale database connection: %s", exc)
                 return None  # nothing was sent
             try:
-                cur = await conn.execute(
-                    "SELECT r.i, mailroom.deliver_message(r.address, m.raw, m.mail_from, m.subject, m.from_header,"
-                    " m.text_body, m.html_body, m.attachments)"
-                    " FROM unnest(%s::int[], %s::text[]) WITH ORDINALITY AS r (i, address, n)"
-                    " JOIN unnest(%s::bytea[], %s::text[], %s::text[], %s::text[], %s::text[], %s::text[], %s::jsonb[])"
-                    " WITH ORDINALITY AS m (raw, mail_from, subject, from_header, text_body, html_body, attachments, i)"
-                    " ON m.i = r.i + 1 ORDER BY r.n",
-                    (
-                        [i for i, _ in flat], [rcpt for _, rcpt in flat],
-                        [p.raw for p in group], [p.mail_from for p in group], [p.parsed.subject for p in group],
-                        [p.parsed.from_header for p in group], [p.parsed.text_body for p in group],
-                        [p.parsed.html_body for p in group], [Jsonb(p.parsed.attachments) for p in group],
-                    ),
+                rows = await sqlapi.deliver_messages.arows(
+                    conn, message=[i for i, _ in flat], address=[rcpt for _, rcpt in flat],
+                    raw=[p.raw for p in group], envelope_from=[p.mail_from for p in group],
+                    subject=[p.parsed.subject for p in group], from_header=[p.parsed.from_header for p in group],
+                    text_body=[p.parsed.text_body for p in group], html_body=[p.parsed.html_body for p in group],
+                    attachments=[Jsonb(p.parsed.attachments) for p in group],
                 )
-                rows = await cur.fetchall()
             except psycopg.OperationalError:
                 raise  # the outcome is unknown: the caller answers 4xx for every one of them
             except psycopg.Error as exc:
@@ -285,7 +236,7 @@ class Delivery:
         log.info("group commit: %d messages in one statement", len(group))
         ids: list[list[int]] = [[] for _ in group]
         for i, message_id in rows:
-            ids[i].append(message_id)
+            ids[i - 1].append(message_id)
         replies = []
         for p, stored in zip(group, ids, strict=True):
             log.info(
@@ -303,9 +254,7 @@ class Delivery:
             for rcpt in p.recipients:
                 try:
                     async with conn.transaction():  # a savepoint per recipient
-                        await conn.execute(
-                            "SELECT mailroom.deliver_message(%s, %s, %s)", (rcpt, p.raw, p.mail_from)
-                        )
+                        await sqlapi.deliver_message.acall(conn, address=rcpt, raw=p.raw, envelope_from=p.mail_from)
                         ok += 1
                 except psycopg.OperationalError:
                     raise

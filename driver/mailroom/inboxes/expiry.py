@@ -26,9 +26,12 @@ import psycopg
 
 from mailroom.core.errors import UserError, describe_db_error
 from mailroom.core.log import get_logger
-from mailroom.db import heartbeat, sqlapi
+from mailroom.db import heartbeat
+from mailroom.db import sqlapi as db_sqlapi
+from mailroom.db.contract import SqlFunction
 from mailroom.db.listen import Listener
 from mailroom.db.reconnect import LazyConnection
+from mailroom.inboxes import sqlapi
 
 log = get_logger("expire")
 
@@ -69,22 +72,22 @@ class ExpiryWorker:
         self.stop_event.set()
         self.wake.set()
 
-    def _drain(self, query: str, params: tuple) -> int:
+    def _drain(self, fn: SqlFunction, **kwargs: object) -> int:
         """Call a one-batch function until it reports nothing left (each call commits)."""
         conn = self._db.get()
         total = 0
         while True:
-            count = conn.execute(query, params).fetchone()[0]
+            count = fn.value(conn, **kwargs)
             total += count
             if count == 0 or self.stop_event.is_set():
                 return total
 
     def cycle(self) -> tuple[int, int]:
         """One expire + purge pass; returns (expired, purged)."""
-        expired = self._drain("SELECT mailroom.expire_mailboxes(%s)", (self.batch,))
+        expired = self._drain(sqlapi.expire_mailboxes, batch=self.batch)
         purged = 0
         if self.purge_after is not None and not self.stop_event.is_set():
-            purged = self._drain("SELECT mailroom.purge_mailboxes(%s, %s)", (self.purge_after, self.purge_batch))
+            purged = self._drain(sqlapi.purge_mailboxes, older_than=self.purge_after, batch=self.purge_batch)
         self.total_expired += expired
         self.total_purged += purged
         self.heartbeat.claimed += expired + purged
@@ -158,7 +161,7 @@ class ExpiryWorker:
             return
         params = self.heartbeat.params(listening)
         try:
-            sqlapi.worker_heartbeat.call(self._db.get(), **params)
+            db_sqlapi.worker_heartbeat.call(self._db.get(), **params)
         except UserError:
             self.heartbeat.skip(listening)  # cannot connect: the next cycle says so
             return
@@ -174,7 +177,7 @@ class ExpiryWorker:
     def _seconds_until_due(self) -> float | None:
         """Seconds until the next inbox is due (a delay queue over the partial index), floored."""
         try:
-            seconds = self._db.get().execute("SELECT mailroom.seconds_until_next_expiry()").fetchone()[0]
+            seconds = sqlapi.seconds_until_next_expiry.value(self._db.get())
         except (psycopg.Error, UserError):
             self._db.close()
             return None

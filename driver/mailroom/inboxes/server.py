@@ -14,7 +14,9 @@ from psycopg_pool import AsyncConnectionPool
 
 from mailroom.core.errors import UserError, describe_db_error
 from mailroom.core.log import get_logger
+from mailroom.db import sqlapi as db_sqlapi
 from mailroom.db.connect import connect_async, connection_kwargs
+from mailroom.inboxes import sqlapi
 from mailroom.inboxes.delivery import Delivery
 from mailroom.inboxes.smtp import InboxHandler, _Busy, _SessionGate, _smtp_class
 
@@ -67,8 +69,8 @@ class InboundServer:
         # One direct connection first: fails fast with the real reason (the pool would only time out).
         conn = await connect_async(self.url, application_name="mailroom-inbox")
         try:
-            cur = await conn.execute("SELECT mailroom.max_inbound_message_bytes(), mailroom.setting('inbox.domain')")
-            max_bytes, domain = await cur.fetchone()
+            max_bytes = await sqlapi.max_inbound_message_bytes.avalue(conn)
+            domain = await db_sqlapi.setting.avalue(conn, name="inbox.domain")
         except psycopg.Error as exc:
             raise UserError(f"cannot read inbox settings (is the database migrated?): {describe_db_error(exc)}") from None
         finally:

@@ -148,9 +148,10 @@ class InboxHandler:
             if self.in_flight == 0:
                 self.idle.set()
 
-    async def size_fits(self, envelope: _Envelope, size: int) -> bool:
-        """Whether some accepted recipient's plan takes a message of `size` octets (psycopg errors raise)."""
-        return await self.delivery.size_fits(envelope.accepted, size)
+    async def size_refusal(self, envelope: _Envelope, size: int) -> str | None:
+        """None when some accepted recipient's plan takes a message of `size` octets, else the
+        reply that refuses it (psycopg errors raise)."""
+        return await self.delivery.size_refusal(envelope.accepted, size)
 
     async def _deliver(self, envelope: Envelope) -> str:
         raw = envelope.original_content
@@ -295,10 +296,11 @@ class InboundSMTP(SMTP):
                 refusal, too_big_for = REPLY_TOO_BIG, "the server's SIZE"
             elif refusal is None and not envelope.bounces and received > fits + _SIZE_PROBE_BYTES:
                 try:
-                    if await handler.size_fits(envelope, received):
+                    too_big = await handler.size_refusal(envelope, received)
+                    if too_big is None:
                         fits = received
                     else:
-                        refusal, too_big_for = REPLY_TOO_BIG, "its recipients' size limit"
+                        refusal, too_big_for = too_big, "its recipients' size limit"
                 except psycopg.Error as exc:
                     log.error("size check failed: %s", describe_db_error(exc))
                     refusal = REPLY_TEMPFAIL  # delivery could not succeed either: hold nothing more
@@ -312,7 +314,7 @@ class InboundSMTP(SMTP):
                 body = bytearray()
         held = max(held, len(body))
         if refusal is not None:
-            if refusal == REPLY_TOO_BIG:
+            if too_big_for:
                 log.info("refused a message at DATA: over %s (read %d bytes, held at most %d)",
                          too_big_for, received, held)
             self._set_post_data_state()

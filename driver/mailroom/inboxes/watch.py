@@ -26,6 +26,7 @@ from mailroom.core.errors import Kind, UserError, db_user_error, describe_db_err
 from mailroom.core.log import get_logger
 from mailroom.db.listen import Listener
 from mailroom.db.reconnect import LazyConnection
+from mailroom.inboxes import sqlapi
 
 log = get_logger("inbox-watch")
 
@@ -33,15 +34,10 @@ CHANNEL = "mailroom_inbox"
 PAGE = 500
 REWIND = 50  # re-read this many already seen messages: a pinned clock can file a new one earlier
 
-LIST_SQL = (
-    "SELECT message_id, received_at, from_header, envelope_from, subject"
-    " FROM mailroom.list_messages(%s, %s, %s, %s, %s, %s)"
-)
-
-
-def summary_line(row: tuple, as_json: bool) -> str:
-    message_id, received_at, from_header, envelope_from, subject = row
-    sender = from_header or envelope_from or ""
+def summary_line(row: Any, as_json: bool) -> str:
+    """One message of mailroom.inboxes.sqlapi.list_messages as a line."""
+    message_id, received_at, subject = row.message_id, row.received_at, row.subject
+    sender = row.from_header or row.envelope_from or ""
     if as_json:
         return json.dumps({"message_id": message_id, "received_at": received_at.isoformat(),
                            "from": sender, "subject": subject})
@@ -68,7 +64,7 @@ class InboxWatcher:
     ) -> None:
         self.url = url
         self.listen_url = listen_url
-        self.auth = (address, token, owner_type, owner_id)
+        self.auth = {"address": address, "session_token": token, "owner_type": owner_type, "owner_id": owner_id}
         self.poll_interval = poll_interval
         self.existing = existing
         self.as_json = as_json
@@ -104,14 +100,14 @@ class InboxWatcher:
 
     # -- reading -------------------------------------------------------------------------------
 
-    def _new_messages(self) -> list[tuple]:
+    def _new_messages(self) -> list[Any]:
         """The inbox's messages not printed yet, oldest first."""
         conn = self._db.get()
         offset = max(0, len(self.seen) - REWIND)
-        fresh: list[tuple] = []
+        fresh: list[Any] = []
         while True:
-            rows = conn.execute(LIST_SQL, (*self.auth, PAGE, offset)).fetchall()
-            fresh.extend(r for r in rows if r[0] not in self.seen)
+            rows = sqlapi.list_messages.rows(conn, **self.auth, limit=PAGE, offset=offset)
+            fresh.extend(r for r in rows if r.message_id not in self.seen)
             if len(rows) < PAGE:
                 return fresh
             offset += PAGE
@@ -120,9 +116,9 @@ class InboxWatcher:
         with self._lock:
             notified, self._notified = self._notified, {}
         for row in self._new_messages():
-            self.seen.add(row[0])
-            if self.mailbox_id is None and row[0] in notified:
-                self.mailbox_id = notified[row[0]]
+            self.seen.add(row.message_id)
+            if self.mailbox_id is None and row.message_id in notified:
+                self.mailbox_id = notified[row.message_id]
             if show:
                 print(summary_line(row, self.as_json), file=self.out, flush=True)
 

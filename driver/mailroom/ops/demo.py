@@ -16,19 +16,24 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import psycopg
 from aiosmtpd.controller import Controller
 
+from mailroom.accounts import sqlapi as accounts
 from mailroom.core.errors import UserError, describe_db_error
 from mailroom.core.supervisor import Supervisor
 from mailroom.db import cluster as embedded
+from mailroom.db import sqlapi as db_sqlapi
 from mailroom.db.config import default_home
 from mailroom.db.connect import connect
 from mailroom.db.migrate import migrate
+from mailroom.inboxes import sqlapi as inboxes
 from mailroom.ops.run import plan
+from mailroom.outbound import sqlapi as outbound
 
 DEMO_SENDER = "mailroom-demo"
 FLAKY_SENDER = "mailroom-demo-flaky"
@@ -79,11 +84,6 @@ class Story:
         raise UserError(f"demo: timed out after {timeout:.0f}s waiting for {what}")
 
 
-def one(conn: psycopg.Connection, query: str, params: tuple = ()) -> Any:
-    row = conn.execute(query, params).fetchone()
-    return row[0] if row else None
-
-
 def run_demo(database_url: str | None, data_dir: Path | None, pace: float) -> None:
     """Run the end-to-end story on the embedded cluster (or MAILROOM_DATABASE_URL) and stop everything."""
     story = Story(pace)
@@ -124,15 +124,11 @@ def _run_story(story: Story, url: str, relay: Controller, started: list[Supervis
     encryption_key = secrets.token_hex(32)
     inbox_port = free_port()
     with connect(url) as conn:
-        domain = one(conn, "SELECT mailroom.setting('inbox.domain')")
-        conn.execute(
-            "SELECT mailroom.upsert_sender(%s, %s, '127.0.0.1', %s)", (DEMO_SENDER, f"noreply@{domain}", inbox_port)
-        )
-        conn.execute(
-            "SELECT mailroom.upsert_sender(%s, %s, '127.0.0.1', %s)", (FLAKY_SENDER, f"noreply@{domain}", relay.port)
-        )
-        conn.execute("SELECT mailroom.set_setting('collector.sender', %s)", (DEMO_SENDER,))
-        conn.execute("SELECT mailroom.set_setting('collector.link_base_url', %s)", (LINK_BASE,))
+        domain = db_sqlapi.setting.value(conn, name="inbox.domain")
+        for name, port in ((DEMO_SENDER, inbox_port), (FLAKY_SENDER, relay.port)):
+            outbound.upsert_sender.call(conn, name=name, from_address=f"noreply@{domain}", host="127.0.0.1", port=port)
+        db_sqlapi.set_setting.call(conn, name="collector.sender", value=DEMO_SENDER)
+        db_sqlapi.set_setting.call(conn, name="collector.link_base_url", value=LINK_BASE)
     story.step(
         f"configured senders: {DEMO_SENDER} relays to the inbound server on 127.0.0.1:{inbox_port}, "
         f"{FLAKY_SENDER} to a relay answering 451 on 127.0.0.1:{relay.port}; fresh keys in the environment only"
@@ -151,79 +147,75 @@ def _run_story(story: Story, url: str, relay: Controller, started: list[Supervis
     supervisor = Supervisor(children, env=env)
     started.append(supervisor)
     supervisor.start()
+    host = socket.gethostname()
+    workers = {f"{host}:{c.pid}" for c in children if c.name in ("collect", "send")}  # heartbeat names
     with connect(url) as conn:
-        story.wait("the collector and the sender to connect", lambda: one(
-            conn, "SELECT bool_or(application_name = 'mailroom-collect')"
-            " AND bool_or(application_name LIKE 'mailroom-send%%') FROM pg_stat_activity"
-            " WHERE datname = current_database()"))
+        story.wait("the collector and the sender to report in", lambda: workers <= {
+            w.worker for w in db_sqlapi.worker_health.rows(conn)})
     story.step("started: " + ", ".join(f"`mailroom {' '.join(c.args)}` (pid {c.pid})" for c in children))
 
     with connect(url) as conn:
-        mailbox_id, address, expires_at, session_token = conn.execute(
-            "SELECT mailbox_id, address, expires_at, session_token FROM mailroom.create_mailbox(NULL, 'free')"
-        ).fetchone()
+        mailbox_id, address, expires_at, session_token = inboxes.create_mailbox.row(conn, plan="free")
         story.step(f"created a free-plan inbox {address}, expires at {expires_at:%H:%M:%S} (mailbox {mailbox_id})")
 
         login = f"demo-{secrets.token_hex(4)}"
-        account_id = one(conn, "SELECT mailroom.create_account(%s, %s)", (address, login))
+        queued_before = max((m.id for m in outbound.list_outbound_messages.rows(conn, limit=1)), default=0)
+        created_at = db_sqlapi.clock.value(conn)
+        account_id = accounts.create_account.value(conn, email=address, login=login)
         story.step(f"created account {account_id} ({login}) with that inbox as its email; status provisioned")
 
-        story.wait("the activation token to be collected", lambda: one(
-            conn, "SELECT dispatched_at IS NOT NULL FROM mailroom.tokens WHERE account = %s AND action = 'activation'",
-            (account_id,)))
-        outbound_id = story.wait("the activation email to be queued", lambda: one(
-            conn, "SELECT id FROM mailroom.outbound_messages WHERE %s = ANY (to_addrs)", (address,)))
+        outbound_id = story.wait("the activation email to be queued", lambda: next((
+            m.id for m in outbound.list_outbound_messages.rows(conn, limit=10)
+            if m.id > queued_before and m.sender == DEMO_SENDER), None))
         story.step(f"collector dequeued the token and queued activation email {outbound_id}")
 
-        story.wait("the activation email to be sent", lambda: one(
-            conn, "SELECT status = 'sent' FROM mailroom.outbound_messages WHERE id = %s", (outbound_id,)))
+        email = story.wait("the activation email to be sent", lambda: next((
+            m for m in outbound.show_outbound_message.rows(conn, id=outbound_id) if m.status == "sent"), None))
         story.step(f"sender claimed it and delivered it over SMTP to 127.0.0.1:{inbox_port}")
 
-        message_id = story.wait("the email to land in the inbox", lambda: one(
-            conn, "SELECT message_id FROM mailroom.list_messages(%s, %s)", (address, session_token)))
-        subject, text_body = conn.execute(
-            "SELECT subject, text_body FROM mailroom.read_message(%s, %s, %s)", (address, session_token, message_id)
-        ).fetchone()
-        story.step(f"inbox received message {message_id}: {subject!r}")
-        collected, sent, landed = conn.execute(
-            "SELECT t.dispatched_at - a.created_at, o.sent_at - a.created_at, m.received_at - a.created_at"
-            " FROM mailroom.accounts a"
-            " JOIN mailroom.tokens t ON t.account = a.id AND t.action = 'activation'"
-            " JOIN mailroom.outbound_messages o ON o.id = %s"
-            " JOIN mailroom.messages m ON m.id = %s WHERE a.id = %s",
-            (outbound_id, message_id, account_id),
-        ).fetchone()
+        # returns as soon as the message is committed (MR212 after the timeout)
+        landed = inboxes.wait_for_message.row(conn, address=address, session_token=session_token,
+                                              timeout=timedelta(seconds=30))
+        message = inboxes.read_message.row(conn, address=address, session_token=session_token,
+                                           message_id=landed.message_id)
+        subject, text_body = message.subject, message.text_body
+        story.step(f"inbox received message {landed.message_id}: {subject!r}")
+
+        def after(at: datetime) -> str:
+            return f"+{(at - created_at).total_seconds() * 1000:.0f} ms"
+
         story.detail(f"after the account was created (database timestamps): token collected and email queued "
-                     f"+{collected.total_seconds() * 1000:.0f} ms, sent and finalized +{sent.total_seconds() * 1000:.0f} ms, "
-                     f"in the inbox +{landed.total_seconds() * 1000:.0f} ms")
+                     f"{after(email.created_at)}, sent and finalized {after(email.sent_at)}, "
+                     f"in the inbox {after(landed.received_at)}")
 
         match = re.search(r"token=([A-Za-z0-9_-]{40,})", text_body or "")
         if not match:
             raise UserError("demo: the activation email carries no signed link")
         signed = match.group(1)
         story.detail(f"link: {LINK_BASE}/activate?token={signed[:10]}… ({len(signed)} characters)")
-        consumed = one(conn, "SELECT account FROM mailroom.consume_token(%s, %s)", (signed, bytes.fromhex(secret_key)))
-        status = one(conn, "SELECT status FROM mailroom.accounts WHERE id = %s", (account_id,))
+        consumed = accounts.consume_token.row(conn, signed=signed, key=bytes.fromhex(secret_key)).account
+        status = accounts.account_status.value(conn, account=account_id)
         story.step(f"consumed the signed link for account {consumed}: status is now {status}")
         if status != "active":
             raise UserError(f"demo: account {account_id} is {status}, expected active")
 
         with conn.transaction():
-            conn.execute("SELECT mailroom.pin_clock(%s::timestamptz + interval '1 second')", (expires_at,))
-            expired = one(conn, "SELECT mailroom.expire_mailboxes()")
+            db_sqlapi.pin_clock.call(conn, at=expires_at + timedelta(seconds=1))
+            expired = inboxes.expire_mailboxes.value(conn)
         story.step(f"clock pinned to 1 s past expires_at: expire_mailboxes() expired {expired} inbox(es)")
         code, reply = _try_rcpt(inbox_port, address)
         story.step(f"a further delivery is refused at RCPT: {code} {reply}")
         if code != 550:
             raise UserError(f"demo: RCPT to the expired inbox answered {code}, expected 550")
 
-        flaky_id = one(
-            conn, "SELECT mailroom.enqueue_message(%s, ARRAY['someone@example.net'], 'retry demo', 'hello')",
-            (FLAKY_SENDER,))
-        attempts, next_retry, code_seen = story.wait("the 451 to be recorded", lambda: conn.execute(
-            "SELECT attempts, next_retry_at - updated_at, last_smtp_code FROM mailroom.outbound_messages "
-            "WHERE id = %s AND attempts > 0", (flaky_id,)).fetchone())
-        story.step(f"message {flaky_id} via the flaky relay got {code_seen}: attempt {attempts}, "
+        flaky_id = outbound.enqueue_message.value(conn, sender=FLAKY_SENDER, to=["someone@example.net"],
+                                                  subject="retry demo", text_body="hello")
+        flaky = story.wait("the 451 to be recorded", lambda: next((
+            m for m in outbound.show_outbound_message.rows(conn, id=flaky_id) if m.attempts > 0), None))
+        # the attempt's time is the first word of its (scrubbed) error_log line, to the second
+        attempted_at = datetime.fromisoformat(flaky.error_log.splitlines()[-1].split(" ", 1)[0])
+        next_retry = timedelta(seconds=int((flaky.next_retry_at - attempted_at).total_seconds()))
+        story.step(f"message {flaky_id} via the flaky relay got {flaky.last_smtp_code}: attempt {flaky.attempts}, "
                    f"back to queued, next try in {next_retry} (policy: attempts² minutes, 10 attempts)")
 
     status_out = subprocess.run([sys.executable, "-m", "mailroom", "outbound", "status"], env=env,

@@ -20,11 +20,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import psycopg
-from psycopg import sql
 
 from mailroom.core.errors import Kind, describe_db_error, kind_of
 from mailroom.db import migrate as runner
 from mailroom.db.connect import connection_kwargs
+from mailroom.ops import probes
 
 ROLES = ("mailroom_owner", "mailroom_app", "mailroom_collector", "mailroom_sender", "mailroom_inbound",
          "mailroom_monitor", "mailroom_admin", "mailroom_timekeeper")
@@ -75,14 +75,8 @@ def _guarded(name: str, check: Callable[..., Check], *args: object) -> Check:
         return Check("FAIL", name, f"could not check: {describe_db_error(exc)}")
 
 
-def _one(conn: psycopg.Connection, query: str, params: tuple = ()) -> object:
-    row = conn.execute(query, params).fetchone()
-    return row[0] if row else None
-
-
 def _version(conn: psycopg.Connection) -> Check:
-    num = int(_one(conn, "SELECT current_setting('server_version_num')"))
-    text = str(_one(conn, "SHOW server_version"))
+    num, text = probes.server_version(conn)
     if num >= 150000:
         return Check("OK", "server", f"PostgreSQL {text}")
     return Check("FAIL", "server", f"PostgreSQL {text}: mailroom needs 15 or newer")
@@ -107,7 +101,7 @@ def _migrations(conn: psycopg.Connection) -> Check:
 
 
 def _roles(conn: psycopg.Connection) -> Check:
-    present = {r for (r,) in conn.execute("SELECT rolname FROM pg_roles WHERE rolname = ANY(%s)", (list(ROLES),))}
+    present = probes.existing_roles(conn, list(ROLES))
     missing = [r for r in ROLES if r not in present]
     if missing:
         return Check("FAIL", "roles", f"missing: {', '.join(missing)}")
@@ -115,13 +109,7 @@ def _roles(conn: psycopg.Connection) -> Check:
 
 
 def _role_in_use(conn: psycopg.Connection) -> Check:
-    row = conn.execute(
-        "SELECT r.rolname, r.rolsuper, pg_has_role(current_user, 'mailroom_owner', 'MEMBER'),"
-        " array(SELECT g.rolname FROM pg_roles AS g WHERE g.rolname LIKE 'mailroom\\_%%'"
-        "       AND g.rolname <> 'mailroom_owner' AND pg_has_role(current_user, g.oid, 'MEMBER') ORDER BY 1)"
-        " FROM pg_roles AS r WHERE r.rolname = current_user"
-    ).fetchone()
-    name, is_super, is_owner, groups = row
+    name, is_super, is_owner, groups = probes.login_role(conn)
     if is_super:
         return Check("WARN", "login role", f"{name} is a superuser: run workers as a login role granted one mailroom_* role")
     if is_owner:
@@ -137,20 +125,19 @@ TRANSACTION_POOLING = "transaction pooling detected"
 def _pooler(conn: psycopg.Connection, url: str) -> Check:
     """A pooler in front (backend pid) and whether it pools transactions (session state moves)."""
     started_with = conn.info.backend_pid  # from the start-up message: a pooler sends its own
-    pids = {_one(conn, "SELECT pg_backend_pid()") for _ in range(5)}
+    pids = {probes.backend_pid(conn) for _ in range(5)}
     probe = secrets.token_hex(8)
-    _one(conn, "SELECT set_config('mailroom.doctor_probe', %s, false)", (probe,))
+    probes.set_session_value(conn, probe)
     leaked = False
     try:
         with _connect(url, "mailroom-doctor-probe") as other:
             # a pooler hands the probe's server connection to the next client (with round robin
             # within a pool's size of transactions); a session never shows another one's state
-            leaked = any(_one(other, "SELECT current_setting('mailroom.doctor_probe', true)") == probe
-                         for _ in range(8))
+            leaked = any(probes.session_value(other) == probe for _ in range(8))
     except psycopg.Error:
         pass
-    kept = _one(conn, "SELECT current_setting('mailroom.doctor_probe', true)") == probe
-    _one(conn, "SELECT set_config('mailroom.doctor_probe', '', false)")
+    kept = probes.session_value(conn) == probe
+    probes.set_session_value(conn, "")
     if len(pids) > 1 or leaked or not kept:
         return Check("OK", "pooler", f"{TRANSACTION_POOLING} (e.g. PgBouncer pool_mode = transaction): fine for calls; "
                                      "LISTEN needs a direct --listen-url; db migrate needs a direct URL")
@@ -165,10 +152,7 @@ def _logging(conn: psycopg.Connection) -> Check:
     Logged statements carry their parameters unless log_parameter_max_length = 0; a failing
     statement's error carries them (to the log and to the client) unless
     log_parameter_max_length_on_error = 0. Read in this session: database and role settings apply."""
-    settings = dict(conn.execute(
-        "SELECT name, setting FROM pg_settings WHERE name IN ('log_statement', 'log_min_duration_statement',"
-        " 'log_min_duration_sample', 'log_parameter_max_length', 'log_parameter_max_length_on_error')"
-    ).fetchall())
+    settings = probes.log_settings(conn)
     logs_statements = (
         settings.get("log_statement") == "all"
         or int(settings.get("log_min_duration_statement", "-1")) >= 0
@@ -193,8 +177,7 @@ def _logging(conn: psycopg.Connection) -> Check:
 
 
 def _clock(conn: psycopg.Connection) -> Check:
-    may_pin = _one(conn, "SELECT pg_has_role(session_user, r.oid, 'MEMBER') FROM pg_roles AS r"
-                         " WHERE r.rolname = 'mailroom_timekeeper'")  # NULL (no row) when the role is missing
+    may_pin = probes.may_pin_clock(conn)
     if may_pin:
         return Check("WARN", "clock", "this login may pin mailroom.clock() (tests and demos only)")
     return Check("OK", "clock", "this login cannot move mailroom.clock()")
@@ -207,9 +190,9 @@ def _listen(listen_url: str | None) -> Check:
     nonce = secrets.token_hex(8)
     try:
         with _connect(listen_url, "mailroom-doctor-listen") as listener:
-            listener.execute(sql.SQL("LISTEN {}").format(sql.Identifier(channel)))
+            probes.listen(listener, channel)
             with _connect(listen_url, "mailroom-doctor-notify") as notifier:
-                notifier.execute("SELECT pg_notify(%s, %s)", (channel, nonce))
+                probes.notify(notifier, channel, nonce)
             deadline = time.monotonic() + 3
             while (left := deadline - time.monotonic()) > 0:
                 for note in listener.notifies(timeout=left, stop_after=1):

@@ -9,17 +9,19 @@ already scrubbed (mailroom.redact_pii).
 from __future__ import annotations
 
 import os
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Annotated, Any, Optional
 
 import psycopg
 import typer
-from psycopg.rows import dict_row
 
 from mailroom.core.durations import parse_seconds
 from mailroom.core.errors import ConfigError, UserError, describe_db_error
+from mailroom.db import sqlapi as db_sqlapi
 from mailroom.db.config import DatabaseUrlOption, ListenUrlOption, hex_key, resolve_database_url, resolve_listen_url
-from mailroom.db.connect import call, connect
+from mailroom.db.connect import call_once, connect
+from mailroom.db.contract import SqlFunction
+from mailroom.outbound import sqlapi
 
 app = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
 
@@ -31,12 +33,15 @@ outbound = typer.Typer(
     pretty_exceptions_enable=False,
 )
 
-def _call(database_url: str | None, sql: str, params: tuple = (), *, fetch: str = "all") -> Any:
-    rows = call(resolve_database_url(database_url), sql, params, application_name="mailroom-outbound",
-                row_factory=dict_row)
-    if fetch == "one":
-        return rows[0] if rows else None
-    return rows
+def _call(database_url: str | None, fn: SqlFunction, **kwargs: Any) -> list[dict[str, Any]]:
+    """One contract call on a short-lived connection: its rows as dicts (a value is the column `value`)."""
+    rows = call_once(resolve_database_url(database_url), fn, application_name="mailroom-outbound", **kwargs)
+    return [r._asdict() if fn.columns else {"value": r[0]} for r in rows]
+
+
+def _value(database_url: str | None, fn: SqlFunction, **kwargs: Any) -> Any:
+    rows = _call(database_url, fn, **kwargs)
+    return rows[0]["value"] if rows else None
 
 
 def _fmt(value: Any) -> str:
@@ -66,7 +71,7 @@ def status(database_url: DatabaseUrlOption = None) -> None:
     """Counts per status, due now, retries waiting, oldest queued age (mailroom.outbound_stats), then
     every queue's health (mailroom.queue_health) and the workers' heartbeats (mailroom.worker_health)."""
     url = resolve_database_url(database_url)
-    row = _call(url, "SELECT * FROM mailroom.outbound_stats", fetch="one")
+    row = _call(url, sqlapi.outbound_stats)[0]
     labels = {
         "queued": "queued",
         "processing": "processing",
@@ -83,12 +88,12 @@ def status(database_url: DatabaseUrlOption = None) -> None:
     for key, label in labels.items():
         typer.echo(f"{label.ljust(width)}  {_fmt(row[key])}")
     # Health next; a role or schema without it still gets the counts above (one line says why).
-    for title, query, columns in (
-        ("queue health:", "SELECT * FROM mailroom.queue_health()", list(QUEUE_HEALTH_COLUMNS)),
-        ("worker heartbeats:", "SELECT * FROM mailroom.worker_health()", list(WORKER_HEALTH_COLUMNS)),
+    for title, fn, columns in (
+        ("queue health:", db_sqlapi.queue_health, list(QUEUE_HEALTH_COLUMNS)),
+        ("worker heartbeats:", db_sqlapi.worker_health, list(WORKER_HEALTH_COLUMNS)),
     ):
         try:
-            rows = _call(url, query)
+            rows = _call(url, fn)
         except UserError as exc:
             typer.echo(f"{title} unavailable ({exc})")
             continue
@@ -111,7 +116,7 @@ def list_messages(
     limit: Annotated[int, typer.Option(help="At most this many, newest first.")] = 50,
 ) -> None:
     """Newest messages (no addresses or subjects)."""
-    rows = _call(database_url, "SELECT * FROM mailroom.list_outbound_messages(%s, %s)", (status, limit))
+    rows = _call(database_url, sqlapi.list_outbound_messages, status=status, limit=limit)
     if not rows:
         typer.echo("no messages")
         return
@@ -125,7 +130,7 @@ def list_messages(
 @outbound.command("show")
 def show(message_id: Annotated[int, typer.Argument(metavar="ID")], database_url: DatabaseUrlOption = None) -> None:
     """One message: state, codes and its (scrubbed) error log."""
-    row = _call(database_url, "SELECT * FROM mailroom.show_outbound_message(%s)", (message_id,), fetch="one")
+    row = _call(database_url, sqlapi.show_outbound_message, id=message_id)[0]
     log = row.pop("error_log")
     width = max(len(k) for k in row)
     for key, value in row.items():
@@ -145,10 +150,10 @@ def retry(
     if (message_id is None) == (not all_failed):
         raise ConfigError("give either a message ID or --all-failed")
     if all_failed:
-        row = _call(database_url, "SELECT mailroom.retry_failed_messages() AS n", fetch="one")
-        typer.echo(f"{row['n']} message(s) queued again")
+        count = _value(database_url, sqlapi.retry_failed_messages)
+        typer.echo(f"{count} message(s) queued again")
     else:
-        _call(database_url, "SELECT mailroom.retry_message(%s)", (message_id,), fetch="one")
+        _call(database_url, sqlapi.retry_message, id=message_id)
         typer.echo(f"message {message_id} queued again")
 
 
@@ -166,11 +171,9 @@ def purge(
     total = 0
     with connect(url, application_name="mailroom-outbound") as conn:
         try:
-            cutoff = conn.execute(
-                "SELECT mailroom.clock() - make_interval(secs => %s)", (age,)
-            ).fetchone()[0]
+            cutoff = db_sqlapi.clock.value(conn) - timedelta(seconds=age)  # the database's clock, not this machine's
             while True:
-                n = conn.execute("SELECT mailroom.purge_sent_messages(%s, %s)", (cutoff, batch)).fetchone()[0]
+                n = sqlapi.purge_sent_messages.value(conn, before=cutoff, batch=batch)
                 total += n
                 if n < batch:
                     break
@@ -188,14 +191,9 @@ def reap(
 ) -> None:
     """Return messages stuck in processing (dead worker) to the queue, flagged possibly sent."""
     seconds = parse_seconds("--older-than", older_than) if older_than is not None else None
-    row = _call(
-        database_url,
-        "SELECT mailroom.reap_stuck_messages(CASE WHEN %s::float8 IS NULL THEN NULL "
-        "ELSE make_interval(secs => %s::float8) END) AS n",
-        (seconds, seconds),
-        fetch="one",
-    )
-    typer.echo(f"reaped {row['n']} message(s)")
+    count = _value(database_url, sqlapi.reap_stuck_messages,
+                   older_than=timedelta(seconds=seconds) if seconds is not None else None)
+    typer.echo(f"reaped {count} message(s)")
 
 
 @outbound.command("sender")
@@ -215,15 +213,11 @@ def sender(
     """Create or update a sending identity (mailroom.upsert_sender, set_sender_bounce_domain)."""
     password = os.environ.get("MAILROOM_SMTP_PASSWORD") or None
     key = hex_key("MAILROOM_ENCRYPTION_KEY", os.environ.get("MAILROOM_ENCRYPTION_KEY"), required=password is not None)
-    row = _call(
-        database_url,
-        "SELECT mailroom.upsert_sender(%s, %s, %s, %s, %s, %s, %s, %s) AS id",
-        (name, from_address, host, port, security, username, password, key),
-        fetch="one",
-    )
+    sender_id = _value(database_url, sqlapi.upsert_sender, name=name, from_address=from_address, host=host, port=port,
+                       security=security, username=username, password=password, key=key)
     if bounce_domain is not None:
-        _call(database_url, "SELECT mailroom.set_sender_bounce_domain(%s, NULLIF(%s, ''))", (name, bounce_domain))
-    typer.echo(f"sender {name} saved (id {row['id']})")
+        _call(database_url, sqlapi.set_sender_bounce_domain, sender=name, domain=bounce_domain or None)
+    typer.echo(f"sender {name} saved (id {sender_id})")
 
 
 limits_app = typer.Typer(
@@ -252,19 +246,17 @@ def limits_set(
     database_url: DatabaseUrlOption = None,
 ) -> None:
     """Create or change the limit of a domain pattern (mailroom.set_domain_limit)."""
-    row = _call(
-        database_url, "SELECT mailroom.set_domain_limit(%s, %s, %s) AS pattern",
-        (pattern, max_in_flight, max_per_minute), fetch="one",
-    )
+    saved = _value(database_url, sqlapi.set_domain_limit, pattern=pattern, max_in_flight=max_in_flight,
+                   max_per_minute=max_per_minute)
     typer.echo(
-        f"{row['pattern']}: max in flight {_limit(max_in_flight)}, max per minute {_limit(max_per_minute)}"
+        f"{saved}: max in flight {_limit(max_in_flight)}, max per minute {_limit(max_per_minute)}"
     )
 
 
 @limits_app.command("list")
 def limits_list(database_url: DatabaseUrlOption = None) -> None:
     """Every limit row, the default * last ('-': no limit)."""
-    rows = _call(database_url, "SELECT * FROM mailroom.list_domain_limits()")
+    rows = _call(database_url, sqlapi.list_domain_limits)
     _table(rows, ["pattern", "max_in_flight", "max_per_minute", "updated_at"])
 
 
@@ -274,8 +266,8 @@ def limits_remove(
     database_url: DatabaseUrlOption = None,
 ) -> None:
     """Remove a pattern's limit (its domains fall back to the next matching pattern; * stays)."""
-    row = _call(database_url, "SELECT mailroom.delete_domain_limit(%s) AS pattern", (pattern,), fetch="one")
-    typer.echo(f"{row['pattern']}: removed")
+    removed = _value(database_url, sqlapi.delete_domain_limit, pattern=pattern)
+    typer.echo(f"{removed}: removed")
 
 
 @limits_app.command("status")
@@ -284,7 +276,7 @@ def limits_status(
     database_url: DatabaseUrlOption = None,
 ) -> None:
     """Domains with messages in flight, claims this minute or a backoff (mailroom.domain_status)."""
-    rows = _call(database_url, "SELECT * FROM mailroom.domain_status(%s)", (limit,))
+    rows = _call(database_url, sqlapi.domain_status, limit=limit)
     if not rows:
         typer.echo("no domain in flight, counted or backed off")
         return
@@ -382,14 +374,12 @@ def suppress_add(
     seconds = parse_seconds("--for", expires_in) if expires_in is not None else None
     if seconds is not None and seconds <= 0:
         raise ConfigError("--for must be positive")
-    # the expiry is computed from mailroom.clock() in SQL, never from this machine's clock
-    row = _call(
-        database_url,
-        "SELECT mailroom.suppress(%s, %s, mailroom.clock() + make_interval(secs => %s::float8)) AS id",
-        (address, reason, seconds),
-        fetch="one",
-    )
-    typer.echo(f"suppressed (entry {row['id']})")
+    url = resolve_database_url(database_url)
+    expires_at = None
+    if seconds is not None:  # from mailroom.clock(), never from this machine's clock
+        expires_at = _value(url, db_sqlapi.clock) + timedelta(seconds=seconds)
+    entry = _value(url, sqlapi.suppress, address=address, reason=reason, expires_at=expires_at)
+    typer.echo(f"suppressed (entry {entry})")
 
 
 @suppress_app.command("remove")
@@ -398,8 +388,7 @@ def suppress_remove(
     database_url: DatabaseUrlOption = None,
 ) -> None:
     """Take an address off the suppression list (exit 1 if it was not on it)."""
-    row = _call(database_url, "SELECT mailroom.unsuppress(%s) AS removed", (address,), fetch="one")
-    if not row["removed"]:
+    if not _value(database_url, sqlapi.unsuppress, address=address):
         raise UserError("the address is not on the suppression list")
     typer.echo("removed")
 
@@ -410,7 +399,7 @@ def suppress_list(
     database_url: DatabaseUrlOption = None,
 ) -> None:
     """The suppression list, newest first (expired entries show active = no until removed)."""
-    rows = _call(database_url, "SELECT * FROM mailroom.list_suppressions(%s)", (limit,))
+    rows = _call(database_url, sqlapi.list_suppressions, limit=limit)
     if not rows:
         typer.echo("no suppressions")
         return
@@ -423,8 +412,7 @@ def suppress_check(
     database_url: DatabaseUrlOption = None,
 ) -> None:
     """Whether enqueue treats the address as suppressed now: prints it, exit 0 if suppressed, 1 if not."""
-    row = _call(database_url, "SELECT mailroom.is_suppressed(%s) AS suppressed", (address,), fetch="one")
-    if row["suppressed"]:
+    if _value(database_url, sqlapi.is_suppressed, address=address):
         typer.echo("suppressed")
         return
     typer.echo("not suppressed")

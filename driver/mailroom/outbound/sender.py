@@ -27,34 +27,24 @@ import signal
 import ssl
 import time
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any
 
 import psycopg
-from psycopg.rows import dict_row
 
 from mailroom.core.errors import ConfigError, Kind, UserError, describe_db_error, kind_of
 from mailroom.core.log import get_logger
-from mailroom.db import heartbeat, sqlapi
+from mailroom.db import heartbeat
+from mailroom.db import sqlapi as db_sqlapi
 from mailroom.db.connect import connect_async, connection_kwargs
 from mailroom.db.listen import Listener
+from mailroom.outbound import sqlapi
 from mailroom.outbound.metrics import SenderMetrics
 from mailroom.outbound.smtp import Attempt, Outcome, Relay, RelayConnections, deliver
 
 log = get_logger("send")
 
 CHANNEL = "mailroom_outbound"
-CLAIM_SQL = "SELECT * FROM mailroom.claim_messages(%s, %s, %s, %s::interval)"
-FINALIZE_SQL = (
-    "SELECT id, result, reply_class FROM mailroom.finalize_messages("
-    "%s::bigint[], %s::bigint[], %s::text[], %s::integer[], %s::text[], %s::text[])"
-)
-REFUSED_SQL = (
-    "SELECT mailroom.record_refused_recipients(%s::bigint[], %s::bigint[], %s::text[], %s::integer[], %s::text[])"
-)
-RELEASE_SQL = "SELECT mailroom.release_messages(%s::bigint[], %s::bigint[])"
-REAP_SQL = "SELECT mailroom.reap_stuck_messages(make_interval(secs => %s))"
-STATS_SQL = "SELECT * FROM mailroom.outbound_stats"
-HEALTH_SQL = "SELECT * FROM mailroom.queue_health()"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -111,10 +101,9 @@ class Sender:
     async def run(self) -> None:
         conn = await connect_async(self.opts.url, application_name="mailroom-send")
         try:
-            cur = await conn.execute(
-                "SELECT extract(epoch FROM mailroom.setting('outbound.lease')::interval)::float8"
-            )
-            lease = self.opts.lease or (await cur.fetchone())[0]
+            lease = self.opts.lease or (
+                await db_sqlapi.interval_setting.avalue(conn, name="outbound.lease")
+            ).total_seconds()
         except psycopg.Error as exc:
             raise UserError(f"the outbound queue is not installed: {describe_db_error(exc)}") from None
         finally:
@@ -194,7 +183,7 @@ class Sender:
         """One heartbeat on slot 0's connection (autocommit); a lost connection raises."""
         params = self.heartbeat.params(self.listening())
         try:
-            await sqlapi.worker_heartbeat.acall(conn, **params)
+            await db_sqlapi.worker_heartbeat.acall(conn, **params)
         except psycopg.OperationalError:
             raise
         except psycopg.Error as exc:
@@ -212,8 +201,9 @@ class Sender:
                     self.opts.url, **connection_kwargs(application_name="mailroom-send-reaper")
                 ) as conn:
                     while True:
-                        cur = await conn.execute(REAP_SQL, (self.opts.reap_after,))
-                        count = (await cur.fetchone())[0]
+                        count = await sqlapi.reap_stuck_messages.avalue(
+                            conn, older_than=timedelta(seconds=self.opts.reap_after)
+                        )
                         if count:
                             self.metrics.reaped.inc(count)
                             log.info("reaped %d stuck message(s) (possibly sent; retried)", count)
@@ -230,15 +220,14 @@ class Sender:
         while True:
             try:
                 async with await psycopg.AsyncConnection.connect(
-                    self.opts.url, row_factory=dict_row, **connection_kwargs(application_name="mailroom-send-stats")
+                    self.opts.url, **connection_kwargs(application_name="mailroom-send-stats")
                 ) as conn:
                     while True:
-                        cur = await conn.execute(STATS_SQL)
-                        self.metrics.update_stats(await cur.fetchone())
+                        self.metrics.update_stats((await sqlapi.outbound_stats.arow(conn))._asdict())
                         if health:
                             try:
-                                cur = await conn.execute(HEALTH_SQL)
-                                self.metrics.update_health(await cur.fetchall())
+                                rows = await db_sqlapi.queue_health.arows(conn)
+                                self.metrics.update_health([r._asdict() for r in rows])
                             except psycopg.OperationalError:
                                 raise
                             except psycopg.Error as exc:
@@ -262,8 +251,7 @@ class Sender:
                 if conn is None or conn.closed:
                     try:
                         conn = await psycopg.AsyncConnection.connect(
-                            self.opts.url, row_factory=dict_row,
-                            **connection_kwargs(application_name=f"mailroom-send-{index}"),
+                            self.opts.url, **connection_kwargs(application_name=f"mailroom-send-{index}"),
                         )
                     except psycopg.Error as exc:
                         log.info("slot %d: cannot connect (%s); retrying", index, describe_db_error(exc))
@@ -273,11 +261,11 @@ class Sender:
                 try:
                     if index == 0 and self.heartbeat.due(self.listening()):
                         await self.beat(conn)
-                    cur = await conn.execute(
-                        CLAIM_SQL,
-                        (self.opts.batch_size, self.worker, self.opts.key, f"{self.lease} seconds"),
+                    claimed = await sqlapi.claim_messages.arows(
+                        conn, limit=self.opts.batch_size, worker=self.worker, key=self.opts.key,
+                        lease=timedelta(seconds=self.lease),
                     )
-                    rows = await cur.fetchall()
+                    rows = [r._asdict() for r in claimed]
                 except psycopg.Error as exc:
                     if kind_of(exc) in (Kind.CONFIG, Kind.DENIED):  # wrong key, not installed, no grant: no retry helps
                         self.fatal = ConfigError(describe_db_error(exc))
@@ -377,7 +365,7 @@ class Sender:
                 if try_number:
                     await asyncio.sleep(0.5 * try_number)
                     target = await psycopg.AsyncConnection.connect(
-                        self.opts.url, row_factory=dict_row, **connection_kwargs(application_name="mailroom-send")
+                        self.opts.url, **connection_kwargs(application_name="mailroom-send")
                     )
                 try:
                     await self._report_on(target, outcomes, unsent)
@@ -395,25 +383,26 @@ class Sender:
             # before finalize: the call is fenced on the claim tokens it still holds (one statement a
             # batch, and only for a batch in which a relay refused some recipients of a message)
             try:
-                await conn.execute(REFUSED_SQL, tuple(list(column) for column in zip(*refused, strict=True)))
+                ids, tokens, recipients, codes, enhanced = (list(column) for column in zip(*refused, strict=True))
+                await sqlapi.record_refused_recipients.acall(
+                    conn, ids=ids, claim_tokens=tokens, recipients=recipients, smtp_codes=codes, enhanced_codes=enhanced
+                )
             except psycopg.OperationalError:
                 raise
             except psycopg.Error as exc:
                 log.warning("could not record %d refused recipient(s): %s", len(refused), describe_db_error(exc))
         if outcomes:
-            cur = await conn.execute(
-                FINALIZE_SQL,
-                (
-                    [o.id for o in outcomes],
-                    [o.claim_token for o in outcomes],
-                    [o.outcome for o in outcomes],
-                    [o.code for o in outcomes],
-                    [o.enhanced for o in outcomes],
-                    [o.error for o in outcomes],
-                ),
+            finalized = await sqlapi.finalize_messages.arows(
+                conn,
+                ids=[o.id for o in outcomes],
+                claim_tokens=[o.claim_token for o in outcomes],
+                outcomes=[o.outcome for o in outcomes],
+                smtp_codes=[o.code for o in outcomes],
+                enhanced_codes=[o.enhanced for o in outcomes],
+                errors=[o.error for o in outcomes],
             )
             # SQL decided what each outcome means (result) and its reply class (the metric label)
-            results = {r["id"]: (r["result"], r["reply_class"]) for r in await cur.fetchall()}
+            results = {r.id: (r.result, r.reply_class) for r in finalized}
             for o in outcomes:
                 result, reply_class = results.get(o.id, ("stale", "other"))
                 self.metrics.record(result, reply_class, o.seconds)
@@ -421,5 +410,7 @@ class Sender:
             if stale:
                 log.info("%d outcome(s) ignored: their claim was reaped and taken over", stale)
         if unsent:
-            await conn.execute(RELEASE_SQL, ([r["id"] for r in unsent], [r["claim_token"] for r in unsent]))
+            await sqlapi.release_messages.acall(
+                conn, ids=[r["id"] for r in unsent], claim_tokens=[r["claim_token"] for r in unsent]
+            )
             self.metrics.released.inc(len(unsent))

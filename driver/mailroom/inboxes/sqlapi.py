@@ -1,0 +1,70 @@
+"""The SQL functions of the expiring inboxes the driver calls (mailroom.db.contract): sql/2x, and
+the bounce return paths (sql/36_outbound_bounces.sql) that inbound SMTP checks and records."""
+
+from __future__ import annotations
+
+from mailroom.db.contract import SqlFunction
+
+# inbound SMTP
+check_bounce_recipient = SqlFunction(
+    "check_bounce_recipient", "p_address text, p_size bigint = default", returns=("verdict", "address")
+)
+check_message_size = SqlFunction(
+    "check_message_size", "p_addresses text[], p_size bigint", returns=("verdict", "address", "reply")
+)
+deliver_message = SqlFunction(
+    "deliver_message",
+    "p_address text, p_raw bytea, p_envelope_from text = default, p_subject text = default,"
+    " p_from_header text = default, p_text_body text = default, p_html_body text = default,"
+    " p_attachments jsonb = default",
+    returns="bigint",
+)
+deliver_messages = SqlFunction(
+    "deliver_messages",
+    "p_message integer[], p_address text[], p_raw bytea[], p_envelope_from text[], p_subject text[],"
+    " p_from_header text[], p_text_body text[], p_html_body text[], p_attachments jsonb[]",
+    returns=("message", "message_id"),
+)
+record_bounce = SqlFunction(
+    "record_bounce", "p_return_path text, p_reports jsonb", returns=("message_id", "outcome", "reports", "suppressed")
+)
+max_inbound_message_bytes = SqlFunction("max_inbound_message_bytes", returns="integer")
+
+# inboxes
+create_mailbox = SqlFunction(
+    "create_mailbox",
+    "p_ttl_minutes integer = default, p_plan text = default, p_owner_type text = default, p_owner_id text = default",
+    returns=("mailbox_id", "address", "expires_at", "session_token"),
+)
+list_messages = SqlFunction(
+    "list_messages",
+    "p_address text, p_session_token text, p_owner_type text = default, p_owner_id text = default,"
+    " p_limit integer = default, p_offset integer = default",
+    returns=("message_id", "received_at", "envelope_from", "from_header", "subject", "is_read", "size_bytes"),
+)
+read_message = SqlFunction(
+    "read_message",
+    "p_address text, p_session_token text, p_message_id bigint, p_owner_type text = default, p_owner_id text = default",
+    returns=("envelope_from", "from_header", "subject", "text_body", "html_body", "attachments", "raw"),
+)
+extend_mailbox = SqlFunction(
+    "extend_mailbox",
+    "p_address text, p_session_token text, p_minutes integer, p_owner_type text = default, p_owner_id text = default",
+    returns="timestamptz",
+)
+delete_mailbox = SqlFunction(
+    "delete_mailbox",
+    "p_address text, p_session_token text, p_owner_type text = default, p_owner_id text = default",
+    returns="boolean",
+)
+wait_for_message = SqlFunction(
+    "wait_for_message",
+    "p_address text, p_session_token text, p_timeout interval, p_subject_like text = default,"
+    " p_owner_type text = default, p_owner_id text = default",
+    returns=("message_id", "received_at", "subject"),
+)
+
+# expiry
+expire_mailboxes = SqlFunction("expire_mailboxes", "p_batch integer = default", returns="integer")
+purge_mailboxes = SqlFunction("purge_mailboxes", "p_older_than interval, p_batch integer = default", returns="integer")
+seconds_until_next_expiry = SqlFunction("seconds_until_next_expiry", returns="double precision")

@@ -1,0 +1,86 @@
+"""The SQL functions of the outbound queue the driver calls (mailroom.db.contract): sql/3x."""
+
+from __future__ import annotations
+
+from mailroom.db.contract import SqlFunction
+
+# the sender
+claim_messages = SqlFunction(
+    "claim_messages",
+    "p_limit integer, p_worker text, p_key bytea = default, p_lease interval = default",
+    returns=(
+        "id", "claim_token", "attempts", "message_id", "sender_name", "from_address", "to_addrs", "cc_addrs",
+        "bcc_addrs", "subject", "text_body", "html_body", "headers", "created_at", "possibly_sent", "smtp_host",
+        "smtp_port", "smtp_security", "smtp_username", "smtp_password", "smtp_password_set", "return_path",
+    ),
+)
+finalize_messages = SqlFunction(
+    "finalize_messages",
+    "p_ids bigint[], p_claim_tokens bigint[], p_outcomes text[], p_smtp_codes integer[] = default,"
+    " p_enhanced_codes text[] = default, p_errors text[] = default",
+    returns=("id", "result", "reply_class"),
+)
+record_refused_recipients = SqlFunction(
+    "record_refused_recipients",
+    "p_ids bigint[], p_claim_tokens bigint[], p_recipients text[], p_smtp_codes integer[], p_enhanced_codes text[]",
+    returns="integer",
+)
+release_messages = SqlFunction("release_messages", "p_ids bigint[], p_claim_tokens bigint[]", returns="integer")
+reap_stuck_messages = SqlFunction("reap_stuck_messages", "p_older_than interval = default", returns="integer")
+outbound_stats = SqlFunction("outbound_stats", returns=(
+    "queued", "processing", "sent", "failed", "due_now", "retries_waiting", "possibly_sent",
+    "oldest_queued_age_seconds", "stale_outcomes", "reaped",
+))
+
+# operators
+list_outbound_messages = SqlFunction(
+    "list_outbound_messages", "p_status text = default, p_limit integer = default",
+    returns=("id", "sender", "status", "attempts", "recipients", "last_smtp_code", "last_enhanced_code",
+             "possibly_sent", "next_retry_at", "created_at", "sent_at"),
+)
+show_outbound_message = SqlFunction("show_outbound_message", "p_id bigint", returns=(
+    "id", "sender", "status", "attempts", "recipients", "message_id", "idempotency_key", "idempotency_scope",
+    "last_outcome", "last_smtp_code", "last_enhanced_code", "possibly_sent", "claimed_by", "lease_expires_at",
+    "next_retry_at", "send_after", "created_at", "sent_at", "suppressed_recipients", "error_log",
+))
+retry_message = SqlFunction("retry_message", "p_id bigint", returns="bigint")
+retry_failed_messages = SqlFunction("retry_failed_messages", returns="integer")
+purge_sent_messages = SqlFunction("purge_sent_messages", "p_before timestamptz, p_batch integer = default",
+                                  returns="integer")
+enqueue_message = SqlFunction(
+    "enqueue_message",
+    "p_sender text, p_to text[], p_subject text, p_text_body text, p_html_body text = default, p_cc text[] = default,"
+    " p_bcc text[] = default, p_headers jsonb = default, p_idempotency_key text = default,"
+    " p_send_after timestamptz = default",
+    returns="bigint",
+)
+upsert_sender = SqlFunction(
+    "upsert_sender",
+    "p_name text, p_from_address text, p_host text, p_port integer, p_security text = default,"
+    " p_username text = default, p_password text = default, p_key bytea = default",
+    returns="bigint",
+)
+set_sender_bounce_domain = SqlFunction("set_sender_bounce_domain", "p_sender text, p_domain text")
+
+# per-domain limits
+set_domain_limit = SqlFunction(
+    "set_domain_limit", "p_pattern text, p_max_in_flight integer, p_max_per_minute integer", returns="text"
+)
+delete_domain_limit = SqlFunction("delete_domain_limit", "p_pattern text", returns="text")
+list_domain_limits = SqlFunction("list_domain_limits", returns=("pattern", "max_in_flight", "max_per_minute",
+                                                                "updated_at"))
+domain_status = SqlFunction("domain_status", "p_limit integer = default", returns=(
+    "domain", "pattern", "in_flight", "max_in_flight", "claimed_this_minute", "max_per_minute", "backoff_until",
+    "backoff_level",
+))
+
+# the suppression list
+suppress = SqlFunction(
+    "suppress", "p_address text, p_reason text, p_expires_at timestamptz = default, p_source_message bigint = default",
+    returns="bigint",
+)
+unsuppress = SqlFunction("unsuppress", "p_address text", returns="boolean")
+is_suppressed = SqlFunction("is_suppressed", "p_address text", returns="boolean")
+list_suppressions = SqlFunction("list_suppressions", "p_limit integer = default", returns=(
+    "address", "reason", "active", "source_message", "created_at", "expires_at",
+))
