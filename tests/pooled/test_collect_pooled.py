@@ -128,10 +128,13 @@ def test_commit_lost_behind_the_pooler_is_not_fatal_nor_written_twice(conn, urls
     try:
         c.wait_stderr("waiting for notifications")
         conn.execute(bulk_accounts_sql("cut", 1000))  # one ~130 kB line: the write blocks on the full pipe
-        wait_until(lambda: conn.execute("SELECT 1 FROM pg_stat_activity WHERE application_name = 'mailroom-collect'"
-                                        " AND state = 'idle in transaction'").fetchone(), what="a batch in flight")
-        conn.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
-                     " WHERE application_name = 'mailroom-collect' AND state = 'idle in transaction'")
+        # the batch's backend, in this database, idle in its transaction for a while: the collector is
+        # blocked writing to the full pipe (not between two statements of the batch); it is terminated
+        wait_until(lambda: conn.execute(
+            "SELECT bool_or(pg_terminate_backend(pid)) FROM pg_stat_activity"
+            " WHERE datname = current_database() AND application_name = 'mailroom-collect'"
+            " AND state = 'idle in transaction' AND state_change < now() - interval '300 milliseconds'").fetchone()[0],
+            what="the batch's backend blocked on the full pipe, terminated")
         c.start_pump()  # the write completes, the COMMIT fails
         c.wait_stderr("connection lost while committing a written batch of 1000 tokens")
         c.wait_stderr("1000 tokens written before a lost commit were confirmed, not written again")
