@@ -170,26 +170,30 @@ CREATE OR REPLACE FUNCTION mailroom.check_bounce_recipient(
     p_size bigint DEFAULT null
 )
 RETURNS TABLE (verdict text, address text)
-LANGUAGE sql
-STABLE
+LANGUAGE plpgsql
+VOLATILE
 SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
+#variable_conflict use_column
+BEGIN
     -- The RCPT verdict of `mailroom inbox serve`: a return path (bounce+… at a bounce domain) is
     -- 'bounce' when it is valid, else 'unknown' (bad signature, unknown message: the same
-    -- answer); any other address gets check_recipient's verdict (ok, unknown, deleted, ...).
-    SELECT
-        CASE WHEN mailroom._verp_message_id(p_address) IS NOT NULL THEN 'bounce' ELSE 'unknown' END,
-        mailroom._normalize_address(p_address)
-    WHERE mailroom._is_verp_address(p_address)
-    UNION ALL
-    SELECT c.verdict, c.address
-    FROM mailroom.check_recipient(p_address, p_size) AS c
-    WHERE NOT mailroom._is_verp_address(p_address);
+    -- answer); any other address gets check_recipient's verdict (ok, unknown, deleted, ...),
+    -- after the inbox of an unknown address on a catch-all domain was created (sql/24_catchall.sql).
+    -- VOLATILE for that creation; PL/pgSQL, so its plans are kept for the session.
+    IF mailroom._is_verp_address(p_address) THEN
+        verdict := CASE WHEN mailroom._verp_message_id(p_address) IS NOT NULL THEN 'bounce' ELSE 'unknown' END;
+        address := mailroom._normalize_address(p_address);
+        RETURN NEXT;
+        RETURN;
+    END IF;
+    RETURN QUERY SELECT c.verdict, c.address FROM mailroom._check_recipient_or_claim(p_address, p_size) AS c;
+END;
 $$;
 
 COMMENT ON FUNCTION mailroom.check_bounce_recipient(text, bigint) IS
-'RCPT-stage verdict of the inbound server: bounce for a valid VERP return path, unknown for a forged one, else check_recipient''s verdict.';
+'RCPT-stage verdict of the inbound server: bounce for a valid VERP return path, unknown for a forged one, else check_recipient''s verdict (an unknown address on a catch-all domain gets its inbox first).';
 
 GRANT EXECUTE ON FUNCTION mailroom.check_bounce_recipient(text, bigint) TO mailroom_inbound;
 

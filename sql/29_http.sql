@@ -1,0 +1,549 @@
+-- The HTTP API of `mailroom http serve` (docs/http.md): one function per request, each answering a
+-- JSON document (or the raw bytes), authorized here: by the inbox's session token, or by an API
+-- key's sha256 digest (the key itself never reaches the database), whose owner owns the inbox
+-- (owner type api). Each is a thin wrapper of the SQL API the CLI and psql use (create_mailbox,
+-- list_messages' authorization, read_message, delete_mailbox, extract_link, extract_code,
+-- wait_for_message, search_messages), so the HTTP answer and the psql answer are the same rule.
+-- Errors: those of the wrapped functions (MR201-MR215, MR246), and MR240 no credentials,
+-- MR241 unknown or revoked API key (sql/28), MR242 a plan that needs an API key, MR243 creation
+-- rate limit (DETAIL: the seconds until the window ends).
+
+CREATE OR REPLACE FUNCTION mailroom._http_owner(p_session_token text, p_key_digest bytea)
+RETURNS text
+LANGUAGE plpgsql
+STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    -- the API key's owner (NULL when the caller holds a session token instead); MR240 with neither
+    IF p_session_token IS NULL AND p_key_digest IS NULL THEN
+        RAISE EXCEPTION USING
+            ERRCODE = 'MR240',
+            MESSAGE = 'credentials required: the inbox''s session token or an API key';
+    END IF;
+    RETURN mailroom._api_key_owner(p_key_digest);
+END;
+$$;
+
+COMMENT ON FUNCTION mailroom._http_owner(text, bytea) IS
+'Internal: the owner id of the request''s API key (NULL with a session token); MR240 with no credentials, MR241 for a bad key.';
+
+CREATE OR REPLACE FUNCTION mailroom._http_box(
+    p_address text,
+    p_session_token text,
+    p_key_digest bytea,
+    p_require_open boolean DEFAULT true
+)
+RETURNS mailroom.mailboxes
+LANGUAGE plpgsql
+STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    -- owner type api with a NULL owner matches nothing: the session token decides then
+    RETURN mailroom._authorize_mailbox(
+        p_address, p_session_token, 'api', mailroom._http_owner(p_session_token, p_key_digest), p_require_open
+    );
+END;
+$$;
+
+COMMENT ON FUNCTION mailroom._http_box(text, text, bytea, boolean) IS
+'Internal: the mailbox a request may use (session token or API key owner), open unless p_require_open is false.';
+
+CREATE OR REPLACE FUNCTION mailroom._http_mailbox_json(p_box mailroom.mailboxes)
+RETURNS jsonb
+LANGUAGE sql
+STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT jsonb_build_object(
+        'address', p_box.address,
+        'plan', p_box.plan,
+        'owner_type', p_box.owner_type,
+        'created_at', p_box.created_at,
+        'expires_at', p_box.expires_at,
+        'message_count', p_box.message_count,
+        'catchall', p_box.catchall_domain IS NOT NULL,
+        'max_messages', p.max_messages,
+        'max_message_bytes', p.max_message_bytes,
+        'mailbox_id', p_box.id
+    )
+    FROM mailroom.plans AS p
+    WHERE p.name = p_box.plan
+$$;
+
+COMMENT ON FUNCTION mailroom._http_mailbox_json(mailroom.mailboxes) IS
+'Internal: the JSON of a mailbox in HTTP answers (no token, no owner id).';
+
+CREATE OR REPLACE FUNCTION mailroom._http_client_subject(p_client text)
+RETURNS bytea
+LANGUAGE sql
+STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    -- a client address is kept only keyed with the redaction pepper (never readable back)
+    SELECT mailroom._hmac(convert_to('http-client:' || coalesce(p_client, ''), 'UTF8'), p.pepper, 'sha256')
+    FROM mailroom.redaction_pepper AS p
+$$;
+
+COMMENT ON FUNCTION mailroom._http_client_subject(text) IS
+'Internal: the rate-limit subject of a client address (HMAC under the redaction pepper).';
+
+CREATE OR REPLACE FUNCTION mailroom._http_rate_take(p_subject bytea)
+RETURNS void
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_now timestamptz := mailroom.clock();
+    v_window interval := mailroom.setting('http.create_window')::interval;
+    v_limit integer := mailroom.setting('http.create_limit')::integer;
+    v_used integer;
+    v_start timestamptz;
+BEGIN
+    -- a fixed window per subject; the refusal rolls its own count back, so it stays at the limit
+    INSERT INTO mailroom.http_rate_limits AS r (subject, window_start, used)
+    VALUES (p_subject, v_now, 1)
+    ON CONFLICT (subject) DO UPDATE
+    SET
+        used = CASE WHEN r.window_start + v_window <= v_now THEN 1 ELSE r.used + 1 END,
+        window_start = CASE WHEN r.window_start + v_window <= v_now THEN v_now ELSE r.window_start END
+    RETURNING r.used, r.window_start INTO v_used, v_start;
+    IF v_used > v_limit THEN
+        RAISE EXCEPTION USING
+            ERRCODE = 'MR243',
+            MESSAGE = format('too many mailboxes created: %s per %s', v_limit, v_window),
+            DETAIL = greatest(1, ceil(extract(EPOCH FROM v_start + v_window - v_now)))::bigint::text;
+    END IF;
+    -- a few windows long past go with each creation, so the table stays the size of the traffic
+    DELETE FROM mailroom.http_rate_limits AS r
+    WHERE r.subject IN (
+        SELECT o.subject FROM mailroom.http_rate_limits AS o
+        WHERE o.window_start < v_now - v_window - interval '1 hour'
+        LIMIT 10
+        FOR UPDATE SKIP LOCKED
+    );
+END;
+$$;
+
+COMMENT ON FUNCTION mailroom._http_rate_take(bytea) IS
+'Internal: count one creation for a subject; MR243 (DETAIL: seconds to wait) past http.create_limit per http.create_window.';
+
+CREATE OR REPLACE FUNCTION mailroom.http_create_mailbox(
+    p_key_digest bytea,
+    p_client text,
+    p_ttl_minutes integer DEFAULT null,
+    p_plan text DEFAULT null
+)
+RETURNS jsonb
+LANGUAGE plpgsql
+VOLATILE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_owner text := mailroom._api_key_owner(p_key_digest);
+    v_anonymous_plan text := mailroom.setting('http.anonymous_plan');
+    v_plan text := coalesce(p_plan, v_anonymous_plan);
+    v_created record;
+    v_box mailroom.mailboxes;
+BEGIN
+    IF v_owner IS NULL AND v_plan IS DISTINCT FROM v_anonymous_plan THEN
+        RAISE EXCEPTION USING
+            ERRCODE = 'MR242',
+            MESSAGE = format('plan %s needs an API key (anonymous inboxes get plan %s)', left(v_plan, 63), v_anonymous_plan);
+    END IF;
+    PERFORM mailroom._http_rate_take(coalesce(p_key_digest, mailroom._http_client_subject(p_client)));
+    SELECT c.mailbox_id, c.session_token INTO v_created
+    FROM mailroom.create_mailbox(
+        p_ttl_minutes, v_plan, CASE WHEN v_owner IS NULL THEN 'anonymous' ELSE 'api' END, v_owner
+    ) AS c;
+    SELECT m.* INTO v_box FROM mailroom.mailboxes AS m WHERE m.id = v_created.mailbox_id;
+    -- the session token exists only in this answer (the table keeps its digest)
+    RETURN mailroom._http_mailbox_json(v_box) || jsonb_build_object('session_token', v_created.session_token);
+END;
+$$;
+
+COMMENT ON FUNCTION mailroom.http_create_mailbox(bytea, text, integer, text) IS
+'POST /api/v1/mailboxes: create_mailbox for an API key''s owner (any plan) or anonymously (plan http.anonymous_plan, MR242 otherwise), within the creation rate limit (MR243); the mailbox as JSON with its session token.';
+
+GRANT EXECUTE ON FUNCTION mailroom.http_create_mailbox(bytea, text, integer, text) TO mailroom_http;
+
+CREATE OR REPLACE FUNCTION mailroom.http_get_mailbox(p_address text, p_session_token text, p_key_digest bytea)
+RETURNS jsonb
+LANGUAGE plpgsql
+STABLE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    RETURN mailroom._http_mailbox_json(mailroom._http_box(p_address, p_session_token, p_key_digest));
+END;
+$$;
+
+COMMENT ON FUNCTION mailroom.http_get_mailbox(text, text, bytea) IS
+'GET /api/v1/mailboxes/{address}: an open mailbox as JSON (MR203-MR206 as for reading, MR240/MR241 credentials).';
+
+GRANT EXECUTE ON FUNCTION mailroom.http_get_mailbox(text, text, bytea) TO mailroom_http;
+
+CREATE OR REPLACE FUNCTION mailroom._http_message_summary(p_message mailroom.messages)
+RETURNS jsonb
+LANGUAGE sql
+IMMUTABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT jsonb_build_object(
+        'id', p_message.id,
+        'received_at', p_message.received_at,
+        'envelope_from', p_message.envelope_from,
+        'to', p_message.envelope_to,
+        'from', p_message.from_header,
+        'subject', p_message.subject,
+        'size', p_message.size_bytes,
+        'is_read', p_message.is_read,
+        'attachments', jsonb_array_length(p_message.attachments),
+        'snippet', btrim(regexp_replace(left(coalesce(p_message.text_body, ''), 400), '\s+', ' ', 'g'))
+    )
+$$;
+
+COMMENT ON FUNCTION mailroom._http_message_summary(mailroom.messages) IS
+'Internal: the JSON of a message in a list (no bodies: the first words of the text as snippet).';
+
+CREATE OR REPLACE FUNCTION mailroom.http_list_messages(
+    p_address text,
+    p_session_token text,
+    p_key_digest bytea,
+    p_limit integer DEFAULT 50,
+    p_offset integer DEFAULT 0,
+    p_after_id bigint DEFAULT null
+)
+RETURNS jsonb
+LANGUAGE plpgsql
+STABLE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_box mailroom.mailboxes;
+    v_messages jsonb;
+BEGIN
+    IF p_limit IS NULL OR p_limit NOT BETWEEN 1 AND 500 OR p_offset IS NULL OR p_offset < 0 THEN
+        RAISE EXCEPTION USING
+            ERRCODE = '22023',
+            MESSAGE = 'limit must be between 1 and 500 and offset non-negative';
+    END IF;
+    v_box := mailroom._http_box(p_address, p_session_token, p_key_digest);
+    -- newest first; after_id: only those delivered after that one (per mailbox, ids follow commit
+    -- order: deliver_message takes the mailbox's row lock before it takes an id)
+    SELECT coalesce(jsonb_agg(mailroom._http_message_summary(g) ORDER BY g.received_at DESC, g.id DESC), '[]')
+    INTO v_messages
+    FROM (
+        SELECT g.*
+        FROM mailroom.messages AS g
+        WHERE g.mailbox_id = v_box.id AND (p_after_id IS NULL OR g.id > p_after_id)
+        ORDER BY g.received_at DESC, g.id DESC
+        LIMIT p_limit OFFSET p_offset
+    ) AS g;
+    RETURN jsonb_build_object(
+        'mailbox', mailroom._http_mailbox_json(v_box),
+        'messages', v_messages,
+        'limit', p_limit,
+        'offset', p_offset
+    );
+END;
+$$;
+
+COMMENT ON FUNCTION mailroom.http_list_messages(text, text, bytea, integer, integer, bigint) IS
+'GET /api/v1/mailboxes/{address}/messages: the mailbox and a page of its messages, newest first (after p_after_id if given), as JSON.';
+
+GRANT EXECUTE ON FUNCTION mailroom.http_list_messages(text, text, bytea, integer, integer, bigint) TO mailroom_http;
+
+CREATE OR REPLACE FUNCTION mailroom._header_fields(p_raw bytea)
+RETURNS jsonb
+LANGUAGE plpgsql
+IMMUTABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    -- the header section: up to the first empty line, at most 64 KiB (bytes past it are left out)
+    v_head bytea := substring(p_raw FROM 1 FOR 65536);
+    v_end integer := position('\x0d0a0d0a'::bytea IN v_head);
+    v_text text;
+BEGIN
+    IF v_end = 0 THEN
+        v_end := position('\x0a0a'::bytea IN v_head);
+    END IF;
+    IF v_end > 0 THEN
+        v_head := substring(v_head FROM 1 FOR v_end - 1);
+    END IF;
+    -- bytes outside ASCII stay visible as \ooo escapes (a header is ASCII unless it is broken)
+    v_text := replace(encode(v_head, 'escape'), chr(13), '');
+    -- one field a line after unfolding: [name, value] pairs in order, at most 500
+    RETURN coalesce((
+        SELECT jsonb_agg(jsonb_build_array(btrim(split_part(f.line, ':', 1)), btrim(substr(f.line, strpos(f.line, ':') + 1)))
+                         ORDER BY f.n)
+        FROM regexp_split_to_table(regexp_replace(v_text, E'\n[ \t]+', ' ', 'g'), E'\n') WITH ORDINALITY AS f (line, n)
+        WHERE strpos(f.line, ':') > 1 AND f.n <= 500
+    ), '[]');
+END;
+$$;
+
+COMMENT ON FUNCTION mailroom._header_fields(bytea) IS
+'Internal: the header fields of a raw message as [name, value] pairs, unfolded (first 64 KiB, 500 fields, non-ASCII bytes escaped).';
+
+CREATE OR REPLACE FUNCTION mailroom.http_read_message(
+    p_address text,
+    p_session_token text,
+    p_key_digest bytea,
+    p_message_id bigint
+)
+RETURNS jsonb
+LANGUAGE plpgsql
+VOLATILE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_owner text := mailroom._http_owner(p_session_token, p_key_digest);
+    v_message record;
+    v_link text;
+    v_code text;
+BEGIN
+    SELECT * INTO v_message
+    FROM mailroom.read_message(p_address, p_session_token, p_message_id, 'api', v_owner);
+    BEGIN
+        v_link := mailroom.extract_link(p_address, p_session_token, p_message_id, NULL, 'api', v_owner);
+    EXCEPTION
+        WHEN SQLSTATE 'MR215' THEN
+            v_link := NULL;
+    END;
+    BEGIN
+        v_code := mailroom.extract_code(p_address, p_session_token, p_message_id, p_owner_type => 'api', p_owner_id => v_owner);
+    EXCEPTION
+        WHEN SQLSTATE 'MR215' THEN
+            v_code := NULL;
+    END;
+    RETURN jsonb_build_object(
+        'id', v_message.message_id,
+        'received_at', v_message.received_at,
+        'envelope_from', v_message.envelope_from,
+        'to', v_message.envelope_to,
+        'from', v_message.from_header,
+        'subject', v_message.subject,
+        'size', v_message.size_bytes,
+        'is_read', v_message.is_read,
+        'text', v_message.text_body,
+        'html', v_message.html_body,
+        'attachments', (
+            SELECT coalesce(jsonb_agg(a.value || jsonb_build_object('index', a.n - 1) ORDER BY a.n), '[]')
+            FROM jsonb_array_elements(v_message.attachments) WITH ORDINALITY AS a (value, n)
+        ),
+        'headers', mailroom._header_fields(v_message.raw),
+        'link', v_link,
+        'code', v_code
+    );
+END;
+$$;
+
+COMMENT ON FUNCTION mailroom.http_read_message(text, text, bytea, bigint) IS
+'GET /api/v1/mailboxes/{address}/messages/{id}: read_message as JSON (headers, text, HTML, attachments'' metadata, the extracted link and code), marked read.';
+
+GRANT EXECUTE ON FUNCTION mailroom.http_read_message(text, text, bytea, bigint) TO mailroom_http;
+
+CREATE OR REPLACE FUNCTION mailroom.http_message_raw(
+    p_address text,
+    p_session_token text,
+    p_key_digest bytea,
+    p_message_id bigint
+)
+RETURNS bytea
+LANGUAGE plpgsql
+STABLE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    RETURN (mailroom._readable_message(
+        p_address, p_session_token, p_message_id, 'api', mailroom._http_owner(p_session_token, p_key_digest)
+    )).raw;
+END;
+$$;
+
+COMMENT ON FUNCTION mailroom.http_message_raw(text, text, bytea, bigint) IS
+'GET …/messages/{id}/raw and …/attachments/{n}: the raw bytes of a message as received (MR209 if not in this mailbox).';
+
+GRANT EXECUTE ON FUNCTION mailroom.http_message_raw(text, text, bytea, bigint) TO mailroom_http;
+
+CREATE OR REPLACE FUNCTION mailroom.http_delete_mailbox(p_address text, p_session_token text, p_key_digest bytea)
+RETURNS boolean
+LANGUAGE plpgsql
+VOLATILE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    RETURN mailroom.delete_mailbox(
+        p_address, p_session_token, 'api', mailroom._http_owner(p_session_token, p_key_digest)
+    );
+END;
+$$;
+
+COMMENT ON FUNCTION mailroom.http_delete_mailbox(text, text, bytea) IS
+'DELETE /api/v1/mailboxes/{address}: delete_mailbox (soft delete: it refuses mail at once); false if it was deleted already.';
+
+GRANT EXECUTE ON FUNCTION mailroom.http_delete_mailbox(text, text, bytea) TO mailroom_http;
+
+CREATE OR REPLACE FUNCTION mailroom.http_delete_message(
+    p_address text,
+    p_session_token text,
+    p_key_digest bytea,
+    p_message_id bigint
+)
+RETURNS void
+LANGUAGE plpgsql
+VOLATILE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_box mailroom.mailboxes := mailroom._http_box(p_address, p_session_token, p_key_digest);
+BEGIN
+    DELETE FROM mailroom.messages AS g WHERE g.id = p_message_id AND g.mailbox_id = v_box.id;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION USING
+            ERRCODE = 'MR209',
+            MESSAGE = format('message %s not found in this mailbox', coalesce(p_message_id::text, 'NULL'));
+    END IF;
+    -- a deleted message frees its place under the plan's message count
+    UPDATE mailroom.mailboxes AS m SET message_count = greatest(m.message_count - 1, 0) WHERE m.id = v_box.id;
+END;
+$$;
+
+COMMENT ON FUNCTION mailroom.http_delete_message(text, text, bytea, bigint) IS
+'DELETE /api/v1/mailboxes/{address}/messages/{id}: delete one message of an open mailbox (it frees a place under the plan''s count); MR209 if not in it.';
+
+GRANT EXECUTE ON FUNCTION mailroom.http_delete_message(text, text, bytea, bigint) TO mailroom_http;
+
+CREATE OR REPLACE FUNCTION mailroom.http_extract_link(
+    p_address text,
+    p_session_token text,
+    p_key_digest bytea,
+    p_message_id bigint,
+    p_url_like text DEFAULT null
+)
+RETURNS text
+LANGUAGE plpgsql
+STABLE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    RETURN mailroom.extract_link(
+        p_address, p_session_token, p_message_id, p_url_like, 'api', mailroom._http_owner(p_session_token, p_key_digest)
+    );
+END;
+$$;
+
+COMMENT ON FUNCTION mailroom.http_extract_link(text, text, bytea, bigint, text) IS
+'GET …/messages/{id}/links: extract_link (the first http(s) link LIKE p_url_like; MR215 when none).';
+
+GRANT EXECUTE ON FUNCTION mailroom.http_extract_link(text, text, bytea, bigint, text) TO mailroom_http;
+
+CREATE OR REPLACE FUNCTION mailroom.http_extract_code(
+    p_address text,
+    p_session_token text,
+    p_key_digest bytea,
+    p_message_id bigint,
+    p_pattern text DEFAULT null
+)
+RETURNS text
+LANGUAGE plpgsql
+STABLE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_owner text := mailroom._http_owner(p_session_token, p_key_digest);
+BEGIN
+    IF p_pattern IS NULL THEN
+        RETURN mailroom.extract_code(p_address, p_session_token, p_message_id, p_owner_type => 'api', p_owner_id => v_owner);
+    END IF;
+    RETURN mailroom.extract_code(p_address, p_session_token, p_message_id, p_pattern, 'api', v_owner);
+END;
+$$;
+
+COMMENT ON FUNCTION mailroom.http_extract_code(text, text, bytea, bigint, text) IS
+'GET …/messages/{id}/code: extract_code (p_pattern NULL: its default, a 5-digit word; MR215 when none).';
+
+GRANT EXECUTE ON FUNCTION mailroom.http_extract_code(text, text, bytea, bigint, text) TO mailroom_http;
+
+CREATE OR REPLACE FUNCTION mailroom.http_check_message(
+    p_address text,
+    p_session_token text,
+    p_key_digest bytea,
+    p_subject_like text DEFAULT null
+)
+RETURNS jsonb
+LANGUAGE plpgsql
+VOLATILE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_found record;
+BEGIN
+    -- one look, no wait: the server waits between looks on its LISTEN, holding no connection
+    BEGIN
+        SELECT * INTO v_found
+        FROM mailroom.wait_for_message(
+            p_address, p_session_token, interval '0', p_subject_like, 'api',
+            mailroom._http_owner(p_session_token, p_key_digest)
+        );
+    EXCEPTION
+        WHEN SQLSTATE 'MR212' THEN
+            RETURN NULL;
+    END;
+    RETURN jsonb_build_object(
+        'id', v_found.message_id,
+        'received_at', v_found.received_at,
+        'subject', v_found.subject,
+        'from', v_found.from_header,
+        'envelope_from', v_found.envelope_from
+    );
+END;
+$$;
+
+COMMENT ON FUNCTION mailroom.http_check_message(text, text, bytea, text) IS
+'GET …/wait: one look of wait_for_message without waiting: the newest message whose subject is LIKE p_subject_like, NULL when none yet.';
+
+GRANT EXECUTE ON FUNCTION mailroom.http_check_message(text, text, bytea, text) TO mailroom_http;
+
+CREATE OR REPLACE FUNCTION mailroom.http_search_messages(
+    p_address text,
+    p_session_token text,
+    p_key_digest bytea,
+    p_query text,
+    p_limit integer DEFAULT 50
+)
+RETURNS jsonb
+LANGUAGE sql
+STABLE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT coalesce(jsonb_agg(
+        jsonb_build_object(
+            'id', s.message_id, 'received_at', s.received_at, 'from', s.from_header,
+            'subject', s.subject, 'rank', s.rank
+        ) ORDER BY s.n
+    ), '[]')
+    FROM mailroom._search_mailbox(
+        mailroom._http_box(p_address, p_session_token, p_key_digest), p_query, p_limit
+    ) WITH ORDINALITY AS s (message_id, received_at, from_header, subject, rank, n)
+$$;
+
+COMMENT ON FUNCTION mailroom.http_search_messages(text, text, bytea, text, integer) IS
+'GET …/search?q=: search_messages as JSON, best first (MR246 for a query without a word).';
+
+GRANT EXECUTE ON FUNCTION mailroom.http_search_messages(text, text, bytea, text, integer) TO mailroom_http;
