@@ -527,23 +527,66 @@ CREATE OR REPLACE FUNCTION mailroom.http_search_messages(
     p_limit integer DEFAULT 50
 )
 RETURNS jsonb
-LANGUAGE sql
+LANGUAGE plpgsql
 STABLE
 SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
-    SELECT coalesce(jsonb_agg(
-        jsonb_build_object(
-            'id', s.message_id, 'received_at', s.received_at, 'from', s.from_header,
-            'subject', s.subject, 'rank', s.rank
-        ) ORDER BY s.n
-    ), '[]')
-    FROM mailroom._search_mailbox(
-        mailroom._http_box(p_address, p_session_token, p_key_digest), p_query, p_limit
-    ) WITH ORDINALITY AS s (message_id, received_at, from_header, subject, rank, n)
+DECLARE
+    v_box mailroom.mailboxes := mailroom._http_box(p_address, p_session_token, p_key_digest);
+BEGIN
+    RETURN jsonb_build_object(
+        'mailbox', mailroom._http_mailbox_json(v_box),
+        'query', p_query,
+        'messages', (
+            SELECT coalesce(jsonb_agg(
+                mailroom._http_message_summary(g) || jsonb_build_object('rank', s.rank) ORDER BY s.n
+            ), '[]')
+            FROM mailroom._search_mailbox(v_box, p_query, p_limit) WITH ORDINALITY AS s (
+                message_id, received_at, from_header, subject, rank, n
+            )
+            INNER JOIN mailroom.messages AS g ON g.id = s.message_id AND g.received_at = s.received_at
+        )
+    );
+END;
 $$;
 
 COMMENT ON FUNCTION mailroom.http_search_messages(text, text, bytea, text, integer) IS
-'GET …/search?q=: search_messages as JSON, best first (MR246 for a query without a word).';
+'GET …/search?q=: the mailbox and the messages search_messages finds, best first, as JSON (MR246 for a query without a word).';
 
 GRANT EXECUTE ON FUNCTION mailroom.http_search_messages(text, text, bytea, text, integer) TO mailroom_http;
+
+CREATE OR REPLACE FUNCTION mailroom.http_message_attachment(
+    p_address text,
+    p_session_token text,
+    p_key_digest bytea,
+    p_message_id bigint,
+    p_index integer
+)
+RETURNS TABLE (raw bytea, attachment jsonb)
+LANGUAGE plpgsql
+STABLE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_message mailroom.messages := mailroom._readable_message(
+        p_address, p_session_token, p_message_id, 'api', mailroom._http_owner(p_session_token, p_key_digest)
+    );
+BEGIN
+    -- the metadata delivery recorded (its sha256 names the part) and the raw bytes it is cut from
+    attachment := v_message.attachments -> p_index;
+    IF p_index IS NULL OR p_index < 0 OR attachment IS NULL THEN
+        RAISE EXCEPTION USING
+            ERRCODE = 'MR250',
+            MESSAGE = format('message %s has no attachment %s', p_message_id, coalesce(p_index::text, 'NULL'));
+    END IF;
+    raw := v_message.raw;
+    RETURN NEXT;
+END;
+$$;
+
+COMMENT ON FUNCTION mailroom.http_message_attachment(text, text, bytea, bigint, integer) IS
+'GET …/messages/{id}/attachments/{n}: the metadata of attachment n (from 0) and the raw message it is in; MR250 if there is none.';
+
+GRANT EXECUTE ON FUNCTION mailroom.http_message_attachment(text, text, bytea, bigint, integer) TO mailroom_http;

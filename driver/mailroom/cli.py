@@ -27,6 +27,9 @@ COMMANDS: dict[str, tuple[str, str, str | None]] = {
     "demo": ("mailroom.ops.cli", "app", "demo"),
     "doctor": ("mailroom.ops.cli", "app", "doctor"),
     "maintain": ("mailroom.ops.cli", "app", "maintain"),
+    "http": ("mailroom.http.cli", "http_app", None),
+    "apikey": ("mailroom.http.cli", "apikey_app", None),
+    "catchall": ("mailroom.http.cli", "catchall_app", None),
 }
 
 

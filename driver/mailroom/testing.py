@@ -69,6 +69,7 @@ TEST_LOGINS: dict[str, tuple[str, ...]] = {
     # `mailroom run` starts the inbox server, the collector and the sender with one URL
     "mr_worker": ("mailroom_collector", "mailroom_sender", "mailroom_inbound", "mailroom_timekeeper"),
     "mr_app_nopin": ("mailroom_app",),
+    "mr_http": ("mailroom_http", "mailroom_timekeeper"),
 }
 
 
@@ -100,8 +101,10 @@ def login_for(args: tuple[str, ...] | list[str]) -> str | None:
         return "mr_monitor" if sub in ("status", "list") else "mr_admin"
     if command == "suppress":
         return "mr_admin"
-    if command == "maintain":
+    if command in ("maintain", "apikey", "catchall"):
         return "mr_admin"
+    if command == "http":
+        return "mr_http"
     if command == "run":
         return "mr_worker"
     return None

@@ -56,6 +56,9 @@ _MR_KINDS: dict[str, Kind] = {
     "MR203": Kind.NOT_FOUND, "MR204": Kind.DENIED, "MR205": Kind.GONE, "MR206": Kind.GONE,
     "MR207": Kind.LIMIT, "MR208": Kind.LIMIT, "MR209": Kind.NOT_FOUND,
     "MR212": Kind.NOT_FOUND, "MR213": Kind.USAGE, "MR214": Kind.USAGE, "MR215": Kind.NOT_FOUND,
+    # inboxes over HTTP (docs/http.md)
+    "MR240": Kind.DENIED, "MR241": Kind.DENIED, "MR242": Kind.DENIED, "MR243": Kind.LIMIT, "MR245": Kind.USAGE,
+    "MR246": Kind.USAGE, "MR247": Kind.USAGE, "MR248": Kind.NOT_FOUND, "MR250": Kind.NOT_FOUND,
     # outbound
     "MR301": Kind.NOT_FOUND, "MR304": Kind.LIMIT, "MR306": Kind.LIMIT, "MR314": Kind.CONFIG,
     "MR315": Kind.CONFIG, "MR318": Kind.CONFLICT, "MR340": Kind.NOT_FOUND, "MR341": Kind.CONFLICT,

@@ -218,3 +218,17 @@ def parse_message(raw: bytes) -> ParsedMessage:
     with contextlib.suppress(Exception):
         result.defects += len(msg.defects) + sum(len(p.defects) for p in leaves if p is not msg)
     return result
+
+
+def find_part(raw: bytes, sha256_hex: str) -> bytes | None:
+    """The decoded payload of the part whose sha256 parse_message recorded (an attachment's
+    metadata names it), or None: how an attachment is served from the raw bytes kept."""
+    try:
+        msg = _PARSER.parsebytes(raw)
+        for part in _leaves(msg):
+            data = _payload_bytes(part)
+            if hashlib.sha256(data).hexdigest() == sha256_hex:
+                return data
+    except Exception:  # noqa: BLE001 - unreadable now: nothing to serve
+        return None
+    return None

@@ -1,0 +1,528 @@
+"""The ASGI app of `mailroom http serve`: the REST API, the web page, live events and the SES hook.
+
+Thin by design, like the SMTP server: every request is ONE call of a SQL function of
+mailroom.http.sqlapi (sql/29_http.sql), which authorizes it (session token, or an API key's sha256
+digest) and answers a JSON document that is passed through as it is. The process keeps no state
+that outlives a request but its LISTEN fan-out (mailroom.http.events.Hub). The long poll and the
+event streams hold no database connection while they wait: they look again (one call) when the hub
+says their inbox got mail, or every poll interval while LISTEN is down.
+
+Credentials: `Authorization: Bearer <session token | API key>` (or `X-Session-Token`, `X-API-Key`);
+API keys start with `mrk_` and only their sha256 is sent to SQL. The page (`/inbox/{address}`)
+takes the token once (`?token=` or its form), keeps it in an HttpOnly SameSite=Strict cookie and
+sends a CSRF header with its deletes (a cookie-authorized DELETE without it is refused).
+Logs never carry an address, a token or a subject: the access log names the route template.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import json
+import os
+import time
+from collections.abc import AsyncIterator
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+import psycopg
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Response, StreamingResponse
+from psycopg.types.string import TextLoader
+from psycopg_pool import AsyncConnectionPool
+
+from mailroom.core.errors import Kind, describe_db_error, kind_of
+from mailroom.core.log import get_logger
+from mailroom.db.connect import connection_kwargs
+from mailroom.http import page, sqlapi
+from mailroom.http.events import Hub
+from mailroom.http.sns import SnsVerifier
+
+log = get_logger("http")
+
+CONFIG_ENV = "MAILROOM_HTTP_CONFIG"
+API_KEY_PREFIX = "mrk_"
+MAX_CREDENTIAL = 256
+MAX_SES_BODY = 1024 * 1024  # SNS messages are at most 256 KiB
+_INLINE_PARSE_BYTES = 64 * 1024
+
+# HTTP status of each kind of database error (mailroom.core.errors.kind_of), and the codes whose
+# status says more than their kind: no or bad credentials (401), a too-large message (413), the
+# creation rate limit (429), a long poll that timed out (408).
+_KIND_STATUS = {
+    Kind.USAGE: 400, Kind.CONFIG: 500, Kind.NOT_FOUND: 404, Kind.GONE: 404, Kind.LIMIT: 429,
+    Kind.CONFLICT: 409, Kind.DENIED: 403, Kind.UNAVAILABLE: 503, Kind.INTERNAL: 500,
+}
+_CODE_STATUS = {"MR240": 401, "MR241": 401, "MR207": 413, "MR243": 429, "MR212": 408}
+
+
+@dataclass
+class HttpConfig:
+    """Everything a server process needs; passed to uvicorn's worker processes as JSON (CONFIG_ENV)."""
+
+    database_url: str
+    listen_url: str | None = None
+    pool_size: int = 8
+    poll_interval: float = 2.0
+    keepalive: float = 15.0
+    cors_origins: list[str] = field(default_factory=list)
+    ses_topics: list[str] = field(default_factory=list)
+    sns_cert_dir: str | None = None
+    sns_ca_file: str | None = None
+    sns_connect_to: str | None = None
+    secure_cookies: bool = False
+    access_log: bool = False
+
+    def to_env(self) -> str:
+        return json.dumps(asdict(self))
+
+    @classmethod
+    def from_env(cls) -> HttpConfig:
+        return cls(**json.loads(os.environ[CONFIG_ENV]))
+
+
+class ApiError(Exception):
+    def __init__(self, status: int, code: str, message: str, *, headers: dict[str, str] | None = None,
+                 kind: str = "usage") -> None:
+        super().__init__(message)
+        self.status = status
+        self.code = code
+        self.message = message
+        self.kind = kind
+        self.headers = headers or {}
+
+
+def db_error(exc: psycopg.Error) -> ApiError:
+    """The HTTP answer to a database error: the status of its kind (or code), the MR code and message."""
+    kind = kind_of(exc)
+    code = exc.sqlstate or ""
+    status = _CODE_STATUS.get(code, _KIND_STATUS.get(kind, 500))
+    headers: dict[str, str] = {}
+    if status == 401:
+        headers["WWW-Authenticate"] = 'Bearer realm="mailroom"'
+    if code == "MR243" and exc.diag.message_detail and exc.diag.message_detail.isdigit():
+        headers["Retry-After"] = exc.diag.message_detail
+    if status >= 500:
+        log.error("database error: %s", describe_db_error(exc))
+        message = "the database is unavailable, try again" if status == 503 else "internal error"
+    else:
+        message = exc.diag.message_primary or "refused"
+    return ApiError(status, code, message, headers=headers, kind=kind.value)
+
+
+def error_body(err: ApiError) -> dict[str, Any]:
+    return {"error": {"code": err.code, "kind": err.kind, "message": err.message}}
+
+
+@dataclass
+class Credentials:
+    session_token: str | None
+    key_digest: bytes | None
+    raw: str | None
+    from_cookie: bool
+
+    def sql(self, address: str) -> dict[str, Any]:
+        return {"address": address, "session_token": self.session_token, "key_digest": self.key_digest}
+
+
+def cookie_name(address: str) -> str:
+    return "mailroom_" + hashlib.sha256(address.strip().lower().encode()).hexdigest()[:16]
+
+
+def csrf_token(credential: str) -> str:
+    """The CSRF value of a page: derived from its credential, so only a reader of the page knows it."""
+    return hashlib.sha256(b"mailroom-csrf:" + credential.encode()).hexdigest()[:32]
+
+
+def split_credential(value: str | None, *, from_cookie: bool = False) -> Credentials:
+    if not value:
+        return Credentials(None, None, None, from_cookie)
+    value = value.strip()
+    if len(value) > MAX_CREDENTIAL:
+        raise ApiError(401, "MR240", "credential too long", kind="denied")
+    if value.startswith(API_KEY_PREFIX):
+        return Credentials(None, hashlib.sha256(value.encode()).digest(), value, from_cookie)
+    return Credentials(value, None, value, from_cookie)
+
+
+def request_credentials(request: Request, address: str | None = None) -> Credentials:
+    auth = request.headers.get("authorization", "")
+    value = auth[7:] if auth[:7].lower() == "bearer " else None
+    value = value or request.headers.get("x-api-key") or request.headers.get("x-session-token")
+    if value:
+        return split_credential(value)
+    if address is not None:
+        return split_credential(request.cookies.get(cookie_name(address)), from_cookie=True)
+    return Credentials(None, None, None, False)
+
+
+def _jsonb_as_text(conn: psycopg.AsyncConnection) -> None:
+    # the SQL functions answer JSON documents: passed through as text, never parsed and re-dumped
+    conn.adapters.register_loader("jsonb", TextLoader)
+
+
+class State:
+    """A server process's connection pool, LISTEN hub and SNS verifier."""
+
+    def __init__(self, config: HttpConfig) -> None:
+        self.config = config
+        self.pool = AsyncConnectionPool(
+            config.database_url, min_size=1, max_size=config.pool_size, open=False,
+            kwargs=connection_kwargs(application_name="mailroom-http"), configure=_configure,
+        )
+        self.hub = Hub(config.listen_url, poll_interval=config.poll_interval, indexer=self._index)
+        self.sns: SnsVerifier | None = None
+        if config.ses_topics:
+            connect_to = None
+            if config.sns_connect_to:
+                host, _, port = config.sns_connect_to.rpartition(":")
+                connect_to = (host, int(port))
+            self.sns = SnsVerifier(
+                frozenset(config.ses_topics), cert_dir=Path(config.sns_cert_dir) if config.sns_cert_dir else None,
+                ca_file=config.sns_ca_file, connect_to=connect_to,
+            )
+
+    @contextlib.asynccontextmanager
+    async def lifespan(self, app: FastAPI) -> AsyncIterator[None]:
+        await self.pool.open(wait=False)
+        self.hub.start()
+        log.info("serving (pid %d, pool %d, LISTEN %s, SES hook %s)", os.getpid(), self.config.pool_size,
+                 "on" if self.config.listen_url else "off (polling)", "on" if self.sns else "off")
+        try:
+            yield
+        finally:
+            await self.hub.stop()
+            await self.pool.close()
+
+    async def _index(self, ids: list[int]) -> None:
+        async with self.pool.connection() as conn:
+            await sqlapi.index_messages.acall(conn, message_ids=ids)
+
+    async def call(self, fn: Any, *, shape: str = "value", retry: bool = True, **kwargs: Any) -> Any:
+        """One SQL call on a pooled connection. A connection that broke before the call could
+        have run (a restarted server) is retried once when `retry` (reads); else 503."""
+        for attempt in (1, 2):
+            try:
+                async with self.pool.connection(timeout=10) as conn:
+                    if shape == "rows":
+                        return await fn.arows(conn, **kwargs)
+                    if shape == "row":
+                        return await fn.arow(conn, **kwargs)
+                    return await fn.avalue(conn, **kwargs)
+            except psycopg.OperationalError as exc:
+                if retry and attempt == 1:
+                    continue
+                raise db_error(exc) from None
+            except psycopg.Error as exc:
+                raise db_error(exc) from None
+            except Exception as exc:  # PoolTimeout: no connection within the time
+                if type(exc).__name__ == "PoolTimeout":
+                    raise ApiError(503, "", "the database is busy, try again", kind="unavailable") from None
+                raise
+        raise AssertionError("unreachable")  # pragma: no cover
+
+
+def _configure(conn: psycopg.AsyncConnection) -> Any:
+    async def configure() -> None:
+        _jsonb_as_text(conn)
+
+    return configure()
+
+
+def _json(text: str | None, status: int = 200, headers: dict[str, str] | None = None) -> Response:
+    return Response(content=text if text is not None else "null", status_code=status, media_type="application/json",
+                    headers=headers)
+
+
+def _int(value: str | None, name: str, default: int | None, low: int, high: int) -> int | None:
+    if value is None or value == "":
+        return default
+    try:
+        number = int(value)
+    except ValueError:
+        raise ApiError(400, "22023", f"{name} must be an integer") from None
+    if not low <= number <= high:
+        raise ApiError(400, "22023", f"{name} must be between {low} and {high}")
+    return number
+
+
+def _message_id(value: str) -> int:
+    number = _int(value, "message id", None, 1, 2**63 - 1)
+    assert number is not None
+    return number
+
+
+class _AccessLog:
+    """Pure ASGI middleware: one line per request naming the route template (never the address)."""
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+
+    async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = time.perf_counter()
+        status = [0]
+
+        async def capture(message: dict) -> None:
+            if message["type"] == "http.response.start":
+                status[0] = message["status"]
+            await send(message)
+
+        try:
+            await self.app(scope, receive, capture)
+        finally:
+            route = scope.get("route")
+            log.info("%s %s %d %.1fms", scope["method"], getattr(route, "path", "-"), status[0],
+                     (time.perf_counter() - started) * 1000)
+
+
+def create_app(config: HttpConfig | None = None) -> FastAPI:  # noqa: PLR0915 - the routes, one place
+    config = config or HttpConfig.from_env()
+    state = State(config)
+    app = FastAPI(
+        title="mailroom HTTP API",
+        version="1",
+        summary="Expiring inboxes over HTTP: create, read, wait for, search and delete mail.",
+        lifespan=state.lifespan,
+        docs_url="/docs",
+        redoc_url=None,
+        openapi_url="/openapi.json",
+    )
+    app.state.mailroom = state
+    if config.cors_origins:
+        from fastapi.middleware.cors import CORSMiddleware
+
+        app.add_middleware(CORSMiddleware, allow_origins=config.cors_origins, allow_methods=["GET", "POST", "DELETE"],
+                           allow_headers=["Authorization", "X-API-Key", "X-Session-Token"])
+    if config.access_log:
+        app.add_middleware(_AccessLog)
+
+    @app.exception_handler(ApiError)
+    async def api_error(request: Request, err: ApiError) -> Response:
+        if request.url.path.startswith("/inbox") or request.url.path == "/":
+            return HTMLResponse(page.error_page(err.status, err.message, err.code), status_code=err.status,
+                                headers={**err.headers, **page.PAGE_HEADERS})
+        return JSONResponse(error_body(err), status_code=err.status, headers=err.headers)
+
+    @app.exception_handler(RequestValidationError)
+    async def validation_error(request: Request, exc: RequestValidationError) -> Response:
+        detail = "; ".join(f"{'.'.join(str(p) for p in e.get('loc', ()))}: {e.get('msg')}" for e in exc.errors())
+        return JSONResponse({"error": {"code": "22023", "kind": "usage", "message": detail}}, status_code=422)
+
+    def creds(request: Request, address: str, *, unsafe: bool = False) -> Credentials:
+        c = request_credentials(request, address)
+        if unsafe and c.from_cookie and c.raw is not None and request.headers.get("x-csrf-token") != csrf_token(c.raw):
+            raise ApiError(403, "MR204", "a request authorized by the page's cookie needs its X-CSRF-Token",
+                           kind="denied")
+        return c
+
+    # -- the REST API ------------------------------------------------------------------------------
+
+    @app.post("/api/v1/mailboxes", status_code=201, tags=["mailboxes"],
+              summary="Create an inbox (anonymous: the default plan; other plans need an API key)")
+    async def create_mailbox(request: Request, ttl_minutes: int | None = None, plan: str | None = None) -> Response:
+        body = await _small_json(request)
+        ttl_minutes = _int(str(body["ttl_minutes"]), "ttl_minutes", None, -2**31, 2**31 - 1) \
+            if body.get("ttl_minutes") is not None else ttl_minutes
+        plan = str(body["plan"]) if body.get("plan") is not None else plan
+        c = request_credentials(request)
+        if c.raw is not None and c.key_digest is None:
+            raise ApiError(401, "MR241", f"only an API key ({API_KEY_PREFIX}…) may create inboxes for an owner",
+                           kind="denied", headers={"WWW-Authenticate": 'Bearer realm="mailroom"'})
+        doc = await state.call(sqlapi.http_create_mailbox, retry=False, key_digest=c.key_digest,
+                               client=request.client.host if request.client else None, ttl_minutes=ttl_minutes, plan=plan)
+        address = json.loads(doc)["address"]
+        return _json(doc, 201, {"Location": f"/api/v1/mailboxes/{quote(address)}"})
+
+    @app.get("/api/v1/mailboxes/{address}", tags=["mailboxes"], summary="An open inbox (404 once expired or deleted)")
+    async def get_mailbox(request: Request, address: str) -> Response:
+        return _json(await state.call(sqlapi.http_get_mailbox, **creds(request, address).sql(address)))
+
+    @app.delete("/api/v1/mailboxes/{address}", tags=["mailboxes"], summary="Delete an inbox (it refuses mail at once)")
+    async def delete_mailbox(request: Request, address: str) -> Response:
+        deleted = await state.call(sqlapi.http_delete_mailbox, retry=False,
+                                   **creds(request, address, unsafe=True).sql(address))
+        return JSONResponse({"deleted": bool(deleted)})
+
+    @app.get("/api/v1/mailboxes/{address}/messages", tags=["messages"], summary="Messages, newest first (paged)")
+    async def list_messages(request: Request, address: str, limit: int = 50, offset: int = 0,
+                            after: int | None = None) -> Response:
+        return _json(await state.call(sqlapi.http_list_messages, limit=limit, offset=offset, after_id=after,
+                                      **creds(request, address).sql(address)))
+
+    @app.get("/api/v1/mailboxes/{address}/messages/{message_id}", tags=["messages"],
+             summary="One message: headers, text, HTML, attachments' metadata, the extracted link and code")
+    async def read_message(request: Request, address: str, message_id: str) -> Response:
+        return _json(await state.call(sqlapi.http_read_message, message_id=_message_id(message_id),
+                                      **creds(request, address).sql(address)))
+
+    @app.delete("/api/v1/mailboxes/{address}/messages/{message_id}", tags=["messages"], summary="Delete one message")
+    async def delete_message(request: Request, address: str, message_id: str) -> Response:
+        await state.call(sqlapi.http_delete_message, retry=False, message_id=_message_id(message_id),
+                         **creds(request, address, unsafe=True).sql(address))
+        return JSONResponse({"deleted": True})
+
+    @app.get("/api/v1/mailboxes/{address}/messages/{message_id}/raw", tags=["messages"],
+             summary="The message as received (message/rfc822)")
+    async def message_raw(request: Request, address: str, message_id: str) -> Response:
+        raw = await state.call(sqlapi.http_message_raw, message_id=_message_id(message_id),
+                               **creds(request, address).sql(address))
+        return Response(bytes(raw), media_type="text/plain; charset=utf-8",
+                        headers={"X-Content-Type-Options": "nosniff", "Content-Security-Policy": "sandbox"})
+
+    @app.get("/api/v1/mailboxes/{address}/messages/{message_id}/html", tags=["messages"],
+             summary="The HTML part for a sandboxed frame: scripts and remote loads blocked (images=1 allows images)")
+    async def message_html(request: Request, address: str, message_id: str, images: int = 0) -> Response:
+        doc = json.loads(await state.call(sqlapi.http_read_message, message_id=_message_id(message_id),
+                                          **creds(request, address).sql(address)))
+        return HTMLResponse(page.sandboxed_html(doc.get("html")), headers=page.message_frame_headers(bool(images)))
+
+    @app.get("/api/v1/mailboxes/{address}/messages/{message_id}/attachments/{index}", tags=["messages"],
+             summary="Attachment n (from 0), as a download")
+    async def attachment(request: Request, address: str, message_id: str, index: int) -> Response:
+        row = await state.call(sqlapi.http_message_attachment, shape="row", message_id=_message_id(message_id),
+                               index=index, **creds(request, address).sql(address))
+        meta = json.loads(row.attachment)
+        from mailroom.inboxes.mime import find_part
+
+        raw = bytes(row.raw)
+        data = find_part(raw, meta.get("sha256", "")) if len(raw) <= _INLINE_PARSE_BYTES else \
+            await asyncio.to_thread(find_part, raw, meta.get("sha256", ""))
+        if data is None:
+            raise ApiError(404, "MR250", "the attachment cannot be read from the message", kind="not_found")
+        return Response(data, media_type=page.download_type(meta.get("content_type")),
+                        headers=page.download_headers(meta.get("filename") or f"attachment-{index}"))
+
+    @app.get("/api/v1/mailboxes/{address}/messages/{message_id}/links", tags=["extract"],
+             summary="The first http(s) link of a message (like= a LIKE pattern)")
+    async def links(request: Request, address: str, message_id: str, like: str | None = None) -> Response:
+        link = await state.call(sqlapi.http_extract_link, message_id=_message_id(message_id), url_like=like,
+                                **creds(request, address).sql(address))
+        return JSONResponse({"link": link})
+
+    @app.get("/api/v1/mailboxes/{address}/messages/{message_id}/code", tags=["extract"],
+             summary="The code in a message (default: a 5-digit word; pattern= a regular expression)")
+    async def code(request: Request, address: str, message_id: str, pattern: str | None = None) -> Response:
+        value = await state.call(sqlapi.http_extract_code, message_id=_message_id(message_id), pattern=pattern,
+                                 **creds(request, address).sql(address))
+        return JSONResponse({"code": value})
+
+    @app.get("/api/v1/mailboxes/{address}/search", tags=["messages"],
+             summary="Full-text search (subject, from, text), best first")
+    async def search(request: Request, address: str, q: str, limit: int = 50) -> Response:
+        return _json(await state.call(sqlapi.http_search_messages, query=q, limit=limit,
+                                      **creds(request, address).sql(address)))
+
+    @app.get("/api/v1/mailboxes/{address}/wait", tags=["messages"],
+             summary="Long poll: the newest message whose subject is LIKE subject=, within timeout= seconds")
+    async def wait(request: Request, address: str, subject: str | None = None, timeout: float = 30) -> Response:
+        if not 0 <= timeout <= 600:
+            raise ApiError(400, "MR213", "timeout must be between 0 and 600 seconds")
+        who = creds(request, address).sql(address)
+        deadline = time.monotonic() + timeout
+        mailbox = json.loads(await state.call(sqlapi.http_get_mailbox, **who))
+        event = state.hub.subscribe(mailbox["mailbox_id"])
+        try:
+            while True:
+                event.clear()
+                found = await state.call(sqlapi.http_check_message, subject_like=subject, **who)
+                if found is not None:
+                    return _json(found)
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise ApiError(408, "MR212", f"no matching message arrived within {timeout:g} seconds",
+                                   kind="not_found")
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(event.wait(), state.hub.wait_timeout(left))
+                if await request.is_disconnected():
+                    return Response(status_code=499)
+        finally:
+            state.hub.unsubscribe(mailbox["mailbox_id"], event)
+
+    @app.get("/api/v1/mailboxes/{address}/events", tags=["messages"],
+             summary="Server-Sent Events: `message` for each new message, `closed` when the inbox expires")
+    async def events(request: Request, address: str) -> Response:
+        who = creds(request, address).sql(address)
+        first = json.loads(await state.call(sqlapi.http_list_messages, limit=1, **who))
+        mailbox_id = first["mailbox"]["mailbox_id"]
+        last_id = int(request.headers.get("last-event-id") or 0) if (request.headers.get("last-event-id") or "").isdigit() \
+            else max([m["id"] for m in first["messages"]], default=0)
+        event = state.hub.subscribe(mailbox_id)
+
+        async def stream() -> AsyncIterator[str]:
+            nonlocal last_id
+            try:
+                yield f"retry: 2000\nevent: mailbox\ndata: {json.dumps(first['mailbox'])}\n\n"
+                while True:
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(event.wait(), state.hub.wait_timeout(config.keepalive))
+                    event.clear()
+                    try:
+                        doc = json.loads(await state.call(sqlapi.http_list_messages, limit=100, after_id=last_id, **who))
+                    except ApiError as err:
+                        if err.status in (401, 403, 404):
+                            yield f"event: closed\ndata: {json.dumps(error_body(err))}\n\n"
+                            return
+                        yield ": database unavailable, retrying\n\n"
+                        continue
+                    messages = list(reversed(doc["messages"]))
+                    for m in messages:
+                        last_id = max(last_id, m["id"])
+                        yield f"id: {m['id']}\nevent: message\ndata: {json.dumps(m)}\n\n"
+                    if not messages:
+                        yield ": keepalive\n\n"
+            finally:
+                state.hub.unsubscribe(mailbox_id, event)
+
+        return StreamingResponse(stream(), media_type="text/event-stream",
+                                 headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"})
+
+    # -- SES through SNS -------------------------------------------------------------------------
+
+    @app.post("/hooks/ses", tags=["hooks"], summary="Amazon SNS notifications of SES receipts (SNS action)")
+    async def ses_hook(request: Request) -> Response:
+        if state.sns is None:
+            raise ApiError(404, "", "the SES hook is off (set MAILROOM_SES_TOPICS)", kind="not_found")
+        from mailroom.http import ses
+
+        return await ses.handle(state, request, await _read_body(request, MAX_SES_BODY))
+
+    # -- the page ----------------------------------------------------------------------------------
+
+    page.add_routes(app, state)
+    return app
+
+
+async def _read_body(request: Request, limit: int) -> bytes:
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > limit:
+        raise ApiError(413, "", f"body over {limit} bytes", kind="limit")
+    body = bytearray()
+    async for chunk in request.stream():
+        body += chunk
+        if len(body) > limit:
+            raise ApiError(413, "", f"body over {limit} bytes", kind="limit")
+    return bytes(body)
+
+
+async def _small_json(request: Request) -> dict[str, Any]:
+    body = await _read_body(request, 16 * 1024)
+    if not body.strip():
+        return {}
+    try:
+        doc = json.loads(body)
+    except ValueError:
+        raise ApiError(400, "22023", "the body is not JSON") from None
+    if not isinstance(doc, dict):
+        raise ApiError(400, "22023", "the body must be a JSON object")
+    return doc
+
+
+def _redirect(url: str) -> RedirectResponse:
+    return RedirectResponse(url, status_code=303)

@@ -1,0 +1,183 @@
+"""`mailroom http serve`, `mailroom apikey …` and `mailroom catchall …`: the HTTP face's commands.
+
+`http serve` runs mailroom.http.app under uvicorn (FastAPI, imported only by this command);
+`apikey` and `catchall` are operator commands (role mailroom_admin), one SQL call each.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import secrets
+from typing import Annotated, Any, Optional
+
+import typer
+
+from mailroom.core.errors import ConfigError
+from mailroom.db.config import DatabaseUrlOption, ListenUrlOption, resolve_database_url, resolve_listen_url
+
+http_app = typer.Typer(name="http", help="The inboxes' HTTP face: REST API, web page, live events, SES hook.",
+                       no_args_is_help=True, add_completion=False)
+apikey_app = typer.Typer(name="apikey", help="API keys (owner type api) of the HTTP API.", no_args_is_help=True,
+                         add_completion=False)
+catchall_app = typer.Typer(name="catchall", help="Catch-all inbox domains: unknown addresses get an inbox at RCPT.",
+                           no_args_is_help=True, add_completion=False)
+
+JsonOption = Annotated[bool, typer.Option("--json", help="Print JSON instead of text.")]
+
+
+def _print_rows(rows: list[Any], as_json: bool) -> None:
+    for row in rows:
+        record = {k: (v.isoformat() if hasattr(v, "isoformat") else v) for k, v in row._asdict().items()}
+        if as_json:
+            print(json.dumps(record))
+        else:
+            print("  ".join(f"{k}={v}" for k, v in record.items() if v is not None))
+
+
+@http_app.command("serve")
+def serve_cmd(
+    database_url: DatabaseUrlOption = None,
+    listen_url: ListenUrlOption = None,
+    host: Annotated[str, typer.Option(envvar="MAILROOM_HTTP_HOST", help="Address to listen on.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(envvar="MAILROOM_HTTP_PORT", help="TCP port (0: any free port).")] = 8025,
+    workers: Annotated[int, typer.Option(envvar="MAILROOM_HTTP_WORKERS",
+                                         help="Server processes on the port, each with its pool and one LISTEN.")] = 1,
+    pool_size: Annotated[int, typer.Option(envvar="MAILROOM_HTTP_POOL_SIZE",
+                                           help="Database connections of each process.")] = 8,
+    poll_interval: Annotated[float, typer.Option(help="Seconds between looks of event streams while LISTEN is down.")] = 2.0,
+    tls_cert: Annotated[Optional[str], typer.Option(envvar="MAILROOM_HTTP_TLS_CERT",
+                                                    help="PEM certificate: serve HTTPS.")] = None,
+    tls_key: Annotated[Optional[str], typer.Option(envvar="MAILROOM_HTTP_TLS_KEY", help="PEM private key of --tls-cert.")] = None,
+    cors_origin: Annotated[Optional[list[str]], typer.Option(
+        help="An origin allowed to call the API from a browser (repeatable; default: none, CORS off).")] = None,
+    proxy: Annotated[Optional[str], typer.Option(
+        envvar="MAILROOM_HTTP_PROXY",
+        help="Addresses of a trusted reverse proxy: its X-Forwarded-For/-Proto are believed (comma-separated).")] = None,
+    secure_cookies: Annotated[Optional[bool], typer.Option(
+        help="Mark the page's cookie Secure (default: with --tls-cert or --proxy).")] = None,
+    ses_topic: Annotated[Optional[list[str]], typer.Option(
+        envvar="MAILROOM_SES_TOPICS",
+        help="SNS topic ARN whose SES receipts POST /hooks/ses accepts (repeatable; none: the hook is off).")] = None,
+    sns_cert_dir: Annotated[Optional[str], typer.Option(
+        envvar="MAILROOM_SNS_CERT_DIR", help="Directory of SNS signing certificates (instead of fetching them).")] = None,
+    sns_ca_file: Annotated[Optional[str], typer.Option(
+        envvar="MAILROOM_SNS_CA_FILE", help="CA bundle for fetching SNS certificates and confirming subscriptions.")] = None,
+    sns_connect_to: Annotated[Optional[str], typer.Option(
+        envvar="MAILROOM_SNS_CONNECT_TO", hidden=True, help="host:port that SNS HTTPS requests go to (tests).")] = None,
+    access_log: Annotated[bool, typer.Option(help="Log one line per request (the route, never the address).")] = False,
+) -> None:
+    """Serve the REST API (/api/v1, /docs), the inbox page (/inbox/{address}) and the SES hook."""
+    if not 0 <= port <= 65535:
+        raise ConfigError(f"--port must be between 0 and 65535, got {port}")
+    for name, value in (("--workers", workers), ("--pool-size", pool_size)):
+        if value < 1:
+            raise ConfigError(f"{name} must be at least 1, got {value}")
+    if poll_interval <= 0:
+        raise ConfigError(f"--poll-interval must be positive, got {poll_interval}")
+    if bool(tls_cert) != bool(tls_key):
+        raise ConfigError("--tls-cert and --tls-key go together")
+    topics = [t.strip() for value in ses_topic or [] for t in value.split(",") if t.strip()]
+    if sns_cert_dir is not None:
+        from pathlib import Path
+
+        if not Path(sns_cert_dir).is_dir():
+            raise ConfigError(f"--sns-cert-dir {sns_cert_dir} is not a directory")
+    url = resolve_database_url(database_url)
+    from mailroom.http.server import serve
+
+    serve(
+        url, resolve_listen_url(listen_url, url), host=host, port=port, workers=workers, pool_size=pool_size,
+        poll_interval=poll_interval, tls_cert=tls_cert, tls_key=tls_key, cors_origins=cors_origin or [],
+        proxy=proxy, secure_cookies=secure_cookies if secure_cookies is not None else bool(tls_cert or proxy),
+        ses_topics=topics, sns_cert_dir=sns_cert_dir, sns_ca_file=sns_ca_file, sns_connect_to=sns_connect_to,
+        access_log=access_log,
+    )
+
+
+@apikey_app.command("create")
+def apikey_create(
+    owner: Annotated[str, typer.Argument(help="Owner id: the API key reads and creates inboxes of owner (api, OWNER).")],
+    label: Annotated[Optional[str], typer.Option(help="A note to tell keys apart.")] = None,
+    database_url: DatabaseUrlOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Make an API key for OWNER; it is printed once (the database keeps only its sha256)."""
+    from mailroom.db.connect import call_once
+    from mailroom.http import sqlapi
+
+    key = "mrk_" + secrets.token_urlsafe(32)
+    rows = call_once(resolve_database_url(database_url), sqlapi.create_api_key, application_name="mailroom-apikey",
+                     owner_id=owner, key_digest=hashlib.sha256(key.encode()).digest(), label=label, hint=key[-4:])
+    record = {"key_id": rows[0][0], "owner_id": owner, "api_key": key}
+    if as_json:
+        print(json.dumps(record))
+    else:
+        print(f"key_id: {record['key_id']}\nowner_id: {owner}\napi_key: {key}\n(shown once: store it now)")
+
+
+@apikey_app.command("list")
+def apikey_list(
+    owner: Annotated[Optional[str], typer.Option(help="Only this owner's keys.")] = None,
+    database_url: DatabaseUrlOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """List API keys (never the key: its last 4 characters)."""
+    from mailroom.db.connect import call_once
+    from mailroom.http import sqlapi
+
+    _print_rows(call_once(resolve_database_url(database_url), sqlapi.list_api_keys,
+                          application_name="mailroom-apikey", owner_id=owner), as_json)
+
+
+@apikey_app.command("revoke")
+def apikey_revoke(
+    key_id: Annotated[int, typer.Argument(help="The key's id (apikey list).")],
+    database_url: DatabaseUrlOption = None,
+) -> None:
+    """Revoke an API key: its next request is refused (401)."""
+    from mailroom.db.connect import call_once
+    from mailroom.http import sqlapi
+
+    rows = call_once(resolve_database_url(database_url), sqlapi.revoke_api_key, application_name="mailroom-apikey",
+                     key_id=key_id)
+    print("revoked" if rows[0][0] else "already revoked")
+
+
+@catchall_app.command("set")
+def catchall_set(
+    domain: Annotated[str, typer.Argument(help="The domain (its MX points at `mailroom inbox serve`).")],
+    owner: Annotated[str, typer.Option(help="Owner id of its inboxes: an API key of this owner reads them.")],
+    plan: Annotated[str, typer.Option(help="Plan of its inboxes.")] = "free",
+    max_open: Annotated[int, typer.Option(help="Quota: inboxes of the domain open at once.")] = 100,
+    ttl: Annotated[Optional[int], typer.Option(help="TTL in minutes (default: the plan's).")] = None,
+    database_url: DatabaseUrlOption = None,
+) -> None:
+    """Make DOMAIN catch-all: the first RCPT to an unknown address on it creates that inbox."""
+    from mailroom.db.connect import call_once
+    from mailroom.http import sqlapi
+
+    call_once(resolve_database_url(database_url), sqlapi.set_catchall_domain, application_name="mailroom-catchall",
+              domain=domain, owner_id=owner, plan=plan, max_open=max_open, ttl_minutes=ttl)
+    print(f"catch-all: {domain.strip().lower()}")
+
+
+@catchall_app.command("list")
+def catchall_list(database_url: DatabaseUrlOption = None, as_json: JsonOption = False) -> None:
+    """The catch-all domains, their owner, plan, quota and open inboxes."""
+    from mailroom.db.connect import call_once
+    from mailroom.http import sqlapi
+
+    _print_rows(call_once(resolve_database_url(database_url), sqlapi.list_catchall_domains,
+                          application_name="mailroom-catchall"), as_json)
+
+
+@catchall_app.command("remove")
+def catchall_remove(domain: Annotated[str, typer.Argument()], database_url: DatabaseUrlOption = None) -> None:
+    """Stop DOMAIN being catch-all (its inboxes stay until they expire)."""
+    from mailroom.db.connect import call_once
+    from mailroom.http import sqlapi
+
+    rows = call_once(resolve_database_url(database_url), sqlapi.remove_catchall_domain,
+                     application_name="mailroom-catchall", domain=domain)
+    print("removed" if rows[0][0] else "was not catch-all")

@@ -1,0 +1,50 @@
+"""Run the HTTP app under uvicorn: one socket bound here (so `--port 0` logs the real port before
+the workers start), `--workers` processes sharing it, each with its own pool and its one LISTEN."""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+
+from mailroom.core.errors import UserError
+from mailroom.core.log import get_logger
+from mailroom.http.app import CONFIG_ENV, HttpConfig
+
+log = get_logger("http")
+
+
+def serve(database_url: str, listen_url: str | None, *, host: str, port: int, workers: int, pool_size: int,
+          poll_interval: float, tls_cert: str | None, tls_key: str | None, cors_origins: list[str],
+          proxy: str | None, secure_cookies: bool, ses_topics: list[str], sns_cert_dir: str | None,
+          sns_ca_file: str | None, sns_connect_to: str | None, access_log: bool) -> None:
+    import uvicorn
+
+    config = HttpConfig(
+        database_url=database_url, listen_url=listen_url, pool_size=pool_size, poll_interval=poll_interval,
+        cors_origins=cors_origins, ses_topics=ses_topics, sns_cert_dir=sns_cert_dir, sns_ca_file=sns_ca_file,
+        sns_connect_to=sns_connect_to, secure_cookies=secure_cookies, access_log=access_log,
+    )
+    os.environ[CONFIG_ENV] = config.to_env()  # the worker processes build their app from it
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as exc:
+        sock.close()
+        raise UserError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
+    sock.listen(1024)
+    sock.set_inheritable(True)
+    bound = sock.getsockname()[1]
+    scheme = "https" if tls_cert else "http"
+    log.info("listening on %s:%d (%s, %d worker(s), pool %d each%s)", host, bound, scheme, workers, pool_size,
+             f", SES topics {len(ses_topics)}" if ses_topics else "")
+    # uvicorn's own access log would carry each path (an inbox's address): off; ours names the route
+    logging.getLogger("uvicorn.access").disabled = True
+    uvicorn.run(
+        "mailroom.http.app:create_app", factory=True, fd=sock.fileno(), workers=workers if workers > 1 else None,
+        ssl_certfile=tls_cert, ssl_keyfile=tls_key, proxy_headers=bool(proxy), forwarded_allow_ips=proxy or "",
+        access_log=False, log_level="warning", timeout_graceful_shutdown=5, server_header=False,
+        lifespan="on",
+    )

@@ -1,0 +1,71 @@
+"""The SQL functions of the HTTP face, as the driver calls them (mailroom.db.contract).
+
+Every request of `mailroom http serve` is one of these calls (sql/29_http.sql, sql/29_ses.sql,
+sql/27_search.sql); `mailroom apikey` and `mailroom catchall` call the admin functions of
+sql/28_api_keys.sql and sql/24_catchall.sql. A credential reaches SQL as the inbox's session
+token or as the sha256 digest of an API key, never as the key.
+"""
+
+from __future__ import annotations
+
+from mailroom.db.contract import SqlFunction
+
+_WHO = "p_address text, p_session_token text, p_key_digest bytea"
+
+http_create_mailbox = SqlFunction(
+    "http_create_mailbox",
+    "p_key_digest bytea, p_client text, p_ttl_minutes integer = default, p_plan text = default",
+    returns="jsonb",
+)
+http_get_mailbox = SqlFunction("http_get_mailbox", _WHO, returns="jsonb")
+http_list_messages = SqlFunction(
+    "http_list_messages",
+    f"{_WHO}, p_limit integer = default, p_offset integer = default, p_after_id bigint = default",
+    returns="jsonb",
+)
+http_read_message = SqlFunction("http_read_message", f"{_WHO}, p_message_id bigint", returns="jsonb")
+http_message_raw = SqlFunction("http_message_raw", f"{_WHO}, p_message_id bigint", returns="bytea")
+http_message_attachment = SqlFunction(
+    "http_message_attachment", f"{_WHO}, p_message_id bigint, p_index integer", returns=("raw", "attachment")
+)
+http_delete_mailbox = SqlFunction("http_delete_mailbox", _WHO, returns="boolean")
+http_delete_message = SqlFunction("http_delete_message", f"{_WHO}, p_message_id bigint")
+http_extract_link = SqlFunction(
+    "http_extract_link", f"{_WHO}, p_message_id bigint, p_url_like text = default", returns="text"
+)
+http_extract_code = SqlFunction(
+    "http_extract_code", f"{_WHO}, p_message_id bigint, p_pattern text = default", returns="text"
+)
+http_check_message = SqlFunction("http_check_message", f"{_WHO}, p_subject_like text = default", returns="jsonb")
+http_search_messages = SqlFunction(
+    "http_search_messages", f"{_WHO}, p_query text, p_limit integer = default", returns="jsonb"
+)
+index_messages = SqlFunction("index_messages", "p_message_ids bigint[]", returns="integer")
+deliver_ses_message = SqlFunction(
+    "deliver_ses_message",
+    "p_ses_message_id text, p_recipients text[], p_raw bytea, p_envelope_from text = default,"
+    " p_subject text = default, p_from_header text = default, p_text_body text = default,"
+    " p_html_body text = default, p_attachments jsonb = default",
+    returns=("recipient", "outcome", "message_id"),
+)
+
+# operators (mailroom_admin)
+create_api_key = SqlFunction(
+    "create_api_key", "p_owner_id text, p_key_digest bytea, p_label text = default, p_hint text = default",
+    returns="bigint",
+)
+list_api_keys = SqlFunction(
+    "list_api_keys", "p_owner_id text = default",
+    returns=("key_id", "owner_id", "label", "hint", "created_at", "revoked_at"),
+)
+revoke_api_key = SqlFunction("revoke_api_key", "p_key_id bigint", returns="boolean")
+set_catchall_domain = SqlFunction(
+    "set_catchall_domain",
+    "p_domain text, p_owner_id text, p_plan text = default, p_max_open integer = default,"
+    " p_ttl_minutes integer = default",
+)
+remove_catchall_domain = SqlFunction("remove_catchall_domain", "p_domain text", returns="boolean")
+list_catchall_domains = SqlFunction(
+    "list_catchall_domains",
+    returns=("domain", "owner_id", "plan", "ttl_minutes", "max_open", "open_inboxes", "created_at"),
+)
