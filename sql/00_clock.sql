@@ -48,7 +48,7 @@ COMMENT ON FUNCTION mailroom.clock() IS
 'Current time for business rules: the pinned mailroom.clock setting when the login role is a member of mailroom_timekeeper, else clock_timestamp().';
 
 GRANT EXECUTE ON FUNCTION mailroom.clock()
-TO mailroom_app, mailroom_collector, mailroom_sender, mailroom_inbound, mailroom_monitor;
+TO mailroom_app, mailroom_collector, mailroom_sender, mailroom_inbound, mailroom_monitor, mailroom_http;
 
 CREATE OR REPLACE FUNCTION mailroom.pin_clock(
     p_at timestamptz, p_local boolean DEFAULT true

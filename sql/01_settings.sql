@@ -27,7 +27,7 @@ COMMENT ON FUNCTION mailroom.setting(text) IS
 'Value of a setting; raises MR001 when the setting does not exist.';
 
 GRANT EXECUTE ON FUNCTION mailroom.setting(text)
-TO mailroom_app, mailroom_collector, mailroom_sender, mailroom_inbound, mailroom_monitor;
+TO mailroom_app, mailroom_collector, mailroom_sender, mailroom_inbound, mailroom_monitor, mailroom_http;
 
 -- The rule of each kind; min_value / max_value are inclusive and either may be NULL (unbounded).
 --   interval, integer, number: the value parses as that type and lies within the bounds

@@ -14,7 +14,13 @@ SELECT 'mailroom_app', unnest(ARRAY[
     'create_account', 'suspend_account', 'unsuspend_account', 'request_password_recovery', 'consume_token',
     'verify_token', 'create_mailbox', 'extend_mailbox', 'delete_mailbox', 'list_mailboxes', 'list_messages',
     'read_message', 'mailbox_accepts', 'enqueue_message', 'wait_for_message', 'extract_link', 'extract_code',
-    'is_suppressed', 'clock', 'setting', 'interval_setting', 'account_status'
+    'is_suppressed', 'search_messages', 'clock', 'setting', 'interval_setting', 'account_status'
+])
+UNION ALL
+SELECT 'mailroom_http', unnest(ARRAY[
+    'http_create_mailbox', 'http_get_mailbox', 'http_list_messages', 'http_read_message', 'http_message_raw',
+    'http_message_attachment', 'http_delete_mailbox', 'http_delete_message', 'http_extract_link', 'http_extract_code',
+    'http_check_message', 'http_search_messages', 'index_messages', 'deliver_ses_message', 'clock', 'setting'
 ])
 UNION ALL
 SELECT 'mailroom_collector', unnest(ARRAY[
@@ -30,7 +36,8 @@ UNION ALL
 SELECT 'mailroom_inbound', unnest(ARRAY[
     'check_recipient', 'deliver_message', 'max_inbound_message_bytes', 'expire_mailboxes', 'purge_mailboxes',
     'seconds_until_next_expiry', 'run_expiry', 'worker_heartbeat', 'check_bounce_recipient', 'record_bounce',
-    'maintain_partitions', 'clock', 'setting', 'interval_setting', 'deliver_messages', 'check_message_size'
+    'maintain_partitions', 'clock', 'setting', 'interval_setting', 'deliver_messages', 'check_message_size',
+    'index_messages'
 ])
 UNION ALL
 SELECT 'mailroom_monitor', unnest(ARRAY[
@@ -43,7 +50,9 @@ SELECT 'mailroom_admin', unnest(ARRAY[
     'purge_sent_messages', 'purge_tokens', 'sign_token', 'list_outbound_messages', 'reap_stuck_messages', 'queue_health',
     'worker_health', 'suppress', 'unsuppress', 'list_suppressions', 'is_suppressed', 'set_sender_bounce_domain',
     'maintain_partitions', 'clock', 'setting', 'interval_setting', 'outbound_stats',
-    'set_domain_limit', 'delete_domain_limit', 'list_domain_limits', 'domain_status', 'clear_domain_backoff'
+    'set_domain_limit', 'delete_domain_limit', 'list_domain_limits', 'domain_status', 'clear_domain_backoff',
+    'create_api_key', 'list_api_keys', 'revoke_api_key', 'set_catchall_domain', 'remove_catchall_domain',
+    'list_catchall_domains'
 ])
 UNION ALL
 SELECT 'mailroom_timekeeper', unnest(ARRAY['pin_clock', 'unpin_clock']);
@@ -51,7 +60,7 @@ SELECT 'mailroom_timekeeper', unnest(ARRAY['pin_clock', 'unpin_clock']);
 CREATE TEMP TABLE runtime_roles (role name PRIMARY KEY);
 INSERT INTO runtime_roles VALUES
 ('mailroom_app'), ('mailroom_collector'), ('mailroom_sender'), ('mailroom_inbound'),
-('mailroom_monitor'), ('mailroom_admin'), ('mailroom_timekeeper');
+('mailroom_monitor'), ('mailroom_admin'), ('mailroom_timekeeper'), ('mailroom_http');
 
 -- the functions of sql/00-14 (foundation, accounts and tokens); everything else is "other"
 CREATE TEMP TABLE accounts_area (fn name PRIMARY KEY);
@@ -90,10 +99,11 @@ CREATE TEMP TABLE other_area AS
 SELECT EXISTS (SELECT 1 FROM fns WHERE NOT accounts AND prosecdef AND fn !~ '^_') AS ready;
 
 SELECT plan(
-    25
-    + (SELECT count(*)::int FROM fns WHERE fn IN (SELECT fn FROM matrix)) * 7
+    18 + (SELECT count(*)::int FROM runtime_roles)  -- (f) one schema check per role
+    + (SELECT count(*)::int FROM fns WHERE fn IN (SELECT fn FROM matrix)) * (SELECT count(*)::int FROM runtime_roles)
     + (SELECT count(*)::int FROM pg_class
-       WHERE relnamespace = 'mailroom'::regnamespace AND relkind IN ('r', 'p', 'v', 'm', 'S')) * 7
+       WHERE relnamespace = 'mailroom'::regnamespace AND relkind IN ('r', 'p', 'v', 'm', 'S'))
+    * (SELECT count(*)::int FROM runtime_roles)
 );
 
 -- ---------------------------------------------------------------- functions of the accounts area
