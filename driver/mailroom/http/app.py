@@ -203,9 +203,11 @@ class State:
             await sqlapi.index_messages.acall(conn, message_ids=ids)
 
     async def call(self, fn: Any, *, shape: str = "value", retry: bool = True, **kwargs: Any) -> Any:
-        """One SQL call on a pooled connection. A connection that broke before the call could
-        have run (a restarted server) is retried once when `retry` (reads); else 503."""
-        for attempt in (1, 2):
+        """One SQL call on a pooled connection. When `retry` (reads: always safe), a broken
+        connection (a restarted server ends every pooled one) is followed by the next one, up to
+        the pool's size + 1 attempts; otherwise, and past that, 503."""
+        attempts = self.pool.max_size + 1 if retry else 1
+        for attempt in range(1, attempts + 1):
             try:
                 async with self.pool.connection(timeout=10) as conn:
                     if shape == "rows":
@@ -214,7 +216,7 @@ class State:
                         return await fn.arow(conn, **kwargs)
                     return await fn.avalue(conn, **kwargs)
             except psycopg.OperationalError as exc:
-                if retry and attempt == 1:
+                if attempt < attempts:
                     continue
                 raise db_error(exc) from None
             except psycopg.Error as exc:

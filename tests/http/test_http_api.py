@@ -1,0 +1,293 @@
+"""The REST API over real HTTP: `mailroom http serve` as mr_http against a real PostgreSQL.
+
+The original system's paths (POST /api/v1/mailboxes?ttl_minutes=…, DELETE /api/v1/mailboxes/{address},
+a clear 404 for an expired inbox), credentials (session token, API keys made by `mailroom apikey`),
+messages, raw source and attachments, links and codes, search, the long poll, the event stream,
+the page's cookie and CSRF rule, the creation rate limit, and what the logs never carry.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import re
+import threading
+from email.message import EmailMessage
+
+import psycopg
+from http_support import EventStream, request
+
+from mailroom.inboxes.mime import parse_message
+
+
+def _create(server, **query) -> dict:
+    path = "/api/v1/mailboxes" + ("?" + "&".join(f"{k}={v}" for k, v in query.items()) if query else "")
+    resp = server.request("POST", path)
+    assert resp.status == 201, resp.body
+    return resp.json()
+
+
+def test_the_original_paths_create_read_delete_then_404(server):
+    resp = server.request("POST", "/api/v1/mailboxes?ttl_minutes=1")
+    assert resp.status == 201
+    box = resp.json()
+    created = dt.datetime.fromisoformat(box["created_at"])
+    assert dt.datetime.fromisoformat(box["expires_at"]) - created == dt.timedelta(minutes=1)
+    assert box["plan"] == "free" and box["owner_type"] == "anonymous" and len(box["session_token"]) == 32
+    assert resp.headers["location"].endswith(box["address"].replace("@", "%40"))
+    path = f"/api/v1/mailboxes/{box['address']}"
+    got = server.request("GET", path, token=box["session_token"])
+    assert got.status == 200 and got.json()["address"] == box["address"] and "session_token" not in got.json()
+    deleted = server.request("DELETE", path, token=box["session_token"])
+    assert (deleted.status, deleted.json()) == (200, {"deleted": True})
+    gone = server.request("GET", path + "/messages", token=box["session_token"])
+    assert gone.status == 404 and gone.headers["content-type"] == "application/json"
+    assert gone.error_code == "MR206"
+
+
+def test_an_expired_inbox_is_a_clear_404(server, conn):
+    box = _create(server, ttl_minutes=1)
+    conn.execute("UPDATE mailroom.mailboxes SET expires_at = now() - interval '1 second' WHERE address = %s",
+                 (box["address"],))
+    resp = server.request("GET", f"/api/v1/mailboxes/{box['address']}/messages", token=box["session_token"])
+    assert resp.status == 404
+    assert resp.json()["error"]["code"] == "MR205" and "expired" in resp.json()["error"]["message"]
+
+
+def test_credentials_and_bad_input(server):
+    box = _create(server)
+    path = f"/api/v1/mailboxes/{box['address']}"
+    none = server.request("GET", path)
+    assert (none.status, none.error_code) == (401, "MR240") and none.headers["www-authenticate"].startswith("Bearer")
+    assert server.request("GET", path, token="not-the-token").error_code == "MR204"
+    assert server.request("GET", path, token="not-the-token").status == 403
+    assert server.request("GET", "/api/v1/mailboxes/nobody@mailroom.test", token="x").status == 404
+    plan = server.request("POST", "/api/v1/mailboxes?plan=pro")
+    assert (plan.status, plan.error_code) == (403, "MR242")
+    ttl = server.request("POST", "/api/v1/mailboxes", body={"ttl_minutes": -5})
+    assert (ttl.status, ttl.error_code) == (400, "MR202")
+    assert server.request("POST", "/api/v1/mailboxes", token="a-session-token").status == 401
+    assert server.request("GET", path + "/messages/abc", token=box["session_token"]).status == 400
+    assert server.request("GET", path + "/messages?limit=0", token=box["session_token"]).status == 400
+
+
+def _mime_message() -> bytes:
+    msg = EmailMessage()
+    msg["From"] = "App <app@example.org>"
+    msg["To"] = "someone"
+    msg["Subject"] = "Activate your account"
+    msg.set_content("Welcome! Activate: https://app.example.org/activate?t=abc123\nYour code: 48213\n")
+    msg.add_alternative('<p>Welcome <a href="https://app.example.org/activate?t=abc123">activate</a></p>'
+                        "<script>document.title='ran'</script>", subtype="html")
+    msg.add_attachment(b"\x00\x01binary payload\xff", maintype="application", subtype="octet-stream",
+                       filename="data.bin")
+    return msg.as_bytes()
+
+
+def test_messages_read_raw_attachment_link_code_delete(server, deliver):
+    box = _create(server)
+    token, base = box["session_token"], f"/api/v1/mailboxes/{box['address']}"
+    raw = _mime_message()
+    parsed = parse_message(raw)
+    import json
+
+    first = deliver(box["address"], parsed.subject, parsed.text_body, parsed.html_body, raw=raw,
+                    attachments=json.dumps(parsed.attachments))
+    second = deliver(box["address"], "Second", "no link here")
+    listed = server.request("GET", base + "/messages", token=token).json()
+    assert [m["id"] for m in listed["messages"]] == [second, first]  # newest first
+    assert listed["mailbox"]["message_count"] == 2 and listed["messages"][1]["attachments"] == 1
+    page2 = server.request("GET", base + "/messages?limit=1&offset=1", token=token).json()
+    assert [m["id"] for m in page2["messages"]] == [first]
+
+    message = server.request("GET", f"{base}/messages/{first}", token=token).json()
+    assert message["subject"] == "Activate your account" and "Welcome!" in message["text"]
+    assert message["link"] == "https://app.example.org/activate?t=abc123" and message["code"] == "48213"
+    assert ["Subject", "Activate your account"] in message["headers"]
+    assert message["attachments"][0]["filename"] == "data.bin" and message["attachments"][0]["index"] == 0
+    assert message["is_read"] is True
+
+    got_raw = server.request("GET", f"{base}/messages/{first}/raw", token=token)
+    assert got_raw.status == 200 and got_raw.body == raw
+    attachment = server.request("GET", f"{base}/messages/{first}/attachments/0", token=token)
+    assert attachment.body == b"\x00\x01binary payload\xff"
+    assert attachment.headers["content-disposition"].startswith("attachment;")
+    assert server.request("GET", f"{base}/messages/{first}/attachments/1", token=token).error_code == "MR250"
+
+    assert server.request("GET", f"{base}/messages/{first}/links?like=%25activate%25", token=token).json() == {
+        "link": "https://app.example.org/activate?t=abc123"}
+    assert server.request("GET", f"{base}/messages/{first}/code", token=token).json() == {"code": "48213"}
+    nolink = server.request("GET", f"{base}/messages/{second}/links", token=token)
+    assert (nolink.status, nolink.error_code) == (404, "MR215")
+
+    frame = server.request("GET", f"{base}/messages/{first}/html", token=token)
+    csp = frame.headers["content-security-policy"]
+    assert csp.startswith("sandbox") and "default-src 'none'" in csp and "script-src" not in csp
+    assert "img-src data: cid:;" in csp
+    assert "https:" in server.request("GET", f"{base}/messages/{first}/html?images=1", token=token).headers[
+        "content-security-policy"]
+
+    assert server.request("DELETE", f"{base}/messages/{second}", token=token).json() == {"deleted": True}
+    assert server.request("GET", f"{base}/messages/{second}", token=token).error_code == "MR209"
+    assert server.request("GET", base, token=token).json()["message_count"] == 1
+
+
+def test_search(server, deliver):
+    box = _create(server)
+    token, base = box["session_token"], f"/api/v1/mailboxes/{box['address']}"
+    welcome = deliver(box["address"], "Welcome aboard", "your code is 48213")
+    deliver(box["address"], "Invoice 7", "total due", from_header="Shop <billing@shop.example>")
+    found = server.request("GET", base + "/search?q=48213", token=token).json()
+    assert [m["id"] for m in found["messages"]] == [welcome]
+    assert [m["subject"] for m in server.request("GET", base + "/search?q=shop", token=token).json()["messages"]] == [
+        "Invoice 7"]
+    bad = server.request("GET", base + "/search?q=-", token=token)
+    assert (bad.status, bad.error_code) == (400, "MR246")
+
+
+def test_api_keys_owner_inboxes_and_revocation(server, cli):
+    made = cli("apikey", "create", "team-1", "--label", "ci", "--json")
+    assert made.returncode == 0, made.stderr
+    key = __import__("json").loads(made.stdout)["api_key"]
+    other = __import__("json").loads(cli("apikey", "create", "team-2", "--json").stdout)["api_key"]
+    assert key.startswith("mrk_")
+    resp = server.request("POST", "/api/v1/mailboxes?plan=pro", token=key)
+    assert resp.status == 201
+    box = resp.json()
+    assert (box["plan"], box["owner_type"], box["session_token"]) == ("pro", "api", None)
+    path = f"/api/v1/mailboxes/{box['address']}"
+    assert server.request("GET", path, token=key).status == 200
+    assert server.request("GET", path, headers={"X-API-Key": key}).status == 200
+    assert server.request("GET", path, token=other).status == 403
+    listed = cli("apikey", "list", "--owner", "team-1")
+    assert key not in listed.stdout and f"hint={key[-4:]}" in listed.stdout
+    key_id = re.search(r"key_id=(\d+)", listed.stdout).group(1)
+    assert cli("apikey", "revoke", key_id).stdout.strip() == "revoked"
+    revoked = server.request("GET", path, token=key)
+    assert (revoked.status, revoked.error_code) == (401, "MR241")
+
+
+def test_creation_rate_limit(server, conn):
+    conn.execute("DELETE FROM mailroom.http_rate_limits")
+    conn.execute("SELECT mailroom.set_setting('http.create_limit', '2')")
+    try:
+        assert [server.request("POST", "/api/v1/mailboxes").status for _ in range(2)] == [201, 201]
+        refused = server.request("POST", "/api/v1/mailboxes")
+        assert (refused.status, refused.error_code) == (429, "MR243")
+        assert refused.headers["retry-after"].isdigit() and 1 <= int(refused.headers["retry-after"]) <= 60
+    finally:
+        conn.execute("SELECT mailroom.set_setting('http.create_limit', '1000000')")
+
+
+def test_long_poll_returns_when_the_mail_arrives(server, deliver):
+    box = _create(server)
+    url = f"{server.base}/api/v1/mailboxes/{box['address']}/wait?subject=Activate%25&timeout=20"
+    result: list = []
+    waiter = threading.Thread(target=lambda: result.append(request("GET", url, token=box["session_token"], timeout=30)))
+    waiter.start()
+    deliver(box["address"], "Something else", "x")
+    deliver(box["address"], "Activate your account", "https://example.org/a")
+    waiter.join(timeout=25)
+    assert result and result[0].status == 200 and result[0].json()["subject"] == "Activate your account"
+    late = server.request("GET", f"/api/v1/mailboxes/{box['address']}/wait?subject=Never%25&timeout=0.3",
+                          token=box["session_token"])
+    assert (late.status, late.error_code) == (408, "MR212")
+
+
+def test_event_stream_sends_each_new_message(server, deliver, conn):
+    box = _create(server)
+    stream = EventStream(f"{server.base}/api/v1/mailboxes/{box['address']}/events", box["session_token"])
+    try:
+        assert stream.next_event("mailbox")["address"] == box["address"]
+        first = deliver(box["address"], "First", "one")
+        got = stream.next_event("message", timeout=5)
+        assert (got["id"], got["subject"]) == (first, "First")
+        second = deliver(box["address"], "Second", "two")
+        assert stream.next_event("message", timeout=5)["id"] == second
+    finally:
+        stream.close()
+    # the LISTEN hub filled their search vectors after delivery
+    deadline = __import__("time").monotonic() + 5
+    while __import__("time").monotonic() < deadline:
+        filled = conn.execute("SELECT count(*) FROM mailroom.messages WHERE id IN (%s, %s) AND search_vector IS NOT NULL",
+                              (first, second)).fetchone()[0]
+        if filled == 2:
+            break
+    assert filled == 2
+
+
+def test_page_cookie_and_csrf(server):
+    box = _create(server)
+    address, token = box["address"], box["session_token"]
+    opened = server.request("GET", f"/inbox/{address}?token={token}")
+    # urllib follows the 303: the page itself, without the token in its address
+    assert opened.status == 401  # urllib keeps no cookie: the login form
+    import http.client
+    from urllib.parse import urlsplit
+
+    host = urlsplit(server.base)
+    conn = http.client.HTTPConnection(host.hostname, host.port, timeout=10)
+    conn.request("GET", f"/inbox/{address}?token={token}")
+    first = conn.getresponse()
+    first.read()
+    cookie = first.headers["set-cookie"]
+    assert first.status == 303 and first.headers["location"] == f"/inbox/{address.replace('@', '%40')}"
+    assert "HttpOnly" in cookie and "SameSite=strict" in cookie and token in cookie
+    jar = cookie.split(";", 1)[0]
+    conn.request("GET", f"/inbox/{address}", headers={"Cookie": jar})
+    page = conn.getresponse()
+    html = page.read().decode()
+    assert page.status == 200 and address in html and token not in html
+    assert "script-src 'self'" in page.headers["content-security-policy"]
+    assert page.headers["x-content-type-options"] == "nosniff"
+    csrf = re.search(r'name="csrf-token" content="([0-9a-f]+)"', html).group(1)
+    assert csrf == hashlib.sha256(b"mailroom-csrf:" + token.encode()).hexdigest()[:32]
+    conn.request("DELETE", f"/api/v1/mailboxes/{address}", headers={"Cookie": jar})
+    forged = conn.getresponse()
+    assert forged.status == 403 and b"X-CSRF-Token" in forged.read()
+    conn.request("DELETE", f"/api/v1/mailboxes/{address}", headers={"Cookie": jar, "X-CSRF-Token": csrf})
+    real = conn.getresponse()
+    assert real.status == 200 and real.read() == b'{"deleted":true}'
+
+
+def test_openapi_document_and_cors_off(server):
+    doc = server.request("GET", "/openapi.json").json()
+    for path in ("/api/v1/mailboxes", "/api/v1/mailboxes/{address}", "/api/v1/mailboxes/{address}/messages",
+                 "/api/v1/mailboxes/{address}/messages/{message_id}/raw", "/api/v1/mailboxes/{address}/wait",
+                 "/api/v1/mailboxes/{address}/events", "/api/v1/mailboxes/{address}/search", "/hooks/ses"):
+        assert path in doc["paths"], path
+    assert server.request("GET", "/docs").status == 200
+    preflight = server.request("OPTIONS", "/api/v1/mailboxes", headers={
+        "Origin": "https://evil.example", "Access-Control-Request-Method": "POST"})
+    assert "access-control-allow-origin" not in {k.lower() for k in preflight.headers}
+
+
+def test_logs_carry_no_address_token_or_key(start_server, cli, deliver):
+    server = start_server("--access-log")
+    key = __import__("json").loads(cli("apikey", "create", "team-9", "--json").stdout)["api_key"]
+    box = _create(server)
+    owned = server.request("POST", "/api/v1/mailboxes", token=key).json()
+    deliver(box["address"], "Secret subject", "x")
+    for path in ("", "/messages", "/search?q=secret", "/wait?timeout=0"):
+        server.request("GET", f"/api/v1/mailboxes/{box['address']}{path}", token=box["session_token"])
+    server.request("GET", f"/api/v1/mailboxes/{owned['address']}", token=key)
+    server.request("GET", f"/api/v1/mailboxes/{box['address']}", token="wrong-token")
+    log = server.log()
+    assert "GET /api/v1/mailboxes/{address}/messages 200" in log
+    for secret in (box["address"], box["session_token"], owned["address"], key, "Secret subject", "wrong-token"):
+        assert secret not in log
+
+
+def test_startup_needs_a_database(cli):
+    bad = cli("http", "serve", "--port", "0", "--workers", "0")
+    assert bad.returncode == 2 and "--workers must be at least 1" in bad.stderr and "Traceback" not in bad.stderr
+
+
+def test_database_errors_are_503_not_tracebacks(server, pg, db_url):
+    box = _create(server)
+    with psycopg.connect(pg.url("postgres"), autocommit=True) as admin:
+        admin.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = 'mailroom-http'"
+                      " AND datname = %s", (psycopg.conninfo.conninfo_to_dict(db_url)["dbname"],))
+    # reads retry once on a connection that broke before the call
+    assert server.request("GET", f"/api/v1/mailboxes/{box['address']}", token=box["session_token"]).status == 200
+    assert "Traceback" not in server.log()
