@@ -5,7 +5,8 @@ PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
-APT_PACKAGES := postgresql-15 postgresql-15-pgtap libtap-parser-sourcehandler-pgtap-perl pgbouncer postfix postgresql-15-cron
+APT_PACKAGES := postgresql-15 postgresql-15-pgtap libtap-parser-sourcehandler-pgtap-perl pgbouncer postfix postgresql-15-cron \
+                chromium wrk
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 
 .PHONY: help deps venv lint test test-pgtap test-py demo bench bench-quick clean
@@ -20,7 +21,8 @@ deps:
 	@if command -v pg_prove >/dev/null 2>&1 && [ -f /usr/share/postgresql/15/extension/pgtap.control ] \
 	    && ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 \
 	    && { command -v pgbouncer >/dev/null 2>&1 || [ -x /usr/sbin/pgbouncer ]; } \
-	    && { command -v smtp-source >/dev/null 2>&1 || [ -x /usr/sbin/smtp-source ]; }; then :; \
+	    && { command -v smtp-source >/dev/null 2>&1 || [ -x /usr/sbin/smtp-source ]; } \
+	    && command -v chromium >/dev/null 2>&1 && command -v wrk >/dev/null 2>&1; then :; \
 	elif [ "$$(id -u)" = 0 ]; then \
 	    echo "installing $(APT_PACKAGES)"; \
 	    echo "postfix postfix/main_mailer_type select No configuration" | debconf-set-selections; \

@@ -19,8 +19,10 @@ from mailroom.cli import main
 main()
 """
 
-OTHER_AREAS = ("mailroom.inboxes", "mailroom.outbound", "mailroom.ops", "mailroom.db.migrate", "mailroom.db.cluster")
-HEAVY = ("rich", "typer.rich_utils", "aiosmtpd", "aiosmtplib", "prometheus_client", "psycopg_pool")
+OTHER_AREAS = ("mailroom.inboxes", "mailroom.outbound", "mailroom.ops", "mailroom.http", "mailroom.db.migrate",
+               "mailroom.db.cluster")
+HEAVY = ("rich", "typer.rich_utils", "aiosmtpd", "aiosmtplib", "prometheus_client", "psycopg_pool", "fastapi", "starlette",
+         "uvicorn", "cryptography")
 
 
 def test_started_collector_imports_only_its_area(db_url, tmp_path):
