@@ -98,6 +98,8 @@ class SnsVerifier:
         if hash_class is None:
             raise SnsError("unsupported SignatureVersion")
         data = string_to_sign(message)
+        if message.get("Type") != "Notification":
+            check_sns_url(message.get("SubscribeURL"))  # never fetched unless it is on an SNS host
         try:
             signature = base64.b64decode(message.get("Signature") or "", validate=True)
         except (binascii.Error, ValueError):
