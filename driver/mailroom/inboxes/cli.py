@@ -170,6 +170,32 @@ def list_cmd(
               f"\t{r.subject or ''}")
 
 
+@inbox_app.command("search")
+def search_cmd(
+    address: Annotated[str, typer.Argument(help="Inbox address.")],
+    query: Annotated[str, typer.Argument(help='Words, "a phrase", -excluded, or: as a web search.')],
+    database_url: DatabaseUrlOption = None,
+    token: TokenOption = None,
+    owner_type: OwnerTypeOption = None,
+    owner_id: OwnerIdOption = None,
+    limit: Annotated[int, typer.Option(help="At most this many messages.")] = 50,
+    as_json: JsonOption = False,
+) -> None:
+    """Full-text search of an inbox's messages (subject, from, text), best match first."""
+    from mailroom.db.connect import call_once
+    from mailroom.inboxes import sqlapi
+
+    rows = call_once(resolve_database_url(database_url), sqlapi.search_messages, application_name="mailroom-inbox",
+                     address=address, session_token=token, query=query, owner_type=owner_type, owner_id=owner_id,
+                     limit=limit)
+    for r in rows:
+        if as_json:
+            print(json.dumps({"message_id": r.message_id, "received_at": r.received_at.isoformat(),
+                              "from": r.from_header, "subject": r.subject, "rank": r.rank}))
+        else:
+            print(f"{r.message_id}\t{r.received_at.isoformat()}\t{r.from_header or ''}\t{r.subject or ''}")
+
+
 @inbox_app.command("read")
 def read_cmd(
     address: Annotated[str, typer.Argument(help="Inbox address.")],

@@ -68,3 +68,11 @@ wait_for_message = SqlFunction(
 expire_mailboxes = SqlFunction("expire_mailboxes", "p_batch integer = default", returns="integer")
 purge_mailboxes = SqlFunction("purge_mailboxes", "p_older_than interval, p_batch integer = default", returns="integer")
 seconds_until_next_expiry = SqlFunction("seconds_until_next_expiry", returns="double precision")
+
+# search (sql/27_search.sql)
+search_messages = SqlFunction(
+    "search_messages",
+    "p_address text, p_session_token text, p_query text, p_owner_type text = default, p_owner_id text = default,"
+    " p_limit integer = default",
+    returns=("message_id", "received_at", "from_header", "subject", "rank"),
+)
