@@ -27,7 +27,7 @@ from mailroom import testing
 from mailroom.db import cluster as embedded
 from mailroom.db.connect import connect
 
-AREAS = ("accounts", "collector", "inboxes", "outbound", "partitions")
+AREAS = ("accounts", "collector", "inboxes", "outbound", "partitions", "http")
 HERE = Path(__file__).resolve().parent
 
 

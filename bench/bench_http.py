@@ -1,0 +1,154 @@
+"""The HTTP face: requests per second and p50/p99 latency of the real `mailroom http serve` under
+Debian's `wrk`, next to the same SQL call through pgbench in the same run (the ratio is what the
+HTTP layer costs: FastAPI, uvicorn, the pool and one round trip).
+
+1. GET /api/v1/mailboxes/{address}/messages (an inbox of 20 messages, the first page) vs pgbench
+   running `SELECT mailroom.http_list_messages(…)` with as many clients.
+2. POST /api/v1/mailboxes (an anonymous inbox each, the rate limit set out of the way) vs pgbench
+   running `SELECT mailroom.http_create_mailbox(…)`.
+Both with 16 connections / clients; the server with --workers 2 (the machine's cores).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from collections.abc import Callable
+from pathlib import Path
+
+import psycopg
+
+from mailroom.db import cluster as embedded
+
+AREA = "http"
+CONNECTIONS = 16
+
+
+def _row(benchmark: str, value: float, unit: str, note: str) -> dict:
+    return {"area": AREA, "benchmark": benchmark, "value": value, "unit": unit, "note": note}
+
+
+def _start(url: str) -> tuple[subprocess.Popen, int, Path]:
+    log_path = Path(tempfile.mkstemp(prefix="bench-http-", suffix=".log")[1])
+    argv = [sys.executable, "-m", "mailroom", "http", "serve", "--port", "0", "--workers", "2", "--pool-size", "8",
+            "--database-url", url]
+    with open(log_path, "w") as log_file:
+        proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=log_file, start_new_session=True,
+                                env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        text = log_path.read_text()
+        match = re.search(r"listening on 127\.0\.0\.1:(\d+)", text)
+        if match and text.count("serving (pid") >= 2:
+            return proc, int(match.group(1)), log_path
+        if proc.poll() is not None:
+            break
+        time.sleep(0.1)
+    proc.kill()
+    raise RuntimeError(f"http server did not start: {log_path.read_text()[-300:]}")
+
+
+def _ms(value: str, unit: str) -> float:
+    return float(value) * {"us": 0.001, "ms": 1.0, "s": 1000.0}[unit]
+
+
+def _wrk(url: str, seconds: int, headers: dict[str, str], script: str | None = None) -> tuple[float, float, float]:
+    """requests/s, p50 ms, p99 ms of wrk (2 threads, CONNECTIONS connections)."""
+    exe = shutil.which("wrk")
+    if exe is None:
+        raise RuntimeError("wrk not found: apt-get install wrk")
+    argv = [exe, "-t2", f"-c{CONNECTIONS}", f"-d{seconds}s", "--latency"]
+    for name, value in headers.items():
+        argv += ["-H", f"{name}: {value}"]
+    path = None
+    if script:
+        path = Path(tempfile.mkstemp(suffix=".lua")[1])
+        path.write_text(script)
+        argv += ["-s", str(path)]
+    out = subprocess.run([*argv, url], capture_output=True, text=True, timeout=seconds + 60)
+    if path:
+        path.unlink(missing_ok=True)
+    rate = re.search(r"Requests/sec:\s+([\d.]+)", out.stdout)
+    p50 = re.search(r"50%\s+([\d.]+)(us|ms|s)", out.stdout)
+    p99 = re.search(r"99%\s+([\d.]+)(us|ms|s)", out.stdout)
+    if out.returncode != 0 or not (rate and p50 and p99):
+        raise RuntimeError(f"wrk failed: {(out.stderr or out.stdout).strip()[-200:]}")
+    errors = re.search(r"Non-2xx or 3xx responses: (\d+)", out.stdout)
+    if errors:
+        raise RuntimeError(f"wrk saw {errors.group(1)} error responses")
+    return float(rate.group(1)), _ms(*p50.groups()), _ms(*p99.groups())
+
+
+def _pgbench(url: str, sql: str, seconds: int) -> tuple[float, float]:
+    """tps and average latency (ms) of pgbench with CONNECTIONS clients running one statement."""
+    path = Path(tempfile.mkstemp(suffix=".sql")[1])
+    path.write_text(sql + "\n")
+    path.chmod(0o644)
+    exe = shutil.which("pgbench") or str(embedded.find_bindir() / "pgbench")
+    out = subprocess.run([exe, "-n", "-c", str(CONNECTIONS), "-j", "2", "-T", str(seconds), "-f", str(path), url],
+                         capture_output=True, text=True, timeout=seconds + 60)
+    path.unlink(missing_ok=True)
+    tps = re.search(r"tps = ([\d.]+)", out.stdout)
+    latency = re.search(r"latency average = ([\d.]+) ms", out.stdout)
+    if out.returncode != 0 or not tps or not latency:
+        raise RuntimeError(f"pgbench failed: {out.stderr.strip()[-200:]}")
+    return float(tps.group(1)), float(latency.group(1))
+
+
+def _literal(value: str) -> str:
+    return "'" + value.replace("'", "''") + "'"
+
+
+def run(url: str, quick: bool, progress: Callable[[str], None]) -> list[dict]:
+    seconds = 3 if quick else 10
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("SELECT mailroom.set_setting('http.create_limit', '1000000')")
+        doc = conn.execute("SELECT mailroom.http_create_mailbox(null, 'bench', 60)").fetchone()[0]
+        address, token = doc["address"], doc["session_token"]
+        for n in range(20):
+            conn.execute("SELECT mailroom.deliver_message(%s, %s, 'app@example.org', %s, 'App <app@example.org>', %s)",
+                         (address, f"Subject: message {n}\r\n\r\nbody".encode(), f"message {n}", "body " * 50))
+    from mailroom.testing import as_login
+
+    proc, port, log_path = _start(as_login(url, "mr_http"))  # the server's own least-privilege role
+    rows: list[dict] = []
+    try:
+        base = f"http://127.0.0.1:{port}"
+        auth = {"Authorization": f"Bearer {token}"}
+        probe = urllib.request.Request(f"{base}/api/v1/mailboxes/{address}/messages", headers=auth)
+        with urllib.request.urlopen(probe, timeout=10) as resp:  # noqa: S310 - 127.0.0.1
+            assert len(json.loads(resp.read())["messages"]) == 20
+
+        progress(f"GET …/messages: wrk {seconds}s, {CONNECTIONS} connections")
+        rate, p50, p99 = _wrk(f"{base}/api/v1/mailboxes/{address}/messages", seconds, auth)
+        progress("the same call through pgbench")
+        tps, avg = _pgbench(url, f"SELECT mailroom.http_list_messages({_literal(address)}, {_literal(token)}, NULL);",
+                            seconds)
+        rows.append(_row(f"GET /api/v1/mailboxes/{{address}}/messages (20 messages), wrk {CONNECTIONS} conn",
+                         rate, "req/s", f"p50 {p50:.2f} ms, p99 {p99:.2f} ms; {rate / tps:.2f}× the pgbench line below"))
+        rows.append(_row(f"same SQL call (http_list_messages) through pgbench, {CONNECTIONS} clients",
+                         tps, "tx/s", f"latency average {avg:.2f} ms"))
+
+        progress(f"POST /api/v1/mailboxes: wrk {seconds}s")
+        rate, p50, p99 = _wrk(f"{base}/api/v1/mailboxes", seconds, {}, script='wrk.method = "POST"\n')
+        progress("the same call through pgbench")
+        tps, avg = _pgbench(url, "SELECT mailroom.http_create_mailbox(NULL, 'bench-pgbench');", seconds)
+        rows.append(_row(f"POST /api/v1/mailboxes (anonymous inbox), wrk {CONNECTIONS} conn", rate, "req/s",
+                         f"p50 {p50:.2f} ms, p99 {p99:.2f} ms; {rate / tps:.2f}× the pgbench line below"))
+        rows.append(_row(f"same SQL call (http_create_mailbox) through pgbench, {CONNECTIONS} clients",
+                         tps, "tx/s", f"latency average {avg:.2f} ms"))
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+        log_path.unlink(missing_ok=True)
+    return rows
