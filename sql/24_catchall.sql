@@ -16,7 +16,9 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 #variable_conflict use_column
 DECLARE
-    v_domain mailroom.catchall_domains;
+    -- record, not mailroom.catchall_domains: sql/ must also compile where migration 0141 is not applied
+    -- yet (tests/db/test_partitions.py applies it over the migrations before 0100)
+    v_domain record;
     v_plan mailroom.plans;
     v_open integer;
     v_now timestamptz;
@@ -41,7 +43,7 @@ BEGIN
     SELECT count(*) INTO v_open
     FROM (
         SELECT 1 FROM mailroom.mailboxes AS m
-        WHERE m.catchall_domain = v_domain.domain AND m.is_active AND m.expires_at > v_now
+        WHERE m.catchall_domain = v_domain.domain AND m.is_active AND mailroom._mailbox_open(m)
         LIMIT v_domain.max_open
     ) AS o;
     IF v_open >= v_domain.max_open THEN
@@ -127,17 +129,16 @@ GRANT EXECUTE ON FUNCTION mailroom.set_catchall_domain(text, text, text, integer
 
 CREATE OR REPLACE FUNCTION mailroom.remove_catchall_domain(p_domain text)
 RETURNS boolean
-LANGUAGE sql
+LANGUAGE plpgsql
 VOLATILE
 SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
+BEGIN
     -- its inboxes stay (they expire as usual); new unknown addresses are refused again
-    WITH gone AS (
-        DELETE FROM mailroom.catchall_domains AS d WHERE d.domain = lower(btrim(p_domain)) RETURNING 1
-    )
-
-    SELECT EXISTS (SELECT 1 FROM gone);
+    DELETE FROM mailroom.catchall_domains AS d WHERE d.domain = lower(btrim(p_domain));
+    RETURN FOUND;
+END;
 $$;
 
 COMMENT ON FUNCTION mailroom.remove_catchall_domain(text) IS
@@ -155,20 +156,23 @@ RETURNS TABLE (
     open_inboxes bigint,
     created_at timestamptz
 )
-LANGUAGE sql
+LANGUAGE plpgsql
 STABLE
 SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
+BEGIN
+    RETURN QUERY
     SELECT
         d.domain, d.owner_id, d.plan, d.ttl_minutes, d.max_open,
         (
             SELECT count(*) FROM mailroom.mailboxes AS m
-            WHERE m.catchall_domain = d.domain AND m.is_active AND m.expires_at > mailroom.clock()
+            WHERE m.catchall_domain = d.domain AND m.is_active AND mailroom._mailbox_open(m)
         ),
         d.created_at
     FROM mailroom.catchall_domains AS d
-    ORDER BY d.domain
+    ORDER BY d.domain;
+END;
 $$;
 
 COMMENT ON FUNCTION mailroom.list_catchall_domains() IS

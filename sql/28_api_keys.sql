@@ -72,15 +72,19 @@ RETURNS TABLE (
     created_at timestamptz,
     revoked_at timestamptz
 )
-LANGUAGE sql
+LANGUAGE plpgsql
 STABLE
 SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
+BEGIN
+    -- PL/pgSQL: its body is not checked against tables at creation (sql/ also compiles before 0141)
+    RETURN QUERY
     SELECT k.id, k.owner_id, k.label, k.hint, k.created_at, k.revoked_at
     FROM mailroom.api_keys AS k
     WHERE p_owner_id IS NULL OR k.owner_id = p_owner_id
-    ORDER BY k.id
+    ORDER BY k.id;
+END;
 $$;
 
 COMMENT ON FUNCTION mailroom.list_api_keys(text) IS

@@ -52,11 +52,12 @@ COMMENT ON FUNCTION mailroom._http_box(text, text, bytea, boolean) IS
 
 CREATE OR REPLACE FUNCTION mailroom._http_mailbox_json(p_box mailroom.mailboxes)
 RETURNS jsonb
-LANGUAGE sql
+LANGUAGE plpgsql
 STABLE
 SET search_path = pg_catalog, pg_temp
 AS $$
-    SELECT jsonb_build_object(
+BEGIN
+    RETURN (SELECT jsonb_build_object(
         'address', p_box.address,
         'plan', p_box.plan,
         'owner_type', p_box.owner_type,
@@ -69,7 +70,8 @@ AS $$
         'mailbox_id', p_box.id
     )
     FROM mailroom.plans AS p
-    WHERE p.name = p_box.plan
+    WHERE p.name = p_box.plan);
+END;
 $$;
 
 COMMENT ON FUNCTION mailroom._http_mailbox_json(mailroom.mailboxes) IS
