@@ -60,13 +60,25 @@ class LazyGroup(TyperGroup):
 
 app = LazyGroup(
     name="mailroom",
-    help="mailroom: a PostgreSQL-native mail lifecycle engine.",
+    help="mailroom: a PostgreSQL-native mail lifecycle engine. `mailroom --version` prints the version and the "
+    "schema version it installs.",
     no_args_is_help=True,
 )
 
 
+def version_line() -> str:
+    """`mailroom --version`: the package's version and the schema version its SQL brings."""
+    from mailroom import __version__
+    from mailroom.db.files import schema_version
+
+    return f"mailroom {__version__} (schema {schema_version()})"
+
+
 def main() -> None:
     """Entry point: run the app, turning UserError into one line and an exit code."""
+    if sys.argv[1:2] in (["--version"], ["-V"]):
+        print(version_line())
+        return
     try:
         app.main(prog_name="mailroom", standalone_mode=True)
     except UserError as exc:

@@ -26,7 +26,8 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from mailroom.core.errors import UserError
 from mailroom.db import cluster as embedded
 from mailroom.db.connect import connect
-from mailroom.db.migrate import migrate, project_root
+from mailroom.db.files import checkout_root
+from mailroom.db.migrate import migrate
 
 CLUSTER_ENV = "MAILROOM_TEST_CLUSTER_HOME"
 
@@ -146,7 +147,10 @@ def pg_prove(cluster: embedded.Cluster, dbname: str, files: list[str]) -> int:
 def _pgtap_files(args: list[str]) -> list[str]:
     if args:
         return args
-    return [str(p) for p in sorted((project_root() / "tests" / "pgtap").glob("*.sql"))]
+    root = checkout_root()
+    if root is None:
+        raise UserError("the pgTAP suite is part of a mailroom checkout (tests/pgtap), not of the package")
+    return [str(p) for p in sorted((root / "tests" / "pgtap").glob("*.sql"))]
 
 
 def run_pgtap(cluster: embedded.Cluster, files: list[str]) -> int:

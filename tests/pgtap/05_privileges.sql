@@ -14,35 +14,38 @@ SELECT 'mailroom_app', unnest(ARRAY[
     'create_account', 'suspend_account', 'unsuspend_account', 'request_password_recovery', 'consume_token',
     'verify_token', 'create_mailbox', 'extend_mailbox', 'delete_mailbox', 'list_mailboxes', 'list_messages',
     'read_message', 'mailbox_accepts', 'enqueue_message', 'wait_for_message', 'extract_link', 'extract_code',
-    'is_suppressed', 'search_messages', 'clock', 'setting', 'interval_setting', 'account_status'
+    'is_suppressed', 'search_messages', 'clock', 'setting', 'interval_setting', 'account_status',
+    'list_migrations', 'schema_version'
 ])
 UNION ALL
 SELECT 'mailroom_http', unnest(ARRAY[
     'http_create_mailbox', 'http_get_mailbox', 'http_list_messages', 'http_read_message', 'http_message_raw',
     'http_message_attachment', 'http_delete_mailbox', 'http_delete_message', 'http_extract_link', 'http_extract_code',
-    'http_check_message', 'http_search_messages', 'index_messages', 'deliver_ses_message', 'clock', 'setting'
+    'http_check_message', 'http_search_messages', 'index_messages', 'deliver_ses_message', 'clock', 'setting',
+    'list_migrations', 'schema_version'
 ])
 UNION ALL
 SELECT 'mailroom_collector', unnest(ARRAY[
     'dequeue_tokens', 'enqueue_token_emails', 'render_token_email', 'worker_heartbeat', 'clock', 'setting',
-    'interval_setting'
+    'interval_setting', 'list_migrations', 'schema_version'
 ])
 UNION ALL
 SELECT 'mailroom_sender', unnest(ARRAY[
     'claim_messages', 'finalize_messages', 'release_messages', 'reap_stuck_messages', 'worker_heartbeat',
-    'queue_health', 'record_refused_recipients', 'clock', 'setting', 'interval_setting', 'outbound_stats'
+    'queue_health', 'record_refused_recipients', 'clock', 'setting', 'interval_setting', 'outbound_stats',
+    'list_migrations', 'schema_version'
 ])
 UNION ALL
 SELECT 'mailroom_inbound', unnest(ARRAY[
     'check_recipient', 'deliver_message', 'max_inbound_message_bytes', 'expire_mailboxes', 'purge_mailboxes',
     'seconds_until_next_expiry', 'run_expiry', 'worker_heartbeat', 'check_bounce_recipient', 'record_bounce',
     'maintain_partitions', 'clock', 'setting', 'interval_setting', 'deliver_messages', 'check_message_size',
-    'index_messages'
+    'index_messages', 'list_migrations', 'schema_version'
 ])
 UNION ALL
 SELECT 'mailroom_monitor', unnest(ARRAY[
     'list_outbound_messages', 'queue_health', 'worker_health', 'list_domain_limits', 'domain_status', 'clock',
-    'setting', 'interval_setting', 'outbound_stats'
+    'setting', 'interval_setting', 'outbound_stats', 'list_migrations', 'schema_version'
 ])
 UNION ALL
 SELECT 'mailroom_admin', unnest(ARRAY[
@@ -52,7 +55,8 @@ SELECT 'mailroom_admin', unnest(ARRAY[
     'maintain_partitions', 'clock', 'setting', 'interval_setting', 'outbound_stats',
     'set_domain_limit', 'delete_domain_limit', 'list_domain_limits', 'domain_status', 'clear_domain_backoff',
     'create_api_key', 'list_api_keys', 'revoke_api_key', 'set_catchall_domain', 'remove_catchall_domain',
-    'list_catchall_domains'
+    'list_catchall_domains',
+    'list_migrations', 'schema_version'
 ])
 UNION ALL
 SELECT 'mailroom_timekeeper', unnest(ARRAY['pin_clock', 'unpin_clock']);

@@ -6,9 +6,10 @@ import sys
 import time
 from typing import Annotated, Optional
 
+import psycopg
 import typer
 
-from mailroom.core.errors import UserError
+from mailroom.core.errors import UserError, db_user_error
 from mailroom.db import cluster as embedded
 from mailroom.db import migrate as runner
 from mailroom.db.config import DatabaseUrlOption, DataDirOption, default_home
@@ -53,7 +54,7 @@ def up(
         cluster = embedded.up(home, port=port, tcp=tcp)
         _say(f"{'reusing running' if was_running else 'started'} cluster in {cluster.home} (port {cluster.port})")
         url = cluster.url()
-    result = runner.migrate(url)
+    result = runner.migrate(url, notices=_say, say=_say)
     _say(f"migrations applied: {len(result.applied)}; sql files applied: {result.sql_files}")
     _say(f"ready in {time.monotonic() - started:.2f}s")
     print(url)
@@ -87,15 +88,40 @@ def status(database_url: DatabaseUrlOption = None, data_dir: DataDirOption = Non
             raise typer.Exit(1)
         print(f"state:    running (pid {pid}, port {cluster.port}{', tcp 127.0.0.1' if cluster.tcp else ''})")
         url = cluster.url()
-    with connect(url) as conn:
-        version = conn.execute("SHOW server_version").fetchone()[0]
-        print(f"server:   PostgreSQL {version}")
-        exists = conn.execute("SELECT to_regclass('mailroom.schema_migrations') IS NOT NULL").fetchone()[0]
-        applied = runner.applied_versions(conn) if exists else {}
-    pending = [m.name for m in runner.load_migrations() if m.version not in applied]
-    print(f"applied:  {len(applied)} migrations")
-    print(f"pending:  {', '.join(pending) if pending else 'none'}")
+    _print_schema(url)
     print(f"url:      {url}")
+
+
+def _print_schema(url: str) -> None:
+    """What the database has next to what this driver brings; one line each."""
+    from mailroom import __version__
+    from mailroom.db.files import schema_version
+
+    expected = schema_version()
+    try:
+        with connect(url, application_name="mailroom db status") as conn:
+            server = conn.execute("SHOW server_version").fetchone()[0]
+            print(f"server:   PostgreSQL {server}")
+            have = runner.database_schema(conn)
+    except psycopg.Error as exc:
+        raise db_user_error(exc, "cannot read the schema: ") from None
+    print(f"driver:   mailroom {__version__}, schema {expected}")
+    if not have.installed:
+        print("schema:   not installed (run `mailroom db migrate`)")
+        return
+    if have.applied is None:
+        print(f"schema:   unknown: {have.reason}")
+        return
+    applied = have.applied
+    last = max(applied, default=None)
+    print(f"schema:   {have.version} ({len(applied)} migrations applied"
+          f"{f', last {applied[last][0]}' if last is not None else ''})")
+    pending = [m.name for m in runner.load_migrations() if m.version not in applied]
+    unknown = sorted(v for v in applied if v > expected)
+    print(f"pending:  {', '.join(pending) + ' (run `mailroom db migrate`)' if pending else 'none'}")
+    if unknown:
+        print(f"newer:    the database has migrations this driver does not know ({', '.join(applied[v][0] for v in unknown)}):"
+              " upgrade the mailroom package")
 
 
 @db_app.command("migrate")
@@ -104,16 +130,22 @@ def migrate_cmd(
     data_dir: DataDirOption = None,
     print_bundle: Annotated[bool, typer.Option("--print", help="Print the SQL bundle for psql instead of applying.")] = False,
     offline: Annotated[bool, typer.Option("--offline", help="With --print: every migration, no database needed.")] = False,
+    lock_timeout: Annotated[
+        float, typer.Option(help="Seconds to wait for one lock a running transaction holds before rolling back and retrying.")
+    ] = runner.LOCK_TIMEOUT,
 ) -> None:
-    """Apply pending migrations, then re-apply sql/ (or print them as one psql bundle)."""
+    """Apply pending migrations and sql/ in one transaction (or print them as one psql bundle)."""
     if print_bundle:
         url = None if offline else _url(database_url, data_dir)
         sys.stdout.write(runner.bundle(url))
         return
-    result = runner.migrate(_url(database_url, data_dir))
+    if not 0 < lock_timeout <= 600:
+        raise UserError("--lock-timeout must be between 0 and 600 seconds", exit_code=2)
+    result = runner.migrate(_url(database_url, data_dir), notices=_say, say=_say, lock_timeout=lock_timeout)
     for name in result.applied:
         _say(f"applied {name}")
-    _say(f"migrations applied: {len(result.applied)}; sql files applied: {result.sql_files}")
+    _say(f"migrations applied: {len(result.applied)}; sql files applied: {result.sql_files}; "
+         f"locks held {result.held_seconds:.2f}s")
 
 
 @db_app.command("url")

@@ -1,36 +1,59 @@
-"""Migration runner: numbered files in migrations/ once each, then every file in sql/.
+"""Migration runner: numbered files in migrations/ once each, then every file in sql/, as ONE transaction.
 
-- One session advisory lock for the whole run, so concurrent `db migrate` calls queue up.
-- Each pending migration runs in its own transaction together with its bookkeeping row
-  (version, name, sha256, applied_at) in mailroom.schema_migrations.
-- A first line `-- mailroom:no-transaction` runs the file's statements in autocommit
-  (for CREATE INDEX CONCURRENTLY); statements are split at lines ending in `;`.
-- An applied file whose checksum changed stops the run before anything is applied.
-- Then sql/*.sql is re-applied in file-name order in one transaction (all idempotent).
-- Ownership: migrations up to ROLES_VERSION run as the connecting role (that one creates the
-  roles and hands every object to mailroom_owner); later migrations and the sql/ pass run under
+What `db migrate` does (docs/upgrading.md tells it to operators):
+
+- The SQL comes from the package (mailroom.db.files): the wheel carries migrations/ and sql/.
+- Its lock is a table lock on `mailroom.migration_lock`, an empty table created before anything
+  else (on a fresh database, in a short transaction of its own), owned by mailroom_owner, on which
+  nobody else has any privilege. `db migrate` takes it in SHARE UPDATE EXCLUSIVE mode: concurrent
+  runs queue up, and no other role can hold it: the only locks a login without privileges can
+  keep on a table it can name (the ones parsing a statement takes) do not conflict with that mode,
+  and a login with no mailroom role cannot even name it. Never an advisory lock (any login on the
+  server can take those).
+- Every pending migration and then the whole sql/ pass run in ONE transaction, each file in a
+  savepoint (to name the file that fails), each migration together with its row in
+  mailroom.schema_migrations (version, name, sha256, applied_at). Running workers see the schema
+  before or after, never between: a migration that drops a function to change its signature and
+  the sql/ file that re-creates it commit together. Anything failing rolls everything back.
+- Locks: `lock_timeout` (default 5 s) bounds each wait for a lock a running transaction holds; on
+  a timeout the whole transaction rolls back (it held its locks for at most that long) and is
+  tried again, up to LOCK_RETRIES times. Once it has its locks, it holds them until COMMIT: the
+  time of the pending migrations plus the sql/ pass (docs/upgrading.md gives the measured figure).
+- A first line `-- mailroom:no-transaction` runs a file in autocommit (for CREATE INDEX
+  CONCURRENTLY), split at lines ending in `;`. Such files run after the transaction commits, in
+  order, while a second connection holds the migration lock; nothing in the transaction may
+  depend on them.
+- An applied file whose checksum changed stops the run before anything is applied; a file that had
+  to change after release lists the checksums it replaces (`-- mailroom:replaces-sha256 <hex>`):
+  a database that applied a listed version is accepted and re-recorded.
+- Ownership: migrations up to ROLES_VERSION run as the connecting role (that one creates the roles
+  and hands every object to mailroom_owner); later migrations and the sql/ pass run under
   SET LOCAL ROLE mailroom_owner, so every object is the owner's. A migration whose first lines
   hold `-- mailroom:as-migrator` runs as the connecting role (role and grant work).
-- A file that had to change after release (it could not run somewhere, e.g. as a non-superuser)
-  lists the checksums it replaces: `-- mailroom:replaces-sha256 <hex>`. A database that applied
-  a listed version is accepted and re-recorded; the change must be harmless for it (a later
-  migration brings such databases to the same state).
+- What migrations say (RAISE NOTICE / WARNING) reaches the caller (`notices`), each line prefixed
+  with its file; PostgreSQL's own "…, skipping" chatter of IF [NOT] EXISTS is left out.
 """
 
 from __future__ import annotations
 
 import hashlib
-import os
 import re
-from dataclasses import dataclass
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from importlib.resources.abc import Traversable
 from pathlib import Path
 
 import psycopg
 
 from mailroom.core.errors import UserError
 from mailroom.db.connect import connect
+from mailroom.db.files import schema_files
 
-LOCK_KEY = 7_305_853_001  # pg_advisory_lock key of the migration runner
+LOCK_TABLE = "mailroom.migration_lock"
+LOCK_MODE = "SHARE UPDATE EXCLUSIVE"
+LOCK_TIMEOUT = 5.0  # seconds: the longest migrate waits for one lock a running transaction holds
+LOCK_RETRIES = 5  # whole-transaction retries after a lock timeout
 NO_TRANSACTION_MARKER = "-- mailroom:no-transaction"
 AS_MIGRATOR_MARKER = "-- mailroom:as-migrator"
 REPLACES_MARKER = "-- mailroom:replaces-sha256 "
@@ -38,8 +61,14 @@ ROLES_VERSION = 50  # migrations/0050_roles.sql: from here on, objects belong to
 OWNER_ROLE = "mailroom_owner"
 _NAME = re.compile(r"^(\d{4})_[a-z0-9_]+\.sql$")
 
+# Before anything else, in a transaction of its own: the schema and the lock table (nothing in them).
 BOOTSTRAP = """\
 CREATE SCHEMA IF NOT EXISTS mailroom;
+CREATE TABLE IF NOT EXISTS mailroom.migration_lock ();"""
+
+LOCK = f"LOCK TABLE {LOCK_TABLE} IN {LOCK_MODE} MODE"
+
+LEDGER = """\
 CREATE TABLE IF NOT EXISTS mailroom.schema_migrations (
     version integer PRIMARY KEY,
     name text NOT NULL,
@@ -48,24 +77,16 @@ CREATE TABLE IF NOT EXISTS mailroom.schema_migrations (
 );"""
 
 
-def project_root() -> Path:
-    """The directory holding migrations/ and sql/ (MAILROOM_HOME, else found above the package)."""
-    env = os.environ.get("MAILROOM_HOME")
-    if env:
-        return Path(env)
-    here = Path(__file__).resolve()
-    for parent in here.parents:
-        if (parent / "migrations").is_dir() and (parent / "sql").is_dir():
-            return parent
-    raise UserError("cannot find the migrations/ and sql/ directories; set MAILROOM_HOME to the mailroom checkout")
-
-
 @dataclass(frozen=True)
 class Migration:
     version: int
     name: str
-    path: Path
+    path: Path | Traversable
     text: str
+
+    @property
+    def label(self) -> str:
+        return f"migrations/{self.name}"
 
     @property
     def sha256(self) -> str:
@@ -90,6 +111,7 @@ def checksum_accepted(m: Migration, recorded: str) -> bool:
     """Whether a recorded checksum matches the file, or a version the file says it replaces."""
     return recorded == m.sha256 or recorded in m.replaces
 
+
 def _markers(text: str) -> set[str]:
     """The `-- mailroom:…` marker lines at the top of a file (before its first statement)."""
     found = set()
@@ -102,10 +124,10 @@ def _markers(text: str) -> set[str]:
 
 
 def load_migrations(root: Path | None = None) -> list[Migration]:
-    root = root or project_root()
+    """The migrations this driver carries (or those under `root`), in order."""
     found: list[Migration] = []
     seen: dict[int, str] = {}
-    for path in sorted((root / "migrations").glob("*.sql")):
+    for path in schema_files(root).migration_files():
         match = _NAME.match(path.name)
         if not match:
             raise UserError(f"migration file name {path.name} does not match NNNN_name.sql")
@@ -117,9 +139,8 @@ def load_migrations(root: Path | None = None) -> list[Migration]:
     return found
 
 
-def load_sql_files(root: Path | None = None) -> list[Path]:
-    root = root or project_root()
-    return sorted((root / "sql").glob("*.sql"))
+def load_sql_files(root: Path | None = None) -> list[Path | Traversable]:
+    return list(schema_files(root).sql_files())
 
 
 def split_statements(text: str) -> list[str]:
@@ -153,14 +174,14 @@ def _line_of(text: str, exc: psycopg.Error) -> str:
     return f" line {text[: offset - 1].count(chr(10)) + 1}"
 
 
-def _fail(path: Path, text: str, exc: psycopg.Error, consequence: str = "nothing from this file was applied") -> UserError:
+def _fail(label: str, text: str, exc: psycopg.Error, consequence: str = "nothing was applied") -> UserError:
     message = exc.diag.message_primary or str(exc).strip().splitlines()[0]
     sqlstate = f" (SQLSTATE {exc.sqlstate})" if exc.sqlstate else ""
-    where = f"{path.parent.name}/{path.name}{_line_of(text, exc)}"
-    return UserError(f"{where}: {message}{sqlstate}; {consequence}")
+    return UserError(f"{label}{_line_of(text, exc)}: {message}{sqlstate}; {consequence}")
 
 
 def applied_versions(conn: psycopg.Connection) -> dict[int, tuple[str, str]]:
+    """The ledger (the owner's view of it): version -> (name, sha256)."""
     rows = conn.execute("SELECT version, name, sha256 FROM mailroom.schema_migrations").fetchall()
     return {v: (n, s) for v, n, s in rows}
 
@@ -169,7 +190,7 @@ def check_checksums(migrations: list[Migration], applied: dict[int, tuple[str, s
     for m in migrations:
         if m.version in applied and not checksum_accepted(m, applied[m.version][1]):
             raise UserError(
-                f"migrations/{m.name} was edited after it was applied (recorded sha256 "
+                f"{m.label} was edited after it was applied (recorded sha256 "
                 f"{applied[m.version][1][:12]}…, file {m.sha256[:12]}…); "
                 "restore it and put the change in a new migration"
             )
@@ -179,33 +200,164 @@ def check_checksums(migrations: list[Migration], applied: dict[int, tuple[str, s
 class MigrateResult:
     applied: list[str]
     sql_files: int
+    notices: list[str] = field(default_factory=list)
+    held_seconds: float = 0.0  # from the first statement after the lock to COMMIT
+    lock_retries: int = 0
 
 
-def migrate(url: str, *, upto: int | None = None, apply_sql: bool = True, root: Path | None = None) -> MigrateResult:
-    """Apply pending migrations (up to `upto`) and then sql/; returns what was applied."""
-    root = root or project_root()
+class _Notices:
+    """Collects (and passes on) what the server says while a file runs, prefixed with the file."""
+
+    def __init__(self, sink: Callable[[str], None] | None) -> None:
+        self.sink = sink
+        self.current = ""
+        self.lines: list[str] = []
+
+    def __call__(self, diag: psycopg.errors.Diagnostic) -> None:
+        primary = diag.message_primary or ""
+        if primary.endswith(", skipping"):  # IF [NOT] EXISTS chatter, not something a file said
+            return
+        line = f"{self.current}: {diag.severity or 'NOTICE'}: {primary}" if self.current else f"{diag.severity}: {primary}"
+        if diag.message_detail:
+            line += f" DETAIL: {diag.message_detail}"
+        if diag.message_hint:
+            line += f" HINT: {diag.message_hint}"
+        self.lines.append(line)
+        if self.sink is not None:
+            self.sink(line)
+
+
+class _LockTimeout(Exception):
+    """A lock was not granted within lock_timeout: the transaction rolled back, try again."""
+
+    def __init__(self, label: str, exc: psycopg.Error) -> None:
+        super().__init__(label)
+        self.label = label
+        self.exc = exc
+
+
+def migrate(
+    url: str,
+    *,
+    upto: int | None = None,
+    apply_sql: bool = True,
+    root: Path | None = None,
+    notices: Callable[[str], None] | None = None,
+    lock_timeout: float = LOCK_TIMEOUT,
+    retries: int = LOCK_RETRIES,
+    say: Callable[[str], None] | None = None,
+) -> MigrateResult:
+    """Apply pending migrations (up to `upto`) and then sql/ in one transaction; what was applied.
+
+    `notices` receives each NOTICE/WARNING line as it comes; `say` the runner's own progress
+    (waiting for the lock, a retry after a lock timeout)."""
     migrations = [m for m in load_migrations(root) if upto is None or m.version <= upto]
-    done: list[str] = []
+    sql_files = load_sql_files(root) if apply_sql else []
+    heard = _Notices(notices)
+    tell = say or (lambda _line: None)
     with connect(url, application_name="mailroom migrate") as conn:
-        conn.execute("SET client_min_messages = warning")
-        conn.execute("SELECT pg_advisory_lock(%s)", (LOCK_KEY,))
+        conn.add_notice_handler(heard)
+        _bootstrap(conn)
+        attempt = 0
+        while True:
+            try:
+                result = _run_once(conn, migrations, sql_files, heard, lock_timeout, tell)
+                break
+            except _LockTimeout as timeout:
+                attempt += 1
+                if attempt > retries:
+                    raise UserError(
+                        f"{timeout.label}: a lock it needs was held by another transaction for longer than "
+                        f"{lock_timeout:g}s, {attempt} times; nothing was applied. Find the long transaction "
+                        "(pg_stat_activity) or raise --lock-timeout",
+                    ) from None
+                delay = min(2.0 ** attempt, 30.0)
+                tell(f"{timeout.label}: waited {lock_timeout:g}s for a lock held by a running transaction; "
+                     f"rolled back, trying again in {delay:g}s (attempt {attempt + 1} of {retries + 1})")
+                time.sleep(delay)
+        result.lock_retries = attempt
+        tail = [m for m in migrations if not m.transactional]
+        if tail:
+            result.applied += _run_no_transaction(conn, url, tail, heard)
+    result.notices = heard.lines
+    return result
+
+
+def _bootstrap(conn: psycopg.Connection) -> None:
+    """The schema and the lock table, before anything else (a concurrent first run may race us)."""
+    for attempt in range(3):
         try:
-            conn.execute(BOOTSTRAP)
+            with conn.transaction():
+                conn.execute(BOOTSTRAP)
+            return
+        except (psycopg.errors.UniqueViolation, psycopg.errors.DuplicateSchema, psycopg.errors.DuplicateTable):
+            if attempt == 2:
+                raise
+        except psycopg.Error as exc:
+            raise _fail("migrate: creating schema mailroom", BOOTSTRAP, exc) from None
+
+
+def _take_lock(conn: psycopg.Connection, say: Callable[[str], None]) -> None:
+    """The migration lock in the current transaction: at once, or after saying why we wait."""
+    try:
+        with conn.transaction():
+            conn.execute(LOCK + " NOWAIT")
+        return
+    except psycopg.errors.LockNotAvailable:
+        pass
+    say("another `mailroom db migrate` is running on this database; waiting for it to finish")
+    conn.execute("SET LOCAL lock_timeout = 0")
+    conn.execute(LOCK)
+
+
+def _run_once(
+    conn: psycopg.Connection,
+    migrations: list[Migration],
+    sql_files: list,
+    heard: _Notices,
+    lock_timeout: float,
+    say: Callable[[str], None],
+) -> MigrateResult:
+    done: list[str] = []
+    label = "migrate"
+    try:
+        with conn.transaction():
+            _take_lock(conn, say)
+            started = time.monotonic()
+            conn.execute(f"SET LOCAL lock_timeout = '{int(lock_timeout * 1000)}ms'")
+            conn.execute(LEDGER)
             applied = applied_versions(conn)
             check_checksums(migrations, applied)
             _rerecord_replaced(conn, migrations, applied)
             for m in migrations:
-                if m.version in applied:
+                if m.version in applied or not m.transactional:
                     continue
-                _apply_migration(conn, m)
+                label = m.label
+                _apply_migration(conn, m, heard)
                 done.append(m.name)
-            sql_files = load_sql_files(root) if apply_sql else []
             if sql_files:
-                _apply_sql(conn, sql_files)
-        finally:
-            if not conn.closed and not conn.broken:
-                conn.execute("SELECT pg_advisory_unlock(%s)", (LOCK_KEY,))
-    return MigrateResult(done, len(sql_files))
+                label = "sql/"
+                _apply_sql(conn, sql_files, heard)
+            held = time.monotonic() - started
+    except psycopg.errors.LockNotAvailable as exc:
+        raise _LockTimeout(heard.current or label, exc) from None
+    except _Nested as nested:
+        if isinstance(nested.exc, psycopg.errors.LockNotAvailable):
+            raise _LockTimeout(nested.label, nested.exc) from None
+        raise nested.error from None
+    finally:
+        heard.current = ""
+    return MigrateResult(done, len(sql_files), held_seconds=held)
+
+
+class _Nested(Exception):
+    """A file failed inside the transaction: its UserError, raised once the transaction rolled back."""
+
+    def __init__(self, label: str, exc: psycopg.Error, error: UserError) -> None:
+        super().__init__(str(error))
+        self.label = label
+        self.exc = exc
+        self.error = error
 
 
 def _rerecord_replaced(conn: psycopg.Connection, migrations: list[Migration], applied: dict) -> None:
@@ -221,83 +373,155 @@ def _record(conn: psycopg.Connection, m: Migration) -> None:
     )
 
 
-def _apply_migration(conn: psycopg.Connection, m: Migration) -> None:
+def _apply_migration(conn: psycopg.Connection, m: Migration, heard: _Notices) -> None:
+    """One transactional migration in a savepoint of the run's transaction, with its ledger row."""
+    heard.current = m.label
     try:
-        if m.transactional:
-            with conn.transaction():
-                if m.as_owner:
-                    conn.execute(f"SET LOCAL ROLE {OWNER_ROLE}")
-                conn.execute(m.text.encode())
-                if m.as_owner:
-                    conn.execute("RESET ROLE")
-                _record(conn, m)
-        else:
+        with conn.transaction():
             if m.as_owner:
-                conn.execute(f"SET ROLE {OWNER_ROLE}")
-            try:
-                for stmt in split_statements(m.text):
-                    conn.execute(stmt.encode())
-            finally:
-                if m.as_owner and not conn.broken:
-                    conn.execute("RESET ROLE")
+                conn.execute(f"SET LOCAL ROLE {OWNER_ROLE}")
+            conn.execute(m.text.encode())
+            if m.as_owner:
+                conn.execute("RESET ROLE")
             _record(conn, m)
     except psycopg.Error as exc:
-        raise _fail(m.path, m.text, exc) from None
+        raise _Nested(m.label, exc, _fail(m.label, m.text, exc)) from None
 
 
-def _apply_sql(conn: psycopg.Connection, files: list[Path]) -> None:
-    with conn.transaction():
-        conn.execute(f"SET LOCAL ROLE {OWNER_ROLE}")
-        for path in files:
-            text = path.read_text()
+def _apply_sql(conn: psycopg.Connection, files: list, heard: _Notices) -> None:
+    conn.execute(f"SET LOCAL ROLE {OWNER_ROLE}")
+    for path in files:
+        label = f"sql/{path.name}"
+        heard.current = label
+        text = path.read_text()
+        try:
+            with conn.transaction():
+                conn.execute(text.encode())
+        except psycopg.Error as exc:
+            raise _Nested(label, exc, _fail(label, text, exc)) from None
+    conn.execute("RESET ROLE")
+
+
+def _run_no_transaction(conn: psycopg.Connection, url: str, tail: list[Migration], heard: _Notices) -> list[str]:
+    """The pending no-transaction migrations, in autocommit, while a second connection holds the lock.
+
+    The lock holder runs nothing but LOCK TABLE, so its transaction has no snapshot: CREATE INDEX
+    CONCURRENTLY, which waits for older snapshots, does not wait for it."""
+    done: list[str] = []
+    if all(m.version in applied_versions(conn) for m in tail):
+        return done
+    with connect(url, autocommit=False, application_name="mailroom migrate (lock)") as holder:
+        holder.execute(LOCK)
+        applied = applied_versions(conn)  # after the lock: what another run may have done meanwhile
+        for m in tail:
+            if m.version in applied:
+                continue
+            heard.current = m.label
             try:
-                with conn.transaction():
-                    conn.execute(text.encode())
+                if m.as_owner:
+                    conn.execute(f"SET ROLE {OWNER_ROLE}")
+                try:
+                    for stmt in split_statements(m.text):
+                        conn.execute(stmt.encode())
+                finally:
+                    if m.as_owner and not conn.broken:
+                        conn.execute("RESET ROLE")
+                _record(conn, m)
             except psycopg.Error as exc:
-                raise _fail(path, text, exc, "sql/ was rolled back as a whole") from None
+                raise _fail(m.label, m.text, exc, "its earlier statements stay applied (no transaction)") from None
+            finally:
+                heard.current = ""
+            done.append(m.name)
+        holder.commit()
+    return done
 
 
 def bundle(url: str | None, *, root: Path | None = None) -> str:
-    """The SQL a DBA can review and pipe into psql: lock, pending files, bookkeeping, sql/, unlock.
+    """The SQL a DBA can review and pipe into psql: the same single transaction as `db migrate`.
 
     With a reachable database only pending migrations are included; without one (url None),
     all of them, for a fresh database.
     """
-    root = root or project_root()
     migrations = load_migrations(root)
     applied: dict[int, tuple[str, str]] = {}
     if url is not None:
         with connect(url) as conn:
-            conn.execute(BOOTSTRAP)
-            applied = applied_versions(conn)
+            exists = conn.execute("SELECT to_regclass('mailroom.schema_migrations') IS NOT NULL").fetchone()[0]
+            applied = applied_versions(conn) if exists else {}
         check_checksums(migrations, applied)
     out = [
         "-- mailroom migration bundle: review, then `psql -v ON_ERROR_STOP=1 -f bundle.sql`",
+        "-- One transaction: the migration lock, every pending migration with its ledger row, then sql/.",
         "\\set ON_ERROR_STOP on",
-        f"SELECT pg_advisory_lock({LOCK_KEY});",
         BOOTSTRAP,
+        "BEGIN;",
+        f"{LOCK};",
+        LEDGER,
     ]
+    tail: list[Migration] = []
     for m in migrations:
         if m.version in applied:
             continue
-        record = (
-            "INSERT INTO mailroom.schema_migrations (version, name, sha256) "
-            f"VALUES ({m.version}, '{m.name}', '{m.sha256}');"
-        )
-        out.append(f"\n-- migrations/{m.name}")
-        if m.transactional:
-            role = [f"SET LOCAL ROLE {OWNER_ROLE};"] if m.as_owner else []
-            reset = ["RESET ROLE;"] if m.as_owner else []
-            out += ["BEGIN;", *role, m.text.rstrip(), *reset, record, "COMMIT;"]
-        elif m.as_owner:
-            out += [f"SET ROLE {OWNER_ROLE};", m.text.rstrip(), "RESET ROLE;", record]
-        else:
-            out += [m.text.rstrip(), record]
+        if not m.transactional:
+            tail.append(m)
+            continue
+        out.append(f"\n-- {m.label}")
+        role = [f"SET LOCAL ROLE {OWNER_ROLE};"] if m.as_owner else []
+        reset = ["RESET ROLE;"] if m.as_owner else []
+        out += [*role, m.text.rstrip(), *reset, _record_sql(m)]
     out.append("\n-- sql/ (idempotent, re-applied on every migrate), as the owner of every object")
-    out.append("BEGIN;")
     out.append(f"SET LOCAL ROLE {OWNER_ROLE};")
     for path in load_sql_files(root):
         out += [f"-- sql/{path.name}", path.read_text().rstrip()]
+    out.append("RESET ROLE;")
     out.append("COMMIT;")
-    out.append(f"SELECT pg_advisory_unlock({LOCK_KEY});")
+    for m in tail:
+        out.append(f"\n-- {m.label} (no transaction: after the others)")
+        if m.as_owner:
+            out += [f"SET ROLE {OWNER_ROLE};", m.text.rstrip(), "RESET ROLE;", _record_sql(m)]
+        else:
+            out += [m.text.rstrip(), _record_sql(m)]
     return "\n".join(out) + "\n"
+
+
+def _record_sql(m: Migration) -> str:
+    return (
+        "INSERT INTO mailroom.schema_migrations (version, name, sha256) "
+        f"VALUES ({m.version}, '{m.name}', '{m.sha256}');"
+    )
+
+
+@dataclass
+class DatabaseSchema:
+    """What a database has, as far as the connecting login may see (`db status`, `doctor`)."""
+
+    installed: bool
+    applied: dict[int, tuple[str, str]] | None  # None: this login may not read it
+    reason: str = ""  # why `applied` is None
+
+    @property
+    def version(self) -> int | None:
+        return max(self.applied, default=0) if self.applied is not None else None
+
+
+def database_schema(conn: psycopg.Connection) -> DatabaseSchema:
+    """The applied migrations through mailroom.list_migrations() (any runtime role may call it), or
+    the ledger itself on a schema that predates the function (its owner may read it)."""
+    from mailroom.db import sqlapi
+
+    if not conn.execute("SELECT to_regclass('mailroom.schema_migrations') IS NOT NULL").fetchone()[0]:
+        return DatabaseSchema(False, {})
+    try:
+        with conn.transaction():
+            rows = sqlapi.list_migrations.rows(conn)
+        return DatabaseSchema(True, {r.version: (r.name, r.sha256) for r in rows})
+    except psycopg.errors.UndefinedFunction:
+        pass  # a schema older than sql/04_schema_version.sql
+    except psycopg.errors.InsufficientPrivilege as exc:
+        return DatabaseSchema(True, None, f"this login may not call mailroom.list_migrations() ({exc.diag.message_primary})")
+    try:
+        with conn.transaction():
+            return DatabaseSchema(True, applied_versions(conn))
+    except psycopg.errors.InsufficientPrivilege:
+        return DatabaseSchema(True, None, "the schema predates mailroom.list_migrations() and this login may not read "
+                                          "mailroom.schema_migrations: ask its owner, or run `mailroom db migrate`")

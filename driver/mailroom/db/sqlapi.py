@@ -20,3 +20,5 @@ worker_health = SqlFunction("worker_health", returns=(
 worker_heartbeat = SqlFunction(
     "worker_heartbeat", "p_worker text, p_kind text, p_listening boolean, p_claimed integer = default"
 )
+
+list_migrations = SqlFunction("list_migrations", returns=("version", "name", "sha256", "applied_at"))
