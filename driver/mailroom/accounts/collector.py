@@ -27,7 +27,7 @@ import psycopg
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from mailroom.accounts.output import CommitLost, EnqueueSink, OutputClosed, StdoutSink
-from mailroom.core.errors import ConfigError, UserError, describe_db_error
+from mailroom.core.errors import ConfigError, UpgradeBackoff, UserError, describe_db_error, is_upgrade_condition
 from mailroom.core.log import get_logger
 from mailroom.db import heartbeat, sqlapi
 from mailroom.db.connect import connect, connection_lost, ping
@@ -142,6 +142,7 @@ class Collector:
             poll_hint=f"polling every {cfg.poll_ms} ms",
         )
         self.heartbeat = heartbeat.Heartbeat(heartbeat.worker_name(), "collector", self.log)
+        self.upgrade = UpgradeBackoff(self.log)
         self.work: psycopg.Connection | None = None
         self.stopping = False
         self.must_drain = True
@@ -175,6 +176,9 @@ class Collector:
                 except RECONNECTABLE as exc:
                     self._lost(describe_db_error(exc))
                 except psycopg.Error as exc:
+                    if self.work is not None and not connection_lost(self.work, exc) and is_upgrade_condition(exc):
+                        self._wait_for_schema(exc)
+                        continue
                     if self.work is None or not connection_lost(self.work, exc):
                         raise
                     self._lost(describe_db_error(exc))  # e.g. PgBouncer: a server connection crashed
@@ -267,6 +271,13 @@ class Collector:
                 self._sleep(delay)
                 continue
             return
+
+    def _wait_for_schema(self, exc: psycopg.Error) -> None:
+        """The schema changed under the batch (docs/upgrading.md): it rolled back; wait, then drain."""
+        assert self.work is not None
+        self.work.rollback()
+        self.must_drain = True  # the announced tokens are still there: take them when it works again
+        self._sleep(self.upgrade.delay(exc))
 
     def _sleep(self, seconds: float) -> None:
         end = time.monotonic() + seconds
@@ -371,6 +382,7 @@ class Collector:
                 break
         self.heartbeat.claimed += total
         self.last_check = time.monotonic()
+        self.upgrade.resumed()
         if what and not self.stopping:
             self.sink.settle()
         if self.sink.skipped:

@@ -1,13 +1,25 @@
 """One-line errors for the CLI and the one map from SQLSTATE to what an error means.
 
 Every driver asks `kind_of(exc)` what a database error means (bad input, not found, a rule that
-refused, a lost connection) instead of keeping its own list of SQLSTATEs; the CLI turns a kind
-into an exit code, the inbound server into an SMTP reply.
+refused, a lost connection, a schema being upgraded) instead of keeping its own list of
+SQLSTATEs; the CLI turns a kind into an exit code, the inbound server into an SMTP reply.
+
+Kind.UPGRADING is what a worker meets when the schema changes under it (docs/upgrading.md): a
+function it calls is missing or its signature changed (42883 and kin, below). A running worker
+never exits for it: it retries with UpgradeBackoff (one log line when it starts waiting, one when
+it resumes); collect, send, inbox serve and expire all do.
 """
 
 from __future__ import annotations
 
+import asyncio
+import logging
+import time
+from collections.abc import Awaitable, Callable
 from enum import Enum
+from typing import TypeVar
+
+T = TypeVar("T")
 
 
 class UserError(Exception):
@@ -36,6 +48,7 @@ class Kind(Enum):
     CONFLICT = "conflict"  # it already exists, or its state forbids the change
     DENIED = "denied"  # the role or the credentials do not allow it
     UNAVAILABLE = "unavailable"  # the connection or the server failed: retry later
+    UPGRADING = "upgrading"  # the schema changed under the call (db migrate): retry with backoff
     INTERNAL = "internal"  # anything else: a bug or an unexpected server error
 
     @property
@@ -89,13 +102,107 @@ def kind_of(exc: BaseException) -> Kind:
         return _MR_KINDS.get(sqlstate, Kind.USAGE)
     if sqlstate == "42501":
         return Kind.DENIED
-    if sqlstate in ("42883", "42P01"):  # undefined function / table: not installed or not migrated
-        return Kind.CONFIG
+    if is_upgrade_condition(exc):
+        return Kind.UPGRADING
     if not sqlstate:
         # no SQLSTATE: a client-side connection failure (OperationalError / InterfaceError)
         name = type(exc).__name__
         return Kind.UNAVAILABLE if name in ("OperationalError", "InterfaceError", "ConnectionTimeout") else Kind.INTERNAL
     return _CLASS_KINDS.get(sqlstate[:2], Kind.INTERNAL)
+
+
+# What a call meets while `db migrate` changes the schema it uses, or when the schema is older or
+# newer than the caller (a worker of the previous release after a contract step, a new worker
+# before the migrate). One transaction per migrate makes these rare; expand/contract (CONTRIBUTING)
+# makes them a bug of the migration; a worker still only waits and retries.
+UPGRADE_SQLSTATES: dict[str, str] = {
+    "42883": "undefined_function",  # dropped, or its signature changed (a new argument, a new type)
+    "42725": "ambiguous_function",  # an old and a new overload both match the call
+    "42P01": "undefined_table",  # a relation a function reads was replaced
+    "42704": "undefined_object",  # a type a call casts to was replaced
+    "42703": "undefined_column",  # a result column the call names was renamed
+}
+# The same conditions, met by a statement planned against the old catalog and run against the new
+# one: a function dropped and re-created between parse and execution, a cached plan whose result
+# changed. PostgreSQL reports them with generic SQLSTATEs: recognised by their message.
+UPGRADE_MESSAGES: dict[str, str] = {
+    "XX000": "cache lookup failed for ",  # internal_error: the OID it resolved is gone
+    "0A000": "cached plan must not change result type",  # feature_not_supported
+}
+
+
+def is_upgrade_condition(exc: BaseException) -> bool:
+    """Whether `exc` is the schema changing under the call (Kind.UPGRADING): wait and retry."""
+    sqlstate = getattr(exc, "sqlstate", None) or ""
+    if sqlstate in UPGRADE_SQLSTATES:
+        return True
+    prefix = UPGRADE_MESSAGES.get(sqlstate)
+    if prefix is None:
+        return False
+    diag = getattr(exc, "diag", None)
+    primary = (getattr(diag, "message_primary", None) if diag is not None else None) or str(exc)
+    return primary.startswith(prefix)
+
+
+class UpgradeBackoff:
+    """How long a worker waits before retrying a call that met Kind.UPGRADING, and its log lines.
+
+    One per worker process, shared by its tasks: `delay(exc)` logs one line when the first call
+    meets the condition and returns the next wait (FIRST doubling up to CAP seconds, then a
+    reminder every REMIND seconds while it lasts); `resumed()` after a call succeeds logs one line
+    if there was a wait, and resets."""
+
+    FIRST = 0.2
+    CAP = 5.0
+    REMIND = 300.0
+
+    def __init__(self, log: logging.Logger) -> None:
+        self.log = log
+        self.retries = 0
+        self.next_wait = self.FIRST
+        self.since = 0.0
+        self.reminded = 0.0
+
+    @property
+    def waiting(self) -> bool:
+        return self.retries > 0
+
+    def delay(self, exc: BaseException) -> float:
+        now = time.monotonic()
+        if not self.retries:
+            self.since = self.reminded = now
+            self.log.warning("WARN: the schema changed under a call (%s): a `db migrate` is running or this "
+                             "worker and the schema are of different releases; retrying with backoff",
+                             describe_db_error(exc))
+        elif now - self.reminded >= self.REMIND:
+            self.reminded = now
+            self.log.warning("WARN: still retrying after %.0fs: %s (run `mailroom db status`)", now - self.since,
+                             describe_db_error(exc))
+        self.retries += 1
+        wait, self.next_wait = self.next_wait, min(self.next_wait * 2, self.CAP)
+        return wait
+
+    def resumed(self) -> None:
+        if self.retries:
+            self.log.info("schema available again: resumed after %d retr%s in %.1fs", self.retries,
+                          "y" if self.retries == 1 else "ies", time.monotonic() - self.since)
+        self.retries = 0
+        self.next_wait = self.FIRST
+
+    async def call(self, fn: Callable[[], Awaitable[T]], *, within: float = 30.0) -> T:
+        """`await fn()` again while it fails with Kind.UPGRADING, for up to `within` seconds (then
+        the last error is raised, for a caller that must answer someone: an SMTP client)."""
+        deadline = time.monotonic() + within
+        while True:
+            try:
+                result = await fn()
+            except Exception as exc:
+                if not is_upgrade_condition(exc) or time.monotonic() >= deadline:
+                    raise
+                await asyncio.sleep(min(self.delay(exc), max(0.0, deadline - time.monotonic())))
+                continue
+            self.resumed()
+            return result
 
 
 def describe_db_error(exc: BaseException) -> str:

@@ -26,7 +26,7 @@ import psycopg
 from psycopg.types.json import Jsonb
 from psycopg_pool import AsyncConnectionPool
 
-from mailroom.core.errors import describe_db_error
+from mailroom.core.errors import UpgradeBackoff, describe_db_error, is_upgrade_condition
 from mailroom.core.log import get_logger
 from mailroom.db.connect import StaleConnection, ensure_alive
 from mailroom.db.contract import SqlFunction
@@ -67,6 +67,9 @@ _BOUNCE_GONE = "MR360"
 
 _INLINE_PARSE_BYTES = 64 * 1024
 
+# How long an SMTP command waits out a schema change (db migrate) before answering 451.
+_UPGRADE_WAIT = 20.0
+
 
 @dataclass
 class _Failure:
@@ -88,6 +91,7 @@ class Delivery:
     def __init__(self, pool: AsyncConnectionPool, *, group_size: int = 32) -> None:
         self.pool = pool
         self._group = _GroupCommit(self, group_size)
+        self.upgrade = UpgradeBackoff(log)  # calls that meet a schema change wait and retry (docs/upgrading.md)
 
     async def recipient(self, address: str, size: int | None) -> tuple[str, str]:
         """check_bounce_recipient's verdict and normalized address (psycopg errors raise)."""
@@ -107,6 +111,10 @@ class Delivery:
         return None
 
     async def _read(self, fn: SqlFunction, **kwargs: Any) -> Any:
+        """The first row of a read-only call; a schema change (db migrate) is waited out first."""
+        return await self.upgrade.call(lambda: self._read_once(fn, **kwargs), within=_UPGRADE_WAIT)
+
+    async def _read_once(self, fn: SqlFunction, **kwargs: Any) -> Any:
         """The first row of a read-only call (retrying on a broken connection is always safe)."""
         attempts = self.pool.max_size + 1
         for attempt in range(1, attempts + 1):
@@ -133,7 +141,7 @@ class Delivery:
         # Every pooled connection may be stale after a server restart: try up to pool size + 1.
         for attempt in range(1, self.pool.max_size + 2):
             try:
-                return await self._deliver_once(params)
+                return await self.upgrade.call(lambda: self._deliver_once(params), within=_UPGRADE_WAIT)
             except StaleConnection as exc:
                 # The pooled connection was dead before anything was sent (server restart,
                 # pg_terminate_backend): nothing was stored, one retry on a fresh one is safe.
@@ -228,6 +236,8 @@ class Delivery:
             except psycopg.OperationalError:
                 raise  # the outcome is unknown: the caller answers 4xx for every one of them
             except psycopg.Error as exc:
+                if is_upgrade_condition(exc):
+                    return None  # nothing was kept: each goes alone, and waits out the schema change
                 if (exc.sqlstate or "") not in _SQLSTATE_REPLY:
                     raise
                 log.info("group commit of %d messages refused (%s): delivering them one by one",

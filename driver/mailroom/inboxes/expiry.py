@@ -24,7 +24,7 @@ from datetime import timedelta
 
 import psycopg
 
-from mailroom.core.errors import UserError, describe_db_error
+from mailroom.core.errors import UpgradeBackoff, UserError, describe_db_error, is_upgrade_condition
 from mailroom.core.log import get_logger
 from mailroom.db import heartbeat
 from mailroom.db import sqlapi as db_sqlapi
@@ -66,6 +66,7 @@ class ExpiryWorker:
         self.total_purged = 0
         self.failed_cycles = 0
         self.heartbeat = heartbeat.Heartbeat(heartbeat.worker_name(), "expiry", log)
+        self.upgrade = UpgradeBackoff(log)  # a cycle that meets a schema change waits and retries
         self.listener: Listener | None = None
 
     def stop(self) -> None:
@@ -117,7 +118,11 @@ class ExpiryWorker:
                 started = time.monotonic()
                 try:
                     self.cycle()
+                    self.upgrade.resumed()
                 except (psycopg.Error, UserError) as exc:
+                    if not once and is_upgrade_condition(exc):
+                        self.stop_event.wait(self.upgrade.delay(exc))  # the cycle rolled back: again soon
+                        continue
                     self.failed_cycles += 1
                     text = describe_db_error(exc) if isinstance(exc, psycopg.Error) else str(exc)
                     log.error("cycle failed: %s", text)

@@ -32,7 +32,7 @@ from typing import Any
 
 import psycopg
 
-from mailroom.core.errors import ConfigError, Kind, UserError, describe_db_error, kind_of
+from mailroom.core.errors import ConfigError, Kind, UpgradeBackoff, UserError, describe_db_error, kind_of
 from mailroom.core.log import get_logger
 from mailroom.db import heartbeat
 from mailroom.db import sqlapi as db_sqlapi
@@ -88,6 +88,7 @@ class Sender:
         self.budget = 60.0  # seconds a slot may spend on one claimed batch before releasing the rest
         self.fatal: UserError | None = None
         self.heartbeat = heartbeat.Heartbeat(self.worker, "sender", log)
+        self.upgrade = UpgradeBackoff(log)  # the schema changing under a call: wait and retry (docs/upgrading.md)
         self.listener: Listener | None = None
 
     # -- lifecycle ---------------------------------------------------------------------------
@@ -231,8 +232,9 @@ class Sender:
                             except psycopg.OperationalError:
                                 raise
                             except psycopg.Error as exc:
-                                health = False
-                                log.warning("WARN: queue health metrics off: %s", describe_db_error(exc))
+                                if kind_of(exc) is not Kind.UPGRADING:  # an upgrade passes: next round
+                                    health = False
+                                    log.warning("WARN: queue health metrics off: %s", describe_db_error(exc))
                         await asyncio.sleep(max(1.0, self.opts.poll_interval))
             except asyncio.CancelledError:
                 raise
@@ -271,10 +273,14 @@ class Sender:
                         self.fatal = ConfigError(describe_db_error(exc))
                         self.stop()
                         return
+                    if kind_of(exc) is Kind.UPGRADING:
+                        await asyncio.sleep(self.upgrade.delay(exc))
+                        continue
                     log.info("slot %d: claim failed (%s); retrying", index, describe_db_error(exc))
                     await conn.close()
                     await asyncio.sleep(1)
                     continue
+                self.upgrade.resumed()
                 if not rows:
                     if self.opts.until_idle:
                         return
@@ -368,7 +374,9 @@ class Sender:
                         self.opts.url, **connection_kwargs(application_name="mailroom-send")
                     )
                 try:
-                    await self._report_on(target, outcomes, unsent)
+                    # the outcomes wait out a schema change (while the claim's lease lasts)
+                    await self.upgrade.call(lambda t=target: self._report_on(t, outcomes, unsent),
+                                            within=max(5.0, self.lease / 2))
                 finally:
                     if target is not conn:
                         await target.close()
