@@ -9,13 +9,15 @@ APT_PACKAGES := postgresql-15 postgresql-15-pgtap libtap-parser-sourcehandler-pg
                 chromium wrk
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 
-.PHONY: help deps venv lint test test-pgtap test-py demo bench bench-quick clean
+.PHONY: help deps venv lint test test-pgtap test-py demo bench bench-quick snapshot wheel clean
 
 help:
 	@echo "make demo         the whole story end to end on a private PostgreSQL cluster"
 	@echo "make test         lint, pgTAP (pg_prove) and pytest against a cluster the run starts"
 	@echo "make lint         sqlfluff (sql/, migrations/) and ruff"
 	@echo "make bench        figures in bench/results.md (minutes); bench-quick (< 1 minute)"
+	@echo "make snapshot     rewrite tests/db/schema.snapshot after changing migrations/ or sql/"
+	@echo "make wheel        build dist/mailroom-*.whl and the sdist (they carry migrations/ and sql/)"
 
 deps:
 	@if command -v pg_prove >/dev/null 2>&1 && [ -f /usr/share/postgresql/15/extension/pgtap.control ] \
@@ -55,6 +57,13 @@ test-py: deps venv
 
 demo: deps venv
 	$(VENV)/bin/mailroom demo
+
+snapshot: deps venv
+	$(PY) -m mailroom.testing snapshot
+
+wheel: venv
+	rm -rf dist build
+	$(PY) -m build --outdir dist .
 
 bench: deps venv
 	$(PY) -m bench.run

@@ -1,3 +1,3 @@
 """mailroom: a PostgreSQL-native mail lifecycle engine (thin Python driver)."""
 
-__version__ = "0.1.0"
+__version__ = "0.2.0.dev0"

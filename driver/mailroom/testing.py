@@ -2,6 +2,7 @@
 
     python -m mailroom.testing pgtap [FILE ...]   pgTAP files (default tests/pgtap/*.sql)
     python -m mailroom.testing all [PYTEST ARGS]  one cluster: pg_prove, then pytest on it
+    python -m mailroom.testing snapshot           rewrite tests/db/schema.snapshot from a fresh migrate
 
 pytest reuses the cluster named by MAILROOM_TEST_CLUSTER_HOME when set (see tests/conftest.py).
 `PgBouncer` puts a real PgBouncer in transaction mode in front of a test cluster.
@@ -338,13 +339,42 @@ log_disconnections = 0
             shutil.rmtree(self.home, ignore_errors=True)
 
 
+SNAPSHOT = Path("tests") / "db" / "schema.snapshot"
+SNAPSHOT_COMMAND = "make snapshot"
+
+
+def fresh_snapshot(cluster: embedded.Cluster, name: str = "mailroom_snapshot") -> str:
+    """The schema snapshot (mailroom.db.snapshot) of a database migrated from nothing."""
+    from mailroom.db import snapshot
+
+    url = create_database(cluster, name)
+    try:
+        migrate(url)
+        with connect(url) as conn:
+            return snapshot.take(conn)
+    finally:
+        drop_database(cluster, name)
+
+
+def write_snapshot(cluster: embedded.Cluster) -> Path:
+    root = checkout_root()
+    if root is None:
+        raise UserError("the schema snapshot lives in a mailroom checkout (tests/db/schema.snapshot)")
+    path = root / SNAPSHOT
+    path.write_text(fresh_snapshot(cluster))
+    return path
+
+
 def main(argv: list[str]) -> int:
-    if not argv or argv[0] not in ("pgtap", "all"):
+    if not argv or argv[0] not in ("pgtap", "all", "snapshot"):
         print(__doc__, file=sys.stderr)
         return 2
     command, rest = argv[0], argv[1:]
     cluster = start_cluster()
     try:
+        if command == "snapshot":
+            print(f"wrote {write_snapshot(cluster)}", file=sys.stderr)
+            return 0
         if command == "pgtap":
             return run_pgtap(cluster, rest)
         rc = run_pgtap(cluster, [])
