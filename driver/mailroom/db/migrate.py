@@ -509,7 +509,12 @@ def database_schema(conn: psycopg.Connection) -> DatabaseSchema:
     the ledger itself on a schema that predates the function (its owner may read it)."""
     from mailroom.db import sqlapi
 
-    if not conn.execute("SELECT to_regclass('mailroom.schema_migrations') IS NOT NULL").fetchone()[0]:
+    schema, usage = conn.execute(
+        "SELECT to_regnamespace('mailroom') IS NOT NULL,"
+        " CASE WHEN to_regnamespace('mailroom') IS NULL THEN false ELSE has_schema_privilege('mailroom', 'USAGE') END").fetchone()
+    if schema and not usage:
+        return DatabaseSchema(True, None, "this login may not call mailroom.list_migrations() (it has no mailroom role)")
+    if not schema or not conn.execute("SELECT to_regclass('mailroom.schema_migrations') IS NOT NULL").fetchone()[0]:
         return DatabaseSchema(False, {})
     try:
         with conn.transaction():
