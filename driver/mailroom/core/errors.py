@@ -193,15 +193,18 @@ class UpgradeBackoff:
         """`await fn()` again while it fails with Kind.UPGRADING, for up to `within` seconds (then
         the last error is raised, for a caller that must answer someone: an SMTP client)."""
         deadline = time.monotonic() + within
+        waited = False
         while True:
             try:
                 result = await fn()
             except Exception as exc:
                 if not is_upgrade_condition(exc) or time.monotonic() >= deadline:
                     raise
+                waited = True
                 await asyncio.sleep(min(self.delay(exc), max(0.0, deadline - time.monotonic())))
                 continue
-            self.resumed()
+            if waited:  # (another call's success says nothing about the function this one waited for)
+                self.resumed()
             return result
 
 
