@@ -31,9 +31,23 @@ def test_good_setup_direct(cli):
     found = checks(result)
     assert found["listen"] == ("OK", "LISTEN/NOTIFY round-trips on the listen URL")
     assert found["pooler"] == ("OK", "direct connection")
-    assert found["migrations"][0] == "OK" and "none pending" in found["migrations"][1]
+    assert found["migrations"][0] == "OK" and "the one expected by mailroom" in found["migrations"][1]
     assert found["roles"][0] == "OK" and found["server log"][0] == "OK"
     assert "FAIL" not in result.stdout
+
+
+@pytest.mark.parametrize("login", ["mr_collector", "mr_sender", "mr_inbound", "mr_app", "mr_monitor", "mr_admin"])
+def test_runtime_logins_see_the_schema_version_without_a_warning(cli, db_url, login):
+    """Issue 23: on a correct install the doctor warned that a worker login may not read
+    schema_migrations. It now asks mailroom.list_migrations(), which every runtime role may call."""
+    from mailroom import testing as harness
+    from mailroom.db.files import schema_version
+
+    result = cli("doctor", env={"MAILROOM_DATABASE_URL": harness.as_login(db_url, login),
+                                "MAILROOM_LISTEN_URL": harness.as_login(db_url, login)})
+    status, text = checks(result)["migrations"]
+    assert status == "OK", text
+    assert text.startswith(f"schema {schema_version()} ("), text
 
 
 def test_through_the_pooler_without_a_direct_listen_url(cli, pooled_db_url):

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 import psycopg
 
-from mailroom.core.errors import Kind, describe_db_error, kind_of
+from mailroom.core.errors import describe_db_error
 from mailroom.db import migrate as runner
 from mailroom.db.connect import connection_kwargs
 from mailroom.ops import probes
@@ -83,21 +83,32 @@ def _version(conn: psycopg.Connection) -> Check:
 
 
 def _migrations(conn: psycopg.Connection) -> Check:
-    try:
-        applied = runner.applied_versions(conn)
-    except psycopg.Error as exc:
-        if kind_of(exc) is Kind.DENIED:  # a least-privilege worker role may not read the ledger
-            return Check("WARN", "migrations", f"this login may not read mailroom.schema_migrations "
-                                               f"({describe_db_error(exc)}): run the doctor as the migrating role")
-        return Check("FAIL", "migrations", f"cannot read mailroom.schema_migrations ({describe_db_error(exc)})")
+    """The database's schema version next to the one this driver expects (any runtime login may ask:
+    mailroom.list_migrations()); pending or edited migrations; a database newer than the driver."""
+    from mailroom import __version__
+    from mailroom.db.files import schema_version
+
+    expected = schema_version()
+    have = runner.database_schema(conn)
+    if not have.installed:
+        return Check("FAIL", "migrations", "mailroom is not installed in this database (run `mailroom db migrate`)")
+    if have.applied is None:
+        return Check("WARN", "migrations", f"cannot tell the schema version: {have.reason}")
+    applied = have.applied
     files = runner.load_migrations()
     pending = [m.name for m in files if m.version not in applied]
     edited = [m.name for m in files if m.version in applied and not runner.checksum_accepted(m, applied[m.version][1])]
+    unknown = [applied[v][0] for v in sorted(applied) if v > expected]
     if edited:
         return Check("FAIL", "migrations", f"applied files changed since: {', '.join(edited)}")
     if pending:
-        return Check("FAIL", "migrations", f"{len(pending)} pending: {', '.join(pending)} (run `mailroom db migrate`)")
-    return Check("OK", "migrations", f"{len(applied)} applied, none pending")
+        return Check("FAIL", "migrations", f"schema {have.version}, mailroom {__version__} expects {expected}: "
+                                           f"{len(pending)} pending: {', '.join(pending)} (run `mailroom db migrate`)")
+    if unknown:
+        return Check("WARN", "migrations", f"schema {have.version} is newer than mailroom {__version__} expects "
+                                           f"({expected}): {', '.join(unknown)}; upgrade this installation's package")
+    return Check("OK", "migrations", f"schema {have.version} ({len(applied)} migrations), the one expected by "
+                                     f"mailroom {__version__}")
 
 
 def _roles(conn: psycopg.Connection) -> Check:
