@@ -28,6 +28,9 @@ def cli_commands() -> list[list[str]]:
     for cell in re.findall(r"^\| `mailroom ([^`]+)`", table, re.M):
         words = cell.replace("[", " ").split()
         head = [w for w in words if re.fullmatch(r"[a-z]+", w)]
+        if not head:  # `mailroom --version`: a flag of the root command
+            commands.append(words)
+            continue
         group, rest = head[0], head[1:]
         if rest and "/" in cell:  # `db up / down / …`: every sub-command
             subs = [s.strip().split()[0] for s in cell.split(" ", 1)[1].split("/")]

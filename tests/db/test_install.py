@@ -32,6 +32,11 @@ def test_readme_install_as_a_non_superuser_owner(private_cluster):
                          timeout=180, cwd=ROOT)
     assert out.returncode == 0, out.stdout + out.stderr
     assert "FAIL" not in out.stdout, out.stdout  # the doctor's lines, as the collector's login
+    # issue 21 item 9: the owner may not set log_parameter_max_length, and migrate says so
+    assert "migrations/0080_log_parameters.sql: NOTICE: mailroom: could not set log_parameter_max_length = 0" \
+        in out.stderr, out.stderr
+    # issue 23: the doctor does not warn about the ledger for a worker login on a correct install
+    assert "OK    migrations: schema" in out.stdout, out.stdout
 
     def url(user: str) -> str:
         return f"host={home} port={port} dbname=mail user={user}"
