@@ -11,6 +11,7 @@ import os
 import re
 import subprocess
 import sys
+import time
 import zipfile
 from pathlib import Path
 
@@ -115,10 +116,22 @@ def test_one_activation_from_the_wheel_outside_the_checkout(installed, pg, tmp_p
                 procs.append(subprocess.Popen([str(installed / "mailroom"), *args], cwd=tmp_path, stdout=subprocess.DEVNULL,
                                               stderr=log, env=env(login, MAILROOM_SECRET_KEY=SECRET_KEY,
                                                                   MAILROOM_BATCH_TIMEOUT="100")))
+            if worker == "inbox":  # the relay is up before anything is sent to it
+                deadline = time.monotonic() + 60
+                while "listening on" not in logs[worker].read_text() and time.monotonic() < deadline:
+                    assert procs[-1].poll() is None, logs[worker].read_text()
+                    time.sleep(0.1)
+
+        def worker_logs() -> str:
+            return "\n".join(f"--- {w}\n{log.read_text()[-1500:]}" for w, log in logs.items())
 
         with psycopg.connect(testing.as_login(url, "mr_app"), autocommit=True) as app:
-            message_id = app.execute("SELECT message_id FROM mailroom.wait_for_message(%s, %s, '60 seconds', 'Activate%%')",
-                                     (address, session)).fetchone()[0]
+            try:
+                message_id = app.execute(
+                    "SELECT message_id FROM mailroom.wait_for_message(%s, %s, '120 seconds', 'Activate%%')",
+                    (address, session)).fetchone()[0]
+            except psycopg.Error as exc:
+                raise AssertionError(f"no activation email: {exc.diag.message_primary}\n{worker_logs()}") from None
             link = app.execute("SELECT mailroom.extract_link(%s, %s, %s, '%%/activate%%')",
                                (address, session, message_id)).fetchone()[0]
             signed = link.split("token=", 1)[1]
