@@ -289,8 +289,11 @@ def test_workers_wait_out_a_missing_function(db_url, cli_popen, tmp_path):
     SMTP delivery arriving in the window is answered 250 once the function is back."""
     run = run_under_load(db_url, cli_popen, tmp_path, window=3.0)
     check_nothing_lost(run)
-    for name in ("collect --enqueue", "send", "expire"):
+    for name in ("collect --enqueue", "expire"):  # they call their function every batch / cycle
         assert run["waits"][name] == 1 and run["resumed"][name] == 1, (name, run["summary"], run["logs"][name][-2000:])
+    # the sender's slots may spend the window in SMTP with the inbox server (which waits for
+    # deliver_message) instead of claiming: it logs one wait and one resume, or neither
+    assert run["waits"]["send"] == run["resumed"]["send"] <= 1, (run["summary"], run["logs"]["send"][-2000:])
     assert run["smtp_reply"] and run["smtp_reply"][0][0] == 250, run["summary"]
     assert run["stored"][run["smtp_box"]] == 1
     assert run["waits"]["inbox serve"] == 1 and run["resumed"]["inbox serve"] == 1, run["logs"]["inbox serve"][-2000:]
