@@ -28,9 +28,9 @@ PREVIOUS = HERE / "releases" / "mailroom-0.1.0.sql"
 OWNER = "mr_install_owner"
 
 # the test login that acts as each group role
-LOGIN_OF = {"mailroom_app": "mr_app", "mailroom_collector": "mr_collector", "mailroom_sender": "mr_sender",
-            "mailroom_inbound": "mr_inbound", "mailroom_monitor": "mr_monitor", "mailroom_admin": "mr_admin",
-            "mailroom_timekeeper": "mr_app"}
+LOGIN_OF = {"mailroom_app": "mr_app", "mailroom_http": "mr_http", "mailroom_collector": "mr_collector",
+            "mailroom_sender": "mr_sender", "mailroom_inbound": "mr_inbound", "mailroom_monitor": "mr_monitor",
+            "mailroom_admin": "mr_admin", "mailroom_timekeeper": "mr_app"}
 
 
 @dataclass(frozen=True)
