@@ -104,7 +104,6 @@ def install_previous_release(pg, name: str) -> str:
 def previous(pg):
     name = "upgrade_from_0_1_0"
     url = install_previous_release(pg, name)
-    testing.ensure_test_logins(pg.url(name))
     yield url
     testing.drop_database(pg, name)
 
@@ -131,6 +130,7 @@ def test_upgrade_from_the_previous_release_matches_a_fresh_install(pg, previous)
 
 def broken_calls(before: dict[str, Callable_], url: str) -> list[str]:
     """The calls of the previous release's workers that fail on the schema at `url` (see above)."""
+    testing.ensure_test_logins(testing.as_login(url, "postgres"))  # (this release's roles exist now)
     after = runtime_api(url)
     problems = []
     for signature, old in sorted(before.items()):
