@@ -92,11 +92,23 @@ DECLARE
 BEGIN
     -- How many more messages of p_domain this claim may take. The per-domain lock makes the
     -- answer hold until the claim commits: a claimer that cannot take it at once gets 0 and
-    -- skips the domain (never waits). The lock is taken first, so the counts below (each
+    -- skips the domain (never waits; FOR UPDATE SKIP LOCKED). The lock is taken first, so the counts below (each
     -- query of a VOLATILE function reads a fresh snapshot in READ COMMITTED) include every
     -- claim committed by an earlier holder, whatever the snapshot of the calling statement.
-    IF NOT pg_try_advisory_xact_lock(hashtextextended('mailroom.domain:' || p_domain, 0)) THEN
-        RETURN 0;
+    -- The lock is the domain's row of mailroom.domain_locks (migration 0150; an advisory key
+    -- could be taken by any login, with no mailroom role, and hold the domain for as long as it
+    -- liked). A domain seen for the first time gets its row here; a concurrent first claim of the
+    -- same domain makes this INSERT wait for that claim's commit, once per new domain.
+    PERFORM 1 FROM mailroom.domain_locks AS k WHERE k.domain = p_domain FOR UPDATE SKIP LOCKED;
+    IF NOT FOUND THEN
+        IF EXISTS (SELECT 1 FROM mailroom.domain_locks AS k WHERE k.domain = p_domain) THEN
+            RETURN 0;  -- another claimer holds it
+        END IF;
+        INSERT INTO mailroom.domain_locks (domain) VALUES (p_domain) ON CONFLICT (domain) DO NOTHING;
+        PERFORM 1 FROM mailroom.domain_locks AS k WHERE k.domain = p_domain FOR UPDATE SKIP LOCKED;
+        IF NOT FOUND THEN
+            RETURN 0;
+        END IF;
     END IF;
     SELECT
         s.backoff_until,

@@ -14,7 +14,7 @@ SELECT 'mailroom_app', unnest(ARRAY[
     'create_account', 'suspend_account', 'unsuspend_account', 'request_password_recovery', 'consume_token',
     'verify_token', 'create_mailbox', 'extend_mailbox', 'delete_mailbox', 'list_mailboxes', 'list_messages',
     'read_message', 'mailbox_accepts', 'enqueue_message', 'wait_for_message', 'extract_link', 'extract_code',
-    'is_suppressed', 'search_messages', 'clock', 'setting', 'interval_setting', 'account_status'
+    'find_message', 'await_message', 'is_suppressed', 'search_messages', 'clock', 'setting', 'interval_setting', 'account_status'
 ])
 UNION ALL
 SELECT 'mailroom_http', unnest(ARRAY[
