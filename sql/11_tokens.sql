@@ -464,6 +464,9 @@ BEGIN
             MESSAGE = format('dequeue_tokens: limit must be a positive integer, got %s',
                 coalesce(p_limit::text, 'NULL'));
     END IF;
+    -- pending password-recovery requests become tokens first (sql/13_recovery.sql): the request
+    -- itself does the same work for every address, the decision happens here
+    PERFORM mailroom._issue_requested_recoveries(p_limit);
     RETURN QUERY EXECUTE mailroom._dequeue_tokens_sql()
         USING p_limit, p_key, mailroom.clock();
 END;

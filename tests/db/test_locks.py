@@ -71,6 +71,22 @@ def test_a_stranger_cannot_hold_a_domains_deliveries(db_url, conn, stranger):
         assert len(claimed) == 1, "the capped domain is claimed whatever the stranger holds"
 
 
+def test_a_stranger_cannot_block_recovery_requests(db_url, conn, stranger):
+    conn.execute("SELECT mailroom.create_account('owner@example.com', 'owner')")
+    conn.execute("UPDATE mailroom.accounts SET status = 'active'")
+    with psycopg.connect(stranger, autocommit=True) as bad, _as(db_url, "mr_app") as app:
+        key = "hashtextextended('mailroom.recovery:' || lower('owner@example.com'), 0)"
+        assert bad.execute(f"SELECT pg_try_advisory_lock({key})").fetchone()[0]
+        assert _refused(bad, "SELECT * FROM mailroom.recovery_requests FOR UPDATE") == "42501"
+        app.execute("SET statement_timeout = '5s'")
+        started = time.monotonic()
+        app.execute("SELECT mailroom.request_password_recovery('owner@example.com')")
+        assert time.monotonic() - started < 5
+    issued = conn.execute("SELECT count(*) FROM mailroom.dequeue_tokens(10, %s) WHERE action = 'password_recovery'",
+                          (KEY,)).fetchone()[0]
+    assert issued == 1
+
+
 def _maintain(admin: psycopg.Connection, days_ahead: int) -> list[tuple[str, str, str | None]]:
     """maintain_partitions with the clock days ahead (so it has partitions to create)."""
     when = datetime.now(UTC) + timedelta(days=days_ahead)
