@@ -290,6 +290,10 @@ class Cluster:
         }
         if fast:
             settings.update({"fsync": "off", "synchronous_commit": "off", "full_page_writes": "off"})
+            # test clusters count what each statement does (tests/accounts/test_recovery_work.py
+            # compares two paths statement by statement, buffer by buffer)
+            if (bindir.parent / "lib" / "pg_stat_statements.so").is_file():
+                settings["shared_preload_libraries"] = "pg_stat_statements"
         opts = " ".join(f"-c {k}='{v}'" for k, v in settings.items())
         argv = [
             str(bindir / "pg_ctl"), "start", "-w", "-t", "60",
