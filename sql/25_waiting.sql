@@ -155,6 +155,8 @@ AS $$
 -- either (as run_expiry). It runs with its caller's rights and only calls the SECURITY DEFINER
 -- find_message (schema-qualified), which checks the mailbox on every poll (MR205/MR206 end the
 -- wait at once). Called inside a transaction block, COMMIT is not allowed: use wait_for_message.
+-- It repeats wait_for_message's timeout check and poll count rather than calling a helper:
+-- internal helpers are executable by the owner only, and this runs as its caller.
 DECLARE
     c_step constant double precision := 0.05;
     v_seconds double precision;
