@@ -24,7 +24,7 @@ _ATEXT = r"[^\x00-\x20\x7f()<>@,;:\\\".\[\]]"
 _LOCAL_DOT = re.compile(rf"(?:{_ATEXT}|\.)+")
 _LOCAL_QUOTED = re.compile(r'"((?:[^"\\\x00-\x08\x0a-\x1f\x7f]|\\[^\x00\x0a\x0d])*)"')
 _DOMAIN = re.compile(rf"{_ATEXT}+(?:\.{_ATEXT}+)*|\[[^\[\]\\\x00-\x20\x7f]*\]")
-_ROUTE = re.compile(rf"@{_DOMAIN.pattern}(?:,@{_DOMAIN.pattern})*:")
+_ROUTE = re.compile(rf"@(?:{_DOMAIN.pattern})(?:,@(?:{_DOMAIN.pattern}))*:")
 _UNQUOTE = re.compile(r"\\(.)")
 # characters that make email's AddrSpec quote a local part again (DOT_ATOM_ENDS)
 _NEEDS_QUOTES = re.compile(r'[\s()<>@,:;\\"\[\]]')
