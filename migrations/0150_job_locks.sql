@@ -5,9 +5,10 @@
 -- DEFINER functions, running as the owner, can take one.
 --
 -- mailroom.job_locks: one row per job of which one caller at a time may run (FOR UPDATE SKIP
--- LOCKED: a second caller skips instead of waiting). mailroom.domain_locks: one row per recipient
--- domain a capped claim has seen, the per-domain claim lock (sql/39_outbound_domain_limits.sql);
--- not domain_state itself, which the claim statement updates in the same command.
+-- LOCKED: a second caller skips instead of waiting). mailroom.domain_locks: the per-domain claim
+-- locks (sql/39_outbound_domain_limits.sql), 1024 rows made here, a domain's picked by its hash:
+-- not a row per domain (the first claims of a new domain would wait for each other's INSERT),
+-- not domain_state itself (the claim statement upserts it in the same command).
 
 CREATE TABLE mailroom.job_locks (
     name text PRIMARY KEY,
@@ -25,8 +26,13 @@ INSERT INTO mailroom.job_locks (name, description) VALUES
 ON CONFLICT (name) DO NOTHING;
 
 CREATE TABLE mailroom.domain_locks (
-    domain text PRIMARY KEY
+    bucket integer PRIMARY KEY,
+    CONSTRAINT domain_locks_bucket_check CHECK (bucket BETWEEN 0 AND 1023)
 );
 
 COMMENT ON TABLE mailroom.domain_locks IS
-'The per-domain claim lock of the domain limits: claim_messages locks a domain''s row FOR UPDATE SKIP LOCKED (created on the first capped claim of the domain).';
+'The per-domain claim locks of the domain limits: 1024 rows, a domain locks the one its hash picks (FOR UPDATE SKIP LOCKED in claim_messages). Rows exist beforehand, so taking one never waits for an insert.';
+
+INSERT INTO mailroom.domain_locks (bucket)
+SELECT b.bucket FROM generate_series(0, 1023) AS b (bucket)
+ON CONFLICT (bucket) DO NOTHING;

@@ -95,20 +95,15 @@ BEGIN
     -- skips the domain (never waits; FOR UPDATE SKIP LOCKED). The lock is taken first, so the counts below (each
     -- query of a VOLATILE function reads a fresh snapshot in READ COMMITTED) include every
     -- claim committed by an earlier holder, whatever the snapshot of the calling statement.
-    -- The lock is the domain's row of mailroom.domain_locks (migration 0150; an advisory key
-    -- could be taken by any login, with no mailroom role, and hold the domain for as long as it
-    -- liked). A domain seen for the first time gets its row here; a concurrent first claim of the
-    -- same domain makes this INSERT wait for that claim's commit, once per new domain.
-    PERFORM 1 FROM mailroom.domain_locks AS k WHERE k.domain = p_domain FOR UPDATE SKIP LOCKED;
+    -- The lock is one of the 1024 rows of mailroom.domain_locks (migration 0150), picked by a
+    -- hash of the domain (an advisory key could be taken by any login, with no mailroom role, and
+    -- hold the domain for as long as it liked). Two domains may share a row: a claimer holding
+    -- it then skips the other one for this claim too (and the holder gets room for both).
+    PERFORM 1 FROM mailroom.domain_locks AS k
+    WHERE k.bucket = (pg_catalog.hashtextextended(p_domain, 0) & 1023)::integer
+    FOR UPDATE SKIP LOCKED;
     IF NOT FOUND THEN
-        IF EXISTS (SELECT 1 FROM mailroom.domain_locks AS k WHERE k.domain = p_domain) THEN
-            RETURN 0;  -- another claimer holds it
-        END IF;
-        INSERT INTO mailroom.domain_locks (domain) VALUES (p_domain) ON CONFLICT (domain) DO NOTHING;
-        PERFORM 1 FROM mailroom.domain_locks AS k WHERE k.domain = p_domain FOR UPDATE SKIP LOCKED;
-        IF NOT FOUND THEN
-            RETURN 0;
-        END IF;
+        RETURN 0;
     END IF;
     SELECT
         s.backoff_until,

