@@ -37,16 +37,12 @@ def _parser(name: str) -> Callable[[object], object]:
         from mailroom.inboxes.mime import plain_from
 
         return plain_from
-    if name == "smtp_path":
-        try:
-            from mailroom.inboxes.addresses import parse_path
-        except ImportError:  # before the linear parser: the server's own _getaddr
-            from mailroom.inboxes.server import InboundSMTP
+    if name == "smtp_path":  # what the server calls for MAIL FROM and RCPT TO
+        from mailroom.inboxes.smtp import InboundSMTP
 
-            server = InboundSMTP.__new__(InboundSMTP)
-            server.local_part_limit = 64
-            return server._getaddr
-        return lambda arg: parse_path(arg, local_part_limit=64)
+        server = InboundSMTP.__new__(InboundSMTP)
+        server.local_part_limit = 64
+        return server._getaddr
     raise KeyError(name)
 
 

@@ -1,8 +1,8 @@
 """The inbound fast paths give exactly what the slow paths they skip give.
 
 - mime.plain_from: a simple From value without the modern header parser;
-- InboundSMTP._getaddr: `<dot-atom@domain>` without email's header parser (aiosmtpd's own parse);
-- addresses.parse_path: every RFC 5321 path read linearly, as aiosmtpd reads it (or refused).
+- InboundSMTP._getaddr (addresses.parse_path): every RFC 5321 path read linearly, as aiosmtpd's
+  own parse (email's header parser) reads it, or refused where that one stretches RFC 5322 syntax.
 """
 
 from __future__ import annotations
