@@ -41,9 +41,17 @@ _CODE = re.compile(r"(?<![\d.])([45]\d\d)(?:[ -]+([45]\.\d{1,3}\.\d{1,3}))?(?![\
 # `'` is in the local part's class and so in the look-behind too: a run of them is one start, not n
 _ADDRESS = re.compile(r"<([^<>\s@]+@[^<>\s@]+)>|(?<![\w.+'-])([\w.+'-]+@[\w-]+(?:\.[\w-]+)+)")
 _WHITE = re.compile(r"\s+")
-# where the copy of the original message starts in a plain-text bounce: one line, read alone
-_ORIGINAL_AFTER_DASHES = re.compile(
-    r"original message|copy of the message|message headers|returned message|undelivered message", re.IGNORECASE
+# one or more blank lines (neither `[ \t]*` nor the repetition can cross or share a line break)
+_BLANK_LINES = re.compile(r"\n(?:[ \t]*\n)+")
+# where the copy of the original message starts in a plain-text bounce: a line of two or more dashes
+# naming it (`----- Original message -----`), `--- Below this line ...` (qmail) or a
+# `Content-Type: message/rfc822` line. Possessive runs (Python 3.11) give nothing back, and `^` and
+# `[^\n]` keep every attempt inside its line: linear (the expression this replaces backtracked
+# over each run of dashes, O(n^2) a line, and its `\s*` crossed lines).
+_ORIGINAL = re.compile(
+    r"^[ \t]*+(?:-{2,}+[^\n]*?(?:original message|copy of the message|message headers|returned message"
+    r"|undelivered message)|-{3,}+[ \t]*+below this line|content-type:[ \t]*+message/rfc822)",
+    re.IGNORECASE | re.MULTILINE,
 )
 _DSN_TYPES = ("message/delivery-status", "message/global-delivery-status", "text/delivery-status")
 
@@ -61,23 +69,10 @@ def parse_bounce(raw: bytes) -> list[dict[str, Any]]:
     return reports[:MAX_REPORTS]
 
 
-def _lines(text: str) -> list[str]:
-    return text.replace("\r\n", "\n").split("\n")
-
-
 def _blocks(text: str) -> list[str]:
-    """Blocks of lines separated by lines of white space only (line by line: linear)."""
-    blocks: list[str] = []
-    current: list[str] = []
-    for line in _lines(text):
-        if line.strip():
-            current.append(line)
-        elif current:
-            blocks.append("\n".join(current))
-            current = []
-    if current:
-        blocks.append("\n".join(current))
-    return blocks
+    """Blocks of lines separated by lines of white space only (`[ \t]*` cannot cross a line, so a
+    character is read at most twice)."""
+    return [b for b in _BLANK_LINES.split(text.replace("\r\n", "\n")) if b.strip()]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -168,22 +163,9 @@ def _readable_text(raw: bytes, root: Entity) -> list[str]:
 
 
 def _before_original(text: str) -> str:
-    """The text up to the line where a copy of the original message starts: a line of two or more
-    dashes naming it (`----- Original message -----`), `--- Below this line ...` (qmail) or a
-    `Content-Type: message/rfc822` line."""
-    kept: list[str] = []
-    for line in _lines(text):
-        stripped = line.lstrip()
-        if stripped.startswith("--"):
-            rest = stripped.lstrip("-")
-            if _ORIGINAL_AFTER_DASHES.search(rest) or (
-                len(stripped) - len(rest) >= 3 and rest.lstrip().lower().startswith("below this line")
-            ):
-                break
-        elif stripped[:13].lower() == "content-type:" and stripped[13:].strip().lower().startswith("message/rfc822"):
-            break
-        kept.append(line)
-    return "\n".join(kept)
+    """The text up to the line where a copy of the original message starts (_ORIGINAL)."""
+    match = _ORIGINAL.search(text)
+    return text[: match.start()] if match else text
 
 
 def _paragraphs(text: str) -> list[str]:
@@ -192,6 +174,8 @@ def _paragraphs(text: str) -> list[str]:
 
 
 def _paragraph_report(paragraph: str) -> dict[str, Any] | None:
+    if "@" not in paragraph:  # no address, no report (and no regular expression to run)
+        return None
     code_match = _CODE.search(paragraph)
     if code_match is None:
         return None
