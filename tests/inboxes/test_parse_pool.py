@@ -82,3 +82,29 @@ def test_small_messages_stay_inline_and_bounces_are_cut():
     small, cut = asyncio.run(main())
     assert small.subject == "hi"
     assert cut == []
+
+
+def test_an_attachment_of_a_large_stored_message_is_found_in_a_worker():
+    """What the HTTP server's attachment download asks (mime.find_part, by the recorded sha256)."""
+    from email.message import EmailMessage
+
+    msg = EmailMessage()
+    msg["Subject"] = "with a file"
+    msg.set_content("see attached")
+    payload = bytes(range(256)) * 400  # 100 KiB: past the inline limit once encoded
+    msg.add_attachment(payload, maintype="application", subtype="octet-stream", filename="f.bin")
+    raw = msg.as_bytes()
+
+    async def main():
+        pool = ParsePool(workers=1)  # started on first use
+        try:
+            parsed = await pool.message(raw)
+            found = await pool.part(raw, parsed.attachments[0]["sha256"])
+            missing = await pool.part(raw, "0" * 64)
+            return parsed, found, missing, len(pool._all)
+        finally:
+            await pool.close()
+
+    parsed, found, missing, workers = asyncio.run(main())
+    assert parsed.attachments[0]["filename"] == "f.bin" and found == payload and missing is None
+    assert workers == 1

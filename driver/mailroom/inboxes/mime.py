@@ -617,11 +617,12 @@ def parse_message(raw: bytes) -> ParsedMessage:
 
 def find_part(raw: bytes, sha256_hex: str) -> bytes | None:
     """The decoded payload of the part whose sha256 parse_message recorded (an attachment's
-    metadata names it), or None: how an attachment is served from the raw bytes kept."""
+    metadata names it), or None: how an attachment is served from the raw bytes kept. The same
+    bounded walk as parse_message."""
     try:
-        msg = _PARSER.parsebytes(raw)
-        for part in _leaves(msg):
-            data = _payload_bytes(part)
+        root, _ = read_entities(raw)
+        for part in leaves(root):
+            data = part.payload(raw)
             if hashlib.sha256(data).hexdigest() == sha256_hex:
                 return data
     except Exception:  # noqa: BLE001 - unreadable now: nothing to serve

@@ -1,4 +1,5 @@
-"""Parsing untrusted mail off the event loop: a few worker processes owned by the inbox server.
+"""Parsing untrusted mail off the event loop: a few worker processes owned by a server (the inbox
+server's SMTP sessions, the HTTP server's SES hook and attachment downloads).
 
 The parsers are linear and bounded (mailroom.inboxes.mime, .bounce), but a 25 MiB message still
 costs a second or so, and Python's `re` and the parsers hold the GIL: a thread would stall every
@@ -26,7 +27,7 @@ from typing import Any
 
 from mailroom.core.log import get_logger
 from mailroom.inboxes.bounce import MAX_BOUNCE_BYTES, parse_bounce
-from mailroom.inboxes.mime import ParsedMessage, parse_message
+from mailroom.inboxes.mime import ParsedMessage, find_part, parse_message
 
 log = get_logger("inbox")
 
@@ -45,8 +46,14 @@ def _serve(conn: Connection) -> None:
             return
         if job is None:
             return
-        kind, raw = job
-        result: Any = parse_message(raw) if kind == "message" else parse_bounce(raw)
+        kind, raw, extra = job
+        result: Any
+        if kind == "message":
+            result = parse_message(raw)
+        elif kind == "bounce":
+            result = parse_bounce(raw)
+        else:
+            result = find_part(raw, extra)
         try:
             conn.send(result)
         except (BrokenPipeError, OSError):
@@ -60,9 +67,9 @@ class _Worker:
         self.process.start()
         child.close()
 
-    def call(self, kind: str, raw: bytes) -> Any:
+    def call(self, kind: str, raw: bytes, extra: Any = None) -> Any:
         """Blocking: run in a thread."""
-        self.conn.send((kind, raw))
+        self.conn.send((kind, raw, extra))
         return self.conn.recv()
 
     def kill(self) -> None:
@@ -83,7 +90,8 @@ class _Worker:
 
 
 class ParsePool:
-    """The inbox server's parsing processes; `await message(raw)` / `await bounce(raw)`."""
+    """Parsing processes (the inbox server's, the HTTP server's): `await message(raw)`,
+    `await bounce(raw)`, `await part(raw, sha256)`."""
 
     def __init__(self, workers: int = DEFAULT_WORKERS, timeout: float = DEFAULT_TIMEOUT,
                  inline_bytes: int = INLINE_BYTES) -> None:
@@ -93,14 +101,23 @@ class ParsePool:
         self._ctx = multiprocessing.get_context("spawn")
         self._idle: asyncio.Queue[_Worker] | None = None
         self._all: list[_Worker] = []
+        self._starting: asyncio.Lock | None = None
 
     async def start(self) -> None:
-        """Start the workers (in a thread: spawning waits for each interpreter to come up)."""
-        self._idle = asyncio.Queue()
-        workers = await asyncio.to_thread(lambda: [_Worker(self._ctx) for _ in range(self.size)])
-        for worker in workers:
-            self._all.append(worker)
-            self._idle.put_nowait(worker)
+        """Start the workers (in a thread: spawning waits for each interpreter to come up). Not
+        needed before the first call (it starts them then), but a server starts them first so a
+        failure shows at once."""
+        if self._starting is None:
+            self._starting = asyncio.Lock()
+        async with self._starting:
+            if self._idle is not None:
+                return
+            workers = await asyncio.to_thread(lambda: [_Worker(self._ctx) for _ in range(self.size)])
+            idle: asyncio.Queue[_Worker] = asyncio.Queue()
+            for worker in workers:
+                self._all.append(worker)
+                idle.put_nowait(worker)
+            self._idle = idle
 
     async def close(self) -> None:
         workers, self._all = self._all, []
@@ -121,18 +138,24 @@ class ParsePool:
         result = await self._run("bounce", raw)
         return result if isinstance(result, list) else []
 
-    async def _run(self, kind: str, raw: bytes) -> Any:
-        if self._idle is None:
-            raise RuntimeError("ParsePool.start() was not awaited")
+    async def part(self, raw: bytes, sha256_hex: str) -> bytes | None:
+        """mime.find_part: the decoded payload of an attachment of a stored message, or None."""
+        if len(raw) <= self.inline_bytes:
+            return find_part(raw, sha256_hex)
+        result = await self._run("part", raw, sha256_hex)
+        return result if isinstance(result, bytes) else None
+
+    async def _run(self, kind: str, raw: bytes, extra: Any = None) -> Any:
+        await self.start()
         # shielded: a session that goes away mid-parse does not leave a worker with a reply in its
         # pipe (the parse ends, or times out, and the worker goes back or is replaced)
-        return await asyncio.shield(asyncio.ensure_future(self._call(kind, raw)))
+        return await asyncio.shield(asyncio.ensure_future(self._call(kind, raw, extra)))
 
-    async def _call(self, kind: str, raw: bytes) -> Any:
+    async def _call(self, kind: str, raw: bytes, extra: Any) -> Any:
         assert self._idle is not None
         worker = await self._idle.get()
         try:
-            return await asyncio.wait_for(asyncio.to_thread(worker.call, kind, raw), self.timeout)
+            return await asyncio.wait_for(asyncio.to_thread(worker.call, kind, raw, extra), self.timeout)
         except Exception as exc:  # noqa: BLE001 - a timeout or a dead worker: replace it, never raise
             if isinstance(exc, TimeoutError):
                 log.warning("parsing a %d-byte %s took over %gs: kept unparsed", len(raw), kind, self.timeout)
