@@ -131,7 +131,8 @@ def _median_ms(conn: psycopg.Connection, fn: SqlFunction, calls: list[dict]) -> 
 
 def _consume_and_recovery(conn: psycopg.Connection, n: int, progress: Callable[[str], None]) -> list[dict]:
     """consume_token cost (recovery counts the code attempt in the same transaction) and request_password_recovery
-    for an active account vs an unknown address (the anti-enumeration path should cost about the same)."""
+    for an active account vs an unknown address (the same statements since issue 21: the request only records
+    itself, the dequeue below issues the tokens)."""
     db_sqlapi.set_setting.call(conn, name="recovery.min_interval", value="0 seconds")
     db_sqlapi.set_setting.call(conn, name="recovery.daily_cap", value="1000")
     conn.execute("INSERT INTO mailroom.accounts (email, login, status) "
@@ -142,7 +143,7 @@ def _consume_and_recovery(conn: psycopg.Connection, n: int, progress: Callable[[
     _median_ms(conn, request, unknown[:3])  # warm up
     known_ms = _median_ms(conn, request, emails)
     unknown_ms = _median_ms(conn, request, unknown)
-    # the recovery tokens just issued, plus fresh activation tokens
+    # the recovery tokens the requests lead to (the dequeue issues them), plus fresh activation tokens
     conn.execute("INSERT INTO mailroom.accounts (email, login) "
                  "SELECT 'fresh' || g || '@example.com', 'fresh' || g FROM generate_series(1, %s) AS g", (n,))
     with conn.transaction():
@@ -160,10 +161,11 @@ def _consume_and_recovery(conn: psycopg.Connection, n: int, progress: Callable[[
          "note": note},
         {"area": AREA, "benchmark": "consume_token, password recovery (code attempt counted in the same transaction)",
          "value": round(rec_ms, 3), "unit": "ms", "note": note},
-        {"area": AREA, "benchmark": "request_password_recovery, active account (token issued)",
+        {"area": AREA, "benchmark": "request_password_recovery, active account (issued by the next dequeue)",
          "value": round(known_ms, 3), "unit": "ms", "note": note},
-        {"area": AREA, "benchmark": "request_password_recovery, unknown address (nothing issued)",
-         "value": round(unknown_ms, 3), "unit": "ms", "note": note + "; should be close to the line above"},
+        {"area": AREA, "benchmark": "request_password_recovery, unknown address",
+         "value": round(unknown_ms, 3), "unit": "ms",
+         "note": note + "; the same statements as the line above (tests/accounts/test_recovery_work.py)"},
     ]
 
 

@@ -84,32 +84,29 @@ DECLARE
     v_moved bigint := 0;
     v_has_rows boolean;
 BEGIN
-    -- A new range may not hold rows the DEFAULT partition already has: those rows move into the
-    -- new partition, which is built beside the table and attached (returns how many moved).
+    -- The partition is built beside the table and then attached: ATTACH PARTITION takes SHARE
+    -- UPDATE EXCLUSIVE on the parent, which readers and writers of the table do not conflict with
+    -- (CREATE TABLE ... PARTITION OF takes ACCESS EXCLUSIVE on it). It still takes ACCESS
+    -- EXCLUSIVE on the DEFAULT partition, which it checks for rows of the new range; rows of that
+    -- range the DEFAULT partition holds are moved into the new partition first (returns how many).
     EXECUTE format(
         'SELECT EXISTS (SELECT 1 FROM mailroom.%I WHERE %I >= $1 AND %I < $2)', v_default, p_key, p_key
     ) INTO STRICT v_has_rows USING p_lower, p_upper;
-    IF NOT v_has_rows THEN
-        EXECUTE format(
-            'CREATE TABLE mailroom.%I PARTITION OF mailroom.%I FOR VALUES FROM (%L) TO (%L)',
-            v_name, p_table, p_lower, p_upper
-        );
-        PERFORM mailroom._name_partition_indexes(p_table);
-        RETURN 0;
-    END IF;
-    SELECT string_agg(quote_ident(a.attname), ', ' ORDER BY a.attnum) INTO v_cols
-    FROM pg_catalog.pg_attribute AS a
-    WHERE a.attrelid = pg_catalog.to_regclass('mailroom.' || quote_ident(p_table))
-        AND a.attnum > 0 AND NOT a.attisdropped AND a.attgenerated = '';
     EXECUTE format(
         'CREATE TABLE mailroom.%I (LIKE mailroom.%I INCLUDING DEFAULTS INCLUDING CONSTRAINTS)', v_name, p_table
     );
-    EXECUTE format(
-        'WITH moved AS (DELETE FROM mailroom.%1$I WHERE %2$I >= $1 AND %2$I < $2 RETURNING %3$s) '
-        'INSERT INTO mailroom.%4$I (%3$s) SELECT %3$s FROM moved',
-        v_default, p_key, v_cols, v_name
-    ) USING p_lower, p_upper;
-    GET DIAGNOSTICS v_moved = ROW_COUNT;
+    IF v_has_rows THEN
+        SELECT string_agg(quote_ident(a.attname), ', ' ORDER BY a.attnum) INTO v_cols
+        FROM pg_catalog.pg_attribute AS a
+        WHERE a.attrelid = pg_catalog.to_regclass('mailroom.' || quote_ident(p_table))
+            AND a.attnum > 0 AND NOT a.attisdropped AND a.attgenerated = '';
+        EXECUTE format(
+            'WITH moved AS (DELETE FROM mailroom.%1$I WHERE %2$I >= $1 AND %2$I < $2 RETURNING %3$s) '
+            'INSERT INTO mailroom.%4$I (%3$s) SELECT %3$s FROM moved',
+            v_default, p_key, v_cols, v_name
+        ) USING p_lower, p_upper;
+        GET DIAGNOSTICS v_moved = ROW_COUNT;
+    END IF;
     EXECUTE format(
         'ALTER TABLE mailroom.%I ATTACH PARTITION mailroom.%I FOR VALUES FROM (%L) TO (%L)',
         p_table, v_name, p_lower, p_upper
@@ -146,7 +143,10 @@ DECLARE
     v_i integer;
 BEGIN
     -- One caller at a time (any number of expiry workers, pg_cron): the others return 'skipped'.
-    IF NOT pg_catalog.pg_try_advisory_xact_lock(1835101285, 1885435252) THEN
+    -- The lock is a row of mailroom.job_locks: no role outside mailroom can take it (an advisory
+    -- key could be taken by any login and make every run skip).
+    PERFORM 1 FROM mailroom.job_locks AS j WHERE j.name = 'maintain_partitions' FOR UPDATE SKIP LOCKED;
+    IF NOT FOUND THEN
         RETURN QUERY SELECT 'skipped'::text, null::text, null::text, 0::bigint;
         RETURN;
     END IF;
@@ -223,7 +223,10 @@ BEGIN
         RETURN QUERY SELECT 'keys_deleted'::text, 'outbound_idempotency_keys'::text, null::text, v_count;
     END IF;
 
-    -- DDL last: each statement takes ACCESS EXCLUSIVE on the parent, held to commit.
+    -- DDL last, its locks held to commit: attaching a partition ahead takes SHARE UPDATE
+    -- EXCLUSIVE on the parent and ACCESS EXCLUSIVE on its DEFAULT partition; dropping one takes
+    -- ACCESS EXCLUSIVE on the parent (DETACH ... CONCURRENTLY is not allowed while a table has a
+    -- DEFAULT partition, nor inside a function). docs/retention.md, "Locks".
     FOR v_t IN
         SELECT * FROM (VALUES
             ('outbound_messages', 'created_at', 'partitions.outbound.width'),

@@ -466,6 +466,11 @@ BEGIN
     END IF;
     RETURN QUERY EXECUTE mailroom._dequeue_tokens_sql()
         USING p_limit, p_key, mailroom.clock();
+    -- Then pending password-recovery requests become tokens (sql/13_recovery.sql: the request did
+    -- the same work for every address; the decision is taken here). They are not handed out by
+    -- this call, whose statement did not see them: a token must exist for others (consume_token)
+    -- before its link is out. Their INSERT announces them at commit, and the next call returns them.
+    PERFORM mailroom._issue_requested_recoveries(p_limit);
 END;
 $fn$;
 

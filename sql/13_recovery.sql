@@ -1,73 +1,142 @@
--- Password recovery requests: rate-limited per account, and the same answer
--- and comparable work whether or not the address belongs to an active account.
+-- Password recovery: the request records itself and nothing else, so an existing account and an
+-- unknown address cost the same statements on the same pages (migration 0151); dequeue_tokens
+-- then issues the tokens the recovery policy allows (docs/accounts.md, "Recovery policy"):
+--
+-- - per requester fingerprint (p_requester, e.g. a keyed hash of the client address; NULL: one
+--   anonymous requester): at most recovery.requester_daily_cap tokens per account in 24 h
+--   (anonymous requests have no such cap), at least recovery.min_interval apart;
+-- - per account, all requesters together: recovery.daily_cap tokens in 24 h, then one per
+--   recovery.capped_interval. Mail to an address is bounded by daily_cap + 24 h / capped_interval
+--   a day, and strangers can delay its owner by capped_interval at most, never lock them out.
+-- No advisory lock anywhere: requests are taken FOR UPDATE SKIP LOCKED, the account's row FOR NO
+-- KEY UPDATE; neither can be locked by a role outside mailroom.
 
-CREATE OR REPLACE FUNCTION mailroom.request_password_recovery(p_email text)
+CREATE OR REPLACE FUNCTION mailroom.request_password_recovery(p_email text, p_requester text DEFAULT null)
 RETURNS void
 LANGUAGE plpgsql
 VOLATILE
 SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
-DECLARE
-    v_ts timestamptz := mailroom.clock();
-    v_min_interval interval := mailroom.setting('recovery.min_interval')::interval;
-    v_daily_cap integer := mailroom.setting('recovery.daily_cap')::integer;
-    v_account bigint;
-    v_status mailroom.account_status;
-    v_recent integer;
-    v_last timestamptz;
-    v_secret bytea;
-    v_code text;
 BEGIN
     IF mailroom._valid_email(p_email) IS NOT TRUE THEN
         RAISE EXCEPTION USING ERRCODE = 'MR101', MESSAGE = 'invalid email address';
     END IF;
-    -- serialise requests for one address (existing or not) so the rate
-    -- limit cannot be raced; no row lock, which only existing rows would get
-    PERFORM pg_advisory_xact_lock(hashtextextended('mailroom.recovery:' || lower(p_email), 0));
-
-    SELECT a.id, a.status INTO v_account, v_status
-    FROM mailroom.accounts AS a
-    WHERE lower(a.email) = lower(p_email);
-
-    SELECT count(*), max(t.created_at) INTO v_recent, v_last
-    FROM mailroom.tokens AS t
-    WHERE t.account = coalesce(v_account, 0)
-        AND t.action = 'password_recovery'
-        AND t.created_at > v_ts - interval '1 day';
-
-    v_secret := mailroom._random_bytes(32);
-    v_code := mailroom._random_code();
-
-    IF v_status = 'active'
-        AND v_recent < v_daily_cap
-        AND (v_last IS NULL OR v_last <= v_ts - v_min_interval) THEN
-        INSERT INTO mailroom.tokens (account, action, secret, code)
-        VALUES (v_account, 'password_recovery', v_secret, v_code);
-    ELSE
-        -- the work the insert would have done: some WAL (an empty
-        -- transactional message, so COMMIT waits for a flush as it does
-        -- after an insert), the digests and the revocation probe
-        PERFORM pg_logical_emit_message(true, 'mailroom.recovery', '');
-        PERFORM
-            mailroom._digest(v_secret, 'sha256'),
-            mailroom._digest(v_secret || convert_to(v_code, 'UTF8'), 'sha256');
-        PERFORM 1
-        FROM mailroom.tokens AS t
-        WHERE t.account = coalesce(v_account, 0)
-            AND t.action = 'password_recovery'
-            AND t.consumed_at IS NULL
-            AND t.revoked_at IS NULL;
-        -- the settings the token triggers read, and the foreign-key probe
-        PERFORM
-            v_ts + mailroom.setting('tokens.ttl')::interval,
-            mailroom.setting('tokens.channel');
-        PERFORM 1 FROM mailroom.accounts AS a WHERE a.id = coalesce(v_account, 0);
+    IF octet_length(p_requester) > 1000 THEN
+        RAISE EXCEPTION USING ERRCODE = '22023', MESSAGE = 'p_requester must be at most 1000 bytes';
     END IF;
+    -- The same two statements for every address: whether it is an account is not looked at here.
+    INSERT INTO mailroom.recovery_requests (requested_at, email, requester_digest)
+    VALUES (mailroom.clock(), lower(p_email), mailroom._digest(convert_to(p_requester, 'UTF8'), 'sha256'));
+    PERFORM mailroom._announce_tokens(1);
 END;
 $$;
 
-COMMENT ON FUNCTION mailroom.request_password_recovery(text) IS
-'Issue a password-recovery token if the address is an active account within the rate limits (recovery.min_interval, recovery.daily_cap); same void result otherwise.';
+COMMENT ON FUNCTION mailroom.request_password_recovery(text, text) IS
+'Record a password-recovery request (p_requester: the requester''s fingerprint, e.g. a keyed hash of the client address; NULL: anonymous); dequeue_tokens issues the token if the address is an active account and the recovery policy allows. Same void result and the same work for every address.';
 
-GRANT EXECUTE ON FUNCTION mailroom.request_password_recovery(text) TO mailroom_app;
+GRANT EXECUTE ON FUNCTION mailroom.request_password_recovery(text, text) TO mailroom_app;
+
+CREATE OR REPLACE FUNCTION mailroom._recovery_allowed(p_account bigint, p_requester bytea, p_now timestamptz)
+RETURNS boolean
+LANGUAGE plpgsql
+STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_day timestamptz := p_now - interval '1 day';
+    v_all integer;
+    v_last_all timestamptz;
+    v_mine integer;
+    v_last_mine timestamptz;
+BEGIN
+    -- The recovery policy (see the top of this file); the caller holds the account's row lock.
+    SELECT count(*), max(t.created_at) INTO v_all, v_last_all
+    FROM mailroom.tokens AS t
+    WHERE t.account = p_account AND t.action = 'password_recovery' AND t.created_at > v_day;
+    SELECT count(*), max(r.handled_at) INTO v_mine, v_last_mine
+    FROM mailroom.recovery_requests AS r
+    WHERE r.account = p_account AND r.token_id IS NOT NULL AND r.handled_at > v_day
+        AND r.requester_digest IS NOT DISTINCT FROM p_requester;
+    IF v_last_mine > p_now - mailroom.setting('recovery.min_interval')::interval THEN
+        RETURN false;
+    END IF;
+    IF p_requester IS NOT NULL AND v_mine >= mailroom.setting('recovery.requester_daily_cap')::integer THEN
+        RETURN false;
+    END IF;
+    IF v_all >= mailroom.setting('recovery.daily_cap')::integer
+        AND v_last_all > p_now - mailroom.setting('recovery.capped_interval')::interval THEN
+        RETURN false;
+    END IF;
+    RETURN true;
+END;
+$$;
+
+COMMENT ON FUNCTION mailroom._recovery_allowed(bigint, bytea, timestamptz) IS
+'Internal: whether the recovery policy lets a requester (sha256 of its fingerprint, NULL: anonymous) have a new recovery token for an account now.';
+
+CREATE OR REPLACE FUNCTION mailroom._issue_requested_recoveries(p_limit integer)
+RETURNS integer
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_now timestamptz := mailroom.clock();
+    v_ttl interval := mailroom.setting('tokens.ttl')::interval;
+    v_request record;
+    v_account bigint;
+    v_status mailroom.account_status;
+    v_token bigint;
+    v_issued integer := 0;
+BEGIN
+    -- Up to p_limit pending requests, oldest first; a concurrent caller skips the ones taken here.
+    FOR v_request IN
+        SELECT r.id, r.email, r.requester_digest, r.requested_at
+        FROM mailroom.recovery_requests AS r
+        WHERE r.handled_at IS NULL
+        ORDER BY r.id
+        LIMIT greatest(p_limit, 1)
+        FOR UPDATE SKIP LOCKED
+    LOOP
+        v_account := NULL;
+        v_status := NULL;
+        v_token := NULL;
+        -- a request older than a token's life is answered with nothing (a late mail would surprise)
+        IF v_request.requested_at > v_now - v_ttl THEN
+            -- the account's row lock serialises the policy for one account across collectors
+            SELECT a.id, a.status INTO v_account, v_status
+            FROM mailroom.accounts AS a
+            WHERE lower(a.email) = v_request.email
+            FOR NO KEY UPDATE;
+            IF v_status = 'active' AND mailroom._recovery_allowed(v_account, v_request.requester_digest, v_now) THEN
+                INSERT INTO mailroom.tokens (account, action)
+                VALUES (v_account, 'password_recovery')
+                RETURNING id INTO v_token;
+                v_issued := v_issued + 1;
+            END IF;
+        END IF;
+        IF v_token IS NULL THEN
+            -- nothing issued: nothing to keep, not even the address
+            DELETE FROM mailroom.recovery_requests AS r WHERE r.id = v_request.id;
+        ELSE
+            UPDATE mailroom.recovery_requests AS r
+            SET handled_at = v_now, email = NULL, account = v_account, token_id = v_token
+            WHERE r.id = v_request.id;
+        END IF;
+    END LOOP;
+    -- issued requests leave once out of every window of the policy (a batch per call)
+    DELETE FROM mailroom.recovery_requests AS r
+    WHERE r.id IN (
+        SELECT x.id FROM mailroom.recovery_requests AS x
+        WHERE x.token_id IS NOT NULL AND x.handled_at < v_now - interval '2 days'
+        ORDER BY x.handled_at
+        LIMIT 1000
+        FOR UPDATE SKIP LOCKED
+    );
+    RETURN v_issued;
+END;
+$$;
+
+COMMENT ON FUNCTION mailroom._issue_requested_recoveries(integer) IS
+'Internal: handle up to p_limit pending recovery requests (a token where the address is an active account and the recovery policy allows); returns the tokens issued. Called by dequeue_tokens.';

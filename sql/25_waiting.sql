@@ -2,10 +2,63 @@
 -- newest matching message of an inbox, then pull the activation link or the code out of it.
 -- Authorized like list_messages/read_message (session token or owner): a message id alone is a
 -- guessable sequence number and must not open someone else's mail.
+--
+-- Two forms of the wait (docs/testing-signup.md, "What a wait holds"):
+-- - wait_for_message, a function (pgTAP calls it inside its transaction): its statement holds one
+--   snapshot, and its transaction the ACCESS SHARE locks on mailroom.messages and its partitions,
+--   for the whole wait, so the wait is capped at 60 seconds (it pins xmin and makes partition DDL
+--   wait that long at most);
+-- - await_message, a procedure called as a top-level CALL: it commits after every poll (50 ms), so
+--   between polls it holds no lock and no snapshot; it may wait up to 10 minutes.
+-- find_message is one poll (no wait).
 -- Errors: MR203/MR204/MR205/MR206 (authorization, as for reading), MR209 (message not in this
--- mailbox), MR212 (timed out), MR213 (timeout negative, NULL or over 10 minutes), MR214 (nothing
+-- mailbox), MR212 (timed out), MR213 (timeout negative, NULL or over the cap), MR214 (nothing
 -- yet and the transaction is not READ COMMITTED, so waiting could never see new mail), MR215
 -- (no link or code matching in the message).
+
+CREATE OR REPLACE FUNCTION mailroom._newest_message(p_mailbox bigint, p_subject_like text)
+RETURNS mailroom.messages
+LANGUAGE sql
+STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT g.*
+    FROM mailroom.messages AS g
+    WHERE
+        g.mailbox_id = p_mailbox
+        AND (p_subject_like IS NULL OR g.subject LIKE p_subject_like)
+    ORDER BY g.received_at DESC, g.id DESC
+    LIMIT 1;
+$$;
+
+COMMENT ON FUNCTION mailroom._newest_message(bigint, text) IS
+'Internal: the newest message of a mailbox whose subject is LIKE p_subject_like (NULL: any); a NULL row when there is none.';
+
+CREATE OR REPLACE FUNCTION mailroom.find_message(
+    p_address text,
+    p_session_token text,
+    p_subject_like text DEFAULT null,
+    p_owner_type text DEFAULT null,
+    p_owner_id text DEFAULT null
+)
+RETURNS bigint
+LANGUAGE plpgsql
+STABLE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_box mailroom.mailboxes;
+BEGIN
+    v_box := mailroom._authorize_mailbox(p_address, p_session_token, p_owner_type, p_owner_id);
+    RETURN (mailroom._newest_message(v_box.id, p_subject_like)).id;
+END;
+$$;
+
+COMMENT ON FUNCTION mailroom.find_message(text, text, text, text, text) IS
+'Id of the newest message of an open mailbox whose subject is LIKE p_subject_like (NULL: any), or NULL; no wait; authorized like list_messages; does not mark it read.';
+
+GRANT EXECUTE ON FUNCTION mailroom.find_message(text, text, text, text, text) TO mailroom_app;
 
 CREATE OR REPLACE FUNCTION mailroom.wait_for_message(
     p_address text,
@@ -35,13 +88,16 @@ DECLARE
     -- least p_timeout and at most p_timeout plus the time of the queries, never forever.
     c_step constant double precision := 0.05;
     v_box mailroom.mailboxes;
+    v_message mailroom.messages;
     v_seconds double precision;
     v_rounds integer;
 BEGIN
-    IF p_timeout IS NULL OR p_timeout < interval '0' OR p_timeout > interval '10 minutes' THEN
+    -- 60 seconds at most: the statement's snapshot and the transaction's locks last the whole wait
+    -- (await_message, which commits between polls, waits up to 10 minutes)
+    IF p_timeout IS NULL OR p_timeout < interval '0' OR p_timeout > interval '60 seconds' THEN
         RAISE EXCEPTION USING
             ERRCODE = 'MR213',
-            MESSAGE = 'p_timeout must be between 0 and 10 minutes';
+            MESSAGE = 'p_timeout must be between 0 and 60 seconds (CALL mailroom.await_message waits up to 10 minutes)';
     END IF;
     v_box := mailroom._authorize_mailbox(p_address, p_session_token, p_owner_type, p_owner_id);
     v_seconds := extract(EPOCH FROM p_timeout);
@@ -54,15 +110,11 @@ BEGIN
         END IF;
         -- Under READ COMMITTED every statement of a VOLATILE function takes a fresh snapshot, so
         -- this query sees every message committed before it started.
-        RETURN QUERY
-        SELECT g.id, g.received_at, g.subject, g.from_header, g.envelope_from, g.text_body, g.html_body
-        FROM mailroom.messages AS g
-        WHERE
-            g.mailbox_id = v_box.id
-            AND (p_subject_like IS NULL OR g.subject LIKE p_subject_like)
-        ORDER BY g.received_at DESC, g.id DESC
-        LIMIT 1;
-        IF FOUND THEN
+        v_message := mailroom._newest_message(v_box.id, p_subject_like);
+        IF v_message.id IS NOT NULL THEN
+            RETURN QUERY SELECT
+                v_message.id, v_message.received_at, v_message.subject, v_message.from_header,
+                v_message.envelope_from, v_message.text_body, v_message.html_body;
             RETURN;
         END IF;
         IF current_setting('transaction_isolation') <> 'read committed' THEN
@@ -84,9 +136,60 @@ END;
 $$;
 
 COMMENT ON FUNCTION mailroom.wait_for_message(text, text, interval, text, text, text) IS
-'Newest message of an open mailbox whose subject is LIKE p_subject_like (NULL: any), waiting up to p_timeout (0 to 10 minutes, MR213) for one to be committed; MR212 on timeout, MR214 outside READ COMMITTED; authorized like list_messages; does not mark it read.';
+'Newest message of an open mailbox whose subject is LIKE p_subject_like (NULL: any), waiting up to p_timeout (0 to 60 seconds, MR213; the wait holds one snapshot and its transaction''s locks) for one to be committed; MR212 on timeout, MR214 outside READ COMMITTED; authorized like list_messages; does not mark it read.';
 
 GRANT EXECUTE ON FUNCTION mailroom.wait_for_message(text, text, interval, text, text, text) TO mailroom_app;
+
+CREATE OR REPLACE PROCEDURE mailroom.await_message(
+    p_address text,
+    p_session_token text,
+    p_timeout interval,
+    p_subject_like text DEFAULT null,
+    p_owner_type text DEFAULT null,
+    p_owner_id text DEFAULT null,
+    INOUT p_message_id bigint DEFAULT null
+)
+LANGUAGE plpgsql
+AS $$
+-- SECURITY INVOKER and without SET search_path: PostgreSQL refuses COMMIT in a procedure that has
+-- either (as run_expiry). It runs with its caller's rights and only calls the SECURITY DEFINER
+-- find_message (schema-qualified), which checks the mailbox on every poll (MR205/MR206 end the
+-- wait at once). Called inside a transaction block, COMMIT is not allowed: use wait_for_message.
+-- It repeats wait_for_message's timeout check and poll count rather than calling a helper:
+-- internal helpers are executable by the owner only, and this runs as its caller.
+DECLARE
+    c_step constant double precision := 0.05;
+    v_seconds double precision;
+    v_rounds integer;
+BEGIN
+    IF p_timeout IS NULL OR p_timeout < interval '0' OR p_timeout > interval '10 minutes' THEN
+        RAISE EXCEPTION USING
+            ERRCODE = 'MR213',
+            MESSAGE = 'p_timeout must be between 0 and 10 minutes';
+    END IF;
+    v_seconds := extract(EPOCH FROM p_timeout);
+    v_rounds := ceil(v_seconds / c_step)::integer;
+    FOR v_round IN 0..v_rounds LOOP
+        p_message_id := mailroom.find_message(p_address, p_session_token, p_subject_like, p_owner_type, p_owner_id);
+        IF p_message_id IS NOT NULL THEN
+            RETURN;
+        END IF;
+        -- end this poll's transaction: its locks and its snapshot do not outlive the poll
+        COMMIT;
+        EXIT WHEN v_round = v_rounds;
+        PERFORM pg_catalog.pg_sleep(least(c_step, v_seconds - v_round * c_step));
+        COMMIT;
+    END LOOP;
+    RAISE EXCEPTION USING
+        ERRCODE = 'MR212',
+        MESSAGE = format('no matching message arrived within %s', p_timeout);
+END;
+$$;
+
+COMMENT ON PROCEDURE mailroom.await_message (text, text, interval, text, text, text, bigint) IS
+'CALL form of wait_for_message: the id of the newest matching message (INOUT p_message_id), waiting up to p_timeout (0 to 10 minutes, MR213) and committing after every 50 ms poll, so the wait holds no lock and no snapshot between polls; MR212 on timeout; a top-level CALL only.';
+
+GRANT EXECUTE ON PROCEDURE mailroom.await_message(text, text, interval, text, text, text, bigint) TO mailroom_app;
 
 CREATE OR REPLACE FUNCTION mailroom._readable_message(
     p_address text,

@@ -92,10 +92,17 @@ DECLARE
 BEGIN
     -- How many more messages of p_domain this claim may take. The per-domain lock makes the
     -- answer hold until the claim commits: a claimer that cannot take it at once gets 0 and
-    -- skips the domain (never waits). The lock is taken first, so the counts below (each
+    -- skips the domain (never waits; FOR UPDATE SKIP LOCKED). The lock is taken first, so the counts below (each
     -- query of a VOLATILE function reads a fresh snapshot in READ COMMITTED) include every
     -- claim committed by an earlier holder, whatever the snapshot of the calling statement.
-    IF NOT pg_try_advisory_xact_lock(hashtextextended('mailroom.domain:' || p_domain, 0)) THEN
+    -- The lock is one of the 1024 rows of mailroom.domain_locks (migration 0150), picked by a
+    -- hash of the domain (an advisory key could be taken by any login, with no mailroom role, and
+    -- hold the domain for as long as it liked). Two domains may share a row: a claimer holding
+    -- it then skips the other one for this claim too (and the holder gets room for both).
+    PERFORM 1 FROM mailroom.domain_locks AS k
+    WHERE k.bucket = (pg_catalog.hashtextextended(p_domain, 0) & 1023)::integer
+    FOR UPDATE SKIP LOCKED;
+    IF NOT FOUND THEN
         RETURN 0;
     END IF;
     SELECT

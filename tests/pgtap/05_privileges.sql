@@ -14,8 +14,8 @@ SELECT 'mailroom_app', unnest(ARRAY[
     'create_account', 'suspend_account', 'unsuspend_account', 'request_password_recovery', 'consume_token',
     'verify_token', 'create_mailbox', 'extend_mailbox', 'delete_mailbox', 'list_mailboxes', 'list_messages',
     'read_message', 'mailbox_accepts', 'enqueue_message', 'wait_for_message', 'extract_link', 'extract_code',
-    'is_suppressed', 'search_messages', 'clock', 'setting', 'interval_setting', 'account_status',
-    'list_migrations', 'schema_version'
+    'find_message', 'await_message', 'is_suppressed', 'search_messages', 'clock', 'setting', 'interval_setting',
+    'account_status', 'list_migrations', 'schema_version'
 ])
 UNION ALL
 SELECT 'mailroom_http', unnest(ARRAY[
@@ -80,7 +80,8 @@ SELECT unnest(ARRAY[
     'sign_token', 'trg_before_token_insert', 'trg_before_token_close', 'trg_after_token_consumed',
     '_announce_tokens', 'trg_after_tokens_inserted', 'trg_after_accounts_inserted', '_token_eligible',
     '_dequeue_tokens_sql', 'dequeue_tokens', '_ct_equal', '_mac_key_index', '_signing_keys', '_split_signed',
-    'verify_token', '_raise_token_state', 'consume_token', 'request_password_recovery', 'purge_tokens'
+    'verify_token', '_raise_token_state', 'consume_token', 'request_password_recovery', '_recovery_allowed',
+    '_issue_requested_recoveries', 'purge_tokens'
 ]);
 
 -- every function and procedure in the schema, with its area

@@ -2,7 +2,7 @@
 -- timeouts, authorization), extract_link (text part, HTML hrefs, LIKE filter) and extract_code.
 -- Waiting on a commit from another session is in tests/inboxes/test_inbox_watch.py.
 BEGIN;
-SELECT plan(31);
+SELECT plan(38);
 
 SET LOCAL mailroom.clock = '2030-01-01 00:00:00+00';
 CREATE TEMP TABLE b AS
@@ -100,11 +100,12 @@ SELECT cmp_ok(
 );
 SELECT throws_ok(
     format($$SELECT * FROM mailroom.wait_for_message(%L, %L, '-1 second')$$, pg_temp.addr('anon'), pg_temp.tok('anon')),
-    'MR213', 'p_timeout must be between 0 and 10 minutes', 'a negative timeout is refused'
+    'MR213', 'p_timeout must be between 0 and 60 seconds (CALL mailroom.await_message waits up to 10 minutes)',
+    'a negative timeout is refused'
 );
 SELECT throws_ok(
-    format($$SELECT * FROM mailroom.wait_for_message(%L, %L, '10 minutes 1 second')$$, pg_temp.addr('anon'), pg_temp.tok('anon')),
-    'MR213', NULL, 'a timeout over 10 minutes is refused'
+    format($$SELECT * FROM mailroom.wait_for_message(%L, %L, '61 seconds')$$, pg_temp.addr('anon'), pg_temp.tok('anon')),
+    'MR213', NULL, 'a timeout over 60 seconds is refused: the wait holds its snapshot and locks that long'
 );
 SELECT throws_ok(
     format($$SELECT * FROM mailroom.wait_for_message(%L, %L, NULL)$$, pg_temp.addr('anon'), pg_temp.tok('anon')),
@@ -117,6 +118,43 @@ SELECT throws_ok(
 SELECT throws_ok(
     $$SELECT * FROM mailroom.wait_for_message('nobody@mailroom.test', 'x', '1 second')$$,
     'MR203', NULL, 'an unknown inbox is MR203'
+);
+
+-- find_message: one poll, no wait
+SELECT is(
+    mailroom.find_message(pg_temp.addr('anon'), pg_temp.tok('anon')), pg_temp.mid('html'),
+    'find_message: the newest message''s id'
+);
+SELECT is(
+    mailroom.find_message(pg_temp.addr('anon'), pg_temp.tok('anon'), 'Welcome%'), pg_temp.mid('welcome'),
+    'find_message: the newest whose subject matches'
+);
+SELECT is(mailroom.find_message(pg_temp.addr('empty'), pg_temp.tok('empty')), NULL, 'find_message: NULL when none');
+SELECT throws_ok(
+    format($$SELECT mailroom.find_message(%L, %L)$$, pg_temp.addr('anon'), pg_temp.tok('other')),
+    'MR204', NULL, 'find_message: authorized like reading'
+);
+
+-- await_message: the CALL form (its commits between polls are tested in tests/inboxes/test_inbox_watch.py)
+CREATE TEMP TABLE called AS SELECT null::bigint AS id;
+DO $$
+DECLARE
+    v_address text := (SELECT address FROM b WHERE k = 'anon');
+    v_token text := (SELECT session_token FROM b WHERE k = 'anon');
+    v_id bigint;
+BEGIN
+    CALL mailroom.await_message(v_address, v_token, '5 seconds', 'Welcome%', null, null, v_id);
+    UPDATE called SET id = v_id;
+END;
+$$;
+SELECT is((SELECT id FROM called), pg_temp.mid('welcome'), 'await_message: a message already there, at once');
+SELECT throws_ok(
+    format($$CALL mailroom.await_message(%L, %L, '10 minutes 1 second')$$, pg_temp.addr('anon'), pg_temp.tok('anon')),
+    'MR213', 'p_timeout must be between 0 and 10 minutes', 'await_message: up to 10 minutes'
+);
+SELECT throws_ok(
+    format($$CALL mailroom.await_message(%L, %L, '1 second')$$, pg_temp.addr('empty'), pg_temp.tok('empty')),
+    '2D000', NULL, 'await_message commits between polls, so a transaction block must use wait_for_message'
 );
 
 -- extract_link

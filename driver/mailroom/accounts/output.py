@@ -95,7 +95,9 @@ class StdoutSink:
     def run_batch(self, conn: psycopg.Connection, limit: int, key: bytes) -> int:
         rows = [tuple(r) for r in sqlapi.dequeue_tokens.rows(conn, limit=limit, key=key)]
         if not rows:
-            conn.rollback()  # nothing was dispatched; end the transaction cheaply
+            # nothing was handed out, but the call may have issued requested recovery tokens
+            # (handed out by the next call): commit, which costs nothing when it wrote nothing
+            conn.commit()
             return 0
         fresh = [r for r in rows if r[5] not in self.unconfirmed] if self.unconfirmed else rows
         if fresh:
@@ -141,7 +143,7 @@ class EnqueueSink:
         value = sqlapi.enqueue_token_emails.value(conn, limit=limit, key=key)
         count = int(value) if value is not None else 0
         if count == 0:
-            conn.rollback()
+            conn.commit()  # it may have issued requested recovery tokens (see StdoutSink.run_batch)
             return 0
         _commit(conn, count)
         return count

@@ -15,4 +15,4 @@ consume_token = SqlFunction(
     returns=("account", "outcome", "attempts_left"),
 )
 account_status = SqlFunction("account_status", "p_account bigint", returns="mailroom.account_status")
-request_password_recovery = SqlFunction("request_password_recovery", "p_email text")
+request_password_recovery = SqlFunction("request_password_recovery", "p_email text, p_requester text = default")

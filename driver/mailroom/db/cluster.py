@@ -255,6 +255,12 @@ class Cluster:
         if proc.returncode != 0:
             shutil.rmtree(self.pgdata, ignore_errors=True)
             raise UserError(f"initdb failed: {_last_line(proc.stderr or proc.stdout)}")
+        if fast and (bindir.parent / "lib" / "pg_stat_statements.so").is_file():
+            # test clusters count what each statement does (tests/accounts/test_recovery_work.py
+            # compares two paths statement by statement, buffer by buffer); in postgresql.conf, so
+            # a test that preloads another library (pg_cron) can still set its own line after it
+            with (self.pgdata / "postgresql.conf").open("a") as conf:
+                conf.write("\nshared_preload_libraries = 'pg_stat_statements'\n")
         if os.geteuid() == 0:
             # root's psql reads the passfile for TCP connections
             os.chown(pgpass, 0, 0)

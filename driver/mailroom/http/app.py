@@ -41,6 +41,7 @@ from mailroom.db.connect import connection_kwargs
 from mailroom.http import page, sqlapi
 from mailroom.http.events import Hub
 from mailroom.http.sns import SnsVerifier
+from mailroom.inboxes.parsing import ParsePool
 
 log = get_logger("http")
 
@@ -48,7 +49,6 @@ CONFIG_ENV = "MAILROOM_HTTP_CONFIG"
 API_KEY_PREFIX = "mrk_"
 MAX_CREDENTIAL = 256
 MAX_SES_BODY = 1024 * 1024  # SNS messages are at most 256 KiB
-_INLINE_PARSE_BYTES = 64 * 1024
 
 # HTTP status of each kind of database error (mailroom.core.errors.kind_of), and the codes whose
 # status says more than their kind: no or bad credentials (401), a too-large message (413), the
@@ -175,6 +175,8 @@ class State:
             kwargs=connection_kwargs(application_name="mailroom-http"), configure=_configure,
         )
         self.hub = Hub(config.listen_url, poll_interval=config.poll_interval, indexer=self._index)
+        # large messages are parsed in these processes (started on first use), never on the loop
+        self.parser = ParsePool()
         self.sns: SnsVerifier | None = None
         if config.ses_topics:
             connect_to = None
@@ -197,6 +199,7 @@ class State:
         finally:
             await self.hub.stop()
             await self.pool.close()
+            await self.parser.close()
 
     async def _index(self, ids: list[int]) -> None:
         async with self.pool.connection() as conn:
@@ -391,11 +394,7 @@ def create_app(config: HttpConfig | None = None) -> FastAPI:  # noqa: PLR0915 - 
         row = await state.call(sqlapi.http_message_attachment, shape="row", message_id=_message_id(message_id),
                                index=index, **creds(request, address).sql(address))
         meta = json.loads(row.attachment)
-        from mailroom.inboxes.mime import find_part
-
-        raw = bytes(row.raw)
-        data = find_part(raw, meta.get("sha256", "")) if len(raw) <= _INLINE_PARSE_BYTES else \
-            await asyncio.to_thread(find_part, raw, meta.get("sha256", ""))
+        data = await state.parser.part(bytes(row.raw), meta.get("sha256", ""))
         if data is None:
             raise ApiError(404, "MR250", "the attachment cannot be read from the message", kind="not_found")
         return Response(data, media_type=page.download_type(meta.get("content_type")),

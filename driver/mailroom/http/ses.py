@@ -2,8 +2,9 @@
 
 The SNS message is verified (mailroom.http.sns), a SubscriptionConfirmation is confirmed, and a
 Notification of type Received carries the raw message in `content` (encoding UTF8 or BASE64, as the
-SNS action is set). It is parsed by the SMTP server's parser (mailroom.inboxes.mime.parse_message)
-and stored for `receipt.recipients` by ONE call of deliver_ses_message (sql/29_ses.sql), which
+SNS action is set). It is parsed by the SMTP server's parser (mailroom.inboxes.mime.parse_message;
+when large, in the HTTP server's parsing processes, mailroom.inboxes.parsing) and stored for
+`receipt.recipients` by ONE call of deliver_ses_message (sql/29_ses.sql), which
 checks each recipient as RCPT does (catch-all included) and stores through deliver_message's guard:
 an expired inbox, the size and the count limits answer exactly as over SMTP. A replay of an SES
 messageId stores nothing.
@@ -29,9 +30,9 @@ from psycopg.types.json import Jsonb
 
 from mailroom.core.log import get_logger
 from mailroom.http import sqlapi
-from mailroom.http.app import _INLINE_PARSE_BYTES, ApiError, State
+from mailroom.http.app import ApiError, State
 from mailroom.http.sns import SnsError
-from mailroom.inboxes.mime import clean_text, parse_message
+from mailroom.inboxes.mime import clean_text
 
 log = get_logger("http")
 
@@ -93,7 +94,7 @@ async def handle(state: State, request: Request, body: bytes) -> Response:
     if not isinstance(ses_id, str) or not isinstance(recipients, list) or not all(isinstance(r, str) for r in recipients):
         raise _bad("the receipt has no messageId or recipients")
     raw = _raw_content(receipt)
-    parsed = parse_message(raw) if len(raw) <= _INLINE_PARSE_BYTES else await asyncio.to_thread(parse_message, raw)
+    parsed = await state.parser.message(raw)  # inline when small, else in a parsing process
     source = mail.get("source")
     rows = await state.call(
         sqlapi.deliver_ses_message, shape="rows", retry=False,

@@ -15,27 +15,42 @@ delayed, a recipient that was not the message's). Two forms are understood:
 
 Anything else (an auto-reply, a mail that is no bounce, a DSN without recipients) is `[]`,
 which record_bounce notes as unparsed. Parsing never raises.
+
+Untrusted input, read in time linear in its size (tests/inboxes/test_parser_complexity.py): only
+the first MAX_BOUNCE_BYTES are read (a report comes before the copy of the original message it
+returns), the structure with mailroom.inboxes.mime's bounded walker, the text line by line, and
+each regular expression below consumes a character at most once per starting point, with
+starting points that do not overlap (no `\\s*` across lines, no run that a look-behind lets
+restart inside itself).
 """
 
 from __future__ import annotations
 
 import re
-from email import message_from_bytes
-from email.message import Message
-from email.parser import HeaderParser
-from email.policy import compat32
 from typing import Any
 
-MAX_REPORTS = 100  # record_bounce reads at most this many
-_DIAGNOSTIC_CHARS = 500
+from mailroom.inboxes.mime import Entity, clean_text, header_fields, header_text, leaves, read_entities
 
-_STATUS = re.compile(r"^\s*([245]\.\d{1,3}\.\d{1,3})\b")
+MAX_REPORTS = 100  # record_bounce reads at most this many
+MAX_BOUNCE_BYTES = 1024 * 1024  # of a bounce mail that is read; the rest is the returned original
+_DIAGNOSTIC_CHARS = 500
+_FIELD_CHARS = 1000  # of a recipient, action or status field kept before it is read
+
+_STATUS = re.compile(r"[ \t]*([245]\.\d{1,3}\.\d{1,3})\b")
 _CODE = re.compile(r"(?<![\d.])([45]\d\d)(?:[ -]+([45]\.\d{1,3}\.\d{1,3}))?(?![\d.])")
-_ADDRESS = re.compile(r"<([^<>\s@]+@[^<>\s@]+)>|(?<![\w.+-])([\w.+'-]+@[\w-]+(?:\.[\w-]+)+)")
-# where the copy of the original message starts in a plain-text bounce
+# `'` is in the local part's class and so in the look-behind too: a run of them is one start, not n
+_ADDRESS = re.compile(r"<([^<>\s@]+@[^<>\s@]+)>|(?<![\w.+'-])([\w.+'-]+@[\w-]+(?:\.[\w-]+)+)")
+_WHITE = re.compile(r"\s+")
+# one or more blank lines (neither `[ \t]*` nor the repetition can cross or share a line break)
+_BLANK_LINES = re.compile(r"\n(?:[ \t]*\n)+")
+# where the copy of the original message starts in a plain-text bounce: a line of two or more dashes
+# naming it (`----- Original message -----`), `--- Below this line ...` (qmail) or a
+# `Content-Type: message/rfc822` line. Possessive runs (Python 3.11) give nothing back, and `^` and
+# `[^\n]` keep every attempt inside its line: linear (the expression this replaces backtracked
+# over each run of dashes, O(n^2) a line, and its `\s*` crossed lines).
 _ORIGINAL = re.compile(
-    r"^\s*-{2,}.*(original message|copy of the message|message headers|returned message|undelivered message)"
-    r"|^\s*-{3,}\s*below this line|^\s*content-type:\s*message/rfc822",
+    r"^[ \t]*+(?:-{2,}+[^\n]*?(?:original message|copy of the message|message headers|returned message"
+    r"|undelivered message)|-{3,}+[ \t]*+below this line|content-type:[ \t]*+message/rfc822)",
     re.IGNORECASE | re.MULTILINE,
 )
 _DSN_TYPES = ("message/delivery-status", "message/global-delivery-status", "text/delivery-status")
@@ -44,71 +59,68 @@ _DSN_TYPES = ("message/delivery-status", "message/global-delivery-status", "text
 def parse_bounce(raw: bytes) -> list[dict[str, Any]]:
     """The reports of a bounce mail (see the module doc); [] when nothing could be read."""
     try:
-        msg = message_from_bytes(raw, policy=compat32)
-        reports = _dsn_reports(msg)
+        raw = raw[:MAX_BOUNCE_BYTES]
+        root, _ = read_entities(raw)
+        reports = _dsn_reports(raw, root)
         if not reports:
-            reports = _text_reports(msg)
+            reports = _text_reports(raw, root)
     except Exception:  # noqa: BLE001 - a broken bounce is "unparsed", never a failed delivery
         return []
     return reports[:MAX_REPORTS]
+
+
+def _blocks(text: str) -> list[str]:
+    """Blocks of lines separated by lines of white space only (`[ \t]*` cannot cross a line, so a
+    character is read at most twice)."""
+    return [b for b in _BLANK_LINES.split(text.replace("\r\n", "\n")) if b.strip()]
 
 
 # ---------------------------------------------------------------------------------------------
 # RFC 3464
 
 
-def _dsn_reports(msg: Message) -> list[dict[str, Any]]:
+def _dsn_reports(raw: bytes, root: Entity) -> list[dict[str, Any]]:
     reports: list[dict[str, Any]] = []
-    for part in msg.walk():
-        if part.get_content_type() in _DSN_TYPES:
-            for fields in _status_blocks(part):
-                report = _recipient_report(fields)
+    for part in leaves(root):
+        if part.content_type in _DSN_TYPES:
+            # header blocks: per-message first, then one per recipient
+            for block in _blocks(part.payload(raw).decode("latin-1")):
+                fields, _ = header_fields(block.encode("latin-1"))
+                report = _recipient_report(dict(reversed(fields)))
                 if report is not None:
                     reports.append(report)
+                    if len(reports) >= MAX_REPORTS:
+                        return reports
     return reports
 
 
-def _status_blocks(part: Message) -> list[Message]:
-    """The header blocks of a delivery-status part: per-message first, then one per recipient."""
-    payload = part.get_payload()
-    if isinstance(payload, list) and part.get_content_type() == "message/delivery-status":
-        return [p for p in payload if isinstance(p, Message)]
-    if isinstance(payload, list):  # another message/* type: parsed as one message, headers + body
-        text = "".join(p.as_string() for p in payload if isinstance(p, Message))
-    else:
-        data = part.get_payload(decode=True)
-        text = data.decode("utf-8", "replace") if isinstance(data, bytes) else str(payload or "")
-    text = text.replace("\r\n", "\n")
-    return [HeaderParser(policy=compat32).parsestr(block.strip() + "\n") for block in re.split(r"\n\s*\n", text)
-            if block.strip()]
-
-
-def _field(fields: Message, name: str) -> str | None:
+def _field(fields: dict[str, str], name: str) -> str | None:
     value = fields.get(name)
     if value is None:
         return None
-    return re.sub(r"\s+", " ", str(value)).strip() or None
+    return _WHITE.sub(" ", header_text(value[:_FIELD_CHARS] if name != "diagnostic-code" else value)).strip() or None
 
 
-def _recipient_report(fields: Message) -> dict[str, Any] | None:
-    recipient = _typed_address(_field(fields, "Final-Recipient")) or _typed_address(
-        _field(fields, "Original-Recipient")
+def _recipient_report(fields: dict[str, str]) -> dict[str, Any] | None:
+    recipient = _typed_address(_field(fields, "final-recipient")) or _typed_address(
+        _field(fields, "original-recipient")
     )
-    action = _field(fields, "Action")
+    action = _field(fields, "action")
     if recipient is None or action is None:
         return None  # the per-message block, or a block without what a report needs
-    status_match = _STATUS.match(_field(fields, "Status") or "")
-    diagnostic = _field(fields, "Diagnostic-Code")
+    status_match = _STATUS.match(_field(fields, "status") or "")
+    diagnostic = _field(fields, "diagnostic-code")
     code = None
     if diagnostic:
+        diagnostic = diagnostic[:_DIAGNOSTIC_CHARS * 4]
         code_match = _CODE.search(diagnostic.partition(";")[2] or diagnostic)
         code = code_match.group(1) if code_match else None
     return {
-        "recipient": recipient,
-        "action": action.split()[0].lower(),
+        "recipient": clean_text(recipient, _FIELD_CHARS),
+        "action": clean_text(action.split()[0].lower(), 100),
         "status": status_match.group(1) if status_match else None,
         "smtp_code": code,
-        "diagnostic": diagnostic[:_DIAGNOSTIC_CHARS] if diagnostic else None,
+        "diagnostic": clean_text(diagnostic[:_DIAGNOSTIC_CHARS]) if diagnostic else None,
         "source": "rfc3464",
     }
 
@@ -130,58 +142,54 @@ def _typed_address(value: str | None) -> str | None:
 # Plain-text bounces, best effort
 
 
-def _text_reports(msg: Message) -> list[dict[str, Any]]:
+def _text_reports(raw: bytes, root: Entity) -> list[dict[str, Any]]:
     reports: list[dict[str, Any]] = []
     seen: set[str] = set()
-    for text in _readable_text(msg):
-        original = _ORIGINAL.search(text)
-        for paragraph in _paragraphs(text[: original.start()] if original else text):
+    for text in _readable_text(raw, root):
+        for paragraph in _paragraphs(_before_original(text)):
             report = _paragraph_report(paragraph)
             if report is not None and report["recipient"].lower() not in seen:
                 seen.add(report["recipient"].lower())
                 reports.append(report)
+                if len(reports) >= MAX_REPORTS:
+                    return reports
     return reports
 
 
-def _readable_text(msg: Message) -> list[str]:
-    """The text/plain parts, not those of an attached original message (message/rfc822)."""
-    texts: list[str] = []
+def _readable_text(raw: bytes, root: Entity) -> list[str]:
+    """The text/plain parts, not those of an attached original message (message/rfc822 and
+    text/rfc822-headers parts are leaves the walker does not enter) nor the status parts."""
+    return [part.text(raw) for part in leaves(root) if part.content_type == "text/plain"]
 
-    def visit(part: Message) -> None:
-        if part.get_content_type() in ("message/rfc822", "text/rfc822-headers") or part.get_content_type() in _DSN_TYPES:
-            return
-        if part.is_multipart():
-            for sub in part.get_payload():
-                if isinstance(sub, Message):
-                    visit(sub)
-            return
-        if part.get_content_type() == "text/plain":
-            data = part.get_payload(decode=True)
-            if isinstance(data, bytes):
-                texts.append(data.decode(part.get_content_charset() or "utf-8", "replace"))
 
-    visit(msg)
-    return texts
+def _before_original(text: str) -> str:
+    """The text up to the line where a copy of the original message starts (_ORIGINAL)."""
+    match = _ORIGINAL.search(text)
+    return text[: match.start()] if match else text
 
 
 def _paragraphs(text: str) -> list[str]:
     """Blocks separated by blank lines; a qmail block (`<addr>:` then its lines) stays one."""
-    return [p for p in re.split(r"\n[ \t]*\n", text.replace("\r\n", "\n")) if p.strip()]
+    return _blocks(text)
 
 
 def _paragraph_report(paragraph: str) -> dict[str, Any] | None:
+    if "@" not in paragraph:  # no address, no report (and no regular expression to run)
+        return None
     code_match = _CODE.search(paragraph)
+    if code_match is None:
+        return None
     address_match = _ADDRESS.search(paragraph)
-    if code_match is None or address_match is None:
+    if address_match is None:
         return None
     line_start = paragraph.rfind("\n", 0, code_match.start()) + 1
     line_end = paragraph.find("\n", code_match.end())
     line = paragraph[line_start:line_end if line_end >= 0 else len(paragraph)]
     return {
-        "recipient": address_match.group(1) or address_match.group(2),
+        "recipient": clean_text(address_match.group(1) or address_match.group(2), _FIELD_CHARS),
         "action": "failed",
         "status": code_match.group(2),
         "smtp_code": code_match.group(1),
-        "diagnostic": re.sub(r"\s+", " ", line).strip()[:_DIAGNOSTIC_CHARS],
+        "diagnostic": clean_text(_WHITE.sub(" ", line[: _DIAGNOSTIC_CHARS * 4]).strip()[:_DIAGNOSTIC_CHARS]),
         "source": "text",
     }

@@ -4,14 +4,18 @@ The protocol layer (mailroom.inboxes.smtp) asks this module and sends the reply 
 - a recipient: `mailroom.check_bounce_recipient` (the mailbox's check_recipient verdict, or 'bounce'
   for a valid VERP return path);
 - while DATA grows: whether any accepted recipient's plan still takes the size so far;
-- a message: parsed (mailroom.inboxes.mime), then `mailroom.deliver_message` for every accepted
-  recipient in ONE autocommit statement (one row each), grouped with other sessions' messages when
-  deliveries overlap (_GroupCommit: one COMMIT for the group). The reply is 250 only after that
-  statement returned (committed), so an accepted message is never lost; if any recipient fails,
-  nothing is kept and the reply says why (4xx when a retry can succeed, 5xx otherwise), so nothing
-  is doubled.
-- a bounce (docs/bounces.md): mailroom.inboxes.bounce reads the report and `mailroom.record_bounce`
-  decides, in ONE autocommit statement; 250 follows it. A bounce nothing could be read from is
+- a message: parsed (mailroom.inboxes.mime; over 16 KiB in the server's parsing processes,
+  mailroom.inboxes.parsing, so a parse never holds up another session), then
+  `mailroom.deliver_message` for every accepted recipient in ONE autocommit statement (one row
+  each), grouped with other sessions' messages when deliveries overlap (_GroupCommit: one COMMIT
+  for the group). The reply is 250 only after that statement returned (committed), so an accepted
+  message is never lost; if any recipient fails, nothing is kept and the reply says why (4xx when
+  a retry can succeed, 5xx otherwise), so nothing is doubled. A group whose statement fails for
+  any reason but a lost connection is delivered message by message: one message never fails
+  another; a message the database refuses for its content (SQLSTATE class 22) gets 554 5.6.0.
+- a bounce (docs/bounces.md): mailroom.inboxes.bounce reads the report (its first MiB, in the
+  parsing processes when large) and `mailroom.record_bounce` decides, in ONE autocommit statement;
+  250 follows it. A bounce nothing could be read from is
   still 250 (SQL notes it as unparsed), so a relay does not retry it for days. It is not stored.
 Logs carry counts, sizes and ids, never addresses or subjects.
 """
@@ -26,13 +30,13 @@ import psycopg
 from psycopg.types.json import Jsonb
 from psycopg_pool import AsyncConnectionPool
 
-from mailroom.core.errors import UpgradeBackoff, describe_db_error, is_upgrade_condition
+from mailroom.core.errors import UpgradeBackoff, describe_db_error
 from mailroom.core.log import get_logger
 from mailroom.db.connect import StaleConnection, ensure_alive
 from mailroom.db.contract import SqlFunction
 from mailroom.inboxes import sqlapi
-from mailroom.inboxes.bounce import parse_bounce
-from mailroom.inboxes.mime import ParsedMessage, parse_message
+from mailroom.inboxes.mime import ParsedMessage
+from mailroom.inboxes.parsing import ParsePool
 
 log = get_logger("inbox")
 
@@ -43,6 +47,10 @@ REPLY_FULL = "552 5.2.2 Mailbox full"
 REPLY_TEMPFAIL = "451 4.3.0 Temporary failure, please try again later"
 REPLY_RETRY_RCPT = "451 4.2.0 A recipient became unavailable; please try again"
 REPLY_EMPTY = "554 5.6.0 Message is empty"
+REPLY_UNSTORABLE = "554 5.6.0 Message refused: it cannot be stored as sent"
+
+# SQLSTATE class of a message the database refuses for its content (22P05, 22021, ...): permanent
+_DATA_EXCEPTION = "22"
 
 _VERDICT_REPLY = {
     "unknown": REPLY_UNAVAILABLE,
@@ -65,8 +73,6 @@ _SQLSTATE_REPLY = {
 # record_bounce's error for a return path that is no longer valid (its message was purged meanwhile)
 _BOUNCE_GONE = "MR360"
 
-_INLINE_PARSE_BYTES = 64 * 1024
-
 # How long an SMTP command waits out a schema change (db migrate) before answering 451.
 _UPGRADE_WAIT = 20.0
 
@@ -88,8 +94,9 @@ class DeliveryParams:
 class Delivery:
     """What the SMTP layer asks the database, on a pool of autocommit connections; see the module docstring."""
 
-    def __init__(self, pool: AsyncConnectionPool, *, group_size: int = 32) -> None:
+    def __init__(self, pool: AsyncConnectionPool, parser: ParsePool, *, group_size: int = 32) -> None:
         self.pool = pool
+        self.parser = parser
         self._group = _GroupCommit(self, group_size)
         self.upgrade = UpgradeBackoff(log)  # calls that meet a schema change wait and retry (docs/upgrading.md)
 
@@ -130,10 +137,7 @@ class Delivery:
         """Store a message for its accepted recipients (all or none): the reply."""
         if not raw.strip():  # no header, no body: nothing to store
             return REPLY_EMPTY
-        if len(raw) <= _INLINE_PARSE_BYTES:
-            parsed = parse_message(raw)
-        else:  # keep the event loop responsive while a big message is parsed
-            parsed = await asyncio.to_thread(parse_message, raw)
+        parsed = await self.parser.message(raw)  # inline when small, else in a parsing process
         return await self._group.submit(DeliveryParams(raw, parsed, mail_from, recipients))
 
     async def _deliver_alone(self, params: DeliveryParams) -> str:
@@ -152,16 +156,18 @@ class Delivery:
                 log.error("connection lost while delivering: %s", describe_db_error(exc))
                 return REPLY_TEMPFAIL
             except psycopg.Error as exc:
+                if (exc.sqlstate or "").startswith(_DATA_EXCEPTION):
+                    # the message's own content (a field the database cannot hold): a retry
+                    # cannot succeed, and no other message is involved
+                    log.warning("refused a message at DATA: the database cannot store it (%s)", exc.sqlstate)
+                    return REPLY_UNSTORABLE
                 log.error("delivery failed: %s", describe_db_error(exc))
                 return REPLY_TEMPFAIL
         return REPLY_TEMPFAIL
 
     async def bounce(self, raw: bytes, return_paths: list[str]) -> str:
         """Hand the parsed report to SQL in one statement; 250 only after it committed."""
-        if len(raw) <= _INLINE_PARSE_BYTES:
-            reports = parse_bounce(raw)
-        else:
-            reports = await asyncio.to_thread(parse_bounce, raw)
+        reports = await self.parser.bounce(raw)  # its first MiB; inline when small, else in a process
         for attempt in range(1, self.pool.max_size + 2):
             try:
                 async with self.pool.connection() as conn:
@@ -217,7 +223,8 @@ class Delivery:
     async def _deliver_group(self, group: list[DeliveryParams]) -> list[str] | None:
         """Several sessions' messages in ONE autocommit statement (one commit, one WAL flush, one
         turn of each inbox's row lock): their replies, or None when the statement failed with
-        nothing kept (a refused recipient, a stale connection): then each goes alone."""
+        nothing kept (a refused recipient, a message the database cannot store, a stale
+        connection): then each goes alone, so one message never fails another."""
         flat = [(i, rcpt) for i, p in enumerate(group, start=1) for rcpt in p.recipients]
         async with self.pool.connection() as conn:
             try:
@@ -236,13 +243,11 @@ class Delivery:
             except psycopg.OperationalError:
                 raise  # the outcome is unknown: the caller answers 4xx for every one of them
             except psycopg.Error as exc:
-                if is_upgrade_condition(exc):
-                    return None  # nothing was kept: each goes alone, and waits out the schema change
-                if (exc.sqlstate or "") not in _SQLSTATE_REPLY:
-                    raise
+                # one of them is refused, cannot be stored, or met a schema change (db migrate), and
+                # nothing was kept: each goes alone (and waits out the schema change)
                 log.info("group commit of %d messages refused (%s): delivering them one by one",
                          len(group), exc.sqlstate)
-                return None  # one of them is refused and nothing was kept: each goes alone
+                return None
         log.info("group commit: %d messages in one statement", len(group))
         ids: list[list[int]] = [[] for _ in group]
         for i, message_id in rows:

@@ -1,7 +1,8 @@
 """`mailroom inbox serve`: the listening inbound SMTP server and its database pool.
 
 The protocol (aiosmtpd, limits, replies) is mailroom.inboxes.smtp; what it asks the database
-(recipients, sizes, group-committed deliveries, bounces) is mailroom.inboxes.delivery.
+(recipients, sizes, group-committed deliveries, bounces) is mailroom.inboxes.delivery; the
+processes that parse large messages and bounces off the event loop are mailroom.inboxes.parsing.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from mailroom.db import sqlapi as db_sqlapi
 from mailroom.db.connect import connect_async, connection_kwargs
 from mailroom.inboxes import sqlapi
 from mailroom.inboxes.delivery import Delivery
+from mailroom.inboxes.parsing import DEFAULT_WORKERS, ParsePool
 from mailroom.inboxes.smtp import InboxHandler, _Busy, _SessionGate, _smtp_class
 
 log = get_logger("inbox")
@@ -41,6 +43,7 @@ class InboundServer:
         data_size_limit: int | None = None,
         hostname: str | None = None,
         reuse_port: bool = False,
+        parse_workers: int = DEFAULT_WORKERS,
     ) -> None:
         self.url = url
         self.reuse_port = reuse_port  # several worker processes listen on one port (--workers)
@@ -54,6 +57,7 @@ class InboundServer:
         self.pool_size = pool_size
         self.data_size_limit = data_size_limit
         self.hostname = hostname
+        self.parse_workers = parse_workers
         self.bound_port: int | None = None
         self._stop: asyncio.Event | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -88,7 +92,15 @@ class InboundServer:
             await pool.close()
             raise UserError(f"cannot connect to the database: {describe_db_error(exc)}") from None
         size_limit = self.data_size_limit if self.data_size_limit is not None else int(max_bytes)
-        handler = InboxHandler(Delivery(pool), max_recipients=self.max_recipients)
+        # large messages and bounces are parsed in these processes, never on the event loop
+        parser = ParsePool(workers=self.parse_workers)
+        try:
+            await parser.start()
+        except Exception as exc:  # noqa: BLE001 - one line, never a traceback
+            await pool.close()
+            await parser.close()
+            raise UserError(f"cannot start the parsing processes: {exc}") from None
+        handler = InboxHandler(Delivery(pool, parser), max_recipients=self.max_recipients)
         smtp_class = _smtp_class(self.max_line_length)
         hostname = self.hostname or domain
         gate = _SessionGate(self.max_sessions)
@@ -119,6 +131,7 @@ class InboundServer:
             )
         except OSError as exc:
             await pool.close()
+            await parser.close()
             raise UserError(f"cannot listen on {self.host}:{self.port}: {exc.strerror or exc}") from None
         self.bound_port = server.sockets[0].getsockname()[1]
         log.info(
@@ -139,4 +152,5 @@ class InboundServer:
             except TimeoutError:
                 log.warning("stopping with %d delivery(ies) still running", handler.in_flight)
             await pool.close()
+            await parser.close()
             log.info("stopped")

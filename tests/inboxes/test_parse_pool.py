@@ -1,0 +1,110 @@
+"""The inbox server's parsing processes (mailroom.inboxes.parsing): large messages and bounces are
+parsed in another process, the event loop keeps running meanwhile, a parse over its time limit
+ends with the worker replaced and the message unparsed, and a small message stays inline."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+
+from mailroom.inboxes.parsing import ParsePool
+
+HEAD = b"From: MAILER-DAEMON@relay.example.net\r\nSubject: Undelivered\r\nContent-Type: text/plain\r\n\r\n"
+
+
+def _dsn(n: int) -> bytes:
+    return HEAD + b"<gone@example.com>: host mx said: 550 5.1.1 unknown\r\n" + b"\r\n" * n
+
+
+def test_parses_in_other_processes_while_the_loop_runs():
+    async def main():
+        pool = ParsePool(workers=2, timeout=30)
+        await pool.start()
+        try:
+            ticks = 0
+            stop = asyncio.Event()
+
+            async def tick():
+                nonlocal ticks
+                while not stop.is_set():
+                    ticks += 1
+                    await asyncio.sleep(0.01)
+
+            ticker = asyncio.ensure_future(tick())
+            big = b"From: a@x.test\r\nSubject: big\r\n\r\n" + b"x" * 64 + b"\r\n" + b"y" * (8 * 1024 * 1024)
+            started = time.monotonic()
+            parsed, reports = await asyncio.gather(pool.message(big), pool.bounce(_dsn(2_000_000)))
+            elapsed = time.monotonic() - started
+            stop.set()
+            await ticker
+            pids = {w.process.pid for w in pool._all}
+            return parsed, reports, ticks, elapsed, pids
+        finally:
+            await pool.close()
+
+    parsed, reports, ticks, elapsed, pids = asyncio.run(main())
+    assert parsed.subject == "big" and parsed.text_body.startswith("x" * 64)
+    assert [r["recipient"] for r in reports] == ["gone@example.com"]
+    assert os.getpid() not in pids
+    # the loop ran every 10 ms or so meanwhile (generous: half the ticks of an idle loop)
+    assert ticks >= elapsed / 0.01 / 2, (ticks, elapsed)
+
+
+def test_a_parse_over_its_time_limit_is_unparsed_and_the_worker_replaced():
+    async def main():
+        pool = ParsePool(workers=1, timeout=0.001)
+        await pool.start()
+        try:
+            first = pool._all[0].process.pid
+            big = b"Subject: slow\r\n\r\n" + b"z" * (16 * 1024 * 1024)
+            parsed = await pool.message(big)
+            second = pool._all[0].process.pid
+            pool.timeout = 30
+            again = await pool.message(b"Subject: fine\r\n\r\n" + b"w" * (32 * 1024))
+            return parsed, first, second, again
+        finally:
+            await pool.close()
+
+    parsed, first, second, again = asyncio.run(main())
+    assert parsed.subject is None and parsed.defects == 1, "kept unparsed (the raw bytes are stored)"
+    assert first != second, "the stuck worker was killed and replaced"
+    assert again.subject == "fine", "the pool works after a replacement"
+
+
+def test_small_messages_stay_inline_and_bounces_are_cut():
+    async def main():
+        pool = ParsePool(workers=1)
+        small = await pool.message(b"Subject: hi\r\n\r\nbody")  # no start(): inline needs no worker
+        cut = await pool.bounce(b"X" * 10)
+        return small, cut
+
+    small, cut = asyncio.run(main())
+    assert small.subject == "hi"
+    assert cut == []
+
+
+def test_an_attachment_of_a_large_stored_message_is_found_in_a_worker():
+    """What the HTTP server's attachment download asks (mime.find_part, by the recorded sha256)."""
+    from email.message import EmailMessage
+
+    msg = EmailMessage()
+    msg["Subject"] = "with a file"
+    msg.set_content("see attached")
+    payload = bytes(range(256)) * 400  # 100 KiB: past the inline limit once encoded
+    msg.add_attachment(payload, maintype="application", subtype="octet-stream", filename="f.bin")
+    raw = msg.as_bytes()
+
+    async def main():
+        pool = ParsePool(workers=1)  # started on first use
+        try:
+            parsed = await pool.message(raw)
+            found = await pool.part(raw, parsed.attachments[0]["sha256"])
+            missing = await pool.part(raw, "0" * 64)
+            return parsed, found, missing, len(pool._all)
+        finally:
+            await pool.close()
+
+    parsed, found, missing, workers = asyncio.run(main())
+    assert parsed.attachments[0]["filename"] == "f.bin" and found == payload and missing is None
+    assert workers == 1
