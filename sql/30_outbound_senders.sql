@@ -138,6 +138,7 @@ DECLARE
     v_id bigint;
     v_sealed bytea;
     v_key_id text;
+    v_foreign boolean;
 BEGIN
     IF p_name IS NULL OR p_name !~ '^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$' THEN
         RAISE EXCEPTION USING
@@ -199,10 +200,17 @@ BEGIN
         BEGIN
             v_key_id := mailroom._pgp_key_id(p_sealed_password);
         EXCEPTION WHEN OTHERS THEN
-            v_key_id := NULL;  -- not an OpenPGP message
+            v_key_id := NULL;  -- not an OpenPGP message pgcrypto reads (RFC 9580 packets: v6 PKESK)
         END;
-        IF coalesce((SELECT k.key_id FROM mailroom.sender_keys AS k WHERE k.state = 'active'), '')
-            <> coalesce(v_key_id, '-') THEN
+        IF v_key_id IS NULL THEN
+            -- it must at least open with a public-key encrypted session key packet (tag 1)
+            v_foreign := get_byte(p_sealed_password, 0) NOT IN (132, 133, 134, 193);
+        ELSE
+            v_foreign := v_key_id IS DISTINCT FROM (
+                SELECT k.key_id FROM mailroom.sender_keys AS k WHERE k.state = 'active'
+            );
+        END IF;
+        IF v_foreign THEN
             RAISE EXCEPTION USING
                 ERRCODE = 'MR325',
                 MESSAGE = 'the sealed SMTP password is not encrypted to the active sender key';

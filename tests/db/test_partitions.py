@@ -16,7 +16,6 @@ from mailroom.db import cluster as embedded
 from mailroom.db import migrate
 
 ROOT = Path(__file__).resolve().parents[2]
-KEY = bytes.fromhex("ab" * 32)
 PARTITIONED = ("outbound_messages", "messages", "tokens")
 
 
@@ -130,9 +129,8 @@ def test_migration_keeps_every_row_and_the_api_works(empty_db, tmp_path):
         # list_messages, and consume a token issued before the migration
         listed = conn.execute("SELECT subject FROM mailroom.list_messages(%s, %s)", before["box"]).fetchall()
         assert [r[0] for r in listed] == ["in-0", "in-1", "in-2", "in-3", "new"]
-        signed = conn.execute("SELECT signed FROM mailroom.dequeue_tokens(100, %s) WHERE login = 'user0'",
-                              (KEY,)).fetchone()[0]
-        outcome = conn.execute("SELECT outcome FROM mailroom.consume_token(%s, %s)", (signed, KEY)).fetchone()[0]
+        signed = conn.execute("SELECT signed FROM mailroom.dequeue_tokens(100) WHERE login = 'user0'").fetchone()[0]
+        outcome = conn.execute("SELECT outcome FROM mailroom.consume_token(%s)", (signed,)).fetchone()[0]
         assert outcome == "consumed"
         assert conn.execute("SELECT status::text FROM mailroom.accounts WHERE login = 'user0'").fetchone()[0] == "active"
 

@@ -95,7 +95,7 @@ def _call_with_a_token(url: str) -> None:
         conn.execute("SELECT mailroom.setting(%s) IS NULL", ("tokens.ttl",))
         conn.execute("SELECT %s::text", (TOKEN,))
         with pytest.raises(psycopg.Error):
-            conn.execute("SELECT mailroom.consume_token(%s, %s)", (TOKEN, b"k" * 32))
+            conn.execute("SELECT mailroom.consume_token(%s)", (TOKEN,))
 
 
 def test_server_log_and_roles_on_a_private_cluster(private_cluster):
