@@ -155,6 +155,31 @@ $$;
 COMMENT ON FUNCTION mailroom._signed_values(mailroom.token_action[], bytea[], text[], bytea) IS
 'Internal: the signed link value of every token of the arrays (same order): base64url-nopad(secret || _token_mac).';
 
+-- One value, in PL/pgSQL (compiled once a session): the array forms above are SQL functions that
+-- are planned again at every call (~3.7 ms for a one-element call), fine once per dequeued batch,
+-- too slow once per claimed token email. The same layout; pgTAP 11 checks both against the vectors.
+CREATE OR REPLACE FUNCTION mailroom._signed_value(
+    p_action mailroom.token_action, p_secret bytea, p_code text, p_key bytea
+)
+RETURNS text
+LANGUAGE plpgsql
+STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    RETURN translate(encode(p_secret || mailroom._hmac(
+        CASE p_action
+            WHEN 'activation' THEN convert_to('/activate', 'UTF8') || p_secret
+            ELSE convert_to('/recover', 'UTF8') || p_secret || convert_to(p_code, 'UTF8')
+        END,
+        p_key, 'sha256'
+    ), 'base64'), E'+/=\n', '-_');
+END;
+$$;
+
+COMMENT ON FUNCTION mailroom._signed_value(mailroom.token_action, bytea, text, bytea) IS
+'Internal: _signed_values for one token: base64url-nopad(secret || HMAC-SHA256(key, path || secret [|| code])).';
+
 CREATE OR REPLACE FUNCTION mailroom.sign_token(
     p_action mailroom.token_action, p_secret bytea, p_code text DEFAULT null
 )
@@ -177,9 +202,7 @@ BEGIN
     IF p_action = 'password_recovery' AND (p_code IS NULL OR p_code !~ '^[0-9]{5}$') THEN
         RAISE EXCEPTION USING ERRCODE = '22023', MESSAGE = 'a recovery code must be 5 digits';
     END IF;
-    RETURN (mailroom._signed_values(
-        ARRAY[p_action], ARRAY[p_secret], ARRAY[p_code], mailroom._active_signing_key()
-    ))[1];
+    RETURN mailroom._signed_value(p_action, p_secret, p_code, mailroom._active_signing_key());
 END;
 $$;
 
@@ -597,7 +620,7 @@ BEGIN
         t.action,
         a.email,
         a.login,
-        (mailroom._signed_values(ARRAY[t.action], ARRAY[v_secret], ARRAY[v_code], mailroom._active_signing_key()))[1],
+        mailroom._signed_value(t.action, v_secret, v_code, mailroom._active_signing_key()),
         v_code
     FROM mailroom.accounts AS a
     WHERE a.id = t.account;

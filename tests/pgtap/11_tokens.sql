@@ -1,6 +1,6 @@
 -- Tokens: codes, signed values (the keyring's active key), minting at dispatch, revocation, dequeue eligibility, expiry, no plaintext at rest.
 BEGIN;
-SELECT plan(61);
+SELECT plan(62);
 
 SET LOCAL mailroom.clock = '2030-01-01 00:00:00+00';
 CREATE TEMP TABLE k (key bytea);
@@ -37,6 +37,13 @@ SELECT is(
     || hmac('/activate'::bytea || '\x000102030405060708090a0b0c0d0e0f101112131415161718191a1b1c1d1e1f'::bytea,
         (SELECT key FROM k), 'sha256'),
     'the signed value decodes to secret || mac'
+);
+SELECT is(
+    mailroom._signed_value('password_recovery', '\x000102030405060708090a0b0c0d0e0f101112131415161718191a1b1c1d1e1f',
+        '01234', (SELECT key FROM k)),
+    (mailroom._signed_values(ARRAY['password_recovery'::mailroom.token_action],
+        ARRAY['\x000102030405060708090a0b0c0d0e0f101112131415161718191a1b1c1d1e1f'::bytea], ARRAY['01234'], (SELECT key FROM k)))[1],
+    'the one-token form (claim) and the batch form (dequeue) sign alike'
 );
 SELECT throws_ok($$ SELECT mailroom.sign_token('activation', gen_random_bytes(31), NULL) $$,
     '22023', 'secret must be 32 bytes', 'sign_token: secret of the wrong length');
