@@ -69,6 +69,22 @@ def use_known_key(url: str) -> None:
         conn.execute("SELECT mailroom.import_signing_key(%s, true)", (KEY,))
 
 
+def wait_committed(conn: psycopg.Connection, logins: list[str], action: str | None = None, timeout: float = 10) -> None:
+    """Wait until the collector's batches with these logins' tokens committed: a line is written
+    before its batch commits, and its link works (its secret's digest is stored) from the commit on.
+    A connection killed between the write and the COMMIT makes the collector write that batch again
+    with new links, so a test that kills one waits for this first."""
+    deadline = time.monotonic() + timeout
+    while conn.execute(
+        "SELECT count(*) FROM mailroom.accounts AS a WHERE a.login = ANY(%s) AND NOT coalesce(("
+        " SELECT t.secret_digest IS NOT NULL FROM mailroom.tokens AS t"
+        " WHERE t.account = a.id AND t.action::text = coalesce(%s, t.action::text) ORDER BY t.id DESC LIMIT 1), false)",
+        (logins, action),
+    ).fetchone()[0]:
+        assert time.monotonic() < deadline, "the batch did not commit"
+        time.sleep(0.02)
+
+
 class Collector:
     """A running `python -m mailroom collect` with its stdout lines and stderr lines collected."""
 

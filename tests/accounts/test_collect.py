@@ -15,6 +15,7 @@ from collector_support import (
     create_accounts,
     parse_csv_line,
     verify_signed,
+    wait_committed,
 )
 
 
@@ -119,10 +120,12 @@ def test_password_recovery_is_action_2_signed_with_its_code(collectors, conn):
     c = running(collectors, mailroom_batch_limit="1", mailroom_batch_timeout="100")
     conn.execute("SELECT mailroom.create_account('rec@example.test', 'rec')")
     (activation,) = c.records(1)
+    wait_committed(conn, ["rec"], "activation")  # the line is written before its batch commits
     account = conn.execute("SELECT account FROM mailroom.consume_token(%s)", (activation.signed,)).fetchone()[0]
     assert conn.execute("SELECT status::text FROM mailroom.accounts WHERE id = %s", (account,)).fetchone()[0] == "active"
     conn.execute("SELECT mailroom.request_password_recovery('rec@example.test')")
     (recovery,) = c.records(1)
+    wait_committed(conn, ["rec"], "password_recovery")
     assert recovery.action == "2" and recovery.login == "rec"
     verify_signed(recovery)  # HMAC over /recover ‖ secret ‖ code
     assert conn.execute("SELECT account FROM mailroom.consume_token(%s, %s)",
@@ -260,6 +263,7 @@ def test_terminate_backend_reconnects_nothing_lost(collectors, conn):
     c = running(collectors, mailroom_batch_limit="5", mailroom_batch_timeout="100")
     logins = create_accounts(conn, "pre", 5)
     records = c.records(5)
+    wait_committed(conn, logins)  # a kill between a batch's write and its COMMIT rewrites it with new links
     killed = conn.execute(
         "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE application_name = 'mailroom-collect'"
     ).fetchone()[0]
@@ -317,8 +321,10 @@ def test_enqueue_failure_rolls_back_the_dequeue(collectors, conn):
     assert_exactly_once(again.records(2), logins)
 
 
-def test_commit_lost_after_write_is_not_written_twice(collectors, conn):
-    """The connection dies between the write and the COMMIT: the batch comes back, once."""
+def test_commit_lost_after_write_is_written_again_with_working_links(collectors, conn):
+    """The connection dies between the write and the COMMIT: the dispatch and the digests of the
+    links just written roll back, so those links never work; the batch comes back with new links and
+    is written again. Each token ends with exactly one working link."""
     c = collectors(env={"MAILROOM_BATCH_LIMIT": "1000", "MAILROOM_BATCH_TIMEOUT": "50"}, pump_stdout=False)
     c.wait_stderr("waiting for notifications")
     conn.execute(bulk_accounts_sql("win", 1000))  # one ~130 kB line: the write blocks on the full pipe
@@ -330,12 +336,26 @@ def test_commit_lost_after_write_is_not_written_twice(collectors, conn):
     conn.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = 'mailroom-collect'")
     c.start_pump()  # the write completes, the COMMIT fails
     c.wait_stderr("connection lost while committing a written batch of 1000 tokens")
-    c.wait_stderr("1000 tokens written before a lost commit were confirmed, not written again")
-    records = c.records(1000)
-    logins = [f"win{i}" for i in range(1000)] + create_accounts(conn, "next", 2)
-    records += c.records(2)
+    c.wait_stderr("1000 tokens written before a lost commit came back: written again with new links")
+    dead, live = c.records(1000), c.records(1000)
+    assert_exactly_once(dead, [f"win{i}" for i in range(1000)])
+    assert_exactly_once(live, [f"win{i}" for i in range(1000)])
+    wait_committed(conn, [r.login for r in live[:20]])  # the lines come before their batch's COMMIT
+    for first, second in zip(dead[:20], live[:20], strict=True):
+        assert first.login == second.login and first.signed != second.signed
+        assert _sqlstate(conn, first.signed) == "MR112", "the line written before the lost commit never works"
+        assert _sqlstate(conn, second.signed) is None, "the one written again does"
+    logins = create_accounts(conn, "next", 2)
+    assert_exactly_once(c.records(2), logins)
     c.assert_quiet(0.3)
-    assert_exactly_once(records, logins)
+
+
+def _sqlstate(conn, signed: str) -> str | None:
+    try:
+        conn.execute("SELECT * FROM mailroom.consume_token(%s)", (signed,))
+    except psycopg.Error as exc:
+        return exc.sqlstate
+    return None
 
 
 def test_comma_in_login_keeps_the_csv_framing(collectors, conn):
