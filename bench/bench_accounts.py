@@ -27,7 +27,6 @@ from mailroom.db.contract import SqlFunction
 
 AREA = "accounts"
 SEED_SQL = Path(__file__).resolve().parent / "seed_accounts.sql"
-KEY = bytes.fromhex("cafebabe" * 8)
 
 PENDING_SQL = """
 INSERT INTO mailroom.tokens (action, account, secret, code, secret_digest, code_digest, expires_at, created_at)
@@ -71,7 +70,7 @@ def _load_backlog(conn: psycopg.Connection, first: int, count: int) -> None:
 
 def _dequeue_once(conn: psycopg.Connection, limit: int) -> int:
     with conn.transaction():
-        rows = accounts.dequeue_tokens.rows(conn, limit=limit, key=KEY)
+        rows = accounts.dequeue_tokens.rows(conn, limit=limit)
     return len(rows)
 
 
@@ -112,7 +111,7 @@ def _buffers_per_call(conn: psycopg.Connection, limit: int) -> int:
             conn.execute("SET LOCAL auto_explain.log_analyze = on")
             conn.execute("SET LOCAL auto_explain.log_buffers = on")
             conn.execute("SET LOCAL client_min_messages = log")
-            accounts.dequeue_tokens.rows(conn, limit=limit, key=KEY)
+            accounts.dequeue_tokens.rows(conn, limit=limit)
     finally:
         conn.remove_notice_handler(keep)
     plan = next(n for n in notes if "CTE picked" in n)
@@ -147,11 +146,11 @@ def _consume_and_recovery(conn: psycopg.Connection, n: int, progress: Callable[[
     conn.execute("INSERT INTO mailroom.accounts (email, login) "
                  "SELECT 'fresh' || g || '@example.com', 'fresh' || g FROM generate_series(1, %s) AS g", (n,))
     with conn.transaction():
-        issued = [(d.action, d.signed, d.code) for d in accounts.dequeue_tokens.rows(conn, limit=1000000, key=KEY)
+        issued = [(d.action, d.signed, d.code) for d in accounts.dequeue_tokens.rows(conn, limit=1000000)
                   if d.login.startswith(("live", "fresh"))]
     consume = accounts.consume_token
-    act_ms = _median_ms(conn, consume, [{"signed": s, "key": KEY} for a, s, _ in issued if a == "activation"])
-    rec_ms = _median_ms(conn, consume, [{"signed": s, "key": KEY, "code": c} for a, s, c in issued
+    act_ms = _median_ms(conn, consume, [{"signed": s} for a, s, _ in issued if a == "activation"])
+    rec_ms = _median_ms(conn, consume, [{"signed": s, "code": c} for a, s, c in issued
                                         if a == "password_recovery"])
     progress(f"consume {act_ms:.2f} ms (activation), {rec_ms:.2f} ms (recovery); "
              f"request_password_recovery {known_ms:.2f} ms (active) vs {unknown_ms:.2f} ms (unknown)")

@@ -20,7 +20,6 @@ import psycopg
 
 from mailroom.accounts import sqlapi as accounts
 
-KEY_HEX = "cafebabe" * 8
 ROOT = Path(__file__).resolve().parents[1]
 AREA = "collector"
 
@@ -32,7 +31,6 @@ class _Collector:
         env = {k: v for k, v in os.environ.items() if not k.startswith("MAILROOM_")}
         env.update(
             MAILROOM_DATABASE_URL=url,
-            MAILROOM_SECRET_KEY=KEY_HEX,
             MAILROOM_BATCH_LIMIT=str(limit),
             MAILROOM_BATCH_TIMEOUT=str(timeout_ms),
             MAILROOM_HEALTHCHECK_INTERVAL=str(max(timeout_ms, 60_000)),

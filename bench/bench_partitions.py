@@ -38,7 +38,6 @@ from mailroom.outbound import sqlapi as outbound
 
 AREA = "partitions"
 NOW = "2030-06-15 12:00:00+00"
-KEY = bytes.fromhex("ab" * 32)
 QUEUED = 500
 PENDING_TOKENS = 1000
 INBOX_MESSAGES = 20
@@ -157,7 +156,7 @@ def _explain(conn: psycopg.Connection, query: str, params: dict, runs: int = 5) 
 def _flat(conn: psycopg.Connection, sizes: list[int], progress: Callable[[str], None]) -> list[dict]:
     calls = {
         "claim_messages(100)": (outbound.claim_messages, lambda box: {"limit": 100, "worker": "bench"}),
-        "dequeue_tokens(100)": (accounts.dequeue_tokens, lambda box: {"limit": 100, "key": KEY}),
+        "dequeue_tokens(100)": (accounts.dequeue_tokens, lambda box: {"limit": 100}),
         "deliver_message": (inboxes.deliver_message, lambda box: {"address": box[0], "raw": b"\x00",
                                                                   "envelope_from": "", "subject": "bench"}),
         "list_messages (one inbox, 20 messages)": (

@@ -81,6 +81,27 @@ BEGIN
         SET search_path = pg_catalog, pg_temp
         AS 'SELECT %1$s.pgp_sym_decrypt(p_data, p_password)'
     $f$, v_schema);
+    -- public-key encryption for the sender keypair (relay passwords): the private half is never here
+    EXECUTE format($f$
+        CREATE OR REPLACE FUNCTION mailroom._pgp_pub_encrypt(p_data text, p_key bytea, p_options text)
+        RETURNS bytea
+        LANGUAGE sql
+        VOLATILE
+        STRICT
+        PARALLEL SAFE
+        SET search_path = pg_catalog, pg_temp
+        AS 'SELECT %1$s.pgp_pub_encrypt(p_data, p_key, p_options)'
+    $f$, v_schema);
+    EXECUTE format($f$
+        CREATE OR REPLACE FUNCTION mailroom._pgp_key_id(p_data bytea)
+        RETURNS text
+        LANGUAGE sql
+        IMMUTABLE
+        STRICT
+        PARALLEL SAFE
+        SET search_path = pg_catalog, pg_temp
+        AS 'SELECT %1$s.pgp_key_id(p_data)'
+    $f$, v_schema);
 END;
 $crypto$;
 
@@ -101,3 +122,9 @@ COMMENT ON FUNCTION mailroom._pgp_sym_encrypt(text, text, text) IS
 
 COMMENT ON FUNCTION mailroom._pgp_sym_decrypt(bytea, text) IS
 'Internal: pgcrypto pgp_sym_decrypt(), schema-qualified.';
+
+COMMENT ON FUNCTION mailroom._pgp_pub_encrypt(text, bytea, text) IS
+'Internal: pgcrypto pgp_pub_encrypt(), schema-qualified.';
+
+COMMENT ON FUNCTION mailroom._pgp_key_id(bytea) IS
+'Internal: pgcrypto pgp_key_id() (the key id a public key or an encrypted message names), schema-qualified.';

@@ -155,8 +155,33 @@ $$;
 COMMENT ON FUNCTION mailroom._signed_values(mailroom.token_action[], bytea[], text[], bytea) IS
 'Internal: the signed link value of every token of the arrays (same order): base64url-nopad(secret || _token_mac).';
 
-CREATE OR REPLACE FUNCTION mailroom.sign_token(
+-- One value, in PL/pgSQL (compiled once a session): the array forms above are SQL functions that
+-- are planned again at every call (~3.7 ms for a one-element call), fine once per dequeued batch,
+-- too slow once per claimed token email. The same layout; pgTAP 11 checks both against the vectors.
+CREATE OR REPLACE FUNCTION mailroom._signed_value(
     p_action mailroom.token_action, p_secret bytea, p_code text, p_key bytea
+)
+RETURNS text
+LANGUAGE plpgsql
+STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    RETURN translate(encode(p_secret || mailroom._hmac(
+        CASE p_action
+            WHEN 'activation' THEN convert_to('/activate', 'UTF8') || p_secret
+            ELSE convert_to('/recover', 'UTF8') || p_secret || convert_to(p_code, 'UTF8')
+        END,
+        p_key, 'sha256'
+    ), 'base64'), E'+/=\n', '-_');
+END;
+$$;
+
+COMMENT ON FUNCTION mailroom._signed_value(mailroom.token_action, bytea, text, bytea) IS
+'Internal: _signed_values for one token: base64url-nopad(secret || HMAC-SHA256(key, path || secret [|| code])).';
+
+CREATE OR REPLACE FUNCTION mailroom.sign_token(
+    p_action mailroom.token_action, p_secret bytea, p_code text DEFAULT null
 )
 RETURNS text
 LANGUAGE plpgsql
@@ -171,24 +196,25 @@ BEGIN
     IF p_secret IS NULL THEN
         RAISE EXCEPTION USING ERRCODE = '22004', MESSAGE = 'sign_token: the secret must not be NULL';
     END IF;
-    PERFORM mailroom._check_key(p_key);
     IF octet_length(p_secret) <> 32 THEN
         RAISE EXCEPTION USING ERRCODE = '22023', MESSAGE = 'secret must be 32 bytes';
     END IF;
     IF p_action = 'password_recovery' AND (p_code IS NULL OR p_code !~ '^[0-9]{5}$') THEN
         RAISE EXCEPTION USING ERRCODE = '22023', MESSAGE = 'a recovery code must be 5 digits';
     END IF;
-    RETURN (mailroom._signed_values(ARRAY[p_action], ARRAY[p_secret], ARRAY[p_code], p_key))[1];
+    RETURN mailroom._signed_value(p_action, p_secret, p_code, mailroom._active_signing_key());
 END;
 $$;
 
-COMMENT ON FUNCTION mailroom.sign_token(mailroom.token_action, bytea, text, bytea) IS
-'The signed link value: base64url-nopad(secret || HMAC-SHA256(key, path || secret [|| code])) (used by dequeue_tokens).';
+COMMENT ON FUNCTION mailroom.sign_token(mailroom.token_action, bytea, text) IS
+'The signed link value of a secret under the keyring''s active key: base64url-nopad(secret || HMAC-SHA256(key, path || secret [|| code])) '
+'(the layout dequeue_tokens and claim_messages produce; for checking a verifier outside the database).';
 
-GRANT EXECUTE ON FUNCTION mailroom.sign_token(mailroom.token_action, bytea, text, bytea) TO mailroom_admin;
+GRANT EXECUTE ON FUNCTION mailroom.sign_token(mailroom.token_action, bytea, text) TO mailroom_admin;
 
--- Before token insert: secret, code, digests, expiry; revoke older open
--- tokens of the same account and action (a reissue supersedes them).
+-- Before token insert: expiry; revoke older open tokens of the same account and action (a
+-- reissue supersedes them). No secret, code or digest yet: they are minted at dispatch
+-- (dequeue_tokens, or claim_messages for a token email) and only their digests kept.
 CREATE OR REPLACE FUNCTION mailroom.trg_before_token_insert()
 RETURNS trigger
 LANGUAGE plpgsql
@@ -197,10 +223,11 @@ AS $$
 DECLARE
     ts timestamptz := mailroom.clock();
 BEGIN
-    NEW.secret := coalesce(NEW.secret, mailroom._random_bytes(32));
-    NEW.code := coalesce(NEW.code, mailroom._random_code());
-    NEW.secret_digest := mailroom._digest(NEW.secret, 'sha256');
-    NEW.code_digest := mailroom._digest(NEW.secret || convert_to(NEW.code, 'UTF8'), 'sha256');
+    -- whatever an insert passes (an older caller may still pass a secret), nothing rests in plaintext
+    NEW.secret := NULL;
+    NEW.code := NULL;
+    NEW.secret_digest := NULL;
+    NEW.code_digest := NULL;
     NEW.created_at := coalesce(NEW.created_at, ts);
     NEW.expires_at := coalesce(
         NEW.expires_at, NEW.created_at + mailroom.setting('tokens.ttl')::interval
@@ -216,7 +243,7 @@ END;
 $$;
 
 COMMENT ON FUNCTION mailroom.trg_before_token_insert() IS
-'Trigger: fill secret (32 CSPRNG bytes), 5-digit code, digests, created_at, expires_at (tokens.ttl); revoke older open tokens of that account and action.';
+'Trigger: created_at, expires_at (tokens.ttl), no secret, code or digest (minted at dispatch); revoke older open tokens of that account and action.';
 
 CREATE OR REPLACE TRIGGER before_token_insert
 BEFORE INSERT ON mailroom.tokens
@@ -375,17 +402,21 @@ COMMENT ON FUNCTION mailroom._token_eligible(mailroom.token_action, mailroom.acc
 -- read it (PostgreSQL executes data-modifying CTEs exactly once), and every
 -- picked row is locked by us, so every returned row is marked. "closed"
 -- retires up to 1000 expired, never-dispatched tokens per call
--- (revoked_at = expires_at, plaintext wiped) through tokens_pending_expiry_idx,
+-- (revoked_at = expires_at) through tokens_pending_expiry_idx,
 -- so they do not pile up in tokens_pending_idx and slow the scan down.
-CREATE OR REPLACE FUNCTION mailroom._dequeue_tokens_sql()
+-- p_mint (dequeue_tokens): each picked token gets its secret and code here, where they are
+-- first needed; the row keeps their digests, the caller gets them signed ($2 the key). Without
+-- p_mint (enqueue_token_emails) nothing is minted: claim_messages mints at each delivery attempt.
+CREATE OR REPLACE FUNCTION mailroom._dequeue_tokens_sql(p_mint boolean DEFAULT true)
 RETURNS text
-LANGUAGE sql
+LANGUAGE plpgsql
 IMMUTABLE
 SET search_path = pg_catalog, pg_temp
 AS $fn$
-    SELECT $q$
+DECLARE
+    v_picked text := $q$
         WITH picked AS (
-            SELECT t.id, t.created_at, t.action, t.secret, t.code, a.email, a.login
+            SELECT t.id, t.created_at, t.action, a.email, a.login
             FROM mailroom.tokens AS t
             INNER JOIN mailroom.accounts AS a ON t.account = a.id
             WHERE t.dispatched_at IS NULL
@@ -397,15 +428,9 @@ AS $fn$
             LIMIT $1
             FOR UPDATE OF t SKIP LOCKED
         ),
-        marked AS (
-            UPDATE mailroom.tokens AS t
-            SET dispatched_at = $3, secret = NULL, code = NULL
-            -- (id, created_at): the primary key of the partitioned table, one pruned probe a row
-            WHERE (t.id, t.created_at) IN (SELECT p.id, p.created_at FROM picked AS p)
-        ),
         closed AS (
             UPDATE mailroom.tokens AS t
-            SET revoked_at = t.expires_at, secret = NULL, code = NULL
+            SET revoked_at = t.expires_at
             WHERE (t.id, t.created_at) IN (
                 SELECT x.id, x.created_at
                 FROM mailroom.tokens AS x
@@ -418,15 +443,46 @@ AS $fn$
                 FOR UPDATE SKIP LOCKED
             )
         ),
+$q$;
+BEGIN
+    IF NOT p_mint THEN
+        RETURN v_picked || $q$
+        marked AS (
+            UPDATE mailroom.tokens AS t
+            SET dispatched_at = $3
+            -- (id, created_at): the primary key of the partitioned table, one pruned probe a row
+            WHERE (t.id, t.created_at) IN (SELECT p.id, p.created_at FROM picked AS p)
+        )
+        SELECT p.action, p.email, p.login, NULL::text AS signed, NULL::text AS code, p.id
+        FROM picked AS p
+        ORDER BY p.id
+$q$;
+    END IF;
+    RETURN v_picked || $q$
+        minted AS MATERIALIZED (
+            -- volatile calls in the select list: one secret and one code per picked row
+            SELECT p.id, p.created_at, p.action, p.email, p.login,
+                mailroom._random_bytes(32) AS secret, mailroom._random_code() AS code
+            FROM picked AS p
+        ),
+        marked AS (
+            UPDATE mailroom.tokens AS t
+            SET dispatched_at = $3,
+                secret_digest = mailroom._digest(m.secret, 'sha256'),
+                code_digest = mailroom._digest(m.secret || convert_to(m.code, 'UTF8'), 'sha256')
+            FROM minted AS m
+            -- (id, created_at): the primary key of the partitioned table, one pruned probe a row
+            WHERE t.id = m.id AND t.created_at = m.created_at
+        ),
         batch AS (
             SELECT
-                array_agg(p.id ORDER BY p.id) AS ids,
-                array_agg(p.action ORDER BY p.id) AS actions,
-                array_agg(p.email ORDER BY p.id) AS emails,
-                array_agg(p.login ORDER BY p.id) AS logins,
-                array_agg(p.secret ORDER BY p.id) AS secrets,
-                array_agg(p.code ORDER BY p.id) AS codes
-            FROM picked AS p
+                array_agg(m.id ORDER BY m.id) AS ids,
+                array_agg(m.action ORDER BY m.id) AS actions,
+                array_agg(m.email ORDER BY m.id) AS emails,
+                array_agg(m.login ORDER BY m.id) AS logins,
+                array_agg(m.secret ORDER BY m.id) AS secrets,
+                array_agg(m.code ORDER BY m.id) AS codes
+            FROM minted AS m
         )
         SELECT u.action, u.email, u.login, u.signed, u.code, u.id
         FROM batch AS b,
@@ -437,11 +493,77 @@ AS $fn$
             ) AS u (action, email, login, signed, code, id)
         ORDER BY u.id
 $q$;
+END;
 $fn$;
 
-COMMENT ON FUNCTION mailroom._dequeue_tokens_sql() IS
-'Internal: the statement dequeue_tokens executes ($1 limit, $2 key, $3 now); tests EXPLAIN it.';
+COMMENT ON FUNCTION mailroom._dequeue_tokens_sql(boolean) IS
+'Internal: the statement dequeue_tokens executes ($1 limit, $2 key, $3 now); p_mint false: enqueue_token_emails'' (no secret minted); tests EXPLAIN it.';
 
+CREATE OR REPLACE FUNCTION mailroom._dequeue_tokens(p_limit integer, p_key bytea, p_mint boolean)
+RETURNS TABLE (
+    action mailroom.token_action,
+    email text,
+    login text,
+    signed text,
+    code text,
+    token_id bigint
+)
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+-- the minted rows are written back by primary-key probes, each pruned to one partition
+SET enable_hashjoin = off
+SET enable_mergejoin = off
+AS $fn$
+BEGIN
+    IF p_limit IS NULL OR p_limit < 1 THEN
+        RAISE EXCEPTION USING
+            ERRCODE = '22023',
+            MESSAGE = format('dequeue_tokens: limit must be a positive integer, got %s',
+                coalesce(p_limit::text, 'NULL'));
+    END IF;
+    RETURN QUERY EXECUTE mailroom._dequeue_tokens_sql(p_mint)
+        USING p_limit, p_key, mailroom.clock();
+    -- Then pending password-recovery requests become tokens (sql/13_recovery.sql: the request did
+    -- the same work for every address; the decision is taken here). They are not handed out by
+    -- this call, whose statement did not see them: a token must exist for others (consume_token)
+    -- before its link is out. Their INSERT announces them at commit, and the next call returns them.
+    PERFORM mailroom._issue_requested_recoveries(p_limit);
+END;
+$fn$;
+
+COMMENT ON FUNCTION mailroom._dequeue_tokens(integer, bytea, boolean) IS
+'Internal: claim up to p_limit eligible tokens and mark them dispatched (p_mint: mint, keep digests, sign with p_key), '
+'then issue the pending recovery requests the policy allows, for the next call.';
+
+CREATE OR REPLACE FUNCTION mailroom.dequeue_tokens(p_limit integer)
+RETURNS TABLE (
+    action mailroom.token_action,
+    email text,
+    login text,
+    signed text,
+    code text,
+    token_id bigint
+)
+LANGUAGE plpgsql
+VOLATILE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+BEGIN
+    RETURN QUERY SELECT * FROM mailroom._dequeue_tokens(p_limit, mailroom._active_signing_key(), true);
+END;
+$fn$;
+
+COMMENT ON FUNCTION mailroom.dequeue_tokens(integer) IS
+'Claim up to p_limit eligible tokens (SKIP LOCKED), mint each one''s secret and code (only digests are kept), mark them '
+'dispatched in the caller''s transaction; return action, email, login, signed value (keyring''s active key), code, token_id by id.';
+
+GRANT EXECUTE ON FUNCTION mailroom.dequeue_tokens(integer) TO mailroom_collector;
+
+-- The keyed form of the previous release, for one release: a collector that has not been
+-- restarted yet keeps signing with the key it passes, so links it hands out verify wherever they
+-- did before (in the database once that key is imported: mailroom keys import).
 CREATE OR REPLACE FUNCTION mailroom.dequeue_tokens(p_limit integer, p_key bytea)
 RETURNS TABLE (
     action mailroom.token_action,
@@ -458,23 +580,59 @@ SET search_path = pg_catalog, pg_temp
 AS $fn$
 BEGIN
     PERFORM mailroom._check_key(p_key);
-    IF p_limit IS NULL OR p_limit < 1 THEN
-        RAISE EXCEPTION USING
-            ERRCODE = '22023',
-            MESSAGE = format('dequeue_tokens: limit must be a positive integer, got %s',
-                coalesce(p_limit::text, 'NULL'));
-    END IF;
-    RETURN QUERY EXECUTE mailroom._dequeue_tokens_sql()
-        USING p_limit, p_key, mailroom.clock();
-    -- Then pending password-recovery requests become tokens (sql/13_recovery.sql: the request did
-    -- the same work for every address; the decision is taken here). They are not handed out by
-    -- this call, whose statement did not see them: a token must exist for others (consume_token)
-    -- before its link is out. Their INSERT announces them at commit, and the next call returns them.
-    PERFORM mailroom._issue_requested_recoveries(p_limit);
+    RETURN QUERY SELECT * FROM mailroom._dequeue_tokens(p_limit, p_key, true);
 END;
 $fn$;
 
 COMMENT ON FUNCTION mailroom.dequeue_tokens(integer, bytea) IS
-'Claim up to p_limit eligible tokens (SKIP LOCKED), mark them dispatched in the caller''s transaction, return action, email, login, signed value, code, token_id by id.';
+'Deprecated, removed in the next release: dequeue_tokens(p_limit) signing with the passed key, for collectors of the previous release.';
 
 GRANT EXECUTE ON FUNCTION mailroom.dequeue_tokens(integer, bytea) TO mailroom_collector;
+
+-- A token email's delivery attempt (claim_messages): the token gets a fresh secret and code,
+-- signed with the active key; its digests replace the previous attempt's, so only the link of
+-- the latest attempt works. A token still open gets a fresh lifetime (tokens.ttl from now): a
+-- mail retried after its token's expiry still carries a working link. A consumed or revoked
+-- token stays so (its link is then refused by consume_token, as any used link is).
+CREATE OR REPLACE FUNCTION mailroom._mint_token(p_token_id bigint)
+RETURNS TABLE (action mailroom.token_action, email text, login text, signed text, code text)
+LANGUAGE plpgsql
+VOLATILE
+STRICT
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_ts timestamptz := mailroom.clock();
+    v_secret bytea := mailroom._random_bytes(32);
+    v_code text := mailroom._random_code();
+    t record;
+BEGIN
+    UPDATE mailroom.tokens AS tk
+    SET secret_digest = mailroom._digest(v_secret, 'sha256'),
+        code_digest = mailroom._digest(v_secret || convert_to(v_code, 'UTF8'), 'sha256'),
+        dispatched_at = coalesce(tk.dispatched_at, v_ts),
+        expires_at = CASE
+            WHEN tk.consumed_at IS NULL AND tk.revoked_at IS NULL
+                THEN v_ts + mailroom.setting('tokens.ttl')::interval
+            ELSE tk.expires_at
+        END
+    WHERE tk.id = p_token_id
+    RETURNING tk.action, tk.account INTO t;
+    IF NOT FOUND THEN
+        RETURN;  -- purged (tokens.retention): no link to send
+    END IF;
+    RETURN QUERY
+    SELECT
+        t.action,
+        a.email,
+        a.login,
+        mailroom._signed_value(t.action, v_secret, v_code, mailroom._active_signing_key()),
+        v_code
+    FROM mailroom.accounts AS a
+    WHERE a.id = t.account;
+END;
+$fn$;
+
+COMMENT ON FUNCTION mailroom._mint_token(bigint) IS
+'Internal: a fresh secret and code for a dispatched token (its digests replaced, an open token''s lifetime renewed), '
+'signed with the active key; no row when the token is gone.';

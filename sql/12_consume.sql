@@ -84,6 +84,64 @@ $$;
 COMMENT ON FUNCTION mailroom._split_signed(text) IS
 'Internal: decode a signed value to its 64 bytes (secret || mac), MR110 when malformed.';
 
+CREATE OR REPLACE FUNCTION mailroom._verify_token(p_signed text, p_code text, p_keys bytea[])
+RETURNS TABLE (valid boolean, action mailroom.token_action, key_index integer)
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_raw bytea := mailroom._b64url_decode(p_signed);
+    v_secret bytea;
+    v_mac bytea;
+    v_act integer;
+    v_rec integer;
+BEGIN
+    IF v_raw IS NULL OR octet_length(v_raw) <> 64 THEN
+        RETURN QUERY SELECT false, NULL::mailroom.token_action, NULL::integer;
+        RETURN;
+    END IF;
+    v_secret := substr(v_raw, 1, 32);
+    v_mac := substr(v_raw, 33, 32);
+    v_act := mailroom._mac_key_index(p_keys, 'activation', v_secret, NULL, v_mac);
+    v_rec := mailroom._mac_key_index(p_keys, 'password_recovery', v_secret, p_code, v_mac);
+    IF v_act IS NOT NULL THEN
+        RETURN QUERY SELECT true, 'activation'::mailroom.token_action, v_act;
+    ELSIF v_rec IS NOT NULL THEN
+        RETURN QUERY SELECT true, 'password_recovery'::mailroom.token_action, v_rec;
+    ELSE
+        RETURN QUERY SELECT false, NULL::mailroom.token_action, NULL::integer;
+    END IF;
+END;
+$$;
+
+COMMENT ON FUNCTION mailroom._verify_token(text, text, bytea[]) IS
+'Internal: (valid, action, 1-based index of the matching key of p_keys); constant-time over every key.';
+
+CREATE OR REPLACE FUNCTION mailroom.verify_token(p_signed text, p_code text DEFAULT null)
+RETURNS TABLE (valid boolean, action mailroom.token_action, key_id integer)
+LANGUAGE plpgsql
+VOLATILE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_ring record := mailroom._verifying_keys();
+BEGIN
+    RETURN QUERY
+    SELECT v.valid, v.action, v_ring.p_ids[v.key_index]
+    FROM mailroom._verify_token(p_signed, p_code, v_ring.p_keys) AS v;
+END;
+$$;
+
+COMMENT ON FUNCTION mailroom.verify_token(text, text) IS
+'Check a signed value against the keyring without touching tokens: (valid, action, key_id of the matching key); '
+'constant-time, tries the active key then the verify-only ones; p_code needed for recovery.';
+
+GRANT EXECUTE ON FUNCTION mailroom.verify_token(text, text) TO mailroom_app;
+
+-- The keyed form of the previous release, for one release: the passed keys are tried first (their
+-- index, as before), then the keyring (key_index 0).
 CREATE OR REPLACE FUNCTION mailroom.verify_token(
     p_signed text,
     p_key bytea,
@@ -98,32 +156,16 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     v_keys bytea [] := mailroom._signing_keys(p_key, p_previous_keys);
-    v_raw bytea := mailroom._b64url_decode(p_signed);
-    v_secret bytea;
-    v_mac bytea;
-    v_act integer;
-    v_rec integer;
+    v_passed integer := cardinality(v_keys);
 BEGIN
-    IF v_raw IS NULL OR octet_length(v_raw) <> 64 THEN
-        RETURN QUERY SELECT false, NULL::mailroom.token_action, NULL::integer;
-        RETURN;
-    END IF;
-    v_secret := substr(v_raw, 1, 32);
-    v_mac := substr(v_raw, 33, 32);
-    v_act := mailroom._mac_key_index(v_keys, 'activation', v_secret, NULL, v_mac);
-    v_rec := mailroom._mac_key_index(v_keys, 'password_recovery', v_secret, p_code, v_mac);
-    IF v_act IS NOT NULL THEN
-        RETURN QUERY SELECT true, 'activation'::mailroom.token_action, v_act;
-    ELSIF v_rec IS NOT NULL THEN
-        RETURN QUERY SELECT true, 'password_recovery'::mailroom.token_action, v_rec;
-    ELSE
-        RETURN QUERY SELECT false, NULL::mailroom.token_action, NULL::integer;
-    END IF;
+    RETURN QUERY
+    SELECT v.valid, v.action, CASE WHEN v.key_index > v_passed THEN 0 ELSE v.key_index END
+    FROM mailroom._verify_token(p_signed, p_code, v_keys || (mailroom._verifying_keys()).p_keys) AS v;
 END;
 $$;
 
 COMMENT ON FUNCTION mailroom.verify_token(text, bytea, text, bytea[]) IS
-'Check a signed value without touching tokens: (valid, action, key_index); constant-time, p_previous_keys for key rotation, p_code needed for recovery.';
+'Deprecated, removed in the next release: verify_token(p_signed, p_code) that also tries the passed keys (key_index: theirs, 0 for the keyring).';
 
 GRANT EXECUTE ON FUNCTION mailroom.verify_token(text, bytea, text, bytea[]) TO mailroom_app;
 
@@ -158,20 +200,14 @@ COMMENT ON FUNCTION mailroom._raise_token_state(bigint) IS
 -- with the caller's transaction like any other write. Each recovery token accepts
 -- tokens.max_code_attempts codes (the right one included); once they are used up the token is
 -- locked (MR116) whatever code comes next. Codes and MACs are compared in constant time.
-CREATE OR REPLACE FUNCTION mailroom.consume_token(
-    p_signed text,
-    p_key bytea,
-    p_code text DEFAULT null,
-    p_previous_keys bytea[] DEFAULT '{}'
-)
+CREATE OR REPLACE FUNCTION mailroom._consume_token(p_signed text, p_code text, p_keys bytea[])
 RETURNS TABLE (account bigint, outcome text, attempts_left integer)
 LANGUAGE plpgsql
 VOLATILE
-SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-    v_keys bytea [] := mailroom._signing_keys(p_key, p_previous_keys);
+    v_keys bytea [] := p_keys;
     v_raw bytea := mailroom._split_signed(p_signed);
     v_secret bytea := substr(v_raw, 1, 32);
     v_mac bytea := substr(v_raw, 33, 32);
@@ -262,9 +298,51 @@ BEGIN
 END;
 $$;
 
-COMMENT ON FUNCTION mailroom.consume_token(text, bytea, text, bytea[]) IS
-'Use a signed token once: checks signature (p_previous_keys for rotation), state, code (recovery: tokens.max_code_attempts tries), account status. '
+COMMENT ON FUNCTION mailroom._consume_token(text, text, bytea[]) IS
+'Internal: consume_token verifying the MAC against p_keys.';
+
+CREATE OR REPLACE FUNCTION mailroom.consume_token(p_signed text, p_code text DEFAULT null)
+RETURNS TABLE (account bigint, outcome text, attempts_left integer)
+LANGUAGE plpgsql
+VOLATILE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    RETURN QUERY SELECT * FROM mailroom._consume_token(p_signed, p_code, (mailroom._verifying_keys()).p_keys);
+END;
+$$;
+
+COMMENT ON FUNCTION mailroom.consume_token(text, text) IS
+'Use a signed token once: checks its signature against the keyring (active, then verify-only keys), state, code (recovery: tokens.max_code_attempts tries), account status. '
 'One row (account, outcome, attempts_left): outcome consumed (account set), or wrong_code (account NULL; commit it, the attempt counts). '
 'Every other failure raises MR110-MR120.';
+
+GRANT EXECUTE ON FUNCTION mailroom.consume_token(text, text) TO mailroom_app;
+
+-- The keyed form of the previous release, for one release: an application not restarted yet
+-- keeps working; the passed keys are tried after the keyring (links an older collector signed
+-- with them keep working before `mailroom keys import`).
+CREATE OR REPLACE FUNCTION mailroom.consume_token(
+    p_signed text,
+    p_key bytea,
+    p_code text DEFAULT null,
+    p_previous_keys bytea[] DEFAULT '{}'
+)
+RETURNS TABLE (account bigint, outcome text, attempts_left integer)
+LANGUAGE plpgsql
+VOLATILE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    RETURN QUERY SELECT * FROM mailroom._consume_token(
+        p_signed, p_code, (mailroom._verifying_keys()).p_keys || mailroom._signing_keys(p_key, p_previous_keys)
+    );
+END;
+$$;
+
+COMMENT ON FUNCTION mailroom.consume_token(text, bytea, text, bytea[]) IS
+'Deprecated, removed in the next release: consume_token(p_signed, p_code) that also accepts links signed with the passed keys.';
 
 GRANT EXECUTE ON FUNCTION mailroom.consume_token(text, bytea, text, bytea[]) TO mailroom_app;

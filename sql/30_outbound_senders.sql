@@ -1,5 +1,7 @@
--- Sending identities: upsert_sender stores the relay settings, the password encrypted with
--- pgcrypto under a key the caller passes (never stored); _smtp_password decrypts it for claim.
+-- Sending identities: upsert_sender stores the relay settings and the password encrypted to the
+-- sender key (sql/30: set_sender_public_key), which only `mailroom send` can decrypt: claim_messages
+-- returns the ciphertext. _smtp_password decrypts a password of the previous release (symmetric,
+-- under a caller-held key) for convert_sender_passwords and the deprecated keyed claim.
 
 CREATE OR REPLACE FUNCTION mailroom._check_outbound_key(p_key bytea)
 RETURNS void
@@ -19,6 +21,103 @@ BEGIN
 END;
 $$;
 
+CREATE OR REPLACE FUNCTION mailroom._is_loopback_host(p_host text)
+RETURNS boolean
+LANGUAGE sql
+IMMUTABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT lower(p_host) = 'localhost'
+        OR p_host ~ '^127[.][0-9]{1,3}[.][0-9]{1,3}[.][0-9]{1,3}$'
+        OR p_host = '::1';
+$$;
+
+COMMENT ON FUNCTION mailroom._is_loopback_host(text) IS
+'Internal: the relay host is this machine (localhost, 127.0.0.0/8, ::1): a cleartext login never leaves it.';
+
+CREATE OR REPLACE FUNCTION mailroom.set_sender_public_key(p_public_key bytea)
+RETURNS integer
+LANGUAGE plpgsql
+VOLATILE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_key_id text;
+    v_id integer;
+BEGIN
+    -- pgcrypto must be able to encrypt to it: an RSA (or Elgamal) certificate, binary, with a
+    -- single encryption subkey (`mailroom keys sender-init` makes one)
+    BEGIN
+        v_key_id := mailroom._pgp_key_id(p_public_key);
+        PERFORM mailroom._pgp_pub_encrypt('probe', p_public_key, 'cipher-algo=aes256, compress-algo=0');
+    EXCEPTION WHEN OTHERS THEN
+        RAISE EXCEPTION USING
+            ERRCODE = 'MR324',
+            MESSAGE = 'not a public key pgcrypto can encrypt to (a binary OpenPGP RSA key with one encryption subkey)',
+            HINT = 'mailroom keys sender-init makes one';
+    END;
+    IF p_public_key IS NULL OR v_key_id IS NULL OR v_key_id = 'SYMKEY' OR v_key_id = 'ANYKEY' THEN
+        RAISE EXCEPTION USING ERRCODE = 'MR324', MESSAGE = 'not a public key pgcrypto can encrypt to';
+    END IF;
+    LOCK TABLE mailroom.sender_keys IN EXCLUSIVE MODE;
+    SELECT k.id INTO v_id FROM mailroom.sender_keys AS k WHERE k.state = 'active' AND k.public_key = p_public_key;
+    IF FOUND THEN
+        RETURN v_id;
+    END IF;
+    UPDATE mailroom.sender_keys AS k SET state = 'retired' WHERE k.state = 'active';
+    INSERT INTO mailroom.sender_keys AS k (public_key, key_id, state, created_at)
+    VALUES (p_public_key, v_key_id, 'active', mailroom.clock())
+    RETURNING k.id INTO v_id;
+    RETURN v_id;
+END;
+$$;
+
+COMMENT ON FUNCTION mailroom.set_sender_public_key(bytea) IS
+'Make p_public_key (binary OpenPGP, RSA) the sender key that relay passwords are encrypted to; the private half stays '
+'where mailroom send runs (MR324 not a key pgcrypto can use). Passwords sealed for an older key need it in the sender''s key file.';
+
+GRANT EXECUTE ON FUNCTION mailroom.set_sender_public_key(bytea) TO mailroom_admin;
+
+CREATE OR REPLACE FUNCTION mailroom.sender_public_key()
+RETURNS TABLE (id integer, public_key bytea, key_id text, created_at timestamptz)
+LANGUAGE sql
+STABLE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT k.id, k.public_key, k.key_id, k.created_at FROM mailroom.sender_keys AS k WHERE k.state = 'active';
+$$;
+
+COMMENT ON FUNCTION mailroom.sender_public_key() IS
+'The active sender public key (binary OpenPGP) and its key id: what a client encrypts a relay password to (no row: none set).';
+
+GRANT EXECUTE ON FUNCTION mailroom.sender_public_key() TO mailroom_admin;
+
+CREATE OR REPLACE FUNCTION mailroom._seal_for_sender(p_data text)
+RETURNS bytea
+LANGUAGE plpgsql
+VOLATILE
+STRICT
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_key bytea;
+BEGIN
+    SELECT k.public_key INTO v_key FROM mailroom.sender_keys AS k WHERE k.state = 'active';
+    IF NOT FOUND THEN
+        RAISE EXCEPTION USING
+            ERRCODE = 'MR313',
+            MESSAGE = 'an SMTP password needs a sender key to be stored',
+            HINT = 'mailroom keys sender-init (or SELECT mailroom.set_sender_public_key(...))';
+    END IF;
+    RETURN mailroom._pgp_pub_encrypt(p_data, v_key, 'cipher-algo=aes256, compress-algo=0');
+END;
+$$;
+
+COMMENT ON FUNCTION mailroom._seal_for_sender(text) IS
+'Internal: p_data encrypted to the active sender public key (MR313 when there is none).';
+
 CREATE OR REPLACE FUNCTION mailroom.upsert_sender(
     p_name text,
     p_from_address text,
@@ -27,7 +126,8 @@ CREATE OR REPLACE FUNCTION mailroom.upsert_sender(
     p_security text DEFAULT 'none',
     p_username text DEFAULT null,
     p_password text DEFAULT null,
-    p_key bytea DEFAULT null
+    p_sealed_password bytea DEFAULT null,
+    p_allow_cleartext boolean DEFAULT false
 )
 RETURNS bigint
 LANGUAGE plpgsql
@@ -36,7 +136,9 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     v_id bigint;
-    v_encrypted bytea;
+    v_sealed bytea;
+    v_key_id text;
+    v_foreign boolean;
 BEGIN
     IF p_name IS NULL OR p_name !~ '^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$' THEN
         RAISE EXCEPTION USING
@@ -66,34 +168,63 @@ BEGIN
                 coalesce(quote_literal(p_security), 'NULL')
             );
     END IF;
-    IF p_password IS NOT NULL AND p_key IS NULL THEN
+    IF p_password IS NOT NULL AND p_sealed_password IS NOT NULL THEN
         RAISE EXCEPTION USING
-            ERRCODE = 'MR313',
-            MESSAGE = 'an SMTP password needs an encryption key (MAILROOM_ENCRYPTION_KEY) to be stored';
+            ERRCODE = 'MR325',
+            MESSAGE = 'give the SMTP password or its sealed form, not both';
     END IF;
-    IF p_password IS NOT NULL AND p_username IS NULL THEN
+    IF (p_password IS NOT NULL OR p_sealed_password IS NOT NULL) AND p_username IS NULL THEN
         RAISE EXCEPTION USING
             ERRCODE = 'MR316',
             MESSAGE = 'an SMTP password needs an SMTP username';
     END IF;
-    PERFORM mailroom._check_outbound_key(p_key);
+    -- credentials over plain TCP only to a relay on this machine, and only when asked for
+    IF p_allow_cleartext AND NOT mailroom._is_loopback_host(p_host) THEN
+        RAISE EXCEPTION USING
+            ERRCODE = 'MR319',
+            MESSAGE = format('sender %s: a cleartext login is allowed only to a relay on this machine', p_name);
+    END IF;
+    IF p_username IS NOT NULL AND p_security = 'none' AND NOT coalesce(p_allow_cleartext, false) THEN
+        RAISE EXCEPTION USING
+            ERRCODE = 'MR319',
+            MESSAGE = format('sender %s: an SMTP login needs security starttls or tls', p_name),
+            HINT = 'for a relay on this machine (localhost, 127.0.0.0/8, ::1) allow it with p_allow_cleartext => true '
+            || '(mailroom outbound sender --allow-cleartext-login)';
+    END IF;
 
     IF p_password IS NOT NULL THEN
-        -- The key is 256 random bits, so a salted non-iterated S2K is enough and keeps
-        -- decryption cheap at claim time.
-        v_encrypted := mailroom._pgp_sym_encrypt(
-            p_password, encode(p_key, 'hex'),
-            'cipher-algo=aes256, s2k-mode=1, s2k-digest-algo=sha256, compress-algo=0'
-        );
+        -- encrypted to the sender key as it arrives; only mailroom send can decrypt it
+        v_sealed := mailroom._seal_for_sender(p_password);
+    ELSIF p_sealed_password IS NOT NULL THEN
+        -- encrypted by the client (mailroom outbound sender): it must name the active sender key
+        BEGIN
+            v_key_id := mailroom._pgp_key_id(p_sealed_password);
+        EXCEPTION WHEN OTHERS THEN
+            v_key_id := NULL;  -- not an OpenPGP message pgcrypto reads (RFC 9580 packets: v6 PKESK)
+        END;
+        IF v_key_id IS NULL THEN
+            -- it must at least open with a public-key encrypted session key packet (tag 1)
+            v_foreign := get_byte(p_sealed_password, 0) NOT IN (132, 133, 134, 193);
+        ELSE
+            v_foreign := v_key_id IS DISTINCT FROM (
+                SELECT k.key_id FROM mailroom.sender_keys AS k WHERE k.state = 'active'
+            );
+        END IF;
+        IF v_foreign THEN
+            RAISE EXCEPTION USING
+                ERRCODE = 'MR325',
+                MESSAGE = 'the sealed SMTP password is not encrypted to the active sender key';
+        END IF;
+        v_sealed := p_sealed_password;
     END IF;
 
     INSERT INTO mailroom.senders AS s (
         name, from_address, smtp_host, smtp_port, smtp_security,
-        smtp_username, smtp_password_encrypted, created_at, updated_at
+        smtp_username, smtp_password_encrypted, smtp_password_sealed, smtp_allow_cleartext, created_at, updated_at
     )
     VALUES (
         p_name, p_from_address, p_host, p_port, p_security,
-        p_username, v_encrypted, mailroom.clock(), mailroom.clock()
+        p_username, NULL, v_sealed, coalesce(p_allow_cleartext, false), mailroom.clock(), mailroom.clock()
     )
     ON CONFLICT (name) DO UPDATE SET
         from_address = excluded.from_address,
@@ -102,16 +233,62 @@ BEGIN
         smtp_security = excluded.smtp_security,
         smtp_username = excluded.smtp_username,
         smtp_password_encrypted = excluded.smtp_password_encrypted,
+        smtp_password_sealed = excluded.smtp_password_sealed,
+        smtp_allow_cleartext = excluded.smtp_allow_cleartext,
         updated_at = excluded.updated_at
     RETURNING s.id INTO v_id;
     RETURN v_id;
 END;
 $$;
 
-COMMENT ON FUNCTION mailroom.upsert_sender(text, text, text, integer, text, text, text, bytea) IS
-'Create or replace a sending identity and its SMTP relay; the password is encrypted with p_key.';
+COMMENT ON FUNCTION mailroom.upsert_sender(text, text, text, integer, text, text, text, bytea, boolean) IS
+'Create or replace a sending identity and its SMTP relay. The password is stored encrypted to the sender key: pass it '
+'(encrypted on arrival) or, better, its sealed form (encrypted by the client; it never reaches the server). A login needs '
+'starttls or tls, or p_allow_cleartext for a relay on this machine (MR319).';
 
-GRANT EXECUTE ON FUNCTION mailroom.upsert_sender(text, text, text, integer, text, text, text, bytea) TO mailroom_admin;
+GRANT EXECUTE ON FUNCTION mailroom.upsert_sender(text, text, text, integer, text, text, text, bytea, boolean) TO mailroom_admin;
+
+CREATE OR REPLACE FUNCTION mailroom.convert_sender_passwords(p_old_key bytea)
+RETURNS integer
+LANGUAGE plpgsql
+VOLATILE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_count integer := 0;
+    s record;
+BEGIN
+    PERFORM mailroom._check_outbound_key(p_old_key);
+    IF p_old_key IS NULL THEN
+        RAISE EXCEPTION USING ERRCODE = 'MR314', MESSAGE = 'the encryption key of the previous release is needed';
+    END IF;
+    FOR s IN
+        SELECT x.id, x.name, x.smtp_password_encrypted
+        FROM mailroom.senders AS x
+        WHERE x.smtp_password_encrypted IS NOT NULL
+        ORDER BY x.id
+        FOR UPDATE
+    LOOP
+        UPDATE mailroom.senders AS x
+        SET smtp_password_sealed = mailroom._seal_for_sender(
+                mailroom._smtp_password(s.smtp_password_encrypted, p_old_key, s.name)
+            ),
+            smtp_password_encrypted = NULL,
+            updated_at = mailroom.clock()
+        WHERE x.id = s.id;
+        v_count := v_count + 1;
+    END LOOP;
+    RETURN v_count;
+END;
+$$;
+
+COMMENT ON FUNCTION mailroom.convert_sender_passwords(bytea) IS
+'One-time upgrade step: re-encrypt every relay password stored with the previous release''s MAILROOM_ENCRYPTION_KEY '
+'(pgp_sym_encrypt) to the sender key, and drop the old ciphertext; returns how many (MR315 wrong key, MR313 no sender key). '
+'The one call that carries that key.';
+
+GRANT EXECUTE ON FUNCTION mailroom.convert_sender_passwords(bytea) TO mailroom_admin;
 
 CREATE OR REPLACE FUNCTION mailroom._smtp_password(
     p_encrypted bytea, p_key bytea, p_sender text

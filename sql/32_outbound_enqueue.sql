@@ -97,7 +97,8 @@ CREATE OR REPLACE FUNCTION mailroom._enqueue_message(
     p_bcc text[] DEFAULT '{}',
     p_headers jsonb DEFAULT '{}',
     p_idempotency_key text DEFAULT null,
-    p_send_after timestamptz DEFAULT null
+    p_send_after timestamptz DEFAULT null,
+    p_token_id bigint DEFAULT null
 )
 RETURNS bigint
 LANGUAGE plpgsql
@@ -178,7 +179,9 @@ BEGIN
             MESSAGE = 'subject must be at most 998 characters without line breaks or control characters '
             || '(TAB allowed), not NULL';
     END IF;
-    IF p_text_body IS NULL AND p_html_body IS NULL THEN
+    -- a token email (p_token_id, enqueue_token_emails) has no body at rest: claim_messages renders
+    -- it, with a freshly minted link, at each delivery attempt
+    IF p_text_body IS NULL AND p_html_body IS NULL AND p_token_id IS NULL THEN
         RAISE EXCEPTION USING
             ERRCODE = 'MR307',
             MESSAGE = 'a message needs a text body or an HTML body';
@@ -236,14 +239,16 @@ BEGIN
         message_id, next_retry_at, send_after, idempotency_scope, idempotency_key, created_at, updated_at,
         suppressed_recipients,
         -- the domain the domain limits count it against (sql/39_outbound_domain_limits.sql)
-        rcpt_domain
+        rcpt_domain,
+        token_id
     )
     VALUES (
         v_sender_id, v_to, v_cc, v_bcc, p_subject, p_text_body, p_html_body, v_headers,
         '<' || replace(pg_catalog.gen_random_uuid()::text, '-', '') || '@' || split_part(v_from, '@', 2) || '>',
         p_send_after, p_send_after, p_scope, p_idempotency_key, mailroom.clock(), mailroom.clock(),
         v_suppressed,
-        mailroom._recipient_domain(v_to, v_cc, v_bcc)
+        mailroom._recipient_domain(v_to, v_cc, v_bcc),
+        p_token_id
     )
     RETURNING m.id INTO v_id;
 
@@ -290,9 +295,10 @@ COMMENT ON FUNCTION mailroom.enqueue_message(
 GRANT EXECUTE ON FUNCTION mailroom.enqueue_message(text, text[], text, text, text, text[], text[], jsonb, text, timestamptz) TO mailroom_app;
 
 COMMENT ON FUNCTION mailroom._enqueue_message(
-    text, text, text[], text, text, text, text[], text[], jsonb, text, timestamptz
+    text, text, text[], text, text, text, text[], text[], jsonb, text, timestamptz, bigint
 ) IS
-'Internal: validate and queue a message, idempotent on (p_scope, p_idempotency_key); NOTIFY mailroom_outbound (id).';
+'Internal: validate and queue a message, idempotent on (p_scope, p_idempotency_key); NOTIFY mailroom_outbound (id); '
+'p_token_id: a token email, its bodies rendered at claim.';
 
 COMMENT ON FUNCTION mailroom._check_recipients(text, text[]) IS
 'Internal: raise MR303 naming the position (never the value) of an invalid address.';

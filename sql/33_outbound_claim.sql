@@ -1,6 +1,8 @@
 -- claim_messages: one statement turns up to p_limit due rows into processing under a lease
 -- (FOR UPDATE SKIP LOCKED over the partial index outbound_messages_due_idx) and returns them
--- with their relay settings; the SMTP password is decrypted only when the caller passes the key.
+-- with their relay settings. The relay password comes back encrypted to the sender key (only the
+-- sender can decrypt it); a token email is rendered here, with a freshly minted link and code
+-- (sql/41: _claim_token_email), and exists in plaintext only in this result.
 
 -- Domain limits on (docs/limits.md, sql/39_outbound_domain_limits.sql): the due CTE becomes
 -- four. Rows of uncapped domains are taken in due order as before; a capped domain gets at
@@ -132,7 +134,7 @@ LANGUAGE plpgsql
 IMMUTABLE
 SET search_path = pg_catalog, pg_temp
 AS $fn$
--- $1 now, $2 limit, $3 worker, $4 lease, $5 key. Run with EXECUTE, so every call is
+-- $1 now, $2 limit, $3 worker, $4 lease. Run with EXECUTE, so every call is
 -- planned with the actual LIMIT and clock (a cached generic plan costs LIMIT $2 blind and
 -- can flip to a seq scan + sort on a big queue). _explain_claim shows the same text's plan.
 -- p_limited: the domain limits are on (docs/limits.md): the due CTE below is replaced by
@@ -172,7 +174,6 @@ claimed AS (
 ),
 /*counted*/
 relays AS MATERIALIZED (
-    -- one decryption per sender, not per message
     SELECT
         s.id,
         s.name,
@@ -181,8 +182,9 @@ relays AS MATERIALIZED (
         s.smtp_port,
         s.smtp_security,
         s.smtp_username,
-        mailroom._smtp_password(s.smtp_password_encrypted, $5, s.name) AS smtp_password,
-        s.smtp_password_encrypted IS NOT NULL AS smtp_password_set
+        s.smtp_password_sealed,
+        s.smtp_password_sealed IS NOT NULL OR s.smtp_password_encrypted IS NOT NULL AS smtp_password_set,
+        s.smtp_allow_cleartext
     FROM mailroom.senders AS s
     WHERE s.id IN (SELECT c.sender_id FROM claimed AS c)
 )
@@ -197,9 +199,10 @@ SELECT
     c.to_addrs,
     c.cc_addrs,
     c.bcc_addrs,
-    c.subject,
-    c.text_body,
-    c.html_body,
+    -- a token email (token_id): rendered for this attempt, with a fresh link
+    coalesce(t.subject, c.subject),
+    CASE WHEN c.token_id IS NULL THEN c.text_body ELSE t.text_body END,
+    CASE WHEN c.token_id IS NULL THEN c.html_body ELSE t.html_body END,
     c.headers,
     c.created_at,
     c.possibly_sent,
@@ -207,12 +210,15 @@ SELECT
     r.smtp_port,
     r.smtp_security,
     r.smtp_username,
-    r.smtp_password,
+    r.smtp_password_sealed,
     r.smtp_password_set,
+    r.smtp_allow_cleartext,
     -- the VERP envelope sender (sql/36_outbound_bounces.sql), NULL without a bounce domain
     mailroom._return_path(c.id, c.sender_id) AS return_path
 FROM claimed AS c
 INNER JOIN relays AS r ON c.sender_id = r.id
+-- STRICT: no call for an application's message (token_id NULL)
+LEFT JOIN LATERAL mailroom._claim_token_email(c.token_id) AS t ON TRUE
 ORDER BY c.id
 $q$;
 BEGIN
@@ -233,7 +239,6 @@ $fn$;
 CREATE OR REPLACE FUNCTION mailroom.claim_messages(
     p_limit integer,
     p_worker text,
-    p_key bytea DEFAULT null,
     p_lease interval DEFAULT null
 )
 RETURNS TABLE (
@@ -256,8 +261,9 @@ RETURNS TABLE (
     smtp_port integer,
     smtp_security text,
     smtp_username text,
-    smtp_password text,
+    smtp_password_sealed bytea,
     smtp_password_set boolean,
+    smtp_allow_cleartext boolean,
     return_path text
 )
 LANGUAGE plpgsql
@@ -290,8 +296,6 @@ BEGIN
             ERRCODE = 'MR322',
             MESSAGE = format('lease must be positive, got %s', v_lease);
     END IF;
-    PERFORM mailroom._check_outbound_key(p_key);
-
     -- The domain limits (docs/limits.md) cost nothing while no limit is set and no domain is
     -- backed off: then the claim is the plain statement.
     SELECT EXISTS (
@@ -311,11 +315,11 @@ BEGIN
     IF NOT v_limited AND p_limit <= 100 THEN
         -- the plain statement with a plan cached for the session (see _claim_cached below):
         -- planning is most of a small claim's cost
-        RETURN QUERY SELECT * FROM mailroom._claim_cached(v_now, p_limit, p_worker, v_lease, p_key);
+        RETURN QUERY SELECT * FROM mailroom._claim_cached(v_now, p_limit, p_worker, v_lease);
         RETURN;
     END IF;
     RETURN QUERY EXECUTE mailroom._claim_statement(v_limited)
-    USING v_now, p_limit, p_worker, v_lease, p_key;
+    USING v_now, p_limit, p_worker, v_lease;
 END;
 $$;
 
@@ -328,14 +332,14 @@ $$;
 -- lookups for the update. jit = off for the reason given at finalize_messages. Generated from
 -- _claim_statement() and claim_messages' result type on every migrate, so it cannot drift from
 -- them (dropped first: a changed result type cannot be replaced).
-DROP FUNCTION IF EXISTS mailroom._claim_cached(timestamptz, integer, text, interval, bytea);
+DROP FUNCTION IF EXISTS mailroom._claim_cached(timestamptz, integer, text, interval);
 
 DO $do$
 BEGIN
     EXECUTE format(
         $f$
 CREATE FUNCTION mailroom._claim_cached(
-    p_now timestamptz, p_limit integer, p_worker text, p_lease interval, p_key bytea
+    p_now timestamptz, p_limit integer, p_worker text, p_lease interval
 )
 RETURNS %s
 LANGUAGE plpgsql
@@ -349,7 +353,7 @@ SET enable_mergejoin = off
 SET search_path = pg_catalog, pg_temp
 AS %L
 $f$,
-        pg_catalog.pg_get_function_result('mailroom.claim_messages(integer,text,bytea,interval)'::regprocedure),
+        pg_catalog.pg_get_function_result('mailroom.claim_messages(integer,text,interval)'::regprocedure),
         E'#variable_conflict use_column\nBEGIN\n    RETURN QUERY '
         || mailroom._claim_statement(false)
         || E';\nEND;\n'
@@ -357,11 +361,75 @@ $f$,
 END;
 $do$;
 
-COMMENT ON FUNCTION mailroom._claim_cached(timestamptz, integer, text, interval, bytea) IS
+COMMENT ON FUNCTION mailroom._claim_cached(timestamptz, integer, text, interval) IS
 'Internal: the plain claim statement with a session-cached generic plan (generated from _claim_statement); claim_messages uses it up to LIMIT 100.';
 
+COMMENT ON FUNCTION mailroom.claim_messages(integer, text, interval) IS
+'Claim up to p_limit due queued messages (SKIP LOCKED) under a lease; returns them with relay settings (the password '
+'encrypted to the sender key) and token emails rendered with a freshly minted link.';
+
+GRANT EXECUTE ON FUNCTION mailroom.claim_messages(integer, text, interval) TO mailroom_sender;
+
+-- The keyed form of the previous release, for one release (no defaults, so a call without a key
+-- is the form above): a sender not restarted yet gets the password decrypted with its key while
+-- the previous release's ciphertext remains (until convert_sender_passwords), and never a login
+-- the relay would receive over cleartext unless allowed.
+CREATE OR REPLACE FUNCTION mailroom.claim_messages(
+    p_limit integer,
+    p_worker text,
+    p_key bytea,
+    p_lease interval
+)
+RETURNS TABLE (
+    id bigint,
+    claim_token bigint,
+    attempts integer,
+    message_id text,
+    sender_name text,
+    from_address text,
+    to_addrs text[],
+    cc_addrs text[],
+    bcc_addrs text[],
+    subject text,
+    text_body text,
+    html_body text,
+    headers jsonb,
+    created_at timestamptz,
+    possibly_sent boolean,
+    smtp_host text,
+    smtp_port integer,
+    smtp_security text,
+    smtp_username text,
+    smtp_password text,
+    smtp_password_set boolean,
+    return_path text
+)
+LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    PERFORM mailroom._check_outbound_key(p_key);
+    RETURN QUERY
+    SELECT
+        n.id, n.claim_token, n.attempts, n.message_id, n.sender_name, n.from_address, n.to_addrs, n.cc_addrs,
+        n.bcc_addrs, n.subject, n.text_body, n.html_body, n.headers, n.created_at, n.possibly_sent, n.smtp_host,
+        n.smtp_port, n.smtp_security,
+        CASE WHEN n.smtp_security <> 'none' OR n.smtp_allow_cleartext THEN n.smtp_username END,
+        CASE
+            WHEN n.smtp_security <> 'none' OR n.smtp_allow_cleartext
+                THEN mailroom._smtp_password(s.smtp_password_encrypted, p_key, s.name)
+        END,
+        n.smtp_password_set, n.return_path
+    FROM mailroom.claim_messages(p_limit, p_worker, p_lease) AS n
+    INNER JOIN mailroom.senders AS s ON n.sender_name = s.name
+    ORDER BY n.id;
+END;
+$$;
+
 COMMENT ON FUNCTION mailroom.claim_messages(integer, text, bytea, interval) IS
-'Claim up to p_limit due queued messages (SKIP LOCKED) under a lease; returns them with relay settings.';
+'Deprecated, removed in the next release: claim_messages(p_limit, p_worker, p_lease) with the password decrypted by the '
+'passed key (previous release''s ciphertext only).';
 
 GRANT EXECUTE ON FUNCTION mailroom.claim_messages(integer, text, bytea, interval) TO mailroom_sender;
 
@@ -376,7 +444,7 @@ AS $$
 BEGIN
     -- EXPLAIN without ANALYZE: plans the exact claim statement, changes nothing.
     RETURN QUERY EXECUTE 'EXPLAIN ' || mailroom._claim_statement(p_limited)
-    USING mailroom.clock(), p_limit, 'explain', interval '5 minutes', NULL::bytea;
+    USING mailroom.clock(), p_limit, 'explain', interval '5 minutes';
 END;
 $$;
 

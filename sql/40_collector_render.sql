@@ -71,3 +71,30 @@ COMMENT ON FUNCTION mailroom.render_token_email(text, text, text, text, text) IS
 'MR402 bad collector.link_base_url, MR403 bad signed value).';
 
 GRANT EXECUTE ON FUNCTION mailroom.render_token_email(text, text, text, text, text) TO mailroom_collector;
+
+CREATE OR REPLACE FUNCTION mailroom._token_email_subject(p_action text, p_email text, p_login text)
+RETURNS text
+LANGUAGE plpgsql
+STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_subject text;
+BEGIN
+    -- the subject a queued token email keeps at rest: no link and no code (claim_messages
+    -- renders the whole email, with a fresh link, at each delivery attempt)
+    SELECT t.subject INTO v_subject FROM mailroom.token_email_templates AS t WHERE t.action = p_action;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION USING
+            ERRCODE = 'MR401',
+            MESSAGE = format('no email template for token action %L', p_action),
+            HINT = 'rows of mailroom.token_email_templates: activation, password_recovery';
+    END IF;
+    v_subject := replace(replace(replace(replace(v_subject,
+        '{{login}}', coalesce(p_login, '')), '{{email}}', coalesce(p_email, '')), '{{link}}', ''), '{{code}}', '');
+    RETURN regexp_replace(v_subject, mailroom._header_breaking_chars() || '+', ' ', 'g');
+END;
+$$;
+
+COMMENT ON FUNCTION mailroom._token_email_subject(text, text, text) IS
+'Internal: the subject of a token email without its link and code (what a queued token email keeps at rest).';

@@ -1,6 +1,6 @@
 -- Collector --enqueue: dequeue tokens and enqueue their emails in the caller's transaction.
 
-CREATE OR REPLACE FUNCTION mailroom.enqueue_token_emails(p_limit integer, p_key bytea)
+CREATE OR REPLACE FUNCTION mailroom.enqueue_token_emails(p_limit integer)
 RETURNS integer
 LANGUAGE plpgsql
 VOLATILE
@@ -12,7 +12,6 @@ DECLARE
     v_count integer := 0;
     v_suppression bigint;
     r record;
-    m record;
 BEGIN
     IF p_limit IS NULL OR p_limit < 1 THEN
         RAISE EXCEPTION USING
@@ -26,8 +25,10 @@ BEGIN
             HINT = 'set it to the name of a sender created with mailroom.upsert_sender';
     END IF;
     FOR r IN
-        SELECT d.action::text AS action, d.email, d.login, d.signed, d.code, d.token_id
-        FROM mailroom.dequeue_tokens(p_limit, p_key) AS d
+        -- taken and marked dispatched, but nothing minted: no link or code exists before the
+        -- delivery attempt (claim_messages mints one at each attempt, _claim_token_email)
+        SELECT d.action::text AS action, d.email, d.login, d.token_id
+        FROM mailroom._dequeue_tokens(p_limit, NULL, false) AS d
         ORDER BY d.token_id
     LOOP
         -- a suppressed address (sql/38) gets no email: the token stays dequeued, the skip is
@@ -39,11 +40,12 @@ BEGIN
             ON CONFLICT (token_id) DO NOTHING;
             CONTINUE;
         END IF;
-        SELECT e.* INTO m FROM mailroom.render_token_email(r.action, r.email, r.login, r.signed, r.code) AS e;
         -- mailroom's own scope: an application message with the same key cannot suppress it
         PERFORM mailroom._enqueue_message(
-            'mailroom', v_sender, ARRAY[r.email], m.subject, m.text_body, m.html_body,
-            p_idempotency_key => 'token:' || r.token_id
+            'mailroom', v_sender, ARRAY[r.email], mailroom._token_email_subject(r.action, r.email, r.login),
+            NULL, NULL,
+            p_idempotency_key => 'token:' || r.token_id,
+            p_token_id => r.token_id
         );
         v_count := v_count + 1;
     END LOOP;
@@ -51,8 +53,46 @@ BEGIN
 END;
 $$;
 
+COMMENT ON FUNCTION mailroom.enqueue_token_emails(integer) IS
+'Dequeue up to p_limit tokens and enqueue one email each (idempotency key token:<id> in scope mailroom), in the caller''s '
+'transaction; the email is rendered, with a freshly minted link, at each delivery attempt (claim_messages), so no link rests '
+'in the queue; a suppressed address is skipped and recorded in suppressed_token_emails; returns how many were enqueued.';
+
+GRANT EXECUTE ON FUNCTION mailroom.enqueue_token_emails(integer) TO mailroom_collector;
+
+-- The keyed form of the previous release, for one release: the key is no longer used (nothing is
+-- signed at enqueue).
+CREATE OR REPLACE FUNCTION mailroom.enqueue_token_emails(p_limit integer, p_key bytea)
+RETURNS integer
+LANGUAGE sql
+VOLATILE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT mailroom.enqueue_token_emails(p_limit);
+$$;
+
 COMMENT ON FUNCTION mailroom.enqueue_token_emails(integer, bytea) IS
-'Dequeue up to p_limit tokens (signed with p_key) and enqueue one rendered email each (idempotency key '
-'token:<id> in scope mailroom), in the caller''s transaction; a suppressed address is skipped and recorded in suppressed_token_emails; returns how many were enqueued.';
+'Deprecated, removed in the next release: enqueue_token_emails(p_limit); the key is ignored.';
 
 GRANT EXECUTE ON FUNCTION mailroom.enqueue_token_emails(integer, bytea) TO mailroom_collector;
+
+-- A token email's delivery attempt (claim_messages): a fresh link and code (_mint_token), rendered
+-- from the template. Returned to the claiming sender only; never stored.
+CREATE OR REPLACE FUNCTION mailroom._claim_token_email(p_token_id bigint)
+RETURNS TABLE (subject text, text_body text, html_body text)
+LANGUAGE plpgsql
+VOLATILE
+STRICT
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    RETURN QUERY
+    SELECT e.subject, e.text_body, e.html_body
+    FROM mailroom._mint_token(p_token_id) AS t
+    CROSS JOIN LATERAL mailroom.render_token_email(t.action::text, t.email, t.login, t.signed, t.code) AS e;
+END;
+$$;
+
+COMMENT ON FUNCTION mailroom._claim_token_email(bigint) IS
+'Internal: subject and bodies of a token email for one delivery attempt, with a freshly minted link and code (no row: token purged).';

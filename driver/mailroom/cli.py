@@ -18,6 +18,7 @@ from mailroom.core.errors import UserError
 COMMANDS: dict[str, tuple[str, str, str | None]] = {
     "db": ("mailroom.db.cli", "db_app", None),
     "collect": ("mailroom.accounts.cli", "app", "collect"),
+    "keys": ("mailroom.accounts.cli", "keys_app", None),
     "inbox": ("mailroom.inboxes.cli", "inbox_app", None),
     "expire": ("mailroom.inboxes.cli", "app", "expire"),
     "send": ("mailroom.outbound.cli", "app", "send"),

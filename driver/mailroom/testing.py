@@ -101,7 +101,7 @@ def login_for(args: tuple[str, ...] | list[str]) -> str | None:
         return "mr_app"
     if command == "outbound":
         return "mr_monitor" if sub in ("status", "list") else "mr_admin"
-    if command == "suppress":
+    if command in ("suppress", "keys"):
         return "mr_admin"
     if command in ("maintain", "apikey", "catchall"):
         return "mr_admin"

@@ -20,7 +20,7 @@ import psycopg
 from mailroom import testing
 
 KEY_HEX = "cafebabe" * 8
-KEY = bytes.fromhex(KEY_HEX)
+KEY = bytes.fromhex(KEY_HEX)  # made the keyring's active key (use_known_key) so tests can check the HMAC
 APP_NAME = "mailroom-collect"
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -62,15 +62,38 @@ def verify_signed(record: Record, key: bytes = KEY) -> bytes:
     return secret
 
 
+def use_known_key(url: str) -> None:
+    """Make KEY the keyring's active signing key (as the owner would import one), so a test can check
+    the signed values independently. The collector itself is given no key."""
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("SELECT mailroom.import_signing_key(%s, true)", (KEY,))
+
+
+def wait_committed(conn: psycopg.Connection, logins: list[str], action: str | None = None, timeout: float = 10) -> None:
+    """Wait until the collector's batches with these logins' tokens committed: a line is written
+    before its batch commits, and its link works (its secret's digest is stored) from the commit on.
+    A connection killed between the write and the COMMIT makes the collector write that batch again
+    with new links, so a test that kills one waits for this first."""
+    deadline = time.monotonic() + timeout
+    while conn.execute(
+        "SELECT count(*) FROM mailroom.accounts AS a WHERE a.login = ANY(%s) AND NOT coalesce(("
+        " SELECT t.secret_digest IS NOT NULL FROM mailroom.tokens AS t"
+        " WHERE t.account = a.id AND t.action::text = coalesce(%s, t.action::text) ORDER BY t.id DESC LIMIT 1), false)",
+        (logins, action),
+    ).fetchone()[0]:
+        assert time.monotonic() < deadline, "the batch did not commit"
+        time.sleep(0.02)
+
+
 class Collector:
     """A running `python -m mailroom collect` with its stdout lines and stderr lines collected."""
 
     def __init__(self, url: str, *args: str, env: dict[str, str] | None = None, pump_stdout: bool = True) -> None:
+        use_known_key(url)
         merged = {k: v for k, v in os.environ.items() if not k.startswith("MAILROOM_")}
         merged.update(
             PYTHONUNBUFFERED="1",
             MAILROOM_DATABASE_URL=url,
-            MAILROOM_SECRET_KEY=KEY_HEX,
             MAILROOM_BATCH_LIMIT="10",
             MAILROOM_BATCH_TIMEOUT="200",
         )

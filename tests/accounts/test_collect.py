@@ -9,13 +9,13 @@ import time
 import psycopg
 import pytest
 from collector_support import (
-    KEY,
     Collector,
     assert_exactly_once,
     bulk_accounts_sql,
     create_accounts,
     parse_csv_line,
     verify_signed,
+    wait_committed,
 )
 
 
@@ -120,14 +120,16 @@ def test_password_recovery_is_action_2_signed_with_its_code(collectors, conn):
     c = running(collectors, mailroom_batch_limit="1", mailroom_batch_timeout="100")
     conn.execute("SELECT mailroom.create_account('rec@example.test', 'rec')")
     (activation,) = c.records(1)
-    account = conn.execute("SELECT account FROM mailroom.consume_token(%s, %s)", (activation.signed, KEY)).fetchone()[0]
+    wait_committed(conn, ["rec"], "activation")  # the line is written before its batch commits
+    account = conn.execute("SELECT account FROM mailroom.consume_token(%s)", (activation.signed,)).fetchone()[0]
     assert conn.execute("SELECT status::text FROM mailroom.accounts WHERE id = %s", (account,)).fetchone()[0] == "active"
     conn.execute("SELECT mailroom.request_password_recovery('rec@example.test')")
     (recovery,) = c.records(1)
+    wait_committed(conn, ["rec"], "password_recovery")
     assert recovery.action == "2" and recovery.login == "rec"
     verify_signed(recovery)  # HMAC over /recover ‖ secret ‖ code
-    assert conn.execute("SELECT account FROM mailroom.consume_token(%s, %s, %s)",
-                        (recovery.signed, KEY, recovery.code)).fetchone()[0] == account
+    assert conn.execute("SELECT account FROM mailroom.consume_token(%s, %s)",
+                        (recovery.signed, recovery.code)).fetchone()[0] == account
 
 
 def test_jsonl_output(collectors, conn):
@@ -178,9 +180,6 @@ def test_signal_exits_0_promptly(collectors, sig):
 
 
 BAD = [
-    ({"MAILROOM_SECRET_KEY": "xyz"}, "MAILROOM_SECRET_KEY must be 64 hex characters"),
-    ({"MAILROOM_SECRET_KEY": "g" * 64}, "MAILROOM_SECRET_KEY must be hexadecimal"),
-    ({"MAILROOM_SECRET_KEY": ""}, "MAILROOM_SECRET_KEY is not set"),
     ({"MAILROOM_BATCH_LIMIT": "0"}, "MAILROOM_BATCH_LIMIT must be between 1 and 100000, got 0"),
     ({"MAILROOM_BATCH_LIMIT": "ten"}, "MAILROOM_BATCH_LIMIT must be a whole number"),
     ({"MAILROOM_BATCH_TIMEOUT": "-5"}, "MAILROOM_BATCH_TIMEOUT must be a whole number"),
@@ -193,8 +192,7 @@ BAD = [
 
 @pytest.mark.parametrize(("env", "message"), BAD)
 def test_bad_configuration_is_one_line_exit_2(cli, env, message):
-    base = {"MAILROOM_SECRET_KEY": "ab" * 32}
-    proc = cli("collect", env={**base, **env}, timeout=30)
+    proc = cli("collect", env=env, timeout=30)
     assert proc.returncode == 2, proc.stderr
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("mailroom: error: "), proc.stderr
@@ -202,15 +200,25 @@ def test_bad_configuration_is_one_line_exit_2(cli, env, message):
     assert proc.stdout == ""
 
 
+def test_collect_needs_no_key_and_says_an_old_one_is_unused(collectors, conn):
+    """The keyring signs in the database: the collector runs with no key; a leftover
+    MAILROOM_SECRET_KEY is named as unused (import it once) and changes nothing."""
+    c = running(collectors, mailroom_batch_limit="1", mailroom_batch_timeout="50", mailroom_secret_key="0badf00d" * 8)
+    conn.execute("SELECT mailroom.create_account('nokey@example.test', 'nokey')")
+    (record,) = c.records(1)
+    verify_signed(record)  # the keyring's key, not the one in the environment
+    assert "MAILROOM_SECRET_KEY is set but no longer used" in c.stderr_text()
+    assert "0badf00d" not in c.stderr_text()
+
+
 def test_bad_output_format_exit_2(cli):
-    proc = cli("collect", "--output", "xml", env={"MAILROOM_SECRET_KEY": "ab" * 32}, timeout=30)
+    proc = cli("collect", "--output", "xml", timeout=30)
     assert proc.returncode == 2
     assert proc.stderr.strip() == "mailroom: error: --output must be one of csv, jsonl, got 'xml'"
 
 
 def test_unreachable_database_exit_1(cli, tmp_path):
-    proc = cli("collect", env={"MAILROOM_SECRET_KEY": "ab" * 32,
-                               "MAILROOM_DATABASE_URL": f"host={tmp_path} port=1 dbname=nope"}, timeout=30)
+    proc = cli("collect", env={"MAILROOM_DATABASE_URL": f"host={tmp_path} port=1 dbname=nope"}, timeout=30)
     assert proc.returncode == 1
     assert proc.stderr.strip().splitlines()[-1].startswith("mailroom: error: cannot connect to the database")
     assert "Traceback" not in proc.stderr
@@ -255,6 +263,7 @@ def test_terminate_backend_reconnects_nothing_lost(collectors, conn):
     c = running(collectors, mailroom_batch_limit="5", mailroom_batch_timeout="100")
     logins = create_accounts(conn, "pre", 5)
     records = c.records(5)
+    wait_committed(conn, logins)  # a kill between a batch's write and its COMMIT rewrites it with new links
     killed = conn.execute(
         "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE application_name = 'mailroom-collect'"
     ).fetchone()[0]
@@ -285,8 +294,11 @@ def test_enqueue_turns_tokens_into_outbound_messages(collectors, conn):
             " FROM mailroom.outbound_messages ORDER BY id").fetchall()
     assert len(rows) == 3, c.stderr_text()
     c.assert_quiet(0.3)  # nothing on stdout in enqueue mode
+    # queued without a body: the link is minted when the sender claims the email (issue 21.3)
+    assert [(text, html) for _to, _s, text, html, _i, _st in rows] == [(None, None)] * 3
+    claimed = conn.execute("SELECT text_body, html_body FROM mailroom.claim_messages(10, 'test') ORDER BY id").fetchall()
     records = []
-    for (to, subject, text, html, idem, status), login in zip(rows, logins, strict=True):
+    for (to, subject, _text, _html, idem, status), (text, html), login in zip(rows, claimed, logins, strict=True):
         assert to == [f"{login}@example.test"] and subject == "Activate your account" and status == "queued"
         assert text.startswith(f"Hello {login},") and idem.startswith("token:")
         signed = text.split("https://app.example.test/activate?token=", 1)[1].split("\n", 1)[0]
@@ -294,7 +306,7 @@ def test_enqueue_turns_tokens_into_outbound_messages(collectors, conn):
         records += parse_csv_line(f"1,{to[0]},{login},{signed},00000")
     assert_exactly_once(records, logins)
     # the tokens were dispatched in the same transaction: a stdout collector finds nothing left
-    assert conn.execute("SELECT count(*) FROM mailroom.dequeue_tokens(100, %s)", (KEY,)).fetchone()[0] == 0
+    assert conn.execute("SELECT count(*) FROM mailroom.dequeue_tokens(100)").fetchone()[0] == 0
 
 
 def test_enqueue_failure_rolls_back_the_dequeue(collectors, conn):
@@ -309,8 +321,10 @@ def test_enqueue_failure_rolls_back_the_dequeue(collectors, conn):
     assert_exactly_once(again.records(2), logins)
 
 
-def test_commit_lost_after_write_is_not_written_twice(collectors, conn):
-    """The connection dies between the write and the COMMIT: the batch comes back, once."""
+def test_commit_lost_after_write_is_written_again_with_working_links(collectors, conn):
+    """The connection dies between the write and the COMMIT: the dispatch and the digests of the
+    links just written roll back, so those links never work; the batch comes back with new links and
+    is written again. Each token ends with exactly one working link."""
     c = collectors(env={"MAILROOM_BATCH_LIMIT": "1000", "MAILROOM_BATCH_TIMEOUT": "50"}, pump_stdout=False)
     c.wait_stderr("waiting for notifications")
     conn.execute(bulk_accounts_sql("win", 1000))  # one ~130 kB line: the write blocks on the full pipe
@@ -322,12 +336,26 @@ def test_commit_lost_after_write_is_not_written_twice(collectors, conn):
     conn.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = 'mailroom-collect'")
     c.start_pump()  # the write completes, the COMMIT fails
     c.wait_stderr("connection lost while committing a written batch of 1000 tokens")
-    c.wait_stderr("1000 tokens written before a lost commit were confirmed, not written again")
-    records = c.records(1000)
-    logins = [f"win{i}" for i in range(1000)] + create_accounts(conn, "next", 2)
-    records += c.records(2)
+    c.wait_stderr("1000 tokens written before a lost commit came back: written again with new links")
+    dead, live = c.records(1000), c.records(1000)
+    assert_exactly_once(dead, [f"win{i}" for i in range(1000)])
+    assert_exactly_once(live, [f"win{i}" for i in range(1000)])
+    wait_committed(conn, [r.login for r in live[:20]])  # the lines come before their batch's COMMIT
+    for first, second in zip(dead[:20], live[:20], strict=True):
+        assert first.login == second.login and first.signed != second.signed
+        assert _sqlstate(conn, first.signed) == "MR112", "the line written before the lost commit never works"
+        assert _sqlstate(conn, second.signed) is None, "the one written again does"
+    logins = create_accounts(conn, "next", 2)
+    assert_exactly_once(c.records(2), logins)
     c.assert_quiet(0.3)
-    assert_exactly_once(records, logins)
+
+
+def _sqlstate(conn, signed: str) -> str | None:
+    try:
+        conn.execute("SELECT * FROM mailroom.consume_token(%s)", (signed,))
+    except psycopg.Error as exc:
+        return exc.sqlstate
+    return None
 
 
 def test_comma_in_login_keeps_the_csv_framing(collectors, conn):
@@ -353,7 +381,7 @@ def test_sigterm_mid_drain_finishes_the_batch_and_loses_nothing(collectors, conn
     emitted = [r for line in lines for r in parse_csv_line(line)]
     assert all(len(parse_csv_line(line)) == 10 for line in lines), "only whole batches were written"
     assert len(emitted) < 3000, "it stopped before the end of the backlog"
-    left = {login for (login,) in conn.execute("SELECT login FROM mailroom.dequeue_tokens(5000, %s)", (KEY,))}
+    left = {login for (login,) in conn.execute("SELECT login FROM mailroom.dequeue_tokens(5000)")}
     assert_exactly_once(emitted, [f"mid{i}" for i in range(3000) if f"mid{i}" not in left])
     assert len(emitted) + len(left) == 3000
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import psycopg
-from collector_support import Collector, assert_exactly_once, create_accounts
+from collector_support import Collector, assert_exactly_once, create_accounts, wait_committed
 
 from mailroom import testing
 from mailroom.db import cluster as embedded
@@ -22,6 +22,7 @@ def test_terminate_then_server_restart_zero_lost_zero_duplicates(private_cluster
         with psycopg.connect(url, autocommit=True) as conn:
             logins += create_accounts(conn, "a", 6)
             records = c.records(6)
+            wait_committed(conn, logins)  # a kill between a write and its COMMIT rewrites the batch
             conn.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
                          " WHERE application_name = 'mailroom-collect'")
             logins += create_accounts(conn, "b", 5)

@@ -7,7 +7,6 @@ import threading
 
 import psycopg
 import pytest
-from collector_support import KEY
 
 from mailroom.testing import as_login
 
@@ -24,7 +23,7 @@ def sqlstate_of(conn: psycopg.Connection, query: str, params: tuple = ()) -> str
 
 def _signed_activation(conn: psycopg.Connection, login: str) -> str:
     conn.execute("SELECT mailroom.create_account(%s, %s)", (f"{login}@example.test", login))
-    return conn.execute("SELECT signed FROM mailroom.dequeue_tokens(10, %s) WHERE login = %s", (KEY, login)).fetchone()[0]
+    return conn.execute("SELECT signed FROM mailroom.dequeue_tokens(10) WHERE login = %s", (login,)).fetchone()[0]
 
 
 def test_app_role_calls_its_api_and_reads_no_table(conn, db_url):
@@ -33,7 +32,9 @@ def test_app_role_calls_its_api_and_reads_no_table(conn, db_url):
         assert account > 0
         assert sqlstate_of(app, "SELECT secret, code FROM mailroom.tokens") == "42501"
         assert sqlstate_of(app, "UPDATE mailroom.accounts SET status = 'active'") == "42501"
-        assert sqlstate_of(app, "SELECT * FROM mailroom.dequeue_tokens(10, %s)", (KEY,)) == "42501"
+        assert sqlstate_of(app, "SELECT * FROM mailroom.dequeue_tokens(10)") == "42501"
+        assert sqlstate_of(app, "SELECT key FROM mailroom.signing_keys") == "42501"
+        assert sqlstate_of(app, "SELECT mailroom.export_signing_key()") == "42501"
         assert sqlstate_of(app, "SELECT mailroom.set_setting('tokens.ttl', '1 hour')") == "42501"
         assert sqlstate_of(app, "SELECT mailroom._hmac('a', 'b', 'sha256')") == "42501"
     assert conn.execute("SELECT status::text FROM mailroom.accounts").fetchone()[0] == "provisioned"
@@ -46,7 +47,7 @@ def test_only_a_timekeeper_login_can_move_the_clock(conn, db_url, login, outcome
     conn.execute("UPDATE mailroom.tokens SET expires_at = clock_timestamp() - interval '1 minute'")
     with psycopg.connect(as_login(db_url, login), autocommit=True) as app:
         app.execute("SET mailroom.clock = '2000-01-01 00:00:00Z'")
-        assert sqlstate_of(app, "SELECT * FROM mailroom.consume_token(%s, %s)", (signed, KEY)) == outcome
+        assert sqlstate_of(app, "SELECT * FROM mailroom.consume_token(%s)", (signed,)) == outcome
     consumed = conn.execute("SELECT consumed_at IS NOT NULL FROM mailroom.tokens").fetchone()[0]
     assert consumed == (outcome is None)
 
@@ -62,7 +63,7 @@ def test_consume_waits_for_a_concurrent_suspend_and_then_refuses(conn, db_url):
         result: dict[str, str | None] = {}
 
         def consume() -> None:
-            result["state"] = sqlstate_of(consumer, "SELECT * FROM mailroom.consume_token(%s, %s)", (signed, KEY))
+            result["state"] = sqlstate_of(consumer, "SELECT * FROM mailroom.consume_token(%s)", (signed,))
 
         t = threading.Thread(target=consume)
         t.start()

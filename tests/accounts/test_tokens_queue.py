@@ -26,9 +26,16 @@ def expected_mac(key: bytes, action: str, secret: bytes, code: str) -> bytes:
     return hmac.new(key, data, hashlib.sha256).digest()
 
 
-def dequeue(conn: psycopg.Connection, limit: int, key: bytes = KEY) -> list[tuple]:
+@pytest.fixture(autouse=True)
+def known_key(conn: psycopg.Connection) -> None:
+    """KEY becomes the keyring's active key (an import, as the owner does it), so the HMACs can be
+    checked here; no call below passes a key."""
+    conn.execute("SELECT mailroom.import_signing_key(%s, true)", (KEY,))
+
+
+def dequeue(conn: psycopg.Connection, limit: int) -> list[tuple]:
     return conn.execute(
-        "SELECT action::text, email, login, signed, code, token_id FROM mailroom.dequeue_tokens(%s, %s)", (limit, key)
+        "SELECT action::text, email, login, signed, code, token_id FROM mailroom.dequeue_tokens(%s)", (limit,)
     ).fetchall()
 
 
@@ -152,7 +159,7 @@ def test_signed_values_verify_with_python_hmac(conn: psycopg.Connection) -> None
 def test_fixed_vector_matches_python(conn: psycopg.Connection) -> None:
     secret = bytes(range(32))
     for action, code in (("activation", None), ("password_recovery", "01234")):
-        signed = conn.execute("SELECT mailroom.sign_token(%s, %s, %s, %s)", (action, secret, code, KEY)).fetchone()[0]
+        signed = conn.execute("SELECT mailroom.sign_token(%s, %s, %s)", (action, secret, code)).fetchone()[0]
         expected = base64.urlsafe_b64encode(secret + expected_mac(KEY, action, secret, code or "")).rstrip(b"=")
         assert signed == expected.decode()
 
@@ -200,27 +207,27 @@ def test_wrong_codes_count_in_autocommit_and_in_a_committed_transaction(conn: ps
     """A wrong code is a result row, not an error, so its count commits with the caller (no dblink)."""
     signed, code, token_id = _recovery_token(conn)
     wrong = f"{(int(code) + 1) % 100000:05d}"
-    consume = "SELECT account, outcome, attempts_left FROM mailroom.consume_token(%s, %s, %s)"
+    consume = "SELECT account, outcome, attempts_left FROM mailroom.consume_token(%s, %s)"
     # four wrong codes, each in its own (autocommit) transaction
     for left in (4, 3, 2, 1):
-        assert conn.execute(consume, (signed, KEY, wrong)).fetchone() == (None, "wrong_code", left)
+        assert conn.execute(consume, (signed, wrong)).fetchone() == (None, "wrong_code", left)
     # a fifth inside an explicit transaction that commits
     with psycopg.connect(db_url) as other:
-        assert other.execute(consume, (signed, KEY, wrong)).fetchone() == (None, "wrong_code", 0)
+        assert other.execute(consume, (signed, wrong)).fetchone() == (None, "wrong_code", 0)
         other.commit()
     attempts = conn.execute("SELECT code_attempts FROM mailroom.tokens WHERE id = %s", (token_id,)).fetchone()[0]
     assert attempts == 5
     # burned: even the right code is now refused
-    assert sqlstate_of(conn, consume, (signed, KEY, code)) == "MR116"
+    assert sqlstate_of(conn, consume, (signed, code)) == "MR116"
     assert conn.execute("SELECT consumed_at FROM mailroom.tokens WHERE id = %s", (token_id,)).fetchone()[0] is None
 
 
 def test_right_code_after_some_wrong_ones(conn: psycopg.Connection) -> None:
     signed, code, _ = _recovery_token(conn)
     wrong = f"{(int(code) + 7) % 100000:05d}"
-    assert conn.execute("SELECT outcome FROM mailroom.consume_token(%s, %s, %s)",
-                        (signed, KEY, wrong)).fetchone()[0] == "wrong_code"
-    account = conn.execute("SELECT account FROM mailroom.consume_token(%s, %s, %s)", (signed, KEY, code)).fetchone()[0]
+    assert conn.execute("SELECT outcome FROM mailroom.consume_token(%s, %s)",
+                        (signed, wrong)).fetchone()[0] == "wrong_code"
+    account = conn.execute("SELECT account FROM mailroom.consume_token(%s, %s)", (signed, code)).fetchone()[0]
     assert account == conn.execute("SELECT id FROM mailroom.accounts").fetchone()[0]
 
 
@@ -228,11 +235,11 @@ def test_two_concurrent_consumes_only_one_succeeds(db_url: str, conn: psycopg.Co
     conn.execute("SELECT mailroom.create_account('race@example.com', 'race')")
     signed = dequeue(conn, 10)[0][3]
     with psycopg.connect(db_url) as a, psycopg.connect(db_url) as b:
-        assert a.execute("SELECT account FROM mailroom.consume_token(%s, %s)", (signed, KEY)).fetchone()[0]
+        assert a.execute("SELECT account FROM mailroom.consume_token(%s)", (signed,)).fetchone()[0]
         result: dict[str, str | None] = {}
 
         def second() -> None:
-            result["b"] = sqlstate_of(b, "SELECT mailroom.consume_token(%s, %s)", (signed, KEY))
+            result["b"] = sqlstate_of(b, "SELECT mailroom.consume_token(%s)", (signed,))
 
         t = threading.Thread(target=second)
         t.start()
@@ -245,13 +252,22 @@ def test_two_concurrent_consumes_only_one_succeeds(db_url: str, conn: psycopg.Co
 
 def test_key_rotation_and_errors_from_python(conn: psycopg.Connection) -> None:
     conn.execute("SELECT mailroom.create_account('rot@example.com', 'rot')")
-    signed = dequeue(conn, 10, key=OLD_KEY)[0][3]
-    verify = "SELECT valid, action::text, key_index FROM mailroom.verify_token(%s, %s, NULL, %s)"
-    assert conn.execute(verify, (signed, KEY, [OLD_KEY])).fetchone() == (True, "activation", 2)
-    assert sqlstate_of(conn, "SELECT mailroom.consume_token(%s, %s)", (signed, KEY)) == "MR111"
-    assert sqlstate_of(conn, "SELECT mailroom.consume_token(%s, %s)", ("x" * 86, KEY)) == "MR110"
+    conn.execute("SELECT mailroom.create_account('rot2@example.com', 'rot2')")
+    signed, signed2 = (r[3] for r in dequeue(conn, 10))
+    old_id = conn.execute("SELECT id FROM mailroom.signing_keys WHERE state = 'active'").fetchone()[0]
+    new_id = conn.execute("SELECT mailroom.rotate_signing_key()").fetchone()[0]
+    verify = "SELECT valid, action::text, key_id FROM mailroom.verify_token(%s)"
+    assert conn.execute(verify, (signed,)).fetchone() == (True, "activation", old_id)
+    assert conn.execute("SELECT account FROM mailroom.consume_token(%s)", (signed,)).fetchone()[0]
+    conn.execute("SELECT mailroom.retire_signing_key(%s)", (old_id,))
+    assert sqlstate_of(conn, "SELECT mailroom.consume_token(%s)", (signed2,)) == "MR111"
+    assert sqlstate_of(conn, "SELECT mailroom.consume_token(%s)", ("x" * 86,)) == "MR110"
+    # the previous release's call, with its key: still accepted for one release
+    conn.execute("SELECT mailroom.create_account('rot3@example.com', 'rot3')")
+    (row,) = dequeue(conn, 10)
+    assert conn.execute(verify, (row[3],)).fetchone() == (True, "activation", new_id)
     assert conn.execute("SELECT account FROM mailroom.consume_token(%s, %s, NULL, %s)",
-                        (signed, KEY, [OLD_KEY])).fetchone()[0]
+                        (row[3], OLD_KEY, [OLD_KEY])).fetchone()[0]
 
 
 def test_concurrent_duplicate_email_is_a_clean_error(db_url: str) -> None:

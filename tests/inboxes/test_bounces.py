@@ -30,7 +30,6 @@ from mailroom.inboxes.bounce import parse_bounce
 
 BOUNCE_DOMAIN = "bounces.mailroom.test"
 RETURN_PATH = re.compile(r"^bounce\+(\d+)-([0-9a-f]{16})@" + re.escape(BOUNCE_DOMAIN) + "$")
-KEY_ENV = {"MAILROOM_ENCRYPTION_KEY": "ab" * 32}
 SEND_FLAGS = ("--poll-interval", "0.2s", "--smtp-timeout", "5s", "--shutdown-grace", "1s")
 
 
@@ -67,7 +66,7 @@ def _send_and_get_return_path(conn, cli, relay, to: list[str]) -> tuple[int, str
     mid = conn.execute(
         "SELECT mailroom.enqueue_message('main', %s, 'Welcome', 'hello')", (to,)
     ).fetchone()[0]
-    result = cli("send", "--until-idle", *SEND_FLAGS, env=KEY_ENV, timeout=60)
+    result = cli("send", "--until-idle", *SEND_FLAGS, timeout=60)
     assert result.returncode == 0, result.stderr
     assert len(relay.envelopes) == 1
     mail_from, rcpts = relay.envelopes[0]

@@ -16,7 +16,7 @@ def test_outbound_sender_delivers_into_an_inbox(server, conn, make_mailbox, cli_
         "SELECT mailroom.enqueue_message('demo', ARRAY[%s], 'Activate your account', 'Click the link')",
         (box.address,),
     ).fetchone()[0]
-    sender = cli_popen("send", "--poll-interval", "0.2s", env={"MAILROOM_ENCRYPTION_KEY": "ab" * 32})
+    sender = cli_popen("send", "--poll-interval", "0.2s")
     deadline = time.monotonic() + 20
     rows: list = []
     while time.monotonic() < deadline and not rows:

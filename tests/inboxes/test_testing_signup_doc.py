@@ -10,7 +10,6 @@ import subprocess
 from pathlib import Path
 
 DOC = (Path(__file__).resolve().parents[2] / "docs" / "testing-signup.md").read_text()
-KEY_HEX = "5e" * 32
 
 
 def test_the_documented_signup_test_passes(server, conn, db_url, cli_popen, tmp_path):
@@ -20,15 +19,14 @@ def test_the_documented_signup_test_passes(server, conn, db_url, cli_popen, tmp_
                  (server.port,))
     conn.execute("SELECT mailroom.set_setting('collector.link_base_url', 'https://app.example.test')")
     logs = []
-    for args, env in ((("collect", "--enqueue"), {"MAILROOM_SECRET_KEY": KEY_HEX, "MAILROOM_BATCH_TIMEOUT": "100"}),
-                      (("send", "--poll-interval", "0.2s"), {"MAILROOM_ENCRYPTION_KEY": "ab" * 32})):
+    for args, env in ((("collect", "--enqueue"), {"MAILROOM_BATCH_TIMEOUT": "100"}),
+                      (("send", "--poll-interval", "0.2s"), {})):
         log_path = tmp_path / f"{args[0]}.log"
         with open(log_path, "w") as log_file:
             cli_popen(*args, env=env, stdout=subprocess.DEVNULL, stderr=log_file)
         logs.append(log_path)
 
     psql_env = {k: v for k, v in os.environ.items() if not k.startswith("MAILROOM_")}
-    psql_env["MAILROOM_SECRET_KEY"] = KEY_HEX
     proc = subprocess.run(["psql", "-X", "-q", db_url], input=block, capture_output=True, text=True,
                           timeout=90, env=psql_env)
     workers = "\n".join(p.read_text() for p in logs)

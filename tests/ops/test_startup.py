@@ -28,7 +28,7 @@ HEAVY = ("rich", "typer.rich_utils", "aiosmtpd", "aiosmtplib", "prometheus_clien
 def test_started_collector_imports_only_its_area(db_url, tmp_path):
     out = tmp_path / "modules.json"
     env = {k: v for k, v in os.environ.items() if not k.startswith("MAILROOM_")}
-    env.update(MAILROOM_DATABASE_URL=db_url, MAILROOM_SECRET_KEY="ab" * 32, PYTHONUNBUFFERED="1")
+    env.update(MAILROOM_DATABASE_URL=db_url, PYTHONUNBUFFERED="1")
     proc = subprocess.Popen([sys.executable, "-c", PROBE, str(out)], env=env,
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 20

@@ -6,15 +6,17 @@ from __future__ import annotations
 import asyncio
 import re
 import socket
+import tempfile
 import threading
 import time
 from dataclasses import dataclass, field
 from email import message_from_bytes, policy
+from pathlib import Path
 
 import psycopg
 from aiosmtpd.controller import Controller
 
-KEY_HEX = "0123456789abcdef" * 4
+KEY_HEX = "0123456789abcdef" * 4  # the previous release's MAILROOM_ENCRYPTION_KEY (convert-passwords tests)
 KEY = bytes.fromhex(KEY_HEX)
 _MESSAGE_ID = re.compile(rb"^Message-ID: (<[^>]+>)", re.MULTILINE | re.IGNORECASE)
 SEND_FLAGS = ("--poll-interval", "0.2s", "--smtp-timeout", "2s", "--shutdown-grace", "1s")
@@ -109,17 +111,44 @@ class SmtpServer:
             pass
 
 
+_SENDER_KEY: dict[str, object] = {}
+
+
+def sender_key() -> tuple[bytes, Path]:
+    """One sender keypair for the test process (RSA 2048: quicker to make than the 3072 default):
+    its public half, and the file holding its private half (MAILROOM_SENDER_KEY_FILE)."""
+    if not _SENDER_KEY:
+        from mailroom.outbound.sealing import generate_keypair
+
+        public, secret = generate_keypair(2048)
+        path = Path(tempfile.mkdtemp(prefix="mailroom-sender-key-")) / "sender.key"
+        path.write_text(secret)
+        path.chmod(0o600)
+        _SENDER_KEY.update(public=public, path=path)
+    return _SENDER_KEY["public"], _SENDER_KEY["path"]  # type: ignore[return-value]
+
+
+def sender_key_env() -> dict[str, str]:
+    """The environment of a `mailroom send` that may open relay passwords."""
+    return {"MAILROOM_SENDER_KEY_FILE": str(sender_key()[1])}
+
+
 def add_sender(conn: psycopg.Connection, port: int, name: str = "main", **kw) -> int:
+    """upsert_sender as an admin runs it from psql; a password is encrypted to the test sender key
+    (set first); a login over security none is the loopback opt-in."""
+    if kw.get("password") is not None:
+        conn.execute("SELECT mailroom.set_sender_public_key(%s)", (sender_key()[0],))
+    security = kw.get("security", "none")
     return conn.execute(
-        "SELECT mailroom.upsert_sender(%s, %s, '127.0.0.1', %s, %s, %s, %s, %s)",
+        "SELECT mailroom.upsert_sender(%s, %s, '127.0.0.1', %s, %s, %s, %s, p_allow_cleartext => %s)",
         (
             name,
             kw.get("from_address", "noreply@mailroom.test"),
             port,
-            kw.get("security", "none"),
+            security,
             kw.get("username"),
             kw.get("password"),
-            kw.get("key"),
+            kw.get("allow_cleartext", security == "none" and kw.get("username") is not None),
         ),
     ).fetchone()[0]
 

@@ -126,17 +126,17 @@ def test_unreachable_relay_is_transient(conn, cli):
 
 def test_relay_login_failure_is_not_the_messages_fault(conn, cli, smtp_server):
     from aiosmtpd.smtp import AuthResult
-    from outbound_support import KEY, KEY_HEX
+    from outbound_support import sender_key_env
 
     def reject(server, session, envelope, mechanism, auth_data):
         return AuthResult(success=False, handled=False)
 
     server = smtp_server(authenticator=reject, auth_require_tls=False)
-    add_sender(conn, server.port, username="u", password="wrong", key=KEY)
+    add_sender(conn, server.port, username="u", password="wrong")
     ids = enqueue(conn, 3)
     # one slot, so the three messages are one batch (concurrent slots' SKIP LOCKED claims may split them)
     result = cli("send", "--until-idle", "--concurrency", "1", *SEND_FLAGS, env={
-        "MAILROOM_ENCRYPTION_KEY": KEY_HEX, "PGOPTIONS": f"-c mailroom.clock={T0.isoformat()}"}, timeout=30)
+        **sender_key_env(), "PGOPTIONS": f"-c mailroom.clock={T0.isoformat()}"}, timeout=30)
     assert result.returncode == 0, result.stderr
     for mid in ids:
         r = row(conn, mid)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from outbound_support import KEY_HEX, add_sender, enqueue, row
+from outbound_support import KEY, KEY_HEX, add_sender, enqueue, row, sender_key, sender_key_env
 
 
 def fail(conn, mid: int, reply: str = "550 5.1.1 <bob@example.com> unknown") -> None:
@@ -80,7 +80,7 @@ def test_purge_sent_before(conn, cli):
 def test_reap_command(conn, cli):
     add_sender(conn, 2525)
     (mid,) = enqueue(conn, 1)
-    conn.execute("SELECT * FROM mailroom.claim_messages(10, 'dead-worker', NULL, '1 second')")
+    conn.execute("SELECT * FROM mailroom.claim_messages(10, 'dead-worker', '1 second')")
     conn.execute("SELECT pg_sleep(0)")
     result = cli("outbound", "reap", env={"PGOPTIONS": "-c mailroom.clock=2099-01-01Z"})
     assert result.returncode == 0 and result.stdout.strip() == "reaped 1 message(s)"
@@ -90,17 +90,59 @@ def test_reap_command(conn, cli):
 
 
 def test_sender_command(conn, cli):
+    from mailroom.outbound.sealing import Unsealer
+
+    no_key = cli(
+        "outbound", "sender", "relay2", "--from", "robot@mailroom.test", "--host", "relay.example.net", "--port", "587",
+        "--security", "starttls", "--username", "u", env={"MAILROOM_SMTP_PASSWORD": "pw"},
+    )
+    assert no_key.returncode == 2 and "outbound sender-key init" in no_key.stderr
+    conn.execute("SELECT mailroom.set_sender_public_key(%s)", (sender_key()[0],))
     result = cli(
-        "outbound", "sender", "relay1", "--from", "robot@mailroom.test", "--host", "127.0.0.1", "--port", "2525",
-        "--username", "u", env={"MAILROOM_SMTP_PASSWORD": "pw", "MAILROOM_ENCRYPTION_KEY": KEY_HEX},
+        "outbound", "sender", "relay1", "--from", "robot@mailroom.test", "--host", "relay.example.net", "--port", "587",
+        "--security", "starttls", "--username", "u", env={"MAILROOM_SMTP_PASSWORD": "pw-7d1f"},
     )
     assert result.returncode == 0, result.stderr
-    enc = conn.execute("SELECT smtp_password_encrypted FROM mailroom.senders WHERE name = 'relay1'").fetchone()[0]
-    assert enc is not None and b"pw" not in bytes(enc)
-    no_key = cli(
-        "outbound", "sender", "relay2", "--from", "robot@mailroom.test", "--host", "127.0.0.1", "--port", "2525",
-        "--username", "u", env={"MAILROOM_SMTP_PASSWORD": "pw"},
-    )
-    assert no_key.returncode == 2 and "MAILROOM_ENCRYPTION_KEY" in no_key.stderr
-    bad = cli("outbound", "sender", "relay3", "--from", "not-an-address", "--host", "127.0.0.1", "--port", "25")
+    sealed = conn.execute("SELECT smtp_password_sealed FROM mailroom.senders WHERE name = 'relay1'").fetchone()[0]
+    assert sealed is not None and b"pw-7d1f" not in bytes(sealed)
+    assert Unsealer([sender_key()[1].read_bytes()]).open(sealed) == "pw-7d1f"
+    # a login over security none: refused (issue 21.8) unless opted in, for a relay on this machine only
+    clear = cli("outbound", "sender", "relay3", "--from", "robot@mailroom.test", "--host", "relay.example.net",
+                "--port", "25", "--username", "u", env={"MAILROOM_SMTP_PASSWORD": "pw"})
+    assert clear.returncode == 2 and "MR319" in clear.stderr and "pw" not in clear.stderr.split("(SQLSTATE")[0][-5:]
+    elsewhere = cli("outbound", "sender", "relay3", "--from", "robot@mailroom.test", "--host", "relay.example.net",
+                    "--port", "25", "--username", "u", "--allow-cleartext-login")
+    assert elsewhere.returncode == 2 and "only to a relay on this machine" in elsewhere.stderr
+    local = cli("outbound", "sender", "relay3", "--from", "robot@mailroom.test", "--host", "127.0.0.1",
+                "--port", "2525", "--username", "u", "--allow-cleartext-login", env={"MAILROOM_SMTP_PASSWORD": "pw"})
+    assert local.returncode == 0, local.stderr
+    bad = cli("outbound", "sender", "relay4", "--from", "not-an-address", "--host", "127.0.0.1", "--port", "25")
     assert bad.returncode == 2 and "MR303" in bad.stderr and "not-an-address" not in bad.stderr
+
+
+def test_sender_key_init_writes_the_private_half_only_locally(conn, cli, tmp_path):
+    out = tmp_path / "sender.key"
+    result = cli("outbound", "sender-key", "init", "--out", str(out), "--bits", "2048", timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert out.stat().st_mode & 0o777 == 0o600 and "PRIVATE KEY" in out.read_text()
+    public, key_id = conn.execute("SELECT public_key, key_id FROM mailroom.sender_public_key()").fetchone()
+    assert b"PRIVATE" not in bytes(public) and key_id
+    again = cli("outbound", "sender-key", "init", "--out", str(out), "--bits", "2048", timeout=60)
+    assert again.returncode == 1 and "never overwritten" in again.stderr
+
+
+def test_convert_passwords_once_from_the_previous_release(conn, cli, smtp_server):
+    """The one-time step: MAILROOM_ENCRYPTION_KEY re-encrypts the old ciphertexts to the sender key."""
+    add_sender(conn, 2525, username="u", password="placeholder", security="starttls")
+    conn.execute("UPDATE mailroom.senders SET smtp_password_sealed = NULL, smtp_password_encrypted ="
+                 " pgp_sym_encrypt('old-pw', %s, 'cipher-algo=aes256, s2k-mode=1')", (KEY.hex(),))
+    result = cli("outbound", "convert-passwords", env={"MAILROOM_ENCRYPTION_KEY": KEY_HEX})
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith("1 relay password(s) now sealed")
+    enc, sealed = conn.execute("SELECT smtp_password_encrypted, smtp_password_sealed FROM mailroom.senders").fetchone()
+    from mailroom.outbound.sealing import Unsealer
+
+    assert enc is None and Unsealer([sender_key()[1].read_bytes()]).open(sealed) == "old-pw"
+    wrong = cli("outbound", "convert-passwords", env={"MAILROOM_ENCRYPTION_KEY": "ff" * 32})
+    assert wrong.returncode == 0 and wrong.stdout.startswith("0 relay")  # nothing left to convert
+    assert sender_key_env()

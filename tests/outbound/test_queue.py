@@ -6,7 +6,7 @@ import time
 
 import psycopg
 import pytest
-from outbound_support import KEY, add_sender, enqueue, row
+from outbound_support import KEY, add_sender, enqueue, row, sender_key
 
 
 def claim(conn: psycopg.Connection, n: int, worker: str, key: bytes | None = None) -> list[int]:
@@ -50,40 +50,42 @@ def test_select_for_update_skip_locked(db_url, conn):
 
 
 def test_claim_sets_lease_and_returns_relay(conn):
-    add_sender(conn, 2525, username="relayuser", password="s3cret pass", key=KEY, security="starttls")
+    from mailroom.outbound.sealing import Unsealer
+
+    add_sender(conn, 2525, username="relayuser", password="s3cret pass", security="starttls")
     (mid,) = enqueue(conn, 1, to=["a@example.com"], cc=["c@example.com"], bcc=["b@example.com"])
     conn.execute("SELECT mailroom.pin_clock('2030-01-01 00:00Z', false)")
     cur = conn.cursor(row_factory=psycopg.rows.dict_row)
-    claimed = cur.execute("SELECT * FROM mailroom.claim_messages(10, 'w1', %s, '90 seconds')", (KEY,)).fetchall()
+    claimed = cur.execute("SELECT * FROM mailroom.claim_messages(10, 'w1', '90 seconds')").fetchall()
     assert len(claimed) == 1
     r = claimed[0]
     assert (r["id"], r["smtp_host"], r["smtp_port"], r["smtp_security"]) == (mid, "127.0.0.1", 2525, "starttls")
-    assert (r["smtp_username"], r["smtp_password"], r["smtp_password_set"]) == ("relayuser", "s3cret pass", True)
+    assert (r["smtp_username"], r["smtp_password_set"], r["smtp_allow_cleartext"]) == ("relayuser", True, False)
+    # the password comes back sealed: only the private half of the sender key opens it
+    assert b"s3cret" not in bytes(r["smtp_password_sealed"])
+    assert Unsealer([sender_key()[1].read_bytes()]).open(r["smtp_password_sealed"]) == "s3cret pass"
     assert r["bcc_addrs"] == ["b@example.com"]
     stored = row(conn, mid)
     assert stored["status"] == "processing" and stored["claimed_by"] == "w1"
     assert str(stored["lease_expires_at"] - stored["claimed_at"]) == "0:01:30"
-    # the password is stored encrypted, never in clear
-    enc = conn.execute("SELECT smtp_password_encrypted FROM mailroom.senders").fetchone()[0]
+    # the password is stored sealed, never in clear
+    enc = conn.execute("SELECT smtp_password_sealed FROM mailroom.senders").fetchone()[0]
     assert b"s3cret" not in bytes(enc)
 
 
-def test_claim_without_key_returns_no_password(conn):
-    add_sender(conn, 2525, username="u", password="pw", key=KEY)
-    enqueue(conn, 1)
-    cur = conn.cursor(row_factory=psycopg.rows.dict_row)
-    r = cur.execute("SELECT * FROM mailroom.claim_messages(10, 'w1')").fetchone()
-    assert r["smtp_password"] is None and r["smtp_password_set"] is True
-
-
-def test_claim_with_wrong_key_fails_and_claims_nothing(conn):
-    add_sender(conn, 2525, username="u", password="pw", key=KEY)
+def test_deprecated_keyed_claim_with_wrong_key_fails_and_claims_nothing(conn):
+    """The previous release's claim (one release): its key opens only the previous release's ciphertext."""
+    add_sender(conn, 2525, username="u", password="pw", security="starttls")
+    conn.execute("UPDATE mailroom.senders SET smtp_password_sealed = NULL, smtp_password_encrypted ="
+                 " pgp_sym_encrypt('pw', %s, 'cipher-algo=aes256, s2k-mode=1')", (KEY.hex(),))
     (mid,) = enqueue(conn, 1)
     with pytest.raises(psycopg.Error) as err:
-        conn.execute("SELECT * FROM mailroom.claim_messages(10, 'w1', %s)", (bytes(32),))
+        conn.execute("SELECT * FROM mailroom.claim_messages(10, 'w1', %s, NULL)", (bytes(32),))
     assert err.value.sqlstate == "MR315"
     assert "pw" not in str(err.value)
     assert row(conn, mid)["status"] == "queued"
+    r = conn.execute("SELECT smtp_password FROM mailroom.claim_messages(10, 'w1', %s, NULL)", (KEY,)).fetchone()
+    assert r[0] == "pw"
 
 
 def test_enqueue_notifies_ids_only(db_url, conn):

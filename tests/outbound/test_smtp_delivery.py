@@ -110,45 +110,50 @@ def test_send_with_login_over_starttls(conn, cli, smtp_server, tmp_path):
         return AuthResult(success=auth_data.login == b"relayuser" and auth_data.password == b"pa55 word", handled=False)
 
     server = smtp_server(tls_context=context, require_starttls=True, authenticator=authenticator, auth_require_tls=True)
-    from outbound_support import KEY, KEY_HEX
+    from outbound_support import sender_key_env
 
-    add_sender(conn, server.port, security="starttls", username="relayuser", password="pa55 word", key=KEY)
+    add_sender(conn, server.port, security="starttls", username="relayuser", password="pa55 word")
     (mid,) = enqueue(conn, 1)
-    send(cli, "--tls-ca-file", str(cert), env={"MAILROOM_ENCRYPTION_KEY": KEY_HEX})
+    send(cli, "--tls-ca-file", str(cert), env=sender_key_env())
     assert logins == [(b"relayuser", b"pa55 word")]
     assert len(server.handler.received) == 1 and row(conn, mid)["status"] == "sent"
 
 
 def test_send_without_key_for_password_relay_is_a_config_error(conn, cli, smtp_server):
     server = smtp_server()
-    from outbound_support import KEY
-
-    add_sender(conn, server.port, username="u", password="p", key=KEY)
+    add_sender(conn, server.port, username="u", password="p")
     (mid,) = enqueue(conn, 1)
     result = cli("send", "--until-idle", *SEND_FLAGS, timeout=30)
     assert result.returncode == 2
     assert result.stderr.strip().splitlines()[-1] == (
-        "mailroom: error: sender main needs MAILROOM_ENCRYPTION_KEY to log in to its relay"
+        "mailroom: error: sender main logs in to its relay: set MAILROOM_SENDER_KEY_FILE (the sender key)"
     )
     assert row(conn, mid)["status"] == "queued" and row(conn, mid)["attempts"] == 0  # released, not lost
 
 
-def test_send_with_wrong_key_is_a_config_error(conn, cli, smtp_server):
+def test_send_with_the_wrong_sender_key_is_a_config_error(conn, cli, smtp_server, tmp_path):
     server = smtp_server()
-    from outbound_support import KEY
+    from mailroom.outbound.sealing import generate_keypair
 
-    add_sender(conn, server.port, username="u", password="p", key=KEY)
-    enqueue(conn, 1)
-    result = cli("send", "--until-idle", *SEND_FLAGS, env={"MAILROOM_ENCRYPTION_KEY": "ff" * 32}, timeout=30)
+    add_sender(conn, server.port, username="u", password="p")
+    (mid,) = enqueue(conn, 1)
+    other = tmp_path / "other.key"
+    other.write_text(generate_keypair(2048)[1])
+    result = cli("send", "--until-idle", *SEND_FLAGS, env={"MAILROOM_SENDER_KEY_FILE": str(other)}, timeout=30)
     assert result.returncode == 2
-    assert "MR315" in result.stderr and "Traceback" not in result.stderr
+    assert result.stderr.strip().splitlines()[-1] == (
+        "mailroom: error: MAILROOM_SENDER_KEY_FILE cannot open the relay password of sender main: "
+        "it was sealed for another sender key"
+    )
+    assert "Traceback" not in result.stderr
+    assert row(conn, mid)["status"] == "queued" and row(conn, mid)["attempts"] == 0  # released, not lost
 
 
 def test_send_rejects_bad_key_and_flags(cli):
-    result = cli("send", env={"MAILROOM_ENCRYPTION_KEY": "xyz"})
+    result = cli("send", env={"MAILROOM_SENDER_KEY_FILE": "/nonexistent/sender.key"})
     assert result.returncode == 2
     assert result.stderr.strip() == (
-        "mailroom: error: MAILROOM_ENCRYPTION_KEY must be 64 hex characters (32 bytes), got 3 characters"
+        "mailroom: error: MAILROOM_SENDER_KEY_FILE: cannot read /nonexistent/sender.key: No such file or directory"
     )
     result = cli("send", "--reap-after", "soon")
     assert result.returncode == 2 and result.stderr.count("\n") == 1
@@ -178,3 +183,31 @@ def test_notify_wakes_an_idle_sender(conn, cli_popen, smtp_server):
     finally:
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=10) == 0
+
+
+def test_sender_refuses_to_log_in_over_cleartext_unless_allowed(conn, cli, smtp_server):
+    """Issue 21.8: a relay with security none and a login that was not opted in (a row from before the
+    rule) gets no AUTH: the attempt fails as a connection problem and the password never leaves."""
+    from aiosmtpd.smtp import AuthResult
+    from outbound_support import sender_key_env
+
+    logins: list = []
+
+    def authenticator(server, session, envelope, mechanism, auth_data):
+        logins.append(auth_data.login)
+        return AuthResult(success=True, handled=False)
+
+    server = smtp_server(authenticator=authenticator, auth_require_tls=False)
+    add_sender(conn, server.port, username="u", password="pw", allow_cleartext=True)
+    conn.execute("UPDATE mailroom.senders SET smtp_allow_cleartext = false")  # as the previous release left it
+    (mid,) = enqueue(conn, 1)
+    result = cli("send", "--until-idle", *SEND_FLAGS, env=sender_key_env(), timeout=30)
+    assert result.returncode == 0, result.stderr
+    r = row(conn, mid)
+    assert (r["status"], r["last_outcome"]) == ("queued", "connect")
+    assert "refused to log in over cleartext" in r["error_log"]
+    assert logins == [] and server.handler.sessions == 0
+    conn.execute("UPDATE mailroom.senders SET smtp_allow_cleartext = true")  # the loopback opt-in
+    conn.execute("UPDATE mailroom.outbound_messages SET next_retry_at = NULL")
+    assert cli("send", "--until-idle", *SEND_FLAGS, env=sender_key_env(), timeout=30).returncode == 0
+    assert logins == [b"u"] and row(conn, mid)["status"] == "sent"

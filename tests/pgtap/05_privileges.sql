@@ -56,7 +56,9 @@ SELECT 'mailroom_admin', unnest(ARRAY[
     'set_domain_limit', 'delete_domain_limit', 'list_domain_limits', 'domain_status', 'clear_domain_backoff',
     'create_api_key', 'list_api_keys', 'revoke_api_key', 'set_catchall_domain', 'remove_catchall_domain',
     'list_catchall_domains',
-    'list_migrations', 'schema_version'
+    'list_migrations', 'schema_version',
+    'rotate_signing_key', 'retire_signing_key', 'export_signing_key', 'import_signing_key', 'list_signing_keys',
+    'set_sender_public_key', 'sender_public_key', 'convert_sender_passwords'
 ])
 UNION ALL
 SELECT 'mailroom_timekeeper', unnest(ARRAY['pin_clock', 'unpin_clock']);
@@ -81,7 +83,10 @@ SELECT unnest(ARRAY[
     '_announce_tokens', 'trg_after_tokens_inserted', 'trg_after_accounts_inserted', '_token_eligible',
     '_dequeue_tokens_sql', 'dequeue_tokens', '_ct_equal', '_mac_key_index', '_signing_keys', '_split_signed',
     'verify_token', '_raise_token_state', 'consume_token', 'request_password_recovery', '_recovery_allowed',
-    '_issue_requested_recoveries', 'purge_tokens'
+    '_issue_requested_recoveries', 'purge_tokens',
+    '_pgp_pub_encrypt', '_pgp_key_id', '_dequeue_tokens', '_mint_token', '_signed_value', '_verify_token', '_consume_token',
+    '_active_signing_key', '_verifying_keys', '_lock_keyring', 'rotate_signing_key', 'retire_signing_key',
+    'export_signing_key', 'import_signing_key', 'list_signing_keys'
 ]);
 
 -- every function and procedure in the schema, with its area
@@ -120,8 +125,9 @@ SELECT is(
 SELECT is(
     (SELECT coalesce(string_agg(f.sig, ', ' ORDER BY f.sig), '') FROM fns AS f INNER JOIN pg_proc AS p ON f.oid = p.oid
      WHERE f.accounts
-         AND p.prosrc ~ '(?<![._a-z])(gen_random_bytes|digest|hmac|pgp_sym_encrypt|pgp_sym_decrypt)\('
-         AND f.fn NOT IN ('_random_bytes', '_digest', '_hmac', '_hmac_many', '_pgp_sym_encrypt', '_pgp_sym_decrypt')),
+         AND p.prosrc ~ '(?<![._a-z])(gen_random_bytes|digest|hmac|pgp_sym_encrypt|pgp_sym_decrypt|pgp_pub_encrypt|pgp_key_id)\('
+         AND f.fn NOT IN ('_random_bytes', '_digest', '_hmac', '_hmac_many', '_pgp_sym_encrypt', '_pgp_sym_decrypt',
+             '_pgp_pub_encrypt', '_pgp_key_id')),
     '', 'pgcrypto is called only through the mailroom._* wrappers'
 );
 SELECT is(
@@ -249,7 +255,7 @@ SELECT throws_ok($$SELECT mailroom.set_setting('tokens.ttl', '1 hour')$$, '42501
     '(g) mailroom_app cannot change a setting');
 RESET ROLE;
 SELECT ok(
-    NOT has_function_privilege('mailroom_app', 'mailroom.dequeue_tokens(integer, bytea)', 'EXECUTE')
+    NOT has_function_privilege('mailroom_app', 'mailroom.dequeue_tokens(integer)', 'EXECUTE')
     AND NOT has_function_privilege('mailroom_app', 'mailroom.set_setting(text, text)', 'EXECUTE')
     AND NOT has_function_privilege('mailroom_app', 'mailroom.pin_clock(timestamptz, boolean)', 'EXECUTE')
     AND NOT (to_regproc('mailroom.claim_messages') IS NOT NULL

@@ -77,7 +77,7 @@ SELECT is((SELECT due FROM h1 WHERE queue = 'tokens'), 1::bigint, 'tokens: the a
 SELECT is((SELECT oldest_due_age_seconds FROM h1 WHERE queue = 'tokens'), 90::float8, 'tokens: pending for 90 s');
 SELECT is((SELECT due FROM h1 WHERE queue = 'inbox_expiry'), 0::bigint, 'inbox_expiry: nothing due before expires_at');
 
-SELECT is((SELECT count(*)::integer FROM mailroom.claim_messages(1, 'qh-w', NULL, '60 seconds')), 1, 'one claimed, lease 60 s');
+SELECT is((SELECT count(*)::integer FROM mailroom.claim_messages(1, 'qh-w', '60 seconds')), 1, 'one claimed, lease 60 s');
 SELECT is((SELECT count(*)::integer FROM mailroom.dequeue_tokens(10, decode(repeat('ab', 32), 'hex'))), 1, 'the token dispatched');
 SET LOCAL mailroom.clock = '2030-01-01 00:11:00+00';
 CREATE TEMP TABLE h2 ON COMMIT DROP AS SELECT * FROM mailroom.queue_health();

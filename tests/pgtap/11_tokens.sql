@@ -1,6 +1,6 @@
--- Tokens: codes, signed values, revocation, dequeue eligibility, expiry, secrets at rest.
+-- Tokens: codes, signed values (the keyring's active key), minting at dispatch, revocation, dequeue eligibility, expiry, no plaintext at rest.
 BEGIN;
-SELECT plan(51);
+SELECT plan(62);
 
 SET LOCAL mailroom.clock = '2030-01-01 00:00:00+00';
 CREATE TEMP TABLE k (key bytea);
@@ -17,16 +17,17 @@ SELECT ok(
 );
 SELECT unalike(pg_get_functiondef('mailroom._random_code'::regproc), '%random()%', 'codes do not use random()');
 
--- signature vectors: expected values computed independently (Python hmac/base64)
+-- signature vectors: expected values computed independently (Python hmac/base64), under a key
+-- imported into the keyring as its active key
+SELECT isnt(mailroom.import_signing_key((SELECT key FROM k), true), NULL, 'a known key imported as the active key');
 SELECT is(
-    mailroom.sign_token('activation', '\x000102030405060708090a0b0c0d0e0f101112131415161718191a1b1c1d1e1f', NULL,
-        (SELECT key FROM k)),
+    mailroom.sign_token('activation', '\x000102030405060708090a0b0c0d0e0f101112131415161718191a1b1c1d1e1f', NULL),
     'AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh_Ri3Yy9eHzSYzQ27mlxgmLvANFsuUMXQadIzL8Ldn_vg',
     'activation vector: b64url(secret || HMAC(key, "/activate" || secret))'
 );
 SELECT is(
     mailroom.sign_token('password_recovery', '\x000102030405060708090a0b0c0d0e0f101112131415161718191a1b1c1d1e1f',
-        '01234', (SELECT key FROM k)),
+        '01234'),
     'AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh9i5OlN1SlaXoECDwHhTfKVusWAe9V0mmmeiRqSVmnb5A',
     'recovery vector: b64url(secret || HMAC(key, "/recover" || secret || code))'
 );
@@ -37,47 +38,103 @@ SELECT is(
         (SELECT key FROM k), 'sha256'),
     'the signed value decodes to secret || mac'
 );
-SELECT throws_ok($$ SELECT mailroom.sign_token('activation', gen_random_bytes(32), NULL, '\x00') $$,
-    'MR120', 'signing key missing or shorter than 32 bytes', 'short key refused');
-SELECT throws_ok($$ SELECT mailroom.sign_token('activation', gen_random_bytes(31), NULL, (SELECT key FROM k)) $$,
+SELECT is(
+    mailroom._signed_value('password_recovery', '\x000102030405060708090a0b0c0d0e0f101112131415161718191a1b1c1d1e1f',
+        '01234', (SELECT key FROM k)),
+    (mailroom._signed_values(ARRAY['password_recovery'::mailroom.token_action],
+        ARRAY['\x000102030405060708090a0b0c0d0e0f101112131415161718191a1b1c1d1e1f'::bytea], ARRAY['01234'], (SELECT key FROM k)))[1],
+    'the one-token form (claim) and the batch form (dequeue) sign alike'
+);
+SELECT throws_ok($$ SELECT mailroom.sign_token('activation', gen_random_bytes(31), NULL) $$,
     '22023', 'secret must be 32 bytes', 'sign_token: secret of the wrong length');
-SELECT throws_ok($$ SELECT mailroom.sign_token('password_recovery', gen_random_bytes(32), '123', (SELECT key FROM k)) $$,
+SELECT throws_ok($$ SELECT mailroom.sign_token('password_recovery', gen_random_bytes(32), '123') $$,
     '22023', 'a recovery code must be 5 digits', 'sign_token: recovery code not 5 digits');
-SELECT throws_ok($$ SELECT mailroom.sign_token(NULL, gen_random_bytes(32), NULL, (SELECT key FROM k)) $$,
+SELECT throws_ok($$ SELECT mailroom.sign_token(NULL, gen_random_bytes(32), NULL) $$,
     '22004', 'sign_token: the action must not be NULL', 'sign_token: a NULL action is an error, not a NULL value');
-SELECT throws_ok($$ SELECT mailroom.sign_token('activation', NULL, NULL, (SELECT key FROM k)) $$,
+SELECT throws_ok($$ SELECT mailroom.sign_token('activation', NULL, NULL) $$,
     '22004', 'sign_token: the secret must not be NULL', 'sign_token: a NULL secret is an error');
-SELECT throws_ok($$ SELECT mailroom.sign_token('activation', gen_random_bytes(32), NULL, NULL) $$,
-    'MR120', 'signing key missing or shorter than 32 bytes', 'sign_token: a NULL key is an error');
+SELECT is(
+    (SELECT pronargs FROM pg_proc WHERE oid = 'mailroom.sign_token'::regproc)::int, 3,
+    'sign_token takes no key (one form: action, secret, code)'
+);
 
--- a token with a known secret and code, dequeued and signed in SQL
+-- a token has no secret, no code and no digest until it is dispatched; the dequeue mints them,
+-- signs them with the active key and keeps only their digests
 SELECT mailroom.create_account('vec@example.com', 'vec');
 UPDATE mailroom.accounts SET status = 'active' WHERE login = 'vec';
 INSERT INTO mailroom.tokens (account, action, secret, code)
 SELECT id, 'password_recovery', '\x000102030405060708090a0b0c0d0e0f101112131415161718191a1b1c1d1e1f', '01234'
 FROM mailroom.accounts WHERE login = 'vec';
-CREATE TEMP TABLE d1 AS SELECT * FROM mailroom.dequeue_tokens(10, (SELECT key FROM k));
 SELECT results_eq(
-    $$ SELECT action::text, email, login, signed, code FROM d1 $$,
-    $$ VALUES ('password_recovery', 'vec@example.com', 'vec',
-        'AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh9i5OlN1SlaXoECDwHhTfKVusWAe9V0mmmeiRqSVmnb5A', '01234') $$,
-    'dequeue_tokens returns action, email, login, the signed value and the code'
+    $$ SELECT t.secret, t.code, t.secret_digest, t.code_digest FROM mailroom.tokens AS t
+       JOIN mailroom.accounts AS a ON a.id = t.account WHERE a.login = 'vec' AND t.action = 'password_recovery' $$,
+    $$ VALUES (NULL::bytea, NULL::text, NULL::bytea, NULL::bytea) $$,
+    'a pending token holds no secret, code or digest (a secret passed to the insert is dropped)'
 );
+CREATE TEMP TABLE d1 AS SELECT * FROM mailroom.dequeue_tokens(10);
+CREATE TEMP TABLE d1_secret AS SELECT substr(mailroom._b64url_decode(signed), 1, 32) AS secret FROM d1;
+SELECT results_eq(
+    $$ SELECT action::text, email, login, length(signed), code ~ '^[0-9]{5}$' FROM d1 $$,
+    $$ VALUES ('password_recovery', 'vec@example.com', 'vec', 86, true) $$,
+    'dequeue_tokens returns action, email, login, the signed value and a 5-digit code'
+);
+SELECT is(
+    (SELECT signed FROM d1),
+    mailroom.sign_token('password_recovery', (SELECT secret FROM d1_secret), (SELECT code FROM d1)),
+    'the signed value is secret || HMAC(active key, "/recover" || secret || code), the layout of the C collector'
+);
+SELECT isnt((SELECT secret FROM d1_secret), '\x000102030405060708090a0b0c0d0e0f101112131415161718191a1b1c1d1e1f'::bytea,
+    'the secret is minted at dispatch, not taken from the insert');
 SELECT results_eq(
     $$ SELECT secret, code, dispatched_at FROM mailroom.tokens WHERE id = (SELECT token_id FROM d1) $$,
     $$ VALUES (NULL::bytea, NULL::text, '2030-01-01 00:00:00+00'::timestamptz) $$,
-    'after dispatch only digests remain (secret and code wiped)'
+    'after dispatch the row holds no secret and no code'
 );
-SELECT is(
-    (SELECT secret_digest FROM mailroom.tokens WHERE id = (SELECT token_id FROM d1)),
-    digest('\x000102030405060708090a0b0c0d0e0f101112131415161718191a1b1c1d1e1f'::bytea, 'sha256'),
-    'secret_digest = sha256(secret)'
+SELECT results_eq(
+    $$ SELECT secret_digest, code_digest FROM mailroom.tokens WHERE id = (SELECT token_id FROM d1) $$,
+    $$ SELECT digest(s.secret, 'sha256'), digest(s.secret || convert_to((SELECT code FROM d1), 'UTF8'), 'sha256')
+       FROM d1_secret AS s $$,
+    'only secret_digest = sha256(secret) and code_digest = sha256(secret || code) are kept'
 );
 UPDATE mailroom.tokens SET secret = gen_random_bytes(32), code = '12345' WHERE id = (SELECT token_id FROM d1);
 SELECT is((SELECT secret FROM mailroom.tokens WHERE id = (SELECT token_id FROM d1)), NULL,
     'a plaintext secret written back into a dispatched token is wiped');
-SELECT is((SELECT count(*)::int FROM mailroom.dequeue_tokens(10, (SELECT key FROM k))), 0,
+SELECT throws_ok(
+    $$ UPDATE mailroom.tokens AS t SET secret = gen_random_bytes(32)
+       FROM mailroom.accounts AS a WHERE a.id = t.account AND a.login = 'vec' AND t.action = 'activation' $$,
+    '23514', NULL, 'a plaintext secret cannot be written into a pending token either (CHECK tokens_no_plaintext)');
+SELECT is((SELECT count(*)::int FROM mailroom.dequeue_tokens(10)), 0,
     'a dispatched token is not returned again');
+
+-- a token email's delivery attempt mints again: the digest changes, the earlier link stops matching
+CREATE TEMP TABLE m1 AS SELECT * FROM mailroom._mint_token((SELECT token_id FROM d1));
+SELECT isnt((SELECT signed FROM m1), (SELECT signed FROM d1), '_mint_token: a new link for the same token');
+SELECT is(
+    (SELECT secret_digest FROM mailroom.tokens WHERE id = (SELECT token_id FROM d1)),
+    digest(substr(mailroom._b64url_decode((SELECT signed FROM m1)), 1, 32), 'sha256'),
+    '_mint_token: only the new secret''s digest is kept'
+);
+SET LOCAL mailroom.clock = '2030-01-01 01:00:00+00';
+SELECT is(
+    (SELECT expires_at FROM mailroom.tokens WHERE id = (SELECT token_id FROM d1)),
+    '2030-01-01 00:15:00+00'::timestamptz, 'the token has expired by now'
+);
+SELECT is((SELECT count(*)::int FROM mailroom._mint_token((SELECT token_id FROM d1))), 1, '_mint_token: a later attempt');
+SELECT is(
+    (SELECT expires_at FROM mailroom.tokens WHERE id = (SELECT token_id FROM d1)),
+    '2030-01-01 01:15:00+00'::timestamptz, '_mint_token: an open token gets a fresh lifetime (tokens.ttl from now)'
+);
+SET LOCAL mailroom.clock = '2030-01-01 00:00:00+00';
+SELECT is((SELECT count(*)::int FROM mailroom._mint_token(-1)), 0, '_mint_token: no row for a token that is gone');
+
+-- the keyed form of the previous release, kept one release, signs with the key it is given
+SELECT mailroom.create_account('legacy@example.com', 'legacy');
+SELECT is(
+    (SELECT substr(mailroom._b64url_decode(signed), 33, 32)
+        = hmac('/activate'::bytea || substr(mailroom._b64url_decode(signed), 1, 32), decode(repeat('ab', 32), 'hex'), 'sha256')
+     FROM mailroom.dequeue_tokens(10, decode(repeat('ab', 32), 'hex'))),
+    true, 'dequeue_tokens(limit, key) (deprecated) signs with the passed key'
+);
 
 -- revocation on reissue
 SELECT mailroom.create_account('rev@example.com', 'rev');
@@ -92,7 +149,7 @@ SELECT is(
     (SELECT count(*)::int FROM mailroom.tokens AS t JOIN mailroom.accounts AS a ON a.id = t.account
      WHERE a.login = 'rev' AND t.revoked_at IS NULL), 1, 'exactly one open activation token after reissue');
 SELECT is(
-    (SELECT array_agg(token_id) FROM mailroom.dequeue_tokens(10, (SELECT key FROM k))),
+    (SELECT array_agg(token_id) FROM mailroom.dequeue_tokens(10)),
     (SELECT array_agg(t.id) FROM mailroom.tokens AS t JOIN mailroom.accounts AS a ON a.id = t.account
      WHERE a.login = 'rev' AND t.revoked_at IS NULL),
     'only the new token is dequeued'
@@ -114,8 +171,8 @@ SELECT ok(
     '_token_eligible is false (not NULL) for a missing status or action'
 );
 SELECT ok(
-    mailroom._dequeue_tokens_sql() ~ '_token_eligible\(t\.action, a\.status\)'
-    AND pg_get_functiondef('mailroom.consume_token'::regproc) ~ '_token_eligible\(',
+    mailroom._dequeue_tokens_sql(true) ~ '_token_eligible\(t\.action, a\.status\)'
+    AND pg_get_functiondef('mailroom._consume_token'::regproc) ~ '_token_eligible\(',
     'dequeue_tokens and consume_token both decide eligibility through _token_eligible'
 );
 
@@ -133,28 +190,28 @@ SELECT mailroom.create_account('p4@example.com', 'p4');
 UPDATE mailroom.tokens SET consumed_at = mailroom.clock()
 WHERE account = (SELECT id FROM mailroom.accounts WHERE login = 'p4');  -- consumed: no
 SELECT results_eq(
-    $$ SELECT login, action::text FROM mailroom.dequeue_tokens(100, (SELECT key FROM k)) ORDER BY token_id $$,
+    $$ SELECT login, action::text FROM mailroom.dequeue_tokens(100) ORDER BY token_id $$,
     $$ VALUES ('p1', 'activation'), ('p3', 'password_recovery') $$,
     'only eligible tokens are dequeued, in id order'
 );
 -- the suspended account's token comes back when the account is unsuspended (and reverts to provisioned)
 SELECT mailroom.unsuspend_account((SELECT id FROM mailroom.accounts WHERE login = 'p2'));
 SELECT results_eq(
-    $$ SELECT login FROM mailroom.dequeue_tokens(100, (SELECT key FROM k)) $$,
+    $$ SELECT login FROM mailroom.dequeue_tokens(100) $$,
     $$ VALUES ('p2') $$,
     'the pending activation token of an unsuspended never-activated account becomes eligible'
 );
 
 -- limit and ordering
 INSERT INTO mailroom.accounts (email, login) SELECT 'bulk' || g || '@example.com', 'bulk' || g FROM generate_series(1, 25) AS g;
-SELECT is((SELECT count(*)::int FROM mailroom.dequeue_tokens(10, (SELECT key FROM k))), 10, 'limit 10 returns 10');
+SELECT is((SELECT count(*)::int FROM mailroom.dequeue_tokens(10)), 10, 'limit 10 returns 10');
 SELECT results_eq(
-    $$ SELECT login FROM mailroom.dequeue_tokens(10, (SELECT key FROM k)) $$,
+    $$ SELECT login FROM mailroom.dequeue_tokens(10) $$,
     $$ SELECT 'bulk' || g FROM generate_series(11, 20) AS g $$,
     'the next call returns the next 10 in id order'
 );
-SELECT is((SELECT count(*)::int FROM mailroom.dequeue_tokens(1000, (SELECT key FROM k))), 5, 'then the last 5');
-SELECT is((SELECT count(*)::int FROM mailroom.dequeue_tokens(1000, (SELECT key FROM k))), 0, 'then nothing');
+SELECT is((SELECT count(*)::int FROM mailroom.dequeue_tokens(1000)), 5, 'then the last 5');
+SELECT is((SELECT count(*)::int FROM mailroom.dequeue_tokens(1000)), 0, 'then nothing');
 
 -- expiry with the pinned clock
 SELECT mailroom.create_account('exp1@example.com', 'exp1');
@@ -162,7 +219,7 @@ SET LOCAL mailroom.clock = '2030-01-01 00:00:01+00';
 SELECT mailroom.create_account('exp2@example.com', 'exp2');
 SET LOCAL mailroom.clock = '2030-01-01 00:15:00+00';
 SELECT results_eq(
-    $$ SELECT login FROM mailroom.dequeue_tokens(10, (SELECT key FROM k)) $$,
+    $$ SELECT login FROM mailroom.dequeue_tokens(10) $$,
     $$ VALUES ('exp2') $$,
     'at its expiry instant a token is not dequeued; one a second younger is'
 );
@@ -187,16 +244,14 @@ SELECT throws_ok($$ SELECT * FROM mailroom.dequeue_tokens(0, (SELECT key FROM k)
     '22023', 'dequeue_tokens: limit must be a positive integer, got 0', 'limit 0 refused');
 SELECT throws_ok($$ SELECT * FROM mailroom.dequeue_tokens(NULL, (SELECT key FROM k)) $$,
     '22023', 'dequeue_tokens: limit must be a positive integer, got NULL', 'NULL limit refused');
-SELECT throws_ok($$ SELECT * FROM mailroom.dequeue_tokens(10, NULL) $$,
-    'MR120', 'signing key missing or shorter than 32 bytes', 'NULL key refused');
-SELECT throws_ok($$ SELECT * FROM mailroom.dequeue_tokens(10, '\x0102') $$,
-    'MR120', 'signing key missing or shorter than 32 bytes', 'short key refused');
-SELECT throws_ok(
-    $$ INSERT INTO mailroom.tokens (account, action, code) SELECT id, 'activation', '1234#' FROM mailroom.accounts LIMIT 1 $$,
-    '23514', NULL, 'a code must be 5 digits');
-SELECT throws_ok(
-    $$ INSERT INTO mailroom.tokens (account, action, secret) SELECT id, 'activation', '\x01' FROM mailroom.accounts LIMIT 1 $$,
-    '23514', NULL, 'a secret must be 32 bytes');
+SELECT throws_ok($$ SELECT * FROM mailroom.dequeue_tokens(10, NULL::bytea) $$,
+    'MR120', 'signing key missing or shorter than 32 bytes', 'the deprecated keyed form: NULL key refused');
+SELECT throws_ok($$ SELECT * FROM mailroom.dequeue_tokens(10, '\x0102'::bytea) $$,
+    'MR120', 'signing key missing or shorter than 32 bytes', 'the deprecated keyed form: short key refused');
+DELETE FROM mailroom.signing_keys WHERE state = 'active';
+SELECT throws_ok($$ SELECT * FROM mailroom.dequeue_tokens(10) $$,
+    'MR120', 'the keyring has no active signing key', 'no active key: the dequeue refuses (nothing is taken)');
+SELECT mailroom.rotate_signing_key();
 
 -- the due-query is served by the partial index on pending tokens
 SELECT is(
@@ -229,7 +284,7 @@ DECLARE
     r text;
     v_plan text := '';
 BEGIN
-    EXECUTE 'PREPARE dq(integer, bytea, timestamptz) AS ' || mailroom._dequeue_tokens_sql();
+    EXECUTE 'PREPARE dq(integer, bytea, timestamptz) AS ' || mailroom._dequeue_tokens_sql(true);
     FOR r IN EXECUTE format('EXPLAIN EXECUTE dq(%s, %L, %L)', p_limit, (SELECT key FROM k), mailroom.clock()) LOOP
         v_plan := v_plan || r || E'\n';
     END LOOP;
@@ -237,24 +292,24 @@ BEGIN
     RETURN v_plan;
 END;
 $$;
-SELECT matches(split_part(pg_temp.dequeue_plan(10), 'CTE marked', 1), 'Index Scan using tokens_(p[0-9]{8}t[0-9]{4}|default)_pending_idx on tokens',
+SELECT matches(split_part(pg_temp.dequeue_plan(10), 'CTE closed', 1), 'Index Scan using tokens_(p[0-9]{8}t[0-9]{4}|default)_pending_idx on tokens',
     'dequeue at limit 10 scans the partial index');
-SELECT matches(split_part(pg_temp.dequeue_plan(1000), 'CTE marked', 1), 'Index Scan using tokens_(p[0-9]{8}t[0-9]{4}|default)_pending_idx on tokens',
+SELECT matches(split_part(pg_temp.dequeue_plan(1000), 'CTE closed', 1), 'Index Scan using tokens_(p[0-9]{8}t[0-9]{4}|default)_pending_idx on tokens',
     'dequeue at limit 1000 scans the partial index');
 SELECT is(pg_temp.nonempty_seq_scans(pg_temp.dequeue_plan(1000)), NULL, 'and never a sequential scan of tokens');
-SELECT matches(split_part(pg_temp.dequeue_plan(100), 'CTE closed', 2), 'Index Scan using tokens_(p[0-9]{8}t[0-9]{4}|default)_pending_expiry_idx on tokens',
+SELECT matches(split_part(split_part(pg_temp.dequeue_plan(100), 'CTE closed', 2), 'CTE minted', 1), 'Index Scan using tokens_(p[0-9]{8}t[0-9]{4}|default)_pending_expiry_idx on tokens',
     'expired pending tokens are found through tokens_pending_expiry_idx');
 
 -- each pending index can serve only its own query, whatever the estimates
 SET CONSTRAINTS ALL IMMEDIATE;  -- fire the deferred FK checks before touching indexes
 DROP INDEX mailroom.tokens_pending_idx;
-SELECT doesnt_match(split_part(pg_temp.dequeue_plan(100), 'CTE marked', 1), '_pending_expiry_idx',
+SELECT doesnt_match(split_part(pg_temp.dequeue_plan(100), 'CTE closed', 1), '_pending_expiry_idx',
     'the expiry index cannot serve the due-query (its predicate is not implied)');
 DROP INDEX mailroom.tokens_pending_expiry_idx;
 CREATE INDEX tokens_pending_idx ON mailroom.tokens (id)
 WHERE dispatched_at IS NULL AND consumed_at IS NULL AND revoked_at IS NULL AND expires_at > '-infinity';
 SELECT mailroom._name_partition_indexes('tokens');  -- its partitions' copies: tokens_<partition>_pending_idx
-SELECT doesnt_match(split_part(pg_temp.dequeue_plan(100), 'CTE closed', 2), '_pending_idx',
+SELECT doesnt_match(split_part(split_part(pg_temp.dequeue_plan(100), 'CTE closed', 2), 'CTE minted', 1), '_pending_idx',
     'the due-query index cannot serve the expiry sweep');
 
 -- NOTIFY trigger is per statement

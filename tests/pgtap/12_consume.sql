@@ -1,138 +1,188 @@
--- verify_token and consume_token: every success and every error path.
+-- verify_token and consume_token: every success and every error path, against the keyring (no key passed).
 BEGIN;
-SELECT plan(65);
+SELECT plan(72);
 
 SET LOCAL mailroom.clock = '2030-01-01 00:00:00+00';
-CREATE TEMP TABLE k (key bytea, old bytea);
-INSERT INTO k VALUES (decode(repeat('ab', 32), 'hex'), decode(repeat('cd', 32), 'hex'));
+-- old: a key the keyring does not hold (an attacker's, or a previous release's)
+CREATE TEMP TABLE k (old bytea, active_id integer);
+INSERT INTO k VALUES (decode(repeat('cd', 32), 'hex'), (SELECT id FROM mailroom.signing_keys WHERE state = 'active'));
+-- a known secret and code for a dispatched token (what a dispatch mints), and its signed value
+CREATE FUNCTION pg_temp.give_token(p_login text, p_action mailroom.token_action, p_secret bytea, p_code text)
+RETURNS text LANGUAGE sql AS $$
+    UPDATE mailroom.tokens AS t
+    SET secret_digest = digest(p_secret, 'sha256'),
+        code_digest = digest(p_secret || convert_to(p_code, 'UTF8'), 'sha256'),
+        dispatched_at = mailroom.clock()
+    FROM mailroom.accounts AS a
+    WHERE a.id = t.account AND a.login = p_login AND t.action = p_action AND t.revoked_at IS NULL;
+    SELECT mailroom.sign_token(p_action, p_secret, p_code);
+$$;
 
 -- activation: create, dequeue, consume
 SELECT mailroom.create_account('act@example.com', 'act');
-CREATE TEMP TABLE act AS SELECT * FROM mailroom.dequeue_tokens(10, (SELECT key FROM k));
+CREATE TEMP TABLE act AS SELECT * FROM mailroom.dequeue_tokens(10);
 SELECT is((SELECT count(*)::int FROM act), 1, 'one activation token dequeued');
 
 SELECT results_eq(
-    $$ SELECT valid, action::text, key_index FROM mailroom.verify_token((SELECT signed FROM act), (SELECT key FROM k)) $$,
-    $$ VALUES (true, 'activation', 1) $$, 'verify_token: valid activation value, key 1');
+    $$ SELECT valid, action::text, key_id FROM mailroom.verify_token((SELECT signed FROM act)) $$,
+    $$ VALUES (true, 'activation', (SELECT active_id FROM k)) $$, 'verify_token: valid activation value, the active key''s id');
+SELECT results_eq(
+    $$ SELECT valid, action::text, key_id
+       FROM mailroom.verify_token(mailroom._b64url_encode(gen_random_bytes(32) || gen_random_bytes(32))) $$,
+    $$ VALUES (false, NULL::text, NULL::integer) $$, 'verify_token: a value no key of the keyring signed is invalid');
+SELECT results_eq(
+    $$ SELECT valid FROM mailroom.verify_token('not-a-token') $$,
+    $$ VALUES (false) $$, 'verify_token: malformed value is invalid');
+SELECT is(
+    (SELECT string_agg(p.oid::regprocedure::text, ', ' ORDER BY p.oid::regprocedure::text) FROM pg_proc AS p
+     WHERE p.pronamespace = 'mailroom'::regnamespace AND p.proname IN ('verify_token', 'consume_token')
+         AND NOT ('bytea'::regtype = ANY(p.proargtypes))),
+    'mailroom.consume_token(text,text), mailroom.verify_token(text,text)',
+    'consume_token and verify_token take no key: (signed, code)'
+);
+
+-- the keyed forms of the previous release (one release): the passed keys are tried too
 SELECT results_eq(
     $$ SELECT valid, action::text, key_index FROM mailroom.verify_token((SELECT signed FROM act), (SELECT old FROM k)) $$,
-    $$ VALUES (false, NULL::text, NULL::integer) $$, 'verify_token: wrong key is invalid');
-SELECT results_eq(
-    $$ SELECT valid, key_index FROM mailroom.verify_token((SELECT signed FROM act), (SELECT old FROM k), NULL,
-        ARRAY[(SELECT key FROM k)]) $$,
-    $$ VALUES (true, 2) $$, 'verify_token: a previous key (rotation) is accepted and reported');
-SELECT results_eq(
-    $$ SELECT valid FROM mailroom.verify_token('not-a-token', (SELECT key FROM k)) $$,
-    $$ VALUES (false) $$, 'verify_token: malformed value is invalid');
-SELECT throws_ok($$ SELECT * FROM mailroom.verify_token((SELECT signed FROM act), '\x01') $$,
-    'MR120', 'signing key missing or shorter than 32 bytes', 'verify_token: short key');
+    $$ VALUES (true, 'activation', 0) $$, 'verify_token(signed, key) (deprecated): a keyring key matches as key_index 0');
+SELECT throws_ok($$ SELECT * FROM mailroom.verify_token((SELECT signed FROM act), '\x01'::bytea) $$,
+    'MR120', 'signing key missing or shorter than 32 bytes', 'verify_token (deprecated): short key');
 SELECT throws_ok(
-    $$ SELECT * FROM mailroom.verify_token((SELECT signed FROM act), (SELECT key FROM k), NULL, ARRAY['\x01'::bytea]) $$,
-    'MR120', 'signing key missing or shorter than 32 bytes', 'verify_token: short previous key');
+    $$ SELECT * FROM mailroom.verify_token((SELECT signed FROM act), (SELECT old FROM k), NULL, ARRAY['\x01'::bytea]) $$,
+    'MR120', 'signing key missing or shorter than 32 bytes', 'verify_token (deprecated): short previous key');
 
-SELECT throws_ok($$ SELECT mailroom.consume_token((SELECT signed FROM act), (SELECT old FROM k)) $$,
-    'MR111', 'bad token signature', 'consume with the wrong key: bad signature');
-SELECT throws_ok($$ SELECT mailroom.consume_token('abc', (SELECT key FROM k)) $$,
+SELECT throws_ok(
+    format('SELECT mailroom.consume_token(%L)', mailroom._b64url_encode(
+        substr(mailroom._b64url_decode((SELECT signed FROM act)), 1, 32)
+        || hmac('/activate'::bytea || substr(mailroom._b64url_decode((SELECT signed FROM act)), 1, 32), (SELECT old FROM k), 'sha256'))),
+    'MR111', 'bad token signature', 'consume of the right secret signed with a key the keyring does not hold: bad signature');
+SELECT throws_ok($$ SELECT mailroom.consume_token('abc') $$,
     'MR110', 'malformed token: expected 86 characters of URL-safe base64 without padding', 'too short');
-SELECT throws_ok($$ SELECT mailroom.consume_token((SELECT signed FROM act) || '==', (SELECT key FROM k)) $$,
+SELECT throws_ok($$ SELECT mailroom.consume_token((SELECT signed FROM act) || '==') $$,
     'MR110', NULL, 'padding is not accepted');
 SELECT throws_ok(
     $$ SELECT mailroom.consume_token(
-        'AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh/Ri3Yy9eHzSYzQ27mlxgmLvANFsuUMXQadIzL8Ldn/vg', (SELECT key FROM k)) $$,
+        'AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh/Ri3Yy9eHzSYzQ27mlxgmLvANFsuUMXQadIzL8Ldn/vg') $$,
     'MR110', NULL, 'the standard base64 alphabet (+/) is not accepted');
-SELECT throws_ok($$ SELECT mailroom.consume_token(NULL, (SELECT key FROM k)) $$, 'MR110', NULL, 'NULL value');
-SELECT throws_ok($$ SELECT mailroom.consume_token((SELECT signed FROM act), NULL) $$,
-    'MR120', 'signing key missing or shorter than 32 bytes', 'NULL key');
+SELECT throws_ok($$ SELECT mailroom.consume_token(NULL) $$, 'MR110', NULL, 'NULL value');
+SELECT throws_ok($$ SELECT mailroom.consume_token((SELECT signed FROM act), NULL::bytea) $$,
+    'MR120', 'signing key missing or shorter than 32 bytes', 'the deprecated keyed form: NULL key');
 
 SELECT results_eq(
-    $$ SELECT account, outcome, attempts_left FROM mailroom.consume_token((SELECT signed FROM act), (SELECT key FROM k)) $$,
+    $$ SELECT account, outcome, attempts_left FROM mailroom.consume_token((SELECT signed FROM act)) $$,
     $$ SELECT id, 'consumed', NULL::integer FROM mailroom.accounts WHERE login = 'act' $$,
     'consume returns one row: the account id, consumed, no attempt count for activation');
 SELECT is((SELECT status FROM mailroom.accounts WHERE login = 'act'), 'active'::mailroom.account_status,
     'consuming the activation token activates the account');
-SELECT throws_ok($$ SELECT mailroom.consume_token((SELECT signed FROM act), (SELECT key FROM k)) $$,
+SELECT throws_ok($$ SELECT mailroom.consume_token((SELECT signed FROM act)) $$,
     'MR114', 'token already used', 'second consume: already used');
 
 -- unknown: a correctly signed value for a secret the database never had
 SELECT throws_ok(
-    format('SELECT mailroom.consume_token(%L, %L)',
-        mailroom.sign_token('activation', gen_random_bytes(32), NULL, (SELECT key FROM k)), (SELECT key FROM k)),
+    format('SELECT mailroom.consume_token(%L)', mailroom.sign_token('activation', gen_random_bytes(32), NULL)),
     'MR112', 'unknown token', 'unknown (validly signed) token');
 SELECT throws_ok(
-    format('SELECT mailroom.consume_token(%L, %L)',
-        mailroom._b64url_encode(gen_random_bytes(64)), (SELECT key FROM k)),
+    format('SELECT mailroom.consume_token(%L)', mailroom._b64url_encode(gen_random_bytes(64))),
     'MR111', 'bad token signature', 'random bytes: bad signature');
 
--- key rotation in consume_token
+-- key rotation: a link signed before `keys rotate` verifies until its key is retired
 SELECT mailroom.create_account('rot@example.com', 'rot');
-CREATE TEMP TABLE rot AS SELECT * FROM mailroom.dequeue_tokens(10, (SELECT old FROM k));
+CREATE TEMP TABLE rot AS SELECT * FROM mailroom.dequeue_tokens(10);
+SELECT isnt(mailroom.rotate_signing_key(), (SELECT active_id FROM k), 'rotate: a new active key');
+SELECT results_eq(
+    $$ SELECT valid, key_id FROM mailroom.verify_token((SELECT signed FROM rot)) $$,
+    $$ VALUES (true, (SELECT active_id FROM k)) $$, 'verify_token: the previous key (now verify-only) still verifies');
+SELECT mailroom.retire_signing_key((SELECT active_id FROM k));
+SELECT results_eq(
+    $$ SELECT valid FROM mailroom.verify_token((SELECT signed FROM rot)) $$,
+    $$ VALUES (false) $$, 'once retired it does not');
+SELECT throws_ok($$ SELECT mailroom.consume_token((SELECT signed FROM rot)) $$,
+    'MR111', 'bad token signature', 'and consume refuses the link');
+-- the previous release's collector signed with its own key: its links verify once that key is imported
+SELECT mailroom.create_account('imp@example.com', 'imp');
+CREATE TEMP TABLE imp AS SELECT * FROM mailroom.dequeue_tokens(10, (SELECT old FROM k));
+SELECT throws_ok($$ SELECT mailroom.consume_token((SELECT signed FROM imp)) $$,
+    'MR111', 'bad token signature', 'a link signed with a key outside the keyring is refused');
 SELECT is(
-    (SELECT account FROM mailroom.consume_token((SELECT signed FROM rot), (SELECT key FROM k), NULL, ARRAY[(SELECT old FROM k)])),
-    (SELECT id FROM mailroom.accounts WHERE login = 'rot'), 'consume accepts a value signed with a previous key');
+    (SELECT account FROM mailroom.consume_token((SELECT signed FROM imp), (SELECT old FROM k))),
+    (SELECT id FROM mailroom.accounts WHERE login = 'imp'),
+    'consume_token(signed, key) (deprecated) accepts it with the key an older application passes');
+SELECT mailroom.create_account('imp2@example.com', 'imp2');
+CREATE TEMP TABLE imp2 AS SELECT * FROM mailroom.dequeue_tokens(10, (SELECT old FROM k));
+SELECT mailroom.import_signing_key((SELECT old FROM k));
+SELECT is(
+    (SELECT account FROM mailroom.consume_token((SELECT signed FROM imp2))),
+    (SELECT id FROM mailroom.accounts WHERE login = 'imp2'),
+    'after mailroom keys import, consume_token(signed) accepts it');
 
 -- expired
 SELECT mailroom.create_account('exp@example.com', 'exp');
-CREATE TEMP TABLE exp AS SELECT * FROM mailroom.dequeue_tokens(10, (SELECT key FROM k));
+CREATE TEMP TABLE exp AS SELECT * FROM mailroom.dequeue_tokens(10);
 SET LOCAL mailroom.clock = '2030-01-01 00:15:00+00';
-SELECT throws_ok($$ SELECT mailroom.consume_token((SELECT signed FROM exp), (SELECT key FROM k)) $$,
+SELECT throws_ok($$ SELECT mailroom.consume_token((SELECT signed FROM exp)) $$,
     'MR113', 'token expired', 'expired at expires_at (pinned clock)');
 SET LOCAL mailroom.clock = '2030-01-01 00:14:59+00';
-SELECT lives_ok($$ SELECT mailroom.consume_token((SELECT signed FROM exp), (SELECT key FROM k)) $$,
+SELECT lives_ok($$ SELECT mailroom.consume_token((SELECT signed FROM exp)) $$,
     'one second earlier it is consumed');
 SET LOCAL mailroom.clock = '2030-01-01 00:00:00+00';
 
 -- revoked: a reissued activation token supersedes the dispatched one
 SELECT mailroom.create_account('rev@example.com', 'rev');
-CREATE TEMP TABLE rev AS SELECT * FROM mailroom.dequeue_tokens(10, (SELECT key FROM k));
+CREATE TEMP TABLE rev AS SELECT * FROM mailroom.dequeue_tokens(10);
 INSERT INTO mailroom.tokens (account, action) SELECT id, 'activation' FROM mailroom.accounts WHERE login = 'rev';
-SELECT throws_ok($$ SELECT mailroom.consume_token((SELECT signed FROM rev), (SELECT key FROM k)) $$,
+SELECT throws_ok($$ SELECT mailroom.consume_token((SELECT signed FROM rev)) $$,
     'MR117', 'token revoked: a newer token of the same kind was issued', 'revoked by reissue');
-CREATE TEMP TABLE rev2 AS SELECT * FROM mailroom.dequeue_tokens(10, (SELECT key FROM k));
+CREATE TEMP TABLE rev2 AS SELECT * FROM mailroom.dequeue_tokens(10);
 
 -- account status: activation token of a suspended account
 SELECT mailroom.create_account('sus@example.com', 'sus');
-CREATE TEMP TABLE sus AS SELECT * FROM mailroom.dequeue_tokens(10, (SELECT key FROM k));
+CREATE TEMP TABLE sus AS SELECT * FROM mailroom.dequeue_tokens(10);
 SELECT mailroom.suspend_account((SELECT id FROM mailroom.accounts WHERE login = 'sus'));
-SELECT throws_ok($$ SELECT mailroom.consume_token((SELECT signed FROM sus), (SELECT key FROM k)) $$,
+SELECT throws_ok($$ SELECT mailroom.consume_token((SELECT signed FROM sus)) $$,
     'MR118', format('account %s is suspended: its activation token cannot be used',
         (SELECT id FROM mailroom.accounts WHERE login = 'sus')),
     'activation token of a suspended account');
 SELECT is((SELECT consumed_at FROM mailroom.tokens WHERE id = (SELECT token_id FROM sus)), NULL,
     'the refused token is left unconsumed');
 
--- password recovery: fixed secret and code
+-- password recovery: a known secret and code (pg_temp.give_token, as a dispatch would mint)
 SELECT mailroom.create_account('rec@example.com', 'rec');
 UPDATE mailroom.accounts SET status = 'active' WHERE login = 'rec';
-INSERT INTO mailroom.tokens (account, action, secret, code)
-SELECT id, 'password_recovery', '\x1111111111111111111111111111111111111111111111111111111111111111', '04242'
-FROM mailroom.accounts WHERE login = 'rec';
-CREATE TEMP TABLE rec AS SELECT * FROM mailroom.dequeue_tokens(10, (SELECT key FROM k));
-SELECT is((SELECT code FROM rec), '04242', 'recovery token dequeued with its code');
+INSERT INTO mailroom.tokens (account, action) SELECT id, 'password_recovery' FROM mailroom.accounts WHERE login = 'rec';
+CREATE TEMP TABLE rec AS
+SELECT pg_temp.give_token('rec', 'password_recovery', decode(repeat('11', 32), 'hex'), '04242') AS signed,
+    '04242'::text AS code,
+    (SELECT t.id FROM mailroom.tokens AS t JOIN mailroom.accounts AS a ON a.id = t.account
+     WHERE a.login = 'rec' AND t.action = 'password_recovery') AS token_id;
+SELECT is((SELECT code FROM rec), '04242', 'recovery token with its code');
 SELECT results_eq(
-    $$ SELECT valid, action::text FROM mailroom.verify_token((SELECT signed FROM rec), (SELECT key FROM k), '04242') $$,
+    $$ SELECT valid, action::text FROM mailroom.verify_token((SELECT signed FROM rec), '04242') $$,
     $$ VALUES (true, 'password_recovery') $$, 'verify_token: recovery value with its code');
 SELECT results_eq(
-    $$ SELECT valid FROM mailroom.verify_token((SELECT signed FROM rec), (SELECT key FROM k)) $$,
+    $$ SELECT valid FROM mailroom.verify_token((SELECT signed FROM rec)) $$,
     $$ VALUES (false) $$, 'verify_token: a recovery value without its code does not verify');
 SELECT results_eq(
-    $$ SELECT valid FROM mailroom.verify_token((SELECT signed FROM rec), (SELECT key FROM k), '04243') $$,
+    $$ SELECT valid FROM mailroom.verify_token((SELECT signed FROM rec), '04243') $$,
     $$ VALUES (false) $$, 'verify_token: a recovery value with another code does not verify');
 
-SELECT throws_ok($$ SELECT mailroom.consume_token((SELECT signed FROM rec), (SELECT key FROM k)) $$,
+SELECT throws_ok($$ SELECT mailroom.consume_token((SELECT signed FROM rec)) $$,
     'MR119', 'a password-recovery token needs its 5-digit code', 'recovery without a code');
 -- a wrong code is a result row (it commits with the caller's transaction), not an error
 SELECT results_eq(
-    $$ SELECT account, outcome, attempts_left FROM mailroom.consume_token((SELECT signed FROM rec), (SELECT key FROM k), '00000') $$,
+    $$ SELECT account, outcome, attempts_left FROM mailroom.consume_token((SELECT signed FROM rec), '00000') $$,
     $$ VALUES (NULL::bigint, 'wrong_code', 4) $$,
     'recovery with a wrong code: (NULL, wrong_code, 4 attempts left)');
 SELECT results_eq(
-    $$ SELECT outcome, attempts_left FROM mailroom.consume_token((SELECT signed FROM rec), (SELECT key FROM k), 'abcde') $$,
+    $$ SELECT outcome, attempts_left FROM mailroom.consume_token((SELECT signed FROM rec), 'abcde') $$,
     $$ VALUES ('wrong_code', 3) $$,
     'a non-numeric code is a wrong code and counts');
 SELECT is((SELECT code_attempts FROM mailroom.tokens WHERE id = (SELECT token_id FROM rec)), 2,
     'both wrong codes are counted on the token');
-SELECT throws_ok($$ SELECT mailroom.consume_token((SELECT signed FROM rec), (SELECT old FROM k), '04242') $$,
-    'MR111', 'bad token signature', 'recovery with the right code but the wrong key');
+SELECT throws_ok(
+    format('SELECT mailroom.consume_token(%L, %L)', mailroom._b64url_encode(decode(repeat('11', 32), 'hex')
+        || hmac('/recover'::bytea || decode(repeat('11', 32), 'hex') || '04242'::bytea, decode(repeat('ef', 32), 'hex'), 'sha256')),
+        '04242'),
+    'MR111', 'bad token signature', 'recovery with the right code but signed with another key');
 SELECT is((SELECT consumed_at FROM mailroom.tokens WHERE id = (SELECT token_id FROM rec)), NULL,
     'the refused token is left unconsumed');
 
@@ -140,14 +190,14 @@ SELECT is((SELECT consumed_at FROM mailroom.tokens WHERE id = (SELECT token_id F
 CREATE TEMP TABLE tries AS
 SELECT g, c.outcome, c.attempts_left
 FROM generate_series(3, 5) AS g,
-    LATERAL mailroom.consume_token((SELECT signed FROM rec), (SELECT key FROM k), '9999' || g) AS c;
+    LATERAL mailroom.consume_token((SELECT signed FROM rec), '9999' || g) AS c;
 SELECT results_eq(
     $$ SELECT g, outcome, attempts_left FROM tries ORDER BY g $$,
     $$ VALUES (3, 'wrong_code', 2), (4, 'wrong_code', 1), (5, 'wrong_code', 0) $$,
     'wrong codes 3 to 5 leave 2, 1, 0 attempts');
-SELECT throws_ok($$ SELECT mailroom.consume_token((SELECT signed FROM rec), (SELECT key FROM k), '04242') $$,
+SELECT throws_ok($$ SELECT mailroom.consume_token((SELECT signed FROM rec), '04242') $$,
     'MR116', 'token locked after 5 wrong codes', 'after the fifth wrong code even the right code is refused');
-SELECT throws_ok($$ SELECT mailroom.consume_token((SELECT signed FROM rec), (SELECT key FROM k), '99999') $$,
+SELECT throws_ok($$ SELECT mailroom.consume_token((SELECT signed FROM rec), '99999') $$,
     'MR116', 'token locked after 5 wrong codes', 'and a sixth wrong code is refused, not counted');
 SELECT is((SELECT code_attempts FROM mailroom.tokens WHERE id = (SELECT token_id FROM rec)), 5,
     'the count stops at tokens.max_code_attempts');
@@ -155,27 +205,27 @@ SELECT is((SELECT code_attempts FROM mailroom.tokens WHERE id = (SELECT token_id
 -- the right code after four wrong ones: the fifth attempt consumes
 UPDATE mailroom.tokens SET code_attempts = 4 WHERE id = (SELECT token_id FROM rec);
 SELECT results_eq(
-    $$ SELECT account, outcome, attempts_left FROM mailroom.consume_token((SELECT signed FROM rec), (SELECT key FROM k), '04242') $$,
+    $$ SELECT account, outcome, attempts_left FROM mailroom.consume_token((SELECT signed FROM rec), '04242') $$,
     $$ SELECT id, 'consumed', 0 FROM mailroom.accounts WHERE login = 'rec' $$,
     'the right code on the 5th attempt consumes (account, consumed, 0 attempts left)');
 SELECT is((SELECT code_attempts FROM mailroom.tokens WHERE id = (SELECT token_id FROM rec)), 5,
     'the successful attempt was counted too');
 SELECT is((SELECT status FROM mailroom.accounts WHERE login = 'rec'), 'active'::mailroom.account_status,
     'consuming a recovery token leaves the account active');
-SELECT throws_ok($$ SELECT mailroom.consume_token((SELECT signed FROM rec), (SELECT key FROM k), '04242') $$,
+SELECT throws_ok($$ SELECT mailroom.consume_token((SELECT signed FROM rec), '04242') $$,
     'MR114', 'token already used', 'a recovery token is single use');
 
 -- recovery token of an account suspended after the request
 SELECT mailroom.create_account('rs@example.com', 'rs');
 UPDATE mailroom.accounts SET status = 'active' WHERE login = 'rs';
 INSERT INTO mailroom.tokens (account, action) SELECT id, 'password_recovery' FROM mailroom.accounts WHERE login = 'rs';
-CREATE TEMP TABLE rs AS SELECT * FROM mailroom.dequeue_tokens(10, (SELECT key FROM k));
+CREATE TEMP TABLE rs AS SELECT * FROM mailroom.dequeue_tokens(10);
 SELECT mailroom.suspend_account((SELECT id FROM mailroom.accounts WHERE login = 'rs'));
 SELECT throws_ok(
-    $$ SELECT mailroom.consume_token((SELECT signed FROM rs), (SELECT key FROM k), (SELECT code FROM rs)) $$,
+    $$ SELECT mailroom.consume_token((SELECT signed FROM rs), (SELECT code FROM rs)) $$,
     'MR118', NULL, 'recovery token of a suspended account');
 SELECT throws_ok(
-    $$ SELECT mailroom.consume_token((SELECT signed FROM rs), (SELECT key FROM k), '99999') $$,
+    $$ SELECT mailroom.consume_token((SELECT signed FROM rs), '99999') $$,
     'MR118', NULL, 'a wrong code on a suspended account is refused by status before the code is compared');
 SELECT is((SELECT code_attempts FROM mailroom.tokens WHERE id = (SELECT token_id FROM rs)), 0,
     'so nothing is counted for it');
@@ -186,31 +236,38 @@ SELECT is((SELECT code_attempts FROM mailroom.tokens WHERE id = (SELECT token_id
 SET LOCAL client_min_messages = warning;
 CREATE EXTENSION IF NOT EXISTS dblink;
 CREATE TEMP TABLE burn (login text, signed text);
-INSERT INTO burn
-SELECT
-    l,
-    mailroom.sign_token('password_recovery', decode(repeat(h, 32), 'hex'), '04242', (SELECT key FROM k))
-FROM (VALUES ('burn5', '51'), ('burn4', '52')) AS v (l, h);
 SELECT dblink_connect('client', format(
     'dbname=%s port=%s host=%s user=%s', current_database(), current_setting('port'),
     coalesce(nullif(split_part(current_setting('unix_socket_directories'), ',', 1), ''), 'localhost'),
     current_user
 ));
+-- the other session sees the committed keyring (this transaction rotated it): sign with its active key
+CREATE TEMP TABLE remote_key AS
+SELECT key FROM dblink('client', $$SELECT key FROM mailroom.signing_keys WHERE state = 'active'$$) AS r (key bytea);
+CREATE FUNCTION pg_temp.remote_sign(p_secret bytea) RETURNS text LANGUAGE sql AS $$
+    SELECT (mailroom._signed_values(
+        ARRAY['password_recovery'::mailroom.token_action], ARRAY[p_secret], ARRAY['04242'], (SELECT key FROM remote_key)
+    ))[1]
+$$;
+INSERT INTO burn
+SELECT l, pg_temp.remote_sign(decode(repeat(h, 32), 'hex'))
+FROM (VALUES ('burn5', '51'), ('burn4', '52')) AS v (l, h);
 SELECT dblink_exec('client', $$
     INSERT INTO mailroom.accounts (email, login, status)
     VALUES ('burn5@commit.test', 'burn5', 'active'), ('burn4@commit.test', 'burn4', 'active');
-    INSERT INTO mailroom.tokens (account, action, secret, code)
-    SELECT a.id, 'password_recovery', decode(repeat(v.h, 32), 'hex'), '04242'
-    FROM mailroom.accounts AS a
-    INNER JOIN (VALUES ('burn5', '51'), ('burn4', '52')) AS v (l, h) ON a.login = v.l;
-    UPDATE mailroom.tokens AS t SET dispatched_at = t.created_at
-    FROM mailroom.accounts AS a WHERE a.id = t.account AND a.email LIKE '%@commit.test'
+    INSERT INTO mailroom.tokens (account, action)
+    SELECT a.id, 'password_recovery' FROM mailroom.accounts AS a WHERE a.login IN ('burn5', 'burn4');
+    UPDATE mailroom.tokens AS t SET dispatched_at = t.created_at,
+        secret_digest = digest(decode(repeat(v.h, 32), 'hex'), 'sha256'),
+        code_digest = digest(decode(repeat(v.h, 32), 'hex') || '04242'::bytea, 'sha256')
+    FROM mailroom.accounts AS a INNER JOIN (VALUES ('burn5', '51'), ('burn4', '52')) AS v (l, h) ON a.login = v.l
+    WHERE a.id = t.account AND t.action = 'password_recovery'
 $$);
 CREATE FUNCTION pg_temp.remote_consume(p_login text, p_code text)
 RETURNS TABLE (account bigint, outcome text, attempts_left integer) LANGUAGE sql AS $$
     SELECT * FROM dblink('client', format(
-        'SELECT * FROM mailroom.consume_token(%L, %L, %L)',
-        (SELECT signed FROM burn WHERE login = p_login), (SELECT key FROM k), p_code
+        'SELECT * FROM mailroom.consume_token(%L, %L)',
+        (SELECT signed FROM burn WHERE login = p_login), p_code
     )) AS r (account bigint, outcome text, attempts_left integer)
 $$;
 
@@ -259,17 +316,18 @@ SELECT dblink_connect('holder', format(
 SELECT dblink_exec('client', $$SET statement_timeout = '20s'$$);
 SELECT dblink_exec('holder', $$SET statement_timeout = '20s'$$);
 INSERT INTO burn
-SELECT l, mailroom.sign_token('password_recovery', decode(repeat(h, 32), 'hex'), '04242', (SELECT key FROM k))
+SELECT l, pg_temp.remote_sign(decode(repeat(h, 32), 'hex'))
 FROM (VALUES ('race1', '61'), ('race2', '62')) AS v (l, h);
 SELECT dblink_exec('client', $$
     INSERT INTO mailroom.accounts (email, login, status)
     VALUES ('race1@commit.test', 'race1', 'active'), ('race2@commit.test', 'race2', 'active');
-    INSERT INTO mailroom.tokens (account, action, secret, code)
-    SELECT a.id, 'password_recovery', decode(repeat(v.h, 32), 'hex'), '04242'
-    FROM mailroom.accounts AS a
-    INNER JOIN (VALUES ('race1', '61'), ('race2', '62')) AS v (l, h) ON a.login = v.l;
-    UPDATE mailroom.tokens AS t SET dispatched_at = t.created_at
-    FROM mailroom.accounts AS a WHERE a.id = t.account AND a.login LIKE 'race%'
+    INSERT INTO mailroom.tokens (account, action)
+    SELECT a.id, 'password_recovery' FROM mailroom.accounts AS a WHERE a.login IN ('race1', 'race2');
+    UPDATE mailroom.tokens AS t SET dispatched_at = t.created_at,
+        secret_digest = digest(decode(repeat(v.h, 32), 'hex'), 'sha256'),
+        code_digest = digest(decode(repeat(v.h, 32), 'hex') || '04242'::bytea, 'sha256')
+    FROM mailroom.accounts AS a INNER JOIN (VALUES ('race1', '61'), ('race2', '62')) AS v (l, h) ON a.login = v.l
+    WHERE a.id = t.account AND t.action = 'password_recovery'
 $$);
 -- true once the session's backend waits for a lock (polls for at most 10 s)
 CREATE TEMP TABLE pids AS
@@ -296,8 +354,8 @@ SELECT * FROM dblink(
     'holder', $$SELECT mailroom.suspend_account(id)::text FROM mailroom.accounts WHERE login = 'race1'$$
 ) AS r (status text);
 SELECT dblink_send_query('client', format(
-    'SELECT * FROM mailroom.consume_token(%L, %L, %L)',
-    (SELECT signed FROM burn WHERE login = 'race1'), (SELECT key FROM k), '04242'
+    'SELECT * FROM mailroom.consume_token(%L, %L)',
+    (SELECT signed FROM burn WHERE login = 'race1'), '04242'
 ));
 SELECT ok(pg_temp.waits_for_lock('client'), 'a consume of a recovery token waits for a suspend of its account in flight');
 SELECT dblink_exec('holder', 'COMMIT');
@@ -361,7 +419,7 @@ SELECT is((SELECT count(*)::int FROM mailroom.settings WHERE name = 'tokens.loop
 SELECT ok(
     NOT EXISTS (
         SELECT 1 FROM pg_proc AS p JOIN pg_namespace AS n ON n.oid = p.pronamespace
-        WHERE n.nspname = 'mailroom' AND p.proname IN ('consume_token', '_raise_token_state')
+        WHERE n.nspname = 'mailroom' AND p.proname IN ('consume_token', '_consume_token', '_raise_token_state')
           AND prosrc ~ 'MESSAGE = format\([^)]*(p_signed|email)'
     ),
     'error messages are not built from the signed value or an email address'

@@ -1,6 +1,6 @@
--- Outbound: sending identities, relay settings, the password encrypted under a caller's key.
+-- Outbound: sending identities, relay settings, the password encrypted to the sender key (issue 20.4), no cleartext login (21.8).
 BEGIN;
-SELECT plan(26);
+SELECT plan(46);
 
 SELECT has_table('mailroom', 'senders', 'senders table exists');
 SELECT has_table('mailroom', 'outbound_messages', 'outbound_messages table exists');
@@ -10,11 +10,24 @@ SELECT ok(
     mailroom.upsert_sender('tap', 'robot@mailroom.test', 'smtp.example.net', 587, 'starttls') > 0,
     'upsert_sender creates a sender'
 );
+-- a password needs the sender key (its public half here; the private half only where senders run)
+SELECT throws_ok(
+    $$SELECT mailroom.upsert_sender('tap2', 'robot@mailroom.test', 'h', 587, 'starttls', 'u', 'pw')$$,
+    'MR313', 'an SMTP password needs a sender key to be stored',
+    'a password before any sender key is MR313'
+);
+\ir fixtures/sender_key.sql
+SELECT throws_ok($$SELECT mailroom.set_sender_public_key('\x0102')$$, 'MR324', NULL, 'set_sender_public_key: not a key');
+SELECT throws_ok($$SELECT mailroom.set_sender_public_key((SELECT secret_key FROM sender_key))$$, 'MR324', NULL,
+    'set_sender_public_key: a secret key is refused (only the public half belongs here)');
+SELECT isnt(mailroom.set_sender_public_key((SELECT public_key FROM sender_key)), NULL, 'set_sender_public_key');
+SELECT is(mailroom.set_sender_public_key((SELECT public_key FROM sender_key)),
+    (SELECT id FROM mailroom.sender_public_key()), 'setting the same key again keeps it');
+SELECT is((SELECT key_id FROM mailroom.sender_public_key()), pgp_key_id((SELECT public_key FROM sender_key)),
+    'sender_public_key: the key and the id pgcrypto encrypts to');
+
 SELECT is(
-    mailroom.upsert_sender(
-        'tap', 'robot@mailroom.test', 'relay.example.net', 2525, 'starttls', 'robot', 'pa55 word',
-        decode(repeat('ab', 32), 'hex')
-    ),
+    mailroom.upsert_sender('tap', 'robot@mailroom.test', 'relay.example.net', 2525, 'starttls', 'robot', 'pa55 word'),
     (SELECT id FROM mailroom.senders WHERE name = 'tap'),
     'upsert_sender on an existing name keeps its id'
 );
@@ -24,49 +37,106 @@ SELECT is(
     'upsert_sender replaces the relay settings'
 );
 SELECT ok(
-    position('pa55' IN encode((SELECT smtp_password_encrypted FROM mailroom.senders WHERE name = 'tap'), 'escape')) = 0,
-    'the password is not stored in clear'
+    position('pa55' IN encode((SELECT smtp_password_sealed FROM mailroom.senders WHERE name = 'tap'), 'escape')) = 0
+    AND (SELECT smtp_password_encrypted IS NULL FROM mailroom.senders WHERE name = 'tap'),
+    'the password is not stored in clear (nor under a symmetric key)'
 );
 SELECT is(
-    pgp_sym_decrypt(
-        (SELECT smtp_password_encrypted FROM mailroom.senders WHERE name = 'tap'), repeat('ab', 32)
-    ),
+    pgp_pub_decrypt((SELECT smtp_password_sealed FROM mailroom.senders WHERE name = 'tap'), (SELECT secret_key FROM sender_key)),
     'pa55 word',
-    'pgp_sym_decrypt with the hex key gives the password back (round trip)'
+    'only the private half of the sender key gives the password back (round trip)'
 );
+-- the CLI encrypts before sending: the password never reaches the server
+SELECT lives_ok(
+    $$SELECT mailroom.upsert_sender('tap', 'robot@mailroom.test', 'relay.example.net', 2525, 'starttls', 'robot',
+        p_sealed_password => pgp_pub_encrypt('s3aled', (SELECT public_key FROM sender_key)))$$,
+    'upsert_sender with a password sealed by the client'
+);
+SELECT is(
+    pgp_pub_decrypt((SELECT smtp_password_sealed FROM mailroom.senders WHERE name = 'tap'), (SELECT secret_key FROM sender_key)),
+    's3aled', 'the sealed password is stored as given'
+);
+SELECT throws_ok(
+    $$SELECT mailroom.upsert_sender('tap', 'robot@mailroom.test', 'h', 587, 'starttls', 'robot',
+        p_sealed_password => pgp_sym_encrypt('x', 'y'))$$,
+    'MR325', 'the sealed SMTP password is not encrypted to the active sender key', 'a sealed password for another key is MR325'
+);
+SELECT throws_ok(
+    $$SELECT mailroom.upsert_sender('tap', 'robot@mailroom.test', 'h', 587, 'starttls', 'robot',
+        p_sealed_password => '\x00010203'::bytea)$$,
+    'MR325', NULL, 'a sealed password that is not an OpenPGP message is MR325'
+);
+SELECT throws_ok(
+    $$SELECT mailroom.upsert_sender('tap', 'robot@mailroom.test', 'h', 587, 'starttls', 'robot', 'pw',
+        pgp_pub_encrypt('pw', (SELECT public_key FROM sender_key)))$$,
+    'MR325', 'give the SMTP password or its sealed form, not both', 'both forms is MR325'
+);
+SELECT throws_ok(
+    $$SELECT mailroom.upsert_sender('tap2', 'robot@mailroom.test', 'h', 587, 'starttls', NULL, 'pw')$$,
+    'MR316', 'an SMTP password needs an SMTP username',
+    'a password without a username is MR316'
+);
+SELECT is(
+    (SELECT pronargs FROM pg_proc WHERE oid = 'mailroom.upsert_sender'::regproc)::int, 9,
+    'upsert_sender has one form, without a key'
+);
+
+-- issue 21, item 8: no login over cleartext, unless to a relay on this machine and asked for
+SELECT throws_ok(
+    $$SELECT mailroom.upsert_sender('clear', 'robot@mailroom.test', 'relay.example.net', 25, 'none', 'u', 'pw')$$,
+    'MR319', 'sender clear: an SMTP login needs security starttls or tls', 'a login with security none is MR319'
+);
+SELECT throws_ok(
+    $$SELECT mailroom.upsert_sender('clear', 'robot@mailroom.test', 'relay.example.net', 25, 'none', 'u')$$,
+    'MR319', NULL, 'a username alone with security none is MR319 too'
+);
+SELECT throws_ok(
+    $$SELECT mailroom.upsert_sender('clear', 'robot@mailroom.test', 'relay.example.net', 25, 'none', 'u', 'pw',
+        p_allow_cleartext => true)$$,
+    'MR319', 'sender clear: a cleartext login is allowed only to a relay on this machine',
+    'the opt-in is refused for a relay elsewhere'
+);
+SELECT lives_ok(
+    $$SELECT mailroom.upsert_sender('clear', 'robot@mailroom.test', '127.0.0.1', 2525, 'none', 'u', 'pw',
+        p_allow_cleartext => true)$$,
+    'a loopback relay with the opt-in is accepted'
+);
+SELECT lives_ok(
+    $$SELECT mailroom.upsert_sender('clear6', 'robot@mailroom.test', 'localhost', 2525, 'none', 'u', 'pw',
+        p_allow_cleartext => true)$$,
+    'localhost with the opt-in too'
+);
+SELECT is((SELECT smtp_allow_cleartext FROM mailroom.senders WHERE name = 'clear'), true, 'the opt-in is stored');
+SELECT ok(
+    mailroom._is_loopback_host('127.1.2.3') AND mailroom._is_loopback_host('::1')
+    AND NOT mailroom._is_loopback_host('127.example.net') AND NOT mailroom._is_loopback_host('10.0.0.1'),
+    '_is_loopback_host: 127.0.0.0/8, ::1, localhost only'
+);
+
+-- the one-time conversion of the previous release's ciphertexts (pgp_sym_encrypt under MAILROOM_ENCRYPTION_KEY)
+UPDATE mailroom.senders
+SET smtp_password_sealed = NULL,
+    smtp_password_encrypted = pgp_sym_encrypt('old pw', repeat('ab', 32), 'cipher-algo=aes256, s2k-mode=1, s2k-digest-algo=sha256')
+WHERE name = 'tap';
 SELECT is(
     mailroom._smtp_password(
         (SELECT smtp_password_encrypted FROM mailroom.senders WHERE name = 'tap'), decode(repeat('ab', 32), 'hex'), 'tap'
     ),
-    'pa55 word',
-    '_smtp_password decrypts with the right key'
+    'old pw',
+    '_smtp_password decrypts a previous release''s ciphertext with the right key'
 );
-SELECT is(
-    mailroom._smtp_password((SELECT smtp_password_encrypted FROM mailroom.senders WHERE name = 'tap'), NULL, 'tap'),
-    NULL,
-    'no key, no password'
+SELECT throws_ok($$SELECT mailroom.convert_sender_passwords(decode(repeat('cd', 32), 'hex'))$$,
+    'MR315', 'cannot decrypt the SMTP password of sender tap: wrong encryption key', 'convert with a wrong key is MR315');
+SELECT throws_ok($$SELECT mailroom.convert_sender_passwords('\x0011')$$,
+    'MR314', 'encryption key must be 32 bytes (64 hex characters), got 2 bytes', 'a short key is MR314');
+SELECT is(mailroom.convert_sender_passwords(decode(repeat('ab', 32), 'hex')), 1, 'convert_sender_passwords converts one');
+SELECT results_eq(
+    $$SELECT smtp_password_encrypted IS NULL, pgp_pub_decrypt(smtp_password_sealed, (SELECT secret_key FROM sender_key))
+      FROM mailroom.senders WHERE name = 'tap'$$,
+    $$VALUES (true, 'old pw')$$,
+    'the password is now sealed for the sender key, the old ciphertext gone'
 );
-SELECT throws_ok(
-    $$SELECT mailroom._smtp_password(
-        (SELECT smtp_password_encrypted FROM mailroom.senders WHERE name = 'tap'), decode(repeat('cd', 32), 'hex'), 'tap')$$,
-    'MR315', 'cannot decrypt the SMTP password of sender tap: wrong encryption key',
-    'a wrong key is MR315'
-);
-SELECT throws_ok(
-    $$SELECT mailroom.upsert_sender('tap2', 'robot@mailroom.test', 'h', 25, 'none', 'u', 'pw')$$,
-    'MR313', 'an SMTP password needs an encryption key (MAILROOM_ENCRYPTION_KEY) to be stored',
-    'a password without a key is MR313'
-);
-SELECT throws_ok(
-    $$SELECT mailroom.upsert_sender('tap2', 'robot@mailroom.test', 'h', 25, 'none', 'u', 'pw', '\x0011'::bytea)$$,
-    'MR314', 'encryption key must be 32 bytes (64 hex characters), got 2 bytes',
-    'a short key is MR314'
-);
-SELECT throws_ok(
-    $$SELECT mailroom.upsert_sender('tap2', 'robot@mailroom.test', 'h', 25, 'none', NULL, 'pw', decode(repeat('ab', 32), 'hex'))$$,
-    'MR316', 'an SMTP password needs an SMTP username',
-    'a password without a username is MR316'
-);
+SELECT is(mailroom.convert_sender_passwords(decode(repeat('ab', 32), 'hex')), 0, 'converting again finds nothing to do');
 SELECT throws_ok(
     $$SELECT mailroom.upsert_sender('bad name!', 'robot@mailroom.test', 'h', 25)$$,
     'MR310', NULL, 'an invalid sender name is MR310'
@@ -96,12 +166,12 @@ SELECT lives_ok(
     'upsert without credentials'
 );
 SELECT is(
-    (SELECT smtp_password_encrypted IS NULL AND smtp_username IS NULL FROM mailroom.senders WHERE name = 'tap'),
+    (SELECT smtp_password_sealed IS NULL AND smtp_username IS NULL FROM mailroom.senders WHERE name = 'tap'),
     TRUE,
     'upsert sets the row exactly as given: no credentials now'
 );
 SELECT isnt(
-    obj_description('mailroom.upsert_sender(text,text,text,integer,text,text,text,bytea)'::regprocedure),
+    obj_description('mailroom.upsert_sender(text,text,text,integer,text,text,text,bytea,boolean)'::regprocedure),
     NULL,
     'upsert_sender is documented'
 );

@@ -1,6 +1,6 @@
 -- Outbound: claim_messages (what is due, lease, token) and its plan at any queue size.
 BEGIN;
-SELECT plan(23);
+SELECT plan(27);
 
 SET LOCAL mailroom.clock = '2030-01-01 00:00Z';
 SELECT mailroom.upsert_sender('tap', 'robot@mailroom.test', '127.0.0.1', 2525);
@@ -28,7 +28,7 @@ SELECT is(
     '127.0.0.1:2525 none robot@mailroom.test',
     'claim returns the relay settings'
 );
-CREATE TEMP TABLE c2 ON COMMIT DROP AS SELECT * FROM mailroom.claim_messages(100, 'w2', NULL, '30 seconds');
+CREATE TEMP TABLE c2 ON COMMIT DROP AS SELECT * FROM mailroom.claim_messages(100, 'w2', '30 seconds');
 SELECT is(
     (SELECT array_agg(subject ORDER BY id) FROM c2), ARRAY['s4'],
     'claimed rows, future send-after and not-yet-due retries are left alone'
@@ -52,8 +52,53 @@ SELECT is(
 SELECT throws_ok($$SELECT * FROM mailroom.claim_messages(0, 'w')$$, 'MR320', 'claim limit must be between 1 and 10000, got 0', 'limit 0 is MR320');
 SELECT throws_ok($$SELECT * FROM mailroom.claim_messages(NULL, 'w')$$, 'MR320', NULL, 'a NULL limit is MR320');
 SELECT throws_ok($$SELECT * FROM mailroom.claim_messages(10, '')$$, 'MR321', 'worker name must be 1-200 characters', 'an empty worker name is MR321');
-SELECT throws_ok($$SELECT * FROM mailroom.claim_messages(10, 'w', NULL, '-1 minute')$$, 'MR322', NULL, 'a negative lease is MR322');
-SELECT throws_ok($$SELECT * FROM mailroom.claim_messages(10, 'w', '\x01'::bytea)$$, 'MR314', NULL, 'a short key is MR314');
+SELECT throws_ok($$SELECT * FROM mailroom.claim_messages(10, 'w', '-1 minute')$$, 'MR322', NULL, 'a negative lease is MR322');
+SELECT throws_ok($$SELECT * FROM mailroom.claim_messages(10, 'w', '\x01'::bytea, NULL)$$, 'MR314', NULL,
+    'the deprecated keyed form: a short key is MR314');
+
+-- Relay passwords (issue 20.4): the claim returns the ciphertext; only the sender's private key opens it
+\ir fixtures/sender_key.sql
+SELECT mailroom.set_sender_public_key((SELECT public_key FROM sender_key));
+SELECT mailroom.upsert_sender('authed', 'robot@mailroom.test', 'relay.example.net', 587, 'starttls', 'robot', 'pa55 word');
+SELECT mailroom.upsert_sender('local', 'robot@mailroom.test', '127.0.0.1', 2525, 'none', 'robot', 'l0cal',
+    p_allow_cleartext => true);
+SELECT mailroom.enqueue_message(s, ARRAY['p@example.com'], 'pw ' || s, 't') FROM unnest(ARRAY['authed', 'local']) AS s;
+CREATE TEMP TABLE c3 ON COMMIT DROP AS
+SELECT * FROM mailroom.claim_messages(100, 'pw') WHERE subject LIKE 'pw %';
+SELECT results_eq(
+    $$ SELECT sender_name, smtp_username, smtp_password_set, smtp_allow_cleartext,
+           pgp_pub_decrypt(smtp_password_sealed, (SELECT secret_key FROM sender_key))
+       FROM c3 ORDER BY sender_name $$,
+    $$ VALUES ('authed', 'robot', true, false, 'pa55 word'), ('local', 'robot', true, true, 'l0cal') $$,
+    'claim returns the password sealed for the sender key (and the cleartext opt-in of a loopback relay)'
+);
+SELECT is(
+    (SELECT count(*)::int FROM pg_proc AS p WHERE p.oid = 'mailroom.claim_messages(integer,text,interval)'::regprocedure
+        AND NOT 'bytea'::regtype = ANY(p.proargtypes)),
+    1, 'claim_messages takes no key'
+);
+-- the keyed form of the previous release: the old symmetric ciphertext, decrypted with the key it passes
+UPDATE mailroom.senders
+SET smtp_password_sealed = NULL,
+    smtp_password_encrypted = pgp_sym_encrypt('old pw', repeat('ab', 32), 'cipher-algo=aes256, s2k-mode=1, s2k-digest-algo=sha256');
+UPDATE mailroom.outbound_messages SET status = 'queued', claim_token = NULL WHERE subject LIKE 'pw %';
+SELECT results_eq(
+    $$ SELECT sender_name, smtp_username, smtp_password
+       FROM mailroom.claim_messages(100, 'legacy', decode(repeat('ab', 32), 'hex'), NULL)
+       WHERE subject LIKE 'pw %' ORDER BY sender_name $$,
+    $$ VALUES ('authed', 'robot', 'old pw'), ('local', 'robot', 'old pw') $$,
+    'claim_messages(limit, worker, key, lease) (deprecated) decrypts the previous release''s ciphertext'
+);
+UPDATE mailroom.senders SET smtp_allow_cleartext = false WHERE name = 'local';
+UPDATE mailroom.outbound_messages SET status = 'queued', claim_token = NULL WHERE subject LIKE 'pw %';
+SELECT results_eq(
+    $$ SELECT sender_name, smtp_username, smtp_password
+       FROM mailroom.claim_messages(100, 'legacy', decode(repeat('ab', 32), 'hex'), NULL)
+       WHERE subject LIKE 'pw %' ORDER BY sender_name $$,
+    $$ VALUES ('authed', 'robot', 'old pw'), ('local', NULL, NULL) $$,
+    'and gives no credentials for a cleartext relay that was not allowed (an older sender would log in over it)'
+);
+
 
 -- The plan: an ordered scan of the partial index that stops after LIMIT rows, at any size.
 -- outbound_messages, messages and tokens are partitioned by time (migration 0100): a plan names a
@@ -110,8 +155,8 @@ SET LOCAL enable_mergejoin = off;
 SET LOCAL jit = off;
 CREATE FUNCTION pg_temp.explain_generic() RETURNS SETOF text LANGUAGE plpgsql AS $$
 BEGIN
-    EXECUTE 'PREPARE claim_generic (timestamptz, integer, text, interval, bytea) AS ' || mailroom._claim_statement();
-    RETURN QUERY EXECUTE 'EXPLAIN EXECUTE claim_generic(mailroom.clock(), 100, ''w'', interval ''5 minutes'', NULL)';
+    EXECUTE 'PREPARE claim_generic (timestamptz, integer, text, interval) AS ' || mailroom._claim_statement();
+    RETURN QUERY EXECUTE 'EXPLAIN EXECUTE claim_generic(mailroom.clock(), 100, ''w'', interval ''5 minutes'')';
 END;
 $$;
 INSERT INTO generic_plan SELECT p FROM pg_temp.explain_generic() AS p;
@@ -137,7 +182,7 @@ SELECT is(
     'a claim through the cached plan returns a full batch'
 );
 SELECT isnt(
-    obj_description('mailroom.claim_messages(integer,text,bytea,interval)'::regprocedure), NULL,
+    obj_description('mailroom.claim_messages(integer,text,interval)'::regprocedure), NULL,
     'claim_messages is documented'
 );
 

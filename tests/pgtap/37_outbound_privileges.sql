@@ -16,9 +16,11 @@ WHERE p.pronamespace = 'mailroom'::regnamespace
         '_gives_up', '_attempt_log', '_reply_class', 'finalize_messages', 'release_messages', 'reap_stuck_messages',
         '_check_outbound_status', 'list_outbound_messages', 'show_outbound_message', '_requeue_failed',
         'retry_message', 'retry_failed_messages', 'purge_sent_messages', '_header_breaking_chars', '_enqueue_message',
-        '_pii_pattern', '_pii_identity'
+        '_pii_pattern', '_pii_identity', '_is_loopback_host', 'set_sender_public_key', 'sender_public_key',
+        '_seal_for_sender', 'convert_sender_passwords'
     );
-SELECT is((SELECT count(*)::integer FROM area), 33, 'the outbound area has its 33 functions');
+-- claim_messages has two forms this release (the keyed one is deprecated)
+SELECT is((SELECT count(*)::integer FROM area), 39, 'the outbound area has its 39 functions');
 
 SELECT is(
     (
@@ -42,7 +44,7 @@ SELECT is(
     (
         SELECT coalesce(string_agg(a.fn::text, ', ' ORDER BY a.fn::text), '')
         FROM area AS a INNER JOIN pg_proc AS p ON a.fn = p.oid
-        WHERE p.prosrc ~ '(?<![._a-z])(gen_random_bytes|gen_random_uuid|digest|hmac|pgp_sym_encrypt|pgp_sym_decrypt)\('
+        WHERE p.prosrc ~ '(?<![._a-z])(gen_random_bytes|gen_random_uuid|digest|hmac|pgp_sym_encrypt|pgp_sym_decrypt|pgp_pub_encrypt|pgp_key_id)\('
     ),
     '',
     'pgcrypto only through the mailroom._* wrappers, gen_random_uuid as pg_catalog.gen_random_uuid'
@@ -61,12 +63,12 @@ SELECT results_eq(
         '-') COLLATE "default"
       FROM roles AS r ORDER BY r.role$$,
     $$VALUES
-        ('mailroom_admin', 'list_outbound_messages, purge_sent_messages, reap_stuck_messages, retry_failed_messages, retry_message, show_outbound_message, upsert_sender'),
+        ('mailroom_admin', 'convert_sender_passwords, list_outbound_messages, purge_sent_messages, reap_stuck_messages, retry_failed_messages, retry_message, sender_public_key, set_sender_public_key, show_outbound_message, upsert_sender'),
         ('mailroom_app', 'enqueue_message'),
         ('mailroom_collector', '-'),
         ('mailroom_inbound', '-'),
         ('mailroom_monitor', 'list_outbound_messages'),
-        ('mailroom_sender', 'claim_messages, finalize_messages, reap_stuck_messages, release_messages'),
+        ('mailroom_sender', 'claim_messages, claim_messages, finalize_messages, reap_stuck_messages, release_messages'),
         ('mailroom_timekeeper', '-'),
         ('public', '-')$$,
     'each runtime role executes exactly its outbound functions (admin through monitor too)'

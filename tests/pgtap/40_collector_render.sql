@@ -11,9 +11,9 @@ SELECT set_eq(
 SELECT is(mailroom.setting('collector.link_base_url'), 'http://localhost:8080', 'link base URL default');
 SELECT is(mailroom.setting('collector.sender'), 'mailroom', 'sender identity default');
 SELECT has_function('mailroom', 'render_token_email', ARRAY['text', 'text', 'text', 'text', 'text']);
-SELECT has_function('mailroom', 'enqueue_token_emails', ARRAY['integer', 'bytea']);
+SELECT has_function('mailroom', 'enqueue_token_emails', ARRAY['integer']);
 SELECT ok(
-    obj_description('mailroom.enqueue_token_emails(integer, bytea)'::regprocedure, 'pg_proc') IS NOT null,
+    obj_description('mailroom.enqueue_token_emails(integer)'::regprocedure, 'pg_proc') IS NOT null,
     'enqueue_token_emails is documented'
 );
 
@@ -109,7 +109,7 @@ SELECT throws_ok(
     'MR403', 'signed token value must be non-empty URL-safe base64 without padding', 'bad signed value: MR403'
 );
 SELECT throws_ok(
-    $$SELECT mailroom.enqueue_token_emails(0, '\x00'::bytea)$$,
+    $$SELECT mailroom.enqueue_token_emails(0)$$,
     '22023', 'batch limit must be a positive integer, got 0', 'enqueue_token_emails rejects a limit < 1'
 );
 

@@ -8,8 +8,10 @@ INSERT INTO area
 SELECT p.oid::regprocedure, p.proname !~ '^(_|trg_)'
 FROM pg_proc AS p
 WHERE p.pronamespace = 'mailroom'::regnamespace
-    AND p.proname IN ('_html_escape', 'render_token_email', 'enqueue_token_emails');
-SELECT is((SELECT count(*)::integer FROM area), 3, 'the collector area has its 3 functions');
+    AND p.proname IN ('_html_escape', 'render_token_email', 'enqueue_token_emails', '_token_email_subject',
+        '_claim_token_email');
+-- enqueue_token_emails has two forms this release (the keyed one is deprecated)
+SELECT is((SELECT count(*)::integer FROM area), 6, 'the collector area has its 6 functions');
 SELECT is(
     (
         SELECT coalesce(string_agg(a.fn::text, ', ' ORDER BY a.fn::text), '')
@@ -32,7 +34,7 @@ SELECT results_eq(
     $$VALUES
         ('mailroom_admin', '-'),
         ('mailroom_app', '-'),
-        ('mailroom_collector', 'enqueue_token_emails, render_token_email'),
+        ('mailroom_collector', 'enqueue_token_emails, enqueue_token_emails, render_token_email'),
         ('mailroom_inbound', '-'),
         ('mailroom_monitor', '-'),
         ('mailroom_sender', '-'),
@@ -54,7 +56,7 @@ SELECT is(
 RESET ROLE;
 SET LOCAL ROLE mailroom_app;
 SELECT throws_ok(
-    $$SELECT mailroom.enqueue_token_emails(10, decode(repeat('ab', 32), 'hex'))$$, '42501', NULL,
+    $$SELECT mailroom.enqueue_token_emails(10)$$, '42501', NULL,
     'the application may not enqueue token emails'
 );
 SELECT throws_ok(

@@ -20,7 +20,6 @@ from email.message import EmailMessage
 
 import psycopg
 import pytest
-from collector_support import KEY_HEX as COLLECTOR_KEY_HEX
 from outbound_support import Handler, SmtpServer
 from pooled_support import wait_until
 
@@ -94,7 +93,7 @@ def test_many_workers_through_the_pooler_with_faults(conn, urls, workers, pooler
 
         collectors = [workers("collect", "--enqueue", "--poll-interval", "500",
                               env={"MAILROOM_DATABASE_URL": c.database, "MAILROOM_LISTEN_URL": c.listen,
-                                   "MAILROOM_SECRET_KEY": COLLECTOR_KEY_HEX, "MAILROOM_BATCH_LIMIT": "20",
+                                   "MAILROOM_BATCH_LIMIT": "20",
                                    "MAILROOM_BATCH_TIMEOUT": "100", "MAILROOM_HEALTHCHECK_INTERVAL": "2000"})
                       for _ in range(4)]
         senders = [workers("send", "--worker", f"many:send{n}", "--poll-interval", "0.5s", "--lease", "5s",

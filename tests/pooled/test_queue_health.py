@@ -6,7 +6,6 @@ from __future__ import annotations
 import time
 import urllib.request
 
-from collector_support import KEY_HEX as COLLECTOR_KEY_HEX
 from collector_support import create_accounts
 from outbound_support import add_sender, counts, enqueue, free_port
 from pooled_support import wait_until
@@ -22,7 +21,6 @@ def test_workers_report_heartbeats_through_the_pooler(conn, urls, workers, poole
     conn.execute("SELECT mailroom.upsert_sender('mailroom', 'noreply@example.test', '127.0.0.1', %s)", (free_port(),))
     u = urls("collector")
     collector = workers("collect", "--enqueue", env={"MAILROOM_DATABASE_URL": u.database, "MAILROOM_LISTEN_URL": u.listen,
-                                                      "MAILROOM_SECRET_KEY": COLLECTOR_KEY_HEX,
                                                       "MAILROOM_BATCH_TIMEOUT": "100"})
     s = urls("sender")
     sender = workers("send", "--worker", "hosta:send1", "--reap-after", "0",
@@ -53,7 +51,7 @@ def test_workers_report_heartbeats_through_the_pooler(conn, urls, workers, poole
 def test_outbound_status_prints_queue_health(conn, urls, cli):
     add_sender(conn, 2525)
     enqueue(conn, 3)
-    conn.execute("SELECT count(*) FROM mailroom.claim_messages(1, 'gone:1', NULL, '1 millisecond')")
+    conn.execute("SELECT count(*) FROM mailroom.claim_messages(1, 'gone:1', '1 millisecond')")
     create_accounts(conn, "st", 2)
     conn.execute(
         """INSERT INTO mailroom.mailboxes (address, plan, session_token_digest, expires_at, created_at)
@@ -80,7 +78,7 @@ def test_outbound_status_prints_queue_health(conn, urls, cli):
 def test_sender_metrics_expose_queue_health(conn, urls, workers):
     add_sender(conn, free_port())
     enqueue(conn, 1)
-    conn.execute("SELECT count(*) FROM mailroom.claim_messages(1, 'gone:1', NULL, '1 millisecond')")
+    conn.execute("SELECT count(*) FROM mailroom.claim_messages(1, 'gone:1', '1 millisecond')")
     create_accounts(conn, "met", 3)
     port = free_port()
     w = workers("send", "--reap-after", "0", "--poll-interval", "0.2s", "--metrics-port", str(port),

@@ -10,7 +10,7 @@ import collections
 import time
 
 import pytest
-from outbound_support import KEY_HEX, Handler, SmtpServer, add_sender, counts, enqueue, enqueue_many
+from outbound_support import Handler, SmtpServer, add_sender, counts, enqueue, enqueue_many
 from pooled_support import POOLER_SELFTEST_WARNING, wait_until
 
 FLAGS = ("--smtp-timeout", "5s", "--shutdown-grace", "1s")
@@ -36,7 +36,7 @@ def test_send_through_the_pooler_delivers_each_message_once(conn, urls, sink, wo
     add_sender(conn, smtp.port)
     u = urls("sender")
     w = workers("send", *FLAGS, "--concurrency", "2", "--batch-size", "3", "--poll-interval", "0.2s",
-                env={"MAILROOM_DATABASE_URL": u.database, "MAILROOM_ENCRYPTION_KEY": KEY_HEX})
+                env={"MAILROOM_DATABASE_URL": u.database})
     w.wait_stderr(POOLER_SELFTEST_WARNING)
     enqueue_many(conn, 60)  # 20 claims and 20 finalizes of 3, most of them in a row on one slot
     wait_until(lambda: counts(conn) == {"sent": 60}, timeout=30, what="60 messages sent")

@@ -46,7 +46,6 @@ class CollectorConfig:
     """Validated settings of one collector process."""
 
     url: str
-    key: bytes
     batch_limit: int = 10
     batch_timeout_ms: int = 5000
     healthcheck_ms: int = 270_000
@@ -68,7 +67,6 @@ def _int_setting(name: str, value: str, low: int, high: int) -> int:
 
 
 def parse_config(
-    key: bytes,
     batch_limit: str,
     batch_timeout: str,
     healthcheck_interval: str,
@@ -98,7 +96,7 @@ def parse_config(
     output = output.strip().lower()
     if output not in OUTPUTS:
         raise ConfigError(f"--output must be one of {', '.join(OUTPUTS)}, got {output!r}")
-    return CollectorConfig("", key, limit, timeout_ms, health_ms, channel, output, enqueue, None, poll_interval_ms)
+    return CollectorConfig("", limit, timeout_ms, health_ms, channel, output, enqueue, None, poll_interval_ms)
 
 
 WAIT_SLICE = 0.2  # longest uninterrupted wait, so a signal is honoured within a second
@@ -185,7 +183,7 @@ class Collector:
                 except CommitLost as exc:
                     self.log.warning(
                         "WARN: connection lost while committing a written batch of %d tokens; "
-                        "if they come back they are committed without being written again", exc.rows,
+                        "those that come back get new links and are written again", exc.rows,
                     )
                     self._lost(describe_db_error(exc.cause))
         except OutputClosed as exc:
@@ -375,7 +373,7 @@ class Collector:
         limit = self.cfg.batch_limit
         total = batches = 0
         while True:
-            got = self.sink.run_batch(self.work, limit, self.cfg.key)
+            got = self.sink.run_batch(self.work, limit)
             total += got
             batches += got > 0
             if got < limit or self.stopping:
@@ -385,10 +383,10 @@ class Collector:
         self.upgrade.resumed()
         if what and not self.stopping:
             self.sink.settle()
-        if self.sink.skipped:
-            self.log.info("%d tokens written before a lost commit were confirmed, not written again",
-                          self.sink.skipped)
-            self.sink.skipped = 0
+        if self.sink.reissued:
+            self.log.warning("WARN: %d tokens written before a lost commit came back: written again with new links "
+                             "(the links of the earlier lines never took effect)", self.sink.reissued)
+            self.sink.reissued = 0
         if what:
             if total:
                 self.log.info("%s: collected %d tokens in %d batches", what, total, batches)

@@ -81,43 +81,46 @@ def _commit(conn: psycopg.Connection, rows: int) -> None:
 class StdoutSink:
     """Write each batch to stdout, flush, then commit.
 
-    The one window left is a connection drop between the flush and the COMMIT: the rows were
-    written but their dispatch rolled back. Their token ids are remembered, and when the backlog
-    drain after the reconnect dequeues them again they are committed without being written twice.
+    The one window left is a connection drop between the flush and the COMMIT, whose outcome is
+    unknown. If the COMMIT did not happen, the dispatch rolled back, and with it the digests of the
+    secrets that were written: those lines' links never work. Their token ids are remembered; when
+    the backlog drain after the reconnect dequeues them again, they come back with new links, which
+    are written (the first lines were dead, so each token still has exactly one working link), and
+    counted in `reissued` for the collector to report. Tokens that do not come back were committed.
     """
 
     def __init__(self, output: str, stream: BinaryIO | None = None) -> None:
         self.format = FORMATS[output]
         self.stream = stream if stream is not None else sys.stdout.buffer
         self.unconfirmed: set[int] = set()  # written, commit lost
-        self.skipped = 0
+        self.reissued = 0
 
-    def run_batch(self, conn: psycopg.Connection, limit: int, key: bytes) -> int:
-        rows = [tuple(r) for r in sqlapi.dequeue_tokens.rows(conn, limit=limit, key=key)]
+    def run_batch(self, conn: psycopg.Connection, limit: int) -> int:
+        # minted and signed with the keyring's active key in the database: the links come back as results
+        rows = [tuple(r) for r in sqlapi.dequeue_tokens.rows(conn, limit=limit)]
         if not rows:
             # nothing was handed out, but the call may have issued requested recovery tokens
             # (handed out by the next call): commit, which costs nothing when it wrote nothing
             conn.commit()
             return 0
-        fresh = [r for r in rows if r[5] not in self.unconfirmed] if self.unconfirmed else rows
-        if fresh:
-            data = self.format(fresh)
-            try:
-                self.stream.write(data)
-                self.stream.flush()
-            except (OSError, ValueError) as exc:
-                conn.rollback()
-                self._silence()
-                reason = "the reader closed the pipe" if isinstance(exc, BrokenPipeError) else str(exc)
-                raise OutputClosed(len(fresh), reason) from None
+        data = self.format(rows)
         try:
-            _commit(conn, len(fresh))
+            self.stream.write(data)
+            self.stream.flush()
+        except (OSError, ValueError) as exc:
+            conn.rollback()
+            self._silence()
+            reason = "the reader closed the pipe" if isinstance(exc, BrokenPipeError) else str(exc)
+            raise OutputClosed(len(rows), reason) from None
+        try:
+            _commit(conn, len(rows))
         except CommitLost:
-            self.unconfirmed.update(r[5] for r in fresh)
+            self.unconfirmed.update(r[5] for r in rows)
             raise
-        if len(fresh) < len(rows):
-            self.skipped += len(rows) - len(fresh)
-            self.unconfirmed.difference_update(r[5] for r in rows)
+        if self.unconfirmed:
+            again = self.unconfirmed.intersection(r[5] for r in rows)
+            self.reissued += len(again)
+            self.unconfirmed -= again
         return len(rows)
 
     def settle(self) -> None:
@@ -137,10 +140,11 @@ class StdoutSink:
 class EnqueueSink:
     """Turn each batch into outbound messages in SQL (mailroom.enqueue_token_emails), then commit."""
 
-    skipped = 0
+    reissued = 0
 
-    def run_batch(self, conn: psycopg.Connection, limit: int, key: bytes) -> int:
-        value = sqlapi.enqueue_token_emails.value(conn, limit=limit, key=key)
+    def run_batch(self, conn: psycopg.Connection, limit: int) -> int:
+        # the emails get their links when the sender claims them: none rests in the queue
+        value = sqlapi.enqueue_token_emails.value(conn, limit=limit)
         count = int(value) if value is not None else 0
         if count == 0:
             conn.commit()  # it may have issued requested recovery tokens (see StdoutSink.run_batch)

@@ -1,18 +1,28 @@
-"""The SQL functions of accounts and tokens the driver calls (mailroom.db.contract): sql/1x, 4x."""
+"""The SQL functions of accounts and tokens the driver calls (mailroom.db.contract): sql/1x, 4x.
+
+None takes a key: the signing keys live in the database's keyring (sql/15_keyring.sql)."""
 
 from __future__ import annotations
 
 from mailroom.db.contract import SqlFunction
 
 dequeue_tokens = SqlFunction(
-    "dequeue_tokens", "p_limit integer, p_key bytea", returns=("action", "email", "login", "signed", "code", "token_id")
+    "dequeue_tokens", "p_limit integer", returns=("action", "email", "login", "signed", "code", "token_id")
 )
-enqueue_token_emails = SqlFunction("enqueue_token_emails", "p_limit integer, p_key bytea", returns="integer")
+enqueue_token_emails = SqlFunction("enqueue_token_emails", "p_limit integer", returns="integer")
 create_account = SqlFunction("create_account", "p_email text, p_login text", returns="bigint")
 consume_token = SqlFunction(
-    "consume_token",
-    "p_signed text, p_key bytea, p_code text = default, p_previous_keys bytea[] = default",
-    returns=("account", "outcome", "attempts_left"),
+    "consume_token", "p_signed text, p_code text = default", returns=("account", "outcome", "attempts_left")
 )
 account_status = SqlFunction("account_status", "p_account bigint", returns="mailroom.account_status")
 request_password_recovery = SqlFunction("request_password_recovery", "p_email text, p_requester text = default")
+
+# `mailroom keys …` (accounts/cli.py), mailroom_admin
+rotate_signing_key = SqlFunction("rotate_signing_key", returns="integer")
+retire_signing_key = SqlFunction("retire_signing_key", "p_id integer")
+export_signing_key = SqlFunction("export_signing_key", "p_id integer = default", returns="bytea")
+import_signing_key = SqlFunction("import_signing_key", "p_key bytea, p_active boolean = default", returns="integer")
+list_signing_keys = SqlFunction(
+    "list_signing_keys",
+    returns=("id", "state", "origin", "fingerprint", "created_at", "state_changed_at", "last_exported_at"),
+)

@@ -64,7 +64,8 @@ _MR_KINDS: dict[str, Kind] = {
     "MR102": Kind.CONFLICT, "MR103": Kind.CONFLICT, "MR105": Kind.NOT_FOUND, "MR106": Kind.CONFLICT,
     "MR107": Kind.CONFLICT, "MR108": Kind.CONFLICT, "MR111": Kind.DENIED, "MR112": Kind.NOT_FOUND,
     "MR113": Kind.GONE, "MR114": Kind.GONE, "MR116": Kind.GONE, "MR117": Kind.GONE,
-    "MR118": Kind.CONFLICT, "MR120": Kind.CONFIG,
+    "MR118": Kind.CONFLICT, "MR120": Kind.CONFIG, "MR121": Kind.NOT_FOUND, "MR122": Kind.CONFLICT,
+    "MR123": Kind.GONE,
     # inboxes
     "MR203": Kind.NOT_FOUND, "MR204": Kind.DENIED, "MR205": Kind.GONE, "MR206": Kind.GONE,
     "MR207": Kind.LIMIT, "MR208": Kind.LIMIT, "MR209": Kind.NOT_FOUND,

@@ -120,8 +120,6 @@ def run_demo(database_url: str | None, data_dir: Path | None, pace: float) -> No
 
 
 def _run_story(story: Story, url: str, relay: Controller, started: list[Supervisor]) -> None:
-    secret_key = secrets.token_hex(32)
-    encryption_key = secrets.token_hex(32)
     inbox_port = free_port()
     with connect(url) as conn:
         domain = db_sqlapi.setting.value(conn, name="inbox.domain")
@@ -131,14 +129,13 @@ def _run_story(story: Story, url: str, relay: Controller, started: list[Supervis
         db_sqlapi.set_setting.call(conn, name="collector.link_base_url", value=LINK_BASE)
     story.step(
         f"configured senders: {DEMO_SENDER} relays to the inbound server on 127.0.0.1:{inbox_port}, "
-        f"{FLAKY_SENDER} to a relay answering 451 on 127.0.0.1:{relay.port}; fresh keys in the environment only"
+        f"{FLAKY_SENDER} to a relay answering 451 on 127.0.0.1:{relay.port}; no key in any environment "
+        "(the signing keyring stays in the database)"
     )
 
     env = dict(
         os.environ,
         MAILROOM_DATABASE_URL=url,
-        MAILROOM_SECRET_KEY=secret_key,
-        MAILROOM_ENCRYPTION_KEY=encryption_key,
         MAILROOM_BATCH_LIMIT="10",
         MAILROOM_BATCH_TIMEOUT="100",
         MAILROOM_HEALTHCHECK_INTERVAL="5000",
@@ -193,7 +190,7 @@ def _run_story(story: Story, url: str, relay: Controller, started: list[Supervis
             raise UserError("demo: the activation email carries no signed link")
         signed = match.group(1)
         story.detail(f"link: {LINK_BASE}/activate?token={signed[:10]}… ({len(signed)} characters)")
-        consumed = accounts.consume_token.row(conn, signed=signed, key=bytes.fromhex(secret_key)).account
+        consumed = accounts.consume_token.row(conn, signed=signed).account
         status = accounts.account_status.value(conn, account=account_id)
         story.step(f"consumed the signed link for account {consumed}: status is now {status}")
         if status != "active":

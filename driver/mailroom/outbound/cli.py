@@ -204,20 +204,83 @@ def sender(
     port: Annotated[int, typer.Option(help="SMTP relay port.")],
     security: Annotated[str, typer.Option(help="none, starttls or tls.")] = "none",
     username: Annotated[Optional[str], typer.Option(help="SMTP login (password: env MAILROOM_SMTP_PASSWORD).")] = None,
+    allow_cleartext_login: Annotated[
+        bool, typer.Option("--allow-cleartext-login", help="Log in with security none: a relay on this machine only.")
+    ] = False,
     bounce_domain: Annotated[
         Optional[str],
         typer.Option(help="Domain of this sender's VERP return paths ('': use the setting outbound.bounce_domain)."),
     ] = None,
     database_url: DatabaseUrlOption = None,
 ) -> None:
-    """Create or update a sending identity (mailroom.upsert_sender, set_sender_bounce_domain)."""
+    """Create or update a sending identity (mailroom.upsert_sender, set_sender_bounce_domain).
+
+    The password is encrypted here to the sender key the database holds (its public half), so it
+    never reaches the server; only `mailroom send`, with the private half, can open it."""
+    from mailroom.outbound.sealing import seal
+
     password = os.environ.get("MAILROOM_SMTP_PASSWORD") or None
-    key = hex_key("MAILROOM_ENCRYPTION_KEY", os.environ.get("MAILROOM_ENCRYPTION_KEY"), required=password is not None)
+    sealed = None
+    if password is not None:
+        keys = _call(database_url, sqlapi.sender_public_key)
+        if not keys:
+            raise ConfigError("no sender key yet: run `mailroom outbound sender-key init` first")
+        sealed = seal(bytes(keys[0]["public_key"]), password)
     sender_id = _value(database_url, sqlapi.upsert_sender, name=name, from_address=from_address, host=host, port=port,
-                       security=security, username=username, password=password, key=key)
+                       security=security, username=username, sealed_password=sealed,
+                       allow_cleartext=allow_cleartext_login)
     if bounce_domain is not None:
         _call(database_url, sqlapi.set_sender_bounce_domain, sender=name, domain=bounce_domain or None)
     typer.echo(f"sender {name} saved (id {sender_id})")
+
+
+sender_key_app = typer.Typer(
+    name="sender-key",
+    help="The sender keypair that relay passwords are encrypted to: init.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+outbound.add_typer(sender_key_app)
+
+
+@sender_key_app.command("init")
+def sender_key_init(
+    out: Annotated[str, typer.Option("--out", help="Where to write the private key (MAILROOM_SENDER_KEY_FILE).")],
+    bits: Annotated[int, typer.Option(help="RSA key size: 2048, 3072 or 4096.")] = 3072,
+    database_url: DatabaseUrlOption = None,
+) -> None:
+    """Make a sender keypair: the private half goes to --out (mode 0600; give it to `mailroom send` as
+    MAILROOM_SENDER_KEY_FILE), the public half to the database. Relay passwords sealed for an
+    earlier key must be set again (or that key kept in MAILROOM_SENDER_KEY_FILE)."""
+    from pathlib import Path
+
+    from mailroom.outbound.sealing import generate_keypair
+
+    path = Path(out).expanduser()
+    public_key, secret_key = generate_keypair(bits)
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except OSError as exc:
+        raise UserError(f"cannot create {path}: {exc.strerror} (it is never overwritten)") from None
+    with os.fdopen(fd, "w") as f:
+        f.write(secret_key)
+    try:
+        key_id = _value(database_url, sqlapi.set_sender_public_key, public_key=public_key)
+    except UserError:
+        path.unlink()
+        raise
+    typer.echo(f"sender key {key_id}: private half in {path} (MAILROOM_SENDER_KEY_FILE for `mailroom send`), "
+               "public half in the database")
+
+
+@outbound.command("convert-passwords")
+def convert_passwords(database_url: DatabaseUrlOption = None) -> None:
+    """Once, after upgrading: re-encrypt the relay passwords stored under MAILROOM_ENCRYPTION_KEY to the
+    sender key (the one call that sends that key to the server), then forget that key."""
+    key = hex_key("MAILROOM_ENCRYPTION_KEY", os.environ.get("MAILROOM_ENCRYPTION_KEY"))
+    count = _value(database_url, sqlapi.convert_sender_passwords, old_key=key)
+    typer.echo(f"{count} relay password(s) now sealed for the sender key; unset MAILROOM_ENCRYPTION_KEY")
 
 
 limits_app = typer.Typer(
@@ -312,7 +375,7 @@ def send_command(
     ] = None,
     until_idle: Annotated[bool, typer.Option(help="Exit once nothing is due (batch jobs, tests).")] = False,
 ) -> None:
-    """Deliver queued outbound messages (env MAILROOM_ENCRYPTION_KEY for relay passwords)."""
+    """Deliver queued outbound messages (env MAILROOM_SENDER_KEY_FILE opens the relay passwords)."""
     if not 1 <= concurrency <= 64:
         raise ConfigError(f"--concurrency must be between 1 and 64, got {concurrency}")
     if not 1 <= batch_size <= 10000:
@@ -321,13 +384,20 @@ def send_command(
         raise ConfigError(f"--connections must be between 1 and 64, got {connections}")
     if metrics_port is not None and not 0 <= metrics_port <= 65535:
         raise ConfigError(f"--metrics-port must be between 0 and 65535, got {metrics_port}")
+    from mailroom.core.log import get_logger
+    from mailroom.outbound.sealing import Unsealer
     from mailroom.outbound.sender import Sender, SenderOptions
 
+    if os.environ.get("MAILROOM_ENCRYPTION_KEY"):
+        get_logger("send").warning(
+            "WARN: MAILROOM_ENCRYPTION_KEY is set but no longer used: relay passwords are sealed for the sender key "
+            "(MAILROOM_SENDER_KEY_FILE); convert them once with `mailroom outbound convert-passwords`, then unset it"
+        )
     url = resolve_database_url(database_url)
     opts = SenderOptions(
         url=url,
         listen_url=resolve_listen_url(listen_url, url),
-        key=hex_key("MAILROOM_ENCRYPTION_KEY", os.environ.get("MAILROOM_ENCRYPTION_KEY"), required=False),
+        unsealer=Unsealer.from_env(),
         concurrency=concurrency,
         batch_size=batch_size,
         connections=connections,

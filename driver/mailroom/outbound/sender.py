@@ -40,6 +40,7 @@ from mailroom.db.connect import connect_async, connection_kwargs
 from mailroom.db.listen import Listener
 from mailroom.outbound import sqlapi
 from mailroom.outbound.metrics import SenderMetrics
+from mailroom.outbound.sealing import KEY_FILE_ENV, Unsealer
 from mailroom.outbound.smtp import Attempt, Outcome, Relay, RelayConnections, deliver
 
 log = get_logger("send")
@@ -54,7 +55,7 @@ CHANNEL = "mailroom_outbound"
 @dataclass
 class SenderOptions:
     url: str
-    key: bytes | None
+    unsealer: Unsealer | None  # MAILROOM_SENDER_KEY_FILE: opens the relay passwords claim_messages returns sealed
     listen_url: str | None = None  # None: poll only
     concurrency: int = 4
     batch_size: int = 50
@@ -264,8 +265,7 @@ class Sender:
                     if index == 0 and self.heartbeat.due(self.listening()):
                         await self.beat(conn)
                     claimed = await sqlapi.claim_messages.arows(
-                        conn, limit=self.opts.batch_size, worker=self.worker, key=self.opts.key,
-                        lease=timedelta(seconds=self.lease),
+                        conn, limit=self.opts.batch_size, worker=self.worker, lease=timedelta(seconds=self.lease),
                     )
                     rows = [r._asdict() for r in claimed]
                 except psycopg.Error as exc:
@@ -322,16 +322,16 @@ class Sender:
             if self.stopping.is_set() or time.monotonic() - started > self.budget:
                 unsent.extend(rows[pos:])
                 break
-            relay = Relay(
-                row["smtp_host"], row["smtp_port"], row["smtp_security"], row["smtp_username"], row["smtp_password"]
-            )
-            if row["smtp_username"] and row["smtp_password_set"] and row["smtp_password"] is None:
-                self.fatal = ConfigError(
-                    f"sender {row['sender_name']} needs MAILROOM_ENCRYPTION_KEY to log in to its relay"
-                )
+            password, problem = self.relay_password(row)
+            if problem is not None:
+                self.fatal = ConfigError(problem)
                 self.stop()
                 unsent.extend(rows[pos:])
                 break
+            relay = Relay(
+                row["smtp_host"], row["smtp_port"], row["smtp_security"], row["smtp_username"], password,
+                bool(row["smtp_allow_cleartext"]),
+            )
             if relay in broken:
                 b = broken[relay]
                 outcomes.append(Outcome(row["id"], row["claim_token"], b.outcome, b.code, b.enhanced, b.error))
@@ -361,6 +361,23 @@ class Sender:
             if out.outcome in ("connect", "timeout") and attempt.stage == "connect":
                 broken[relay] = out
         return outcomes, unsent
+
+    def relay_password(self, row: dict[str, Any]) -> tuple[str | None, str | None]:
+        """The relay password of a claimed row, opened with the sender key (once per ciphertext), or
+        the configuration problem that keeps this sender from logging in (it then stops)."""
+        if not (row["smtp_username"] and row["smtp_password_set"]):
+            return None, None
+        sealed = row["smtp_password_sealed"]
+        if sealed is None:
+            return None, (f"the relay password of sender {row['sender_name']} is still in the previous release's form: "
+                          "run `mailroom outbound convert-passwords` once (MAILROOM_ENCRYPTION_KEY)")
+        if self.opts.unsealer is None:
+            return None, f"sender {row['sender_name']} logs in to its relay: set {KEY_FILE_ENV} (the sender key)"
+        password = self.opts.unsealer.open(sealed)
+        if password is None:
+            return None, (f"{KEY_FILE_ENV} cannot open the relay password of sender {row['sender_name']}: "
+                          "it was sealed for another sender key")
+        return password, None
 
     async def report(self, conn: psycopg.AsyncConnection, outcomes: list[Outcome], unsent: list[dict]) -> None:
         """Finalize the batch in one call and release what was not attempted (retried on a new

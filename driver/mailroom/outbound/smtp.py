@@ -30,6 +30,13 @@ class Relay:
     security: str
     username: str | None
     password: str | None = field(repr=False)
+    # the operator's opt-in to log in without TLS (a loopback relay only: upsert_sender checks it)
+    allow_cleartext: bool = False
+
+    @property
+    def cleartext_login(self) -> bool:
+        """Credentials would cross plain TCP: refused unless opted in (issue 21, item 8)."""
+        return bool(self.username) and self.security == "none" and not self.allow_cleartext
 
 
 @dataclass
@@ -129,10 +136,20 @@ class Attempt:
 async def deliver(conns: RelayConnections, relay: Relay, row: dict[str, Any], attempt: Attempt) -> Outcome:
     """One SMTP transaction; never raises (except cancellation): the outcome says what happened."""
     out = Outcome(row["id"], row["claim_token"], "sent")
+    if row["text_body"] is None and row["html_body"] is None:
+        # a token email whose token is gone (tokens.retention): nothing to send, ever
+        out.outcome, out.error = "local", "no body to send (a token email whose token was purged)"
+        return out
     try:
         payload = build_message(row).as_bytes()
     except Exception as exc:  # noqa: BLE001 - a message that cannot be built never will be
         out.outcome, out.error = "local", f"cannot build the message: {type(exc).__name__}"
+        return out
+    if relay.cleartext_login:
+        # never send the password where anyone on the path can read it
+        out.outcome = "connect"
+        out.error = ("refused to log in over cleartext: the relay's security is none "
+                     "(use starttls or tls; a relay on this machine may allow it: --allow-cleartext-login)")
         return out
     rcpts = envelope_recipients(row)
     for try_number in (1, 2):

@@ -1,4 +1,6 @@
-"""The SQL functions of the outbound queue the driver calls (mailroom.db.contract): sql/3x."""
+"""The SQL functions of the outbound queue the driver calls (mailroom.db.contract): sql/3x.
+
+None takes a key: relay passwords come back encrypted to the sender key (outbound/sealing.py)."""
 
 from __future__ import annotations
 
@@ -7,11 +9,12 @@ from mailroom.db.contract import SqlFunction
 # the sender
 claim_messages = SqlFunction(
     "claim_messages",
-    "p_limit integer, p_worker text, p_key bytea = default, p_lease interval = default",
+    "p_limit integer, p_worker text, p_lease interval = default",
     returns=(
         "id", "claim_token", "attempts", "message_id", "sender_name", "from_address", "to_addrs", "cc_addrs",
         "bcc_addrs", "subject", "text_body", "html_body", "headers", "created_at", "possibly_sent", "smtp_host",
-        "smtp_port", "smtp_security", "smtp_username", "smtp_password", "smtp_password_set", "return_path",
+        "smtp_port", "smtp_security", "smtp_username", "smtp_password_sealed", "smtp_password_set",
+        "smtp_allow_cleartext", "return_path",
     ),
 )
 finalize_messages = SqlFunction(
@@ -57,10 +60,14 @@ enqueue_message = SqlFunction(
 upsert_sender = SqlFunction(
     "upsert_sender",
     "p_name text, p_from_address text, p_host text, p_port integer, p_security text = default,"
-    " p_username text = default, p_password text = default, p_key bytea = default",
+    " p_username text = default, p_password text = default, p_sealed_password bytea = default,"
+    " p_allow_cleartext boolean = default",
     returns="bigint",
 )
 set_sender_bounce_domain = SqlFunction("set_sender_bounce_domain", "p_sender text, p_domain text")
+sender_public_key = SqlFunction("sender_public_key", returns=("id", "public_key", "key_id", "created_at"))
+set_sender_public_key = SqlFunction("set_sender_public_key", "p_public_key bytea", returns="integer")
+convert_sender_passwords = SqlFunction("convert_sender_passwords", "p_old_key bytea", returns="integer")
 
 # per-domain limits
 set_domain_limit = SqlFunction(

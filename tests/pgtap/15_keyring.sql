@@ -1,0 +1,94 @@
+-- The signing keyring: made by migrate, rotated, retired, exported and imported by the admin,
+-- read by no runtime role.
+BEGIN;
+SELECT plan(24);
+
+SET LOCAL mailroom.clock = '2030-01-01 00:00:00+00';
+
+SELECT results_eq(
+    $$ SELECT state::text, origin, octet_length(key) FROM mailroom.signing_keys $$,
+    $$ VALUES ('active', 'generated', 32) $$,
+    'migrate makes one active key of 32 random bytes'
+);
+CREATE TEMP TABLE k AS SELECT id AS first_id, key AS first_key FROM mailroom.signing_keys;
+
+-- rotate
+CREATE TEMP TABLE r AS SELECT mailroom.rotate_signing_key() AS id;
+SELECT results_eq(
+    $$ SELECT id, state::text, origin FROM mailroom.signing_keys ORDER BY id $$,
+    $$ VALUES ((SELECT first_id FROM k), 'verify_only', 'generated'), ((SELECT id FROM r), 'active', 'generated') $$,
+    'rotate: a new active key; the previous one becomes verify-only'
+);
+SELECT isnt((SELECT key FROM mailroom.signing_keys WHERE id = (SELECT id FROM r)), (SELECT first_key FROM k),
+    'the new key is new bytes');
+SELECT is((SELECT state_changed_at FROM mailroom.signing_keys WHERE id = (SELECT first_id FROM k)),
+    '2030-01-01 00:00:00+00'::timestamptz, 'the change is dated by mailroom.clock()');
+SELECT results_eq(
+    $$ SELECT p_ids FROM mailroom._verifying_keys() $$,
+    $$ VALUES (ARRAY[(SELECT id FROM r), (SELECT first_id FROM k)]) $$,
+    'verifiers try the active key, then the verify-only ones'
+);
+
+-- export
+SELECT is(mailroom.export_signing_key(), (SELECT key FROM mailroom.signing_keys WHERE state = 'active'),
+    'export without an id: the active key');
+SELECT is(mailroom.export_signing_key((SELECT first_id FROM k)), (SELECT first_key FROM k),
+    'export of a verify-only key by id');
+SELECT isnt((SELECT last_exported_at FROM mailroom.signing_keys WHERE id = (SELECT first_id FROM k)), NULL,
+    'an export is recorded (last_exported_at)');
+SELECT throws_ok($$ SELECT mailroom.export_signing_key(-1) $$, 'MR121', 'no signing key -1', 'export: unknown id');
+
+-- retire
+SELECT throws_ok(format('SELECT mailroom.retire_signing_key(%s)', (SELECT id FROM r)),
+    'MR122', format('signing key %s is the active key: rotate first (mailroom keys rotate)', (SELECT id FROM r)),
+    'the active key cannot be retired');
+SELECT throws_ok($$ SELECT mailroom.retire_signing_key(-1) $$, 'MR121', 'no signing key -1', 'retire: unknown id');
+SELECT lives_ok(format('SELECT mailroom.retire_signing_key(%s)', (SELECT first_id FROM k)), 'retire a verify-only key');
+SELECT results_eq(
+    $$ SELECT state::text, key FROM mailroom.signing_keys WHERE id = (SELECT first_id FROM k) $$,
+    $$ VALUES ('retired', NULL::bytea) $$,
+    'a retired key is wiped'
+);
+SELECT lives_ok(format('SELECT mailroom.retire_signing_key(%s)', (SELECT first_id FROM k)), 'retiring twice is a no-op');
+SELECT throws_ok(format('SELECT mailroom.export_signing_key(%s)', (SELECT first_id FROM k)),
+    'MR123', NULL, 'a retired key cannot be exported');
+
+-- import: the previous release's MAILROOM_SECRET_KEY, verify-only unless asked
+CREATE TEMP TABLE i AS SELECT mailroom.import_signing_key(decode(repeat('cafebabe', 8), 'hex')) AS id;
+SELECT results_eq(
+    $$ SELECT state::text, origin FROM mailroom.signing_keys WHERE id = (SELECT id FROM i) $$,
+    $$ VALUES ('verify_only', 'imported') $$,
+    'import: the key is added verify-only'
+);
+SELECT is(mailroom.import_signing_key(decode(repeat('cafebabe', 8), 'hex')), (SELECT id FROM i),
+    'importing the same key again finds it');
+SELECT is(mailroom.import_signing_key(decode(repeat('cafebabe', 8), 'hex'), true), (SELECT id FROM i),
+    'import --active of a known key');
+SELECT results_eq(
+    $$ SELECT id, state::text FROM mailroom.signing_keys WHERE state <> 'retired' ORDER BY id $$,
+    $$ VALUES ((SELECT id FROM r), 'verify_only'), ((SELECT id FROM i), 'active') $$,
+    'it becomes the active key; the active one becomes verify-only'
+);
+SELECT throws_ok($$ SELECT mailroom.import_signing_key('\x0102') $$,
+    'MR120', 'signing key missing or shorter than 32 bytes', 'import: a short key is refused');
+
+-- list: no key bytes, a fingerprint to match an exported key
+SELECT results_eq(
+    $$ SELECT id, fingerprint FROM mailroom.list_signing_keys() WHERE id = (SELECT id FROM i) $$,
+    $$ VALUES ((SELECT id FROM i), encode(substr(digest(decode(repeat('cafebabe', 8), 'hex'), 'sha256'), 1, 8), 'hex')) $$,
+    'list_signing_keys: the first 8 bytes of sha256(key) as a fingerprint'
+);
+SELECT is(
+    (SELECT fingerprint FROM mailroom.list_signing_keys() WHERE id = (SELECT first_id FROM k)), NULL,
+    'and none for a retired key'
+);
+
+-- nobody but the owner reads or locks the table
+SET LOCAL ROLE mailroom_app;
+SELECT throws_ok($$ SELECT key FROM mailroom.signing_keys $$, '42501', NULL, 'a runtime role cannot read the keyring');
+SELECT throws_ok($$ LOCK TABLE mailroom.signing_keys IN ACCESS SHARE MODE $$, '42501', NULL,
+    'nor lock it (key changes serialize on a lock only mailroom can take)');
+RESET ROLE;
+
+SELECT * FROM finish();
+ROLLBACK;
