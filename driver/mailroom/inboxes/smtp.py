@@ -41,6 +41,15 @@ from mailroom.inboxes.mime import clean_text
 
 log = get_logger("inbox")
 
+# InboundSMTP builds on aiosmtpd's internals: smtp_DATA is aiosmtpd 1.4.6's DATA handler with a reader
+# bounded by the transaction's recipients (aiosmtpd's public hooks only see a message once it is all
+# in memory), and it uses the members below. These are the versions it is tested with; pyproject.toml
+# allows no newer minor release, tests/inboxes/test_aiosmtpd_pin.py fails on any version not listed
+# here, and `inbox serve` warns at start on one.
+AIOSMTPD_TESTED = ("1.4.6",)
+AIOSMTPD_INTERNALS = ("_reader", "_set_post_data_state", "_call_handler_hook", "_reset_timeout",
+                      "_handler_coroutine", "_getaddr", "_create_session", "_create_envelope")
+
 # Replies of the protocol layer. Addresses are never echoed back or logged.
 REPLY_TOO_MANY = "452 4.5.3 Too many recipients"
 REPLY_TOO_MANY_BAD = "421 4.7.0 Too many invalid recipients, closing connection"
