@@ -169,7 +169,7 @@ CREATE OR REPLACE FUNCTION mailroom.check_bounce_recipient(
     p_address text,
     p_size bigint DEFAULT null
 )
-RETURNS TABLE (verdict text, address text)
+RETURNS TABLE (verdict text, address text, reply text)
 LANGUAGE sql
 STABLE
 SECURITY DEFINER
@@ -177,19 +177,23 @@ SET search_path = pg_catalog, pg_temp
 AS $$
     -- The RCPT verdict of `mailroom inbox serve`: a return path (bounce+… at a bounce domain) is
     -- 'bounce' when it is valid, else 'unknown' (bad signature, unknown message: the same
-    -- answer); any other address gets check_recipient's verdict (ok, unknown, deleted, ...).
-    SELECT
-        CASE WHEN mailroom._verp_message_id(p_address) IS NOT NULL THEN 'bounce' ELSE 'unknown' END,
-        mailroom._normalize_address(p_address)
-    WHERE mailroom._is_verp_address(p_address)
-    UNION ALL
-    SELECT c.verdict, c.address
-    FROM mailroom.check_recipient(p_address, p_size) AS c
-    WHERE NOT mailroom._is_verp_address(p_address);
+    -- answer); any other address gets check_recipient's verdict (ok, unknown, deleted, ...). A
+    -- refusing verdict comes with the SMTP reply the server sends (mailroom.error_codes).
+    SELECT v.verdict, v.address, mailroom._verdict_reply(v.verdict)
+    FROM (
+        SELECT
+            CASE WHEN mailroom._verp_message_id(p_address) IS NOT NULL THEN 'bounce' ELSE 'unknown' END AS verdict,
+            mailroom._normalize_address(p_address) AS address
+        WHERE mailroom._is_verp_address(p_address)
+        UNION ALL
+        SELECT c.verdict, c.address
+        FROM mailroom.check_recipient(p_address, p_size) AS c
+        WHERE NOT mailroom._is_verp_address(p_address)
+    ) AS v;
 $$;
 
 COMMENT ON FUNCTION mailroom.check_bounce_recipient(text, bigint) IS
-'RCPT-stage verdict of the inbound server: bounce for a valid VERP return path, unknown for a forged one, else check_recipient''s verdict.';
+'RCPT-stage verdict of the inbound server: bounce for a valid VERP return path, unknown for a forged one, else check_recipient''s verdict; with the SMTP reply of a refusing verdict.';
 
 GRANT EXECUTE ON FUNCTION mailroom.check_bounce_recipient(text, bigint) TO mailroom_inbound;
 

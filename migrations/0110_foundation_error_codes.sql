@@ -1,0 +1,113 @@
+-- Issue 22: every MRnnn SQLSTATE the SQL API raises, as data (sql/04_error_codes.sql reads it):
+-- its area, the kind of error it is for a caller (what the driver's exit code and retry policy
+-- follow), what it means, and, where the inbound SMTP server answers with it, the SMTP reply and
+-- the check_recipient verdict it stands for. pgTAP 04 checks the rows against every
+-- RAISE … ERRCODE = 'MRnnn' of the functions in schema mailroom.
+CREATE TABLE mailroom.error_codes (
+    code text PRIMARY KEY CHECK (code ~ '^MR[0-4][0-9]{2}$'),
+    area text NOT NULL CHECK (area IN ('foundation', 'accounts', 'inboxes', 'outbound', 'collector')),
+    kind text NOT NULL CHECK (kind IN ('usage', 'config', 'not_found', 'gone', 'limit', 'conflict', 'denied')),
+    meaning text NOT NULL CHECK (meaning <> ''),
+    smtp_reply text CHECK (smtp_reply ~ '^[45][0-9]{2} [45][.][0-9]{1,3}[.][0-9]{1,3} [^\r\n]+$'),
+    verdict text UNIQUE CHECK (verdict IN ('unknown', 'deleted', 'expired', 'too_large', 'full')),
+    -- the area is the code's hundreds digit: MR0nn foundation, MR1nn accounts and tokens, MR2nn
+    -- inboxes, MR3nn outbound, MR4nn collector
+    CONSTRAINT error_codes_area_digit CHECK (
+        substr(code, 3, 1) = CASE area
+            WHEN 'foundation' THEN '0' WHEN 'accounts' THEN '1' WHEN 'inboxes' THEN '2'
+            WHEN 'outbound' THEN '3' WHEN 'collector' THEN '4'
+        END
+    ),
+    CONSTRAINT error_codes_verdict_has_reply CHECK (verdict IS null OR smtp_reply IS NOT null)
+);
+
+COMMENT ON TABLE mailroom.error_codes IS
+'Every MRnnn SQLSTATE of the SQL API: area, kind (usage, config, not_found, gone, limit, conflict, denied), meaning, SMTP reply and recipient verdict where the inbound server answers with it.';
+
+INSERT INTO mailroom.error_codes (code, area, kind, meaning, smtp_reply, verdict) VALUES
+('MR001', 'foundation', 'usage', 'unknown setting', null, null),
+('MR002', 'foundation', 'config', 'the installation lacks something it needs (pgcrypto, a mailroom role, the owner role)', null, null),
+('MR003', 'foundation', 'usage', 'a setting value is not of the setting''s kind or is out of its range', null, null),
+('MR004', 'foundation', 'config', 'the setting declares no kind, so it cannot be checked or changed', null, null),
+('MR005', 'foundation', 'denied', 'the login role may not pin the clock (not a member of mailroom_timekeeper)', null, null),
+('MR101', 'accounts', 'usage', 'invalid email address', null, null),
+('MR102', 'accounts', 'conflict', 'an account with this email address already exists', null, null),
+('MR103', 'accounts', 'conflict', 'an account with this login already exists', null, null),
+('MR104', 'accounts', 'usage', 'invalid login', null, null),
+('MR105', 'accounts', 'not_found', 'unknown account', null, null),
+('MR106', 'accounts', 'conflict', 'the account is already suspended', null, null),
+('MR107', 'accounts', 'conflict', 'the account is not suspended', null, null),
+('MR108', 'accounts', 'conflict', 'invalid account status transition (an activated account cannot return to provisioned)', null, null),
+('MR110', 'accounts', 'usage', 'malformed signed token', null, null),
+('MR111', 'accounts', 'denied', 'bad token signature (wrong key or forged)', null, null),
+('MR112', 'accounts', 'not_found', 'unknown token (validly signed, not in the database)', null, null),
+('MR113', 'accounts', 'gone', 'token expired', null, null),
+('MR114', 'accounts', 'gone', 'token already used', null, null),
+('MR116', 'accounts', 'gone', 'token locked after too many wrong codes', null, null),
+('MR117', 'accounts', 'gone', 'token revoked (a newer token of that kind was issued)', null, null),
+('MR118', 'accounts', 'conflict', 'the account''s status does not allow this token (e.g. suspended)', null, null),
+('MR119', 'accounts', 'usage', 'a password-recovery token needs its 5-digit code', null, null),
+('MR120', 'accounts', 'config', 'signing key missing or shorter than 32 bytes', null, null),
+('MR201', 'inboxes', 'usage', 'unknown plan', null, null),
+('MR202', 'inboxes', 'usage', 'TTL or extension not a positive number of minutes', null, null),
+('MR203', 'inboxes', 'not_found', 'mailbox not found', '550 5.1.1 Mailbox unavailable (unknown, deleted or expired)', 'unknown'),
+('MR204', 'inboxes', 'denied', 'not authorized for this mailbox (wrong session token or owner)', null, null),
+('MR205', 'inboxes', 'gone', 'mailbox expired', '550 5.1.1 Mailbox unavailable (unknown, deleted or expired)', 'expired'),
+('MR206', 'inboxes', 'gone', 'mailbox was deleted', '550 5.1.1 Mailbox unavailable (unknown, deleted or expired)', 'deleted'),
+('MR207', 'inboxes', 'limit', 'message exceeds the plan''s size limit', '552 5.3.4 Message too big for this mailbox', 'too_large'),
+('MR208', 'inboxes', 'limit', 'mailbox full (the plan''s message count)', '552 5.2.2 Mailbox full', 'full'),
+('MR209', 'inboxes', 'not_found', 'message not found in this mailbox', null, null),
+('MR210', 'inboxes', 'usage', 'bad owner (unknown type, an anonymous inbox with an owner id, or api/mcp without one)', null, null),
+('MR211', 'inboxes', 'usage', 'empty message, or attachments that are not a JSON array', '554 5.6.0 Message is empty', null),
+('MR212', 'inboxes', 'not_found', 'no matching message committed within the timeout', null, null),
+('MR213', 'inboxes', 'usage', 'wait timeout null, negative or over 10 minutes', null, null),
+('MR214', 'inboxes', 'usage', 'waiting outside READ COMMITTED, where new mail could never be seen', null, null),
+('MR215', 'inboxes', 'not_found', 'no link or code matching in the message', null, null),
+('MR216', 'inboxes', 'usage', 'deliver_messages arrays NULL, of different lengths or naming no message', null, null),
+('MR301', 'outbound', 'not_found', 'unknown sender', null, null),
+('MR302', 'outbound', 'usage', 'a message needs at least one recipient', null, null),
+('MR303', 'outbound', 'usage', 'invalid email address (named by position, never the address)', null, null),
+('MR304', 'outbound', 'limit', 'more recipients than outbound.max_recipients', null, null),
+('MR305', 'outbound', 'usage', 'subject null, too long or holding a line break or control character', null, null),
+('MR306', 'outbound', 'limit', 'message larger than outbound.max_message_bytes', null, null),
+('MR307', 'outbound', 'usage', 'a message needs a text body or an HTML body', null, null),
+('MR308', 'outbound', 'usage', 'bad extra headers', null, null),
+('MR309', 'outbound', 'usage', 'idempotency key empty or longer than 200 characters', null, null),
+('MR310', 'outbound', 'usage', 'invalid sender name', null, null),
+('MR311', 'outbound', 'usage', 'invalid SMTP host or port', null, null),
+('MR312', 'outbound', 'usage', 'SMTP security must be none, starttls or tls', null, null),
+('MR313', 'outbound', 'config', 'an SMTP password needs an encryption key to be stored', null, null),
+('MR314', 'outbound', 'config', 'encryption key is not 32 bytes', null, null),
+('MR315', 'outbound', 'config', 'cannot decrypt a relay password (wrong encryption key)', null, null),
+('MR316', 'outbound', 'usage', 'an SMTP password needs an SMTP username', null, null),
+('MR317', 'outbound', 'usage', 'send_after must be a finite time', null, null),
+('MR318', 'outbound', 'conflict', 'a recipient is on the suppression list', null, null),
+('MR320', 'outbound', 'usage', 'claim limit not between 1 and 10000', null, null),
+('MR321', 'outbound', 'usage', 'worker name must be 1-200 characters', null, null),
+('MR322', 'outbound', 'usage', 'lease must be positive', null, null),
+('MR323', 'outbound', 'config', 'domain limits are set and the claim runs outside READ COMMITTED', null, null),
+('MR330', 'outbound', 'usage', 'finalize arrays null or of different lengths', null, null),
+('MR331', 'outbound', 'usage', 'an outcome without an id, a claim token or a known kind', null, null),
+('MR332', 'outbound', 'usage', 'a message id appears more than once in one finalize call', null, null),
+('MR333', 'outbound', 'usage', 'reap interval must not be negative', null, null),
+('MR340', 'outbound', 'not_found', 'no outbound message with this id', null, null),
+('MR341', 'outbound', 'conflict', 'only failed messages can be retried', null, null),
+('MR342', 'outbound', 'usage', 'purge needs a cut-off time and a batch of 1-100000', null, null),
+('MR343', 'outbound', 'usage', 'unknown status or bad limit for the list', null, null),
+('MR350', 'outbound', 'usage', 'the address to suppress is not a valid email address', null, null),
+('MR351', 'outbound', 'usage', 'suppression reason must be hard_bounce, complaint or manual', null, null),
+('MR352', 'outbound', 'usage', 'suppression expiry must be a finite time in the future', null, null),
+('MR353', 'outbound', 'usage', 'suppression list limit must be 1-100000', null, null),
+('MR360', 'outbound', 'not_found', 'not a valid bounce address (unknown message or bad signature)', '550 5.1.1 Mailbox unavailable (unknown, deleted or expired)', null),
+('MR361', 'outbound', 'usage', 'bounce reports must be a JSON array', null, null),
+('MR362', 'outbound', 'usage', 'the bounce domain must be a domain name', null, null),
+('MR363', 'outbound', 'not_found', 'unknown sender', null, null),
+('MR364', 'outbound', 'usage', 'refused-recipient arrays null or of different lengths', null, null),
+('MR370', 'outbound', 'usage', 'bad domain pattern (*, example.com or *.example.com)', null, null),
+('MR371', 'outbound', 'usage', 'a domain limit below 1 (null: no limit), or a bad list limit', null, null),
+('MR372', 'outbound', 'not_found', 'no domain limit for this pattern', null, null),
+('MR373', 'outbound', 'conflict', 'the default domain limit * cannot be removed', null, null),
+('MR401', 'collector', 'config', 'no email template for the token action', null, null),
+('MR402', 'collector', 'config', 'setting collector.link_base_url is not an http(s) URL without query', null, null),
+('MR403', 'collector', 'usage', 'signed token value must be non-empty URL-safe base64 without padding', null, null),
+('MR404', 'collector', 'config', 'setting collector.sender is empty', null, null);
