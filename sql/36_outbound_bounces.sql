@@ -377,11 +377,13 @@ DECLARE
     v_suppressed integer := 0;
     r record;
 BEGIN
-    -- The relay refused some recipients of a message at RCPT (synchronously) and the sender
-    -- reports them, one element per refused recipient, before it finalizes the message (the
-    -- claim token fences it: a message no longer processing under that token is skipped). A
-    -- permanent reply (the rule of finalize_messages) is a hard bounce of that recipient; any
-    -- other is noted. A recipient the message does not have is skipped.
+    -- The relay refused recipients of a message at RCPT (synchronously) and the sender reports
+    -- them, one element per refused recipient, before it finalizes the message (the claim token
+    -- fences it: a message no longer processing under that token is skipped). A permanent reply
+    -- (the rule of finalize_messages) is a hard bounce of that recipient; any other is noted. A
+    -- recipient the message does not have is skipped. When every recipient was refused, the
+    -- message's outcome is 'refused' and finalize_messages picks, from the rows recorded here under
+    -- the claim token, the refusal that governs.
     IF p_ids IS NULL OR p_claim_tokens IS NULL OR p_recipients IS NULL
         OR cardinality(p_claim_tokens) <> v_n OR cardinality(p_recipients) <> v_n
         OR coalesce(cardinality(p_smtp_codes), v_n) <> v_n
@@ -394,6 +396,7 @@ BEGIN
     FOR r IN
         SELECT
             m.id,
+            m.claim_token,
             mailroom._normalize_address(u.rcpt) AS rcpt,
             u.code,
             CASE WHEN u.enhanced ~ '^[245][.][0-9]{1,3}[.][0-9]{1,3}$' THEN u.enhanced END AS enhanced,
@@ -416,11 +419,15 @@ BEGIN
         IF mailroom._classify_outcome('reply', r.code, r.enhanced) = 'permanent' THEN
             PERFORM mailroom._add_suppression(r.rcpt, 'hard_bounce', NULL, r.id);
             v_suppressed := v_suppressed + 1;
-            INSERT INTO mailroom.outbound_bounces (message_id, received_at, outcome, recipient, action, status, smtp_code)
-            VALUES (r.id, v_now, 'hard_bounce', r.pos, 'refused', r.enhanced, r.code);
+            INSERT INTO mailroom.outbound_bounces (
+                message_id, received_at, outcome, recipient, action, status, smtp_code, claim_token
+            )
+            VALUES (r.id, v_now, 'hard_bounce', r.pos, 'refused', r.enhanced, r.code, r.claim_token);
         ELSE
-            INSERT INTO mailroom.outbound_bounces (message_id, received_at, outcome, recipient, action, status, smtp_code)
-            VALUES (r.id, v_now, 'soft_bounce', r.pos, 'refused', r.enhanced, r.code);
+            INSERT INTO mailroom.outbound_bounces (
+                message_id, received_at, outcome, recipient, action, status, smtp_code, claim_token
+            )
+            VALUES (r.id, v_now, 'soft_bounce', r.pos, 'refused', r.enhanced, r.code, r.claim_token);
         END IF;
     END LOOP;
     RETURN v_suppressed;
