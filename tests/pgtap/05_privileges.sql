@@ -14,12 +14,12 @@ SELECT 'mailroom_app', unnest(ARRAY[
     'create_account', 'suspend_account', 'unsuspend_account', 'request_password_recovery', 'consume_token',
     'verify_token', 'create_mailbox', 'extend_mailbox', 'delete_mailbox', 'list_mailboxes', 'list_messages',
     'read_message', 'mailbox_accepts', 'enqueue_message', 'wait_for_message', 'extract_link', 'extract_code',
-    'is_suppressed', 'clock', 'setting', 'interval_setting', 'account_status', 'error_codes'
+    'is_suppressed', 'clock', 'setting', 'interval_setting', 'account_status', 'error_codes', 'token_actions'
 ])
 UNION ALL
 SELECT 'mailroom_collector', unnest(ARRAY[
     'dequeue_tokens', 'enqueue_token_emails', 'render_token_email', 'worker_heartbeat', 'clock', 'setting',
-    'interval_setting', 'error_codes'
+    'interval_setting', 'error_codes', 'token_actions'
 ])
 UNION ALL
 SELECT 'mailroom_sender', unnest(ARRAY[
@@ -59,7 +59,7 @@ CREATE TEMP TABLE accounts_area (fn name PRIMARY KEY);
 INSERT INTO accounts_area
 SELECT unnest(ARRAY[
     'clock', '_may_pin_clock', 'pin_clock', 'unpin_clock', 'setting', 'set_setting', '_check_setting_value',
-    'interval_setting', 'account_status', 'error_codes', '_verdict_reply', '_code_reply',
+    'interval_setting', 'account_status', 'error_codes', '_verdict_reply', '_code_reply', '_token_action', 'token_actions',
     '_is_valid_address', '_is_domain_name', '_random_bytes', '_digest', '_hmac', '_hmac_many', '_pgp_sym_encrypt', '_pgp_sym_decrypt',
     '_valid_email', '_check_account_identity', 'trg_before_account_insert', 'trg_before_account_identity_change',
     'trg_before_account_status_change', 'create_account', '_lock_account', 'suspend_account',

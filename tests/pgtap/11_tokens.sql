@@ -1,6 +1,6 @@
 -- Tokens: codes, signed values, revocation, dequeue eligibility, expiry, secrets at rest.
 BEGIN;
-SELECT plan(51);
+SELECT plan(58);
 
 SET LOCAL mailroom.clock = '2030-01-01 00:00:00+00';
 CREATE TEMP TABLE k (key bytea);
@@ -42,7 +42,7 @@ SELECT throws_ok($$ SELECT mailroom.sign_token('activation', gen_random_bytes(32
 SELECT throws_ok($$ SELECT mailroom.sign_token('activation', gen_random_bytes(31), NULL, (SELECT key FROM k)) $$,
     '22023', 'secret must be 32 bytes', 'sign_token: secret of the wrong length');
 SELECT throws_ok($$ SELECT mailroom.sign_token('password_recovery', gen_random_bytes(32), '123', (SELECT key FROM k)) $$,
-    '22023', 'a recovery code must be 5 digits', 'sign_token: recovery code not 5 digits');
+    '22023', 'a password-recovery code must be 5 digits', 'sign_token: recovery code not 5 digits');
 SELECT throws_ok($$ SELECT mailroom.sign_token(NULL, gen_random_bytes(32), NULL, (SELECT key FROM k)) $$,
     '22004', 'sign_token: the action must not be NULL', 'sign_token: a NULL action is an error, not a NULL value');
 SELECT throws_ok($$ SELECT mailroom.sign_token('activation', NULL, NULL, (SELECT key FROM k)) $$,
@@ -268,6 +268,52 @@ SELECT is(
     0, 'no row-level AFTER INSERT trigger on tokens (no per-row NOTIFY)'
 );
 SELECT ok(mailroom.setting('tokens.channel') = 'token_insert', 'default channel token_insert');
+
+-- The token types are rows of mailroom.token_actions (migration 0113), which every per-type rule reads.
+SELECT results_eq(
+    'SELECT action::text, signing_path, eligible_status::text, with_code, activates_account, output_code FROM mailroom.token_actions()',
+    $$VALUES ('activation', '/activate', 'provisioned', false, true, 1::smallint),
+        ('password_recovery', '/recover', 'active', true, false, 2::smallint)$$,
+    'token_actions(): each type''s signature path, eligible status, code, activation and CSV code'
+);
+SELECT is(
+    (SELECT array_agg(e ORDER BY e) FROM unnest(enum_range(NULL::mailroom.token_action)) AS e
+     WHERE NOT EXISTS (SELECT 1 FROM mailroom.token_actions AS a WHERE a.action = e)
+         OR NOT EXISTS (SELECT 1 FROM mailroom.token_email_templates AS t WHERE t.action = e)),
+    NULL, 'every value of the token_action type has its row and its email template'
+);
+-- a type that loses its row is refused everywhere, never given another type's rules
+SET CONSTRAINTS ALL DEFERRED;
+CREATE TEMP TABLE orphan AS
+SELECT mailroom.create_account('orphan@example.com', 'orphan') AS id;
+UPDATE mailroom.accounts SET status = 'active' WHERE id = (SELECT id FROM orphan);
+INSERT INTO mailroom.tokens (account, action) SELECT id, 'password_recovery' FROM orphan;
+CREATE TEMP TABLE orphan_signed AS
+SELECT mailroom.sign_token('password_recovery', t.secret, t.code, (SELECT key FROM k)) AS signed, t.code
+FROM mailroom.tokens AS t WHERE t.account = (SELECT id FROM orphan) AND t.action = 'password_recovery';
+DELETE FROM mailroom.token_email_templates WHERE action = 'password_recovery';
+DELETE FROM mailroom.token_actions WHERE action = 'password_recovery';
+SELECT throws_ok(
+    $$ SELECT mailroom.sign_token('password_recovery', gen_random_bytes(32), '12345', (SELECT key FROM k)) $$,
+    'MR125', 'unknown token action password_recovery: no row in mailroom.token_actions',
+    'signing a type without its row: MR125'
+);
+SELECT ok(NOT mailroom._token_eligible('password_recovery', 'active'), 'a type without its row is eligible nowhere');
+SELECT is(
+    (SELECT count(*)::int FROM mailroom.dequeue_tokens(1000, (SELECT key FROM k)) AS d
+     WHERE d.token_id IN (SELECT t.id FROM mailroom.tokens AS t WHERE t.account = (SELECT id FROM orphan))),
+    0, 'and its pending tokens are not dispatched'
+);
+SELECT throws_ok(
+    format('SELECT * FROM mailroom.consume_token(%L, %L::bytea, %L)', (SELECT signed FROM orphan_signed),
+        (SELECT key FROM k), (SELECT code FROM orphan_signed)),
+    'MR125', NULL, 'nor consumed'
+);
+SELECT is(
+    (SELECT v.valid FROM mailroom.verify_token((SELECT signed FROM orphan_signed), (SELECT key FROM k),
+        (SELECT code FROM orphan_signed)) AS v),
+    false, 'nor verified as any other type'
+);
 
 SELECT * FROM finish();
 ROLLBACK;

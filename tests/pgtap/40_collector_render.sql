@@ -4,7 +4,7 @@ SELECT plan(24);
 
 SELECT has_table('mailroom', 'token_email_templates', 'templates table exists');
 SELECT set_eq(
-    'SELECT action FROM mailroom.token_email_templates',
+    'SELECT action::text FROM mailroom.token_email_templates',
     ARRAY['activation', 'password_recovery'],
     'one template per token action is seeded'
 );

@@ -16,3 +16,6 @@ consume_token = SqlFunction(
 )
 account_status = SqlFunction("account_status", "p_account bigint", returns="mailroom.account_status")
 request_password_recovery = SqlFunction("request_password_recovery", "p_email text")
+token_actions = SqlFunction("token_actions", returns=(
+    "action", "signing_path", "eligible_status", "with_code", "activates_account", "output_code",
+))
