@@ -7,14 +7,19 @@
 
 CREATE OR REPLACE FUNCTION mailroom.error_codes()
 RETURNS TABLE (code text, area text, kind text, meaning text, smtp_reply text, verdict text)
-LANGUAGE sql
+LANGUAGE plpgsql
 STABLE
 SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
+BEGIN
+    -- PL/pgSQL: its body is not checked against the table when sql/ is applied (a schema migrated
+    -- to an older version still takes the sql/ pass)
+    RETURN QUERY
     SELECT e.code, e.area, e.kind, e.meaning, e.smtp_reply, e.verdict
     FROM mailroom.error_codes AS e
-    ORDER BY e.code
+    ORDER BY e.code;
+END;
 $$;
 
 COMMENT ON FUNCTION mailroom.error_codes() IS

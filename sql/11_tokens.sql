@@ -94,22 +94,28 @@ COMMENT ON FUNCTION mailroom._check_key(bytea) IS
 
 -- The token types are rows of mailroom.token_actions (migration 0113): every rule that depends on a
 -- token's type reads its row through _token_action, which refuses a type without one (MR125).
-CREATE OR REPLACE FUNCTION mailroom._token_action(p_action mailroom.token_action)
-RETURNS mailroom.token_actions
+CREATE OR REPLACE FUNCTION mailroom._token_action(
+    p_action mailroom.token_action,
+    OUT signing_path text,
+    OUT eligible_status mailroom.account_status,
+    OUT with_code boolean,
+    OUT activates_account boolean,
+    OUT output_code smallint
+)
 LANGUAGE plpgsql
 STABLE
 SET search_path = pg_catalog, pg_temp
 AS $$
-DECLARE
-    v_row mailroom.token_actions;
 BEGIN
-    SELECT a.* INTO v_row FROM mailroom.token_actions AS a WHERE a.action = p_action;
+    SELECT a.signing_path, a.eligible_status, a.with_code, a.activates_account, a.output_code
+    INTO signing_path, eligible_status, with_code, activates_account, output_code
+    FROM mailroom.token_actions AS a
+    WHERE a.action = p_action;
     IF NOT FOUND THEN
         RAISE EXCEPTION USING
             ERRCODE = 'MR125',
             MESSAGE = format('unknown token action %s: no row in mailroom.token_actions', coalesce(p_action::text, 'NULL'));
     END IF;
-    RETURN v_row;
 END;
 $$;
 
@@ -125,14 +131,17 @@ RETURNS TABLE (
     activates_account boolean,
     output_code smallint
 )
-LANGUAGE sql
+LANGUAGE plpgsql
 STABLE
 SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
+BEGIN
+    RETURN QUERY
     SELECT a.action, a.signing_path, a.eligible_status, a.with_code, a.activates_account, a.output_code
     FROM mailroom.token_actions AS a
-    ORDER BY a.output_code
+    ORDER BY a.output_code;
+END;
 $$;
 
 COMMENT ON FUNCTION mailroom.token_actions() IS

@@ -187,7 +187,7 @@ DECLARE
     v_max integer := mailroom.setting('tokens.max_code_attempts')::integer;
     v_ts timestamptz := mailroom.clock();
     t mailroom.tokens;
-    v_type mailroom.token_actions;
+    v_type record;
     v_status mailroom.account_status;
     v_attempts integer;
 BEGIN
@@ -201,7 +201,7 @@ BEGIN
         END IF;
         RAISE EXCEPTION USING ERRCODE = 'MR111', MESSAGE = 'bad token signature';
     END IF;
-    v_type := mailroom._token_action(t.action);
+    SELECT * INTO v_type FROM mailroom._token_action(t.action);
 
     -- a type without a code is signed over its path and secret only: check that now (a type with a
     -- code is checked once the code has been counted, below)
