@@ -68,6 +68,6 @@ END;
 $$;
 
 COMMENT ON FUNCTION mailroom.request_password_recovery(text) IS
-'Issue a password-recovery token if the address is an active account within the rate limits (recovery.min_interval, recovery.daily_cap); same void result otherwise.';
+'Issue a password-recovery token if the address is an active account within the rate limits (recovery.min_interval, recovery.daily_cap); same void result otherwise. Errors: MR101 not an email address.';
 
 GRANT EXECUTE ON FUNCTION mailroom.request_password_recovery(text) TO mailroom_app;

@@ -107,7 +107,7 @@ END;
 $$;
 
 COMMENT ON FUNCTION mailroom.deliver_message(text, bytea, text, text, text, text, text, jsonb) IS
-'Store a raw message for one recipient if its mailbox is open and within plan limits (guard in the INSERT); NOTIFY mailroom_inbox and mailroom_delivery with ids; returns the message id.';
+'Store a raw message for one recipient if its mailbox is open and within plan limits (guard in the INSERT); NOTIFY mailroom_inbox and mailroom_delivery with ids; returns the message id. Errors: MR203 unknown, MR205 expired, MR206 deleted, MR207 too large, MR208 full, MR211 empty.';
 
 GRANT EXECUTE ON FUNCTION mailroom.deliver_message(text, bytea, text, text, text, text, text, jsonb) TO mailroom_inbound;
 

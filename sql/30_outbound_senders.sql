@@ -109,7 +109,7 @@ END;
 $$;
 
 COMMENT ON FUNCTION mailroom.upsert_sender(text, text, text, integer, text, text, text, bytea) IS
-'Create or replace a sending identity and its SMTP relay; the password is encrypted with p_key.';
+'Create or replace a sending identity and its SMTP relay; the password is encrypted with p_key. Errors: MR303 bad from address, MR310 bad name, MR311 bad host or port, MR312 bad security, MR313 password without key, MR314 key not 32 bytes, MR316 password without username.';
 
 GRANT EXECUTE ON FUNCTION mailroom.upsert_sender(text, text, text, integer, text, text, text, bytea) TO mailroom_admin;
 

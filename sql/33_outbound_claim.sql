@@ -386,7 +386,7 @@ END;
 $$;
 
 COMMENT ON FUNCTION mailroom.claim_messages(integer, text, bytea, interval) IS
-'Claim up to p_limit due queued messages (SKIP LOCKED) under a lease; returns them with relay settings.';
+'Claim up to p_limit due queued messages (SKIP LOCKED) under a lease; returns them with relay settings. Errors: MR320 limit, MR321 worker, MR322 lease, MR323 not READ COMMITTED under domain limits, MR314/MR315 key.';
 
 GRANT EXECUTE ON FUNCTION mailroom.claim_messages(integer, text, bytea, interval) TO mailroom_sender;
 

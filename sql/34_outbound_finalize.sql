@@ -359,7 +359,7 @@ END;
 $$;
 
 COMMENT ON FUNCTION mailroom.finalize_messages(bigint[], bigint[], text[], integer[], text[], text[]) IS
-'Record many delivery outcomes at once: sent, retry with backoff, or failed; outcomes from a lost claim are ignored (stale); for refused (every recipient refused at RCPT) the governing refusal is chosen here. Each row also says the kind decided (sent, transient, permanent) and the reply class for metrics.';
+'Record many delivery outcomes at once: sent, retry with backoff, or failed; outcomes from a lost claim are ignored (stale); for refused (every recipient refused at RCPT) the governing refusal is chosen here. Each row also says the kind decided (sent, transient, permanent) and the reply class for metrics. Errors: MR330 arrays, MR331 unknown outcome, MR332 duplicate id.';
 
 GRANT EXECUTE ON FUNCTION mailroom.finalize_messages(bigint[], bigint[], text[], integer[], text[], text[]) TO mailroom_sender;
 
@@ -401,7 +401,7 @@ END;
 $$;
 
 COMMENT ON FUNCTION mailroom.release_messages(bigint[], bigint[]) IS
-'Give claimed, unattempted messages back to the queue (no attempt counted); returns how many.';
+'Give claimed, unattempted messages back to the queue (no attempt counted); returns how many. Errors: MR330 arrays.';
 
 GRANT EXECUTE ON FUNCTION mailroom.release_messages(bigint[], bigint[]) TO mailroom_sender;
 
@@ -471,7 +471,7 @@ END;
 $$;
 
 COMMENT ON FUNCTION mailroom.reap_stuck_messages(interval) IS
-'Return processing rows whose lease expired (or claimed longer ago than p_older_than) to queued, or failed; flags possibly_sent.';
+'Return processing rows whose lease expired (or claimed longer ago than p_older_than) to queued, or failed; flags possibly_sent. Errors: MR333 negative interval.';
 
 GRANT EXECUTE ON FUNCTION mailroom.reap_stuck_messages(interval) TO mailroom_sender, mailroom_admin;
 

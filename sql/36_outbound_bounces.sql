@@ -325,7 +325,7 @@ END;
 $$;
 
 COMMENT ON FUNCTION mailroom.record_bounce(text, jsonb) IS
-'Record a parsed bounce sent to a VERP return path: per report, failed + 5.x.x suppresses the recipient (hard_bounce), delayed and 4.x.x are noted; foreign recipients are ignored, [] is unparsed.';
+'Record a parsed bounce sent to a VERP return path: per report, failed + 5.x.x suppresses the recipient (hard_bounce), delayed and 4.x.x are noted; foreign recipients are ignored, [] is unparsed. Errors: MR360 not a valid return path, MR361 reports not an array.';
 
 GRANT EXECUTE ON FUNCTION mailroom.record_bounce(text, jsonb) TO mailroom_inbound;
 
@@ -354,7 +354,7 @@ END;
 $$;
 
 COMMENT ON FUNCTION mailroom.set_sender_bounce_domain(text, text) IS
-'Set a sender''s VERP bounce domain (NULL: the setting outbound.bounce_domain applies).';
+'Set a sender''s VERP bounce domain (NULL: the setting outbound.bounce_domain applies). Errors: MR362 not a domain name, MR363 unknown sender.';
 
 GRANT EXECUTE ON FUNCTION mailroom.set_sender_bounce_domain(text, text) TO mailroom_admin;
 
@@ -435,6 +435,6 @@ END;
 $$;
 
 COMMENT ON FUNCTION mailroom.record_refused_recipients(bigint[], bigint[], text[], integer[], text[]) IS
-'Record recipients a relay refused at RCPT for claimed messages (fenced on the claim token): a permanent reply suppresses the recipient (hard_bounce), others are noted; returns how many were suppressed.';
+'Record recipients a relay refused at RCPT for claimed messages (fenced on the claim token): a permanent reply suppresses the recipient (hard_bounce), others are noted; returns how many were suppressed. Errors: MR364 arrays.';
 
 GRANT EXECUTE ON FUNCTION mailroom.record_refused_recipients(bigint[], bigint[], text[], integer[], text[]) TO mailroom_sender;

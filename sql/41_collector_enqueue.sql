@@ -53,6 +53,6 @@ $$;
 
 COMMENT ON FUNCTION mailroom.enqueue_token_emails(integer, bytea) IS
 'Dequeue up to p_limit tokens (signed with p_key) and enqueue one rendered email each (idempotency key '
-'token:<id> in scope mailroom), in the caller''s transaction; a suppressed address is skipped and recorded in suppressed_token_emails; returns how many were enqueued.';
+'token:<id> in scope mailroom), in the caller''s transaction; a suppressed address is skipped and recorded in suppressed_token_emails; returns how many were enqueued. Errors: MR404 no collector.sender; MR120, MR401-MR403 from the dequeue and the rendering.';
 
 GRANT EXECUTE ON FUNCTION mailroom.enqueue_token_emails(integer, bytea) TO mailroom_collector;
