@@ -185,7 +185,7 @@ $$;
 COMMENT ON FUNCTION mailroom.deliver_messages(
     integer[], text[], bytea[], text[], text[], text[], text[], text[], jsonb[]
 ) IS
-'The inbound DATA step: deliver_message for every (message, recipient), each message for all its recipients or none; one row per message: its ids, verdict (ok, a refusing verdict, empty, retry) and the SMTP reply to send (MR216 bad arrays).';
+'The inbound DATA step: deliver_message for every (message, recipient), each message for all its recipients or none; one row per message: its ids, verdict (ok, a refusing recipient verdict, retry, or the code of a refusal of the message itself) and the SMTP reply to send (MR216 bad arrays).';
 
 GRANT EXECUTE ON FUNCTION mailroom.deliver_messages(
     integer[], text[], bytea[], text[], text[], text[], text[], text[], jsonb[]
@@ -210,7 +210,7 @@ BEGIN
     -- message, a retry of the transaction stores it for the others: 451 4.2.0. Else the reply of the
     -- first refused recipient.
     IF cardinality(p_addresses) <= 1 OR v_verdict IS NULL THEN
-        verdict := coalesce(v_verdict, 'empty');
+        verdict := coalesce(v_verdict, p_code);  -- a refusal of the message itself: its code
         reply := mailroom._code_reply(p_code);
         RETURN NEXT;
         RETURN;

@@ -247,7 +247,7 @@ SELECT results_eq(
         ' ARRAY[''[]'']::jsonb[])',
         (SELECT address FROM b WHERE k = 'gp')
     ),
-    $$VALUES ('empty'::text, '554 5.6.0 Message is empty'::text)$$,
+    $$VALUES ('MR211'::text, '554 5.6.0 Message is empty'::text)$$,
     'a message of white space only is empty: 554 5.6.0'
 );
 SELECT throws_ok(
