@@ -92,29 +92,91 @@ $$;
 COMMENT ON FUNCTION mailroom._check_key(bytea) IS
 'Internal: raise MR120 unless the signing key is at least 32 bytes.';
 
+-- The token types are rows of mailroom.token_actions (migration 0113): every rule that depends on a
+-- token's type reads its row through _token_action, which refuses a type without one (MR125).
+CREATE OR REPLACE FUNCTION mailroom._token_action(
+    p_action mailroom.token_action,
+    OUT signing_path text,
+    OUT eligible_status mailroom.account_status,
+    OUT with_code boolean,
+    OUT activates_account boolean,
+    OUT output_code smallint
+)
+LANGUAGE plpgsql
+STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    SELECT a.signing_path, a.eligible_status, a.with_code, a.activates_account, a.output_code
+    INTO signing_path, eligible_status, with_code, activates_account, output_code
+    FROM mailroom.token_actions AS a
+    WHERE a.action = p_action;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION USING
+            ERRCODE = 'MR125',
+            MESSAGE = format('unknown token action %s: no row in mailroom.token_actions', coalesce(p_action::text, 'NULL'));
+    END IF;
+END;
+$$;
+
+COMMENT ON FUNCTION mailroom._token_action(mailroom.token_action) IS
+'Internal: the mailroom.token_actions row of a token type; MR125 when it has none (an unknown type is refused, never defaulted).';
+
+CREATE OR REPLACE FUNCTION mailroom.token_actions()
+RETURNS TABLE (
+    action mailroom.token_action,
+    signing_path text,
+    eligible_status mailroom.account_status,
+    with_code boolean,
+    activates_account boolean,
+    output_code smallint
+)
+LANGUAGE plpgsql
+STABLE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    RETURN QUERY
+    SELECT a.action, a.signing_path, a.eligible_status, a.with_code, a.activates_account, a.output_code
+    FROM mailroom.token_actions AS a
+    ORDER BY a.output_code;
+END;
+$$;
+
+COMMENT ON FUNCTION mailroom.token_actions() IS
+'The token types: signature path, the account status a token needs, whether it carries a code, whether consuming it activates the account, the CSV action code.';
+
+GRANT EXECUTE ON FUNCTION mailroom.token_actions() TO mailroom_app, mailroom_collector;
+
 -- The MAC and the signed value are defined once, for arrays: dequeue_tokens signs a whole batch
 -- in one call (a per-row chain of SQL functions cost ~25 us a token, the HMAC itself ~4 us).
+-- What is signed is the type's path || secret, and the code after it for a type with a code.
 CREATE OR REPLACE FUNCTION mailroom._token_macs(
     p_actions mailroom.token_action[], p_secrets bytea[], p_codes text[], p_key bytea
 )
 RETURNS bytea[]
-LANGUAGE sql
+LANGUAGE plpgsql
 STABLE
 SET search_path = pg_catalog, pg_temp
 AS $$
-    SELECT mailroom._hmac_many(
+BEGIN
+    -- one check a batch: a type without its row is refused (MR125), never signed like another
+    PERFORM mailroom._token_action(u.action)
+    FROM (SELECT DISTINCT x.action FROM unnest(p_actions) AS x (action)) AS u;
+    RETURN mailroom._hmac_many(
         ARRAY(
             SELECT
-                CASE u.action
-                    WHEN 'activation' THEN convert_to('/activate', 'UTF8') || u.secret
-                    ELSE convert_to('/recover', 'UTF8') || u.secret || convert_to(u.code, 'UTF8')
-                END
+                convert_to(a.signing_path, 'UTF8') || u.secret
+                || CASE WHEN a.with_code THEN convert_to(u.code, 'UTF8') ELSE ''::bytea END
             FROM unnest(p_actions, p_secrets, p_codes) WITH ORDINALITY AS u (action, secret, code, n)
+            INNER JOIN mailroom.token_actions AS a ON u.action = a.action
             ORDER BY u.n
         ),
         p_key,
         'sha256'
     );
+END;
 $$;
 
 COMMENT ON FUNCTION mailroom._token_macs(mailroom.token_action[], bytea[], text[], bytea) IS
@@ -132,7 +194,7 @@ AS $$
 $$;
 
 COMMENT ON FUNCTION mailroom._token_mac(mailroom.token_action, bytea, text, bytea) IS
-'Internal: HMAC-SHA256(key, path || secret [|| code]); path /activate or /recover (code appended for recovery only).';
+'Internal: HMAC-SHA256(key, path || secret [|| code]); the path and whether the code is appended are the type''s (mailroom.token_actions).';
 
 CREATE OR REPLACE FUNCTION mailroom._signed_values(
     p_actions mailroom.token_action[], p_secrets bytea[], p_codes text[], p_key bytea
@@ -199,8 +261,8 @@ BEGIN
     IF octet_length(p_secret) <> 32 THEN
         RAISE EXCEPTION USING ERRCODE = '22023', MESSAGE = 'secret must be 32 bytes';
     END IF;
-    IF p_action = 'password_recovery' AND (p_code IS NULL OR p_code !~ '^[0-9]{5}$') THEN
-        RAISE EXCEPTION USING ERRCODE = '22023', MESSAGE = 'a recovery code must be 5 digits';
+    IF (mailroom._token_action(p_action)).with_code AND (p_code IS NULL OR p_code !~ '^[0-9]{5}$') THEN
+        RAISE EXCEPTION USING ERRCODE = '22023', MESSAGE = format('a %s code must be 5 digits', replace(p_action::text, '_', '-'));
     END IF;
     RETURN mailroom._signed_value(p_action, p_secret, p_code, mailroom._active_signing_key());
 END;
@@ -279,7 +341,7 @@ WHEN (
 )
 EXECUTE FUNCTION mailroom.trg_before_token_close();
 
--- 3. After token consumed: consuming an activation token activates a
+-- 3. After token consumed: consuming a token of a type that activates (activation) activates a
 --    provisioned account.
 CREATE OR REPLACE FUNCTION mailroom.trg_after_token_consumed()
 RETURNS trigger
@@ -287,7 +349,7 @@ LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
-    IF NEW.action = 'activation' THEN
+    IF (mailroom._token_action(NEW.action)).activates_account THEN
         UPDATE mailroom.accounts
         SET status = 'active'
         WHERE id = NEW.account
@@ -298,7 +360,7 @@ END;
 $$;
 
 COMMENT ON FUNCTION mailroom.trg_after_token_consumed() IS
-'Trigger: an activation token that becomes consumed activates its provisioned account.';
+'Trigger: a consumed token of a type that activates (mailroom.token_actions) activates its provisioned account.';
 
 CREATE OR REPLACE TRIGGER after_token_consumed
 AFTER UPDATE OF consumed_at ON mailroom.tokens
@@ -369,29 +431,31 @@ REFERENCING NEW TABLE AS inserted
 FOR EACH STATEMENT
 EXECUTE FUNCTION mailroom.trg_after_accounts_inserted();
 
--- Which tokens may be used: an activation token while its account is
--- provisioned, a password-recovery token while its account is active. The
--- dequeue filters on it (after the index found the pending tokens) and
+-- Which tokens may be used: a token while its account is in its type's eligible status
+-- (mailroom.token_actions: activation while provisioned, password recovery while active); a type
+-- without a row, never. The dequeue filters on it (after the index found the pending tokens) and
 -- consume_token checks it under the account's row lock.
 CREATE OR REPLACE FUNCTION mailroom._token_eligible(
     p_action mailroom.token_action, p_status mailroom.account_status
 )
 RETURNS boolean
-LANGUAGE sql
-IMMUTABLE
+LANGUAGE plpgsql
+STABLE
 PARALLEL SAFE
 SET search_path = pg_catalog, pg_temp
 AS $$
-    SELECT coalesce(
-        (p_action = 'activation' AND p_status = 'provisioned')
-        OR (p_action = 'password_recovery' AND p_status = 'active'),
+BEGIN
+    -- PL/pgSQL (its lookup planned once a session): the dequeue calls it for every pending token
+    RETURN coalesce(
+        (SELECT a.eligible_status = p_status FROM mailroom.token_actions AS a WHERE a.action = p_action),
         FALSE
     );
+END;
 $$;
 
 COMMENT ON FUNCTION mailroom._token_eligible(mailroom.token_action, mailroom.account_status) IS
 'Internal: true when a token of this action may be dispatched or used for an account in this status '
-'(activation: provisioned, password recovery: active); false for NULL.';
+'(its eligible_status in mailroom.token_actions); false for NULL or a type without a row.';
 
 -- The dequeue: every eligible token exactly once, whatever the commit order
 -- and however many callers run at once. Rows are claimed with

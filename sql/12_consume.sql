@@ -27,7 +27,7 @@ AS $$
 DECLARE
     v_found integer;
 BEGIN
-    IF p_action = 'password_recovery' AND (p_code IS NULL OR p_code !~ '^[0-9]{5}$') THEN
+    IF (mailroom._token_action(p_action)).with_code AND (p_code IS NULL OR p_code !~ '^[0-9]{5}$') THEN
         RETURN NULL;
     END IF;
     -- every key is tried, so the time does not reveal which one matched
@@ -94,8 +94,7 @@ DECLARE
     v_raw bytea := mailroom._b64url_decode(p_signed);
     v_secret bytea;
     v_mac bytea;
-    v_act integer;
-    v_rec integer;
+    v_match record;
 BEGIN
     IF v_raw IS NULL OR octet_length(v_raw) <> 64 THEN
         RETURN QUERY SELECT false, NULL::mailroom.token_action, NULL::integer;
@@ -103,12 +102,22 @@ BEGIN
     END IF;
     v_secret := substr(v_raw, 1, 32);
     v_mac := substr(v_raw, 33, 32);
-    v_act := mailroom._mac_key_index(p_keys, 'activation', v_secret, NULL, v_mac);
-    v_rec := mailroom._mac_key_index(p_keys, 'password_recovery', v_secret, p_code, v_mac);
-    IF v_act IS NOT NULL THEN
-        RETURN QUERY SELECT true, 'activation'::mailroom.token_action, v_act;
-    ELSIF v_rec IS NOT NULL THEN
-        RETURN QUERY SELECT true, 'password_recovery'::mailroom.token_action, v_rec;
+    -- every type is tried (the time does not tell which matched); the first that matches, in
+    -- mailroom.token_actions' order
+    SELECT m.action, m.key_index INTO v_match
+    FROM (
+        SELECT
+            a.action,
+            a.output_code,
+            mailroom._mac_key_index(p_keys, a.action, v_secret, CASE WHEN a.with_code THEN p_code END, v_mac)
+                AS key_index
+        FROM mailroom.token_actions AS a
+    ) AS m
+    WHERE m.key_index IS NOT NULL
+    ORDER BY m.output_code
+    LIMIT 1;
+    IF v_match.action IS NOT NULL THEN
+        RETURN QUERY SELECT true, v_match.action, v_match.key_index;
     ELSE
         RETURN QUERY SELECT false, NULL::mailroom.token_action, NULL::integer;
     END IF;
@@ -214,6 +223,7 @@ DECLARE
     v_max integer := mailroom.setting('tokens.max_code_attempts')::integer;
     v_ts timestamptz := mailroom.clock();
     t mailroom.tokens;
+    v_type record;
     v_status mailroom.account_status;
     v_attempts integer;
 BEGIN
@@ -222,15 +232,17 @@ BEGIN
     WHERE tk.secret_digest = mailroom._digest(v_secret, 'sha256');
     IF NOT FOUND THEN
         -- a genuine value the database no longer knows, or a forgery?
-        IF mailroom._mac_key_index(v_keys, 'activation', v_secret, NULL, v_mac) IS NOT NULL
-            OR mailroom._mac_key_index(v_keys, 'password_recovery', v_secret, p_code, v_mac) IS NOT NULL THEN
+        IF (SELECT v.valid FROM mailroom.verify_token(p_signed, p_key, p_code, p_previous_keys) AS v) THEN
             RAISE EXCEPTION USING ERRCODE = 'MR112', MESSAGE = 'unknown token';
         END IF;
         RAISE EXCEPTION USING ERRCODE = 'MR111', MESSAGE = 'bad token signature';
     END IF;
+    SELECT * INTO v_type FROM mailroom._token_action(t.action);
 
-    IF t.action = 'activation'
-        AND mailroom._mac_key_index(v_keys, 'activation', v_secret, NULL, v_mac) IS NULL THEN
+    -- a type without a code is signed over its path and secret only: check that now (a type with a
+    -- code is checked once the code has been counted, below)
+    IF NOT v_type.with_code
+        AND mailroom._mac_key_index(v_keys, t.action, v_secret, NULL, v_mac) IS NULL THEN
         RAISE EXCEPTION USING ERRCODE = 'MR111', MESSAGE = 'bad token signature';
     END IF;
 
@@ -254,10 +266,10 @@ BEGIN
                 t.account, coalesce(v_status::text, 'missing'), t.action);
     END IF;
 
-    IF t.action = 'password_recovery' THEN
+    IF v_type.with_code THEN
         IF p_code IS NULL THEN
             RAISE EXCEPTION USING
-                ERRCODE = 'MR119', MESSAGE = 'a password-recovery token needs its 5-digit code';
+                ERRCODE = 'MR119', MESSAGE = format('a %s token needs its 5-digit code', replace(t.action::text, '_', '-'));
         END IF;
         IF t.code_attempts >= v_max THEN
             RAISE EXCEPTION USING
@@ -275,7 +287,7 @@ BEGIN
             RETURN QUERY SELECT NULL::bigint, 'wrong_code'::text, greatest(v_max - v_attempts, 0);
             RETURN;
         END IF;
-        IF mailroom._mac_key_index(v_keys, 'password_recovery', v_secret, p_code, v_mac) IS NULL THEN
+        IF mailroom._mac_key_index(v_keys, t.action, v_secret, p_code, v_mac) IS NULL THEN
             RAISE EXCEPTION USING ERRCODE = 'MR111', MESSAGE = 'bad token signature';
         END IF;
     END IF;
@@ -294,7 +306,7 @@ BEGIN
     RETURN QUERY SELECT
         t.account,
         'consumed'::text,
-        CASE WHEN t.action = 'password_recovery' THEN greatest(v_max - v_attempts, 0) END;
+        CASE WHEN v_type.with_code THEN greatest(v_max - v_attempts, 0) END;
 END;
 $$;
 

@@ -33,7 +33,7 @@ END;
 $$;
 
 COMMENT ON FUNCTION mailroom.request_password_recovery(text, text) IS
-'Record a password-recovery request (p_requester: the requester''s fingerprint, e.g. a keyed hash of the client address; NULL: anonymous); dequeue_tokens issues the token if the address is an active account and the recovery policy allows. Same void result and the same work for every address.';
+'Record a password-recovery request (p_requester: the requester''s fingerprint, e.g. a keyed hash of the client address; NULL: anonymous); dequeue_tokens issues the token if the address is an active account and the recovery policy allows. Same void result and the same work for every address. Errors: MR101 not an email address.';
 
 GRANT EXECUTE ON FUNCTION mailroom.request_password_recovery(text, text) TO mailroom_app;
 

@@ -143,7 +143,7 @@ END;
 $$;
 
 COMMENT ON FUNCTION mailroom.create_mailbox(integer, text, text, text) IS
-'Create an inbox: TTL = min(requested or plan default, plan max); returns id, address, expires_at and (anonymous only) the session token.';
+'Create an inbox: TTL = min(requested or plan default, plan max); returns id, address, expires_at and (anonymous only) the session token. Errors: MR201 unknown plan, MR202 bad TTL, MR210 bad owner.';
 
 GRANT EXECUTE ON FUNCTION mailroom.create_mailbox(integer, text, text, text) TO mailroom_app;
 
@@ -254,7 +254,7 @@ END;
 $$;
 
 COMMENT ON FUNCTION mailroom.extend_mailbox(text, text, integer, text, text) IS
-'Push an open mailbox''s expiry later by p_minutes, capped at now + the plan''s max TTL; returns the new expires_at.';
+'Push an open mailbox''s expiry later by p_minutes, capped at now + the plan''s max TTL; returns the new expires_at. Errors: MR202 bad minutes, MR203-MR206 as the mailbox''s state.';
 
 GRANT EXECUTE ON FUNCTION mailroom.extend_mailbox(text, text, integer, text, text) TO mailroom_app;
 

@@ -1,6 +1,8 @@
--- Delivery: store one inbound message for one recipient, with the expiry guard in the statement.
+-- Delivery: store one inbound message for one recipient, with the expiry guard in the statement
+-- (deliver_message), and the inbound server's DATA step (deliver_messages): several messages in one
+-- statement, each stored for all its recipients or for none, with the verdict and the SMTP reply.
 -- Error codes: MR203 unknown, MR205 expired, MR206 deleted, MR207 too large, MR208 full,
--- MR211 empty or malformed input.
+-- MR211 empty or malformed input, MR216 deliver_messages' arrays.
 
 CREATE OR REPLACE FUNCTION mailroom.deliver_message(
     p_address text,
@@ -25,7 +27,8 @@ DECLARE
     v_mailbox_id bigint;
     v_reason text;
 BEGIN
-    IF p_raw IS NULL OR v_size = 0 THEN
+    IF p_raw IS NULL OR btrim(p_raw, '\x20090d0a'::bytea) = ''::bytea THEN
+        -- no header, no body (nothing, or only white space): nothing to store
         RAISE EXCEPTION USING ERRCODE = 'MR211', MESSAGE = 'message is empty';
     END IF;
     IF p_attachments IS NOT NULL AND jsonb_typeof(p_attachments) <> 'array' THEN
@@ -104,14 +107,18 @@ END;
 $$;
 
 COMMENT ON FUNCTION mailroom.deliver_message(text, bytea, text, text, text, text, text, jsonb) IS
-'Store a raw message for one recipient if its mailbox is open and within plan limits (guard in the INSERT); NOTIFY mailroom_inbox and mailroom_delivery with ids; returns the message id.';
+'Store a raw message for one recipient if its mailbox is open and within plan limits (guard in the INSERT); NOTIFY mailroom_inbox and mailroom_delivery with ids; returns the message id. Errors: MR203 unknown, MR205 expired, MR206 deleted, MR207 too large, MR208 full, MR211 empty.';
 
 GRANT EXECUTE ON FUNCTION mailroom.deliver_message(text, bytea, text, text, text, text, text, jsonb) TO mailroom_inbound;
 
--- deliver_messages: several messages (of several SMTP sessions) in ONE statement, so one COMMIT
--- stores them all: the inbound server's group commit. Each recipient row names its message by
--- position in the message arrays; a message's data is sent once, however many recipients it has.
--- A refused recipient raises deliver_message's error and nothing of the statement is kept.
+-- deliver_messages: the DATA step of `mailroom inbox serve`. Several messages (of several SMTP
+-- sessions) in ONE statement, so one COMMIT stores them all (the server's group commit). Each
+-- recipient row names its message by position in the message arrays, so a message's data is sent
+-- once however many recipients it has. Each message is stored for all its recipients or for none
+-- (a subtransaction each): one row per message with its ids, its verdict and the SMTP reply the
+-- server sends (250 only for a stored message; a refusal's reply from mailroom.error_codes, chosen
+-- by _delivery_refusal). An error that is no refusal of mail (error_codes has no reply for it)
+-- fails the whole statement: then nothing of it is kept.
 CREATE OR REPLACE FUNCTION mailroom.deliver_messages(
     p_message integer[],
     p_address text[],
@@ -123,32 +130,112 @@ CREATE OR REPLACE FUNCTION mailroom.deliver_messages(
     p_html_body text[],
     p_attachments jsonb[]
 )
-RETURNS TABLE (message integer, message_id bigint)
-LANGUAGE sql
+RETURNS TABLE (message integer, message_ids bigint[], verdict text, reply text)
+LANGUAGE plpgsql
 VOLATILE
 SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
-    SELECT
-        r.message,
-        mailroom.deliver_message(
-            r.address, m.raw, m.envelope_from, m.subject, m.from_header, m.text_body, m.html_body, m.attachments
-        )
-    FROM unnest(p_message, p_address) WITH ORDINALITY AS r (message, address, n)
-    INNER JOIN unnest(p_raw, p_envelope_from, p_subject, p_from_header, p_text_body, p_html_body, p_attachments)
-        WITH ORDINALITY AS m (raw, envelope_from, subject, from_header, text_body, html_body, attachments, message)
-        ON r.message = m.message
-    ORDER BY r.n
+#variable_conflict use_column
+DECLARE
+    v_n integer := coalesce(cardinality(p_raw), 0);
+    v_recipients text[];
+    v_address text;
+    v_state text;
+BEGIN
+    IF p_message IS NULL OR p_address IS NULL OR cardinality(p_message) <> cardinality(p_address)
+        OR coalesce(cardinality(p_envelope_from), 0) <> v_n OR coalesce(cardinality(p_subject), 0) <> v_n
+        OR coalesce(cardinality(p_from_header), 0) <> v_n OR coalesce(cardinality(p_text_body), 0) <> v_n
+        OR coalesce(cardinality(p_html_body), 0) <> v_n OR coalesce(cardinality(p_attachments), 0) <> v_n
+        OR EXISTS (SELECT 1 FROM unnest(p_message) AS m (i) WHERE m.i IS NULL OR m.i NOT BETWEEN 1 AND v_n) THEN
+        RAISE EXCEPTION USING
+            ERRCODE = 'MR216',
+            MESSAGE = 'deliver_messages: message arrays of one length, and a message position (1-based) for each recipient';
+    END IF;
+    FOR i IN 1..v_n LOOP
+        message := i;
+        v_recipients := ARRAY(
+            SELECT r.address FROM unnest(p_message, p_address) WITH ORDINALITY AS r (m, address, k)
+            WHERE r.m = i ORDER BY r.k
+        );
+        BEGIN
+            message_ids := '{}';
+            FOREACH v_address IN ARRAY v_recipients LOOP
+                message_ids := message_ids || mailroom.deliver_message(
+                    v_address, p_raw[i], p_envelope_from[i], p_subject[i], p_from_header[i], p_text_body[i],
+                    p_html_body[i], p_attachments[i]
+                );
+            END LOOP;
+            verdict := 'ok';
+            reply := format('250 2.0.0 OK: stored for %s recipient(s)', cardinality(message_ids));
+        EXCEPTION WHEN OTHERS THEN
+            GET STACKED DIAGNOSTICS v_state = RETURNED_SQLSTATE;
+            IF mailroom._code_reply(v_state) IS NULL THEN
+                RAISE;  -- not a refusal of mail
+            END IF;
+            message_ids := '{}';
+            SELECT r.verdict, r.reply INTO verdict, reply
+            FROM mailroom._delivery_refusal(v_recipients, octet_length(p_raw[i]), v_state) AS r;
+        END;
+        RETURN NEXT;
+    END LOOP;
+END;
 $$;
 
 COMMENT ON FUNCTION mailroom.deliver_messages(
     integer[], text[], bytea[], text[], text[], text[], text[], text[], jsonb[]
 ) IS
-'Group commit: deliver_message for every (message, recipient) row in one statement, the message data given once per message (1-based positions); returns (message, message_id) per recipient in order. All or nothing.';
+'The inbound DATA step: deliver_message for every (message, recipient), each message for all its recipients or none; one row per message: its ids, verdict (ok, a refusing recipient verdict, retry, or the code of a refusal of the message itself) and the SMTP reply to send (MR216 bad arrays).';
 
 GRANT EXECUTE ON FUNCTION mailroom.deliver_messages(
     integer[], text[], bytea[], text[], text[], text[], text[], text[], jsonb[]
 ) TO mailroom_inbound;
+
+CREATE OR REPLACE FUNCTION mailroom._delivery_refusal(p_addresses text[], p_size bigint, p_code text)
+RETURNS TABLE (verdict text, reply text)
+LANGUAGE plpgsql
+STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_column
+DECLARE
+    v_verdict text := (SELECT e.verdict FROM mailroom.error_codes AS e WHERE e.code = p_code);
+    v_verdicts text[];
+    v_first text;
+BEGIN
+    -- A message refused at DATA (nothing of it was kept). With one recipient, or a refusal of the
+    -- message itself (MR211, empty), the refusal's own reply. With several, the verdicts of all of
+    -- them now: when none refuses any more (a concurrent change), or each refusal is one RCPT would
+    -- now give (anything but too_large, which only DATA knows) while another recipient would take the
+    -- message, a retry of the transaction stores it for the others: 451 4.2.0. Else the reply of the
+    -- first refused recipient.
+    IF cardinality(p_addresses) <= 1 OR v_verdict IS NULL THEN
+        verdict := coalesce(v_verdict, p_code);  -- a refusal of the message itself: its code
+        reply := mailroom._code_reply(p_code);
+        RETURN NEXT;
+        RETURN;
+    END IF;
+    v_verdicts := ARRAY(
+        SELECT c.verdict
+        FROM unnest(p_addresses) WITH ORDINALITY AS a (address, k)
+        CROSS JOIN LATERAL mailroom.check_recipient(a.address, p_size) AS c
+        ORDER BY a.k
+    );
+    v_first := (SELECT v.verdict FROM unnest(v_verdicts) WITH ORDINALITY AS v (verdict, k)
+                WHERE v.verdict <> 'ok' ORDER BY v.k LIMIT 1);
+    IF v_first IS NULL OR ('ok' = ANY(v_verdicts) AND 'too_large' <> ALL(v_verdicts)) THEN
+        verdict := 'retry';
+        reply := '451 4.2.0 A recipient became unavailable; please try again';
+    ELSE
+        verdict := v_first;
+        reply := mailroom._verdict_reply(v_first);
+    END IF;
+    RETURN NEXT;
+END;
+$$;
+
+COMMENT ON FUNCTION mailroom._delivery_refusal(text[], bigint, text) IS
+'Internal: the verdict and SMTP reply of a message deliver_messages could not store (p_code: the refusal that stopped it): the refusal''s reply, or 451 4.2.0 when a retry would succeed for the other recipients.';
 
 -- check_message_size: while DATA grows, whether any accepted recipient's plan still takes the
 -- size so far (check_recipient answers 'too_large' exactly when the size is over the mailbox's

@@ -244,7 +244,9 @@ $$;
 COMMENT ON FUNCTION mailroom.upsert_sender(text, text, text, integer, text, text, text, bytea, boolean) IS
 'Create or replace a sending identity and its SMTP relay. The password is stored encrypted to the sender key: pass it '
 '(encrypted on arrival) or, better, its sealed form (encrypted by the client; it never reaches the server). A login needs '
-'starttls or tls, or p_allow_cleartext for a relay on this machine (MR319).';
+'starttls or tls, or p_allow_cleartext for a relay on this machine. Errors: MR303 bad from address, MR310 bad name, '
+'MR311 bad host or port, MR312 bad security, MR313 password without a sender key, MR314 bad key, MR316 password without '
+'username, MR319 cleartext login refused, MR325 password and sealed form both given or sealed for another key.';
 
 GRANT EXECUTE ON FUNCTION mailroom.upsert_sender(text, text, text, integer, text, text, text, bytea, boolean) TO mailroom_admin;
 

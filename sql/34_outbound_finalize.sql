@@ -172,6 +172,8 @@ DECLARE
     v_log_max integer := mailroom.setting('outbound.error_log_max_chars')::integer;
     -- whether any domain has a backoff a success could clear (else a success writes nothing)
     v_backoffs boolean := EXISTS (SELECT 1 FROM mailroom.domain_state AS s WHERE s.backoff_until IS NOT NULL);
+    -- messages every recipient of which the relay refused at RCPT
+    v_refused bigint[] := ARRAY(SELECT u.i FROM unnest(p_ids, p_outcomes) AS u (i, o) WHERE u.o = 'refused');
 BEGIN
     IF p_ids IS NULL OR p_claim_tokens IS NULL OR p_outcomes IS NULL
         OR cardinality(p_claim_tokens) <> v_n
@@ -187,11 +189,11 @@ BEGIN
         SELECT 1
         FROM unnest(p_ids, p_claim_tokens, p_outcomes) AS u (i, t, o)
         WHERE u.i IS NULL OR u.t IS NULL OR u.o IS NULL
-            OR u.o NOT IN ('sent', 'reply', 'dropped', 'timeout', 'connect', 'uncertain', 'local')
+            OR u.o NOT IN ('sent', 'reply', 'refused', 'dropped', 'timeout', 'connect', 'uncertain', 'local')
     ) THEN
         RAISE EXCEPTION USING
             ERRCODE = 'MR331',
-            MESSAGE = 'each outcome needs an id, a claim token and one of: sent, reply, dropped, timeout, connect, uncertain, local';
+            MESSAGE = 'each outcome needs an id, a claim token and one of: sent, reply, refused, dropped, timeout, connect, uncertain, local';
     END IF;
     IF (SELECT count(DISTINCT u.i) FROM unnest(p_ids) AS u (i)) <> v_n THEN
         RAISE EXCEPTION USING
@@ -200,19 +202,50 @@ BEGIN
     END IF;
 
     RETURN QUERY
-    WITH input AS (
+    WITH governing AS (
+        -- 'refused' (the relay refused every recipient at RCPT): of the refusals
+        -- record_refused_recipients recorded under this claim, the most hopeful one governs, a
+        -- transient reply first (the message is retried while any recipient may still take it).
+        -- The outcome is then that reply's; none recorded: a reply without a code (transient).
+        SELECT DISTINCT ON (b.message_id) b.message_id, b.smtp_code, b.status AS enhanced_code
+        FROM mailroom.outbound_bounces AS b
+        WHERE
+            b.message_id = any(v_refused)
+            AND b.action = 'refused'
+            AND (b.message_id, b.claim_token) IN (
+                SELECT u.id, u.claim_token FROM unnest(p_ids, p_claim_tokens) AS u (id, claim_token)
+            )
+        ORDER BY
+            b.message_id,
+            mailroom._classify_outcome('reply', b.smtp_code, b.status) = 'transient' DESC,
+            b.id
+    ),
+
+    reported AS (
         SELECT
             u.id,
             u.claim_token,
-            u.outcome,
-            u.smtp_code,
-            u.enhanced_code,
-            u.error,
-            mailroom._classify_outcome(u.outcome, u.smtp_code, u.enhanced_code) AS kind,
-            mailroom._reply_class(u.outcome, u.smtp_code) AS reply_class
+            CASE WHEN u.outcome = 'refused' THEN 'reply' ELSE u.outcome END AS outcome,
+            coalesce(u.smtp_code, g.smtp_code) AS smtp_code,
+            coalesce(u.enhanced_code, g.enhanced_code) AS enhanced_code,
+            u.error
         FROM unnest(
             p_ids, p_claim_tokens, p_outcomes, p_smtp_codes, p_enhanced_codes, p_errors
         ) AS u (id, claim_token, outcome, smtp_code, enhanced_code, error)
+        LEFT JOIN governing AS g ON u.id = g.message_id
+    ),
+
+    input AS (
+        SELECT
+            r.id,
+            r.claim_token,
+            r.outcome,
+            r.smtp_code,
+            r.enhanced_code,
+            r.error,
+            mailroom._classify_outcome(r.outcome, r.smtp_code, r.enhanced_code) AS kind,
+            mailroom._reply_class(r.outcome, r.smtp_code) AS reply_class
+        FROM reported AS r
     ),
 
     upd AS (
@@ -291,6 +324,8 @@ BEGIN
             AND i.kind = 'permanent'
             AND u.status = 'failed'
             AND cardinality(u.to_addrs) + cardinality(u.cc_addrs) + cardinality(u.bcc_addrs) = 1
+            -- a refusal at RCPT was suppressed by record_refused_recipients already
+            AND NOT (u.id = any(v_refused))
     ),
 
     stale AS (
@@ -324,7 +359,7 @@ END;
 $$;
 
 COMMENT ON FUNCTION mailroom.finalize_messages(bigint[], bigint[], text[], integer[], text[], text[]) IS
-'Record many delivery outcomes at once: sent, retry with backoff, or failed; outcomes from a lost claim are ignored (stale). Each row also says the kind decided (sent, transient, permanent) and the reply class for metrics.';
+'Record many delivery outcomes at once: sent, retry with backoff, or failed; outcomes from a lost claim are ignored (stale); for refused (every recipient refused at RCPT) the governing refusal is chosen here. Each row also says the kind decided (sent, transient, permanent) and the reply class for metrics. Errors: MR330 arrays, MR331 unknown outcome, MR332 duplicate id.';
 
 GRANT EXECUTE ON FUNCTION mailroom.finalize_messages(bigint[], bigint[], text[], integer[], text[], text[]) TO mailroom_sender;
 
@@ -366,7 +401,7 @@ END;
 $$;
 
 COMMENT ON FUNCTION mailroom.release_messages(bigint[], bigint[]) IS
-'Give claimed, unattempted messages back to the queue (no attempt counted); returns how many.';
+'Give claimed, unattempted messages back to the queue (no attempt counted); returns how many. Errors: MR330 arrays.';
 
 GRANT EXECUTE ON FUNCTION mailroom.release_messages(bigint[], bigint[]) TO mailroom_sender;
 
@@ -436,7 +471,7 @@ END;
 $$;
 
 COMMENT ON FUNCTION mailroom.reap_stuck_messages(interval) IS
-'Return processing rows whose lease expired (or claimed longer ago than p_older_than) to queued, or failed; flags possibly_sent.';
+'Return processing rows whose lease expired (or claimed longer ago than p_older_than) to queued, or failed; flags possibly_sent. Errors: MR333 negative interval.';
 
 GRANT EXECUTE ON FUNCTION mailroom.reap_stuck_messages(interval) TO mailroom_sender, mailroom_admin;
 

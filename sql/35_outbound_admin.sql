@@ -137,7 +137,7 @@ END;
 $$;
 
 COMMENT ON FUNCTION mailroom.list_outbound_messages(text, integer) IS
-'Newest messages (optionally of one status) without addresses, subjects or bodies.';
+'Newest messages (optionally of one status) without addresses, subjects or bodies. Errors: MR343 unknown status or bad limit.';
 
 GRANT EXECUTE ON FUNCTION mailroom.list_outbound_messages(text, integer) TO mailroom_monitor;
 
@@ -204,7 +204,7 @@ END;
 $$;
 
 COMMENT ON FUNCTION mailroom.show_outbound_message(bigint) IS
-'One message for operators: state, codes, positions of recipients dropped as suppressed and the (already scrubbed) error_log; no addresses or bodies.';
+'One message for operators: state, codes, positions of recipients dropped as suppressed and the (already scrubbed) error_log; no addresses or bodies. Errors: MR340 unknown id.';
 
 GRANT EXECUTE ON FUNCTION mailroom.show_outbound_message(bigint) TO mailroom_admin;
 
@@ -266,7 +266,7 @@ END;
 $$;
 
 COMMENT ON FUNCTION mailroom.retry_message(bigint) IS
-'Put one failed message back in the queue with a fresh attempt budget.';
+'Put one failed message back in the queue with a fresh attempt budget. Errors: MR340 unknown id, MR341 not failed.';
 
 GRANT EXECUTE ON FUNCTION mailroom.retry_message(bigint) TO mailroom_admin;
 
@@ -319,7 +319,7 @@ END;
 $$;
 
 COMMENT ON FUNCTION mailroom.purge_sent_messages(timestamptz, integer) IS
-'Delete up to p_batch sent messages sent before p_before; call until it returns 0.';
+'Delete up to p_batch sent messages sent before p_before; call until it returns 0. Errors: MR342 no cut-off or bad batch.';
 
 GRANT EXECUTE ON FUNCTION mailroom.purge_sent_messages(timestamptz, integer) TO mailroom_admin;
 

@@ -169,7 +169,7 @@ CREATE OR REPLACE FUNCTION mailroom.check_bounce_recipient(
     p_address text,
     p_size bigint DEFAULT null
 )
-RETURNS TABLE (verdict text, address text)
+RETURNS TABLE (verdict text, address text, reply text)
 LANGUAGE plpgsql
 VOLATILE
 SECURITY DEFINER
@@ -181,19 +181,23 @@ BEGIN
     -- 'bounce' when it is valid, else 'unknown' (bad signature, unknown message: the same
     -- answer); any other address gets check_recipient's verdict (ok, unknown, deleted, ...),
     -- after the inbox of an unknown address on a catch-all domain was created (sql/24_catchall.sql).
+    -- A refusing verdict comes with the SMTP reply the server sends (mailroom.error_codes).
     -- VOLATILE for that creation; PL/pgSQL, so its plans are kept for the session.
     IF mailroom._is_verp_address(p_address) THEN
         verdict := CASE WHEN mailroom._verp_message_id(p_address) IS NOT NULL THEN 'bounce' ELSE 'unknown' END;
         address := mailroom._normalize_address(p_address);
+        reply := mailroom._verdict_reply(verdict);
         RETURN NEXT;
         RETURN;
     END IF;
-    RETURN QUERY SELECT c.verdict, c.address FROM mailroom._check_recipient_or_claim(p_address, p_size) AS c;
+    RETURN QUERY
+    SELECT c.verdict, c.address, mailroom._verdict_reply(c.verdict)
+    FROM mailroom._check_recipient_or_claim(p_address, p_size) AS c;
 END;
 $$;
 
 COMMENT ON FUNCTION mailroom.check_bounce_recipient(text, bigint) IS
-'RCPT-stage verdict of the inbound server: bounce for a valid VERP return path, unknown for a forged one, else check_recipient''s verdict (an unknown address on a catch-all domain gets its inbox first).';
+'RCPT-stage verdict of the inbound server: bounce for a valid VERP return path, unknown for a forged one, else check_recipient''s verdict (an unknown address on a catch-all domain gets its inbox first); with the SMTP reply of a refusing verdict.';
 
 GRANT EXECUTE ON FUNCTION mailroom.check_bounce_recipient(text, bigint) TO mailroom_inbound;
 
@@ -325,7 +329,7 @@ END;
 $$;
 
 COMMENT ON FUNCTION mailroom.record_bounce(text, jsonb) IS
-'Record a parsed bounce sent to a VERP return path: per report, failed + 5.x.x suppresses the recipient (hard_bounce), delayed and 4.x.x are noted; foreign recipients are ignored, [] is unparsed.';
+'Record a parsed bounce sent to a VERP return path: per report, failed + 5.x.x suppresses the recipient (hard_bounce), delayed and 4.x.x are noted; foreign recipients are ignored, [] is unparsed. Errors: MR360 not a valid return path, MR361 reports not an array.';
 
 GRANT EXECUTE ON FUNCTION mailroom.record_bounce(text, jsonb) TO mailroom_inbound;
 
@@ -354,7 +358,7 @@ END;
 $$;
 
 COMMENT ON FUNCTION mailroom.set_sender_bounce_domain(text, text) IS
-'Set a sender''s VERP bounce domain (NULL: the setting outbound.bounce_domain applies).';
+'Set a sender''s VERP bounce domain (NULL: the setting outbound.bounce_domain applies). Errors: MR362 not a domain name, MR363 unknown sender.';
 
 GRANT EXECUTE ON FUNCTION mailroom.set_sender_bounce_domain(text, text) TO mailroom_admin;
 
@@ -377,11 +381,13 @@ DECLARE
     v_suppressed integer := 0;
     r record;
 BEGIN
-    -- The relay refused some recipients of a message at RCPT (synchronously) and the sender
-    -- reports them, one element per refused recipient, before it finalizes the message (the
-    -- claim token fences it: a message no longer processing under that token is skipped). A
-    -- permanent reply (the rule of finalize_messages) is a hard bounce of that recipient; any
-    -- other is noted. A recipient the message does not have is skipped.
+    -- The relay refused recipients of a message at RCPT (synchronously) and the sender reports
+    -- them, one element per refused recipient, before it finalizes the message (the claim token
+    -- fences it: a message no longer processing under that token is skipped). A permanent reply
+    -- (the rule of finalize_messages) is a hard bounce of that recipient; any other is noted. A
+    -- recipient the message does not have is skipped. When every recipient was refused, the
+    -- message's outcome is 'refused' and finalize_messages picks, from the rows recorded here under
+    -- the claim token, the refusal that governs.
     IF p_ids IS NULL OR p_claim_tokens IS NULL OR p_recipients IS NULL
         OR cardinality(p_claim_tokens) <> v_n OR cardinality(p_recipients) <> v_n
         OR coalesce(cardinality(p_smtp_codes), v_n) <> v_n
@@ -394,6 +400,7 @@ BEGIN
     FOR r IN
         SELECT
             m.id,
+            m.claim_token,
             mailroom._normalize_address(u.rcpt) AS rcpt,
             u.code,
             CASE WHEN u.enhanced ~ '^[245][.][0-9]{1,3}[.][0-9]{1,3}$' THEN u.enhanced END AS enhanced,
@@ -416,11 +423,15 @@ BEGIN
         IF mailroom._classify_outcome('reply', r.code, r.enhanced) = 'permanent' THEN
             PERFORM mailroom._add_suppression(r.rcpt, 'hard_bounce', NULL, r.id);
             v_suppressed := v_suppressed + 1;
-            INSERT INTO mailroom.outbound_bounces (message_id, received_at, outcome, recipient, action, status, smtp_code)
-            VALUES (r.id, v_now, 'hard_bounce', r.pos, 'refused', r.enhanced, r.code);
+            INSERT INTO mailroom.outbound_bounces (
+                message_id, received_at, outcome, recipient, action, status, smtp_code, claim_token
+            )
+            VALUES (r.id, v_now, 'hard_bounce', r.pos, 'refused', r.enhanced, r.code, r.claim_token);
         ELSE
-            INSERT INTO mailroom.outbound_bounces (message_id, received_at, outcome, recipient, action, status, smtp_code)
-            VALUES (r.id, v_now, 'soft_bounce', r.pos, 'refused', r.enhanced, r.code);
+            INSERT INTO mailroom.outbound_bounces (
+                message_id, received_at, outcome, recipient, action, status, smtp_code, claim_token
+            )
+            VALUES (r.id, v_now, 'soft_bounce', r.pos, 'refused', r.enhanced, r.code, r.claim_token);
         END IF;
     END LOOP;
     RETURN v_suppressed;
@@ -428,6 +439,6 @@ END;
 $$;
 
 COMMENT ON FUNCTION mailroom.record_refused_recipients(bigint[], bigint[], text[], integer[], text[]) IS
-'Record recipients a relay refused at RCPT for claimed messages (fenced on the claim token): a permanent reply suppresses the recipient (hard_bounce), others are noted; returns how many were suppressed.';
+'Record recipients a relay refused at RCPT for claimed messages (fenced on the claim token): a permanent reply suppresses the recipient (hard_bounce), others are noted; returns how many were suppressed. Errors: MR364 arrays.';
 
 GRANT EXECUTE ON FUNCTION mailroom.record_refused_recipients(bigint[], bigint[], text[], integer[], text[]) TO mailroom_sender;

@@ -111,7 +111,7 @@ END;
 $$;
 
 COMMENT ON FUNCTION mailroom.suppress(text, text, timestamptz, bigint) IS
-'Put an address on the suppression list (hard_bounce, complaint, manual), until p_expires_at or removed; returns the entry id.';
+'Put an address on the suppression list (hard_bounce, complaint, manual), until p_expires_at or removed; returns the entry id. Errors: MR350 bad address, MR351 bad reason, MR352 bad expiry.';
 
 GRANT EXECUTE ON FUNCTION mailroom.suppress(text, text, timestamptz, bigint) TO mailroom_admin;
 
@@ -185,7 +185,7 @@ END;
 $$;
 
 COMMENT ON FUNCTION mailroom.list_suppressions(integer) IS
-'The suppression list, newest first, with whether each entry is in force (addresses: admin only).';
+'The suppression list, newest first, with whether each entry is in force (addresses: admin only). Errors: MR353 bad limit.';
 
 GRANT EXECUTE ON FUNCTION mailroom.list_suppressions(integer) TO mailroom_admin;
 

@@ -293,7 +293,7 @@ END;
 $$;
 
 COMMENT ON FUNCTION mailroom.set_domain_limit(text, integer, integer) IS
-'Create or change the limit of a domain pattern (*, example.com, *.example.com): max in flight, max claimed per minute (NULL: none); returns the stored pattern.';
+'Create or change the limit of a domain pattern (*, example.com, *.example.com): max in flight, max claimed per minute (NULL: none); returns the stored pattern. Errors: MR370 bad pattern, MR371 limit below 1.';
 
 GRANT EXECUTE ON FUNCTION mailroom.set_domain_limit(text, integer, integer) TO mailroom_admin;
 
@@ -405,7 +405,7 @@ END;
 $$;
 
 COMMENT ON FUNCTION mailroom.domain_status(integer) IS
-'Domains with messages in flight, claims this minute or a backoff: counts next to the governing limit.';
+'Domains with messages in flight, claims this minute or a backoff: counts next to the governing limit. Errors: MR371 bad limit.';
 
 GRANT EXECUTE ON FUNCTION mailroom.domain_status(integer) TO mailroom_monitor, mailroom_admin;
 

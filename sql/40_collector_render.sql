@@ -30,7 +30,7 @@ DECLARE
     v_keys text[] := ARRAY['{{login}}', '{{email}}', '{{link}}', '{{code}}'];
     v_vals text[];
 BEGIN
-    SELECT t.* INTO v_tpl FROM mailroom.token_email_templates AS t WHERE t.action = p_action;
+    SELECT t.* INTO v_tpl FROM mailroom.token_email_templates AS t WHERE t.action::text = p_action;
     IF NOT FOUND THEN
         RAISE EXCEPTION USING
             ERRCODE = 'MR401',

@@ -56,7 +56,8 @@ $$;
 COMMENT ON FUNCTION mailroom.enqueue_token_emails(integer) IS
 'Dequeue up to p_limit tokens and enqueue one email each (idempotency key token:<id> in scope mailroom), in the caller''s '
 'transaction; the email is rendered, with a freshly minted link, at each delivery attempt (claim_messages), so no link rests '
-'in the queue; a suppressed address is skipped and recorded in suppressed_token_emails; returns how many were enqueued.';
+'in the queue; a suppressed address is skipped and recorded in suppressed_token_emails; returns how many were enqueued. '
+'Errors: MR404 no collector.sender.';
 
 GRANT EXECUTE ON FUNCTION mailroom.enqueue_token_emails(integer) TO mailroom_collector;
 

@@ -87,7 +87,7 @@ def test_data_over_the_mailbox_limit_is_refused_while_reading(server, conn, make
     ((read, held),) = re.findall(r"over its recipients' size limit \(read (\d+) bytes, held at most (\d+)\)", log)
     assert int(read) == len(big)  # read to the end: the session goes on
     assert FREE_LIMIT - 1000 < int(held) <= FREE_LIMIT + _SIZE_PROBE_BYTES
-    assert "refused a message at DATA: MR207" in log  # the one byte over
+    assert "refused a message at DATA: too_large" in log  # the one byte over
     subjects = conn.execute("SELECT subject FROM mailroom.messages WHERE mailbox_id = %s ORDER BY id", (box.id,))
     assert [r[0] for r in subjects] == ["exact", "after"]
 
@@ -114,7 +114,7 @@ def test_the_limit_is_the_largest_of_the_accepted_recipients(server, conn, make_
         assert client.data(raw)[0] == 552
     log = server.log()
     assert log.count("over its recipients' size limit") == 1  # the free + unknown one, while reading
-    assert log.count("refused a message at DATA for 1 of 2 recipient(s)") == 2  # by deliver_message
+    assert log.count("refused a message at DATA: too_large (2 recipient(s))") == 2  # by deliver_messages
     assert (stored_count(conn, free.id), stored_count(conn, pro.id)) == (0, 1)
 
 

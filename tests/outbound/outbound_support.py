@@ -46,7 +46,8 @@ class Handler:
     mode: accept | reply_rcpt (answer RCPT with `reply`) | reply_data (answer end of DATA with
     `reply`) | drop_rcpt (close the connection at RCPT) | drop_data (close it at end of DATA) |
     stall_data (never answer the end of DATA). `refuse`: addresses answered with `reply` at RCPT
-    in any mode (the others go on as the mode says)."""
+    in any mode (the others go on as the mode says); `refuse_with`: addresses answered with their
+    own reply at RCPT."""
 
     mode: str = "accept"
     reply: str = "250 2.0.0 Ok"
@@ -56,6 +57,7 @@ class Handler:
     in_data: int = 0
     auth: tuple[str, str] | None = None
     refuse: tuple[str, ...] = ()
+    refuse_with: dict[str, str] = field(default_factory=dict)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     async def handle_EHLO(self, server, session, envelope, hostname, responses):  # noqa: N802
@@ -65,6 +67,8 @@ class Handler:
         return responses
 
     async def handle_RCPT(self, server, session, envelope, address, rcpt_options):  # noqa: N802
+        if address in self.refuse_with:
+            return self.refuse_with[address]
         if self.mode == "reply_rcpt" or address in self.refuse:
             return self.reply
         if self.mode == "drop_rcpt":

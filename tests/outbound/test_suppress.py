@@ -109,6 +109,30 @@ def test_a_550_at_rcpt_for_one_of_several_recipients_suppresses_that_one(conn, c
     assert enqueue(conn, 1, to=["ok@example.com"])
 
 
+def test_every_recipient_refused_at_rcpt_finalize_picks_the_refusal_that_governs(conn, cli, smtp_server):
+    """The relay refuses one recipient for now (451) and one for good (550): the message is retried
+    (SQL chose the transient refusal), the 550 one is suppressed; refused for good by both: failed."""
+    server = smtp_server("accept")
+    server.handler.refuse_with = {"later@example.com": "451 4.2.1 <later@example.com> try again",
+                                  "gone@example.com": "550 5.1.1 <gone@example.com> user unknown"}
+    add_sender(conn, server.port)
+    (mid,) = enqueue(conn, 1, to=["gone@example.com", "later@example.com"])
+    result = cli("send", "--until-idle", *SEND_FLAGS, env=at(T0), timeout=30)
+    assert result.returncode == 0, result.stderr
+    message = row(conn, mid)
+    assert (message["status"], message["last_smtp_code"], message["last_enhanced_code"]) == ("queued", 451, "4.2.1")
+    assert "2 of 2 recipients refused" in message["error_log"]
+    assert cli("suppress", "check", "gone@example.com").returncode == 0
+    assert cli("suppress", "check", "later@example.com").returncode == 1
+
+    server.handler.refuse_with = {"once@example.com": "550 5.1.1 <once@example.com> user unknown",
+                                  "twice@example.com": "553 5.1.3 <twice@example.com> bad address"}
+    (failed,) = enqueue(conn, 1, to=["once@example.com", "twice@example.com"])
+    result = cli("send", "--until-idle", *SEND_FLAGS, env=at(T0), timeout=30)
+    assert result.returncode == 0, result.stderr
+    assert (row(conn, failed)["status"], row(conn, failed)["last_smtp_code"]) == ("failed", 550)
+
+
 def test_drop_setting_queues_for_the_others_and_show_says_so(conn, cli):
     add_sender(conn, 2525)
     assert cli("suppress", "add", "gone@example.com").returncode == 0

@@ -1,7 +1,8 @@
 -- The public API documents itself: every function in schema mailroom has a COMMENT
--- (so `\df+ mailroom.*` is the reference), and each public one names its errors or result.
+-- (so `\df+ mailroom.*` is the reference), and each public one names the errors it raises: every
+-- MRnnn its own body raises stands in its comment, by itself or in a range (MR110-MR120).
 BEGIN;
-SELECT plan(3);
+SELECT plan(4);
 
 SELECT is(
     (
@@ -38,6 +39,30 @@ SELECT is(
     ),
     '',
     'internal helpers (_*) say so in their comment'
+);
+
+SELECT is(
+    (
+        SELECT coalesce(string_agg(p.proname || ' ' || r.code, ', ' ORDER BY p.proname, r.code), '')
+        FROM pg_proc AS p
+        CROSS JOIN LATERAL (
+            SELECT DISTINCT m[1] AS code
+            FROM regexp_matches(p.prosrc, 'ERRCODE\s*=\s*''(MR[0-9]{3})''', 'g') AS m
+        ) AS r
+        WHERE
+            p.pronamespace = 'mailroom'::regnamespace
+            AND p.proname !~ '^(_|trg_)'
+            AND position(r.code IN coalesce(obj_description(p.oid, 'pg_proc'), '')) = 0
+            AND NOT EXISTS (
+                SELECT 1
+                FROM regexp_matches(
+                    coalesce(obj_description(p.oid, 'pg_proc'), ''), 'MR([0-9]{3})\s*[-–]\s*MR([0-9]{3})', 'g'
+                ) AS x
+                WHERE substr(r.code, 3)::int BETWEEN x[1]::int AND x[2]::int
+            )
+    ),
+    '',
+    'every public function names in its comment each MR code it raises'
 );
 
 SELECT * FROM finish();

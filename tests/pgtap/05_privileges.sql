@@ -15,44 +15,44 @@ SELECT 'mailroom_app', unnest(ARRAY[
     'verify_token', 'create_mailbox', 'extend_mailbox', 'delete_mailbox', 'list_mailboxes', 'list_messages',
     'read_message', 'mailbox_accepts', 'enqueue_message', 'wait_for_message', 'extract_link', 'extract_code',
     'find_message', 'await_message', 'is_suppressed', 'search_messages', 'clock', 'setting', 'interval_setting',
-    'account_status', 'list_migrations', 'schema_version'
+    'account_status', 'list_migrations', 'schema_version', 'error_codes', 'token_actions'
 ])
 UNION ALL
 SELECT 'mailroom_http', unnest(ARRAY[
     'http_create_mailbox', 'http_get_mailbox', 'http_list_messages', 'http_read_message', 'http_message_raw',
     'http_message_attachment', 'http_delete_mailbox', 'http_delete_message', 'http_extract_link', 'http_extract_code',
     'http_check_message', 'http_search_messages', 'index_messages', 'deliver_ses_message', 'clock', 'setting',
-    'list_migrations', 'schema_version'
+    'list_migrations', 'schema_version', 'error_codes'
 ])
 UNION ALL
 SELECT 'mailroom_collector', unnest(ARRAY[
     'dequeue_tokens', 'enqueue_token_emails', 'render_token_email', 'worker_heartbeat', 'clock', 'setting',
-    'interval_setting', 'list_migrations', 'schema_version'
+    'interval_setting', 'list_migrations', 'schema_version', 'error_codes', 'token_actions'
 ])
 UNION ALL
 SELECT 'mailroom_sender', unnest(ARRAY[
     'claim_messages', 'finalize_messages', 'release_messages', 'reap_stuck_messages', 'worker_heartbeat',
     'queue_health', 'record_refused_recipients', 'clock', 'setting', 'interval_setting', 'outbound_stats',
-    'list_migrations', 'schema_version'
+    'list_migrations', 'schema_version', 'error_codes'
 ])
 UNION ALL
 SELECT 'mailroom_inbound', unnest(ARRAY[
     'check_recipient', 'deliver_message', 'max_inbound_message_bytes', 'expire_mailboxes', 'purge_mailboxes',
     'seconds_until_next_expiry', 'run_expiry', 'worker_heartbeat', 'check_bounce_recipient', 'record_bounce',
     'maintain_partitions', 'clock', 'setting', 'interval_setting', 'deliver_messages', 'check_message_size',
-    'index_messages', 'list_migrations', 'schema_version'
+    'index_messages', 'list_migrations', 'schema_version', 'error_codes'
 ])
 UNION ALL
 SELECT 'mailroom_monitor', unnest(ARRAY[
     'list_outbound_messages', 'queue_health', 'worker_health', 'list_domain_limits', 'domain_status', 'clock',
-    'setting', 'interval_setting', 'outbound_stats', 'list_migrations', 'schema_version'
+    'setting', 'interval_setting', 'outbound_stats', 'list_migrations', 'schema_version', 'error_codes'
 ])
 UNION ALL
 SELECT 'mailroom_admin', unnest(ARRAY[
     'set_setting', 'upsert_sender', 'show_outbound_message', 'retry_message', 'retry_failed_messages',
     'purge_sent_messages', 'purge_tokens', 'sign_token', 'list_outbound_messages', 'reap_stuck_messages', 'queue_health',
     'worker_health', 'suppress', 'unsuppress', 'list_suppressions', 'is_suppressed', 'set_sender_bounce_domain',
-    'maintain_partitions', 'clock', 'setting', 'interval_setting', 'outbound_stats',
+    'maintain_partitions', 'clock', 'setting', 'interval_setting', 'outbound_stats', 'error_codes',
     'set_domain_limit', 'delete_domain_limit', 'list_domain_limits', 'domain_status', 'clear_domain_backoff',
     'create_api_key', 'list_api_keys', 'revoke_api_key', 'set_catchall_domain', 'remove_catchall_domain',
     'list_catchall_domains',
@@ -73,7 +73,7 @@ CREATE TEMP TABLE accounts_area (fn name PRIMARY KEY);
 INSERT INTO accounts_area
 SELECT unnest(ARRAY[
     'clock', '_may_pin_clock', 'pin_clock', 'unpin_clock', 'setting', 'set_setting', '_check_setting_value',
-    'interval_setting', 'account_status',
+    'interval_setting', 'account_status', 'error_codes', '_verdict_reply', '_code_reply', '_token_action', 'token_actions',
     '_is_valid_address', '_is_domain_name', '_random_bytes', '_digest', '_hmac', '_hmac_many', '_pgp_sym_encrypt', '_pgp_sym_decrypt',
     '_valid_email', '_check_account_identity', 'trg_before_account_insert', 'trg_before_account_identity_change',
     'trg_before_account_status_change', 'create_account', '_lock_account', 'suspend_account',

@@ -9,8 +9,11 @@ SELECT has_table('mailroom', 'accounts', 'accounts table exists');
 SELECT has_table('mailroom', 'tokens', 'tokens table exists');
 SELECT enum_has_labels('mailroom', 'account_status', ARRAY['provisioned', 'active', 'suspended'],
     'account_status labels');
-SELECT enum_has_labels('mailroom', 'token_action', ARRAY['activation', 'password_recovery'],
-    'token_action labels');
+SELECT set_eq(
+    'SELECT unnest(enum_range(NULL::mailroom.token_action))::text',
+    'SELECT action::text FROM mailroom.token_actions',
+    'token_action labels: exactly the types of mailroom.token_actions (activation and password_recovery seeded)'
+);
 SELECT col_type_is('mailroom', 'accounts', 'created_at', 'timestamp with time zone', 'timestamps are timestamptz');
 SELECT col_type_is('mailroom', 'tokens', 'expires_at', 'timestamp with time zone', 'expires_at is timestamptz');
 SELECT has_trigger('mailroom', 'accounts', 'before_account_insert', 'trigger 1: before_account_insert');

@@ -1,6 +1,6 @@
 -- Tokens: codes, signed values (the keyring's active key), minting at dispatch, revocation, dequeue eligibility, expiry, no plaintext at rest.
 BEGIN;
-SELECT plan(62);
+SELECT plan(69);
 
 SET LOCAL mailroom.clock = '2030-01-01 00:00:00+00';
 CREATE TEMP TABLE k (key bytea);
@@ -48,7 +48,7 @@ SELECT is(
 SELECT throws_ok($$ SELECT mailroom.sign_token('activation', gen_random_bytes(31), NULL) $$,
     '22023', 'secret must be 32 bytes', 'sign_token: secret of the wrong length');
 SELECT throws_ok($$ SELECT mailroom.sign_token('password_recovery', gen_random_bytes(32), '123') $$,
-    '22023', 'a recovery code must be 5 digits', 'sign_token: recovery code not 5 digits');
+    '22023', 'a password-recovery code must be 5 digits', 'sign_token: recovery code not 5 digits');
 SELECT throws_ok($$ SELECT mailroom.sign_token(NULL, gen_random_bytes(32), NULL) $$,
     '22004', 'sign_token: the action must not be NULL', 'sign_token: a NULL action is an error, not a NULL value');
 SELECT throws_ok($$ SELECT mailroom.sign_token('activation', NULL, NULL) $$,
@@ -158,7 +158,7 @@ SELECT is(
 -- eligibility: one rule for the dequeue and for consume_token
 SELECT results_eq(
     $$ SELECT a::text AS action, s::text AS status, mailroom._token_eligible(a, s)
-       FROM unnest(enum_range(NULL::mailroom.token_action)) AS a,
+       FROM unnest(ARRAY['activation', 'password_recovery']::mailroom.token_action[]) AS a,
             unnest(enum_range(NULL::mailroom.account_status)) AS s
        ORDER BY a, s $$,
     $$ VALUES ('activation', 'provisioned', true), ('activation', 'active', false),
@@ -323,6 +323,57 @@ SELECT is(
     0, 'no row-level AFTER INSERT trigger on tokens (no per-row NOTIFY)'
 );
 SELECT ok(mailroom.setting('tokens.channel') = 'token_insert', 'default channel token_insert');
+
+-- The token types are rows of mailroom.token_actions (migration 0113), which every per-type rule reads.
+SELECT results_eq(
+    $$SELECT action::text, signing_path, eligible_status::text, with_code, activates_account, output_code
+      FROM mailroom.token_actions() WHERE action IN ('activation', 'password_recovery')$$,
+    $$VALUES ('activation', '/activate', 'provisioned', false, true, 1::smallint),
+        ('password_recovery', '/recover', 'active', true, false, 2::smallint)$$,
+    'token_actions(): each type''s signature path, eligible status, code, activation and CSV code'
+);
+SELECT is(
+    (SELECT array_agg(e ORDER BY e) FROM unnest(enum_range(NULL::mailroom.token_action)) AS e
+     WHERE NOT EXISTS (SELECT 1 FROM mailroom.token_actions AS a WHERE a.action = e)
+         OR NOT EXISTS (SELECT 1 FROM mailroom.token_email_templates AS t WHERE t.action = e)),
+    NULL, 'every value of the token_action type has its row and its email template'
+);
+-- a type that loses its row is refused everywhere, never given another type's rules: a link
+-- dispatched before, and a token still pending
+SET CONSTRAINTS ALL DEFERRED;
+CREATE TEMP TABLE orphan AS
+SELECT mailroom.create_account('orphan@example.com', 'orphan') AS id;
+UPDATE mailroom.accounts SET status = 'active' WHERE id = (SELECT id FROM orphan);
+INSERT INTO mailroom.tokens (account, action) SELECT id, 'password_recovery' FROM orphan;
+CREATE TEMP TABLE orphan_signed AS
+SELECT d.signed, d.code FROM mailroom.dequeue_tokens(1000) AS d
+WHERE d.token_id IN (SELECT t.id FROM mailroom.tokens AS t WHERE t.account = (SELECT id FROM orphan));
+CREATE TEMP TABLE orphan2 AS
+SELECT mailroom.create_account('orphan2@example.com', 'orphan2') AS id;
+UPDATE mailroom.accounts SET status = 'active' WHERE id = (SELECT id FROM orphan2);
+INSERT INTO mailroom.tokens (account, action) SELECT id, 'password_recovery' FROM orphan2;
+DELETE FROM mailroom.token_email_templates WHERE action = 'password_recovery';
+DELETE FROM mailroom.token_actions WHERE action = 'password_recovery';
+SELECT throws_ok(
+    $$ SELECT mailroom.sign_token('password_recovery', gen_random_bytes(32), '12345') $$,
+    'MR125', 'unknown token action password_recovery: no row in mailroom.token_actions',
+    'signing a type without its row: MR125'
+);
+SELECT ok(NOT mailroom._token_eligible('password_recovery', 'active'), 'a type without its row is eligible nowhere');
+SELECT is(
+    (SELECT count(*)::int FROM mailroom.dequeue_tokens(1000) AS d
+     WHERE d.token_id IN (SELECT t.id FROM mailroom.tokens AS t WHERE t.account = (SELECT id FROM orphan2))),
+    0, 'and its pending tokens are not dispatched'
+);
+SELECT throws_ok(
+    format('SELECT * FROM mailroom.consume_token(%L, %L)', (SELECT signed FROM orphan_signed),
+        (SELECT code FROM orphan_signed)),
+    'MR125', NULL, 'nor consumed'
+);
+SELECT is(
+    (SELECT v.valid FROM mailroom.verify_token((SELECT signed FROM orphan_signed), (SELECT code FROM orphan_signed)) AS v),
+    false, 'nor verified as any other type'
+);
 
 SELECT * FROM finish();
 ROLLBACK;

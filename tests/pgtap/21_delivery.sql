@@ -1,6 +1,6 @@
 -- Delivery guard at the exact expiry boundary, plan limits, list/read and their errors.
 BEGIN;
-SELECT plan(47);
+SELECT plan(51);
 
 SET LOCAL mailroom.clock = '2030-01-01 00:00:00+00';
 
@@ -180,23 +180,31 @@ SELECT ok(
 SELECT throws_ok(format('SELECT mailroom.deliver_message(%L, %L::bytea)', (SELECT address FROM b WHERE k = 'pro'), '\x41'),
     'MR205', 'mailbox expired', 'but by the statement''s real time it has expired: refused');
 
--- deliver_messages: the group commit in one statement, each message's data given once
+-- deliver_messages: the DATA step, several messages in one statement, each message's data given
+-- once, each message stored for all its recipients or for none, with its verdict and SMTP reply
 SET LOCAL mailroom.clock = '2030-02-01 00:00:00+00';
 INSERT INTO b SELECT 'g1', * FROM mailroom.create_mailbox(10, 'free');
 INSERT INTO b SELECT 'g2', * FROM mailroom.create_mailbox(10, 'free');
 INSERT INTO b SELECT 'gp', * FROM mailroom.create_mailbox(10, 'pro');
 CREATE TEMP TABLE g AS
 SELECT * FROM mailroom.deliver_messages(
-    ARRAY[1, 2, 2],
-    ARRAY[(SELECT address FROM b WHERE k = 'g1'), (SELECT address FROM b WHERE k = 'g1'), (SELECT address FROM b WHERE k = 'g2')],
-    ARRAY['\x41'::bytea, '\x4242'::bytea], ARRAY['a@example.com', ''], ARRAY['one', 'two'], ARRAY[NULL, 'B <b@example.com>'],
-    ARRAY['t1', NULL], ARRAY[NULL, '<p>2</p>'], ARRAY['[]'::jsonb, '[{"filename": "b.txt"}]'::jsonb]
+    ARRAY[1, 2, 2, 3],
+    ARRAY[(SELECT address FROM b WHERE k = 'g1'), (SELECT address FROM b WHERE k = 'g1'),
+        (SELECT address FROM b WHERE k = 'g2'), 'nobody@mailroom.test'],
+    ARRAY['\x41'::bytea, '\x4242'::bytea, '\x43'::bytea], ARRAY['a@example.com', '', ''], ARRAY['one', 'two', 'three'],
+    ARRAY[NULL, 'B <b@example.com>', NULL], ARRAY['t1', NULL, NULL], ARRAY[NULL, '<p>2</p>', NULL],
+    ARRAY['[]'::jsonb, '[{"filename": "b.txt"}]'::jsonb, '[]'::jsonb]
 );
-SELECT is((SELECT array_agg(message) FROM g), ARRAY[1, 2, 2], 'deliver_messages: one row per recipient, in order');
+SELECT results_eq(
+    'SELECT message, cardinality(message_ids), verdict, reply FROM g ORDER BY message',
+    $$VALUES (1, 1, 'ok', '250 2.0.0 OK: stored for 1 recipient(s)'), (2, 2, 'ok', '250 2.0.0 OK: stored for 2 recipient(s)'),
+        (3, 0, 'unknown', '550 5.1.1 Mailbox unavailable (unknown, deleted or expired)')$$,
+    'deliver_messages: one row per message, its verdict and the SMTP reply; a refused message does not fail the others'
+);
 SELECT is(
     (SELECT array_agg(m.subject || ':' || octet_length(m.raw) ORDER BY m.id) FROM mailroom.messages AS m
-     WHERE m.id IN (SELECT message_id FROM g)),
-    ARRAY['one:1', 'two:2', 'two:2'], 'each recipient row got its own message''s data'
+     WHERE m.id IN (SELECT unnest(message_ids) FROM g)),
+    ARRAY['one:1', 'two:2', 'two:2'], 'each recipient got its own message''s data'
 );
 SELECT is(
     (SELECT count(*)::int FROM mailroom.messages AS m
@@ -204,18 +212,53 @@ SELECT is(
          AND m.html_body = '<p>2</p>' AND m.attachments = '[{"filename": "b.txt"}]'),
     1, 'every column of the second message reached its second recipient'
 );
-SELECT throws_ok(
+-- all or nothing for one message: g1 takes it, the pro-sized message is too large for g2
+UPDATE mailroom.mailboxes SET message_count = (SELECT max_messages FROM mailroom.plans WHERE name = 'free')
+WHERE id = (SELECT mailbox_id FROM b WHERE k = 'g2');
+SELECT results_eq(
     format(
-        'SELECT * FROM mailroom.deliver_messages(ARRAY[1, 2], ARRAY[%L, %L], ARRAY[''\x41''::bytea, ''\x42''::bytea],'
-        ' ARRAY['''', ''''], ARRAY[NULL, NULL]::text[], ARRAY[NULL, NULL]::text[], ARRAY[NULL, NULL]::text[],'
-        ' ARRAY[NULL, NULL]::text[], ARRAY[''[]'', ''[]'']::jsonb[])',
-        (SELECT address FROM b WHERE k = 'g1'), 'nobody@mailroom.test'
+        'SELECT verdict, reply, message_ids FROM mailroom.deliver_messages(ARRAY[1, 1], ARRAY[%L, %L],'
+        ' ARRAY[''\x41''::bytea], ARRAY[''''], ARRAY[NULL]::text[], ARRAY[NULL]::text[], ARRAY[NULL]::text[],'
+        ' ARRAY[NULL]::text[], ARRAY[''[]'']::jsonb[])',
+        (SELECT address FROM b WHERE k = 'g1'), (SELECT address FROM b WHERE k = 'g2')
     ),
-    'MR203', 'mailbox not found', 'a refused recipient fails the whole group'
+    $$VALUES ('retry'::text, '451 4.2.0 A recipient became unavailable; please try again'::text, '{}'::bigint[])$$,
+    'one recipient full, another would take it: 451 4.2.0 (RCPT refuses the full one on the retry)'
 );
 SELECT is(
     (SELECT count(*)::int FROM mailroom.messages WHERE mailbox_id = (SELECT mailbox_id FROM b WHERE k = 'g1')),
-    2, 'and nothing of the failed group was kept'
+    2, 'and nothing of the refused message was kept'
+);
+SELECT results_eq(
+    format(
+        'SELECT verdict, reply FROM mailroom.deliver_messages(ARRAY[1, 1], ARRAY[%L, %L],'
+        ' ARRAY[%L::bytea], ARRAY[''''], ARRAY[NULL]::text[], ARRAY[NULL]::text[], ARRAY[NULL]::text[],'
+        ' ARRAY[NULL]::text[], ARRAY[''[]'']::jsonb[])',
+        (SELECT address FROM b WHERE k = 'g1'), (SELECT address FROM b WHERE k = 'gp'),
+        '\x' || repeat('41', (SELECT max_message_bytes + 1 FROM mailroom.plans WHERE name = 'free'))
+    ),
+    $$VALUES ('too_large'::text, '552 5.3.4 Message too big for this mailbox'::text)$$,
+    'too large for one recipient (only DATA knows): the refusal stands, 552 5.3.4'
+);
+SELECT results_eq(
+    format(
+        'SELECT verdict, reply FROM mailroom.deliver_messages(ARRAY[1], ARRAY[%L], ARRAY[''\x200d0a''::bytea],'
+        ' ARRAY[''''], ARRAY[NULL]::text[], ARRAY[NULL]::text[], ARRAY[NULL]::text[], ARRAY[NULL]::text[],'
+        ' ARRAY[''[]'']::jsonb[])',
+        (SELECT address FROM b WHERE k = 'gp')
+    ),
+    $$VALUES ('MR211'::text, '554 5.6.0 Message is empty'::text)$$,
+    'a message of white space only is empty: 554 5.6.0'
+);
+SELECT throws_ok(
+    $$SELECT * FROM mailroom.deliver_messages(ARRAY[2], ARRAY['a@b.c'], ARRAY['\x41'::bytea], ARRAY[''],
+        ARRAY[NULL]::text[], ARRAY[NULL]::text[], ARRAY[NULL]::text[], ARRAY[NULL]::text[], ARRAY['[]']::jsonb[])$$,
+    'MR216', NULL, 'a recipient of no message: MR216'
+);
+SELECT throws_ok(
+    $$SELECT * FROM mailroom.deliver_messages(ARRAY[1], ARRAY['a@b.c'], ARRAY['\x41'::bytea], ARRAY['', ''],
+        ARRAY[NULL]::text[], ARRAY[NULL]::text[], ARRAY[NULL]::text[], ARRAY[NULL]::text[], ARRAY['[]']::jsonb[])$$,
+    'MR216', NULL, 'message arrays of different lengths: MR216'
 );
 
 -- check_message_size: the DATA-stage probe

@@ -143,8 +143,8 @@ SELECT is(
     (SELECT count(*)::integer FROM mailroom.claim_messages(500, 'big')), 500,
     'the big claim returns a full batch'
 );
--- claim_messages up to LIMIT 100 runs the same text from _claim_cached with a generic plan
--- (no LIMIT, no clock known) under that function's planner settings: the same shape at 200k rows
+-- claim_messages up to LIMIT 100 runs the claim statement (_claim) with its cached generic plan
+-- (no LIMIT, no clock known) under the settings claim_messages sets for it: the same shape at 200k rows
 CREATE TEMP TABLE generic_plan (line text) ON COMMIT DROP;
 SET LOCAL plan_cache_mode = force_generic_plan;
 SET LOCAL enable_seqscan = off;
@@ -155,8 +155,9 @@ SET LOCAL enable_mergejoin = off;
 SET LOCAL jit = off;
 CREATE FUNCTION pg_temp.explain_generic() RETURNS SETOF text LANGUAGE plpgsql AS $$
 BEGIN
-    EXECUTE 'PREPARE claim_generic (timestamptz, integer, text, interval) AS ' || mailroom._claim_statement();
-    RETURN QUERY EXECUTE 'EXPLAIN EXECUTE claim_generic(mailroom.clock(), 100, ''w'', interval ''5 minutes'')';
+    EXECUTE 'PREPARE claim_generic (timestamptz, integer, text, interval, boolean) AS '
+        || mailroom._statement_of('mailroom._claim(timestamptz, integer, text, interval, boolean)'::regprocedure);
+    RETURN QUERY EXECUTE 'EXPLAIN EXECUTE claim_generic(mailroom.clock(), 100, ''w'', interval ''5 minutes'', false)';
 END;
 $$;
 INSERT INTO generic_plan SELECT p FROM pg_temp.explain_generic() AS p;
@@ -170,8 +171,8 @@ RESET enable_mergejoin;
 RESET jit;
 SELECT ok(
     (SELECT string_agg(line, E'\n') FROM generic_plan) ~ 'Index Scan using outbound_messages_(p[0-9]{8}t[0-9]{4}|default)_due_idx'
-    AND (SELECT string_agg(line, E'\n') FROM generic_plan) ~ 'Index Cond: \(COALESCE\(next_retry_at.*<= \$1\)',
-    'the cached generic plan walks outbound_messages_due_idx (bounded by the clock parameter)'
+    AND (SELECT string_agg(line, E'\n') FROM generic_plan) ~ 'Index Cond: \(COALESCE\(next_retry_at.*<= mailroom\.clock\(\)\)',
+    'the cached generic plan walks outbound_messages_due_idx (bounded by the clock)'
 );
 SELECT is(
     pg_temp.nonempty_seq_scans((SELECT string_agg(line, E'\n') FROM generic_plan)), NULL,

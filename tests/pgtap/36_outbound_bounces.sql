@@ -1,7 +1,7 @@
 -- Bounces (sql/36_outbound_bounces.sql): VERP return paths from claim_messages, their signature checked
 -- at RCPT (check_bounce_recipient), and what record_bounce decides for each kind of report.
 BEGIN;
-SELECT plan(51);
+SELECT plan(57);
 
 SET LOCAL mailroom.clock = '2030-01-01 00:00Z';
 SELECT mailroom.upsert_sender('tap', 'robot@mailroom.test', '127.0.0.1', 2525);
@@ -261,6 +261,55 @@ SELECT results_eq(
     $$SELECT outcome, recipient, action, smtp_code FROM mailroom.outbound_bounces WHERE message_id = (SELECT id FROM d) ORDER BY id$$,
     $$VALUES ('hard_bounce', 'to[1]', 'refused', 550), ('soft_bounce', 'to[2]', 'refused', 451)$$,
     'both refusals are noted (action refused), the stranger is not'
+);
+SELECT is(
+    (SELECT count(*)::int FROM mailroom.outbound_bounces WHERE message_id = (SELECT id FROM d)
+        AND claim_token = (SELECT claim_token FROM dc)),
+    2, 'each refusal keeps the claim token of its attempt'
+);
+
+-- every recipient refused at RCPT: finalize_messages decides which refusal governs
+SELECT mailroom.record_refused_recipients(
+    ARRAY[(SELECT id FROM dc)], ARRAY[(SELECT claim_token FROM dc)], ARRAY['r3@example.com'], ARRAY[550], ARRAY['5.1.1']
+);
+SELECT results_eq(
+    format(
+        $$SELECT result, kind, reply_class FROM mailroom.finalize_messages(ARRAY[%s::bigint], ARRAY[%s::bigint],
+            ARRAY['refused'], NULL, NULL, ARRAY['3 of 3 recipients refused'])$$,
+        (SELECT id FROM dc), (SELECT claim_token FROM dc)
+    ),
+    $$VALUES ('retry', 'transient', '4xx')$$,
+    'refused: one recipient may still take it (a 451 among the 550s): the transient refusal governs, retry'
+);
+SELECT results_eq(
+    $$SELECT status::text, last_outcome, last_smtp_code FROM mailroom.outbound_messages WHERE id = (SELECT id FROM d)$$,
+    $$VALUES ('queued', 'reply', 451)$$,
+    'the message is back in the queue under the governing reply'
+);
+CREATE TEMP TABLE e AS SELECT mailroom.enqueue_message('tap', ARRAY['s1@example.com', 's2@example.com'], 's5', 'b') AS id;
+SET LOCAL mailroom.clock = '2031-01-01Z';
+CREATE TEMP TABLE ec AS SELECT id, claim_token FROM mailroom.claim_messages(10, 'w4') WHERE id = (SELECT id FROM e);
+SELECT mailroom.record_refused_recipients(
+    ARRAY[(SELECT id FROM ec), (SELECT id FROM ec)], ARRAY[(SELECT claim_token FROM ec), (SELECT claim_token FROM ec)],
+    ARRAY['s1@example.com', 's2@example.com'], ARRAY[550, 553], ARRAY['5.1.1', NULL]
+);
+SELECT results_eq(
+    format(
+        $$SELECT result, kind, reply_class FROM mailroom.finalize_messages(ARRAY[%s::bigint], ARRAY[%s::bigint],
+            ARRAY['refused'])$$,
+        (SELECT id FROM ec), (SELECT claim_token FROM ec)
+    ),
+    $$VALUES ('failed', 'permanent', '5xx')$$,
+    'refused, every refusal permanent: the message fails'
+);
+SELECT results_eq(
+    $$SELECT last_smtp_code, last_enhanced_code FROM mailroom.outbound_messages WHERE id = (SELECT id FROM e)$$,
+    $$VALUES (550, '5.1.1')$$,
+    'the first refusal recorded governs among equals'
+);
+SELECT throws_ok(
+    $$SELECT * FROM mailroom.finalize_messages(ARRAY[1::bigint], ARRAY[1::bigint], ARRAY['refusd'])$$,
+    'MR331', NULL, 'an unknown outcome is still MR331'
 );
 
 SELECT * FROM finish();

@@ -12,7 +12,7 @@ WHERE p.pronamespace = 'mailroom'::regnamespace
     AND p.proname IN (
         '_clock_default', '_check_outbound_key', 'upsert_sender', '_smtp_password', '_redaction_tag', 'redact_pii',
         'trg_outbound_redact_error_log', '_check_recipients', '_check_extra_headers', 'enqueue_message',
-        '_claim_statement', 'claim_messages', '_explain_claim', '_classify_outcome', '_retry_delay', '_log_line',
+        '_claim', '_claim_limited_due', '_statement_of', 'claim_messages', '_explain_claim', '_classify_outcome', '_retry_delay', '_log_line',
         '_gives_up', '_attempt_log', '_reply_class', 'finalize_messages', 'release_messages', 'reap_stuck_messages',
         '_check_outbound_status', 'list_outbound_messages', 'show_outbound_message', '_requeue_failed',
         'retry_message', 'retry_failed_messages', 'purge_sent_messages', '_header_breaking_chars', '_enqueue_message',
@@ -20,7 +20,7 @@ WHERE p.pronamespace = 'mailroom'::regnamespace
         '_seal_for_sender', 'convert_sender_passwords'
     );
 -- claim_messages has two forms this release (the keyed one is deprecated)
-SELECT is((SELECT count(*)::integer FROM area), 39, 'the outbound area has its 39 functions');
+SELECT is((SELECT count(*)::integer FROM area), 41, 'the outbound area has its 41 functions');
 
 SELECT is(
     (

@@ -4,9 +4,9 @@ SELECT plan(24);
 
 SELECT has_table('mailroom', 'token_email_templates', 'templates table exists');
 SELECT set_eq(
-    'SELECT action FROM mailroom.token_email_templates',
-    ARRAY['activation', 'password_recovery'],
-    'one template per token action is seeded'
+    'SELECT action::text FROM mailroom.token_email_templates',
+    'SELECT action::text FROM mailroom.token_actions',
+    'one template per token action (activation and password_recovery seeded)'
 );
 SELECT is(mailroom.setting('collector.link_base_url'), 'http://localhost:8080', 'link base URL default');
 SELECT is(mailroom.setting('collector.sender'), 'mailroom', 'sender identity default');

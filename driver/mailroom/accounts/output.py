@@ -15,10 +15,8 @@ from typing import BinaryIO
 import psycopg
 
 from mailroom.accounts import sqlapi
+from mailroom.core.errors import UserError
 from mailroom.db.connect import connection_lost
-
-# The article's numeric action codes (its downstream senders switch on them).
-ACTION_CODES = {"activation": "1", "password_recovery": "2"}
 
 
 class OutputClosed(Exception):
@@ -39,8 +37,10 @@ class CommitLost(Exception):
         self.cause = cause
 
 
-def format_csv(rows: list[tuple]) -> bytes:
-    """One line per batch: `action,email,login,signed,code` records joined by commas (article).
+def format_csv(rows: list[tuple], codes: dict[str, int]) -> bytes:
+    """One line per batch: `action,email,login,signed,code` records joined by commas, the action as its
+    numeric code (`output_code` of mailroom.token_actions: 1 activation, 2 password recovery; the
+    original C collector's, which downstream senders switch on).
 
     The format has no quoting. Emails cannot hold a comma; a login can (any printable text), so a
     comma in a login is written as `%2C` to keep the record framing (use jsonl for exact values).
@@ -49,11 +49,11 @@ def format_csv(rows: list[tuple]) -> bytes:
     for action, email, login, signed, code, _token_id in rows:
         if "," in login:
             login = login.replace(",", "%2C")  # noqa: PLW2901 - framing-safe form of this one field
-        fields += (ACTION_CODES.get(action, "0"), email, login, signed, code or "")
+        fields += (str(codes[action]), email, login, signed, code or "")
     return (",".join(fields) + "\n").encode()
 
 
-def format_jsonl(rows: list[tuple]) -> bytes:
+def format_jsonl(rows: list[tuple], codes: dict[str, int]) -> bytes:
     """One JSON object per token."""
     lines = [
         json.dumps(
@@ -94,6 +94,19 @@ class StdoutSink:
         self.stream = stream if stream is not None else sys.stdout.buffer
         self.unconfirmed: set[int] = set()  # written, commit lost
         self.reissued = 0
+        self.codes: dict[str, int] = {}  # mailroom.token_actions: action -> CSV code
+
+    def _codes_for(self, conn: psycopg.Connection, rows: list[tuple]) -> dict[str, int]:
+        """The CSV codes of the batch's types, read from mailroom.token_actions (again when a type is new
+        to this process); a type without a row is refused, never written with another's code."""
+        if any(r[0] not in self.codes for r in rows):
+            self.codes = {a.action: a.output_code for a in sqlapi.token_actions.rows(conn)}
+            unknown = sorted({r[0] for r in rows} - self.codes.keys())
+            if unknown:
+                conn.rollback()
+                raise UserError(f"token action {', '.join(unknown)} has no row in mailroom.token_actions; "
+                                "rolled back the batch")
+        return self.codes
 
     def run_batch(self, conn: psycopg.Connection, limit: int) -> int:
         # minted and signed with the keyring's active key in the database: the links come back as results
@@ -103,7 +116,7 @@ class StdoutSink:
             # (handed out by the next call): commit, which costs nothing when it wrote nothing
             conn.commit()
             return 0
-        data = self.format(rows)
+        data = self.format(rows, self._codes_for(conn, rows))
         try:
             self.stream.write(data)
             self.stream.flush()

@@ -26,3 +26,6 @@ list_signing_keys = SqlFunction(
     "list_signing_keys",
     returns=("id", "state", "origin", "fingerprint", "created_at", "state_changed_at", "last_exported_at"),
 )
+token_actions = SqlFunction("token_actions", returns=(
+    "action", "signing_path", "eligible_status", "with_code", "activates_account", "output_code",
+))

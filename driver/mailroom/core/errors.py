@@ -2,7 +2,10 @@
 
 Every driver asks `kind_of(exc)` what a database error means (bad input, not found, a rule that
 refused, a lost connection, a schema being upgraded) instead of keeping its own list of
-SQLSTATEs; the CLI turns a kind into an exit code, the inbound server into an SMTP reply.
+SQLSTATEs; the CLI turns a kind into an exit code. mailroom's own codes (MRnnn) are not listed
+here: their kind, meaning and SMTP reply are rows of mailroom.error_codes, learned when a process
+connects. Standard SQLSTATE classes (08 and 57 connection and shutdown, 42883 while an upgrade
+runs, …) are classified here, once.
 
 Kind.UPGRADING is what a worker meets when the schema changes under it (docs/upgrading.md): a
 function it calls is missing or its signature changed (42883 and kin, below). A running worker
@@ -15,7 +18,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import dataclass
 from enum import Enum
 from typing import TypeVar
 
@@ -56,30 +60,41 @@ class Kind(Enum):
         return 2 if self in (Kind.USAGE, Kind.CONFIG) else 1
 
 
-# mailroom's own SQLSTATEs (docs/<area>.md lists their messages). Unlisted MR codes are USAGE.
-_MR_KINDS: dict[str, Kind] = {
-    # foundation
-    "MR001": Kind.USAGE, "MR002": Kind.CONFIG, "MR003": Kind.USAGE, "MR004": Kind.CONFIG, "MR005": Kind.DENIED,
-    # accounts and tokens
-    "MR102": Kind.CONFLICT, "MR103": Kind.CONFLICT, "MR105": Kind.NOT_FOUND, "MR106": Kind.CONFLICT,
-    "MR107": Kind.CONFLICT, "MR108": Kind.CONFLICT, "MR111": Kind.DENIED, "MR112": Kind.NOT_FOUND,
-    "MR113": Kind.GONE, "MR114": Kind.GONE, "MR116": Kind.GONE, "MR117": Kind.GONE,
-    "MR118": Kind.CONFLICT, "MR120": Kind.CONFIG, "MR121": Kind.NOT_FOUND, "MR122": Kind.CONFLICT,
-    "MR123": Kind.GONE,
-    # inboxes
-    "MR203": Kind.NOT_FOUND, "MR204": Kind.DENIED, "MR205": Kind.GONE, "MR206": Kind.GONE,
-    "MR207": Kind.LIMIT, "MR208": Kind.LIMIT, "MR209": Kind.NOT_FOUND,
-    "MR212": Kind.NOT_FOUND, "MR213": Kind.USAGE, "MR214": Kind.USAGE, "MR215": Kind.NOT_FOUND,
-    # inboxes over HTTP (docs/http.md)
-    "MR240": Kind.DENIED, "MR241": Kind.DENIED, "MR242": Kind.DENIED, "MR243": Kind.LIMIT, "MR245": Kind.USAGE,
-    "MR246": Kind.USAGE, "MR247": Kind.USAGE, "MR248": Kind.NOT_FOUND, "MR250": Kind.NOT_FOUND,
-    # outbound
-    "MR301": Kind.NOT_FOUND, "MR304": Kind.LIMIT, "MR306": Kind.LIMIT, "MR314": Kind.CONFIG,
-    "MR315": Kind.CONFIG, "MR318": Kind.CONFLICT, "MR340": Kind.NOT_FOUND, "MR341": Kind.CONFLICT,
-    "MR323": Kind.CONFIG, "MR372": Kind.NOT_FOUND, "MR373": Kind.CONFLICT,
-    # collector
-    "MR401": Kind.CONFIG, "MR402": Kind.CONFIG, "MR404": Kind.CONFIG,
-}
+@dataclass(frozen=True)
+class ErrorCode:
+    """One of mailroom's own SQLSTATEs (MRnnn), as mailroom.error_codes describes it."""
+
+    kind: Kind
+    meaning: str
+    smtp_reply: str | None  # what the inbound SMTP server answers for it, where it refuses mail
+
+
+# mailroom's own SQLSTATEs are data in SQL (mailroom.error_codes, sql/04_error_codes.sql): a process
+# learns them from the database when it first connects (mailroom.db.connect) and keeps no list of its
+# own. A code it has not learned (an older schema, a code newer than the database) is USAGE.
+_ERROR_CODES: dict[str, ErrorCode] = {}
+
+
+def learn_error_codes(rows: Iterable[tuple[str, str, str, str | None]]) -> None:
+    """Take (code, kind, meaning, smtp_reply) rows of mailroom.error_codes()."""
+    for code, kind, meaning, smtp_reply in rows:
+        try:
+            known = Kind(kind)
+        except ValueError:  # a kind this driver does not know yet
+            known = Kind.USAGE
+        _ERROR_CODES[code] = ErrorCode(known, meaning, smtp_reply)
+
+
+def error_code(exc: BaseException) -> ErrorCode | None:
+    """The vocabulary entry of an error's MRnnn SQLSTATE, if it has one that was learned."""
+    return _ERROR_CODES.get(getattr(exc, "sqlstate", None) or "")
+
+
+def smtp_reply_of(exc: BaseException) -> str | None:
+    """The SMTP reply mailroom.error_codes gives an error's MRnnn SQLSTATE (None: not a refusal of mail)."""
+    entry = error_code(exc)
+    return entry.smtp_reply if entry is not None else None
+
 
 # Standard SQLSTATE classes (first two characters).
 _CLASS_KINDS: dict[str, Kind] = {
@@ -100,7 +115,8 @@ def kind_of(exc: BaseException) -> Kind:
     """What a psycopg error means: by mailroom's MR code, else by SQLSTATE class."""
     sqlstate = getattr(exc, "sqlstate", None) or ""
     if sqlstate.startswith("MR"):
-        return _MR_KINDS.get(sqlstate, Kind.USAGE)
+        entry = _ERROR_CODES.get(sqlstate)
+        return entry.kind if entry is not None else Kind.USAGE
     if sqlstate == "42501":
         return Kind.DENIED
     if is_upgrade_condition(exc):

@@ -12,8 +12,12 @@ from typing import Any
 
 import psycopg
 
-from mailroom.core.errors import UserError, db_user_error, describe_db_error, kind_of
+from mailroom.core.errors import UserError, db_user_error, describe_db_error, kind_of, learn_error_codes
+from mailroom.db import sqlapi
 from mailroom.db.contract import SqlFunction
+
+# whether this process has read mailroom.error_codes (once, at its first connection that can)
+_vocabulary_read = False
 
 
 def connection_kwargs(*, autocommit: bool = True, application_name: str = "mailroom", **extra: Any) -> dict[str, Any]:
@@ -34,12 +38,62 @@ def _failed(exc: psycopg.Error) -> UserError:
     return UserError(f"cannot connect to the database: {describe_db_error(exc)}", kind_of(exc).exit_code)
 
 
-def connect(url: str, *, autocommit: bool = True, application_name: str = "mailroom", **extra: Any) -> psycopg.Connection:
-    """Open a connection or raise UserError naming what went wrong (no password echoed)."""
+def _read_vocabulary(rows: Any) -> None:
+    global _vocabulary_read
+    learn_error_codes((r.code, r.kind, r.meaning, r.smtp_reply) for r in rows)
+    _vocabulary_read = True
+
+
+def _vocabulary_unavailable(exc: psycopg.Error) -> None:
+    """A login that may not read it: MR codes stay USAGE for this process (a lost connection is retried
+    at the next one)."""
+    global _vocabulary_read
+    if not isinstance(exc, psycopg.OperationalError):
+        _vocabulary_read = True
+
+
+# Whether this database has the vocabulary (a catalog check: no failing call on an older schema, or
+# on a database that is not mailroom's, which is asked again at the next connection).
+_HAS_VOCABULARY = "SELECT to_regprocedure('mailroom.error_codes()') IS NOT NULL"
+
+
+def learn_vocabulary(conn: psycopg.Connection) -> None:
+    """Read mailroom.error_codes once per process (connect() does it): what each MRnnn SQLSTATE means."""
+    if _vocabulary_read:
+        return
     try:
-        return psycopg.connect(url, **connection_kwargs(autocommit=autocommit, application_name=application_name, **extra))
+        if conn.execute(_HAS_VOCABULARY).fetchone()[0]:
+            _read_vocabulary(sqlapi.error_codes.rows(conn))
+    except psycopg.Error as exc:
+        _vocabulary_unavailable(exc)
+    finally:
+        if not conn.autocommit and not conn.closed:
+            conn.rollback()
+
+
+async def alearn_vocabulary(conn: psycopg.AsyncConnection) -> None:
+    """Async twin of learn_vocabulary()."""
+    if _vocabulary_read:
+        return
+    try:
+        if (await (await conn.execute(_HAS_VOCABULARY)).fetchone())[0]:
+            _read_vocabulary(await sqlapi.error_codes.arows(conn))
+    except psycopg.Error as exc:
+        _vocabulary_unavailable(exc)
+    finally:
+        if not conn.autocommit and not conn.closed:
+            await conn.rollback()
+
+
+def connect(url: str, *, autocommit: bool = True, application_name: str = "mailroom", **extra: Any) -> psycopg.Connection:
+    """Open a connection or raise UserError naming what went wrong (no password echoed); the first one
+    of a process also reads the error vocabulary."""
+    try:
+        conn = psycopg.connect(url, **connection_kwargs(autocommit=autocommit, application_name=application_name, **extra))
     except psycopg.Error as exc:
         raise _failed(exc) from None
+    learn_vocabulary(conn)
+    return conn
 
 
 async def connect_async(
@@ -47,11 +101,13 @@ async def connect_async(
 ) -> psycopg.AsyncConnection:
     """Async twin of connect()."""
     try:
-        return await psycopg.AsyncConnection.connect(
+        conn = await psycopg.AsyncConnection.connect(
             url, **connection_kwargs(autocommit=autocommit, application_name=application_name, **extra)
         )
     except psycopg.Error as exc:
         raise _failed(exc) from None
+    await alearn_vocabulary(conn)
+    return conn
 
 
 def call_once(url: str, fn: SqlFunction, /, *, application_name: str, **kwargs: Any) -> list[Any]:

@@ -1,9 +1,12 @@
-"""The foundation's SQL functions the driver calls (mailroom.db.contract): settings, the clock,
-queue health and worker heartbeats (sql/00_clock.sql, 01_settings.sql, 06_queue_health.sql)."""
+"""The foundation's SQL functions the driver calls (mailroom.db.contract): the error vocabulary, settings,
+the clock, queue health and worker heartbeats (sql/00_clock.sql, 01_settings.sql, 04_error_codes.sql,
+06_queue_health.sql)."""
 
 from __future__ import annotations
 
 from mailroom.db.contract import SqlFunction
+
+error_codes = SqlFunction("error_codes", returns=("code", "kind", "meaning", "smtp_reply"))
 
 setting = SqlFunction("setting", "p_name text", returns="text")
 interval_setting = SqlFunction("interval_setting", "p_name text", returns="interval")

@@ -2,21 +2,25 @@
 
 The protocol layer (mailroom.inboxes.smtp) asks this module and sends the reply it answers:
 - a recipient: `mailroom.check_bounce_recipient` (the mailbox's check_recipient verdict, or 'bounce'
-  for a valid VERP return path);
-- while DATA grows: whether any accepted recipient's plan still takes the size so far;
+  for a valid VERP return path), with the SMTP reply of a refusing verdict;
+- while DATA grows: `mailroom.check_message_size`, whether any accepted recipient's plan still takes
+  the size so far (else its reply);
 - a message: parsed (mailroom.inboxes.mime; over 16 KiB in the server's parsing processes,
   mailroom.inboxes.parsing, so a parse never holds up another session), then
-  `mailroom.deliver_message` for every accepted recipient in ONE autocommit statement (one row
-  each), grouped with other sessions' messages when deliveries overlap (_GroupCommit: one COMMIT
-  for the group). The reply is 250 only after that statement returned (committed), so an accepted
-  message is never lost; if any recipient fails, nothing is kept and the reply says why (4xx when
-  a retry can succeed, 5xx otherwise), so nothing is doubled. A group whose statement fails for
-  any reason but a lost connection is delivered message by message: one message never fails
-  another; a message the database refuses for its content (SQLSTATE class 22) gets 554 5.6.0.
+  `mailroom.deliver_messages` in ONE autocommit
+  statement, grouped with other sessions' messages when deliveries overlap (_GroupCommit: one COMMIT
+  for the group). SQL stores each message for all its recipients or for none and answers its verdict
+  and SMTP reply (4xx when a retry can succeed, 5xx otherwise); the reply is sent only after the
+  statement returned (committed), so a 250 is never lost and a refused message never half kept.
+  A group whose statement fails for any reason but a lost connection is delivered message by
+  message: one message never fails another; a message the database cannot store for its content
+  (SQLSTATE class 22) gets 554 5.6.0.
 - a bounce (docs/bounces.md): mailroom.inboxes.bounce reads the report (its first MiB, in the
-  parsing processes when large) and `mailroom.record_bounce` decides, in ONE autocommit statement;
-  250 follows it. A bounce nothing could be read from is
+  parsing processes when large) and `mailroom.record_bounce`
+  decides, in ONE autocommit statement; 250 follows it. A bounce nothing could be read from is
   still 250 (SQL notes it as unparsed), so a relay does not retry it for days. It is not stored.
+  A refusal answers the SMTP reply mailroom.error_codes gives its SQLSTATE.
+Python writes only the replies SQL gives, and its own 451 when the database cannot be asked.
 Logs carry counts, sizes and ids, never addresses or subjects.
 """
 
@@ -30,7 +34,7 @@ import psycopg
 from psycopg.types.json import Jsonb
 from psycopg_pool import AsyncConnectionPool
 
-from mailroom.core.errors import UpgradeBackoff, describe_db_error
+from mailroom.core.errors import UpgradeBackoff, describe_db_error, smtp_reply_of
 from mailroom.core.log import get_logger
 from mailroom.db.connect import StaleConnection, ensure_alive
 from mailroom.db.contract import SqlFunction
@@ -40,47 +44,15 @@ from mailroom.inboxes.parsing import ParsePool
 
 log = get_logger("inbox")
 
-# Replies of a delivery. Addresses are never echoed back or logged.
-REPLY_UNAVAILABLE = "550 5.1.1 Mailbox unavailable (unknown, deleted or expired)"
-REPLY_TOO_BIG = "552 5.3.4 Message too big for this mailbox"
-REPLY_FULL = "552 5.2.2 Mailbox full"
+# The reply when the database could not be asked (the verdicts and their replies come from SQL).
 REPLY_TEMPFAIL = "451 4.3.0 Temporary failure, please try again later"
-REPLY_RETRY_RCPT = "451 4.2.0 A recipient became unavailable; please try again"
-REPLY_EMPTY = "554 5.6.0 Message is empty"
 REPLY_UNSTORABLE = "554 5.6.0 Message refused: it cannot be stored as sent"
 
 # SQLSTATE class of a message the database refuses for its content (22P05, 22021, ...): permanent
 _DATA_EXCEPTION = "22"
 
-_VERDICT_REPLY = {
-    "unknown": REPLY_UNAVAILABLE,
-    "deleted": REPLY_UNAVAILABLE,
-    "expired": REPLY_UNAVAILABLE,
-    "too_large": REPLY_TOO_BIG,
-    "full": REPLY_FULL,
-}
-
-# The error deliver_message raises for each check_recipient verdict (sql/21_delivery.sql).
-_SQLSTATE_VERDICT = {"MR203": "unknown", "MR205": "expired", "MR206": "deleted", "MR207": "too_large", "MR208": "full"}
-
-# SQLSTATE raised by deliver_message → (reply, detectable again at RCPT on a retry): the reply
-# of its verdict; every verdict but too_large (the size is only known after DATA) shows at RCPT.
-_SQLSTATE_REPLY = {
-    **{code: (_VERDICT_REPLY[verdict], verdict != "too_large") for code, verdict in _SQLSTATE_VERDICT.items()},
-    "MR211": (REPLY_EMPTY, False),
-}
-
-# record_bounce's error for a return path that is no longer valid (its message was purged meanwhile)
-_BOUNCE_GONE = "MR360"
-
 # How long an SMTP command waits out a schema change (db migrate) before answering 451.
 _UPGRADE_WAIT = 20.0
-
-
-@dataclass
-class _Failure:
-    reply: str
-    retry_fixes: bool  # a retry of the whole transaction would weed this recipient out at RCPT
 
 
 @dataclass
@@ -100,10 +72,10 @@ class Delivery:
         self._group = _GroupCommit(self, group_size)
         self.upgrade = UpgradeBackoff(log)  # calls that meet a schema change wait and retry (docs/upgrading.md)
 
-    async def recipient(self, address: str, size: int | None) -> tuple[str, str]:
-        """check_bounce_recipient's verdict and normalized address (psycopg errors raise)."""
+    async def recipient(self, address: str, size: int | None) -> tuple[str, str, str | None]:
+        """check_bounce_recipient's verdict, normalized address and refusal reply (psycopg errors raise)."""
         row = await self._read(sqlapi.check_bounce_recipient, address=address, size=size)
-        return row.verdict, row.address
+        return row.verdict, row.address, row.reply
 
     async def size_refusal(self, accepted: list[str], size: int) -> str | None:
         """None when some accepted recipient's plan takes a message of `size` octets (that one is
@@ -135,8 +107,6 @@ class Delivery:
 
     async def message(self, raw: bytes, mail_from: str, recipients: list[str]) -> str:
         """Store a message for its accepted recipients (all or none): the reply."""
-        if not raw.strip():  # no header, no body: nothing to store
-            return REPLY_EMPTY
         parsed = await self.parser.message(raw)  # inline when small, else in a parsing process
         return await self._group.submit(DeliveryParams(raw, parsed, mail_from, recipients))
 
@@ -183,9 +153,10 @@ class Delivery:
                 log.error("connection lost while recording a bounce: %s", describe_db_error(exc))
                 return REPLY_TEMPFAIL
             except psycopg.Error as exc:
-                if exc.sqlstate == _BOUNCE_GONE:
-                    log.info("refused a bounce at DATA: its return path is no longer valid")
-                    return REPLY_UNAVAILABLE
+                refusal = smtp_reply_of(exc)  # e.g. a return path no longer valid (its message purged)
+                if refusal is not None:
+                    log.info("refused a bounce at DATA: %s", exc.sqlstate)
+                    return refusal
                 log.error("recording a bounce failed: %s", describe_db_error(exc))
                 return REPLY_TEMPFAIL
             for message_id, outcome, count, suppressed in rows:
@@ -197,35 +168,18 @@ class Delivery:
     async def _deliver_once(self, p: DeliveryParams) -> str:
         async with self.pool.connection() as conn:
             await ensure_alive(conn)
-            # Fast path: every recipient in ONE autocommit statement, so it either commits for all
-            # of them or for none, in one round trip. 250 is sent only after it returned.
-            try:
-                ids = await sqlapi.deliver_message.aeach(
-                    conn, [{"address": a} for a in p.recipients], raw=p.raw, envelope_from=p.mail_from,
-                    subject=p.parsed.subject, from_header=p.parsed.from_header, text_body=p.parsed.text_body,
-                    html_body=p.parsed.html_body, attachments=Jsonb(p.parsed.attachments),
-                )
-            except psycopg.OperationalError:
-                raise
-            except psycopg.Error as exc:
-                if (exc.sqlstate or "") not in _SQLSTATE_REPLY:
-                    raise
-                if len(p.recipients) == 1:
-                    log.info("refused a message at DATA: %s", exc.sqlstate)
-                    return _SQLSTATE_REPLY[exc.sqlstate][0]
-                return await self._diagnose(conn, p)
-        log.info(
-            "stored %d message(s) of %d bytes, %d attachment(s), ids %s",
-            len(ids), len(p.raw), len(p.parsed.attachments), ",".join(map(str, ids)),
-        )
-        return f"250 2.0.0 OK: stored for {len(ids)} recipient(s)"
+            # ONE autocommit statement: stored for every recipient or for none, and the reply SQL gives
+            # is sent only after it returned.
+            (row,) = await _deliver(conn, [p])
+        _log_delivery(p, row)
+        return row.reply
 
     async def _deliver_group(self, group: list[DeliveryParams]) -> list[str] | None:
         """Several sessions' messages in ONE autocommit statement (one commit, one WAL flush, one
-        turn of each inbox's row lock): their replies, or None when the statement failed with
-        nothing kept (a refused recipient, a message the database cannot store, a stale
-        connection): then each goes alone, so one message never fails another."""
-        flat = [(i, rcpt) for i, p in enumerate(group, start=1) for rcpt in p.recipients]
+        turn of each inbox's row lock): their replies, each message stored for all its recipients
+        or none; None when the statement failed with nothing kept (a message the database cannot
+        store, a schema change, a stale connection): then each goes alone, so one message never
+        fails another."""
         async with self.pool.connection() as conn:
             try:
                 await ensure_alive(conn)
@@ -233,59 +187,42 @@ class Delivery:
                 log.warning("group delivery: stale database connection: %s", exc)
                 return None  # nothing was sent
             try:
-                rows = await sqlapi.deliver_messages.arows(
-                    conn, message=[i for i, _ in flat], address=[rcpt for _, rcpt in flat],
-                    raw=[p.raw for p in group], envelope_from=[p.mail_from for p in group],
-                    subject=[p.parsed.subject for p in group], from_header=[p.parsed.from_header for p in group],
-                    text_body=[p.parsed.text_body for p in group], html_body=[p.parsed.html_body for p in group],
-                    attachments=[Jsonb(p.parsed.attachments) for p in group],
-                )
+                rows = await _deliver(conn, group)
             except psycopg.OperationalError:
                 raise  # the outcome is unknown: the caller answers 4xx for every one of them
             except psycopg.Error as exc:
-                # one of them is refused, cannot be stored, or met a schema change (db migrate), and
-                # nothing was kept: each goes alone (and waits out the schema change)
-                log.info("group commit of %d messages refused (%s): delivering them one by one",
+                # one of them cannot be stored, or it met a schema change (db migrate), and nothing
+                # was kept: each goes alone (and waits out the schema change)
+                log.info("group commit of %d messages failed (%s): delivering them one by one",
                          len(group), exc.sqlstate)
                 return None
         log.info("group commit: %d messages in one statement", len(group))
-        ids: list[list[int]] = [[] for _ in group]
-        for i, message_id in rows:
-            ids[i - 1].append(message_id)
-        replies = []
-        for p, stored in zip(group, ids, strict=True):
-            log.info(
-                "stored %d message(s) of %d bytes, %d attachment(s), ids %s",
-                len(stored), len(p.raw), len(p.parsed.attachments), ",".join(map(str, stored)),
-            )
-            replies.append(f"250 2.0.0 OK: stored for {len(stored)} recipient(s)")
-        return replies
+        for p, row in zip(group, rows, strict=True):
+            _log_delivery(p, row)
+        return [row.reply for row in rows]
 
-    async def _diagnose(self, conn: psycopg.AsyncConnection, p: DeliveryParams) -> str:
-        """Several recipients and the fast path failed (nothing kept): find out who, keep nothing."""
-        failures: list[_Failure] = []
-        ok = 0
-        async with conn.transaction():
-            for rcpt in p.recipients:
-                try:
-                    async with conn.transaction():  # a savepoint per recipient
-                        await sqlapi.deliver_message.acall(conn, address=rcpt, raw=p.raw, envelope_from=p.mail_from)
-                        ok += 1
-                except psycopg.OperationalError:
-                    raise
-                except psycopg.Error as exc:
-                    reply, retry_fixes = _SQLSTATE_REPLY.get(exc.sqlstate or "", (None, False))
-                    if reply is None:
-                        raise
-                    failures.append(_Failure(reply, retry_fixes))
-            raise psycopg.Rollback  # all or nothing: keep no recipient's copy
-        log.info("refused a message at DATA for %d of %d recipient(s)", len(failures), len(p.recipients))
-        if not failures:
-            return REPLY_RETRY_RCPT  # a concurrent change made them all deliverable: retry
-        if ok and all(f.retry_fixes for f in failures):
-            # Others would have succeeded: ask for a retry; RCPT will refuse the bad ones then.
-            return REPLY_RETRY_RCPT
-        return failures[0].reply
+
+async def _deliver(conn: psycopg.AsyncConnection, group: list[DeliveryParams]) -> list[Any]:
+    """mailroom.deliver_messages for `group`: one row per message (ids, verdict, reply), in order."""
+    return await sqlapi.deliver_messages.arows(
+        conn,
+        message=[i for i, p in enumerate(group, start=1) for _ in p.recipients],
+        address=[rcpt for p in group for rcpt in p.recipients],
+        raw=[p.raw for p in group], envelope_from=[p.mail_from for p in group],
+        subject=[p.parsed.subject for p in group], from_header=[p.parsed.from_header for p in group],
+        text_body=[p.parsed.text_body for p in group], html_body=[p.parsed.html_body for p in group],
+        attachments=[Jsonb(p.parsed.attachments) for p in group],
+    )
+
+
+def _log_delivery(p: DeliveryParams, row: Any) -> None:
+    if row.verdict != "ok":
+        log.info("refused a message at DATA: %s (%d recipient(s))", row.verdict, len(p.recipients))
+        return
+    log.info(
+        "stored %d message(s) of %d bytes, %d attachment(s), ids %s",
+        len(row.message_ids), len(p.raw), len(p.parsed.attachments), ",".join(map(str, row.message_ids)),
+    )
 
 
 class _GroupCommit:

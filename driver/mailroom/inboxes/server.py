@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 
+import aiosmtpd
 import psycopg
 from psycopg_pool import AsyncConnectionPool
 
@@ -20,7 +21,7 @@ from mailroom.db.connect import connect_async, connection_kwargs
 from mailroom.inboxes import sqlapi
 from mailroom.inboxes.delivery import Delivery
 from mailroom.inboxes.parsing import DEFAULT_WORKERS, ParsePool
-from mailroom.inboxes.smtp import InboxHandler, _Busy, _SessionGate, _smtp_class
+from mailroom.inboxes.smtp import AIOSMTPD_TESTED, InboxHandler, _Busy, _SessionGate, _smtp_class
 
 log = get_logger("inbox")
 
@@ -70,6 +71,9 @@ class InboundServer:
     async def run(self, ready: Callable[[int], None] | None = None) -> None:
         self._loop = asyncio.get_running_loop()
         self._stop = asyncio.Event()
+        if aiosmtpd.__version__ not in AIOSMTPD_TESTED:
+            log.warning("WARN: aiosmtpd %s is not a version inbox serve is tested with (%s)",
+                        aiosmtpd.__version__, ", ".join(AIOSMTPD_TESTED))
         # One direct connection first: fails fast with the real reason (the pool would only time out).
         conn = await connect_async(self.url, application_name="mailroom-inbox")
         try:

@@ -31,19 +31,24 @@ from aiosmtpd.smtp import SMTP, Envelope, Session
 from mailroom.core.errors import describe_db_error
 from mailroom.core.log import get_logger
 from mailroom.inboxes.addresses import parse_path
-from mailroom.inboxes.delivery import (
-    _VERDICT_REPLY,
-    REPLY_TEMPFAIL,
-    REPLY_TOO_BIG,
-    REPLY_UNAVAILABLE,
-    Delivery,
-)
+from mailroom.inboxes.delivery import REPLY_TEMPFAIL, Delivery
 from mailroom.inboxes.mime import clean_text
 
 log = get_logger("inbox")
 
-# Replies of the protocol layer. Addresses are never echoed back or logged.
+# InboundSMTP builds on aiosmtpd's internals: smtp_DATA is aiosmtpd 1.4.6's DATA handler with a reader
+# bounded by the transaction's recipients (aiosmtpd's public hooks only see a message once it is all
+# in memory), and it uses the members below. These are the versions it is tested with; pyproject.toml
+# allows no newer minor release, tests/inboxes/test_aiosmtpd_pin.py fails on any version not listed
+# here, and `inbox serve` warns at start on one.
+AIOSMTPD_TESTED = ("1.4.6",)
+AIOSMTPD_INTERNALS = ("_reader", "_set_post_data_state", "_call_handler_hook", "_reset_timeout",
+                      "_handler_coroutine", "_getaddr", "_create_session", "_create_envelope")
+
+# Replies of the protocol layer (a recipient's or a message's verdict comes with its reply from SQL).
+# Addresses are never echoed back or logged.
 REPLY_TOO_MANY = "452 4.5.3 Too many recipients"
+REPLY_OVER_SIZE = "552 5.3.4 Message too big for this mailbox"  # over the server's SIZE (--max-message-size)
 REPLY_TOO_MANY_BAD = "421 4.7.0 Too many invalid recipients, closing connection"
 REPLY_BUSY = "421 4.3.2 Too many connections, try again later"
 REPLY_LINE_TOO_LONG = "500 Line too long (see RFC5321 4.5.3.1.6)"
@@ -101,18 +106,18 @@ class InboxHandler:
             return REPLY_TOO_MANY
         address = clean_text(address) or ""
         try:
-            verdict, normalized = await self.delivery.recipient(address, _declared_size(envelope.mail_options))
+            verdict, normalized, refusal = await self.delivery.recipient(address, _declared_size(envelope.mail_options))
         except psycopg.Error as exc:
             log.error("recipient check failed: %s", describe_db_error(exc))
             return REPLY_TEMPFAIL
         except Exception as exc:  # noqa: BLE001 - a 4xx, never a traceback to the client
             log.error("recipient check failed unexpectedly: %s", type(exc).__name__)
             return REPLY_TEMPFAIL
-        if verdict not in ("ok", "bounce"):
-            if verdict == "unknown":
+        if refusal is not None:
+            if verdict == "unknown":  # the directory-harvest count (see _Session)
                 session.refused_recipients += 1
             log.info("refused a recipient at RCPT: %s", verdict)
-            return _VERDICT_REPLY.get(verdict, REPLY_UNAVAILABLE)
+            return refusal
         if verdict == "bounce":
             if envelope.accepted:
                 return REPLY_SEPARATE
@@ -284,7 +289,7 @@ class InboundSMTP(SMTP):
             line_start = line.endswith(b"\r\n")
             received += len(line)
             if refusal is None and cap is not None and received > cap:
-                refusal, too_big_for = REPLY_TOO_BIG, "the server's SIZE"
+                refusal, too_big_for = REPLY_OVER_SIZE, "the server's SIZE"
             elif refusal is None and not envelope.bounces and received > fits + _SIZE_PROBE_BYTES:
                 try:
                     too_big = await handler.size_refusal(envelope, received)

@@ -7,7 +7,7 @@ from mailroom.db.contract import SqlFunction
 
 # inbound SMTP
 check_bounce_recipient = SqlFunction(
-    "check_bounce_recipient", "p_address text, p_size bigint = default", returns=("verdict", "address")
+    "check_bounce_recipient", "p_address text, p_size bigint = default", returns=("verdict", "address", "reply")
 )
 check_message_size = SqlFunction(
     "check_message_size", "p_addresses text[], p_size bigint", returns=("verdict", "address", "reply")
@@ -23,7 +23,7 @@ deliver_messages = SqlFunction(
     "deliver_messages",
     "p_message integer[], p_address text[], p_raw bytea[], p_envelope_from text[], p_subject text[],"
     " p_from_header text[], p_text_body text[], p_html_body text[], p_attachments jsonb[]",
-    returns=("message", "message_id"),
+    returns=("message", "message_ids", "verdict", "reply"),
 )
 record_bounce = SqlFunction(
     "record_bounce", "p_return_path text, p_reports jsonb", returns=("message_id", "outcome", "reports", "suppressed")

@@ -405,8 +405,9 @@ class Sender:
     async def _report_on(self, conn: psycopg.AsyncConnection, outcomes: list[Outcome], unsent: list[dict]) -> None:
         refused = [(o.id, o.claim_token, *r) for o in outcomes for r in o.refused]
         if refused:
-            # before finalize: the call is fenced on the claim tokens it still holds (one statement a
-            # batch, and only for a batch in which a relay refused some recipients of a message)
+            # before finalize, which reads them for a message refused for every recipient: the call is
+            # fenced on the claim tokens it still holds (one statement a batch, and only for a batch
+            # in which a relay refused recipients)
             try:
                 ids, tokens, recipients, codes, enhanced = (list(column) for column in zip(*refused, strict=True))
                 await sqlapi.record_refused_recipients.acall(

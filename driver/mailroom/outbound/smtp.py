@@ -43,13 +43,13 @@ class Relay:
 class Outcome:
     id: int
     claim_token: int
-    outcome: str  # sent | reply | dropped | timeout | connect | uncertain | local
+    outcome: str  # sent | reply | refused (every recipient, at RCPT) | dropped | timeout | connect | uncertain | local
     code: int | None = None
     enhanced: str | None = None
     error: str | None = None  # raw reply text: scrubbed by the database before it is stored
     seconds: float | None = None
-    # recipients the relay refused at RCPT (address, reply code, enhanced code), reported only for
-    # messages with several recipients: mailroom.record_refused_recipients decides what each means
+    # recipients the relay refused at RCPT (address, reply code, enhanced code): reported to
+    # mailroom.record_refused_recipients, which decides what each means, before finalize
     refused: list[tuple[str, int, str | None]] = field(default_factory=list)
 
 
@@ -181,13 +181,14 @@ async def deliver(conns: RelayConnections, relay: Relay, row: dict[str, Any], at
                     await smtp.rcpt(rcpt)
                 except aiosmtplib.SMTPRecipientRefused as exc:
                     refused.append(exc)
-            if refused and len(rcpts) > 1:
-                out.refused = [(e.recipient, e.code, _enhanced(e.message)) for e in refused]
+            out.refused = [(e.recipient, e.code, _enhanced(e.message)) for e in refused]
             if len(refused) == len(rcpts):
-                # every recipient refused: report the most hopeful reply (a 4xx may pass later)
-                first = min(refused, key=lambda e: 0 if 400 <= e.code < 500 else 1)
-                out.outcome = "reply"
-                out.code, out.enhanced, out.error = _reply(first)
+                # every recipient refused: finalize_messages decides which refusal governs (retry or
+                # fail) from the refusals the sender records first (mailroom.record_refused_recipients)
+                out.outcome = "refused"
+                out.error = _reply(refused[0])[2] if len(refused) == 1 else (
+                    f"{len(refused)} of {len(rcpts)} recipients refused: "
+                    + "; ".join(f"{e.code} {e.message}" for e in refused))
                 await conns.reset(relay)
                 return out
             attempt.stage = "data"
