@@ -232,7 +232,7 @@ BEGIN
     WHERE tk.secret_digest = mailroom._digest(v_secret, 'sha256');
     IF NOT FOUND THEN
         -- a genuine value the database no longer knows, or a forgery?
-        IF (SELECT v.valid FROM mailroom.verify_token(p_signed, p_key, p_code, p_previous_keys) AS v) THEN
+        IF (SELECT v.valid FROM mailroom._verify_token(p_signed, p_code, v_keys) AS v) THEN
             RAISE EXCEPTION USING ERRCODE = 'MR112', MESSAGE = 'unknown token';
         END IF;
         RAISE EXCEPTION USING ERRCODE = 'MR111', MESSAGE = 'bad token signature';

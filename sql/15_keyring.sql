@@ -188,7 +188,8 @@ $$;
 
 COMMENT ON FUNCTION mailroom.import_signing_key(bytea, boolean) IS
 'Add an existing signing key (e.g. the MAILROOM_SECRET_KEY of an older release) to the keyring, verify-only so links '
-'it signed keep working; p_active makes it the active key. Idempotent. The one call that carries a key: run it once.';
+'it signed keep working; p_active makes it the active key. Idempotent. The one call that carries a key: run it once. '
+'Errors: MR120 key missing or shorter than 32 bytes.';
 
 GRANT EXECUTE ON FUNCTION mailroom.import_signing_key(bytea, boolean) TO mailroom_admin;
 

@@ -123,7 +123,7 @@ END;
 $$;
 
 COMMENT ON FUNCTION mailroom.set_catchall_domain(text, text, text, integer, integer) IS
-'Make a domain catch-all (or change it): unknown addresses on it get an inbox at RCPT, owned by (api, p_owner_id), on p_plan, at most p_max_open open at once.';
+'Make a domain catch-all (or change it): unknown addresses on it get an inbox at RCPT, owned by (api, p_owner_id), on p_plan, at most p_max_open open at once. Errors: MR245 not a domain name, MR201 unknown plan, MR202 TTL not positive, MR210 bad owner.';
 
 GRANT EXECUTE ON FUNCTION mailroom.set_catchall_domain(text, text, text, integer, integer) TO mailroom_admin;
 

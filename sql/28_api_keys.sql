@@ -59,7 +59,7 @@ END;
 $$;
 
 COMMENT ON FUNCTION mailroom.create_api_key(text, bytea, text, text) IS
-'Register an API key of an owner by its sha256 digest (the key itself never comes here); returns its id.';
+'Register an API key of an owner by its sha256 digest (the key itself never comes here); returns its id. Errors: MR247 digest not 32 bytes, MR210 bad owner.';
 
 GRANT EXECUTE ON FUNCTION mailroom.create_api_key(text, bytea, text, text) TO mailroom_admin;
 

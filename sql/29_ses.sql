@@ -94,7 +94,7 @@ END;
 $$;
 
 COMMENT ON FUNCTION mailroom.deliver_ses_message(text, text[], bytea, text, text, text, text, text, jsonb) IS
-'Store a message received by SES for each recipient through the RCPT check (catch-all included) and deliver_message''s guard; one row per recipient: stored (with its id) or the refusal (unknown, expired, deleted, too_large, full); a replayed SES messageId: one row, duplicate.';
+'Store a message received by SES for each recipient through the RCPT check (catch-all included) and deliver_message''s guard; one row per recipient: stored (with its id) or the refusal (unknown, expired, deleted, too_large, full); a replayed SES messageId: one row, duplicate. Errors: MR211 empty message.';
 
 GRANT EXECUTE ON FUNCTION mailroom.deliver_ses_message(
     text, text[], bytea, text, text, text, text, text, jsonb

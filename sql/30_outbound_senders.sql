@@ -287,7 +287,7 @@ $$;
 
 COMMENT ON FUNCTION mailroom.convert_sender_passwords(bytea) IS
 'One-time upgrade step: re-encrypt every relay password stored with the previous release''s MAILROOM_ENCRYPTION_KEY '
-'(pgp_sym_encrypt) to the sender key, and drop the old ciphertext; returns how many (MR315 wrong key, MR313 no sender key). '
+'(pgp_sym_encrypt) to the sender key, and drop the old ciphertext; returns how many (MR314 key missing or not 32 bytes, MR315 wrong key, MR313 no sender key). '
 'The one call that carries that key.';
 
 GRANT EXECUTE ON FUNCTION mailroom.convert_sender_passwords(bytea) TO mailroom_admin;

@@ -83,7 +83,7 @@ DECLARE
 BEGIN
     -- the subject a queued token email keeps at rest: no link and no code (claim_messages
     -- renders the whole email, with a fresh link, at each delivery attempt)
-    SELECT t.subject INTO v_subject FROM mailroom.token_email_templates AS t WHERE t.action = p_action;
+    SELECT t.subject INTO v_subject FROM mailroom.token_email_templates AS t WHERE t.action::text = p_action;
     IF NOT FOUND THEN
         RAISE EXCEPTION USING
             ERRCODE = 'MR401',
