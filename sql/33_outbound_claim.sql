@@ -1,5 +1,6 @@
 -- claim_messages: one statement turns up to p_limit due rows into processing under a lease
--- (FOR UPDATE SKIP LOCKED over the partial index outbound_messages_due_idx) and returns them
+-- (FOR UPDATE SKIP LOCKED over the partial index outbound_messages_due_idx, higher priority first,
+-- then due order) and returns them
 -- with their relay settings; the SMTP password is decrypted only when the caller passes the key.
 
 -- Domain limits on (docs/limits.md, sql/39_outbound_domain_limits.sql): the due CTE becomes
@@ -18,37 +19,21 @@ blocked AS MATERIALIZED (
     -- domains that can get nothing now by this statement's snapshot (backed off, at the
     -- per-minute cap, or at the in-flight cap): a hint so the scan skips their rows. The
     -- decision that holds against concurrent claimers is _domain_room's, under the lock.
-    SELECT s.domain
-    FROM mailroom.domain_state AS s
-    WHERE s.backoff_until > $1
-    UNION
-    SELECT s.domain
-    FROM mailroom.domain_state AS s
-    CROSS JOIN LATERAL mailroom._domain_limit(s.domain) AS l
-    WHERE s.window_start = date_trunc('minute', $1) AND s.window_count >= l.max_per_minute
-    UNION
-    SELECT p.domain
-    FROM (
-        SELECT x.rcpt_domain AS domain, count(*) AS n
-        FROM mailroom.outbound_messages AS x
-        WHERE x.status = 'processing'
-        GROUP BY x.rcpt_domain
-    ) AS p
-    CROSS JOIN LATERAL mailroom._domain_limit(p.domain) AS l
-    WHERE p.n >= l.max_in_flight
+    SELECT b.domain FROM mailroom._blocked_domains($1) AS b
 ),
 
 head AS MATERIALIZED (
-    -- the due rows in due order (the same index scan as without limits), skipping blocked
+    -- the due rows in claim order (the same index scan as without limits), skipping blocked
     -- domains; twice the limit, so a capped domain's surplus leaves room for the others
-    SELECT m.id, m.created_at, m.rcpt_domain, coalesce(m.next_retry_at, '-infinity'::timestamptz) AS due_at
+    SELECT
+        m.id, m.created_at, m.rcpt_domain, m.priority, coalesce(m.next_retry_at, '-infinity'::timestamptz) AS due_at
     FROM mailroom.outbound_messages AS m
     WHERE
         m.status = 'queued'
         AND (m.next_retry_at IS NULL OR m.next_retry_at <= $1)
         AND coalesce(m.next_retry_at, '-infinity'::timestamptz) <= $1
         AND m.rcpt_domain <> ALL (ARRAY(SELECT b.domain FROM blocked AS b))
-    ORDER BY coalesce(m.next_retry_at, '-infinity'::timestamptz), m.id
+    ORDER BY m.priority DESC, coalesce(m.next_retry_at, '-infinity'::timestamptz), m.id
     LIMIT 2 * $2 + 8
     FOR UPDATE SKIP LOCKED
 ),
@@ -73,14 +58,15 @@ due AS (
         SELECT
             h.id,
             h.created_at,
+            h.priority,
             h.due_at,
             o.room,
-            row_number() OVER (PARTITION BY h.rcpt_domain ORDER BY h.due_at, h.id) AS n
+            row_number() OVER (PARTITION BY h.rcpt_domain ORDER BY h.priority DESC, h.due_at, h.id) AS n
         FROM head AS h
         INNER JOIN room AS o ON h.rcpt_domain = o.domain
     ) AS r
     WHERE r.n <= r.room
-    ORDER BY r.due_at, r.id
+    ORDER BY r.priority DESC, r.due_at, r.id
     LIMIT $2
 ),
 
@@ -151,7 +137,8 @@ due AS (
         -- the index expression of outbound_messages_due_idx and bounds the index scan
         AND (m.next_retry_at IS NULL OR m.next_retry_at <= $1)
         AND coalesce(m.next_retry_at, '-infinity'::timestamptz) <= $1
-    ORDER BY coalesce(m.next_retry_at, '-infinity'::timestamptz), m.id
+    -- higher priority first, then due order: the order of outbound_messages_due_idx
+    ORDER BY m.priority DESC, coalesce(m.next_retry_at, '-infinity'::timestamptz), m.id
     LIMIT $2
     FOR UPDATE SKIP LOCKED
 ),

@@ -14,11 +14,13 @@ WHERE p.pronamespace = 'mailroom'::regnamespace
         'trg_outbound_redact_error_log', '_check_recipients', '_check_extra_headers', 'enqueue_message',
         '_claim_statement', 'claim_messages', '_explain_claim', '_classify_outcome', '_retry_delay', '_log_line',
         '_gives_up', '_attempt_log', '_reply_class', 'finalize_messages', 'release_messages', 'reap_stuck_messages',
-        '_check_outbound_status', 'list_outbound_messages', 'show_outbound_message', '_requeue_failed',
+        '_check_outbound_status', 'list_outbound_messages', 'show_outbound_message',
         'retry_message', 'retry_failed_messages', 'purge_sent_messages', '_header_breaking_chars', '_enqueue_message',
-        '_pii_pattern', '_pii_identity'
+        '_pii_pattern', '_pii_identity', 'list_senders', 'outbound_stats', '_queue_verb_statuses', '_operator_log',
+        '_queue_verb', 'hold_messages', 'release_held_messages', 'cancel_messages', 'delete_messages',
+        'run_messages_now', 'retry_messages', 'outbound_queue'
     );
-SELECT is((SELECT count(*)::integer FROM area), 33, 'the outbound area has its 33 functions');
+SELECT is((SELECT count(*)::integer FROM area), 44, 'the outbound area has its 44 functions');
 
 SELECT is(
     (
@@ -61,12 +63,12 @@ SELECT results_eq(
         '-') COLLATE "default"
       FROM roles AS r ORDER BY r.role$$,
     $$VALUES
-        ('mailroom_admin', 'list_outbound_messages, purge_sent_messages, reap_stuck_messages, retry_failed_messages, retry_message, show_outbound_message, upsert_sender'),
+        ('mailroom_admin', 'cancel_messages, delete_messages, hold_messages, list_outbound_messages, list_senders, outbound_queue, outbound_stats, purge_sent_messages, reap_stuck_messages, release_held_messages, retry_failed_messages, retry_message, retry_messages, run_messages_now, show_outbound_message, upsert_sender'),
         ('mailroom_app', 'enqueue_message'),
         ('mailroom_collector', '-'),
         ('mailroom_inbound', '-'),
-        ('mailroom_monitor', 'list_outbound_messages'),
-        ('mailroom_sender', 'claim_messages, finalize_messages, reap_stuck_messages, release_messages'),
+        ('mailroom_monitor', 'list_outbound_messages, outbound_queue, outbound_stats'),
+        ('mailroom_sender', 'claim_messages, finalize_messages, outbound_stats, reap_stuck_messages, release_messages'),
         ('mailroom_timekeeper', '-'),
         ('public', '-')$$,
     'each runtime role executes exactly its outbound functions (admin through monitor too)'
