@@ -14,28 +14,31 @@ SELECT 'mailroom_app', unnest(ARRAY[
     'create_account', 'suspend_account', 'unsuspend_account', 'request_password_recovery', 'consume_token',
     'verify_token', 'create_mailbox', 'extend_mailbox', 'delete_mailbox', 'list_mailboxes', 'list_messages',
     'read_message', 'mailbox_accepts', 'enqueue_message', 'wait_for_message', 'extract_link', 'extract_code',
-    'is_suppressed', 'clock', 'setting', 'interval_setting', 'account_status'
+    'is_suppressed', 'clock', 'setting', 'interval_setting', 'account_status', 'list_settings', 'list_plans'
 ])
 UNION ALL
 SELECT 'mailroom_collector', unnest(ARRAY[
-    'dequeue_tokens', 'enqueue_token_emails', 'render_token_email', 'worker_heartbeat', 'clock', 'setting',
-    'interval_setting'
+    'dequeue_tokens', 'enqueue_token_emails', 'render_token_email', 'worker_heartbeat', 'worker_stopped', 'clock',
+    'setting', 'interval_setting', 'list_settings'
 ])
 UNION ALL
 SELECT 'mailroom_sender', unnest(ARRAY[
     'claim_messages', 'finalize_messages', 'release_messages', 'reap_stuck_messages', 'worker_heartbeat',
-    'queue_health', 'record_refused_recipients', 'clock', 'setting', 'interval_setting', 'outbound_stats'
+    'worker_stopped', 'queue_health', 'record_refused_recipients', 'clock', 'setting', 'interval_setting',
+    'outbound_stats', 'list_settings'
 ])
 UNION ALL
 SELECT 'mailroom_inbound', unnest(ARRAY[
     'check_recipient', 'deliver_message', 'max_inbound_message_bytes', 'expire_mailboxes', 'purge_mailboxes',
-    'seconds_until_next_expiry', 'run_expiry', 'worker_heartbeat', 'check_bounce_recipient', 'record_bounce',
-    'maintain_partitions', 'clock', 'setting', 'interval_setting', 'deliver_messages', 'check_message_size'
+    'seconds_until_next_expiry', 'run_expiry', 'worker_heartbeat', 'worker_stopped', 'check_bounce_recipient',
+    'record_bounce', 'maintain_partitions', 'clock', 'setting', 'interval_setting', 'deliver_messages',
+    'check_message_size', 'list_settings'
 ])
 UNION ALL
 SELECT 'mailroom_monitor', unnest(ARRAY[
     'list_outbound_messages', 'queue_health', 'worker_health', 'list_domain_limits', 'domain_status', 'clock',
-    'setting', 'interval_setting', 'outbound_stats'
+    'setting', 'interval_setting', 'outbound_stats', 'list_settings', 'list_plans', 'outbound_queue', 'job_runs',
+    'partition_status', 'list_worker_kinds'
 ])
 UNION ALL
 SELECT 'mailroom_admin', unnest(ARRAY[
@@ -43,7 +46,10 @@ SELECT 'mailroom_admin', unnest(ARRAY[
     'purge_sent_messages', 'purge_tokens', 'sign_token', 'list_outbound_messages', 'reap_stuck_messages', 'queue_health',
     'worker_health', 'suppress', 'unsuppress', 'list_suppressions', 'is_suppressed', 'set_sender_bounce_domain',
     'maintain_partitions', 'clock', 'setting', 'interval_setting', 'outbound_stats',
-    'set_domain_limit', 'delete_domain_limit', 'list_domain_limits', 'domain_status', 'clear_domain_backoff'
+    'set_domain_limit', 'delete_domain_limit', 'list_domain_limits', 'domain_status', 'clear_domain_backoff',
+    'list_settings', 'list_plans', 'list_senders', 'hold_messages', 'release_held_messages', 'cancel_messages',
+    'delete_messages', 'run_messages_now', 'retry_messages', 'outbound_queue', 'job_runs', 'partition_status',
+    'list_worker_kinds', 'worker_heartbeat', 'worker_stopped'
 ])
 UNION ALL
 SELECT 'mailroom_timekeeper', unnest(ARRAY['pin_clock', 'unpin_clock']);
@@ -58,7 +64,7 @@ CREATE TEMP TABLE accounts_area (fn name PRIMARY KEY);
 INSERT INTO accounts_area
 SELECT unnest(ARRAY[
     'clock', '_may_pin_clock', 'pin_clock', 'unpin_clock', 'setting', 'set_setting', '_check_setting_value',
-    'interval_setting', 'account_status',
+    'interval_setting', 'account_status', 'list_settings',
     '_is_valid_address', '_is_domain_name', '_random_bytes', '_digest', '_hmac', '_hmac_many', '_pgp_sym_encrypt', '_pgp_sym_decrypt',
     '_valid_email', '_check_account_identity', 'trg_before_account_insert', 'trg_before_account_identity_change',
     'trg_before_account_status_change', 'create_account', '_lock_account', 'suspend_account',

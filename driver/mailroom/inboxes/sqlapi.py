@@ -29,6 +29,9 @@ record_bounce = SqlFunction(
     "record_bounce", "p_return_path text, p_reports jsonb", returns=("message_id", "outcome", "reports", "suppressed")
 )
 max_inbound_message_bytes = SqlFunction("max_inbound_message_bytes", returns="integer")
+list_plans = SqlFunction("list_plans", returns=(
+    "name", "default_ttl_minutes", "max_ttl_minutes", "max_message_bytes", "max_messages",
+))
 
 # inboxes
 create_mailbox = SqlFunction(
