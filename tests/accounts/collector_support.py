@@ -72,7 +72,7 @@ class Collector:
             MAILROOM_DATABASE_URL=url,
             MAILROOM_SECRET_KEY=KEY_HEX,
             MAILROOM_BATCH_LIMIT="10",
-            MAILROOM_BATCH_TIMEOUT="200",
+            MAILROOM_BATCH_TIMEOUT="200ms",
         )
         merged.update(env or {})
         self.proc = subprocess.Popen(

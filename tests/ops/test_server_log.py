@@ -38,7 +38,7 @@ def test_statement_log_holds_no_key_token_code_or_password(private_cluster, tmp_
         conn.execute("SELECT mailroom.create_account('logcheck2@example.test', 'logcheck2')")
         # the collector, a real process, signs with its key (a bind parameter)
         env = {k: v for k, v in os.environ.items() if not k.startswith("MAILROOM_")}
-        env.update(MAILROOM_DATABASE_URL=url, MAILROOM_SECRET_KEY=KEY_HEX, MAILROOM_BATCH_TIMEOUT="50")
+        env.update(MAILROOM_DATABASE_URL=url, MAILROOM_SECRET_KEY=KEY_HEX, MAILROOM_BATCH_TIMEOUT="50ms")
         proc = subprocess.Popen([sys.executable, "-m", "mailroom", "collect", "--output", "jsonl"],
                                 env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         try:

@@ -38,7 +38,7 @@ UNION ALL
 SELECT 'mailroom_monitor', unnest(ARRAY[
     'list_outbound_messages', 'queue_health', 'worker_health', 'list_domain_limits', 'domain_status', 'clock',
     'setting', 'interval_setting', 'outbound_stats', 'list_settings', 'list_plans', 'outbound_queue', 'job_runs',
-    'partition_status', 'list_worker_kinds'
+    'partition_status', 'list_worker_kinds', 'inbox_stats'
 ])
 UNION ALL
 SELECT 'mailroom_admin', unnest(ARRAY[
@@ -49,7 +49,7 @@ SELECT 'mailroom_admin', unnest(ARRAY[
     'set_domain_limit', 'delete_domain_limit', 'list_domain_limits', 'domain_status', 'clear_domain_backoff',
     'list_settings', 'list_plans', 'list_senders', 'hold_messages', 'release_held_messages', 'cancel_messages',
     'delete_messages', 'run_messages_now', 'retry_messages', 'outbound_queue', 'job_runs', 'partition_status',
-    'list_worker_kinds', 'worker_heartbeat', 'worker_stopped'
+    'list_worker_kinds', 'worker_heartbeat', 'worker_stopped', 'inbox_stats'
 ])
 UNION ALL
 SELECT 'mailroom_timekeeper', unnest(ARRAY['pin_clock', 'unpin_clock']);

@@ -28,6 +28,7 @@ from psycopg_pool import AsyncConnectionPool
 
 from mailroom.core.errors import describe_db_error
 from mailroom.core.log import get_logger
+from mailroom.core.outage import Outage
 from mailroom.db.connect import StaleConnection, ensure_alive
 from mailroom.db.contract import SqlFunction
 from mailroom.inboxes import sqlapi
@@ -82,12 +83,31 @@ class DeliveryParams:
     recipients: list[str]
 
 
-class Delivery:
-    """What the SMTP layer asks the database, on a pool of autocommit connections; see the module docstring."""
+class DatabaseTimeout(psycopg.OperationalError):
+    """A call of the SMTP path got no answer within --db-timeout (the database is unreachable or stuck)."""
 
-    def __init__(self, pool: AsyncConnectionPool, *, group_size: int = 32) -> None:
+
+class Delivery:
+    """What the SMTP layer asks the database, on a pool of autocommit connections; see the module docstring.
+
+    Every call is bounded by `timeout` seconds (--db-timeout): a recipient check or size probe as a
+    whole, a delivery while it waits for a connection (a statement already sent is waited for: its
+    outcome decides the reply). Past it, DatabaseTimeout: the SMTP layer answers 451."""
+
+    def __init__(self, pool: AsyncConnectionPool, *, group_size: int = 32, timeout: float = 5.0,
+                 outage: Outage | None = None) -> None:
         self.pool = pool
+        self.timeout = timeout
         self._group = _GroupCommit(self, group_size)
+        self.outage = outage or Outage(log)  # the database unreachable: logged once, and once recovered
+
+    def unreachable(self, what: str, exc: BaseException) -> None:
+        """A call failed on the connection (lost, none within the timeout): the outage's one line,
+        not one line per SMTP command."""
+        self.outage.delay(f"{what}: {describe_db_error(exc)}")
+
+    def reached(self) -> None:
+        self.outage.resumed()
 
     async def recipient(self, address: str, size: int | None) -> tuple[str, str]:
         """check_bounce_recipient's verdict and normalized address (psycopg errors raise)."""
@@ -107,15 +127,20 @@ class Delivery:
         return None
 
     async def _read(self, fn: SqlFunction, **kwargs: Any) -> Any:
-        """The first row of a read-only call (retrying on a broken connection is always safe)."""
-        attempts = self.pool.max_size + 1
-        for attempt in range(1, attempts + 1):
-            try:
-                async with self.pool.connection() as conn:
-                    return await fn.arow(conn, **kwargs)
-            except psycopg.OperationalError:
-                if attempt == attempts:
-                    raise
+        """The first row of a read-only call (retrying on a broken connection is always safe), within
+        `timeout` seconds in all."""
+        try:
+            async with asyncio.timeout(self.timeout):
+                attempts = self.pool.max_size + 1
+                for attempt in range(1, attempts + 1):
+                    try:
+                        async with self.pool.connection(timeout=self.timeout) as conn:
+                            return await fn.arow(conn, **kwargs)
+                    except psycopg.OperationalError:
+                        if attempt == attempts:
+                            raise
+        except TimeoutError:
+            raise DatabaseTimeout(f"database unreachable: no answer within {self.timeout:g}s") from None
         return None  # pragma: no cover
 
     async def message(self, raw: bytes, mail_from: str, recipients: list[str]) -> str:
@@ -139,9 +164,9 @@ class Delivery:
                 # pg_terminate_backend): nothing was stored, one retry on a fresh one is safe.
                 log.warning("delivery attempt %d: stale database connection: %s", attempt, exc)
             except psycopg.OperationalError as exc:
-                # Lost during the delivering statement: the outcome is unknown. 4xx makes the
-                # client retry (a possible duplicate beats a lost message).
-                log.error("connection lost while delivering: %s", describe_db_error(exc))
+                # Lost during the delivering statement (or none within the timeout): the outcome is
+                # unknown. 4xx makes the client retry (a possible duplicate beats a lost message).
+                self.unreachable("delivering", exc)
                 return REPLY_TEMPFAIL
             except psycopg.Error as exc:
                 log.error("delivery failed: %s", describe_db_error(exc))
@@ -156,7 +181,7 @@ class Delivery:
             reports = await asyncio.to_thread(parse_bounce, raw)
         for attempt in range(1, self.pool.max_size + 2):
             try:
-                async with self.pool.connection() as conn:
+                async with self.pool.connection(timeout=self.timeout) as conn:
                     await ensure_alive(conn)
                     # one statement for every return path of the transaction (normally one)
                     rows = await sqlapi.record_bounce.aeach(
@@ -166,7 +191,7 @@ class Delivery:
                 log.warning("bounce attempt %d: stale database connection: %s", attempt, exc)
                 continue
             except psycopg.OperationalError as exc:
-                log.error("connection lost while recording a bounce: %s", describe_db_error(exc))
+                self.unreachable("recording a bounce", exc)
                 return REPLY_TEMPFAIL
             except psycopg.Error as exc:
                 if exc.sqlstate == _BOUNCE_GONE:
@@ -174,6 +199,7 @@ class Delivery:
                     return REPLY_UNAVAILABLE
                 log.error("recording a bounce failed: %s", describe_db_error(exc))
                 return REPLY_TEMPFAIL
+            self.reached()
             for message_id, outcome, count, suppressed in rows:
                 log.info("bounce for outbound message %d: %s (%d report(s), %d suppressed)",
                          message_id, outcome, count, suppressed)
@@ -181,7 +207,7 @@ class Delivery:
         return REPLY_TEMPFAIL
 
     async def _deliver_once(self, p: DeliveryParams) -> str:
-        async with self.pool.connection() as conn:
+        async with self.pool.connection(timeout=self.timeout) as conn:
             await ensure_alive(conn)
             # Fast path: every recipient in ONE autocommit statement, so it either commits for all
             # of them or for none, in one round trip. 250 is sent only after it returned.
@@ -200,6 +226,7 @@ class Delivery:
                     log.info("refused a message at DATA: %s", exc.sqlstate)
                     return _SQLSTATE_REPLY[exc.sqlstate][0]
                 return await self._diagnose(conn, p)
+        self.reached()
         log.info(
             "stored %d message(s) of %d bytes, %d attachment(s), ids %s",
             len(ids), len(p.raw), len(p.parsed.attachments), ",".join(map(str, ids)),
@@ -211,7 +238,7 @@ class Delivery:
         turn of each inbox's row lock): their replies, or None when the statement failed with
         nothing kept (a refused recipient, a stale connection): then each goes alone."""
         flat = [(i, rcpt) for i, p in enumerate(group, start=1) for rcpt in p.recipients]
-        async with self.pool.connection() as conn:
+        async with self.pool.connection(timeout=self.timeout) as conn:
             try:
                 await ensure_alive(conn)
             except StaleConnection as exc:
@@ -233,6 +260,7 @@ class Delivery:
                 log.info("group commit of %d messages refused (%s): delivering them one by one",
                          len(group), exc.sqlstate)
                 return None  # one of them is refused and nothing was kept: each goes alone
+        self.reached()
         log.info("group commit: %d messages in one statement", len(group))
         ids: list[list[int]] = [[] for _ in group]
         for i, message_id in rows:
@@ -309,7 +337,7 @@ class _GroupCommit:
                 try:
                     replies = await self.delivery._deliver_group([p for p, _ in batch])
                 except psycopg.OperationalError as exc:
-                    log.error("connection lost while delivering %d messages: %s", len(batch), describe_db_error(exc))
+                    self.delivery.unreachable(f"delivering {len(batch)} messages", exc)
                     replies = [REPLY_TEMPFAIL] * len(batch)
             if replies is None:
                 replies = [await self.delivery._deliver_alone(p) for p, _ in batch]

@@ -71,3 +71,6 @@ wait_for_message = SqlFunction(
 expire_mailboxes = SqlFunction("expire_mailboxes", "p_batch integer = default", returns="integer")
 purge_mailboxes = SqlFunction("purge_mailboxes", "p_older_than interval, p_batch integer = default", returns="integer")
 seconds_until_next_expiry = SqlFunction("seconds_until_next_expiry", returns="double precision")
+inbox_stats = SqlFunction("inbox_stats", returns=(
+    "open", "expired_unswept", "closed_unpurged", "deleted", "messages", "next_expiry_seconds",
+))
