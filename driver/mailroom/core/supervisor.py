@@ -194,10 +194,14 @@ class Supervisor:
                     if data:
                         child.is_ready = True
                         continue
+                    # the pipe closed without a byte: the child is exiting
+                    end = time.monotonic() + self.stop_grace
+                    while child.running() and time.monotonic() < end:
+                        time.sleep(POLL_SECONDS / 2)
+                    raise UserError(f"{child.name} {child.exit_text()} before it was ready")
                 if not child.running():
-                    if child.ready_fd is not None:
-                        os.close(child.ready_fd)
-                        child.ready_fd = None
+                    os.close(child.ready_fd)  # type: ignore[arg-type]
+                    child.ready_fd = None
                     raise UserError(f"{child.name} {child.exit_text()} before it was ready")
             if not said and time.monotonic() >= deadline:
                 said = True

@@ -112,7 +112,11 @@ def migrate_cmd(
         url = None if offline else _url(database_url, data_dir)
         sys.stdout.write(runner.bundle(url))
         return
-    result = runner.migrate(_url(database_url, data_dir))
+    from mailroom.core.progress import Progress
+
+    url = _url(database_url, data_dir)
+    with Progress("migrating", ticker=True):  # (on a terminal only: a migration over many rows takes a while)
+        result = runner.migrate(url)
     for name in result.applied:
         _say(f"applied {name}")
     _say(f"migrations applied: {len(result.applied)}; sql files applied: {result.sql_files}")

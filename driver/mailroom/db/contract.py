@@ -243,12 +243,19 @@ class SqlFunction:
 # Which of mailroom's group roles may execute a function of the API: the grants in the catalog,
 # asked when a call was refused (42501), so the error names the role that would allow it.
 _ROLES_ALLOWED = """
-SELECT coalesce(array_agg(DISTINCT r.rolname::text ORDER BY r.rolname::text), '{}')
-FROM pg_catalog.pg_proc AS p
-CROSS JOIN LATERAL pg_catalog.aclexplode(p.proacl) AS a
-INNER JOIN pg_catalog.pg_roles AS r ON a.grantee = r.oid
-WHERE p.pronamespace = (SELECT n.oid FROM pg_catalog.pg_namespace AS n WHERE n.nspname = 'mailroom')
-    AND p.proname = %s AND a.privilege_type = 'EXECUTE' AND r.rolname LIKE 'mailroom\\_%%'
+SELECT coalesce(array_agg(g.rolname ORDER BY g.rank), '{}')
+FROM (
+    SELECT DISTINCT r.rolname::text AS rolname,
+        -- the least a caller needs first: the read-only monitor, the workers' roles, the admin last
+        array_position(ARRAY['mailroom_monitor', 'mailroom_app', 'mailroom_collector', 'mailroom_sender',
+                             'mailroom_inbound', 'mailroom_timekeeper', 'mailroom_admin'], r.rolname::text) AS rank
+    FROM pg_catalog.pg_proc AS p
+    CROSS JOIN LATERAL pg_catalog.aclexplode(p.proacl) AS a
+    INNER JOIN pg_catalog.pg_roles AS r ON a.grantee = r.oid
+    WHERE p.pronamespace = (SELECT n.oid FROM pg_catalog.pg_namespace AS n WHERE n.nspname = 'mailroom')
+        AND p.proname = %s AND a.privilege_type = 'EXECUTE' AND r.rolname LIKE 'mailroom\\_%%'
+        AND r.rolname <> 'mailroom_owner'
+) AS g
 """
 
 

@@ -104,7 +104,7 @@ class Delivery:
     def unreachable(self, what: str, exc: BaseException) -> None:
         """A call failed on the connection (lost, none within the timeout): the outage's one line,
         not one line per SMTP command."""
-        self.outage.delay(f"{what}: {describe_db_error(exc)}")
+        self.outage.delay(f"{what}: {describe_db_error(exc).removeprefix('database unreachable: ')}")
 
     def reached(self) -> None:
         self.outage.resumed()
@@ -140,7 +140,7 @@ class Delivery:
                         if attempt == attempts:
                             raise
         except TimeoutError:
-            raise DatabaseTimeout(f"database unreachable: no answer within {self.timeout:g}s") from None
+            raise DatabaseTimeout(f"no answer within {self.timeout:g}s") from None
         return None  # pragma: no cover
 
     async def message(self, raw: bytes, mail_from: str, recipients: list[str]) -> str:

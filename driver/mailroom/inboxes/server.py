@@ -117,9 +117,11 @@ class InboundServer:
                 async with asyncio.timeout(self.db_timeout):
                     async with self._pool.connection(timeout=self.db_timeout) as conn:  # type: ignore[union-attr]
                         await self.heartbeat.abeat(conn, False)
+                self.outage.resumed()  # (the database answers: said at once, not at the next SMTP command)
             except (psycopg.Error, TimeoutError):
                 self.heartbeat.skip(False)
-            await asyncio.sleep(max(0.2, self.heartbeat.seconds_left()))
+            # while the database is unreachable, look again soon: the recovery is said when it is
+            await asyncio.sleep(1.0 if self.outage.waiting else max(0.2, self.heartbeat.seconds_left()))
 
     async def run(self, ready: Callable[[int], None] | None = None) -> None:
         self._loop = asyncio.get_running_loop()
