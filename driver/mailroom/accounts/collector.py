@@ -149,12 +149,7 @@ class Collector:
             c.channel, c.batch_limit, c.batch_timeout_ms, c.healthcheck_ms,
             "enqueue" if c.enqueue else c.output,
         )
-        if c.metrics_port is not None:
-            try:
-                self.heartbeat.metrics_address = self.metrics.serve(c.metrics_port, c.metrics_host)
-            except OSError as exc:
-                raise UserError(f"cannot listen for metrics on {c.metrics_host}:{c.metrics_port}: {exc.strerror}") from None
-            self.log.info("metrics on http://%s/metrics", self.heartbeat.metrics_address)
+        self.heartbeat.metrics_address = self.metrics.start(c.metrics_port, c.metrics_host, self.log)
         try:
             # started while the database is down: wait for it (a wrong password or database name is fatal)
             if self._connect_waiting():

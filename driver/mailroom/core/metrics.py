@@ -15,7 +15,10 @@ Labels are closed sets only: never an address, a subject, a worker name or error
 
 from __future__ import annotations
 
+import logging
 from typing import Any
+
+from mailroom.core.errors import UserError
 
 
 class _Null:
@@ -33,6 +36,9 @@ class NullMetrics(_Null):
 
     def waiting(self, waiting: bool) -> None:
         pass
+
+    def start(self, port: int | None, host: str, log: logging.Logger) -> None:
+        return None
 
     def shutdown(self) -> None:
         pass
@@ -81,6 +87,17 @@ class WorkerMetrics:
         server, _thread = start_http_server(port, addr=host, registry=self.registry)
         self.server = server
         return f"{host}:{server.server_port}"
+
+    def start(self, port: int | None, host: str, log: logging.Logger) -> str | None:
+        """serve() when a port is given: the address, logged (UserError, exit 1, when it cannot bind)."""
+        if port is None:
+            return None
+        try:
+            address = self.serve(port, host)
+        except OSError as exc:
+            raise UserError(f"cannot listen for metrics on {host}:{port}: {exc.strerror or exc}") from None
+        log.info("metrics on http://%s/metrics", address)
+        return address
 
     def shutdown(self) -> None:
         if self.server is not None:

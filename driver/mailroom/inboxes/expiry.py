@@ -133,13 +133,8 @@ class ExpiryWorker:
         listener = None
         if once:
             self.heartbeat.enabled = False  # a one-shot run is no worker to watch
-        elif self.metrics_port is not None:
-            try:
-                self.heartbeat.metrics_address = self.metrics.serve(self.metrics_port, self.metrics_host)
-            except OSError as exc:
-                raise UserError(f"cannot listen for metrics on {self.metrics_host}:{self.metrics_port}: "
-                                f"{exc.strerror}") from None
-            log.info("metrics on http://%s/metrics", self.heartbeat.metrics_address)
+        else:
+            self.heartbeat.metrics_address = self.metrics.start(self.metrics_port, self.metrics_host, log)
         if self.wake_on_due and not once:
             # notifications may have been missed while it was away: re-read the schedule then
             listener = self.listener = Listener(

@@ -126,13 +126,7 @@ class InboundServer:
     async def run(self, ready: Callable[[int], None] | None = None) -> None:
         self._loop = asyncio.get_running_loop()
         self._stop = asyncio.Event()
-        if self.metrics_port is not None:
-            try:
-                self.heartbeat.metrics_address = self.metrics.serve(self.metrics_port, self.metrics_host)
-            except OSError as exc:
-                raise UserError(f"cannot listen for metrics on {self.metrics_host}:{self.metrics_port}: "
-                                f"{exc.strerror}") from None
-            log.info("metrics on http://%s/metrics", self.heartbeat.metrics_address)
+        self.heartbeat.metrics_address = self.metrics.start(self.metrics_port, self.metrics_host, log)
         try:
             settings = await self._settings()
         except BaseException:

@@ -80,13 +80,7 @@ class MaintenanceWorker:
 
     def run(self) -> None:
         log.info("started (every %gs)", self.every)
-        if self.metrics_port is not None:
-            try:
-                self.heartbeat.metrics_address = self.metrics.serve(self.metrics_port, self.metrics_host)
-            except OSError as exc:
-                raise UserError(f"cannot listen for metrics on {self.metrics_host}:{self.metrics_port}: "
-                                f"{exc.strerror}") from None
-            log.info("metrics on http://%s/metrics", self.heartbeat.metrics_address)
+        self.heartbeat.metrics_address = self.metrics.start(self.metrics_port, self.metrics_host, log)
         try:
             while not self.stop_event.is_set():
                 next_run = time.monotonic() + self.every

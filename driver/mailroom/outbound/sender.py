@@ -141,14 +141,7 @@ class Sender:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, self.stop)
-        if self.opts.metrics_port is not None:
-            try:
-                self.heartbeat.metrics_address = self.metrics.serve(self.opts.metrics_port, self.opts.metrics_host)
-                log.info("metrics on http://%s/metrics", self.heartbeat.metrics_address)
-            except OSError as exc:
-                raise UserError(
-                    f"cannot listen for metrics on {self.opts.metrics_host}:{self.opts.metrics_port}: {exc.strerror}"
-                ) from None
+        self.heartbeat.metrics_address = self.metrics.start(self.opts.metrics_port, self.opts.metrics_host, log)
         try:
             lease = await self._read_lease()
         except BaseException:
