@@ -32,8 +32,8 @@ class _Collector:
         env.update(
             MAILROOM_DATABASE_URL=url,
             MAILROOM_BATCH_LIMIT=str(limit),
-            MAILROOM_BATCH_TIMEOUT=str(timeout_ms),
-            MAILROOM_HEALTHCHECK_INTERVAL=str(max(timeout_ms, 60_000)),
+            MAILROOM_BATCH_TIMEOUT=f"{timeout_ms}ms",
+            MAILROOM_HEALTHCHECK_INTERVAL=f"{max(timeout_ms, 60_000)}ms",
         )
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "mailroom", "collect"], env=env, cwd=ROOT,

@@ -8,6 +8,11 @@
    ratio column compares with pgbench's single-row commit rate of the same run.
 3. Claim latency (claim 100 + release, so the queue keeps its size) with 10^3, 10^5 and 10^6
    queued rows (quick: 10^3, 10^4, 10^5), after ANALYZE: p50 and max of 30 calls.
+4. Priorities (issue 23) on the largest of those queues: the same claim latency once the rows carry
+   priorities spread over -10..10, as a ratio of the single-priority latency of the same run; that
+   each claim took the highest priority due; that the plan still walks outbound_messages_due_idx;
+   and the cost of a tenth of the queue at the top priority that is not due yet (scheduled later):
+   the claim steps over those index entries.
 
 The backlog is loaded with INSERT ... SELECT (the measured calls are the real SQL API).
 """
@@ -137,6 +142,37 @@ def _claim_latency(conn: psycopg.Connection, calls: int = 30) -> tuple[float, fl
     return statistics.median(times), max(times)
 
 
+def _priorities(conn: psycopg.Connection, size: int, single_p50: float, progress: Callable[[str], None]) -> list[dict]:
+    """Section 4 of the module docstring, on the `size` queued rows the latency section left."""
+    rows: list[dict] = []
+    progress(f"priorities: spreading {size:,} queued rows over -10..10")
+    conn.execute("UPDATE mailroom.outbound_messages SET priority = (id % 21) - 10 WHERE status = 'queued'")
+    conn.execute("VACUUM ANALYZE mailroom.outbound_messages")
+    plan = "\n".join(r[0] for r in conn.execute("SELECT * FROM mailroom._explain_claim(100)"))
+    uses_index = bool(re.search(r"Index Scan using outbound_messages_\w+_due_idx", plan))
+    seq = re.findall(r"Seq Scan on (outbound_messages\w*)", plan)
+    p50, worst = _claim_latency(conn)
+    claimed = outbound.claim_messages.rows(conn, limit=100, worker="bench-prio")
+    ids = [r.id for r in claimed]
+    top = {p for (p,) in conn.execute("SELECT priority FROM mailroom.outbound_messages WHERE id = ANY(%s)", (ids,))}
+    outbound.release_messages.call(conn, ids=ids, claim_tokens=[r.claim_token for r in claimed])
+    rows.append(_row(f"claim_messages(100) latency, {size:,} queued over 21 priorities", p50, "ms",
+                     f"p50 of 30 calls (max {worst:.1f} ms), {p50 / single_p50:.2f}x the one-priority latency of the "
+                     f"same run; claimed priorities {sorted(top)} (10 = the highest); plan walks the due index: "
+                     f"{'yes' if uses_index else 'NO'}{'' if not seq else ', seq scans: ' + ', '.join(seq)}"))
+    scheduled = size // 10
+    progress(f"priorities: {scheduled:,} top-priority rows scheduled later")
+    conn.execute("UPDATE mailroom.outbound_messages SET priority = 10, next_retry_at = now() + interval '1 day'"
+                 " WHERE id IN (SELECT id FROM mailroom.outbound_messages WHERE status = 'queued' ORDER BY id LIMIT %s)",
+                 (scheduled,))
+    conn.execute("VACUUM ANALYZE mailroom.outbound_messages")
+    p50_sched, worst_sched = _claim_latency(conn)
+    rows.append(_row(f"claim_messages(100) latency, {size:,} queued, {scheduled:,} of the top priority not due yet",
+                     p50_sched, "ms", f"p50 of 30 calls (max {worst_sched:.1f} ms), {p50_sched / single_p50:.2f}x the "
+                     "one-priority latency: the claim steps over the not-yet-due entries of higher priorities"))
+    return rows
+
+
 def run(url: str, quick: bool, progress: Callable[[str], None]) -> list[dict]:
     rows: list[dict] = []
     sink = _Sink()
@@ -185,6 +221,29 @@ def run(url: str, quick: bool, progress: Callable[[str], None]) -> list[dict]:
                 p50, worst = _claim_latency(conn)
                 rows.append(_row(f"claim_messages(100) latency, {size:,} queued", p50, "ms",
                                  f"p50 of 30 calls (max {worst:.1f} ms), claim + release keeps the size"))
+            rows += _priorities(conn, have, p50, progress)
     finally:
         controller.stop()
     return rows
+
+
+if __name__ == "__main__":  # the priorities section alone: python -m bench.bench_outbound [SIZE]
+    from bench.run import progress as say
+    from bench.run import start_cluster
+    from mailroom import testing as _testing
+
+    n = int(sys.argv[1]) if len(sys.argv) > 1 else 10**6
+    cluster = start_cluster()
+    try:
+        db = _testing.migrated_database(cluster, "bench_priorities")
+        with psycopg.connect(db, autocommit=True) as c:
+            outbound.upsert_sender.call(c, name="bench", from_address="bench@mailroom.test", host="127.0.0.1", port=25)
+            say(f"filling {n:,} queued rows")
+            _fill(c, n)
+            c.execute("VACUUM ANALYZE mailroom.outbound_messages")
+            base, base_worst = _claim_latency(c)
+            say(f"one priority: p50 {base:.2f} ms (max {base_worst:.1f})")
+            for r in _priorities(c, n, base, say):
+                say(f"{r['benchmark']}: {r['value']:.2f} {r['unit']} ({r['note']})")
+    finally:
+        _testing.stop_cluster(cluster)

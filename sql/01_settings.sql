@@ -17,7 +17,7 @@ BEGIN
         RAISE EXCEPTION USING
             ERRCODE = 'MR001',
             MESSAGE = format('unknown setting %L', p_name),
-            HINT = 'SELECT name FROM mailroom.settings lists the known settings';
+            HINT = 'SELECT name FROM mailroom.list_settings() lists the known settings';
     END IF;
     RETURN v_value;
 END;
@@ -170,7 +170,7 @@ BEGIN
         RAISE EXCEPTION USING
             ERRCODE = 'MR001',
             MESSAGE = format('unknown setting %L', p_name),
-            HINT = 'SELECT name FROM mailroom.settings lists the known settings';
+            HINT = 'SELECT name FROM mailroom.list_settings() lists the known settings';
     END IF;
     IF p_value IS NULL THEN
         RAISE EXCEPTION USING
@@ -206,3 +206,23 @@ COMMENT ON FUNCTION mailroom.interval_setting(text) IS
 
 GRANT EXECUTE ON FUNCTION mailroom.interval_setting(text)
 TO mailroom_app, mailroom_collector, mailroom_sender, mailroom_inbound, mailroom_monitor;
+
+CREATE OR REPLACE FUNCTION mailroom.list_settings()
+RETURNS TABLE (name text, value text, kind text, min_value text, max_value text, description text)
+LANGUAGE sql
+STABLE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+    -- No setting holds a secret (keys are passed by their callers; the peppers live in tables of
+    -- their own), so whoever may read one setting may list them all.
+    SELECT s.name, s.value, s.kind, s.min_value, s.max_value, s.description
+    FROM mailroom.settings AS s
+    ORDER BY s.name
+$$;
+
+COMMENT ON FUNCTION mailroom.list_settings() IS
+'Every setting: name, value, kind and bounds (what set_setting accepts), description.';
+
+GRANT EXECUTE ON FUNCTION mailroom.list_settings()
+TO mailroom_app, mailroom_collector, mailroom_sender, mailroom_inbound, mailroom_monitor, mailroom_admin;

@@ -119,10 +119,9 @@ $$;
 COMMENT ON FUNCTION mailroom._create_partition(text, text, timestamptz, timestamptz) IS
 'Internal: create the partition [p_lower, p_upper) of a mailroom table, moving rows of that range out of its DEFAULT partition; returns the rows moved.';
 
-CREATE OR REPLACE FUNCTION mailroom.maintain_partitions()
+CREATE OR REPLACE FUNCTION mailroom._maintain_partitions()
 RETURNS TABLE (action text, table_name text, partition_name text, row_count bigint)
 LANGUAGE plpgsql
-SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
@@ -282,10 +281,136 @@ BEGIN
 END;
 $$;
 
+COMMENT ON FUNCTION mailroom._maintain_partitions() IS
+'Internal: the work of maintain_partitions (create ahead, drop past retention, batch-delete the rest), its report rows.';
+
+CREATE OR REPLACE FUNCTION mailroom.maintain_partitions()
+RETURNS TABLE (action text, table_name text, partition_name text, row_count bigint)
+LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_actions text [] := '{}';
+    v_counts bigint [] := '{}';
+BEGIN
+    -- The work, then its summary in mailroom.job_runs (whoever runs it: a worker, pg_cron, an
+    -- operator), which `mailroom status` shows as the last maintenance. A skipped call records nothing.
+    FOR action, table_name, partition_name, row_count IN SELECT * FROM mailroom._maintain_partitions() LOOP
+        v_actions := v_actions || action;
+        v_counts := v_counts || row_count;
+        RETURN NEXT;
+    END LOOP;
+    IF NOT 'skipped' = ANY(v_actions) THEN
+        PERFORM mailroom._record_job_run('maintain_partitions', mailroom._maintenance_summary(v_actions, v_counts));
+    END IF;
+END;
+$$;
+
 COMMENT ON FUNCTION mailroom.maintain_partitions() IS
-'Create partitions ahead, drop those wholly past retention with nothing live, batch-delete the rest; one caller at a time (others: skipped). Returns (action, table, partition, rows).';
+'Create partitions ahead, drop those wholly past retention with nothing live, batch-delete the rest; one caller at a time (others: skipped). Returns (action, table, partition, rows); the run is recorded in mailroom.job_runs.';
 
 GRANT EXECUTE ON FUNCTION mailroom.maintain_partitions() TO mailroom_inbound, mailroom_admin;
+
+CREATE OR REPLACE FUNCTION mailroom._maintenance_summary(p_actions text[], p_counts bigint[])
+RETURNS text
+LANGUAGE sql
+IMMUTABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    -- 'created 3, dropped 1 (120 rows)', or 'nothing to do': the report of one run in one line
+    SELECT coalesce(
+        string_agg(
+            a.action || ' ' || a.n || CASE WHEN a.action IN ('dropped', 'deleted', 'kept_deleted')
+                THEN ' (' || a.total || ' rows)' ELSE '' END,
+            ', ' ORDER BY a.first
+        ),
+        'nothing to do'
+    )
+    FROM (
+        SELECT u.action, count(*) AS n, sum(u.n) AS total, min(u.i) AS first
+        FROM unnest(p_actions, p_counts) WITH ORDINALITY AS u (action, n, i)
+        GROUP BY u.action
+    ) AS a
+$$;
+
+COMMENT ON FUNCTION mailroom._maintenance_summary(text[], bigint[]) IS
+'Internal: one line for the report rows of maintain_partitions (action and count, rows for deletions), or nothing to do.';
+
+CREATE OR REPLACE FUNCTION mailroom._record_job_run(p_job text, p_summary text)
+RETURNS void
+LANGUAGE sql
+SET search_path = pg_catalog, pg_temp
+AS $$
+    INSERT INTO mailroom.job_runs AS j (job, last_run_at, last_summary)
+    VALUES (p_job, mailroom.clock(), left(p_summary, 500))
+    ON CONFLICT (job) DO UPDATE
+    SET last_run_at = excluded.last_run_at, last_summary = excluded.last_summary, runs = j.runs + 1
+$$;
+
+COMMENT ON FUNCTION mailroom._record_job_run(text, text) IS
+'Internal: record a completed run of a periodic job in mailroom.job_runs.';
+
+CREATE OR REPLACE FUNCTION mailroom.job_runs()
+RETURNS TABLE (job text, last_run_at timestamptz, age_seconds double precision, last_summary text, runs bigint)
+LANGUAGE sql
+STABLE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT j.job, j.last_run_at, extract(EPOCH FROM mailroom.clock() - j.last_run_at)::double precision,
+        j.last_summary, j.runs
+    FROM mailroom.job_runs AS j
+    ORDER BY j.job
+$$;
+
+COMMENT ON FUNCTION mailroom.job_runs() IS
+'The last completed run of each periodic job (maintain_partitions): when, how long ago, what it did, runs so far.';
+
+GRANT EXECUTE ON FUNCTION mailroom.job_runs() TO mailroom_monitor, mailroom_admin;
+
+CREATE OR REPLACE FUNCTION mailroom.partition_status()
+RETURNS TABLE (
+    table_name text,
+    partitions integer,
+    oldest_from timestamptz,
+    newest_to timestamptz,
+    ahead_seconds double precision,
+    default_rows_estimate bigint
+)
+LANGUAGE plpgsql
+STABLE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_now timestamptz := mailroom.clock();
+BEGIN
+    -- Per partitioned table: its time partitions (the DEFAULT one not counted), the range they
+    -- cover, how far ahead of the clock (maintain_partitions keeps partitions.ahead), and the rows
+    -- the DEFAULT partition holds by the planner's estimate (should be 0: a row there means a
+    -- partition was missing when it came; maintain_partitions reports the exact count).
+    RETURN QUERY
+    SELECT
+        t.tbl,
+        (count(*) FILTER (WHERE NOT p.is_default))::integer,
+        min(p.lower_bound),
+        max(p.upper_bound),
+        extract(EPOCH FROM max(p.upper_bound) - v_now)::double precision,
+        coalesce(max(greatest(c.reltuples, 0)::bigint) FILTER (WHERE p.is_default), 0)
+    FROM (VALUES ('outbound_messages'), ('messages'), ('tokens')) AS t (tbl)
+    CROSS JOIN LATERAL mailroom._partitions(t.tbl) AS p
+    LEFT JOIN pg_catalog.pg_class AS c
+        ON c.relname = p.partition_name AND c.relnamespace = 'mailroom'::pg_catalog.regnamespace
+    GROUP BY t.tbl
+    ORDER BY t.tbl;
+END;
+$$;
+
+COMMENT ON FUNCTION mailroom.partition_status() IS
+'Per partitioned table (outbound_messages, messages, tokens): partitions, the range they cover, seconds covered ahead of the clock, estimated rows in the DEFAULT partition.';
+
+GRANT EXECUTE ON FUNCTION mailroom.partition_status() TO mailroom_monitor, mailroom_admin;
 
 CREATE OR REPLACE FUNCTION mailroom._outbound_partition_live(p_partition text, p_cutoff timestamptz)
 RETURNS boolean
@@ -296,11 +421,12 @@ AS $$
 DECLARE
     v_live boolean;
 BEGIN
-    -- Live: queued or processing (two probes of the partition's partial indexes). p_cutoff is not
-    -- needed: a sent or failed row is past retention by its partition's range.
+    -- Live: queued, held or processing (three probes of the partition's partial indexes). p_cutoff
+    -- is not needed: a sent, failed or cancelled row is past retention by its partition's range.
     EXECUTE format(
         'SELECT EXISTS (SELECT 1 FROM mailroom.%1$I WHERE status = ''queued'') '
-        'OR EXISTS (SELECT 1 FROM mailroom.%1$I WHERE status = ''processing'')',
+        'OR EXISTS (SELECT 1 FROM mailroom.%1$I WHERE status = ''processing'') '
+        'OR EXISTS (SELECT 1 FROM mailroom.%1$I WHERE status = ''held'')',
         p_partition
     ) INTO v_live;
     RETURN v_live;
@@ -308,7 +434,7 @@ END;
 $$;
 
 COMMENT ON FUNCTION mailroom._outbound_partition_live(text, timestamptz) IS
-'Internal: whether an outbound partition holds a queued or processing row.';
+'Internal: whether an outbound partition holds a queued, held or processing row.';
 
 CREATE OR REPLACE FUNCTION mailroom._messages_partition_live(p_partition text, p_cutoff timestamptz)
 RETURNS boolean
@@ -372,7 +498,7 @@ BEGIN
         WHEN 'outbound_messages' THEN
             EXECUTE format(
                 'WITH doomed AS (SELECT m.ctid AS row_id, m.id, m.idempotency_scope, m.idempotency_key '
-                'FROM mailroom.%1$I AS m WHERE m.created_at < $1 AND m.status IN (''sent'', ''failed'') '
+                'FROM mailroom.%1$I AS m WHERE m.created_at < $1 AND m.status IN (''sent'', ''failed'', ''cancelled'') '
                 'LIMIT $2 FOR UPDATE SKIP LOCKED), '
                 'keys AS (DELETE FROM mailroom.outbound_idempotency_keys AS k USING doomed AS d '
                 'WHERE k.scope = d.idempotency_scope AND k.key = d.idempotency_key AND k.message_id = d.id) '
@@ -402,4 +528,4 @@ END;
 $$;
 
 COMMENT ON FUNCTION mailroom._delete_past_retention(text, text, timestamptz, integer) IS
-'Internal: delete one batch of rows past retention (outbound sent/failed, messages of inactive mailboxes, closed or expired tokens) from one partition.';
+'Internal: delete one batch of rows past retention (outbound sent/failed/cancelled, messages of inactive mailboxes, closed or expired tokens) from one partition.';

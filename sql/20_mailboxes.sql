@@ -85,7 +85,7 @@ BEGIN
         RAISE EXCEPTION USING
             ERRCODE = 'MR201',
             MESSAGE = format('unknown plan %L', p_plan),
-            HINT = 'SELECT name FROM mailroom.plans lists the plans';
+            HINT = 'SELECT name FROM mailroom.list_plans() lists the plans';
     END IF;
     IF p_ttl_minutes IS NOT NULL AND p_ttl_minutes <= 0 THEN
         RAISE EXCEPTION USING
@@ -109,6 +109,11 @@ BEGIN
     END IF;
 
     v_ttl := least(coalesce(p_ttl_minutes, v_plan.default_ttl_minutes), v_plan.max_ttl_minutes);
+    IF p_ttl_minutes > v_plan.max_ttl_minutes THEN
+        RAISE NOTICE USING
+            MESSAGE = format('TTL clamped to %s minutes, the most the %s plan allows (asked for %s)',
+                v_plan.max_ttl_minutes, v_plan.name, p_ttl_minutes);
+    END IF;
     IF v_owner_type = 'anonymous' THEN
         -- 24 random bytes, URL-safe base64 without padding (32 characters).
         v_token := rtrim(translate(encode(mailroom._random_bytes(24), 'base64'), '+/', '-_'), '=');
@@ -406,3 +411,26 @@ COMMENT ON FUNCTION mailroom.list_mailboxes(text, text, boolean) IS
 'Mailboxes of an api/mcp owner, oldest first: open ones only unless p_include_closed (expired or deleted, not yet purged).';
 
 GRANT EXECUTE ON FUNCTION mailroom.list_mailboxes(text, text, boolean) TO mailroom_app;
+
+CREATE OR REPLACE FUNCTION mailroom.list_plans()
+RETURNS TABLE (
+    name text,
+    default_ttl_minutes integer,
+    max_ttl_minutes integer,
+    max_message_bytes integer,
+    max_messages integer
+)
+LANGUAGE sql
+STABLE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT p.name, p.default_ttl_minutes, p.max_ttl_minutes, p.max_message_bytes, p.max_messages
+    FROM mailroom.plans AS p
+    ORDER BY p.max_ttl_minutes, p.name
+$$;
+
+COMMENT ON FUNCTION mailroom.list_plans() IS
+'The mailbox plans create_mailbox accepts: TTL default and ceiling (minutes), largest message (bytes), messages kept.';
+
+GRANT EXECUTE ON FUNCTION mailroom.list_plans() TO mailroom_app, mailroom_monitor, mailroom_admin;

@@ -184,3 +184,43 @@ COMMENT ON PROCEDURE mailroom.run_expiry (interval, integer, integer) IS
 'Expire all due mailboxes, then purge those inactive longer than p_purge_after (NULL: no purge), committing after each batch. For pg_cron.';
 
 GRANT EXECUTE ON PROCEDURE mailroom.run_expiry(interval, integer, integer) TO mailroom_inbound;
+
+CREATE OR REPLACE FUNCTION mailroom.inbox_stats()
+RETURNS TABLE (
+    open bigint,
+    expired_unswept bigint,
+    closed_unpurged bigint,
+    deleted bigint,
+    messages bigint,
+    next_expiry_seconds double precision
+)
+LANGUAGE plpgsql
+STABLE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_now timestamptz := mailroom.clock();
+BEGIN
+    -- For `mailroom status`: inboxes open now, past their expiry but not yet swept by
+    -- expire_mailboxes, closed and waiting for purge_mailboxes (deleted ones among them), messages
+    -- they hold, and seconds until the next one is due. Active inboxes through
+    -- mailboxes_expiry_idx, closed ones through mailboxes_purge_idx.
+    RETURN QUERY
+    SELECT
+        (SELECT count(*) FROM mailroom.mailboxes AS b WHERE b.is_active AND b.expires_at > v_now),
+        (SELECT count(*) FROM mailroom.mailboxes AS b WHERE b.is_active AND b.expires_at <= v_now),
+        (SELECT count(*) FROM mailroom.mailboxes AS b WHERE b.inactive_since IS NOT NULL),
+        (SELECT count(*) FROM mailroom.mailboxes AS b WHERE b.deleted_at IS NOT NULL AND b.inactive_since IS NOT NULL),
+        (SELECT coalesce(sum(b.message_count), 0)::bigint FROM mailroom.mailboxes AS b),
+        (
+            SELECT extract(EPOCH FROM min(b.expires_at) - v_now)::double precision
+            FROM mailroom.mailboxes AS b WHERE b.is_active AND b.expires_at > v_now
+        );
+END;
+$$;
+
+COMMENT ON FUNCTION mailroom.inbox_stats() IS
+'Inboxes open, expired but not yet swept, closed awaiting purge (and deleted among them), messages held, seconds until the next expiry.';
+
+GRANT EXECUTE ON FUNCTION mailroom.inbox_stats() TO mailroom_monitor, mailroom_admin;

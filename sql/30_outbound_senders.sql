@@ -322,3 +322,51 @@ COMMENT ON FUNCTION mailroom._check_outbound_key(bytea) IS
 
 COMMENT ON FUNCTION mailroom._smtp_password(bytea, bytea, text) IS
 'Internal: decrypt a relay password with the key the caller passes (NULL without one; MR315 wrong key).';
+
+CREATE OR REPLACE FUNCTION mailroom.list_senders()
+RETURNS TABLE (
+    name text,
+    from_address text,
+    smtp_host text,
+    smtp_port integer,
+    smtp_security text,
+    smtp_username text,
+    password_set boolean,
+    bounce_domain text,
+    queued bigint,
+    created_at timestamptz,
+    updated_at timestamptz
+)
+LANGUAGE plpgsql
+STABLE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    -- Every sending identity and its relay, without the password (only whether one is stored),
+    -- and how many of its messages wait in the queue (queued or held).
+    RETURN QUERY
+    SELECT
+        s.name,
+        s.from_address,
+        s.smtp_host,
+        s.smtp_port,
+        s.smtp_security,
+        s.smtp_username,
+        s.smtp_password_sealed IS NOT NULL OR s.smtp_password_encrypted IS NOT NULL,
+        s.bounce_domain,
+        (
+            SELECT count(*) FROM mailroom.outbound_messages AS m
+            WHERE m.sender_id = s.id AND m.status IN ('queued', 'held')
+        ),
+        s.created_at,
+        s.updated_at
+    FROM mailroom.senders AS s
+    ORDER BY s.name;
+END;
+$$;
+
+COMMENT ON FUNCTION mailroom.list_senders() IS
+'Every sending identity: from address, relay host, port, security and username, whether a password is stored (never the password), bounce domain, messages waiting.';
+
+GRANT EXECUTE ON FUNCTION mailroom.list_senders() TO mailroom_admin;

@@ -98,13 +98,15 @@ CREATE OR REPLACE FUNCTION mailroom._enqueue_message(
     p_headers jsonb DEFAULT '{}',
     p_idempotency_key text DEFAULT null,
     p_send_after timestamptz DEFAULT null,
-    p_token_id bigint DEFAULT null
+    p_token_id bigint DEFAULT null,
+    p_priority integer DEFAULT null
 )
 RETURNS bigint
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
+    v_priority integer;
     v_sender_id bigint;
     v_from text;
     v_to text [] := coalesce(p_to, '{}');
@@ -187,6 +189,15 @@ BEGIN
             MESSAGE = 'a message needs a text body or an HTML body';
     END IF;
     PERFORM mailroom._check_extra_headers(v_headers);
+    -- higher first; mailroom's own emails (activation, recovery) take the setting collector.priority
+    v_priority := coalesce(
+        p_priority, CASE WHEN p_scope = 'mailroom' THEN mailroom.setting('collector.priority')::integer ELSE 0 END
+    );
+    IF v_priority NOT BETWEEN -10 AND 10 THEN
+        RAISE EXCEPTION USING
+            ERRCODE = 'MR326',
+            MESSAGE = format('priority must be between -10 (last) and 10 (first), got %s', v_priority);
+    END IF;
     IF NOT isfinite(p_send_after) THEN
         RAISE EXCEPTION USING
             ERRCODE = 'MR317',
@@ -240,7 +251,8 @@ BEGIN
         suppressed_recipients,
         -- the domain the domain limits count it against (sql/39_outbound_domain_limits.sql)
         rcpt_domain,
-        token_id
+        token_id,
+        priority
     )
     VALUES (
         v_sender_id, v_to, v_cc, v_bcc, p_subject, p_text_body, p_html_body, v_headers,
@@ -248,7 +260,8 @@ BEGIN
         p_send_after, p_send_after, p_scope, p_idempotency_key, mailroom.clock(), mailroom.clock(),
         v_suppressed,
         mailroom._recipient_domain(v_to, v_cc, v_bcc),
-        p_token_id
+        p_token_id,
+        v_priority
     )
     RETURNING m.id INTO v_id;
 
@@ -273,7 +286,8 @@ CREATE OR REPLACE FUNCTION mailroom.enqueue_message(
     p_bcc text[] DEFAULT '{}',
     p_headers jsonb DEFAULT '{}',
     p_idempotency_key text DEFAULT null,
-    p_send_after timestamptz DEFAULT null
+    p_send_after timestamptz DEFAULT null,
+    p_priority integer DEFAULT 0
 )
 RETURNS bigint
 LANGUAGE sql
@@ -283,22 +297,25 @@ AS $$
     -- The application's messages: idempotency keys in scope 'app'.
     SELECT mailroom._enqueue_message(
         'app', p_sender, p_to, p_subject, p_text_body, p_html_body, p_cc, p_bcc, p_headers,
-        p_idempotency_key, p_send_after
+        p_idempotency_key, p_send_after, coalesce(p_priority, 0)
     );
 $$;
 
 COMMENT ON FUNCTION mailroom.enqueue_message(
-    text, text[], text, text, text, text[], text[], jsonb, text, timestamptz
+    text, text[], text, text, text, text[], text[], jsonb, text, timestamptz, integer
 ) IS
-'Validate and queue a message for a sender; same idempotency key returns the same id; NOTIFY mailroom_outbound (id).';
+'Validate and queue a message for a sender (p_priority -10 last to 10 first, 0 by default); same idempotency key returns the same id; NOTIFY mailroom_outbound (id).';
 
-GRANT EXECUTE ON FUNCTION mailroom.enqueue_message(text, text[], text, text, text, text[], text[], jsonb, text, timestamptz) TO mailroom_app;
+GRANT EXECUTE ON FUNCTION mailroom.enqueue_message(
+    text, text[], text, text, text, text[], text[], jsonb, text, timestamptz, integer
+) TO mailroom_app;
 
 COMMENT ON FUNCTION mailroom._enqueue_message(
-    text, text, text[], text, text, text, text[], text[], jsonb, text, timestamptz, bigint
+    text, text, text[], text, text, text, text[], text[], jsonb, text, timestamptz, bigint, integer
 ) IS
-'Internal: validate and queue a message, idempotent on (p_scope, p_idempotency_key); NOTIFY mailroom_outbound (id); '
-'p_token_id: a token email, its bodies rendered at claim.';
+'Internal: validate and queue a message, idempotent on (p_scope, p_idempotency_key), at p_priority (NULL: 0, or '
+'collector.priority for mailroom''s own emails); NOTIFY mailroom_outbound (id); p_token_id: a token email, its bodies '
+'rendered at claim.';
 
 COMMENT ON FUNCTION mailroom._check_recipients(text, text[]) IS
 'Internal: raise MR303 naming the position (never the value) of an invalid address.';

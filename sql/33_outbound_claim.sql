@@ -1,6 +1,6 @@
 -- claim_messages: one statement turns up to p_limit due rows into processing under a lease
--- (FOR UPDATE SKIP LOCKED over the partial index outbound_messages_due_idx) and returns them
--- with their relay settings. The relay password comes back encrypted to the sender key (only the
+-- (FOR UPDATE SKIP LOCKED over the partial index outbound_messages_due_idx, higher priority first,
+-- then due order) and returns them with their relay settings. The relay password comes back encrypted to the sender key (only the
 -- sender can decrypt it); a token email is rendered here, with a freshly minted link and code
 -- (sql/41: _claim_token_email), and exists in plaintext only in this result.
 --
@@ -12,21 +12,22 @@
 -- that runs (_statement_of), which pgTAP 33 and 39 check.
 
 -- What is due: queued, and never tried or its retry time (or send_after) has come. coalesce()
--- is the expression of outbound_messages_due_idx, so a scan ordered by due_at, id walks that
--- partial index and stops after LIMIT rows, at any queue size.
+-- is the expression of outbound_messages_due_idx, so a scan ordered by priority DESC, due_at, id
+-- walks that partial index and stops after LIMIT rows, at any queue size.
 CREATE OR REPLACE VIEW mailroom._outbound_due AS
 SELECT
     m.id,
     m.created_at,
     m.rcpt_domain,
-    coalesce(m.next_retry_at, '-infinity'::timestamptz) AS due_at
+    coalesce(m.next_retry_at, '-infinity'::timestamptz) AS due_at,
+    m.priority
 FROM mailroom.outbound_messages AS m
 WHERE
     m.status = 'queued'
     AND coalesce(m.next_retry_at, '-infinity'::timestamptz) <= mailroom.clock();
 
 COMMENT ON VIEW mailroom._outbound_due IS
-'Internal: the outbound messages due now (queued, retry time or send_after come), with due_at, the order a claim takes them in.';
+'Internal: the outbound messages due now (queued, retry time or send_after come), with priority and due_at: a claim takes them by priority DESC, due_at, id.';
 
 -- The statement of a function that is one RETURN QUERY (the claim's): what _explain_claim
 -- plans, so the checked plan is the plan of the text that runs.
@@ -70,33 +71,16 @@ blocked AS MATERIALIZED (
     -- domains that can get nothing now by this statement's snapshot (backed off, at the
     -- per-minute cap, or at the in-flight cap): a hint so the scan skips their rows. The
     -- decision that holds against concurrent claimers is _domain_room's, under the lock.
-    SELECT s.domain
-    FROM mailroom.domain_state AS s
-    WHERE s.backoff_until > $1
-    UNION
-    SELECT s.domain
-    FROM mailroom.domain_state AS s
-    CROSS JOIN LATERAL mailroom._domain_limit(s.domain) AS l
-    WHERE s.window_start = date_trunc('minute', $1) AND s.window_count >= l.max_per_minute
-    UNION
-    SELECT p.domain
-    FROM (
-        SELECT x.rcpt_domain AS domain, count(*) AS n
-        FROM mailroom.outbound_messages AS x
-        WHERE x.status = 'processing'
-        GROUP BY x.rcpt_domain
-    ) AS p
-    CROSS JOIN LATERAL mailroom._domain_limit(p.domain) AS l
-    WHERE p.n >= l.max_in_flight
+    SELECT b.domain FROM mailroom._blocked_domains($1) AS b
 ),
 
 head AS MATERIALIZED (
-    -- the due rows in due order (the same index scan as without limits), skipping blocked
+    -- the due rows in claim order (the same index scan as without limits), skipping blocked
     -- domains; twice the limit, so a capped domain's surplus leaves room for the others
-    SELECT d.id, d.created_at, d.rcpt_domain, d.due_at
+    SELECT d.id, d.created_at, d.rcpt_domain, d.priority, d.due_at
     FROM mailroom._outbound_due AS d
     WHERE d.rcpt_domain <> ALL (ARRAY(SELECT b.domain FROM blocked AS b))
-    ORDER BY d.due_at, d.id
+    ORDER BY d.priority DESC, d.due_at, d.id
     LIMIT 2 * $2 + 8
     FOR UPDATE SKIP LOCKED
 ),
@@ -122,14 +106,15 @@ due AS (
             h.id,
             h.created_at,
             h.rcpt_domain,
+            h.priority,
             h.due_at,
             o.room,
-            row_number() OVER (PARTITION BY h.rcpt_domain ORDER BY h.due_at, h.id) AS n
+            row_number() OVER (PARTITION BY h.rcpt_domain ORDER BY h.priority DESC, h.due_at, h.id) AS n
         FROM head AS h
         INNER JOIN room AS o ON h.rcpt_domain = o.domain
     ) AS r
     WHERE r.n <= r.room
-    ORDER BY r.due_at, r.id
+    ORDER BY r.priority DESC, r.due_at, r.id
     LIMIT $2
 ),
 
@@ -202,7 +187,8 @@ BEGIN
         SELECT d.id, d.created_at
         FROM mailroom._outbound_due AS d
         WHERE NOT $5
-        ORDER BY d.due_at, d.id
+        -- higher priority first, then due order: the order of outbound_messages_due_idx
+        ORDER BY d.priority DESC, d.due_at, d.id
         LIMIT $2
         FOR UPDATE SKIP LOCKED
     ),

@@ -1,48 +1,11 @@
--- Operator API: the stats view (CLI and metrics), list/show without addresses or bodies,
--- retry of failed messages and batched purge of old sent ones.
+-- Operator API: the queue's numbers (CLI and metrics), list/show without addresses or bodies,
+-- and batched purge of old sent ones. The verbs that change queued mail (hold, release, cancel,
+-- delete, run now, retry) are sql/37_outbound_queue.sql.
 
-CREATE OR REPLACE VIEW mailroom.outbound_stats AS
-SELECT
-    count(*) FILTER (WHERE m.status = 'queued') AS queued,
-    count(*) FILTER (WHERE m.status = 'processing') AS processing,
-    count(*) FILTER (WHERE m.status = 'sent') AS sent,
-    count(*) FILTER (WHERE m.status = 'failed') AS failed,
-    count(*) FILTER (
-        WHERE m.status = 'queued'
-        AND coalesce(m.next_retry_at, '-infinity'::timestamptz) <= mailroom.clock()
-    ) AS due_now,
-    count(*) FILTER (
-        WHERE m.status = 'queued' AND m.attempts > 0 AND m.next_retry_at > mailroom.clock()
-    ) AS retries_waiting,
-    count(*) FILTER (WHERE m.possibly_sent) AS possibly_sent,
-    coalesce(
-        extract(
-            EPOCH FROM mailroom.clock() - min(coalesce(m.send_after, m.created_at)) FILTER (
-                WHERE m.status = 'queued'
-                AND coalesce(m.send_after, m.created_at) <= mailroom.clock()
-            )
-        ),
-        0
-    )::double precision AS oldest_queued_age_seconds,
-    (
-        SELECT k.value FROM mailroom.outbound_counters AS k
-        WHERE k.name = 'stale_outcomes'
-    ) AS stale_outcomes,
-    (
-        SELECT k.value FROM mailroom.outbound_counters AS k
-        WHERE k.name = 'reaped'
-    ) AS reaped
-FROM mailroom.outbound_messages AS m;
-
-COMMENT ON VIEW mailroom.outbound_stats IS
-'One row: counts per status, due now, retries waiting, possibly sent, oldest queued age, stale outcomes, reaped.';
-
-GRANT SELECT ON mailroom.outbound_stats TO mailroom_monitor, mailroom_sender;
--- A view reads its tables with its owner's rights but calls functions with its reader's: the
--- readers of outbound_stats need mailroom.clock() (granted to them in sql/00_clock.sql too).
-
--- The same row as a function: what the driver calls (mailroom.db.contract names functions only).
--- Its columns are spelled out, not the view's row type, so a migration may still replace the view.
+-- The queue's numbers. due_now counts what a claim would take now: queued, due, and not held back
+-- by a domain limit or backoff (those are held_back); scheduled are first attempts whose send_after
+-- is to come, retries_waiting the deferred ones (an attempt failed, the next is to come).
+-- PL/pgSQL: the new statuses of migration 0160 may only be named in bodies checked when they run.
 CREATE OR REPLACE FUNCTION mailroom.outbound_stats()
 RETURNS TABLE (
     queued bigint,
@@ -54,21 +17,83 @@ RETURNS TABLE (
     possibly_sent bigint,
     oldest_queued_age_seconds double precision,
     stale_outcomes bigint,
-    reaped bigint
+    reaped bigint,
+    held bigint,
+    cancelled bigint,
+    held_back bigint,
+    scheduled bigint
 )
-LANGUAGE sql
+LANGUAGE plpgsql
 STABLE
 SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
-    SELECT s.* FROM mailroom.outbound_stats AS s
+DECLARE
+    v_now timestamptz := mailroom.clock();
+    v_blocked text [] := ARRAY(SELECT b.domain FROM mailroom._blocked_domains(v_now) AS b);
+BEGIN
+    RETURN QUERY
+    SELECT
+        count(*) FILTER (WHERE m.status = 'queued'),
+        count(*) FILTER (WHERE m.status = 'processing'),
+        count(*) FILTER (WHERE m.status = 'sent'),
+        count(*) FILTER (WHERE m.status = 'failed'),
+        count(*) FILTER (
+            WHERE m.status = 'queued' AND coalesce(m.next_retry_at, '-infinity'::timestamptz) <= v_now
+            AND m.rcpt_domain <> ALL (v_blocked)
+        ),
+        count(*) FILTER (WHERE m.status = 'queued' AND m.attempts > 0 AND m.next_retry_at > v_now),
+        count(*) FILTER (WHERE m.possibly_sent),
+        coalesce(
+            extract(
+                EPOCH FROM v_now - min(coalesce(m.send_after, m.created_at)) FILTER (
+                    WHERE m.status = 'queued' AND coalesce(m.send_after, m.created_at) <= v_now
+                )
+            ),
+            0
+        )::double precision,
+        (SELECT k.value FROM mailroom.outbound_counters AS k WHERE k.name = 'stale_outcomes'),
+        (SELECT k.value FROM mailroom.outbound_counters AS k WHERE k.name = 'reaped'),
+        count(*) FILTER (WHERE m.status = 'held'),
+        count(*) FILTER (WHERE m.status = 'cancelled'),
+        count(*) FILTER (
+            WHERE m.status = 'queued' AND coalesce(m.next_retry_at, '-infinity'::timestamptz) <= v_now
+            AND m.rcpt_domain = ANY (v_blocked)
+        ),
+        count(*) FILTER (WHERE m.status = 'queued' AND m.attempts = 0 AND m.next_retry_at > v_now)
+    FROM mailroom.outbound_messages AS m;
+END;
 $$;
 
 COMMENT ON FUNCTION mailroom.outbound_stats() IS
-'The row of the view mailroom.outbound_stats: counts per status, due now, retries waiting, possibly sent, oldest queued age, stale outcomes, reaped.';
+'One row: counts per status (queued, processing, sent, failed, held, cancelled), due now (held back by domain limits excluded), retries waiting, scheduled, held back by limits, possibly sent, oldest queued age, stale outcomes, reaped.';
 
 GRANT EXECUTE ON FUNCTION mailroom.outbound_stats() TO mailroom_monitor, mailroom_sender;
 GRANT EXECUTE ON FUNCTION mailroom.clock() TO mailroom_monitor, mailroom_sender;
+
+-- The same row as a view (dashboards that SELECT from it); the function holds the logic.
+CREATE OR REPLACE VIEW mailroom.outbound_stats AS
+SELECT
+    s.queued,
+    s.processing,
+    s.sent,
+    s.failed,
+    s.due_now,
+    s.retries_waiting,
+    s.possibly_sent,
+    s.oldest_queued_age_seconds,
+    s.stale_outcomes,
+    s.reaped,
+    s.held,
+    s.cancelled,
+    s.held_back,
+    s.scheduled
+FROM mailroom.outbound_stats() AS s;
+
+COMMENT ON VIEW mailroom.outbound_stats IS
+'The row of mailroom.outbound_stats(): counts per status, due now, retries waiting, possibly sent, oldest queued age, stale outcomes, reaped, held, cancelled, held back by limits, scheduled.';
+
+GRANT SELECT ON mailroom.outbound_stats TO mailroom_monitor, mailroom_sender;
 
 CREATE OR REPLACE FUNCTION mailroom._check_outbound_status(p_status text)
 RETURNS void
@@ -77,23 +102,25 @@ IMMUTABLE
 SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
-    IF p_status IS NOT NULL AND p_status NOT IN ('queued', 'processing', 'sent', 'failed') THEN
+    IF p_status IS NOT NULL AND p_status NOT IN ('queued', 'held', 'processing', 'sent', 'failed', 'cancelled') THEN
         RAISE EXCEPTION USING
             ERRCODE = 'MR343',
             MESSAGE = format(
-                'status must be queued, processing, sent or failed, got %s', quote_literal(left(p_status, 40))
+                'status must be queued, held, processing, sent, failed or cancelled, got %s',
+                quote_literal(left(p_status, 40))
             );
     END IF;
 END;
 $$;
 
 CREATE OR REPLACE FUNCTION mailroom.list_outbound_messages(
-    p_status text DEFAULT null, p_limit integer DEFAULT 50
+    p_status text DEFAULT null, p_limit integer DEFAULT 50, p_domain text DEFAULT null
 )
 RETURNS TABLE (
     id bigint,
     sender text,
     status mailroom.outbound_status,
+    priority smallint,
     attempts integer,
     recipients integer,
     last_smtp_code integer,
@@ -120,6 +147,7 @@ BEGIN
         m.id,
         s.name,
         m.status,
+        m.priority,
         m.attempts,
         cardinality(m.to_addrs) + cardinality(m.cc_addrs) + cardinality(m.bcc_addrs),
         m.last_smtp_code,
@@ -130,24 +158,28 @@ BEGIN
         m.sent_at
     FROM mailroom.outbound_messages AS m
     INNER JOIN mailroom.senders AS s ON m.sender_id = s.id
-    WHERE p_status IS NULL OR m.status = p_status::mailroom.outbound_status
+    WHERE
+        (p_status IS NULL OR m.status = p_status::mailroom.outbound_status)
+        AND (p_domain IS NULL OR m.rcpt_domain = mailroom._normalize_domain(p_domain))
     ORDER BY m.id DESC
     LIMIT p_limit;
 END;
 $$;
 
-COMMENT ON FUNCTION mailroom.list_outbound_messages(text, integer) IS
-'Newest messages (optionally of one status) without addresses, subjects or bodies. Errors: MR343 unknown status or bad limit.';
+COMMENT ON FUNCTION mailroom.list_outbound_messages(text, integer, text) IS
+'Newest messages (optionally of one status, of one recipient domain) without addresses, subjects or bodies. Errors: MR343 unknown status or bad limit.';
 
-GRANT EXECUTE ON FUNCTION mailroom.list_outbound_messages(text, integer) TO mailroom_monitor;
+GRANT EXECUTE ON FUNCTION mailroom.list_outbound_messages(text, integer, text) TO mailroom_monitor;
 
 CREATE OR REPLACE FUNCTION mailroom.show_outbound_message(p_id bigint)
 RETURNS TABLE (
     id bigint,
     sender text,
     status mailroom.outbound_status,
+    priority smallint,
     attempts integer,
     recipients integer,
+    recipient_domain text,
     message_id text,
     idempotency_key text,
     idempotency_scope text,
@@ -175,8 +207,10 @@ BEGIN
         m.id,
         s.name,
         m.status,
+        m.priority,
         m.attempts,
         cardinality(m.to_addrs) + cardinality(m.cc_addrs) + cardinality(m.bcc_addrs),
+        m.rcpt_domain,
         m.message_id,
         m.idempotency_key,
         m.idempotency_scope,
@@ -204,88 +238,12 @@ END;
 $$;
 
 COMMENT ON FUNCTION mailroom.show_outbound_message(bigint) IS
-'One message for operators: state, codes, positions of recipients dropped as suppressed and the (already scrubbed) error_log; no addresses or bodies. Errors: MR340 unknown id.';
+'One message for operators: state, priority, recipient domain, codes, positions of recipients dropped as suppressed and the (already scrubbed) error_log; no addresses or bodies. Errors: MR340 unknown id.';
 
 GRANT EXECUTE ON FUNCTION mailroom.show_outbound_message(bigint) TO mailroom_admin;
 
-CREATE OR REPLACE FUNCTION mailroom._requeue_failed(p_id bigint DEFAULT null)
-RETURNS integer
-LANGUAGE plpgsql
-SET search_path = pg_catalog, pg_temp
-AS $$
-DECLARE
-    v_count integer;
-BEGIN
-    UPDATE mailroom.outbound_messages AS m
-    SET
-        status = 'queued',
-        attempts = 0,
-        next_retry_at = NULL,
-        claim_token = NULL,
-        error_log = concat_ws(
-            E'\n', m.error_log,
-            to_char(mailroom.clock() AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"')
-            || ' retried by operator'
-        ),
-        updated_at = mailroom.clock()
-    WHERE m.status = 'failed' AND (p_id IS NULL OR m.id = p_id);
-    GET DIAGNOSTICS v_count = ROW_COUNT;
-    RETURN v_count;
-END;
-$$;
-
-COMMENT ON FUNCTION mailroom._requeue_failed(bigint) IS
-'Internal: failed message p_id (all failed ones when NULL) back to queued with a fresh attempt budget.';
-
-CREATE OR REPLACE FUNCTION mailroom.retry_message(p_id bigint)
-RETURNS bigint
-LANGUAGE plpgsql
-SECURITY DEFINER
-SET search_path = pg_catalog, pg_temp
-AS $$
-DECLARE
-    v_status mailroom.outbound_status;
-BEGIN
-    SELECT m.status INTO v_status
-    FROM mailroom.outbound_messages AS m
-    WHERE m.id = p_id
-    FOR UPDATE;
-    IF NOT FOUND THEN
-        RAISE EXCEPTION USING
-            ERRCODE = 'MR340',
-            MESSAGE = format('no outbound message with id %s', coalesce(p_id::text, 'NULL'));
-    END IF;
-    IF v_status <> 'failed' THEN
-        RAISE EXCEPTION USING
-            ERRCODE = 'MR341',
-            MESSAGE = format('message %s is %s; only failed messages can be retried', p_id, v_status);
-    END IF;
-    PERFORM mailroom._requeue_failed(p_id);
-    RETURN p_id;
-END;
-$$;
-
-COMMENT ON FUNCTION mailroom.retry_message(bigint) IS
-'Put one failed message back in the queue with a fresh attempt budget. Errors: MR340 unknown id, MR341 not failed.';
-
-GRANT EXECUTE ON FUNCTION mailroom.retry_message(bigint) TO mailroom_admin;
-
-CREATE OR REPLACE FUNCTION mailroom.retry_failed_messages()
-RETURNS integer
-LANGUAGE sql
-SECURITY DEFINER
-SET search_path = pg_catalog, pg_temp
-AS $$
-    SELECT mailroom._requeue_failed();
-$$;
-
-COMMENT ON FUNCTION mailroom.retry_failed_messages() IS
-'Put every failed message back in the queue with a fresh attempt budget; returns how many.';
-
-GRANT EXECUTE ON FUNCTION mailroom.retry_failed_messages() TO mailroom_admin;
-
 CREATE OR REPLACE FUNCTION mailroom.purge_sent_messages(
-    p_before timestamptz, p_batch integer DEFAULT 5000
+    p_before timestamptz, p_batch integer DEFAULT 5000, p_dry_run boolean DEFAULT false
 )
 RETURNS integer
 LANGUAGE plpgsql
@@ -305,6 +263,13 @@ BEGIN
             ERRCODE = 'MR342',
             MESSAGE = format('purge batch must be between 1 and 100000, got %s', coalesce(p_batch::text, 'NULL'));
     END IF;
+    IF p_dry_run THEN
+        -- how many a purge would delete in all (not one batch), deleting nothing
+        SELECT count(*) INTO v_count
+        FROM mailroom.outbound_messages AS o
+        WHERE o.status = 'sent' AND o.sent_at < p_before;
+        RETURN v_count;
+    END IF;
     DELETE FROM mailroom.outbound_messages AS m
     WHERE m.id IN (
         SELECT o.id
@@ -318,10 +283,10 @@ BEGIN
 END;
 $$;
 
-COMMENT ON FUNCTION mailroom.purge_sent_messages(timestamptz, integer) IS
-'Delete up to p_batch sent messages sent before p_before; call until it returns 0. Errors: MR342 no cut-off or bad batch.';
+COMMENT ON FUNCTION mailroom.purge_sent_messages(timestamptz, integer, boolean) IS
+'Delete up to p_batch sent messages sent before p_before; call until it returns less than p_batch. p_dry_run: how many there are in all, deleting nothing. Errors: MR342 no cut-off or bad batch.';
 
-GRANT EXECUTE ON FUNCTION mailroom.purge_sent_messages(timestamptz, integer) TO mailroom_admin;
+GRANT EXECUTE ON FUNCTION mailroom.purge_sent_messages(timestamptz, integer, boolean) TO mailroom_admin;
 
 COMMENT ON FUNCTION mailroom._check_outbound_status(text) IS
 'Internal: raise MR343 unless the status filter is NULL or an outbound status.';

@@ -217,3 +217,18 @@ $$;
 
 COMMENT ON FUNCTION mailroom._without_suppressed(text[]) IS
 'Internal: a recipient list without its suppressed addresses, in order.';
+
+CREATE OR REPLACE FUNCTION mailroom._suppressed_recipients(p_to text[], p_cc text[], p_bcc text[])
+RETURNS text[]
+LANGUAGE sql
+STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    -- positions (to[1], bcc[2]) of a message's recipients on the suppression list now
+    SELECT mailroom._suppressed_positions('to', p_to)
+        || mailroom._suppressed_positions('cc', p_cc)
+        || mailroom._suppressed_positions('bcc', p_bcc)
+$$;
+
+COMMENT ON FUNCTION mailroom._suppressed_recipients(text[], text[], text[]) IS
+'Internal: positions (never the addresses) of a message''s recipients that are suppressed now.';

@@ -32,6 +32,23 @@ $$;
 COMMENT ON FUNCTION mailroom._recipient_domain(text[], text[], text[]) IS
 'Internal: the recipient domain of a message (first of to, cc, bcc; lower case, no trailing dot), the key of the domain limits.';
 
+CREATE OR REPLACE FUNCTION mailroom._normalize_domain(p_domain text)
+RETURNS text
+LANGUAGE plpgsql
+IMMUTABLE
+PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    -- A recipient domain as an operator types it, in the form rcpt_domain stores: trimmed, lower
+    -- case, without a trailing dot.
+    RETURN rtrim(lower(btrim(p_domain)), '.');
+END;
+$$;
+
+COMMENT ON FUNCTION mailroom._normalize_domain(text) IS
+'Internal: a recipient domain in the stored form of outbound_messages.rcpt_domain (trimmed, lower case, no trailing dot).';
+
 CREATE OR REPLACE FUNCTION mailroom._domain_patterns(p_domain text)
 RETURNS text[]
 LANGUAGE sql
@@ -129,6 +146,42 @@ $$;
 
 COMMENT ON FUNCTION mailroom._domain_room(text, timestamptz, integer, integer) IS
 'Internal: room left for a capped domain now (0 if backed off or its lock is held elsewhere); takes the per-domain claim lock.';
+
+CREATE OR REPLACE FUNCTION mailroom._blocked_domains(p_now timestamptz)
+RETURNS TABLE (domain text)
+LANGUAGE plpgsql
+STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    -- The domains that can get nothing claimed at p_now: backed off, at their per-minute cap, or
+    -- at their in-flight cap (by the caller's snapshot). The claim skips their rows; the queue's
+    -- statistics count their due messages as held back by limits, not as due. PL/pgSQL for the
+    -- reason given at _classify_outcome (every claim with limits on calls it).
+    RETURN QUERY
+    SELECT s.domain
+    FROM mailroom.domain_state AS s
+    WHERE s.backoff_until > p_now
+    UNION
+    SELECT s.domain
+    FROM mailroom.domain_state AS s
+    CROSS JOIN LATERAL mailroom._domain_limit(s.domain) AS l
+    WHERE s.window_start = date_trunc('minute', p_now) AND s.window_count >= l.max_per_minute
+    UNION
+    SELECT p.domain
+    FROM (
+        SELECT x.rcpt_domain AS domain, count(*) AS n
+        FROM mailroom.outbound_messages AS x
+        WHERE x.status = 'processing'
+        GROUP BY x.rcpt_domain
+    ) AS p
+    CROSS JOIN LATERAL mailroom._domain_limit(p.domain) AS l
+    WHERE p.n >= l.max_in_flight;
+END;
+$$;
+
+COMMENT ON FUNCTION mailroom._blocked_domains(timestamptz) IS
+'Internal: recipient domains that can get nothing claimed now (backed off, per-minute cap reached, in-flight cap reached).';
 
 CREATE OR REPLACE FUNCTION mailroom._is_domain_throttle(
     p_outcome text, p_smtp_code integer, p_enhanced_code text, p_error text
@@ -419,7 +472,7 @@ AS $$
     WITH cleared AS (
         UPDATE mailroom.domain_state AS s
         SET backoff_until = NULL, backoff_level = 0, updated_at = mailroom.clock()
-        WHERE s.domain = rtrim(lower(btrim(p_domain)), '.') AND (s.backoff_until IS NOT NULL OR s.backoff_level > 0)
+        WHERE s.domain = mailroom._normalize_domain(p_domain) AND (s.backoff_until IS NOT NULL OR s.backoff_level > 0)
         RETURNING 1
     )
 

@@ -9,15 +9,39 @@ from pathlib import Path
 
 import pytest
 
+from mailroom import testing
+
 README = (Path(__file__).resolve().parents[1] / "README.md").read_text()
 
 
-def test_psql_session_works_when_pasted(db_url):
-    block = re.search(r"A short session.*?```sql\n(.*?)```", README, re.S).group(1)
-    proc = subprocess.run(["psql", "-X", "-v", "ON_ERROR_STOP=1", db_url], input=block,
+def login_granted(db_url: str, *roles: str) -> str:
+    """`db_url` as a login granted exactly `roles` (created once for the cluster): what a block of the
+    README names is what it runs as, never the superuser."""
+    import psycopg
+    from psycopg import sql
+
+    login = "readme_" + "_".join(r.removeprefix("mailroom_") for r in roles)
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        if not conn.execute("SELECT 1 FROM pg_roles WHERE rolname = %s", (login,)).fetchone():
+            conn.execute(sql.SQL("CREATE ROLE {} LOGIN").format(sql.Identifier(login)))
+        for role in roles:
+            conn.execute(sql.SQL("GRANT {} TO {}").format(sql.Identifier(role), sql.Identifier(login)))
+    return testing.as_login(db_url, login)
+
+
+def psql(url: str, block: str, *variables: str) -> subprocess.CompletedProcess:
+    args = [a for v in variables for a in ("-v", v)]
+    return subprocess.run(["psql", "-X", "-v", "ON_ERROR_STOP=1", *args, url], input=block,
                           capture_output=True, text=True, timeout=60)
+
+
+def test_psql_session_works_when_pasted(db_url):
+    intro, block = re.search(r"(A short session.*?)```sql\n(.*?)```", README, re.S).groups()
+    roles = re.findall(r"`(mailroom_[a-z]+)`", intro)
+    assert roles == ["mailroom_app", "mailroom_collector"], roles  # the roles the README names
+    proc = psql(login_granted(db_url, *roles), block)
     assert proc.returncode == 0, proc.stderr
-    assert re.search(r"^\s*active \| t\s*$", proc.stdout, re.M), proc.stdout
+    assert re.search(r"^\s*active\s*$", proc.stdout, re.M), proc.stdout
     # the last statement is the refused second use, with its own message
     assert "ERROR:  token already used" in proc.stderr
 
@@ -27,14 +51,14 @@ def cli_commands() -> list[list[str]]:
     commands = []
     for cell in re.findall(r"^\| `mailroom ([^`]+)`", table, re.M):
         words = cell.replace("[", " ").split()
-        head = [w for w in words if re.fullmatch(r"[a-z]+", w)]
+        head = [w for w in words if re.fullmatch(r"[a-z][a-z-]*", w)]
         if not head:  # `mailroom --version`: a flag of the root command
             commands.append(words)
             continue
         group, rest = head[0], head[1:]
         if rest and "/" in cell:  # `db up / down / …`: every sub-command
             subs = [s.strip().split()[0] for s in cell.split(" ", 1)[1].split("/")]
-            commands += [[group, s] for s in subs if re.fullmatch(r"[a-z]+", s)]
+            commands += [[group, s] for s in subs if re.fullmatch(r"[a-z][a-z-]*", s)]
         else:
             commands.append([group, *rest[:1]] if rest else [group])
     return commands
@@ -50,7 +74,8 @@ def test_cli_command_named_in_readme_exists(command):
 def test_readme_cli_table_is_parsed():
     names = {" ".join(c) for c in cli_commands()}
     assert {"db up", "db url", "collect", "inbox serve", "expire", "send", "outbound status",
-            "outbound reap", "run", "demo"} <= names
+            "outbound reap", "outbound run-now", "outbound hold", "settings set", "status", "plans", "run",
+            "demo"} <= names
 
 
 def test_waiting_and_suppression_session_works_when_pasted(db_url):
@@ -59,7 +84,8 @@ def test_waiting_and_suppression_session_works_when_pasted(db_url):
 
     import psycopg
 
-    block = re.search(r"Testing a sign-up flow from psql.*?```sql\n(.*?)```", README, re.S).group(1)
+    waiting = re.search(r"Testing a sign-up flow from psql.*?```sql\n(.*?)```", README, re.S).group(1)
+    suppressing = re.search(r"The suppression list is the operator's.*?```sql\n(.*?)```", README, re.S).group(1)
     with psycopg.connect(db_url, autocommit=True) as conn:
         address, session_token = conn.execute(
             "SELECT address, session_token FROM mailroom.create_mailbox(30, 'free')").fetchone()
@@ -77,13 +103,14 @@ def test_waiting_and_suppression_session_works_when_pasted(db_url):
     thread = threading.Thread(target=deliver_later)
     thread.start()
     try:
-        proc = subprocess.run(["psql", "-X", "-v", "ON_ERROR_STOP=1", "-v", f"address={address}",
-                               "-v", f"session_token={session_token}", db_url], input=block,
-                              capture_output=True, text=True, timeout=60)
+        proc = psql(testing.as_login(db_url, "mr_app_nopin"), waiting, f"address={address}",
+                    f"session_token={session_token}")  # as the application's login (mailroom_app only)
     finally:
         thread.join()
     assert proc.returncode == 0, proc.stderr
     assert link in proc.stdout
     assert re.search(r"^\s*48213\s*$", proc.stdout, re.M), proc.stdout
+    proc = psql(login_granted(db_url, "mailroom_admin"), suppressing)  # as the operator's login
+    assert proc.returncode == 0, proc.stderr
     assert re.search(r"^\s*t\s*$", proc.stdout, re.M), proc.stdout  # is_suppressed, other case
     assert re.search(r"^\s*bounced@example\.com \| manual\s*$", proc.stdout, re.M), proc.stdout

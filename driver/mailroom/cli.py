@@ -1,7 +1,9 @@
 """The `mailroom` command: a root group that loads each area's typer commands only when used.
 
 `mailroom collect` imports the accounts area and nothing of the others (`mailroom --help`
-imports them all to render their help).
+imports them all to render their help). Every failure ends here as one line on stderr,
+`mailroom: error: …`, and an exit code: 2 for usage and configuration (a typo, a bad value, a
+missing argument: click's own errors too, never its boxed panel), 1 for a runtime failure.
 """
 
 from __future__ import annotations
@@ -10,16 +12,26 @@ import importlib
 import sys
 from typing import Any
 
+import typer
 from typer.core import TyperGroup
 
 from mailroom.core.errors import UserError
+from mailroom.core.options import CONTEXT_SETTINGS
+
+try:  # typer vendors click from 0.2x on; its commands raise that click's exceptions
+    from typer import _click as click_impl
+except ImportError:  # pragma: no cover - an older typer on the real click
+    import click as click_impl
 
 # name -> (module, attribute holding the typer app, command inside it or None for a group)
 COMMANDS: dict[str, tuple[str, str, str | None]] = {
     "db": ("mailroom.db.cli", "db_app", None),
+    "settings": ("mailroom.db.cli", "settings_app", None),
+    "status": ("mailroom.ops.cli", "app", "status"),
     "collect": ("mailroom.accounts.cli", "app", "collect"),
     "keys": ("mailroom.accounts.cli", "keys_app", None),
     "inbox": ("mailroom.inboxes.cli", "inbox_app", None),
+    "plans": ("mailroom.inboxes.cli", "app", "plans"),
     "expire": ("mailroom.inboxes.cli", "app", "expire"),
     "send": ("mailroom.outbound.cli", "app", "send"),
     "outbound": ("mailroom.outbound.cli", "outbound", None),
@@ -64,6 +76,8 @@ app = LazyGroup(
     help="mailroom: a PostgreSQL-native mail lifecycle engine. `mailroom --version` prints the version and the "
     "schema version it installs.",
     no_args_is_help=True,
+    context_settings=CONTEXT_SETTINGS,
+    rich_markup_mode=None,
 )
 
 
@@ -75,15 +89,35 @@ def version_line() -> str:
     return f"mailroom {__version__} (schema {schema_version()})"
 
 
-def main() -> None:
-    """Entry point: run the app, turning UserError into one line and an exit code."""
-    if sys.argv[1:2] in (["--version"], ["-V"]):
+def fail(message: str, exit_code: int) -> None:
+    """The one way the command line ends in error: one line on stderr and the exit code."""
+    print(f"mailroom: error: {' '.join(message.split())}", file=sys.stderr)
+    sys.exit(exit_code)
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Entry point: run the app; UserError and click's usage errors become one line and an exit code."""
+    args = sys.argv[1:] if argv is None else list(argv)
+    if args[:1] in (["--version"], ["-V"]):
         print(version_line())
         return
     try:
-        app.main(prog_name="mailroom", standalone_mode=True)
+        code = app.main(args=args, prog_name="mailroom", standalone_mode=False)
+    except click_impl.exceptions.NoArgsIsHelpError as exc:
+        print(exc.format_message(), file=sys.stderr)  # a group named alone: its help
+        sys.exit(2)
+    except click_impl.exceptions.UsageError as exc:
+        where = f"{exc.ctx.command_path}: " if exc.ctx is not None else ""
+        hint = f" (see `{exc.ctx.command_path} --help`)" if exc.ctx is not None else ""
+        fail(f"{where}{exc.format_message()}{hint}", 2)
+    except click_impl.exceptions.ClickException as exc:
+        fail(exc.format_message(), exc.exit_code)
+    except typer.Abort:
+        fail("aborted", 1)
     except UserError as exc:
-        print(f"mailroom: error: {exc}", file=sys.stderr)
-        sys.exit(exc.exit_code)
+        fail(str(exc), exc.exit_code)
     except KeyboardInterrupt:
         sys.exit(130)
+    except BrokenPipeError:
+        sys.exit(1)
+    sys.exit(code if isinstance(code, int) else 0)

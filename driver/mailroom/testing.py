@@ -100,7 +100,13 @@ def login_for(args: tuple[str, ...] | list[str]) -> str | None:
     if command == "inbox":
         return "mr_app"
     if command == "outbound":
-        return "mr_monitor" if sub in ("status", "list") else "mr_admin"
+        return "mr_monitor" if sub in ("status", "list", "queue") else "mr_admin"
+    if command == "status":
+        return "mr_monitor"
+    if command == "plans":
+        return "mr_app"
+    if command == "settings":
+        return "mr_admin" if sub == "set" else "mr_monitor"
     if command in ("suppress", "keys"):
         return "mr_admin"
     if command in ("maintain", "apikey", "catchall"):

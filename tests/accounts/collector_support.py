@@ -95,7 +95,7 @@ class Collector:
             PYTHONUNBUFFERED="1",
             MAILROOM_DATABASE_URL=url,
             MAILROOM_BATCH_LIMIT="10",
-            MAILROOM_BATCH_TIMEOUT="200",
+            MAILROOM_BATCH_TIMEOUT="200ms",
         )
         merged.update(env or {})
         self.proc = subprocess.Popen(

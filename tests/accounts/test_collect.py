@@ -43,8 +43,8 @@ def running(collectors, *args: str, **env: str) -> Collector:
 
 
 def test_batch_by_limit(collectors, conn):
-    c = running(collectors, mailroom_batch_limit="3", mailroom_batch_timeout="60000",
-                mailroom_healthcheck_interval="60000")
+    c = running(collectors, mailroom_batch_limit="3", mailroom_batch_timeout="60s",
+                mailroom_healthcheck_interval="60s")
     logins = create_accounts(conn, "lim", 3)
     line = c.read_line(timeout=10)  # long before the 60 s timeout
     records = parse_csv_line(line)
@@ -56,7 +56,7 @@ def test_batch_by_limit(collectors, conn):
 
 
 def test_batch_by_timeout(collectors, conn):
-    c = running(collectors, mailroom_batch_limit="10", mailroom_batch_timeout="800")
+    c = running(collectors, mailroom_batch_limit="10", mailroom_batch_timeout="800ms")
     t0 = time.monotonic()
     logins = create_accounts(conn, "tmo", 2)
     c.assert_quiet(0.4)  # fewer than the limit: nothing before the timeout
@@ -68,8 +68,8 @@ def test_batch_by_timeout(collectors, conn):
 
 def test_backlog_drained_at_start(collectors, conn):
     logins = create_accounts(conn, "old", 25)
-    c = collectors(env={"MAILROOM_BATCH_LIMIT": "10", "MAILROOM_BATCH_TIMEOUT": "60000",
-                        "MAILROOM_HEALTHCHECK_INTERVAL": "60000"})
+    c = collectors(env={"MAILROOM_BATCH_LIMIT": "10", "MAILROOM_BATCH_TIMEOUT": "60s",
+                        "MAILROOM_HEALTHCHECK_INTERVAL": "60s"})
     lines = [c.read_line(timeout=10) for _ in range(3)]
     assert [len(parse_csv_line(x)) for x in lines] == [10, 10, 5]
     assert_exactly_once([r for x in lines for r in parse_csv_line(x)], logins)
@@ -79,8 +79,8 @@ def test_backlog_drained_at_start(collectors, conn):
 
 def test_csv_is_byte_compatible_with_the_article(collectors, conn):
     """One line per batch: action,email,login,signed,code records joined by commas, then \\n."""
-    c = running(collectors, mailroom_batch_limit="2", mailroom_batch_timeout="60000",
-                mailroom_healthcheck_interval="60000")
+    c = running(collectors, mailroom_batch_limit="2", mailroom_batch_timeout="60s",
+                mailroom_healthcheck_interval="60s")
     conn.execute("SELECT mailroom.create_account('ann@example.test', 'ann')")
     conn.execute("SELECT mailroom.create_account('bob@example.test', 'bob')")
     line = c.read_line()
@@ -95,7 +95,7 @@ def test_csv_is_byte_compatible_with_the_article(collectors, conn):
 
 
 def test_bulk_insert_10000_in_one_transaction(collectors, conn):
-    c = running(collectors, mailroom_batch_limit="1000", mailroom_batch_timeout="200")
+    c = running(collectors, mailroom_batch_limit="1000", mailroom_batch_timeout="200ms")
     with conn.transaction():
         conn.execute(bulk_accounts_sql("bulk", 10_000))
     records = c.records(10_000, timeout=60)
@@ -104,7 +104,7 @@ def test_bulk_insert_10000_in_one_transaction(collectors, conn):
 
 
 def test_out_of_order_commits(collectors, conn, db_url):
-    c = running(collectors, mailroom_batch_limit="10", mailroom_batch_timeout="100")
+    c = running(collectors, mailroom_batch_limit="10", mailroom_batch_timeout="100ms")
     with psycopg.connect(db_url) as early, psycopg.connect(db_url) as late:
         early.execute("SELECT mailroom.create_account('early@example.test', 'early')")  # lower id, open
         late.execute("SELECT mailroom.create_account('late@example.test', 'late')")
@@ -117,7 +117,7 @@ def test_out_of_order_commits(collectors, conn, db_url):
 
 
 def test_password_recovery_is_action_2_signed_with_its_code(collectors, conn):
-    c = running(collectors, mailroom_batch_limit="1", mailroom_batch_timeout="100")
+    c = running(collectors, mailroom_batch_limit="1", mailroom_batch_timeout="100ms")
     conn.execute("SELECT mailroom.create_account('rec@example.test', 'rec')")
     (activation,) = c.records(1)
     wait_committed(conn, ["rec"], "activation")  # the line is written before its batch commits
@@ -133,8 +133,8 @@ def test_password_recovery_is_action_2_signed_with_its_code(collectors, conn):
 
 
 def test_jsonl_output(collectors, conn):
-    c = running(collectors, "--output", "jsonl", mailroom_batch_limit="2", mailroom_batch_timeout="60000",
-                mailroom_healthcheck_interval="60000")
+    c = running(collectors, "--output", "jsonl", mailroom_batch_limit="2", mailroom_batch_timeout="60s",
+                mailroom_healthcheck_interval="60s")
     create_accounts(conn, "js", 2)
     docs = [json.loads(c.read_line()) for _ in range(2)]
     assert [d["login"] for d in docs] == ["js0", "js1"]
@@ -148,8 +148,8 @@ def test_jsonl_output(collectors, conn):
 
 
 def test_two_collectors_split_the_work(collectors, conn):
-    a = running(collectors, mailroom_batch_limit="5", mailroom_batch_timeout="50")
-    b = running(collectors, mailroom_batch_limit="5", mailroom_batch_timeout="50")
+    a = running(collectors, mailroom_batch_limit="5", mailroom_batch_timeout="50ms")
+    b = running(collectors, mailroom_batch_limit="5", mailroom_batch_timeout="50ms")
     logins: list[str] = []
     for i in range(40):
         conn.execute(bulk_accounts_sql(f"two{i}_", 5))
@@ -172,7 +172,7 @@ def test_two_collectors_split_the_work(collectors, conn):
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
 def test_signal_exits_0_promptly(collectors, sig):
-    c = running(collectors, mailroom_batch_timeout="60000", mailroom_healthcheck_interval="600000")
+    c = running(collectors, mailroom_batch_timeout="60s", mailroom_healthcheck_interval="600s")
     t0 = time.monotonic()
     assert c.stop(sig) == 0
     assert time.monotonic() - t0 < 1.5
@@ -180,11 +180,14 @@ def test_signal_exits_0_promptly(collectors, sig):
 
 
 BAD = [
-    ({"MAILROOM_BATCH_LIMIT": "0"}, "MAILROOM_BATCH_LIMIT must be between 1 and 100000, got 0"),
-    ({"MAILROOM_BATCH_LIMIT": "ten"}, "MAILROOM_BATCH_LIMIT must be a whole number"),
-    ({"MAILROOM_BATCH_TIMEOUT": "-5"}, "MAILROOM_BATCH_TIMEOUT must be a whole number"),
+    ({"MAILROOM_BATCH_LIMIT": "0"}, "'MAILROOM_BATCH_LIMIT'): Input should be greater than or equal to 1"),
+    ({"MAILROOM_BATCH_LIMIT": "ten"}, "'MAILROOM_BATCH_LIMIT'): Input should be a valid integer"),
+    ({"MAILROOM_BATCH_TIMEOUT": "-5"}, "'-5' is not a duration like 500ms, 5s, 10m, 2h or 7d"),
+    ({"MAILROOM_BATCH_TIMEOUT": "5s", "MAILROOM_HEALTHCHECK_INTERVAL": "1s"},
+     "MAILROOM_HEALTHCHECK_INTERVAL (1s) must be at least MAILROOM_BATCH_TIMEOUT (5s)"),
+    # a number without a unit is milliseconds, as the original C collector read these variables
     ({"MAILROOM_BATCH_TIMEOUT": "5000", "MAILROOM_HEALTHCHECK_INTERVAL": "1000"},
-     "MAILROOM_HEALTHCHECK_INTERVAL (1000 ms) must be at least MAILROOM_BATCH_TIMEOUT (5000 ms)"),
+     "MAILROOM_HEALTHCHECK_INTERVAL (1s) must be at least MAILROOM_BATCH_TIMEOUT (5s)"),
     ({"MAILROOM_CHANNEL_NAME": " "}, "MAILROOM_CHANNEL_NAME is empty"),
     ({"MAILROOM_CHANNEL_NAME": "c" * 64}, "MAILROOM_CHANNEL_NAME must be printable and at most 63 bytes"),
 ]
@@ -217,15 +220,20 @@ def test_bad_output_format_exit_2(cli):
     assert proc.stderr.strip() == "mailroom: error: --output must be one of csv, jsonl, got 'xml'"
 
 
-def test_unreachable_database_exit_1(cli, tmp_path):
-    proc = cli("collect", env={"MAILROOM_DATABASE_URL": f"host={tmp_path} port=1 dbname=nope"}, timeout=30)
-    assert proc.returncode == 1
-    assert proc.stderr.strip().splitlines()[-1].startswith("mailroom: error: cannot connect to the database")
-    assert "Traceback" not in proc.stderr
+def test_unreachable_database_waits_with_one_line_and_stops_cleanly(cli_popen, tmp_path):
+    """Started while the database is out of reach, the collector says so once and waits (issue 23)."""
+    proc = cli_popen("collect", env={"MAILROOM_DATABASE_URL": f"host={tmp_path} port=1 dbname=nope"})
+    time.sleep(4)  # several retries
+    assert proc.poll() is None, proc.stderr.read().decode()
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=15) == 0
+    err = proc.stderr.read().decode()
+    assert err.count("database unreachable") == 1, err
+    assert "waiting and retrying" in err and "Traceback" not in err, err
 
 
 def test_closed_stdout_rolls_back_and_exits_nonzero(collectors, conn, db_url):
-    c = collectors(env={"MAILROOM_BATCH_TIMEOUT": "50"}, pump_stdout=False)
+    c = collectors(env={"MAILROOM_BATCH_TIMEOUT": "50ms"}, pump_stdout=False)
     c.wait_stderr("waiting for notifications")
     assert c.proc.stdout is not None
     c.proc.stdout.close()  # the downstream reader dies
@@ -241,7 +249,7 @@ def test_closed_stdout_rolls_back_and_exits_nonzero(collectors, conn, db_url):
 
 
 def test_healthcheck_runs_when_idle(collectors, conn):
-    c = running(collectors, mailroom_batch_timeout="100", mailroom_healthcheck_interval="200")
+    c = running(collectors, mailroom_batch_timeout="100ms", mailroom_healthcheck_interval="200ms")
     time.sleep(0.8)
     queries = [q for (q,) in conn.execute(
         "SELECT query FROM pg_stat_activity WHERE application_name = 'mailroom-collect'")]
@@ -260,7 +268,7 @@ def test_channel_mismatch_is_warned_and_backlog_still_drained(collectors, conn):
 
 
 def test_terminate_backend_reconnects_nothing_lost(collectors, conn):
-    c = running(collectors, mailroom_batch_limit="5", mailroom_batch_timeout="100")
+    c = running(collectors, mailroom_batch_limit="5", mailroom_batch_timeout="100ms")
     logins = create_accounts(conn, "pre", 5)
     records = c.records(5)
     wait_committed(conn, logins)  # a kill between a batch's write and its COMMIT rewrites it with new links
@@ -283,7 +291,7 @@ def test_terminate_backend_reconnects_nothing_lost(collectors, conn):
 def test_enqueue_turns_tokens_into_outbound_messages(collectors, conn):
     conn.execute("SELECT mailroom.upsert_sender('mailroom', 'noreply@example.test', '127.0.0.1', 2525)")
     conn.execute("SELECT mailroom.set_setting('collector.link_base_url', 'https://app.example.test/')")
-    c = running(collectors, "--enqueue", mailroom_batch_limit="2", mailroom_batch_timeout="100")
+    c = running(collectors, "--enqueue", mailroom_batch_limit="2", mailroom_batch_timeout="100ms")
     logins = create_accounts(conn, "enq", 3)
     deadline = time.monotonic() + 10
     rows: list = []
@@ -325,7 +333,7 @@ def test_commit_lost_after_write_is_written_again_with_working_links(collectors,
     """The connection dies between the write and the COMMIT: the dispatch and the digests of the
     links just written roll back, so those links never work; the batch comes back with new links and
     is written again. Each token ends with exactly one working link."""
-    c = collectors(env={"MAILROOM_BATCH_LIMIT": "1000", "MAILROOM_BATCH_TIMEOUT": "50"}, pump_stdout=False)
+    c = collectors(env={"MAILROOM_BATCH_LIMIT": "1000", "MAILROOM_BATCH_TIMEOUT": "50ms"}, pump_stdout=False)
     c.wait_stderr("waiting for notifications")
     conn.execute(bulk_accounts_sql("win", 1000))  # one ~130 kB line: the write blocks on the full pipe
     deadline = time.monotonic() + 10
@@ -359,7 +367,7 @@ def _sqlstate(conn, signed: str) -> str | None:
 
 
 def test_comma_in_login_keeps_the_csv_framing(collectors, conn):
-    c = running(collectors, mailroom_batch_limit="2", mailroom_batch_timeout="50")
+    c = running(collectors, mailroom_batch_limit="2", mailroom_batch_timeout="50ms")
     conn.execute("SELECT mailroom.create_account('x@example.test', 'doe, john')")
     conn.execute("SELECT mailroom.create_account('y@example.test', 'plain')")
     records = c.records(2)
@@ -388,8 +396,8 @@ def test_sigterm_mid_drain_finishes_the_batch_and_loses_nothing(collectors, conn
 
 def test_idle_sweep_collects_tokens_nobody_announced(collectors, conn):
     # listening on a channel nobody notifies: only the periodic sweep can find new tokens
-    c = running(collectors, mailroom_channel_name="elsewhere", mailroom_batch_timeout="100",
-                mailroom_healthcheck_interval="300")
+    c = running(collectors, mailroom_channel_name="elsewhere", mailroom_batch_timeout="100ms",
+                mailroom_healthcheck_interval="300ms")
     logins = create_accounts(conn, "sweep", 3)
     assert_exactly_once(c.records(3, timeout=5), logins)
     c.wait_stderr("sweep: collected")  # not a NOTIFY-driven batch

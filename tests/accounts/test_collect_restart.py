@@ -15,7 +15,7 @@ def test_terminate_then_server_restart_zero_lost_zero_duplicates(private_cluster
     migrate(url)
     testing.ensure_test_logins(url)  # the collector logs in as mr_collector
     bindir, run_as = embedded.find_bindir(), embedded.RunAs.detect()
-    c = Collector(url, env={"MAILROOM_BATCH_LIMIT": "4", "MAILROOM_BATCH_TIMEOUT": "100"})
+    c = Collector(url, env={"MAILROOM_BATCH_LIMIT": "4", "MAILROOM_BATCH_TIMEOUT": "100ms"})
     try:
         c.wait_stderr("waiting for notifications")
         logins: list[str] = []
@@ -29,13 +29,15 @@ def test_terminate_then_server_restart_zero_lost_zero_duplicates(private_cluster
         c.wait_stderr("waiting for notifications", count=2)
 
         private_cluster.stop(bindir, run_as)  # fast shutdown: every backend gets terminated
-        c.wait_stderr("reconnecting (attempt 2)", timeout=15)  # it keeps trying while the server is down
+        c.wait_stderr("database unreachable", timeout=15)  # it says so once and keeps trying
         private_cluster.start(bindir, run_as, fast=True)
         with psycopg.connect(url, autocommit=True) as conn:
             logins += create_accounts(conn, "c", 9)  # maybe before, maybe after it is back: both must work
         records += c.records(len(logins) - len(records), timeout=30)
         c.assert_quiet(0.5)
         assert_exactly_once(records, logins)
+        c.wait_stderr("recovered: database unreachable no more", timeout=15)
+        assert c.stderr_text().count("database unreachable (") == 1, c.stderr_text()  # once, not per retry
         assert c.proc.poll() is None
         assert c.stop() == 0
     finally:

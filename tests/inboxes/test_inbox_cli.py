@@ -10,7 +10,7 @@ RAW = b"From: a@example.com\r\nSubject: cli test\r\n\r\nthe body\r\n"
 
 
 def test_create_list_read_extend_delete(cli, conn, server):
-    created = cli("inbox", "create", "--plan", "pro", "--ttl", "30", "--json")
+    created = cli("inbox", "create", "--plan", "pro", "--ttl", "30m", "--json")
     assert created.returncode == 0, created.stderr
     box = json.loads(created.stdout)
     assert box["address"].endswith("@mailroom.test")
@@ -32,7 +32,7 @@ def test_create_list_read_extend_delete(cli, conn, server):
     assert raw.stdout.encode() == RAW.replace(b"\r\n", b"\n") or raw.stdout.encode() == RAW
     assert "\tread\t" in cli("inbox", "list", box["address"], env=env).stdout
 
-    extended = cli("inbox", "extend", box["address"], "10", env=env)
+    extended = cli("inbox", "extend", box["address"], "10m", env=env)
     assert extended.returncode == 0, extended.stderr
     assert datetime.fromisoformat(extended.stdout.split(": ", 1)[1].strip()) > expires
 
@@ -55,8 +55,9 @@ def test_text_output_and_api_owner(cli):
 def test_errors_are_one_line(cli, conn):
     # bad input exits 2 (usage), a mailbox that is not there exits 1 (mailroom.core.errors.kind_of)
     cases = [
-        (("inbox", "create", "--ttl", "0"), "TTL must be a positive number of minutes, got 0 (SQLSTATE MR202)", 2),
-        (("inbox", "create", "--plan", "gold"), "unknown plan 'gold' (SQLSTATE MR201)", 2),
+        (("inbox", "create", "--ttl", "0"), "--ttl must be a positive whole number of minutes (30m, 2h, 7d), got 0s", 2),
+        (("inbox", "create", "--plan", "gold"),
+         "unknown plan 'gold' (SQLSTATE MR201); SELECT name FROM mailroom.list_plans() lists the plans", 2),
         (("inbox", "list", "nobody@mailroom.test", "--token", "x"), "mailbox not found (SQLSTATE MR203)", 1),
     ]
     for args, message, code in cases:
@@ -75,3 +76,21 @@ def test_expired_inbox_says_expired(cli, conn):
     assert result.returncode == 1
     assert result.stderr.startswith("mailroom: error: mailbox expired at ")
     assert "MR205" in result.stderr
+
+
+def test_a_clamped_ttl_says_so(cli):
+    """The plan caps the TTL: the command says it did (issue 23), on stderr, and succeeds."""
+    created = cli("inbox", "create", "--ttl", "99999m", "--json")
+    assert created.returncode == 0, created.stderr
+    assert created.stderr == (
+        "mailroom: notice: TTL clamped to 60 minutes, the most the free plan allows (asked for 99999)\n")
+    assert cli("inbox", "create", "--ttl", "99999").returncode == 2  # a number without a unit is refused
+
+
+def test_plans_lists_what_create_accepts(cli):
+    listed = cli("plans")
+    assert listed.returncode == 0, listed.stderr
+    assert listed.stdout.splitlines()[0].split() == ["PLAN", "DEFAULT_TTL", "MAX_TTL", "MAX_MESSAGE_BYTES",
+                                                     "MAX_MESSAGES"]
+    assert [line.split()[:3] for line in listed.stdout.splitlines()[1:]] == [
+        ["free", "10m", "1h"], ["pro", "1h", "1d"], ["enterprise", "1d", "1w"]]

@@ -171,13 +171,18 @@ def test_run_expiry_procedure_commits_per_batch(conn):
 
 def test_bad_flags_exit_2(cli):
     for args, message in (
-        (("--interval", "soon"), "--interval must be a duration like 60s, 5m, 2h or 7d, got 'soon'"),
-        (("--purge-after", "7 days"), "--purge-after must be a duration like 60s, 5m, 2h or 7d, got '7 days'"),
-        (("--batch", "0"), "--batch must be at least 1, got 0"),
+        (("--interval", "soon"), "Invalid value for '--interval' (env var: 'MAILROOM_EXPIRE_INTERVAL'): 'soon' is not "
+                                 "a duration like 500ms, 5s, 10m, 2h or 7d"),
+        (("--purge-after", "7 days"), "Invalid value for '--purge-after' (env var: 'MAILROOM_EXPIRE_PURGE_AFTER'): "
+                                      "'7 days' is not a duration like 500ms, 5s, 10m, 2h or 7d or never"),
+        (("--interval", "60"), "'60' is not a duration"),  # a number without a unit is refused
+        (("--batch", "0"), "Invalid value for '--batch' (env var: 'MAILROOM_EXPIRE_BATCH'): Input should be greater "
+                           "than or equal to 1"),
     ):
         result = cli("expire", "--once", *args)
         assert result.returncode == 2, result
-        assert result.stderr.strip() == f"mailroom: error: {message}"
+        assert result.stderr.startswith("mailroom: error: mailroom expire: ") and result.stderr.count("\n") == 1
+        assert message in result.stderr, result.stderr
 
 
 def test_database_down_is_one_line_exit_1(cli):

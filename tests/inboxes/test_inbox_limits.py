@@ -237,7 +237,7 @@ def test_serve_refuses_bad_limit_flags(cli):
 
 @pytest.mark.parametrize("stall_after", ["EHLO", "DATA"])
 def test_idle_client_is_disconnected(start_server, conn, make_mailbox, stall_after):
-    srv = start_server("--idle-timeout", "1")
+    srv = start_server("--idle-timeout", "1s")
     box = make_mailbox()
     with smtplib.SMTP(srv.host, srv.port, timeout=10) as client:
         client.ehlo()

@@ -19,7 +19,7 @@ def test_the_documented_signup_test_passes(server, conn, db_url, cli_popen, tmp_
                  (server.port,))
     conn.execute("SELECT mailroom.set_setting('collector.link_base_url', 'https://app.example.test')")
     logs = []
-    for args, env in ((("collect", "--enqueue"), {"MAILROOM_BATCH_TIMEOUT": "100"}),
+    for args, env in ((("collect", "--enqueue"), {"MAILROOM_BATCH_TIMEOUT": "100ms"}),
                       (("send", "--poll-interval", "0.2s"), {})):
         log_path = tmp_path / f"{args[0]}.log"
         with open(log_path, "w") as log_file:

@@ -73,7 +73,7 @@ def test_a_full_run_leaves_no_key_password_or_unconsumed_link_in_the_server_log(
 
     base = {k: v for k, v in os.environ.items() if not k.startswith(("MAILROOM_", "PG"))}
     ops = {**base, "MAILROOM_DATABASE_URL": url("ops")}
-    collector = {**base, "MAILROOM_DATABASE_URL": url("collector"), "MAILROOM_BATCH_TIMEOUT": "50"}
+    collector = {**base, "MAILROOM_DATABASE_URL": url("collector"), "MAILROOM_BATCH_TIMEOUT": "50ms"}
 
     # the admin: a sender key, and a relay whose password is sealed before it leaves the CLI
     logins: list[tuple[bytes, bytes]] = []

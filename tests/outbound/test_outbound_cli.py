@@ -39,19 +39,78 @@ def test_status_list_show(conn, cli):
 def test_retry_one_and_all(conn, cli):
     add_sender(conn, 2525)
     a, b, c = enqueue(conn, 3)
-    fail(conn, a)
+    fail(conn, a)  # 550 to its only recipient: the address is suppressed now (a hard bounce)
     fail(conn, b)
-    result = cli("outbound", "retry", str(a))
-    assert result.returncode == 0 and result.stdout.strip() == f"message {a} queued again"
+    refused = cli("outbound", "retry", str(a))
+    assert refused.returncode == 1
+    assert refused.stderr.startswith(f"mailroom: error: message {a}: to[1] is on the suppression list now (SQLSTATE MR318)")
+    assert "@" not in refused.stderr  # the position, never the address
+    assert row(conn, a)["status"] == "failed"
+    result = cli("outbound", "retry", str(a), "--include-suppressed")
+    assert result.returncode == 0 and result.stdout.strip() == f"1 message(s) queued again (ids {a})"
+    assert "suppression list now and were queued anyway" in result.stderr
     assert (row(conn, a)["status"], row(conn, a)["attempts"]) == ("queued", 0)
     again = cli("outbound", "retry", str(a))
     assert again.returncode == 1
-    assert again.stderr.strip() == f"mailroom: error: message {a} is queued; only failed messages can be retried (SQLSTATE MR341)"
+    assert again.stderr.strip() == (f"mailroom: error: message {a} is queued; retry applies to failed, cancelled, held "
+                                    "messages (SQLSTATE MR341)")
+    warned = cli("outbound", "retry", "--all-failed")
+    assert warned.returncode == 0 and warned.stdout.strip() == "0 message(s) queued again"
+    assert f"were not retried (ids {b}); --include-suppressed sends them anyway" in warned.stderr
+    conn.execute("SELECT mailroom.unsuppress('rcpt1@example.com')")  # b's recipient, off the list again
     result = cli("outbound", "retry", "--all-failed")
-    assert result.returncode == 0 and result.stdout.strip() == "1 message(s) queued again"
+    assert result.returncode == 0 and result.stdout.strip() == f"1 message(s) queued again (ids {b})"
     assert row(conn, b)["status"] == "queued"
     assert cli("outbound", "retry").returncode == 2
     assert cli("outbound", "retry", "5", "--all-failed").returncode == 2
+
+
+def test_verbs_hold_release_cancel_delete_run_now(conn, cli):
+    add_sender(conn, 2525)
+    ids = enqueue(conn, 3, to=["x@hold.example"]) + enqueue(conn, 1, to=["y@other.example"])
+    held = cli("outbound", "hold", "--domain", "HOLD.example")
+    assert held.returncode == 0 and held.stdout.strip() == f"3 message(s) held (ids {', '.join(map(str, ids[:3]))})"
+    assert [row(conn, i)["status"] for i in ids] == ["held", "held", "held", "queued"]
+    queue = cli("outbound", "queue")
+    assert queue.returncode == 0, queue.stderr
+    assert "queued 1 (due now 1," in queue.stdout and "held 3" in queue.stdout
+    assert any(line.split()[:7] == ["hold.example", "0", "0", "0", "0", "0", "3"] for line in queue.stdout.splitlines())
+    released = cli("outbound", "release", str(ids[0]))
+    assert released.returncode == 0 and row(conn, ids[0])["status"] == "queued"
+    # a destructive verb on more than one message wants --yes; --dry-run says what it would do
+    unconfirmed = cli("outbound", "cancel", "--all")
+    assert unconfirmed.returncode == 2
+    assert unconfirmed.stderr == "mailroom: error: this would cancel 4 messages: add --yes to do it (--dry-run lists them)\n"
+    assert [row(conn, i)["status"] for i in ids] == ["queued", "held", "held", "queued"]
+    dry = cli("outbound", "cancel", "--all", "--dry-run")
+    assert dry.returncode == 0 and dry.stdout.startswith("dry run: would leave 4 message(s) cancelled")
+    one = cli("outbound", "cancel", str(ids[3]))  # one message needs no --yes
+    assert one.returncode == 0 and row(conn, ids[3])["status"] == "cancelled"
+    done = cli("outbound", "cancel", "--all", "--yes")
+    assert done.returncode == 0 and done.stdout.startswith("3 message(s) cancelled")
+    # run now: a message whose retry is to come becomes due
+    (later,) = enqueue(conn, 1, to=["z@later.example"])
+    conn.execute("UPDATE mailroom.outbound_messages SET next_retry_at = now() + interval '1 hour' WHERE id = %s",
+                 (later,))
+    assert cli("outbound", "run-now", "--domain", "later.example").stdout.strip() == f"1 message(s) made due now (ids {later})"
+    assert row(conn, later)["next_retry_at"] <= conn.execute("SELECT now()").fetchone()[0]
+    assert cli("outbound", "delete", "--domain", "hold.example").returncode == 2  # three: --yes wanted
+    deleted = cli("outbound", "delete", "--domain", "hold.example", "--yes")
+    assert deleted.returncode == 0 and deleted.stdout.startswith("3 message(s) deleted")
+    assert conn.execute("SELECT count(*) FROM mailroom.outbound_messages WHERE rcpt_domain = 'hold.example'").fetchone()[0] == 0
+    bad = cli("outbound", "hold", str(ids[3]), "--domain", "x.example")
+    assert bad.returncode == 2 and "name the messages one way" in bad.stderr
+
+
+def test_senders_lists_without_the_password(conn, cli):
+    result = cli("outbound", "sender", "relay9", "--from", "robot@mailroom.test", "--host", "127.0.0.1", "--port", "2525",
+                 "--username", "u", env={"MAILROOM_SMTP_PASSWORD": "pw-secret", "MAILROOM_ENCRYPTION_KEY": KEY_HEX})
+    assert result.returncode == 0, result.stderr
+    listed = cli("outbound", "senders")
+    assert listed.returncode == 0, listed.stderr
+    line = next(x for x in listed.stdout.splitlines() if x.startswith("relay9 "))
+    assert line.split()[1:8] == ["robot@mailroom.test", "127.0.0.1", "2525", "none", "u", "yes", "-"]
+    assert "pw-secret" not in listed.stdout
 
 
 def test_show_unknown_id(cli):
@@ -68,9 +127,15 @@ def test_purge_sent_before(conn, cli):
         (ids[:3],),
     )
     conn.execute("UPDATE mailroom.outbound_messages SET status = 'sent', sent_at = now() WHERE id = %s", (ids[3],))
-    result = cli("outbound", "purge", "--sent-before", "7d", "--batch", "2")
+    unconfirmed = cli("outbound", "purge", "--sent-before", "7d", "--batch", "2")
+    assert unconfirmed.returncode == 2 and "this would purge 3 messages: add --yes" in unconfirmed.stderr
+    dry = cli("outbound", "purge", "--sent-before", "7d", "--dry-run")
+    assert dry.returncode == 0 and dry.stdout.startswith("dry run: would purge 3 sent message(s)")
+    assert conn.execute("SELECT count(*) FROM mailroom.outbound_messages").fetchone()[0] == 5
+    result = cli("outbound", "purge", "--sent-before", "7d", "--batch", "2", "--yes")
     assert result.returncode == 0, result.stderr
     assert result.stdout.startswith("purged 3 sent message(s)")
+    assert result.stderr == ""  # no progress line when stderr is not a terminal
     left = {r[0] for r in conn.execute("SELECT id FROM mailroom.outbound_messages")}
     assert left == {ids[3], ids[4]}
     bad = cli("outbound", "purge", "--sent-before", "a week")

@@ -1,7 +1,7 @@
 -- set_setting checks every value against its setting's kind and bounds (MR003), and refuses a
 -- setting that declares no kind (MR004).
 BEGIN;
-SELECT plan(55);
+SELECT plan(59);
 
 CREATE FUNCTION pg_temp.refused(p_name text, p_value text) RETURNS text LANGUAGE plpgsql AS $$
 BEGIN
@@ -179,6 +179,22 @@ SELECT is(mailroom.setting('tokens.ttl'), '30 days', 'refused values left the se
 SELECT is(mailroom.interval_setting('tokens.ttl'), interval '30 days', 'interval_setting: the value as an interval');
 SELECT is(mailroom.interval_setting('outbound.lease'), interval '5 minutes', 'interval_setting of another setting');
 SELECT throws_ok($$SELECT mailroom.interval_setting('test.missing')$$, 'MR001', NULL, 'interval_setting: unknown: MR001');
+
+-- list_settings: every setting with its kind and bounds, for every role that may read one
+SELECT is(
+    (SELECT row(value, kind, min_value, max_value)::text FROM mailroom.list_settings() WHERE name = 'outbound.lease'),
+    '("5 minutes",interval,"5 seconds","1 day")', 'list_settings: value, kind and bounds'
+);
+SELECT is((SELECT count(*) FROM mailroom.list_settings()), (SELECT count(*) FROM mailroom.settings),
+    'list_settings lists every setting');
+SELECT throws_ok($$SELECT mailroom.setting('test.missing')$$, 'MR001', NULL, 'unknown setting: MR001 ...');
+SELECT is(
+    (SELECT count(*)::integer FROM unnest(ARRAY['mailroom_app', 'mailroom_collector', 'mailroom_sender', 'mailroom_inbound',
+        'mailroom_monitor', 'mailroom_admin']) AS r (role)
+     WHERE has_function_privilege(r.role, 'mailroom.setting(text)', 'EXECUTE')
+        AND NOT has_function_privilege(r.role, 'mailroom.list_settings()', 'EXECUTE')),
+    0, '... whose hint, SELECT name FROM mailroom.list_settings(), every role that may call setting() may run'
+);
 
 SELECT * FROM finish();
 ROLLBACK;

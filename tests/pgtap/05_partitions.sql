@@ -3,7 +3,7 @@
 -- processing, unexpired or in an active mailbox is ever dropped. (A concurrent second caller
 -- needs a second session: tests/db/test_partitions.py.)
 BEGIN;
-SELECT plan(33);
+SELECT plan(37);
 
 CREATE FUNCTION pg_temp.has_partition(p_table text, p_at timestamptz) RETURNS boolean LANGUAGE sql AS $$
     SELECT EXISTS (
@@ -239,6 +239,23 @@ SELECT ok(
     AND has_function_privilege('mailroom_admin', 'mailroom.maintain_partitions()', 'EXECUTE')
     AND NOT has_function_privilege('mailroom_app', 'mailroom.maintain_partitions()', 'EXECUTE'),
     'the expiry worker (mailroom_inbound) and mailroom_admin may run it, the application may not'
+);
+
+-- 6. the last maintenance, and the partitions, for `mailroom status`
+SELECT is(
+    (SELECT row(job, runs > 1, last_run_at)::text FROM mailroom.job_runs()),
+    '(maintain_partitions,t,"2030-03-06 12:00:00+00")',
+    'job_runs: maintain_partitions recorded its last run (by the clock) and counts runs'
+);
+SELECT ok((SELECT last_summary FROM mailroom.job_runs()) ~ '^(nothing to do|[a-z_]+ [0-9]+)',
+    'with a one-line summary of what it did');
+SELECT is(
+    mailroom._maintenance_summary(ARRAY['created', 'dropped', 'created', 'kept_deleted'], ARRAY[0, 120, 0, 3]::bigint []),
+    'created 2, dropped 1 (120 rows), kept_deleted 1 (3 rows)', 'the summary: each action counted, rows where deleted'
+);
+SELECT is(
+    (SELECT array_agg(table_name ORDER BY table_name) FROM mailroom.partition_status() WHERE partitions > 0 AND ahead_seconds > 0),
+    ARRAY['messages', 'outbound_messages', 'tokens'], 'partition_status: every table has partitions ahead of the clock'
 );
 
 SELECT * FROM finish();

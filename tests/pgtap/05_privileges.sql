@@ -15,7 +15,7 @@ SELECT 'mailroom_app', unnest(ARRAY[
     'verify_token', 'create_mailbox', 'extend_mailbox', 'delete_mailbox', 'list_mailboxes', 'list_messages',
     'read_message', 'mailbox_accepts', 'enqueue_message', 'wait_for_message', 'extract_link', 'extract_code',
     'find_message', 'await_message', 'is_suppressed', 'search_messages', 'clock', 'setting', 'interval_setting',
-    'account_status', 'list_migrations', 'schema_version', 'error_codes', 'token_actions'
+    'account_status', 'list_migrations', 'schema_version', 'error_codes', 'token_actions', 'list_settings', 'list_plans'
 ])
 UNION ALL
 SELECT 'mailroom_http', unnest(ARRAY[
@@ -26,26 +26,27 @@ SELECT 'mailroom_http', unnest(ARRAY[
 ])
 UNION ALL
 SELECT 'mailroom_collector', unnest(ARRAY[
-    'dequeue_tokens', 'enqueue_token_emails', 'render_token_email', 'worker_heartbeat', 'clock', 'setting',
-    'interval_setting', 'list_migrations', 'schema_version', 'error_codes', 'token_actions'
+    'dequeue_tokens', 'enqueue_token_emails', 'render_token_email', 'worker_heartbeat', 'worker_stopped', 'clock',
+    'setting', 'interval_setting', 'list_migrations', 'schema_version', 'error_codes', 'token_actions', 'list_settings'
 ])
 UNION ALL
 SELECT 'mailroom_sender', unnest(ARRAY[
     'claim_messages', 'finalize_messages', 'release_messages', 'reap_stuck_messages', 'worker_heartbeat',
-    'queue_health', 'record_refused_recipients', 'clock', 'setting', 'interval_setting', 'outbound_stats',
-    'list_migrations', 'schema_version', 'error_codes'
+    'worker_stopped', 'queue_health', 'record_refused_recipients', 'clock', 'setting', 'interval_setting',
+    'outbound_stats', 'list_migrations', 'schema_version', 'error_codes', 'list_settings'
 ])
 UNION ALL
 SELECT 'mailroom_inbound', unnest(ARRAY[
     'check_recipient', 'deliver_message', 'max_inbound_message_bytes', 'expire_mailboxes', 'purge_mailboxes',
-    'seconds_until_next_expiry', 'run_expiry', 'worker_heartbeat', 'check_bounce_recipient', 'record_bounce',
-    'maintain_partitions', 'clock', 'setting', 'interval_setting', 'deliver_messages', 'check_message_size',
-    'index_messages', 'list_migrations', 'schema_version', 'error_codes'
+    'seconds_until_next_expiry', 'run_expiry', 'worker_heartbeat', 'worker_stopped', 'check_bounce_recipient',
+    'record_bounce', 'maintain_partitions', 'clock', 'setting', 'interval_setting', 'deliver_messages',
+    'check_message_size', 'index_messages', 'list_migrations', 'schema_version', 'error_codes', 'list_settings'
 ])
 UNION ALL
 SELECT 'mailroom_monitor', unnest(ARRAY[
     'list_outbound_messages', 'queue_health', 'worker_health', 'list_domain_limits', 'domain_status', 'clock',
-    'setting', 'interval_setting', 'outbound_stats', 'list_migrations', 'schema_version', 'error_codes'
+    'setting', 'interval_setting', 'outbound_stats', 'list_migrations', 'schema_version', 'error_codes',
+    'list_settings', 'list_plans', 'outbound_queue', 'job_runs', 'partition_status', 'list_worker_kinds', 'inbox_stats'
 ])
 UNION ALL
 SELECT 'mailroom_admin', unnest(ARRAY[
@@ -59,6 +60,9 @@ SELECT 'mailroom_admin', unnest(ARRAY[
     'list_migrations', 'schema_version',
     'rotate_signing_key', 'retire_signing_key', 'export_signing_key', 'import_signing_key', 'list_signing_keys',
     'set_sender_public_key', 'sender_public_key', 'convert_sender_passwords'
+    'list_settings', 'list_plans', 'list_senders', 'hold_messages', 'release_held_messages', 'cancel_messages',
+    'delete_messages', 'run_messages_now', 'retry_messages', 'outbound_queue', 'job_runs', 'partition_status',
+    'list_worker_kinds', 'worker_heartbeat', 'worker_stopped', 'inbox_stats'
 ])
 UNION ALL
 SELECT 'mailroom_timekeeper', unnest(ARRAY['pin_clock', 'unpin_clock']);
@@ -73,7 +77,7 @@ CREATE TEMP TABLE accounts_area (fn name PRIMARY KEY);
 INSERT INTO accounts_area
 SELECT unnest(ARRAY[
     'clock', '_may_pin_clock', 'pin_clock', 'unpin_clock', 'setting', 'set_setting', '_check_setting_value',
-    'interval_setting', 'account_status', 'error_codes', '_verdict_reply', '_code_reply', '_token_action', 'token_actions',
+    'interval_setting', 'account_status', 'error_codes', '_verdict_reply', '_code_reply', '_token_action', 'token_actions', 'list_settings',
     '_is_valid_address', '_is_domain_name', '_random_bytes', '_digest', '_hmac', '_hmac_many', '_pgp_sym_encrypt', '_pgp_sym_decrypt',
     '_valid_email', '_check_account_identity', 'trg_before_account_insert', 'trg_before_account_identity_change',
     'trg_before_account_status_change', 'create_account', '_lock_account', 'suspend_account',

@@ -1,17 +1,17 @@
 -- Queue health: queue_health (due, oldest due age, expired leases per queue), worker_heartbeat and
 -- worker_health, their privileges, and the plan of every due-count (its partial index).
 BEGIN;
-SELECT plan(42);
+SELECT plan(52);
 
 -- ---------------------------------------------------------------- shape and privileges
 SELECT has_table('mailroom', 'workers', 'mailroom.workers exists');
 SELECT has_function('mailroom', 'queue_health', ARRAY[]::text[], 'queue_health()');
-SELECT has_function('mailroom', 'worker_heartbeat', ARRAY['text', 'text', 'boolean', 'integer'], 'worker_heartbeat(…)');
+SELECT has_function('mailroom', 'worker_heartbeat', ARRAY['text', 'text', 'boolean', 'integer', 'text', 'text'], 'worker_heartbeat(…)');
 SELECT has_function('mailroom', 'worker_health', ARRAY[]::text[], 'worker_health()');
 SELECT is(
     (SELECT array_agg(p.proname::text ORDER BY p.proname) FROM pg_proc AS p
      WHERE p.oid IN ('mailroom.queue_health()'::regprocedure, 'mailroom.worker_health()'::regprocedure,
-                     'mailroom.worker_heartbeat(text, text, boolean, integer)'::regprocedure)
+                     'mailroom.worker_heartbeat(text, text, boolean, integer, text, text)'::regprocedure)
        AND p.prosecdef AND p.proconfig @> ARRAY['search_path=pg_catalog, pg_temp']),
     ARRAY['queue_health', 'worker_health', 'worker_heartbeat']::text[],
     'all three are SECURITY DEFINER with search_path = pg_catalog, pg_temp'
@@ -20,7 +20,7 @@ SELECT ok(
     NOT EXISTS (
         SELECT 1 FROM pg_proc AS p, aclexplode(coalesce(p.proacl, acldefault('f', p.proowner))) AS a
         WHERE p.oid IN ('mailroom.queue_health()'::regprocedure, 'mailroom.worker_health()'::regprocedure,
-                        'mailroom.worker_heartbeat(text, text, boolean, integer)'::regprocedure,
+                        'mailroom.worker_heartbeat(text, text, boolean, integer, text, text)'::regprocedure,
                         'mailroom._explain_queue_health()'::regprocedure)
           AND a.grantee = 0
     ),
@@ -39,15 +39,23 @@ SELECT ok(
     'the application and the workers do not'
 );
 SELECT ok(
-    has_function_privilege('mailroom_collector', 'mailroom.worker_heartbeat(text, text, boolean, integer)', 'EXECUTE')
-    AND has_function_privilege('mailroom_sender', 'mailroom.worker_heartbeat(text, text, boolean, integer)', 'EXECUTE')
-    AND has_function_privilege('mailroom_inbound', 'mailroom.worker_heartbeat(text, text, boolean, integer)', 'EXECUTE'),
+    has_function_privilege('mailroom_collector', 'mailroom.worker_heartbeat(text, text, boolean, integer, text, text)', 'EXECUTE')
+    AND has_function_privilege('mailroom_sender', 'mailroom.worker_heartbeat(text, text, boolean, integer, text, text)', 'EXECUTE')
+    AND has_function_privilege('mailroom_inbound', 'mailroom.worker_heartbeat(text, text, boolean, integer, text, text)', 'EXECUTE'),
     'collector, sender and inbound report heartbeats'
 );
 SELECT ok(
-    NOT has_function_privilege('mailroom_app', 'mailroom.worker_heartbeat(text, text, boolean, integer)', 'EXECUTE')
-    AND NOT has_function_privilege('mailroom_monitor', 'mailroom.worker_heartbeat(text, text, boolean, integer)', 'EXECUTE'),
-    'the application and the monitor do not'
+    NOT has_function_privilege('mailroom_app', 'mailroom.worker_heartbeat(text, text, boolean, integer, text, text)', 'EXECUTE')
+    AND NOT has_function_privilege('mailroom_monitor', 'mailroom.worker_heartbeat(text, text, boolean, integer, text, text)', 'EXECUTE')
+    AND NOT has_function_privilege('mailroom_app', 'mailroom.worker_stopped(text, integer)', 'EXECUTE')
+    AND NOT has_function_privilege('mailroom_monitor', 'mailroom.worker_stopped(text, integer)', 'EXECUTE'),
+    'the application and the monitor do not (nor say a worker stopped)'
+);
+SELECT ok(
+    has_function_privilege('mailroom_admin', 'mailroom.worker_heartbeat(text, text, boolean, integer, text, text)', 'EXECUTE')
+    AND has_function_privilege('mailroom_admin', 'mailroom.worker_stopped(text, integer)', 'EXECUTE')
+    AND has_function_privilege('mailroom_inbound', 'mailroom.worker_stopped(text, integer)', 'EXECUTE'),
+    'an admin login runs `maintain --every` as a worker: it reports in and stops too'
 );
 SELECT ok(
     NOT has_table_privilege('mailroom_monitor', 'mailroom.workers', 'SELECT')
@@ -110,13 +118,59 @@ SELECT results_eq(
 );
 SELECT mailroom.worker_heartbeat('host-a:101', 'sender', false, 2);
 SELECT is((SELECT claimed FROM mailroom.workers WHERE worker = 'host-a:101'), 7::bigint, 'claims add up');
-SELECT throws_ok($$SELECT mailroom.worker_heartbeat('x:1', 'bogus', true)$$, '22023', NULL, 'an unknown kind is 22023');
+SELECT throws_ok($$SELECT mailroom.worker_heartbeat('x:1', 'bogus', true)$$, '22023',
+    'worker_heartbeat: kind must be one of collector, expiry, inbound, maintenance, sender, got ''bogus''',
+    'an unknown kind is 22023 naming the kinds of mailroom.worker_kinds');
 SELECT throws_ok($$SELECT mailroom.worker_heartbeat('', 'sender', true)$$, '22023', NULL, 'an empty name is 22023');
 SELECT throws_ok($$SELECT mailroom.worker_heartbeat('x:1', 'sender', true, -1)$$, '22023', NULL, 'negative claims are 22023');
+SELECT is(
+    (SELECT array_agg(kind ORDER BY kind) FROM mailroom.list_worker_kinds()),
+    ARRAY['collector', 'expiry', 'inbound', 'maintenance', 'sender'],
+    'every long-running command has its kind (list_worker_kinds)'
+);
+
+-- running, lost, stopped
+SELECT mailroom.worker_heartbeat('host-i:9', 'inbound', false, 0, '127.0.0.1:9102', 'smtp 127.0.0.1:2525');
+SELECT is(
+    (SELECT row(state, metrics_address, serves)::text FROM mailroom.worker_health() WHERE worker = 'host-i:9'),
+    '(running,127.0.0.1:9102,"smtp 127.0.0.1:2525")',
+    'the inbound server reports in: running, its metrics address and what it serves'
+);
+SET LOCAL mailroom.clock = '2030-01-02 00:01:41+00';
+SELECT mailroom.worker_heartbeat('host-i:9', 'inbound', false, 0, '127.0.0.1:9102', 'smtp 127.0.0.1:2525');
+SELECT results_eq(
+    $$SELECT worker, state FROM mailroom.worker_health()$$,
+    $$VALUES ('host-i:9', 'running'), ('host-b:7', 'lost'), ('host-a:101', 'lost')$$,
+    'a worker silent for longer than workers.lost_after (1 minute) is lost; running ones come first'
+);
+SELECT ok(mailroom.worker_stopped('host-a:101', 3), 'a clean exit: worker_stopped with its last claims');
+SELECT ok(NOT mailroom.worker_stopped('never:1'), 'a worker that never reported in: false');
+SELECT is(
+    (SELECT row(state, listening, claimed)::text FROM mailroom.worker_health() WHERE worker = 'host-a:101'),
+    '(stopped,f,10)', 'stopped, not listening, its last claims counted'
+);
+SELECT is(
+    (SELECT state FROM mailroom.worker_health() ORDER BY 1 DESC LIMIT 1), 'stopped',
+    'stopped workers come last'
+);
+SET LOCAL mailroom.clock = '2030-01-02 00:02:00+00';
+SELECT mailroom.worker_heartbeat('host-a:101', 'sender', true, 1);
+SELECT is(
+    (SELECT row(state, claimed, started_at)::text FROM mailroom.worker_health() WHERE worker = 'host-a:101'),
+    '(running,1,"2030-01-02 00:02:00+00")',
+    'a new process under a stopped worker''s name starts afresh (started_at, claimed)'
+);
+SELECT mailroom.worker_stopped('host-a:101');
+SET LOCAL mailroom.clock = '2030-01-02 01:02:01+00';
+SELECT mailroom.worker_heartbeat('host-i:9', 'inbound', false);
+SELECT is(
+    (SELECT array_agg(worker ORDER BY worker) FROM mailroom.workers), ARRAY['host-b:7', 'host-i:9'],
+    'a worker stopped for longer than workers.forget_stopped_after (1 hour) is forgotten; a lost one is kept'
+);
 SET LOCAL mailroom.clock = '2030-01-03 00:01:00+00';
 SELECT mailroom.worker_heartbeat('host-c:1', 'expiry', false);
 SELECT is(
-    (SELECT array_agg(worker ORDER BY worker) FROM mailroom.workers), ARRAY['host-c:1'],
+    (SELECT array_agg(worker ORDER BY worker) FROM mailroom.workers), ARRAY['host-c:1', 'host-i:9'],
     'workers silent for longer than workers.forget_after (1 day) are forgotten'
 );
 

@@ -1,6 +1,6 @@
 -- Mailboxes: TTL clamping per plan, addresses, owners, extend, soft delete, authorization.
 BEGIN;
-SELECT plan(57);
+SELECT plan(60);
 
 SET LOCAL mailroom.clock = '2030-01-01 00:00:00+00';
 
@@ -247,6 +247,20 @@ SELECT is(
 SELECT is(
     (SELECT is_open FROM mailroom.list_mailboxes('api', 'client-7', true) WHERE address = (SELECT address FROM boxes WHERE k = 'api')),
     true, 'list_mailboxes says is_open by the same rule'
+);
+
+-- list_plans: what MR201's hint names, for the roles that create inboxes or watch them
+SELECT results_eq(
+    $$SELECT name, default_ttl_minutes, max_ttl_minutes FROM mailroom.list_plans()$$,
+    $$VALUES ('free', 10, 60), ('pro', 60, 1440), ('enterprise', 1440, 10080)$$,
+    'list_plans: every plan with its TTL default and ceiling, shortest first'
+);
+SELECT throws_ok($$SELECT * FROM mailroom.create_mailbox(10, 'gold')$$, 'MR201', NULL, 'an unknown plan: MR201 ...');
+SELECT ok(
+    has_function_privilege('mailroom_app', 'mailroom.list_plans()', 'EXECUTE')
+    AND has_function_privilege('mailroom_admin', 'mailroom.list_plans()', 'EXECUTE')
+    AND has_function_privilege('mailroom_monitor', 'mailroom.list_plans()', 'EXECUTE'),
+    '... whose hint (SELECT name FROM mailroom.list_plans()) the application may run'
 );
 
 SELECT * FROM finish();

@@ -1,7 +1,7 @@
 -- Expiry counts and batches, purge with cascade, and the concurrent lock path (SKIP LOCKED),
 -- exercised with a second real session through dblink.
 BEGIN;
-SELECT plan(25);
+SELECT plan(27);
 
 SET LOCAL client_min_messages = warning;
 CREATE EXTENSION IF NOT EXISTS dblink;
@@ -120,6 +120,18 @@ SELECT throws_ok($$SELECT mailroom.purge_mailboxes('-1 day')$$, '22023',
     'retention must be a non-negative interval, got -1 days', 'negative retention is refused');
 SELECT throws_ok($$SELECT mailroom.purge_mailboxes(NULL)$$, '22023',
     'retention must be a non-negative interval, got NULL', 'NULL retention is refused');
+
+-- inbox_stats: what `mailroom status` shows of the inboxes (monitor and admin)
+SELECT is(
+    (SELECT open + expired_unswept + closed_unpurged FROM mailroom.inbox_stats()),
+    (SELECT count(*) FROM mailroom.mailboxes),
+    'inbox_stats: every inbox is open, past expiry unswept, or closed awaiting purge'
+);
+SELECT ok(
+    has_function_privilege('mailroom_monitor', 'mailroom.inbox_stats()', 'EXECUTE')
+    AND NOT has_function_privilege('mailroom_app', 'mailroom.inbox_stats()', 'EXECUTE'),
+    'the monitor reads inbox_stats; the application does not'
+);
 
 SELECT * FROM finish();
 ROLLBACK;

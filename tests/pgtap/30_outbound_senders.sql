@@ -1,6 +1,6 @@
 -- Outbound: sending identities, relay settings, the password encrypted to the sender key (issue 20.4), no cleartext login (21.8).
 BEGIN;
-SELECT plan(46);
+SELECT plan(49);
 
 SELECT has_table('mailroom', 'senders', 'senders table exists');
 SELECT has_table('mailroom', 'outbound_messages', 'outbound_messages table exists');
@@ -218,6 +218,26 @@ SELECT is(
     ),
     NULL,
     'no inbox or outbound function reads now() (time comes from mailroom.clock())'
+);
+
+-- list_senders: the relay settings without the password
+SELECT mailroom.upsert_sender('listed', 'robot@mailroom.test', 'smtp.example.com', 587, 'starttls', 'robot', 'hunter2');
+SELECT is(
+    (SELECT row(from_address, smtp_host, smtp_port, smtp_security, smtp_username, password_set, queued)::text
+     FROM mailroom.list_senders() WHERE name = 'listed'),
+    '(robot@mailroom.test,smtp.example.com,587,starttls,robot,t,0)',
+    'list_senders: relay, username, whether a password is stored, messages waiting'
+);
+SELECT is(
+    (SELECT count(*)::integer FROM information_schema.routines AS r
+     JOIN information_schema.parameters AS p ON p.specific_name = r.specific_name
+     WHERE r.routine_schema = 'mailroom' AND r.routine_name = 'list_senders' AND p.parameter_name ~ 'password_enc|password$'),
+    0, 'it has no column that could carry the password'
+);
+SELECT ok(
+    has_function_privilege('mailroom_admin', 'mailroom.list_senders()', 'EXECUTE')
+    AND NOT has_function_privilege('mailroom_monitor', 'mailroom.list_senders()', 'EXECUTE'),
+    'the admin lists senders; the monitor does not'
 );
 
 SELECT * FROM finish();

@@ -207,7 +207,7 @@ SELECT throws_ok(
     '22023', 'idempotency scope must be app or mailroom', 'an unknown scope is refused'
 );
 SELECT isnt(
-    obj_description('mailroom.enqueue_message(text,text[],text,text,text,text[],text[],jsonb,text,timestamptz)'::regprocedure),
+    obj_description('mailroom.enqueue_message(text,text[],text,text,text,text[],text[],jsonb,text,timestamptz,integer)'::regprocedure),
     NULL,
     'enqueue_message is documented'
 );

@@ -34,7 +34,7 @@ SELECT is(
     'list_outbound_messages filters by status'
 );
 SELECT is((SELECT count(*)::integer FROM mailroom.list_outbound_messages(NULL, 2)), 2, 'list_outbound_messages honours the limit');
-SELECT throws_ok($$SELECT * FROM mailroom.list_outbound_messages('lost')$$, 'MR343', 'status must be queued, processing, sent or failed, got ''lost''', 'an unknown status is MR343');
+SELECT throws_ok($$SELECT * FROM mailroom.list_outbound_messages('lost')$$, 'MR343', 'status must be queued, held, processing, sent, failed or cancelled, got ''lost''', 'an unknown status is MR343');
 SELECT throws_ok($$SELECT * FROM mailroom.list_outbound_messages(NULL, 0)$$, 'MR343', NULL, 'a bad limit is MR343');
 SELECT is(
     (SELECT status::text || ' ' || recipients FROM mailroom.show_outbound_message((SELECT id FROM mailroom.outbound_messages WHERE subject = 'm4'))),

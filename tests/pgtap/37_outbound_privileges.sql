@@ -14,13 +14,15 @@ WHERE p.pronamespace = 'mailroom'::regnamespace
         'trg_outbound_redact_error_log', '_check_recipients', '_check_extra_headers', 'enqueue_message',
         '_claim', '_claim_limited_due', '_statement_of', 'claim_messages', '_explain_claim', '_classify_outcome', '_retry_delay', '_log_line',
         '_gives_up', '_attempt_log', '_reply_class', 'finalize_messages', 'release_messages', 'reap_stuck_messages',
-        '_check_outbound_status', 'list_outbound_messages', 'show_outbound_message', '_requeue_failed',
+        '_check_outbound_status', 'list_outbound_messages', 'show_outbound_message',
         'retry_message', 'retry_failed_messages', 'purge_sent_messages', '_header_breaking_chars', '_enqueue_message',
         '_pii_pattern', '_pii_identity', '_is_loopback_host', 'set_sender_public_key', 'sender_public_key',
-        '_seal_for_sender', 'convert_sender_passwords'
+        '_seal_for_sender', 'convert_sender_passwords', 'list_senders', 'outbound_stats', '_queue_verb_statuses',
+        '_operator_log', '_queue_verb', 'hold_messages', 'release_held_messages', 'cancel_messages', 'delete_messages',
+        'run_messages_now', 'retry_messages', 'outbound_queue'
     );
 -- claim_messages has two forms this release (the keyed one is deprecated)
-SELECT is((SELECT count(*)::integer FROM area), 41, 'the outbound area has its 41 functions');
+SELECT is((SELECT count(*)::integer FROM area), 52, 'the outbound area has its 52 functions');
 
 SELECT is(
     (
@@ -63,12 +65,12 @@ SELECT results_eq(
         '-') COLLATE "default"
       FROM roles AS r ORDER BY r.role$$,
     $$VALUES
-        ('mailroom_admin', 'convert_sender_passwords, list_outbound_messages, purge_sent_messages, reap_stuck_messages, retry_failed_messages, retry_message, sender_public_key, set_sender_public_key, show_outbound_message, upsert_sender'),
+        ('mailroom_admin', 'cancel_messages, convert_sender_passwords, delete_messages, hold_messages, list_outbound_messages, list_senders, outbound_queue, outbound_stats, purge_sent_messages, reap_stuck_messages, release_held_messages, retry_failed_messages, retry_message, retry_messages, run_messages_now, sender_public_key, set_sender_public_key, show_outbound_message, upsert_sender'),
         ('mailroom_app', 'enqueue_message'),
         ('mailroom_collector', '-'),
         ('mailroom_inbound', '-'),
-        ('mailroom_monitor', 'list_outbound_messages'),
-        ('mailroom_sender', 'claim_messages, claim_messages, finalize_messages, reap_stuck_messages, release_messages'),
+        ('mailroom_monitor', 'list_outbound_messages, outbound_queue, outbound_stats'),
+        ('mailroom_sender', 'claim_messages, claim_messages, finalize_messages, outbound_stats, reap_stuck_messages, release_messages'),
         ('mailroom_timekeeper', '-'),
         ('public', '-')$$,
     'each runtime role executes exactly its outbound functions (admin through monitor too)'

@@ -43,7 +43,7 @@ def wait_rows(conn, query: str, n: int, timeout: float = 20) -> list[tuple]:
 def test_collect_csv_through_the_pooler_polls_and_collects_every_token(collectors, conn, urls):
     """No listen URL: the default (the pooled URL) fails its self-test, says so once, and polls."""
     u = urls("collector")
-    c = collectors(u.database, "--poll-interval", "100", mailroom_batch_limit="4")
+    c = collectors(u.database, "--poll-interval", "100ms", mailroom_batch_limit="4")
     c.wait_stderr("polling every 100 ms until it is back")
     conn.execute(bulk_accounts_sql("bulk", 48))  # 12 committed batches of 4 in a row
     logins = [f"bulk{i}" for i in range(48)]
@@ -62,7 +62,7 @@ def test_collect_csv_through_the_pooler_polls_and_collects_every_token(collector
 def test_collect_enqueue_through_the_pooler(collectors, conn, urls):
     conn.execute("SELECT mailroom.upsert_sender('mailroom', 'noreply@example.test', '127.0.0.1', 2525)")
     u = urls("collector")
-    c = collectors(u.database, "--enqueue", "--listen-url", "none", "--poll-interval", "100",
+    c = collectors(u.database, "--enqueue", "--listen-url", "none", "--poll-interval", "100ms",
                    mailroom_batch_limit="3")
     c.wait_stderr("polling every 100 ms")
     conn.execute(bulk_accounts_sql("ebulk", 30))  # 10 committed batches of 3 in a row
@@ -82,8 +82,8 @@ def test_collect_with_a_direct_listen_url_reacts_to_notify(collectors, conn, url
     """MAILROOM_LISTEN_URL direct, work through the pooler: a token inserted while idle is collected within the
     batch timeout, long before the 60 s poll would have found it."""
     u = urls("collector")
-    c = collectors(u.database, "--poll-interval", "60000", mailroom_listen_url=u.listen,
-                   mailroom_batch_limit="10", mailroom_batch_timeout="200", mailroom_healthcheck_interval="60000")
+    c = collectors(u.database, "--poll-interval", "60s", mailroom_listen_url=u.listen,
+                   mailroom_batch_limit="10", mailroom_batch_timeout="200ms", mailroom_healthcheck_interval="60s")
     c.wait_stderr("waiting for notifications on token_insert")
     time.sleep(0.5)  # idle: the backlog drain is over
     for i in range(8):  # one at a time: each wakes the collector through NOTIFY
@@ -98,8 +98,8 @@ def test_collect_with_a_direct_listen_url_reacts_to_notify(collectors, conn, url
 
 def test_collect_listener_reconnects_after_its_backend_is_terminated(collectors, conn, urls):
     u = urls("collector")
-    c = collectors(u.database, "--listen-url", u.listen, "--poll-interval", "60000",
-                   mailroom_batch_timeout="100", mailroom_healthcheck_interval="60000")
+    c = collectors(u.database, "--listen-url", u.listen, "--poll-interval", "60s",
+                   mailroom_batch_timeout="100ms", mailroom_healthcheck_interval="60s")
     c.wait_stderr("waiting for notifications on token_insert")
     logins = create_accounts(conn, "before", 1)
     assert_exactly_once(c.records(1, timeout=5), logins)
@@ -126,7 +126,7 @@ def test_commit_lost_behind_the_pooler_is_not_fatal_nor_written_twice(conn, urls
     is written again (WARN)."""
     u = urls("collector")
     c = Collector(u.database, "--listen-url", u.listen,
-                  env={"MAILROOM_BATCH_LIMIT": "1000", "MAILROOM_BATCH_TIMEOUT": "50"}, pump_stdout=False)
+                  env={"MAILROOM_BATCH_LIMIT": "1000", "MAILROOM_BATCH_TIMEOUT": "50ms"}, pump_stdout=False)
     try:
         c.wait_stderr("waiting for notifications")
         conn.execute(bulk_accounts_sql("cut", 1000))  # one ~130 kB line: the write blocks on the full pipe

@@ -91,10 +91,10 @@ def test_many_workers_through_the_pooler_with_faults(conn, urls, workers, pooler
         boxes = [conn.execute("SELECT address FROM mailroom.create_mailbox(60, 'pro')").fetchone()[0] for _ in range(5)]
         c, s, i, app = urls("collector"), urls("sender"), urls("inbound"), urls("app")
 
-        collectors = [workers("collect", "--enqueue", "--poll-interval", "500",
+        collectors = [workers("collect", "--enqueue", "--poll-interval", "500ms",
                               env={"MAILROOM_DATABASE_URL": c.database, "MAILROOM_LISTEN_URL": c.listen,
                                    "MAILROOM_BATCH_LIMIT": "20",
-                                   "MAILROOM_BATCH_TIMEOUT": "100", "MAILROOM_HEALTHCHECK_INTERVAL": "2000"})
+                                   "MAILROOM_BATCH_TIMEOUT": "100ms", "MAILROOM_HEALTHCHECK_INTERVAL": "2s"})
                       for _ in range(4)]
         senders = [workers("send", "--worker", f"many:send{n}", "--poll-interval", "0.5s", "--lease", "5s",
                            "--reap-after", "5s", "--smtp-timeout", "5s", "--shutdown-grace", "1s",

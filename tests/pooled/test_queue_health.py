@@ -21,7 +21,7 @@ def test_workers_report_heartbeats_through_the_pooler(conn, urls, workers, poole
     conn.execute("SELECT mailroom.upsert_sender('mailroom', 'noreply@example.test', '127.0.0.1', %s)", (free_port(),))
     u = urls("collector")
     collector = workers("collect", "--enqueue", env={"MAILROOM_DATABASE_URL": u.database, "MAILROOM_LISTEN_URL": u.listen,
-                                                      "MAILROOM_BATCH_TIMEOUT": "100"})
+                                                      "MAILROOM_BATCH_TIMEOUT": "100ms"})
     s = urls("sender")
     sender = workers("send", "--worker", "hosta:send1", "--reap-after", "0",
                      env={"MAILROOM_DATABASE_URL": s.database, "MAILROOM_LISTEN_URL": s.listen})

@@ -1,7 +1,8 @@
 """`mailroom collect`: the typer command of the token collector (mailroom.accounts.collector).
 
-Configuration comes from flags or environment variables; a bad value is one line on stderr and
-exit code 2.
+Every option comes from its flag or its environment variable (the collector keeps the original C
+collector's names: MAILROOM_BATCH_LIMIT, MAILROOM_BATCH_TIMEOUT, …); a bad value is one line on
+stderr and exit code 2.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from typing import Annotated, Optional
 
 import typer
 
+from mailroom.core.options import duration_option, env_option, new_app, port_option
 from mailroom.db.config import (
     DatabaseUrlOption,
     DataDirOption,
@@ -21,11 +23,7 @@ from mailroom.db.config import (
     resolve_listen_url,
 )
 
-app = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
-
-
-def _opt(flag: str, env: str, help_text: str):  # noqa: ANN202 - typer metadata
-    return typer.Option(flag, envvar=env, show_envvar=True, help=help_text)
+app = new_app()
 
 
 @app.command("collect")
@@ -33,41 +31,36 @@ def collect(
     database_url: DatabaseUrlOption = None,
     data_dir: DataDirOption = None,
     listen_url: ListenUrlOption = None,
-    batch_limit: Annotated[
-        str, _opt("--batch-limit", "MAILROOM_BATCH_LIMIT", "Most tokens per batch (1-100000).")
-    ] = "10",
-    batch_timeout: Annotated[
-        str,
-        _opt("--batch-timeout", "MAILROOM_BATCH_TIMEOUT", "Milliseconds to wait after the first notification."),
-    ] = "5000",
-    healthcheck_interval: Annotated[
-        str,
-        _opt(
-            "--healthcheck-interval",
-            "MAILROOM_HEALTHCHECK_INTERVAL",
-            "Milliseconds between health checks and sweeps when idle (>= the batch timeout).",
-        ),
-    ] = "270000",
-    poll_interval: Annotated[
-        int,
-        _opt("--poll-interval", "MAILROOM_POLL_INTERVAL", "Milliseconds between polls while no LISTEN connection hears."),
-    ] = 1000,
-    channel: Annotated[
-        str, _opt("--channel", "MAILROOM_CHANNEL_NAME", "NOTIFY channel to LISTEN on.")
-    ] = "token_insert",
-    output: Annotated[
-        str, typer.Option("--output", "-o", help="stdout format: csv (one line per batch) or jsonl.")
-    ] = "csv",
-    enqueue: Annotated[
-        bool,
-        typer.Option("--enqueue", help="Render emails in SQL and enqueue them for `mailroom send` instead of stdout."),
-    ] = False,
+    batch_limit: Annotated[int, env_option(
+        "--batch-limit", env="MAILROOM_BATCH_LIMIT", min=1, max=100_000, metavar="N",
+        help="Most tokens per batch.")] = 10,
+    batch_timeout: Annotated[float, duration_option(
+        "--batch-timeout", env="MAILROOM_BATCH_TIMEOUT", bare_ms=True, maximum=86400,
+        help="How long to wait after the first notification before taking a batch that is not full.")] = "5s",
+    healthcheck_interval: Annotated[float, duration_option(
+        "--healthcheck-interval", env="MAILROOM_HEALTHCHECK_INTERVAL", bare_ms=True, minimum=0.001, maximum=86400,
+        help="Between health checks and sweeps when idle (at least the batch timeout).")] = "270s",
+    poll_interval: Annotated[float, duration_option(
+        "--poll-interval", env="MAILROOM_POLL_INTERVAL", bare_ms=True, minimum=0.01, maximum=3600,
+        help="Between polls while no LISTEN connection hears.")] = "1s",
+    channel: Annotated[str, env_option(
+        "--channel", env="MAILROOM_CHANNEL_NAME", metavar="NAME", help="NOTIFY channel to LISTEN on.")] = "token_insert",
+    output: Annotated[str, env_option(
+        "--output", "-o", env="MAILROOM_COLLECT_OUTPUT", metavar="FORMAT",
+        help="stdout format: csv (one line per batch) or jsonl.")] = "csv",
+    enqueue: Annotated[bool, env_option(
+        "--enqueue", env="MAILROOM_COLLECT_ENQUEUE",
+        help="Render emails in SQL and enqueue them for `mailroom send` instead of stdout.")] = False,
+    metrics_port: Annotated[Optional[int], port_option(
+        "--metrics-port", env="MAILROOM_COLLECT_METRICS_PORT",
+        help="Serve Prometheus metrics on this port (0: any free port).")] = None,
+    metrics_host: Annotated[str, env_option(
+        "--metrics-host", env="MAILROOM_COLLECT_METRICS_HOST", metavar="HOST", help="Metrics bind address.")] = "127.0.0.1",
 ) -> None:
     """Collect activation / recovery tokens as they are inserted and hand them off in batches."""
     import os
 
     from mailroom.accounts.collector import Collector, parse_config
-    from mailroom.core.errors import ConfigError
     from mailroom.core.log import get_logger
 
     if os.environ.get("MAILROOM_SECRET_KEY"):
@@ -76,22 +69,15 @@ def collect(
             "WARN: MAILROOM_SECRET_KEY is set but no longer used: the keyring in the database signs the links; "
             "import it once with `mailroom keys import` so links it signed keep working, then unset it"
         )
-    if not 10 <= poll_interval <= 3_600_000:
-        raise ConfigError(f"--poll-interval must be between 10 and 3600000 ms, got {poll_interval}")
     cfg = parse_config(batch_limit, batch_timeout, healthcheck_interval, channel, output, enqueue, poll_interval)
     home = Path(data_dir) if data_dir else None
     url = resolve_database_url(database_url, home)
-    cfg = replace(cfg, url=url, listen_url=resolve_listen_url(listen_url, url))
+    cfg = replace(cfg, url=url, listen_url=resolve_listen_url(listen_url, url), metrics_port=metrics_port,
+                  metrics_host=metrics_host)
     raise typer.Exit(Collector(cfg).run())
 
 
-keys_app = typer.Typer(
-    name="keys",
-    help="The token signing keyring in the database (admin): list, rotate, retire, export, import.",
-    no_args_is_help=True,
-    add_completion=False,
-    pretty_exceptions_enable=False,
-)
+keys_app = new_app("keys", help="The token signing keyring in the database (admin): list, rotate, retire, export, import.")
 
 
 def _keys_call(database_url: Optional[str], fn_name: str, **kwargs):  # noqa: ANN202 - rows

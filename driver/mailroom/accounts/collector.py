@@ -13,6 +13,10 @@ pending count. A batch is taken when the pending count reaches the limit, or whe
 timeout has passed since the first notification of a quiet period; the collector then keeps
 dequeuing while full batches come back, so a folded NOTIFY never strands tokens. On start and
 after every reconnect it drains the backlog, because notifications sent while it was away are gone.
+
+Started while the database is down, or cut off later, it waits and retries (mailroom.core.outage:
+one line when the wait starts, one when it recovers); a connection refused for good (a wrong
+password, no such database) ends it with one line. On a clean exit it reports itself stopped.
 """
 
 from __future__ import annotations
@@ -24,19 +28,18 @@ import time
 from dataclasses import dataclass
 
 import psycopg
-from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from mailroom.accounts.output import CommitLost, EnqueueSink, OutputClosed, StdoutSink
-from mailroom.core.errors import ConfigError, UpgradeBackoff, UserError, describe_db_error, is_upgrade_condition
+from mailroom.core.errors import ConfigError, Kind, UpgradeBackoff, UserError, describe_db_error, is_upgrade_condition
 from mailroom.core.log import get_logger
+from mailroom.core.metrics import NullMetrics
+from mailroom.core.outage import Outage
+from mailroom.core.ready import notify_ready
 from mailroom.db import heartbeat, sqlapi
-from mailroom.db.connect import connect, connection_lost, ping
+from mailroom.db.connect import ConnectFailed, connect, connection_lost, ping, with_defaults
 from mailroom.db.listen import Listener
-from mailroom.db.reconnect import Backoff
 
 OUTPUTS = ("csv", "jsonl")
-MAX_BATCH_LIMIT = 100_000
-MAX_MS = 24 * 3600 * 1000
 MAX_CHANNEL_BYTES = 63  # NAMEDATALEN - 1
 _RECONNECTED = object()  # queued by the listener after every (re)connect: drain the backlog
 
@@ -54,37 +57,29 @@ class CollectorConfig:
     enqueue: bool = False
     listen_url: str | None = None  # None: poll every poll_ms
     poll_ms: int = 1000
-
-
-def _int_setting(name: str, value: str, low: int, high: int) -> int:
-    text = value.strip()
-    if not text.isdigit() or not text.isascii():
-        raise ConfigError(f"{name} must be a whole number between {low} and {high}, got {value!r}")
-    number = int(text)
-    if not low <= number <= high:
-        raise ConfigError(f"{name} must be between {low} and {high}, got {number}")
-    return number
+    metrics_port: int | None = None  # Prometheus /metrics (mailroom.accounts.metrics), off when None
+    metrics_host: str = "127.0.0.1"
 
 
 def parse_config(
-    batch_limit: str,
-    batch_timeout: str,
-    healthcheck_interval: str,
+    batch_limit: int,
+    batch_timeout: float,
+    healthcheck_interval: float,
     channel: str,
     output: str,
     enqueue: bool,
-    poll_interval_ms: int = 1000,
+    poll_interval: float = 1.0,
 ) -> CollectorConfig:
-    """Validate every flag / environment value; raise ConfigError (exit 2) on the first bad one.
+    """Check what the options cannot check alone; raise ConfigError (exit 2) on the first bad value.
 
-    The URLs are filled in by the caller (they need the embedded cluster's state)."""
-    limit = _int_setting("MAILROOM_BATCH_LIMIT", batch_limit, 1, MAX_BATCH_LIMIT)
-    timeout_ms = _int_setting("MAILROOM_BATCH_TIMEOUT", batch_timeout, 0, MAX_MS)
-    health_ms = _int_setting("MAILROOM_HEALTHCHECK_INTERVAL", healthcheck_interval, 1, MAX_MS)
+    The durations are seconds (the command line parsed them); the URLs are filled in by the caller
+    (they need the embedded cluster's state)."""
+    timeout_ms = round(batch_timeout * 1000)
+    health_ms = round(healthcheck_interval * 1000)
     if health_ms < timeout_ms:
         raise ConfigError(
-            f"MAILROOM_HEALTHCHECK_INTERVAL ({health_ms} ms) must be at least "
-            f"MAILROOM_BATCH_TIMEOUT ({timeout_ms} ms)"
+            f"MAILROOM_HEALTHCHECK_INTERVAL ({healthcheck_interval:g}s) must be at least "
+            f"MAILROOM_BATCH_TIMEOUT ({batch_timeout:g}s)"
         )
     channel = channel.strip()
     if not channel:
@@ -96,7 +91,8 @@ def parse_config(
     output = output.strip().lower()
     if output not in OUTPUTS:
         raise ConfigError(f"--output must be one of {', '.join(OUTPUTS)}, got {output!r}")
-    return CollectorConfig("", limit, timeout_ms, health_ms, channel, output, enqueue, None, poll_interval_ms)
+    return CollectorConfig("", batch_limit, timeout_ms, health_ms, channel, output, enqueue, None,
+                           max(1, round(poll_interval * 1000)))
 
 
 WAIT_SLICE = 0.2  # longest uninterrupted wait, so a signal is honoured within a second
@@ -105,32 +101,19 @@ APP_NAME = "mailroom-collect"
 # Connection-level failures: reconnect and resume. Anything else from the database is fatal.
 RECONNECTABLE = (psycopg.OperationalError, psycopg.InterfaceError)
 
-# A silent network loss must surface as an error, not a healthcheck hanging for the kernel's
-# two-hour default: TCP keepalives unless the URL sets its own (libpq ignores them on sockets).
-TCP_DEFAULTS = {"keepalives": "1", "keepalives_idle": "10", "keepalives_interval": "5",
-                "keepalives_count": "3", "tcp_user_timeout": "30000"}
-
-
-def with_tcp_defaults(url: str) -> str:
-    """The URL plus TCP keepalive / user-timeout defaults for the keys it does not set."""
-    try:
-        given = conninfo_to_dict(url)
-    except psycopg.ProgrammingError:
-        return url  # let connect() report the malformed URL
-    missing = {k: v for k, v in TCP_DEFAULTS.items() if k not in given}
-    return make_conninfo(url, **missing) if missing else url
-
 
 class Collector:
     """One collector process. `run()` returns the exit code (0 after SIGTERM / SIGINT)."""
 
     def __init__(self, cfg: CollectorConfig) -> None:
+        if cfg.metrics_port is not None:  # (prometheus_client is loaded only by a worker that serves metrics)
+            from mailroom.accounts.metrics import CollectorMetrics
         self.cfg = cfg
         self.log = get_logger("collect")
         self.sink = EnqueueSink() if cfg.enqueue else StdoutSink(cfg.output)
         self.events: queue.SimpleQueue = queue.SimpleQueue()  # announced counts, or _RECONNECTED
         self.listener = Listener(
-            with_tcp_defaults(cfg.listen_url) if cfg.listen_url else None,
+            with_defaults(cfg.listen_url) if cfg.listen_url else None,
             [cfg.channel],
             name=APP_NAME,
             log=self.log,
@@ -139,7 +122,10 @@ class Collector:
             check_interval=min(cfg.healthcheck_ms / 1000, 60.0),
             poll_hint=f"polling every {cfg.poll_ms} ms",
         )
-        self.heartbeat = heartbeat.Heartbeat(heartbeat.worker_name(), "collector", self.log)
+        self.metrics = CollectorMetrics() if cfg.metrics_port is not None else NullMetrics()
+        self.heartbeat = heartbeat.Heartbeat(heartbeat.worker_name(), "collector", self.log, metrics=self.metrics)
+        # the database unreachable (at start or later): one line when the wait starts, one when it ends
+        self.outage = Outage(self.log, on_change=self.metrics.waiting)
         self.upgrade = UpgradeBackoff(self.log)
         self.work: psycopg.Connection | None = None
         self.stopping = False
@@ -147,7 +133,7 @@ class Collector:
         self.pending = 0  # tokens announced by notifications since the last batch
         self.first_at = 0.0  # monotonic time of the first notification of this quiet period
         self.last_check = 0.0  # monotonic time of the last round trip that proved the work link alive
-        self.url = with_tcp_defaults(cfg.url)
+        self.url = with_defaults(cfg.url)
         self.timeout = cfg.batch_timeout_ms / 1000
         self.health = cfg.healthcheck_ms / 1000
         self.poll = cfg.poll_ms / 1000
@@ -162,13 +148,16 @@ class Collector:
             c.channel, c.batch_limit, c.batch_timeout_ms, c.healthcheck_ms,
             "enqueue" if c.enqueue else c.output,
         )
+        self.heartbeat.metrics_address = self.metrics.start(c.metrics_port, c.metrics_host, self.log)
         try:
-            self._connect()  # the first failure is fatal: a bad URL should not spin forever
-            self.listener.start()
+            # started while the database is down: wait for it (a wrong password or database name is fatal)
+            if self._connect_waiting():
+                self.listener.start()
+                notify_ready()
             while not self.stopping:
                 try:
                     if self.work is None:
-                        self._reconnect()
+                        self._connect_waiting()
                     else:
                         self._step()
                 except RECONNECTABLE as exc:
@@ -187,20 +176,27 @@ class Collector:
                     )
                     self._lost(describe_db_error(exc.cause))
         except OutputClosed as exc:
-            self._close()
-            self.listener.stop()
+            self._shutdown()
             raise UserError(
                 f"stdout closed ({exc.reason}); rolled back the unwritten batch of {exc.rows} "
                 "tokens, which stay eligible for the next collector"
             ) from None
         except psycopg.Error as exc:
-            self._close()
-            self.listener.stop()
+            self._shutdown()
             raise UserError(f"collector stopped: {describe_db_error(exc)}") from None
-        self._close()
-        self.listener.stop()
+        except ConnectFailed:
+            self._shutdown()
+            raise
+        self._shutdown(clean=True)
         self.log.info("stopped")
         return 0
+
+    def _shutdown(self, clean: bool = False) -> None:
+        self._close()
+        self.listener.stop()
+        if clean and not self.outage.waiting:
+            self.heartbeat.stop(self.url)  # listed as stopped, not lost
+        self.metrics.shutdown()
 
     def _install_signals(self) -> None:
         def stop(signum: int, _frame: object) -> None:
@@ -252,23 +248,25 @@ class Collector:
         self.work = None
 
     def _lost(self, reason: str) -> None:
-        self.log.warning("WARN: connection lost: %s", reason)
+        if not self.outage.waiting:
+            self.log.warning("WARN: connection lost (%s): reconnecting", reason)
+        self.metrics.reconnects.inc()
         self._close()
 
-    def _reconnect(self) -> None:
-        backoff = Backoff()
-        attempt = 0
+    def _connect_waiting(self) -> bool:
+        """Connect, waiting while the database is unreachable (mailroom.core.outage); False when
+        stopped meanwhile. A connection refused for good (a wrong password, no such database) raises."""
         while not self.stopping:
-            attempt += 1
-            self.log.info("reconnecting (attempt %d)", attempt)
             try:
                 self._connect()
-            except UserError as exc:
-                delay = backoff.next()
-                self.log.warning("WARN: %s; retrying in %.1fs", exc, delay)
-                self._sleep(delay)
+            except ConnectFailed as exc:
+                if exc.kind is not Kind.UNAVAILABLE:
+                    raise
+                self._sleep(self.outage.delay(str(exc).removeprefix("cannot connect to the database: ")))
                 continue
-            return
+            self.outage.resumed()
+            return True
+        return False
 
     def _wait_for_schema(self, exc: psycopg.Error) -> None:
         """The schema changed under the batch (docs/upgrading.md): it rolled back; wait, then drain."""
@@ -332,17 +330,8 @@ class Collector:
     def _beat(self) -> None:
         """One heartbeat in its own short transaction on the work connection."""
         assert self.work is not None
-        params = self.heartbeat.params(self.listener.listening)
-        try:
-            sqlapi.worker_heartbeat.call(self.work, **params)
-            self.work.commit()
-        except psycopg.Error as exc:
-            if connection_lost(self.work, exc):
-                raise
-            self.work.rollback()
-            self.heartbeat.failed(exc, bool(params["listening"]))
-            return
-        self.heartbeat.sent(params)
+        self.metrics.listening.set(1 if self.listener.listening else 0)
+        self.heartbeat.beat(self.work, self.listener.listening)
 
     def _healthcheck(self) -> None:
         """One sweep for tokens no notification announced (also the poll when not listening).
@@ -379,6 +368,8 @@ class Collector:
             if got < limit or self.stopping:
                 break
         self.heartbeat.claimed += total
+        self.metrics.tokens.inc(total)
+        self.metrics.batches.inc(batches)
         self.last_check = time.monotonic()
         self.upgrade.resumed()
         if what and not self.stopping:

@@ -226,12 +226,20 @@ class UpgradeBackoff:
 
 
 def describe_db_error(exc: BaseException) -> str:
-    """A one-line description of a psycopg error: SQLSTATE and primary message."""
+    """A one-line description of a psycopg error: SQLSTATE and primary message, the role a refused
+    call needs (mailroom.db.contract asks the catalog), 'database unreachable' for a connection
+    that could not be made or was lost."""
     sqlstate = getattr(exc, "sqlstate", None)
     diag = getattr(exc, "diag", None)
     primary = getattr(diag, "message_primary", None) if diag is not None else None
     text = primary or str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-    return f"{text} (SQLSTATE {sqlstate})" if sqlstate else text
+    text = " ".join(text.split())
+    if not sqlstate and kind_of(exc) is Kind.UNAVAILABLE:
+        text = f"database unreachable: {text}"
+    hints = [h for h in (getattr(diag, "message_hint", None) if diag is not None else None,
+                         getattr(exc, "mailroom_hint", None)) if h]
+    described = f"{text} (SQLSTATE {sqlstate})" if sqlstate else text
+    return "; ".join([described, *(" ".join(h.split()) for h in hints)])
 
 
 def db_user_error(exc: BaseException, prefix: str = "") -> UserError:

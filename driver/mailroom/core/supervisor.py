@@ -3,16 +3,22 @@
 A child is either a `mailroom` command run as its own process (`args`), or a function run in a
 forked copy of this process (`target`, whose return value is the exit status). Children start in
 order; a child's `ready` check (if any) runs right after it starts and blocks until it serves (it
-raises UserError when it does not). Then the supervisor waits, and its policy is the same for
-every set of children:
+raises UserError when it does not). A command child says it serves itself: it gets the write end of
+a pipe as MAILROOM_READY_FD and writes one byte there when it is connected and serving
+(mailroom.core.ready); once every child is started the supervisor waits for those bytes, saying
+once which child it still waits for (a worker started while the database is down waits for it),
+and only then calls `on_started`. Every child runs in a process group of its own, so a Ctrl-C on
+the terminal reaches the supervisor alone, which stops the children once. Then the supervisor
+waits, and its policy is the same for every set of children:
 
 - a child that exits within `startup_seconds` of its start failed to start: the others are
   stopped and the exit status is 1;
 - a child that exits later is started again after RESTART_DELAY when `restart` is set (the inbox
   server's workers); otherwise the others are stopped and the exit status is 1, so a service
   manager (systemd, a container runtime) restarts the whole set (`mailroom run`);
-- SIGTERM or SIGINT is passed on to every child (the last started first); each gets `stop_grace`
-  seconds to exit before SIGKILL, and the exit status is 0.
+- SIGTERM or SIGINT stops every child with SIGTERM (the last started first); each gets `stop_grace`
+  seconds to exit before SIGKILL; a child that exits 0 is logged as stopped, any other as what it
+  exited with (or what killed it), and the exit status is 0.
 
 The supervisor holds no database connection and no event loop.
 """
@@ -20,6 +26,7 @@ The supervisor holds no database connection and no event loop.
 from __future__ import annotations
 
 import os
+import select
 import signal
 import sys
 import time
@@ -33,6 +40,7 @@ STARTUP_SECONDS = 5.0
 RESTART_DELAY = 1.0
 STOP_GRACE_SECONDS = 10.0
 POLL_SECONDS = 0.1
+READY_PATIENCE = 5.0  # seconds before the supervisor says which child it still waits for
 
 
 @dataclass
@@ -43,9 +51,24 @@ class Child:
     args: list[str] | None = None  # `python -m mailroom *args`
     target: Callable[[], int | None] | None = field(default=None, repr=False)  # run in a forked copy
     ready: Callable[[Child], None] | None = field(default=None, repr=False)  # blocks until it serves
+    notify: bool = True  # a command child: wait for its MAILROOM_READY_FD byte after the start
+    env: dict[str, str] | None = field(default=None, repr=False)  # its own environment (merged over the set's)
     pid: int | None = None
     started_at: float = 0.0
     returncode: int | None = None  # as subprocess reports it: the exit code, or -N for signal N
+    ready_fd: int | None = field(default=None, repr=False)  # read end of its ready pipe, until it is ready
+    is_ready: bool = False
+
+    def exit_text(self) -> str:
+        """How it ended, for the log: 'stopped', 'exited with code 3', 'killed by SIGKILL'."""
+        if self.returncode == 0:
+            return "stopped"
+        if self.returncode is not None and self.returncode < 0:
+            try:
+                return f"killed by {signal.Signals(-self.returncode).name}"
+            except ValueError:
+                return f"killed by signal {-self.returncode}"
+        return f"exited with code {self.returncode}"
 
     def describe(self) -> str:
         return f"mailroom {' '.join(self.args)}" if self.args is not None else self.name
@@ -121,20 +144,70 @@ class Supervisor:
         child.started_at = time.monotonic()
         if child.args is not None:
             argv = [sys.executable, "-m", "mailroom", *child.args]
-            child.pid = os.posix_spawn(sys.executable, argv, self.env if self.env is not None else os.environ)
+            env = dict(self.env if self.env is not None else os.environ, **(child.env or {}))
+            write_fd = None
+            if child.notify:
+                child.ready_fd, write_fd = os.pipe()
+                os.set_inheritable(write_fd, True)
+                env["MAILROOM_READY_FD"] = str(write_fd)
+            try:
+                child.pid = os.posix_spawn(sys.executable, argv, env, setpgroup=0)
+            finally:
+                if write_fd is not None:
+                    os.close(write_fd)  # the child holds it now; the next children must not
             self.log.info("started %s (pid %d): %s", child.name, child.pid, child.describe())
             return
         pid = os.fork()
         if pid == 0:
             _run_target(child)
         child.pid = pid
+        try:
+            os.setpgid(pid, pid)  # a process group of its own: a Ctrl-C on the terminal reaches the supervisor only
+        except OSError:
+            pass  # it already exited
 
     def start(self) -> None:
-        """Start every child in order, each one's ready check before the next (UserError if one fails)."""
+        """Start every child in order, each one's ready check before the next, then wait until every
+        command child said it serves (UserError if one fails or exits first)."""
         for child in self.children:
+            if self.received:
+                return
             self.spawn(child)
             if child.ready is not None:
                 child.ready(child)
+        self.wait_ready()
+
+    def wait_ready(self) -> None:
+        """Until every child with a ready pipe wrote its byte; says once which it still waits for."""
+        said = False
+        deadline = time.monotonic() + READY_PATIENCE
+        while not self.received:
+            pending = [c for c in self.children if c.ready_fd is not None]
+            if not pending:
+                return
+            readable, _, _ = select.select([c.ready_fd for c in pending], [], [], POLL_SECONDS)
+            for child in pending:
+                if child.ready_fd in readable:
+                    data = os.read(child.ready_fd, 1)
+                    os.close(child.ready_fd)
+                    child.ready_fd = None
+                    if data:
+                        child.is_ready = True
+                        continue
+                    # the pipe closed without a byte: the child is exiting
+                    end = time.monotonic() + self.stop_grace
+                    while child.running() and time.monotonic() < end:
+                        time.sleep(POLL_SECONDS / 2)
+                    raise UserError(f"{child.name} {child.exit_text()} before it was ready")
+                if not child.running():
+                    os.close(child.ready_fd)  # type: ignore[arg-type]
+                    child.ready_fd = None
+                    raise UserError(f"{child.name} {child.exit_text()} before it was ready")
+            if not said and time.monotonic() >= deadline:
+                said = True
+                waiting = [c.name for c in self.children if c.ready_fd is not None]
+                if waiting:
+                    self.log.info("waiting for %s to be ready (each says why in its own lines)", ", ".join(waiting))
 
     # -- running -------------------------------------------------------------------------------
 
@@ -156,7 +229,11 @@ class Supervisor:
             return 1 if self.failed else 0
         finally:
             if not self.stopping:
-                self.stop(self.received[0] if self.received else signal.SIGTERM)
+                self.stop(signal.SIGTERM)
+            for child in self.children:
+                if child.ready_fd is not None:
+                    os.close(child.ready_fd)
+                    child.ready_fd = None
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
 
@@ -165,15 +242,15 @@ class Supervisor:
             if child.pid is None or child.running():
                 continue
             if time.monotonic() - child.started_at < self.startup_seconds:
-                self.log.error("%s exited with code %s; stopping the others (it failed to start: within %gs of "
-                               "its start)", child.name, child.returncode, self.startup_seconds)
+                self.log.error("%s %s; stopping the others (it failed to start: within %gs of "
+                               "its start)", child.name, child.exit_text(), self.startup_seconds)
                 self.failed = True
                 return
             if not self.restart:
-                self.log.info("%s exited with code %s; stopping the others", child.name, child.returncode)
+                self.log.info("%s %s; stopping the others", child.name, child.exit_text())
                 self.failed = True
                 return
-            self.log.warning("%s exited with code %s; starting another", child.name, child.returncode)
+            self.log.warning("%s %s; starting another", child.name, child.exit_text())
             time.sleep(RESTART_DELAY)
             if not self.received:
                 self.spawn(child)
@@ -197,4 +274,4 @@ class Supervisor:
                 while child.running():
                     time.sleep(POLL_SECONDS / 2)
             if child.args is not None:
-                self.log.info("%s exited with code %s", child.name, child.returncode)
+                self.log.info("%s %s", child.name, child.exit_text())

@@ -10,16 +10,18 @@ import psycopg
 import typer
 
 from mailroom.core.errors import UserError, db_user_error
+from mailroom.core.options import new_app
 from mailroom.db import cluster as embedded
 from mailroom.db import migrate as runner
 from mailroom.db.config import DatabaseUrlOption, DataDirOption, default_home
 from mailroom.db.connect import connect
 
-db_app = typer.Typer(help="The database: embedded cluster or MAILROOM_DATABASE_URL.", no_args_is_help=True)
+db_app = new_app("db", "The database: embedded cluster or MAILROOM_DATABASE_URL.")
 
 PortOption = Annotated[
     Optional[int],
-    typer.Option("--port", envvar="MAILROOM_PG_PORT", help="Port of the embedded server (socket name; TCP with --tcp)."),
+    typer.Option("--port", envvar="MAILROOM_PG_PORT", show_envvar=True, min=1, max=65535, metavar="PORT",
+                 help="Port of the embedded server (socket name; TCP with --tcp)."),
 ]
 TcpOption = Annotated[
     Optional[bool],
@@ -141,7 +143,11 @@ def migrate_cmd(
         return
     if not 0 < lock_timeout <= 600:
         raise UserError("--lock-timeout must be between 0 and 600 seconds", exit_code=2)
-    result = runner.migrate(_url(database_url, data_dir), notices=_say, say=_say, lock_timeout=lock_timeout)
+    from mailroom.core.progress import Progress
+
+    url = _url(database_url, data_dir)
+    with Progress("migrating", ticker=True):  # (on a terminal only: a migration over many rows takes a while)
+        result = runner.migrate(url, notices=_say, say=_say, lock_timeout=lock_timeout)
     for name in result.applied:
         _say(f"applied {name}")
     _say(f"migrations applied: {len(result.applied)}; sql files applied: {result.sql_files}; "
@@ -168,3 +174,66 @@ def _url(database_url: str | None, data_dir) -> str:
     from mailroom.db.config import resolve_database_url
 
     return resolve_database_url(database_url, data_dir)
+
+
+settings_app = new_app(
+    "settings",
+    "The settings (mailroom.settings): list them, read one, change one (admin). Values are checked "
+    "against each setting's kind and bounds.",
+)
+
+
+@settings_app.command("list")
+def settings_list(
+    database_url: DatabaseUrlOption = None,
+    data_dir: DataDirOption = None,
+    as_json: Annotated[bool, typer.Option("--json", help="One JSON object per setting.")] = False,
+) -> None:
+    """Every setting: value, kind and bounds, description (mailroom.list_settings)."""
+    import json
+
+    from mailroom.core.table import table
+    from mailroom.db import sqlapi
+    from mailroom.db.connect import call_once
+
+    rows = call_once(_url(database_url, data_dir), sqlapi.list_settings, application_name="mailroom-settings")
+    if as_json:
+        for r in rows:
+            print(json.dumps(r._asdict()))
+        return
+    table(
+        [{"name": r.name, "value": r.value, "kind": r.kind or "-",
+          "range": "-" if r.min_value is None and r.max_value is None else f"{r.min_value or ''}..{r.max_value or ''}",
+          "description": r.description} for r in rows],
+        ["name", "value", "kind", "range", "description"],
+    )
+
+
+@settings_app.command("get")
+def settings_get(
+    name: Annotated[str, typer.Argument(metavar="NAME", help="A setting, e.g. outbound.max_attempts.")],
+    database_url: DatabaseUrlOption = None,
+    data_dir: DataDirOption = None,
+) -> None:
+    """Print one setting's value (mailroom.setting)."""
+    from mailroom.db import sqlapi
+    from mailroom.db.connect import call_once
+
+    rows = call_once(_url(database_url, data_dir), sqlapi.setting, application_name="mailroom-settings", name=name)
+    print(rows[0][0])
+
+
+@settings_app.command("set")
+def settings_set(
+    name: Annotated[str, typer.Argument(metavar="NAME", help="A setting, e.g. outbound.max_attempts.")],
+    value: Annotated[str, typer.Argument(metavar="VALUE", help="Its new value, checked against its kind and bounds.")],
+    database_url: DatabaseUrlOption = None,
+    data_dir: DataDirOption = None,
+) -> None:
+    """Change a setting (mailroom.set_setting; admin)."""
+    from mailroom.db import sqlapi
+    from mailroom.db.connect import call_once
+
+    call_once(_url(database_url, data_dir), sqlapi.set_setting, application_name="mailroom-settings", name=name,
+              value=value)
+    print(f"{name} = {value}")

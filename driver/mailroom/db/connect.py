@@ -8,11 +8,13 @@ statement of another one does not exist) and no session state is set on it.
 from __future__ import annotations
 
 import select
+import sys
 from typing import Any
 
 import psycopg
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
-from mailroom.core.errors import UserError, db_user_error, describe_db_error, kind_of, learn_error_codes
+from mailroom.core.errors import Kind, UserError, db_user_error, describe_db_error, kind_of, learn_error_codes
 from mailroom.db import sqlapi
 from mailroom.db.contract import SqlFunction
 
@@ -25,6 +27,23 @@ def connection_kwargs(*, autocommit: bool = True, application_name: str = "mailr
     return {"autocommit": autocommit, "application_name": application_name, "prepare_threshold": None, **extra}
 
 
+CONNECT_TIMEOUT = "10"  # seconds: an unreachable server is an answer within this, never a hang
+# A silent network loss must surface as an error, not a call hanging for the kernel's two-hour
+# default: TCP keepalives unless the URL sets its own (libpq ignores them on unix sockets).
+TCP_DEFAULTS = {"keepalives": "1", "keepalives_idle": "10", "keepalives_interval": "5",
+                "keepalives_count": "3", "tcp_user_timeout": "30000"}
+
+
+def with_defaults(url: str) -> str:
+    """The URL plus the connect timeout and TCP keepalive defaults for the keys it does not set."""
+    try:
+        given = conninfo_to_dict(url)
+    except psycopg.ProgrammingError:
+        return url  # let connect() report the malformed URL
+    missing = {k: v for k, v in {"connect_timeout": CONNECT_TIMEOUT, **TCP_DEFAULTS}.items() if k not in given}
+    return make_conninfo(url, **missing) if missing else url
+
+
 def connection_lost(conn: psycopg.Connection | psycopg.AsyncConnection, exc: BaseException) -> bool:
     """Whether `exc` means the connection is gone, so reconnecting (not giving up) is the answer.
 
@@ -34,8 +53,17 @@ def connection_lost(conn: psycopg.Connection | psycopg.AsyncConnection, exc: Bas
     return isinstance(exc, (psycopg.OperationalError, psycopg.InterfaceError)) or conn.closed or conn.broken
 
 
-def _failed(exc: psycopg.Error) -> UserError:
-    return UserError(f"cannot connect to the database: {describe_db_error(exc)}", kind_of(exc).exit_code)
+class ConnectFailed(UserError):
+    """No connection: `kind` says whether waiting helps (Kind.UNAVAILABLE: the server is down or out of
+    reach) or not (a wrong password, an unknown database: Kind.DENIED, Kind.CONFIG)."""
+
+    def __init__(self, message: str, kind: Kind) -> None:
+        super().__init__(message, kind.exit_code)
+        self.kind = kind
+
+
+def _failed(exc: psycopg.Error) -> ConnectFailed:
+    return ConnectFailed(f"cannot connect to the database: {describe_db_error(exc)}", kind_of(exc))
 
 
 def _read_vocabulary(rows: Any) -> None:
@@ -89,7 +117,8 @@ def connect(url: str, *, autocommit: bool = True, application_name: str = "mailr
     """Open a connection or raise UserError naming what went wrong (no password echoed); the first one
     of a process also reads the error vocabulary."""
     try:
-        conn = psycopg.connect(url, **connection_kwargs(autocommit=autocommit, application_name=application_name, **extra))
+        conn = psycopg.connect(with_defaults(url),
+                               **connection_kwargs(autocommit=autocommit, application_name=application_name, **extra))
     except psycopg.Error as exc:
         raise _failed(exc) from None
     learn_vocabulary(conn)
@@ -102,7 +131,7 @@ async def connect_async(
     """Async twin of connect()."""
     try:
         conn = await psycopg.AsyncConnection.connect(
-            url, **connection_kwargs(autocommit=autocommit, application_name=application_name, **extra)
+            with_defaults(url), **connection_kwargs(autocommit=autocommit, application_name=application_name, **extra)
         )
     except psycopg.Error as exc:
         raise _failed(exc) from None
@@ -110,14 +139,33 @@ async def connect_async(
     return conn
 
 
+def print_notice(diag: psycopg.errors.Diagnostic) -> None:
+    """What SQL says besides its result (RAISE NOTICE / WARNING: a TTL clamped, recipients dropped),
+    one line on stderr: `mailroom: notice: …`."""
+    severity = (diag.severity_nonlocalized or diag.severity or "notice").lower()
+    print(f"mailroom: {severity}: {' '.join((diag.message_primary or '').split())}", file=sys.stderr)
+
+
 def call_once(url: str, fn: SqlFunction, /, *, application_name: str, **kwargs: Any) -> list[Any]:
     """One contract call (mailroom.db.contract) on a short-lived connection, for operator commands:
-    its rows (named tuples), or UserError with the one line and exit code of its kind."""
+    its rows (named tuples), or UserError with the one line and exit code of its kind. What SQL
+    says on the way (NOTICE, WARNING) goes to stderr."""
     with connect(url, application_name=application_name) as conn:
+        conn.add_notice_handler(print_notice)
         try:
             return fn.rows(conn, **kwargs)
         except psycopg.Error as exc:
             raise db_user_error(exc) from None
+
+
+def granted_roles(conn: psycopg.Connection) -> set[str]:
+    """The mailroom_* group roles the login of `conn` is a member of (a catalog probe: `mailroom run`
+    checks each worker's login before starting it)."""
+    row = conn.execute(
+        "SELECT array(SELECT g.rolname::text FROM pg_catalog.pg_roles AS g WHERE g.rolname LIKE 'mailroom\\_%%'"
+        " AND pg_catalog.pg_has_role(current_user, g.oid, 'MEMBER'))"
+    ).fetchone()
+    return set(row[0]) if row else set()
 
 
 def ping(conn: psycopg.Connection) -> None:

@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from psycopg import AsyncConnection, Connection
+from psycopg.errors import InsufficientPrivilege
 from psycopg.rows import namedtuple_row
 
 SCHEMA = "mailroom"
@@ -152,29 +153,43 @@ class SqlFunction:
 
     # -- sync calls ---------------------------------------------------------------------------
 
+    def _execute(self, cur: Any, query: str, params: Mapping[str, Any]) -> None:
+        try:
+            cur.execute(query, params)
+        except InsufficientPrivilege as exc:
+            _name_roles(cur.connection, exc, self.name)
+            raise
+
+    async def _aexecute(self, cur: Any, query: str, params: Mapping[str, Any]) -> None:
+        try:
+            await cur.execute(query, params)
+        except InsufficientPrivilege as exc:
+            await _aname_roles(cur.connection, exc, self.name)
+            raise
+
     def rows(self, conn: Connection, /, **kwargs: Any) -> list[Any]:
         """Every result row (named tuples: by attribute or by position)."""
         with conn.cursor(row_factory=namedtuple_row) as cur:
-            cur.execute(self.statement(kwargs), kwargs)
+            self._execute(cur, self.statement(kwargs), kwargs)
             return cur.fetchall()
 
     def row(self, conn: Connection, /, **kwargs: Any) -> Any:
         """The first result row, or None."""
         with conn.cursor(row_factory=namedtuple_row) as cur:
-            cur.execute(self.statement(kwargs), kwargs)
+            self._execute(cur, self.statement(kwargs), kwargs)
             return cur.fetchone()
 
     def value(self, conn: Connection, /, **kwargs: Any) -> Any:
         """The first column of the first row (None when there is no row)."""
         with conn.cursor() as cur:
-            cur.execute(self.statement(kwargs), kwargs)
+            self._execute(cur, self.statement(kwargs), kwargs)
             row = cur.fetchone()
             return None if row is None else row[0]
 
     def call(self, conn: Connection, /, **kwargs: Any) -> None:
         """Run it for its effect."""
         with conn.cursor() as cur:
-            cur.execute(self.statement(kwargs), kwargs)
+            self._execute(cur, self.statement(kwargs), kwargs)
 
     def each(self, conn: Connection, rows: Sequence[Mapping[str, Any]], /, **shared: Any) -> list[Any]:
         """One statement calling the function once per mapping of `rows` (the keys that vary), with
@@ -182,35 +197,35 @@ class SqlFunction:
         call for a scalar function; a row function's rows, call after call)."""
         query, params = self._each(rows, shared)
         with conn.cursor(row_factory=namedtuple_row) as cur:
-            cur.execute(query, params)
+            self._execute(cur, query, params)
             return cur.fetchall() if self.columns else [r[0] for r in cur.fetchall()]
 
     # -- async calls --------------------------------------------------------------------------
 
     async def arows(self, conn: AsyncConnection, /, **kwargs: Any) -> list[Any]:
         async with conn.cursor(row_factory=namedtuple_row) as cur:
-            await cur.execute(self.statement(kwargs), kwargs)
+            await self._aexecute(cur, self.statement(kwargs), kwargs)
             return await cur.fetchall()
 
     async def arow(self, conn: AsyncConnection, /, **kwargs: Any) -> Any:
         async with conn.cursor(row_factory=namedtuple_row) as cur:
-            await cur.execute(self.statement(kwargs), kwargs)
+            await self._aexecute(cur, self.statement(kwargs), kwargs)
             return await cur.fetchone()
 
     async def avalue(self, conn: AsyncConnection, /, **kwargs: Any) -> Any:
         async with conn.cursor() as cur:
-            await cur.execute(self.statement(kwargs), kwargs)
+            await self._aexecute(cur, self.statement(kwargs), kwargs)
             row = await cur.fetchone()
             return None if row is None else row[0]
 
     async def acall(self, conn: AsyncConnection, /, **kwargs: Any) -> None:
         async with conn.cursor() as cur:
-            await cur.execute(self.statement(kwargs), kwargs)
+            await self._aexecute(cur, self.statement(kwargs), kwargs)
 
     async def aeach(self, conn: AsyncConnection, rows: Sequence[Mapping[str, Any]], /, **shared: Any) -> list[Any]:
         query, params = self._each(rows, shared)
         async with conn.cursor(row_factory=namedtuple_row) as cur:
-            await cur.execute(query, params)
+            await self._aexecute(cur, query, params)
             found = await cur.fetchall()
             return found if self.columns else [r[0] for r in found]
 
@@ -223,6 +238,58 @@ class SqlFunction:
         for name in per_row:
             params[f"{name}__each"] = [r[name] for r in rows]
         return self.each_statement(per_row, shared), params
+
+
+# Which of mailroom's group roles may execute a function of the API: the grants in the catalog,
+# asked when a call was refused (42501), so the error names the role that would allow it.
+_ROLES_ALLOWED = """
+SELECT coalesce(array_agg(g.rolname ORDER BY g.rank), '{}')
+FROM (
+    SELECT DISTINCT r.rolname::text AS rolname,
+        -- the least a caller needs first: the read-only monitor, the workers' roles, the admin last
+        array_position(ARRAY['mailroom_monitor', 'mailroom_app', 'mailroom_collector', 'mailroom_sender',
+                             'mailroom_inbound', 'mailroom_timekeeper', 'mailroom_admin'], r.rolname::text) AS rank
+    FROM pg_catalog.pg_proc AS p
+    CROSS JOIN LATERAL pg_catalog.aclexplode(p.proacl) AS a
+    INNER JOIN pg_catalog.pg_roles AS r ON a.grantee = r.oid
+    WHERE p.pronamespace = (SELECT n.oid FROM pg_catalog.pg_namespace AS n WHERE n.nspname = 'mailroom')
+        AND p.proname = %s AND a.privilege_type = 'EXECUTE' AND r.rolname LIKE 'mailroom\\_%%'
+        AND r.rolname <> 'mailroom_owner'
+) AS g
+"""
+
+
+def _note_roles(exc: InsufficientPrivilege, name: str, roles: list[str] | None, login: str | None) -> None:
+    """What mailroom.core.errors.describe_db_error appends to a refused call: the role that allows it."""
+    primary = getattr(exc.diag, "message_primary", None) or ""
+    if "schema mailroom" in primary:
+        exc.mailroom_hint = (f"{login or 'this login'} is granted no mailroom_* group role "  # type: ignore[attr-defined]
+                             "(docs/security.md lists what each may do)")
+    elif roles:
+        grant = " or ".join(roles)
+        exc.mailroom_hint = (f"mailroom.{name} needs the group role {grant}: "  # type: ignore[attr-defined]
+                             f"GRANT {roles[0]} TO {login or '<login>'}")
+
+
+def _name_roles(conn: Connection, exc: InsufficientPrivilege, name: str) -> None:
+    roles = None
+    if conn.autocommit and not conn.closed:  # (in a failed transaction nothing more can be asked)
+        try:
+            roles = conn.execute(_ROLES_ALLOWED, (name,)).fetchone()[0]
+        except Exception:  # noqa: BLE001 - the refusal itself is what the caller must see
+            roles = None
+    _note_roles(exc, name, roles, conn.info.user)
+
+
+async def _aname_roles(conn: AsyncConnection, exc: InsufficientPrivilege, name: str) -> None:
+    roles = None
+    if conn.autocommit and not conn.closed:
+        try:
+            cur = await conn.execute(_ROLES_ALLOWED, (name,))
+            roles = (await cur.fetchone())[0]
+        except Exception:  # noqa: BLE001
+            roles = None
+    _note_roles(exc, name, roles, conn.info.user)
 
 
 def declarations() -> list[SqlFunction]:

@@ -27,8 +27,8 @@ import psycopg
 from psycopg import sql
 
 from mailroom.core.errors import describe_db_error
-from mailroom.db.connect import connection_kwargs
-from mailroom.db.reconnect import Backoff
+from mailroom.core.outage import Backoff
+from mailroom.db.connect import connection_kwargs, with_defaults
 
 RETRY_AFTER_FAILED_CHECK = 30.0  # a pooler will not start carrying LISTEN soon
 READ_SLICE = 0.5  # longest blocking read, so stop() is honoured quickly
@@ -109,7 +109,7 @@ class Listener:
         backoff = Backoff()
         while not self._stop.is_set():
             try:
-                conn = psycopg.connect(self.url, **connection_kwargs(application_name=self.name))
+                conn = psycopg.connect(with_defaults(self.url), **connection_kwargs(application_name=self.name))
             except psycopg.Error as exc:
                 self._down(f"cannot connect ({describe_db_error(exc)})")
                 self._stop.wait(backoff.next())
@@ -148,7 +148,8 @@ class Listener:
     def _self_test(self, conn: psycopg.Connection) -> bool:
         nonce = secrets.token_hex(8)
         try:
-            with psycopg.connect(self.url, **connection_kwargs(application_name=f"{self.name}-check")) as probe:
+            with psycopg.connect(with_defaults(self.url),
+                                 **connection_kwargs(application_name=f"{self.name}-check")) as probe:
                 probe.execute("SELECT pg_notify(%s, %s)", (self.check_channel, nonce))
         except psycopg.Error:
             return False

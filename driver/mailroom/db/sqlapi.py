@@ -1,6 +1,6 @@
 """The foundation's SQL functions the driver calls (mailroom.db.contract): the error vocabulary, settings,
-the clock, queue health and worker heartbeats (sql/00_clock.sql, 01_settings.sql, 04_error_codes.sql,
-06_queue_health.sql)."""
+the clock, partitions and the last maintenance, queue health and worker heartbeats (sql/00_clock.sql,
+01_settings.sql, 04_error_codes.sql, 05_partitions.sql, 06_queue_health.sql)."""
 
 from __future__ import annotations
 
@@ -18,10 +18,20 @@ pin_clock = SqlFunction("pin_clock", "p_at timestamptz, p_local boolean = defaul
 queue_health = SqlFunction("queue_health", returns=("queue", "due", "oldest_due_age_seconds", "expired_leases"))
 worker_health = SqlFunction("worker_health", returns=(
     "worker", "kind", "host", "listening", "heartbeat_age_seconds", "listener_age_seconds",
-    "last_claim_age_seconds", "claimed", "started_at",
+    "last_claim_age_seconds", "claimed", "started_at", "state", "stopped_at", "metrics_address", "serves",
 ))
 worker_heartbeat = SqlFunction(
-    "worker_heartbeat", "p_worker text, p_kind text, p_listening boolean, p_claimed integer = default"
+    "worker_heartbeat",
+    "p_worker text, p_kind text, p_listening boolean, p_claimed integer = default, p_metrics_address text = default,"
+    " p_serves text = default",
 )
 
 list_migrations = SqlFunction("list_migrations", returns=("version", "name", "sha256", "applied_at"))
+worker_stopped = SqlFunction("worker_stopped", "p_worker text, p_claimed integer = default", returns="boolean")
+list_worker_kinds = SqlFunction("list_worker_kinds", returns=("kind", "command", "description"))
+
+list_settings = SqlFunction("list_settings", returns=("name", "value", "kind", "min_value", "max_value", "description"))
+job_runs = SqlFunction("job_runs", returns=("job", "last_run_at", "age_seconds", "last_summary", "runs"))
+partition_status = SqlFunction("partition_status", returns=(
+    "table_name", "partitions", "oldest_from", "newest_to", "ahead_seconds", "default_rows_estimate",
+))

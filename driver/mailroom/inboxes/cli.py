@@ -14,32 +14,35 @@ from typing import Annotated, Any, Optional
 
 import typer
 
-from mailroom.core.durations import parse_optional_duration, parse_seconds
+from mailroom.core.durations import Duration
 from mailroom.core.errors import ConfigError
+from mailroom.core.options import duration_option, env_option, new_app, port_option
 from mailroom.db.config import DatabaseUrlOption, ListenUrlOption, resolve_database_url, resolve_listen_url
 from mailroom.db.connect import call_once
 from mailroom.db.contract import SqlFunction
 from mailroom.inboxes import sqlapi
 
-app = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
+app = new_app()
 
-inbox_app = typer.Typer(
-    name="inbox",
-    help="Expiring inboxes: the inbound SMTP server and inbox management.",
-    no_args_is_help=True,
-    add_completion=False,
-)
+inbox_app = new_app("inbox", "Expiring inboxes: the inbound SMTP server and inbox management.")
 
 TokenOption = Annotated[
     Optional[str],
-    typer.Option("--token", envvar="MAILROOM_SESSION_TOKEN", help="Session token of an anonymous inbox.",
-                 show_envvar=True),
+    env_option("--token", env="MAILROOM_SESSION_TOKEN", metavar="TOKEN", help="Session token of an anonymous inbox."),
 ]
 OwnerTypeOption = Annotated[
-    Optional[str], typer.Option("--owner-type", help="Owner type for api/mcp inboxes (api or mcp).")
+    Optional[str], typer.Option("--owner-type", metavar="TYPE", help="Owner type for api/mcp inboxes (api or mcp).")
 ]
-OwnerIdOption = Annotated[Optional[str], typer.Option("--owner-id", help="Owner id for api/mcp inboxes.")]
+OwnerIdOption = Annotated[Optional[str], typer.Option("--owner-id", metavar="ID", help="Owner id for api/mcp inboxes.")]
 JsonOption = Annotated[bool, typer.Option("--json", help="Print JSON instead of text.")]
+AddressArgument = Annotated[str, typer.Argument(metavar="ADDRESS", help="Inbox address.")]
+
+
+def _minutes(flag: str, seconds: float) -> int:
+    """A duration the SQL API takes in whole minutes."""
+    if seconds <= 0 or seconds % 60:
+        raise ConfigError(f"{flag} must be a positive whole number of minutes (30m, 2h, 7d), got {seconds:g}s")
+    return int(seconds // 60)
 
 
 def _db_call(url: str, fn: SqlFunction, **kwargs: Any) -> list[Any]:
@@ -55,42 +58,45 @@ def _print(obj: Any, as_json: bool) -> None:
             print(f"{key}: {value}")
 
 
+def _serve_opt(flag: str, help: str, **kwargs: Any) -> Any:  # noqa: A002
+    return env_option(flag, env="MAILROOM_INBOX_" + flag.lstrip("-").replace("-", "_").upper(), help=help, **kwargs)
+
+
 @inbox_app.command("serve")
 def serve_cmd(
     database_url: DatabaseUrlOption = None,
-    host: Annotated[str, typer.Option(help="Address to listen on.")] = "127.0.0.1",
-    port: Annotated[int, typer.Option(help="TCP port to listen on (0: any free port).")] = 2525,
-    max_recipients: Annotated[int, typer.Option(help="RCPT TO per message; more get 452.")] = 100,
-    max_bad_recipients: Annotated[
-        int, typer.Option(help="Unknown recipients a connection may send; its next RCPT gets 421 and a hang-up.")
-    ] = 10,
-    max_sessions: Annotated[
-        int, typer.Option(help="Connections at once; more get 421 and are closed at once.")
-    ] = 100,
-    idle_timeout: Annotated[
-        float, typer.Option(help="Seconds a client may stay silent (also bounds one DATA transfer).")
-    ] = 300.0,
-    max_line_length: Annotated[int, typer.Option(help="Longest line in octets, CRLF excluded.")] = 1000,
-    max_message_size: Annotated[
-        Optional[int], typer.Option(help="SIZE to advertise (default: the largest plan limit).")
-    ] = None,
-    pool_size: Annotated[int, typer.Option(help="Database connections (of each worker).")] = 4,
-    workers: Annotated[
-        int, typer.Option(help="Server processes on the one port (SO_REUSEPORT), each with its own pool.")
-    ] = 1,
+    host: Annotated[str, _serve_opt("--host", "Address to listen on.", metavar="HOST")] = "127.0.0.1",
+    port: Annotated[int, port_option("--port", env="MAILROOM_INBOX_PORT",
+                                     help="TCP port to listen on (0: any free port).")] = 2525,
+    max_recipients: Annotated[int, _serve_opt("--max-recipients", "RCPT TO per message; more get 452.", min=1,
+                                              metavar="N")] = 100,
+    max_bad_recipients: Annotated[int, _serve_opt(
+        "--max-bad-recipients", "Unknown recipients a connection may send; its next RCPT gets 421 and a hang-up.",
+        min=1, metavar="N")] = 10,
+    max_sessions: Annotated[int, _serve_opt(
+        "--max-sessions", "Connections at once; more get 421 and are closed at once.", min=1, metavar="N")] = 100,
+    idle_timeout: Annotated[float, duration_option(
+        "--idle-timeout", env="MAILROOM_INBOX_IDLE_TIMEOUT", positive=True,
+        help="How long a client may stay silent (also bounds one DATA transfer).")] = "5m",
+    db_timeout: Annotated[float, duration_option(
+        "--db-timeout", env="MAILROOM_INBOX_DB_TIMEOUT", minimum=0.1, maximum=60,
+        help="Longest a database call of an SMTP command may take (a free connection included); then 451.")] = "5s",
+    max_line_length: Annotated[int, _serve_opt("--max-line-length", "Longest line in octets, CRLF excluded.", min=1,
+                                               metavar="N")] = 1000,
+    max_message_size: Annotated[Optional[int], _serve_opt(
+        "--max-message-size", "SIZE to advertise, in bytes (default: the largest plan limit).", min=1,
+        metavar="BYTES")] = None,
+    pool_size: Annotated[int, _serve_opt("--pool-size", "Database connections (of each worker).", min=1,
+                                         metavar="N")] = 4,
+    workers: Annotated[int, _serve_opt(
+        "--workers", "Server processes on the one port (SO_REUSEPORT), each with its own pool.", min=1, max=64,
+        metavar="N")] = 1,
+    metrics_port: Annotated[Optional[int], port_option(
+        "--metrics-port", env="MAILROOM_INBOX_METRICS_PORT",
+        help="Serve Prometheus metrics on this port (0: any free port; with --workers N, N ports from it).")] = None,
+    metrics_host: Annotated[str, _serve_opt("--metrics-host", "Metrics bind address.", metavar="HOST")] = "127.0.0.1",
 ) -> None:
     """Run the inbound SMTP server that stores mail for open inboxes."""
-    if not 0 <= port <= 65535:
-        raise ConfigError(f"--port must be between 0 and 65535, got {port}")
-    for name, value in (("--max-recipients", max_recipients), ("--max-bad-recipients", max_bad_recipients),
-                        ("--max-sessions", max_sessions), ("--pool-size", pool_size), ("--workers", workers),
-                        ("--max-line-length", max_line_length)):
-        if value < 1:
-            raise ConfigError(f"{name} must be at least 1, got {value}")
-    if idle_timeout <= 0:
-        raise ConfigError(f"--idle-timeout must be positive, got {idle_timeout}")
-    if max_message_size is not None and max_message_size < 1:
-        raise ConfigError(f"--max-message-size must be positive, got {max_message_size}")
     import asyncio
 
     from mailroom.inboxes.server import InboundServer
@@ -100,11 +106,13 @@ def serve_cmd(
 
     logging.getLogger("mail.log").setLevel(logging.WARNING)  # aiosmtpd logs addresses at INFO
 
-    def run(bind_port: int, ready: Any = None, reuse_port: bool = False) -> None:
+    def run(bind_port: int, ready: Any = None, reuse_port: bool = False, worker_index: int = 0) -> None:
         server = InboundServer(
             url, host=host, port=bind_port, max_recipients=max_recipients, max_bad_recipients=max_bad_recipients,
             max_sessions=max_sessions, idle_timeout=idle_timeout, max_line_length=max_line_length,
-            pool_size=pool_size, data_size_limit=max_message_size, reuse_port=reuse_port,
+            pool_size=pool_size, data_size_limit=max_message_size, reuse_port=reuse_port, db_timeout=db_timeout,
+            metrics_port=None if metrics_port is None else (metrics_port + worker_index if metrics_port else 0),
+            metrics_host=metrics_host,
         )
 
         async def main() -> None:
@@ -120,7 +128,8 @@ def serve_cmd(
         return
     from mailroom.inboxes.workers import supervise
 
-    code = supervise(lambda bind_port, ready: run(bind_port, ready, reuse_port=True), workers, host, port)
+    code = supervise(lambda bind_port, ready, index: run(bind_port, ready, reuse_port=True, worker_index=index),
+                     workers, host, port)
     if code:
         raise typer.Exit(code)
 
@@ -128,15 +137,18 @@ def serve_cmd(
 @inbox_app.command("create")
 def create_cmd(
     database_url: DatabaseUrlOption = None,
-    plan: Annotated[str, typer.Option(help="Plan: free, pro, enterprise.")] = "free",
-    ttl: Annotated[Optional[int], typer.Option(help="TTL in minutes (default: the plan's; capped).")] = None,
-    owner_type: Annotated[str, typer.Option("--owner-type", help="anonymous, api or mcp.")] = "anonymous",
+    plan: Annotated[str, typer.Option(metavar="PLAN", help="A plan of `mailroom plans` (free, pro, enterprise).")] = "free",
+    ttl: Annotated[Optional[float], duration_option(
+        "--ttl", help="How long it lives, whole minutes (30m, 2h; default: the plan's; the plan's maximum at most).")
+    ] = None,
+    owner_type: Annotated[str, typer.Option("--owner-type", metavar="TYPE", help="anonymous, api or mcp.")] = "anonymous",
     owner_id: OwnerIdOption = None,
     as_json: JsonOption = False,
 ) -> None:
     """Create an inbox; prints its address, expires_at and (anonymous) session token."""
     url = resolve_database_url(database_url)
-    rows = _db_call(url, sqlapi.create_mailbox, ttl_minutes=ttl, plan=plan, owner_type=owner_type, owner_id=owner_id)
+    minutes = _minutes("--ttl", ttl) if ttl is not None else None
+    rows = _db_call(url, sqlapi.create_mailbox, ttl_minutes=minutes, plan=plan, owner_type=owner_type, owner_id=owner_id)
     mailbox_id, address, expires_at, token = rows[0]
     _print(
         {"mailbox_id": mailbox_id, "address": address, "expires_at": expires_at.isoformat(),
@@ -147,12 +159,12 @@ def create_cmd(
 
 @inbox_app.command("list")
 def list_cmd(
-    address: Annotated[str, typer.Argument(help="Inbox address.")],
+    address: AddressArgument,
     database_url: DatabaseUrlOption = None,
     token: TokenOption = None,
     owner_type: OwnerTypeOption = None,
     owner_id: OwnerIdOption = None,
-    limit: Annotated[int, typer.Option(help="At most this many messages.")] = 100,
+    limit: Annotated[int, typer.Option(min=1, metavar="N", help="At most this many messages.")] = 100,
     as_json: JsonOption = False,
 ) -> None:
     """List an inbox's messages (id, received_at, sender, subject)."""
@@ -198,8 +210,8 @@ def search_cmd(
 
 @inbox_app.command("read")
 def read_cmd(
-    address: Annotated[str, typer.Argument(help="Inbox address.")],
-    message_id: Annotated[int, typer.Argument(help="Message id from `inbox list`.")],
+    address: AddressArgument,
+    message_id: Annotated[int, typer.Argument(metavar="ID", help="Message id from `inbox list`.")],
     database_url: DatabaseUrlOption = None,
     token: TokenOption = None,
     owner_type: OwnerTypeOption = None,
@@ -226,8 +238,9 @@ def read_cmd(
 
 @inbox_app.command("extend")
 def extend_cmd(
-    address: Annotated[str, typer.Argument(help="Inbox address.")],
-    minutes: Annotated[int, typer.Argument(help="Minutes to add (capped by the plan).")],
+    address: AddressArgument,
+    duration: Annotated[float, typer.Argument(
+        metavar="DURATION", parser=Duration(positive=True), help="Time to add, whole minutes (30m, 1h; capped by the plan).")],
     database_url: DatabaseUrlOption = None,
     token: TokenOption = None,
     owner_type: OwnerTypeOption = None,
@@ -235,14 +248,15 @@ def extend_cmd(
 ) -> None:
     """Push an inbox's expiry later, within its plan's cap; prints the new expires_at."""
     url = resolve_database_url(database_url)
-    rows = _db_call(url, sqlapi.extend_mailbox, address=address, session_token=token, minutes=minutes,
+    rows = _db_call(url, sqlapi.extend_mailbox, address=address, session_token=token,
+                    minutes=_minutes("DURATION", duration),
                     owner_type=owner_type, owner_id=owner_id)
     print(f"expires_at: {rows[0][0].isoformat()}")
 
 
 @inbox_app.command("delete")
 def delete_cmd(
-    address: Annotated[str, typer.Argument(help="Inbox address.")],
+    address: AddressArgument,
     database_url: DatabaseUrlOption = None,
     token: TokenOption = None,
     owner_type: OwnerTypeOption = None,
@@ -255,39 +269,44 @@ def delete_cmd(
     print("deleted" if rows[0][0] else "already deleted")
 
 
+def _expire_opt(flag: str, help: str, **kwargs: Any) -> Any:  # noqa: A002
+    return env_option(flag, env="MAILROOM_EXPIRE_" + flag.lstrip("-").split("/")[0].replace("-", "_").upper(),
+                      help=help, **kwargs)
+
+
 @app.command("expire")
 def expire_cmd(
     database_url: DatabaseUrlOption = None,
     listen_url: ListenUrlOption = None,
-    interval: Annotated[str, typer.Option(help="Time between cycles (60s, 5m, ...).")] = "60s",
-    purge_after: Annotated[
-        str, typer.Option(help="Hard-delete inboxes inactive for longer than this (7d; 'never' to keep).")
-    ] = "7d",
-    batch: Annotated[
-        Optional[int], typer.Option(help="Mailboxes expired per transaction (default: setting inbox.expire_batch).")
-    ] = None,
-    purge_batch: Annotated[
-        Optional[int], typer.Option(help="Mailboxes purged per transaction (default: setting inbox.purge_batch).")
-    ] = None,
-    once: Annotated[bool, typer.Option("--once", help="Run one cycle, print counts, exit.")] = False,
-    wake_on_due: Annotated[
-        bool, typer.Option("--wake-on-due/--no-wake-on-due",
-                           help="Wake when the next inbox is due if that is sooner than --interval.")
-    ] = True,
+    interval: Annotated[float, duration_option(
+        "--interval", env="MAILROOM_EXPIRE_INTERVAL", positive=True, help="Time between cycles.")] = "60s",
+    purge_after: Annotated[Optional[float], duration_option(
+        "--purge-after", env="MAILROOM_EXPIRE_PURGE_AFTER", never=True,
+        help="Hard-delete inboxes inactive for longer than this ('never' to keep them).")] = "7d",
+    batch: Annotated[Optional[int], _expire_opt(
+        "--batch", "Mailboxes expired per transaction (default: setting inbox.expire_batch).", min=1,
+        metavar="N")] = None,
+    purge_batch: Annotated[Optional[int], _expire_opt(
+        "--purge-batch", "Mailboxes purged per transaction (default: setting inbox.purge_batch).", min=1,
+        metavar="N")] = None,
+    once: Annotated[bool, _expire_opt("--once", "Run one cycle, print counts, exit.")] = False,
+    wake_on_due: Annotated[bool, _expire_opt(
+        "--wake-on-due/--no-wake-on-due", "Wake when the next inbox is due if that is sooner than --interval.")] = True,
+    metrics_port: Annotated[Optional[int], port_option(
+        "--metrics-port", env="MAILROOM_EXPIRE_METRICS_PORT",
+        help="Serve Prometheus metrics on this port (0: any free port).")] = None,
+    metrics_host: Annotated[str, _expire_opt("--metrics-host", "Metrics bind address.", metavar="HOST")] = "127.0.0.1",
 ) -> None:
     """Expire due inboxes and purge old inactive ones, every --interval (safe with many workers)."""
+    from datetime import timedelta
+
     from mailroom.inboxes.expiry import ExpiryWorker
 
-    every = parse_seconds("--interval", interval)
-    if every <= 0:
-        raise ConfigError("--interval must be positive")
-    retention = parse_optional_duration("--purge-after", purge_after)
-    for name, value in (("--batch", batch), ("--purge-batch", purge_batch)):
-        if value is not None and value < 1:
-            raise ConfigError(f"{name} must be at least 1, got {value}")
     url = resolve_database_url(database_url)
-    worker = ExpiryWorker(url, interval=every, purge_after=retention, batch=batch, purge_batch=purge_batch,
-                          wake_on_due=wake_on_due, listen_url=resolve_listen_url(listen_url, url))
+    retention = timedelta(seconds=purge_after) if purge_after is not None else None
+    worker = ExpiryWorker(url, interval=interval, purge_after=retention, batch=batch, purge_batch=purge_batch,
+                          wake_on_due=wake_on_due, listen_url=resolve_listen_url(listen_url, url),
+                          metrics_port=metrics_port, metrics_host=metrics_host)
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: worker.stop())
     worker.run(once=once)
@@ -297,28 +316,42 @@ def expire_cmd(
 
 @inbox_app.command("watch")
 def watch_cmd(
-    address: Annotated[str, typer.Argument(help="Inbox address.")],
+    address: AddressArgument,
     database_url: DatabaseUrlOption = None,
     listen_url: ListenUrlOption = None,
     token: TokenOption = None,
     owner_type: OwnerTypeOption = None,
     owner_id: OwnerIdOption = None,
-    poll_interval: Annotated[
-        str, typer.Option("--poll-interval", help="How often to look while LISTEN is unavailable (2s, 500ms, ...).")
-    ] = "2s",
+    poll_interval: Annotated[float, duration_option(
+        "--poll-interval", positive=True, help="How often to look while LISTEN is unavailable.")] = "2s",
     existing: Annotated[bool, typer.Option("--existing", help="Print the messages already there first.")] = False,
     as_json: JsonOption = False,
 ) -> None:
     """Print each new message's summary (id, received_at, from, subject) as it arrives; SIGTERM/SIGINT end it."""
     from mailroom.inboxes.watch import InboxWatcher
 
-    every = parse_seconds("--poll-interval", poll_interval)
-    if every <= 0:
-        raise ConfigError("--poll-interval must be positive")
     url = resolve_database_url(database_url)
     watcher = InboxWatcher(url, address, token=token, owner_type=owner_type, owner_id=owner_id,
-                           listen_url=resolve_listen_url(listen_url, url), poll_interval=every,
+                           listen_url=resolve_listen_url(listen_url, url), poll_interval=poll_interval,
                            existing=existing, as_json=as_json)
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: watcher.stop())
     watcher.run()
+
+
+@app.command("plans")
+def plans_cmd(database_url: DatabaseUrlOption = None, as_json: JsonOption = False) -> None:
+    """The inbox plans create_mailbox accepts: TTL default and maximum, largest message, messages kept
+    (mailroom.list_plans)."""
+    from mailroom.core.durations import format_seconds
+    from mailroom.core.table import table
+
+    rows = _db_call(resolve_database_url(database_url), sqlapi.list_plans)
+    if as_json:
+        for r in rows:
+            print(json.dumps(r._asdict()))
+        return
+    table([{"plan": r.name, "default_ttl": format_seconds(r.default_ttl_minutes * 60),
+            "max_ttl": format_seconds(r.max_ttl_minutes * 60), "max_message_bytes": r.max_message_bytes,
+            "max_messages": r.max_messages} for r in rows],
+          ["plan", "default_ttl", "max_ttl", "max_message_bytes", "max_messages"])

@@ -36,6 +36,7 @@ from psycopg_pool import AsyncConnectionPool
 
 from mailroom.core.errors import UpgradeBackoff, describe_db_error, smtp_reply_of
 from mailroom.core.log import get_logger
+from mailroom.core.outage import Outage
 from mailroom.db.connect import StaleConnection, ensure_alive
 from mailroom.db.contract import SqlFunction
 from mailroom.inboxes import sqlapi
@@ -63,14 +64,33 @@ class DeliveryParams:
     recipients: list[str]
 
 
-class Delivery:
-    """What the SMTP layer asks the database, on a pool of autocommit connections; see the module docstring."""
+class DatabaseTimeout(psycopg.OperationalError):
+    """A call of the SMTP path got no answer within --db-timeout (the database is unreachable or stuck)."""
 
-    def __init__(self, pool: AsyncConnectionPool, parser: ParsePool, *, group_size: int = 32) -> None:
+
+class Delivery:
+    """What the SMTP layer asks the database, on a pool of autocommit connections; see the module docstring.
+
+    Every call is bounded by `timeout` seconds (--db-timeout): a recipient check or size probe as a
+    whole, a delivery while it waits for a connection (a statement already sent is waited for: its
+    outcome decides the reply). Past it, DatabaseTimeout: the SMTP layer answers 451."""
+
+    def __init__(self, pool: AsyncConnectionPool, parser: ParsePool, *, group_size: int = 32, timeout: float = 5.0,
+                 outage: Outage | None = None) -> None:
         self.pool = pool
         self.parser = parser
+        self.timeout = timeout
         self._group = _GroupCommit(self, group_size)
+        self.outage = outage or Outage(log)  # the database unreachable: logged once, and once recovered
         self.upgrade = UpgradeBackoff(log)  # calls that meet a schema change wait and retry (docs/upgrading.md)
+
+    def unreachable(self, what: str, exc: BaseException) -> None:
+        """A call failed on the connection (lost, none within the timeout): the outage's one line,
+        not one line per SMTP command."""
+        self.outage.delay(f"{what}: {describe_db_error(exc).removeprefix('database unreachable: ')}")
+
+    def reached(self) -> None:
+        self.outage.resumed()
 
     async def recipient(self, address: str, size: int | None) -> tuple[str, str, str | None]:
         """check_bounce_recipient's verdict, normalized address and refusal reply (psycopg errors raise)."""
@@ -94,15 +114,20 @@ class Delivery:
         return await self.upgrade.call(lambda: self._read_once(fn, **kwargs), within=_UPGRADE_WAIT)
 
     async def _read_once(self, fn: SqlFunction, **kwargs: Any) -> Any:
-        """The first row of a read-only call (retrying on a broken connection is always safe)."""
-        attempts = self.pool.max_size + 1
-        for attempt in range(1, attempts + 1):
-            try:
-                async with self.pool.connection() as conn:
-                    return await fn.arow(conn, **kwargs)
-            except psycopg.OperationalError:
-                if attempt == attempts:
-                    raise
+        """The first row of a read-only call (retrying on a broken connection is always safe), within
+        `timeout` seconds in all."""
+        try:
+            async with asyncio.timeout(self.timeout):
+                attempts = self.pool.max_size + 1
+                for attempt in range(1, attempts + 1):
+                    try:
+                        async with self.pool.connection(timeout=self.timeout) as conn:
+                            return await fn.arow(conn, **kwargs)
+                    except psycopg.OperationalError:
+                        if attempt == attempts:
+                            raise
+        except TimeoutError:
+            raise DatabaseTimeout(f"no answer within {self.timeout:g}s") from None
         return None  # pragma: no cover
 
     async def message(self, raw: bytes, mail_from: str, recipients: list[str]) -> str:
@@ -121,9 +146,9 @@ class Delivery:
                 # pg_terminate_backend): nothing was stored, one retry on a fresh one is safe.
                 log.warning("delivery attempt %d: stale database connection: %s", attempt, exc)
             except psycopg.OperationalError as exc:
-                # Lost during the delivering statement: the outcome is unknown. 4xx makes the
-                # client retry (a possible duplicate beats a lost message).
-                log.error("connection lost while delivering: %s", describe_db_error(exc))
+                # Lost during the delivering statement (or none within the timeout): the outcome is
+                # unknown. 4xx makes the client retry (a possible duplicate beats a lost message).
+                self.unreachable("delivering", exc)
                 return REPLY_TEMPFAIL
             except psycopg.Error as exc:
                 if (exc.sqlstate or "").startswith(_DATA_EXCEPTION):
@@ -140,7 +165,7 @@ class Delivery:
         reports = await self.parser.bounce(raw)  # its first MiB; inline when small, else in a process
         for attempt in range(1, self.pool.max_size + 2):
             try:
-                async with self.pool.connection() as conn:
+                async with self.pool.connection(timeout=self.timeout) as conn:
                     await ensure_alive(conn)
                     # one statement for every return path of the transaction (normally one)
                     rows = await sqlapi.record_bounce.aeach(
@@ -150,7 +175,7 @@ class Delivery:
                 log.warning("bounce attempt %d: stale database connection: %s", attempt, exc)
                 continue
             except psycopg.OperationalError as exc:
-                log.error("connection lost while recording a bounce: %s", describe_db_error(exc))
+                self.unreachable("recording a bounce", exc)
                 return REPLY_TEMPFAIL
             except psycopg.Error as exc:
                 refusal = smtp_reply_of(exc)  # e.g. a return path no longer valid (its message purged)
@@ -159,6 +184,7 @@ class Delivery:
                     return refusal
                 log.error("recording a bounce failed: %s", describe_db_error(exc))
                 return REPLY_TEMPFAIL
+            self.reached()
             for message_id, outcome, count, suppressed in rows:
                 log.info("bounce for outbound message %d: %s (%d report(s), %d suppressed)",
                          message_id, outcome, count, suppressed)
@@ -166,11 +192,12 @@ class Delivery:
         return REPLY_TEMPFAIL
 
     async def _deliver_once(self, p: DeliveryParams) -> str:
-        async with self.pool.connection() as conn:
+        async with self.pool.connection(timeout=self.timeout) as conn:
             await ensure_alive(conn)
             # ONE autocommit statement: stored for every recipient or for none, and the reply SQL gives
             # is sent only after it returned.
             (row,) = await _deliver(conn, [p])
+        self.reached()
         _log_delivery(p, row)
         return row.reply
 
@@ -180,7 +207,7 @@ class Delivery:
         or none; None when the statement failed with nothing kept (a message the database cannot
         store, a schema change, a stale connection): then each goes alone, so one message never
         fails another."""
-        async with self.pool.connection() as conn:
+        async with self.pool.connection(timeout=self.timeout) as conn:
             try:
                 await ensure_alive(conn)
             except StaleConnection as exc:
@@ -196,6 +223,7 @@ class Delivery:
                 log.info("group commit of %d messages failed (%s): delivering them one by one",
                          len(group), exc.sqlstate)
                 return None
+        self.reached()
         log.info("group commit: %d messages in one statement", len(group))
         for p, row in zip(group, rows, strict=True):
             _log_delivery(p, row)
@@ -261,7 +289,7 @@ class _GroupCommit:
                 try:
                     replies = await self.delivery._deliver_group([p for p, _ in batch])
                 except psycopg.OperationalError as exc:
-                    log.error("connection lost while delivering %d messages: %s", len(batch), describe_db_error(exc))
+                    self.delivery.unreachable(f"delivering {len(batch)} messages", exc)
                     replies = [REPLY_TEMPFAIL] * len(batch)
             if replies is None:
                 replies = [await self.delivery._deliver_alone(p) for p, _ in batch]

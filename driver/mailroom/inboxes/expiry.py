@@ -11,9 +11,11 @@ created; without one (a transaction pooler) the --interval sweep still finds eve
 All rules (what is due, retention, locking) live in SQL; rows are claimed with FOR UPDATE SKIP
 LOCKED, so any number of workers can run at once without doing the same work twice or waiting on
 each other. Between cycles it waits on an Event, so SIGTERM/SIGINT stop it within a second; a
-failed cycle is logged and the next one runs. About every 10 s (and after each cycle when one is
-due) it sends a heartbeat on its connection (mailroom.db.heartbeat: alive, listening, inboxes
-expired and purged); `--once` sends none.
+failed cycle is logged and the next one runs; while the database is unreachable it says so once
+(and once when it is back) and retries sooner than --interval. About every 10 s (and after each
+cycle when one is due) it sends a heartbeat on its connection (mailroom.db.heartbeat: alive,
+listening, inboxes expired and purged, its metrics) and reports itself stopped on a clean exit;
+`--once` sends none.
 """
 
 from __future__ import annotations
@@ -24,10 +26,13 @@ from datetime import timedelta
 
 import psycopg
 
-from mailroom.core.errors import UpgradeBackoff, UserError, describe_db_error, is_upgrade_condition
+from mailroom.core.errors import Kind, UpgradeBackoff, UserError, describe_db_error, is_upgrade_condition, kind_of
 from mailroom.core.log import get_logger
+from mailroom.core.metrics import NullMetrics
+from mailroom.core.outage import Outage
+from mailroom.core.ready import notify_ready
 from mailroom.db import heartbeat
-from mailroom.db import sqlapi as db_sqlapi
+from mailroom.db.connect import ConnectFailed
 from mailroom.db.contract import SqlFunction
 from mailroom.db.listen import Listener
 from mailroom.db.reconnect import LazyConnection
@@ -36,6 +41,20 @@ from mailroom.inboxes import sqlapi
 log = get_logger("expire")
 
 MIN_WAIT = 0.2
+
+
+def _expiry_metrics() -> NullMetrics:
+    """The expiry worker's metrics (prometheus_client is loaded only by a worker that serves metrics)."""
+    from mailroom.inboxes.metrics import ExpiryMetrics
+
+    return ExpiryMetrics()  # type: ignore[return-value]
+
+
+def _unreachable(exc: BaseException) -> bool:
+    """The database out of reach (wait for it), not a fault of the cycle."""
+    if isinstance(exc, ConnectFailed):
+        return exc.kind is Kind.UNAVAILABLE
+    return isinstance(exc, psycopg.Error) and kind_of(exc) is Kind.UNAVAILABLE
 
 
 class ExpiryWorker:
@@ -51,6 +70,8 @@ class ExpiryWorker:
         purge_batch: int | None = None,
         wake_on_due: bool = True,
         listen_url: str | None = None,
+        metrics_port: int | None = None,
+        metrics_host: str = "127.0.0.1",
     ) -> None:
         self.url = url
         self.listen_url = listen_url
@@ -65,7 +86,11 @@ class ExpiryWorker:
         self.total_expired = 0
         self.total_purged = 0
         self.failed_cycles = 0
-        self.heartbeat = heartbeat.Heartbeat(heartbeat.worker_name(), "expiry", log)
+        self.metrics = _expiry_metrics() if metrics_port is not None else NullMetrics()
+        self.metrics_port = metrics_port
+        self.metrics_host = metrics_host
+        self.heartbeat = heartbeat.Heartbeat(heartbeat.worker_name(), "expiry", log, metrics=self.metrics)
+        self.outage = Outage(log, on_change=self.metrics.waiting)  # the database unreachable, logged once
         self.upgrade = UpgradeBackoff(log)  # a cycle that meets a schema change waits and retries
         self.listener: Listener | None = None
 
@@ -92,6 +117,9 @@ class ExpiryWorker:
         self.total_expired += expired
         self.total_purged += purged
         self.heartbeat.claimed += expired + purged
+        self.metrics.expired.inc(expired)
+        self.metrics.purged.inc(purged)
+        self.metrics.cycles.inc()
         if expired or purged:
             log.info("expired %d mailbox(es), purged %d", expired, purged)
         return expired, purged
@@ -106,6 +134,8 @@ class ExpiryWorker:
         listener = None
         if once:
             self.heartbeat.enabled = False  # a one-shot run is no worker to watch
+        else:
+            self.heartbeat.metrics_address = self.metrics.start(self.metrics_port, self.metrics_host, log)
         if self.wake_on_due and not once:
             # notifications may have been missed while it was away: re-read the schedule then
             listener = self.listener = Listener(
@@ -116,27 +146,38 @@ class ExpiryWorker:
         try:
             while not self.stop_event.is_set():
                 started = time.monotonic()
+                retry_at = None
                 try:
                     self.cycle()
                     self.upgrade.resumed()
+                    self.outage.resumed()
+                    notify_ready()
                 except (psycopg.Error, UserError) as exc:
                     if not once and is_upgrade_condition(exc):
                         self.stop_event.wait(self.upgrade.delay(exc))  # the cycle rolled back: again soon
                         continue
                     self.failed_cycles += 1
+                    self.metrics.failed_cycles.inc()
                     text = describe_db_error(exc) if isinstance(exc, psycopg.Error) else str(exc)
-                    log.error("cycle failed: %s", text)
                     self._db.close()
                     if once:
                         raise UserError(f"expiry failed: {text}") from None
+                    if _unreachable(exc):  # wait for the database, one line (and one when it is back)
+                        retry_at = time.monotonic() + self.outage.delay(text.removeprefix(
+                            "cannot connect to the database: "))
+                    else:
+                        log.error("cycle failed: %s", text)
                 if once:
                     break
-                self._sleep(started + self.interval)
+                self._sleep(min(started + self.interval, retry_at) if retry_at is not None else started + self.interval)
         finally:
             self.stop_event.set()
             self._db.close()
             if listener is not None:
                 listener.stop()
+            if not once and not self.outage.waiting:
+                self.heartbeat.stop(self.url)
+            self.metrics.shutdown()
             log.info("stopped (expired %d, purged %d)", self.total_expired, self.total_purged)
 
     def _sleep(self, cycle_deadline: float) -> None:
@@ -164,20 +205,14 @@ class ExpiryWorker:
         listening = self.listener is not None and self.listener.listening
         if not self.heartbeat.due(listening):
             return
-        params = self.heartbeat.params(listening)
+        self.metrics.listening.set(1 if listening else 0)
         try:
-            db_sqlapi.worker_heartbeat.call(self._db.get(), **params)
+            self.heartbeat.beat(self._db.get(), listening)
         except UserError:
             self.heartbeat.skip(listening)  # cannot connect: the next cycle says so
-            return
-        except psycopg.OperationalError:
+        except psycopg.Error:
             self.heartbeat.skip(listening)
             self._db.close()
-            return
-        except psycopg.Error as exc:
-            self.heartbeat.failed(exc, listening)
-            return
-        self.heartbeat.sent(params)
 
     def _seconds_until_due(self) -> float | None:
         """Seconds until the next inbox is due (a delay queue over the partial index), floored."""

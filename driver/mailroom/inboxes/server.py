@@ -1,29 +1,41 @@
 """`mailroom inbox serve`: the listening inbound SMTP server and its database pool.
 
 The protocol (aiosmtpd, limits, replies) is mailroom.inboxes.smtp; what it asks the database
-(recipients, sizes, group-committed deliveries, bounces) is mailroom.inboxes.delivery; the
-processes that parse large messages and bounces off the event loop are mailroom.inboxes.parsing.
+(recipients, sizes, group-committed deliveries, bounces) is mailroom.inboxes.delivery, each call
+bounded by --db-timeout (451 past it); the processes that parse large messages and bounces off the
+event loop are mailroom.inboxes.parsing. Started while the database is down, the server waits for
+it (one log line) before it listens; cut off later, it answers 451 and logs the outage once and the
+recovery once. It reports in like every worker (kind inbound: what it serves, its metrics) and,
+on a clean exit, reports itself stopped.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import logging
 from collections.abc import Callable
 
 import aiosmtpd
 import psycopg
 from psycopg_pool import AsyncConnectionPool
 
-from mailroom.core.errors import UserError, describe_db_error
+from mailroom.core.errors import Kind, UserError, describe_db_error, kind_of
 from mailroom.core.log import get_logger
+from mailroom.core.outage import Outage
+from mailroom.core.ready import notify_ready
+from mailroom.db import heartbeat
 from mailroom.db import sqlapi as db_sqlapi
-from mailroom.db.connect import connect_async, connection_kwargs
+from mailroom.db.connect import alearn_vocabulary, connection_kwargs, with_defaults
 from mailroom.inboxes import sqlapi
 from mailroom.inboxes.delivery import Delivery
+from mailroom.inboxes.metrics import InboundMetrics
 from mailroom.inboxes.parsing import DEFAULT_WORKERS, ParsePool
 from mailroom.inboxes.smtp import AIOSMTPD_TESTED, InboxHandler, _Busy, _SessionGate, _smtp_class
 
 log = get_logger("inbox")
+# psycopg_pool logs every failed reconnection at WARNING; the server's outage says it once
+logging.getLogger("psycopg.pool").setLevel(logging.ERROR)
 
 
 class InboundServer:
@@ -45,8 +57,17 @@ class InboundServer:
         hostname: str | None = None,
         reuse_port: bool = False,
         parse_workers: int = DEFAULT_WORKERS,
+        db_timeout: float = 5.0,
+        metrics_port: int | None = None,
+        metrics_host: str = "127.0.0.1",
     ) -> None:
-        self.url = url
+        self.url = with_defaults(url)
+        self.db_timeout = db_timeout
+        self.metrics_port = metrics_port
+        self.metrics_host = metrics_host
+        self.metrics = InboundMetrics()
+        self.outage = Outage(log, on_change=self.metrics.waiting)
+        self.heartbeat = heartbeat.Heartbeat(heartbeat.worker_name(), "inbound", log, metrics=self.metrics)
         self.reuse_port = reuse_port  # several worker processes listen on one port (--workers)
         self.host = host
         self.port = port
@@ -62,11 +83,51 @@ class InboundServer:
         self.bound_port: int | None = None
         self._stop: asyncio.Event | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._pool: AsyncConnectionPool | None = None
 
     def stop(self) -> None:
         """Thread-safe: ask run() to finish."""
         if self._loop is not None and self._stop is not None:
             self._loop.call_soon_threadsafe(self._stop.set)
+
+    async def _settings(self) -> tuple[int, str] | None:
+        """The largest message any plan takes and the inbox domain, waiting while the database is
+        unreachable (None: stopped meanwhile); anything else ends the server with one line."""
+        async def read() -> tuple[int, str]:
+            async with await psycopg.AsyncConnection.connect(
+                self.url, **connection_kwargs(application_name="mailroom-inbox")
+            ) as conn:
+                await alearn_vocabulary(conn)  # the SMTP replies of MR codes (mailroom.error_codes)
+                return (await sqlapi.max_inbound_message_bytes.avalue(conn),
+                        await db_sqlapi.setting.avalue(conn, name="inbox.domain"))
+
+        def unavailable(exc: BaseException) -> bool:
+            return isinstance(exc, psycopg.Error) and kind_of(exc) is Kind.UNAVAILABLE
+
+        async def sleep(seconds: float) -> None:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._stop.wait(), seconds)  # type: ignore[union-attr]
+
+        try:
+            return await self.outage.call(read, unavailable, stopping=self._stop.is_set, sleep=sleep)  # type: ignore[union-attr]
+        except psycopg.Error as exc:
+            if kind_of(exc) is Kind.DENIED:
+                raise UserError(f"cannot read inbox settings: {describe_db_error(exc)}", 2) from None
+            raise UserError(f"cannot read inbox settings (is the database migrated?): {describe_db_error(exc)}",
+                            kind_of(exc).exit_code) from None
+
+    async def _beat_loop(self) -> None:
+        """A heartbeat every ~10 s on a pooled connection (bounded like every call of the server)."""
+        while True:
+            try:
+                async with asyncio.timeout(self.db_timeout):
+                    async with self._pool.connection(timeout=self.db_timeout) as conn:  # type: ignore[union-attr]
+                        await self.heartbeat.abeat(conn, False)
+                self.outage.resumed()  # (the database answers: said at once, not at the next SMTP command)
+            except (psycopg.Error, TimeoutError):
+                self.heartbeat.skip(False)
+            # while the database is unreachable, look again soon: the recovery is said when it is
+            await asyncio.sleep(1.0 if self.outage.waiting else max(0.2, self.heartbeat.seconds_left()))
 
     async def run(self, ready: Callable[[int], None] | None = None) -> None:
         self._loop = asyncio.get_running_loop()
@@ -74,15 +135,17 @@ class InboundServer:
         if aiosmtpd.__version__ not in AIOSMTPD_TESTED:
             log.warning("WARN: aiosmtpd %s is not a version inbox serve is tested with (%s)",
                         aiosmtpd.__version__, ", ".join(AIOSMTPD_TESTED))
-        # One direct connection first: fails fast with the real reason (the pool would only time out).
-        conn = await connect_async(self.url, application_name="mailroom-inbox")
+        self.heartbeat.metrics_address = self.metrics.start(self.metrics_port, self.metrics_host, log)
         try:
-            max_bytes = await sqlapi.max_inbound_message_bytes.avalue(conn)
-            domain = await db_sqlapi.setting.avalue(conn, name="inbox.domain")
-        except psycopg.Error as exc:
-            raise UserError(f"cannot read inbox settings (is the database migrated?): {describe_db_error(exc)}") from None
-        finally:
-            await conn.close()
+            settings = await self._settings()
+        except BaseException:
+            self.metrics.shutdown()
+            raise
+        if settings is None:
+            self.metrics.shutdown()
+            log.info("stopped before it listened")
+            return
+        max_bytes, domain = settings
         pool = AsyncConnectionPool(
             self.url,
             min_size=1,
@@ -90,10 +153,12 @@ class InboundServer:
             kwargs=connection_kwargs(application_name="mailroom-inbox"),
             open=False,
         )
+        self._pool = pool
         try:
             await pool.open(wait=True, timeout=10)
         except Exception as exc:  # noqa: BLE001 - PoolTimeout hides the cause
             await pool.close()
+            self.metrics.shutdown()
             raise UserError(f"cannot connect to the database: {describe_db_error(exc)}") from None
         size_limit = self.data_size_limit if self.data_size_limit is not None else int(max_bytes)
         # large messages and bounces are parsed in these processes, never on the event loop
@@ -103,11 +168,13 @@ class InboundServer:
         except Exception as exc:  # noqa: BLE001 - one line, never a traceback
             await pool.close()
             await parser.close()
+            self.metrics.shutdown()
             raise UserError(f"cannot start the parsing processes: {exc}") from None
-        handler = InboxHandler(Delivery(pool, parser), max_recipients=self.max_recipients)
+        handler = InboxHandler(Delivery(pool, parser, timeout=self.db_timeout, outage=self.outage),
+                               max_recipients=self.max_recipients, metrics=self.metrics)
         smtp_class = _smtp_class(self.max_line_length)
         hostname = self.hostname or domain
-        gate = _SessionGate(self.max_sessions)
+        gate = _SessionGate(self.max_sessions, self.metrics)
 
         def factory() -> asyncio.Protocol:
             if not gate.enter():
@@ -136,8 +203,11 @@ class InboundServer:
         except OSError as exc:
             await pool.close()
             await parser.close()
+            self.metrics.shutdown()
             raise UserError(f"cannot listen on {self.host}:{self.port}: {exc.strerror or exc}") from None
         self.bound_port = server.sockets[0].getsockname()[1]
+        self.heartbeat.serves = f"smtp {self.host}:{self.bound_port}"
+        beats = asyncio.ensure_future(self._beat_loop())
         log.info(
             "listening on %s:%d (SIZE %d, max %d recipients, %d refused recipients a session, %d sessions,"
             " idle timeout %gs)",
@@ -146,6 +216,7 @@ class InboundServer:
         )
         if ready is not None:
             ready(self.bound_port)
+        notify_ready()
         try:
             await self._stop.wait()
         finally:
@@ -155,6 +226,11 @@ class InboundServer:
                 await asyncio.wait_for(handler.idle.wait(), timeout=10)
             except TimeoutError:
                 log.warning("stopping with %d delivery(ies) still running", handler.in_flight)
+            beats.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await beats
             await pool.close()
             await parser.close()
+            await self.heartbeat.astop(self.url)
+            self.metrics.shutdown()
             log.info("stopped")

@@ -32,6 +32,7 @@ from mailroom.core.errors import describe_db_error
 from mailroom.core.log import get_logger
 from mailroom.inboxes.addresses import parse_path
 from mailroom.inboxes.delivery import REPLY_TEMPFAIL, Delivery
+from mailroom.inboxes.metrics import RCPT_VERDICTS, InboundMetrics
 from mailroom.inboxes.mime import clean_text
 
 log = get_logger("inbox")
@@ -92,9 +93,10 @@ class _Session(Session):
 class InboxHandler:
     """aiosmtpd handler: RCPT checks and DATA delivery through the SQL API."""
 
-    def __init__(self, delivery: Delivery, *, max_recipients: int = 100) -> None:
+    def __init__(self, delivery: Delivery, *, max_recipients: int = 100, metrics: InboundMetrics | None = None) -> None:
         self.delivery = delivery
         self.max_recipients = max_recipients
+        self.metrics = metrics or InboundMetrics()
         self.in_flight = 0
         self.idle = asyncio.Event()
         self.idle.set()
@@ -103,16 +105,25 @@ class InboxHandler:
         self, server: SMTP, session: _Session, envelope: _Envelope, address: str, rcpt_options: list[str]
     ) -> str:
         if envelope.accepted_count >= self.max_recipients:
+            self.metrics.recipients.labels(verdict="too_many").inc()
             return REPLY_TOO_MANY
         address = clean_text(address) or ""
         try:
             verdict, normalized, refusal = await self.delivery.recipient(address, _declared_size(envelope.mail_options))
+        except psycopg.OperationalError as exc:  # lost, or no answer within --db-timeout
+            self.delivery.unreachable("recipient check", exc)
+            self.metrics.recipients.labels(verdict="tempfail").inc()
+            return REPLY_TEMPFAIL
         except psycopg.Error as exc:
             log.error("recipient check failed: %s", describe_db_error(exc))
+            self.metrics.recipients.labels(verdict="tempfail").inc()
             return REPLY_TEMPFAIL
         except Exception as exc:  # noqa: BLE001 - a 4xx, never a traceback to the client
             log.error("recipient check failed unexpectedly: %s", type(exc).__name__)
+            self.metrics.recipients.labels(verdict="tempfail").inc()
             return REPLY_TEMPFAIL
+        self.delivery.reached()
+        self.metrics.recipients.labels(verdict=verdict if verdict in RCPT_VERDICTS else "other").inc()
         if refusal is not None:
             if verdict == "unknown":  # the directory-harvest count (see _Session)
                 session.refused_recipients += 1
@@ -140,10 +151,13 @@ class InboxHandler:
         self.in_flight += 1
         self.idle.clear()
         try:
-            return await self._deliver(envelope)
+            reply = await self._deliver(envelope)
         except Exception as exc:  # noqa: BLE001 - never a 250 without a stored row, never a traceback
             log.error("delivery failed unexpectedly: %s", type(exc).__name__)
-            return REPLY_TEMPFAIL
+            reply = REPLY_TEMPFAIL
+        try:
+            self.metrics.messages.labels(result=_result_of(reply)).inc()
+            return reply
         finally:
             self.in_flight -= 1
             if self.in_flight == 0:
@@ -166,19 +180,30 @@ class InboxHandler:
             mail_from = ""
         return await self.delivery.message(raw, clean_text(mail_from) or "", list(envelope.rcpt_tos))
 
+def _result_of(reply: str) -> str:
+    """The metric label of a DATA reply: stored (2xx), tempfail (4xx) or refused (5xx)."""
+    return {"2": "stored", "4": "tempfail"}.get(reply[:1], "refused")
+
+
 class _SessionGate:
     """Counts open SMTP sessions for --max-sessions (one event loop: no lock needed)."""
 
-    def __init__(self, limit: int) -> None:
+    def __init__(self, limit: int, metrics: InboundMetrics | None = None) -> None:
         self.limit = limit
         self.open = 0
         self._refused = 0
         self._logged_at = float("-inf")
+        self.metrics = metrics
 
     def enter(self) -> bool:
         if self.open < self.limit:
             self.open += 1
+            if self.metrics is not None:
+                self.metrics.sessions.inc()
+                self.metrics.sessions_open.set(self.open)
             return True
+        if self.metrics is not None:
+            self.metrics.sessions_refused.inc()
         self._refused += 1
         now = time.monotonic()
         if now - self._logged_at >= 10:  # a flood of connections is one line per 10 s, not one each
@@ -189,6 +214,8 @@ class _SessionGate:
 
     def leave(self) -> None:
         self.open -= 1
+        if self.metrics is not None:
+            self.metrics.sessions_open.set(self.open)
 
 
 class _Busy(asyncio.Protocol):
@@ -297,6 +324,9 @@ class InboundSMTP(SMTP):
                         fits = received
                     else:
                         refusal, too_big_for = too_big, "its recipients' size limit"
+                except psycopg.OperationalError as exc:
+                    handler.delivery.unreachable("size check", exc)
+                    refusal = REPLY_TEMPFAIL  # delivery could not succeed either: hold nothing more
                 except psycopg.Error as exc:
                     log.error("size check failed: %s", describe_db_error(exc))
                     refusal = REPLY_TEMPFAIL  # delivery could not succeed either: hold nothing more

@@ -29,6 +29,9 @@ record_bounce = SqlFunction(
     "record_bounce", "p_return_path text, p_reports jsonb", returns=("message_id", "outcome", "reports", "suppressed")
 )
 max_inbound_message_bytes = SqlFunction("max_inbound_message_bytes", returns="integer")
+list_plans = SqlFunction("list_plans", returns=(
+    "name", "default_ttl_minutes", "max_ttl_minutes", "max_message_bytes", "max_messages",
+))
 
 # inboxes
 create_mailbox = SqlFunction(
@@ -76,3 +79,6 @@ search_messages = SqlFunction(
     " p_limit integer = default",
     returns=("message_id", "received_at", "from_header", "subject", "rank"),
 )
+inbox_stats = SqlFunction("inbox_stats", returns=(
+    "open", "expired_unswept", "closed_unpurged", "deleted", "messages", "next_expiry_seconds",
+))

@@ -20,6 +20,7 @@ from collections.abc import Callable
 
 from mailroom.core.errors import UserError
 from mailroom.core.log import get_logger
+from mailroom.core.ready import notify_ready
 from mailroom.core.supervisor import Child, Supervisor
 
 log = get_logger("inbox")
@@ -39,15 +40,21 @@ def reserve_port(host: str, port: int) -> tuple[socket.socket, int]:
     return sock, sock.getsockname()[1]
 
 
-def supervise(run_worker: Callable[[int, Callable[[int], None]], None], workers: int, host: str, port: int) -> int:
-    """Fork `workers` processes running run_worker(port, ready) and supervise them; the exit status."""
+def supervise(run_worker: Callable[[int, Callable[[int], None], int], None], workers: int, host: str, port: int) -> int:
+    """Fork `workers` processes running run_worker(port, ready, index) and supervise them; the exit
+    status. `index` (0 to workers - 1) tells a worker from the others (its metrics port)."""
     reserved, port = reserve_port(host, port)
     ready_r, ready_w = os.pipe()
 
-    def target() -> None:
-        os.close(ready_r)
-        reserved.close()
-        run_worker(port, lambda _port: os.write(ready_w, b"."))
+    def target_of(index: int) -> Callable[[], None]:
+        def target() -> None:
+            os.close(ready_r)
+            reserved.close()
+            for name in ("MAILROOM_READY_FD", "NOTIFY_SOCKET"):  # the parent says when all of them listen
+                os.environ.pop(name, None)
+            run_worker(port, lambda _port: os.write(ready_w, b"."), index)
+
+        return target
 
     def listening(child: Child) -> None:
         """One byte on the pipe: the worker listens (a restarted worker's byte is read by nobody)."""
@@ -58,12 +65,15 @@ def supervise(run_worker: Callable[[int, Callable[[int], None]], None], workers:
             if not child.running():
                 raise UserError(f"an inbox worker exited during start-up (status {child.returncode})")
 
-    children = [Child(f"worker {n}", target=target, ready=listening) for n in range(1, workers + 1)]
+    children = [Child(f"worker {n}", target=target_of(n - 1), ready=listening) for n in range(1, workers + 1)]
     # a worker lets deliveries in flight finish (up to 10 s, InboundServer.run) before it exits
     sup = Supervisor(children, restart=True, stop_grace=30, log_name="inbox")
     try:
-        code = sup.run(lambda: log.info("listening on %s:%d with %d worker processes (SO_REUSEPORT)",
-                                        host, port, workers))
+        def started() -> None:
+            log.info("listening on %s:%d with %d worker processes (SO_REUSEPORT)", host, port, workers)
+            notify_ready()
+
+        code = sup.run(started)
     finally:
         reserved.close()
         os.close(ready_r)

@@ -137,8 +137,8 @@ def _run_story(story: Story, url: str, relay: Controller, started: list[Supervis
         os.environ,
         MAILROOM_DATABASE_URL=url,
         MAILROOM_BATCH_LIMIT="10",
-        MAILROOM_BATCH_TIMEOUT="100",
-        MAILROOM_HEALTHCHECK_INTERVAL="5000",
+        MAILROOM_BATCH_TIMEOUT="100ms",
+        MAILROOM_HEALTHCHECK_INTERVAL="5s",
     )
     children = plan("127.0.0.1", inbox_port, inbox=True, collect=True, send=True, expire=False)
     supervisor = Supervisor(children, env=env)
@@ -215,9 +215,14 @@ def _run_story(story: Story, url: str, relay: Controller, started: list[Supervis
         story.step(f"message {flaky_id} via the flaky relay got {flaky.last_smtp_code}: attempt {flaky.attempts}, "
                    f"back to queued, next try in {next_retry} (policy: attempts² minutes, 10 attempts)")
 
-    status_out = subprocess.run([sys.executable, "-m", "mailroom", "outbound", "status"], env=env,
+        # the sender reports its claims within a second (mailroom.db.heartbeat): the screen below is current
+        sender = next(c for c in children if c.name == "send")
+        story.wait("the sender's heartbeat to count its two claims", lambda: any(
+            w.worker == f"{host}:{sender.pid}" and w.claimed >= 2 for w in db_sqlapi.worker_health.rows(conn)))
+
+    status_out = subprocess.run([sys.executable, "-m", "mailroom", "status"], env=env,
                                 capture_output=True, text=True, timeout=30)
-    story.step("`mailroom outbound status`:")
+    story.step("`mailroom status`:")
     for line in (status_out.stdout or status_out.stderr).rstrip().splitlines():
         story.detail(line)
     supervisor.stop()

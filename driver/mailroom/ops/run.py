@@ -2,80 +2,122 @@
 
 Each child is the same CLI command an operator would run on its own, supervised by
 mailroom.core.supervisor without restarts: when one dies the others are stopped (exit 1), so a
-service manager (systemd, a container runtime) can restart the set.
+service manager (systemd, a container runtime) can restart the set. `run` says "running" only once
+every child said it serves (mailroom.core.ready); Ctrl-C or SIGTERM stops them all, exit 0.
+
+Which login: each child connects as the login of its URL. One URL for all needs a login granted
+mailroom_inbound (inbox serve, expire, maintain), mailroom_collector (collect) and mailroom_sender
+(send); or give each worker its own URL (--inbox-url, --collect-url, --send-url, --expire-url,
+--maintain-url), each with a login granted that worker's role. `run` checks the grants first and
+says which role a login lacks, instead of letting a child fail on its first call.
 """
 
 from __future__ import annotations
 
 import os
-import socket
-import time
 from collections.abc import Callable
+from dataclasses import dataclass
 
-from mailroom.core.errors import UserError
+import psycopg
+
+from mailroom.core.errors import ConfigError, UserError
 from mailroom.core.supervisor import Child, Supervisor
+from mailroom.db.connect import granted_roles
 
 INBOX_LISTEN_TIMEOUT = 15.0
 MAINTAIN_EVERY = "10m"
 
+# the workers of `run`, in start order (the inbox first, so relays pointing at it work), with the
+# group role each one's login needs and the offset of its metrics port from --metrics-port
+WORKERS: dict[str, tuple[str, int]] = {
+    "inbox": ("mailroom_inbound", 2),
+    "collect": ("mailroom_collector", 1),
+    "send": ("mailroom_sender", 0),
+    "expire": ("mailroom_inbound", 3),
+    "maintain": ("mailroom_inbound", 4),
+}
+METRICS_ENV = {"inbox": "MAILROOM_INBOX_METRICS_PORT", "collect": "MAILROOM_COLLECT_METRICS_PORT",
+               "send": "MAILROOM_SEND_METRICS_PORT", "expire": "MAILROOM_EXPIRE_METRICS_PORT",
+               "maintain": "MAILROOM_MAINTAIN_METRICS_PORT"}
 
-def wait_for_port(host: str, port: int, timeout: float) -> Callable[[Child], None]:
-    """A ready check: the child (the inbound SMTP server) accepts connections on host:port."""
 
-    def ready(child: Child) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if not child.running():
-                raise UserError(f"the inbound SMTP server exited with code {child.returncode} before listening")
-            try:
-                with socket.create_connection((host, port), timeout=0.5):
-                    return
-            except OSError:
-                time.sleep(0.05)
-        raise UserError(f"the inbound SMTP server did not listen on {host}:{port} within {timeout:.0f}s")
+@dataclass
+class RunPlan:
+    """What `mailroom run` starts: the workers, their URLs, the listen URL, the metrics base port."""
 
-    return ready
+    urls: dict[str, str]  # worker -> its database URL (only the enabled workers)
+    listen_url: str | None = None  # None: each worker listens on its database URL
+    inbox_host: str = "127.0.0.1"
+    inbox_port: int = 2525
+    metrics_port: int | None = None  # base: send +0, collect +1, inbox +2, expire +3, maintain +4
 
 
 def plan(
     inbox_host: str, inbox_port: int, *, collect: bool, send: bool, expire: bool, inbox: bool,
     maintain: bool = False, metrics_port: int | None = None,
 ) -> list[Child]:
-    """Which commands to run, in start order (the inbox first, so relays pointing at it work)."""
+    """Which commands to run, in start order, without per-worker URLs (the demo's set)."""
+    enabled = {"inbox": inbox, "collect": collect, "send": send, "expire": expire, "maintain": maintain}
+    return children_of(RunPlan({w: "" for w, on in enabled.items() if on}, None, inbox_host, inbox_port, metrics_port))
+
+
+def children_of(p: RunPlan) -> list[Child]:
+    """The supervisor's children of a plan: each command with its URL and metrics port in its environment."""
+    args = {
+        "inbox": ["inbox", "serve", "--host", p.inbox_host, "--port", str(p.inbox_port)],
+        "collect": ["collect", "--enqueue"],
+        "send": ["send"],
+        "expire": ["expire"],
+        "maintain": ["maintain", "--every", MAINTAIN_EVERY],
+    }
     children = []
-    if inbox:
-        children.append(Child("inbox", ["inbox", "serve", "--host", inbox_host, "--port", str(inbox_port)],
-                              ready=wait_for_port(inbox_host, inbox_port, INBOX_LISTEN_TIMEOUT)))
-    if collect:
-        children.append(Child("collect", ["collect", "--enqueue"]))
-    if send:
-        metrics = ["--metrics-port", str(metrics_port)] if metrics_port is not None else []
-        children.append(Child("send", ["send", *metrics]))
-    if expire:
-        children.append(Child("expire", ["expire"]))
-    if maintain:
-        children.append(Child("maintain", ["maintain", "--every", MAINTAIN_EVERY]))
+    for worker, (_role, offset) in WORKERS.items():
+        if worker not in p.urls:
+            continue
+        env: dict[str, str] = {}
+        if p.urls[worker]:
+            env["MAILROOM_DATABASE_URL"] = p.urls[worker]
+        if p.listen_url is not None:
+            env["MAILROOM_LISTEN_URL"] = p.listen_url
+        if p.metrics_port is not None:
+            env[METRICS_ENV[worker]] = str(p.metrics_port + offset if p.metrics_port else 0)
+        children.append(Child(worker, args[worker], env=env))
     return children
 
 
-def run_all(
-    url: str,
-    *,
-    inbox_host: str,
-    inbox_port: int,
-    inbox: bool,
-    collect: bool,
-    send: bool,
-    expire: bool,
-    maintain: bool,
-    metrics_port: int | None,
-) -> int:
-    """Run inbound SMTP, the collector (--enqueue), the sender, the expiry worker and maintenance; the exit code."""
-    env = dict(os.environ, MAILROOM_DATABASE_URL=url)
-    children = plan(inbox_host, inbox_port, collect=collect, send=send, expire=expire, inbox=inbox,
-                    maintain=maintain, metrics_port=metrics_port)
+def check_logins(urls: dict[str, str], connect: Callable[[str], psycopg.Connection]) -> None:
+    """Each worker's login holds the group role the worker needs (ConfigError naming it when not). A
+    database that cannot be reached is not checked here: the workers wait for it."""
+    seen: dict[str, tuple[str, set[str]] | None] = {}
+    for worker, url in urls.items():
+        if url not in seen:
+            try:
+                with connect(url) as conn:
+                    seen[url] = (conn.info.user, granted_roles(conn))
+            except (psycopg.Error, UserError):
+                seen[url] = None
+        found = seen[url]
+        role = WORKERS[worker][0]
+        if found is not None and role not in found[1]:
+            login = found[0]
+            raise ConfigError(
+                f"{worker} needs a login granted {role}, and {login} is not: GRANT {role} TO {login}, or give "
+                f"--{worker}-url a login that is (mailroom run with one URL needs mailroom_inbound, "
+                "mailroom_collector and mailroom_sender; docs/operations.md)"
+            )
+
+
+def run_all(p: RunPlan, *, check: Callable[[str], psycopg.Connection] | None = None) -> int:
+    """Run the plan's workers until a signal (exit 0 when all stopped cleanly) or one dies (exit 1)."""
+    children = children_of(p)
     if not children:
-        raise UserError("nothing to run: every component is disabled", exit_code=2)
-    sup = Supervisor(children, env=env, restart=False)
-    return sup.run(lambda: sup.log.info("running %s; SIGTERM or Ctrl-C stops all",
-                                        ", ".join(c.name for c in children)))
+        raise ConfigError("nothing to run: every component is disabled")
+    if check is not None:
+        check_logins(p.urls, check)
+    sup = Supervisor(children, env=dict(os.environ), restart=False)
+
+    def started() -> None:
+        serving = [f"inbox (smtp {p.inbox_host}:{p.inbox_port})" if c.name == "inbox" else c.name for c in children]
+        sup.log.info("running: %s; SIGTERM or Ctrl-C stops all", ", ".join(serving))
+
+    return sup.run(started)

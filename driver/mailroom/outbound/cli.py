@@ -1,37 +1,42 @@
 """`mailroom send` and `mailroom outbound …`: the typer commands of the outbound queue.
 
 `send` runs the sender (mailroom.outbound.sender). Every `outbound` command is one call of a SQL
-function or view (sql/35_outbound_admin.sql); nothing here decides what a state means. Output
-never contains addresses, subjects or bodies; `show` prints error_log, which the database has
-already scrubbed (mailroom.redact_pii).
+function (sql/35_outbound_admin.sql, sql/37_outbound_queue.sql); nothing here decides what a state
+means. The verbs that change queued mail (hold, release, cancel, delete, run-now, retry) name their
+messages one way, IDs, --domain or --all, take --dry-run, and the destructive ones (cancel, delete,
+retry, purge) want --yes when they would touch more than one message. Output never contains
+addresses, subjects or bodies; `show` prints error_log, which the database has already scrubbed
+(mailroom.redact_pii).
 """
 
 from __future__ import annotations
 
 import os
-from datetime import UTC, datetime, timedelta
+import sys
+from datetime import timedelta
 from typing import Annotated, Any, Optional
 
 import psycopg
 import typer
 
-from mailroom.core.durations import parse_seconds
+from mailroom.core.durations import format_age
 from mailroom.core.errors import ConfigError, UserError, describe_db_error
+from mailroom.core.options import duration_option, env_option, new_app, port_option
+from mailroom.core.table import fields, fmt, table
 from mailroom.db import sqlapi as db_sqlapi
 from mailroom.db.config import DatabaseUrlOption, ListenUrlOption, hex_key, resolve_database_url, resolve_listen_url
-from mailroom.db.connect import call_once, connect
+from mailroom.db.connect import call_once, connect, print_notice
 from mailroom.db.contract import SqlFunction
 from mailroom.outbound import sqlapi
 
-app = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
+app = new_app()
 
-outbound = typer.Typer(
-    name="outbound",
-    help="Operate the outbound queue: status, list, show, retry, purge, reap, sender, limits.",
-    no_args_is_help=True,
-    add_completion=False,
-    pretty_exceptions_enable=False,
+outbound = new_app(
+    "outbound",
+    "Operate the outbound queue: status, queue, list, show; hold, release, cancel, delete, run-now, retry; "
+    "purge, reap, senders, limits.",
 )
+
 
 def _call(database_url: str | None, fn: SqlFunction, **kwargs: Any) -> list[dict[str, Any]]:
     """One contract call on a short-lived connection: its rows as dicts (a value is the column `value`)."""
@@ -44,41 +49,24 @@ def _value(database_url: str | None, fn: SqlFunction, **kwargs: Any) -> Any:
     return rows[0]["value"] if rows else None
 
 
-def _fmt(value: Any) -> str:
-    if value is None:
-        return "-"
-    if isinstance(value, datetime):
-        return value.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%SZ")
-    if isinstance(value, bool):
-        return "yes" if value else "no"
-    if isinstance(value, float):
-        return f"{value:.0f}"
-    if isinstance(value, list):
-        return ", ".join(str(v) for v in value) or "-"
-    return str(value)
-
-
-def _table(rows: list[dict[str, Any]], columns: list[str]) -> None:
-    cells = [[_fmt(r[c]) for c in columns] for r in rows]
-    widths = [max([len(c)] + [len(row[i]) for row in cells]) for i, c in enumerate(columns)]
-    typer.echo("  ".join(c.upper().ljust(w) for c, w in zip(columns, widths, strict=True)).rstrip())
-    for row in cells:
-        typer.echo("  ".join(v.ljust(w) for v, w in zip(row, widths, strict=True)).rstrip())
-
-
 @outbound.command("status")
 def status(database_url: DatabaseUrlOption = None) -> None:
-    """Counts per status, due now, retries waiting, oldest queued age (mailroom.outbound_stats), then
-    every queue's health (mailroom.queue_health) and the workers' heartbeats (mailroom.worker_health)."""
+    """The queue's numbers (mailroom.outbound_stats): per status, due now (what a claim would take),
+    held back by domain limits, retries waiting, scheduled; then every queue's health
+    (mailroom.queue_health) and the workers (mailroom.worker_health)."""
     url = resolve_database_url(database_url)
     row = _call(url, sqlapi.outbound_stats)[0]
     labels = {
         "queued": "queued",
+        "due_now": "due now",
+        "held_back": "held back by limits",
+        "retries_waiting": "retries waiting",
+        "scheduled": "scheduled (send_after)",
+        "held": "held",
         "processing": "processing",
         "sent": "sent",
         "failed": "failed",
-        "due_now": "due now",
-        "retries_waiting": "retries waiting",
+        "cancelled": "cancelled",
         "possibly_sent": "possibly sent (reaped)",
         "oldest_queued_age_seconds": "oldest queued age (s)",
         "stale_outcomes": "stale outcomes ignored",
@@ -86,7 +74,7 @@ def status(database_url: DatabaseUrlOption = None) -> None:
     }
     width = max(len(v) for v in labels.values())
     for key, label in labels.items():
-        typer.echo(f"{label.ljust(width)}  {_fmt(row[key])}")
+        typer.echo(f"{label.ljust(width)}  {fmt(row[key])}")
     # Health next; a role or schema without it still gets the counts above (one line says why).
     for title, fn, columns in (
         ("queue health:", db_sqlapi.queue_health, list(QUEUE_HEALTH_COLUMNS)),
@@ -98,118 +86,267 @@ def status(database_url: DatabaseUrlOption = None) -> None:
             typer.echo(f"{title} unavailable ({exc})")
             continue
         typer.echo(title)
-        if rows:
-            _table(rows, columns)
-        else:
-            typer.echo("  none reported a heartbeat")
+        table(rows, columns, empty="  none reported a heartbeat")
 
 
 QUEUE_HEALTH_COLUMNS = ("queue", "due", "oldest_due_age_seconds", "expired_leases")
-WORKER_HEALTH_COLUMNS = ("worker", "kind", "listening", "heartbeat_age_seconds", "listener_age_seconds",
+WORKER_HEALTH_COLUMNS = ("worker", "kind", "state", "listening", "heartbeat_age_seconds", "listener_age_seconds",
                          "last_claim_age_seconds", "claimed")
+
+
+@outbound.command("queue")
+def queue(
+    database_url: DatabaseUrlOption = None,
+    limit: Annotated[int, typer.Option(min=1, max=10000, metavar="N", help="At most this many domains, most first.")] = 20,
+) -> None:
+    """The mail waiting, like mailq: totals by status, then by recipient domain (due now, held back by a
+    limit or backoff, deferred, scheduled, held, in flight, oldest) (mailroom.outbound_queue)."""
+    url = resolve_database_url(database_url)
+    s = _call(url, sqlapi.outbound_stats)[0]
+    typer.echo(
+        f"queued {s['queued']} (due now {s['due_now']}, held back by limits {s['held_back']}, deferred "
+        f"{s['retries_waiting']}, scheduled {s['scheduled']}); held {s['held']}; processing {s['processing']}; "
+        f"failed {s['failed']}; cancelled {s['cancelled']}; sent {s['sent']}"
+    )
+    typer.echo(f"oldest queued: {format_age(s['oldest_queued_age_seconds']) if s['queued'] else '-'}")
+    rows = _call(url, sqlapi.outbound_queue, limit=limit)
+    for r in rows:
+        r["oldest"] = format_age(r["oldest_age_seconds"])
+        r["domain"] = r["domain"] or "(none)"
+    table(rows, ["domain", "queued", "due", "held_back", "deferred", "scheduled", "held", "processing", "oldest",
+                 "backoff_until"], empty="no mail waiting")
+
+
+StatusOption = Annotated[
+    Optional[str],
+    typer.Option("--status", metavar="STATUS", help="Only messages of this status: queued, held, processing, sent, "
+                 "failed or cancelled."),
+]
+DomainOption = Annotated[
+    Optional[str], typer.Option("--domain", metavar="DOMAIN", help="Only messages to this recipient domain.")
+]
 
 
 @outbound.command("list")
 def list_messages(
     database_url: DatabaseUrlOption = None,
-    status: Annotated[Optional[str], typer.Option(help="queued, processing, sent or failed.")] = None,
-    limit: Annotated[int, typer.Option(help="At most this many, newest first.")] = 50,
+    status: StatusOption = None,
+    domain: DomainOption = None,
+    limit: Annotated[int, typer.Option(min=1, max=10000, metavar="N", help="At most this many, newest first.")] = 50,
 ) -> None:
     """Newest messages (no addresses or subjects)."""
-    rows = _call(database_url, sqlapi.list_outbound_messages, status=status, limit=limit)
-    if not rows:
-        typer.echo("no messages")
-        return
-    _table(
-        rows,
-        ["id", "sender", "status", "attempts", "recipients", "last_smtp_code", "last_enhanced_code",
-         "possibly_sent", "next_retry_at", "created_at", "sent_at"],
-    )
+    rows = _call(database_url, sqlapi.list_outbound_messages, status=status, limit=limit, domain=domain)
+    table(rows, ["id", "sender", "status", "priority", "attempts", "recipients", "last_smtp_code",
+                 "last_enhanced_code", "possibly_sent", "next_retry_at", "created_at", "sent_at"],
+          empty="no messages")
 
 
 @outbound.command("show")
-def show(message_id: Annotated[int, typer.Argument(metavar="ID")], database_url: DatabaseUrlOption = None) -> None:
-    """One message: state, codes and its (scrubbed) error log."""
+def show(message_id: Annotated[int, typer.Argument(metavar="ID", help="A message id.")],
+         database_url: DatabaseUrlOption = None) -> None:
+    """One message: state, priority, recipient domain, codes and its (scrubbed) error log."""
     row = _call(database_url, sqlapi.show_outbound_message, id=message_id)[0]
     log = row.pop("error_log")
-    width = max(len(k) for k in row)
-    for key, value in row.items():
-        typer.echo(f"{key.ljust(width)}  {_fmt(value)}")
+    fields(row)
     typer.echo("error_log:")
     for line in (log or "-").splitlines():
         typer.echo(f"  {line}")
 
 
+# -- the verbs ------------------------------------------------------------------------------------
+
+IdsArgument = Annotated[Optional[list[int]], typer.Argument(metavar="ID", help="Message ids.", show_default=False)]
+AllOption = Annotated[bool, typer.Option("--all", help="Every message the verb applies to.")]
+DryRunOption = Annotated[bool, typer.Option("--dry-run", help="Say what would change; change nothing.")]
+YesOption = Annotated[bool, typer.Option("--yes", "-y", help="Do it when it touches more than one message.")]
+
+# verb -> (SQL function, past tense, what it applies to)
+VERBS: dict[str, tuple[SqlFunction, str, str]] = {
+    "hold": (sqlapi.hold_messages, "held", "queued"),
+    "release": (sqlapi.release_held_messages, "released", "held"),
+    "cancel": (sqlapi.cancel_messages, "cancelled", "queued or held"),
+    "delete": (sqlapi.delete_messages, "deleted", "any but processing"),
+    "run-now": (sqlapi.run_messages_now, "made due now", "queued"),
+    "retry": (sqlapi.retry_messages, "queued again", "failed, cancelled or held"),
+}
+DESTRUCTIVE = ("cancel", "delete", "retry")
+
+
+def _ids(values: list[int]) -> str:
+    return ", ".join(str(v) for v in values)
+
+
+def _selection(ids: Optional[list[int]], domain: Optional[str], all_: bool) -> dict[str, Any]:
+    named = sum((bool(ids), domain is not None, all_))
+    if named != 1:
+        raise ConfigError("name the messages one way: message IDs, --domain DOMAIN or --all")
+    return {"ids": list(ids) if ids else None, "domain": domain, "all": all_}
+
+
+def confirm(what: str, count: int, yes: bool, dry_run: bool) -> None:
+    """A destructive change of more than one message wants --yes (or a yes on a terminal)."""
+    if yes or dry_run or count <= 1:
+        return
+    if sys.stdin.isatty() and sys.stderr.isatty():
+        if typer.confirm(f"{what} {count} messages?", default=False, err=True):
+            return
+        raise UserError("nothing done", exit_code=1)
+    raise ConfigError(f"this would {what} {count} messages: add --yes to do it (--dry-run lists them)")
+
+
+def run_verb(verb: str, database_url: str | None, ids: Optional[list[int]], domain: Optional[str], all_: bool,
+             status: Optional[str], dry_run: bool, yes: bool, **extra: Any) -> None:
+    """One verb: its dry run first when it may need --yes, then the change; the outcome in a few lines."""
+    fn, done, applies = VERBS[verb]
+    url = resolve_database_url(database_url)
+    selection = _selection(ids, domain, all_)
+    args = {**selection, "status": status, **extra}
+    if verb in DESTRUCTIVE and not yes and not dry_run and not (ids and len(ids) == 1):
+        preview = _call(url, fn, **args, dry_run=True)[0]
+        confirm(verb, preview["changed"], yes, dry_run)
+    result = _call(url, fn, **args, dry_run=dry_run)[0]
+    changed, sample = result["changed"], result["sample_ids"]
+    more = f" (ids {_ids(sample)}{', …' if changed > len(sample) else ''})" if sample else ""
+    if dry_run:
+        typer.echo(f"dry run: would leave {changed} message(s) {done}{more}; nothing changed")
+    else:
+        typer.echo(f"{changed} message(s) {done}{more}")
+    if changed == 0 and not result["in_flight"] and not result["suppressed"]:
+        typer.echo(f"  ({verb} applies to {applies} messages)", err=True)
+    if result["in_flight"]:
+        typer.echo(f"{result['in_flight']} message(s) being delivered were left alone", err=True)
+    if result["suppressed"]:
+        listed = _ids(result["suppressed_ids"]) + (", …" if result["suppressed"] > len(result["suppressed_ids"]) else "")
+        if extra.get("include_suppressed"):
+            typer.echo(f"mailroom: warning: {result['suppressed']} message(s) have a recipient on the suppression list "
+                       f"now and were queued anyway (ids {listed})", err=True)
+        else:
+            typer.echo(f"mailroom: warning: {result['suppressed']} message(s) have a recipient on the suppression list "
+                       f"now and were not retried (ids {listed}); --include-suppressed sends them anyway", err=True)
+
+
+@outbound.command("hold")
+def hold(ids: IdsArgument = None, domain: DomainOption = None, all_: AllOption = False, status: StatusOption = None,
+         dry_run: DryRunOption = False, database_url: DatabaseUrlOption = None) -> None:
+    """Put queued messages on hold: no sender takes them until released (postsuper -h)."""
+    run_verb("hold", database_url, ids, domain, all_, status, dry_run, True)
+
+
+@outbound.command("release")
+def release(ids: IdsArgument = None, domain: DomainOption = None, all_: AllOption = False,
+            dry_run: DryRunOption = False, database_url: DatabaseUrlOption = None) -> None:
+    """Release held messages back to the queue, due when they were (postsuper -H)."""
+    run_verb("release", database_url, ids, domain, all_, None, dry_run, True)
+
+
+@outbound.command("cancel")
+def cancel(ids: IdsArgument = None, domain: DomainOption = None, all_: AllOption = False, status: StatusOption = None,
+           dry_run: DryRunOption = False, yes: YesOption = False, database_url: DatabaseUrlOption = None) -> None:
+    """Cancel queued or held messages: never sent, kept as cancelled until retention (retry brings them back)."""
+    run_verb("cancel", database_url, ids, domain, all_, status, dry_run, yes)
+
+
+@outbound.command("delete")
+def delete(ids: IdsArgument = None, domain: DomainOption = None, all_: AllOption = False, status: StatusOption = None,
+           dry_run: DryRunOption = False, yes: YesOption = False, database_url: DatabaseUrlOption = None) -> None:
+    """Delete messages of any status but processing, for good (postsuper -d)."""
+    run_verb("delete", database_url, ids, domain, all_, status, dry_run, yes)
+
+
+@outbound.command("run-now")
+def run_now(ids: IdsArgument = None, domain: DomainOption = None, all_: AllOption = False,
+            dry_run: DryRunOption = False, database_url: DatabaseUrlOption = None) -> None:
+    """Make queued messages due now (a deferred retry, a later send_after) and lift their domains'
+    backoff; the senders are woken (postqueue -f, postqueue -s DOMAIN)."""
+    run_verb("run-now", database_url, ids, domain, all_, None, dry_run, True)
+
+
 @outbound.command("retry")
 def retry(
-    message_id: Annotated[Optional[int], typer.Argument(metavar="[ID]")] = None,
-    all_failed: Annotated[bool, typer.Option("--all-failed", help="Retry every failed message.")] = False,
+    ids: IdsArgument = None,
+    domain: DomainOption = None,
+    all_: AllOption = False,
+    all_failed: Annotated[bool, typer.Option("--all-failed", help="Every failed message (--all --status failed).")] = False,
+    status: StatusOption = None,
+    include_suppressed: Annotated[
+        bool, typer.Option("--include-suppressed", help="Also messages with a recipient on the suppression list now.")
+    ] = False,
+    dry_run: DryRunOption = False,
+    yes: YesOption = False,
     database_url: DatabaseUrlOption = None,
 ) -> None:
-    """Put a failed message (or all of them) back in the queue with a fresh attempt budget."""
-    if (message_id is None) == (not all_failed):
-        raise ConfigError("give either a message ID or --all-failed")
+    """Queue failed, cancelled or held messages again, due now with a fresh attempt budget (postsuper -r);
+    messages with a recipient suppressed since are left alone, with a warning, unless --include-suppressed."""
     if all_failed:
-        count = _value(database_url, sqlapi.retry_failed_messages)
-        typer.echo(f"{count} message(s) queued again")
-    else:
-        _call(database_url, sqlapi.retry_message, id=message_id)
-        typer.echo(f"message {message_id} queued again")
+        if all_ or ids or domain is not None or status not in (None, "failed"):
+            raise ConfigError("--all-failed is --all --status failed: give no IDs, --domain, --all or other --status")
+        all_, status = True, "failed"
+    run_verb("retry", database_url, ids, domain, all_, status, dry_run, yes, include_suppressed=include_suppressed)
 
 
 @outbound.command("purge")
 def purge(
-    sent_before: Annotated[str, typer.Option(help="Age of sent messages to delete, e.g. 7d, 12h.")],
-    batch: Annotated[int, typer.Option(help="Rows deleted per transaction.")] = 5000,
+    sent_before: Annotated[float, duration_option("--sent-before", help="Delete sent messages sent longer ago than this "
+                                                  "(e.g. 7d, 12h; 0: every sent message).")],
+    batch: Annotated[int, typer.Option(min=1, max=100000, metavar="N", help="Rows deleted per transaction.")] = 5000,
+    dry_run: DryRunOption = False,
+    yes: YesOption = False,
     database_url: DatabaseUrlOption = None,
 ) -> None:
-    """Delete sent messages older than --sent-before, in batches (short transactions)."""
-    age = parse_seconds("--sent-before", sent_before)
-    if not 1 <= batch <= 100000:
-        raise ConfigError(f"--batch must be between 1 and 100000, got {batch}")
+    """Delete sent messages older than --sent-before, in batches (short transactions), with progress on a terminal."""
+    from mailroom.core.progress import Progress
+
     url = resolve_database_url(database_url)
     total = 0
     with connect(url, application_name="mailroom-outbound") as conn:
+        conn.add_notice_handler(print_notice)
         try:
-            cutoff = db_sqlapi.clock.value(conn) - timedelta(seconds=age)  # the database's clock, not this machine's
-            while True:
-                n = sqlapi.purge_sent_messages.value(conn, before=cutoff, batch=batch)
-                total += n
-                if n < batch:
-                    break
+            cutoff = db_sqlapi.clock.value(conn) - timedelta(seconds=sent_before)  # the database's clock
+            count = sqlapi.purge_sent_messages.value(conn, before=cutoff, batch=batch, dry_run=True)
+            if dry_run:
+                typer.echo(f"dry run: would purge {count} sent message(s) sent before {fmt(cutoff)}; nothing changed")
+                return
+            confirm("purge", count, yes, dry_run)
+            with Progress("purging sent messages", total=count) as progress:
+                while True:
+                    n = sqlapi.purge_sent_messages.value(conn, before=cutoff, batch=batch)
+                    total += n
+                    progress.update(total)
+                    if n < batch:
+                        break
         except psycopg.Error as exc:
             raise UserError(f"purge stopped after {total} row(s): {describe_db_error(exc)}") from None
-    typer.echo(f"purged {total} sent message(s) sent before {_fmt(cutoff)}")
+    typer.echo(f"purged {total} sent message(s) sent before {fmt(cutoff)}")
 
 
 @outbound.command("reap")
 def reap(
-    older_than: Annotated[
-        Optional[str], typer.Option(help="Also reap rows claimed longer ago than this (default: expired leases only).")
-    ] = None,
+    older_than: Annotated[Optional[float], duration_option(
+        "--older-than", help="Also reap rows claimed longer ago than this (default: expired leases only).")] = None,
     database_url: DatabaseUrlOption = None,
 ) -> None:
     """Return messages stuck in processing (dead worker) to the queue, flagged possibly sent."""
-    seconds = parse_seconds("--older-than", older_than) if older_than is not None else None
     count = _value(database_url, sqlapi.reap_stuck_messages,
-                   older_than=timedelta(seconds=seconds) if seconds is not None else None)
+                   older_than=timedelta(seconds=older_than) if older_than is not None else None)
     typer.echo(f"reaped {count} message(s)")
 
 
 @outbound.command("sender")
 def sender(
-    name: Annotated[str, typer.Argument(help="Sender name used by enqueue_message.")],
-    from_address: Annotated[str, typer.Option("--from", help="From address.")],
-    host: Annotated[str, typer.Option(help="SMTP relay host.")],
-    port: Annotated[int, typer.Option(help="SMTP relay port.")],
-    security: Annotated[str, typer.Option(help="none, starttls or tls.")] = "none",
-    username: Annotated[Optional[str], typer.Option(help="SMTP login (password: env MAILROOM_SMTP_PASSWORD).")] = None,
+    name: Annotated[str, typer.Argument(metavar="NAME", help="Sender name used by enqueue_message.")],
+    from_address: Annotated[str, typer.Option("--from", metavar="ADDRESS", help="From address.")],
+    host: Annotated[str, typer.Option(metavar="HOST", help="SMTP relay host.")],
+    port: Annotated[int, port_option("--port", env=None, help="SMTP relay port.")],
+    security: Annotated[str, typer.Option(metavar="MODE", help="none, starttls or tls.")] = "none",
+    username: Annotated[Optional[str], typer.Option(
+        metavar="USER", help="SMTP login (password: env MAILROOM_SMTP_PASSWORD).")] = None,
     allow_cleartext_login: Annotated[
         bool, typer.Option("--allow-cleartext-login", help="Log in with security none: a relay on this machine only.")
     ] = False,
     bounce_domain: Annotated[
         Optional[str],
-        typer.Option(help="Domain of this sender's VERP return paths ('': use the setting outbound.bounce_domain)."),
+        typer.Option(metavar="DOMAIN",
+                     help="Domain of this sender's VERP return paths ('': use the setting outbound.bounce_domain)."),
     ] = None,
     database_url: DatabaseUrlOption = None,
 ) -> None:
@@ -234,13 +371,7 @@ def sender(
     typer.echo(f"sender {name} saved (id {sender_id})")
 
 
-sender_key_app = typer.Typer(
-    name="sender-key",
-    help="The sender keypair that relay passwords are encrypted to: init.",
-    no_args_is_help=True,
-    add_completion=False,
-    pretty_exceptions_enable=False,
-)
+sender_key_app = new_app("sender-key", "The sender keypair that relay passwords are encrypted to: init.")
 outbound.add_typer(sender_key_app)
 
 
@@ -283,13 +414,18 @@ def convert_passwords(database_url: DatabaseUrlOption = None) -> None:
     typer.echo(f"{count} relay password(s) now sealed for the sender key; unset MAILROOM_ENCRYPTION_KEY")
 
 
-limits_app = typer.Typer(
-    name="limits",
-    help="Per recipient domain limits (docs/limits.md): set, list, remove, status.",
-    no_args_is_help=True,
-    add_completion=False,
-    pretty_exceptions_enable=False,
-)
+@outbound.command("senders")
+def senders(database_url: DatabaseUrlOption = None) -> None:
+    """Every sending identity: relay, security, username, whether a password is stored (never the password),
+    bounce domain, messages waiting (mailroom.list_senders)."""
+    rows = _call(database_url, sqlapi.list_senders)
+    table(rows, ["name", "from_address", "smtp_host", "smtp_port", "smtp_security", "smtp_username", "password_set",
+                 "bounce_domain", "queued"], headers=["name", "from", "host", "port", "security", "username",
+                                                       "password", "bounce_domain", "queued"],
+          empty="no sender: create one with `mailroom outbound sender NAME --from … --host … --port …`")
+
+
+limits_app = new_app("limits", "Per recipient domain limits (docs/limits.md): set, list, remove, status.")
 outbound.add_typer(limits_app)
 
 
@@ -301,10 +437,10 @@ def _limit(value: Optional[int]) -> str:
 def limits_set(
     pattern: Annotated[str, typer.Argument(metavar="PATTERN", help="*, example.com or *.example.com.")],
     max_in_flight: Annotated[
-        Optional[int], typer.Option(help="Messages of one domain in flight at once (default: no limit).")
+        Optional[int], typer.Option(min=1, metavar="N", help="Messages of one domain in flight at once (default: no limit).")
     ] = None,
     max_per_minute: Annotated[
-        Optional[int], typer.Option(help="Messages of one domain claimed per minute (default: no limit).")
+        Optional[int], typer.Option(min=1, metavar="N", help="Messages of one domain claimed per minute (default: no limit).")
     ] = None,
     database_url: DatabaseUrlOption = None,
 ) -> None:
@@ -320,12 +456,12 @@ def limits_set(
 def limits_list(database_url: DatabaseUrlOption = None) -> None:
     """Every limit row, the default * last ('-': no limit)."""
     rows = _call(database_url, sqlapi.list_domain_limits)
-    _table(rows, ["pattern", "max_in_flight", "max_per_minute", "updated_at"])
+    table(rows, ["pattern", "max_in_flight", "max_per_minute", "updated_at"])
 
 
 @limits_app.command("remove")
 def limits_remove(
-    pattern: Annotated[str, typer.Argument(metavar="PATTERN")],
+    pattern: Annotated[str, typer.Argument(metavar="PATTERN", help="A pattern of `outbound limits list`.")],
     database_url: DatabaseUrlOption = None,
 ) -> None:
     """Remove a pattern's limit (its domains fall back to the next matching pattern; * stays)."""
@@ -335,55 +471,57 @@ def limits_remove(
 
 @limits_app.command("status")
 def limits_status(
-    limit: Annotated[int, typer.Option(help="At most this many domains, busiest first.")] = 100,
+    limit: Annotated[int, typer.Option(min=1, max=10000, metavar="N", help="At most this many domains, busiest first.")] = 100,
     database_url: DatabaseUrlOption = None,
 ) -> None:
     """Domains with messages in flight, claims this minute or a backoff (mailroom.domain_status)."""
     rows = _call(database_url, sqlapi.domain_status, limit=limit)
-    if not rows:
-        typer.echo("no domain in flight, counted or backed off")
-        return
-    _table(rows, ["domain", "pattern", "in_flight", "max_in_flight", "claimed_this_minute", "max_per_minute",
-                  "backoff_until", "backoff_level"])
+    table(rows, ["domain", "pattern", "in_flight", "max_in_flight", "claimed_this_minute", "max_per_minute",
+                 "backoff_until", "backoff_level"], empty="no domain in flight, counted or backed off")
+
+
+def _send_opt(flag: str, help: str, **kwargs: Any) -> Any:  # noqa: A002
+    return env_option(flag, env="MAILROOM_SEND_" + flag.lstrip("-").replace("-", "_").upper(), help=help, **kwargs)
+
+
+def _send_duration(flag: str, help: str, **kwargs: Any) -> Any:  # noqa: A002
+    return duration_option(flag, env="MAILROOM_SEND_" + flag.lstrip("-").replace("-", "_").upper(), help=help, **kwargs)
 
 
 @app.command("send")
 def send_command(
     database_url: DatabaseUrlOption = None,
     listen_url: ListenUrlOption = None,
-    concurrency: Annotated[int, typer.Option(help="Parallel slots (DB connection + SMTP connections each).")] = 4,
-    batch_size: Annotated[int, typer.Option(help="Messages claimed per slot per round trip.")] = 50,
-    connections: Annotated[
-        int, typer.Option(help="SMTP connections per slot and relay: a claimed batch is sent over them in parallel.")
-    ] = 1,
-    poll_interval: Annotated[
-        str, typer.Option(help="Poll for due messages this often (the only wake-up while LISTEN cannot hear).")
-    ] = "1s",
-    reap_after: Annotated[
-        str, typer.Option(help="Reap rows claimed longer ago than this (and expired leases); 0 disables.")
-    ] = "5m",
-    lease: Annotated[Optional[str], typer.Option(help="Claim lease (default: setting outbound.lease).")] = None,
-    smtp_timeout: Annotated[str, typer.Option(help="Timeout of each SMTP command.")] = "30s",
-    shutdown_grace: Annotated[str, typer.Option(help="On SIGTERM, time allowed to finish in-flight SMTP.")] = "5s",
-    worker: Annotated[Optional[str], typer.Option(help="Worker name recorded on claims (default host:pid).")] = None,
-    metrics_port: Annotated[
-        Optional[int], typer.Option(help="Serve Prometheus metrics on this port (0: any free port).")
-    ] = None,
-    metrics_host: Annotated[str, typer.Option(help="Metrics bind address.")] = "127.0.0.1",
-    tls_ca_file: Annotated[
-        Optional[str], typer.Option(envvar="MAILROOM_SMTP_CA_FILE", help="CA bundle to verify relay certificates.")
-    ] = None,
-    until_idle: Annotated[bool, typer.Option(help="Exit once nothing is due (batch jobs, tests).")] = False,
+    concurrency: Annotated[int, _send_opt("--concurrency", "Parallel slots (DB connection + SMTP connections each).",
+                                          min=1, max=64, metavar="N")] = 4,
+    batch_size: Annotated[int, _send_opt("--batch-size", "Messages claimed per slot per round trip.",
+                                         min=1, max=10000, metavar="N")] = 50,
+    connections: Annotated[int, _send_opt(
+        "--connections", "SMTP connections per slot and relay: a claimed batch is sent over them in parallel.",
+        min=1, max=64, metavar="N")] = 1,
+    poll_interval: Annotated[float, _send_duration(
+        "--poll-interval", "Poll for due messages this often (the only wake-up while LISTEN cannot hear).",
+        minimum=0.05)] = "1s",
+    reap_after: Annotated[float, _send_duration(
+        "--reap-after", "Reap rows claimed longer ago than this (and expired leases); 0 disables.")] = "5m",
+    lease: Annotated[Optional[float], _send_duration(
+        "--lease", "Claim lease (default: setting outbound.lease).", positive=True)] = None,
+    smtp_timeout: Annotated[float, _send_duration("--smtp-timeout", "Timeout of each SMTP command.",
+                                                  minimum=0.1)] = "30s",
+    shutdown_grace: Annotated[float, _send_duration(
+        "--shutdown-grace", "On SIGTERM, time allowed to finish in-flight SMTP.")] = "5s",
+    worker: Annotated[Optional[str], _send_opt(
+        "--worker", "Worker name recorded on claims and heartbeats (default host:pid).", metavar="NAME")] = None,
+    metrics_port: Annotated[Optional[int], port_option(
+        "--metrics-port", env="MAILROOM_SEND_METRICS_PORT",
+        help="Serve Prometheus metrics on this port (0: any free port).")] = None,
+    metrics_host: Annotated[str, _send_opt("--metrics-host", "Metrics bind address.", metavar="HOST")] = "127.0.0.1",
+    tls_ca_file: Annotated[Optional[str], env_option(
+        "--tls-ca-file", env="MAILROOM_SMTP_CA_FILE", help="CA bundle to verify relay certificates.",
+        metavar="FILE")] = None,
+    until_idle: Annotated[bool, _send_opt("--until-idle", "Exit once nothing is due (batch jobs, tests).")] = False,
 ) -> None:
     """Deliver queued outbound messages (env MAILROOM_SENDER_KEY_FILE opens the relay passwords)."""
-    if not 1 <= concurrency <= 64:
-        raise ConfigError(f"--concurrency must be between 1 and 64, got {concurrency}")
-    if not 1 <= batch_size <= 10000:
-        raise ConfigError(f"--batch-size must be between 1 and 10000, got {batch_size}")
-    if not 1 <= connections <= 64:
-        raise ConfigError(f"--connections must be between 1 and 64, got {connections}")
-    if metrics_port is not None and not 0 <= metrics_port <= 65535:
-        raise ConfigError(f"--metrics-port must be between 0 and 65535, got {metrics_port}")
     from mailroom.core.log import get_logger
     from mailroom.outbound.sealing import Unsealer
     from mailroom.outbound.sender import Sender, SenderOptions
@@ -401,62 +539,49 @@ def send_command(
         concurrency=concurrency,
         batch_size=batch_size,
         connections=connections,
-        poll_interval=max(0.05, parse_seconds("--poll-interval", poll_interval)),
-        reap_after=parse_seconds("--reap-after", reap_after),
-        lease=parse_seconds("--lease", lease) if lease else None,
-        smtp_timeout=max(0.1, parse_seconds("--smtp-timeout", smtp_timeout)),
-        shutdown_grace=parse_seconds("--shutdown-grace", shutdown_grace),
+        poll_interval=poll_interval,
+        reap_after=reap_after,
+        lease=lease,
+        smtp_timeout=smtp_timeout,
+        shutdown_grace=shutdown_grace,
         worker=worker or "",
         metrics_port=metrics_port,
         metrics_host=metrics_host,
         tls_ca_file=tls_ca_file,
         until_idle=until_idle,
     )
-    if opts.lease is not None and opts.lease <= 0:
-        raise ConfigError("--lease must be positive")
     import asyncio
 
     asyncio.run(Sender(opts).run())
 
 
-suppress_app = typer.Typer(
-    name="suppress",
-    help="The suppression list (admin): add, remove, list, check. Addresses are PII.",
-    no_args_is_help=True,
-    add_completion=False,
-    pretty_exceptions_enable=False,
-)
+suppress_app = new_app("suppress", "The suppression list (admin): add, remove, list, check. Addresses are PII.")
 
 SUPPRESSION_REASONS = ("manual", "complaint", "hard_bounce")
+AddressArgument = Annotated[str, typer.Argument(metavar="ADDRESS", help="An email address.")]
 
 
 @suppress_app.command("add")
 def suppress_add(
-    address: Annotated[str, typer.Argument(metavar="ADDRESS")],
-    reason: Annotated[str, typer.Option(help="manual, complaint or hard_bounce.")] = "manual",
-    expires_in: Annotated[Optional[str], typer.Option(
-        "--for", help="Suppress for this long (e.g. 30d, 12h); default: until removed.")] = None,
+    address: AddressArgument,
+    reason: Annotated[str, typer.Option(metavar="REASON", help="manual, complaint or hard_bounce.")] = "manual",
+    expires_in: Annotated[Optional[float], duration_option(
+        "--for", help="Suppress for this long (e.g. 30d, 12h); default: until removed.", positive=True)] = None,
     database_url: DatabaseUrlOption = None,
 ) -> None:
     """Put an address on the suppression list (mailroom.suppress)."""
     if reason not in SUPPRESSION_REASONS:
         raise ConfigError(f"--reason must be one of {', '.join(SUPPRESSION_REASONS)}, got {reason!r}")
-    seconds = parse_seconds("--for", expires_in) if expires_in is not None else None
-    if seconds is not None and seconds <= 0:
-        raise ConfigError("--for must be positive")
     url = resolve_database_url(database_url)
     expires_at = None
-    if seconds is not None:  # from mailroom.clock(), never from this machine's clock
-        expires_at = _value(url, db_sqlapi.clock) + timedelta(seconds=seconds)
+    if expires_in is not None:  # from mailroom.clock(), never from this machine's clock
+        expires_at = _value(url, db_sqlapi.clock) + timedelta(seconds=expires_in)
     entry = _value(url, sqlapi.suppress, address=address, reason=reason, expires_at=expires_at)
     typer.echo(f"suppressed (entry {entry})")
 
 
 @suppress_app.command("remove")
-def suppress_remove(
-    address: Annotated[str, typer.Argument(metavar="ADDRESS")],
-    database_url: DatabaseUrlOption = None,
-) -> None:
+def suppress_remove(address: AddressArgument, database_url: DatabaseUrlOption = None) -> None:
     """Take an address off the suppression list (exit 1 if it was not on it)."""
     if not _value(database_url, sqlapi.unsuppress, address=address):
         raise UserError("the address is not on the suppression list")
@@ -465,22 +590,16 @@ def suppress_remove(
 
 @suppress_app.command("list")
 def suppress_list(
-    limit: Annotated[int, typer.Option(help="At most this many, newest first.")] = 100,
+    limit: Annotated[int, typer.Option(min=1, max=10000, metavar="N", help="At most this many, newest first.")] = 100,
     database_url: DatabaseUrlOption = None,
 ) -> None:
     """The suppression list, newest first (expired entries show active = no until removed)."""
     rows = _call(database_url, sqlapi.list_suppressions, limit=limit)
-    if not rows:
-        typer.echo("no suppressions")
-        return
-    _table(rows, ["address", "reason", "active", "source_message", "created_at", "expires_at"])
+    table(rows, ["address", "reason", "active", "source_message", "created_at", "expires_at"], empty="no suppressions")
 
 
 @suppress_app.command("check")
-def suppress_check(
-    address: Annotated[str, typer.Argument(metavar="ADDRESS")],
-    database_url: DatabaseUrlOption = None,
-) -> None:
+def suppress_check(address: AddressArgument, database_url: DatabaseUrlOption = None) -> None:
     """Whether enqueue treats the address as suppressed now: prints it, exit 0 if suppressed, 1 if not."""
     if _value(database_url, sqlapi.is_suppressed, address=address):
         typer.echo("suppressed")

@@ -6,20 +6,23 @@ Message-ID or error text (CONTRIBUTING.md: error_log is sensitive).
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+from prometheus_client import Counter, Gauge, Histogram
+
+from mailroom.core.metrics import WorkerMetrics
 
 # The reply classes mailroom.finalize_messages reports (mailroom._reply_class): the `smtp_class` label.
 SMTP_CLASSES = ("2xx", "4xx", "5xx", "dropped", "timeout", "connect", "uncertain", "local", "other")
 RESULTS = ("sent", "retry", "failed", "stale")
-STATUSES = ("queued", "processing", "sent", "failed")
+STATUSES = ("queued", "held", "processing", "sent", "failed", "cancelled")
 QUEUES = ("outbound", "tokens", "inbox_expiry")  # the `queue` label: mailroom.queue_health() rows
 
 
-class SenderMetrics:
-    """All sender metrics in a private registry (so tests can run several senders)."""
+class SenderMetrics(WorkerMetrics):
+    """All sender metrics in a private registry (so tests can run several senders), with the standard
+    gauges of every worker (mailroom.core.metrics)."""
 
     def __init__(self) -> None:
-        self.registry = CollectorRegistry()
+        super().__init__("sender")
         r = self.registry
         self.messages = Counter(
             "mailroom_outbound_messages",
@@ -51,7 +54,12 @@ class SenderMetrics:
         self.queue = Gauge(
             "mailroom_outbound_queue_messages", "Messages in the queue by status (stats view).", ["status"], registry=r
         )
-        self.due_now = Gauge("mailroom_outbound_due_messages", "Queued messages due now.", registry=r)
+        self.due_now = Gauge("mailroom_outbound_due_messages", "Queued messages due now (held back by limits excluded).",
+                             registry=r)
+        self.held_back = Gauge(
+            "mailroom_outbound_held_back_messages", "Queued messages due but held back by a domain limit or backoff.",
+            registry=r,
+        )
         self.retries_waiting = Gauge(
             "mailroom_outbound_retries_waiting_messages", "Queued messages waiting for a retry.", registry=r
         )
@@ -95,6 +103,7 @@ class SenderMetrics:
         for status in STATUSES:
             self.queue.labels(status=status).set(float(stats[status]))
         self.due_now.set(float(stats["due_now"]))
+        self.held_back.set(float(stats["held_back"]))
         self.retries_waiting.set(float(stats["retries_waiting"]))
         self.possibly_sent.set(float(stats["possibly_sent"]))
         self.oldest_queued.set(float(stats["oldest_queued_age_seconds"]))
@@ -110,8 +119,3 @@ class SenderMetrics:
             self.queue_oldest_due_age.labels(queue=queue).set(float(row["oldest_due_age_seconds"]))
             if row["expired_leases"] is not None:
                 self.queue_expired_leases.labels(queue=queue).set(float(row["expired_leases"]))
-
-    def serve(self, port: int, host: str = "127.0.0.1"):
-        """Expose /metrics on host:port (loopback by default); returns the server."""
-        server, _thread = start_http_server(port, addr=host, registry=self.registry)
-        return server

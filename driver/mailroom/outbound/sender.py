@@ -15,8 +15,12 @@ and reports raw outcomes (kind, reply code, enhanced code, reply text) in one fi
   finalize, exit; after `--shutdown-grace` seconds an unfinished SMTP exchange is abandoned (a
   DATA phase cut short is reported 'uncertain': retried and flagged possibly_sent).
 - A built-in reaper (`--reap-after`) returns rows of dead workers to the queue.
-- Slot 0 sends the heartbeat (mailroom.db.heartbeat: alive, listening, messages claimed) on its
-  connection about every 10 s, between batches.
+- Slot 0 sends the heartbeat (mailroom.db.heartbeat: alive, listening, messages claimed, its
+  metrics address) on its connection about every 10 s and within a second of a claim, between
+  batches; on a clean exit the sender reports itself stopped.
+- The database unreachable (not started yet, restarting, cut off): the sender waits and retries,
+  one log line when the wait starts and one when it recovers (mailroom.core.outage), whichever of
+  its tasks met it; a claim never fails more loudly than that.
 """
 
 from __future__ import annotations
@@ -34,9 +38,11 @@ import psycopg
 
 from mailroom.core.errors import ConfigError, Kind, UpgradeBackoff, UserError, describe_db_error, kind_of
 from mailroom.core.log import get_logger
+from mailroom.core.outage import Outage, RateLimited
+from mailroom.core.ready import notify_ready
 from mailroom.db import heartbeat
 from mailroom.db import sqlapi as db_sqlapi
-from mailroom.db.connect import connect_async, connection_kwargs
+from mailroom.db.connect import alearn_vocabulary, connection_kwargs, with_defaults
 from mailroom.db.listen import Listener
 from mailroom.outbound import sqlapi
 from mailroom.outbound.metrics import SenderMetrics
@@ -88,9 +94,13 @@ class Sender:
                 raise ConfigError(f"cannot load --tls-ca-file: {exc.__class__.__name__}") from None
         self.budget = 60.0  # seconds a slot may spend on one claimed batch before releasing the rest
         self.fatal: UserError | None = None
-        self.heartbeat = heartbeat.Heartbeat(self.worker, "sender", log)
+        self.heartbeat = heartbeat.Heartbeat(self.worker, "sender", log, metrics=self.metrics)
         self.upgrade = UpgradeBackoff(log)  # the schema changing under a call: wait and retry (docs/upgrading.md)
         self.listener: Listener | None = None
+        self.url = with_defaults(opts.url)
+        # the database unreachable: one wait for all slots and helpers, logged once
+        self.outage = Outage(log, on_change=self.metrics.waiting)
+        self.warnings = RateLimited(log)
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -100,32 +110,53 @@ class Sender:
         self.stopping.set()
         self.wake.set()
 
-    async def run(self) -> None:
-        conn = await connect_async(self.opts.url, application_name="mailroom-send")
+    def _unavailable(self, exc: BaseException) -> bool:
+        """Whether `exc` is the database out of reach (wait and retry), not a fault of ours."""
+        if isinstance(exc, (psycopg.OperationalError, psycopg.InterfaceError)):
+            return kind_of(exc) in (Kind.UNAVAILABLE, Kind.INTERNAL) or not getattr(exc, "sqlstate", None)
+        return kind_of(exc) is Kind.UNAVAILABLE
+
+    def _fatal(self, exc: psycopg.Error) -> UserError:
+        """The error that stops the sender: what no retry fixes (not installed, no grant, a wrong key)."""
+        if (getattr(exc, "sqlstate", None) or "") in ("42883", "3F000", "42P01"):
+            return ConfigError(f"the outbound queue is not installed (run `mailroom db migrate`): {describe_db_error(exc)}")
+        return ConfigError(describe_db_error(exc)) if kind_of(exc) in (Kind.CONFIG, Kind.DENIED, Kind.USAGE) \
+            else UserError(describe_db_error(exc))
+
+    async def _read_lease(self) -> float | None:
+        """The claim lease (--lease or the setting outbound.lease), waiting for the database if it is down
+        (None: stopped meanwhile)."""
+        async def read() -> float:
+            async with await psycopg.AsyncConnection.connect(
+                self.url, **connection_kwargs(application_name="mailroom-send")
+            ) as conn:
+                await alearn_vocabulary(conn)  # what each MR code means (mailroom.error_codes)
+                value = await db_sqlapi.interval_setting.avalue(conn, name="outbound.lease")
+            return value.total_seconds()
+
         try:
-            lease = self.opts.lease or (
-                await db_sqlapi.interval_setting.avalue(conn, name="outbound.lease")
-            ).total_seconds()
+            lease = await self.outage.call(read, self._unavailable, stopping=self.stopping.is_set, sleep=self._wait)
         except psycopg.Error as exc:
-            raise UserError(f"the outbound queue is not installed: {describe_db_error(exc)}") from None
-        finally:
-            await conn.close()
-        limits = [lease] + ([self.opts.reap_after] if self.opts.reap_after > 0 else [])
-        self.budget = max(1.0, 0.5 * min(limits))
-        self.lease = lease
+            raise self._fatal(exc) from None
+        return None if lease is None else self.opts.lease or lease
 
-        if self.opts.metrics_port is not None:
-            try:
-                self.metrics_server = self.metrics.serve(self.opts.metrics_port, self.opts.metrics_host)
-                log.info("metrics on http://%s:%d/metrics", self.opts.metrics_host, self.metrics_server.server_port)
-            except OSError as exc:
-                raise UserError(
-                    f"cannot listen for metrics on {self.opts.metrics_host}:{self.opts.metrics_port}: {exc.strerror}"
-                ) from None
-
+    async def run(self) -> None:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, self.stop)
+        self.heartbeat.metrics_address = self.metrics.start(self.opts.metrics_port, self.opts.metrics_host, log)
+        try:
+            lease = await self._read_lease()
+        except BaseException:
+            self.metrics.shutdown()
+            raise
+        if lease is None or self.stopping.is_set():
+            self.metrics.shutdown()
+            log.info("sender %s stopped before it started", self.worker)
+            return
+        limits = [lease] + ([self.opts.reap_after] if self.opts.reap_after > 0 else [])
+        self.budget = max(1.0, 0.5 * min(limits))
+        self.lease = lease
 
         log.info(
             "sender %s started: concurrency %d, batch %d, lease %.0fs, reap-after %s",
@@ -144,6 +175,7 @@ class Sender:
         if self.opts.metrics_port is not None:
             helpers.append(asyncio.create_task(self.stats_loop()))
         slots = [asyncio.create_task(self.slot(i)) for i in range(self.opts.concurrency)]
+        notify_ready()
         slots_done = asyncio.ensure_future(asyncio.gather(*slots, return_exceptions=True))
         stop_wait = asyncio.ensure_future(self.stopping.wait())
         await asyncio.wait({slots_done, stop_wait}, return_when=asyncio.FIRST_COMPLETED)
@@ -165,8 +197,8 @@ class Sender:
                 log.error("a sender slot failed: %s", type(result).__name__)
                 if self.fatal is None:
                     self.fatal = UserError(f"a sender slot failed unexpectedly ({type(result).__name__})")
-        if getattr(self, "metrics_server", None) is not None:
-            self.metrics_server.shutdown()
+        await self.heartbeat.astop(self.url)
+        self.metrics.shutdown()
         log.info("sender %s stopped", self.worker)
         if self.fatal is not None:
             raise self.fatal
@@ -183,15 +215,8 @@ class Sender:
 
     async def beat(self, conn: psycopg.AsyncConnection) -> None:
         """One heartbeat on slot 0's connection (autocommit); a lost connection raises."""
-        params = self.heartbeat.params(self.listening())
-        try:
-            await db_sqlapi.worker_heartbeat.acall(conn, **params)
-        except psycopg.OperationalError:
-            raise
-        except psycopg.Error as exc:
-            self.heartbeat.failed(exc, bool(params["listening"]))
-            return
-        self.heartbeat.sent(params)
+        self.metrics.listening.set(1 if self.listening() else 0)
+        await self.heartbeat.abeat(conn, self.listening())
 
     # -- helpers -----------------------------------------------------------------------------
 
@@ -200,7 +225,7 @@ class Sender:
         while True:
             try:
                 async with await psycopg.AsyncConnection.connect(
-                    self.opts.url, **connection_kwargs(application_name="mailroom-send-reaper")
+                    self.url, **connection_kwargs(application_name="mailroom-send-reaper")
                 ) as conn:
                     while True:
                         count = await sqlapi.reap_stuck_messages.avalue(
@@ -214,15 +239,16 @@ class Sender:
             except asyncio.CancelledError:
                 raise
             except psycopg.Error as exc:
-                log.info("reaper: %s", describe_db_error(exc))
-                await asyncio.sleep(interval)
+                if not self._unavailable(exc):
+                    self.warnings.warning("reaper", "reaper: %s", describe_db_error(exc))
+                await asyncio.sleep(interval)  # (the slots say when the database is out of reach)
 
     async def stats_loop(self) -> None:
         health = True  # off after one failure that no retry fixes (older schema, no grant)
         while True:
             try:
                 async with await psycopg.AsyncConnection.connect(
-                    self.opts.url, **connection_kwargs(application_name="mailroom-send-stats")
+                    self.url, **connection_kwargs(application_name="mailroom-send-stats")
                 ) as conn:
                     while True:
                         self.metrics.update_stats((await sqlapi.outbound_stats.arow(conn))._asdict())
@@ -240,7 +266,8 @@ class Sender:
             except asyncio.CancelledError:
                 raise
             except psycopg.Error as exc:
-                log.info("stats: %s", describe_db_error(exc))
+                if not self._unavailable(exc):
+                    self.warnings.warning("stats", "stats: %s", describe_db_error(exc))
                 await asyncio.sleep(5)
 
     # -- a concurrency slot ------------------------------------------------------------------
@@ -254,11 +281,10 @@ class Sender:
                 if conn is None or conn.closed:
                     try:
                         conn = await psycopg.AsyncConnection.connect(
-                            self.opts.url, **connection_kwargs(application_name=f"mailroom-send-{index}"),
+                            self.url, **connection_kwargs(application_name=f"mailroom-send-{index}"),
                         )
                     except psycopg.Error as exc:
-                        log.info("slot %d: cannot connect (%s); retrying", index, describe_db_error(exc))
-                        await asyncio.sleep(1)
+                        await self._wait(self.outage.delay(exc))
                         continue
                 self.wake.clear()
                 try:
@@ -270,17 +296,21 @@ class Sender:
                     rows = [r._asdict() for r in claimed]
                 except psycopg.Error as exc:
                     if kind_of(exc) in (Kind.CONFIG, Kind.DENIED):  # wrong key, not installed, no grant: no retry helps
-                        self.fatal = ConfigError(describe_db_error(exc))
+                        self.fatal = self._fatal(exc)
                         self.stop()
                         return
                     if kind_of(exc) is Kind.UPGRADING:
                         await asyncio.sleep(self.upgrade.delay(exc))
                         continue
-                    log.info("slot %d: claim failed (%s); retrying", index, describe_db_error(exc))
                     await conn.close()
-                    await asyncio.sleep(1)
+                    if self._unavailable(exc) or conn.broken:
+                        await self._wait(self.outage.delay(exc))
+                    else:
+                        self.warnings.warning("claim", "claim failed (%s); retrying", describe_db_error(exc))
+                        await self._wait(1.0)
                     continue
                 self.upgrade.resumed()
+                self.outage.resumed()
                 if not rows:
                     if self.opts.until_idle:
                         return
@@ -295,6 +325,11 @@ class Sender:
                 await conns.close_all()
             if conn is not None:
                 await conn.close()
+
+    async def _wait(self, seconds: float) -> None:
+        """Sleep, but wake at once when stopping."""
+        with contextlib.suppress(asyncio.TimeoutError):
+            await asyncio.wait_for(self.stopping.wait(), timeout=seconds)
 
     async def deliver_lanes(
         self, lanes: list[RelayConnections], rows: list[dict[str, Any]]
@@ -388,7 +423,7 @@ class Sender:
                 if try_number:
                     await asyncio.sleep(0.5 * try_number)
                     target = await psycopg.AsyncConnection.connect(
-                        self.opts.url, **connection_kwargs(application_name="mailroom-send")
+                        self.url, **connection_kwargs(application_name="mailroom-send")
                     )
                 try:
                     # the outcomes wait out a schema change (while the claim's lease lasts)

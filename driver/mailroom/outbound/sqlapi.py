@@ -32,31 +32,55 @@ release_messages = SqlFunction("release_messages", "p_ids bigint[], p_claim_toke
 reap_stuck_messages = SqlFunction("reap_stuck_messages", "p_older_than interval = default", returns="integer")
 outbound_stats = SqlFunction("outbound_stats", returns=(
     "queued", "processing", "sent", "failed", "due_now", "retries_waiting", "possibly_sent",
-    "oldest_queued_age_seconds", "stale_outcomes", "reaped",
+    "oldest_queued_age_seconds", "stale_outcomes", "reaped", "held", "cancelled", "held_back", "scheduled",
 ))
 
 # operators
 list_outbound_messages = SqlFunction(
-    "list_outbound_messages", "p_status text = default, p_limit integer = default",
-    returns=("id", "sender", "status", "attempts", "recipients", "last_smtp_code", "last_enhanced_code",
+    "list_outbound_messages", "p_status text = default, p_limit integer = default, p_domain text = default",
+    returns=("id", "sender", "status", "priority", "attempts", "recipients", "last_smtp_code", "last_enhanced_code",
              "possibly_sent", "next_retry_at", "created_at", "sent_at"),
 )
 show_outbound_message = SqlFunction("show_outbound_message", "p_id bigint", returns=(
-    "id", "sender", "status", "attempts", "recipients", "message_id", "idempotency_key", "idempotency_scope",
-    "last_outcome", "last_smtp_code", "last_enhanced_code", "possibly_sent", "claimed_by", "lease_expires_at",
-    "next_retry_at", "send_after", "created_at", "sent_at", "suppressed_recipients", "error_log",
+    "id", "sender", "status", "priority", "attempts", "recipients", "recipient_domain", "message_id",
+    "idempotency_key", "idempotency_scope", "last_outcome", "last_smtp_code", "last_enhanced_code", "possibly_sent",
+    "claimed_by", "lease_expires_at", "next_retry_at", "send_after", "created_at", "sent_at", "suppressed_recipients",
+    "error_log",
 ))
 retry_message = SqlFunction("retry_message", "p_id bigint", returns="bigint")
 retry_failed_messages = SqlFunction("retry_failed_messages", returns="integer")
-purge_sent_messages = SqlFunction("purge_sent_messages", "p_before timestamptz, p_batch integer = default",
-                                  returns="integer")
+purge_sent_messages = SqlFunction(
+    "purge_sent_messages", "p_before timestamptz, p_batch integer = default, p_dry_run boolean = default",
+    returns="integer",
+)
 enqueue_message = SqlFunction(
     "enqueue_message",
     "p_sender text, p_to text[], p_subject text, p_text_body text, p_html_body text = default, p_cc text[] = default,"
     " p_bcc text[] = default, p_headers jsonb = default, p_idempotency_key text = default,"
-    " p_send_after timestamptz = default",
+    " p_send_after timestamptz = default, p_priority integer = default",
     returns="bigint",
 )
+list_senders = SqlFunction("list_senders", returns=(
+    "name", "from_address", "smtp_host", "smtp_port", "smtp_security", "smtp_username", "password_set",
+    "bounce_domain", "queued", "created_at", "updated_at",
+))
+
+# the operator's verbs on queued mail (sql/37_outbound_queue.sql): one result shape for all
+_SELECTION = "p_ids bigint[] = default, p_domain text = default, p_all boolean = default, p_status text = default," \
+             " p_dry_run boolean = default"
+VERB_RESULT = ("changed", "in_flight", "suppressed", "sample_ids", "suppressed_ids")
+hold_messages = SqlFunction("hold_messages", _SELECTION, returns=VERB_RESULT)
+release_held_messages = SqlFunction("release_held_messages", _SELECTION, returns=VERB_RESULT)
+cancel_messages = SqlFunction("cancel_messages", _SELECTION, returns=VERB_RESULT)
+delete_messages = SqlFunction("delete_messages", _SELECTION, returns=VERB_RESULT)
+run_messages_now = SqlFunction("run_messages_now", _SELECTION, returns=VERB_RESULT)
+retry_messages = SqlFunction(
+    "retry_messages", _SELECTION + ", p_include_suppressed boolean = default", returns=VERB_RESULT
+)
+outbound_queue = SqlFunction("outbound_queue", "p_limit integer = default", returns=(
+    "domain", "queued", "due", "held_back", "deferred", "scheduled", "held", "processing", "oldest_age_seconds",
+    "backoff_until",
+))
 upsert_sender = SqlFunction(
     "upsert_sender",
     "p_name text, p_from_address text, p_host text, p_port integer, p_security text = default,"
