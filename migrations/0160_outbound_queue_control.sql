@@ -67,6 +67,12 @@ INSERT INTO mailroom.settings (name, value, description, kind, min_value, max_va
 )
 ON CONFLICT (name) DO NOTHING;
 
+-- The codes of the queue verbs and priorities, as rows of the vocabulary (migration 0110).
+INSERT INTO mailroom.error_codes (code, area, kind, meaning, smtp_reply, verdict) VALUES
+('MR326', 'outbound', 'usage', 'priority not between -10 (last) and 10 (first)', null, null),
+('MR344', 'outbound', 'usage', 'a queue verb needs exactly one selection: ids, a recipient domain or all', null, null)
+ON CONFLICT (code) DO NOTHING;
+
 -- Signatures and results that change (sql/ re-creates them with their comments and grants; the
 -- calls of earlier releases, by name or by position, still resolve: every new argument has a default).
 DROP FUNCTION IF EXISTS mailroom.enqueue_message(text, text[], text, text, text, text[], text[], jsonb, text, timestamptz);

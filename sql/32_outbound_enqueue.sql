@@ -297,7 +297,7 @@ AS $$
     -- The application's messages: idempotency keys in scope 'app'.
     SELECT mailroom._enqueue_message(
         'app', p_sender, p_to, p_subject, p_text_body, p_html_body, p_cc, p_bcc, p_headers,
-        p_idempotency_key, p_send_after, coalesce(p_priority, 0)
+        p_idempotency_key, p_send_after, p_priority => coalesce(p_priority, 0)
     );
 $$;
 

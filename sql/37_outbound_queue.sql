@@ -466,6 +466,6 @@ END;
 $$;
 
 COMMENT ON FUNCTION mailroom.outbound_queue(integer) IS
-'The mail waiting by recipient domain, most first (mailq): queued, due, held back by limits, deferred, scheduled, held, processing, oldest age, backoff.';
+'The mail waiting by recipient domain, most first (mailq): queued, due, held back by limits, deferred, scheduled, held, processing, oldest age, backoff. Errors: MR343 bad limit.';
 
 GRANT EXECUTE ON FUNCTION mailroom.outbound_queue(integer) TO mailroom_monitor, mailroom_admin;

@@ -59,7 +59,7 @@ SELECT 'mailroom_admin', unnest(ARRAY[
     'list_catchall_domains',
     'list_migrations', 'schema_version',
     'rotate_signing_key', 'retire_signing_key', 'export_signing_key', 'import_signing_key', 'list_signing_keys',
-    'set_sender_public_key', 'sender_public_key', 'convert_sender_passwords'
+    'set_sender_public_key', 'sender_public_key', 'convert_sender_passwords',
     'list_settings', 'list_plans', 'list_senders', 'hold_messages', 'release_held_messages', 'cancel_messages',
     'delete_messages', 'run_messages_now', 'retry_messages', 'outbound_queue', 'job_runs', 'partition_status',
     'list_worker_kinds', 'worker_heartbeat', 'worker_stopped', 'inbox_stats'
