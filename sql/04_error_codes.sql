@@ -6,7 +6,7 @@
 -- RAISE … ERRCODE = 'MRnnn' in the schema's functions.
 
 CREATE OR REPLACE FUNCTION mailroom.error_codes()
-RETURNS TABLE (code text, area text, kind text, meaning text, smtp_reply text, verdict text)
+RETURNS TABLE (code text, area text, kind text, meaning text, smtp_reply text, verdict text, http_status smallint)
 LANGUAGE plpgsql
 STABLE
 SECURITY DEFINER
@@ -16,14 +16,14 @@ BEGIN
     -- PL/pgSQL: its body is not checked against the table when sql/ is applied (a schema migrated
     -- to an older version still takes the sql/ pass)
     RETURN QUERY
-    SELECT e.code, e.area, e.kind, e.meaning, e.smtp_reply, e.verdict
+    SELECT e.code, e.area, e.kind, e.meaning, e.smtp_reply, e.verdict, e.http_status
     FROM mailroom.error_codes AS e
     ORDER BY e.code;
 END;
 $$;
 
 COMMENT ON FUNCTION mailroom.error_codes() IS
-'Every MRnnn SQLSTATE of the API: area, kind (usage, config, not_found, gone, limit, conflict, denied), meaning, SMTP reply and recipient verdict where one applies.';
+'Every MRnnn SQLSTATE of the API: area, kind (usage, config, not_found, gone, limit, conflict, denied), meaning, SMTP reply and recipient verdict where one applies, HTTP status where it says more than the kind.';
 
 GRANT EXECUTE ON FUNCTION mailroom.error_codes()
 TO mailroom_app, mailroom_collector, mailroom_sender, mailroom_inbound, mailroom_monitor, mailroom_http;

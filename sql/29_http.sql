@@ -484,7 +484,8 @@ CREATE OR REPLACE FUNCTION mailroom.http_check_message(
     p_address text,
     p_session_token text,
     p_key_digest bytea,
-    p_subject_like text DEFAULT null
+    p_subject_like text DEFAULT null,
+    p_last boolean DEFAULT false
 )
 RETURNS jsonb
 LANGUAGE plpgsql
@@ -504,6 +505,9 @@ BEGIN
         );
     EXCEPTION
         WHEN SQLSTATE 'MR212' THEN
+            IF p_last THEN
+                RAISE;  -- the long poll's last look: nothing arrived in time
+            END IF;
             RETURN NULL;
     END;
     RETURN jsonb_build_object(
@@ -516,10 +520,11 @@ BEGIN
 END;
 $$;
 
-COMMENT ON FUNCTION mailroom.http_check_message(text, text, bytea, text) IS
-'GET …/wait: one look of wait_for_message without waiting: the newest message whose subject is LIKE p_subject_like, NULL when none yet.';
+COMMENT ON FUNCTION mailroom.http_check_message(text, text, bytea, text, boolean) IS
+'GET …/wait: one look of wait_for_message without waiting: the newest message whose subject is LIKE p_subject_like, NULL when none yet; '
+'p_last (the long poll''s last look): MR212 when none.';
 
-GRANT EXECUTE ON FUNCTION mailroom.http_check_message(text, text, bytea, text) TO mailroom_http;
+GRANT EXECUTE ON FUNCTION mailroom.http_check_message(text, text, bytea, text, boolean) TO mailroom_http;
 
 CREATE OR REPLACE FUNCTION mailroom.http_search_messages(
     p_address text,

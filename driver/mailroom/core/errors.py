@@ -67,6 +67,7 @@ class ErrorCode:
     kind: Kind
     meaning: str
     smtp_reply: str | None  # what the inbound SMTP server answers for it, where it refuses mail
+    http_status: int | None = None  # what the HTTP face answers where the kind's status says less
 
 
 # mailroom's own SQLSTATEs are data in SQL (mailroom.error_codes, sql/04_error_codes.sql): a process
@@ -75,14 +76,14 @@ class ErrorCode:
 _ERROR_CODES: dict[str, ErrorCode] = {}
 
 
-def learn_error_codes(rows: Iterable[tuple[str, str, str, str | None]]) -> None:
-    """Take (code, kind, meaning, smtp_reply) rows of mailroom.error_codes()."""
-    for code, kind, meaning, smtp_reply in rows:
+def learn_error_codes(rows: Iterable[tuple[str, str, str, str | None, int | None]]) -> None:
+    """Take (code, kind, meaning, smtp_reply, http_status) rows of mailroom.error_codes()."""
+    for code, kind, meaning, smtp_reply, http_status in rows:
         try:
             known = Kind(kind)
         except ValueError:  # a kind this driver does not know yet
             known = Kind.USAGE
-        _ERROR_CODES[code] = ErrorCode(known, meaning, smtp_reply)
+        _ERROR_CODES[code] = ErrorCode(known, meaning, smtp_reply, http_status)
 
 
 def error_code(exc: BaseException) -> ErrorCode | None:

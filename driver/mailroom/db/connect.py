@@ -68,7 +68,7 @@ def _failed(exc: psycopg.Error) -> ConnectFailed:
 
 def _read_vocabulary(rows: Any) -> None:
     global _vocabulary_read
-    learn_error_codes((r.code, r.kind, r.meaning, r.smtp_reply) for r in rows)
+    learn_error_codes((r.code, r.kind, r.meaning, r.smtp_reply, r.http_status) for r in rows)
     _vocabulary_read = True
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from mailroom.db.contract import SqlFunction
 
-error_codes = SqlFunction("error_codes", returns=("code", "kind", "meaning", "smtp_reply"))
+error_codes = SqlFunction("error_codes", returns=("code", "kind", "meaning", "smtp_reply", "http_status"))
 
 setting = SqlFunction("setting", "p_name text", returns="text")
 interval_setting = SqlFunction("interval_setting", "p_name text", returns="interval")

@@ -35,9 +35,9 @@ from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Resp
 from psycopg.types.string import TextLoader
 from psycopg_pool import AsyncConnectionPool
 
-from mailroom.core.errors import Kind, describe_db_error, kind_of
+from mailroom.core.errors import Kind, describe_db_error, error_code, kind_of
 from mailroom.core.log import get_logger
-from mailroom.db.connect import connection_kwargs
+from mailroom.db.connect import alearn_vocabulary, connection_kwargs
 from mailroom.http import page, sqlapi
 from mailroom.http.events import Hub
 from mailroom.http.sns import SnsVerifier
@@ -50,14 +50,13 @@ API_KEY_PREFIX = "mrk_"
 MAX_CREDENTIAL = 256
 MAX_SES_BODY = 1024 * 1024  # SNS messages are at most 256 KiB
 
-# HTTP status of each kind of database error (mailroom.core.errors.kind_of), and the codes whose
-# status says more than their kind: no or bad credentials (401), a too-large message (413), the
-# creation rate limit (429), a long poll that timed out (408).
+# HTTP status of each kind of database error (mailroom.core.errors.kind_of); a code whose status says
+# more than its kind (no or bad credentials 401, a too-large message 413, the creation rate limit 429,
+# a long poll that timed out 408) has it in its row of mailroom.error_codes (http_status).
 _KIND_STATUS = {
     Kind.USAGE: 400, Kind.CONFIG: 500, Kind.NOT_FOUND: 404, Kind.GONE: 404, Kind.LIMIT: 429,
     Kind.CONFLICT: 409, Kind.DENIED: 403, Kind.UNAVAILABLE: 503, Kind.INTERNAL: 500,
 }
-_CODE_STATUS = {"MR240": 401, "MR241": 401, "MR207": 413, "MR243": 429, "MR212": 408}
 
 
 @dataclass
@@ -100,11 +99,12 @@ def db_error(exc: psycopg.Error) -> ApiError:
     """The HTTP answer to a database error: the status of its kind (or code), the MR code and message."""
     kind = kind_of(exc)
     code = exc.sqlstate or ""
-    status = _CODE_STATUS.get(code, _KIND_STATUS.get(kind, 500))
+    entry = error_code(exc)
+    status = entry.http_status if entry is not None and entry.http_status else _KIND_STATUS.get(kind, 500)
     headers: dict[str, str] = {}
     if status == 401:
         headers["WWW-Authenticate"] = 'Bearer realm="mailroom"'
-    if code == "MR243" and exc.diag.message_detail and exc.diag.message_detail.isdigit():
+    if status == 429 and exc.diag.message_detail and exc.diag.message_detail.isdigit():
         headers["Retry-After"] = exc.diag.message_detail
     if status >= 500:
         log.error("database error: %s", describe_db_error(exc))
@@ -142,9 +142,8 @@ def split_credential(value: str | None, *, from_cookie: bool = False) -> Credent
     if not value:
         return Credentials(None, None, None, from_cookie)
     value = value.strip()
-    if len(value) > MAX_CREDENTIAL:
-        raise ApiError(401, "MR240", "credential too long", kind="denied")
-    if value.startswith(API_KEY_PREFIX):
+    if len(value) > MAX_CREDENTIAL or value.startswith(API_KEY_PREFIX):
+        # a credential too long for a session token can only be refused as a key: SQL answers (MR241)
         return Credentials(None, hashlib.sha256(value.encode()).digest(), value, from_cookie)
     return Credentials(value, None, value, from_cookie)
 
@@ -234,6 +233,7 @@ class State:
 def _configure(conn: psycopg.AsyncConnection) -> Any:
     async def configure() -> None:
         _jsonb_as_text(conn)
+        await alearn_vocabulary(conn)  # once a process: each MR code's kind and HTTP status (mailroom.error_codes)
 
     return configure()
 
@@ -323,7 +323,8 @@ def create_app(config: HttpConfig | None = None) -> FastAPI:  # noqa: PLR0915 - 
     def creds(request: Request, address: str, *, unsafe: bool = False) -> Credentials:
         c = request_credentials(request, address)
         if unsafe and c.from_cookie and c.raw is not None and request.headers.get("x-csrf-token") != csrf_token(c.raw):
-            raise ApiError(403, "MR204", "a request authorized by the page's cookie needs its X-CSRF-Token",
+            # not mailroom's refusal but the edge's: the standard SQLSTATE of insufficient privilege
+            raise ApiError(403, "42501", "a request authorized by the page's cookie needs its X-CSRF-Token",
                            kind="denied")
         return c
 
@@ -337,10 +338,11 @@ def create_app(config: HttpConfig | None = None) -> FastAPI:  # noqa: PLR0915 - 
             if body.get("ttl_minutes") is not None else ttl_minutes
         plan = str(body["plan"]) if body.get("plan") is not None else plan
         c = request_credentials(request)
-        if c.raw is not None and c.key_digest is None:
-            raise ApiError(401, "MR241", f"only an API key ({API_KEY_PREFIX}…) may create inboxes for an owner",
-                           kind="denied", headers={"WWW-Authenticate": 'Bearer realm="mailroom"'})
-        doc = await state.call(sqlapi.http_create_mailbox, retry=False, key_digest=c.key_digest,
+        # only an API key creates inboxes for an owner: any other credential is looked up as one, and SQL
+        # refuses it (MR241)
+        key_digest = c.key_digest if c.raw is None or c.key_digest is not None \
+            else hashlib.sha256(c.raw.encode()).digest()
+        doc = await state.call(sqlapi.http_create_mailbox, retry=False, key_digest=key_digest,
                                client=request.client.host if request.client else None, ttl_minutes=ttl_minutes, plan=plan)
         address = json.loads(doc)["address"]
         return _json(doc, 201, {"Location": f"/api/v1/mailboxes/{quote(address)}"})
@@ -396,7 +398,8 @@ def create_app(config: HttpConfig | None = None) -> FastAPI:  # noqa: PLR0915 - 
         meta = json.loads(row.attachment)
         data = await state.parser.part(bytes(row.raw), meta.get("sha256", ""))
         if data is None:
-            raise ApiError(404, "MR250", "the attachment cannot be read from the message", kind="not_found")
+            # the stored bytes no longer parse to that part: the standard SQLSTATE of no data
+            raise ApiError(404, "P0002", "the attachment cannot be read from the message", kind="not_found")
         return Response(data, media_type=page.download_type(meta.get("content_type")),
                         headers=page.download_headers(meta.get("filename") or f"attachment-{index}"))
 
@@ -424,7 +427,7 @@ def create_app(config: HttpConfig | None = None) -> FastAPI:  # noqa: PLR0915 - 
              summary="Long poll: the newest message whose subject is LIKE subject=, within timeout= seconds")
     async def wait(request: Request, address: str, subject: str | None = None, timeout: float = 30) -> Response:
         if not 0 <= timeout <= 600:
-            raise ApiError(400, "MR213", "timeout must be between 0 and 600 seconds")
+            raise ApiError(400, "22023", "timeout must be between 0 and 600 seconds")
         who = creds(request, address).sql(address)
         deadline = time.monotonic() + timeout
         mailbox = json.loads(await state.call(sqlapi.http_get_mailbox, **who))
@@ -432,13 +435,11 @@ def create_app(config: HttpConfig | None = None) -> FastAPI:  # noqa: PLR0915 - 
         try:
             while True:
                 event.clear()
-                found = await state.call(sqlapi.http_check_message, subject_like=subject, **who)
+                left = deadline - time.monotonic()
+                # the last look (the deadline passed) is refused by SQL when nothing came: MR212, 408
+                found = await state.call(sqlapi.http_check_message, subject_like=subject, last=left <= 0, **who)
                 if found is not None:
                     return _json(found)
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    raise ApiError(408, "MR212", f"no matching message arrived within {timeout:g} seconds",
-                                   kind="not_found")
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(event.wait(), state.hub.wait_timeout(left))
                 if await request.is_disconnected():

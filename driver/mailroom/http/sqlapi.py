@@ -36,7 +36,9 @@ http_extract_link = SqlFunction(
 http_extract_code = SqlFunction(
     "http_extract_code", f"{_WHO}, p_message_id bigint, p_pattern text = default", returns="text"
 )
-http_check_message = SqlFunction("http_check_message", f"{_WHO}, p_subject_like text = default", returns="jsonb")
+http_check_message = SqlFunction(
+    "http_check_message", f"{_WHO}, p_subject_like text = default, p_last boolean = default", returns="jsonb"
+)
 http_search_messages = SqlFunction(
     "http_search_messages", f"{_WHO}, p_query text, p_limit integer = default", returns="jsonb"
 )
