@@ -61,8 +61,9 @@ def _close_paren(text: str, start: int) -> int:
     raise ValueError("unbalanced parentheses")
 
 
-def change_signature(sql_text: str, name: str) -> str:
-    """sql/ text with `mailroom.<name>` taking NEW_ARGUMENT last and using it in its body."""
+def change_signature(sql_text: str, name: str, types: str) -> str:
+    """sql/ text with `mailroom.<name>` (the form whose argument types are `types`, e.g.
+    'integer,text,interval': the first defined in the file) taking NEW_ARGUMENT last and using it in its body."""
     header = f"CREATE OR REPLACE FUNCTION mailroom.{name}("
     at = sql_text.index(header)
     close = _close_paren(sql_text, at + len(header) - 1)
@@ -74,8 +75,10 @@ def change_signature(sql_text: str, name: str) -> str:
             "        RAISE NOTICE 'upgrade note: %', p_upgrade_note;\n    END IF;\n" + text[begin.end():])
 
     def add_type(match: re.Match) -> str:
-        types = match.group(2).strip()
-        return f"{match.group(1)}({types}{', ' if types else ''}text)"
+        given = match.group(2).strip()
+        if re.sub(r"\s+", "", given) != types:
+            return match.group(0)  # another form of the same name (a deprecated one): unchanged
+        return f"{match.group(1)}({given}{', ' if given else ''}text)"
 
     text = re.sub(rf"((?:COMMENT ON|GRANT EXECUTE ON|REVOKE [A-Z ]+ ON) FUNCTION mailroom\.{name})\(([^)]*)\)",
                   add_type, text)
@@ -88,15 +91,23 @@ def write_upgrade(root: Path, url: str) -> None:
     shutil.copytree(ROOT / "migrations", root / "migrations")
     shutil.copytree(ROOT / "sql", root / "sql")
     with psycopg.connect(url, autocommit=True) as conn:
-        identity = {name: conn.execute("SELECT pg_get_function_identity_arguments(%s::regproc)",
-                                       (f"mailroom.{name}",)).fetchone()[0] for name in CHANGED}
+        # the current form of each (not a deprecated one of the previous release kept beside it)
+        found = {name: conn.execute(
+            "SELECT pg_get_function_identity_arguments(p.oid),"
+            " regexp_replace(p.oid::regprocedure::text, '^[^(]*[(](.*)[)]$', '\\1')"
+            " FROM pg_proc AS p WHERE p.pronamespace = 'mailroom'::regnamespace AND p.proname = %s"
+            " AND coalesce(obj_description(p.oid, 'pg_proc'), '') NOT LIKE 'Deprecated%%'", (name,)).fetchall()
+            for name in CHANGED}
+    assert all(len(rows) == 1 for rows in found.values()), found
+    identity = {name: rows[0][0] for name, rows in found.items()}
+    types = {name: rows[0][1].replace(" ", "") for name, rows in found.items()}
     drops = [f"DROP FUNCTION mailroom.{name}({args});" for name, args in identity.items()]
     (root / "migrations" / "9990_upgrade_under_load.sql").write_text(
         "-- test only: the running workers' functions change signature (sql/ re-creates them)\n" + "\n".join(drops) + "\n")
     for name in CHANGED:
         for path in (root / "sql").glob("*.sql"):
             if f"CREATE OR REPLACE FUNCTION mailroom.{name}(" in path.read_text():
-                path.write_text(change_signature(path.read_text(), name))
+                path.write_text(change_signature(path.read_text(), name, types[name]))
 
 
 class Load(threading.Thread):
@@ -307,6 +318,7 @@ def test_the_fixture_changes_each_signature(db_url, tmp_path, name):
     with psycopg.connect(db_url, autocommit=True) as conn:
         args, acl = conn.execute(
             "SELECT pg_get_function_arguments(oid), proacl::text FROM pg_proc"
-            " WHERE pronamespace = 'mailroom'::regnamespace AND proname = %s", (name,)).fetchone()
+            " WHERE pronamespace = 'mailroom'::regnamespace AND proname = %s"
+            " AND coalesce(obj_description(oid, 'pg_proc'), '') NOT LIKE 'Deprecated%%'", (name,)).fetchone()
     assert args.endswith("p_upgrade_note text DEFAULT NULL::text"), args
     assert "mailroom_" in acl
