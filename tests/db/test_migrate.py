@@ -220,9 +220,12 @@ def test_db_status_works_for_runtime_logins(db_url, login):
     assert "pending:  none" in proc.stdout, proc.stdout
 
 
-def test_db_status_says_what_is_pending_and_what_a_stranger_may_not_see(pg, db_url, empty_db, project):
-    migrate.migrate(empty_db, upto=100)  # 0.1.0's schema: before list_migrations()
-    env = {"PATH": "/usr/bin:/bin", "MAILROOM_DATABASE_URL": empty_db}
+def test_db_status_says_what_is_pending_and_what_a_stranger_may_not_see(pg, db_url, project):
+    from test_upgrade import install_previous_release
+
+    # 0.1.0 as it was released (before list_migrations()): this release's sql/ needs its migrations
+    previous = install_previous_release(pg, "status_from_0_1_0")
+    env = {"PATH": "/usr/bin:/bin", "MAILROOM_DATABASE_URL": previous}
     proc = subprocess.run([sys.executable, "-m", "mailroom", "db", "status"], env=env,
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
@@ -235,3 +238,4 @@ def test_db_status_says_what_is_pending_and_what_a_stranger_may_not_see(pg, db_u
                           capture_output=True, text=True, timeout=60)
     assert "Traceback" not in proc.stderr
     assert "schema:   unknown: this login may not call mailroom.list_migrations()" in proc.stdout, proc.stdout + proc.stderr
+    testing.drop_database(pg, "status_from_0_1_0")
