@@ -127,7 +127,7 @@ def test_run_stops_everything_when_a_component_dies(cli_popen, db_url, keys):
     assert sender is not None
     os.kill(sender, signal.SIGKILL)
     assert proc.wait(timeout=20) == 1
-    assert b"send exited with code -9; stopping the others" in proc.stderr.read()
+    assert b"send killed by SIGKILL; stopping the others" in proc.stderr.read()
     assert processes_with(run_url) == []
 
 

@@ -136,7 +136,7 @@ def _rcpt(port: int, address: str) -> tuple[int, float]:
 
 
 def _start_all(url: str, inbox_port: int) -> dict[str, Worker]:
-    env = {"MAILROOM_SECRET_KEY": "ab" * 32}
+    env: dict[str, str] = {}
     workers = {}
     for name, args in WORKERS.items():
         extra = ["--port", str(inbox_port)] if name == "inbox" else []
@@ -223,8 +223,7 @@ def test_run_says_running_only_when_every_child_is_ready_and_ctrl_c_exits_0(priv
     inbox_port = free_port()
     _setup(url, inbox_port)
     private_cluster.stop(bindir, run_as)
-    run = Worker("run", ["run", "--inbox-port", str(inbox_port)], url, {"MAILROOM_SECRET_KEY": "ab" * 32,
-                                                                        "MAILROOM_MAINTAIN_METRICS_PORT": "0"})
+    run = Worker("run", ["run", "--inbox-port", str(inbox_port)], url, {"MAILROOM_MAINTAIN_METRICS_PORT": "0"})
     try:
         run.wait_for("waiting for", timeout=30)  # which children it still waits for, said once
         assert run.count("running:") == 0, run.text()

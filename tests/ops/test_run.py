@@ -31,8 +31,7 @@ def test_run_with_a_url_per_worker(cli_popen, conn, db_url):
             "maintain": "mr_inbound"}
     args = [a for worker, login in urls.items() for a in (f"--{worker}-url", testing.as_login(db_url, login))]
     proc = cli_popen("run", *args, "--inbox-port", str(free_port()),
-                     env={"MAILROOM_DATABASE_URL": testing.as_login(db_url, "mr_app_nopin"),  # used by none of them
-                          "MAILROOM_SECRET_KEY": "ab" * 32})
+                     env={"MAILROOM_DATABASE_URL": testing.as_login(db_url, "mr_app_nopin")})  # used by none of them
     try:
         seen = ""
         deadline = time.monotonic() + 60
