@@ -96,10 +96,21 @@ DURATIONS = [(path, [o for o in p.opts if o.startswith("--")][0])
 
 @pytest.mark.parametrize(("path", "flag"), DURATIONS, ids=[f"{p} {f}" for p, f in DURATIONS])
 def test_a_duration_without_a_unit_is_one_line_exit_2(path, flag, capsys):
+    if path == "collect" and flag in ("--batch-timeout", "--healthcheck-interval", "--poll-interval"):
+        pytest.skip("the C collector's variables: a number without a unit is milliseconds (test_bare_collector_ms)")
     code, out, err = run_main(*path.split(), flag, "5", capsys=capsys)
     assert code == 2, (out, err)
     assert err.count("\n") == 1 and err.startswith(f"mailroom: error: mailroom {path}: Invalid value for '{flag}'"), err
     assert "'5' is not a duration like 500ms, 5s, 10m, 2h or 7d" in err
+
+
+def test_bare_collector_ms(capsys):
+    """The collector's durations keep the C collector's unit for a bare number: milliseconds."""
+    from mailroom.core.durations import Duration
+
+    assert Duration(bare_ms=True)("5000") == 5.0 and Duration(bare_ms=True)("250ms") == 0.25
+    code, out, err = run_main("collect", "--poll-interval", "5", capsys=capsys)  # 5 ms: under its 10 ms minimum
+    assert code == 2 and "'5' is shorter than 10ms" in err, err
 
 
 @pytest.mark.parametrize("args", [

@@ -114,7 +114,7 @@ def keys_retire(key_id: Annotated[int, typer.Argument(metavar="ID")], database_u
 
 @keys_app.command("export")
 def keys_export(
-    key_id: Annotated[Optional[int], typer.Argument(metavar="[ID]", help="Default: the active key.")] = None,
+    key_id: Annotated[Optional[int], typer.Argument(metavar="ID", help="Default: the active key.")] = None,
     database_url: DatabaseUrlOption = None,
 ) -> None:
     """Print a key (64 hex characters) for a verifier outside the database; the export is recorded."""

@@ -10,7 +10,7 @@ import psycopg
 import typer
 
 from mailroom.core.errors import UserError, db_user_error
-from mailroom.core.options import new_app
+from mailroom.core.options import duration_option, new_app
 from mailroom.db import cluster as embedded
 from mailroom.db import migrate as runner
 from mailroom.db.config import DatabaseUrlOption, DataDirOption, default_home
@@ -132,17 +132,15 @@ def migrate_cmd(
     data_dir: DataDirOption = None,
     print_bundle: Annotated[bool, typer.Option("--print", help="Print the SQL bundle for psql instead of applying.")] = False,
     offline: Annotated[bool, typer.Option("--offline", help="With --print: every migration, no database needed.")] = False,
-    lock_timeout: Annotated[
-        float, typer.Option(help="Seconds to wait for one lock a running transaction holds before rolling back and retrying.")
-    ] = runner.LOCK_TIMEOUT,
+    lock_timeout: Annotated[float, duration_option(
+        "--lock-timeout", positive=True, maximum=600,
+        help="How long to wait for one lock a running transaction holds before rolling back and retrying.")] = "5s",
 ) -> None:
     """Apply pending migrations and sql/ in one transaction (or print them as one psql bundle)."""
     if print_bundle:
         url = None if offline else _url(database_url, data_dir)
         sys.stdout.write(runner.bundle(url))
         return
-    if not 0 < lock_timeout <= 600:
-        raise UserError("--lock-timeout must be between 0 and 600 seconds", exit_code=2)
     from mailroom.core.progress import Progress
 
     url = _url(database_url, data_dir)

@@ -14,14 +14,12 @@ from typing import Annotated, Any, Optional
 import typer
 
 from mailroom.core.errors import ConfigError
+from mailroom.core.options import duration_option, new_app
 from mailroom.db.config import DatabaseUrlOption, ListenUrlOption, resolve_database_url, resolve_listen_url
 
-http_app = typer.Typer(name="http", help="The inboxes' HTTP face: REST API, web page, live events, SES hook.",
-                       no_args_is_help=True, add_completion=False)
-apikey_app = typer.Typer(name="apikey", help="API keys (owner type api) of the HTTP API.", no_args_is_help=True,
-                         add_completion=False)
-catchall_app = typer.Typer(name="catchall", help="Catch-all inbox domains: unknown addresses get an inbox at RCPT.",
-                           no_args_is_help=True, add_completion=False)
+http_app = new_app("http", "The inboxes' HTTP face: REST API, web page, live events, SES hook.")
+apikey_app = new_app("apikey", "API keys (owner type api) of the HTTP API.")
+catchall_app = new_app("catchall", "Catch-all inbox domains: unknown addresses get an inbox at RCPT.")
 
 JsonOption = Annotated[bool, typer.Option("--json", help="Print JSON instead of text.")]
 
@@ -45,7 +43,9 @@ def serve_cmd(
                                          help="Server processes on the port, each with its pool and one LISTEN.")] = 1,
     pool_size: Annotated[int, typer.Option(envvar="MAILROOM_HTTP_POOL_SIZE",
                                            help="Database connections of each process.")] = 8,
-    poll_interval: Annotated[float, typer.Option(help="Seconds between looks of event streams while LISTEN is down.")] = 2.0,
+    poll_interval: Annotated[float, duration_option(
+        "--poll-interval", positive=True, maximum=3600,
+        help="Between looks of event streams and long polls while LISTEN is down.")] = "2s",
     tls_cert: Annotated[Optional[str], typer.Option(envvar="MAILROOM_HTTP_TLS_CERT",
                                                     help="PEM certificate: serve HTTPS.")] = None,
     tls_key: Annotated[Optional[str], typer.Option(envvar="MAILROOM_HTTP_TLS_KEY", help="PEM private key of --tls-cert.")] = None,
@@ -73,8 +73,6 @@ def serve_cmd(
     for name, value in (("--workers", workers), ("--pool-size", pool_size)):
         if value < 1:
             raise ConfigError(f"{name} must be at least 1, got {value}")
-    if poll_interval <= 0:
-        raise ConfigError(f"--poll-interval must be positive, got {poll_interval}")
     if bool(tls_cert) != bool(tls_key):
         raise ConfigError("--tls-cert and --tls-key go together")
     topics = [t.strip() for value in ses_topic or [] for t in value.split(",") if t.strip()]
@@ -97,7 +95,8 @@ def serve_cmd(
 
 @apikey_app.command("create")
 def apikey_create(
-    owner: Annotated[str, typer.Argument(help="Owner id: the API key reads and creates inboxes of owner (api, OWNER).")],
+    owner: Annotated[str, typer.Argument(
+        metavar="OWNER", help="Owner id: the API key reads and creates inboxes of owner (api, OWNER).")],
     label: Annotated[Optional[str], typer.Option(help="A note to tell keys apart.")] = None,
     database_url: DatabaseUrlOption = None,
     as_json: JsonOption = False,
@@ -132,7 +131,7 @@ def apikey_list(
 
 @apikey_app.command("revoke")
 def apikey_revoke(
-    key_id: Annotated[int, typer.Argument(help="The key's id (apikey list).")],
+    key_id: Annotated[int, typer.Argument(metavar="ID", help="The key's id (apikey list).")],
     database_url: DatabaseUrlOption = None,
 ) -> None:
     """Revoke an API key: its next request is refused (401)."""
@@ -146,11 +145,12 @@ def apikey_revoke(
 
 @catchall_app.command("set")
 def catchall_set(
-    domain: Annotated[str, typer.Argument(help="The domain (its MX points at `mailroom inbox serve`).")],
+    domain: Annotated[str, typer.Argument(metavar="DOMAIN", help="The domain (its MX points at `mailroom inbox serve`).")],
     owner: Annotated[str, typer.Option(help="Owner id of its inboxes: an API key of this owner reads them.")],
     plan: Annotated[str, typer.Option(help="Plan of its inboxes.")] = "free",
     max_open: Annotated[int, typer.Option(help="Quota: inboxes of the domain open at once.")] = 100,
-    ttl: Annotated[Optional[int], typer.Option(help="TTL in minutes (default: the plan's).")] = None,
+    ttl: Annotated[Optional[float], duration_option(
+        "--ttl", positive=True, help="The inboxes' TTL, whole minutes (default: the plan's).")] = None,
     database_url: DatabaseUrlOption = None,
 ) -> None:
     """Make DOMAIN catch-all: the first RCPT to an unknown address on it creates that inbox."""
@@ -158,7 +158,8 @@ def catchall_set(
     from mailroom.http import sqlapi
 
     call_once(resolve_database_url(database_url), sqlapi.set_catchall_domain, application_name="mailroom-catchall",
-              domain=domain, owner_id=owner, plan=plan, max_open=max_open, ttl_minutes=ttl)
+              domain=domain, owner_id=owner, plan=plan, max_open=max_open,
+              ttl_minutes=None if ttl is None else max(1, round(ttl / 60)))
     print(f"catch-all: {domain.strip().lower()}")
 
 
@@ -173,7 +174,7 @@ def catchall_list(database_url: DatabaseUrlOption = None, as_json: JsonOption = 
 
 
 @catchall_app.command("remove")
-def catchall_remove(domain: Annotated[str, typer.Argument()], database_url: DatabaseUrlOption = None) -> None:
+def catchall_remove(domain: Annotated[str, typer.Argument(metavar="DOMAIN")], database_url: DatabaseUrlOption = None) -> None:
     """Stop DOMAIN being catch-all (its inboxes stay until they expire)."""
     from mailroom.db.connect import call_once
     from mailroom.http import sqlapi

@@ -184,8 +184,8 @@ def list_cmd(
 
 @inbox_app.command("search")
 def search_cmd(
-    address: Annotated[str, typer.Argument(help="Inbox address.")],
-    query: Annotated[str, typer.Argument(help='Words, "a phrase", -excluded, or: as a web search.')],
+    address: Annotated[str, typer.Argument(metavar="ADDRESS", help="Inbox address.")],
+    query: Annotated[str, typer.Argument(metavar="QUERY", help='Words, "a phrase", -excluded, or: as a web search.')],
     database_url: DatabaseUrlOption = None,
     token: TokenOption = None,
     owner_type: OwnerTypeOption = None,
