@@ -110,7 +110,7 @@ def test_senders_lists_without_the_password(conn, cli):
     listed = cli("outbound", "senders")
     assert listed.returncode == 0, listed.stderr
     line = next(x for x in listed.stdout.splitlines() if x.startswith("relay9 "))
-    assert line.split()[1:8] == ["robot@mailroom.test", "127.0.0.1", "2525", "none", "u", "yes", "-"]
+    assert line.split()[1:8] == ["robot@mailroom.test", "127.0.0.1", "2525", "starttls", "u", "yes", "-"]
     assert "pw-secret" not in listed.stdout
 
 

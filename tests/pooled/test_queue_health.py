@@ -71,8 +71,8 @@ def test_outbound_status_prints_queue_health(conn, urls, cli):
     assert table["tokens"][0] == "2" and table["tokens"][2] == "-"
     assert table["inbox_expiry"][0] == "4" and 119 <= int(table["inbox_expiry"][1]) <= 130
     workers = lines[lines.index("worker heartbeats:") + 1:]
-    assert workers[0].split()[:3] == ["WORKER", "KIND", "LISTENING"]
-    assert workers[1].split()[:3] == ["hostb:42", "sender", "no"]
+    assert workers[0].split()[:3] == ["WORKER", "KIND", "STATE"]
+    assert workers[1].split()[:3] == ["hostb:42", "sender", "running"]
 
 
 def test_sender_metrics_expose_queue_health(conn, urls, workers):
