@@ -16,7 +16,7 @@
 
 -- outbound_messages' row triggers redact error_log in the row being written (the pepper is a
 -- reference table, on every node): they run on the shard, touch nothing else, and are safe.
-SET LOCAL citus.enable_unsafe_triggers = on;
+SELECT set_config('citus.enable_unsafe_triggers', 'on', true);
 
 -- the statement trigger that tells `mailroom expire` a sooner inbox was created reads its
 -- transition table, which Citus cannot plan on a table in its metadata: on Citus, expire

@@ -11,7 +11,7 @@
 -- fails with MR323 rather than exceed it; a domain's backoff is honoured (docs/scale.md).
 
 CREATE OR REPLACE FUNCTION mailroom._claim_lane(
-    p_lane integer, p_now timestamptz, p_limit integer, p_worker text, p_lease interval, p_blocked text [],
+    p_lane integer, p_now timestamptz, p_limit integer, p_worker text, p_lease interval, p_blocked text[],
     p_claim_token bigint
 )
 RETURNS SETOF mailroom.outbound_messages
@@ -50,10 +50,10 @@ BEGIN
 END;
 $fn$;
 
-COMMENT ON FUNCTION mailroom._claim_lane(integer, timestamptz, integer, text, interval, text [], bigint) IS
+COMMENT ON FUNCTION mailroom._claim_lane(integer, timestamptz, integer, text, interval, text[], bigint) IS
 'Citus only: claim up to p_limit due rows of one lane (one shard, SKIP LOCKED): processing under the lease, with the claim token of this claim (one nextval per lane: a volatile function cannot run per row of a distributed UPDATE).';
 
-REVOKE ALL ON FUNCTION mailroom._claim_lane(integer, timestamptz, integer, text, interval, text [], bigint) FROM public;
+REVOKE ALL ON FUNCTION mailroom._claim_lane(integer, timestamptz, integer, text, interval, text[], bigint) FROM public;
 
 CREATE OR REPLACE FUNCTION mailroom._claim(
     p_now timestamptz, p_limit integer, p_worker text, p_lease interval, p_limited boolean
@@ -65,9 +65,9 @@ RETURNS TABLE (
     message_id text,
     sender_name text,
     from_address text,
-    to_addrs text [],
-    cc_addrs text [],
-    bcc_addrs text [],
+    to_addrs text[],
+    cc_addrs text[],
+    bcc_addrs text[],
     subject text,
     text_body text,
     html_body text,
@@ -88,7 +88,7 @@ SET search_path = pg_catalog, pg_temp
 AS $fn$
 #variable_conflict use_column
 DECLARE
-    v_blocked text [] := '{}';
+    v_blocked text[] := '{}';
     v_lane integer;
     v_left integer := p_limit;
     v_got integer;
@@ -234,7 +234,7 @@ SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-    v_ids bigint [];
+    v_ids bigint[];
 BEGIN
     IF p_older_than IS NULL OR p_older_than < interval '0' THEN
         RAISE EXCEPTION USING
