@@ -40,7 +40,7 @@ BEGIN
                 AND d.status = 'queued'
                 AND coalesce(d.next_retry_at, '-infinity'::timestamptz) <= $1
                 AND d.rcpt_domain <> ALL($5)
-            ORDER BY coalesce(d.next_retry_at, '-infinity'::timestamptz), d.id
+            ORDER BY d.priority DESC, coalesce(d.next_retry_at, '-infinity'::timestamptz), d.id
             LIMIT $2
             FOR UPDATE SKIP LOCKED
         )
