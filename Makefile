@@ -7,6 +7,9 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 APT_PACKAGES := postgresql-15 postgresql-15-pgtap libtap-parser-sourcehandler-pgtap-perl pgbouncer postfix postgresql-15-cron \
                 chromium wrk
+# Citus (tests/citus, docs/scale.md): no registry here ships it; the source and its build script sit
+# beside the checkout (../shared/citus/build.sh: Debian build deps, about a minute, then at once)
+CITUS_BUILD ?= $(CURDIR)/../shared/citus/build.sh
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 
 .PHONY: help deps venv lint test test-pgtap test-py demo bench bench-quick snapshot wheel clean
@@ -33,6 +36,8 @@ deps:
 	else \
 	    echo "missing system packages; run: sudo apt-get install -y $(APT_PACKAGES)"; exit 1; \
 	fi
+	@if [ -x "$(CITUS_BUILD)" ] && [ "$$(id -u)" = 0 ]; then "$(CITUS_BUILD)"; \
+	elif [ ! -f /usr/lib/postgresql/15/lib/citus.so ]; then echo "Citus not installed: tests/citus will be skipped"; fi
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)

@@ -143,6 +143,51 @@ def migrated_database(cluster: embedded.Cluster, name: str, *, pgtap: bool = Fal
     return url
 
 
+def start_citus(workers: int = 2, prefix: str = "mailroom-citus-"):
+    """A coordinator and `workers` workers in a fresh temporary directory (mailroom.db.citus), tuned for tests."""
+    from mailroom.db import citus
+
+    home = Path(tempfile.mkdtemp(prefix=prefix, dir=os.environ.get("MAILROOM_TEST_TMP", "/tmp")))
+    port = _free_port_run(workers + 1)
+    return citus.up(home, workers, port=port, fast=True)
+
+
+def stop_citus(topology) -> None:
+    from mailroom.db import citus
+
+    citus.destroy(topology)
+
+
+def citus_database(topology, name: str) -> str:
+    """A database on every node of the topology, migrated through the coordinator (distributed), with TEST_LOGINS."""
+    from mailroom.db import citus
+
+    citus.drop_database(topology, name)
+    citus.ensure_database(topology, name)
+    url = topology.url(name)
+    migrate(url)
+    ensure_test_logins(url)
+    return url
+
+
+def _free_port_run(count: int) -> int:
+    """The first of `count` consecutive ports free on 127.0.0.1 (each node's socket is named by its port)."""
+    for _ in range(50):
+        first = _free_port()
+        if first + count < 65535 and all(_port_is_free(first + i) for i in range(count)):
+            return first
+    raise UserError("no run of free ports for a Citus topology")
+
+
+def _port_is_free(port: int) -> bool:
+    with socket.socket() as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
 def pg_prove(cluster: embedded.Cluster, dbname: str, files: list[str]) -> int:
     exe = shutil.which("pg_prove")
     if exe is None:

@@ -39,10 +39,22 @@ def up(
     data_dir: DataDirOption = None,
     port: PortOption = None,
     tcp: TcpOption = None,
+    workers: Annotated[
+        int, typer.Option("--workers", help="Start a Citus coordinator and this many workers (docs/scale.md); 0: one server.")
+    ] = 0,
 ) -> None:
     """Create and start the embedded cluster (idempotent), then migrate. With a URL: only migrate."""
     started = time.monotonic()
-    if database_url:
+    if workers and database_url:
+        raise UserError("--workers starts an embedded Citus topology; it does not apply to MAILROOM_DATABASE_URL", exit_code=2)
+    if workers:
+        from mailroom.db import citus
+
+        topology = citus.up(default_home(data_dir), workers, port=port, tcp=tcp)
+        _say(f"Citus coordinator in {topology.coordinator.home} (port {topology.coordinator.port}), "
+             f"{workers} workers (ports {', '.join(str(w.port) for w in topology.workers)})")
+        url = topology.url()
+    elif database_url:
         url = database_url
         _say("using MAILROOM_DATABASE_URL; migrating only")
     else:
@@ -64,9 +76,11 @@ def up(
 
 @db_app.command("down")
 def down(data_dir: DataDirOption = None) -> None:
-    """Stop the embedded cluster (its data stays)."""
+    """Stop the embedded cluster, and its Citus workers if it has any (its data stays)."""
+    from mailroom.db import citus
+
     home = default_home(data_dir)
-    if embedded.down(home):
+    if citus.down(home):
         _say(f"stopped cluster in {home}")
     else:
         _say(f"no running cluster in {home}")

@@ -104,7 +104,8 @@ class RunAs:
 class Cluster:
     """A private PostgreSQL cluster living in `home`."""
 
-    def __init__(self, home: Path, *, port: int | None = None, tcp: bool | None = None) -> None:
+    def __init__(self, home: Path, *, port: int | None = None, tcp: bool | None = None,
+                 settings: dict[str, str] | None = None) -> None:
         self.home = Path(home).expanduser().resolve()
         self.pgdata = self.home / "pgdata"
         self.logfile = self.home / "postgres.log"
@@ -112,6 +113,10 @@ class Cluster:
         saved = self._load_config()
         self.port = port if port is not None else saved.get("port", DEFAULT_PORT)
         self.tcp = tcp if tcp is not None else saved.get("tcp", False)
+        # server settings of this cluster beyond the defaults (a Citus node's shared_preload_libraries, …)
+        self.settings: dict[str, str] = dict(settings if settings is not None else saved.get("settings", {}))
+        # the Citus workers of a coordinator (their homes; mailroom.db.citus), [] for a single node
+        self.workers: list[str] = list(saved.get("workers", []))
 
     # -- configuration -------------------------------------------------------------------
     def _load_config(self) -> dict:
@@ -121,7 +126,12 @@ class Cluster:
             return {}
 
     def _save_config(self) -> None:
-        self.config_file.write_text(json.dumps({"port": self.port, "tcp": self.tcp}, indent=2) + "\n")
+        config: dict = {"port": self.port, "tcp": self.tcp}
+        if self.settings:
+            config["settings"] = self.settings
+        if self.workers:
+            config["workers"] = self.workers
+        self.config_file.write_text(json.dumps(config, indent=2) + "\n")
 
     def url(self, dbname: str = DEFAULT_DBNAME) -> str:
         """A libpq conninfo for this cluster (unix socket; usable as `psql "$(mailroom db url)"`)."""
@@ -296,6 +306,7 @@ class Cluster:
         }
         if fast:
             settings.update({"fsync": "off", "synchronous_commit": "off", "full_page_writes": "off"})
+        settings.update(self.settings)
         opts = " ".join(f"-c {k}='{v}'" for k, v in settings.items())
         argv = [
             str(bindir / "pg_ctl"), "start", "-w", "-t", "60",

@@ -39,6 +39,13 @@ class SchemaFiles:
     def sql_files(self) -> list[Traversable]:
         return sorted((f for f in self.sql.iterdir() if f.name.endswith(".sql")), key=lambda f: f.name)
 
+    def citus_files(self) -> list[Traversable]:
+        """sql/citus/: the distributed layout, applied after sql/ on a Citus coordinator only (docs/scale.md)."""
+        citus = self.sql / "citus"
+        if not citus.is_dir():
+            return []
+        return sorted((f for f in citus.iterdir() if f.name.endswith(".sql")), key=lambda f: f.name)
+
 
 def schema_files(root: Path | None = None) -> SchemaFiles:
     """The SQL of this driver: `root` (tests) or MAILROOM_HOME when given, else the packaged files."""

@@ -30,6 +30,11 @@ What `db migrate` does (docs/upgrading.md tells it to operators):
   and hands every object to mailroom_owner); later migrations and the sql/ pass run under
   SET LOCAL ROLE mailroom_owner, so every object is the owner's. A migration whose first lines
   hold `-- mailroom:as-migrator` runs as the connecting role (role and grant work).
+- On a Citus coordinator (mailroom.db.citus.is_coordinator) the files of sql/citus/ follow sql/:
+  they distribute the schema (docs/scale.md). On an upgrade they run in the same transaction. On
+  the first install everything before them runs with Citus' DDL propagation off (the schema is
+  all local then, and objects owned by roles created or changed in this very transaction cannot
+  be created on the workers through other connections), and they run in a second transaction.
 - What migrations say (RAISE NOTICE / WARNING) reaches the caller (`notices`), each line prefixed
   with its file; PostgreSQL's own "…, skipping" chatter of IF [NOT] EXISTS is left out.
 """
@@ -143,6 +148,26 @@ def load_sql_files(root: Path | None = None) -> list[Path | Traversable]:
     return list(schema_files(root).sql_files())
 
 
+def load_citus_files(root: Path | None = None) -> list[Path | Traversable]:
+    return list(schema_files(root).citus_files())
+
+
+@dataclass
+class _Citus:
+    """What migrate does on a Citus coordinator: the layout files, and whether the schema is distributed yet."""
+
+    files: list
+    distributed: bool
+
+    @classmethod
+    def detect(cls, conn: psycopg.Connection, root: Path | None) -> _Citus | None:
+        from mailroom.db.citus import is_coordinator, is_distributed
+
+        if not is_coordinator(conn):
+            return None
+        return cls(load_citus_files(root), is_distributed(conn))
+
+
 def split_statements(text: str) -> list[str]:
     """Split a no-transaction migration at lines ending in ';' (no function bodies there)."""
     statements, current = [], []
@@ -154,6 +179,52 @@ def split_statements(text: str) -> list[str]:
                 statements.append(stmt)
             current = []
     tail = "\n".join(current).strip()
+    if _has_code(tail):
+        statements.append(tail)
+    return statements
+
+
+_DOLLAR = re.compile(r"\$([A-Za-z_][A-Za-z0-9_]*)?\$")
+
+
+def sql_statements(text: str) -> list[str]:
+    """Split SQL text into its statements at top-level ';' (quotes, dollar quotes, comments respected).
+
+    A Citus coordinator propagates a DDL statement to the workers with its source text, which must
+    then be one statement: on Citus, files are sent statement by statement."""
+    statements: list[str] = []
+    start = i = 0
+    n = len(text)
+    while i < n:
+        c = text[i]
+        if c == "-" and text.startswith("--", i):
+            j = text.find("\n", i)
+            i = n if j < 0 else j + 1
+        elif c == "/" and text.startswith("/*", i):
+            j = text.find("*/", i + 2)
+            i = n if j < 0 else j + 2
+        elif c == "'":
+            j = i + 1
+            while j < n:
+                if text[j] == "'" and text.startswith("''", j):
+                    j += 2
+                elif text[j] == "'":
+                    break
+                else:
+                    j += 1
+            i = j + 1
+        elif c == "$" and (m := _DOLLAR.match(text, i)) and not (i > 0 and (text[i - 1].isalnum() or text[i - 1] == "_")):
+            tag = m.group(0)
+            j = text.find(tag, m.end())
+            i = n if j < 0 else j + len(tag)
+        elif c == ";":
+            stmt = text[start:i + 1].strip()
+            if _has_code(stmt):
+                statements.append(stmt)
+            start = i = i + 1
+        else:
+            i += 1
+    tail = text[start:].strip()
     if _has_code(tail):
         statements.append(tail)
     return statements
@@ -203,6 +274,7 @@ class MigrateResult:
     notices: list[str] = field(default_factory=list)
     held_seconds: float = 0.0  # from the first statement after the lock to COMMIT
     lock_retries: int = 0
+    distributed: bool = False  # a Citus coordinator's schema was distributed by this run (sql/citus/)
 
 
 class _Notices:
@@ -258,10 +330,11 @@ def migrate(
     with connect(url, application_name="mailroom migrate") as conn:
         conn.add_notice_handler(heard)
         _bootstrap(conn)
+        citus = _Citus.detect(conn, root) if apply_sql else None
         attempt = 0
         while True:
             try:
-                result = _run_once(conn, migrations, sql_files, heard, lock_timeout, tell)
+                result = _run_once(conn, migrations, sql_files, heard, lock_timeout, tell, citus)
                 break
             except _LockTimeout as timeout:
                 attempt += 1
@@ -276,6 +349,16 @@ def migrate(
                      f"rolled back, trying again in {delay:g}s (attempt {attempt + 1} of {retries + 1})")
                 time.sleep(delay)
         result.lock_retries = attempt
+        if citus is not None and not citus.distributed:
+            with connect(url, application_name="mailroom migrate (citus)") as fresh:
+                # a session of its own: Citus does not propagate the objects this session made locally
+                fresh.add_notice_handler(heard)
+                _distribute(fresh, citus, heard)
+            result.distributed = True
+            # and sql/ once more, as on every later migrate: through Citus now (the functions reach
+            # the workers, the ones typed by a table Citus took over are re-created)
+            citus.distributed = True
+            _run_once(conn, [], sql_files, heard, lock_timeout, tell, citus)
         tail = [m for m in migrations if not m.transactional]
         if tail:
             result.applied += _run_no_transaction(conn, url, tail, heard)
@@ -317,6 +400,7 @@ def _run_once(
     heard: _Notices,
     lock_timeout: float,
     say: Callable[[str], None],
+    citus: _Citus | None = None,
 ) -> MigrateResult:
     done: list[str] = []
     label = "migrate"
@@ -325,6 +409,12 @@ def _run_once(
             _take_lock(conn, say)
             started = time.monotonic()
             conn.execute(f"SET LOCAL lock_timeout = '{int(lock_timeout * 1000)}ms'")
+            split = citus is not None and citus.distributed
+            if citus is not None and not citus.distributed:
+                conn.execute("SET LOCAL citus.enable_ddl_propagation = off")
+            elif citus is not None:
+                # sql/ re-creates the row triggers of distributed tables (sql/citus/10 says which)
+                conn.execute("SET LOCAL citus.enable_unsafe_triggers = on")
             conn.execute(LEDGER)
             applied = applied_versions(conn)
             check_checksums(migrations, applied)
@@ -333,11 +423,18 @@ def _run_once(
                 if m.version in applied or not m.transactional:
                     continue
                 label = m.label
-                _apply_migration(conn, m, heard)
+                _apply_migration(conn, m, heard, split=split)
                 done.append(m.name)
             if sql_files:
                 label = "sql/"
-                _apply_sql(conn, sql_files, heard)
+                if split:
+                    from mailroom.db.citus import DROP_SHARD_ROWTYPE_FUNCTIONS
+
+                    conn.execute(DROP_SHARD_ROWTYPE_FUNCTIONS)
+                _apply_sql(conn, sql_files, heard, split=split)
+            if citus is not None and citus.distributed:
+                label = "sql/citus/"
+                _apply_sql(conn, citus.files, heard, prefix="sql/citus", split=True)
             held = time.monotonic() - started
     except psycopg.errors.LockNotAvailable as exc:
         raise _LockTimeout(heard.current or label, exc) from None
@@ -373,14 +470,14 @@ def _record(conn: psycopg.Connection, m: Migration) -> None:
     )
 
 
-def _apply_migration(conn: psycopg.Connection, m: Migration, heard: _Notices) -> None:
+def _apply_migration(conn: psycopg.Connection, m: Migration, heard: _Notices, *, split: bool = False) -> None:
     """One transactional migration in a savepoint of the run's transaction, with its ledger row."""
     heard.current = m.label
     try:
         with conn.transaction():
             if m.as_owner:
                 conn.execute(f"SET LOCAL ROLE {OWNER_ROLE}")
-            conn.execute(m.text.encode())
+            _execute(conn, m.text, split=split)
             if m.as_owner:
                 conn.execute("RESET ROLE")
             _record(conn, m)
@@ -388,15 +485,51 @@ def _apply_migration(conn: psycopg.Connection, m: Migration, heard: _Notices) ->
         raise _Nested(m.label, exc, _fail(m.label, m.text, exc)) from None
 
 
-def _apply_sql(conn: psycopg.Connection, files: list, heard: _Notices) -> None:
+def _distribute(conn: psycopg.Connection, citus: _Citus, heard: _Notices) -> None:
+    """First install on a coordinator: the layout of sql/citus/, each file a transaction of its own.
+
+    The schema on the workers was created by the connecting role (propagated before the owner
+    existed there); it is handed to mailroom_owner first, as on the coordinator. Each step commits
+    before the next: Citus creates what a distributed table depends on (types, functions) on the
+    workers through connections of its own, which see only committed objects."""
+    from mailroom.db.citus import owner_may_log_in
+
+    conn.execute(f"ALTER SCHEMA mailroom OWNER TO {OWNER_ROLE}")  # Citus copies the owner role to the workers now
+    owner_may_log_in(conn)
+    conn.execute(f"SET ROLE {OWNER_ROLE}")
+    try:
+        for path in citus.files:
+            label = f"sql/citus/{path.name}"
+            heard.current = label
+            text = path.read_text()
+            try:
+                conn.execute(text.encode())
+            except psycopg.Error as exc:
+                raise _fail(label, text, exc, "the files before it stay applied; run `mailroom db migrate` again") from None
+    finally:
+        heard.current = ""
+        if not conn.broken:
+            conn.execute("RESET ROLE")
+
+
+def _execute(conn: psycopg.Connection, text: str, *, split: bool = False) -> None:
+    """A file's text: at once, or statement by statement (`split`: on a Citus coordinator)."""
+    if not split:
+        conn.execute(text.encode())
+        return
+    for stmt in sql_statements(text):
+        conn.execute(stmt.encode())
+
+
+def _apply_sql(conn: psycopg.Connection, files: list, heard: _Notices, prefix: str = "sql", *, split: bool = False) -> None:
     conn.execute(f"SET LOCAL ROLE {OWNER_ROLE}")
     for path in files:
-        label = f"sql/{path.name}"
+        label = f"{prefix}/{path.name}"
         heard.current = label
         text = path.read_text()
         try:
             with conn.transaction():
-                conn.execute(text.encode())
+                _execute(conn, text, split=split)
         except psycopg.Error as exc:
             raise _Nested(label, exc, _fail(label, text, exc)) from None
     conn.execute("RESET ROLE")

@@ -1,0 +1,32 @@
+-- Every function of schema mailroom on every node. A statement routed to a shard runs on a
+-- worker with the functions it names (the redaction trigger, _attempt_log in the reaper's
+-- UPDATE, clock() in a routed WHERE), so they are Citus objects: created on the workers now,
+-- and every later CREATE OR REPLACE of sql/ reaches them (db migrate sends each statement
+-- alone on a coordinator). Only what depends on a table that stays on the coordinator cannot
+-- be created there; nothing routed to a worker calls those (docs/scale.md).
+
+DO $functions$
+DECLARE
+    v_fn regprocedure;
+BEGIN
+    FOR v_fn IN
+        SELECT p.oid::regprocedure
+        FROM pg_catalog.pg_proc AS p
+        WHERE
+            p.pronamespace = 'mailroom'::regnamespace
+            AND p.prokind IN ('f', 'p')
+            AND NOT EXISTS (
+                SELECT 1 FROM pg_catalog.pg_dist_object AS o
+                WHERE o.classid = 'pg_catalog.pg_proc'::regclass AND o.objid = p.oid
+            )
+        ORDER BY p.oid
+    LOOP
+        BEGIN
+            PERFORM create_distributed_function(v_fn::text);
+        EXCEPTION
+            WHEN OTHERS THEN
+                NULL;  -- depends on a coordinator-only table: stays on the coordinator
+        END;
+    END LOOP;
+END;
+$functions$;

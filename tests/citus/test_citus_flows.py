@@ -1,0 +1,133 @@
+"""The core flows on a Citus coordinator with two workers, through the same SQL API.
+
+What does not run on Citus yet is marked xfail with its reason (docs/scale.md, "Limits")."""
+
+from __future__ import annotations
+
+import re
+import threading
+
+import psycopg
+import pytest
+
+from mailroom import testing
+from mailroom.db.migrate import migrate
+
+pytestmark = pytest.mark.citus
+
+
+def test_schema_is_distributed(cconn):
+    kinds = dict(cconn.execute(
+        "SELECT logicalrelid::regclass::text, partmethod FROM pg_dist_partition"
+        " WHERE logicalrelid::regclass::text LIKE 'mailroom.%'"
+    ).fetchall())
+    assert kinds["mailroom.messages"] == "h"
+    assert kinds["mailroom.outbound_messages"] == "h"
+    assert kinds["mailroom.plans"] == "n"  # reference (or coordinator-local: also 'n')
+    reference = {r[0] for r in cconn.execute(
+        "SELECT table_name::text FROM citus_tables WHERE citus_table_type = 'reference'"
+    ).fetchall()}
+    assert {"mailroom.plans", "mailroom.settings", "mailroom.senders"} <= reference
+    shards = cconn.execute(
+        "SELECT count(DISTINCT nodename) FROM citus_shards WHERE table_name = 'mailroom.messages'::regclass"
+    ).fetchone()[0]
+    assert shards == 2  # the messages live on both workers
+    lanes = cconn.execute("SELECT count(*) FROM mailroom.outbound_lanes").fetchone()[0]
+    assert lanes == cconn.execute(
+        "SELECT count(*) FROM pg_dist_shard WHERE logicalrelid = 'mailroom.outbound_messages'::regclass"
+    ).fetchone()[0]
+
+
+def test_migrate_again_is_a_no_op_upgrade(citus_url):
+    """A second `db migrate` on the coordinator: sql/ re-applied through Citus, nothing pending, still distributed."""
+    result = migrate(citus_url)
+    assert result.applied == []
+    assert not result.distributed
+
+
+@pytest.mark.xfail(reason="deliver_message's guard calls the STABLE _mailbox_open(m) with a column reference in an UPDATE, "
+                          "which Citus refuses on a table in its metadata (docs/scale.md, Limits)", strict=True)
+def test_inbound_stored_on_a_worker_and_read(cconn):
+    box = cconn.execute("SELECT mailbox_id, address, session_token FROM mailroom.create_mailbox(30, 'free')").fetchone()
+    with psycopg.connect(testing.as_login(cconn.info.dsn, "mr_inbound"), autocommit=True) as inbound:
+        msg = inbound.execute(
+            "SELECT mailroom.deliver_message(%s, %s, 'a@example.com', 'Your code', NULL, 'code 123456')",
+            (box[1], b"Subject: Your code\r\n\r\ncode 123456\r\n"),
+        ).fetchone()[0]
+    assert msg is not None
+    with psycopg.connect(testing.as_login(cconn.info.dsn, "mr_app"), autocommit=True) as app:
+        rows = app.execute("SELECT subject FROM mailroom.list_messages(%s, %s)", (box[1], box[2])).fetchall()
+    assert rows == [("Your code",)]
+    # the row is on the worker that holds the mailbox's shard, not on the coordinator
+    node = cconn.execute(
+        "SELECT nodename FROM citus_shards WHERE shardid = get_shard_id_for_distribution_column('mailroom.messages', %s)",
+        (box[0],),
+    ).fetchone()[0]
+    assert "worker" in node
+
+
+def test_outbound_claims_exactly_once_across_lanes(cconn):
+    """4 claimers race over every lane: each queued message is claimed by exactly one of them."""
+    cconn.execute("SELECT mailroom.upsert_sender('lanes', 'noreply@mailroom.test', '127.0.0.1', 2525)")
+    total = 400
+    cconn.execute(
+        "SELECT mailroom.enqueue_message('lanes', ARRAY['r' || g || '@example.com'], 's', 'b') FROM generate_series(1, %s) g",
+        (total,),
+    )
+    spread = cconn.execute(
+        "SELECT count(DISTINCT lane) FROM mailroom.outbound_messages WHERE status = 'queued'"
+    ).fetchone()[0]
+    assert spread > 1
+    claimed: dict[str, list[int]] = {}
+    errors: list[BaseException] = []
+    url = testing.as_login(cconn.info.dsn, "mr_sender")
+
+    def claimer(name: str) -> None:
+        got: list[int] = []
+        try:
+            with psycopg.connect(url, autocommit=True) as conn:
+                while True:
+                    ids = [r[0] for r in conn.execute("SELECT id FROM mailroom.claim_messages(25, %s)", (name,))]
+                    if not ids:
+                        break
+                    got += ids
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+        claimed[name] = got
+
+    threads = [threading.Thread(target=claimer, args=(f"w{i}",)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    assert not errors, errors
+    everything = [i for ids in claimed.values() for i in ids]
+    assert len(everything) == len(set(everything)) == total
+    assert sum(1 for ids in claimed.values() if ids) > 1
+    left = cconn.execute("SELECT count(*) FROM mailroom.outbound_messages WHERE status = 'queued'").fetchone()[0]
+    assert left == 0
+
+
+def test_reaper_returns_a_dead_claimers_rows(cconn):
+    cconn.execute("SELECT mailroom.upsert_sender('reap', 'noreply@mailroom.test', '127.0.0.1', 2525)")
+    cconn.execute(
+        "SELECT mailroom.enqueue_message('reap', ARRAY['z' || g || '@example.com'], 's', 'b') FROM generate_series(1, 20) g"
+    )
+    claimed = cconn.execute("SELECT count(*) FROM mailroom.claim_messages(20, 'dead', interval '1 second')").fetchone()[0]
+    assert claimed == 20
+    reaped = cconn.execute("SELECT mailroom.reap_stuck_messages(interval '0 seconds')").fetchone()[0]
+    assert reaped >= 20  # and the earlier tests' claims, never finalized
+    again = cconn.execute("SELECT count(*) FROM mailroom.claim_messages(20, 'alive')").fetchone()[0]
+    assert again == 20
+
+
+@pytest.mark.xfail(reason="finalize_messages: Citus refuses non-IMMUTABLE functions in CASE of a distributed UPDATE "
+                          "(docs/scale.md, Limits)", strict=True)
+def test_demo_story_on_citus(ccli):
+    """The activation story end to end: account -> token -> collect -> send -> inbox serve -> consume."""
+    proc = ccli("demo", "--pace", "0", timeout=180)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    out = proc.stdout
+    assert "status is now active" in out
+    assert re.search(r"expire_mailboxes\(\) expired 1 inbox", out)
+    assert "every process the demo started has stopped" in out
