@@ -153,4 +153,4 @@ def test_version_and_short_help(capsys):
         cli.main(["-h"])
     assert capsys.readouterr().out.startswith("Usage: mailroom ")
     cli.main(["--version"])
-    assert re.fullmatch(r"mailroom \d+\.\d+\S* \(schema \d{4}\)\n", capsys.readouterr().out)
+    assert re.fullmatch(r"mailroom \d+\.\d+\S* \(schema \d+\)\n", capsys.readouterr().out)

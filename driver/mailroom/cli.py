@@ -86,7 +86,7 @@ def version_line() -> str:
     from mailroom import __version__
     from mailroom.db.files import schema_version
 
-    return f"mailroom {__version__} (schema {schema_version():04d})"
+    return f"mailroom {__version__} (schema {schema_version()})"
 
 
 def fail(message: str, exit_code: int) -> None:
