@@ -33,7 +33,7 @@ def test_http_through_the_pooler(pooler, db_url, tmp_path, listen):
     pooler.fill(as_http)
     pooled = pooler.pooled_url(as_http)
     listen_url = {"direct": db_url, "pooled": pooled}[listen]
-    server = _serve(tmp_path, pooled, listen_url, "--poll-interval", "0.3", "--pool-size", "2")
+    server = _serve(tmp_path, pooled, listen_url, "--poll-interval", "300ms", "--pool-size", "2")
     try:
         box = server.request("POST", "/api/v1/mailboxes?ttl_minutes=5").json()
         stream = EventStream(f"{server.base}/api/v1/mailboxes/{box['address']}/events", box["session_token"])
