@@ -174,7 +174,14 @@ RETURNS TABLE (
     smtp_password_sealed bytea,
     smtp_password_set boolean,
     smtp_allow_cleartext boolean,
-    return_path text
+    return_path text,
+    recipients text[],
+    return_paths text[],
+    list_unsubscribe text[],
+    dkim_domain text,
+    dkim_selector text,
+    dkim_public_key text,
+    dkim_algorithm text
 )
 LANGUAGE plpgsql
 SET jit = off
@@ -259,10 +266,24 @@ BEGIN
         r.smtp_password_sealed,
         r.smtp_password_set,
         r.smtp_allow_cleartext,
-        -- the VERP envelope sender (sql/36_outbound_bounces.sql), NULL without a bounce domain
-        mailroom._return_path(c.id, c.sender_id) AS return_path
+        -- the VERP envelope senders (sql/36_outbound_bounces.sql), one per envelope recipient, NULL
+        -- without a bounce domain; return_path (a sender of the previous release sends one
+        -- transaction for all recipients) only when there is one recipient
+        CASE WHEN cardinality(e.envelope) = 1 THEN p.paths[1] END AS return_path,
+        e.envelope,
+        p.paths,
+        -- bulk mail: List-Unsubscribe per recipient (sql/36_outbound_unsubscribe.sql)
+        CASE WHEN c.bulk THEN mailroom._list_unsubscribe(c.id, c.sender_id, cardinality(e.envelope)) END,
+        -- DKIM of the From domain (sql/30_outbound_dkim.sql): the sender signs with its private half
+        k.domain,
+        k.selector,
+        k.public_key,
+        k.algorithm
     FROM claimed AS c
     INNER JOIN relays AS r ON c.sender_id = r.id
+    CROSS JOIN LATERAL (SELECT mailroom._envelope(c.to_addrs, c.cc_addrs, c.bcc_addrs) AS envelope) AS e
+    CROSS JOIN LATERAL (SELECT mailroom._return_paths(c.id, c.sender_id, cardinality(e.envelope)) AS paths) AS p
+    LEFT JOIN mailroom.dkim_keys AS k ON k.domain = mailroom._address_domain(r.from_address)
     -- STRICT: no call for an application's message (token_id NULL)
     LEFT JOIN LATERAL mailroom._claim_token_email(c.token_id) AS t ON TRUE
     ORDER BY c.id;
@@ -300,7 +321,14 @@ RETURNS TABLE (
     smtp_password_sealed bytea,
     smtp_password_set boolean,
     smtp_allow_cleartext boolean,
-    return_path text
+    return_path text,
+    recipients text[],
+    return_paths text[],
+    list_unsubscribe text[],
+    dkim_domain text,
+    dkim_selector text,
+    dkim_public_key text,
+    dkim_algorithm text
 )
 LANGUAGE plpgsql
 SECURITY DEFINER
@@ -377,7 +405,8 @@ $$;
 
 COMMENT ON FUNCTION mailroom.claim_messages(integer, text, interval) IS
 'Claim up to p_limit due queued messages (SKIP LOCKED) under a lease; returns them with relay settings (the password '
-'encrypted to the sender key) and token emails rendered with a freshly minted link. Errors: MR320 limit, MR321 worker, '
+'encrypted to the sender key), token emails rendered with a freshly minted link, the envelope with one VERP return path '
+'and (bulk mail) one List-Unsubscribe value per recipient, and the From domain''s DKIM selector. Errors: MR320 limit, MR321 worker, '
 'MR322 lease, MR323 not READ COMMITTED under domain limits.';
 
 GRANT EXECUTE ON FUNCTION mailroom.claim_messages(integer, text, interval) TO mailroom_sender;

@@ -1,13 +1,13 @@
--- Bounces (docs/bounces.md): VERP return paths for outbound mail and the bounce reports that
--- come back to them through `mailroom inbox serve`.
+-- Bounces (docs/bounces.md): VERP return paths for outbound mail and the bounce reports, ARF
+-- complaints and unsubscribe mails that come back to them through `mailroom inbox serve`.
 --
--- Return path: bounce+<outbound message id>-<signature>@<bounce domain>. The signature is the
--- first 64 bits of HMAC-SHA256('mailroom-verp:' || id) under mailroom.verp_key (migration 0095),
--- in lower-case hex (16 characters; local parts may be case-folded on the way back, the check
--- lower-cases first). The key is read only here, inside SECURITY DEFINER callers; no function
--- returns it.
+-- Return path: bounce+<outbound message id>-<recipient>-<signature>@<bounce domain>, one per
+-- envelope recipient (issue 21, item 2; the scheme is described at _envelope below). Signatures
+-- are lower-case hex (local parts may be case-folded on the way back, the check lower-cases
+-- first) under mailroom.verp_key (migration 0095), read only here, inside SECURITY DEFINER
+-- callers; no function returns it.
 -- The bounce domain is the sender's bounce_domain, else the setting outbound.bounce_domain;
--- neither: no VERP (claim_messages returns return_path NULL and the sender uses from_address).
+-- neither: no VERP (claim_messages returns return_paths NULL and the sender uses from_address).
 
 CREATE OR REPLACE FUNCTION mailroom._bounce_domain_name(p_domain text)
 RETURNS text
@@ -118,7 +118,7 @@ END;
 $$;
 
 COMMENT ON FUNCTION mailroom._return_path(bigint, bigint) IS
-'Internal: the VERP envelope sender of an outbound message (bounce+<id>-<signature>@<bounce domain>), NULL without a bounce domain.';
+'Internal: the message-level VERP envelope sender of the previous release (bounce+<id>-<signature>@<bounce domain>), NULL without a bounce domain; claim uses _return_paths.';
 
 CREATE OR REPLACE FUNCTION mailroom._is_verp_address(p_address text)
 RETURNS boolean
@@ -128,7 +128,7 @@ SET search_path = pg_catalog, pg_temp
 AS $$
     -- bounce+…@<a bounce domain>: such an address is a return path or nothing (never a mailbox)
     SELECT coalesce(
-        a.address LIKE 'bounce+%@%'
+        (a.address LIKE 'bounce+%@%' OR a.address LIKE 'unsubscribe+%@%')
         AND mailroom._is_bounce_domain(split_part(a.address, '@', 2))
         AND a.address NOT LIKE '%@%@%',
         false
@@ -137,7 +137,7 @@ AS $$
 $$;
 
 COMMENT ON FUNCTION mailroom._is_verp_address(text) IS
-'Internal: whether an address has the form of a return path (bounce+… at a bounce domain), valid or not.';
+'Internal: whether an address has the form of a signed address (bounce+… or unsubscribe+… at a bounce domain), valid or not.';
 
 CREATE OR REPLACE FUNCTION mailroom._verp_message_id(p_address text)
 RETURNS bigint
@@ -165,6 +165,260 @@ $$;
 COMMENT ON FUNCTION mailroom._verp_message_id(text) IS
 'Internal: the outbound message id of a valid return path (right signature, bounce domain, message exists), else NULL.';
 
+-- Per-recipient signed addresses (issue 21, item 2): a return path, an unsubscribe address or
+-- link names the message AND the recipient it was issued for. The recipient is its 1-based
+-- position in the message's envelope (_envelope: to, cc, bcc, each exact address once, in order;
+-- the sender's RCPT list). The signature is the first 64 bits of HMAC-SHA256(purpose ':' id '-' n)
+-- under mailroom.verp_key, 16 lower-case hex characters; purposes: 'mailroom-verp' (return paths),
+-- 'mailroom-unsubscribe' (List-Unsubscribe). Forms:
+--   bounce+<id>-<n>-<signature>@<bounce domain>        the return path of recipient n
+--   unsubscribe+<id>-<n>-<signature>@<bounce domain>   List-Unsubscribe mailto of recipient n
+--   <id>-<n>-<signature>                                the one-click URL's token
+-- The message-level form of the previous release (bounce+<id>-<signature>) is still accepted, so
+-- bounces of mail already sent arrive; it names a recipient only when the message had one.
+
+CREATE OR REPLACE FUNCTION mailroom._envelope(p_to text[], p_cc text[], p_bcc text[])
+RETURNS text[]
+LANGUAGE sql
+IMMUTABLE
+PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    -- every exact address once, in the order to, cc, bcc (the sender's RCPT list)
+    SELECT coalesce(array_agg(f.a ORDER BY f.n), '{}')
+    FROM (
+        SELECT DISTINCT ON (u.a) u.a, u.n
+        FROM unnest(coalesce(p_to, '{}') || coalesce(p_cc, '{}') || coalesce(p_bcc, '{}')) WITH ORDINALITY AS u (a, n)
+        ORDER BY u.a, u.n
+    ) AS f;
+$$;
+
+COMMENT ON FUNCTION mailroom._envelope(text[], text[], text[]) IS
+'Internal: the envelope recipients of a message (to, cc, bcc, each exact address once, in order); a signed address names a position in it.';
+
+CREATE OR REPLACE FUNCTION mailroom._recipient_signature(p_purpose text, p_message_id bigint, p_recipient integer, p_key bytea)
+RETURNS text
+LANGUAGE plpgsql
+IMMUTABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    RETURN encode(
+        substring(
+            mailroom._hmac(
+                convert_to(p_purpose || ':' || p_message_id::text || '-' || p_recipient::text, 'UTF8'), p_key, 'sha256'
+            )
+            FROM 1 FOR 8
+        ),
+        'hex'
+    );
+END;
+$$;
+
+COMMENT ON FUNCTION mailroom._recipient_signature(text, bigint, integer, bytea) IS
+'Internal: the signature of a per-recipient address (purpose mailroom-verp or mailroom-unsubscribe; truncated HMAC-SHA256, 16 hex characters).';
+
+CREATE OR REPLACE FUNCTION mailroom._message_bounce_domain(p_sender_id bigint)
+RETURNS text
+LANGUAGE plpgsql
+STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    -- the sender's bounce domain, else the setting's; NULL: no VERP
+    RETURN mailroom._bounce_domain_name(coalesce(
+        (SELECT s.bounce_domain FROM mailroom.senders AS s WHERE s.id = p_sender_id),
+        (SELECT t.value FROM mailroom.settings AS t WHERE t.name = 'outbound.bounce_domain')
+    ));
+END;
+$$;
+
+COMMENT ON FUNCTION mailroom._message_bounce_domain(bigint) IS
+'Internal: the bounce domain of a sender''s mail (its own, else the setting outbound.bounce_domain), NULL: no VERP.';
+
+CREATE OR REPLACE FUNCTION mailroom._return_paths(p_message_id bigint, p_sender_id bigint, p_recipients integer)
+RETURNS text[]
+LANGUAGE plpgsql
+STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_domain text := mailroom._message_bounce_domain(p_sender_id);
+    v_key bytea;
+BEGIN
+    -- one return path per envelope recipient, NULL without a bounce domain
+    IF v_domain IS NULL THEN
+        RETURN NULL;
+    END IF;
+    SELECT k.key INTO v_key FROM mailroom.verp_key AS k WHERE k.singleton;
+    RETURN ARRAY(
+        SELECT 'bounce+' || p_message_id::text || '-' || n::text || '-'
+            || mailroom._recipient_signature('mailroom-verp', p_message_id, n, v_key) || '@' || v_domain
+        FROM generate_series(1, p_recipients) AS n
+        ORDER BY n
+    );
+END;
+$$;
+
+COMMENT ON FUNCTION mailroom._return_paths(bigint, bigint, integer) IS
+'Internal: the VERP envelope senders of a message, one per envelope recipient (bounce+<id>-<n>-<signature>@<bounce domain>), NULL without a bounce domain.';
+
+CREATE OR REPLACE FUNCTION mailroom._signed_recipient(p_address text)
+RETURNS TABLE (message_id bigint, recipient integer, purpose text, address text)
+LANGUAGE plpgsql
+STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_address text := mailroom._normalize_address(p_address);
+    v_p text[];
+    v_id bigint;
+    v_n integer;
+    v_purpose text;
+    v_sig text;
+    v_envelope text[];
+BEGIN
+    -- What a signed address names, when its signature is right and its message exists: the
+    -- message, the recipient's envelope position and address (NULL for a message-level return
+    -- path of a message with several recipients), and the purpose ('bounce' for a return path,
+    -- 'unsubscribe'). No row otherwise: a bad signature and an unknown message look the same.
+    -- Also takes a bare one-click token (<id>-<n>-<signature>) as 'unsubscribe'. Signatures are
+    -- compared in constant time.
+    IF v_address IS NULL OR length(v_address) > 320 THEN
+        RETURN;
+    END IF;
+    v_p := regexp_match(v_address, '^(bounce|unsubscribe)\+([1-9][0-9]{0,17})-([1-9][0-9]{0,3})-([0-9a-f]{16})@([^@]+)$');
+    IF v_p IS NOT NULL THEN
+        IF NOT mailroom._is_bounce_domain(v_p[5]) THEN
+            RETURN;
+        END IF;
+        v_purpose := v_p[1];
+        v_id := v_p[2]::bigint;
+        v_n := v_p[3]::integer;
+        v_sig := v_p[4];
+    ELSE
+        v_p := regexp_match(v_address, '^([1-9][0-9]{0,17})-([1-9][0-9]{0,3})-([0-9a-f]{16})$');
+        IF v_p IS NOT NULL THEN
+            v_purpose := 'unsubscribe';
+            v_id := v_p[1]::bigint;
+            v_n := v_p[2]::integer;
+            v_sig := v_p[3];
+        ELSE
+            -- the message-level return path of the previous release
+            v_p := regexp_match(v_address, '^bounce\+([1-9][0-9]{0,17})-([0-9a-f]{16})@([^@]+)$');
+            IF v_p IS NULL OR NOT mailroom._is_bounce_domain(v_p[3]) THEN
+                RETURN;
+            END IF;
+            v_id := v_p[1]::bigint;
+            IF NOT mailroom._ct_equal(convert_to(v_p[2], 'UTF8'), convert_to(mailroom._verp_signature(v_id), 'UTF8')) THEN
+                RETURN;
+            END IF;
+            SELECT mailroom._envelope(m.to_addrs, m.cc_addrs, m.bcc_addrs) INTO v_envelope
+            FROM mailroom.outbound_messages AS m WHERE m.id = v_id;
+            IF v_envelope IS NULL THEN
+                RETURN;
+            END IF;
+            message_id := v_id;
+            purpose := 'bounce';
+            recipient := CASE WHEN cardinality(v_envelope) = 1 THEN 1 END;
+            address := CASE WHEN cardinality(v_envelope) = 1 THEN v_envelope[1] END;
+            RETURN NEXT;
+            RETURN;
+        END IF;
+    END IF;
+    IF NOT mailroom._ct_equal(
+        convert_to(v_sig, 'UTF8'),
+        convert_to(
+            mailroom._recipient_signature(
+                'mailroom-' || CASE WHEN v_purpose = 'bounce' THEN 'verp' ELSE v_purpose END, v_id, v_n,
+                (SELECT k.key FROM mailroom.verp_key AS k WHERE k.singleton)
+            ),
+            'UTF8'
+        )
+    ) THEN
+        RETURN;
+    END IF;
+    SELECT mailroom._envelope(m.to_addrs, m.cc_addrs, m.bcc_addrs) INTO v_envelope
+    FROM mailroom.outbound_messages AS m WHERE m.id = v_id;
+    IF v_envelope IS NULL OR v_n > cardinality(v_envelope) THEN
+        RETURN;
+    END IF;
+    message_id := v_id;
+    recipient := v_n;
+    purpose := v_purpose;
+    address := v_envelope[v_n];
+    RETURN NEXT;
+END;
+$$;
+
+COMMENT ON FUNCTION mailroom._signed_recipient(text) IS
+'Internal: the message, envelope position, purpose (bounce, unsubscribe) and address a signed address or one-click token names; no row when forged or its message is gone.';
+
+CREATE OR REPLACE FUNCTION mailroom._is_feedback_address(p_address text)
+RETURNS boolean
+LANGUAGE sql
+STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    -- the configured address ARF complaint reports arrive at (outbound.feedback_address)
+    SELECT coalesce(
+        mailroom._normalize_address(p_address) = mailroom._normalize_address(
+            nullif(btrim(mailroom.setting('outbound.feedback_address')), '')
+        ),
+        false
+    );
+$$;
+
+COMMENT ON FUNCTION mailroom._is_feedback_address(text) IS
+'Internal: whether an address is the configured feedback (ARF complaint) address, outbound.feedback_address.';
+
+CREATE OR REPLACE FUNCTION mailroom._spend_signature(
+    p_message_id bigint, p_recipient integer, p_address text, p_reason text
+)
+RETURNS boolean
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_new boolean;
+BEGIN
+    -- A signature suppresses its recipient at most once per reason: the first time it is used for
+    -- that reason the address is added (_add_suppression's rules), every later time nothing
+    -- happens (a replayed report after an admin removed the entry). True when it suppressed.
+    INSERT INTO mailroom.spent_signatures (message_id, recipient, reason, spent_at)
+    VALUES (p_message_id, p_recipient, p_reason, mailroom.clock())
+    ON CONFLICT DO NOTHING
+    RETURNING true INTO v_new;
+    IF v_new IS NULL THEN
+        RETURN false;
+    END IF;
+    PERFORM mailroom._add_suppression(p_address, p_reason, NULL, p_message_id);
+    RETURN true;
+END;
+$$;
+
+COMMENT ON FUNCTION mailroom._spend_signature(bigint, integer, text, text) IS
+'Internal: suppress the recipient a signature names with a reason, the first time only (spent_signatures); true when it did.';
+
+CREATE OR REPLACE FUNCTION mailroom._recipient_position(p_to text[], p_cc text[], p_bcc text[], p_address text)
+RETURNS text
+LANGUAGE sql
+IMMUTABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    -- where an address is among a message's recipients (to[1], cc[2], bcc[1]): never the address
+    SELECT format('%s[%s]', k.kind, a.n)
+    FROM (VALUES (1, 'to', p_to), (2, 'cc', p_cc), (3, 'bcc', p_bcc)) AS k (ord, kind, addrs)
+    CROSS JOIN LATERAL unnest(k.addrs) WITH ORDINALITY AS a (address, n)
+    WHERE mailroom._normalize_address(a.address) = mailroom._normalize_address(p_address)
+    ORDER BY k.ord, a.n
+    LIMIT 1;
+$$;
+
+COMMENT ON FUNCTION mailroom._recipient_position(text[], text[], text[], text) IS
+'Internal: the position of an address among a message''s recipients (to[1], cc[2], bcc[1]), NULL if not one.';
+
 CREATE OR REPLACE FUNCTION mailroom.check_bounce_recipient(
     p_address text,
     p_size bigint DEFAULT null
@@ -177,14 +431,22 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 #variable_conflict use_column
 BEGIN
-    -- The RCPT verdict of `mailroom inbox serve`: a return path (bounce+… at a bounce domain) is
-    -- 'bounce' when it is valid, else 'unknown' (bad signature, unknown message: the same
-    -- answer); any other address gets check_recipient's verdict (ok, unknown, deleted, ...),
-    -- after the inbox of an unknown address on a catch-all domain was created (sql/24_catchall.sql).
-    -- A refusing verdict comes with the SMTP reply the server sends (mailroom.error_codes).
-    -- VOLATILE for that creation; PL/pgSQL, so its plans are kept for the session.
+    -- The RCPT verdict of `mailroom inbox serve`: a signed address at a bounce domain (a return
+    -- path bounce+…, an unsubscribe address unsubscribe+…) is 'bounce' when it is valid, else
+    -- 'unknown' (bad signature, unknown message: the same answer); the feedback address
+    -- (outbound.feedback_address) is 'bounce'; any other address gets check_recipient's verdict
+    -- (ok, unknown, deleted, ...), after the inbox of an unknown address on a catch-all domain was
+    -- created (sql/24_catchall.sql). A refusing verdict comes with the SMTP reply the server sends
+    -- (mailroom.error_codes). VOLATILE for that creation; PL/pgSQL, so its plans are kept.
+    IF mailroom._is_feedback_address(p_address) THEN
+        verdict := 'bounce';
+        address := mailroom._normalize_address(p_address);
+        reply := NULL;
+        RETURN NEXT;
+        RETURN;
+    END IF;
     IF mailroom._is_verp_address(p_address) THEN
-        verdict := CASE WHEN mailroom._verp_message_id(p_address) IS NOT NULL THEN 'bounce' ELSE 'unknown' END;
+        verdict := CASE WHEN EXISTS (SELECT 1 FROM mailroom._signed_recipient(p_address)) THEN 'bounce' ELSE 'unknown' END;
         address := mailroom._normalize_address(p_address);
         reply := mailroom._verdict_reply(verdict);
         RETURN NEXT;
@@ -197,9 +459,28 @@ END;
 $$;
 
 COMMENT ON FUNCTION mailroom.check_bounce_recipient(text, bigint) IS
-'RCPT-stage verdict of the inbound server: bounce for a valid VERP return path, unknown for a forged one, else check_recipient''s verdict (an unknown address on a catch-all domain gets its inbox first); with the SMTP reply of a refusing verdict.';
+'RCPT-stage verdict of the inbound server: bounce for a valid signed address (a VERP return path, an unsubscribe address) or the feedback address, unknown for a forged one, else check_recipient''s verdict (an unknown address on a catch-all domain gets its inbox first); with the SMTP reply of a refusing verdict.';
 
 GRANT EXECUTE ON FUNCTION mailroom.check_bounce_recipient(text, bigint) TO mailroom_inbound;
+
+CREATE OR REPLACE FUNCTION mailroom._complaint_type(p_report jsonb)
+RETURNS text
+LANGUAGE sql
+IMMUTABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    -- An ARF report (RFC 5965) is a complaint when its Feedback-Type says the recipient objects
+    -- (abuse, fraud, virus); not-spam, auth-failure and the others are other feedback. NULL: not
+    -- an ARF report.
+    SELECT CASE
+        WHEN NOT (p_report ? 'feedback_type') THEN NULL
+        WHEN lower(btrim(p_report ->> 'feedback_type')) IN ('abuse', 'fraud', 'virus') THEN 'complaint'
+        ELSE 'other'
+    END;
+$$;
+
+COMMENT ON FUNCTION mailroom._complaint_type(jsonb) IS
+'Internal: what an ARF report means: complaint (Feedback-Type abuse, fraud, virus), other, NULL when it is no ARF report.';
 
 CREATE OR REPLACE FUNCTION mailroom.record_bounce(p_return_path text, p_reports jsonb)
 RETURNS TABLE (message_id bigint, outcome text, reports integer, suppressed integer)
@@ -209,7 +490,11 @@ SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-    v_id bigint := mailroom._verp_message_id(p_return_path);
+    v_feedback boolean := mailroom._is_feedback_address(p_return_path);
+    v_id bigint;
+    v_n integer;
+    v_purpose text;
+    v_rcpt text;
     v_now timestamptz := mailroom.clock();
     v_log_max integer := mailroom.setting('outbound.error_log_max_chars')::integer;
     v_to text[];
@@ -219,31 +504,117 @@ DECLARE
     v_outcomes text[] := '{}';
     v_suppressed integer := 0;
     v_stamp text := to_char(v_now AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"');
+    v_outcome text;
+    v_pos text;
     r record;
+    s record;
 BEGIN
-    IF v_id IS NULL THEN
-        RAISE EXCEPTION USING
-            ERRCODE = 'MR360',
-            MESSAGE = 'not a valid bounce address (unknown message or bad signature)';
+    IF NOT v_feedback THEN
+        SELECT g.message_id, g.recipient, g.purpose, g.address INTO v_id, v_n, v_purpose, v_rcpt
+        FROM mailroom._signed_recipient(p_return_path) AS g;
+        IF v_id IS NULL THEN
+            RAISE EXCEPTION USING
+                ERRCODE = 'MR360',
+                MESSAGE = 'not a valid bounce address (unknown message or bad signature)';
+        END IF;
     END IF;
     IF p_reports IS NULL OR jsonb_typeof(p_reports) <> 'array' THEN
         RAISE EXCEPTION USING
             ERRCODE = 'MR361',
             MESSAGE = 'bounce reports must be a JSON array (empty: the bounce could not be parsed)';
     END IF;
+
+    IF v_feedback THEN
+        -- The feedback address: each ARF complaint names the complained-about message by the
+        -- signed addresses it quotes (Original-Mail-From, the original's Return-Path or
+        -- List-Unsubscribe): the first valid one decides, never an unsigned address.
+        FOR r IN
+            SELECT e.v, mailroom._complaint_type(e.v) AS kind
+            FROM jsonb_array_elements(p_reports) WITH ORDINALITY AS e (v, n)
+            WHERE e.n <= 100 AND jsonb_typeof(e.v) = 'object' AND e.v ? 'feedback_type'
+            ORDER BY e.n
+        LOOP
+            SELECT g.* INTO s
+            FROM jsonb_array_elements_text(
+                CASE WHEN jsonb_typeof(r.v -> 'signed') = 'array' THEN r.v -> 'signed' ELSE '[]' END
+            ) WITH ORDINALITY AS a (address, n)
+            CROSS JOIN LATERAL mailroom._signed_recipient(left(a.address, 400)) AS g
+            WHERE a.n <= 10 AND g.recipient IS NOT NULL
+            ORDER BY a.n
+            LIMIT 1;
+            IF s.message_id IS NULL THEN
+                v_outcomes := v_outcomes || 'ignored'::text;
+                CONTINUE;
+            END IF;
+            v_id := s.message_id;
+            v_outcome := r.kind;
+            IF r.kind = 'complaint' THEN
+                IF mailroom._spend_signature(s.message_id, s.recipient, s.address, 'complaint') THEN
+                    v_suppressed := v_suppressed + 1;
+                ELSE
+                    v_outcome := 'spent';
+                END IF;
+            END IF;
+            SELECT mailroom._recipient_position(m.to_addrs, m.cc_addrs, m.bcc_addrs, s.address) INTO v_pos
+            FROM mailroom.outbound_messages AS m WHERE m.id = s.message_id;
+            INSERT INTO mailroom.outbound_bounces (message_id, received_at, outcome, recipient, action)
+            VALUES (s.message_id, v_now, v_outcome, v_pos, 'feedback:' || left(lower(r.v ->> 'feedback_type'), 20));
+            UPDATE mailroom.outbound_messages AS m
+            SET error_log = right(
+                concat_ws(E'\n', m.error_log, concat_ws(' ', v_stamp, 'feedback', v_outcome, v_pos)), v_log_max
+            )
+            WHERE m.id = s.message_id;
+            v_outcomes := v_outcomes || v_outcome;
+        END LOOP;
+        RETURN QUERY
+        SELECT
+            v_id,
+            coalesce(
+                (
+                    SELECT o.outcome FROM unnest(v_outcomes) AS o (outcome)
+                    ORDER BY array_position(ARRAY['complaint', 'other', 'spent', 'ignored'], o.outcome)
+                    LIMIT 1
+                ),
+                'unparsed'
+            ),
+            cardinality(v_outcomes),
+            v_suppressed;
+        RETURN;
+    END IF;
+
     SELECT m.to_addrs, m.cc_addrs, m.bcc_addrs INTO v_to, v_cc, v_bcc
     FROM mailroom.outbound_messages AS m
     WHERE m.id = v_id;
+    v_pos := mailroom._recipient_position(v_to, v_cc, v_bcc, v_rcpt);
 
-    -- One decision per report (the first 100 objects): a recipient that is not one of the
-    -- message's is ignored (a forged report suppresses nobody); Action failed with a permanent
-    -- status (5.x.x, else a 5yz reply code: the rule of finalize_messages) is a hard bounce;
-    -- failed with anything else a soft bounce; delayed is noted; other actions are noted.
+    IF v_purpose = 'unsubscribe' THEN
+        -- mail to an unsubscribe address (RFC 2369 mailto): whatever it says, its recipient
+        -- asked to be removed, once
+        v_outcome := CASE
+            WHEN mailroom._spend_signature(v_id, v_n, v_rcpt, 'unsubscribe') THEN 'unsubscribe' ELSE 'spent'
+        END;
+        INSERT INTO mailroom.outbound_bounces (message_id, received_at, outcome, recipient, action)
+        VALUES (v_id, v_now, v_outcome, v_pos, 'unsubscribe:mailto');
+        UPDATE mailroom.outbound_messages AS m
+        SET error_log = right(concat_ws(E'\n', m.error_log, concat_ws(' ', v_stamp, 'unsubscribe', v_outcome, v_pos)), v_log_max)
+        WHERE m.id = v_id;
+        RETURN QUERY SELECT v_id, v_outcome, 1, CASE WHEN v_outcome = 'unsubscribe' THEN 1 ELSE 0 END;
+        RETURN;
+    END IF;
+
+    -- A return path names one recipient (v_rcpt; NULL for a message-level return path of a
+    -- message with several): one decision per report (the first 100 objects). An ARF report
+    -- (Feedback-Type abuse, fraud, virus) is a complaint about that recipient. A DSN report
+    -- about anyone else is ignored (a recipient cannot get another suppressed); Action failed
+    -- with a permanent status (5.x.x, else a 5yz reply code: the rule of finalize_messages) is a
+    -- hard bounce; failed with anything else a soft bounce; delayed is noted; other actions are
+    -- noted. A return path suppresses at most once per reason (a replay is 'spent').
     FOR r IN
         WITH rep AS (
             SELECT
                 e.n,
                 mailroom._normalize_address(e.v ->> 'recipient') AS rcpt,
+                mailroom._complaint_type(e.v) AS feedback,
                 -- one word (RFC 3464: failed, delayed, delivered, relayed, expanded); else NULL
                 substring(lower(btrim(e.v ->> 'action')) FROM '^([a-z-]{1,20})$') AS action,
                 CASE
@@ -254,19 +625,14 @@ BEGIN
                 left(e.v ->> 'diagnostic', 500) AS diagnostic
             FROM jsonb_array_elements(p_reports) WITH ORDINALITY AS e (v, n)
             WHERE e.n <= 100 AND jsonb_typeof(e.v) = 'object'
-        ),
-
-        rcpts AS (
-            SELECT k.ord, format('%s[%s]', k.kind, a.n) AS pos, mailroom._normalize_address(a.address) AS address
-            FROM (VALUES (1, 'to', v_to), (2, 'cc', v_cc), (3, 'bcc', v_bcc)) AS k (ord, kind, addrs)
-            CROSS JOIN LATERAL unnest(k.addrs) WITH ORDINALITY AS a (address, n)
         )
 
         SELECT
             rep.*,
-            p.pos,
             CASE
-                WHEN p.pos IS NULL THEN 'ignored'
+                WHEN v_rcpt IS NULL THEN 'ignored'
+                WHEN rep.feedback IS NOT NULL THEN rep.feedback
+                WHEN rep.rcpt IS DISTINCT FROM mailroom._normalize_address(v_rcpt) THEN 'ignored'
                 WHEN rep.action = 'failed'
                     AND mailroom._classify_outcome('reply', rep.code, rep.status) = 'permanent' THEN 'hard_bounce'
                 WHEN rep.action = 'failed' THEN 'soft_bounce'
@@ -274,25 +640,28 @@ BEGIN
                 ELSE 'other'
             END AS outcome
         FROM rep
-        LEFT JOIN LATERAL (
-            SELECT x.pos FROM rcpts AS x WHERE x.address = rep.rcpt ORDER BY x.ord, x.pos LIMIT 1
-        ) AS p ON true
         ORDER BY rep.n
     LOOP
-        IF r.outcome = 'hard_bounce' THEN
-            PERFORM mailroom._add_suppression(r.rcpt, 'hard_bounce', NULL, v_id);
-            v_suppressed := v_suppressed + 1;
+        v_outcome := r.outcome;
+        IF v_outcome IN ('hard_bounce', 'complaint') THEN
+            IF mailroom._spend_signature(v_id, v_n, v_rcpt, v_outcome) THEN
+                v_suppressed := v_suppressed + 1;
+            ELSE
+                v_outcome := 'spent';
+            END IF;
         END IF;
         INSERT INTO mailroom.outbound_bounces (
             message_id, received_at, outcome, recipient, action, status, smtp_code, diagnostic
         )
         VALUES (
-            v_id, v_now, r.outcome, r.pos, r.action, r.status, r.code, mailroom.redact_pii(r.diagnostic)
+            v_id, v_now, v_outcome, CASE WHEN v_outcome <> 'ignored' THEN v_pos END,
+            coalesce(r.action, CASE WHEN r.feedback IS NOT NULL THEN 'feedback' END), r.status, r.code,
+            mailroom.redact_pii(r.diagnostic)
         );
-        v_outcomes := v_outcomes || r.outcome;
-        IF r.outcome <> 'ignored' THEN
+        v_outcomes := v_outcomes || v_outcome;
+        IF v_outcome <> 'ignored' THEN
             v_lines := v_lines || concat_ws(
-                ' ', v_stamp, 'bounce', r.outcome, r.pos, r.action, r.status,
+                ' ', v_stamp, 'bounce', v_outcome, v_pos, r.action, r.status,
                 ': ' || regexp_replace(r.diagnostic, '[\r\n]+', ' ', 'g')
             );
         END IF;
@@ -319,7 +688,8 @@ BEGIN
         (
             SELECT o.outcome FROM unnest(v_outcomes) AS o (outcome)
             ORDER BY array_position(
-                ARRAY['hard_bounce', 'soft_bounce', 'delayed', 'other', 'ignored', 'unparsed'], o.outcome
+                ARRAY['hard_bounce', 'complaint', 'soft_bounce', 'delayed', 'other', 'spent', 'ignored', 'unparsed'],
+                o.outcome
             )
             LIMIT 1
         ),
@@ -329,7 +699,7 @@ END;
 $$;
 
 COMMENT ON FUNCTION mailroom.record_bounce(text, jsonb) IS
-'Record a parsed bounce sent to a VERP return path: per report, failed + 5.x.x suppresses the recipient (hard_bounce), delayed and 4.x.x are noted; foreign recipients are ignored, [] is unparsed. Errors: MR360 not a valid return path, MR361 reports not an array.';
+'Record what arrived at a signed address: to a return path, a DSN report about its own recipient with failed + 5.x.x suppresses it (hard_bounce), an ARF complaint suppresses it (complaint), reports about others are ignored, [] is unparsed; mail to an unsubscribe address suppresses its recipient (unsubscribe); at the feedback address, each ARF complaint suppresses the recipient its quoted signed address names. A signature suppresses once per reason (a replay is spent). Errors: MR360 not a valid return path, MR361 reports not an array.';
 
 GRANT EXECUTE ON FUNCTION mailroom.record_bounce(text, jsonb) TO mailroom_inbound;
 

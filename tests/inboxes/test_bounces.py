@@ -29,7 +29,7 @@ from aiosmtpd.controller import Controller
 from mailroom.inboxes.bounce import parse_bounce
 
 BOUNCE_DOMAIN = "bounces.mailroom.test"
-RETURN_PATH = re.compile(r"^bounce\+(\d+)-([0-9a-f]{16})@" + re.escape(BOUNCE_DOMAIN) + "$")
+RETURN_PATH = re.compile(r"^bounce\+(\d+)-(\d+)-([0-9a-f]{16})@" + re.escape(BOUNCE_DOMAIN) + "$")
 SEND_FLAGS = ("--poll-interval", "0.2s", "--smtp-timeout", "5s", "--shutdown-grace", "1s")
 
 
@@ -61,17 +61,24 @@ def relay():
     controller.stop()
 
 
-def _send_and_get_return_path(conn, cli, relay, to: list[str]) -> tuple[int, str]:
+def _send(conn, cli, relay, to: list[str], bcc: list[str] | None = None) -> tuple[int, dict[str, str]]:
+    """Send one message through the relay: its id and the MAIL FROM each recipient's copy had."""
     conn.execute("SELECT mailroom.upsert_sender('main', 'noreply@mailroom.test', '127.0.0.1', %s)", (relay.port,))
     mid = conn.execute(
-        "SELECT mailroom.enqueue_message('main', %s, 'Welcome', 'hello')", (to,)
+        "SELECT mailroom.enqueue_message('main', %s, 'Welcome', 'hello', p_bcc => %s)", (to, bcc or [])
     ).fetchone()[0]
     result = cli("send", "--until-idle", *SEND_FLAGS, timeout=60)
     assert result.returncode == 0, result.stderr
+    seen = {rcpt: mail_from for mail_from, rcpts in relay.envelopes for rcpt in rcpts}
+    assert sorted(seen) == sorted(to + (bcc or []))
+    return mid, seen
+
+
+def _send_and_get_return_path(conn, cli, relay, to: list[str]) -> tuple[int, str]:
+    """One recipient: the message id and its return path."""
+    mid, seen = _send(conn, cli, relay, to)
     assert len(relay.envelopes) == 1
-    mail_from, rcpts = relay.envelopes[0]
-    assert rcpts == to
-    return mid, mail_from
+    return mid, seen[to[0]]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -136,10 +143,14 @@ async def _deliver(port: int, message, recipients: list[str]) -> aiosmtplib.SMTP
 
 def test_a_dsn_to_the_verp_return_path_suppresses_the_recipient(conn, cli, relay, start_server):
     conn.execute("SELECT mailroom.set_setting('outbound.bounce_domain', %s)", (BOUNCE_DOMAIN,))
-    mid, mail_from = _send_and_get_return_path(conn, cli, relay, ["gone@example.com", "stay@example.com"])
-    match = RETURN_PATH.match(mail_from)
-    assert match, "the relay saw no VERP return path in MAIL FROM"
-    assert int(match.group(1)) == mid
+    mid, seen = _send(conn, cli, relay, ["gone@example.com", "stay@example.com"])
+    assert len(relay.envelopes) == 2, "with VERP, one SMTP transaction per recipient"
+    assert seen["gone@example.com"] != seen["stay@example.com"], "each recipient has its own return path"
+    for n, rcpt in enumerate(["gone@example.com", "stay@example.com"], start=1):
+        match = RETURN_PATH.match(seen[rcpt])
+        assert match, "the relay saw no VERP return path in MAIL FROM"
+        assert (int(match.group(1)), int(match.group(2))) == (mid, n)
+    mail_from = seen["gone@example.com"]
     row = conn.execute("SELECT status::text FROM mailroom.outbound_messages WHERE id = %s", (mid,)).fetchone()
     assert row == ("sent",)
 
@@ -147,7 +158,7 @@ def test_a_dsn_to_the_verp_return_path_suppresses_the_recipient(conn, cli, relay
     # a delay notice first: noted, nobody suppressed
     delayed = _dsn([{"Final-Recipient": "rfc822; stay@example.com", "Action": "delayed", "Status": "4.4.1",
                      "Diagnostic-Code": "smtp; 451 4.4.1 try again later"}])
-    reply = asyncio.run(_deliver(server.port, delayed, [mail_from]))
+    reply = asyncio.run(_deliver(server.port, delayed, [seen["stay@example.com"]]))
     assert not isinstance(reply, Exception), reply
     assert reply.code == 250 and "bounce recorded" in reply.message
     assert conn.execute("SELECT mailroom.is_suppressed('stay@example.com')").fetchone()[0] is False
@@ -174,18 +185,44 @@ def test_a_dsn_to_the_verp_return_path_suppresses_the_recipient(conn, cli, relay
     assert "@" not in log.replace(f"{BOUNCE_DOMAIN}", "")
 
 
+def test_a_recipient_cannot_get_the_others_suppressed_nor_replay(conn, cli, relay, start_server):
+    """Issue 21, item 2: a recipient of a multi-recipient message sends a DSN naming the others (Bcc
+    included) to the return path its copy carried: nobody else is suppressed. And a return path
+    suppresses at most once: after an admin removes the entry, the same DSN replayed does nothing."""
+    conn.execute("SELECT mailroom.set_setting('outbound.bounce_domain', %s)", (BOUNCE_DOMAIN,))
+    mid, seen = _send(conn, cli, relay, ["mallory@example.com", "alice@example.com"], bcc=["bob@example.com"])
+    server = start_server()
+    forged = _dsn([_failed("alice@example.com"), _failed("bob@example.com")])
+    reply = asyncio.run(_deliver(server.port, forged, [seen["mallory@example.com"]]))
+    assert not isinstance(reply, Exception), reply
+    assert reply.code == 250
+    assert conn.execute("SELECT count(*) FROM mailroom.suppressions").fetchone()[0] == 0, \
+        "a DSN to one recipient's return path suppressed another recipient"
+
+    # alice's own bounce suppresses alice, once
+    own = _dsn([_failed("alice@example.com")])
+    reply = asyncio.run(_deliver(server.port, own, [seen["alice@example.com"]]))
+    assert not isinstance(reply, Exception) and reply.code == 250, reply
+    assert conn.execute("SELECT mailroom.is_suppressed('alice@example.com')").fetchone()[0] is True
+    assert conn.execute("SELECT mailroom.unsuppress('alice@example.com')").fetchone()[0] is True
+    reply = asyncio.run(_deliver(server.port, own, [seen["alice@example.com"]]))
+    assert not isinstance(reply, Exception) and reply.code == 250, reply
+    assert conn.execute("SELECT count(*) FROM mailroom.suppressions").fetchone()[0] == 0, \
+        "a replayed DSN suppressed again after the admin removed the entry"
+
+
 def test_a_forged_return_path_is_refused_at_rcpt(conn, cli, relay, start_server):
     conn.execute("SELECT mailroom.set_setting('outbound.bounce_domain', %s)", (BOUNCE_DOMAIN,))
     mid, mail_from = _send_and_get_return_path(conn, cli, relay, ["gone@example.com"])
     server = start_server("--max-bad-recipients", "2")
-    forged = RETURN_PATH.sub(lambda m: f"bounce+{m.group(1)}-{'a' * 16}@{BOUNCE_DOMAIN}", mail_from)
+    forged = RETURN_PATH.sub(lambda m: f"bounce+{m.group(1)}-{m.group(2)}-{'a' * 16}@{BOUNCE_DOMAIN}", mail_from)
     assert forged != mail_from
 
     async def session() -> list[int]:
         async with aiosmtplib.SMTP(hostname="127.0.0.1", port=server.port, timeout=15) as smtp:
             await smtp.mail("")
             codes = []
-            for rcpt in (forged, f"bounce+{mid + 1000}-{'b' * 16}@{BOUNCE_DOMAIN}"):
+            for rcpt in (forged, f"bounce+{mid + 1000}-1-{'b' * 16}@{BOUNCE_DOMAIN}"):
                 try:
                     codes.append((await smtp.rcpt(rcpt))[0])
                 except aiosmtplib.SMTPRecipientRefused as exc:
@@ -246,7 +283,7 @@ def test_a_senders_own_bounce_domain_from_the_cli(conn, cli, relay):
                 "--port", str(relay.port), "--bounce-domain", "Own.Example.org")
     assert saved.returncode == 0, saved.stderr
     mid, mail_from = _send_and_get_return_path(conn, cli, relay, ["someone@example.com"])
-    assert re.fullmatch(rf"bounce\+{mid}-[0-9a-f]{{16}}@own\.example\.org", mail_from)
+    assert re.fullmatch(rf"bounce\+{mid}-1-[0-9a-f]{{16}}@own\.example\.org", mail_from)
     bad = cli("outbound", "sender", "main", "--from", "noreply@mailroom.test", "--host", "127.0.0.1",
               "--port", str(relay.port), "--bounce-domain", "not a domain")
     assert bad.returncode != 0 and bad.stderr.startswith("mailroom: error:") and "Traceback" not in bad.stderr

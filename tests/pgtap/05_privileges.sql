@@ -15,14 +15,15 @@ SELECT 'mailroom_app', unnest(ARRAY[
     'verify_token', 'create_mailbox', 'extend_mailbox', 'delete_mailbox', 'list_mailboxes', 'list_messages',
     'read_message', 'mailbox_accepts', 'enqueue_message', 'wait_for_message', 'extract_link', 'extract_code',
     'find_message', 'await_message', 'is_suppressed', 'search_messages', 'clock', 'setting', 'interval_setting',
-    'account_status', 'list_migrations', 'schema_version', 'error_codes', 'token_actions', 'list_settings', 'list_plans'
+    'account_status', 'list_migrations', 'schema_version', 'error_codes', 'token_actions', 'list_settings', 'list_plans',
+    'enqueue_bulk_message'
 ])
 UNION ALL
 SELECT 'mailroom_http', unnest(ARRAY[
     'http_create_mailbox', 'http_get_mailbox', 'http_list_messages', 'http_read_message', 'http_message_raw',
     'http_message_attachment', 'http_delete_mailbox', 'http_delete_message', 'http_extract_link', 'http_extract_code',
     'http_check_message', 'http_search_messages', 'index_messages', 'deliver_ses_message', 'clock', 'setting',
-    'list_migrations', 'schema_version', 'error_codes'
+    'list_migrations', 'schema_version', 'error_codes', 'unsubscribe'
 ])
 UNION ALL
 SELECT 'mailroom_collector', unnest(ARRAY[
@@ -33,7 +34,7 @@ UNION ALL
 SELECT 'mailroom_sender', unnest(ARRAY[
     'claim_messages', 'finalize_messages', 'release_messages', 'reap_stuck_messages', 'worker_heartbeat',
     'worker_stopped', 'queue_health', 'record_refused_recipients', 'clock', 'setting', 'interval_setting',
-    'outbound_stats', 'list_migrations', 'schema_version', 'error_codes', 'list_settings'
+    'outbound_stats', 'list_migrations', 'schema_version', 'error_codes', 'list_settings', 'list_dkim_keys'
 ])
 UNION ALL
 SELECT 'mailroom_inbound', unnest(ARRAY[
@@ -46,7 +47,8 @@ UNION ALL
 SELECT 'mailroom_monitor', unnest(ARRAY[
     'list_outbound_messages', 'queue_health', 'worker_health', 'list_domain_limits', 'domain_status', 'clock',
     'setting', 'interval_setting', 'outbound_stats', 'list_migrations', 'schema_version', 'error_codes',
-    'list_settings', 'list_plans', 'outbound_queue', 'job_runs', 'partition_status', 'list_worker_kinds', 'inbox_stats'
+    'list_settings', 'list_plans', 'outbound_queue', 'job_runs', 'partition_status', 'list_worker_kinds', 'inbox_stats',
+    'list_dkim_keys'
 ])
 UNION ALL
 SELECT 'mailroom_admin', unnest(ARRAY[
@@ -62,7 +64,8 @@ SELECT 'mailroom_admin', unnest(ARRAY[
     'set_sender_public_key', 'sender_public_key', 'convert_sender_passwords',
     'list_settings', 'list_plans', 'list_senders', 'hold_messages', 'release_held_messages', 'cancel_messages',
     'delete_messages', 'run_messages_now', 'retry_messages', 'outbound_queue', 'job_runs', 'partition_status',
-    'list_worker_kinds', 'worker_heartbeat', 'worker_stopped', 'inbox_stats'
+    'list_worker_kinds', 'worker_heartbeat', 'worker_stopped', 'inbox_stats',
+    'set_dkim_key', 'list_dkim_keys', 'delete_dkim_key'
 ])
 UNION ALL
 SELECT 'mailroom_timekeeper', unnest(ARRAY['pin_clock', 'unpin_clock']);

@@ -1,7 +1,8 @@
--- Bounces (sql/36_outbound_bounces.sql): VERP return paths from claim_messages, their signature checked
--- at RCPT (check_bounce_recipient), and what record_bounce decides for each kind of report.
+-- Bounces (sql/36_outbound_bounces.sql): VERP return paths from claim_messages, one per recipient, their
+-- signature checked at RCPT (check_bounce_recipient), and what record_bounce decides for each kind of
+-- report: only about the return path's own recipient, at most once.
 BEGIN;
-SELECT plan(57);
+SELECT plan(74);
 
 SET LOCAL mailroom.clock = '2030-01-01 00:00Z';
 SELECT mailroom.upsert_sender('tap', 'robot@mailroom.test', '127.0.0.1', 2525);
@@ -24,8 +25,8 @@ SELECT is(
 
 -- VERP off without a bounce domain: claim returns NULL and the sender keeps from_address
 SELECT is(
-    (SELECT count(*)::integer FROM mailroom.claim_messages(10, 'w1') WHERE return_path IS NULL), 3,
-    'no bounce domain: return_path is NULL for every claimed message'
+    (SELECT count(*)::integer FROM mailroom.claim_messages(10, 'w1') WHERE return_path IS NULL AND return_paths IS NULL), 3,
+    'no bounce domain: return_path and return_paths are NULL for every claimed message'
 );
 SELECT mailroom.release_messages(array_agg(id), array_agg(claim_token))
 FROM mailroom.outbound_messages;
@@ -39,18 +40,40 @@ SELECT is(
 -- VERP on: the setting for every sender, a sender's own column first
 SELECT mailroom.set_setting('outbound.bounce_domain', 'Bounces.Mailroom.test');
 SELECT mailroom.set_sender_bounce_domain('own', 'b2.example.org');
-CREATE TEMP TABLE claimed AS SELECT id, return_path FROM mailroom.claim_messages(10, 'w2');
+CREATE TEMP TABLE claimed AS SELECT id, return_path, recipients, return_paths FROM mailroom.claim_messages(10, 'w2');
 SELECT is(
-    (SELECT return_path FROM claimed WHERE id = (SELECT a FROM m)),
-    'bounce+' || (SELECT a FROM m) || '-' || mailroom._verp_signature((SELECT a FROM m)) || '@bounces.mailroom.test',
-    'return_path = bounce+<id>-<signature>@<setting, lower case>'
+    (SELECT return_paths FROM claimed WHERE id = (SELECT a FROM m)),
+    ARRAY(
+        SELECT 'bounce+' || (SELECT a FROM m) || '-' || n || '-' || mailroom._recipient_signature(
+            'mailroom-verp', (SELECT a FROM m), n, (SELECT key FROM mailroom.verp_key)
+        ) || '@bounces.mailroom.test'
+        FROM generate_series(1, 2) AS n
+    ),
+    'return_paths = bounce+<id>-<recipient>-<signature>@<setting, lower case>, one per recipient'
+);
+SELECT is(
+    (SELECT recipients FROM claimed WHERE id = (SELECT c FROM m)), ARRAY['x@example.com', 'cc@example.com'],
+    'recipients: the envelope (to, cc, bcc), in the order of return_paths'
 );
 SELECT matches(
-    (SELECT return_path FROM claimed WHERE id = (SELECT a FROM m)), '^bounce\+[0-9]+-[0-9a-f]{16}@',
+    (SELECT return_paths[2] FROM claimed WHERE id = (SELECT a FROM m)), '^bounce\+[0-9]+-2-[0-9a-f]{16}@',
     'the signature: 16 hex characters'
 );
+SELECT isnt(
+    (SELECT return_paths[1] FROM claimed WHERE id = (SELECT a FROM m)),
+    (SELECT return_paths[2] FROM claimed WHERE id = (SELECT a FROM m)),
+    'each recipient has its own return path'
+);
 SELECT is(
-    (SELECT split_part(return_path, '@', 2) FROM claimed WHERE id = (SELECT c FROM m)), 'b2.example.org',
+    (SELECT return_path FROM claimed WHERE id = (SELECT a FROM m)), NULL,
+    'return_path (one transaction for all, a sender of the previous release): NULL with several recipients'
+);
+SELECT is(
+    (SELECT return_path FROM claimed WHERE id = (SELECT b FROM m)), (SELECT return_paths[1] FROM claimed WHERE id = (SELECT b FROM m)),
+    'return_path with one recipient: that recipient''s'
+);
+SELECT is(
+    (SELECT split_part(return_paths[1], '@', 2) FROM claimed WHERE id = (SELECT c FROM m)), 'b2.example.org',
     'a sender''s bounce_domain wins over the setting'
 );
 SELECT isnt(
@@ -66,9 +89,13 @@ SELECT throws_ok(
 
 CREATE TEMP TABLE rp AS
 SELECT
-    (SELECT return_path FROM claimed WHERE id = (SELECT a FROM m)) AS a,
-    (SELECT return_path FROM claimed WHERE id = (SELECT b FROM m)) AS b,
-    (SELECT return_path FROM claimed WHERE id = (SELECT c FROM m)) AS c;
+    (SELECT return_paths[1] FROM claimed WHERE id = (SELECT a FROM m)) AS a,
+    (SELECT return_paths[2] FROM claimed WHERE id = (SELECT a FROM m)) AS a2,
+    (SELECT return_paths[1] FROM claimed WHERE id = (SELECT b FROM m)) AS b,
+    (SELECT return_paths[1] FROM claimed WHERE id = (SELECT c FROM m)) AS c,
+    (SELECT return_paths[2] FROM claimed WHERE id = (SELECT c FROM m)) AS c2,
+    'bounce+' || (SELECT a FROM m) || '-' || mailroom._verp_signature((SELECT a FROM m)) || '@bounces.mailroom.test' AS legacy_a,
+    'bounce+' || (SELECT b FROM m) || '-' || mailroom._verp_signature((SELECT b FROM m)) || '@bounces.mailroom.test' AS legacy_b;
 
 -- RCPT: the signature is checked
 SELECT is(
@@ -87,6 +114,22 @@ SELECT is(
         regexp_replace((SELECT a FROM rp), '-[0-9a-f]{16}@', '-aaaaaaaaaaaaaaaa@')
     )),
     'unknown', 'a bad signature: unknown'
+);
+SELECT is(
+    (SELECT verdict FROM mailroom.check_bounce_recipient(replace((SELECT a FROM rp), '-1-', '-2-'))),
+    'unknown', 'another recipient''s position under this signature: unknown'
+);
+SELECT is(
+    (SELECT verdict FROM mailroom.check_bounce_recipient(
+        'bounce+' || (SELECT a FROM m) || '-3-' || mailroom._recipient_signature(
+            'mailroom-verp', (SELECT a FROM m), 3, (SELECT key FROM mailroom.verp_key)
+        ) || '@bounces.mailroom.test'
+    )),
+    'unknown', 'a signed position the message does not have: unknown'
+);
+SELECT is(
+    (SELECT verdict FROM mailroom.check_bounce_recipient((SELECT legacy_a FROM rp))), 'bounce',
+    'the message-level return path of the previous release: still accepted (mail already sent bounces)'
 );
 SELECT is(
     (SELECT verdict FROM mailroom.check_bounce_recipient(
@@ -155,24 +198,54 @@ SELECT results_eq(
         'SELECT message_id, outcome, reports, suppressed FROM mailroom.record_bounce(%L, %L)', (SELECT a FROM rp),
         '[{"recipient": "gone@example.com", "action": "failed", "status": "5.1.1",'
         || ' "diagnostic": "smtp; 550 5.1.1 <gone@example.com>: user unknown"},'
-        || ' {"recipient": "ok@example.com", "action": "delivered", "status": "2.0.0"}]'
+        || ' {"recipient": "ok@example.com", "action": "failed", "status": "5.1.1"}]'
     ),
     format('VALUES (%s::bigint, %L, 2, 1)', (SELECT a FROM m), 'hard_bounce'),
-    'Action: failed with 5.x.x: a hard bounce of that recipient (the strongest outcome is returned)'
+    'Action: failed with 5.x.x: a hard bounce of the return path''s recipient; the other recipient named: ignored'
 );
 SELECT results_eq(
     $$SELECT address, reason, source_message, expires_at FROM mailroom.suppressions WHERE address LIKE 'gone@%'$$,
     format('VALUES (%L, %L, %s::bigint, NULL::timestamptz)', 'gone@example.com', 'hard_bounce', (SELECT a FROM m)),
     'the recipient is suppressed: hard_bounce, source message = the bounced message, no expiry'
 );
-SELECT ok(NOT mailroom.is_suppressed('ok@example.com'), 'the recipient the report says was delivered is not');
+SELECT ok(NOT mailroom.is_suppressed('ok@example.com'), 'the other recipient of the message is not suppressed');
+-- issue 21, item 2: a recipient sends a DSN naming the others to its own return path
+SELECT results_eq(
+    format(
+        'SELECT outcome, suppressed FROM mailroom.record_bounce(%L, %L)', (SELECT a2 FROM rp),
+        '[{"recipient": "gone@example.com", "action": "failed", "status": "5.1.1"},'
+        || ' {"recipient": "cc@example.com", "action": "failed", "status": "5.1.1"}]'
+    ),
+    $$VALUES ('ignored', 0)$$, 'a DSN to one recipient''s return path naming the others: ignored'
+);
+SELECT ok(NOT mailroom.is_suppressed('cc@example.com'), 'nobody else suppressed');
+SELECT results_eq(
+    format(
+        'SELECT outcome, suppressed FROM mailroom.record_bounce(%L, %L)', (SELECT legacy_a FROM rp),
+        '[{"recipient": "ok@example.com", "action": "failed", "status": "5.1.1"}]'
+    ),
+    $$VALUES ('ignored', 0)$$, 'the message-level return path of a message with several recipients suppresses nobody'
+);
+SELECT ok(NOT mailroom.is_suppressed('ok@example.com'), 'ok@ is still not suppressed');
+-- a return path suppresses at most once: the admin removes the entry, the DSN is replayed
+SELECT mailroom.unsuppress('gone@example.com');
+SELECT results_eq(
+    format(
+        'SELECT outcome, suppressed FROM mailroom.record_bounce(%L, %L)', (SELECT a FROM rp),
+        '[{"recipient": "gone@example.com", "action": "failed", "status": "5.1.1"}]'
+    ),
+    $$VALUES ('spent', 0)$$, 'a replayed DSN after an admin unsuppressed: spent, nothing suppressed'
+);
+SELECT ok(NOT mailroom.is_suppressed('gone@example.com'), 'the unsuppressed address stays unsuppressed');
+SELECT mailroom.suppress('gone@example.com', 'hard_bounce', NULL, (SELECT a FROM m));
 SELECT throws_ok(
     $$SELECT mailroom.enqueue_message('tap', ARRAY['gone@example.com'], 'again', 'b')$$, 'MR318', NULL,
     'the next enqueue to the bounced address is refused'
 );
 SELECT results_eq(
     format('SELECT outcome, recipient, status FROM mailroom.outbound_bounces WHERE message_id = %s ORDER BY id', (SELECT a FROM m)),
-    $$VALUES ('ignored', NULL, '5.1.1'), ('hard_bounce', 'to[1]', '5.1.1'), ('other', 'to[2]', '2.0.0')$$,
+    $$VALUES ('ignored', NULL, '5.1.1'), ('hard_bounce', 'to[1]', '5.1.1'), ('ignored', NULL, '5.1.1'),
+        ('ignored', NULL, '5.1.1'), ('ignored', NULL, '5.1.1'), ('ignored', NULL, '5.1.1'), ('spent', 'to[1]', '5.1.1')$$,
     'every report is kept, the recipient as its position'
 );
 SELECT ok(
@@ -190,14 +263,14 @@ SELECT doesnt_match(
 
 SELECT results_eq(
     format(
-        'SELECT outcome, suppressed FROM mailroom.record_bounce(%L, %L)', (SELECT c FROM rp),
+        'SELECT outcome, suppressed FROM mailroom.record_bounce(%L, %L)', (SELECT c2 FROM rp),
         '[{"recipient": "rfc822;CC@example.com", "action": "failed", "smtp_code": "550"}]'
     ),
     $$VALUES ('ignored', 0)$$, 'the recipient is an address, not an address type: rfc822;… is nobody'
 );
 SELECT results_eq(
     format(
-        'SELECT outcome, suppressed FROM mailroom.record_bounce(%L, %L)', (SELECT c FROM rp),
+        'SELECT outcome, suppressed FROM mailroom.record_bounce(%L, %L)', (SELECT c2 FROM rp),
         '[{"recipient": "<CC@example.com>", "action": "failed", "smtp_code": "550"}]'
     ),
     $$VALUES ('hard_bounce', 1)$$, 'failed with a 5yz code and no status: hard (a cc recipient too)'
@@ -225,6 +298,33 @@ SELECT results_eq(
 SELECT is(
     (SELECT action FROM mailroom.outbound_bounces WHERE message_id = (SELECT c FROM m) ORDER BY id DESC LIMIT 1),
     NULL, 'and it is not stored'
+);
+
+-- an ARF complaint at a return path: its recipient, reason complaint, once
+SELECT results_eq(
+    format(
+        'SELECT outcome, suppressed FROM mailroom.record_bounce(%L, %L)', (SELECT legacy_b FROM rp),
+        '[{"feedback_type": "abuse", "signed": []}]'
+    ),
+    $$VALUES ('complaint', 1)$$, 'an ARF abuse report at the (single-recipient) return path: complaint'
+);
+SELECT is(
+    (SELECT reason FROM mailroom.suppressions WHERE address = 'late@example.com'), 'complaint',
+    'the recipient is suppressed with reason complaint'
+);
+SELECT results_eq(
+    format(
+        'SELECT outcome, suppressed FROM mailroom.record_bounce(%L, %L)', (SELECT b FROM rp),
+        '[{"feedback_type": "abuse"}]'
+    ),
+    $$VALUES ('spent', 0)$$, 'the same complaint again (another form of the return path): spent'
+);
+SELECT results_eq(
+    format(
+        'SELECT outcome, suppressed FROM mailroom.record_bounce(%L, %L)', (SELECT c FROM rp),
+        '[{"feedback_type": "not-spam"}]'
+    ),
+    $$VALUES ('other', 0)$$, 'Feedback-Type not-spam is no complaint'
 );
 
 -- record_refused_recipients: the relay refused some recipients of a message at RCPT

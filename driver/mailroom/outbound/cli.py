@@ -405,6 +405,71 @@ def sender_key_init(
                "public half in the database")
 
 
+dkim_app = new_app("dkim", "DKIM signing per From domain (docs/deliverability.md): keygen, list, remove.")
+outbound.add_typer(dkim_app)
+
+
+def _txt_record(name: str, value: str) -> str:
+    """A zone file line: the value in quoted strings of at most 255 characters (RFC 7208 3.3 style)."""
+    chunks = " ".join(f'"{value[i:i + 255]}"' for i in range(0, len(value), 255))
+    return f"{name}. IN TXT ( {chunks} )"
+
+
+@dkim_app.command("keygen")
+def dkim_keygen(
+    sender: Annotated[str, typer.Argument(metavar="SENDER", help="The sender whose From domain signs.")],
+    selector: Annotated[str, typer.Option("--selector", metavar="S", help="The DKIM selector (s=), e.g. mr2030.")],
+    key_file: Annotated[Optional[str], env_option(
+        "--key-file", env="MAILROOM_DKIM_KEY_FILE",
+        help="The senders' DKIM key file: the private key is appended (created 0600).", metavar="FILE")] = None,
+    bits: Annotated[int, typer.Option(help="RSA key size: 1024, 2048, 3072 or 4096.")] = 2048,
+    database_url: DatabaseUrlOption = None,
+) -> None:
+    """Make a DKIM key for SENDER's From domain: the private half is appended to --key-file (give it to
+    `mailroom send` as MAILROOM_DKIM_KEY_FILE), the selector and public half go to the database
+    (mailroom.set_dkim_key), and the DNS TXT record to publish is printed. Publish it before the
+    senders restart with the new file: mail is signed from the next claim on."""
+    from pathlib import Path
+
+    from mailroom.outbound.dkim import append_key, generate_key, public_record_key
+
+    if not key_file:
+        raise ConfigError("--key-file (or MAILROOM_DKIM_KEY_FILE) is required: where the senders read their DKIM keys")
+    path = Path(key_file).expanduser()
+    private = generate_key(bits)
+    rows = _call(database_url, sqlapi.set_dkim_key, sender=sender, selector=selector,
+                 public_key=public_record_key(private), algorithm="rsa-sha256")
+    try:
+        append_key(path, private)
+    except OSError as exc:
+        raise UserError(f"cannot write {path}: {exc.strerror} (the database already has the new public key: "
+                        "run keygen again)") from None
+    row = rows[0]
+    typer.echo(f"; DKIM key of {row['domain']}, selector {row['selector']}: private half appended to {path}")
+    typer.echo(_txt_record(row["dns_name"], row["dns_value"]))
+
+
+@dkim_app.command("list")
+def dkim_list(database_url: DatabaseUrlOption = None) -> None:
+    """The DKIM keys by domain and the TXT record each needs (mailroom.list_dkim_keys)."""
+    rows = _call(database_url, sqlapi.list_dkim_keys)
+    for row in rows:
+        typer.echo(f"{row['domain']}\t{row['selector']}\t{row['algorithm']}\t{row['created_at']:%Y-%m-%d}")
+        typer.echo("  " + _txt_record(row["dns_name"], row["dns_value"]))
+    if not rows:
+        typer.echo("no DKIM key: make one with `mailroom outbound dkim keygen SENDER --selector S`")
+
+
+@dkim_app.command("remove")
+def dkim_remove(
+    domain: Annotated[str, typer.Argument(metavar="DOMAIN", help="The From domain.")],
+    database_url: DatabaseUrlOption = None,
+) -> None:
+    """Stop signing DOMAIN's mail (mailroom.delete_dkim_key); the private key stays in the file."""
+    _call(database_url, sqlapi.delete_dkim_key, domain=domain)
+    typer.echo("removed")
+
+
 @outbound.command("convert-passwords")
 def convert_passwords(database_url: DatabaseUrlOption = None) -> None:
     """Once, after upgrading: re-encrypt the relay passwords stored under MAILROOM_ENCRYPTION_KEY to the
@@ -521,8 +586,10 @@ def send_command(
         metavar="FILE")] = None,
     until_idle: Annotated[bool, _send_opt("--until-idle", "Exit once nothing is due (batch jobs, tests).")] = False,
 ) -> None:
-    """Deliver queued outbound messages (env MAILROOM_SENDER_KEY_FILE opens the relay passwords)."""
+    """Deliver queued outbound messages (env MAILROOM_SENDER_KEY_FILE opens the relay passwords,
+    MAILROOM_DKIM_KEY_FILE holds the DKIM private keys)."""
     from mailroom.core.log import get_logger
+    from mailroom.outbound.dkim import Signer
     from mailroom.outbound.sealing import Unsealer
     from mailroom.outbound.sender import Sender, SenderOptions
 
@@ -536,6 +603,7 @@ def send_command(
         url=url,
         listen_url=resolve_listen_url(listen_url, url),
         unsealer=Unsealer.from_env(),
+        dkim=Signer.from_env(),
         concurrency=concurrency,
         batch_size=batch_size,
         connections=connections,
@@ -557,7 +625,7 @@ def send_command(
 
 suppress_app = new_app("suppress", "The suppression list (admin): add, remove, list, check. Addresses are PII.")
 
-SUPPRESSION_REASONS = ("manual", "complaint", "hard_bounce")
+SUPPRESSION_REASONS = ("manual", "complaint", "hard_bounce")  # an operator's; unsubscribe comes from the recipient
 AddressArgument = Annotated[str, typer.Argument(metavar="ADDRESS", help="An email address.")]
 
 

@@ -49,11 +49,17 @@ def _header_value(value: str) -> str | Header:
     return value if value.isascii() else Header(value, "utf-8")
 
 
-def build_message(row: dict[str, Any]) -> EmailMessage:
+# set by mailroom for bulk mail (RFC 8058): an application's extra header of the same name is left out
+_LIST_UNSUBSCRIBE = ("list-unsubscribe", "list-unsubscribe-post")
+
+
+def build_message(row: dict[str, Any], list_unsubscribe: str | None = None) -> EmailMessage:
     """The RFC 5322 message of a claimed row: multipart/alternative when both bodies exist.
 
     Headers: Subject, From, To (or an empty group when there are only Cc/Bcc recipients), Cc,
-    Date (enqueue time), Message-ID (generated once at enqueue), the extra headers. Never Bcc.
+    Date (enqueue time), Message-ID (generated once at enqueue), the extra headers, and for bulk
+    mail one recipient's List-Unsubscribe (claim_messages' value) with List-Unsubscribe-Post when
+    it has the https link (RFC 8058). Never Bcc.
     The compat32 header policy (with the modern raw_data_manager for bodies) is used because the
     modern policy's header parsing costs ~2 ms per message, the sender's main CPU cost.
     """
@@ -66,7 +72,12 @@ def build_message(row: dict[str, Any]) -> EmailMessage:
     msg["Date"] = email.utils.format_datetime(row["created_at"])
     msg["Message-ID"] = row["message_id"]
     for name, value in (row["headers"] or {}).items():
-        msg[name] = _header_value(value)
+        if list_unsubscribe is None or name.lower() not in _LIST_UNSUBSCRIBE:
+            msg[name] = _header_value(value)
+    if list_unsubscribe is not None:
+        msg["List-Unsubscribe"] = list_unsubscribe
+        if "<https://" in list_unsubscribe:
+            msg["List-Unsubscribe-Post"] = "List-Unsubscribe=One-Click"
     text, html = row["text_body"], row["html_body"]
     if text is not None and html is not None:
         msg.set_content(text, content_manager=raw_data_manager)
@@ -80,5 +91,8 @@ def build_message(row: dict[str, Any]) -> EmailMessage:
 
 
 def envelope_recipients(row: dict[str, Any]) -> list[str]:
-    """RCPT TO list: to + cc + bcc, each once, in order."""
+    """RCPT TO list: claim_messages' envelope (to + cc + bcc, each once, in order: the order of
+    its return paths), else computed the same way."""
+    if row.get("recipients") is not None:
+        return list(row["recipients"])
     return list(dict.fromkeys([*row["to_addrs"], *row["cc_addrs"], *row["bcc_addrs"]]))

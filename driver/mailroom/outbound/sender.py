@@ -45,6 +45,7 @@ from mailroom.db import sqlapi as db_sqlapi
 from mailroom.db.connect import alearn_vocabulary, connection_kwargs, with_defaults
 from mailroom.db.listen import Listener
 from mailroom.outbound import sqlapi
+from mailroom.outbound.dkim import Signer
 from mailroom.outbound.metrics import SenderMetrics
 from mailroom.outbound.sealing import KEY_FILE_ENV, Unsealer
 from mailroom.outbound.smtp import Attempt, Outcome, Relay, RelayConnections, deliver
@@ -76,6 +77,7 @@ class SenderOptions:
     metrics_host: str = "127.0.0.1"
     tls_ca_file: str | None = None
     until_idle: bool = False
+    dkim: Signer | None = None  # MAILROOM_DKIM_KEY_FILE: the DKIM private keys (None: no key, mail leaves unsigned)
 
 
 class Sender:
@@ -101,6 +103,7 @@ class Sender:
         # the database unreachable: one wait for all slots and helpers, logged once
         self.outage = Outage(log, on_change=self.metrics.waiting)
         self.warnings = RateLimited(log)
+        self.dkim = opts.dkim if opts.dkim is not None else Signer({})
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -373,7 +376,7 @@ class Sender:
                 continue
             attempt = Attempt()
             t0 = time.monotonic()
-            task = asyncio.ensure_future(deliver(conns, relay, row, attempt))
+            task = asyncio.ensure_future(deliver(conns, relay, row, attempt, self.dkim))
             abort = asyncio.ensure_future(self.aborting.wait())
             await asyncio.wait({task, abort}, return_when=asyncio.FIRST_COMPLETED)
             abort.cancel()

@@ -17,6 +17,7 @@ from typing import Any
 
 import aiosmtplib
 
+from mailroom.outbound.dkim import Signer
 from mailroom.outbound.message import build_message, envelope_recipients
 from mailroom.outbound.metrics import SenderMetrics
 
@@ -133,15 +134,41 @@ class Attempt:
         self.stage = "connect"  # connect -> envelope -> data
 
 
-async def deliver(conns: RelayConnections, relay: Relay, row: dict[str, Any], attempt: Attempt) -> Outcome:
-    """One SMTP transaction; never raises (except cancellation): the outcome says what happened."""
+def _transactions(row: dict[str, Any], signer: Signer | None) -> list[tuple[str, list[str], bytes]]:
+    """The SMTP transactions of a claimed row: (MAIL FROM, RCPT list, message bytes).
+
+    With per-recipient return paths (VERP) or per-recipient List-Unsubscribe (bulk mail), one
+    transaction per recipient, as Postfix's VERP does: each recipient gets only its own return path
+    and unsubscribe link, so a report can speak only for its own recipient (issue 21, item 2).
+    Otherwise one transaction for all. Each message is DKIM-signed when its From domain has a key."""
+    rcpts = envelope_recipients(row)
+    paths = row.get("return_paths")
+    unsubscribe = row.get("list_unsubscribe")
+
+    def payload(list_unsubscribe: str | None) -> bytes:
+        data = build_message(row, list_unsubscribe).as_bytes()
+        return signer.sign(data, row) if signer is not None else data
+
+    if not paths and not unsubscribe:
+        return [(row.get("return_path") or row["from_address"], rcpts, payload(None))]
+    return [
+        (paths[i] if paths else row["from_address"], [rcpt], payload(unsubscribe[i] if unsubscribe else None))
+        for i, rcpt in enumerate(rcpts)
+    ]
+
+
+async def deliver(
+    conns: RelayConnections, relay: Relay, row: dict[str, Any], attempt: Attempt, signer: Signer | None = None
+) -> Outcome:
+    """One message: its SMTP transactions (one, or one per recipient with VERP); never raises
+    (except cancellation): the outcome says what happened."""
     out = Outcome(row["id"], row["claim_token"], "sent")
     if row["text_body"] is None and row["html_body"] is None:
         # a token email whose token is gone (tokens.retention): nothing to send, ever
         out.outcome, out.error = "local", "no body to send (a token email whose token was purged)"
         return out
     try:
-        payload = build_message(row).as_bytes()
+        transactions = _transactions(row, signer)
     except Exception as exc:  # noqa: BLE001 - a message that cannot be built never will be
         out.outcome, out.error = "local", f"cannot build the message: {type(exc).__name__}"
         return out
@@ -151,7 +178,61 @@ async def deliver(conns: RelayConnections, relay: Relay, row: dict[str, Any], at
         out.error = ("refused to log in over cleartext: the relay's security is none "
                      "(use starttls or tls; a relay on this machine may allow it: --allow-cleartext-login)")
         return out
-    rcpts = envelope_recipients(row)
+    if len(transactions) == 1:
+        mail_from, rcpts, payload = transactions[0]
+        return await _deliver_one(conns, relay, out, attempt, mail_from, rcpts, payload)
+    return await _deliver_each(conns, relay, out, attempt, transactions)
+
+
+async def _deliver_each(
+    conns: RelayConnections, relay: Relay, out: Outcome, attempt: Attempt,
+    transactions: list[tuple[str, list[str], bytes]],
+) -> Outcome:
+    """One transaction per recipient. A recipient refused at RCPT or after DATA is a refused
+    recipient (each transaction has one: its reply speaks for it alone), reported to
+    record_refused_recipients; the message is sent when any recipient took it, 'refused' when none
+    did. A connection lost after some recipient took it is 'uncertain' (retried, flagged
+    possibly_sent: the recipients who had it may get it twice)."""
+    delivered = 0
+    for mail_from, rcpts, payload in transactions:
+        one = Outcome(out.id, out.claim_token, "sent")
+        one = await _deliver_one(conns, relay, one, attempt, mail_from, rcpts, payload)
+        if one.outcome == "sent":
+            delivered += 1
+            out.code, out.enhanced = one.code, one.enhanced
+            out.refused.extend(one.refused)
+            continue
+        if one.outcome == "refused":
+            out.refused.extend(one.refused)
+            continue
+        if one.outcome == "reply" and attempt.stage == "data" and one.code is not None:
+            # refused after DATA: this transaction's only recipient refused it
+            out.refused.append((rcpts[0], one.code, one.enhanced))
+            continue
+        # the relay, MAIL FROM or the connection failed: the message's outcome, unless some recipient has it
+        if delivered:
+            out.outcome = "uncertain"
+            out.error = f"{one.error} (after {delivered} of {len(transactions)} recipients took it)"
+            return out
+        one.refused = out.refused + one.refused
+        return one
+    if not delivered:
+        out.outcome = "refused"
+        codes = out.refused
+        out.error = (f"{codes[0][1]} refused" if len(codes) == 1 else
+                     f"{len(codes)} of {len(transactions)} recipients refused: "
+                     + "; ".join(str(c[1]) + (f" {c[2]}" if c[2] else "") for c in codes))
+    elif out.refused:
+        out.error = f"{len(out.refused)} of {len(transactions)} recipients refused: " + "; ".join(
+            str(c[1]) + (f" {c[2]}" if c[2] else "") for c in out.refused)
+    return out
+
+
+async def _deliver_one(
+    conns: RelayConnections, relay: Relay, out: Outcome, attempt: Attempt, mail_from: str, rcpts: list[str],
+    payload: bytes,
+) -> Outcome:
+    """One SMTP transaction; never raises (except cancellation)."""
     for try_number in (1, 2):
         attempt.stage = "connect"
         try:
@@ -174,7 +255,7 @@ async def deliver(conns: RelayConnections, relay: Relay, row: dict[str, Any], at
         attempt.stage = "envelope"
         try:
             # the VERP return path claim_messages computed (sql/36_outbound_bounces.sql), else the From address
-            await smtp.mail(row.get("return_path") or row["from_address"])
+            await smtp.mail(mail_from)
             refused: list[aiosmtplib.SMTPRecipientRefused] = []
             for rcpt in rcpts:
                 try:

@@ -14,7 +14,8 @@ claim_messages = SqlFunction(
         "id", "claim_token", "attempts", "message_id", "sender_name", "from_address", "to_addrs", "cc_addrs",
         "bcc_addrs", "subject", "text_body", "html_body", "headers", "created_at", "possibly_sent", "smtp_host",
         "smtp_port", "smtp_security", "smtp_username", "smtp_password_sealed", "smtp_password_set",
-        "smtp_allow_cleartext", "return_path",
+        "smtp_allow_cleartext", "return_path", "recipients", "return_paths", "list_unsubscribe", "dkim_domain",
+        "dkim_selector", "dkim_public_key", "dkim_algorithm",
     ),
 )
 finalize_messages = SqlFunction(
@@ -55,6 +56,13 @@ purge_sent_messages = SqlFunction(
 )
 enqueue_message = SqlFunction(
     "enqueue_message",
+    "p_sender text, p_to text[], p_subject text, p_text_body text, p_html_body text = default, p_cc text[] = default,"
+    " p_bcc text[] = default, p_headers jsonb = default, p_idempotency_key text = default,"
+    " p_send_after timestamptz = default, p_priority integer = default",
+    returns="bigint",
+)
+enqueue_bulk_message = SqlFunction(
+    "enqueue_bulk_message",
     "p_sender text, p_to text[], p_subject text, p_text_body text, p_html_body text = default, p_cc text[] = default,"
     " p_bcc text[] = default, p_headers jsonb = default, p_idempotency_key text = default,"
     " p_send_after timestamptz = default, p_priority integer = default",
@@ -115,3 +123,13 @@ is_suppressed = SqlFunction("is_suppressed", "p_address text", returns="boolean"
 list_suppressions = SqlFunction("list_suppressions", "p_limit integer = default", returns=(
     "address", "reason", "active", "source_message", "created_at", "expires_at",
 ))
+
+# DKIM (sql/30_outbound_dkim.sql): the public halves only
+set_dkim_key = SqlFunction(
+    "set_dkim_key", "p_sender text, p_selector text, p_public_key text, p_algorithm text = default",
+    returns=("domain", "selector", "dns_name", "dns_value"),
+)
+list_dkim_keys = SqlFunction("list_dkim_keys", returns=(
+    "domain", "selector", "algorithm", "public_key", "dns_name", "dns_value", "created_at",
+))
+delete_dkim_key = SqlFunction("delete_dkim_key", "p_domain text")

@@ -1,0 +1,124 @@
+"""DKIM signing of outbound mail (RFC 6376) with dkimpy: the sender's half of docs/deliverability.md.
+
+The database holds, per From domain, the selector and the public half (mailroom.set_dkim_key,
+sql/30_outbound_dkim.sql); claim_messages returns them with each message. The private keys live
+only where `mailroom send` runs: MAILROOM_DKIM_KEY_FILE, PEM private keys one after another (mode
+0600), written by `mailroom outbound dkim keygen`. The sender signs a message with the key of
+that file whose public half is the one the database returned, so a key that was replaced in the
+database is never used, and nothing secret ever crosses the connection.
+"""
+
+from __future__ import annotations
+
+import base64
+import os
+import re
+from pathlib import Path
+from typing import Any
+
+from mailroom.core.errors import ConfigError
+from mailroom.core.log import get_logger
+
+log = get_logger("send")
+
+KEY_FILE_ENV = "MAILROOM_DKIM_KEY_FILE"
+
+# RFC 6376 section 5.4.1: the headers that make the message what it is, each signed once more
+# than it appears (an empty instance), so that none can be added on the way: From, To, Subject,
+# Date, Message-ID, List-Unsubscribe(-Post) and the MIME headers, plus Cc and Reply-To.
+SIGNED_HEADERS = (
+    "from", "to", "cc", "subject", "date", "message-id", "reply-to", "list-unsubscribe", "list-unsubscribe-post",
+    "mime-version", "content-type", "content-transfer-encoding",
+)
+
+_PEM = re.compile(rb"-----BEGIN (?:RSA )?PRIVATE KEY-----.+?-----END (?:RSA )?PRIVATE KEY-----\s*", re.S)
+
+
+def public_record_key(private_pem: bytes) -> str:
+    """The p= of a private key's DNS record: base64 of its public SubjectPublicKeyInfo (DER)."""
+    from cryptography.hazmat.primitives import serialization
+
+    key = serialization.load_pem_private_key(private_pem, password=None)
+    der = key.public_key().public_bytes(serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo)
+    return base64.b64encode(der).decode("ascii")
+
+
+def generate_key(bits: int = 2048) -> bytes:
+    """A new RSA private key (PKCS#8 PEM) for rsa-sha256 signatures."""
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric import rsa
+
+    if bits not in (1024, 2048, 3072, 4096):
+        raise ConfigError(f"--bits must be 1024, 2048, 3072 or 4096, got {bits}")
+    key = rsa.generate_private_key(public_exponent=65537, key_size=bits)
+    return key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                             serialization.NoEncryption())
+
+
+def append_key(path: Path, private_pem: bytes) -> None:
+    """Add a private key to the key file (created 0600; the keys already there stay)."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    try:
+        os.write(fd, private_pem if private_pem.endswith(b"\n") else private_pem + b"\n")
+    finally:
+        os.close(fd)
+
+
+class Signer:
+    """The private keys of MAILROOM_DKIM_KEY_FILE by their public half; signs claimed rows."""
+
+    def __init__(self, keys: dict[str, bytes]):
+        self.keys = keys
+        self._missing: set[tuple[str, str]] = set()
+
+    @classmethod
+    def from_file(cls, path: str | os.PathLike[str]) -> Signer:
+        try:
+            data = Path(path).read_bytes()
+        except OSError as exc:
+            raise ConfigError(f"cannot read {KEY_FILE_ENV} {path}: {exc.strerror}") from None
+        keys: dict[str, bytes] = {}
+        for match in _PEM.finditer(data):
+            pem = match.group(0)
+            try:
+                keys[public_record_key(pem)] = pem
+            except (ValueError, TypeError):
+                raise ConfigError(f"{KEY_FILE_ENV} {path}: a private key cannot be read") from None
+        if not keys:
+            raise ConfigError(f"{KEY_FILE_ENV} {path} holds no PEM private key")
+        return cls(keys)
+
+    @classmethod
+    def from_env(cls) -> Signer:
+        """The key file MAILROOM_DKIM_KEY_FILE names; without one, a signer with no key (mail of
+        a domain with a DKIM key in the database then leaves unsigned, with a warning)."""
+        path = os.environ.get(KEY_FILE_ENV)
+        return cls.from_file(path) if path else cls({})
+
+    def sign(self, payload: bytes, row: dict[str, Any]) -> bytes:
+        """The message with its DKIM-Signature header first, when the row's From domain has a key
+        in the database and its private half is here; else the message unchanged (once per
+        domain and key, a warning: mail of a domain that publishes DKIM leaves unsigned)."""
+        public = row.get("dkim_public_key")
+        if not public:
+            return payload
+        pem = self.keys.get(public)
+        if pem is None or row.get("dkim_algorithm") != "rsa-sha256":
+            self._warn(row)
+            return payload
+        import dkim
+
+        header = dkim.sign(
+            payload, row["dkim_selector"].encode("ascii"), row["dkim_domain"].encode("ascii"), pem,
+            canonicalize=(b"relaxed", b"relaxed"),
+            include_headers=[h.encode("ascii") for h in SIGNED_HEADERS + ("from", "subject")],
+        )
+        return header + payload
+
+    def _warn(self, row: dict[str, Any]) -> None:
+        marker = (row.get("dkim_domain") or "", row.get("dkim_selector") or "")
+        if marker not in self._missing:
+            self._missing.add(marker)
+            log.warning("DKIM: no private key in %s (%s) for selector %s of %s: its mail leaves unsigned",
+                        KEY_FILE_ENV, "no file" if not self.keys else "not in it", marker[1], marker[0])
+
