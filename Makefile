@@ -6,7 +6,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 APT_PACKAGES := postgresql-15 postgresql-15-pgtap libtap-parser-sourcehandler-pgtap-perl pgbouncer postfix postgresql-15-cron \
-                chromium wrk
+                chromium wrk libmail-dkim-perl
 # Citus (tests/citus, docs/scale.md): no registry here ships it; the source and its build script sit
 # beside the checkout (../shared/citus/build.sh: Debian build deps, about a minute, then at once)
 CITUS_BUILD ?= $(CURDIR)/../shared/citus/build.sh

@@ -1,0 +1,100 @@
+"""DKIM signing end to end (issue 27, item 1): `mailroom outbound dkim keygen` makes the key (the
+private half in a file, the selector and public half in the database) and prints the TXT record;
+`mailroom send` signs what it sends; the messages a real SMTP sink captured verify with dkimpy's
+verifier and with Perl's Mail::DKIM (an independent implementation, Debian libmail-dkim-perl), both
+answered from the printed record instead of DNS. A message changed after signing fails both."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+from pathlib import Path
+
+import dkim
+import pytest
+from outbound_support import SEND_FLAGS, add_sender
+
+VERIFY_PL = Path(__file__).with_name("dkim_verify.pl")
+REQUIRED = {b"from", b"to", b"subject", b"date", b"message-id", b"mime-version", b"content-type"}
+
+
+def _record(stdout: str) -> tuple[str, str]:
+    """The name and value of the TXT record keygen printed (a zone line of quoted strings)."""
+    line = next(x for x in stdout.splitlines() if " IN TXT " in x)
+    name = line.split(" IN TXT ")[0].rstrip(".")
+    value = "".join(re.findall(r'"([^"]*)"', line))
+    return name, value
+
+
+def _perl_verify(name: str, value: str, content: bytes) -> str:
+    done = subprocess.run(["perl", str(VERIFY_PL), name, value], input=content, capture_output=True, timeout=30)
+    assert done.returncode == 0, done.stderr.decode()
+    return done.stdout.decode().split("\n")[0]
+
+
+def _signed_headers(content: bytes) -> set[bytes]:
+    sig = re.search(rb"^DKIM-Signature:(.*?)\r?\n(?=\S)", content, re.S | re.M | re.I).group(1)
+    tags = re.search(rb"\bh=([^;]+)", re.sub(rb"\s+", b"", sig)).group(1)
+    return set(tags.lower().split(b":"))
+
+
+def test_sent_mail_verifies_under_dkim(conn, cli, smtp_server, tmp_path):
+    server = smtp_server()
+    add_sender(conn, server.port, from_address="news@mailroom.test")
+    key_file = tmp_path / "dkim.pem"
+    made = cli("outbound", "dkim", "keygen", "main", "--selector", "mr2030", "--key-file", str(key_file))
+    assert made.returncode == 0, made.stderr
+    name, value = _record(made.stdout)
+    assert name == "mr2030._domainkey.mailroom.test"
+    assert value.startswith("v=DKIM1; k=rsa; p=")
+    assert key_file.stat().st_mode & 0o777 == 0o600
+    assert conn.execute("SELECT count(*) FROM mailroom.dkim_keys WHERE public_key LIKE '%PRIVATE%'").fetchone()[0] == 0
+
+    conn.execute("SELECT mailroom.set_setting('outbound.bounce_domain', 'bounces.mailroom.test')")
+    conn.execute("SELECT mailroom.set_setting('outbound.unsubscribe_base_url', 'https://mail.mailroom.test')")
+    conn.execute(
+        "SELECT mailroom.enqueue_message('main', ARRAY['ann@example.com'], 'Grüße, one', 'text', '<p>html</p>',"
+        " ARRAY['cc@example.com'])"
+    )
+    conn.execute("SELECT mailroom.enqueue_bulk_message('main', ARRAY['bulk@example.com'], 'News', 'unsubscribe below')")
+    sent = cli("send", "--until-idle", *SEND_FLAGS, env={"MAILROOM_DKIM_KEY_FILE": str(key_file)})
+    assert sent.returncode == 0, sent.stderr
+
+    received = server.handler.received
+    assert len(received) == 3  # the first message once per recipient (VERP), the bulk one
+    dns = {name.encode(): value.encode()}
+    for r in received:
+        content = r.content
+        assert content.startswith(b"DKIM-Signature:")
+        assert dkim.verify(content, dnsfunc=lambda n, timeout=5: dns.get(n.rstrip(b"."))), "dkimpy: no pass"
+        assert _perl_verify(name, value, content) == "pass"
+        assert REQUIRED <= _signed_headers(content)
+        assert b"d=mailroom.test" in content.split(b"\r\n\r\n")[0]
+    bulk = next(r for r in received if r.rcpt_tos == ["bulk@example.com"]).content
+    assert {b"list-unsubscribe", b"list-unsubscribe-post"} <= _signed_headers(bulk)
+
+    tampered = bulk.replace(b"Subject: News", b"Subject: Nevs")
+    assert tampered != bulk
+    assert not dkim.verify(tampered, dnsfunc=lambda n, timeout=5: dns.get(n.rstrip(b".")))
+    assert _perl_verify(name, value, tampered) == "fail"
+
+
+def test_no_key_file_sends_unsigned_with_a_warning(conn, cli, smtp_server, tmp_path):
+    server = smtp_server()
+    add_sender(conn, server.port)
+    made = cli("outbound", "dkim", "keygen", "main", "--selector", "s1", "--key-file", str(tmp_path / "k.pem"))
+    assert made.returncode == 0, made.stderr
+    conn.execute("SELECT mailroom.enqueue_message('main', ARRAY['a@example.com'], 's', 'b')")
+    sent = cli("send", "--until-idle", *SEND_FLAGS)
+    assert sent.returncode == 0, sent.stderr
+    assert not server.handler.received[0].content.startswith(b"DKIM-Signature:")
+    assert "leaves unsigned" in sent.stderr
+
+
+@pytest.mark.parametrize("selector", ["bad selector", "-x", ""])
+def test_keygen_refuses_a_bad_selector(conn, cli, smtp_server, tmp_path, selector):
+    add_sender(conn, smtp_server().port)
+    made = cli("outbound", "dkim", "keygen", "main", "--selector", selector, "--key-file", str(tmp_path / "k.pem"))
+    assert made.returncode != 0
+    assert made.stderr.startswith("mailroom: error:") and "Traceback" not in made.stderr
+    assert not (tmp_path / "k.pem").exists()
