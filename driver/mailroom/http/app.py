@@ -255,6 +255,27 @@ def _int(value: str | None, name: str, default: int | None, low: int, high: int)
     return number
 
 
+_UNSUBSCRIBE_BODY_MAX = 4096
+
+
+def _one_click(body: bytes) -> str | None:
+    """The value of the form field List-Unsubscribe in an RFC 8058 POST body (urlencoded, or the
+    multipart/form-data part of that name), else None. SQL decides what it means."""
+    from urllib.parse import parse_qs
+
+    text = body.decode("utf-8", "replace")
+    values = parse_qs(text).get("List-Unsubscribe")
+    if values:
+        return values[0]
+    marker = 'name="List-Unsubscribe"'
+    at = text.find(marker)
+    if at >= 0:
+        rest = text[at + len(marker):].split("\r\n\r\n", 1)
+        if len(rest) == 2:
+            return rest[1].split("\r\n", 1)[0]
+    return None
+
+
 def _message_id(value: str) -> int:
     number = _int(value, "message id", None, 1, 2**63 - 1)
     assert number is not None
@@ -327,6 +348,26 @@ def create_app(config: HttpConfig | None = None) -> FastAPI:  # noqa: PLR0915 - 
             raise ApiError(403, "42501", "a request authorized by the page's cookie needs its X-CSRF-Token",
                            kind="denied")
         return c
+
+    # -- one-click unsubscribe (RFC 8058; docs/deliverability.md) ---------------------------------
+
+    @app.post("/unsubscribe/{token}", tags=["unsubscribe"],
+              summary="One-click unsubscribe (RFC 8058): the body List-Unsubscribe=One-Click")
+    async def unsubscribe(request: Request, token: str) -> Response:
+        # the mail client's POST: form-encoded or multipart, a few bytes; SQL checks the token's
+        # signature and the field's value (MR380, MR384) and suppresses the recipient once
+        body = b""
+        async for chunk in request.stream():
+            body += chunk
+            if len(body) > _UNSUBSCRIBE_BODY_MAX:
+                raise ApiError(413, "22023", "an unsubscribe request is a few bytes", kind="usage")
+        first = await state.call(sqlapi.unsubscribe, retry=False, token=token, one_click=_one_click(body))
+        return _json(json.dumps({"unsubscribed": True, "first": bool(first)}))
+
+    @app.get("/unsubscribe/{token}", tags=["unsubscribe"], response_class=HTMLResponse,
+             summary="A page with the unsubscribe button (a GET never unsubscribes: link scanners follow links)")
+    async def unsubscribe_page(token: str) -> Response:
+        return HTMLResponse(page.unsubscribe_page(token), headers=page.PAGE_HEADERS)
 
     # -- the REST API ------------------------------------------------------------------------------
 

@@ -154,6 +154,16 @@ def error_page(status: int, message: str, code: str) -> str:
                  f'<p class="muted">{e(code)}</p><p><a href="/">Open another inbox</a></p></div>')
 
 
+def unsubscribe_page(token: str) -> str:
+    """The page of an unsubscribe link opened in a browser: one button that POSTs the RFC 8058 body
+    (a GET never unsubscribes: scanners follow links)."""
+    return _page("Unsubscribe", f'<div class="card"><h2>Unsubscribe</h2>'
+                 f'<form method="post" action="/unsubscribe/{quote(token, safe="")}">'
+                 '<input type="hidden" name="List-Unsubscribe" value="One-Click">'
+                 '<p>Stop receiving these emails at this address?</p>'
+                 '<button type="submit">Unsubscribe</button></form></div>')
+
+
 def sandboxed_html(body: str | None) -> str:
     # links open outside the frame; the frame's CSP (message_frame_headers) does the blocking
     return '<!doctype html><meta charset=utf-8><base target="_blank">' + (body or "")

@@ -71,3 +71,6 @@ list_catchall_domains = SqlFunction(
     "list_catchall_domains",
     returns=("domain", "owner_id", "plan", "ttl_minutes", "max_open", "open_inboxes", "created_at"),
 )
+
+# one-click unsubscribe (RFC 8058, sql/36_outbound_unsubscribe.sql): the token of the link, the form field's value
+unsubscribe = SqlFunction("unsubscribe", "p_token text, p_one_click text", returns="boolean")
