@@ -90,6 +90,23 @@ def _dsn_blank(n: int) -> bytes:
             + _repeat(b"\r\n \t", n) + b"\r\n--b--\r\n")
 
 
+def _arf(feedback: Callable[[int], bytes], original: Callable[[int], bytes]) -> Callable[[int], bytes]:
+    """An ARF complaint (RFC 5965) whose feedback-report part and quoted original grow."""
+    return lambda n: (
+        HEAD + b'MIME-Version: 1.0\r\nContent-Type: multipart/report; report-type=feedback-report; boundary="b"\r\n\r\n'
+        b"--b\r\nContent-Type: text/plain\r\n\r\nA complaint.\r\n"
+        b"--b\r\nContent-Type: message/feedback-report\r\n\r\nFeedback-Type: abuse\r\n" + feedback(n)
+        + b"\r\n--b\r\nContent-Type: message/rfc822\r\n\r\n" + original(n) + b"\r\n\r\nbody\r\n--b--\r\n")
+
+
+def _nothing(n: int) -> bytes:
+    return b"Original-Mail-From: <bounce+1-1-0123456789abcdef@b.test>"
+
+
+def _plain_original(n: int) -> bytes:
+    return b"From: a@x.test\r\nSubject: s"
+
+
 def _header(name: bytes, unit: bytes) -> Callable[[int], bytes]:
     return lambda n: (b"From: a@x.test\r\n" if name != b"From" else b"") + name + b": " + _repeat(unit, n) + (
         b"\r\nSubject: s\r\n" if name != b"Subject" else b"\r\n") + b"Content-Type: text/plain\r\n\r\nbody\r\n"
@@ -121,6 +138,11 @@ BOUNCE_FAMILIES: dict[str, Callable[[int], bytes]] = {
     "long subject": _header(b"Subject", b"=?utf-8?q?a?= "),
     "long from": _header(b"From", b'"'),
     "many headers": _many_headers,
+    "arf signed-address prefixes": _arf(lambda n: b"Original-Mail-From: " + _repeat(b"bounce+", n), _plain_original),
+    "arf address runs": _arf(lambda n: b"Original-Mail-From: bounce+" + _repeat(b"a-", n), _plain_original),
+    "arf token-like runs": _arf(_nothing, lambda n: b"List-Unsubscribe: " + _repeat(b"/unsubscribe/1-1-", n)),
+    "arf long return path": _arf(_nothing, lambda n: b"Return-Path: <" + _repeat(b"unsubscribe+1", n) + b">"),
+    "arf blank lines": _arf(lambda n: _repeat(b"\r\n \t", n), _plain_original),
 }
 
 MIME_FAMILIES: dict[str, Callable[[int], bytes]] = {

@@ -393,3 +393,92 @@ def test_parse_ignores_the_attached_original_and_non_bounces():
     assert parse_bounce(b"") == []
     assert parse_bounce(b"\xff\xfe\x00garbage\r\n\r\n\x00") == []
     assert parse_bounce(_dsn([]).as_bytes()) == []
+
+
+# ---------------------------------------------------------------------------------------------
+# complaints (ARF, RFC 5965) and mailto unsubscribes (RFC 2369), issue 27 items 2-3
+
+
+def _arf(feedback_type: str, original_headers: dict[str, str], original_mail_from: str | None = None) -> MIMEMultipart:
+    """An ARF report as a mailbox provider's feedback loop sends it."""
+    arf = MIMEMultipart("report", report_type="feedback-report")
+    arf["From"] = "fbl@provider.example"
+    arf["Subject"] = "complaint about message"
+    arf.attach(MIMEText("This is an email abuse report for an email message received from IP 192.0.2.1.\n"))
+    report = MIMEBase("message", "feedback-report")
+    lines = [f"Feedback-Type: {feedback_type}", "User-Agent: SomeFBL/1.0", "Version: 1"]
+    if original_mail_from:
+        lines.append(f"Original-Mail-From: <{original_mail_from}>")
+    lines.append("Original-Rcpt-To: <victim@example.com>")  # unsigned: never trusted
+    report.set_payload("\r\n".join(lines) + "\r\n")
+    arf.attach(report)
+    original = Message()
+    for name, value in original_headers.items():
+        original[name] = value
+    original.set_payload("the original body\n")
+    arf.attach(MIMEMessage(original))
+    return arf
+
+
+def test_parse_arf_report():
+    raw = _arf("abuse", {"Return-Path": "<bounce+7-2-0123456789abcdef@b.test>",
+                         "List-Unsubscribe": "<https://x.test/unsubscribe/7-2-fedcba9876543210>, "
+                                             "<mailto:unsubscribe+7-2-fedcba9876543210@b.test>"},
+               original_mail_from="bounce+7-2-0123456789abcdef@b.test").as_bytes()
+    assert parse_bounce(raw) == [{
+        "feedback_type": "abuse",
+        "signed": ["bounce+7-2-0123456789abcdef@b.test", "unsubscribe+7-2-fedcba9876543210@b.test", "7-2-fedcba9876543210"],
+        "source": "arf",
+    }]
+
+
+def test_complaints_and_mailto_unsubscribes_suppress_exactly_their_recipient(conn, cli, relay, start_server):
+    conn.execute("SELECT mailroom.set_setting('outbound.bounce_domain', %s)", (BOUNCE_DOMAIN,))
+    conn.execute("SELECT mailroom.set_setting('outbound.feedback_address', %s)", (f"fbl@{BOUNCE_DOMAIN}",))
+    conn.execute("SELECT mailroom.upsert_sender('main', 'noreply@mailroom.test', '127.0.0.1', %s)", (relay.port,))
+    conn.execute("SELECT mailroom.enqueue_bulk_message('main', ARRAY['c1@example.com', 'c2@example.com', "
+                 "'c3@example.com', 'c4@example.com'], 'News', 'hello')")
+    result = cli("send", "--until-idle", *SEND_FLAGS, timeout=60)
+    assert result.returncode == 0, result.stderr
+    seen = {rcpt: mail_from for mail_from, rcpts in relay.envelopes for rcpt in rcpts}
+    unsubscribe = {r: re.sub(r"^bounce\+", "unsubscribe+", p) for r, p in seen.items()}  # the form, not the signature
+    server = start_server()
+
+    def reasons() -> list[tuple[str, str]]:
+        return conn.execute("SELECT address, reason FROM mailroom.suppressions ORDER BY address").fetchall()
+
+    # a complaint at the feedback address names c1 by the return path its original quotes
+    arf = _arf("abuse", {"Return-Path": f"<{seen['c1@example.com']}>", "Subject": "News"})
+    reply = asyncio.run(_deliver(server.port, arf, [f"fbl@{BOUNCE_DOMAIN}"]))
+    assert not isinstance(reply, Exception) and reply.code == 250, reply
+    assert reasons() == [("c1@example.com", "complaint")]
+    # a complaint at c2's return path: c2, whatever the report quotes (Original-Rcpt-To is unsigned)
+    arf = _arf("abuse", {"Subject": "News"}, original_mail_from=seen["c3@example.com"])
+    reply = asyncio.run(_deliver(server.port, arf, [seen["c2@example.com"]]))
+    assert not isinstance(reply, Exception) and reply.code == 250, reply
+    assert reasons() == [("c1@example.com", "complaint"), ("c2@example.com", "complaint")]
+    # not-spam is no complaint; a replay after the admin removed c1 does nothing
+    arf = _arf("not-spam", {"Return-Path": f"<{seen['c4@example.com']}>"})
+    assert asyncio.run(_deliver(server.port, arf, [f"fbl@{BOUNCE_DOMAIN}"])).code == 250
+    conn.execute("SELECT mailroom.unsuppress('c1@example.com')")
+    arf = _arf("abuse", {"Return-Path": f"<{seen['c1@example.com']}>"})
+    assert asyncio.run(_deliver(server.port, arf, [f"fbl@{BOUNCE_DOMAIN}"])).code == 250
+    assert reasons() == [("c2@example.com", "complaint")]
+
+    # the List-Unsubscribe mailto of c3 (the third envelope recipient): any mail to it unsubscribes c3
+    mailto = conn.execute(
+        "SELECT u[1] FROM (SELECT regexp_match((mailroom._list_unsubscribe(m.id, m.sender_id, 4))[3], "
+        "'mailto:([^>]+)') AS u FROM mailroom.outbound_messages AS m) AS x"
+    ).fetchone()[0]
+    assert mailto.startswith("unsubscribe+") and mailto != unsubscribe["c3@example.com"]
+    note = EmailMessage()
+    note["Subject"] = "unsubscribe"
+    note.set_content("")
+    reply = asyncio.run(_deliver(server.port, note, [mailto]))
+    assert not isinstance(reply, Exception) and reply.code == 250, reply
+    assert reasons() == [("c2@example.com", "complaint"), ("c3@example.com", "unsubscribe")]
+    # a forged unsubscribe address (another recipient's position under c3's signature) is refused at RCPT
+    forged = re.sub(r"-3-", "-4-", mailto)
+    reply = asyncio.run(_deliver(server.port, note, [forged]))
+    assert isinstance(reply, aiosmtplib.SMTPRecipientRefused) and reply.code == 550
+    assert reasons() == [("c2@example.com", "complaint"), ("c3@example.com", "unsubscribe")]

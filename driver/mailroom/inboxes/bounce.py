@@ -1,7 +1,7 @@
 """Bounce reports: what a bounce mail says about each recipient, for mailroom.record_bounce.
 
 Python only reads the facts; SQL (sql/36_outbound_bounces.sql) decides what they mean (hard bounce,
-delayed, a recipient that was not the message's). Two forms are understood:
+delayed, a complaint, a recipient that was not the message's). Three forms are understood:
 
 - RFC 3464 delivery status notifications: `multipart/report; report-type=delivery-status` with a
   `message/delivery-status` part (or `message/global-delivery-status`, RFC 6533): one report per
@@ -12,6 +12,9 @@ delayed, a recipient that was not the message's). Two forms are understood:
   paragraph that names an address and an SMTP reply code 4yz/5yz (with its enhanced status code
   if any) is one report with Action `failed`, e.g. `550 5.1.1 <bob@example.com>... User unknown`
   or `<bob@example.com>: host mx[192.0.2.1] said: 550 5.1.1 unknown user`.
+- RFC 5965 ARF complaint reports (`report-type=feedback-report`): one report with the
+  Feedback-Type and the signed addresses the complaint quotes (Original-Mail-From, the original's
+  Return-Path and List-Unsubscribe); SQL decides what it means and which recipient it names.
 
 Anything else (an auto-reply, a mail that is no bounce, a DSN without recipients) is `[]`,
 which record_bounce notes as unparsed. Parsing never raises.
@@ -61,7 +64,7 @@ def parse_bounce(raw: bytes) -> list[dict[str, Any]]:
     try:
         raw = raw[:MAX_BOUNCE_BYTES]
         root, _ = read_entities(raw)
-        reports = _dsn_reports(raw, root)
+        reports = _arf_reports(raw, root) or _dsn_reports(raw, root)
         if not reports:
             reports = _text_reports(raw, root)
     except Exception:  # noqa: BLE001 - a broken bounce is "unparsed", never a failed delivery
@@ -73,6 +76,55 @@ def _blocks(text: str) -> list[str]:
     """Blocks of lines separated by lines of white space only (`[ \t]*` cannot cross a line, so a
     character is read at most twice)."""
     return [b for b in _BLANK_LINES.split(text.replace("\r\n", "\n")) if b.strip()]
+
+
+# ---------------------------------------------------------------------------------------------
+# RFC 5965: ARF complaint reports (multipart/report; report-type=feedback-report)
+
+_ARF_TYPES = ("message/feedback-report",)
+_ORIGINAL_TYPES = ("message/rfc822", "text/rfc822-headers", "message/rfc822-headers", "message/global",
+                   "message/global-headers")
+_ARF_VALUE_CHARS = 2000  # of a field read for signed addresses
+# what mailroom signed, as it appears in a quoted original: the return path (bounce+…), the
+# unsubscribe mailto (unsubscribe+…) and the one-click link's token. Each starts at a literal and
+# reads one bounded class: linear.
+_SIGNED_ADDRESS = re.compile(r"(?:bounce|unsubscribe)\+[0-9a-zA-Z-]{1,60}@[0-9a-zA-Z.-]{1,253}")
+_SIGNED_TOKEN = re.compile(r"/unsubscribe/([0-9]{1,18}-[0-9]{1,4}-[0-9a-fA-F]{16})\b")
+
+
+def _header_block(data: bytes) -> bytes:
+    """The header block at the start of a part (up to the first empty line), bounded."""
+    data = data[:65536]
+    ends = [i for i in (data.find(b"\r\n\r\n"), data.find(b"\n\n")) if i >= 0]
+    return data[:min(ends)] if ends else data
+
+
+def _arf_reports(raw: bytes, root: Entity) -> list[dict[str, Any]]:
+    """An ARF report: its Feedback-Type and the signed addresses it quotes (Original-Mail-From, and
+    the original's Return-Path and List-Unsubscribe), which SQL checks; [] when it is no ARF."""
+    feedback: dict[str, str] | None = None
+    quoted: list[str] = []
+    for part in leaves(root):
+        if feedback is None and part.content_type in _ARF_TYPES:
+            fields, _ = header_fields(_header_block(part.payload(raw)))
+            feedback = dict(reversed(fields))
+        elif part.content_type in _ORIGINAL_TYPES:
+            fields, _ = header_fields(_header_block(part.payload(raw)))
+            quoted += [v[:_ARF_VALUE_CHARS] for name, v in fields if name in ("return-path", "list-unsubscribe")]
+    if feedback is None:
+        return []
+    kind = _field(feedback, "feedback-type")
+    if not kind:
+        return []
+    signed: list[str] = []
+    for value in [feedback.get("original-mail-from", "")[:_ARF_VALUE_CHARS], *quoted]:
+        signed += _SIGNED_ADDRESS.findall(value)
+        signed += _SIGNED_TOKEN.findall(value)
+    return [{
+        "feedback_type": clean_text(kind.split()[0].lower(), 40),
+        "signed": [clean_text(x, 400) for x in dict.fromkeys(signed)][:10],
+        "source": "arf",
+    }]
 
 
 # ---------------------------------------------------------------------------------------------
