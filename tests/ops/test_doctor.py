@@ -165,3 +165,65 @@ def test_server_log_and_roles_on_a_private_cluster(private_cluster):
     found = doctor()
     assert found["roles"] == ("FAIL", "missing: mailroom_timekeeper")
     assert found["exit"][0] == "1"
+
+
+class _DnsStub:
+    """A UDP DNS server on 127.0.0.1 answering TXT queries from a dict (dnspython builds the wire)."""
+
+    def __init__(self, records: dict[str, str]):
+        import socket
+        import threading
+
+        self.records = records
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        self.sock.bind(("127.0.0.1", 0))
+        self.port = self.sock.getsockname()[1]
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self) -> None:
+        import dns.message
+        import dns.rcode
+        import dns.rrset
+
+        while True:
+            try:
+                data, peer = self.sock.recvfrom(4096)
+            except OSError:
+                return
+            query = dns.message.from_wire(data)
+            reply = dns.message.make_response(query)
+            name = query.question[0].name.to_text().rstrip(".")
+            value = self.records.get(name)
+            if value is None:
+                reply.set_rcode(dns.rcode.NXDOMAIN)
+            else:
+                chunks = " ".join(f'"{value[i:i + 255]}"' for i in range(0, len(value), 255))
+                reply.answer.append(dns.rrset.from_text(name + ".", 60, "IN", "TXT", chunks))
+            self.sock.sendto(reply.to_wire(), peer)
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+def test_dkim_record_checked_against_dns(cli, conn, tmp_path):
+    conn.execute("SELECT mailroom.upsert_sender('news', 'news@mailroom.test', '127.0.0.1', 2525)")
+    made = cli("outbound", "dkim", "keygen", "news", "--selector", "s1", "--key-file", str(tmp_path / "k.pem"))
+    assert made.returncode == 0, made.stderr
+    name, value = conn.execute("SELECT dns_name, dns_value FROM mailroom.list_dkim_keys()").fetchone()
+    other = value[:-8] + ("A" * 8 if not value.endswith("A" * 8) else "B" * 8)
+    # DNS unreachable: said so, nothing checked (a port nobody answers on)
+    import socket
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        s.bind(("127.0.0.1", 0))
+        silent = s.getsockname()[1]
+        result = cli("doctor", env={"MAILROOM_DOCTOR_NAMESERVER": f"127.0.0.1:{silent}"})
+    status, text = checks(result)["dkim mailroom.test"]
+    assert status == "WARN" and "DNS not reachable" in text, text
+    for records, expected in (({name: value}, "OK"), ({name: other}, "FAIL"), ({}, "WARN")):
+        stub = _DnsStub(records)
+        try:
+            result = cli("doctor", env={"MAILROOM_DOCTOR_NAMESERVER": f"127.0.0.1:{stub.port}"})
+        finally:
+            stub.close()
+        status, text = checks(result)["dkim mailroom.test"]
+        assert status == expected, (records, text)

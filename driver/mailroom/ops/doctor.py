@@ -60,11 +60,74 @@ def run_checks(url: str, listen_url: str | None) -> list[Check]:
         checks.append(pooler)
         checks.append(_guarded("server log", _logging, conn))
         checks.append(_guarded("clock", _clock, conn))
+        checks.extend(_dkim(conn))
     listen = _listen(listen_url)
     if listen.status == "FAIL" and listen_url == url and pooler.text.startswith(TRANSACTION_POOLING):
         listen.text = ("the listen URL is the database URL, which goes through a transaction pooler: LISTEN cannot "
                        "work there; set MAILROOM_LISTEN_URL (--listen-url) to a direct connection (workers poll until then)")
     checks.append(listen)
+    return checks
+
+
+NAMESERVER_ENV = "MAILROOM_DOCTOR_NAMESERVER"  # ip[:port] of the resolver to ask (default: the system's)
+
+
+def _resolver():  # noqa: ANN202 - a dns.resolver.Resolver
+    import os
+
+    import dns.resolver
+
+    where = os.environ.get(NAMESERVER_ENV)
+    if not where:
+        resolver = dns.resolver.Resolver()
+    else:
+        resolver = dns.resolver.Resolver(configure=False)
+        host, _, port = where.partition(":")
+        resolver.nameservers = [host]
+        resolver.port = int(port or 53)
+    resolver.lifetime = 3.0
+    return resolver
+
+
+def _dkim(conn: psycopg.Connection) -> list[Check]:
+    """Each DKIM key's TXT record as DNS publishes it, against the public half in the database
+    (mailroom.list_dkim_keys): OK when they match, FAIL when DNS publishes another key, WARN when
+    the record is missing or DNS cannot be reached (said so: nothing was checked)."""
+    import dns.exception
+    import dns.resolver
+
+    from mailroom.ops import sqlapi
+
+    try:
+        keys = sqlapi.list_dkim_keys.rows(conn)
+    except psycopg.errors.InsufficientPrivilege:
+        conn.rollback()
+        return [Check("OK", "dkim", "not checked: this login may not list the DKIM keys (admin, monitor or sender may)")]
+    if not keys:
+        return [Check("OK", "dkim", "no DKIM key: outbound mail is not signed (`mailroom outbound dkim keygen`)")]
+    resolver = _resolver()
+    checks = []
+    for key in keys:
+        name = f"dkim {key.domain}"
+        try:
+            answer = resolver.resolve(key.dns_name, "TXT")
+        except (dns.resolver.NXDOMAIN, dns.resolver.NoAnswer):
+            checks.append(Check("WARN", name, f"no TXT record at {key.dns_name}: receivers cannot verify its mail; "
+                                              f"publish {key.dns_value[:40]}…"))
+            continue
+        except (dns.exception.Timeout, dns.resolver.NoNameservers, OSError) as exc:
+            checks.append(Check("WARN", name, f"DNS not reachable ({type(exc).__name__}): the record at {key.dns_name} "
+                                              "was not checked"))
+            continue
+        published = ["".join(part.decode("ascii", "replace") for part in r.strings) for r in answer]
+        found = [p for p in published if p.replace(" ", "").startswith("v=DKIM1")]
+        public = [dict(kv.strip().split("=", 1) for kv in p.split(";") if "=" in kv).get("p", "").replace(" ", "")
+                  for p in found]
+        if key.public_key in public:
+            checks.append(Check("OK", name, f"selector {key.selector}: the published record matches"))
+        else:
+            checks.append(Check("FAIL", name, f"the record at {key.dns_name} publishes another key: signatures fail "
+                                              f"until it is {key.dns_value[:40]}…"))
     return checks
 
 
