@@ -81,7 +81,14 @@ RETURNS TABLE (
     smtp_password_sealed bytea,
     smtp_password_set boolean,
     smtp_allow_cleartext boolean,
-    return_path text
+    return_path text,
+    recipients text[],
+    return_paths text[],
+    list_unsubscribe text[],
+    dkim_domain text,
+    dkim_selector text,
+    dkim_public_key text,
+    dkim_algorithm text
 )
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
@@ -138,9 +145,19 @@ BEGIN
             r.smtp_password_sealed,
             r.smtp_password_sealed IS NOT NULL OR r.smtp_password_encrypted IS NOT NULL,
             r.smtp_allow_cleartext,
-            mailroom._return_path(c.id, c.sender_id)
+            CASE WHEN cardinality(e.envelope) = 1 THEN p.paths[1] END,
+            e.envelope,
+            p.paths,
+            CASE WHEN c.bulk THEN mailroom._list_unsubscribe(c.id, c.sender_id, cardinality(e.envelope)) END,
+            k.domain,
+            k.selector,
+            k.public_key,
+            k.algorithm
         FROM processing AS c
         INNER JOIN mailroom.senders AS r ON c.sender_id = r.id
+        CROSS JOIN LATERAL (SELECT mailroom._envelope(c.to_addrs, c.cc_addrs, c.bcc_addrs) AS envelope) AS e
+        CROSS JOIN LATERAL (SELECT mailroom._return_paths(c.id, c.sender_id, cardinality(e.envelope)) AS paths) AS p
+        LEFT JOIN mailroom.dkim_keys AS k ON k.domain = mailroom._address_domain(r.from_address)
         LEFT JOIN LATERAL mailroom._claim_token_email(c.token_id) AS t ON TRUE
         ORDER BY c.id;
         GET DIAGNOSTICS v_got = ROW_COUNT;
