@@ -35,3 +35,8 @@ job_runs = SqlFunction("job_runs", returns=("job", "last_run_at", "age_seconds",
 partition_status = SqlFunction("partition_status", returns=(
     "table_name", "partitions", "oldest_from", "newest_to", "ahead_seconds", "default_rows_estimate",
 ))
+
+# the DKIM keys (sql/30_outbound_dkim.sql; public halves only): `mailroom outbound dkim list` and the doctor
+list_dkim_keys = SqlFunction("list_dkim_keys", returns=(
+    "domain", "selector", "algorithm", "public_key", "dns_name", "dns_value", "created_at",
+))

@@ -96,7 +96,7 @@ def _dkim(conn: psycopg.Connection) -> list[Check]:
     import dns.exception
     import dns.resolver
 
-    from mailroom.ops import sqlapi
+    from mailroom.db import sqlapi
 
     try:
         keys = sqlapi.list_dkim_keys.rows(conn)

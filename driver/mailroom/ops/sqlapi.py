@@ -6,7 +6,3 @@ from mailroom.db.contract import SqlFunction
 
 maintain_partitions = SqlFunction("maintain_partitions", returns=("action", "table_name", "partition_name", "row_count"))
 
-# the DKIM keys doctor checks against DNS (sql/30_outbound_dkim.sql; public halves only)
-list_dkim_keys = SqlFunction("list_dkim_keys", returns=(
-    "domain", "selector", "algorithm", "public_key", "dns_name", "dns_value", "created_at",
-))

@@ -452,7 +452,7 @@ def dkim_keygen(
 @dkim_app.command("list")
 def dkim_list(database_url: DatabaseUrlOption = None) -> None:
     """The DKIM keys by domain and the TXT record each needs (mailroom.list_dkim_keys)."""
-    rows = _call(database_url, sqlapi.list_dkim_keys)
+    rows = _call(database_url, db_sqlapi.list_dkim_keys)
     for row in rows:
         typer.echo(f"{row['domain']}\t{row['selector']}\t{row['algorithm']}\t{row['created_at']:%Y-%m-%d}")
         typer.echo("  " + _txt_record(row["dns_name"], row["dns_value"]))

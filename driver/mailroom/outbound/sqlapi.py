@@ -129,7 +129,4 @@ set_dkim_key = SqlFunction(
     "set_dkim_key", "p_sender text, p_selector text, p_public_key text, p_algorithm text = default",
     returns=("domain", "selector", "dns_name", "dns_value"),
 )
-list_dkim_keys = SqlFunction("list_dkim_keys", returns=(
-    "domain", "selector", "algorithm", "public_key", "dns_name", "dns_value", "created_at",
-))
 delete_dkim_key = SqlFunction("delete_dkim_key", "p_domain text")
