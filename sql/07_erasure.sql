@@ -17,7 +17,7 @@ BEGIN
     -- equals it.
     RETURN (
         SELECT 'erased:' || encode(
-            mailroom._hmac(convert_to(lower(btrim(btrim(p_address), '<>')), 'UTF8'), p.pepper, 'sha256'),
+            mailroom._hmac(convert_to(mailroom._normalize_address(p_address), 'UTF8'), p.pepper, 'sha256'),
             'hex'
         )
         FROM mailroom.redaction_pepper AS p
@@ -38,7 +38,7 @@ AS $$
 BEGIN
     -- The values of suppressions.address that stand for an address: itself (normalized) and, once
     -- it was erased, its keyed hash.
-    RETURN ARRAY[lower(btrim(btrim(p_address), '<>')), mailroom._erased_form(p_address)];
+    RETURN ARRAY[mailroom._normalize_address(p_address), mailroom._erased_form(p_address)];
 END;
 $$;
 
@@ -57,7 +57,7 @@ BEGIN
     -- (malice@ is not alice@) nor a longer domain (example.com.evil.org); a sentence's final dot may
     -- follow it.
     RETURN '(?<![[:alnum:]!#$%&''*+/=?^_`{|}~.-])'
-        || regexp_replace(lower(btrim(btrim(p_address), '<>')), '([].^$*+?(){}|\\[-])', '\\\1', 'g')
+        || regexp_replace(mailroom._normalize_address(p_address), '([].^$*+?(){}|\\[-])', '\\\1', 'g')
         || '(?![[:alnum:]_-]|[.][[:alnum:]])';
 END;
 $$;
@@ -89,7 +89,7 @@ SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-    v_addr text := lower(btrim(btrim(p_address), '<>'));
+    v_addr text := mailroom._normalize_address(p_address);
     v_pattern text;
     v_erased text;
     v_tag text;
@@ -161,11 +161,11 @@ BEGIN
         WHERE
             EXISTS (
                 SELECT 1 FROM unnest(m.to_addrs || m.cc_addrs || m.bcc_addrs) AS r (a)
-                WHERE lower(btrim(btrim(r.a), '<>')) = v_addr
+                WHERE mailroom._normalize_address(r.a) = v_addr
             )
             AND NOT EXISTS (
                 SELECT 1 FROM unnest(m.to_addrs || m.cc_addrs || m.bcc_addrs) AS r (a)
-                WHERE lower(btrim(btrim(r.a), '<>')) <> v_addr
+                WHERE mailroom._normalize_address(r.a) <> v_addr
             );
         DELETE FROM mailroom.outbound_bounces AS b WHERE b.message_id = ANY (v_gone);
         GET DIAGNOSTICS v_n = ROW_COUNT;
@@ -177,10 +177,10 @@ BEGIN
         v_counts := v_counts || jsonb_build_object('outbound_messages_deleted', v_n);
         UPDATE mailroom.outbound_messages AS m
         SET
-            to_addrs = array(SELECT r.a FROM unnest(m.to_addrs) AS r (a) WHERE lower(btrim(btrim(r.a), '<>')) <> v_addr),
-            cc_addrs = array(SELECT r.a FROM unnest(m.cc_addrs) AS r (a) WHERE lower(btrim(btrim(r.a), '<>')) <> v_addr),
+            to_addrs = array(SELECT r.a FROM unnest(m.to_addrs) AS r (a) WHERE mailroom._normalize_address(r.a) <> v_addr),
+            cc_addrs = array(SELECT r.a FROM unnest(m.cc_addrs) AS r (a) WHERE mailroom._normalize_address(r.a) <> v_addr),
             bcc_addrs = array(
-                SELECT r.a FROM unnest(m.bcc_addrs) AS r (a) WHERE lower(btrim(btrim(r.a), '<>')) <> v_addr
+                SELECT r.a FROM unnest(m.bcc_addrs) AS r (a) WHERE mailroom._normalize_address(r.a) <> v_addr
             ),
             subject = regexp_replace(m.subject, v_pattern, v_erased, 'gi'),
             text_body = regexp_replace(m.text_body, v_pattern, v_erased, 'gi'),
