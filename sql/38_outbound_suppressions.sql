@@ -13,7 +13,7 @@ AS $$
     SELECT s.id
     FROM mailroom.suppressions AS s
     WHERE
-        s.address = mailroom._normalize_address(p_address)
+        s.address = ANY(mailroom._suppression_keys(p_address))
         AND (s.expires_at IS NULL OR s.expires_at > mailroom.clock());
 $$;
 
@@ -125,7 +125,7 @@ AS $$
     -- true when an entry was removed (expired or not), false when there was none
     WITH gone AS (
         DELETE FROM mailroom.suppressions AS s
-        WHERE s.address = mailroom._normalize_address(p_address)
+        WHERE s.address = ANY(mailroom._suppression_keys(p_address))
         RETURNING s.id
     )
 

@@ -27,6 +27,7 @@ except ImportError:  # pragma: no cover - an older typer on the real click
 COMMANDS: dict[str, tuple[str, str, str | None]] = {
     "db": ("mailroom.db.cli", "db_app", None),
     "settings": ("mailroom.db.cli", "settings_app", None),
+    "erase": ("mailroom.db.cli", "erase_app", "erase"),
     "status": ("mailroom.ops.cli", "app", "status"),
     "collect": ("mailroom.accounts.cli", "app", "collect"),
     "keys": ("mailroom.accounts.cli", "keys_app", None),

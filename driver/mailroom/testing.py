@@ -107,7 +107,7 @@ def login_for(args: tuple[str, ...] | list[str]) -> str | None:
         return "mr_app"
     if command == "settings":
         return "mr_admin" if sub == "set" else "mr_monitor"
-    if command in ("suppress", "keys"):
+    if command in ("suppress", "keys", "erase"):
         return "mr_admin"
     if command in ("maintain", "apikey", "catchall"):
         return "mr_admin"

@@ -39,3 +39,10 @@ def test_pyproject_allows_no_untested_minor_release() -> None:
         assert tuple(int(x) for x in version.split(".")) < bound
     newest = max(tuple(int(x) for x in v.split(".")) for v in AIOSMTPD_TESTED)
     assert bound <= (newest[0], newest[1] + 1), f"{spec!r} allows minor releases newer than the tested {newest}"
+
+
+def test_the_starttls_refusal_it_rewrites_is_aiosmtpd_s() -> None:
+    # InboundSMTP.push answers 530 5.7.0 in place of this exact reply of aiosmtpd's require_starttls
+    from mailroom.inboxes.smtp import AIOSMTPD_STARTTLS_FIRST
+
+    assert f"'{AIOSMTPD_STARTTLS_FIRST}'" in inspect.getsource(SMTP._handle_client)

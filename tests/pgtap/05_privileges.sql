@@ -58,7 +58,7 @@ SELECT 'mailroom_admin', unnest(ARRAY[
     'maintain_partitions', 'clock', 'setting', 'interval_setting', 'outbound_stats', 'error_codes',
     'set_domain_limit', 'delete_domain_limit', 'list_domain_limits', 'domain_status', 'clear_domain_backoff',
     'create_api_key', 'list_api_keys', 'revoke_api_key', 'set_catchall_domain', 'remove_catchall_domain',
-    'list_catchall_domains',
+    'list_catchall_domains', 'erase_address',
     'list_migrations', 'schema_version',
     'rotate_signing_key', 'retire_signing_key', 'export_signing_key', 'import_signing_key', 'list_signing_keys',
     'set_sender_public_key', 'sender_public_key', 'convert_sender_passwords',

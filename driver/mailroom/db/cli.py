@@ -249,3 +249,29 @@ def settings_set(
     call_once(_url(database_url, data_dir), sqlapi.set_setting, application_name="mailroom-settings", name=name,
               value=value)
     print(f"{name} = {value}")
+
+
+erase_app = new_app("erase", "Erase one person's address from every table (mailroom.erase_address; admin).")
+
+
+@erase_app.command("erase")
+def erase_cmd(
+    address: Annotated[str, typer.Argument(metavar="ADDRESS", help="The email address to erase.")],
+    yes: Annotated[bool, typer.Option("--yes", help="Erase (without it: a dry run that only counts).")] = False,
+    database_url: DatabaseUrlOption = None,
+    data_dir: DataDirOption = None,
+) -> None:
+    """Erase an address from every table in one transaction (mailroom.erase_address; admin): accounts,
+    tokens, outbound mail, bounces, inboxes and their messages, recovery requests, workers' tables. Only its
+    keyed hash stays, on the suppression list, so mail to it stays refused. Without --yes: a dry run that
+    prints what would change. The address is never printed."""
+    from mailroom.db import sqlapi
+    from mailroom.db.connect import call_once
+
+    rows = call_once(_url(database_url, data_dir), sqlapi.erase_address, application_name="mailroom-erase",
+                     address=address, dry_run=not yes)
+    counts = ", ".join(f"{r.item} {r.affected}" for r in rows)
+    if yes:
+        print(f"erased: {counts}")
+    else:
+        print(f"dry run, nothing changed; would erase: {counts} (run again with --yes to erase)")

@@ -1,6 +1,6 @@
 """The foundation's SQL functions the driver calls (mailroom.db.contract): the error vocabulary, settings,
 the clock, partitions and the last maintenance, queue health and worker heartbeats (sql/00_clock.sql,
-01_settings.sql, 04_error_codes.sql, 05_partitions.sql, 06_queue_health.sql)."""
+01_settings.sql, 04_error_codes.sql, 05_partitions.sql, 06_queue_health.sql), erasure (07_erasure.sql)."""
 
 from __future__ import annotations
 
@@ -40,3 +40,5 @@ partition_status = SqlFunction("partition_status", returns=(
 list_dkim_keys = SqlFunction("list_dkim_keys", returns=(
     "domain", "selector", "algorithm", "public_key", "dns_name", "dns_value", "created_at",
 ))
+
+erase_address = SqlFunction("erase_address", "p_address text, p_dry_run boolean = default", returns=("item", "affected"))

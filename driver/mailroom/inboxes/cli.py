@@ -95,6 +95,12 @@ def serve_cmd(
         "--metrics-port", env="MAILROOM_INBOX_METRICS_PORT",
         help="Serve Prometheus metrics on this port (0: any free port; with --workers N, N ports from it).")] = None,
     metrics_host: Annotated[str, _serve_opt("--metrics-host", "Metrics bind address.", metavar="HOST")] = "127.0.0.1",
+    tls_cert: Annotated[Optional[str], _serve_opt(
+        "--tls-cert", "PEM certificate chain for STARTTLS (advertised in EHLO when given; with --tls-key).",
+        metavar="FILE")] = None,
+    tls_key: Annotated[Optional[str], _serve_opt("--tls-key", "PEM private key of --tls-cert.", metavar="FILE")] = None,
+    require_tls: Annotated[bool, _serve_opt(
+        "--require-tls", "Refuse MAIL, RCPT and DATA before STARTTLS (530 5.7.0).")] = False,
 ) -> None:
     """Run the inbound SMTP server that stores mail for open inboxes."""
     import asyncio
@@ -104,6 +110,14 @@ def serve_cmd(
     url = resolve_database_url(database_url)
     import logging
 
+    if tls_cert is not None or tls_key is not None or require_tls:
+        from mailroom.inboxes.server import tls_context
+
+        if tls_cert is None and tls_key is None:
+            raise ConfigError("--require-tls needs --tls-cert and --tls-key")
+        if tls_cert is None or tls_key is None:
+            raise ConfigError("--tls-cert and --tls-key go together")
+        tls_context(tls_cert, tls_key)  # a bad file is one line and exit 2 before anything starts
     logging.getLogger("mail.log").setLevel(logging.WARNING)  # aiosmtpd logs addresses at INFO
 
     def run(bind_port: int, ready: Any = None, reuse_port: bool = False, worker_index: int = 0) -> None:
@@ -112,7 +126,7 @@ def serve_cmd(
             max_sessions=max_sessions, idle_timeout=idle_timeout, max_line_length=max_line_length,
             pool_size=pool_size, data_size_limit=max_message_size, reuse_port=reuse_port, db_timeout=db_timeout,
             metrics_port=None if metrics_port is None else (metrics_port + worker_index if metrics_port else 0),
-            metrics_host=metrics_host,
+            metrics_host=metrics_host, tls_cert=tls_cert, tls_key=tls_key, require_tls=require_tls,
         )
 
         async def main() -> None:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import ssl
 from collections.abc import Callable
 
 import aiosmtpd
@@ -38,6 +39,19 @@ log = get_logger("inbox")
 logging.getLogger("psycopg.pool").setLevel(logging.ERROR)
 
 
+def tls_context(cert_file: str, key_file: str) -> ssl.SSLContext:
+    """The server side of STARTTLS: the certificate chain and its key (TLS 1.2 at least), or a
+    configuration error in one line (exit 2) when they cannot be loaded."""
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    try:
+        context.load_cert_chain(cert_file, key_file)
+    except (OSError, ssl.SSLError) as exc:
+        reason = getattr(exc, "strerror", None) or getattr(exc, "reason", None) or str(exc)
+        raise UserError(f"cannot load the TLS certificate and key ({cert_file}, {key_file}): {reason}", 2) from None
+    return context
+
+
 class InboundServer:
     """The listening server and its connection pool; run() until stop() (or SIGTERM in the CLI)."""
 
@@ -60,7 +74,17 @@ class InboundServer:
         db_timeout: float = 5.0,
         metrics_port: int | None = None,
         metrics_host: str = "127.0.0.1",
+        tls_cert: str | None = None,
+        tls_key: str | None = None,
+        require_tls: bool = False,
     ) -> None:
+        if (tls_cert is None) != (tls_key is None):
+            raise UserError("--tls-cert and --tls-key go together", 2)
+        if require_tls and tls_cert is None:
+            raise UserError("--require-tls needs --tls-cert and --tls-key", 2)
+        self.tls_cert = tls_cert
+        self.tls_key = tls_key
+        self.require_tls = require_tls
         self.url = with_defaults(url)
         self.db_timeout = db_timeout
         self.metrics_port = metrics_port
@@ -135,6 +159,8 @@ class InboundServer:
         if aiosmtpd.__version__ not in AIOSMTPD_TESTED:
             log.warning("WARN: aiosmtpd %s is not a version inbox serve is tested with (%s)",
                         aiosmtpd.__version__, ", ".join(AIOSMTPD_TESTED))
+        # loaded in this process (each worker of --workers has its own), before anything starts
+        tls = tls_context(self.tls_cert, self.tls_key) if self.tls_cert and self.tls_key else None
         self.heartbeat.metrics_address = self.metrics.start(self.metrics_port, self.metrics_host, log)
         try:
             settings = await self._settings()
@@ -191,6 +217,8 @@ class InboundServer:
                     ident="mailroom inbound",
                     timeout=self.idle_timeout,
                     loop=self._loop,
+                    tls_context=tls,
+                    require_starttls=self.require_tls,
                 )
             except BaseException:
                 gate.leave()
@@ -210,9 +238,10 @@ class InboundServer:
         beats = asyncio.ensure_future(self._beat_loop())
         log.info(
             "listening on %s:%d (SIZE %d, max %d recipients, %d refused recipients a session, %d sessions,"
-            " idle timeout %gs)",
+            " idle timeout %gs, %s)",
             self.host, self.bound_port, size_limit, self.max_recipients, self.max_bad_recipients,
             self.max_sessions, self.idle_timeout,
+            "STARTTLS required" if self.require_tls else "STARTTLS offered" if tls else "no STARTTLS",
         )
         if ready is not None:
             ready(self.bound_port)

@@ -16,6 +16,8 @@ It asks mailroom.inboxes.delivery everything that needs the database and sends t
   delivered and its reply sent: 250 only after COMMIT.
 - Abuse limits: --max-bad-recipients refused recipients per session, then 421 and hang up;
   --max-sessions connections at once, more get 421 before any database work; --idle-timeout.
+- STARTTLS (RFC 3207) when the server has a certificate (--tls-cert/--tls-key), advertised in EHLO;
+  with --require-tls every command but EHLO, NOOP, STARTTLS and QUIT gets 530 5.7.0 before it.
 - Logs carry counts, sizes and ids, never addresses or subjects.
 """
 
@@ -23,7 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import Any
+from typing import Any, AnyStr
 
 import psycopg
 from aiosmtpd.smtp import SMTP, Envelope, Session
@@ -43,7 +45,7 @@ log = get_logger("inbox")
 # allows no newer minor release, tests/inboxes/test_aiosmtpd_pin.py fails on any version not listed
 # here, and `inbox serve` warns at start on one.
 AIOSMTPD_TESTED = ("1.4.6",)
-AIOSMTPD_INTERNALS = ("_reader", "_set_post_data_state", "_call_handler_hook", "_reset_timeout",
+AIOSMTPD_INTERNALS = ("_tls_protocol", "_reader", "_set_post_data_state", "_call_handler_hook", "_reset_timeout",
                       "_handler_coroutine", "_getaddr", "_create_session", "_create_envelope")
 
 # Replies of the protocol layer (a recipient's or a message's verdict comes with its reply from SQL).
@@ -54,6 +56,10 @@ REPLY_TOO_MANY_BAD = "421 4.7.0 Too many invalid recipients, closing connection"
 REPLY_BUSY = "421 4.3.2 Too many connections, try again later"
 REPLY_LINE_TOO_LONG = "500 Line too long (see RFC5321 4.5.3.1.6)"
 REPLY_SEPARATE = "452 4.5.3 Bounces and mail for inboxes go in separate transactions"
+REPLY_STARTTLS_FIRST = "530 5.7.0 Must issue a STARTTLS command first"
+# aiosmtpd's own reply when require_starttls refuses a command (RFC 3207's text, without the enhanced
+# status code mailroom's other replies carry): InboundSMTP.push answers REPLY_STARTTLS_FIRST instead
+AIOSMTPD_STARTTLS_FIRST = "530 Must issue a STARTTLS command first"
 
 
 def _declared_size(mail_options: list[str]) -> int | None:
@@ -238,6 +244,11 @@ class InboundSMTP(SMTP):
 
     def _create_session(self) -> _Session:
         return _Session(self.loop)
+
+    async def push(self, status: AnyStr) -> None:
+        if status == AIOSMTPD_STARTTLS_FIRST:
+            status = REPLY_STARTTLS_FIRST  # type: ignore[assignment]
+        await super().push(status)
 
     def _create_envelope(self) -> _Envelope:
         return _Envelope()

@@ -1,0 +1,272 @@
+-- Erasure (docs/erasure.md): mailroom.erase_address removes one person's address from every
+-- table of the schema, or replaces it irreversibly, in one transaction, and leaves only its keyed
+-- hash on the suppression list so mail to it stays refused. PL/pgSQL throughout: the tables and
+-- helpers it reads are created by later files and migrations.
+
+CREATE OR REPLACE FUNCTION mailroom._erased_form(p_address text)
+RETURNS text
+LANGUAGE plpgsql
+STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    -- What replaces an erased address: 'erased:' and the hex of HMAC-SHA256(normalized address)
+    -- under the redaction pepper (migration 0030, readable by no runtime role). The same address
+    -- always gives the same value, so the suppression list still recognizes it; without the
+    -- pepper the value cannot be tested against guessed addresses. It holds no '@': no address
+    -- equals it.
+    RETURN (
+        SELECT 'erased:' || encode(
+            mailroom._hmac(convert_to(mailroom._normalize_address(p_address), 'UTF8'), p.pepper, 'sha256'),
+            'hex'
+        )
+        FROM mailroom.redaction_pepper AS p
+        WHERE p.singleton
+    );
+END;
+$$;
+
+COMMENT ON FUNCTION mailroom._erased_form(text) IS
+'Internal: the keyed hash that stands for an erased address (erased:<hex of HMAC-SHA256 under the redaction pepper>).';
+
+CREATE OR REPLACE FUNCTION mailroom._suppression_keys(p_address text)
+RETURNS text[]
+LANGUAGE plpgsql
+STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    -- The values of suppressions.address that stand for an address: itself (normalized) and, once
+    -- it was erased, its keyed hash.
+    RETURN ARRAY[mailroom._normalize_address(p_address), mailroom._erased_form(p_address)];
+END;
+$$;
+
+COMMENT ON FUNCTION mailroom._suppression_keys(text) IS
+'Internal: the suppression list entries that stand for an address: the address (normalized) and its erased form.';
+
+CREATE OR REPLACE FUNCTION mailroom._address_pattern(p_address text)
+RETURNS text
+LANGUAGE plpgsql
+IMMUTABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    -- A regular expression (to use with the case-insensitive operator ~* or flag 'i') matching the
+    -- address where it stands as a whole address in a text: not inside a longer local part
+    -- (malice@ is not alice@) nor a longer domain (example.com.evil.org); a sentence's final dot may
+    -- follow it.
+    RETURN '(?<![[:alnum:]!#$%&''*+/=?^_`{|}~.-])'
+        || regexp_replace(mailroom._normalize_address(p_address), '([].^$*+?(){}|\\[-])', '\\\1', 'g')
+        || '(?![[:alnum:]_-]|[.][[:alnum:]])';
+END;
+$$;
+
+COMMENT ON FUNCTION mailroom._address_pattern(text) IS
+'Internal: case-insensitive regular expression of an address standing whole in a text.';
+
+CREATE OR REPLACE FUNCTION mailroom._bytes_hold_address(p_bytes bytea, p_pattern text)
+RETURNS boolean
+LANGUAGE plpgsql
+IMMUTABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    -- bytea as text with escape encoding: ASCII stays as it is, other bytes become \ooo, so an
+    -- ASCII address is found case-insensitively in any bytes (a message's raw form)
+    RETURN encode(p_bytes, 'escape') ~* p_pattern;
+END;
+$$;
+
+COMMENT ON FUNCTION mailroom._bytes_hold_address(bytea, text) IS
+'Internal: whether bytes hold an address pattern (ASCII, case-insensitive).';
+
+CREATE OR REPLACE FUNCTION mailroom.erase_address(p_address text, p_dry_run boolean DEFAULT false)
+RETURNS TABLE (item text, affected bigint)
+LANGUAGE plpgsql
+VOLATILE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_addr text := mailroom._normalize_address(p_address);
+    v_pattern text;
+    v_erased text;
+    v_tag text;
+    v_counts jsonb := '{}';
+    v_n bigint;
+    v_m bigint;
+    v_reason text;
+    v_where text;
+    v_accounts bigint [];
+    v_gone bigint [];
+BEGIN
+    IF v_addr IS NULL OR NOT coalesce(mailroom._is_valid_address(v_addr), false) THEN
+        RAISE EXCEPTION USING
+            ERRCODE = 'MR006',
+            MESSAGE = 'the address to erase is not a valid email address';
+    END IF;
+    v_pattern := mailroom._address_pattern(v_addr);
+    v_erased := mailroom._erased_form(v_addr);
+    v_tag := mailroom._redaction_tag(v_addr);
+
+    -- Configuration is the operator's to change: mailroom does not rewrite a relay or a template.
+    SELECT coalesce(
+        (
+            SELECT format('sender %s', s.name) FROM mailroom.senders AS s
+            WHERE concat_ws(' ', s.from_address, s.smtp_username) ~* v_pattern
+            ORDER BY s.name LIMIT 1
+        ),
+        (
+            SELECT format('setting %s', s.name) FROM mailroom.settings AS s
+            WHERE s.value ~* v_pattern ORDER BY s.name LIMIT 1
+        ),
+        (
+            SELECT format('template %s', t.action) FROM mailroom.token_email_templates AS t
+            WHERE concat_ws(' ', t.subject, t.text_body, t.html_body) ~* v_pattern ORDER BY t.action LIMIT 1
+        )
+    ) INTO v_where;
+    IF v_where IS NOT NULL THEN
+        RAISE EXCEPTION USING
+            ERRCODE = 'MR007',
+            MESSAGE = format('the address to erase is in the configuration (%s): change it first', v_where);
+    END IF;
+
+    BEGIN
+        -- accounts: the one whose email it is, or whose login holds it; their tokens go with them
+        -- (ON DELETE CASCADE), and so do the token emails skipped for them and their recovery requests
+        SELECT coalesce(array_agg(a.id), '{}') INTO v_accounts
+        FROM mailroom.accounts AS a
+        WHERE lower(a.email) = v_addr OR a.login ~* v_pattern OR a.email ~* v_pattern;
+        DELETE FROM mailroom.suppressed_token_emails AS s
+        WHERE s.token_id IN (SELECT t.id FROM mailroom.tokens AS t WHERE t.account = ANY (v_accounts));
+        GET DIAGNOSTICS v_n = ROW_COUNT;
+        v_counts := v_counts || jsonb_build_object('suppressed_token_emails', v_n);
+        DELETE FROM mailroom.tokens AS t WHERE t.account = ANY (v_accounts);
+        GET DIAGNOSTICS v_n = ROW_COUNT;
+        v_counts := v_counts || jsonb_build_object('tokens', v_n);
+        DELETE FROM mailroom.accounts AS a WHERE a.id = ANY (v_accounts);
+        GET DIAGNOSTICS v_n = ROW_COUNT;
+        v_counts := v_counts || jsonb_build_object('accounts', v_n);
+        DELETE FROM mailroom.recovery_requests AS r
+        WHERE r.account = ANY (v_accounts) OR r.email ~* v_pattern;
+        GET DIAGNOSTICS v_n = ROW_COUNT;
+        v_counts := v_counts || jsonb_build_object('recovery_requests', v_n);
+
+        -- outbound mail: a message with no other recipient goes (with its idempotency key and its
+        -- bounces); the others lose the address from their recipients and, wherever it appears
+        -- (subject, bodies, headers, idempotency key), have it replaced by its erased form
+        SELECT coalesce(array_agg(m.id), '{}') INTO v_gone
+        FROM mailroom.outbound_messages AS m
+        WHERE
+            EXISTS (
+                SELECT 1 FROM unnest(m.to_addrs || m.cc_addrs || m.bcc_addrs) AS r (a)
+                WHERE mailroom._normalize_address(r.a) = v_addr
+            )
+            AND NOT EXISTS (
+                SELECT 1 FROM unnest(m.to_addrs || m.cc_addrs || m.bcc_addrs) AS r (a)
+                WHERE mailroom._normalize_address(r.a) <> v_addr
+            );
+        DELETE FROM mailroom.outbound_bounces AS b WHERE b.message_id = ANY (v_gone);
+        GET DIAGNOSTICS v_n = ROW_COUNT;
+        v_counts := v_counts || jsonb_build_object('outbound_bounces', v_n);
+        DELETE FROM mailroom.outbound_idempotency_keys AS k
+        WHERE k.message_id = ANY (v_gone) OR k.key ~* v_pattern;
+        DELETE FROM mailroom.outbound_messages AS m WHERE m.id = ANY (v_gone);
+        GET DIAGNOSTICS v_n = ROW_COUNT;
+        v_counts := v_counts || jsonb_build_object('outbound_messages_deleted', v_n);
+        UPDATE mailroom.outbound_messages AS m
+        SET
+            to_addrs = array(SELECT r.a FROM unnest(m.to_addrs) AS r (a) WHERE mailroom._normalize_address(r.a) <> v_addr),
+            cc_addrs = array(SELECT r.a FROM unnest(m.cc_addrs) AS r (a) WHERE mailroom._normalize_address(r.a) <> v_addr),
+            bcc_addrs = array(
+                SELECT r.a FROM unnest(m.bcc_addrs) AS r (a) WHERE mailroom._normalize_address(r.a) <> v_addr
+            ),
+            subject = regexp_replace(m.subject, v_pattern, v_erased, 'gi'),
+            text_body = regexp_replace(m.text_body, v_pattern, v_erased, 'gi'),
+            html_body = regexp_replace(m.html_body, v_pattern, v_erased, 'gi'),
+            headers = regexp_replace(m.headers::text, v_pattern, v_erased, 'gi')::jsonb,
+            idempotency_key = CASE WHEN m.idempotency_key ~* v_pattern THEN null ELSE m.idempotency_key END,
+            -- error_log is redacted on write: the address shows there only as its tag
+            error_log = replace(m.error_log, v_tag, '<erased>')
+        WHERE
+            array_to_string(m.to_addrs || m.cc_addrs || m.bcc_addrs, ' ') ~* v_pattern
+            OR concat_ws(' ', m.subject, m.text_body, m.html_body, m.headers::text, m.idempotency_key) ~* v_pattern
+            OR strpos(m.error_log, v_tag) > 0;
+        GET DIAGNOSTICS v_n = ROW_COUNT;
+        v_counts := v_counts || jsonb_build_object('outbound_messages_rewritten', v_n);
+        UPDATE mailroom.outbound_bounces AS b
+        SET diagnostic = replace(b.diagnostic, v_tag, '<erased>')
+        WHERE strpos(b.diagnostic, v_tag) > 0;
+
+        -- the suppression list keeps the keyed hash only, in force until removed
+        DELETE FROM mailroom.suppressions AS s WHERE s.address = v_addr
+        RETURNING s.reason INTO v_reason;
+        GET DIAGNOSTICS v_n = ROW_COUNT;
+        INSERT INTO mailroom.suppressions AS s (address, reason, source_message, created_at, expires_at)
+        VALUES (v_erased, coalesce(v_reason, 'manual'), null, mailroom.clock(), null)
+        ON CONFLICT (address) DO UPDATE SET expires_at = null;
+        v_counts := v_counts || jsonb_build_object('suppressions', v_n);
+
+        -- inboxes: the inbox of that address (its messages go with it), and every message
+        -- anywhere that holds it (envelope, headers, bodies, raw bytes, attachment names);
+        -- an owner named by it is replaced by its erased form
+        DELETE FROM mailroom.mailboxes AS b WHERE b.address = v_addr;
+        GET DIAGNOSTICS v_n = ROW_COUNT;
+        v_counts := v_counts || jsonb_build_object('mailboxes', v_n);
+        DELETE FROM mailroom.messages AS m
+        WHERE
+            lower(m.envelope_to) = v_addr
+            OR concat_ws(
+                ' ', m.envelope_from, m.envelope_to, m.from_header, m.subject, m.text_body, m.html_body,
+                m.attachments::text
+            ) ~* v_pattern
+            OR mailroom._bytes_hold_address(m.raw, v_pattern);
+        GET DIAGNOSTICS v_n = ROW_COUNT;
+        v_counts := v_counts || jsonb_build_object('messages', v_n);
+        UPDATE mailroom.mailboxes AS b SET owner_id = regexp_replace(b.owner_id, v_pattern, v_erased, 'gi')
+        WHERE b.owner_id ~* v_pattern;
+        GET DIAGNOSTICS v_n = ROW_COUNT;
+        UPDATE mailroom.api_keys AS k
+        SET
+            owner_id = regexp_replace(k.owner_id, v_pattern, v_erased, 'gi'),
+            label = regexp_replace(k.label, v_pattern, v_erased, 'gi')
+        WHERE concat_ws(' ', k.owner_id, k.label) ~* v_pattern;
+        GET DIAGNOSTICS v_m = ROW_COUNT;
+        v_n := v_n + v_m;
+        UPDATE mailroom.catchall_domains AS c SET owner_id = regexp_replace(c.owner_id, v_pattern, v_erased, 'gi')
+        WHERE c.owner_id ~* v_pattern;
+        GET DIAGNOSTICS v_m = ROW_COUNT;
+        v_counts := v_counts || jsonb_build_object('owners', v_n + v_m);
+
+        -- the workers' tables: names, what they serve, their last summaries
+        UPDATE mailroom.workers AS w
+        SET
+            worker = regexp_replace(w.worker, v_pattern, v_erased, 'gi'),
+            host = regexp_replace(w.host, v_pattern, v_erased, 'gi'),
+            serves = regexp_replace(w.serves, v_pattern, v_erased, 'gi'),
+            metrics_address = regexp_replace(w.metrics_address, v_pattern, v_erased, 'gi')
+        WHERE concat_ws(' ', w.worker, w.host, w.serves, w.metrics_address) ~* v_pattern;
+        GET DIAGNOSTICS v_n = ROW_COUNT;
+        UPDATE mailroom.job_runs AS j SET last_summary = regexp_replace(j.last_summary, v_pattern, v_erased, 'gi')
+        WHERE j.last_summary ~* v_pattern;
+        GET DIAGNOSTICS v_m = ROW_COUNT;
+        v_counts := v_counts || jsonb_build_object('worker_logs', v_n + v_m);
+
+        IF p_dry_run THEN
+            -- undo everything above (the counts stay in the variable)
+            RAISE EXCEPTION USING ERRCODE = 'MR009', MESSAGE = 'dry run';
+        END IF;
+    EXCEPTION WHEN SQLSTATE 'MR009' THEN
+        NULL;
+    END;
+    RETURN QUERY
+    SELECT c.key, c.value::bigint FROM jsonb_each_text(v_counts) AS c
+    ORDER BY c.key;
+END;
+$$;
+
+COMMENT ON FUNCTION mailroom.erase_address(text, boolean) IS
+'Erase an address from every table in one transaction (accounts, tokens, outbound mail, bounces, inboxes and their messages, recovery requests, workers'' tables), keeping only its keyed hash on the suppression list; p_dry_run counts and changes nothing. Returns the rows affected per item. Errors: MR006 not a valid address, MR007 the address is in the configuration (MR009 only rolls a dry run back inside).';
+
+GRANT EXECUTE ON FUNCTION mailroom.erase_address(text, boolean) TO mailroom_admin;
