@@ -111,3 +111,19 @@ $$;
 
 COMMENT ON FUNCTION mailroom._clock_default() IS
 'Internal: mailroom.clock() for column defaults (resolved at call time, so a migration can use it before sql/ runs).';
+
+CREATE OR REPLACE FUNCTION mailroom._later(p_at timestamptz, p_delay interval)
+RETURNS timestamptz
+LANGUAGE sql
+IMMUTABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    -- p_at + p_delay, the delay counted in seconds. timestamptz + interval is only STABLE, because
+    -- an interval's days and months depend on the time zone; a number of seconds does not, so
+    -- this is truly IMMUTABLE, which Citus requires of anything inside CASE in a statement that
+    -- writes a table in its metadata (finalize_messages, the domain backoff; docs/scale.md).
+    SELECT p_at + make_interval(secs => extract(EPOCH FROM p_delay)::double precision);
+$$;
+
+COMMENT ON FUNCTION mailroom._later(timestamptz, interval) IS
+'Internal: p_at plus p_delay counted in seconds (a day is 86,400 s whatever the time zone); IMMUTABLE.';

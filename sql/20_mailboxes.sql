@@ -33,6 +33,29 @@ $$;
 COMMENT ON FUNCTION mailroom._session_token_digest(text) IS
 'Internal: sha256 of a session token, the only form in which tokens are stored.';
 
+CREATE OR REPLACE FUNCTION mailroom._mailbox_open(
+    p_is_active boolean, p_deleted_at timestamptz, p_expires_at timestamptz, p_at timestamptz
+)
+RETURNS boolean
+LANGUAGE plpgsql
+IMMUTABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    -- A mailbox is open (accepts mail, may be read and extended) while it is active, not
+    -- deleted and p_at is before its expires_at: at the expiry instant it is closed, whether or
+    -- not the expiry sweep has flipped is_active yet. For a row already found by another index
+    -- (address, id, owner); the sweep's due-query keeps its own index condition. IMMUTABLE (the
+    -- time is an argument) and by columns, not the row: a statement on a table in Citus'
+    -- metadata may call it with column references (a whole row there is of the shard's type;
+    -- docs/scale.md). PL/pgSQL for the reason given at _normalize_address.
+    RETURN p_is_active AND p_deleted_at IS NULL AND p_expires_at > p_at;
+END;
+$$;
+
+COMMENT ON FUNCTION mailroom._mailbox_open(boolean, timestamptz, timestamptz, timestamptz) IS
+'Internal: whether a mailbox with these is_active, deleted_at and expires_at is open at p_at (active, not deleted, expires_at after p_at): the one rule for "open".';
+
 CREATE OR REPLACE FUNCTION mailroom._mailbox_open(p_box mailroom.mailboxes)
 RETURNS boolean
 LANGUAGE plpgsql
@@ -40,17 +63,12 @@ STABLE
 SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
-    -- A mailbox is open (accepts mail, may be read and extended) while it is active, not
-    -- deleted and mailroom.clock() is before its expires_at: at the expiry instant it is closed,
-    -- whether or not the expiry sweep has flipped is_active yet. For a row already found by
-    -- another index (address, id, owner); the sweep's due-query keeps its own index condition.
-    -- PL/pgSQL for the reason given at _normalize_address.
-    RETURN p_box.is_active AND p_box.deleted_at IS NULL AND p_box.expires_at > mailroom.clock();
+    RETURN mailroom._mailbox_open(p_box.is_active, p_box.deleted_at, p_box.expires_at, mailroom.clock());
 END;
 $$;
 
 COMMENT ON FUNCTION mailroom._mailbox_open(mailroom.mailboxes) IS
-'Internal: whether a mailbox row is open now (active, not deleted, expires_at after mailroom.clock()).';
+'Internal: whether a mailbox row is open now, at mailroom.clock() (the four-argument form).';
 
 CREATE OR REPLACE FUNCTION mailroom.create_mailbox(
     p_ttl_minutes integer DEFAULT null,

@@ -26,6 +26,7 @@ DECLARE
     v_message_id bigint;
     v_mailbox_id bigint;
     v_reason text;
+    v_now timestamptz;
 BEGIN
     IF p_raw IS NULL OR btrim(p_raw, '\x20090d0a'::bytea) = ''::bytea THEN
         -- no header, no body (nothing, or only white space): nothing to store
@@ -38,6 +39,7 @@ BEGIN
     END IF;
 
     FOR v_attempt IN 1..2 LOOP
+        v_now := mailroom.clock();
         -- The guard (open by mailroom._mailbox_open, under the plan's size and
         -- count limits) is part of this one statement: a message can never land in an expired
         -- inbox, whether or not the expiry sweep has run. Bumping message_count takes the row
@@ -50,10 +52,10 @@ BEGIN
             WHERE
                 m.address = v_address
                 AND p.name = m.plan
-                AND mailroom._mailbox_open(m)
+                AND mailroom._mailbox_open(m.is_active, m.deleted_at, m.expires_at, v_now)
                 AND m.message_count < p.max_messages
                 AND v_size <= p.max_message_bytes
-            RETURNING m.id, mailroom.clock() AS received_at
+            RETURNING m.id, v_now AS received_at
         )
 
         INSERT INTO mailroom.messages (

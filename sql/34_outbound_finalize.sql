@@ -35,17 +35,34 @@ BEGIN
 END;
 $$;
 
+CREATE OR REPLACE FUNCTION mailroom._retry_delay(
+    p_attempts integer, p_base interval, p_exponent double precision, p_max interval
+)
+RETURNS interval
+LANGUAGE sql
+IMMUTABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    -- base * attempts ^ exponent, at most max (defaults: attempts² minutes). IMMUTABLE, the
+    -- settings being arguments: finalize_messages calls it per row of a distributed UPDATE on
+    -- Citus, which refuses a STABLE function with a column reference there (docs/scale.md).
+    SELECT least(p_max, p_base * power(p_attempts, p_exponent));
+$$;
+
+COMMENT ON FUNCTION mailroom._retry_delay(integer, interval, double precision, interval) IS
+'Internal: delay before retry number p_attempts: least(p_max, p_base * p_attempts ^ p_exponent).';
+
 CREATE OR REPLACE FUNCTION mailroom._retry_delay(p_attempts integer)
 RETURNS interval
 LANGUAGE sql
 STABLE
 SET search_path = pg_catalog, pg_temp
 AS $$
-    -- backoff_base * attempts ^ backoff_exponent, at most backoff_max (defaults: attempts² minutes)
-    SELECT least(
-        mailroom.setting('outbound.backoff_max')::interval,
-        mailroom.setting('outbound.backoff_base')::interval
-        * power(p_attempts, mailroom.setting('outbound.backoff_exponent')::double precision)
+    SELECT mailroom._retry_delay(
+        p_attempts,
+        mailroom.setting('outbound.backoff_base')::interval,
+        mailroom.setting('outbound.backoff_exponent')::double precision,
+        mailroom.setting('outbound.backoff_max')::interval
     );
 $$;
 
@@ -170,6 +187,9 @@ DECLARE
     v_n integer := coalesce(cardinality(p_ids), 0);
     v_max integer := mailroom.setting('outbound.max_attempts')::integer;
     v_log_max integer := mailroom.setting('outbound.error_log_max_chars')::integer;
+    v_backoff_base interval := mailroom.setting('outbound.backoff_base')::interval;
+    v_backoff_exponent double precision := mailroom.setting('outbound.backoff_exponent')::double precision;
+    v_backoff_max interval := mailroom.setting('outbound.backoff_max')::interval;
     -- whether any domain has a backoff a success could clear (else a success writes nothing)
     v_backoffs boolean := EXISTS (SELECT 1 FROM mailroom.domain_state AS s WHERE s.backoff_until IS NOT NULL);
     -- messages every recipient of which the relay refused at RCPT
@@ -261,7 +281,7 @@ BEGIN
             END::mailroom.outbound_status,
             next_retry_at = CASE
                 WHEN i.kind = 'transient' AND NOT mailroom._gives_up(i.kind, m.attempts + 1, v_max)
-                    THEN v_now + mailroom._retry_delay(m.attempts + 1)
+                    THEN mailroom._later(v_now, mailroom._retry_delay(m.attempts + 1, v_backoff_base, v_backoff_exponent, v_backoff_max))
             END,
             sent_at = CASE WHEN i.kind = 'sent' THEN v_now END,
             last_outcome = i.outcome,

@@ -216,6 +216,20 @@ $$;
 COMMENT ON FUNCTION mailroom._is_domain_throttle(text, integer, text, text) IS
 'Internal: whether a delivery outcome is the domain throttling us (421, 4.7.x, greylisting 450/451, "too many connections").';
 
+CREATE OR REPLACE FUNCTION mailroom._domain_backoff_delay(p_level integer, p_base interval, p_max interval)
+RETURNS interval
+LANGUAGE sql
+IMMUTABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    -- base * 2 ^ (level - 1), at most max. IMMUTABLE, the settings being arguments (Citus:
+    -- _note_domain_outcomes' ON CONFLICT DO UPDATE calls it).
+    SELECT least(p_max, p_base * power(2, least(greatest(p_level, 1), 30) - 1));
+$$;
+
+COMMENT ON FUNCTION mailroom._domain_backoff_delay(integer, interval, interval) IS
+'Internal: a domain''s backoff at its p_level-th throttling episode: least(p_max, p_base * 2 ^ (p_level - 1)).';
+
 CREATE OR REPLACE FUNCTION mailroom._domain_backoff_delay(p_level integer)
 RETURNS interval
 LANGUAGE sql
@@ -223,9 +237,10 @@ STABLE
 SET search_path = pg_catalog, pg_temp
 AS $$
     -- outbound.domain_backoff_base * 2 ^ (level - 1), at most outbound.domain_backoff_max
-    SELECT least(
-        mailroom.setting('outbound.domain_backoff_max')::interval,
-        mailroom.setting('outbound.domain_backoff_base')::interval * power(2, least(greatest(p_level, 1), 30) - 1)
+    SELECT mailroom._domain_backoff_delay(
+        p_level,
+        mailroom.setting('outbound.domain_backoff_base')::interval,
+        mailroom.setting('outbound.domain_backoff_max')::interval
     );
 $$;
 
@@ -241,7 +256,14 @@ VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-    v_count integer;
+    v_count integer := 0;
+    v_base interval;
+    v_max interval;
+    -- an episode that ended before this started long ago: the next one starts over at level 1
+    v_long_ago timestamptz;
+    v_first timestamptz;
+    v_domain text;
+    v_throttled boolean;
 BEGIN
     -- finalize_messages' part: a domain that throttled is backed off (a new episode doubles the
     -- delay; a throttle reported while the backoff is running, from messages claimed before it,
@@ -250,38 +272,56 @@ BEGIN
     IF coalesce(cardinality(p_throttled), 0) = 0 AND coalesce(cardinality(p_succeeded), 0) = 0 THEN
         RETURN 0;
     END IF;
-    INSERT INTO mailroom.domain_state AS s (domain, backoff_until, backoff_level, updated_at)
-    SELECT d.domain, p_now + mailroom._domain_backoff_delay(1), 1, p_now
-    FROM (SELECT DISTINCT t.domain FROM unnest(p_throttled) AS t (domain)) AS d
-    UNION ALL
-    SELECT d.domain, NULL, 0, p_now
-    FROM (SELECT DISTINCT t.domain FROM unnest(p_succeeded) AS t (domain)) AS d
-    WHERE
-        d.domain <> ALL (coalesce(p_throttled, '{}'))
-        -- only domains with a backoff to clear (no write per success otherwise)
-        AND EXISTS (
-            SELECT 1 FROM mailroom.domain_state AS x
-            WHERE x.domain = d.domain AND (x.backoff_level > 0 OR x.backoff_until IS NOT NULL)
+    v_base := mailroom.setting('outbound.domain_backoff_base')::interval;
+    v_max := mailroom.setting('outbound.domain_backoff_max')::interval;
+    v_long_ago := mailroom._later(p_now, -v_max);
+    v_first := mailroom._later(p_now, mailroom._domain_backoff_delay(1, v_base, v_max));
+    -- One row per statement (a batch names few domains): on Citus, an INSERT … SELECT into
+    -- domain_state with a subquery on it, or with variables in its DO UPDATE, cannot be planned,
+    -- while this form runs on one node as on Citus (docs/scale.md). Everything in DO UPDATE is
+    -- IMMUTABLE or a variable, as Citus requires.
+    FOR v_domain, v_throttled IN
+        SELECT t.domain, true
+        FROM (SELECT DISTINCT u.domain FROM unnest(p_throttled) AS u (domain)) AS t
+        UNION ALL
+        -- the domains that accepted and have a backoff to clear (no write per success otherwise)
+        SELECT t.domain, false
+        FROM (SELECT DISTINCT u.domain FROM unnest(p_succeeded) AS u (domain)) AS t
+        WHERE
+            t.domain <> ALL (coalesce(p_throttled, '{}'))
+            AND EXISTS (
+                SELECT 1 FROM mailroom.domain_state AS x
+                WHERE x.domain = t.domain AND (x.backoff_level > 0 OR x.backoff_until IS NOT NULL)
+            )
+        ORDER BY 1
+    LOOP
+        INSERT INTO mailroom.domain_state AS s (domain, backoff_until, backoff_level, updated_at)
+        VALUES (
+            v_domain,
+            CASE WHEN v_throttled THEN v_first END,
+            CASE WHEN v_throttled THEN 1 ELSE 0 END,
+            p_now
         )
-    ORDER BY 1
-    ON CONFLICT (domain) DO UPDATE
-    SET
-        backoff_level = CASE
-            WHEN excluded.backoff_level = 0 THEN 0
-            WHEN s.backoff_until > p_now THEN s.backoff_level
-            -- the last episode ended long ago: start over
-            WHEN s.backoff_until < p_now - mailroom.setting('outbound.domain_backoff_max')::interval THEN 1
-            ELSE s.backoff_level + 1
-        END,
-        backoff_until = CASE
-            WHEN excluded.backoff_level = 0 THEN NULL
-            WHEN s.backoff_until > p_now THEN s.backoff_until
-            WHEN s.backoff_until < p_now - mailroom.setting('outbound.domain_backoff_max')::interval
-                THEN p_now + mailroom._domain_backoff_delay(1)
-            ELSE p_now + mailroom._domain_backoff_delay(s.backoff_level + 1)
-        END,
-        updated_at = p_now;
-    GET DIAGNOSTICS v_count = ROW_COUNT;
+        ON CONFLICT (domain) DO UPDATE
+        SET
+            backoff_level = CASE
+                WHEN excluded.backoff_level = 0 THEN 0
+                WHEN s.backoff_until > excluded.updated_at THEN s.backoff_level
+                -- the last episode ended long ago: start over
+                WHEN s.backoff_until < v_long_ago THEN 1
+                ELSE s.backoff_level + 1
+            END,
+            backoff_until = CASE
+                WHEN excluded.backoff_level = 0 THEN NULL
+                WHEN s.backoff_until > excluded.updated_at THEN s.backoff_until
+                WHEN s.backoff_until < v_long_ago THEN v_first
+                ELSE mailroom._later(
+                    excluded.updated_at, mailroom._domain_backoff_delay(s.backoff_level + 1, v_base, v_max)
+                )
+            END,
+            updated_at = excluded.updated_at;
+        v_count := v_count + 1;
+    END LOOP;
     RETURN v_count;
 END;
 $$;

@@ -1,6 +1,6 @@
 -- Mailboxes: TTL clamping per plan, addresses, owners, extend, soft delete, authorization.
 BEGIN;
-SELECT plan(60);
+SELECT plan(62);
 
 SET LOCAL mailroom.clock = '2030-01-01 00:00:00+00';
 
@@ -238,11 +238,27 @@ SELECT is(
         FROM pg_proc AS p
         WHERE p.pronamespace = 'mailroom'::regnamespace
             -- the functions about mailboxes (tokens have an expires_at of their own)
-            AND p.prosrc ~ 'mailroom\.mailboxes|v_box|p_box'
-            AND p.prosrc ~ 'expires_at\s*(>|<=)\s*mailroom\.clock\(\)'
+            AND p.prosrc ~ 'mailroom\.mailboxes|v_box|p_box|p_is_active'
+            AND p.prosrc ~ 'expires_at\s*(>|<=)\s*(mailroom\.clock\(\)|p_at)'
     ),
     '_mailbox_open, expire_mailboxes',
-    'the open/expired comparison is written in _mailbox_open and, as its index condition, in expire_mailboxes only'
+    'the open/expired comparison is written in _mailbox_open(…, at) and, as its index condition, in expire_mailboxes only'
+);
+SELECT is(
+    (
+        SELECT string_agg(p.provolatile::text, ',' ORDER BY p.pronargs)
+        FROM pg_proc AS p
+        WHERE p.pronamespace = 'mailroom'::regnamespace AND p.proname = '_mailbox_open'
+    ),
+    's,i',
+    '_mailbox_open(box) reads the clock (STABLE); _mailbox_open(…, at) is IMMUTABLE, so Citus lets an UPDATE call it with a column reference'
+);
+SELECT ok(
+    mailroom._mailbox_open(true, null, '2030-01-01 00:00Z', '2029-12-31 23:59:59.999999Z')
+    AND NOT mailroom._mailbox_open(true, null, '2030-01-01 00:00Z', '2030-01-01 00:00Z')
+    AND NOT mailroom._mailbox_open(false, null, '2030-01-01 00:00Z', '2029-01-01 00:00Z')
+    AND NOT mailroom._mailbox_open(true, '2028-01-01 00:00Z', '2030-01-01 00:00Z', '2029-01-01 00:00Z'),
+    '_mailbox_open(is_active, deleted_at, expires_at, at): open a microsecond before expires_at, closed at it, when inactive or deleted'
 );
 SELECT is(
     (SELECT is_open FROM mailroom.list_mailboxes('api', 'client-7', true) WHERE address = (SELECT address FROM boxes WHERE k = 'api')),

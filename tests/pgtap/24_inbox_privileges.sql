@@ -15,7 +15,7 @@ WHERE p.pronamespace = 'mailroom'::regnamespace
         'list_mailboxes', 'deliver_message', 'list_messages', 'read_message', '_batch_size', 'expire_mailboxes',
         'seconds_until_next_expiry', 'trg_mailboxes_schedule', 'purge_mailboxes', 'run_expiry'
     );
-SELECT is((SELECT count(*)::integer FROM area), 20, 'the inbox area has its 20 functions');
+SELECT is((SELECT count(*)::integer FROM area), 21, 'the inbox area has its 21 functions');
 
 SELECT is(
     (

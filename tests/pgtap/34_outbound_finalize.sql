@@ -1,6 +1,6 @@
 -- Outbound: finalize_messages (classification, backoff, max attempts, fencing), release, reaper.
 BEGIN;
-SELECT plan(54);
+SELECT plan(60);
 
 SET LOCAL mailroom.clock = '2030-01-01 00:00Z';
 SELECT mailroom.upsert_sender('tap', 'robot@mailroom.test', '127.0.0.1', 2525);
@@ -246,6 +246,37 @@ SELECT throws_ok(
     'MR330', 'release arrays must be non-NULL and of equal length (ids, claim tokens)', 'release with unequal arrays is MR330'
 );
 SELECT throws_ok($$SELECT mailroom.reap_stuck_messages('-1 minute')$$, 'MR333', NULL, 'a negative reap interval is MR333');
+
+-- the backoff formula, one definition: the settings' form is the pure form with the settings
+SELECT is(mailroom._retry_delay(3, interval '1 minute', 2, interval '1 day'), interval '9 minutes', 'base * attempts ^ exponent');
+SELECT is(mailroom._retry_delay(100, interval '1 minute', 2, interval '6 hours'), interval '6 hours', 'at most max');
+SELECT is(
+    mailroom._retry_delay(4),
+    mailroom._retry_delay(
+        4, mailroom.setting('outbound.backoff_base')::interval,
+        mailroom.setting('outbound.backoff_exponent')::double precision, mailroom.setting('outbound.backoff_max')::interval
+    ),
+    '_retry_delay(n) applies the outbound.backoff_* settings'
+);
+SELECT is(
+    mailroom._later('2030-03-31 00:30Z', mailroom._retry_delay(5, interval '1 hour', 2, interval '2 days')),
+    timestamptz '2030-03-31 00:30Z' + interval '25 hours',
+    '_later: the retry''s due time, the delay counted in seconds (25 hours, not a day and an hour)'
+);
+SET LOCAL timezone = 'Europe/Paris';
+SELECT is(
+    mailroom._later('2030-03-31 00:30+01', interval '1 day'),
+    timestamptz '2030-03-31 00:30+01' + interval '24 hours',
+    '_later counts a day as 86,400 s across a DST change (timestamptz + interval would give 23 hours)'
+);
+RESET timezone;
+SELECT is(
+    mailroom._domain_backoff_delay(3),
+    mailroom._domain_backoff_delay(
+        3, mailroom.setting('outbound.domain_backoff_base')::interval, mailroom.setting('outbound.domain_backoff_max')::interval
+    ),
+    '_domain_backoff_delay(n) applies the outbound.domain_backoff_* settings to the pure form'
+);
 
 SELECT * FROM finish();
 ROLLBACK;
