@@ -208,9 +208,9 @@ BEGIN
     WITH doomed AS (
         SELECT k.scope, k.key
         FROM mailroom.outbound_idempotency_keys AS k
-        WHERE k.created_at < v_now - mailroom.setting('outbound.retention')::interval
-            AND NOT EXISTS (SELECT 1 FROM mailroom.outbound_messages AS m WHERE m.id = k.message_id)
-        LIMIT v_batch
+        WHERE k.message_id = ANY(mailroom._orphan_idempotency_keys(
+            v_now - mailroom.setting('outbound.retention')::interval, v_batch
+        ))
         FOR UPDATE SKIP LOCKED
     )
 
@@ -481,6 +481,26 @@ $$;
 
 COMMENT ON FUNCTION mailroom._tokens_partition_live(text, timestamptz) IS
 'Internal: whether a tokens partition holds a token created, or still open, after p_cutoff.';
+
+CREATE OR REPLACE FUNCTION mailroom._orphan_idempotency_keys(p_before timestamptz, p_limit integer)
+RETURNS bigint[]
+LANGUAGE sql
+STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    -- up to p_limit message ids of idempotency keys created before p_before whose message is
+    -- gone (sql/citus/25 answers the same without joining the two tables across nodes)
+    SELECT ARRAY(
+        SELECT k.message_id
+        FROM mailroom.outbound_idempotency_keys AS k
+        WHERE k.created_at < p_before
+            AND NOT EXISTS (SELECT 1 FROM mailroom.outbound_messages AS m WHERE m.id = k.message_id)
+        LIMIT p_limit
+    );
+$$;
+
+COMMENT ON FUNCTION mailroom._orphan_idempotency_keys(timestamptz, integer) IS
+'Internal: up to p_limit message ids of idempotency keys older than p_before whose message no longer exists.';
 
 CREATE OR REPLACE FUNCTION mailroom._delete_past_retention(
     p_table text, p_partition text, p_cutoff timestamptz, p_batch integer

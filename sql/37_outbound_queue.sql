@@ -40,21 +40,85 @@ $$;
 COMMENT ON FUNCTION mailroom._queue_verb_statuses(text) IS
 'Internal: the statuses an operator verb (hold, release, cancel, delete, run_now, retry) changes a message from.';
 
+CREATE OR REPLACE FUNCTION mailroom._operator_log(p_log text, p_now timestamptz, p_what text, p_max integer)
+RETURNS text
+LANGUAGE sql
+IMMUTABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    -- error_log with one more line: what an operator did, when (the last p_max characters kept).
+    -- IMMUTABLE, the limit an argument: Citus calls it per row of a distributed UPDATE.
+    SELECT right(
+        concat_ws(E'\n', p_log, to_char(p_now AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"') || ' ' || p_what),
+        p_max
+    )
+$$;
+
+COMMENT ON FUNCTION mailroom._operator_log(text, timestamptz, text, integer) IS
+'Internal: error_log with a line for an operator''s action (UTC time, what), trimmed to its last p_max characters.';
+
 CREATE OR REPLACE FUNCTION mailroom._operator_log(p_log text, p_now timestamptz, p_what text)
 RETURNS text
 LANGUAGE sql
 STABLE
 SET search_path = pg_catalog, pg_temp
 AS $$
-    -- error_log with one more line: what an operator did, when (the last outbound.error_log_max_chars kept)
-    SELECT right(
-        concat_ws(E'\n', p_log, to_char(p_now AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"') || ' ' || p_what),
-        mailroom.setting('outbound.error_log_max_chars')::integer
-    )
+    SELECT mailroom._operator_log(p_log, p_now, p_what, mailroom.setting('outbound.error_log_max_chars')::integer)
 $$;
 
 COMMENT ON FUNCTION mailroom._operator_log(text, timestamptz, text) IS
 'Internal: error_log with a line for an operator''s action (UTC time, what), trimmed to outbound.error_log_max_chars.';
+
+CREATE OR REPLACE FUNCTION mailroom._queue_verb_change(
+    p_verb text,
+    p_where text,
+    p_positions text,
+    p_set text,
+    p_ids bigint[],
+    p_domain text,
+    p_from text[],
+    p_include boolean,
+    p_now timestamptz
+)
+RETURNS TABLE (changed bigint, ids bigint[], domains text[])
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_column
+BEGIN
+    -- _queue_verb's change: the selected rows no one else holds (SKIP LOCKED), deleted or set by
+    -- p_set; $1..$5 of p_where/p_set are the ids, domain, statuses, include-suppressed and now.
+    -- One statement on one node; sql/citus/20 runs it lane by lane.
+    IF p_verb = 'delete' THEN
+        EXECUTE format(
+            'WITH sel AS (SELECT m.id, m.created_at FROM mailroom.outbound_messages AS m '
+            'WHERE %s AND m.status = ANY ($3::mailroom.outbound_status[]) FOR UPDATE SKIP LOCKED), '
+            'gone AS (DELETE FROM mailroom.outbound_messages AS m USING sel '
+            'WHERE m.id = sel.id AND m.created_at = sel.created_at '
+            'RETURNING m.id, m.rcpt_domain, m.idempotency_scope, m.idempotency_key), '
+            'keys AS (DELETE FROM mailroom.outbound_idempotency_keys AS k USING gone AS g '
+            'WHERE k.scope = g.idempotency_scope AND k.key = g.idempotency_key AND k.message_id = g.id) '
+            'SELECT count(*), (array_agg(g.id ORDER BY g.id))[1:20], array_agg(DISTINCT g.rcpt_domain) FROM gone AS g',
+            p_where
+        ) INTO changed, ids, domains USING p_ids, p_domain, p_from, p_include, p_now;
+    ELSE
+        EXECUTE format(
+            'WITH sel AS (SELECT m.id, m.created_at FROM mailroom.outbound_messages AS m '
+            'WHERE %s AND m.status = ANY ($3::mailroom.outbound_status[]) '
+            'AND ($4 OR cardinality(%s) = 0) FOR UPDATE SKIP LOCKED), '
+            'done AS (UPDATE mailroom.outbound_messages AS m SET %s, updated_at = $5 FROM sel '
+            'WHERE m.id = sel.id AND m.created_at = sel.created_at RETURNING m.id, m.rcpt_domain) '
+            'SELECT count(*), (array_agg(d.id ORDER BY d.id))[1:20], array_agg(DISTINCT d.rcpt_domain) FROM done AS d',
+            p_where, p_positions, p_set
+        ) INTO changed, ids, domains USING p_ids, p_domain, p_from, p_include, p_now;
+    END IF;
+
+    RETURN NEXT;
+END;
+$$;
+
+COMMENT ON FUNCTION mailroom._queue_verb_change(text, text, text, text, bigint[], text, text[], boolean, timestamptz) IS
+'Internal: the change step of _queue_verb (delete, or UPDATE … SET p_set) on the rows p_where selects that no one else holds; returns how many, the first 20 ids and their recipient domains.';
 
 CREATE OR REPLACE FUNCTION mailroom._queue_verb(
     p_verb text,
@@ -185,41 +249,21 @@ BEGIN
     END IF;
 
     -- The change, on the rows no one else holds (a claim in progress holds its rows: in flight).
-    v_set := CASE p_verb
-        WHEN 'hold' THEN 'status = ''held'', error_log = mailroom._operator_log(m.error_log, $5, ''held by operator'')'
+    -- the log limit written into the text: the function in SET is then IMMUTABLE (Citus)
+    v_set := format(CASE p_verb
+        WHEN 'hold' THEN 'status = ''held'', error_log = mailroom._operator_log(m.error_log, $5, ''held by operator'', %1$s)'
         WHEN 'release' THEN
-            'status = ''queued'', error_log = mailroom._operator_log(m.error_log, $5, ''released by operator'')'
+            'status = ''queued'', error_log = mailroom._operator_log(m.error_log, $5, ''released by operator'', %1$s)'
         WHEN 'cancel' THEN 'status = ''cancelled'', next_retry_at = NULL, '
-            'error_log = mailroom._operator_log(m.error_log, $5, ''cancelled by operator'')'
+            'error_log = mailroom._operator_log(m.error_log, $5, ''cancelled by operator'', %1$s)'
         WHEN 'run_now' THEN
-            'next_retry_at = $5, error_log = mailroom._operator_log(m.error_log, $5, ''made due now by operator'')'
+            'next_retry_at = $5, error_log = mailroom._operator_log(m.error_log, $5, ''made due now by operator'', %1$s)'
         WHEN 'retry' THEN 'status = ''queued'', attempts = 0, next_retry_at = NULL, claimed_by = NULL, '
             'claim_token = NULL, lease_expires_at = NULL, '
-            'error_log = mailroom._operator_log(m.error_log, $5, ''retried by operator'')'
-    END;
-    IF p_verb = 'delete' THEN
-        EXECUTE format(
-            'WITH sel AS (SELECT m.id, m.created_at FROM mailroom.outbound_messages AS m '
-            'WHERE %s AND m.status = ANY ($3::mailroom.outbound_status[]) FOR UPDATE SKIP LOCKED), '
-            'gone AS (DELETE FROM mailroom.outbound_messages AS m USING sel '
-            'WHERE m.id = sel.id AND m.created_at = sel.created_at '
-            'RETURNING m.id, m.rcpt_domain, m.idempotency_scope, m.idempotency_key), '
-            'keys AS (DELETE FROM mailroom.outbound_idempotency_keys AS k USING gone AS g '
-            'WHERE k.scope = g.idempotency_scope AND k.key = g.idempotency_key AND k.message_id = g.id) '
-            'SELECT count(*), (array_agg(g.id ORDER BY g.id))[1:20], array_agg(DISTINCT g.rcpt_domain) FROM gone AS g',
-            v_where
-        ) INTO v_changed, v_ids, v_domains USING p_ids, v_domain, v_from, v_include, v_now;
-    ELSE
-        EXECUTE format(
-            'WITH sel AS (SELECT m.id, m.created_at FROM mailroom.outbound_messages AS m '
-            'WHERE %s AND m.status = ANY ($3::mailroom.outbound_status[]) '
-            'AND ($4 OR cardinality(%s) = 0) FOR UPDATE SKIP LOCKED), '
-            'done AS (UPDATE mailroom.outbound_messages AS m SET %s, updated_at = $5 FROM sel '
-            'WHERE m.id = sel.id AND m.created_at = sel.created_at RETURNING m.id, m.rcpt_domain) '
-            'SELECT count(*), (array_agg(d.id ORDER BY d.id))[1:20], array_agg(DISTINCT d.rcpt_domain) FROM done AS d',
-            v_where, v_positions, v_set
-        ) INTO v_changed, v_ids, v_domains USING p_ids, v_domain, v_from, v_include, v_now;
-    END IF;
+            'error_log = mailroom._operator_log(m.error_log, $5, ''retried by operator'', %1$s)'
+    END, mailroom.setting('outbound.error_log_max_chars')::integer);
+    SELECT c.changed, c.ids, c.domains INTO v_changed, v_ids, v_domains
+    FROM mailroom._queue_verb_change(p_verb, v_where, v_positions, v_set, p_ids, v_domain, v_from, v_include, v_now) AS c;
 
     IF p_verb = 'run_now' THEN
         -- due now means the domain's backoff too (sql/39): lifted for the domain named, for every

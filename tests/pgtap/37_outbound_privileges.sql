@@ -18,11 +18,11 @@ WHERE p.pronamespace = 'mailroom'::regnamespace
         'retry_message', 'retry_failed_messages', 'purge_sent_messages', '_header_breaking_chars', '_enqueue_message',
         '_pii_pattern', '_pii_identity', '_is_loopback_host', 'set_sender_public_key', 'sender_public_key',
         '_seal_for_sender', 'convert_sender_passwords', 'list_senders', 'outbound_stats', '_queue_verb_statuses',
-        '_operator_log', '_queue_verb', 'hold_messages', 'release_held_messages', 'cancel_messages', 'delete_messages',
+        '_operator_log', '_queue_verb', '_queue_verb_change', 'hold_messages', 'release_held_messages', 'cancel_messages', 'delete_messages',
         'run_messages_now', 'retry_messages', 'outbound_queue'
     );
 -- claim_messages has two forms this release (the keyed one is deprecated)
-SELECT is((SELECT count(*)::integer FROM area), 53, 'the outbound area has its 53 functions');
+SELECT is((SELECT count(*)::integer FROM area), 55, 'the outbound area has its 55 functions');
 
 SELECT is(
     (

@@ -140,6 +140,10 @@ def ensure_database(topology: Topology, dbname: str) -> None:
             ).fetchone()
             if not known:
                 conn.execute("SELECT citus_add_node(%s, %s)", (str(worker.home), worker.port))
+        # pgcrypto on every node (Citus propagates CREATE EXTENSION from the coordinator once the
+        # nodes are registered): functions that run on the shards hash and sign with it (the
+        # suppression list's keyed hashes, the error_log redaction)
+        conn.execute("CREATE EXTENSION IF NOT EXISTS pgcrypto WITH SCHEMA public")
     prepare_roles(topology.coordinator.url(dbname))
 
 

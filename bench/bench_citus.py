@@ -1,0 +1,104 @@
+"""Citus: the per-operation overhead of the distributed layout against a single node, same run.
+
+A coordinator with two workers (mailroom.testing.start_citus, all on 127.0.0.1, 8 shards) is
+started beside the bench cluster; each operation runs on the single node and on the coordinator
+in alternating rounds (A B A B), one session each, and the row gives the median time per call on
+both and their ratio. These 2 cores cannot show a speed-up: the rows measure the coordinator's
+overhead per call (planning, routing, two-phase commits), which is what a deployment of one
+coordinator and N workers pays per operation (docs/scale.md). Skipped when Citus is not installed.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable
+
+import psycopg
+
+from mailroom import testing
+from mailroom.db import citus as citus_db
+from mailroom.db.connect import connect
+
+AREA = "citus"
+RAW = ("From: a@example.com\r\nTo: x@mailroom.test\r\nSubject: bench\r\n\r\n" + "x" * 1900 + "\r\n").encode()
+
+
+def _setup(conn: psycopg.Connection) -> None:
+    conn.execute("SELECT mailroom.upsert_sender('bench', 'noreply@mailroom.test', '127.0.0.1', 2525)")
+    conn.execute("SELECT (mailroom.create_mailbox(60)).address")
+
+
+def _ops(conn: psycopg.Connection, n: int) -> dict[str, Callable[[int], None]]:
+    box = conn.execute("SELECT (mailroom.create_mailbox(60)).address").fetchone()[0]
+    tag = str(time.monotonic_ns())
+
+    def enqueue(i: int) -> None:
+        conn.execute("SELECT mailroom.enqueue_message('bench', ARRAY[%s], 's', 'b')", (f"r{tag}{i}@example.com",))
+
+    def claim_finalize(i: int) -> None:
+        rows = conn.execute("SELECT id, claim_token FROM mailroom.claim_messages(10, 'bench')").fetchall()
+        if rows:
+            conn.execute(
+                "SELECT count(*) FROM mailroom.finalize_messages(%s, %s, %s)",
+                ([r[0] for r in rows], [r[1] for r in rows], ["sent"] * len(rows)),
+            )
+
+    def create_mailbox(i: int) -> None:
+        conn.execute("SELECT (mailroom.create_mailbox(60)).address")
+
+    def deliver(i: int) -> None:
+        conn.execute("SELECT mailroom.deliver_message(%s, %s)", (box, RAW))
+
+    def create_account(i: int) -> None:
+        conn.execute("SELECT mailroom.create_account(%s, %s)", (f"a{tag}{i}@example.com", f"l{tag}{i}"))
+
+    def empty_claim(i: int) -> None:
+        conn.execute("SELECT count(*) FROM mailroom.claim_messages(10, 'idle')").fetchone()
+
+    return {
+        "enqueue_message": enqueue,
+        "claim_messages(10) + finalize_messages (per call, 10 messages)": claim_finalize,
+        "create_mailbox": create_mailbox,
+        "deliver_message (2 KB)": deliver,
+        "create_account": create_account,
+        "claim_messages(10), nothing due": empty_claim,
+    }
+
+
+def _time(op: Callable[[int], None], start: int, n: int) -> float:
+    t0 = time.perf_counter()
+    for i in range(start, start + n):
+        op(i)
+    return (time.perf_counter() - t0) / n * 1000
+
+
+def run(url: str, quick: bool, progress: Callable[[str], None]) -> list[dict]:
+    if not citus_db.citus_installed():
+        return [{"area": AREA, "benchmark": "skipped: the Citus extension is not installed (../shared/citus/build.sh)",
+                 "value": float("nan"), "unit": "", "note": ""}]
+    n, rounds = (20, 2) if quick else (100, 5)
+    progress("starting a coordinator and two workers")
+    topology = testing.start_citus(workers=2)
+    try:
+        curl = testing.citus_database(topology, "mailroom_bench")
+        with connect(url, autocommit=True) as single, connect(curl, autocommit=True) as coordinator:
+            for conn in (single, coordinator):
+                _setup(conn)
+            ops = {"single": _ops(single, n), "citus": _ops(coordinator, n)}
+            times: dict[str, dict[str, list[float]]] = {name: {"single": [], "citus": []} for name in ops["single"]}
+            for r in range(rounds):
+                progress(f"round {r + 1} of {rounds}")
+                for name in times:
+                    for kind in ("single", "citus"):  # A B A B: the same machine state for both
+                        times[name][kind].append(_time(ops[kind][name], r * n, n))
+    finally:
+        testing.stop_citus(topology)
+    rows = []
+    for name, t in times.items():
+        single_ms, citus_ms = statistics.median(t["single"]), statistics.median(t["citus"])
+        rows.append({
+            "area": AREA, "benchmark": f"{name}: coordinator with 2 workers, per call", "value": citus_ms, "unit": "ms",
+            "note": f"single node {single_ms:.2f} ms; overhead {citus_ms / single_ms:.1f}x; median of {rounds} rounds of {n}",
+        })
+    return rows
