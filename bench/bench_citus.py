@@ -79,7 +79,7 @@ def run(url: str, quick: bool, progress: Callable[[str], None]) -> list[dict]:
                  "value": float("nan"), "unit": "", "note": ""}]
     n, rounds = (20, 2) if quick else (100, 5)
     progress("starting a coordinator and two workers")
-    topology = testing.start_citus(workers=2)
+    topology = testing.start_citus(workers=2, fast=False)  # durable, as the bench cluster
     try:
         curl = testing.citus_database(topology, "mailroom_bench")
         with connect(url, autocommit=True) as single, connect(curl, autocommit=True) as coordinator:

@@ -143,13 +143,14 @@ def migrated_database(cluster: embedded.Cluster, name: str, *, pgtap: bool = Fal
     return url
 
 
-def start_citus(workers: int = 2, prefix: str = "mailroom-citus-"):
-    """A coordinator and `workers` workers in a fresh temporary directory (mailroom.db.citus), tuned for tests."""
+def start_citus(workers: int = 2, prefix: str = "mailroom-citus-", *, fast: bool = True):
+    """A coordinator and `workers` workers in a fresh temporary directory (mailroom.db.citus), tuned for
+    tests (fast: no fsync), or durable like the bench cluster (fast=False)."""
     from mailroom.db import citus
 
     home = Path(tempfile.mkdtemp(prefix=prefix, dir=os.environ.get("MAILROOM_TEST_TMP", "/tmp")))
     port = _free_port_run(workers + 1)
-    return citus.up(home, workers, port=port, fast=True)
+    return citus.up(home, workers, port=port, fast=fast)
 
 
 def stop_citus(topology) -> None:
