@@ -1,7 +1,7 @@
 """Test harness: a throwaway cluster per run, migrated databases, pg_prove, pytest.
 
     python -m mailroom.testing pgtap [FILE ...]   pgTAP files (default tests/pgtap/*.sql)
-    python -m mailroom.testing all [PYTEST ARGS]  one cluster: pg_prove, then pytest on it
+    python -m mailroom.testing all [PYTEST ARGS]  pg_prove on one cluster, then pytest (one worker per core)
     python -m mailroom.testing snapshot           rewrite tests/db/schema.snapshot from a fresh migrate
 
 pytest reuses the cluster named by MAILROOM_TEST_CLUSTER_HOME when set (see tests/conftest.py).
@@ -10,6 +10,7 @@ pytest reuses the cluster named by MAILROOM_TEST_CLUSTER_HOME when set (see test
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import shutil
 import signal
@@ -430,11 +431,29 @@ def main(argv: list[str]) -> int:
         if command == "pgtap":
             return run_pgtap(cluster, rest)
         rc = run_pgtap(cluster, [])
-        env = dict(os.environ, **{CLUSTER_ENV: str(cluster.home)})
-        pytest_rc = subprocess.call([sys.executable, "-m", "pytest", *rest], env=env)
+        args, parallel = pytest_args(rest)
+        env = dict(os.environ)
+        if parallel:
+            # each xdist worker starts its own cluster (roles are cluster-wide: two workers
+            # migrating templates in one cluster would race to create them)
+            stop_cluster(cluster)
+        else:
+            env[CLUSTER_ENV] = str(cluster.home)
+        pytest_rc = subprocess.call([sys.executable, "-m", "pytest", *args], env=env)
         return rc or pytest_rc
     finally:
-        stop_cluster(cluster)
+        if cluster.is_running():
+            stop_cluster(cluster)
+
+
+def pytest_args(rest: list[str]) -> tuple[list[str], bool]:
+    """pytest's arguments for `all`: on a machine with more than one core, the files spread over
+    one pytest-xdist worker per core (`--dist loadfile`: a module's fixtures, such as a Citus
+    topology, are made once), unless the caller chose (-n, -p no:xdist); whether it is parallel."""
+    chose = any(a.startswith(("-n", "--numprocesses", "--dist")) or a == "no:xdist" for a in rest)
+    if chose or (os.cpu_count() or 1) < 2 or importlib.util.find_spec("xdist") is None:
+        return list(rest), False
+    return ["-n", "auto", "--dist", "loadfile", *rest], True
 
 
 if __name__ == "__main__":

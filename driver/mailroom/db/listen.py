@@ -93,7 +93,9 @@ class Listener:
 
     def _down(self, reason: str) -> None:
         self._listening.clear()
-        if reason != self._down_reason:  # say each reason once, not on every retry
+        # one line an outage: the first reason, not every retry nor every new wording of the same
+        # outage (a server shutting down refuses, then closes, then has no socket: three reasons)
+        if self._down_reason is None:
             hint = f"; {self.poll_hint} until it is back" if self.poll_hint else ""
             self.log.warning("WARN: LISTEN %s: %s%s", "/".join(self.channels), reason, hint)
             self._down_reason = reason
