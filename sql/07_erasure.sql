@@ -188,11 +188,15 @@ BEGIN
             headers = regexp_replace(m.headers::text, v_pattern, v_erased, 'gi')::jsonb,
             idempotency_key = CASE WHEN m.idempotency_key ~* v_pattern THEN null ELSE m.idempotency_key END,
             -- error_log is redacted on write: the address shows there only as its tag
-            error_log = replace(m.error_log, v_tag, '<erased>')
+            error_log = replace(m.error_log, v_tag, '<erased>'),
+            -- an attachment naming the address (its name or its bytes) goes whole: bytes are
+            -- not rewritten (sql/32)
+            attachments = mailroom._attachments_without(m.attachments, v_addr)
         WHERE
             array_to_string(m.to_addrs || m.cc_addrs || m.bcc_addrs, ' ') ~* v_pattern
             OR concat_ws(' ', m.subject, m.text_body, m.html_body, m.headers::text, m.idempotency_key) ~* v_pattern
-            OR strpos(m.error_log, v_tag) > 0;
+            OR strpos(m.error_log, v_tag) > 0
+            OR m.attachments IS DISTINCT FROM mailroom._attachments_without(m.attachments, v_addr);
         GET DIAGNOSTICS v_n = ROW_COUNT;
         v_counts := v_counts || jsonb_build_object('outbound_messages_rewritten', v_n);
         UPDATE mailroom.outbound_bounces AS b

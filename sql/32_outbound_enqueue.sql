@@ -86,6 +86,112 @@ BEGIN
 END;
 $$;
 
+CREATE OR REPLACE FUNCTION mailroom._outbound_attachments(p_attachments jsonb)
+RETURNS mailroom.outbound_attachment[]
+LANGUAGE plpgsql
+IMMUTABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_result mailroom.outbound_attachment[] := '{}';
+    v_item jsonb;
+    v_name text;
+    v_type text;
+    v_content bytea;
+    v_position integer := 0;
+BEGIN
+    -- [{"name": …, "content_type": …, "content_base64": …}, …] → the attachments of a message,
+    -- or MR385 naming the position (never a name or a byte). NULL or [] → NULL (none).
+    IF p_attachments IS NULL OR p_attachments = '[]'::jsonb THEN
+        RETURN NULL;
+    END IF;
+    IF jsonb_typeof(p_attachments) <> 'array' OR jsonb_array_length(p_attachments) > 20 THEN
+        RAISE EXCEPTION USING
+            ERRCODE = 'MR385',
+            MESSAGE = 'attachments must be a JSON array of at most 20 objects';
+    END IF;
+    FOR v_item IN SELECT e.value FROM jsonb_array_elements(p_attachments) AS e LOOP
+        v_position := v_position + 1;
+        IF jsonb_typeof(v_item) <> 'object' THEN
+            RAISE EXCEPTION USING ERRCODE = 'MR385', MESSAGE = format('attachment %s is not an object', v_position);
+        END IF;
+        v_name := v_item ->> 'name';
+        v_type := lower(v_item ->> 'content_type');
+        -- a file name, not a path, on one line: what a mail client saves it as
+        IF v_name IS NULL OR length(v_name) NOT BETWEEN 1 AND 255 OR v_name ~ '[\x00-\x1f\x7f/\\]'
+            OR btrim(v_name) IN ('', '.', '..') THEN
+            RAISE EXCEPTION USING
+                ERRCODE = 'MR385',
+                MESSAGE = format(
+                    'attachment %s: the name must be 1-255 characters, no path separator or control character',
+                    v_position
+                );
+        END IF;
+        -- RFC 2045 type/subtype tokens
+        IF v_type IS NULL OR v_type !~ '^[a-z0-9!#$&^_.+-]{1,64}/[a-z0-9!#$&^_.+-]{1,64}$'
+            OR split_part(v_type, '/', 1) = 'multipart' THEN
+            RAISE EXCEPTION USING
+                ERRCODE = 'MR385',
+                MESSAGE = format('attachment %s: the content type must be type/subtype (not multipart)', v_position);
+        END IF;
+        BEGIN
+            v_content := decode(v_item ->> 'content_base64', 'base64');
+        EXCEPTION
+            WHEN invalid_parameter_value OR invalid_text_representation THEN
+                v_content := NULL;
+        END;
+        IF v_content IS NULL THEN
+            RAISE EXCEPTION USING
+                ERRCODE = 'MR385',
+                MESSAGE = format('attachment %s: content_base64 must be base64', v_position);
+        END IF;
+        v_result := v_result || ROW(v_name, v_type, v_content)::mailroom.outbound_attachment;
+    END LOOP;
+    RETURN v_result;
+END;
+$$;
+
+COMMENT ON FUNCTION mailroom._outbound_attachments(jsonb) IS
+'Internal: the attachments of a message from [{"name", "content_type", "content_base64"}] (NULL for none); MR385 names the position of a bad one.';
+
+CREATE OR REPLACE FUNCTION mailroom._attachments_json(p_attachments mailroom.outbound_attachment[])
+RETURNS jsonb
+LANGUAGE sql
+IMMUTABLE
+STRICT
+SET search_path = pg_catalog, pg_temp
+AS $$
+    -- what the claim hands the sender: [{"name", "content_type", "content_base64"}] in order
+    SELECT jsonb_agg(
+        jsonb_build_object('name', a.name, 'content_type', a.content_type, 'content_base64', encode(a.content, 'base64'))
+        ORDER BY a.n
+    )
+    FROM unnest(p_attachments) WITH ORDINALITY AS a (name, content_type, content, n);
+$$;
+
+COMMENT ON FUNCTION mailroom._attachments_json(mailroom.outbound_attachment[]) IS
+'Internal: a message''s attachments as the claim returns them, [{"name", "content_type", "content_base64"}] (NULL: none).';
+
+CREATE OR REPLACE FUNCTION mailroom._attachments_without(
+    p_attachments mailroom.outbound_attachment[], p_address text
+)
+RETURNS mailroom.outbound_attachment[]
+LANGUAGE sql
+IMMUTABLE
+STRICT
+SET search_path = pg_catalog, pg_temp
+AS $$
+    -- the attachments whose name and bytes do not hold p_address (case-insensitive; bytes
+    -- compared in their escape form, where an ASCII address reads as itself); NULL when none is left
+    SELECT array_agg(ROW(a.name, a.content_type, a.content)::mailroom.outbound_attachment ORDER BY a.n)
+    FROM unnest(p_attachments) WITH ORDINALITY AS a (name, content_type, content, n)
+    WHERE strpos(lower(a.name), lower(p_address)) = 0
+        AND strpos(lower(encode(a.content, 'escape')), lower(p_address)) = 0;
+$$;
+
+COMMENT ON FUNCTION mailroom._attachments_without(mailroom.outbound_attachment[], text) IS
+'Internal (erasure): the attachments whose name and bytes do not contain p_address; NULL if none is left.';
+
 CREATE OR REPLACE FUNCTION mailroom._enqueue_message(
     p_scope text,
     p_sender text,
@@ -99,13 +205,15 @@ CREATE OR REPLACE FUNCTION mailroom._enqueue_message(
     p_idempotency_key text DEFAULT null,
     p_send_after timestamptz DEFAULT null,
     p_token_id bigint DEFAULT null,
-    p_priority integer DEFAULT null
+    p_priority integer DEFAULT null,
+    p_attachments jsonb DEFAULT null
 )
 RETURNS bigint
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
+    v_attachments mailroom.outbound_attachment[] := mailroom._outbound_attachments(p_attachments);
     v_priority integer;
     v_sender_id bigint;
     v_from text;
@@ -207,7 +315,8 @@ BEGIN
     v_size := octet_length(p_subject)
         + coalesce(octet_length(p_text_body), 0)
         + coalesce(octet_length(p_html_body), 0)
-        + octet_length(v_headers::text);
+        + octet_length(v_headers::text)
+        + coalesce((SELECT sum(octet_length(a.content)) FROM unnest(v_attachments) AS a), 0);
     IF v_size > mailroom.setting('outbound.max_message_bytes')::bigint THEN
         RAISE EXCEPTION USING
             ERRCODE = 'MR306',
@@ -252,7 +361,8 @@ BEGIN
         -- the domain the domain limits count it against (sql/39_outbound_domain_limits.sql)
         rcpt_domain,
         token_id,
-        priority
+        priority,
+        attachments
     )
     VALUES (
         v_sender_id, v_to, v_cc, v_bcc, p_subject, p_text_body, p_html_body, v_headers,
@@ -261,7 +371,8 @@ BEGIN
         v_suppressed,
         mailroom._recipient_domain(v_to, v_cc, v_bcc),
         p_token_id,
-        v_priority
+        v_priority,
+        v_attachments
     )
     RETURNING m.id INTO v_id;
 
@@ -310,12 +421,61 @@ GRANT EXECUTE ON FUNCTION mailroom.enqueue_message(
     text, text[], text, text, text, text[], text[], jsonb, text, timestamptz, integer
 ) TO mailroom_app;
 
+CREATE OR REPLACE FUNCTION mailroom.enqueue_message_with_attachments(
+    p_sender text,
+    p_to text[],
+    p_subject text,
+    p_text_body text,
+    p_attachments jsonb,
+    p_html_body text DEFAULT null,
+    p_cc text[] DEFAULT '{}',
+    p_bcc text[] DEFAULT '{}',
+    p_headers jsonb DEFAULT '{}',
+    p_idempotency_key text DEFAULT null,
+    p_send_after timestamptz DEFAULT null,
+    p_priority integer DEFAULT 0,
+    p_bulk boolean DEFAULT false
+)
+RETURNS bigint
+LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_id bigint;
+BEGIN
+    -- enqueue_message (p_bulk: enqueue_bulk_message) with attachments; the sender builds
+    -- multipart/mixed around the body
+    v_id := mailroom._enqueue_message(
+        'app', p_sender, p_to, p_subject, p_text_body, p_html_body, p_cc, p_bcc, p_headers,
+        p_idempotency_key, p_send_after, p_priority => coalesce(p_priority, 0), p_attachments => p_attachments
+    );
+    IF coalesce(p_bulk, false) THEN
+        UPDATE mailroom.outbound_messages AS m
+        SET bulk = true
+        WHERE m.id = v_id AND NOT m.bulk AND m.token_id IS NULL;
+    END IF;
+    RETURN v_id;
+END;
+$$;
+
+COMMENT ON FUNCTION mailroom.enqueue_message_with_attachments(
+    text, text[], text, text, jsonb, text, text[], text[], jsonb, text, timestamptz, integer, boolean
+) IS
+'enqueue_message with attachments (p_attachments: [{"name", "content_type", "content_base64"}], at most 20, counted in '
+'outbound.max_message_bytes); p_bulk: as enqueue_bulk_message (List-Unsubscribe). Errors as enqueue_message, and MR385 '
+'a bad attachment, MR306 too large.';
+
+GRANT EXECUTE ON FUNCTION mailroom.enqueue_message_with_attachments(
+    text, text[], text, text, jsonb, text, text[], text[], jsonb, text, timestamptz, integer, boolean
+) TO mailroom_app;
+
 COMMENT ON FUNCTION mailroom._enqueue_message(
-    text, text, text[], text, text, text, text[], text[], jsonb, text, timestamptz, bigint, integer
+    text, text, text[], text, text, text, text[], text[], jsonb, text, timestamptz, bigint, integer, jsonb
 ) IS
 'Internal: validate and queue a message, idempotent on (p_scope, p_idempotency_key), at p_priority (NULL: 0, or '
 'collector.priority for mailroom''s own emails); NOTIFY mailroom_outbound (id); p_token_id: a token email, its bodies '
-'rendered at claim.';
+'rendered at claim; p_attachments: see _outbound_attachments.';
 
 COMMENT ON FUNCTION mailroom._check_recipients(text, text[]) IS
 'Internal: raise MR303 naming the position (never the value) of an invalid address.';

@@ -181,7 +181,8 @@ RETURNS TABLE (
     dkim_domain text,
     dkim_selector text,
     dkim_public_key text,
-    dkim_algorithm text
+    dkim_algorithm text,
+    attachments jsonb
 )
 LANGUAGE plpgsql
 SET jit = off
@@ -278,7 +279,9 @@ BEGIN
         k.domain,
         k.selector,
         k.public_key,
-        k.algorithm
+        k.algorithm,
+        -- attachments (sql/32): base64 in JSON, for the messages that have any
+        mailroom._attachments_json(c.attachments)
     FROM claimed AS c
     INNER JOIN relays AS r ON c.sender_id = r.id
     CROSS JOIN LATERAL (SELECT mailroom._envelope(c.to_addrs, c.cc_addrs, c.bcc_addrs) AS envelope) AS e
@@ -328,7 +331,8 @@ RETURNS TABLE (
     dkim_domain text,
     dkim_selector text,
     dkim_public_key text,
-    dkim_algorithm text
+    dkim_algorithm text,
+    attachments jsonb
 )
 LANGUAGE plpgsql
 SECURITY DEFINER

@@ -88,7 +88,8 @@ RETURNS TABLE (
     dkim_domain text,
     dkim_selector text,
     dkim_public_key text,
-    dkim_algorithm text
+    dkim_algorithm text,
+    attachments jsonb
 )
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
@@ -161,7 +162,8 @@ BEGIN
             k.domain,
             k.selector,
             k.public_key,
-            k.algorithm
+            k.algorithm,
+            mailroom._attachments_json(c.attachments)
         FROM unnest(v_rows) AS c
         INNER JOIN mailroom.senders AS r ON c.sender_id = r.id
         CROSS JOIN LATERAL (SELECT mailroom._envelope(c.to_addrs, c.cc_addrs, c.bcc_addrs) AS envelope) AS e

@@ -34,7 +34,8 @@ def columns(conn: psycopg.Connection) -> list[tuple[str, str, str]]:
         JOIN pg_attribute AS a ON a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped
         JOIN pg_type AS t ON t.oid = a.atttypid
         WHERE c.relnamespace = 'mailroom'::regnamespace AND c.relkind = 'r'
-            AND t.typname IN ('text', '_text', 'varchar', '_varchar', 'bpchar', 'json', 'jsonb', 'bytea', 'tsvector')
+            AND t.typname IN ('text', '_text', 'varchar', '_varchar', 'bpchar', 'json', 'jsonb', 'bytea', 'tsvector',
+                              '_outbound_attachment')
         ORDER BY 1, 2
         """
     ).fetchall()
@@ -50,13 +51,19 @@ def holding(conn: psycopg.Connection, needle: str) -> list[str]:
         col = sql.Identifier(column)
         if typ == "bytea":
             cond = sql.SQL("position(convert_to(%s, 'UTF8') IN {}) > 0").format(col)
+        elif typ == "_outbound_attachment":
+            # an attachment's name, or its bytes (lowercase, as they were written)
+            cond = sql.SQL(
+                "EXISTS (SELECT 1 FROM unnest({}) AS a WHERE strpos(lower(a.name), %(n)s) > 0"
+                " OR position(convert_to(%(n)s, 'UTF8') IN a.content) > 0)"
+            ).format(col)
         elif typ == "tsvector":
             # the search vector keeps words, not the address: its parts (person, erase, catch.test)
             cond = sql.SQL("{}::text ILIKE '%%' || split_part(%s, '@', 1) || '%%'").format(col)
         else:
             cond = sql.SQL("strpos(lower({}::text), %s) > 0").format(col)
         q = sql.SQL("SELECT count(*) FROM {} WHERE {}").format(ident, cond)
-        if conn.execute(q, (needle,)).fetchone()[0]:
+        if conn.execute(q, {"n": needle} if typ == "_outbound_attachment" else (needle,)).fetchone()[0]:
             found.append(f"{re.sub(r'_(default|p[0-9]+t[0-9]+)$', '', table)}.{column}")
     return sorted(set(found))
 
@@ -85,6 +92,17 @@ def everywhere(conn: psycopg.Connection) -> dict[str, int]:
         " p_headers => jsonb_build_object('Reply-To', %s::text), p_idempotency_key => %s)",
         (f"about {ADDRESS}", f"write to {ADDRESS.upper()}.", f"<a href='mailto:{ADDRESS}'>x</a>", ADDRESS, ADDRESS,
          f"welcome:{ADDRESS}"),
+    )[0][0]
+    # attachments: one named after it, one holding it in its bytes, one that does neither
+    ids["attached"] = as_role(
+        conn, "mailroom_app",
+        "SELECT mailroom.enqueue_message_with_attachments('main', ARRAY['other@example.com', %s], 'files', 'see',"
+        " jsonb_build_array("
+        "jsonb_build_object('name', %s || '.vcf', 'content_type', 'text/vcard', 'content_base64', 'eA=='),"
+        "jsonb_build_object('name', 'contacts.csv', 'content_type', 'text/csv',"
+        " 'content_base64', encode(convert_to(%s, 'UTF8'), 'base64')),"
+        "jsonb_build_object('name', 'logo.png', 'content_type', 'image/png', 'content_base64', 'iVBORw0K')))",
+        (ADDRESS, ADDRESS, f"name,email\nPerson,{LOWER}\n"),
     )[0][0]
     claimed = as_role(conn, "mailroom_sender", "SELECT id, claim_token FROM mailroom.claim_messages(10, 'host:1')")
     by_id = dict(claimed)
@@ -119,7 +137,8 @@ def test_erase_leaves_the_address_in_no_column(conn, cli, everywhere):
     assert {"accounts.email", "accounts.login", "recovery_requests.email", "outbound_messages.to_addrs",
             "outbound_messages.subject", "outbound_messages.headers", "mailboxes.address",
             "messages.raw", "messages.envelope_to", "suppressions.address", "api_keys.owner_id",
-            "catchall_domains.owner_id", "workers.serves", "outbound_idempotency_keys.key"} <= set(before), before
+            "catchall_domains.owner_id", "workers.serves", "outbound_idempotency_keys.key",
+            "outbound_messages.attachments"} <= set(before), before
 
     dry = cli("erase", ADDRESS)
     assert dry.returncode == 0, dry.stderr
@@ -133,6 +152,12 @@ def test_erase_leaves_the_address_in_no_column(conn, cli, everywhere):
     assert LOWER not in r.stdout.lower()
 
     assert holding(conn, LOWER) == []
+    # the attachments that held it went whole; the other stays
+    left = conn.execute(
+        "SELECT array_agg((a).name) FROM (SELECT unnest(attachments) AS a FROM mailroom.outbound_messages"
+        " WHERE id = %s) AS x", (everywhere["attached"],),
+    ).fetchone()[0]
+    assert left == ["logo.png"]
     # the error log held it as a redaction tag: that tag is gone too
     tag = conn.execute("SELECT mailroom._redaction_tag(%s)", (LOWER,)).fetchone()[0]
     assert holding(conn, tag) == []

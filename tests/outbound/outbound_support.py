@@ -200,3 +200,11 @@ def wait_for(predicate, timeout=15.0, what="condition"):
             return
         time.sleep(0.02)
     raise AssertionError(f"timed out waiting for {what}")
+
+
+def dkim_record(stdout: str) -> tuple[str, str]:
+    """The name and value of the TXT record `outbound dkim keygen` printed (a zone line of quoted strings)."""
+    line = next(x for x in stdout.splitlines() if " IN TXT " in x)
+    name = line.split(" IN TXT ")[0].rstrip(".")
+    value = "".join(re.findall(r'"([^"]*)"', line))
+    return name, value

@@ -12,18 +12,10 @@ from pathlib import Path
 
 import dkim
 import pytest
-from outbound_support import SEND_FLAGS, add_sender
+from outbound_support import SEND_FLAGS, add_sender, dkim_record
 
 VERIFY_PL = Path(__file__).with_name("dkim_verify.pl")
 REQUIRED = {b"from", b"to", b"subject", b"date", b"message-id", b"mime-version", b"content-type"}
-
-
-def _record(stdout: str) -> tuple[str, str]:
-    """The name and value of the TXT record keygen printed (a zone line of quoted strings)."""
-    line = next(x for x in stdout.splitlines() if " IN TXT " in x)
-    name = line.split(" IN TXT ")[0].rstrip(".")
-    value = "".join(re.findall(r'"([^"]*)"', line))
-    return name, value
 
 
 def _perl_verify(name: str, value: str, content: bytes) -> str:
@@ -44,7 +36,7 @@ def test_sent_mail_verifies_under_dkim(conn, cli, smtp_server, tmp_path):
     key_file = tmp_path / "dkim.pem"
     made = cli("outbound", "dkim", "keygen", "main", "--selector", "mr2030", "--key-file", str(key_file))
     assert made.returncode == 0, made.stderr
-    name, value = _record(made.stdout)
+    name, value = dkim_record(made.stdout)
     assert name == "mr2030._domainkey.mailroom.test"
     assert value.startswith("v=DKIM1; k=rsa; p=")
     assert key_file.stat().st_mode & 0o777 == 0o600

@@ -16,7 +16,7 @@ SELECT 'mailroom_app', unnest(ARRAY[
     'read_message', 'mailbox_accepts', 'enqueue_message', 'wait_for_message', 'extract_link', 'extract_code',
     'find_message', 'await_message', 'is_suppressed', 'search_messages', 'clock', 'setting', 'interval_setting',
     'account_status', 'list_migrations', 'schema_version', 'error_codes', 'token_actions', 'list_settings', 'list_plans',
-    'enqueue_bulk_message'
+    'enqueue_bulk_message', 'enqueue_message_with_attachments'
 ])
 UNION ALL
 SELECT 'mailroom_http', unnest(ARRAY[

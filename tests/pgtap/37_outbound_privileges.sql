@@ -11,7 +11,7 @@ FROM pg_proc AS p
 WHERE p.pronamespace = 'mailroom'::regnamespace
     AND p.proname IN (
         '_clock_default', '_check_outbound_key', 'upsert_sender', '_smtp_password', '_redaction_tag', 'redact_pii',
-        'trg_outbound_redact_error_log', '_check_recipients', '_check_extra_headers', 'enqueue_message',
+        'trg_outbound_redact_error_log', '_check_recipients', '_check_extra_headers', 'enqueue_message', 'enqueue_message_with_attachments', '_outbound_attachments', '_attachments_json',
         '_claim', '_claim_limited_due', '_statement_of', 'claim_messages', '_explain_claim', '_classify_outcome', '_retry_delay', '_log_line',
         '_gives_up', '_attempt_log', '_reply_class', 'finalize_messages', 'release_messages', 'reap_stuck_messages',
         '_check_outbound_status', 'list_outbound_messages', 'show_outbound_message',
@@ -22,7 +22,7 @@ WHERE p.pronamespace = 'mailroom'::regnamespace
         'run_messages_now', 'retry_messages', 'outbound_queue'
     );
 -- claim_messages has two forms this release (the keyed one is deprecated)
-SELECT is((SELECT count(*)::integer FROM area), 55, 'the outbound area has its 55 functions');
+SELECT is((SELECT count(*)::integer FROM area), 58, 'the outbound area has its 58 functions');
 
 SELECT is(
     (
@@ -66,7 +66,7 @@ SELECT results_eq(
       FROM roles AS r ORDER BY r.role$$,
     $$VALUES
         ('mailroom_admin', 'cancel_messages, convert_sender_passwords, delete_messages, hold_messages, list_outbound_messages, list_senders, outbound_queue, outbound_stats, purge_sent_messages, reap_stuck_messages, release_held_messages, retry_failed_messages, retry_message, retry_messages, run_messages_now, sender_public_key, set_sender_public_key, show_outbound_message, upsert_sender'),
-        ('mailroom_app', 'enqueue_message'),
+        ('mailroom_app', 'enqueue_message, enqueue_message_with_attachments'),
         ('mailroom_collector', '-'),
         ('mailroom_inbound', '-'),
         ('mailroom_monitor', 'list_outbound_messages, outbound_queue, outbound_stats'),

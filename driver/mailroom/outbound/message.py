@@ -6,6 +6,7 @@ without the generator's per-message regex, RFC 2047 for non-ASCII header values;
 
 from __future__ import annotations
 
+import base64
 import email.utils
 import random
 import re
@@ -54,7 +55,8 @@ _LIST_UNSUBSCRIBE = ("list-unsubscribe", "list-unsubscribe-post")
 
 
 def build_message(row: dict[str, Any], list_unsubscribe: str | None = None) -> EmailMessage:
-    """The RFC 5322 message of a claimed row: multipart/alternative when both bodies exist.
+    """The RFC 5322 message of a claimed row: multipart/alternative when both bodies exist, in a
+    multipart/mixed with the attachments when there are any.
 
     Headers: Subject, From, To (or an empty group when there are only Cc/Bcc recipients), Cc,
     Date (enqueue time), Message-ID (generated once at enqueue), the extra headers, and for bulk
@@ -87,7 +89,21 @@ def build_message(row: dict[str, Any], list_unsubscribe: str | None = None) -> E
         msg.set_content(html, subtype="html", content_manager=raw_data_manager)
     else:
         msg.set_content(text or "", content_manager=raw_data_manager)
+    for attachment in row.get("attachments") or ():
+        _attach(msg, attachment)
     return msg
+
+
+def _attach(msg: EmailMessage, attachment: dict[str, str]) -> None:
+    """One attachment of the claim (sql/32: name, content_type, content_base64): the body becomes
+    multipart/mixed around it (the stdlib's add_attachment), base64, a non-ASCII file name in
+    RFC 2231 form (filename*=utf-8'')."""
+    maintype, _, subtype = attachment["content_type"].partition("/")
+    name = attachment["name"]
+    msg.add_attachment(
+        base64.b64decode(attachment["content_base64"]), maintype, subtype,
+        filename=name if name.isascii() else ("utf-8", "", name), content_manager=raw_data_manager,
+    )
 
 
 def envelope_recipients(row: dict[str, Any]) -> list[str]:
