@@ -502,6 +502,33 @@ $$;
 COMMENT ON FUNCTION mailroom._orphan_idempotency_keys(timestamptz, integer) IS
 'Internal: up to p_limit message ids of idempotency keys older than p_before whose message no longer exists.';
 
+CREATE OR REPLACE FUNCTION mailroom._delete_tokens_past_retention(
+    p_partition text, p_cutoff timestamptz, p_batch integer
+)
+RETURNS bigint
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_count bigint;
+BEGIN
+    -- closed or expired tokens of one partition, one batch (tokens stay on the coordinator on
+    -- Citus, so sql/citus/25 calls this too)
+    EXECUTE format(
+        'WITH doomed AS (SELECT t.ctid AS row_id FROM mailroom.%1$I AS t WHERE t.created_at < $1 '
+        'AND (t.expires_at < $1 OR t.consumed_at < $1 OR t.revoked_at < $1) '
+        'LIMIT $2 FOR UPDATE SKIP LOCKED) '
+        'DELETE FROM mailroom.%1$I AS t USING doomed AS d WHERE t.ctid = d.row_id',
+        p_partition
+    ) USING p_cutoff, p_batch;
+    GET DIAGNOSTICS v_count = ROW_COUNT;
+    RETURN v_count;
+END;
+$$;
+
+COMMENT ON FUNCTION mailroom._delete_tokens_past_retention(text, timestamptz, integer) IS
+'Internal: delete one batch of closed or expired tokens past retention from one tokens partition.';
+
 CREATE OR REPLACE FUNCTION mailroom._delete_past_retention(
     p_table text, p_partition text, p_cutoff timestamptz, p_batch integer
 )
@@ -534,13 +561,7 @@ BEGIN
                 p_partition
             ) USING p_cutoff, p_batch;
         ELSE
-            EXECUTE format(
-                'WITH doomed AS (SELECT t.ctid AS row_id FROM mailroom.%1$I AS t WHERE t.created_at < $1 '
-                'AND (t.expires_at < $1 OR t.consumed_at < $1 OR t.revoked_at < $1) '
-                'LIMIT $2 FOR UPDATE SKIP LOCKED) '
-                'DELETE FROM mailroom.%1$I AS t USING doomed AS d WHERE t.ctid = d.row_id',
-                p_partition
-            ) USING p_cutoff, p_batch;
+            RETURN mailroom._delete_tokens_past_retention(p_partition, p_cutoff, p_batch);
     END CASE;
     GET DIAGNOSTICS v_count = ROW_COUNT;
     RETURN v_count;

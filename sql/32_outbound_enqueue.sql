@@ -451,9 +451,7 @@ BEGIN
         p_idempotency_key, p_send_after, p_priority => coalesce(p_priority, 0), p_attachments => p_attachments
     );
     IF coalesce(p_bulk, false) THEN
-        UPDATE mailroom.outbound_messages AS m
-        SET bulk = true
-        WHERE m.id = v_id AND NOT m.bulk AND m.token_id IS NULL;
+        PERFORM mailroom._mark_bulk(v_id);  -- sql/36, as enqueue_bulk_message
     END IF;
     RETURN v_id;
 END;

@@ -113,6 +113,20 @@ COMMENT ON FUNCTION mailroom.unsubscribe(text, text) IS
 
 GRANT EXECUTE ON FUNCTION mailroom.unsubscribe(text, text) TO mailroom_http;
 
+CREATE OR REPLACE FUNCTION mailroom._mark_bulk(p_id bigint)
+RETURNS void
+LANGUAGE sql
+SET search_path = pg_catalog, pg_temp
+AS $$
+    -- an application's message becomes bulk (never one of mailroom's own token emails)
+    UPDATE mailroom.outbound_messages AS m
+    SET bulk = true
+    WHERE m.id = p_id AND NOT m.bulk AND m.token_id IS NULL;
+$$;
+
+COMMENT ON FUNCTION mailroom._mark_bulk(bigint) IS
+'Internal: mark a just-queued application message bulk (List-Unsubscribe at claim); never a token email.';
+
 CREATE OR REPLACE FUNCTION mailroom.enqueue_bulk_message(
     p_sender text,
     p_to text[],
@@ -139,9 +153,7 @@ BEGIN
         p_sender, p_to, p_subject, p_text_body, p_html_body, p_cc, p_bcc, p_headers,
         p_idempotency_key, p_send_after, p_priority
     );
-    UPDATE mailroom.outbound_messages AS m
-    SET bulk = true
-    WHERE m.id = v_id AND NOT m.bulk AND m.token_id IS NULL;
+    PERFORM mailroom._mark_bulk(v_id);
     RETURN v_id;
 END;
 $$;

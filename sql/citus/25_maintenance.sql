@@ -7,7 +7,7 @@
 -- partition's mailboxes, the inactive ones of which lose their old messages in one DELETE
 -- (messages of an inactive mailbox are not locked by anyone else; the batch bounds the
 -- mailboxes, not the rows; an active mailbox among them, extended past every TTL, waits). tokens stay on the
--- coordinator (sql/citus/10) and keep sql/05's statement. Creating and dropping partitions is
+-- coordinator (sql/citus/10) and keep sql/05's statement (_delete_tokens_past_retention). Creating and dropping partitions is
 -- sql/05's own: Citus distributes a new partition of a distributed table and drops its shards.
 
 CREATE OR REPLACE FUNCTION mailroom._delete_past_retention(
@@ -57,14 +57,7 @@ BEGIN
             ) USING p_cutoff, v_boxes;
             GET DIAGNOSTICS v_count = ROW_COUNT;
         ELSE
-            EXECUTE format(
-                'WITH doomed AS (SELECT t.ctid AS row_id FROM mailroom.%1$I AS t WHERE t.created_at < $1 '
-                'AND (t.expires_at < $1 OR t.consumed_at < $1 OR t.revoked_at < $1) '
-                'LIMIT $2 FOR UPDATE SKIP LOCKED) '
-                'DELETE FROM mailroom.%1$I AS t USING doomed AS d WHERE t.ctid = d.row_id',
-                p_partition
-            ) USING p_cutoff, p_batch;
-            GET DIAGNOSTICS v_count = ROW_COUNT;
+            v_count := mailroom._delete_tokens_past_retention(p_partition, p_cutoff, p_batch);
     END CASE;
     RETURN v_count;
 END;
