@@ -1,6 +1,7 @@
 """The core flows on a Citus coordinator with two workers, through the same SQL API.
 
-What does not run on Citus yet is marked xfail with its reason (docs/scale.md, "Limits")."""
+The worker kinds (four senders with a SIGKILL, queue verbs, expire, maintain) are in
+test_citus_workers.py; what does not run on Citus yet is listed in docs/scale.md, "Limits"."""
 
 from __future__ import annotations
 
