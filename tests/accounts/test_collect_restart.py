@@ -26,10 +26,13 @@ def test_terminate_then_server_restart_zero_lost_zero_duplicates(private_cluster
             conn.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
                          " WHERE application_name = 'mailroom-collect'")
             logins += create_accounts(conn, "b", 5)
-        c.wait_stderr("waiting for notifications", count=2)
+        # back on both connections (a substring seen before the kill would not wait for anything)
+        c.wait_stderr("] connected;", count=2)
+        c.wait_stderr("listening again")
 
         private_cluster.stop(bindir, run_as)  # fast shutdown: every backend gets terminated
-        c.wait_stderr("database unreachable", timeout=15)  # it says so once and keeps trying
+        # the worker's own outage line, not the LISTEN thread's reason, which may quote the same words
+        c.wait_stderr("WARN: database unreachable (", timeout=15)  # it says so once and keeps trying
         private_cluster.start(bindir, run_as, fast=True)
         with psycopg.connect(url, autocommit=True) as conn:
             logins += create_accounts(conn, "c", 9)  # maybe before, maybe after it is back: both must work
