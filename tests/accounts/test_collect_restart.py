@@ -26,6 +26,8 @@ def test_terminate_then_server_restart_zero_lost_zero_duplicates(private_cluster
             conn.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
                          " WHERE application_name = 'mailroom-collect'")
             logins += create_accounts(conn, "b", 5)
+            records += c.records(len(logins) - len(records), timeout=15)
+            wait_committed(conn, logins)  # the stop below must not fall between a batch's write and its COMMIT
         # back on both connections (a substring seen before the kill would not wait for anything)
         c.wait_stderr("] connected;", count=2)
         c.wait_stderr("listening again")
