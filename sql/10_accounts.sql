@@ -163,25 +163,31 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     v_id bigint;
-    v_constraint text;
 BEGIN
+    -- ON CONFLICT DO NOTHING rather than an EXCEPTION block: no subtransaction a call. A row that
+    -- conflicts is skipped (after waiting for a concurrent insert of the same key to end), then
+    -- the key it met is named; the activation token its BEFORE trigger made is rolled back with
+    -- the error (always raised then: the token must not outlive its account's failed insert).
     INSERT INTO mailroom.accounts (email, login)
     VALUES (p_email, p_login)
+    ON CONFLICT DO NOTHING
     RETURNING id INTO v_id;
-    RETURN v_id;
-EXCEPTION
-    WHEN unique_violation THEN
-        GET STACKED DIAGNOSTICS v_constraint = CONSTRAINT_NAME;
-        IF v_constraint = 'accounts_email_lower_key' THEN
-            RAISE EXCEPTION USING
-                ERRCODE = 'MR102',
-                MESSAGE = 'an account with this email address already exists';
-        ELSIF v_constraint = 'accounts_login_key' THEN
-            RAISE EXCEPTION USING
-                ERRCODE = 'MR103',
-                MESSAGE = 'an account with this login already exists';
-        END IF;
-        RAISE;
+    IF v_id IS NOT NULL THEN
+        RETURN v_id;
+    END IF;
+    IF EXISTS (SELECT FROM mailroom.accounts AS a WHERE lower(a.email) = lower(p_email)) THEN
+        RAISE EXCEPTION USING
+            ERRCODE = 'MR102',
+            MESSAGE = 'an account with this email address already exists';
+    ELSIF EXISTS (SELECT FROM mailroom.accounts AS a WHERE a.login = p_login) THEN
+        RAISE EXCEPTION USING
+            ERRCODE = 'MR103',
+            MESSAGE = 'an account with this login already exists';
+    END IF;
+    -- the account it conflicted with was deleted in between: the caller may simply retry
+    RAISE EXCEPTION USING
+        ERRCODE = '40001',
+        MESSAGE = 'the account conflicted with one deleted concurrently; retry';
 END;
 $$;
 

@@ -1,6 +1,6 @@
 -- Accounts: validation, the insert and status triggers, create/suspend/unsuspend.
 BEGIN;
-SELECT plan(55);
+SELECT plan(56);
 
 SET LOCAL mailroom.clock = '2030-01-01 00:00:00+00';
 
@@ -57,6 +57,11 @@ SELECT throws_ok($$ SELECT mailroom.create_account('alice@example.COM', 'alice2'
     'MR102', 'an account with this email address already exists', 'email unique case-insensitively');
 SELECT throws_ok($$ SELECT mailroom.create_account('bob@example.com', 'alice') $$,
     'MR103', 'an account with this login already exists', 'login unique');
+SELECT is(
+    (SELECT count(*)::int FROM mailroom.tokens AS t
+     WHERE NOT EXISTS (SELECT FROM mailroom.accounts AS a WHERE a.id = t.account)),
+    0, 'a refused create_account leaves no token behind (its trigger''s token goes with the error)'
+);
 SELECT throws_ok($$ SELECT mailroom.create_account('not-an-email', 'x1') $$,
     'MR101', 'invalid email address', 'email without @ rejected');
 SELECT throws_ok($$ SELECT mailroom.create_account('a b@example.com', 'x2') $$,
