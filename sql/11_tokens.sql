@@ -294,12 +294,17 @@ BEGIN
     NEW.expires_at := coalesce(
         NEW.expires_at, NEW.created_at + mailroom.setting('tokens.ttl')::interval
     );
-    UPDATE mailroom.tokens
-    SET revoked_at = ts
-    WHERE account = NEW.account
-        AND action = NEW.action
-        AND consumed_at IS NULL
-        AND revoked_at IS NULL;
+    -- A reissue supersedes the account's open tokens of that action. An account still being
+    -- inserted (the activation token of its BEFORE INSERT trigger: the row is not there yet) has
+    -- none, and a probe of its primary key costs far less than an UPDATE over every partition.
+    IF EXISTS (SELECT FROM mailroom.accounts AS a WHERE a.id = NEW.account) THEN
+        UPDATE mailroom.tokens
+        SET revoked_at = ts
+        WHERE account = NEW.account
+            AND action = NEW.action
+            AND consumed_at IS NULL
+            AND revoked_at IS NULL;
+    END IF;
     RETURN NEW;
 END;
 $$;
@@ -381,13 +386,13 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
     IF p_count > 0 THEN
-        PERFORM pg_notify(mailroom.setting('tokens.channel'), p_count::text);
+        PERFORM mailroom._notify(mailroom.setting('tokens.channel'), p_count::text);
     END IF;
 END;
 $$;
 
 COMMENT ON FUNCTION mailroom._announce_tokens(bigint) IS
-'Internal: NOTIFY tokens.channel with the number of tokens a statement inserted (nothing for 0).';
+'Internal: NOTIFY tokens.channel with the number of tokens a statement inserted (nothing for 0, nothing while no session listens: mailroom.listen).';
 
 CREATE OR REPLACE FUNCTION mailroom.trg_after_tokens_inserted()
 RETURNS trigger

@@ -71,15 +71,21 @@ BEGIN
 
         IF v_message_id IS NOT NULL THEN
             -- mailroom_inbox (issue 15) and, for existing listeners, mailroom_delivery: the same
-            -- ids-only payload, delivered at commit. No address or subject ever goes in it.
-            PERFORM pg_notify(
-                'mailroom_inbox',
-                json_build_object('mailbox_id', v_mailbox_id, 'message_id', v_message_id)::text
-            );
-            PERFORM pg_notify(
-                'mailroom_delivery',
-                json_build_object('mailbox_id', v_mailbox_id, 'message_id', v_message_id)::text
-            );
+            -- ids-only payload, delivered at commit, and only while someone listens (sql/08: a
+            -- NOTIFY serializes the commits of every notifying transaction). No address or
+            -- subject ever goes in it.
+            IF mailroom._listened('mailroom_inbox') THEN
+                PERFORM pg_notify(
+                    'mailroom_inbox',
+                    json_build_object('mailbox_id', v_mailbox_id, 'message_id', v_message_id)::text
+                );
+            END IF;
+            IF mailroom._listened('mailroom_delivery') THEN
+                PERFORM pg_notify(
+                    'mailroom_delivery',
+                    json_build_object('mailbox_id', v_mailbox_id, 'message_id', v_message_id)::text
+                );
+            END IF;
             RETURN v_message_id;
         END IF;
 
@@ -109,7 +115,7 @@ END;
 $$;
 
 COMMENT ON FUNCTION mailroom.deliver_message(text, bytea, text, text, text, text, text, jsonb) IS
-'Store a raw message for one recipient if its mailbox is open and within plan limits (guard in the INSERT); NOTIFY mailroom_inbox and mailroom_delivery with ids; returns the message id. Errors: MR203 unknown, MR205 expired, MR206 deleted, MR207 too large, MR208 full, MR211 empty.';
+'Store a raw message for one recipient if its mailbox is open and within plan limits (guard in the INSERT); NOTIFY mailroom_inbox and mailroom_delivery with ids where someone listens (mailroom.listen); returns the message id. Errors: MR203 unknown, MR205 expired, MR206 deleted, MR207 too large, MR208 full, MR211 empty.';
 
 GRANT EXECUTE ON FUNCTION mailroom.deliver_message(text, bytea, text, text, text, text, text, jsonb) TO mailroom_inbound;
 

@@ -114,6 +114,7 @@ def test_two_concurrent_collectors_never_share_a_token(db_url: str, conn: psycop
 def test_bulk_insert_of_10000_accounts_one_notify_fully_dequeued(db_url: str) -> None:
     with psycopg.connect(db_url, autocommit=True) as listener, psycopg.connect(db_url, autocommit=True) as writer:
         listener.execute("LISTEN token_insert")
+        listener.execute("SELECT mailroom.listen(ARRAY['token_insert'])")  # sql/08: announced while registered
         writer.execute("INSERT INTO mailroom.accounts (email, login) SELECT 'bulk' || g || '@example.com', "
                        "'bulk' || g FROM generate_series(1, 10000) AS g")
         payloads = [n.payload for n in listener.notifies(timeout=2, stop_after=5)]
@@ -126,6 +127,7 @@ def test_bulk_insert_of_10000_accounts_one_notify_fully_dequeued(db_url: str) ->
 def test_notify_counts_per_statement(db_url: str) -> None:
     with psycopg.connect(db_url, autocommit=True) as listener, psycopg.connect(db_url, autocommit=True) as writer:
         listener.execute("LISTEN token_insert")
+        listener.execute("SELECT mailroom.listen(ARRAY['token_insert'])")  # sql/08: announced while registered
         writer.execute("SELECT mailroom.create_account('one@example.com', 'one')")
         writer.execute("UPDATE mailroom.accounts SET status = 'active'")
         writer.execute("INSERT INTO mailroom.tokens (account, action) SELECT id, 'password_recovery' "

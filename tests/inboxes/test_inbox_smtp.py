@@ -362,6 +362,7 @@ def test_delivery_notifies_ids_only(server, db_url, make_mailbox):
     box = make_mailbox()
     with psycopg.connect(db_url, autocommit=True) as listener:
         listener.execute("LISTEN mailroom_delivery")
+        listener.execute("SELECT mailroom.listen(ARRAY['mailroom_delivery'])")  # sql/08: notified while registered
         with smtplib.SMTP(server.host, server.port, timeout=10) as client:
             assert client.sendmail("a@example.com", [box.address], RAW) == {}
         notes = list(listener.notifies(timeout=5, stop_after=1))

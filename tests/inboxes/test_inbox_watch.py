@@ -142,6 +142,7 @@ def test_delivery_notifies_mailroom_inbox_with_ids_only(server, db_url, conn, ma
     box = make_mailbox()
     with psycopg.connect(_app_url(db_url), autocommit=True) as listener:
         listener.execute("LISTEN mailroom_inbox")
+        listener.execute("SELECT mailroom.listen(ARRAY['mailroom_inbox'])")  # sql/08: notified while registered
         _send(server, box.address, "Secret subject", "body")
         notes = list(listener.notifies(timeout=10, stop_after=1))
     assert notes and notes[0].channel == "mailroom_inbox"

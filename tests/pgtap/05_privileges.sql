@@ -11,6 +11,7 @@ BEGIN;
 CREATE TEMP TABLE matrix (role name NOT NULL, fn name NOT NULL, PRIMARY KEY (role, fn));
 INSERT INTO matrix (role, fn)
 SELECT 'mailroom_app', unnest(ARRAY[
+    'listen', 'unlisten', 'await_writers',
     'create_account', 'suspend_account', 'unsuspend_account', 'request_password_recovery', 'consume_token',
     'verify_token', 'create_mailbox', 'extend_mailbox', 'delete_mailbox', 'list_mailboxes', 'list_messages',
     'read_message', 'mailbox_accepts', 'enqueue_message', 'wait_for_message', 'extract_link', 'extract_code',
@@ -20,6 +21,7 @@ SELECT 'mailroom_app', unnest(ARRAY[
 ])
 UNION ALL
 SELECT 'mailroom_http', unnest(ARRAY[
+    'listen', 'unlisten', 'await_writers',
     'http_create_mailbox', 'http_get_mailbox', 'http_list_messages', 'http_read_message', 'http_message_raw',
     'http_message_attachment', 'http_delete_mailbox', 'http_delete_message', 'http_extract_link', 'http_extract_code',
     'http_check_message', 'http_search_messages', 'index_messages', 'deliver_ses_message', 'clock', 'setting',
@@ -27,17 +29,20 @@ SELECT 'mailroom_http', unnest(ARRAY[
 ])
 UNION ALL
 SELECT 'mailroom_collector', unnest(ARRAY[
+    'listen', 'unlisten', 'await_writers',
     'dequeue_tokens', 'enqueue_token_emails', 'render_token_email', 'worker_heartbeat', 'worker_stopped', 'clock',
     'setting', 'interval_setting', 'list_migrations', 'schema_version', 'error_codes', 'token_actions', 'list_settings'
 ])
 UNION ALL
 SELECT 'mailroom_sender', unnest(ARRAY[
+    'listen', 'unlisten', 'await_writers',
     'claim_messages', 'finalize_messages', 'release_messages', 'reap_stuck_messages', 'worker_heartbeat',
     'worker_stopped', 'queue_health', 'record_refused_recipients', 'clock', 'setting', 'interval_setting',
     'outbound_stats', 'list_migrations', 'schema_version', 'error_codes', 'list_settings', 'list_dkim_keys'
 ])
 UNION ALL
 SELECT 'mailroom_inbound', unnest(ARRAY[
+    'listen', 'unlisten', 'await_writers',
     'check_recipient', 'deliver_message', 'max_inbound_message_bytes', 'expire_mailboxes', 'purge_mailboxes',
     'seconds_until_next_expiry', 'run_expiry', 'worker_heartbeat', 'worker_stopped', 'check_bounce_recipient',
     'record_bounce', 'maintain_partitions', 'clock', 'setting', 'interval_setting', 'deliver_messages',
@@ -45,6 +50,7 @@ SELECT 'mailroom_inbound', unnest(ARRAY[
 ])
 UNION ALL
 SELECT 'mailroom_monitor', unnest(ARRAY[
+    'listen', 'unlisten', 'await_writers',
     'list_outbound_messages', 'queue_health', 'worker_health', 'list_domain_limits', 'domain_status', 'clock',
     'setting', 'interval_setting', 'outbound_stats', 'list_migrations', 'schema_version', 'error_codes',
     'list_settings', 'list_plans', 'outbound_queue', 'job_runs', 'partition_status', 'list_worker_kinds', 'inbox_stats',
@@ -52,6 +58,7 @@ SELECT 'mailroom_monitor', unnest(ARRAY[
 ])
 UNION ALL
 SELECT 'mailroom_admin', unnest(ARRAY[
+    'listen', 'unlisten', 'await_writers',
     'set_setting', 'upsert_sender', 'show_outbound_message', 'retry_message', 'retry_failed_messages',
     'purge_sent_messages', 'purge_tokens', 'sign_token', 'list_outbound_messages', 'reap_stuck_messages', 'queue_health',
     'worker_health', 'suppress', 'unsuppress', 'list_suppressions', 'is_suppressed', 'set_sender_bounce_domain',
@@ -93,7 +100,8 @@ SELECT unnest(ARRAY[
     '_issue_requested_recoveries', 'purge_tokens',
     '_pgp_pub_encrypt', '_pgp_key_id', '_dequeue_tokens', '_mint_token', '_signed_value', '_verify_token', '_consume_token',
     '_active_signing_key', '_verifying_keys', '_lock_keyring', 'rotate_signing_key', 'retire_signing_key',
-    'export_signing_key', 'import_signing_key', 'list_signing_keys'
+    'export_signing_key', 'import_signing_key', 'list_signing_keys',
+    'listen', 'unlisten', 'await_writers', '_listened', '_notify'
 ]);
 
 -- every function and procedure in the schema, with its area

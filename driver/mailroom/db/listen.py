@@ -1,7 +1,9 @@
 """LISTEN with reconnect, a self-test and a polling fallback: the one way a worker hears NOTIFY.
 
 A Listener runs in a thread on its own autocommit connection to the listen URL, which must be a
-direct (or session-pooled) connection: a transaction pooler cannot carry LISTEN. It calls
+direct (or session-pooled) connection: a transaction pooler cannot carry LISTEN. After LISTEN it
+registers with mailroom.listen (the hot producers notify only while someone is registered) and waits
+out the writers that started before (mailroom.await_writers). It calls
 `on_notify(channel, payload)` for each notification and `on_connect()` after every (re)connect,
 because whatever was announced while it was away is gone and the consumer must look for work.
 
@@ -28,6 +30,7 @@ from psycopg import sql
 
 from mailroom.core.errors import describe_db_error
 from mailroom.core.outage import Backoff
+from mailroom.db import sqlapi
 from mailroom.db.connect import connection_kwargs, with_defaults
 
 RETRY_AFTER_FAILED_CHECK = 30.0  # a pooler will not start carrying LISTEN soon
@@ -128,6 +131,7 @@ class Listener:
 
     def _serve(self, conn: psycopg.Connection) -> bool:
         """LISTEN and read until stopped (True) or the self-test fails (False)."""
+        self._register(conn)  # first: rows committed from here on are announced or found by on_connect
         for channel in [*self.channels, self.check_channel]:
             conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(channel)))
         if not self._self_test(conn):
@@ -145,7 +149,20 @@ class Listener:
                     self._down("the self-test NOTIFY did not come back (the link went silent)")
                     return False
                 next_check = time.monotonic() + self.check_interval
+        with contextlib.suppress(psycopg.Error):  # stopping: leave the registry (a dead session is pruned)
+            sqlapi.unlisten.call(conn)
         return True
+
+    def _register(self, conn: psycopg.Connection) -> None:
+        """Say this session listens, so the producers of hot channels notify it (sql/08_notify.sql), then
+        wait out the writers that may have decided before that no one listened: whatever they wrote is
+        then committed, and on_connect's look for work (after LISTEN and the self-test) finds it; what
+        commits later is announced (or, before LISTEN takes effect, found by that same look)."""
+        try:
+            sqlapi.listen.call(conn, channels=self.channels)
+            sqlapi.await_writers.value(conn)
+        except psycopg.errors.UndefinedFunction:
+            pass  # a schema older than the registry notifies always
 
     def _self_test(self, conn: psycopg.Connection) -> bool:
         nonce = secrets.token_hex(8)

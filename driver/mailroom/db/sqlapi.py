@@ -1,5 +1,5 @@
 """The foundation's SQL functions the driver calls (mailroom.db.contract): the error vocabulary, settings,
-the clock, partitions and the last maintenance, queue health and worker heartbeats (sql/00_clock.sql,
+the clock, who listens (08_notify.sql), partitions and the last maintenance, queue health and worker heartbeats (sql/00_clock.sql,
 01_settings.sql, 04_error_codes.sql, 05_partitions.sql, 06_queue_health.sql), erasure (07_erasure.sql)."""
 
 from __future__ import annotations
@@ -13,6 +13,11 @@ interval_setting = SqlFunction("interval_setting", "p_name text", returns="inter
 set_setting = SqlFunction("set_setting", "p_name text, p_value text", returns="text")
 
 clock = SqlFunction("clock", returns="timestamptz")
+
+# who listens (sql/08_notify.sql): the Listener registers after LISTEN, then waits out earlier writers
+listen = SqlFunction("listen", "p_channels text[]")
+unlisten = SqlFunction("unlisten")
+await_writers = SqlFunction("await_writers", "p_timeout interval = default", returns="boolean")
 pin_clock = SqlFunction("pin_clock", "p_at timestamptz, p_local boolean = default", returns="timestamptz")
 
 queue_health = SqlFunction("queue_health", returns=("queue", "due", "oldest_due_age_seconds", "expired_leases"))

@@ -1,0 +1,121 @@
+-- NOTIFY where someone listens. PostgreSQL serializes the commits of every transaction that has
+-- issued a NOTIFY (a cluster-wide lock from PreCommit_Notify to the end of the commit's WAL
+-- flush), so the hot producers (deliver_message, account and token inserts) notify only while a
+-- session has registered on the channel. A listener's protocol, race-free:
+--   1. LISTEN channel;
+--   2. SELECT mailroom.listen(ARRAY[channel]);     (committed: producers from now on notify)
+--   3. SELECT mailroom.await_writers(timeout);     (transactions that may have read the registry
+--                                                   before step 2 have ended)
+--   4. look for work that arrived before (the backlog scan every worker does after a connect).
+-- A producer reads the registry after its write, so a transaction that missed the registration
+-- was already running at step 2 and has ended by step 4: its rows are in the backlog.
+
+CREATE OR REPLACE FUNCTION mailroom.listen(p_channels text[])
+RETURNS void
+LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF p_channels IS NULL OR EXISTS (
+        SELECT FROM unnest(p_channels) AS c (name)
+        WHERE c.name IS NULL OR char_length(c.name) NOT BETWEEN 1 AND 63
+    ) THEN
+        RAISE EXCEPTION USING ERRCODE = '22023', MESSAGE = 'a channel name has 1 to 63 characters';
+    END IF;
+    -- rows of sessions that ended (a pid reused meanwhile only costs a NOTIFY nobody hears)
+    DELETE FROM mailroom.listeners AS l
+    WHERE l.pid NOT IN (
+        SELECT pg_stat_get_backend_pid(s.id) FROM pg_stat_get_backend_idset() AS s (id)
+    );
+    INSERT INTO mailroom.listeners (channel, pid)
+    SELECT DISTINCT c.name, pg_backend_pid() FROM unnest(p_channels) AS c (name)
+    ON CONFLICT (channel, pid) DO NOTHING;
+END;
+$$;
+
+COMMENT ON FUNCTION mailroom.listen(text[]) IS
+'Register this session as a listener of the channels (call after LISTEN, then mailroom.await_writers before looking for work): the hot producers NOTIFY only while someone is registered.';
+
+GRANT EXECUTE ON FUNCTION mailroom.listen(text[])
+TO mailroom_app, mailroom_collector, mailroom_sender, mailroom_inbound, mailroom_http, mailroom_monitor,
+mailroom_admin;
+
+CREATE OR REPLACE FUNCTION mailroom.unlisten()
+RETURNS void
+LANGUAGE sql
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+    DELETE FROM mailroom.listeners WHERE pid = pg_backend_pid();
+$$;
+
+COMMENT ON FUNCTION mailroom.unlisten() IS
+'Remove this session''s registrations (a listener that stops; one that dies is pruned by the next mailroom.listen).';
+
+GRANT EXECUTE ON FUNCTION mailroom.unlisten()
+TO mailroom_app, mailroom_collector, mailroom_sender, mailroom_inbound, mailroom_http, mailroom_monitor,
+mailroom_admin;
+
+CREATE OR REPLACE FUNCTION mailroom.await_writers(p_timeout interval DEFAULT '5 seconds')
+RETURNS boolean
+LANGUAGE plpgsql
+VOLATILE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_snapshot pg_snapshot := pg_current_snapshot();
+    v_deadline timestamptz := clock_timestamp() + p_timeout;
+BEGIN
+    LOOP
+        IF NOT EXISTS (
+            SELECT FROM pg_snapshot_xip(v_snapshot) AS x (xid)
+            WHERE pg_xact_status(x.xid) = 'in progress'
+        ) THEN
+            RETURN true;
+        END IF;
+        IF clock_timestamp() >= v_deadline THEN
+            RETURN false;
+        END IF;
+        PERFORM pg_sleep(0.002);
+    END LOOP;
+END;
+$$;
+
+COMMENT ON FUNCTION mailroom.await_writers(interval) IS
+'Wait until every transaction that was writing when it was called has ended (at most p_timeout); false on timeout. Step 3 of the listener protocol (sql/08_notify.sql).';
+
+GRANT EXECUTE ON FUNCTION mailroom.await_writers(interval)
+TO mailroom_app, mailroom_collector, mailroom_sender, mailroom_inbound, mailroom_http, mailroom_monitor,
+mailroom_admin;
+
+CREATE OR REPLACE FUNCTION mailroom._listened(p_channel text)
+RETURNS boolean
+LANGUAGE plpgsql
+STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    RETURN EXISTS (SELECT FROM mailroom.listeners AS l WHERE l.channel = p_channel)
+        OR mailroom.setting('notify.always')::boolean;
+END;
+$$;
+
+COMMENT ON FUNCTION mailroom._listened(text) IS
+'Internal: whether a NOTIFY on the channel may be heard (a session registered with mailroom.listen, or notify.always).';
+
+CREATE OR REPLACE FUNCTION mailroom._notify(p_channel text, p_payload text)
+RETURNS void
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF mailroom._listened(p_channel) THEN
+        PERFORM pg_notify(p_channel, p_payload);
+    END IF;
+END;
+$$;
+
+COMMENT ON FUNCTION mailroom._notify(text, text) IS
+'Internal: pg_notify only when mailroom._listened says someone may hear it.';

@@ -1,0 +1,75 @@
+"""NOTIFY only where someone listens (sql/08_notify.sql), and the listener protocol that makes it safe.
+
+A producer that found no listener commits without NOTIFY (so its commit does not take PostgreSQL's
+notify lock); a listener registers, then `await_writers` waits for every transaction that was writing
+when it registered, so whatever such a producer wrote is committed before the listener looks for work.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import psycopg
+
+
+def _mailbox(conn: psycopg.Connection) -> str:
+    return conn.execute("SELECT address FROM mailroom.create_mailbox(600, 'free')").fetchone()[0]
+
+
+def _deliver(conn: psycopg.Connection, address: str) -> None:
+    conn.execute("SELECT mailroom.deliver_message(%s, %s)", (address, b"Subject: x\r\n\r\nbody\r\n"))
+
+
+def test_no_notify_until_registered(db_url):
+    with psycopg.connect(db_url, autocommit=True) as conn, psycopg.connect(db_url, autocommit=True) as listener:
+        address = _mailbox(conn)
+        listener.execute("LISTEN mailroom_inbox")
+        _deliver(conn, address)
+        assert list(listener.notifies(timeout=0.5, stop_after=1)) == []  # LISTEN alone: nothing announced
+        listener.execute("SELECT mailroom.listen(ARRAY['mailroom_inbox'])")
+        _deliver(conn, address)
+        assert [n.channel for n in listener.notifies(timeout=5, stop_after=1)] == ["mailroom_inbox"]
+        listener.execute("SELECT mailroom.unlisten()")
+        _deliver(conn, address)
+        assert list(listener.notifies(timeout=0.5, stop_after=1)) == []
+
+
+def test_token_channel_follows_the_registry(db_url):
+    with psycopg.connect(db_url, autocommit=True) as conn, psycopg.connect(db_url, autocommit=True) as listener:
+        listener.execute("LISTEN token_insert")
+        conn.execute("SELECT mailroom.create_account('r1@example.com', 'r1')")
+        assert list(listener.notifies(timeout=0.5, stop_after=1)) == []
+        listener.execute("SELECT mailroom.listen(ARRAY['token_insert'])")
+        conn.execute("SELECT mailroom.create_account('r2@example.com', 'r2')")
+        assert [n.payload for n in listener.notifies(timeout=5, stop_after=1)] == ["1"]
+
+
+def test_await_writers_outlasts_a_producer_that_read_no_listener(db_url):
+    """The race the protocol closes: a producer decides 'nobody listens', a listener registers and
+    looks for work before the producer commits. await_writers makes the listener wait for it."""
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        address = _mailbox(conn)
+    producer = psycopg.connect(db_url)  # a transaction left open after its write and its registry read
+    listener = psycopg.connect(db_url, autocommit=True)
+    try:
+        _deliver(producer, address)  # no listener registered: no NOTIFY queued
+        listener.execute("LISTEN mailroom_inbox")
+        listener.execute("SELECT mailroom.listen(ARRAY['mailroom_inbox'])")
+        assert listener.execute("SELECT mailroom.await_writers('0.3 seconds')").fetchone()[0] is False
+
+        def commit_later() -> None:
+            time.sleep(0.5)
+            producer.commit()
+
+        t = threading.Thread(target=commit_later)
+        t.start()
+        assert listener.execute("SELECT mailroom.await_writers('30 seconds')").fetchone()[0] is True
+        # the look for work after the wait sees the producer's message
+        count = listener.execute("SELECT count(*) FROM mailroom.messages AS m JOIN mailroom.mailboxes AS b"
+                                 " ON b.id = m.mailbox_id WHERE b.address = %s", (address,)).fetchone()[0]
+        t.join()
+        assert count == 1
+    finally:
+        producer.close()
+        listener.close()

@@ -1,0 +1,39 @@
+-- Who listens (sql/08_notify.sql): the registry, its pruning, notify.always, and that the hot
+-- producers consult it.
+BEGIN;
+SELECT plan(14);
+
+SELECT has_table('mailroom', 'listeners', 'mailroom.listeners exists');
+SELECT is(mailroom.setting('notify.always'), 'false', 'a fresh install notifies only registered channels');
+
+SELECT ok(NOT mailroom._listened('mailroom_inbox'), 'nobody registered: not listened');
+SELECT lives_ok($$SELECT mailroom.listen(ARRAY['mailroom_inbox', 'mailroom_inbox', 'token_insert'])$$,
+                'listen registers (a channel named twice once)');
+SELECT is((SELECT count(*)::int FROM mailroom.listeners WHERE pid = pg_backend_pid()), 2,
+          'one row per channel for this session');
+SELECT ok(mailroom._listened('mailroom_inbox') AND mailroom._listened('token_insert'), 'both listened');
+SELECT ok(NOT mailroom._listened('mailroom_delivery'), 'another channel still not listened');
+
+-- a session that ended (no live backend has this pid) is pruned by the next listen
+INSERT INTO mailroom.listeners (channel, pid) VALUES ('mailroom_delivery', -42);
+SELECT ok(mailroom._listened('mailroom_delivery'), 'a stale row counts until pruned (a NOTIFY too many, never one too few)');
+SELECT mailroom.listen(ARRAY['mailroom_inbox']);
+SELECT ok(NOT mailroom._listened('mailroom_delivery'), 'listen prunes the rows of ended sessions');
+
+SELECT mailroom.set_setting('notify.always', 'true');
+SELECT ok(mailroom._listened('mailroom_delivery'), 'notify.always: every channel is notified');
+SELECT mailroom.set_setting('notify.always', 'false');
+
+SELECT mailroom.unlisten();
+SELECT ok(NOT mailroom._listened('mailroom_inbox'), 'unlisten removes this session''s rows');
+
+SELECT throws_ok($$SELECT mailroom.listen(ARRAY[''])$$, '22023', NULL, 'an empty channel name is refused');
+SELECT ok(mailroom.await_writers('1 second'), 'await_writers: no other writer, returns at once');
+SELECT ok(
+    has_function_privilege('mailroom_collector', 'mailroom.listen(text[])', 'EXECUTE')
+    AND NOT has_function_privilege('public', 'mailroom.listen(text[])', 'EXECUTE'),
+    'the runtime roles may register; PUBLIC may not'
+);
+
+SELECT * FROM finish();
+ROLLBACK;
