@@ -27,7 +27,7 @@ from mailroom import testing
 from mailroom.db import cluster as embedded
 from mailroom.db.connect import connect
 
-AREAS = ("accounts", "collector", "inboxes", "outbound", "partitions", "http", "citus")
+AREAS = ("accounts", "collector", "inboxes", "outbound", "partitions", "purge", "http", "citus")
 HERE = Path(__file__).resolve().parent
 
 

@@ -22,6 +22,11 @@ SELECT set_config('citus.enable_unsafe_triggers', 'on', true);
 -- transition table, which Citus cannot plan on a table in its metadata: on Citus, expire
 -- re-reads its schedule at each heartbeat instead (docs/scale.md)
 DROP TRIGGER IF EXISTS after_mailboxes_inserted ON mailroom.mailboxes;
+-- a message's mailbox and the messages of deleted mailboxes are kept by triggers on a single node
+-- (sql/23_expiry.sql); messages live on the workers and mailboxes on the coordinator, so neither
+-- trigger can run there: deliveries check the mailbox in the guard, purge deletes the messages itself
+DROP TRIGGER IF EXISTS before_message_insert ON mailroom.messages;
+DROP TRIGGER IF EXISTS after_mailboxes_deleted ON mailroom.mailboxes;
 
 DO $distribute$
 DECLARE
@@ -32,7 +37,7 @@ BEGIN
     IF NOT EXISTS (
         SELECT 1 FROM pg_catalog.pg_dist_partition AS p WHERE p.logicalrelid = 'mailroom.messages'::regclass
     ) THEN
-        ALTER TABLE mailroom.messages DROP CONSTRAINT messages_mailbox_id_fkey;
+        ALTER TABLE mailroom.messages DROP CONSTRAINT IF EXISTS messages_mailbox_id_fkey;
         ALTER TABLE mailroom.outbound_messages DROP CONSTRAINT outbound_messages_sender_id_fkey;
     END IF;
 

@@ -1,7 +1,7 @@
 -- Expiry counts and batches, purge with cascade, and the concurrent lock path (SKIP LOCKED),
 -- exercised with a second real session through dblink.
 BEGIN;
-SELECT plan(27);
+SELECT plan(30);
 
 SET LOCAL client_min_messages = warning;
 CREATE EXTENSION IF NOT EXISTS dblink;
@@ -106,7 +106,7 @@ SELECT is(mailroom.purge_mailboxes('7 days', 3), 3, 'purge works in batches');
 SELECT is(mailroom.purge_mailboxes('7 days', 3), 2, 'the rest of the due mailboxes');
 SELECT is(
     (SELECT count(*) FROM mailroom.messages AS g JOIN b ON b.mailbox_id = g.mailbox_id WHERE b.k = 'short'),
-    0::bigint, 'their messages went with them (ON DELETE CASCADE)'
+    0::bigint, 'their messages went with them (the statement trigger, migration 0181)'
 );
 SELECT is(
     (SELECT count(*) FROM mailroom.mailboxes AS m JOIN b ON b.mailbox_id = m.id WHERE b.k = 'long'),
@@ -115,6 +115,22 @@ SELECT is(
 SELECT is(
     (SELECT count(*) FROM mailroom.messages AS g JOIN b ON b.mailbox_id = g.mailbox_id WHERE b.k = 'long'),
     6::bigint, 'with their messages'
+);
+-- the link a foreign key kept, kept by triggers: no message without its mailbox, either way
+SELECT throws_ok(
+    $$INSERT INTO mailroom.messages (mailbox_id, raw, envelope_to, size_bytes, received_at)
+      VALUES (-1, 'x', 'nobody@example.com', 1, mailroom.clock())$$,
+    '23503', 'mailbox -1 does not exist', 'a message for no mailbox is refused (23503, as the foreign key did)'
+);
+SELECT throws_ok(
+    $$UPDATE mailroom.messages SET mailbox_id = -1
+      WHERE mailbox_id = (SELECT b.mailbox_id FROM b WHERE b.k = 'long' LIMIT 1)$$,
+    '23503', NULL, 'nor moved to no mailbox'
+);
+DELETE FROM mailroom.mailboxes WHERE id = (SELECT b.mailbox_id FROM b WHERE b.k = 'long' ORDER BY 1 LIMIT 1);
+SELECT is(
+    (SELECT count(*) FROM mailroom.messages AS g JOIN b ON b.mailbox_id = g.mailbox_id WHERE b.k = 'long'),
+    4::bigint, 'a plain DELETE of a mailbox (psql) takes its messages too'
 );
 SELECT throws_ok($$SELECT mailroom.purge_mailboxes('-1 day')$$, '22023',
     'retention must be a non-negative interval, got -1 days', 'negative retention is refused');
