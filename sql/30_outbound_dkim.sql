@@ -6,12 +6,16 @@
 
 CREATE OR REPLACE FUNCTION mailroom._address_domain(p_address text)
 RETURNS text
-LANGUAGE sql
+LANGUAGE plpgsql
 IMMUTABLE
 PARALLEL SAFE
 SET search_path = pg_catalog, pg_temp
 AS $$
-    SELECT nullif(lower(split_part(p_address, '@', 2)), '');
+BEGIN
+    -- PL/pgSQL, not SQL: a SQL function with SET is never inlined and is planned at every call
+    -- (119 us a call in the claim, against a few in PL/pgSQL's cached expression)
+    RETURN nullif(lower(split_part(p_address, '@', 2)), '');
+END;
 $$;
 
 COMMENT ON FUNCTION mailroom._address_domain(text) IS

@@ -179,18 +179,25 @@ COMMENT ON FUNCTION mailroom._verp_message_id(text) IS
 
 CREATE OR REPLACE FUNCTION mailroom._envelope(p_to text[], p_cc text[], p_bcc text[])
 RETURNS text[]
-LANGUAGE sql
+LANGUAGE plpgsql
 IMMUTABLE
 PARALLEL SAFE
 SET search_path = pg_catalog, pg_temp
 AS $$
-    -- every exact address once, in the order to, cc, bcc (the sender's RCPT list)
-    SELECT coalesce(array_agg(f.a ORDER BY f.n), '{}')
-    FROM (
-        SELECT DISTINCT ON (u.a) u.a, u.n
-        FROM unnest(coalesce(p_to, '{}') || coalesce(p_cc, '{}') || coalesce(p_bcc, '{}')) WITH ORDINALITY AS u (a, n)
-        ORDER BY u.a, u.n
-    ) AS f;
+DECLARE
+    v_all text[] := coalesce(p_to, '{}') || coalesce(p_cc, '{}') || coalesce(p_bcc, '{}');
+    v_out text[] := '{}';
+BEGIN
+    -- every exact address once, in the order to, cc, bcc (the sender's RCPT list). A loop in
+    -- PL/pgSQL: the SQL form (DISTINCT ON over unnest) was planned at every call, 210 us of
+    -- each claimed message; a message has a few recipients (at most outbound.max_recipients)
+    FOR i IN 1..coalesce(cardinality(v_all), 0) LOOP
+        IF array_position(v_out, v_all[i]) IS NULL THEN  -- (NULL-safe, as DISTINCT was)
+            v_out := v_out || v_all[i];
+        END IF;
+    END LOOP;
+    RETURN v_out;
+END;
 $$;
 
 COMMENT ON FUNCTION mailroom._envelope(text[], text[], text[]) IS

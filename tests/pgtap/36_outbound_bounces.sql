@@ -2,7 +2,7 @@
 -- signature checked at RCPT (check_bounce_recipient), and what record_bounce decides for each kind of
 -- report: only about the return path's own recipient, at most once.
 BEGIN;
-SELECT plan(74);
+SELECT plan(78);
 
 SET LOCAL mailroom.clock = '2030-01-01 00:00Z';
 SELECT mailroom.upsert_sender('tap', 'robot@mailroom.test', '127.0.0.1', 2525);
@@ -411,6 +411,19 @@ SELECT throws_ok(
     $$SELECT * FROM mailroom.finalize_messages(ARRAY[1::bigint], ARRAY[1::bigint], ARRAY['refusd'])$$,
     'MR331', NULL, 'an unknown outcome is still MR331'
 );
+
+-- the envelope: to, cc, bcc, every exact address once, first position kept (what a signed
+-- return path's position points at; PL/pgSQL since issue 25, the same answers as the SQL form)
+SELECT is(
+    mailroom._envelope(ARRAY['a@x.io', 'b@x.io'], ARRAY['b@x.io', 'c@x.io'], ARRAY['a@x.io', 'd@x.io']),
+    ARRAY['a@x.io', 'b@x.io', 'c@x.io', 'd@x.io'], '_envelope: each address once, in to, cc, bcc order'
+);
+SELECT is(mailroom._envelope(NULL, NULL, NULL), '{}'::text[], '_envelope: nothing gives an empty list');
+SELECT is(
+    mailroom._envelope(ARRAY['B@x.io'], ARRAY['b@x.io'], NULL), ARRAY['B@x.io', 'b@x.io'],
+    '_envelope: exact addresses (case kept, as the relay gets them)'
+);
+SELECT is(mailroom._address_domain('Someone@Example.COM'), 'example.com', '_address_domain: lower-case domain');
 
 SELECT * FROM finish();
 ROLLBACK;
