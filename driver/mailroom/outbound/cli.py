@@ -585,6 +585,9 @@ def send_command(
         "--tls-ca-file", env="MAILROOM_SMTP_CA_FILE", help="CA bundle to verify relay certificates.",
         metavar="FILE")] = None,
     until_idle: Annotated[bool, _send_opt("--until-idle", "Exit once nothing is due (batch jobs, tests).")] = False,
+    pipelining: Annotated[bool, env_option(
+        "--pipelining/--no-pipelining", env="MAILROOM_SEND_PIPELINING",
+        help="Send MAIL FROM, RCPT TO and DATA in one write where the relay offers PIPELINING (RFC 2920).")] = True,
 ) -> None:
     """Deliver queued outbound messages (env MAILROOM_SENDER_KEY_FILE opens the relay passwords,
     MAILROOM_DKIM_KEY_FILE holds the DKIM private keys)."""
@@ -617,6 +620,7 @@ def send_command(
         metrics_host=metrics_host,
         tls_ca_file=tls_ca_file,
         until_idle=until_idle,
+        pipelining=pipelining,
     )
     import asyncio
 

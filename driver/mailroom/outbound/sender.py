@@ -78,6 +78,7 @@ class SenderOptions:
     tls_ca_file: str | None = None
     until_idle: bool = False
     dkim: Signer | None = None  # MAILROOM_DKIM_KEY_FILE: the DKIM private keys (None: no key, mail leaves unsigned)
+    pipelining: bool = True  # pipeline MAIL/RCPT/DATA where the relay's EHLO offers PIPELINING (RFC 2920)
 
 
 class Sender:
@@ -276,7 +277,7 @@ class Sender:
     # -- a concurrency slot ------------------------------------------------------------------
 
     async def slot(self, index: int) -> None:
-        lanes = [RelayConnections(self.opts.smtp_timeout, self.tls_context, self.metrics)
+        lanes = [RelayConnections(self.opts.smtp_timeout, self.tls_context, self.metrics, self.opts.pipelining)
                  for _ in range(max(1, self.opts.connections))]
         conn: psycopg.AsyncConnection | None = None
         try:

@@ -3,11 +3,17 @@
 `deliver()` never decides what a failure means: it reports the raw outcome (kind, reply code,
 enhanced status code, reply text) and mailroom.finalize_messages classifies it in SQL. The message
 itself is built by mailroom.outbound.message.
+
+When the relay's EHLO offers PIPELINING (RFC 2920), MAIL FROM, every RCPT TO and DATA leave in one
+write and their replies are read in order (`SMTP`, a small extension of aiosmtplib's client), then the
+content and its end; the replies go through the same checks, one by one, as aiosmtplib's mail(),
+rcpt() and data(), so every outcome is the one the command-by-command exchange would report.
 """
 
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import re
 import socket
@@ -16,9 +22,18 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import aiosmtplib
+from aiosmtplib.email import quote_address
+from aiosmtplib.protocol import (
+    COMMAND_INJECTION_REGEX,
+    MAX_RESPONSE_LENGTH,
+    PERIOD_REGEX,
+    SMTPProtocol,
+    normalize_message_line_endings,
+)
+from aiosmtplib.response import SMTPResponse
 
 from mailroom.outbound.dkim import Signer
-from mailroom.outbound.message import build_message, envelope_recipients
+from mailroom.outbound.message import envelope_recipients, message_bytes
 from mailroom.outbound.metrics import SenderMetrics
 
 _ENHANCED = re.compile(r"^\s*([245]\.\d{1,3}\.\d{1,3})\b")
@@ -64,22 +79,227 @@ def _reply(exc: aiosmtplib.SMTPResponseException) -> tuple[int, str | None, str]
     return exc.code, _enhanced(text), f"{exc.code} {text}".strip()
 
 
+# ---------------------------------------------------------------------------------------------
+# SMTP command pipelining (RFC 2920) on top of aiosmtplib 5 (which has no API for it)
+
+
+class _PipeliningProtocol(SMTPProtocol):
+    """aiosmtplib's protocol, able to hold several replies in flight.
+
+    Outside a pipelined exchange it is SMTPProtocol unchanged. Inside one (begin_pipeline ..
+    end_pipeline) every complete reply that arrives is queued in order (SMTPProtocol keeps one
+    reply and drops data that comes while it is waiting to be picked up), a lost connection is
+    queued after the replies that came before it, and read_pipelined() takes them one by one."""
+
+    _replies: collections.deque[SMTPResponse | BaseException] | None = None
+    _arrived: asyncio.Future[None] | None = None
+
+    def begin_pipeline(self) -> None:
+        self._replies = collections.deque()
+
+    def end_pipeline(self) -> bool:
+        """Back to one reply per command; whether nothing is left unread (else the connection is unusable)."""
+        clean = not self._replies and not self._buffer
+        self._replies = self._arrived = None
+        return clean
+
+    def data_received(self, data: bytes) -> None:
+        replies = self._replies
+        if replies is None:
+            super().data_received(data)
+            return
+        self._buffer.extend(data)
+        try:
+            while (response := self._read_response_from_buffer()) is not None:
+                replies.append(response)
+            if len(self._buffer) > MAX_RESPONSE_LENGTH:
+                raise aiosmtplib.SMTPResponseException(aiosmtplib.SMTPStatus.invalid_response, "Response too long")
+        except Exception as exc:  # noqa: BLE001 - a malformed reply: raised to the reader in its turn
+            del self._buffer[:]
+            replies.append(exc)
+        self._wake()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self._replies is not None:
+            lost = aiosmtplib.SMTPServerDisconnected("Connection lost")
+            lost.__cause__ = exc
+            self._replies.append(lost)
+            self._wake()
+        super().connection_lost(exc)
+
+    def _wake(self) -> None:
+        if self._arrived is not None and not self._arrived.done():
+            self._arrived.set_result(None)
+
+    async def read_pipelined(self, timeout: float | None) -> SMTPResponse:
+        """The next reply of the pipelined exchange (a lost connection or malformed reply raises, and keeps raising)."""
+        assert self._replies is not None
+        while not self._replies:
+            self._arrived = self._loop.create_future()
+            try:
+                await asyncio.wait_for(self._arrived, timeout)
+            except TimeoutError as exc:
+                raise aiosmtplib.SMTPReadTimeoutError("Timed out waiting for server response") from exc
+        item = self._replies[0]
+        if isinstance(item, BaseException):
+            raise item
+        self._replies.popleft()
+        return item
+
+
+class SMTP(aiosmtplib.SMTP):
+    """aiosmtplib's client whose connections can pipeline a transaction (`transaction()`)."""
+
+    async def _create_connection(self, timeout: float | None) -> SMTPResponse:
+        response = await super()._create_connection(timeout)
+        if type(self.protocol) is SMTPProtocol:
+            # the same object, able to hold several replies (no state of its own until a pipeline begins)
+            self.protocol.__class__ = _PipeliningProtocol
+        return response
+
+    async def transaction(self, mail_from: str, rcpts: list[str], pipelining: bool) -> _Sequential | _Pipeline:
+        """One mail transaction: pipelined (RFC 2920) when allowed and the relay's EHLO offers it,
+        else command by command. Either way the caller runs mail(), rcpt() for each recipient in
+        order, then data() (or abandon() when it stops before)."""
+        await self._ehlo_or_helo_if_needed()  # what mail() does first (its failures are mail()'s)
+        protocol = self.protocol
+        if not (pipelining and self.supports_extension("pipelining") and isinstance(protocol, _PipeliningProtocol)):
+            return _Sequential(self, mail_from)
+        try:
+            # the command lines mail() and rcpt() would write, checked the way execute_command checks them
+            lines = [b"MAIL FROM:" + quote_address(mail_from).encode("ascii")]
+            lines += [b"RCPT TO:" + quote_address(rcpt).encode("ascii") for rcpt in rcpts]
+            if any(COMMAND_INJECTION_REGEX.search(line) for line in lines):
+                raise ValueError("Command arg contains a prohibited control character")
+        except ValueError:
+            return _Sequential(self, mail_from)  # mail() or rcpt() raises it at its own step, as ever
+        protocol.begin_pipeline()
+        pipeline = _Pipeline(self, protocol, mail_from, len(lines) + 1)
+        try:
+            protocol.write(b"\r\n".join(lines) + b"\r\nDATA\r\n")
+        except BaseException:
+            pipeline.close()
+            raise
+        return pipeline
+
+
+class _Sequential:
+    """A transaction command by command: aiosmtplib's own mail(), rcpt() and data()."""
+
+    def __init__(self, smtp: aiosmtplib.SMTP, mail_from: str):
+        self.smtp, self.mail_from = smtp, mail_from
+
+    async def mail(self) -> None:
+        await self.smtp.mail(self.mail_from)
+
+    async def rcpt(self, rcpt: str) -> None:
+        await self.smtp.rcpt(rcpt)
+
+    async def data(self, payload: bytes) -> SMTPResponse:
+        return await self.smtp.data(payload)
+
+    async def abandon(self) -> None:
+        """Nothing is in flight."""
+
+
+class _Pipeline:
+    """A pipelined transaction: MAIL, RCPTs and DATA are on the wire; each reply is read in turn
+    and checked as aiosmtplib's SMTP.execute_command, mail(), rcpt() and data() check it (a 421
+    closes the client, a lost connection or a timeout closes it and raises), so the caller meets
+    the same exceptions at the same steps as command by command. The content is sent only after a
+    354 to DATA, and only by data()."""
+
+    def __init__(self, smtp: SMTP, protocol: _PipeliningProtocol, mail_from: str, expected: int):
+        self.smtp, self.protocol, self.mail_from = smtp, protocol, mail_from
+        self.unread = expected  # replies due: MAIL, each RCPT, DATA
+        self.open = True
+
+    def close(self) -> None:
+        """End the exchange; a reply left unread makes the connection unusable, so it is closed."""
+        if self.open:
+            self.open = False
+            if not self.protocol.end_pipeline():
+                self.smtp.close()
+
+    async def _reply(self, closes_on_421: bool = True) -> SMTPResponse:
+        if self.smtp.protocol is None:
+            raise aiosmtplib.SMTPServerDisconnected("Server not connected")
+        self.unread -= 1
+        try:
+            response = await self.protocol.read_pipelined(self.smtp.timeout)
+        except (aiosmtplib.SMTPServerDisconnected, aiosmtplib.SMTPTimeoutError):
+            self.smtp.close()
+            raise
+        if closes_on_421 and response.code == aiosmtplib.SMTPStatus.domain_unavailable:
+            self.smtp.close()
+        return response
+
+    async def mail(self) -> None:
+        response = await self._reply()
+        if response.code != aiosmtplib.SMTPStatus.completed:
+            raise aiosmtplib.SMTPSenderRefused(response.code, response.message, self.mail_from)
+
+    async def rcpt(self, rcpt: str) -> None:
+        response = await self._reply()
+        if response.code not in (aiosmtplib.SMTPStatus.completed, aiosmtplib.SMTPStatus.will_forward):
+            raise aiosmtplib.SMTPRecipientRefused(response.code, response.message, rcpt)
+
+    async def data(self, payload: bytes) -> SMTPResponse:
+        """The reply to DATA, then (after a 354) the content as execute_data_command sends it and its reply."""
+        try:
+            if self.smtp.protocol is None:
+                raise aiosmtplib.SMTPServerDisconnected("Connection lost")
+            start = await self._reply(closes_on_421=False)  # data() leaves a 421 to DATA to the caller
+            if start.code != aiosmtplib.SMTPStatus.start_input:
+                raise aiosmtplib.SMTPDataError(start.code, start.message)
+            content = PERIOD_REGEX.sub(b"..", normalize_message_line_endings(payload)) + b".\r\n"
+            self.protocol.write(content)
+            self.unread += 1
+            response = await self._reply(closes_on_421=False)
+            if response.code != aiosmtplib.SMTPStatus.completed:
+                raise aiosmtplib.SMTPDataError(response.code, response.message)
+            return response
+        except (aiosmtplib.SMTPServerDisconnected, aiosmtplib.SMTPTimeoutError):
+            self.smtp.close()
+            raise
+        finally:
+            self.close()
+
+    async def abandon(self) -> None:
+        """The transaction stops before its content (MAIL or every RCPT refused): the replies still
+        due are read, so the connection can be RSET and reused. A DATA the server accepted anyway
+        (RFC 2920 says it answers 503 or 554 when no RCPT succeeded) closes the connection: no
+        content is ever sent for a refused transaction."""
+        try:
+            while self.open and self.unread and self.smtp.protocol is not None:
+                last = self.unread == 1
+                response = await self._reply(closes_on_421=not last)
+                if last and response.code == aiosmtplib.SMTPStatus.start_input:
+                    self.smtp.close()
+        except (aiosmtplib.SMTPException, OSError):
+            self.smtp.close()
+        finally:
+            self.close()
+
+
 class RelayConnections:
     """One slot's SMTP connections, one per relay, reused across messages."""
 
-    def __init__(self, timeout: float, tls_context: ssl.SSLContext | None, metrics: SenderMetrics | None):
+    def __init__(self, timeout: float, tls_context: ssl.SSLContext | None, metrics: SenderMetrics | None,
+                 pipelining: bool = True):
         self.timeout = timeout
         self.tls_context = tls_context
         self.metrics = metrics
-        self.conns: dict[Relay, aiosmtplib.SMTP] = {}
+        self.pipelining = pipelining  # pipeline each transaction where the relay offers it (RFC 2920)
+        self.conns: dict[Relay, SMTP] = {}
         # EHLO name: the host name, without a (possibly slow) DNS lookup for the FQDN
         self.local_hostname = socket.gethostname() or "localhost"
 
-    async def open(self, relay: Relay) -> aiosmtplib.SMTP:
+    async def open(self, relay: Relay) -> SMTP:
         kwargs: dict[str, Any] = {}
         if self.tls_context is not None:
             kwargs["tls_context"] = self.tls_context
-        smtp = aiosmtplib.SMTP(
+        smtp = SMTP(
             hostname=relay.host,
             port=relay.port,
             use_tls=relay.security == "tls",
@@ -96,7 +316,7 @@ class RelayConnections:
         self.conns[relay] = smtp
         return smtp
 
-    async def get(self, relay: Relay) -> tuple[aiosmtplib.SMTP, bool]:
+    async def get(self, relay: Relay) -> tuple[SMTP, bool]:
         """A connected SMTP client for the relay and whether it was reused."""
         smtp = self.conns.get(relay)
         if smtp is not None and smtp.is_connected:
@@ -146,7 +366,7 @@ def _transactions(row: dict[str, Any], signer: Signer | None) -> list[tuple[str,
     unsubscribe = row.get("list_unsubscribe")
 
     def payload(list_unsubscribe: str | None) -> bytes:
-        data = build_message(row, list_unsubscribe).as_bytes()
+        data = message_bytes(row, list_unsubscribe)
         return signer.sign(data, row) if signer is not None else data
 
     if not paths and not unsubscribe:
@@ -253,13 +473,15 @@ async def _deliver_one(
             out.outcome, out.error = "connect", f"cannot connect to the relay: {type(exc).__name__}"
             return out
         attempt.stage = "envelope"
+        txn: _Sequential | _Pipeline | None = None
         try:
             # the VERP return path claim_messages computed (sql/36_outbound_bounces.sql), else the From address
-            await smtp.mail(mail_from)
+            txn = await smtp.transaction(mail_from, rcpts, conns.pipelining)
+            await txn.mail()
             refused: list[aiosmtplib.SMTPRecipientRefused] = []
             for rcpt in rcpts:
                 try:
-                    await smtp.rcpt(rcpt)
+                    await txn.rcpt(rcpt)
                 except aiosmtplib.SMTPRecipientRefused as exc:
                     refused.append(exc)
             out.refused = [(e.recipient, e.code, _enhanced(e.message)) for e in refused]
@@ -270,10 +492,11 @@ async def _deliver_one(
                 out.error = _reply(refused[0])[2] if len(refused) == 1 else (
                     f"{len(refused)} of {len(rcpts)} recipients refused: "
                     + "; ".join(f"{e.code} {e.message}" for e in refused))
+                await txn.abandon()
                 await conns.reset(relay)
                 return out
             attempt.stage = "data"
-            response = await smtp.data(payload)
+            response = await txn.data(payload)
             out.code, out.enhanced = response.code, _enhanced(response.message)
             if refused:
                 out.error = f"{len(refused)} of {len(rcpts)} recipients refused: " + "; ".join(
@@ -283,6 +506,8 @@ async def _deliver_one(
         except aiosmtplib.SMTPResponseException as exc:
             out.outcome = "reply"
             out.code, out.enhanced, out.error = _reply(exc)
+            if txn is not None:
+                await txn.abandon()
             await conns.reset(relay)
             return out
         except (aiosmtplib.SMTPTimeoutError, TimeoutError):
