@@ -24,18 +24,23 @@ from typing import Any
 
 import aiosmtplib
 from aiosmtplib.email import quote_address
-from aiosmtplib.protocol import (
-    COMMAND_INJECTION_REGEX,
-    MAX_RESPONSE_LENGTH,
-    PERIOD_REGEX,
-    SMTPProtocol,
-    normalize_message_line_endings,
-)
+from aiosmtplib.protocol import PERIOD_REGEX, SMTPProtocol, normalize_message_line_endings
 from aiosmtplib.response import SMTPResponse
 
 from mailroom.outbound.dkim import Signer
 from mailroom.outbound.message import envelope_recipients, message_bytes
 from mailroom.outbound.metrics import SenderMetrics
+
+# Pipelining builds on aiosmtplib's internals (the protocol's reply buffer and parser, the client's
+# _create_connection), as of these releases; with another one every transaction is sent command by command.
+AIOSMTPLIB_TESTED = ("5.",)
+try:
+    from aiosmtplib.protocol import COMMAND_INJECTION_REGEX, MAX_RESPONSE_LENGTH
+except ImportError:  # pragma: no cover - an untested aiosmtplib
+    COMMAND_INJECTION_REGEX, MAX_RESPONSE_LENGTH = re.compile(rb"[\x00-\x1f\x7f]"), 8192 * 4
+    AIOSMTPLIB_TESTED = ()
+_PIPELINING_SUPPORTED = aiosmtplib.__version__.startswith(AIOSMTPLIB_TESTED)
+
 
 _ENHANCED = re.compile(r"^\s*([245]\.\d{1,3}\.\d{1,3})\b")
 
@@ -160,7 +165,7 @@ class SMTP(aiosmtplib.SMTP):
 
     async def _create_connection(self, timeout: float | None) -> SMTPResponse:
         response = await super()._create_connection(timeout)
-        if type(self.protocol) is SMTPProtocol:
+        if _PIPELINING_SUPPORTED and type(self.protocol) is SMTPProtocol:
             # the same object, able to hold several replies (no state of its own until a pipeline begins)
             self.protocol.__class__ = _PipeliningProtocol
         return response
