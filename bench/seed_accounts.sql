@@ -1,6 +1,8 @@
 -- The seed's own account/token schema (/work/shared/seeds/mailroom_accounts.txt: its tables and
 -- triggers as published), in schema `seed`: the reference the account-insert benchmark compares
--- mailroom.create_account with, in the same cluster and run. Not part of mailroom.
+-- mailroom.create_account with, in the same cluster and run, and the schema the seed's C collector
+-- (bench/c_collector/collector.c) dequeues from: its jobs cursor and its recommended indexes.
+-- Not part of mailroom.
 DROP SCHEMA IF EXISTS seed CASCADE;
 CREATE SCHEMA seed;
 SET search_path = seed, public;
@@ -32,6 +34,21 @@ CREATE TABLE tokens (
     created_at INTEGER DEFAULT extract(EPOCH FROM now()) NOT NULL,
     FOREIGN KEY (account) REFERENCES accounts (id) ON DELETE CASCADE DEFERRABLE INITIALLY DEFERRED
 );
+
+-- the article's "Index Recommendations" for the dequeue query
+CREATE INDEX accounts_id_status_idx ON accounts (id, status);
+
+CREATE INDEX tokens_id_expires_consumed_action_idx ON tokens (id, expires_at, consumed_at, action);
+
+-- the "poor man's job queue": the collector's cursor, advanced by its dequeue CTE
+CREATE TYPE job_type AS ENUM ('mailroom');
+
+CREATE TABLE jobs (
+    job_type JOB_TYPE PRIMARY KEY,
+    last_seq BIGINT
+);
+
+INSERT INTO jobs (last_seq, job_type) VALUES (0, 'mailroom');
 
 CREATE OR REPLACE FUNCTION trg_before_account_insert()
 RETURNS TRIGGER AS $$
