@@ -337,8 +337,11 @@ def test_commit_lost_after_write_is_written_again_with_working_links(collectors,
     c.wait_stderr("waiting for notifications")
     conn.execute(bulk_accounts_sql("win", 1000))  # one ~130 kB line: the write blocks on the full pipe
     deadline = time.monotonic() + 10
+    # idle in transaction for a while: the batch is written and the write blocks on the full pipe (a
+    # moment between two statements of the batch's transaction is idle in transaction too)
     while not conn.execute("SELECT 1 FROM pg_stat_activity WHERE application_name = 'mailroom-collect'"
-                           " AND state = 'idle in transaction'").fetchone():
+                           " AND state = 'idle in transaction'"
+                           " AND state_change < clock_timestamp() - interval '300 milliseconds'").fetchone():
         assert time.monotonic() < deadline, c.stderr_text()
         time.sleep(0.05)
     conn.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = 'mailroom-collect'")
