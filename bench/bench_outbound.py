@@ -34,7 +34,7 @@ from pathlib import Path
 import psycopg
 from aiosmtpd.controller import Controller
 
-from bench import smtp_tools
+from bench import postfix_peer, smtp_tools
 from mailroom.outbound import sqlapi as outbound
 
 AREA = "outbound"
@@ -46,8 +46,25 @@ def _row(benchmark: str, value: float, unit: str, note: str = "") -> dict:
     return {"area": AREA, "benchmark": benchmark, "value": value, "unit": unit, "note": note}
 
 
-def _fill(conn: psycopg.Connection, n: int) -> None:
-    """n queued messages of sender 'bench' in one statement."""
+# ~2 KB on the wire (2,048 bytes with mailroom's headers): the size of smtp-source's -l 2000 message
+# (2,000 bytes of body plus its own headers), for the rows compared with Postfix
+TEXT_2KB = "Lorem ipsum dolor sit amet, consectetur adipiscing elit, sed do eiusmod.\n" * 24
+
+
+def _fill(conn: psycopg.Connection, n: int, text_body: str | None = None) -> None:
+    """n queued messages of sender 'bench' in one statement (text_body: one plain-text body for all)."""
+    if text_body is not None:
+        conn.execute(
+            """
+            INSERT INTO mailroom.outbound_messages (sender_id, to_addrs, subject, text_body, message_id)
+            SELECT s.id, ARRAY['rcpt' || g || '@example.com'], 'bench ' || g, %s,
+                   '<' || md5(random()::text || g) || '@mailroom.test>'
+            FROM mailroom.senders AS s, generate_series(1, %s) AS g
+            WHERE s.name = 'bench'
+            """,
+            (text_body, n),
+        )
+        return
     conn.execute(
         """
         INSERT INTO mailroom.outbound_messages (sender_id, to_addrs, subject, text_body, html_body, message_id)
@@ -110,12 +127,12 @@ def _free_port() -> int:
 
 
 def _end_to_end(conn: psycopg.Connection, url: str, processes: int, total: int, sink: _Sink | None,
-                port: int, extra: list[str] | None = None) -> float:
+                port: int, extra: list[str] | None = None, text_body: str | None = None) -> float:
     if sink is not None:
         sink.reset()
     outbound.upsert_sender.call(conn, name="bench", from_address="bench@mailroom.test", host="127.0.0.1", port=port)
     conn.execute("TRUNCATE mailroom.outbound_messages")
-    _fill(conn, total)
+    _fill(conn, total, text_body)
     conn.execute("VACUUM ANALYZE mailroom.outbound_messages")
     env = dict(os.environ, MAILROOM_DATABASE_URL=url, PYTHONPATH=str(ROOT / "driver"))
     argv = [sys.executable, "-m", "mailroom", "send", "--until-idle", "--concurrency", "4", "--batch-size", "100",
@@ -130,6 +147,55 @@ def _end_to_end(conn: psycopg.Connection, url: str, processes: int, total: int, 
     sent = conn.execute("SELECT count(*) FROM mailroom.outbound_messages WHERE status = 'sent'").fetchone()[0]
     assert sent == total, f"{sent} of {total} sent"
     return total / elapsed
+
+
+def _postfix_reference(conn: psycopg.Connection, url: str, quick: bool,
+                       progress: Callable[[str], None]) -> list[dict]:
+    """Postfix as the reference peer (issue 25): its hold queue drained by its smtp(8) client to
+    Postfix's smtp-sink, and `mailroom send` (1 and 4 senders) draining the same count of ~2 KB
+    messages to the same sink; interleaved (Postfix, mailroom x1, mailroom x4, Postfix, ...),
+    medians and the ratio to Postfix's median of the same run."""
+    benches = ("Postfix: hold queue released, smtp(8) -> smtp-sink", "mailroom send, 1 sender -> smtp-sink",
+               "mailroom send, 4 senders -> smtp-sink")
+    if not postfix_peer.available():
+        return [_row(f"reference peer: {b}", float("nan"), "msgs/s", postfix_peer.SKIPPED) for b in benches]
+    total, reps = (1000, 2) if quick else (10000, 3)
+    rates: dict[str, list[float]] = {b: [] for b in benches}
+    sink = smtp_tools.SmtpSink()
+    peer = None
+    try:
+        peer = postfix_peer.PostfixPeer("outbound", relay_port=sink.port)
+        for rep in range(reps):
+            progress(f"Postfix reference, run {rep + 1}/{reps}: injecting {total} messages on hold")
+            smtp_tools.smtp_source(peer.port, 4, total, 2000, "bench@example.com", "rcpt@example.com")
+            peer.wait_held(total)
+            elapsed = peer.release_and_drain(total)
+            rates[benches[0]].append(total / elapsed)
+            progress(f"Postfix drained {total} in {elapsed:.2f}s ({total / elapsed:,.0f} msgs/s)")
+            for procs, name in ((1, benches[1]), (4, benches[2])):
+                rate = _end_to_end(conn, url, procs, total, None, sink.port, text_body=TEXT_2KB)
+                rates[name].append(rate)
+                progress(f"{name}: {rate:,.0f} msgs/s")
+    finally:
+        if peer is not None:
+            peer.close()
+        sink.close()
+        conn.execute("TRUNCATE mailroom.outbound_messages")
+    ref = statistics.median(rates[benches[0]])
+    rows = []
+    for name in benches:
+        med = statistics.median(rates[name])
+        runs = ", ".join(f"{r:,.0f}" for r in rates[name])
+        if name == benches[0]:
+            note = (f"reference: median of {reps} runs ({runs}); {total} msgs of ~2 KB (smtp-source -l 2000) "
+                    "injected on hold (not timed), then postsuper -H ALL + postqueue -f until the queue is empty; "
+                    "default_destination_concurrency_limit 20")
+        else:
+            note = (f"{med / ref:.2f}x Postfix ({ref:,.0f} msgs/s, same run, interleaved); median of {reps} runs "
+                    f"({runs}); {total} queued msgs of ~2,050 bytes, --concurrency 4 each, "
+                    "start-up included")
+        rows.append(_row(f"reference peer: {name}", med, "msgs/s", note))
+    return rows
 
 
 def _claim_latency(conn: psycopg.Connection, calls: int = 30) -> tuple[float, float]:
@@ -205,6 +271,7 @@ def run(url: str, quick: bool, progress: Callable[[str], None]) -> list[dict]:
                                  f"{total} msgs, --concurrency 4 --connections 2 (8 SMTP connections)"))
             finally:
                 postfix.close()
+            rows += _postfix_reference(conn, url, quick, progress)
             for procs in (1, 4):
                 progress(f"end to end to aiosmtpd sink, {procs} sender process(es), {total} messages")
                 rate = _end_to_end(conn, url, procs, total, sink, port)
