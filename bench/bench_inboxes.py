@@ -30,7 +30,7 @@ from pathlib import Path
 
 import psycopg
 
-from bench import smtp_tools
+from bench import postfix_peer, smtp_tools
 from mailroom.inboxes import sqlapi as inboxes
 
 AREA = "inboxes"
@@ -152,6 +152,53 @@ def _bench_smtp(url: str, conn: psycopg.Connection, quick: bool, progress: Calla
     return rows
 
 
+def _postfix_reference(url: str, conn: psycopg.Connection, quick: bool,
+                       progress: Callable[[str], None]) -> list[dict]:
+    """Postfix as the reference peer (issue 25): smtp-source -> a private Postfix (smtpd -> virtual(8)
+    into one Maildir), timed until every message is a file in new/, against smtp-source -> `mailroom
+    inbox serve` (stored when smtp-source exits), 4 and 8 sessions, the same messages; interleaved
+    (Postfix, mailroom, Postfix, ...), medians and the ratio to Postfix's median of the same run."""
+    sessions_list = (4, 8)
+    if not postfix_peer.available():
+        return [_row(f"reference peer: {peer}, {s} sessions", float("nan"), "msg/s", postfix_peer.SKIPPED)
+                for s in sessions_list for peer in ("Postfix smtpd -> virtual Maildir", "mailroom inbox serve")]
+    n, reps = (1000, 2) if quick else (10000, 3)
+    rates: dict[tuple[str, int], list[float]] = {}
+    peer = None
+    proc, port, log_path = _start_server(url)
+    try:
+        peer = postfix_peer.PostfixPeer("inbound")
+        for rep in range(reps):
+            for sessions in sessions_list:
+                elapsed = peer.inbound(sessions, n, SIZE)
+                rates.setdefault(("postfix", sessions), []).append(n / elapsed)
+                address = _mailbox(conn)
+                mr_elapsed = smtp_tools.smtp_source(port, sessions, n, SIZE, "bench@example.com", address)
+                stored = _stored(conn, [address])
+                if stored != n:
+                    raise RuntimeError(f"mailroom: smtp-source sent {n} messages but {stored} are stored")
+                rates.setdefault(("mailroom", sessions), []).append(n / mr_elapsed)
+                progress(f"run {rep + 1}/{reps}, {sessions} sessions: Postfix {n / elapsed:,.0f} msg/s in the "
+                         f"Maildir, mailroom {n / mr_elapsed:,.0f} msg/s stored")
+    finally:
+        if peer is not None:
+            peer.close()
+        _stop_server(proc, log_path)
+    rows = []
+    for sessions in sessions_list:
+        ref = statistics.median(rates["postfix", sessions])
+        mine = statistics.median(rates["mailroom", sessions])
+        runs = ", ".join(f"{r:,.0f}" for r in rates["postfix", sessions])
+        rows.append(_row(f"reference peer: smtp-source -> Postfix smtpd -> virtual(8) Maildir, {sessions} sessions",
+                         ref, "msg/s", f"reference: median of {reps} runs ({runs}); {n} msgs of {SIZE} bytes, "
+                         "timed from smtp-source's start until every one is a file in new/"))
+        runs = ", ".join(f"{r:,.0f}" for r in rates["mailroom", sessions])
+        rows.append(_row(f"reference peer: smtp-source -> mailroom inbox serve, {sessions} sessions", mine, "msg/s",
+                         f"{mine / ref:.2f}x Postfix ({ref:,.0f} msg/s, same run, interleaved); median of {reps} "
+                         f"runs ({runs}); {n} msgs, every one checked in the table"))
+    return rows
+
+
 def _latencies(url: str, address: str, stop: threading.Event, out: list[float], max_calls: int) -> None:
     with psycopg.connect(url, autocommit=True) as c:
         while not stop.is_set() and len(out) < max_calls:
@@ -253,6 +300,7 @@ def run(url: str, quick: bool, progress: Callable[[str], None]) -> list[dict]:
     with psycopg.connect(url, autocommit=True) as conn:
         _setup(conn)
         rows = _bench_smtp(url, conn, quick, progress)
+        rows += _postfix_reference(url, conn, quick, progress)
         rows += _bench_expiry(url, conn, quick, progress)
     return rows
 
