@@ -8,8 +8,9 @@ It asks mailroom.inboxes.delivery everything that needs the database and sends t
   --max-recipients → 452 4.5.3. A forged or unknown return path is 'unknown' (550 5.1.1, counted
   like any unknown recipient). A transaction is either for return paths or for mailboxes (the
   other kind gets 452 4.5.3: send it in another one).
-- DATA is read by InboundSMTP.smtp_DATA. Every _SIZE_PROBE_BYTES past what is known to fit, it asks
-  whether any accepted recipient's plan still takes the running size; when none does, the buffer
+- DATA is read by InboundSMTP.smtp_DATA, in blocks (not a readuntil per line). Every
+  _SIZE_PROBE_BYTES past what is known to fit, it asks whether any accepted recipient's plan
+  still takes the running size; when none does, the buffer
   is dropped, the rest is read and thrown away and the reply is 552 5.3.4 (the connection stays
   usable). So a message is never held past the largest limit of its recipients by more than one
   probe step; deliver_message still checks the exact size. Then the message (or the bounce) is
@@ -74,6 +75,8 @@ def _declared_size(mail_options: list[str]) -> int | None:
 # to fit: a message never costs a query below it (or below a SIZE= every recipient accepted at RCPT), and
 # is never held past its recipients' largest limit by more than this (plus the line being read).
 _SIZE_PROBE_BYTES = 256 * 1024
+# DATA is read this much at a time at most (InboundSMTP._read_data_bulk)
+_DATA_READ_BYTES = 64 * 1024
 
 
 class _Envelope(Envelope):
@@ -242,6 +245,9 @@ class InboundSMTP(SMTP):
         self.max_bad_recipients = max_bad_recipients
         self._gate = gate  # its slot was taken by the factory, given back at connection_lost
 
+    # DATA read in blocks (_read_data_bulk); False: line by line (_read_data_lines), aiosmtpd's way
+    bulk_data = True
+
     def _create_session(self) -> _Session:
         return _Session(self.loop)
 
@@ -283,13 +289,146 @@ class InboundSMTP(SMTP):
             return
         await super().smtp_RCPT(arg)
 
+    async def _take(self, data: _DataRead, line: bytes | bytearray, envelope: _Envelope, handler: InboxHandler,
+                    cap: int | None) -> None:
+        """One line (or piece of a too long line) of DATA, dot-stuffing removed: the size checks,
+        then kept, or dropped once the message is refused."""
+        data.received += len(line)
+        if data.refusal is None and cap is not None and data.received > cap:
+            data.refusal, data.too_big_for = REPLY_OVER_SIZE, "the server's SIZE"
+        elif data.refusal is None and not envelope.bounces and data.received > data.fits + _SIZE_PROBE_BYTES:
+            try:
+                too_big = await handler.size_refusal(envelope, data.received)
+                if too_big is None:
+                    data.fits = data.received
+                else:
+                    data.refusal, data.too_big_for = too_big, "its recipients' size limit"
+            except psycopg.OperationalError as exc:
+                handler.delivery.unreachable("size check", exc)
+                data.refusal = REPLY_TEMPFAIL  # delivery could not succeed either: hold nothing more
+            except psycopg.Error as exc:
+                log.error("size check failed: %s", describe_db_error(exc))
+                data.refusal = REPLY_TEMPFAIL  # delivery could not succeed either: hold nothing more
+            except Exception as exc:  # noqa: BLE001 - a 4xx after the data, never a 500 in the middle of it
+                log.error("size check failed unexpectedly: %s", type(exc).__name__)
+                data.refusal = REPLY_TEMPFAIL
+        if data.refusal is None:
+            data.body += line
+        elif data.body:
+            data.held = max(data.held, len(data.body))
+            data.body = bytearray()
+
+    async def _read_data_lines(self, data: _DataRead, envelope: _Envelope, handler: InboxHandler,
+                               cap: int | None) -> None:
+        """DATA line by line (aiosmtpd's way: readuntil CRLF, bounded by the line length limit)."""
+        line_start = True
+        while True:
+            try:
+                line = await self._reader.readuntil(b"\r\n")
+            except asyncio.LimitOverrunError as exc:
+                # Longer than the line limit: take the part read so far (never a lone CR of CRLF).
+                data.refusal = data.refusal or REPLY_LINE_TOO_LONG
+                line = await self._reader.read(exc.consumed)
+            if line_start and line == b".\r\n":
+                break
+            if line_start and line.startswith(b"."):
+                line = line[1:]
+            line_start = line.endswith(b"\r\n")
+            await self._take(data, line, envelope, handler, cap)
+
+    async def _read_data_bulk(self, data: _DataRead, envelope: _Envelope, handler: InboxHandler,
+                              cap: int | None) -> None:
+        """DATA in blocks: what _read_data_lines gives, without a coroutine and a buffer copy per line.
+
+        The end is the first ".\r\n" at the start or after a CRLF (a piece of a too long line never
+        ends in CRLF, so lines are CRLF-terminated whatever the reads). Each read's complete lines
+        are taken at once when no line passes the limit and no size check can fire within them
+        (the size only grows), else line by line through _take, in the order _read_data_lines
+        takes them. An unfinished line longer than the limit is refused and dropped at once (its
+        last byte kept when it is a CR), so at most a read plus a line is held beyond the message.
+        Bytes read past the end (a pipelined command) go back to the front of the reader's buffer.
+        """
+        reader = self._reader
+        limit = self.line_length_limit  # the reader's limit: a line of more octets is too long
+        pending = bytearray()  # read, not yet taken; starts at a line start unless in_long_line
+        in_long_line = False  # pending continues a too long line whose start was taken
+        while True:
+            chunk = await reader.read(_DATA_READ_BYTES)
+            if not chunk:  # readuntil's answer to an EOF (eof_received normally cancels first)
+                raise asyncio.IncompleteReadError(bytes(pending), None)
+            pending += chunk
+            if in_long_line:
+                end = pending.find(b"\r\n")
+                if end == -1:
+                    keep = 1 if pending.endswith(b"\r") else 0  # maybe the CR of the CRLF
+                    await self._take(data, bytes(pending[:len(pending) - keep]), envelope, handler, cap)
+                    del pending[:len(pending) - keep]
+                    continue
+                await self._take(data, bytes(pending[:end + 2]), envelope, handler, cap)
+                del pending[:end + 2]
+                in_long_line = False
+            if pending.startswith(b".\r\n"):
+                end = 0
+            else:
+                end = pending.find(b"\r\n.\r\n")
+                end = -1 if end == -1 else end + 2
+            if end != -1:
+                await self._take_lines(data, bytes(pending[:end]), limit, envelope, handler, cap)
+                rest = pending[end + 3:]
+                if rest:  # read past the end: back in front of what the reader holds, for the command loop
+                    reader._buffer[:0] = rest  # type: ignore[attr-defined]
+                return
+            last = pending.rfind(b"\r\n")
+            if last != -1:
+                await self._take_lines(data, bytes(pending[:last + 2]), limit, envelope, handler, cap)
+                del pending[:last + 2]
+            keep = 1 if pending.endswith(b"\r") else 0
+            if len(pending) - keep > limit:  # an unfinished line already too long: refused, dropped
+                data.refusal = data.refusal or REPLY_LINE_TOO_LONG
+                piece = bytes(pending[:len(pending) - keep])
+                await self._take(data, piece[1:] if piece.startswith(b".") else piece, envelope, handler, cap)
+                del pending[:len(pending) - keep]
+                in_long_line = True
+
+    async def _take_lines(self, data: _DataRead, lines: bytes, limit: int, envelope: _Envelope,
+                          handler: InboxHandler, cap: int | None) -> None:
+        """Complete lines (CRLF-terminated, the first at a line start), as _read_data_lines takes them."""
+        if not lines:
+            return
+        if len(lines) <= limit + 2:
+            longest = len(lines) - 2
+        else:
+            longest = max(map(len, lines.split(b"\r\n")))
+        if longest <= limit:
+            text = lines.replace(b"\r\n.", b"\r\n")
+            if text.startswith(b"."):
+                text = text[1:]
+            size = data.received + len(text)
+            if data.refusal is not None:  # counted for the log only
+                data.received = size
+                return
+            if (cap is None or size <= cap) and (envelope.bounces or size <= data.fits + _SIZE_PROBE_BYTES):
+                data.received = size  # no check fires in these lines
+                data.body += text
+                return
+        start = 0
+        while start < len(lines):
+            end = lines.index(b"\r\n", start) + 2
+            line = lines[start:end]
+            start = end
+            if len(line) - 2 > limit:
+                data.refusal = data.refusal or REPLY_LINE_TOO_LONG
+            await self._take(data, line[1:] if line.startswith(b".") else line, envelope, handler, cap)
+
     async def smtp_DATA(self, arg: str) -> None:  # noqa: N802 - aiosmtpd command name
         """aiosmtpd 1.4.6's DATA (decode_data=False) with the transaction's size limit.
 
         The message is kept in one buffer, dot-stuffing removed, so its size is the size
         deliver_message checks. Past the server's SIZE, or past what any accepted recipient's plan
         takes (asked every _SIZE_PROBE_BYTES), the buffer is dropped and the rest is read and thrown
-        away up to the final dot; then 552 5.3.4, and the session goes on.
+        away up to the final dot; then 552 5.3.4, and the session goes on. It is read in blocks
+        (_read_data_bulk), or line by line like aiosmtpd (_read_data_lines, when bulk_data is
+        False): the same bytes, the same reply.
         """
         if await self.check_helo_needed():
             return
@@ -305,51 +444,15 @@ class InboundSMTP(SMTP):
             return
         handler: InboxHandler = self.event_handler
         cap = self.data_size_limit or None
-        fits = _declared_size(envelope.mail_options) or 0  # every recipient took this SIZE= at RCPT
         await self.push("354 End data with <CR><LF>.<CR><LF>")
-        body = bytearray()
-        received = 0  # octets of the message so far, dot-stuffing removed, CRLFs counted
-        held = 0  # the most the buffer ever held
-        refusal: str | None = None
-        too_big_for = ""  # whose limit a refused message passed, for the log
-        line_start = True
-        while True:
-            try:
-                line = await self._reader.readuntil(b"\r\n")
-            except asyncio.LimitOverrunError as exc:
-                # Longer than the line limit: take the part read so far (never a lone CR of CRLF).
-                refusal = refusal or REPLY_LINE_TOO_LONG
-                line = await self._reader.read(exc.consumed)
-            if line_start and line == b".\r\n":
-                break
-            if line_start and line.startswith(b"."):
-                line = line[1:]
-            line_start = line.endswith(b"\r\n")
-            received += len(line)
-            if refusal is None and cap is not None and received > cap:
-                refusal, too_big_for = REPLY_OVER_SIZE, "the server's SIZE"
-            elif refusal is None and not envelope.bounces and received > fits + _SIZE_PROBE_BYTES:
-                try:
-                    too_big = await handler.size_refusal(envelope, received)
-                    if too_big is None:
-                        fits = received
-                    else:
-                        refusal, too_big_for = too_big, "its recipients' size limit"
-                except psycopg.OperationalError as exc:
-                    handler.delivery.unreachable("size check", exc)
-                    refusal = REPLY_TEMPFAIL  # delivery could not succeed either: hold nothing more
-                except psycopg.Error as exc:
-                    log.error("size check failed: %s", describe_db_error(exc))
-                    refusal = REPLY_TEMPFAIL  # delivery could not succeed either: hold nothing more
-                except Exception as exc:  # noqa: BLE001 - a 4xx after the data, never a 500 in the middle of it
-                    log.error("size check failed unexpectedly: %s", type(exc).__name__)
-                    refusal = REPLY_TEMPFAIL
-            if refusal is None:
-                body += line
-            elif body:
-                held = max(held, len(body))
-                body = bytearray()
-        held = max(held, len(body))
+        data = _DataRead(fits=_declared_size(envelope.mail_options) or 0)  # every recipient took this SIZE= at RCPT
+        # the block reader gives back what it read past the end through the StreamReader's buffer
+        if self.bulk_data and isinstance(getattr(self._reader, "_buffer", None), bytearray):
+            await self._read_data_bulk(data, envelope, handler, cap)
+        else:
+            await self._read_data_lines(data, envelope, handler, cap)
+        body, refusal, too_big_for, received = data.body, data.refusal, data.too_big_for, data.received
+        held = max(data.held, len(body))
         if refusal is not None:
             if too_big_for:
                 log.info("refused a message at DATA: over %s (read %d bytes, held at most %d)",
@@ -366,6 +469,20 @@ class InboundSMTP(SMTP):
         status = await self._call_handler_hook("DATA")
         self._set_post_data_state()
         await self.push("250 OK" if not isinstance(status, str) else status)
+
+
+class _DataRead:
+    """What DATA has read so far: the message (dot-stuffing removed), its size and the verdict."""
+
+    __slots__ = ("body", "received", "held", "refusal", "too_big_for", "fits")
+
+    def __init__(self, fits: int) -> None:
+        self.body = bytearray()
+        self.received = 0  # octets of the message so far, dot-stuffing removed, CRLFs counted
+        self.held = 0  # the most the buffer ever held
+        self.refusal: str | None = None
+        self.too_big_for = ""  # whose limit a refused message passed, for the log
+        self.fits = fits  # the largest size known to fit (SIZE= or the last probe)
 
 
 def _smtp_class(max_line_length: int) -> type[InboundSMTP]:
