@@ -9,6 +9,11 @@
    autocommit (one transaction per call): total time and the longest single call/transaction;
    then purge_mailboxes over the same inboxes, the same way.
 3. deliver_message latency (p50/p99/max) on its own, then while that sweep runs.
+4. Postfix as the reference peer (issue 25, bench/postfix_peer.py): smtp-source at 4 and 8
+   sessions into a private Postfix (smtpd -> virtual(8) Maildir, timed until every file is in
+   new/), into `mailroom inbox serve`, and into the same server reading DATA line by line (the
+   reader before the block reader, bench.inbox_serve_lines), interleaved; rates, ratios to
+   Postfix, and the server's CPU per message; then the two DATA readers alone on one message.
 
 The backlog is loaded with one INSERT ... SELECT (expires_at in the past); the measured calls are
 the real SQL API. A `bench` plan with a huge message cap keeps the count limit out of the way.
@@ -60,15 +65,19 @@ def _mailbox(conn: psycopg.Connection) -> str:
     return inboxes.create_mailbox.row(conn, plan="bench").address
 
 
-def _start_server(url: str, workers: int = 1) -> tuple[subprocess.Popen, int, Path]:
+def _start_server(url: str, workers: int = 1, module: str = "mailroom") -> tuple[subprocess.Popen, int, Path]:
+    """`mailroom inbox serve` (module bench.inbox_serve_lines: the same, DATA read line by line)."""
     log_path = Path(tempfile.mkstemp(prefix="bench-inbox-", suffix=".log")[1])
-    argv = [sys.executable, "-m", "mailroom", "inbox", "serve", "--host", "127.0.0.1", "--port", "0",
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    if module != "mailroom":
+        root = str(Path(__file__).resolve().parents[1])
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
+    argv = [sys.executable, "-m", module, "inbox", "serve", "--host", "127.0.0.1", "--port", "0",
             "--pool-size", "4", "--database-url", url]
     if workers > 1:
         argv += ["--workers", str(workers)]
     with open(log_path, "w") as log_file:
-        proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=log_file,
-                                env={**os.environ, "PYTHONUNBUFFERED": "1"}, start_new_session=True)
+        proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=log_file, env=env, start_new_session=True)
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
         match = re.search(r"listening on 127\.0\.0\.1:(\d+)", log_path.read_text())
@@ -152,6 +161,45 @@ def _bench_smtp(url: str, conn: psycopg.Connection, quick: bool, progress: Calla
     return rows
 
 
+def _data_reader_micro() -> list[dict]:
+    """InboundSMTP's DATA readers alone on one ~1.9 KB message already in a StreamReader (no
+    socket, no handler): microseconds per message, best of 5 rounds of 5,000."""
+    import asyncio
+
+    from mailroom.inboxes.smtp import _DataRead, _Envelope, _smtp_class
+
+    cls = _smtp_class(998)
+    message = b"From: a\r\nTo: b\r\nSubject: s\r\n\r\n" + MESSAGE.split(b"\r\n\r\n", 1)[1] + b".\r\n"
+
+    async def measure(name: str) -> float:
+        server = cls.__new__(cls)
+        envelope = _Envelope()
+        best = float("inf")
+        for _ in range(5):
+            t0 = time.perf_counter()
+            for _ in range(5000):
+                reader = asyncio.StreamReader(limit=cls.line_length_limit)
+                reader.feed_data(message)
+                server._reader = reader
+                await getattr(server, name)(_DataRead(0), envelope, None, None)
+            best = min(best, (time.perf_counter() - t0) / 5000 * 1e6)
+        return best
+
+    count = message.count(b"\r\n")
+    bulk = asyncio.run(measure("_read_data_bulk"))
+    lines = asyncio.run(measure("_read_data_lines"))
+    return [_row("A/B: DATA reader alone, in blocks (_read_data_bulk)", bulk, "us",
+                 f"per {len(message):,}-byte message of {count} lines; line by line "
+                 f"(_read_data_lines): {lines:.1f} us ({lines / bulk:.1f}x the block reader's time); "
+                 "StreamReader set-up included in both")]
+
+
+def _cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of one process so far (/proc/PID/stat)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def _postfix_reference(url: str, conn: psycopg.Connection, quick: bool,
                        progress: Callable[[str], None]) -> list[dict]:
     """Postfix as the reference peer (issue 25): smtp-source -> a private Postfix (smtpd -> virtual(8)
@@ -164,26 +212,34 @@ def _postfix_reference(url: str, conn: psycopg.Connection, quick: bool,
                 for s in sessions_list for peer in ("Postfix smtpd -> virtual Maildir", "mailroom inbox serve")]
     n, reps = (1000, 2) if quick else (10000, 3)
     rates: dict[tuple[str, int], list[float]] = {}
+    cpu: dict[tuple[str, int], list[float]] = {}  # the server process's CPU microseconds per message
     peer = None
-    proc, port, log_path = _start_server(url)
+    servers = {}
     try:
+        for name, module in (("mailroom", "mailroom"), ("lines", "bench.inbox_serve_lines")):
+            servers[name] = _start_server(url, module=module)
         peer = postfix_peer.PostfixPeer("inbound")
         for rep in range(reps):
             for sessions in sessions_list:
                 elapsed = peer.inbound(sessions, n, SIZE)
                 rates.setdefault(("postfix", sessions), []).append(n / elapsed)
-                address = _mailbox(conn)
-                mr_elapsed = smtp_tools.smtp_source(port, sessions, n, SIZE, "bench@example.com", address)
-                stored = _stored(conn, [address])
-                if stored != n:
-                    raise RuntimeError(f"mailroom: smtp-source sent {n} messages but {stored} are stored")
-                rates.setdefault(("mailroom", sessions), []).append(n / mr_elapsed)
-                progress(f"run {rep + 1}/{reps}, {sessions} sessions: Postfix {n / elapsed:,.0f} msg/s in the "
-                         f"Maildir, mailroom {n / mr_elapsed:,.0f} msg/s stored")
+                said = [f"Postfix {n / elapsed:,.0f} msg/s in the Maildir"]
+                for name, (server_proc, port, _) in servers.items():
+                    address = _mailbox(conn)
+                    cpu0 = _cpu_seconds(server_proc.pid)
+                    mr_elapsed = smtp_tools.smtp_source(port, sessions, n, SIZE, "bench@example.com", address)
+                    cpu.setdefault((name, sessions), []).append((_cpu_seconds(server_proc.pid) - cpu0) / n * 1e6)
+                    stored = _stored(conn, [address])
+                    if stored != n:
+                        raise RuntimeError(f"{name}: smtp-source sent {n} messages but {stored} are stored")
+                    rates.setdefault((name, sessions), []).append(n / mr_elapsed)
+                    said.append(f"{name} {n / mr_elapsed:,.0f} msg/s stored")
+                progress(f"run {rep + 1}/{reps}, {sessions} sessions: {', '.join(said)}")
     finally:
         if peer is not None:
             peer.close()
-        _stop_server(proc, log_path)
+        for proc, _, log_path in servers.values():
+            _stop_server(proc, log_path)
     rows = []
     for sessions in sessions_list:
         ref = statistics.median(rates["postfix", sessions])
@@ -196,6 +252,16 @@ def _postfix_reference(url: str, conn: psycopg.Connection, quick: bool,
         rows.append(_row(f"reference peer: smtp-source -> mailroom inbox serve, {sessions} sessions", mine, "msg/s",
                          f"{mine / ref:.2f}x Postfix ({ref:,.0f} msg/s, same run, interleaved); median of {reps} "
                          f"runs ({runs}); {n} msgs, every one checked in the table"))
+        lines = statistics.median(rates["lines", sessions])
+        runs = ", ".join(f"{r:,.0f}" for r in rates["lines", sessions])
+        rows.append(_row(f"A/B: mailroom inbox serve reading DATA line by line, {sessions} sessions", lines, "msg/s",
+                         f"{lines / ref:.2f}x Postfix; the block reader above is {mine / lines:.2f}x this (same run, "
+                         f"interleaved); median of {reps} runs ({runs}); bench.inbox_serve_lines"))
+        cpu_bulk, cpu_lines = statistics.median(cpu["mailroom", sessions]), statistics.median(cpu["lines", sessions])
+        rows.append(_row(f"A/B: inbox serve CPU per message, DATA in blocks, {sessions} sessions", cpu_bulk, "us",
+                         f"the server process's user+system CPU / messages, median of {reps} runs; line by line: "
+                         f"{cpu_lines:,.0f} us ({cpu_bulk / cpu_lines:.2f}x); less sensitive to a shared machine's "
+                         "load than the rates"))
     return rows
 
 
@@ -301,6 +367,7 @@ def run(url: str, quick: bool, progress: Callable[[str], None]) -> list[dict]:
         _setup(conn)
         rows = _bench_smtp(url, conn, quick, progress)
         rows += _postfix_reference(url, conn, quick, progress)
+        rows += _data_reader_micro()
         rows += _bench_expiry(url, conn, quick, progress)
     return rows
 

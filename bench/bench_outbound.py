@@ -14,6 +14,11 @@
    and the cost of a tenth of the queue at the top priority that is not due yet (scheduled later):
    the claim steps over those index entries.
 
+5. Postfix as the reference peer (issue 25, bench/postfix_peer.py): a private Postfix's hold queue
+   of 10,000 ~2 KB messages (quick: 1,000) released to smtp-sink by its smtp(8) client, against
+   `mailroom send` (1 and 4 senders) draining as many ~2 KB messages to the same sink; interleaved,
+   3 rounds (quick: 2), medians and the ratio to Postfix of the same run.
+
 The backlog is loaded with INSERT ... SELECT (the measured calls are the real SQL API).
 """
 
