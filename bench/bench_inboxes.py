@@ -208,7 +208,7 @@ def _postfix_reference(url: str, conn: psycopg.Connection, quick: bool,
     (Postfix, mailroom, Postfix, ...), medians and the ratio to Postfix's median of the same run."""
     sessions_list = (4, 8)
     if not postfix_peer.available():
-        return [_row(f"reference peer: {peer}, {s} sessions", float("nan"), "msg/s", postfix_peer.SKIPPED)
+        return [_row(f"reference peer: {peer}, {s} sessions", float("nan"), "", postfix_peer.SKIPPED)
                 for s in sessions_list for peer in ("Postfix smtpd -> virtual Maildir", "mailroom inbox serve")]
     n, reps = (1000, 2) if quick else (10000, 3)
     rates: dict[tuple[str, int], list[float]] = {}

@@ -27,6 +27,7 @@ import atexit
 import os
 import pwd
 import re
+import shlex
 import shutil
 import signal
 import subprocess
@@ -169,10 +170,14 @@ class PostfixPeer:
         (self.config / "main.cf").write_text("".join(f"{k} = {v}\n" for k, v in main.items()))
         (self.config / "master.cf").write_text(_MASTER_CF.format(port=self.port))
         atexit.register(self.close)
-        self._postfix("check")
-        self._postfix("start")
-        self._started = True
-        smtp_tools.wait_port(self.port)
+        try:
+            self._postfix("check")
+            self._started = True  # from here close() stops it, whatever start says
+            self._postfix("start")
+            smtp_tools.wait_port(self.port)
+        except BaseException:
+            self.close()
+            raise
 
     # -- control -----------------------------------------------------------------------------
     def _postfix(self, *args: str, check: bool = True) -> subprocess.CompletedProcess:
@@ -180,7 +185,7 @@ class PostfixPeer:
         # gives it one, so the reason reaches the exception
         argv = [POSTFIX, "-c", str(self.config), *args]
         if shutil.which("script"):
-            argv = ["script", "-qec", " ".join(argv), "/dev/null"]
+            argv = ["script", "-qec", shlex.join(argv), "/dev/null"]
         out = subprocess.run(argv, capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
         if check and out.returncode != 0:
             raise RuntimeError(f"postfix {' '.join(args)} failed: {(out.stderr or out.stdout).strip()[-400:]}"
@@ -200,6 +205,7 @@ class PostfixPeer:
             return None
 
     def close(self) -> None:
+        atexit.unregister(self.close)
         if not self._started:
             if self.home.exists() and not os.environ.get("BENCH_KEEP_POSTFIX"):
                 shutil.rmtree(self.home, ignore_errors=True)
@@ -218,7 +224,6 @@ class PostfixPeer:
                     os.kill(pid, signal.SIGKILL)
         if not os.environ.get("BENCH_KEEP_POSTFIX"):  # BENCH_KEEP_POSTFIX=1 keeps the directory to read
             shutil.rmtree(self.home, ignore_errors=True)
-        atexit.unregister(self.close)
 
     # -- queue -------------------------------------------------------------------------------
     def queued(self, queues: tuple[str, ...] = QUEUES) -> int:
