@@ -25,7 +25,7 @@ import time
 import pytest
 from aiosmtpd.smtp import SMTP
 
-from mailroom.inboxes.smtp import _SIZE_PROBE_BYTES, InboxHandler, _smtp_class
+from mailroom.inboxes.smtp import _SIZE_PROBE_BYTES, InboundSMTP, InboxHandler, _smtp_class
 
 MAX_LINE = 200  # --max-line-length of these servers: a line of more than MAX_LINE + 1 octets is too long
 LIMIT = MAX_LINE + 1
@@ -261,3 +261,26 @@ def test_empty_message_and_pipelined_commands(servers):
     run_everywhere(servers, b".\r\n", [1, 2], pause=0.005)
     run_everywhere(servers, b"\r\n.\r\n", [1, 2, 3, 4], pause=0.005)
     run_everywhere(servers, b"..\r\n.\r\n", [])
+
+
+def test_the_block_reader_is_the_one_in_use(servers):
+    """smtp_DATA falls back to the line reader when the StreamReader has no bytearray _buffer (where
+    the block reader gives back what it read past the end): on this Python it must not."""
+
+    async def probe() -> object:
+        return getattr(asyncio.StreamReader(limit=LIMIT), "_buffer", None)
+
+    assert isinstance(asyncio.run(probe()), bytearray)
+    calls = []
+    original = InboundSMTP._read_data_bulk
+
+    async def counting(self, *args):
+        calls.append(1)
+        return await original(self, *args)
+
+    InboundSMTP._read_data_bulk = counting
+    try:
+        run_everywhere(servers, b"a\r\n.\r\n", [])
+    finally:
+        InboundSMTP._read_data_bulk = original
+    assert calls == [1]  # the bulk server only (the line server and the stock one do not call it)
