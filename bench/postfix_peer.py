@@ -18,7 +18,8 @@ Two modes:
   nobody); `count_delivered()` counts the files in its new/ directory.
 
 `available()` tells whether the binaries are there; the benchmarks then report
-"skipped: postfix not installed" instead of failing.
+"skipped: postfix not installed" instead of failing. BENCH_KEEP_POSTFIX=1 keeps the instance's
+directory (main.cf, master.cf, its maillog) after it stops, to read what it did.
 """
 
 from __future__ import annotations
