@@ -583,6 +583,12 @@ SET search_path = pg_catalog, pg_temp
 -- the minted rows are written back by primary-key probes, each pruned to one partition
 SET enable_hashjoin = off
 SET enable_mergejoin = off
+-- the pick walks the pending tokens in id order (a merge of each partition's partial index) and
+-- stops at the limit: statistics taken while few tokens were pending made the planner join every
+-- pending token to its account and sort them (50 ms at 3,000 pending for a limit of 100, growing
+-- with the backlog). A disabled node costs 1e10, past jit_above_cost: no JIT (700 ms a call).
+SET enable_sort = off
+SET jit = off
 AS $fn$
 BEGIN
     IF p_limit IS NULL OR p_limit < 1 THEN

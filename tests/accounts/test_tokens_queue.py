@@ -307,3 +307,26 @@ def test_terminated_collector_loses_nothing(db_url: str, conn: psycopg.Connectio
         victim.close()
     ids = drain(conn, 7)
     assert len(ids) == len(set(ids)) == 30, "the killed collector's claims went back to the queue"
+
+
+def _blocks_hit(conn: psycopg.Connection) -> int:
+    conn.execute("SELECT pg_stat_force_next_flush()")
+    conn.execute("SELECT pg_stat_clear_snapshot()")
+    return conn.execute("SELECT blks_hit FROM pg_stat_database WHERE datname = current_database()").fetchone()[0]
+
+
+def test_dequeue_reads_by_its_limit_not_by_the_backlog(conn: psycopg.Connection) -> None:
+    """Statistics taken while few tokens were pending must not make the pick join every pending token
+    and sort them (issue 25: dequeue_tokens(100) touched ~5 buffers per pending token, 50 ms at 3,000)."""
+    conn.execute("INSERT INTO mailroom.accounts (email, login) VALUES ('first@example.com', 'first')")
+    conn.execute("ANALYZE mailroom.tokens")
+    conn.execute("ANALYZE mailroom.accounts")  # the planner now believes almost nothing is pending
+    conn.execute("INSERT INTO mailroom.accounts (email, login) SELECT 'many' || g || '@example.com', 'many' || g"
+                 " FROM generate_series(1, 6000) AS g")
+    dequeue(conn, 100)  # plans cached, pages in memory
+    before = _blocks_hit(conn)
+    assert len(dequeue(conn, 100)) == 100
+    touched = _blocks_hit(conn) - before
+    # ~1,000 for the 100 rows it takes (their tokens, accounts, index pages, the signing); the
+    # defect read every pending token and its account: more than 20,000 here
+    assert touched < 5000, touched
