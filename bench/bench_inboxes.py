@@ -352,7 +352,7 @@ def _bench_expiry(url: str, conn: psycopg.Connection, quick: bool, progress: Cal
     purge_time = time.perf_counter() - t0
     progress(f"purged {purged:,} in {purge_time:.1f}s (longest call {purge_longest * 1000:.0f} ms)")
     purge_note = (f"{purged:,} inboxes without messages, batch {batch:,} ({purge_calls} calls); "
-                  "the default batch (inbox.purge_batch) is 500 because of the message cascade")
+                  "the messages of a batch go in one statement (migration 0181; the default batch, inbox.purge_batch, is 500)")
     return [
         _row(f"expire_mailboxes over {total:,} expired inboxes: total", sweep, "s", note),
         _row("expire_mailboxes: inboxes expired per second", expired / sweep, "inboxes/s", note),
