@@ -65,13 +65,26 @@ SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-    v_snapshot pg_snapshot := pg_current_snapshot();
     v_deadline timestamptz := clock_timestamp() + p_timeout;
+    -- the transactions writing in this database now (each holds the lock on its own transaction
+    -- id); those of other databases cannot be this one's producers and are not waited for
+    v_writers xid[] := ARRAY(
+        SELECT l.transactionid
+        FROM pg_locks AS l
+        INNER JOIN pg_stat_activity AS a ON l.pid = a.pid
+        WHERE l.locktype = 'transactionid'
+            AND l.mode = 'ExclusiveLock'
+            AND l.granted
+            AND l.pid <> pg_backend_pid()
+            AND a.datname = current_database()
+    );
 BEGIN
     LOOP
         IF NOT EXISTS (
-            SELECT FROM pg_snapshot_xip(v_snapshot) AS x (xid)
-            WHERE pg_xact_status(x.xid) = 'in progress'
+            SELECT FROM pg_locks AS l
+            WHERE l.locktype = 'transactionid'
+                AND l.mode = 'ExclusiveLock'
+                AND l.transactionid = ANY(v_writers)
         ) THEN
             RETURN true;
         END IF;
@@ -84,7 +97,7 @@ END;
 $$;
 
 COMMENT ON FUNCTION mailroom.await_writers(interval) IS
-'Wait until every transaction that was writing when it was called has ended (at most p_timeout); false on timeout. Step 3 of the listener protocol (sql/08_notify.sql).';
+'Wait until every transaction that was writing in this database when it was called has ended (at most p_timeout); false on timeout. Step 3 of the listener protocol (sql/08_notify.sql).';
 
 GRANT EXECUTE ON FUNCTION mailroom.await_writers(interval)
 TO mailroom_app, mailroom_collector, mailroom_sender, mailroom_inbound, mailroom_http, mailroom_monitor,

@@ -11,6 +11,7 @@ import threading
 import time
 
 import psycopg
+import psycopg.conninfo
 
 
 def _mailbox(conn: psycopg.Connection) -> str:
@@ -73,3 +74,15 @@ def test_await_writers_outlasts_a_producer_that_read_no_listener(db_url):
     finally:
         producer.close()
         listener.close()
+
+
+def test_await_writers_ignores_other_databases(db_url):
+    """A transaction writing in another database of the cluster cannot be this one's producer: a
+    listener does not wait for it (a busy neighbour database would delay every listener's start)."""
+    other_url = psycopg.conninfo.make_conninfo(db_url, dbname="postgres")
+    with psycopg.connect(other_url) as other, psycopg.connect(db_url, autocommit=True) as listener:
+        other.execute("SELECT pg_current_xact_id()")  # holds a transaction id, open
+        t0 = time.monotonic()
+        assert listener.execute("SELECT mailroom.await_writers('5 seconds')").fetchone()[0] is True
+        assert time.monotonic() - t0 < 4  # not the timeout (a liveness bound, not a figure)
+        other.rollback()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import re
+import select
 import signal
 import socket
 import time
@@ -111,6 +112,13 @@ def test_run_stops_everything_when_a_component_dies(cli_popen, db_url, keys):
     run_url = as_login(db_url, login_for(["run"]))
     proc = cli_popen("run", "--inbox-port", str(port), "--no-expire", env=keys)
     wait_listening(port)
+    # every child ready first: a child killed before it is ready is a failed start, another message
+    said = b""
+    deadline = time.monotonic() + 30
+    while b"running: " not in said:
+        assert time.monotonic() < deadline and proc.poll() is None, said
+        if select.select([proc.stderr], [], [], 0.5)[0]:
+            said += os.read(proc.stderr.fileno(), 65536)  # not the buffered reader: select sees the fd
     deadline = time.monotonic() + 10
     sender = None
     while sender is None and time.monotonic() < deadline:
@@ -127,7 +135,7 @@ def test_run_stops_everything_when_a_component_dies(cli_popen, db_url, keys):
     assert sender is not None
     os.kill(sender, signal.SIGKILL)
     assert proc.wait(timeout=20) == 1
-    assert b"send killed by SIGKILL; stopping the others" in proc.stderr.read()
+    assert b"send killed by SIGKILL; stopping the others" in said + proc.stderr.read()
     assert processes_with(run_url) == []
 
 
