@@ -125,6 +125,9 @@ def test_upgrade_from_the_previous_release_matches_a_fresh_install(pg, previous)
         == result.applied
     with psycopg.connect(previous, autocommit=True) as conn:
         upgraded = snapshot.take(conn)
+        # the previous release's workers and an application's own listeners do not register with
+        # mailroom.listen: an upgraded database keeps notifying every channel (docs/upgrading.md)
+        assert conn.execute("SELECT mailroom.setting('notify.always')").fetchone()[0] == "true"
     want = (testing.checkout_root() / testing.SNAPSHOT).read_text()
     assert upgraded == want, "an upgraded database differs from the committed snapshot (a fresh install)"
     # every function of the previous release is still there, or still answers its calls (a parameter
