@@ -9,6 +9,7 @@ missing argument: click's own errors too, never its boxed panel), 1 for a runtim
 from __future__ import annotations
 
 import importlib
+import os
 import sys
 from typing import Any
 
@@ -99,6 +100,11 @@ def fail(message: str, exit_code: int) -> None:
 def main(argv: list[str] | None = None) -> None:
     """Entry point: run the app; UserError and click's usage errors become one line and an exit code."""
     args = sys.argv[1:] if argv is None else list(argv)
+    supervisor = os.environ.pop("MAILROOM_SUPERVISOR_PID", "")  # started by `mailroom run`
+    if supervisor.isdigit():
+        from mailroom.core.supervisor import die_with
+
+        die_with(int(supervisor))
     if args[:1] in (["--version"], ["-V"]):
         print(version_line())
         return

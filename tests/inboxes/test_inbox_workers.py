@@ -1,8 +1,9 @@
 """`mailroom inbox serve --workers N`: N processes on one port, and 250 still means stored.
 
-The whole server (parent and workers: one process group) is SIGKILLed while concurrent aiosmtplib
-clients are sending (with several messages per commit from the group commit path); afterwards every
-message that got a 250 must be in the database, exactly once.
+The supervisor is SIGKILLed while concurrent aiosmtplib clients are sending (with several messages
+per commit from the group commit path); its workers, each in a process group of its own, must stop
+with it (the kernel sends them SIGTERM: mailroom.core.supervisor.die_with), and every message that
+got a 250 must be in the database, exactly once.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import contextlib
 import os
 import signal
 import subprocess
+import time
 from email.message import EmailMessage
 
 import aiosmtplib
@@ -30,6 +32,27 @@ def _message(address: str, subject: str) -> EmailMessage:
     return msg
 
 
+def _children(pid: int) -> list[int]:
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                stat = open(f"/proc/{entry}/stat").read()  # noqa: SIM115 - one read
+            except OSError:
+                continue
+            if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
+                found.append(int(entry))
+    return found
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0]  # noqa: SIM115 - one read
+    except OSError:
+        return False
+    return state != "Z"
+
+
 def test_sigkill_of_all_workers_mid_load_loses_no_250(cli_popen, conn, make_mailbox, tmp_path):
     boxes = [make_mailbox(plan="pro") for _ in range(3)]
     log_path = tmp_path / "serve.log"
@@ -39,6 +62,8 @@ def test_sigkill_of_all_workers_mid_load_loses_no_250(cli_popen, conn, make_mail
     try:
         wait_for_log(log_path, r"with 2 worker processes", proc, timeout=30)
         port = int(wait_for_log(log_path, r"listening on 127\.0\.0\.1:(\d+)", proc).group(1))
+        workers = _children(proc.pid)
+        assert len(workers) == 2, workers
         accepted: list[str] = []
         failed: list[str] = []
         killed = asyncio.Event()
@@ -59,7 +84,7 @@ def test_sigkill_of_all_workers_mid_load_loses_no_250(cli_popen, conn, make_mail
                     accepted.append(subject)
                     if len(accepted) >= KILL_AFTER and not killed.is_set():
                         killed.set()
-                        os.killpg(proc.pid, signal.SIGKILL)  # parent and both workers, at once
+                        os.killpg(proc.pid, signal.SIGKILL)  # the supervisor: its workers must follow
             finally:
                 with contextlib.suppress(Exception):
                     smtp.close()
@@ -69,6 +94,12 @@ def test_sigkill_of_all_workers_mid_load_loses_no_250(cli_popen, conn, make_mail
 
         asyncio.run(main())
         assert killed.is_set() and proc.wait(timeout=10) == -signal.SIGKILL
+        # each worker is in a process group of its own: it must not outlive its supervisor's SIGKILL
+        # (it would serve on alone, on a port the next server shares)
+        deadline = time.monotonic() + 10
+        while (left := [pid for pid in workers if _alive(pid)]) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not left, f"workers {left} outlived their supervisor"
     finally:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGKILL)

@@ -107,18 +107,40 @@ def test_run_starts_all_and_stops_on_sigterm(cli_popen, db_url, keys):
     assert processes_with(run_url) == []
 
 
-def test_run_stops_everything_when_a_component_dies(cli_popen, db_url, keys):
-    port = free_port()
-    run_url = as_login(db_url, login_for(["run"]))
-    proc = cli_popen("run", "--inbox-port", str(port), "--no-expire", env=keys)
-    wait_listening(port)
-    # every child ready first: a child killed before it is ready is a failed start, another message
+def _wait_running(proc) -> bytes:
+    """What `run` said until its "running" line (every child ready)."""
     said = b""
     deadline = time.monotonic() + 30
     while b"running: " not in said:
         assert time.monotonic() < deadline and proc.poll() is None, said
         if select.select([proc.stderr], [], [], 0.5)[0]:
             said += os.read(proc.stderr.fileno(), 65536)  # not the buffered reader: select sees the fd
+    return said
+
+
+def test_run_killed_by_sigkill_leaves_no_child(cli_popen, db_url, keys):
+    """`run` itself SIGKILLed (the OOM killer, kill -9): its children, each in a process group of its
+    own so that a Ctrl-C reaches `run` alone, stop too (the kernel sends them SIGTERM)."""
+    port = free_port()
+    run_url = as_login(db_url, login_for(["run"]))
+    proc = cli_popen("run", "--inbox-port", str(port), "--no-expire", env=keys)
+    _wait_running(proc)
+    assert len(processes_with(run_url)) >= 4  # run, inbox, collect, send, maintain
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait(timeout=10)
+    deadline = time.monotonic() + 20
+    while processes_with(run_url) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert processes_with(run_url) == []
+
+
+def test_run_stops_everything_when_a_component_dies(cli_popen, db_url, keys):
+    port = free_port()
+    run_url = as_login(db_url, login_for(["run"]))
+    proc = cli_popen("run", "--inbox-port", str(port), "--no-expire", env=keys)
+    wait_listening(port)
+    # every child ready first: a child killed before it is ready is a failed start, another message
+    said = _wait_running(proc)
     deadline = time.monotonic() + 10
     sender = None
     while sender is None and time.monotonic() < deadline:

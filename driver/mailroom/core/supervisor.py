@@ -8,7 +8,9 @@ a pipe as MAILROOM_READY_FD and writes one byte there when it is connected and s
 (mailroom.core.ready); once every child is started the supervisor waits for those bytes, saying
 once which child it still waits for (a worker started while the database is down waits for it),
 and only then calls `on_started`. Every child runs in a process group of its own, so a Ctrl-C on
-the terminal reaches the supervisor alone, which stops the children once. Then the supervisor
+the terminal reaches the supervisor alone, which stops the children once; and every child dies with
+the supervisor (Linux: SIGTERM from the kernel when its parent dies, `die_with`), so a supervisor
+killed by SIGKILL leaves no child serving on. Then the supervisor
 waits, and its policy is the same for every set of children:
 
 - a child that exits within `startup_seconds` of its start failed to start: the others are
@@ -95,13 +97,33 @@ class Child:
                 pass
 
 
-def _run_target(child: Child) -> None:
+SUPERVISOR_ENV = "MAILROOM_SUPERVISOR_PID"  # a command child's supervisor: it dies with it (die_with)
+_PR_SET_PDEATHSIG = 1
+
+
+def die_with(parent: int) -> None:
+    """A child in a process group of its own outlives a supervisor killed by SIGKILL (the OOM killer,
+    kill -9), serving on alone (an inbox worker on a SO_REUSEPORT port the next server shares): on
+    Linux it gets SIGTERM when its parent dies, and stops as on any SIGTERM. Elsewhere nothing."""
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, int(signal.SIGTERM), 0, 0, 0)
+    except (OSError, AttributeError):
+        return
+    if os.getppid() != parent:  # it died before the call above
+        os.kill(os.getpid(), signal.SIGTERM)
+
+
+def _run_target(child: Child, parent: int) -> None:
     """In the forked process: run the target, never return into the supervisor's code."""
     code = 0
     log = get_logger(child.name)
     try:
         for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGCHLD):
             signal.signal(sig, signal.SIG_DFL)
+        die_with(parent)
         code = (child.target() if child.target is not None else 0) or 0
     except UserError as exc:
         log.error("%s %d: %s", child.name, os.getpid(), exc)
@@ -145,6 +167,7 @@ class Supervisor:
         if child.args is not None:
             argv = [sys.executable, "-m", "mailroom", *child.args]
             env = dict(self.env if self.env is not None else os.environ, **(child.env or {}))
+            env[SUPERVISOR_ENV] = str(os.getpid())  # it dies with this process (die_with, at its start)
             write_fd = None
             if child.notify:
                 child.ready_fd, write_fd = os.pipe()
@@ -157,9 +180,10 @@ class Supervisor:
                     os.close(write_fd)  # the child holds it now; the next children must not
             self.log.info("started %s (pid %d): %s", child.name, child.pid, child.describe())
             return
+        parent = os.getpid()
         pid = os.fork()
         if pid == 0:
-            _run_target(child)
+            _run_target(child, parent)
         child.pid = pid
         try:
             os.setpgid(pid, pid)  # a process group of its own: a Ctrl-C on the terminal reaches the supervisor only
