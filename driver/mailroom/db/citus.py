@@ -16,6 +16,7 @@ coordinator (`is_coordinator`) and distributes the schema (sql/citus/, mailroom.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -180,8 +181,22 @@ def owner_may_log_in(conn: psycopg.Connection) -> None:
     coordinator's attributes (NOLOGIN). `db migrate` calls this right after that happens."""
     superuser = conn.execute("SELECT rolsuper FROM pg_roles WHERE rolname = current_user").fetchone()[0]
     if superuser:
-        conn.execute("SELECT run_command_on_workers(%s)", (f"ALTER ROLE {OWNER} LOGIN",))
-        return
+        # Citus may copy the role to a worker a moment later (its metadata sync runs in the
+        # background), with the coordinator's NOLOGIN: wait for the sync, then until every worker
+        # says the role logs in
+        deadline = time.monotonic() + 30
+        while not conn.execute("SELECT coalesce(bool_and(metadatasynced), true) FROM pg_dist_node"
+                               " WHERE noderole = 'primary' AND isactive AND groupid <> 0").fetchone()[0]:
+            if time.monotonic() > deadline:
+                break
+            time.sleep(0.1)
+        while True:
+            conn.execute("SELECT run_command_on_workers(%s)", (f"ALTER ROLE {OWNER} LOGIN",))
+            rows = conn.execute("SELECT nodename, result FROM run_command_on_workers(%s)",
+                                (f"SELECT rolcanlogin FROM pg_roles WHERE rolname = '{OWNER}'",)).fetchall()
+            if all(result == "t" for _, result in rows) or time.monotonic() > deadline:
+                return
+            time.sleep(0.2)
     rows = conn.execute(
         "SELECT nodename, result FROM run_command_on_workers(%s)",
         (f"SELECT rolcanlogin FROM pg_roles WHERE rolname = '{OWNER}'",),

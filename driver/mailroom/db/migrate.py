@@ -350,10 +350,19 @@ def migrate(
                 time.sleep(delay)
         result.lock_retries = attempt
         if citus is not None and not citus.distributed:
-            with connect(url, application_name="mailroom migrate (citus)") as fresh:
-                # a session of its own: Citus does not propagate the objects this session made locally
-                fresh.add_notice_handler(heard)
-                _distribute(fresh, citus, heard)
+            for attempt in range(2):
+                try:
+                    with connect(url, application_name="mailroom migrate (citus)") as fresh:
+                        # a session of its own: Citus does not propagate the objects this session made locally
+                        fresh.add_notice_handler(heard)
+                        _distribute(fresh, citus, heard)
+                    break
+                except UserError as exc:
+                    # Citus copied the owner role to a worker once more, NOLOGIN, after it was let in
+                    # (its background metadata sync): the files are idempotent, so once again
+                    if attempt or "is not permitted to log in" not in str(exc):
+                        raise
+                    tell("a worker refused mailroom_owner (copied again by Citus as NOLOGIN): distributing once more")
             result.distributed = True
             # and sql/ once more, as on every later migrate: through Citus now (the functions reach
             # the workers, the ones typed by a table Citus took over are re-created)
