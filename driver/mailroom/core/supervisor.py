@@ -34,6 +34,7 @@ import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from mailroom.core.errors import UserError
 from mailroom.core.log import get_logger
@@ -99,19 +100,30 @@ class Child:
 
 SUPERVISOR_ENV = "MAILROOM_SUPERVISOR_PID"  # a command child's supervisor: it dies with it (die_with)
 _PR_SET_PDEATHSIG = 1
+_prctl: Any = None
+
+
+def _load_prctl() -> Any:
+    """libc's prctl, loaded once (by the supervisor before it forks: a child only calls it)."""
+    global _prctl
+    if _prctl is None:
+        try:
+            import ctypes
+
+            _prctl = ctypes.CDLL(None, use_errno=True).prctl
+        except (OSError, AttributeError):
+            _prctl = False
+    return _prctl
 
 
 def die_with(parent: int) -> None:
     """A child in a process group of its own outlives a supervisor killed by SIGKILL (the OOM killer,
     kill -9), serving on alone (an inbox worker on a SO_REUSEPORT port the next server shares): on
     Linux it gets SIGTERM when its parent dies, and stops as on any SIGTERM. Elsewhere nothing."""
-    try:
-        import ctypes
-
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(_PR_SET_PDEATHSIG, int(signal.SIGTERM), 0, 0, 0)
-    except (OSError, AttributeError):
+    prctl = _load_prctl()
+    if not prctl:
         return
+    prctl(_PR_SET_PDEATHSIG, int(signal.SIGTERM), 0, 0, 0)
     if os.getppid() != parent:  # it died before the call above
         os.kill(os.getpid(), signal.SIGTERM)
 
@@ -181,6 +193,7 @@ class Supervisor:
             self.log.info("started %s (pid %d): %s", child.name, child.pid, child.describe())
             return
         parent = os.getpid()
+        _load_prctl()  # here, not in each child
         pid = os.fork()
         if pid == 0:
             _run_target(child, parent)
