@@ -27,6 +27,7 @@ DECLARE
     v_mailbox_id bigint;
     v_reason text;
     v_now timestamptz;
+    v_payload text;  -- the NOTIFY payload: ids only
 BEGIN
     IF p_raw IS NULL OR btrim(p_raw, '\x20090d0a'::bytea) = ''::bytea THEN
         -- no header, no body (nothing, or only white space): nothing to store
@@ -74,18 +75,9 @@ BEGIN
             -- ids-only payload, delivered at commit, and only while someone listens (sql/08: a
             -- NOTIFY serializes the commits of every notifying transaction). No address or
             -- subject ever goes in it.
-            IF mailroom._listened('mailroom_inbox') THEN
-                PERFORM pg_notify(
-                    'mailroom_inbox',
-                    json_build_object('mailbox_id', v_mailbox_id, 'message_id', v_message_id)::text
-                );
-            END IF;
-            IF mailroom._listened('mailroom_delivery') THEN
-                PERFORM pg_notify(
-                    'mailroom_delivery',
-                    json_build_object('mailbox_id', v_mailbox_id, 'message_id', v_message_id)::text
-                );
-            END IF;
+            v_payload := json_build_object('mailbox_id', v_mailbox_id, 'message_id', v_message_id)::text;
+            PERFORM mailroom._notify('mailroom_inbox', v_payload);
+            PERFORM mailroom._notify('mailroom_delivery', v_payload);
             RETURN v_message_id;
         END IF;
 
