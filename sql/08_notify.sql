@@ -38,8 +38,7 @@ COMMENT ON FUNCTION mailroom.listen(text[]) IS
 'Register this session as a listener of the channels (call after LISTEN, then mailroom.await_writers before looking for work): the hot producers NOTIFY only while someone is registered.';
 
 GRANT EXECUTE ON FUNCTION mailroom.listen(text[])
-TO mailroom_app, mailroom_collector, mailroom_sender, mailroom_inbound, mailroom_http, mailroom_monitor,
-mailroom_admin;
+TO mailroom_app, mailroom_collector, mailroom_sender, mailroom_inbound, mailroom_http;
 
 CREATE OR REPLACE FUNCTION mailroom.unlisten()
 RETURNS void
@@ -54,8 +53,7 @@ COMMENT ON FUNCTION mailroom.unlisten() IS
 'Remove this session''s registrations (a listener that stops; one that dies is pruned by the next mailroom.listen).';
 
 GRANT EXECUTE ON FUNCTION mailroom.unlisten()
-TO mailroom_app, mailroom_collector, mailroom_sender, mailroom_inbound, mailroom_http, mailroom_monitor,
-mailroom_admin;
+TO mailroom_app, mailroom_collector, mailroom_sender, mailroom_inbound, mailroom_http;
 
 CREATE OR REPLACE FUNCTION mailroom.await_writers(p_timeout interval DEFAULT '5 seconds')
 RETURNS boolean
@@ -100,8 +98,7 @@ COMMENT ON FUNCTION mailroom.await_writers(interval) IS
 'Wait until every transaction that was writing in this database when it was called has ended (at most p_timeout); false on timeout. Step 3 of the listener protocol (sql/08_notify.sql).';
 
 GRANT EXECUTE ON FUNCTION mailroom.await_writers(interval)
-TO mailroom_app, mailroom_collector, mailroom_sender, mailroom_inbound, mailroom_http, mailroom_monitor,
-mailroom_admin;
+TO mailroom_app, mailroom_collector, mailroom_sender, mailroom_inbound, mailroom_http;
 
 CREATE OR REPLACE FUNCTION mailroom._listened(p_channel text)
 RETURNS boolean

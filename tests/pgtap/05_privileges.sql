@@ -50,7 +50,6 @@ SELECT 'mailroom_inbound', unnest(ARRAY[
 ])
 UNION ALL
 SELECT 'mailroom_monitor', unnest(ARRAY[
-    'listen', 'unlisten', 'await_writers',
     'list_outbound_messages', 'queue_health', 'worker_health', 'list_domain_limits', 'domain_status', 'clock',
     'setting', 'interval_setting', 'outbound_stats', 'list_migrations', 'schema_version', 'error_codes',
     'list_settings', 'list_plans', 'outbound_queue', 'job_runs', 'partition_status', 'list_worker_kinds', 'inbox_stats',
@@ -58,7 +57,6 @@ SELECT 'mailroom_monitor', unnest(ARRAY[
 ])
 UNION ALL
 SELECT 'mailroom_admin', unnest(ARRAY[
-    'listen', 'unlisten', 'await_writers',
     'set_setting', 'upsert_sender', 'show_outbound_message', 'retry_message', 'retry_failed_messages',
     'purge_sent_messages', 'purge_tokens', 'sign_token', 'list_outbound_messages', 'reap_stuck_messages', 'queue_health',
     'worker_health', 'suppress', 'unsuppress', 'list_suppressions', 'is_suppressed', 'set_sender_bounce_domain',
