@@ -32,6 +32,8 @@ DO $distribute$
 DECLARE
     v_table text;
     v_lanes integer;
+    v_next bigint;
+    v_propagate text;
 BEGIN
     -- foreign keys between tables that change kind go first, and come back once both are placed
     IF NOT EXISTS (
@@ -42,9 +44,38 @@ BEGIN
     END IF;
     -- mailboxes' to plans: with it, making plans a reference table would add mailboxes to Citus'
     -- metadata as a local table, which Citus cannot convert to a distributed one (identity
-    -- column); an installation of the earlier layout loses it here too, and Citus then takes
-    -- mailboxes, added for that key alone, out of its metadata again
-    IF NOT EXISTS (
+    -- column)
+    IF EXISTS (
+        SELECT 1 FROM pg_catalog.pg_dist_partition AS p
+        WHERE p.logicalrelid = 'mailroom.mailboxes'::regclass AND p.partmethod = 'n'
+    ) THEN
+        -- an installation of the earlier layout: mailboxes is a Citus local table (added for that
+        -- key). Citus takes no table with an identity column out of its metadata, and refuses
+        -- DROP IDENTITY on one of its tables unless the DDL is not propagated (a local table has
+        -- nothing on the workers): so the identity goes (its next value kept), then the key, which
+        -- takes the table out of the metadata (Citus does so by itself for a table it added for a
+        -- foreign key alone; undistribute_table otherwise), and the identity comes back on the
+        -- plain table, which is distributed below as on a first install. Citus re-creates the
+        -- table and drops the functions typed by its row (`mailroom db migrate` applies sql/ again
+        -- after this file when it found this layout: mailroom.db.migrate).
+        v_next := coalesce(greatest(
+            pg_catalog.pg_sequence_last_value(pg_catalog.pg_get_serial_sequence('mailroom.mailboxes', 'id')::regclass),
+            (SELECT max(m.id) FROM mailroom.mailboxes AS m)
+        ), 0) + 1;
+        v_propagate := current_setting('citus.enable_ddl_propagation');
+        PERFORM set_config('citus.enable_ddl_propagation', 'off', true);
+        ALTER TABLE mailroom.mailboxes ALTER COLUMN id DROP IDENTITY;
+        PERFORM set_config('citus.enable_ddl_propagation', v_propagate, true);
+        ALTER TABLE mailroom.mailboxes DROP CONSTRAINT IF EXISTS mailboxes_plan_fkey;
+        IF EXISTS (
+            SELECT 1 FROM pg_catalog.pg_dist_partition AS p WHERE p.logicalrelid = 'mailroom.mailboxes'::regclass
+        ) THEN
+            PERFORM undistribute_table('mailroom.mailboxes', cascade_via_foreign_keys => true);
+        END IF;
+        EXECUTE format(
+            'ALTER TABLE mailroom.mailboxes ALTER COLUMN id ADD GENERATED ALWAYS AS IDENTITY (START WITH %s)', v_next
+        );
+    ELSIF NOT EXISTS (
         SELECT 1 FROM pg_catalog.pg_dist_partition AS p
         WHERE p.logicalrelid = 'mailroom.mailboxes'::regclass AND p.partmethod = 'h'
     ) THEN
@@ -83,8 +114,8 @@ BEGIN
     -- delivery, reading and purge are single-shard). A unique key must hold the distribution
     -- column, so the address's uniqueness moves to mailbox_addresses, distributed by address
     -- (sql/citus/30_mailboxes.sql, which also fills it). An installation distributed by the
-    -- earlier layout (mailboxes a Citus local table) is moved here too: the local table is
-    -- distributed in place (Citus copies its rows to the shards).
+    -- earlier layout (mailboxes a Citus local table, made plain above) is moved here too: Citus
+    -- copies its rows to the shards.
     IF NOT EXISTS (
         SELECT 1 FROM pg_catalog.pg_dist_partition AS p
         WHERE p.logicalrelid = 'mailroom.mailboxes'::regclass AND p.partmethod = 'h'
