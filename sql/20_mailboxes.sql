@@ -127,6 +127,26 @@ COMMENT ON FUNCTION mailroom._insert_mailbox(
 ) IS
 'Internal: insert a mailbox unless its (normalized) address is taken: its id, or NULL (on Citus: the address reserved in mailbox_addresses first).';
 
+CREATE OR REPLACE FUNCTION mailroom._delete_mailbox(p_address text)
+RETURNS integer
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_n integer;
+BEGIN
+    -- the mailbox of this (normalized) address, and its messages (trigger after_mailboxes_deleted);
+    -- how many mailboxes (0 or 1). On Citus also its messages and its address (sql/citus/30).
+    DELETE FROM mailroom.mailboxes AS m WHERE m.address = p_address;
+    GET DIAGNOSTICS v_n = ROW_COUNT;
+    RETURN v_n;
+END;
+$$;
+
+COMMENT ON FUNCTION mailroom._delete_mailbox(text) IS
+'Internal: delete the mailbox of this (normalized) address with its messages (on Citus: and free its address in mailbox_addresses); how many (0 or 1).';
+
 CREATE OR REPLACE FUNCTION mailroom.create_mailbox(
     p_ttl_minutes integer DEFAULT null,
     p_plan text DEFAULT 'free',

@@ -82,9 +82,9 @@ BEGIN
     ON CONFLICT (address) DO NOTHING
     RETURNING a.mailbox_id INTO v_reserved;
     IF v_reserved IS NULL THEN
-        -- taken, unless by a mailbox that no longer exists (a row erase_subject deleted by
-        -- address on Citus leaves its reservation): then this one takes the address over. The
-        -- row lock waits for a creator that has not committed yet.
+        -- taken, unless by a mailbox that no longer exists (a reservation left behind: every
+        -- delete frees its address, _delete_mailbox and purge): then this one takes the address
+        -- over. The row lock waits for a creator that has not committed yet.
         SELECT a.mailbox_id INTO v_holder
         FROM mailroom.mailbox_addresses AS a WHERE a.address = p_address FOR UPDATE;
         IF EXISTS (SELECT 1 FROM mailroom.mailboxes AS m WHERE m.id = v_holder) THEN
@@ -108,6 +108,34 @@ COMMENT ON FUNCTION mailroom._insert_mailbox(
     text, text, mailroom.mailbox_owner_type, text, bytea, timestamptz, timestamptz, text
 ) IS
 'Internal (Citus): insert a mailbox unless its (normalized) address is taken: the address reserved in mailbox_addresses (ON CONFLICT), then the row under the reserved id; its id, or NULL.';
+
+CREATE OR REPLACE FUNCTION mailroom._delete_mailbox(p_address text)
+RETURNS integer
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_ids bigint[];
+BEGIN
+    -- erasure (erase_address): the mailbox of this address by its address (every shard: an erasure
+    -- is rare, and a row is found even without its reservation), then its messages (no trigger on
+    -- Citus: sql/citus/10) and its address, so the address is free again
+    WITH gone AS (
+        DELETE FROM mailroom.mailboxes AS m WHERE m.address = p_address RETURNING m.id
+    )
+
+    SELECT coalesce(array_agg(gone.id), '{}') INTO v_ids FROM gone;
+    IF cardinality(v_ids) > 0 THEN
+        EXECUTE format('DELETE FROM mailroom.messages AS g WHERE g.mailbox_id = ANY(%L::bigint[])', v_ids);
+    END IF;
+    DELETE FROM mailroom.mailbox_addresses AS a WHERE a.address = p_address;
+    RETURN cardinality(v_ids);
+END;
+$$;
+
+COMMENT ON FUNCTION mailroom._delete_mailbox(text) IS
+'Internal (Citus): delete the mailbox of this (normalized) address, its messages and its address in mailbox_addresses; how many (0 or 1).';
 
 CREATE OR REPLACE FUNCTION mailroom._mailbox_shards(p_ids bigint[])
 RETURNS TABLE (shard bigint, ids bigint[])

@@ -142,3 +142,36 @@ def test_concurrent_expire_and_purge_take_each_mailbox_once(cconn, citus_url):
     assert cconn.execute(
         "SELECT count(*) FROM mailroom.mailbox_addresses WHERE address = ANY(%s)", (addresses,)
     ).fetchone()[0] == 0
+
+
+def test_erasure_deletes_the_mailbox_its_messages_and_frees_its_address(cconn):
+    """erase_address on Citus: the mailbox of the address, its messages and its mailbox_addresses row go;
+    outbound mail to it is rewritten (the statements Citus plans per row on the shards)."""
+    box = cconn.execute("SELECT mailbox_id, address FROM mailroom.create_mailbox(30, 'free')").fetchone()
+    other = cconn.execute("SELECT mailbox_id, address FROM mailroom.create_mailbox(30, 'free')").fetchone()
+    for address in (box[1], other[1]):
+        cconn.execute("SELECT mailroom.deliver_message(%s, convert_to('Subject: x\r\n\r\nbody', 'UTF8'))", (address,))
+    cconn.execute("SELECT mailroom.upsert_sender('erasure', 'noreply@mailroom.test', '127.0.0.1', 2525)")
+    kept = cconn.execute(
+        "SELECT mailroom.enqueue_message('erasure', ARRAY[%s, 'kept@example.com'], 'to ' || %s, 'b')",
+        (box[1], box[1]),
+    ).fetchone()[0]
+    with psycopg.connect(testing.as_login(cconn.info.dsn, "mr_admin"), autocommit=True) as admin:
+        dry = dict(admin.execute("SELECT item, affected FROM mailroom.erase_address(%s, true)", (box[1],)).fetchall())
+        assert dry["mailboxes"] == 1
+        assert cconn.execute("SELECT count(*) FROM mailroom.mailbox_addresses WHERE address = %s",
+                             (box[1],)).fetchone() == (1,)  # a dry run changes nothing
+        done = dict(admin.execute("SELECT item, affected FROM mailroom.erase_address(%s)", (box[1],)).fetchall())
+    assert done == dry
+    assert (done["mailboxes"], done["outbound_messages_rewritten"]) == (1, 1)
+    assert cconn.execute("SELECT count(*) FROM mailroom.mailboxes WHERE id = %s", (box[0],)).fetchone() == (0,)
+    assert cconn.execute("SELECT count(*) FROM mailroom.messages WHERE mailbox_id = %s", (box[0],)).fetchone() == (0,)
+    assert cconn.execute(
+        "SELECT count(*) FROM mailroom.mailbox_addresses WHERE address = %s", (box[1],)
+    ).fetchone() == (0,)  # the address is free again
+    assert cconn.execute("SELECT to_addrs, subject FROM mailroom.outbound_messages WHERE id = %s", (kept,)).fetchone() == (
+        ["kept@example.com"], "to " + cconn.execute("SELECT mailroom._erased_form(%s)", (box[1],)).fetchone()[0]
+    )
+    # the other mailbox, its message and its address are untouched
+    assert cconn.execute("SELECT message_count FROM mailroom.mailboxes WHERE id = %s", (other[0],)).fetchone() == (1,)
+    assert cconn.execute("SELECT mailroom._mailbox_id(%s)", (other[1],)).fetchone() == (other[0],)
