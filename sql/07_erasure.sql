@@ -81,6 +81,23 @@ $$;
 COMMENT ON FUNCTION mailroom._bytes_hold_address(bytea, text) IS
 'Internal: whether bytes hold an address pattern (ASCII, case-insensitive).';
 
+CREATE OR REPLACE FUNCTION mailroom._texts_hold_address(p_pattern text, VARIADIC p_texts text[])
+RETURNS boolean
+LANGUAGE plpgsql
+IMMUTABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    -- each text on its own (NULLs skipped): the pattern needs a non-address character around the
+    -- address, so this is the same as matching the texts joined by spaces. IMMUTABLE, unlike
+    -- concat_ws and array_to_string: Citus calls it per row in the UPDATEs and DELETEs of erasure.
+    RETURN EXISTS (SELECT 1 FROM unnest(p_texts) AS t (v) WHERE t.v ~* p_pattern);
+END;
+$$;
+
+COMMENT ON FUNCTION mailroom._texts_hold_address(text, text[]) IS
+'Internal: whether any of the texts holds an address pattern (case-insensitive).';
+
 CREATE OR REPLACE FUNCTION mailroom.erase_address(p_address text, p_dry_run boolean DEFAULT false)
 RETURNS TABLE (item text, affected bigint)
 LANGUAGE plpgsql
@@ -193,8 +210,10 @@ BEGIN
             -- not rewritten (sql/32)
             attachments = mailroom._attachments_without(m.attachments, v_addr)
         WHERE
-            array_to_string(m.to_addrs || m.cc_addrs || m.bcc_addrs, ' ') ~* v_pattern
-            OR concat_ws(' ', m.subject, m.text_body, m.html_body, m.headers::text, m.idempotency_key) ~* v_pattern
+            mailroom._texts_hold_address(v_pattern, VARIADIC m.to_addrs || m.cc_addrs || m.bcc_addrs)
+            OR mailroom._texts_hold_address(
+                v_pattern, m.subject, m.text_body, m.html_body, m.headers::text, m.idempotency_key
+            )
             OR strpos(m.error_log, v_tag) > 0
             OR m.attachments IS DISTINCT FROM mailroom._attachments_without(m.attachments, v_addr);
         GET DIAGNOSTICS v_n = ROW_COUNT;
@@ -215,16 +234,15 @@ BEGIN
         -- inboxes: the inbox of that address (its messages go with it), and every message
         -- anywhere that holds it (envelope, headers, bodies, raw bytes, attachment names);
         -- an owner named by it is replaced by its erased form
-        DELETE FROM mailroom.mailboxes AS b WHERE b.address = v_addr;
-        GET DIAGNOSTICS v_n = ROW_COUNT;
+        v_n := mailroom._delete_mailbox(v_addr);
         v_counts := v_counts || jsonb_build_object('mailboxes', v_n);
         DELETE FROM mailroom.messages AS m
         WHERE
             lower(m.envelope_to) = v_addr
-            OR concat_ws(
-                ' ', m.envelope_from, m.envelope_to, m.from_header, m.subject, m.text_body, m.html_body,
+            OR mailroom._texts_hold_address(
+                v_pattern, m.envelope_from, m.envelope_to, m.from_header, m.subject, m.text_body, m.html_body,
                 m.attachments::text
-            ) ~* v_pattern
+            )
             OR mailroom._bytes_hold_address(m.raw, v_pattern);
         GET DIAGNOSTICS v_n = ROW_COUNT;
         v_counts := v_counts || jsonb_build_object('messages', v_n);
@@ -235,7 +253,7 @@ BEGIN
         SET
             owner_id = regexp_replace(k.owner_id, v_pattern, v_erased, 'gi'),
             label = regexp_replace(k.label, v_pattern, v_erased, 'gi')
-        WHERE concat_ws(' ', k.owner_id, k.label) ~* v_pattern;
+        WHERE mailroom._texts_hold_address(v_pattern, k.owner_id, k.label);
         GET DIAGNOSTICS v_m = ROW_COUNT;
         v_n := v_n + v_m;
         UPDATE mailroom.catchall_domains AS c SET owner_id = regexp_replace(c.owner_id, v_pattern, v_erased, 'gi')
@@ -250,7 +268,7 @@ BEGIN
             host = regexp_replace(w.host, v_pattern, v_erased, 'gi'),
             serves = regexp_replace(w.serves, v_pattern, v_erased, 'gi'),
             metrics_address = regexp_replace(w.metrics_address, v_pattern, v_erased, 'gi')
-        WHERE concat_ws(' ', w.worker, w.host, w.serves, w.metrics_address) ~* v_pattern;
+        WHERE mailroom._texts_hold_address(v_pattern, w.worker, w.host, w.serves, w.metrics_address);
         GET DIAGNOSTICS v_n = ROW_COUNT;
         UPDATE mailroom.job_runs AS j SET last_summary = regexp_replace(j.last_summary, v_pattern, v_erased, 'gi')
         WHERE j.last_summary ~* v_pattern;

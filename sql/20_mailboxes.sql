@@ -70,6 +70,83 @@ $$;
 COMMENT ON FUNCTION mailroom._mailbox_open(mailroom.mailboxes) IS
 'Internal: whether a mailbox row is open now, at mailroom.clock() (the four-argument form).';
 
+-- Lookup by address, and the insert that keeps an address unique: on a single node both are the
+-- unique key mailboxes_address_key. On a Citus coordinator mailboxes are distributed by id, where
+-- that key cannot be enforced: sql/citus/30_mailboxes.sql replaces these two with a table keyed
+-- (and distributed) by address, mailbox_addresses (docs/scale.md). Every function finds a mailbox
+-- by its id, through _mailbox_id: on Citus one single-shard read, then single-shard work.
+CREATE OR REPLACE FUNCTION mailroom._mailbox_id(p_address text)
+RETURNS bigint
+LANGUAGE plpgsql
+STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    -- p_address in its stored form (_normalize_address); NULL when no mailbox has it
+    RETURN (SELECT m.id FROM mailroom.mailboxes AS m WHERE m.address = p_address);
+END;
+$$;
+
+COMMENT ON FUNCTION mailroom._mailbox_id(text) IS
+'Internal: the id of the mailbox with this (normalized) address, NULL if none (on Citus: through mailbox_addresses).';
+
+CREATE OR REPLACE FUNCTION mailroom._insert_mailbox(
+    p_address text,
+    p_plan text,
+    p_owner_type mailroom.mailbox_owner_type,
+    p_owner_id text,
+    p_session_token_digest bytea,
+    p_expires_at timestamptz,
+    p_created_at timestamptz,
+    p_catchall_domain text DEFAULT null
+)
+RETURNS bigint
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_id bigint;
+BEGIN
+    -- the new mailbox's id, or NULL when the address is taken (ON CONFLICT on the address)
+    INSERT INTO mailroom.mailboxes AS m (
+        address, plan, owner_type, owner_id, session_token_digest, expires_at, created_at, catchall_domain
+    )
+    VALUES (
+        p_address, p_plan, p_owner_type, p_owner_id, p_session_token_digest, p_expires_at, p_created_at,
+        p_catchall_domain
+    )
+    ON CONFLICT (address) DO NOTHING
+    RETURNING m.id INTO v_id;
+    RETURN v_id;
+END;
+$$;
+
+COMMENT ON FUNCTION mailroom._insert_mailbox(
+    text, text, mailroom.mailbox_owner_type, text, bytea, timestamptz, timestamptz, text
+) IS
+'Internal: insert a mailbox unless its (normalized) address is taken: its id, or NULL (on Citus: the address reserved in mailbox_addresses first).';
+
+CREATE OR REPLACE FUNCTION mailroom._delete_mailbox(p_address text)
+RETURNS integer
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_n integer;
+BEGIN
+    -- the mailbox of this (normalized) address, and its messages (trigger after_mailboxes_deleted);
+    -- how many mailboxes (0 or 1). On Citus also its messages and its address (sql/citus/30).
+    DELETE FROM mailroom.mailboxes AS m WHERE m.address = p_address;
+    GET DIAGNOSTICS v_n = ROW_COUNT;
+    RETURN v_n;
+END;
+$$;
+
+COMMENT ON FUNCTION mailroom._delete_mailbox(text) IS
+'Internal: delete the mailbox of this (normalized) address with its messages (on Citus: and free its address in mailbox_addresses); how many (0 or 1).';
+
 CREATE OR REPLACE FUNCTION mailroom.create_mailbox(
     p_ttl_minutes integer DEFAULT null,
     p_plan text DEFAULT 'free',
@@ -97,6 +174,8 @@ DECLARE
     v_token text;
     v_ttl integer;
     v_attempt integer := 0;
+    v_address text;
+    v_id bigint;
 BEGIN
     SELECT * INTO v_plan FROM mailroom.plans AS p WHERE p.name = coalesce(p_plan, 'free');
     IF NOT FOUND THEN
@@ -139,22 +218,19 @@ BEGIN
 
     LOOP
         -- 10 random bytes = 80 bits in the local part: addresses cannot be guessed.
-        RETURN QUERY
-        INSERT INTO mailroom.mailboxes AS m (
-            address, plan, owner_type, owner_id, session_token_digest, expires_at, created_at
-        )
-        VALUES (
-            encode(mailroom._random_bytes(10), 'hex') || '@' || v_domain,
-            v_plan.name,
-            v_owner_type::mailroom.mailbox_owner_type,
-            v_owner_id,
-            mailroom._session_token_digest(v_token),
-            v_now + make_interval(mins => v_ttl),
-            v_now
-        )
-        ON CONFLICT (address) DO NOTHING
-        RETURNING m.id, m.address, m.expires_at, v_token;
-        EXIT WHEN FOUND;
+        v_address := encode(mailroom._random_bytes(10), 'hex') || '@' || v_domain;
+        v_id := mailroom._insert_mailbox(
+            v_address, v_plan.name, v_owner_type::mailroom.mailbox_owner_type, v_owner_id,
+            mailroom._session_token_digest(v_token), v_now + make_interval(mins => v_ttl), v_now
+        );
+        IF v_id IS NOT NULL THEN
+            mailbox_id := v_id;
+            address := v_address;
+            expires_at := v_now + make_interval(mins => v_ttl);
+            session_token := v_token;
+            RETURN NEXT;
+        END IF;
+        EXIT WHEN v_id IS NOT NULL;
         v_attempt := v_attempt + 1;
         IF v_attempt >= 5 THEN
             RAISE EXCEPTION USING
@@ -184,10 +260,15 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     v_box mailroom.mailboxes;
+    v_id bigint;
 BEGIN
+    -- by id, found by address (_mailbox_id): on Citus two single-shard reads (the id in a
+    -- variable: a function reading a distributed table inside a distributed statement would be
+    -- a nested distributed query)
+    v_id := mailroom._mailbox_id(mailroom._normalize_address(p_address));
     SELECT * INTO v_box
     FROM mailroom.mailboxes AS m
-    WHERE m.address = mailroom._normalize_address(p_address);
+    WHERE m.id = v_id;
     IF NOT FOUND THEN
         RAISE EXCEPTION USING ERRCODE = 'MR203', MESSAGE = 'mailbox not found';
     END IF;
@@ -265,7 +346,7 @@ BEGIN
     WHERE
         m.id = v_box.id
         AND p.name = m.plan
-        AND mailroom._mailbox_open(m)
+        AND mailroom._mailbox_open(m.is_active, m.deleted_at, m.expires_at, mailroom.clock())
     RETURNING m.expires_at INTO v_expires;
     IF NOT FOUND THEN
         RAISE EXCEPTION USING
@@ -328,12 +409,14 @@ AS $$
 DECLARE
     v_box mailroom.mailboxes;
     v_plan mailroom.plans;
+    v_id bigint;
 BEGIN
     -- One row: the verdict and the address in its stored form, so an SMTP server de-duplicates
     -- recipients by the same normalization the mailboxes are keyed on. PL/pgSQL (plans kept for
     -- the session): it runs at every RCPT, where a SQL function was parsed and planned each time.
     address := mailroom._normalize_address(p_address);
-    SELECT m.* INTO v_box FROM mailroom.mailboxes AS m WHERE m.address = check_recipient.address;
+    v_id := mailroom._mailbox_id(check_recipient.address);
+    SELECT m.* INTO v_box FROM mailroom.mailboxes AS m WHERE m.id = v_id;
     IF v_box.id IS NULL THEN
         verdict := 'unknown';
         RETURN NEXT;
@@ -413,7 +496,7 @@ AS $$
         m.address,
         m.plan,
         m.expires_at,
-        mailroom._mailbox_open(m),
+        mailroom._mailbox_open(m.is_active, m.deleted_at, m.expires_at, mailroom.clock()),
         m.message_count,
         m.created_at
     FROM mailroom.mailboxes AS m
@@ -421,7 +504,7 @@ AS $$
         m.owner_type::text = p_owner_type
         AND m.owner_id = p_owner_id
         AND m.owner_id IS NOT NULL
-        AND (p_include_closed OR mailroom._mailbox_open(m))
+        AND (p_include_closed OR mailroom._mailbox_open(m.is_active, m.deleted_at, m.expires_at, mailroom.clock()))
     ORDER BY m.created_at, m.id
 $$;
 

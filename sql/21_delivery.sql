@@ -25,6 +25,7 @@ DECLARE
     v_size bigint := octet_length(p_raw);
     v_message_id bigint;
     v_mailbox_id bigint;
+    v_box_id bigint;
     v_reason text;
     v_now timestamptz;
     v_payload text;  -- the NOTIFY payload: ids only
@@ -39,6 +40,9 @@ BEGIN
             MESSAGE = 'attachments must be a JSON array of metadata objects';
     END IF;
 
+    -- the mailbox by its address (mailbox_addresses), then every statement by its id: on Citus
+    -- the mailbox row and the message are on the same worker (colocated by mailbox id)
+    v_box_id := mailroom._mailbox_id(v_address);
     FOR v_attempt IN 1..2 LOOP
         v_now := mailroom.clock();
         -- The guard (open by mailroom._mailbox_open, under the plan's size and
@@ -51,7 +55,7 @@ BEGIN
             SET message_count = m.message_count + 1
             FROM mailroom.plans AS p
             WHERE
-                m.address = v_address
+                m.id = v_box_id
                 AND p.name = m.plan
                 AND mailroom._mailbox_open(m.is_active, m.deleted_at, m.expires_at, v_now)
                 AND m.message_count < p.max_messages

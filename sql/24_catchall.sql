@@ -43,7 +43,7 @@ BEGIN
     SELECT count(*) INTO v_open
     FROM (
         SELECT 1 FROM mailroom.mailboxes AS m
-        WHERE m.catchall_domain = v_domain.domain AND m.is_active AND mailroom._mailbox_open(m)
+        WHERE m.catchall_domain = v_domain.domain AND m.is_active AND mailroom._mailbox_open(m.is_active, m.deleted_at, m.expires_at, mailroom.clock())
         LIMIT v_domain.max_open
     ) AS o;
     IF v_open >= v_domain.max_open THEN
@@ -52,17 +52,14 @@ BEGIN
         RETURN;
     END IF;
     SELECT p.* INTO v_plan FROM mailroom.plans AS p WHERE p.name = v_domain.plan;
-    INSERT INTO mailroom.mailboxes AS m (
-        address, plan, owner_type, owner_id, expires_at, created_at, catchall_domain
-    )
-    VALUES (
-        address, v_plan.name, 'api', v_domain.owner_id,
+    -- ON CONFLICT on the address (_insert_mailbox): a concurrent RCPT may have created it first
+    PERFORM mailroom._insert_mailbox(
+        address, v_plan.name, 'api', v_domain.owner_id, NULL,
         v_now + make_interval(
             mins => least(coalesce(v_domain.ttl_minutes, v_plan.default_ttl_minutes), v_plan.max_ttl_minutes)
         ),
         v_now, v_domain.domain
-    )
-    ON CONFLICT ON CONSTRAINT mailboxes_address_key DO NOTHING;
+    );
     -- the verdict of the inbox now there (a concurrent RCPT may have created it first)
     RETURN QUERY SELECT c.verdict, c.address FROM mailroom.check_recipient(p_address, p_size) AS c;
 END;
@@ -167,7 +164,7 @@ BEGIN
         d.domain, d.owner_id, d.plan, d.ttl_minutes, d.max_open,
         (
             SELECT count(*) FROM mailroom.mailboxes AS m
-            WHERE m.catchall_domain = d.domain AND m.is_active AND mailroom._mailbox_open(m)
+            WHERE m.catchall_domain = d.domain AND m.is_active AND mailroom._mailbox_open(m.is_active, m.deleted_at, m.expires_at, mailroom.clock())
         ),
         d.created_at
     FROM mailroom.catchall_domains AS d

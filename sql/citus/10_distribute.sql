@@ -4,15 +4,15 @@
 -- a table a new migration adds is placed here (an unplaced table fails the check at the end).
 --
 -- Three kinds of tables:
--- - distributed, by the key their queries route by: messages by mailbox_id; outbound_messages
---   by lane (a lane is a shard group: the claim takes work from one lane at a time, sql/citus/20).
+-- - distributed, by the key their queries route by: messages by mailbox_id and mailboxes by id,
+--   colocated; mailbox_addresses by address (sql/citus/30); outbound_messages by lane (a lane is a shard group: the claim takes work from one lane at a time, sql/citus/20).
 -- - reference (a copy on every node, written in two phases): the small read-mostly tables that
 --   distributed rows point at or that functions pushed to the workers read (plans, settings,
 --   senders, the vocabularies, the keys).
 -- - local to the coordinator (in Citus' metadata, so they join with the others): what is written
 --   on hot paths or locked by one caller at a time (domain state, heartbeats, counters, job locks),
---   and, in this release, mailboxes, accounts and tokens (docs/scale.md says why and what
---   distributing them needs).
+--   and, in this release, accounts and tokens (docs/scale.md says why and what distributing them
+--   needs).
 
 -- outbound_messages' row triggers redact error_log in the row being written (the pepper is a
 -- reference table, on every node): they run on the shard, touch nothing else, and are safe.
@@ -23,8 +23,8 @@ SELECT set_config('citus.enable_unsafe_triggers', 'on', true);
 -- re-reads its schedule at each heartbeat instead (docs/scale.md)
 DROP TRIGGER IF EXISTS after_mailboxes_inserted ON mailroom.mailboxes;
 -- a message's mailbox and the messages of deleted mailboxes are kept by triggers on a single node
--- (sql/23_expiry.sql); messages live on the workers and mailboxes on the coordinator, so neither
--- trigger can run there: deliveries check the mailbox in the guard, purge deletes the messages itself
+-- (sql/23_expiry.sql); they would query a distributed table from a shard, so neither runs on
+-- Citus: deliveries check the mailbox in the guard, purge deletes the messages itself
 DROP TRIGGER IF EXISTS before_message_insert ON mailroom.messages;
 DROP TRIGGER IF EXISTS after_mailboxes_deleted ON mailroom.mailboxes;
 
@@ -32,6 +32,8 @@ DO $distribute$
 DECLARE
     v_table text;
     v_lanes integer;
+    v_next bigint;
+    v_propagate text;
 BEGIN
     -- foreign keys between tables that change kind go first, and come back once both are placed
     IF NOT EXISTS (
@@ -39,6 +41,45 @@ BEGIN
     ) THEN
         ALTER TABLE mailroom.messages DROP CONSTRAINT IF EXISTS messages_mailbox_id_fkey;
         ALTER TABLE mailroom.outbound_messages DROP CONSTRAINT outbound_messages_sender_id_fkey;
+    END IF;
+    -- mailboxes' to plans: with it, making plans a reference table would add mailboxes to Citus'
+    -- metadata as a local table, which Citus cannot convert to a distributed one (identity
+    -- column)
+    IF EXISTS (
+        SELECT 1 FROM pg_catalog.pg_dist_partition AS p
+        WHERE p.logicalrelid = 'mailroom.mailboxes'::regclass AND p.partmethod = 'n'
+    ) THEN
+        -- an installation of the earlier layout: mailboxes is a Citus local table (added for that
+        -- key). Citus takes no table with an identity column out of its metadata, and refuses
+        -- DROP IDENTITY on one of its tables unless the DDL is not propagated (a local table has
+        -- nothing on the workers): so the identity goes (its next value kept), then the key, which
+        -- takes the table out of the metadata (Citus does so by itself for a table it added for a
+        -- foreign key alone; undistribute_table otherwise), and the identity comes back on the
+        -- plain table, which is distributed below as on a first install. Citus re-creates the
+        -- table and drops the functions typed by its row (`mailroom db migrate` applies sql/ again
+        -- after this file when it found this layout: mailroom.db.migrate).
+        v_next := coalesce(greatest(
+            pg_catalog.pg_sequence_last_value(pg_catalog.pg_get_serial_sequence('mailroom.mailboxes', 'id')::regclass),
+            (SELECT max(m.id) FROM mailroom.mailboxes AS m)
+        ), 0) + 1;
+        v_propagate := current_setting('citus.enable_ddl_propagation');
+        PERFORM set_config('citus.enable_ddl_propagation', 'off', true);
+        ALTER TABLE mailroom.mailboxes ALTER COLUMN id DROP IDENTITY;
+        PERFORM set_config('citus.enable_ddl_propagation', v_propagate, true);
+        ALTER TABLE mailroom.mailboxes DROP CONSTRAINT IF EXISTS mailboxes_plan_fkey;
+        IF EXISTS (
+            SELECT 1 FROM pg_catalog.pg_dist_partition AS p WHERE p.logicalrelid = 'mailroom.mailboxes'::regclass
+        ) THEN
+            PERFORM undistribute_table('mailroom.mailboxes', cascade_via_foreign_keys => true);
+        END IF;
+        EXECUTE format(
+            'ALTER TABLE mailroom.mailboxes ALTER COLUMN id ADD GENERATED ALWAYS AS IDENTITY (START WITH %s)', v_next
+        );
+    ELSIF NOT EXISTS (
+        SELECT 1 FROM pg_catalog.pg_dist_partition AS p
+        WHERE p.logicalrelid = 'mailroom.mailboxes'::regclass AND p.partmethod = 'h'
+    ) THEN
+        ALTER TABLE mailroom.mailboxes DROP CONSTRAINT IF EXISTS mailboxes_plan_fkey;
     END IF;
 
     -- reference tables, parents before children (a foreign key from a reference table points at one)
@@ -67,6 +108,22 @@ BEGIN
         ALTER TABLE mailroom.messages DROP CONSTRAINT messages_pkey;
         ALTER TABLE mailroom.messages ADD CONSTRAINT messages_pkey PRIMARY KEY (mailbox_id, id, received_at);
         PERFORM create_distributed_table('mailroom.messages', 'mailbox_id', colocate_with => 'none');
+    END IF;
+
+    -- mailboxes: by id, colocated with messages (a mailbox's row and its messages on one worker:
+    -- delivery, reading and purge are single-shard). A unique key must hold the distribution
+    -- column, so the address's uniqueness moves to mailbox_addresses, distributed by address
+    -- (sql/citus/30_mailboxes.sql, which also fills it). An installation distributed by the
+    -- earlier layout (mailboxes a Citus local table, made plain above) is moved here too: Citus
+    -- copies its rows to the shards.
+    IF NOT EXISTS (
+        SELECT 1 FROM pg_catalog.pg_dist_partition AS p
+        WHERE p.logicalrelid = 'mailroom.mailboxes'::regclass AND p.partmethod = 'h'
+    ) THEN
+        ALTER TABLE mailroom.mailboxes DROP CONSTRAINT IF EXISTS mailboxes_address_key;
+        PERFORM create_distributed_table('mailroom.mailboxes', 'id', colocate_with => 'mailroom.messages');
+        ALTER TABLE mailroom.mailboxes ADD CONSTRAINT mailboxes_plan_fkey
+        FOREIGN KEY (plan) REFERENCES mailroom.plans (name);
     END IF;
 
     -- outbound_messages: by lane. Each lane value is chosen to fall in its own shard

@@ -232,6 +232,14 @@ def is_distributed(conn: psycopg.Connection) -> bool:
     return row is not None
 
 
+def mailboxes_local(conn: psycopg.Connection) -> bool:
+    """Whether mailboxes is a Citus local table (the layout of the earlier release, moved by sql/citus/10)."""
+    row = conn.execute(
+        "SELECT 1 FROM pg_dist_partition WHERE logicalrelid = to_regclass('mailroom.mailboxes') AND partmethod = 'n'"
+    ).fetchone()
+    return row is not None
+
+
 # Before sql/ is applied again on a coordinator: Citus keeps a table it adds to its metadata under
 # a shard name and puts a new table of the old name in front, so a function declared with that
 # table's row type (RETURNS mailroom.mailboxes) now names the shard's type, and CREATE OR REPLACE

@@ -158,14 +158,17 @@ class _Citus:
 
     files: list
     distributed: bool
+    # the earlier layout (mailboxes a Citus local table): sql/citus/10 re-creates mailboxes, and
+    # Citus drops the functions typed by its row with the old table, so sql/ is applied once more
+    relayout: bool = False
 
     @classmethod
     def detect(cls, conn: psycopg.Connection, root: Path | None) -> _Citus | None:
-        from mailroom.db.citus import is_coordinator, is_distributed
+        from mailroom.db.citus import is_coordinator, is_distributed, mailboxes_local
 
         if not is_coordinator(conn):
             return None
-        return cls(load_citus_files(root), is_distributed(conn))
+        return cls(load_citus_files(root), is_distributed(conn), mailboxes_local(conn))
 
 
 def split_statements(text: str) -> list[str]:
@@ -444,6 +447,10 @@ def _run_once(
             if citus is not None and citus.distributed:
                 label = "sql/citus/"
                 _apply_sql(conn, citus.files, heard, prefix="sql/citus", split=True)
+                if citus.relayout and sql_files:
+                    label = "sql/ (after the move from the earlier layout)"
+                    _apply_sql(conn, sql_files, heard, split=True)
+                    _apply_sql(conn, citus.files, heard, prefix="sql/citus", split=True)
             held = time.monotonic() - started
     except psycopg.errors.LockNotAvailable as exc:
         raise _LockTimeout(heard.current or label, exc) from None
