@@ -623,51 +623,6 @@ $$;
 COMMENT ON FUNCTION mailroom.reap_stuck_messages(interval) IS
 'Return processing rows whose lease expired (or claimed longer ago than p_older_than) to queued, or failed; flags possibly_sent; on Citus lane by lane (SKIP LOCKED in one shard at a time). Errors: MR333 negative interval.';
 
--- purge: the messages of a purged inbox go with it (on a single node by the foreign key's cascade)
-CREATE OR REPLACE FUNCTION mailroom.purge_mailboxes(
-    p_older_than interval,
-    p_batch integer DEFAULT null
-)
-RETURNS integer
-LANGUAGE plpgsql
-VOLATILE
-SECURITY DEFINER
-SET search_path = pg_catalog, pg_temp
-AS $$
-DECLARE
-    v_ids bigint[];
-BEGIN
-    IF p_older_than IS NULL OR p_older_than < interval '0' THEN
-        RAISE EXCEPTION USING
-            ERRCODE = '22023',
-            MESSAGE = format('retention must be a non-negative interval, got %s',
-                coalesce(p_older_than::text, 'NULL'));
-    END IF;
-    WITH doomed AS (
-        SELECT m.id
-        FROM mailroom.mailboxes AS m
-        WHERE NOT m.is_active AND m.inactive_since <= mailroom.clock() - p_older_than
-        ORDER BY m.inactive_since
-        LIMIT mailroom._batch_size(p_batch, 'inbox.purge_batch')
-        FOR UPDATE SKIP LOCKED
-    ),
-
-    gone AS (
-        DELETE FROM mailroom.mailboxes AS m
-        USING doomed
-        WHERE m.id = doomed.id
-        RETURNING m.id
-    )
-
-    SELECT coalesce(array_agg(gone.id), '{}') INTO v_ids FROM gone;
-    DELETE FROM mailroom.messages AS g WHERE g.mailbox_id = ANY(v_ids);
-    RETURN cardinality(v_ids);
-END;
-$$;
-
-COMMENT ON FUNCTION mailroom.purge_mailboxes(interval, integer) IS
-'Hard-delete up to p_batch (default inbox.purge_batch) mailboxes inactive for longer than p_older_than, and their messages (on Citus, where they live on the workers); returns how many.';
-
 CREATE OR REPLACE FUNCTION mailroom._queue_verb_change(
     p_verb text,
     p_where text,
