@@ -5,7 +5,7 @@
 
 -- Every function of schema mailroom closed to PUBLIC (as on the coordinator, where this changes
 -- nothing): Citus sends a REVOKE on its functions to the workers, in this transaction.
-REVOKE ALL ON ALL FUNCTIONS IN SCHEMA mailroom FROM PUBLIC;
+REVOKE ALL ON ALL FUNCTIONS IN SCHEMA mailroom FROM public;
 
 -- A function a later release creates on the workers starts closed, as on the coordinator. Citus
 -- does not propagate default privileges, so they are set on each worker (pg_default_acl only:
