@@ -436,6 +436,27 @@ REFERENCING NEW TABLE AS inserted
 FOR EACH STATEMENT
 EXECUTE FUNCTION mailroom.trg_after_accounts_inserted();
 
+-- A new token of an action for an account (a reissue: recovery). On one node the INSERT's triggers
+-- revoke the account's older open tokens of that action and announce it; on Citus, where those
+-- triggers would run on a worker, sql/citus/12 does both here, on the coordinator.
+CREATE OR REPLACE FUNCTION mailroom._issue_token(p_account bigint, p_action mailroom.token_action)
+RETURNS bigint
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_id bigint;
+BEGIN
+    INSERT INTO mailroom.tokens (account, action)
+    VALUES (p_account, p_action)
+    RETURNING id INTO v_id;
+    RETURN v_id;
+END;
+$$;
+
+COMMENT ON FUNCTION mailroom._issue_token(bigint, mailroom.token_action) IS
+'Internal: insert a token of p_action for p_account (older open ones of that action revoked, the token announced); returns its id.';
+
 -- Which tokens may be used: a token while its account is in its type's eligible status
 -- (mailroom.token_actions: activation while provisioned, password recovery while active); a type
 -- without a row, never. The dequeue filters on it (after the index found the pending tokens) and

@@ -11,8 +11,8 @@
 --   senders, the vocabularies, the keys).
 -- - local to the coordinator (in Citus' metadata, so they join with the others): what is written
 --   on hot paths or locked by one caller at a time (domain state, heartbeats, counters, job locks),
---   and, in this release, mailboxes, accounts and tokens (docs/scale.md says why and what
---   distributing them needs).
+--   and, in this release, mailboxes (docs/scale.md says why and what distributing them needs).
+--   accounts (by id) and tokens (by account) are distributed, colocated (below; sql/citus/12).
 
 -- outbound_messages' row triggers redact error_log in the row being written (the pepper is a
 -- reference table, on every node): they run on the shard, touch nothing else, and are safe.
@@ -91,6 +91,26 @@ BEGIN
         FOREIGN KEY (sender_id) REFERENCES mailroom.senders (id);
     END IF;
 
+    -- accounts by id and tokens by account, colocated (issue 26): an account's tokens are on its
+    -- shard, so every statement on one account (create_account, consume_token, a reissue) is
+    -- single-shard and the token's foreign key stays. A unique key must hold the distribution
+    -- column: tokens' primary key becomes (account, id, created_at); login and lower(email) are
+    -- kept unique by the lookup tables account_logins and account_emails (sql/citus/12), distributed
+    -- by those keys. tokens cannot be a citus local table (docs/scale.md, Limits), it can be distributed.
+    IF NOT EXISTS (
+        SELECT 1 FROM pg_catalog.pg_dist_partition AS p WHERE p.logicalrelid = 'mailroom.accounts'::regclass
+    ) THEN
+        ALTER TABLE mailroom.tokens DROP CONSTRAINT IF EXISTS tokens_account_fkey;
+        ALTER TABLE mailroom.accounts DROP CONSTRAINT IF EXISTS accounts_login_key;
+        DROP INDEX IF EXISTS mailroom.accounts_email_lower_key;
+        PERFORM create_distributed_table('mailroom.accounts', 'id', colocate_with => 'none');
+        ALTER TABLE mailroom.tokens DROP CONSTRAINT tokens_pkey;
+        ALTER TABLE mailroom.tokens ADD CONSTRAINT tokens_pkey PRIMARY KEY (account, id, created_at);
+        PERFORM create_distributed_table('mailroom.tokens', 'account', colocate_with => 'mailroom.accounts');
+        ALTER TABLE mailroom.tokens ADD CONSTRAINT tokens_account_fkey FOREIGN KEY (account)
+        REFERENCES mailroom.accounts (id) ON DELETE CASCADE DEFERRABLE INITIALLY DEFERRED;
+    END IF;
+
     -- everything else stays on the coordinator, in Citus' metadata
     FOR v_table IN
         SELECT c.relname
@@ -100,9 +120,6 @@ BEGIN
             AND c.relkind IN ('r', 'p')
             AND NOT c.relispartition
             AND NOT EXISTS (SELECT 1 FROM pg_catalog.pg_dist_partition AS p WHERE p.logicalrelid = c.oid)
-            -- accounts and tokens stay plain tables: Citus cannot add a partitioned table whose
-            -- partitions inherit CHECK constraints to its metadata (docs/scale.md)
-            AND c.relname NOT IN ('accounts', 'tokens')
         ORDER BY c.relname
     LOOP
         PERFORM citus_add_local_table_to_metadata(format('mailroom.%I', v_table), cascade_via_foreign_keys => true);
