@@ -389,3 +389,29 @@ $fn$;
 COMMENT ON FUNCTION mailroom._dequeue_tokens(integer, bytea, boolean) IS
 'Internal (Citus): claim up to p_limit eligible tokens shard by shard (single-shard SKIP LOCKED statements, from a random shard), '
 'mark them dispatched (p_mint: mint, keep digests, sign with p_key), then issue the pending recovery requests the policy allows.';
+
+-- Tokens past retention (partition maintenance, sql/05 and sql/citus/25): tokens are distributed,
+-- and Citus runs FOR UPDATE SKIP LOCKED only on one shard, so on Citus a partition's closed or
+-- expired tokens go in one multi-shard DELETE (no batch: closed tokens are not held by anyone).
+CREATE OR REPLACE FUNCTION mailroom._delete_tokens_past_retention(
+    p_partition text, p_cutoff timestamptz, p_batch integer
+)
+RETURNS bigint
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_count bigint;
+BEGIN
+    EXECUTE format(
+        'DELETE FROM mailroom.%1$I AS t WHERE t.created_at < $1 '
+        'AND (t.expires_at < $1 OR t.consumed_at < $1 OR t.revoked_at < $1)',
+        p_partition
+    ) USING p_cutoff;
+    GET DIAGNOSTICS v_count = ROW_COUNT;
+    RETURN v_count;
+END;
+$$;
+
+COMMENT ON FUNCTION mailroom._delete_tokens_past_retention(text, timestamptz, integer) IS
+'Internal (Citus): delete the closed or expired tokens past retention of one tokens partition (multi-shard, p_batch unused).';
