@@ -7,8 +7,11 @@
 -- single-node one with `lane = p_lane` added, and SKIP LOCKED keeps every row to one claimer.
 -- The due predicate and the result columns are those of sql/33 (_outbound_due, _claim): a
 -- change there is made here too (tests/citus run the senders on this path).
--- Per-domain caps (domain_limits) are not enforced per lane yet: a claim while a cap is set
--- fails with MR323 rather than exceed it; a domain's backoff is honoured (docs/scale.md).
+-- Per-domain caps (domain_limits): while a cap is set the claim first decides, on the
+-- coordinator, how many rows each recipient domain it is about to meet may get (_lane_rooms:
+-- the per-domain locks of sql/39, the counts taken under them), then claims lane by lane with
+-- those rooms passed into the lane statement (_claim_lane_capped) and spent as lanes are
+-- claimed (docs/scale.md, "Per-domain caps").
 
 CREATE OR REPLACE FUNCTION mailroom._claim_lane(
     p_lane integer, p_now timestamptz, p_limit integer, p_worker text, p_lease interval, p_blocked text[],
@@ -54,6 +57,302 @@ COMMENT ON FUNCTION mailroom._claim_lane(integer, timestamptz, integer, text, in
 'Citus only: claim up to p_limit due rows of one lane (one shard, SKIP LOCKED): processing under the lease, with the claim token of this claim (one nextval per lane: a volatile function cannot run per row of a distributed UPDATE).';
 
 REVOKE ALL ON FUNCTION mailroom._claim_lane(integer, timestamptz, integer, text, interval, text[], bigint) FROM public;
+
+CREATE OR REPLACE FUNCTION mailroom._claim_lane_capped(
+    p_lane integer, p_now timestamptz, p_limit integer, p_worker text, p_lease interval, p_domains text[],
+    p_rooms integer[], p_claim_token bigint
+)
+RETURNS SETOF mailroom.outbound_messages
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+BEGIN
+    -- _claim_lane under per-domain caps: only rows of the domains _lane_rooms gave room to
+    -- (p_domains), at most p_rooms[i] of domain i, in due order. As _claim_limited_due on one
+    -- node, the head (twice the limit) is locked SKIP LOCKED first and the rooms are applied
+    -- to it; a domain absent from p_domains (not met by _lane_rooms, or no room) is not locked
+    -- at all, so the holder of a domain's lock is the only claimer locking its queued rows.
+    -- Only IMMUTABLE functions of columns (array_position): the statement runs on the shard.
+    RETURN QUERY EXECUTE format($sql$
+    UPDATE mailroom.outbound_messages AS m
+    SET
+        status = 'processing',
+        claimed_by = $3,
+        claim_token = $7,
+        claimed_at = $1,
+        lease_expires_at = $1 + $4,
+        updated_at = $1
+    WHERE
+        m.lane = %1$s
+        AND (m.id, m.created_at) IN (
+            SELECT r.id, r.created_at
+            FROM (
+                SELECT
+                    h.id,
+                    h.created_at,
+                    h.priority,
+                    h.due_at,
+                    h.rcpt_domain,
+                    row_number() OVER (PARTITION BY h.rcpt_domain ORDER BY h.priority DESC, h.due_at, h.id) AS n
+                FROM (
+                    SELECT
+                        d.id,
+                        d.created_at,
+                        d.priority,
+                        coalesce(d.next_retry_at, '-infinity'::timestamptz) AS due_at,
+                        d.rcpt_domain
+                    FROM mailroom.outbound_messages AS d
+                    WHERE
+                        d.lane = %1$s
+                        AND d.status = 'queued'
+                        AND coalesce(d.next_retry_at, '-infinity'::timestamptz) <= $1
+                        AND d.rcpt_domain = ANY($5)
+                    ORDER BY d.priority DESC, coalesce(d.next_retry_at, '-infinity'::timestamptz), d.id
+                    LIMIT 2 * $2 + 8
+                    FOR UPDATE SKIP LOCKED
+                ) AS h
+            ) AS r
+            WHERE r.n <= $6[array_position($5, r.rcpt_domain)]
+            ORDER BY r.priority DESC, r.due_at, r.id
+            LIMIT $2
+        )
+    RETURNING m.*
+    $sql$, p_lane)
+    USING p_now, p_limit, p_worker, p_lease, p_domains, p_rooms, p_claim_token;
+END;
+$fn$;
+
+COMMENT ON FUNCTION mailroom._claim_lane_capped(
+    integer, timestamptz, integer, text, interval, text[], integer[], bigint
+) IS
+'Citus only: _claim_lane under per-domain caps: rows of p_domains only, at most p_rooms[i] of domain i (one shard, SKIP LOCKED).';
+
+REVOKE ALL ON FUNCTION mailroom._claim_lane_capped(
+    integer, timestamptz, integer, text, interval, text[], integer[], bigint
+) FROM public;
+
+CREATE OR REPLACE FUNCTION mailroom._governing_limit(p_domain text, p_patterns text[])
+RETURNS integer
+LANGUAGE sql
+IMMUTABLE
+PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    -- _domain_limit over a copy of domain_limits' patterns: the position in p_patterns of the
+    -- most specific pattern matching p_domain, NULL if none
+    SELECT q.i::integer
+    FROM unnest(mailroom._domain_patterns(p_domain)) WITH ORDINALITY AS p (pattern, o)
+    INNER JOIN unnest(p_patterns) WITH ORDINALITY AS q (pattern, i) ON p.pattern = q.pattern
+    ORDER BY p.o
+    LIMIT 1;
+$$;
+
+COMMENT ON FUNCTION mailroom._governing_limit(text, text[]) IS
+'Citus only: the position in p_patterns (domain_limits'' patterns) of the one governing p_domain (as _domain_limit), NULL if none.';
+
+CREATE OR REPLACE FUNCTION mailroom._lane_rooms(p_now timestamptz, p_limit integer, p_blocked text[])
+RETURNS TABLE (lanes integer[], domains text[], rooms integer[], in_flight_capped text[], minute_capped text[])
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+#variable_conflict use_column
+DECLARE
+    v_minute timestamptz := date_trunc('minute', p_now);
+    v_patterns text[];
+    v_max_in_flight integer[];
+    v_max_per_minute integer[];
+    v_blocked text[] := coalesce(p_blocked, '{}');
+    v_busy_domains text[] := '{}';
+    v_busy_counts bigint[] := '{}';
+    v_lanes integer[] := '{}';
+    v_seen text[] := '{}';
+    v_capped text[];
+    v_locked integer[];
+    v_ids_asked bigint[];
+    v_ids bigint[];
+    v_tokens bigint[];
+    v_attempts integer[];
+    v_stale timestamptz;
+    v_room integer;
+    v_row record;
+BEGIN
+    -- The claim's plan under per-domain caps (Citus), the rule of _domain_room per domain:
+    -- 1. the limits (a copy of the small reference table) and the domains that can get nothing
+    --    by this statement's snapshot (at the per-minute or in-flight cap; p_blocked: backed
+    --    off), a hint that keeps their rows out of the head, as _blocked_domains on one node;
+    -- 2. the head of the queue over every lane (each shard's first rows in due order, merged:
+    --    the rows a claim of p_limit would look at), its lanes and domains;
+    -- 3. the locks of its capped domains (domain_locks, SKIP LOCKED: a domain held by another
+    --    claimer gets nothing); under them, in statements of their own (fresh snapshots), the
+    --    in-flight count over all lanes, the claims of earlier holders the workers do not show
+    --    yet (outbound_domain_claims, sql/citus/07) and the minute's count: the room.
+    -- Uncapped domains get p_limit. A domain not in the result gets nothing in this claim.
+    SELECT array_agg(l.pattern), array_agg(l.max_in_flight), array_agg(l.max_per_minute)
+    INTO v_patterns, v_max_in_flight, v_max_per_minute
+    FROM mailroom.domain_limits AS l;
+    v_patterns := coalesce(v_patterns, '{}');
+
+    FOR v_row IN
+        SELECT m.rcpt_domain AS domain, count(*) AS n
+        FROM mailroom.outbound_messages AS m
+        WHERE m.status = 'processing'
+        GROUP BY m.rcpt_domain
+    LOOP
+        v_busy_domains := v_busy_domains || v_row.domain;
+        v_busy_counts := v_busy_counts || v_row.n;
+    END LOOP;
+    v_blocked := v_blocked || ARRAY(
+        SELECT b.domain
+        FROM unnest(v_busy_domains, v_busy_counts) AS b (domain, n)
+        CROSS JOIN LATERAL (SELECT mailroom._governing_limit(b.domain, v_patterns) AS i) AS g
+        WHERE b.n >= v_max_in_flight[g.i]
+    ) || ARRAY(
+        SELECT s.domain
+        FROM mailroom.domain_state AS s
+        CROSS JOIN LATERAL (SELECT mailroom._governing_limit(s.domain, v_patterns) AS i) AS g
+        WHERE s.window_start = v_minute AND s.window_count >= v_max_per_minute[g.i]
+    );
+
+    FOR v_row IN
+        SELECT d.lane, d.rcpt_domain
+        FROM mailroom.outbound_messages AS d
+        WHERE
+            d.status = 'queued'
+            AND coalesce(d.next_retry_at, '-infinity'::timestamptz) <= p_now
+            AND d.rcpt_domain <> ALL (v_blocked)
+        ORDER BY d.priority DESC, coalesce(d.next_retry_at, '-infinity'::timestamptz), d.id
+        LIMIT 2 * p_limit + 8
+    LOOP
+        IF v_row.lane <> ALL (v_lanes) THEN
+            v_lanes := v_lanes || v_row.lane;
+        END IF;
+        IF v_row.rcpt_domain <> ALL (v_seen) THEN
+            v_seen := v_seen || v_row.rcpt_domain;
+        END IF;
+    END LOOP;
+
+    -- the capped domains met, in domain order, and the locks this claim got
+    v_capped := ARRAY(
+        SELECT s.domain
+        FROM unnest(v_seen) AS s (domain)
+        CROSS JOIN LATERAL (SELECT mailroom._governing_limit(s.domain, v_patterns) AS i) AS g
+        WHERE v_max_in_flight[g.i] IS NOT NULL OR v_max_per_minute[g.i] IS NOT NULL
+        ORDER BY s.domain
+    );
+    IF cardinality(v_capped) > 0 THEN
+        v_locked := ARRAY(
+            SELECT k.bucket
+            FROM mailroom.domain_locks AS k
+            WHERE k.bucket = ANY (ARRAY(
+                SELECT (pg_catalog.hashtextextended(c.domain, 0) & 1023)::integer FROM unnest(v_capped) AS c (domain)
+            ))
+            ORDER BY k.bucket
+            FOR UPDATE SKIP LOCKED
+        );
+        v_capped := ARRAY(
+            SELECT c.domain FROM unnest(v_capped) AS c (domain)
+            WHERE (pg_catalog.hashtextextended(c.domain, 0) & 1023)::integer = ANY (v_locked)
+            ORDER BY c.domain
+        );
+    END IF;
+
+    -- under the locks: what is in flight now, counted by the workers
+    v_busy_domains := '{}';
+    v_busy_counts := '{}';
+    IF cardinality(v_capped) > 0 THEN
+        FOR v_row IN
+            SELECT m.rcpt_domain AS domain, count(*) AS n
+            FROM mailroom.outbound_messages AS m
+            WHERE m.status = 'processing' AND m.rcpt_domain = ANY (v_capped)
+            GROUP BY m.rcpt_domain
+        LOOP
+            v_busy_domains := v_busy_domains || v_row.domain;
+            v_busy_counts := v_busy_counts || v_row.n;
+        END LOOP;
+        -- earlier holders' claims: resolved once a worker shows the row claimed by that token or
+        -- a later one, or gone; until then (their second phase is under way) in flight
+        v_ids_asked := ARRAY(
+            SELECT c.message_id FROM mailroom.outbound_domain_claims AS c WHERE c.domain = ANY (v_capped)
+        );
+        IF cardinality(v_ids_asked) > 0 THEN
+            v_ids := '{}';
+            v_tokens := '{}';
+            v_attempts := '{}';
+            -- the rows still as they were before a claim: queued (a claim takes queued rows only)
+            FOR v_row IN
+                SELECT m.id, m.claim_token, m.attempts
+                FROM mailroom.outbound_messages AS m
+                WHERE
+                    m.id = ANY (v_ids_asked)
+                    AND m.status = 'queued'
+            LOOP
+                v_ids := v_ids || v_row.id;
+                v_tokens := v_tokens || coalesce(v_row.claim_token, -1);
+                v_attempts := v_attempts || v_row.attempts;
+            END LOOP;
+            -- (a variable: Citus refuses a VOLATILE function in a write's WHERE)
+            v_stale := clock_timestamp() - interval '10 seconds';
+            DELETE FROM mailroom.outbound_domain_claims AS c
+            WHERE
+                c.domain = ANY (v_capped)
+                AND (
+                    c.recorded_at < v_stale
+                    OR NOT EXISTS (
+                        SELECT 1 FROM unnest(v_ids, v_tokens, v_attempts) AS w (id, token, attempts)
+                        WHERE w.id = c.message_id AND w.token < c.claim_token AND w.attempts = c.attempts
+                    )
+                );
+        END IF;
+    END IF;
+
+    lanes := ARRAY(SELECT x.lane FROM unnest(v_lanes) AS x (lane) ORDER BY random());
+    in_flight_capped := '{}';
+    minute_capped := '{}';
+    domains := '{}';
+    rooms := '{}';
+    FOR v_row IN
+        SELECT
+            s.domain,
+            v_max_in_flight[g.i] AS max_in_flight,
+            v_max_per_minute[g.i] AS max_per_minute,
+            s.domain = ANY (v_capped) AS locked
+        FROM unnest(v_seen) AS s (domain)
+        LEFT JOIN LATERAL (SELECT mailroom._governing_limit(s.domain, v_patterns) AS i) AS g ON TRUE
+    LOOP
+        IF v_row.max_in_flight IS NULL AND v_row.max_per_minute IS NULL THEN
+            domains := domains || v_row.domain;
+            rooms := rooms || p_limit;
+            CONTINUE;
+        END IF;
+        CONTINUE WHEN NOT v_row.locked;
+        IF v_row.max_in_flight IS NOT NULL THEN
+            in_flight_capped := in_flight_capped || v_row.domain;
+        END IF;
+        IF v_row.max_per_minute IS NOT NULL THEN
+            minute_capped := minute_capped || v_row.domain;
+        END IF;
+        v_room := least(
+            coalesce(v_row.max_in_flight - coalesce(v_busy_counts[array_position(v_busy_domains, v_row.domain)], 0)
+                - (SELECT count(*) FROM mailroom.outbound_domain_claims AS c WHERE c.domain = v_row.domain)::integer,
+                2147483647),
+            coalesce(v_row.max_per_minute - coalesce((
+                SELECT s.window_count FROM mailroom.domain_state AS s
+                WHERE s.domain = v_row.domain AND s.window_start = v_minute
+            ), 0), 2147483647)
+        );
+        IF v_room > 0 THEN
+            domains := domains || v_row.domain;
+            rooms := rooms || v_room;
+        END IF;
+    END LOOP;
+    RETURN NEXT;
+END;
+$fn$;
+
+COMMENT ON FUNCTION mailroom._lane_rooms(timestamptz, integer, text[]) IS
+'Citus only: a capped claim''s plan: the lanes of the queue''s head, its domains and the room of each (capped ones under their per-domain lock, counted across lanes), the capped domains to record.';
+
+REVOKE ALL ON FUNCTION mailroom._lane_rooms(timestamptz, integer, text[]) FROM public;
 
 CREATE OR REPLACE FUNCTION mailroom._claim(
     p_now timestamptz, p_limit integer, p_worker text, p_lease interval, p_limited boolean
@@ -101,35 +400,80 @@ AS $fn$
 #variable_conflict use_column
 DECLARE
     v_blocked text[] := '{}';
+    v_capped boolean := false;
+    v_domains text[];
+    v_rooms integer[];
+    v_in_flight_capped text[];
+    v_minute_capped text[];
+    v_lanes integer[];
     v_lane integer;
     v_left integer := p_limit;
     v_got integer;
     v_rows mailroom.outbound_messages[];
+    v_taken_domains text[] := '{}';
+    v_taken_ids bigint[] := '{}';
+    v_taken_tokens bigint[] := '{}';
+    v_taken_attempts integer[] := '{}';
+    v_domain text;
+    v_count integer;
 BEGIN
     IF p_limited THEN
-        IF EXISTS (
+        v_blocked := ARRAY(SELECT s.domain FROM mailroom.domain_state AS s WHERE s.backoff_until > p_now);
+        v_capped := EXISTS (
             SELECT 1 FROM mailroom.domain_limits AS l
             WHERE l.max_in_flight IS NOT NULL OR l.max_per_minute IS NOT NULL
-        ) THEN
-            RAISE EXCEPTION USING
-                ERRCODE = 'MR323',
-                MESSAGE = 'per-domain caps (domain_limits) are not supported on a Citus coordinator yet',
-                HINT = 'Remove the caps (mailroom.set_domain_limit) or run on a single node; see docs/scale.md.';
-        END IF;
-        v_blocked := ARRAY(SELECT s.domain FROM mailroom.domain_state AS s WHERE s.backoff_until > p_now);
+        );
     END IF;
-    FOR v_lane IN SELECT l.lane FROM mailroom.outbound_lanes AS l ORDER BY random() LOOP
+    IF v_capped THEN
+        -- per-domain caps: the lanes and the room of each domain decided first, on the coordinator
+        SELECT r.lanes, r.domains, r.rooms, r.in_flight_capped, r.minute_capped
+        INTO v_lanes, v_domains, v_rooms, v_in_flight_capped, v_minute_capped
+        FROM mailroom._lane_rooms(p_now, p_limit, v_blocked) AS r;
+    ELSE
+        v_lanes := ARRAY(SELECT l.lane FROM mailroom.outbound_lanes AS l ORDER BY random());
+    END IF;
+    FOREACH v_lane IN ARRAY v_lanes LOOP
         EXIT WHEN v_left <= 0;
         -- Claim first, into a variable, then read what goes with the rows in a statement of its
         -- own: one statement naming both _claim_lane and a reference table is shipped by Citus to
         -- a node as a whole (the claim then runs nested, in another backend), which cost ~0.5 s
         -- a lane even when nothing was due (docs/scale.md).
-        v_rows := ARRAY(
-            SELECT c
-            FROM mailroom._claim_lane(
-                v_lane, p_now, v_left, p_worker, p_lease, v_blocked, nextval('mailroom.outbound_claim_token_seq')
-            ) AS c
-        );
+        IF v_capped THEN
+            EXIT WHEN cardinality(v_domains) = 0;
+            v_rows := ARRAY(
+                SELECT c
+                FROM mailroom._claim_lane_capped(
+                    v_lane, p_now, v_left, p_worker, p_lease, v_domains, v_rooms,
+                    nextval('mailroom.outbound_claim_token_seq')
+                ) AS c
+            );
+            CONTINUE WHEN cardinality(v_rows) = 0;
+            -- the room spent in this lane; a domain without room left is met no more
+            SELECT array_agg(r.domain ORDER BY r.o), array_agg(r.room ORDER BY r.o)
+            INTO v_domains, v_rooms
+            FROM (
+                SELECT p.domain, p.o, p.room - (SELECT count(*) FROM unnest(v_rows) AS c WHERE c.rcpt_domain = p.domain)::integer AS room
+                FROM unnest(v_domains, v_rooms) WITH ORDINALITY AS p (domain, room, o)
+            ) AS r
+            WHERE r.room > 0;
+            v_domains := coalesce(v_domains, '{}');
+            v_rooms := coalesce(v_rooms, '{}');
+            SELECT
+                v_taken_domains || coalesce(array_agg(c.rcpt_domain), '{}'),
+                v_taken_ids || coalesce(array_agg(c.id), '{}'),
+                v_taken_tokens || coalesce(array_agg(c.claim_token), '{}'),
+                v_taken_attempts || coalesce(array_agg(c.attempts), '{}')
+            INTO v_taken_domains, v_taken_ids, v_taken_tokens, v_taken_attempts
+            FROM unnest(v_rows) AS c
+            WHERE c.rcpt_domain = ANY (v_in_flight_capped) OR c.rcpt_domain = ANY (v_minute_capped);
+        ELSE
+            v_rows := ARRAY(
+                SELECT c
+                FROM mailroom._claim_lane(
+                    v_lane, p_now, v_left, p_worker, p_lease, v_blocked, nextval('mailroom.outbound_claim_token_seq')
+                ) AS c
+            );
+        END IF;
         CONTINUE WHEN cardinality(v_rows) = 0;
         RETURN QUERY
         SELECT
@@ -174,11 +518,40 @@ BEGIN
         GET DIAGNOSTICS v_got = ROW_COUNT;
         v_left := v_left - v_got;
     END LOOP;
+    IF v_capped AND cardinality(v_taken_ids) > 0 THEN
+        -- while the locks are held, on the coordinator (sql/citus/07): the rows of in-flight
+        -- capped domains, for the next holder to count until the workers show them claimed
+        INSERT INTO mailroom.outbound_domain_claims (domain, message_id, claim_token, attempts)
+        SELECT t.domain, t.id, t.token, t.attempts
+        FROM unnest(v_taken_domains, v_taken_ids, v_taken_tokens, v_taken_attempts) AS t (domain, id, token, attempts)
+        WHERE t.domain = ANY (v_in_flight_capped)
+        ON CONFLICT DO NOTHING;
+        -- the claims of per-minute capped domains, counted in the current minute, in domain
+        -- order (finalize's order too); one row per statement, as _note_domain_outcomes
+        FOR v_domain, v_count IN
+            SELECT t.domain, count(*)::integer
+            FROM unnest(v_taken_domains) AS t (domain)
+            WHERE t.domain = ANY (v_minute_capped)
+            GROUP BY t.domain
+            ORDER BY t.domain
+        LOOP
+            INSERT INTO mailroom.domain_state AS s (domain, window_start, window_count, updated_at)
+            VALUES (v_domain, date_trunc('minute', p_now), v_count, p_now)
+            ON CONFLICT (domain) DO UPDATE
+            SET
+                window_count = CASE
+                    WHEN s.window_start = excluded.window_start THEN s.window_count + excluded.window_count
+                    ELSE excluded.window_count
+                END,
+                window_start = excluded.window_start,
+                updated_at = excluded.updated_at;
+        END LOOP;
+    END IF;
 END;
 $fn$;
 
 COMMENT ON FUNCTION mailroom._claim(timestamptz, integer, text, interval, boolean) IS
-'Internal (Citus): the claim, lane by lane from a random one (_claim_lane: one shard, SKIP LOCKED), with the relay settings and rendered token emails of sql/33; MR323 while per-domain caps are set.';
+'Internal (Citus): the claim, lane by lane from a random one (_claim_lane: one shard, SKIP LOCKED), with the relay settings and rendered token emails of sql/33; under per-domain caps with the rooms of _lane_rooms.';
 
 CREATE OR REPLACE FUNCTION mailroom.reap_stuck_messages(p_older_than interval DEFAULT null)
 RETURNS integer

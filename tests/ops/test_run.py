@@ -50,10 +50,11 @@ def test_run_with_a_url_per_worker(cli_popen, conn, db_url):
     finally:
         if proc.poll() is None:
             proc.kill()
+    rest = proc.stderr.read().decode()
     with psycopg.connect(db_url, autocommit=True) as c:
         states = {kind: state for kind, state in c.execute("SELECT kind, state FROM mailroom.worker_health()")}
     assert states == {"collector": "stopped", "sender": "stopped", "inbound": "stopped", "expiry": "stopped",
-                      "maintenance": "stopped"}, states
+                      "maintenance": "stopped"}, (states, seen, rest)
 
 
 def test_run_never_says_running_when_a_child_cannot_serve(cli, db_url):

@@ -49,6 +49,9 @@ class Heartbeat:
         self.claimed = 0
         self.enabled = True
         self.sent_count = 0
+        # a heartbeat whose outcome was never seen (cancelled in flight, its connection lost): it may
+        # have committed, so the stop must still be said
+        self.uncertain = False
         self.reported_listening: bool | None = None
         self.metrics_address: str | None = None  # host:port of its /metrics
         self.serves: str | None = None  # e.g. "smtp 127.0.0.1:2525"
@@ -84,6 +87,7 @@ class Heartbeat:
         self.reported_listening = bool(params["listening"])
         self.claimed = max(0, self.claimed - int(params["claimed"]))
         self.sent_count += 1
+        self.uncertain = False
         self.sent_at = time.monotonic()
         self.next_at = self.sent_at + self.interval
         if self.metrics is not None:
@@ -111,6 +115,7 @@ class Heartbeat:
     def beat(self, conn: psycopg.Connection, listening: bool) -> None:
         """One heartbeat on `conn` (sync)."""
         params = self.params(listening)
+        self.uncertain = True
         try:
             sqlapi.worker_heartbeat.call(conn, **params)
         except psycopg.OperationalError:
@@ -118,6 +123,7 @@ class Heartbeat:
         except psycopg.Error as exc:
             if conn.closed or conn.broken:
                 raise
+            self.uncertain = False
             if not conn.autocommit:
                 conn.rollback()
             self.failed(exc, listening)
@@ -129,6 +135,7 @@ class Heartbeat:
     async def abeat(self, conn: psycopg.AsyncConnection, listening: bool) -> None:
         """One heartbeat on an autocommit `conn` (async)."""
         params = self.params(listening)
+        self.uncertain = True
         try:
             await sqlapi.worker_heartbeat.acall(conn, **params)
         except psycopg.OperationalError:
@@ -136,15 +143,20 @@ class Heartbeat:
         except psycopg.Error as exc:
             if conn.closed or conn.broken:
                 raise
+            self.uncertain = False
             self.failed(exc, listening)
             return
         self.sent(params)
 
+    def said_anything(self) -> bool:
+        """A heartbeat committed, or may have (cancelled or cut off before its answer came)."""
+        return self.enabled and (self.sent_count > 0 or self.uncertain)
+
     def stop(self, url: str) -> None:
         """On a clean exit: mailroom.worker_stopped on a short connection of its own (a worker whose
         own connection is gone still says so); failures are logged, never raised. A worker that never
-        reported in has nothing to say."""
-        if not self.enabled or not self.sent_count:
+        reported in has nothing to say; one whose first heartbeat was in flight may have."""
+        if not self.said_anything():
             return
         try:
             with psycopg.connect(url, **connection_kwargs(application_name="mailroom-stopping", connect_timeout=5)) as conn:
@@ -154,7 +166,7 @@ class Heartbeat:
 
     async def astop(self, url: str) -> None:
         """stop() for async workers."""
-        if not self.enabled or not self.sent_count:
+        if not self.said_anything():
             return
         try:
             async with await psycopg.AsyncConnection.connect(

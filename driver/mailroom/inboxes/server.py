@@ -141,8 +141,9 @@ class InboundServer:
                             kind_of(exc).exit_code) from None
 
     async def _beat_loop(self) -> None:
-        """A heartbeat every ~10 s on a pooled connection (bounded like every call of the server)."""
-        while True:
+        """A heartbeat every ~10 s on a pooled connection (bounded like every call of the server), until
+        the server stops: a heartbeat in flight then ends first, so the stop is said after it."""
+        while not self._stop.is_set():
             try:
                 async with asyncio.timeout(self.db_timeout):
                     async with self._pool.connection(timeout=self.db_timeout) as conn:  # type: ignore[union-attr]
@@ -151,7 +152,9 @@ class InboundServer:
             except (psycopg.Error, TimeoutError):
                 self.heartbeat.skip(False)
             # while the database is unreachable, look again soon: the recovery is said when it is
-            await asyncio.sleep(1.0 if self.outage.waiting else max(0.2, self.heartbeat.seconds_left()))
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._stop.wait(),
+                                       1.0 if self.outage.waiting else max(0.2, self.heartbeat.seconds_left()))
 
     async def run(self, ready: Callable[[int], None] | None = None) -> None:
         self._loop = asyncio.get_running_loop()
@@ -255,9 +258,8 @@ class InboundServer:
                 await asyncio.wait_for(handler.idle.wait(), timeout=10)
             except TimeoutError:
                 log.warning("stopping with %d delivery(ies) still running", handler.in_flight)
-            beats.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await beats
+            with contextlib.suppress(asyncio.CancelledError, TimeoutError):
+                await asyncio.wait_for(beats, timeout=self.db_timeout)  # ends after a heartbeat in flight
             await pool.close()
             await parser.close()
             await self.heartbeat.astop(self.url)

@@ -179,7 +179,6 @@ class Sender:
         if self.opts.metrics_port is not None:
             helpers.append(asyncio.create_task(self.stats_loop()))
         slots = [asyncio.create_task(self.slot(i)) for i in range(self.opts.concurrency)]
-        notify_ready()
         slots_done = asyncio.ensure_future(asyncio.gather(*slots, return_exceptions=True))
         stop_wait = asyncio.ensure_future(self.stopping.wait())
         await asyncio.wait({slots_done, stop_wait}, return_when=asyncio.FIRST_COMPLETED)
@@ -315,6 +314,7 @@ class Sender:
                     continue
                 self.upgrade.resumed()
                 self.outage.resumed()
+                notify_ready()  # ready once a slot has claimed: connected, granted, installed
                 if not rows:
                     if self.opts.until_idle:
                         return
