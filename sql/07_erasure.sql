@@ -81,6 +81,39 @@ $$;
 COMMENT ON FUNCTION mailroom._bytes_hold_address(bytea, text) IS
 'Internal: whether bytes hold an address pattern (ASCII, case-insensitive).';
 
+CREATE OR REPLACE FUNCTION mailroom._texts_hold_address(p_texts text[], p_pattern text)
+RETURNS boolean
+LANGUAGE plpgsql
+IMMUTABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    -- whether any of the texts holds an address pattern (NULLs skipped): concat_ws and
+    -- array_to_string are only STABLE (any type's output), which Citus refuses over columns in a
+    -- statement that writes a table in its metadata; over text they are immutable
+    RETURN array_to_string(p_texts, ' ') ~* p_pattern;
+END;
+$$;
+
+COMMENT ON FUNCTION mailroom._texts_hold_address(text[], text) IS
+'Internal: whether any of the texts holds an address pattern (case-insensitive; NULLs skipped).';
+
+CREATE OR REPLACE FUNCTION mailroom._erase_account_keys(p_accounts bigint[], p_pattern text)
+RETURNS void
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    -- Where else the layout keeps erased accounts' login and email: nowhere on one node (the
+    -- accounts table holds them); on Citus the lookup tables that make them unique
+    -- (sql/citus/12_accounts.sql overrides this).
+    NULL;
+END;
+$$;
+
+COMMENT ON FUNCTION mailroom._erase_account_keys(bigint[], text) IS
+'Internal (erase_address): remove the erased accounts'' keys kept outside accounts (none on one node; Citus: the lookup tables).';
+
 CREATE OR REPLACE FUNCTION mailroom.erase_address(p_address text, p_dry_run boolean DEFAULT false)
 RETURNS TABLE (item text, affected bigint)
 LANGUAGE plpgsql
@@ -148,6 +181,7 @@ BEGIN
         DELETE FROM mailroom.accounts AS a WHERE a.id = ANY (v_accounts);
         GET DIAGNOSTICS v_n = ROW_COUNT;
         v_counts := v_counts || jsonb_build_object('accounts', v_n);
+        PERFORM mailroom._erase_account_keys(v_accounts, v_pattern);
         DELETE FROM mailroom.recovery_requests AS r
         WHERE r.account = ANY (v_accounts) OR r.email ~* v_pattern;
         GET DIAGNOSTICS v_n = ROW_COUNT;
@@ -193,8 +227,10 @@ BEGIN
             -- not rewritten (sql/32)
             attachments = mailroom._attachments_without(m.attachments, v_addr)
         WHERE
-            array_to_string(m.to_addrs || m.cc_addrs || m.bcc_addrs, ' ') ~* v_pattern
-            OR concat_ws(' ', m.subject, m.text_body, m.html_body, m.headers::text, m.idempotency_key) ~* v_pattern
+            mailroom._texts_hold_address(m.to_addrs || m.cc_addrs || m.bcc_addrs, v_pattern)
+            OR mailroom._texts_hold_address(
+                ARRAY[m.subject, m.text_body, m.html_body, m.headers::text, m.idempotency_key], v_pattern
+            )
             OR strpos(m.error_log, v_tag) > 0
             OR m.attachments IS DISTINCT FROM mailroom._attachments_without(m.attachments, v_addr);
         GET DIAGNOSTICS v_n = ROW_COUNT;
@@ -221,10 +257,11 @@ BEGIN
         DELETE FROM mailroom.messages AS m
         WHERE
             lower(m.envelope_to) = v_addr
-            OR concat_ws(
-                ' ', m.envelope_from, m.envelope_to, m.from_header, m.subject, m.text_body, m.html_body,
-                m.attachments::text
-            ) ~* v_pattern
+            OR mailroom._texts_hold_address(
+                ARRAY[m.envelope_from, m.envelope_to, m.from_header, m.subject, m.text_body, m.html_body,
+                m.attachments::text],
+                v_pattern
+            )
             OR mailroom._bytes_hold_address(m.raw, v_pattern);
         GET DIAGNOSTICS v_n = ROW_COUNT;
         v_counts := v_counts || jsonb_build_object('messages', v_n);
@@ -235,7 +272,7 @@ BEGIN
         SET
             owner_id = regexp_replace(k.owner_id, v_pattern, v_erased, 'gi'),
             label = regexp_replace(k.label, v_pattern, v_erased, 'gi')
-        WHERE concat_ws(' ', k.owner_id, k.label) ~* v_pattern;
+        WHERE mailroom._texts_hold_address(ARRAY[k.owner_id, k.label], v_pattern);
         GET DIAGNOSTICS v_m = ROW_COUNT;
         v_n := v_n + v_m;
         UPDATE mailroom.catchall_domains AS c SET owner_id = regexp_replace(c.owner_id, v_pattern, v_erased, 'gi')
@@ -250,7 +287,7 @@ BEGIN
             host = regexp_replace(w.host, v_pattern, v_erased, 'gi'),
             serves = regexp_replace(w.serves, v_pattern, v_erased, 'gi'),
             metrics_address = regexp_replace(w.metrics_address, v_pattern, v_erased, 'gi')
-        WHERE concat_ws(' ', w.worker, w.host, w.serves, w.metrics_address) ~* v_pattern;
+        WHERE mailroom._texts_hold_address(ARRAY[w.worker, w.host, w.serves, w.metrics_address], v_pattern);
         GET DIAGNOSTICS v_n = ROW_COUNT;
         UPDATE mailroom.job_runs AS j SET last_summary = regexp_replace(j.last_summary, v_pattern, v_erased, 'gi')
         WHERE j.last_summary ~* v_pattern;

@@ -415,3 +415,21 @@ $$;
 
 COMMENT ON FUNCTION mailroom._delete_tokens_past_retention(text, timestamptz, integer) IS
 'Internal (Citus): delete the closed or expired tokens past retention of one tokens partition (multi-shard, p_batch unused).';
+
+-- Erasure (sql/07): an erased account's email and login are also kept in the lookup tables; they
+-- go with it. By the accounts' ids and by the address's pattern (as erase_address matches
+-- accounts), so rows left by an erasure before this override go too. Each a multi-shard DELETE
+-- (the tables are distributed by the key, not by account).
+CREATE OR REPLACE FUNCTION mailroom._erase_account_keys(p_accounts bigint[], p_pattern text)
+RETURNS void
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    DELETE FROM mailroom.account_emails AS e WHERE e.account = ANY (p_accounts) OR e.email ~* p_pattern;
+    DELETE FROM mailroom.account_logins AS l WHERE l.account = ANY (p_accounts) OR l.login ~* p_pattern;
+END;
+$$;
+
+COMMENT ON FUNCTION mailroom._erase_account_keys(bigint[], text) IS
+'Internal (Citus, erase_address): delete the erased accounts'' rows of account_emails and account_logins, and any holding the address.';

@@ -126,3 +126,48 @@ def test_consume_activates_the_account(cconn):
         with pytest.raises(psycopg.Error) as err:
             app.execute("SELECT * FROM mailroom.consume_token(%s)", (signed,))
         assert err.value.sqlstate == "MR114"
+
+
+def test_erase_address_leaves_no_trace_and_the_address_can_register_again(cconn):
+    """erase_address on Citus: the account, its token, the mail to it and its lookup rows go; the
+    same email (any case) and login can then register again."""
+    tag = uuid.uuid4().hex[:8]
+    email = f"Gone-{tag}@Example.com"
+    cconn.execute("SELECT mailroom.upsert_sender('erase', 'noreply@mailroom.test', '127.0.0.1', 2525)")
+    with _app(cconn) as app:
+        account = app.execute("SELECT mailroom.create_account(%s, %s)", (email, f"gone-{tag}")).fetchone()[0]
+        # mail to it alone (deleted) and shared with another recipient (rewritten, on its lane's shard)
+        alone = app.execute("SELECT mailroom.enqueue_message('erase', ARRAY[%s], 'hi', 'b')", (email,)).fetchone()[0]
+        shared = app.execute(
+            "SELECT mailroom.enqueue_message('erase', ARRAY[%s, %s], %s, 'b')",
+            (email, f"keep-{tag}@example.com", f"about {email.lower()}"),
+        ).fetchone()[0]
+    assert cconn.execute("SELECT count(*) FROM mailroom.account_emails WHERE account = %s", (account,)).fetchone()[0] == 1
+
+    with psycopg.connect(testing.as_login(cconn.info.dsn, "mr_admin"), autocommit=True) as admin:
+        dry = dict(admin.execute("SELECT * FROM mailroom.erase_address(%s, true)", (email,)).fetchall())
+        assert (dry["accounts"], dry["tokens"], dry["outbound_messages_deleted"], dry["outbound_messages_rewritten"]) \
+            == (1, 1, 1, 1)
+        assert cconn.execute("SELECT count(*) FROM mailroom.account_emails WHERE account = %s",
+                             (account,)).fetchone()[0] == 1  # a dry run changes nothing
+        done = dict(admin.execute("SELECT * FROM mailroom.erase_address(%s)", (email,)).fetchall())
+        assert (done["accounts"], done["tokens"], done["outbound_messages_deleted"]) == (1, 1, 1)
+
+    lower = email.lower()
+    for sql, arg in [
+        ("SELECT count(*) FROM mailroom.account_emails WHERE email = %s OR account = %s", (lower, account)),
+        ("SELECT count(*) FROM mailroom.account_logins WHERE login = %s OR account = %s", (f"gone-{tag}", account)),
+        ("SELECT count(*) FROM mailroom.accounts WHERE id = %s OR lower(email) = %s", (account, lower)),
+        ("SELECT count(*) FROM mailroom.tokens WHERE account = %s", (account,)),
+        ("SELECT count(*) FROM mailroom.outbound_messages WHERE id = %s", (alone,)),
+        ("SELECT count(*) FROM mailroom.outbound_messages WHERE id = %s AND (%s = ANY (to_addrs) OR subject ILIKE %s)",
+         (shared, email, f"%{lower}%")),
+    ]:
+        assert cconn.execute(sql, arg).fetchone()[0] == 0, sql
+    assert cconn.execute("SELECT to_addrs FROM mailroom.outbound_messages WHERE id = %s",
+                         (shared,)).fetchone()[0] == [f"keep-{tag}@example.com"]
+
+    with _app(cconn) as app:
+        again = app.execute("SELECT mailroom.create_account(%s, %s)", (email, f"gone-{tag}")).fetchone()[0]
+    assert again != account
+    assert cconn.execute("SELECT account FROM mailroom.account_emails WHERE email = %s", (lower,)).fetchone()[0] == again
