@@ -55,6 +55,20 @@ def _ops(conn: psycopg.Connection, n: int) -> dict[str, Callable[[int], None]]:
     def create_account(i: int) -> None:
         conn.execute("SELECT mailroom.create_account(%s, %s)", (f"a{tag}{i}@example.com", f"l{tag}{i}"))
 
+    links: list[str] = []
+
+    def dequeue_token(i: int) -> None:
+        # the token create_account made in this round (oldest pending first): on Citus a fan-out
+        # read of pending tokens, then one statement on the token's shard
+        row = conn.execute("SELECT signed FROM mailroom.dequeue_tokens(1)").fetchone()
+        if row:
+            links.append(row[0])
+
+    def consume_token(i: int) -> None:
+        # by the link's digest: on Citus its first read fans out to every shard of tokens
+        if links:
+            conn.execute("SELECT outcome FROM mailroom.consume_token(%s)", (links.pop(0),)).fetchone()
+
     def empty_claim(i: int) -> None:
         conn.execute("SELECT count(*) FROM mailroom.claim_messages(10, 'idle')").fetchone()
 
@@ -64,6 +78,8 @@ def _ops(conn: psycopg.Connection, n: int) -> dict[str, Callable[[int], None]]:
         "create_mailbox": create_mailbox,
         "deliver_message (2 KB)": deliver,
         "create_account": create_account,
+        "dequeue_tokens(1)": dequeue_token,
+        "consume_token (activation link)": consume_token,
         "claim_messages(10), nothing due": empty_claim,
     }
 

@@ -98,6 +98,22 @@ $$;
 COMMENT ON FUNCTION mailroom._texts_hold_address(text, text[]) IS
 'Internal: whether any of the texts holds an address pattern (case-insensitive).';
 
+CREATE OR REPLACE FUNCTION mailroom._erase_account_keys(p_accounts bigint[], p_pattern text)
+RETURNS void
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    -- Where else the layout keeps erased accounts' login and email: nowhere on one node (the
+    -- accounts table holds them); on Citus the lookup tables that make them unique
+    -- (sql/citus/12_accounts.sql overrides this).
+    NULL;
+END;
+$$;
+
+COMMENT ON FUNCTION mailroom._erase_account_keys(bigint[], text) IS
+'Internal (erase_address): remove the erased accounts'' keys kept outside accounts (none on one node; Citus: the lookup tables).';
+
 CREATE OR REPLACE FUNCTION mailroom.erase_address(p_address text, p_dry_run boolean DEFAULT false)
 RETURNS TABLE (item text, affected bigint)
 LANGUAGE plpgsql
@@ -165,6 +181,7 @@ BEGIN
         DELETE FROM mailroom.accounts AS a WHERE a.id = ANY (v_accounts);
         GET DIAGNOSTICS v_n = ROW_COUNT;
         v_counts := v_counts || jsonb_build_object('accounts', v_n);
+        PERFORM mailroom._erase_account_keys(v_accounts, v_pattern);
         DELETE FROM mailroom.recovery_requests AS r
         WHERE r.account = ANY (v_accounts) OR r.email ~* v_pattern;
         GET DIAGNOSTICS v_n = ROW_COUNT;

@@ -296,3 +296,23 @@ COMMENT ON FUNCTION mailroom.account_status(bigint) IS
 'The status of an account: provisioned, active or suspended (MR105 unknown).';
 
 GRANT EXECUTE ON FUNCTION mailroom.account_status(bigint) TO mailroom_app;
+
+-- The account of an address, its row locked (FOR NO KEY UPDATE), for the recovery policy
+-- (sql/13). A function of its own: on Citus the address is found through account_emails, then
+-- the account row is locked on its shard (sql/citus/12).
+CREATE OR REPLACE FUNCTION mailroom._lock_account_by_email(p_email_lower text)
+RETURNS TABLE (id bigint, status mailroom.account_status)
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    RETURN QUERY
+    SELECT a.id, a.status
+    FROM mailroom.accounts AS a
+    WHERE lower(a.email) = p_email_lower
+    FOR NO KEY UPDATE;
+END;
+$$;
+
+COMMENT ON FUNCTION mailroom._lock_account_by_email(text) IS
+'Internal: the account whose lower(email) is p_email_lower and its status, its row locked FOR NO KEY UPDATE (no row: none).';

@@ -436,6 +436,27 @@ REFERENCING NEW TABLE AS inserted
 FOR EACH STATEMENT
 EXECUTE FUNCTION mailroom.trg_after_accounts_inserted();
 
+-- A new token of an action for an account (a reissue: recovery). On one node the INSERT's triggers
+-- revoke the account's older open tokens of that action and announce it; on Citus, where those
+-- triggers would run on a worker, sql/citus/12 does both here, on the coordinator.
+CREATE OR REPLACE FUNCTION mailroom._issue_token(p_account bigint, p_action mailroom.token_action)
+RETURNS bigint
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_id bigint;
+BEGIN
+    INSERT INTO mailroom.tokens (account, action)
+    VALUES (p_account, p_action)
+    RETURNING id INTO v_id;
+    RETURN v_id;
+END;
+$$;
+
+COMMENT ON FUNCTION mailroom._issue_token(bigint, mailroom.token_action) IS
+'Internal: insert a token of p_action for p_account (older open ones of that action revoked, the token announced); returns its id.';
+
 -- Which tokens may be used: a token while its account is in its type's eligible status
 -- (mailroom.token_actions: activation while provisioned, password recovery while active); a type
 -- without a row, never. The dequeue filters on it (after the index found the pending tokens) and
@@ -680,31 +701,44 @@ DECLARE
     v_ts timestamptz := mailroom.clock();
     v_secret bytea := mailroom._random_bytes(32);
     v_code text := mailroom._random_code();
+    v_renewed timestamptz := v_ts + mailroom.setting('tokens.ttl')::interval;
+    v_account bigint;
+    v_email text;
+    v_login text;
     t record;
 BEGIN
+    -- the token's account first: the UPDATE then names it (on Citus: one shard, where tokens are
+    -- distributed by account), and its values are variables (Citus refuses a STABLE call in CASE)
+    SELECT tk.account INTO v_account FROM mailroom.tokens AS tk WHERE tk.id = p_token_id;
+    IF NOT FOUND THEN
+        RETURN;  -- purged (tokens.retention): no link to send
+    END IF;
     UPDATE mailroom.tokens AS tk
     SET secret_digest = mailroom._digest(v_secret, 'sha256'),
         code_digest = mailroom._digest(v_secret || convert_to(v_code, 'UTF8'), 'sha256'),
         dispatched_at = coalesce(tk.dispatched_at, v_ts),
         expires_at = CASE
-            WHEN tk.consumed_at IS NULL AND tk.revoked_at IS NULL
-                THEN v_ts + mailroom.setting('tokens.ttl')::interval
+            WHEN tk.consumed_at IS NULL AND tk.revoked_at IS NULL THEN v_renewed
             ELSE tk.expires_at
         END
-    WHERE tk.id = p_token_id
+    WHERE tk.account = v_account AND tk.id = p_token_id
     RETURNING tk.action, tk.account INTO t;
     IF NOT FOUND THEN
         RETURN;  -- purged (tokens.retention): no link to send
     END IF;
+    -- the account's row read alone, the link signed outside it (on Citus the read goes to the
+    -- account's shard, and a function over the keyring cannot be shipped there with it)
+    SELECT a.email, a.login INTO v_email, v_login FROM mailroom.accounts AS a WHERE a.id = v_account;
+    IF NOT FOUND THEN
+        RETURN;
+    END IF;
     RETURN QUERY
     SELECT
         t.action,
-        a.email,
-        a.login,
+        v_email,
+        v_login,
         mailroom._signed_value(t.action, v_secret, v_code, mailroom._active_signing_key()),
-        v_code
-    FROM mailroom.accounts AS a
-    WHERE a.id = t.account;
+        v_code;
 END;
 $fn$;
 

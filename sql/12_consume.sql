@@ -255,7 +255,8 @@ BEGIN
     WHERE a.id = t.account
     FOR NO KEY UPDATE;
     -- the token row is locked from here on: its state and attempt count cannot change under us
-    SELECT tk.* INTO t FROM mailroom.tokens AS tk WHERE tk.id = t.id FOR UPDATE;
+    -- (by account too: on Citus the statement then runs on the account's shard, where FOR UPDATE may)
+    SELECT tk.* INTO t FROM mailroom.tokens AS tk WHERE tk.account = t.account AND tk.id = t.id FOR UPDATE;
 
     PERFORM mailroom._raise_token_state(t.id);
 
@@ -279,7 +280,7 @@ BEGIN
         -- every compared code counts, the right one too
         UPDATE mailroom.tokens AS tk
         SET code_attempts = tk.code_attempts + 1
-        WHERE tk.id = t.id
+        WHERE tk.account = t.account AND tk.id = t.id
         RETURNING tk.code_attempts INTO v_attempts;
         IF NOT mailroom._ct_equal(
             mailroom._digest(v_secret || convert_to(p_code, 'UTF8'), 'sha256'), t.code_digest
@@ -295,7 +296,7 @@ BEGIN
     -- single use: the row is locked and its state was checked above
     UPDATE mailroom.tokens AS tk
     SET consumed_at = v_ts
-    WHERE tk.id = t.id
+    WHERE tk.account = t.account AND tk.id = t.id
         AND tk.consumed_at IS NULL
         AND tk.revoked_at IS NULL
         AND tk.expires_at > v_ts;

@@ -105,14 +105,10 @@ BEGIN
         -- a request older than a token's life is answered with nothing (a late mail would surprise)
         IF v_request.requested_at > v_now - v_ttl THEN
             -- the account's row lock serialises the policy for one account across collectors
-            SELECT a.id, a.status INTO v_account, v_status
-            FROM mailroom.accounts AS a
-            WHERE lower(a.email) = v_request.email
-            FOR NO KEY UPDATE;
+            SELECT l.id, l.status INTO v_account, v_status
+            FROM mailroom._lock_account_by_email(v_request.email) AS l;
             IF v_status = 'active' AND mailroom._recovery_allowed(v_account, v_request.requester_digest, v_now) THEN
-                INSERT INTO mailroom.tokens (account, action)
-                VALUES (v_account, 'password_recovery')
-                RETURNING id INTO v_token;
+                v_token := mailroom._issue_token(v_account, 'password_recovery');
                 v_issued := v_issued + 1;
             END IF;
         END IF;

@@ -4,15 +4,16 @@
 -- a table a new migration adds is placed here (an unplaced table fails the check at the end).
 --
 -- Three kinds of tables:
--- - distributed, by the key their queries route by: messages by mailbox_id and mailboxes by id,
---   colocated; mailbox_addresses by address (sql/citus/30); outbound_messages by lane (a lane is a shard group: the claim takes work from one lane at a time, sql/citus/20).
+-- - distributed, by the key their queries route by: mailboxes by id and messages by mailbox_id,
+--   colocated (sql/citus/30 keeps addresses unique in mailbox_addresses, by address); accounts
+--   by id and tokens by account, colocated (sql/citus/12: account_logins, account_emails);
+--   outbound_messages by lane (a lane is a shard group: the claim takes one lane at a time,
+--   sql/citus/20).
 -- - reference (a copy on every node, written in two phases): the small read-mostly tables that
 --   distributed rows point at or that functions pushed to the workers read (plans, settings,
 --   senders, the vocabularies, the keys).
 -- - local to the coordinator (in Citus' metadata, so they join with the others): what is written
---   on hot paths or locked by one caller at a time (domain state, heartbeats, counters, job locks),
---   and, in this release, accounts and tokens (docs/scale.md says why and what distributing them
---   needs).
+--   on hot paths or locked by one caller at a time (domain state, heartbeats, counters, job locks).
 
 -- outbound_messages' row triggers redact error_log in the row being written (the pepper is a
 -- reference table, on every node): they run on the shard, touch nothing else, and are safe.
@@ -96,12 +97,10 @@ BEGIN
         END IF;
     END LOOP;
 
-    -- messages: by mailbox, the bulk of the data (raw mail). mailboxes stay on the coordinator
-    -- (below): their address is unique and a mailbox is created with ON CONFLICT on it, which a
-    -- table distributed by id cannot enforce (docs/scale.md). A unique key must hold the
-    -- distribution column: messages' key is (mailbox_id, id, received_at); the foreign key to
-    -- mailboxes cannot cross to the coordinator, so purge_mailboxes deletes the messages itself
-    -- on Citus (sql/citus/20).
+    -- messages: by mailbox, the bulk of the data (raw mail). A unique key must hold the
+    -- distribution column: messages' key is (mailbox_id, id, received_at). No foreign key to
+    -- mailboxes (migration 0181: triggers keep it on one node, dropped above): purge deletes a
+    -- mailbox's messages itself on Citus (sql/citus/30).
     IF NOT EXISTS (
         SELECT 1 FROM pg_catalog.pg_dist_partition AS p WHERE p.logicalrelid = 'mailroom.messages'::regclass
     ) THEN
@@ -148,6 +147,26 @@ BEGIN
         FOREIGN KEY (sender_id) REFERENCES mailroom.senders (id);
     END IF;
 
+    -- accounts by id and tokens by account, colocated (issue 26): an account's tokens are on its
+    -- shard, so every statement on one account (create_account, consume_token, a reissue) is
+    -- single-shard and the token's foreign key stays. A unique key must hold the distribution
+    -- column: tokens' primary key becomes (account, id, created_at); login and lower(email) are
+    -- kept unique by the lookup tables account_logins and account_emails (sql/citus/12), distributed
+    -- by those keys. tokens cannot be a citus local table (docs/scale.md, Limits), it can be distributed.
+    IF NOT EXISTS (
+        SELECT 1 FROM pg_catalog.pg_dist_partition AS p WHERE p.logicalrelid = 'mailroom.accounts'::regclass
+    ) THEN
+        ALTER TABLE mailroom.tokens DROP CONSTRAINT IF EXISTS tokens_account_fkey;
+        ALTER TABLE mailroom.accounts DROP CONSTRAINT IF EXISTS accounts_login_key;
+        DROP INDEX IF EXISTS mailroom.accounts_email_lower_key;
+        PERFORM create_distributed_table('mailroom.accounts', 'id', colocate_with => 'none');
+        ALTER TABLE mailroom.tokens DROP CONSTRAINT tokens_pkey;
+        ALTER TABLE mailroom.tokens ADD CONSTRAINT tokens_pkey PRIMARY KEY (account, id, created_at);
+        PERFORM create_distributed_table('mailroom.tokens', 'account', colocate_with => 'mailroom.accounts');
+        ALTER TABLE mailroom.tokens ADD CONSTRAINT tokens_account_fkey FOREIGN KEY (account)
+        REFERENCES mailroom.accounts (id) ON DELETE CASCADE DEFERRABLE INITIALLY DEFERRED;
+    END IF;
+
     -- everything else stays on the coordinator, in Citus' metadata
     FOR v_table IN
         SELECT c.relname
@@ -157,9 +176,6 @@ BEGIN
             AND c.relkind IN ('r', 'p')
             AND NOT c.relispartition
             AND NOT EXISTS (SELECT 1 FROM pg_catalog.pg_dist_partition AS p WHERE p.logicalrelid = c.oid)
-            -- accounts and tokens stay plain tables: Citus cannot add a partitioned table whose
-            -- partitions inherit CHECK constraints to its metadata (docs/scale.md)
-            AND c.relname NOT IN ('accounts', 'tokens')
         ORDER BY c.relname
     LOOP
         PERFORM citus_add_local_table_to_metadata(format('mailroom.%I', v_table), cascade_via_foreign_keys => true);

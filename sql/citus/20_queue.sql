@@ -416,6 +416,14 @@ DECLARE
     v_taken_attempts integer[] := '{}';
     v_domain text;
     v_count integer;
+    v_token_id bigint;
+    v_token_ids bigint[];
+    v_token_subjects text[];
+    v_token_texts text[];
+    v_token_htmls text[];
+    v_subject text;
+    v_text text;
+    v_html text;
 BEGIN
     IF p_limited THEN
         v_blocked := ARRAY(SELECT s.domain FROM mailroom.domain_state AS s WHERE s.backoff_until > p_now);
@@ -475,6 +483,28 @@ BEGIN
             );
         END IF;
         CONTINUE WHEN cardinality(v_rows) = 0;
+        -- token emails rendered (a fresh link minted) one token per statement of its own, on the
+        -- coordinator: _mint_token reads and writes the distributed tokens and accounts, which
+        -- a statement naming reference tables (the one below) cannot do once Citus ships it to
+        -- a node whole ("could not create distributed plan"); a statement naming no table runs
+        -- here, and each of _mint_token's statements is routed to the token's shard
+        v_token_ids := '{}';
+        v_token_subjects := '{}';
+        v_token_texts := '{}';
+        v_token_htmls := '{}';
+        FOR v_token_id IN
+            SELECT c.token_id FROM unnest(v_rows) AS c WHERE c.token_id IS NOT NULL ORDER BY c.id
+        LOOP
+            SELECT e.subject, e.text_body, e.html_body
+            INTO v_subject, v_text, v_html
+            FROM mailroom._claim_token_email(v_token_id) AS e;
+            -- no row: the token is gone (purged), rendered as on one node (subject kept, no body)
+            CONTINUE WHEN NOT FOUND;
+            v_token_ids := v_token_ids || v_token_id;
+            v_token_subjects := v_token_subjects || v_subject;
+            v_token_texts := v_token_texts || v_text;
+            v_token_htmls := v_token_htmls || v_html;
+        END LOOP;
         RETURN QUERY
         SELECT
             c.id,
@@ -513,7 +543,8 @@ BEGIN
         CROSS JOIN LATERAL (SELECT mailroom._envelope(c.to_addrs, c.cc_addrs, c.bcc_addrs) AS envelope) AS e
         CROSS JOIN LATERAL (SELECT mailroom._return_paths(c.id, c.sender_id, cardinality(e.envelope)) AS paths) AS p
         LEFT JOIN mailroom.dkim_keys AS k ON k.domain = mailroom._address_domain(r.from_address)
-        LEFT JOIN LATERAL mailroom._claim_token_email(c.token_id) AS t ON TRUE
+        LEFT JOIN unnest(v_token_ids, v_token_subjects, v_token_texts, v_token_htmls)
+            AS t (token_id, subject, text_body, html_body) ON c.token_id = t.token_id
         ORDER BY c.id;
         GET DIAGNOSTICS v_got = ROW_COUNT;
         v_left := v_left - v_got;
@@ -710,3 +741,10 @@ BEGIN
         'SET citus.allow_nested_distributed_execution = on';
 END;
 $nested$;
+
+-- A token email's rendering (_claim_token_email, sql/41) runs inside claim_messages, which plans a
+-- small unlimited claim generically (plan_cache_mode = force_generic_plan, sql/33). _mint_token's
+-- first read finds the token by id (not the distribution column: a multi-shard read) with the id as
+-- a parameter, and Citus has no generic plan for that ("could not create distributed plan"): the
+-- rendering is planned per call here, as every routed statement is on Citus anyway.
+ALTER FUNCTION mailroom._claim_token_email(bigint) SET plan_cache_mode = force_custom_plan;

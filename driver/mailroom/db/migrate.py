@@ -519,7 +519,11 @@ def _distribute(conn: psycopg.Connection, citus: _Citus, heard: _Notices) -> Non
             heard.current = label
             text = path.read_text()
             try:
-                conn.execute(text.encode())
+                # statement by statement, in one transaction: a CREATE OR REPLACE of a function Citus
+                # already copied to the workers (a distributed table's trigger function) is
+                # propagated with its source text, which must be one statement
+                with conn.transaction():
+                    _execute(conn, text, split=True)
             except psycopg.Error as exc:
                 raise _fail(label, text, exc, "the files before it stay applied; run `mailroom db migrate` again") from None
     finally:
