@@ -159,12 +159,19 @@ BEGIN
         ALTER TABLE mailroom.tokens DROP CONSTRAINT IF EXISTS tokens_account_fkey;
         ALTER TABLE mailroom.accounts DROP CONSTRAINT IF EXISTS accounts_login_key;
         DROP INDEX IF EXISTS mailroom.accounts_email_lower_key;
+        -- an installation with accounts already (an upgrade): their rows are copied to the shards
+        -- with COPY, which fires the shards' row triggers; the single-node ones name tables a
+        -- worker does not have yet (sql/citus/12 replaces them), so they are off for the copy
+        ALTER TABLE mailroom.accounts DISABLE TRIGGER USER;
+        ALTER TABLE mailroom.tokens DISABLE TRIGGER USER;
         PERFORM create_distributed_table('mailroom.accounts', 'id', colocate_with => 'none');
         ALTER TABLE mailroom.tokens DROP CONSTRAINT tokens_pkey;
         ALTER TABLE mailroom.tokens ADD CONSTRAINT tokens_pkey PRIMARY KEY (account, id, created_at);
         PERFORM create_distributed_table('mailroom.tokens', 'account', colocate_with => 'mailroom.accounts');
         ALTER TABLE mailroom.tokens ADD CONSTRAINT tokens_account_fkey FOREIGN KEY (account)
         REFERENCES mailroom.accounts (id) ON DELETE CASCADE DEFERRABLE INITIALLY DEFERRED;
+        ALTER TABLE mailroom.accounts ENABLE TRIGGER USER;
+        ALTER TABLE mailroom.tokens ENABLE TRIGGER USER;
     END IF;
 
     -- everything else stays on the coordinator, in Citus' metadata

@@ -4,8 +4,10 @@ The earlier layout kept `mailboxes` a Citus local table on the coordinator (adde
 metadata for its foreign key to the reference table `plans`, with its identity column and its
 unique address). It is built here from that release's own sql/ and migrations/ (`git archive` of
 the commit below, the last with that layout), migrated through the coordinator and given a
-mailbox with a message; then this tree's `db migrate` moves it: mailboxes distributed by id and
-colocated with messages, every address in mailbox_addresses, the rows and ids kept."""
+mailbox with a message and an account with its pending token (accounts and tokens were plain
+tables on the coordinator then); then this tree's `db migrate` moves it: mailboxes distributed by
+id and colocated with messages, every address in mailbox_addresses, accounts by id and tokens by
+account, their logins and emails in the lookup tables, the rows and ids kept."""
 
 from __future__ import annotations
 
@@ -67,6 +69,8 @@ def test_db_migrate_moves_the_earlier_layout_keeping_its_mailboxes_and_messages(
             "SELECT mailroom.deliver_message(%s, convert_to('Subject: before\r\n\r\nkept', 'UTF8'), 'a@example.com',"
             " 'before')", (boxes[0][1],),
         ).fetchone()[0]
+    with psycopg.connect(testing.as_login(url, "mr_app"), autocommit=True) as app:
+        account = app.execute("SELECT mailroom.create_account('Moved@Example.com', 'moved')").fetchone()[0]
 
     migrate.migrate(url)  # this tree
     with psycopg.connect(url, autocommit=True) as conn:
@@ -85,6 +89,31 @@ def test_db_migrate_moves_the_earlier_layout_keeping_its_mailboxes_and_messages(
             "SELECT count(*) FROM pg_proc WHERE pronamespace = 'mailroom'::regnamespace"
             " AND proname IN ('_authorize_mailbox', '_http_box', '_http_mailbox_json', '_search_mailbox')"
         ).fetchone() == (4,)
+        # accounts and tokens moved too: distributed, colocated, their keys in the lookup tables
+        accounts, tokens = _kind(conn, "mailroom.accounts"), _kind(conn, "mailroom.tokens")
+        assert accounts[:2] == ("h", "id") and tokens[:2] == ("h", "account") and accounts[2] == tokens[2]
+        assert conn.execute("SELECT account FROM mailroom.account_emails WHERE email = 'moved@example.com'").fetchone() == (
+            account,
+        )
+        assert conn.execute("SELECT account FROM mailroom.account_logins WHERE login = 'moved'").fetchone() == (account,)
+        # the row triggers, off while the rows were copied, are on again on the coordinator and every shard
+        for table in ("mailroom.accounts", "mailroom.tokens"):
+            assert conn.execute("SELECT count(*) FROM pg_trigger WHERE tgrelid = %s::regclass AND tgenabled = 'D'",
+                                (table,)).fetchone() == (0,)
+            disabled = conn.execute(
+                "SELECT DISTINCT result FROM run_command_on_shards(%s, $$SELECT count(*) FROM pg_trigger"
+                " WHERE tgrelid = '%%s'::regclass AND tgenabled = 'D'$$)", (table,),
+            ).fetchall()
+            assert disabled == [("0",)], (table, disabled)
+    with psycopg.connect(testing.as_login(url, "mr_app"), autocommit=True) as app:
+        for email, login, code in (("MOVED@example.com", "other", "MR102"), ("other@example.com", "moved", "MR103")):
+            with pytest.raises(psycopg.Error) as taken:
+                app.execute("SELECT mailroom.create_account(%s, %s)", (email, login))
+            assert taken.value.sqlstate == code, (email, login)
+    with psycopg.connect(testing.as_login(url, "mr_collector")) as collector:
+        dequeued = collector.execute("SELECT action, login FROM mailroom.dequeue_tokens(10)").fetchall()
+        collector.commit()
+    assert ("activation", "moved") in [(str(a), b) for a, b in dequeued]  # the pending token, handed out once
     with psycopg.connect(testing.as_login(url, "mr_app"), autocommit=True) as app:
         box_id, address, token = boxes[0]
         assert app.execute("SELECT message_id, subject FROM mailroom.list_messages(%s, %s)", (address, token)).fetchall() == [
