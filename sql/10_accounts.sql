@@ -119,7 +119,13 @@ BEGIN
     IF NEW.status = OLD.status THEN
         RETURN NEW;
     END IF;
-    ts := mailroom.clock();
+    -- the time of the change: what the statement stamped in status_changed_at (the API functions
+    -- stamp mailroom.clock() there; on Citus this trigger runs on a worker, whose clock is not the
+    -- caller's: the coordinator evaluates the statement's clock() and sends the value), else now
+    ts := CASE
+        WHEN NEW.status_changed_at IS DISTINCT FROM OLD.status_changed_at THEN NEW.status_changed_at
+        ELSE mailroom.clock()
+    END;
     IF OLD.status = 'suspended' THEN
         IF NEW.status = 'provisioned' AND OLD.activated_at IS NOT NULL THEN
             RAISE EXCEPTION USING
@@ -234,7 +240,7 @@ BEGIN
             ERRCODE = 'MR106',
             MESSAGE = format('account %s is already suspended', p_account);
     END IF;
-    UPDATE mailroom.accounts SET status = 'suspended'
+    UPDATE mailroom.accounts SET status = 'suspended', status_changed_at = mailroom.clock()
     WHERE id = p_account
     RETURNING status INTO v_status;
     RETURN v_status;
@@ -260,7 +266,7 @@ BEGIN
             ERRCODE = 'MR107',
             MESSAGE = format('account %s is not suspended', p_account);
     END IF;
-    UPDATE mailroom.accounts SET status = 'active'
+    UPDATE mailroom.accounts SET status = 'active', status_changed_at = mailroom.clock()
     WHERE id = p_account
     RETURNING status INTO v_status;
     RETURN v_status;

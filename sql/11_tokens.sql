@@ -356,7 +356,7 @@ AS $$
 BEGIN
     IF (mailroom._token_action(NEW.action)).activates_account THEN
         UPDATE mailroom.accounts
-        SET status = 'active'
+        SET status = 'active', status_changed_at = mailroom.clock()
         WHERE id = NEW.account
             AND status = 'provisioned';
     END IF;

@@ -177,7 +177,8 @@ BEGIN
             ERRCODE = 'MR103',
             MESSAGE = 'an account with this login already exists';
     END IF;
-    INSERT INTO mailroom.accounts (id, email, login) VALUES (v_id, p_email, p_login);
+    -- created_at from the coordinator's clock (the row's trigger runs on a worker, sql/10)
+    INSERT INTO mailroom.accounts (id, email, login, created_at) VALUES (v_id, p_email, p_login, mailroom.clock());
     PERFORM mailroom._issue_token(v_id, 'activation');
     RETURN v_id;
 END;
@@ -206,7 +207,7 @@ BEGIN
             AND ta.activates_account
     ) THEN
         UPDATE mailroom.accounts AS a
-        SET status = 'active'
+        SET status = 'active', status_changed_at = mailroom.clock()  -- the coordinator's clock (sql/10)
         WHERE a.id = r.account
             AND a.status = 'provisioned';
     END IF;

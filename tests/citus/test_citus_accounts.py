@@ -171,3 +171,43 @@ def test_erase_address_leaves_no_trace_and_the_address_can_register_again(cconn)
         again = app.execute("SELECT mailroom.create_account(%s, %s)", (email, f"gone-{tag}")).fetchone()[0]
     assert again != account
     assert cconn.execute("SELECT account FROM mailroom.account_emails WHERE email = %s", (lower,)).fetchone()[0] == again
+
+
+def test_account_times_are_the_callers_pinned_clock(cconn):
+    """The account row's triggers run on a worker, whose mailroom.clock() is not the caller's: every
+    time an account gets (created, activated, suspended, unsuspended) is the coordinator's clock, so
+    a pinned clock is obeyed on Citus as on one node (the worker's real clock was stamped before)."""
+    tag = uuid.uuid4().hex[:8]
+    times = ["2030-01-02 03:04:05+00", "2030-01-02 03:05:05+00", "2030-01-02 03:06:05+00", "2030-01-02 03:07:05+00"]
+
+    def pin(conn, at):
+        conn.execute("SELECT set_config('mailroom.clock', %s, false)", (at,))
+
+    def stamped(account):
+        return cconn.execute(
+            "SELECT created_at::text, activated_at::text, suspended_at::text, unsuspended_at::text,"
+            " status_changed_at::text FROM mailroom.accounts WHERE id = %s", (account,)).fetchone()
+
+    with _app(cconn) as app:
+        pin(app, times[0])
+        account = app.execute("SELECT mailroom.create_account(%s, %s)", (f"t-{tag}@example.com", f"t-{tag}")).fetchone()[0]
+        assert stamped(account)[0] == times[0]
+    with psycopg.connect(testing.as_login(cconn.info.dsn, "mr_collector")) as coll:
+        pin(coll, times[0])
+        signed = None
+        for _ in range(50):
+            rows = coll.execute("SELECT login, signed FROM mailroom.dequeue_tokens(100)").fetchall()
+            coll.commit()
+            signed = next((s for lg, s in rows if lg == f"t-{tag}"), None)
+            if signed or not rows:
+                break
+    assert signed
+    with _app(cconn) as app:
+        pin(app, times[1])
+        assert app.execute("SELECT outcome FROM mailroom.consume_token(%s)", (signed,)).fetchone()[0] == "consumed"
+        pin(app, times[2])
+        app.execute("SELECT mailroom.suspend_account(%s)", (account,))
+        assert stamped(account)[1:] == (times[1], times[2], None, times[2])
+        pin(app, times[3])
+        app.execute("SELECT mailroom.unsuspend_account(%s)", (account,))
+        assert stamped(account)[1:] == (times[1], None, times[3], times[3])

@@ -1,6 +1,6 @@
 -- Accounts: validation, the insert and status triggers, create/suspend/unsuspend.
 BEGIN;
-SELECT plan(56);
+SELECT plan(58);
 
 SET LOCAL mailroom.clock = '2030-01-01 00:00:00+00';
 
@@ -196,6 +196,22 @@ SELECT is(mailroom.account_status((SELECT id FROM dora)), 'suspended'::mailroom.
     'account_status follows a suspension');
 SELECT throws_ok($$ SELECT mailroom.account_status(-1) $$, 'MR105', 'unknown account -1',
     'account_status of an unknown account: MR105');
+
+-- the time of a status change: what the statement stamped in status_changed_at (the API does: on
+-- Citus the trigger runs on a worker, whose clock is not the caller's), else mailroom.clock()
+CREATE TEMP TABLE gus AS SELECT mailroom.create_account('gus@example.com', 'gus') AS id;
+UPDATE mailroom.accounts SET status = 'suspended', status_changed_at = '2031-05-05 05:05:05+00'
+WHERE id = (SELECT id FROM gus);
+SELECT is(
+    (SELECT (suspended_at, status_changed_at)::text FROM mailroom.accounts WHERE id = (SELECT id FROM gus)),
+    '("2031-05-05 05:05:05+00","2031-05-05 05:05:05+00")',
+    'a status change stamped by its statement keeps that time (suspended_at follows it)');
+SELECT set_config('mailroom.clock', '2031-06-06 06:06:06+00', true);
+UPDATE mailroom.accounts SET status = 'active' WHERE id = (SELECT id FROM gus);
+SELECT is(
+    (SELECT (unsuspended_at, status_changed_at)::text FROM mailroom.accounts WHERE id = (SELECT id FROM gus)),
+    '("2031-06-06 06:06:06+00","2031-06-06 06:06:06+00")',
+    'a status change its statement did not stamp takes mailroom.clock()');
 
 SELECT * FROM finish();
 ROLLBACK;
