@@ -270,6 +270,9 @@ BEGIN
                     v_drop[v_i]
                 );
             END IF;
+            IF v_drop_table[v_i] = 'tokens' THEN
+                PERFORM mailroom._forget_token_digests(v_drop[v_i]);
+            END IF;
             EXECUTE format('DROP TABLE mailroom.%I', v_drop[v_i]);
             RETURN QUERY SELECT 'dropped'::text, v_drop_table[v_i], v_drop[v_i], v_drop_rows[v_i];
         EXCEPTION
@@ -528,6 +531,21 @@ $$;
 
 COMMENT ON FUNCTION mailroom._delete_tokens_past_retention(text, timestamptz, integer) IS
 'Internal: delete one batch of closed or expired tokens past retention from one tokens partition.';
+
+-- A seam: nothing on one node. On Citus (sql/citus/13) the lookup rows of the digests of a tokens
+-- partition about to be dropped are deleted (token_digests, distributed by digest).
+CREATE OR REPLACE FUNCTION mailroom._forget_token_digests(p_partition text)
+RETURNS void
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    PERFORM p_partition;
+END;
+$$;
+
+COMMENT ON FUNCTION mailroom._forget_token_digests(text) IS
+'Internal: before a tokens partition is dropped, forget its digests elsewhere (a no-op on one node; Citus: token_digests).';
 
 CREATE OR REPLACE FUNCTION mailroom._delete_past_retention(
     p_table text, p_partition text, p_cutoff timestamptz, p_batch integer

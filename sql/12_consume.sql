@@ -203,6 +203,48 @@ $$;
 COMMENT ON FUNCTION mailroom._raise_token_state(bigint) IS
 'Internal: raise MR112/MR114/MR117/MR113 when a token is unknown, used, revoked or expired.';
 
+-- The same by the token's account and id: the read names the account (on Citus, tokens are
+-- distributed by account, so it runs on one shard instead of every one).
+CREATE OR REPLACE FUNCTION mailroom._raise_token_state(p_account bigint, p_token bigint)
+RETURNS void
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    t mailroom.tokens;
+BEGIN
+    SELECT * INTO t FROM mailroom.tokens AS tk WHERE tk.account = p_account AND tk.id = p_token;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION USING ERRCODE = 'MR112', MESSAGE = 'unknown token';
+    ELSIF t.consumed_at IS NOT NULL THEN
+        RAISE EXCEPTION USING ERRCODE = 'MR114', MESSAGE = 'token already used';
+    ELSIF t.expires_at <= mailroom.clock() THEN
+        RAISE EXCEPTION USING ERRCODE = 'MR113', MESSAGE = 'token expired';
+    ELSIF t.revoked_at IS NOT NULL THEN
+        RAISE EXCEPTION USING
+            ERRCODE = 'MR117', MESSAGE = 'token revoked: a newer token of the same kind was issued';
+    END IF;
+END;
+$$;
+
+COMMENT ON FUNCTION mailroom._raise_token_state(bigint, bigint) IS
+'Internal: raise MR112/MR114/MR117/MR113 when the token (by account and id) is unknown, used, revoked or expired.';
+
+-- The token a link's secret names, by the secret's digest (a seam: on Citus, where tokens are
+-- distributed by account, sql/citus/13 finds the account through the lookup table token_digests
+-- first, so the read runs on one shard).
+CREATE OR REPLACE FUNCTION mailroom._token_by_digest(p_digest bytea)
+RETURNS TABLE (token_account bigint, token_id bigint, token_action mailroom.token_action)
+LANGUAGE sql
+STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT tk.account, tk.id, tk.action FROM mailroom.tokens AS tk WHERE tk.secret_digest = p_digest;
+$$;
+
+COMMENT ON FUNCTION mailroom._token_by_digest(bytea) IS
+'Internal: (account, id, action) of the token whose secret_digest is p_digest; no row when none.';
+
 
 -- Using a token. Every failure raises its own MRnnn error and changes nothing, except a wrong
 -- recovery code: that is a result row (outcome 'wrong_code'), so the attempt it counted commits
@@ -227,9 +269,8 @@ DECLARE
     v_status mailroom.account_status;
     v_attempts integer;
 BEGIN
-    SELECT tk.* INTO t
-    FROM mailroom.tokens AS tk
-    WHERE tk.secret_digest = mailroom._digest(v_secret, 'sha256');
+    SELECT f.token_account, f.token_id, f.token_action INTO t.account, t.id, t.action
+    FROM mailroom._token_by_digest(mailroom._digest(v_secret, 'sha256')) AS f;
     IF NOT FOUND THEN
         -- a genuine value the database no longer knows, or a forgery?
         IF (SELECT v.valid FROM mailroom._verify_token(p_signed, p_code, v_keys) AS v) THEN
@@ -258,7 +299,7 @@ BEGIN
     -- (by account too: on Citus the statement then runs on the account's shard, where FOR UPDATE may)
     SELECT tk.* INTO t FROM mailroom.tokens AS tk WHERE tk.account = t.account AND tk.id = t.id FOR UPDATE;
 
-    PERFORM mailroom._raise_token_state(t.id);
+    PERFORM mailroom._raise_token_state(t.account, t.id);
 
     IF NOT mailroom._token_eligible(t.action, v_status) THEN
         RAISE EXCEPTION USING
@@ -301,7 +342,7 @@ BEGIN
         AND tk.revoked_at IS NULL
         AND tk.expires_at > v_ts;
     IF NOT FOUND THEN
-        PERFORM mailroom._raise_token_state(t.id);
+        PERFORM mailroom._raise_token_state(t.account, t.id);
         RAISE EXCEPTION USING ERRCODE = 'MR114', MESSAGE = 'token already used';
     END IF;
     RETURN QUERY SELECT

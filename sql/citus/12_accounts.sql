@@ -286,7 +286,7 @@ $q$, v_in);
         done AS (SELECT 1)
         -- signed on the coordinator (sql/citus/12 _dequeue_tokens): Citus refuses a STABLE function
         -- (_signed_values) over columns in a statement that writes
-        SELECT m.action, m.email, m.login, m.secret, m.code, m.id
+        SELECT m.action, m.email, m.login, m.secret, m.code, m.id, m.account
         FROM minted AS m
         ORDER BY m.id
 $q$, v_in);
@@ -323,6 +323,7 @@ DECLARE
     v_secrets bytea[] := '{}';
     v_codes text[] := '{}';
     v_ids bigint[] := '{}';
+    v_owners bigint[] := '{}';
 BEGIN
     IF p_limit IS NULL OR p_limit < 1 THEN
         RAISE EXCEPTION USING
@@ -364,6 +365,7 @@ BEGIN
                     v_secrets := v_secrets || r.secret;
                     v_codes := v_codes || r.code;
                     v_ids := v_ids || r.id;
+                    v_owners := v_owners || r.account;
                     v_left := v_left - 1;
                 END LOOP;
             ELSE
@@ -375,6 +377,10 @@ BEGIN
         END LOOP;
     END IF;
     IF p_mint AND cardinality(v_ids) > 0 THEN
+        -- the new digests' lookup rows (sql/citus/13), so consume_token finds each token's shard
+        INSERT INTO mailroom.token_digests (secret_digest, account)
+        SELECT mailroom._digest(u.secret, 'sha256'), u.account
+        FROM unnest(v_secrets, v_owners) AS u (secret, account);
         RETURN QUERY
         SELECT u.action, u.email, u.login, u.signed, u.code, u.id
         FROM unnest(
@@ -389,7 +395,7 @@ $fn$;
 
 COMMENT ON FUNCTION mailroom._dequeue_tokens(integer, bytea, boolean) IS
 'Internal (Citus): claim up to p_limit eligible tokens shard by shard (single-shard SKIP LOCKED statements, from a random shard), '
-'mark them dispatched (p_mint: mint, keep digests, sign with p_key), then issue the pending recovery requests the policy allows.';
+'mark them dispatched (p_mint: mint, keep digests and their token_digests rows, sign with p_key), then issue the pending recovery requests the policy allows.';
 
 -- Tokens past retention (partition maintenance, sql/05 and sql/citus/25): tokens are distributed,
 -- and Citus runs FOR UPDATE SKIP LOCKED only on one shard, so on Citus a partition's closed or
@@ -402,20 +408,29 @@ LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-    v_count bigint;
+    v_count bigint := 0;
+    v_digests bytea[] := '{}';
+    v_digest bytea;
 BEGIN
-    EXECUTE format(
+    FOR v_digest IN EXECUTE format(
         'DELETE FROM mailroom.%1$I AS t WHERE t.created_at < $1 '
-        'AND (t.expires_at < $1 OR t.consumed_at < $1 OR t.revoked_at < $1)',
+        'AND (t.expires_at < $1 OR t.consumed_at < $1 OR t.revoked_at < $1) RETURNING t.secret_digest',
         p_partition
-    ) USING p_cutoff;
-    GET DIAGNOSTICS v_count = ROW_COUNT;
+    ) USING p_cutoff LOOP
+        v_count := v_count + 1;
+        IF v_digest IS NOT NULL THEN
+            v_digests := v_digests || v_digest;
+        END IF;
+    END LOOP;
+    -- their lookup rows (sql/citus/13)
+    PERFORM mailroom._forget_digests(v_digests);
     RETURN v_count;
 END;
 $$;
 
 COMMENT ON FUNCTION mailroom._delete_tokens_past_retention(text, timestamptz, integer) IS
-'Internal (Citus): delete the closed or expired tokens past retention of one tokens partition (multi-shard, p_batch unused).';
+'Internal (Citus): delete the closed or expired tokens past retention of one tokens partition (multi-shard, p_batch unused), '
+'and their token_digests rows.';
 
 -- Erasure (sql/07): an erased account's email and login are also kept in the lookup tables; they
 -- go with it. By the accounts' ids and by the address's pattern (as erase_address matches
@@ -429,8 +444,11 @@ AS $$
 BEGIN
     DELETE FROM mailroom.account_emails AS e WHERE e.account = ANY (p_accounts) OR e.email ~* p_pattern;
     DELETE FROM mailroom.account_logins AS l WHERE l.account = ANY (p_accounts) OR l.login ~* p_pattern;
+    -- their tokens are gone (erase_address deleted them first): so are their digests' lookup rows
+    DELETE FROM mailroom.token_digests AS d WHERE d.account = ANY (p_accounts);
 END;
 $$;
 
 COMMENT ON FUNCTION mailroom._erase_account_keys(bigint[], text) IS
-'Internal (Citus, erase_address): delete the erased accounts'' rows of account_emails and account_logins, and any holding the address.';
+'Internal (Citus, erase_address): delete the erased accounts'' rows of account_emails, account_logins and token_digests, '
+'and any login or email row holding the address.';

@@ -94,7 +94,7 @@ SELECT unnest(ARRAY[
     'sign_token', 'trg_before_token_insert', 'trg_before_token_close', 'trg_after_token_consumed',
     '_announce_tokens', 'trg_after_tokens_inserted', 'trg_after_accounts_inserted', '_token_eligible',
     '_dequeue_tokens_sql', 'dequeue_tokens', '_ct_equal', '_mac_key_index', '_signing_keys', '_split_signed',
-    'verify_token', '_raise_token_state', 'consume_token', 'request_password_recovery', '_recovery_allowed',
+    'verify_token', '_raise_token_state', '_token_by_digest', 'consume_token', 'request_password_recovery', '_recovery_allowed',
     '_issue_requested_recoveries', 'purge_tokens',
     '_pgp_pub_encrypt', '_pgp_key_id', '_dequeue_tokens', '_mint_token', '_signed_value', '_verify_token', '_consume_token',
     '_active_signing_key', '_verifying_keys', '_lock_keyring', 'rotate_signing_key', 'retire_signing_key',
