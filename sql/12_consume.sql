@@ -355,6 +355,24 @@ $$;
 COMMENT ON FUNCTION mailroom._consume_token(text, text, bytea[]) IS
 'Internal: consume_token verifying the MAC against p_keys.';
 
+CREATE OR REPLACE FUNCTION mailroom._after_consume(p_account bigint, p_signed text)
+RETURNS void
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    -- What a consumed token does to its account beyond the token row: on one node the trigger
+    -- after_token_consumed activates a provisioned account (sql/11); on Citus that trigger cannot
+    -- run (the token's row is on a worker), and sql/citus/12 overrides this to do it. Every form
+    -- of consume_token calls it.
+    NULL;
+END;
+$$;
+
+COMMENT ON FUNCTION mailroom._after_consume(bigint, text) IS
+'Internal: the account side of a consumed token (nothing on one node, where a trigger does it; Citus: the activation).';
+
 CREATE OR REPLACE FUNCTION mailroom.consume_token(p_signed text, p_code text DEFAULT null)
 RETURNS TABLE (account bigint, outcome text, attempts_left integer)
 LANGUAGE plpgsql
@@ -362,8 +380,14 @@ VOLATILE
 SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
+DECLARE
+    r record;
 BEGIN
-    RETURN QUERY SELECT * FROM mailroom._consume_token(p_signed, p_code, (mailroom._verifying_keys()).p_keys);
+    SELECT * INTO r FROM mailroom._consume_token(p_signed, p_code, (mailroom._verifying_keys()).p_keys) AS c;
+    IF r.outcome = 'consumed' THEN
+        PERFORM mailroom._after_consume(r.account, p_signed);
+    END IF;
+    RETURN QUERY SELECT r.account, r.outcome, r.attempts_left;
 END;
 $$;
 
@@ -389,10 +413,16 @@ VOLATILE
 SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
+DECLARE
+    r record;
 BEGIN
-    RETURN QUERY SELECT * FROM mailroom._consume_token(
+    SELECT * INTO r FROM mailroom._consume_token(
         p_signed, p_code, (mailroom._verifying_keys()).p_keys || mailroom._signing_keys(p_key, p_previous_keys)
-    );
+    ) AS c;
+    IF r.outcome = 'consumed' THEN
+        PERFORM mailroom._after_consume(r.account, p_signed);
+    END IF;
+    RETURN QUERY SELECT r.account, r.outcome, r.attempts_left;
 END;
 $$;
 

@@ -13,7 +13,7 @@
 --   heard by nobody there) cannot run. Only row-local triggers stay (validation, timestamps,
 --   status rules, plaintext clearing); what the others did is done here, on the coordinator, by the
 --   functions: the activation token and its announcement (create_account), a reissue's revocation
---   of older tokens and its announcement (_issue_token), activation on consume (consume_token).
+--   of older tokens and its announcement (_issue_token), activation on consume (_after_consume).
 -- - dequeue_tokens takes tokens shard by shard (FOR UPDATE SKIP LOCKED runs only in a single-shard
 --   statement), as the outbound claim walks lanes (sql/citus/20).
 
@@ -188,37 +188,30 @@ COMMENT ON FUNCTION mailroom.create_account(text, text) IS
 'Create a provisioned account and its activation token; returns the account id (MR101 bad email, MR102 email taken, MR103 login taken, MR104 bad login).';
 
 -- activation on consume, done on a single node by the trigger after_token_consumed
-CREATE OR REPLACE FUNCTION mailroom.consume_token(p_signed text, p_code text DEFAULT null)
-RETURNS TABLE (account bigint, outcome text, attempts_left integer)
+CREATE OR REPLACE FUNCTION mailroom._after_consume(p_account bigint, p_signed text)
+RETURNS void
 LANGUAGE plpgsql
 VOLATILE
-SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
-DECLARE
-    r record;
 BEGIN
-    SELECT * INTO r FROM mailroom._consume_token(p_signed, p_code, (mailroom._verifying_keys()).p_keys) AS c;
-    IF r.outcome = 'consumed' AND EXISTS (
+    IF EXISTS (
         SELECT FROM mailroom.tokens AS t
         INNER JOIN mailroom.token_actions AS ta ON t.action = ta.action
-        WHERE t.account = r.account
+        WHERE t.account = p_account
             AND t.secret_digest = mailroom._digest(substr(mailroom._split_signed(p_signed), 1, 32), 'sha256')
             AND ta.activates_account
     ) THEN
         UPDATE mailroom.accounts AS a
         SET status = 'active', status_changed_at = mailroom.clock()  -- the coordinator's clock (sql/10)
-        WHERE a.id = r.account
+        WHERE a.id = p_account
             AND a.status = 'provisioned';
     END IF;
-    RETURN QUERY SELECT r.account, r.outcome, r.attempts_left;
 END;
 $$;
 
-COMMENT ON FUNCTION mailroom.consume_token(text, text) IS
-'Use a signed token once: checks its signature against the keyring (active, then verify-only keys), state, code (recovery: tokens.max_code_attempts tries), account status. '
-'One row (account, outcome, attempts_left): outcome consumed (account set), or wrong_code (account NULL; commit it, the attempt counts). '
-'Every other failure raises MR110-MR120.';
+COMMENT ON FUNCTION mailroom._after_consume(bigint, text) IS
+'Internal (Citus): the activation of a provisioned account whose activation token was consumed (the trigger after_token_consumed of one node, which cannot run on a worker).';
 
 -- The dequeue, shard by shard: pending tokens are listed without a lock (a fan-out read), their
 -- accounts grouped by shard, and in each shard, from a random one, one statement with those

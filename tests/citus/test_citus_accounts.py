@@ -211,3 +211,26 @@ def test_account_times_are_the_callers_pinned_clock(cconn):
         pin(app, times[3])
         app.execute("SELECT mailroom.unsuspend_account(%s)", (account,))
         assert stamped(account)[1:] == (times[1], None, times[3], times[3])
+
+
+def test_the_deprecated_keyed_consume_activates_too(cconn):
+    """consume_token(p_signed, p_key, …), kept for one release, activates the account on Citus as
+    the keyless form does (both call _after_consume; it did not on Citus, where the activation was
+    written into the keyless form only)."""
+    tag = uuid.uuid4().hex[:8]
+    with _app(cconn) as app:
+        account = app.execute("SELECT mailroom.create_account(%s, %s)", (f"k-{tag}@example.com", f"k-{tag}")).fetchone()[0]
+    with psycopg.connect(testing.as_login(cconn.info.dsn, "mr_collector")) as coll:
+        signed = None
+        for _ in range(50):
+            rows = coll.execute("SELECT login, signed FROM mailroom.dequeue_tokens(100)").fetchall()
+            coll.commit()
+            signed = next((s for lg, s in rows if lg == f"k-{tag}"), None)
+            if signed or not rows:
+                break
+    assert signed
+    with _app(cconn) as app:
+        row = app.execute("SELECT account, outcome FROM mailroom.consume_token(%s, %s::bytea)",
+                          (signed, bytes(32))).fetchone()
+        assert tuple(row) == (account, "consumed")
+        assert app.execute("SELECT mailroom.account_status(%s)", (account,)).fetchone()[0] == "active"
