@@ -42,7 +42,11 @@ def test_workers_report_heartbeats_through_the_pooler(conn, urls, workers, poole
     wait_until(lambda: health(conn)["sender"]["claimed"] >= 5, timeout=15, what="the sender's claims reported")
     h = health(conn)
     assert h["collector"]["last_claim_age_seconds"] < 15 and h["sender"]["last_claim_age_seconds"] < 15
-    assert h["collector"]["heartbeat_age_seconds"] < 12 and h["expiry"]["heartbeat_age_seconds"] < 12
+    # heartbeats keep coming (every ~10 s): a sample may fall just before a beat the load delayed
+    # (it failed once so, under load), so the next beats get a few seconds; a worker that stopped
+    # beating never gets under the bound again
+    wait_until(lambda: all(health(conn)[k]["heartbeat_age_seconds"] < 12 for k in ("collector", "expiry")),
+               timeout=10, what="a collector and an expiry heartbeat younger than 12 s")
     for w in (collector, sender, expiry):
         assert w.stop() == 0, w.stderr()
         assert "heartbeats off" not in w.stderr() and "heartbeat failed" not in w.stderr()
