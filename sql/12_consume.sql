@@ -178,25 +178,15 @@ COMMENT ON FUNCTION mailroom.verify_token(text, bytea, text, bytea[]) IS
 
 GRANT EXECUTE ON FUNCTION mailroom.verify_token(text, bytea, text, bytea[]) TO mailroom_app;
 
+-- The form of the previous release (its _consume_token, still running in a session during an
+-- upgrade, calls it): the two-argument form below, the account looked up. Removed in the next release.
 CREATE OR REPLACE FUNCTION mailroom._raise_token_state(p_token bigint)
 RETURNS void
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
 AS $$
-DECLARE
-    t mailroom.tokens;
 BEGIN
-    SELECT * INTO t FROM mailroom.tokens WHERE id = p_token;
-    IF NOT FOUND THEN
-        RAISE EXCEPTION USING ERRCODE = 'MR112', MESSAGE = 'unknown token';
-    ELSIF t.consumed_at IS NOT NULL THEN
-        RAISE EXCEPTION USING ERRCODE = 'MR114', MESSAGE = 'token already used';
-    ELSIF t.expires_at <= mailroom.clock() THEN
-        RAISE EXCEPTION USING ERRCODE = 'MR113', MESSAGE = 'token expired';
-    ELSIF t.revoked_at IS NOT NULL THEN
-        RAISE EXCEPTION USING
-            ERRCODE = 'MR117', MESSAGE = 'token revoked: a newer token of the same kind was issued';
-    END IF;
+    PERFORM mailroom._raise_token_state((SELECT tk.account FROM mailroom.tokens AS tk WHERE tk.id = p_token), p_token);
 END;
 $$;
 
@@ -345,6 +335,7 @@ BEGIN
         PERFORM mailroom._raise_token_state(t.account, t.id);
         RAISE EXCEPTION USING ERRCODE = 'MR114', MESSAGE = 'token already used';
     END IF;
+    PERFORM mailroom._after_consume(t.account, t.action);
     RETURN QUERY SELECT
         t.account,
         'consumed'::text,
@@ -355,7 +346,7 @@ $$;
 COMMENT ON FUNCTION mailroom._consume_token(text, text, bytea[]) IS
 'Internal: consume_token verifying the MAC against p_keys.';
 
-CREATE OR REPLACE FUNCTION mailroom._after_consume(p_account bigint, p_signed text)
+CREATE OR REPLACE FUNCTION mailroom._after_consume(p_account bigint, p_action mailroom.token_action)
 RETURNS void
 LANGUAGE plpgsql
 VOLATILE
@@ -364,13 +355,13 @@ AS $$
 BEGIN
     -- What a consumed token does to its account beyond the token row: on one node the trigger
     -- after_token_consumed activates a provisioned account (sql/11); on Citus that trigger cannot
-    -- run (the token's row is on a worker), and sql/citus/12 overrides this to do it. Every form
-    -- of consume_token calls it.
-    NULL;
+    -- run (the token's row is on a worker), and sql/citus/12 overrides this to do it.
+    -- _consume_token calls it once the token is consumed.
+    PERFORM p_account, p_action;
 END;
 $$;
 
-COMMENT ON FUNCTION mailroom._after_consume(bigint, text) IS
+COMMENT ON FUNCTION mailroom._after_consume(bigint, mailroom.token_action) IS
 'Internal: the account side of a consumed token (nothing on one node, where a trigger does it; Citus: the activation).';
 
 CREATE OR REPLACE FUNCTION mailroom.consume_token(p_signed text, p_code text DEFAULT null)
@@ -380,14 +371,8 @@ VOLATILE
 SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
-DECLARE
-    r record;
 BEGIN
-    SELECT * INTO r FROM mailroom._consume_token(p_signed, p_code, (mailroom._verifying_keys()).p_keys) AS c;
-    IF r.outcome = 'consumed' THEN
-        PERFORM mailroom._after_consume(r.account, p_signed);
-    END IF;
-    RETURN QUERY SELECT r.account, r.outcome, r.attempts_left;
+    RETURN QUERY SELECT * FROM mailroom._consume_token(p_signed, p_code, (mailroom._verifying_keys()).p_keys);
 END;
 $$;
 
@@ -413,16 +398,10 @@ VOLATILE
 SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
-DECLARE
-    r record;
 BEGIN
-    SELECT * INTO r FROM mailroom._consume_token(
+    RETURN QUERY SELECT * FROM mailroom._consume_token(
         p_signed, p_code, (mailroom._verifying_keys()).p_keys || mailroom._signing_keys(p_key, p_previous_keys)
-    ) AS c;
-    IF r.outcome = 'consumed' THEN
-        PERFORM mailroom._after_consume(r.account, p_signed);
-    END IF;
-    RETURN QUERY SELECT r.account, r.outcome, r.attempts_left;
+    );
 END;
 $$;
 

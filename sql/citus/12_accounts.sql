@@ -188,20 +188,14 @@ COMMENT ON FUNCTION mailroom.create_account(text, text) IS
 'Create a provisioned account and its activation token; returns the account id (MR101 bad email, MR102 email taken, MR103 login taken, MR104 bad login).';
 
 -- activation on consume, done on a single node by the trigger after_token_consumed
-CREATE OR REPLACE FUNCTION mailroom._after_consume(p_account bigint, p_signed text)
+CREATE OR REPLACE FUNCTION mailroom._after_consume(p_account bigint, p_action mailroom.token_action)
 RETURNS void
 LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
-    IF EXISTS (
-        SELECT FROM mailroom.tokens AS t
-        INNER JOIN mailroom.token_actions AS ta ON t.action = ta.action
-        WHERE t.account = p_account
-            AND t.secret_digest = mailroom._digest(substr(mailroom._split_signed(p_signed), 1, 32), 'sha256')
-            AND ta.activates_account
-    ) THEN
+    IF (mailroom._token_action(p_action)).activates_account THEN
         UPDATE mailroom.accounts AS a
         SET status = 'active', status_changed_at = mailroom.clock()  -- the coordinator's clock (sql/10)
         WHERE a.id = p_account
@@ -210,7 +204,7 @@ BEGIN
 END;
 $$;
 
-COMMENT ON FUNCTION mailroom._after_consume(bigint, text) IS
+COMMENT ON FUNCTION mailroom._after_consume(bigint, mailroom.token_action) IS
 'Internal (Citus): the activation of a provisioned account whose activation token was consumed (the trigger after_token_consumed of one node, which cannot run on a worker).';
 
 -- The dequeue, shard by shard: pending tokens are listed without a lock (a fan-out read), their
