@@ -690,6 +690,23 @@ GRANT EXECUTE ON FUNCTION mailroom.dequeue_tokens(integer, bytea) TO mailroom_co
 -- the latest attempt works. A token still open gets a fresh lifetime (tokens.ttl from now): a
 -- mail retried after its token's expiry still carries a working link. A consumed or revoked
 -- token stays so (its link is then refused by consume_token, as any used link is).
+-- A seam: a token's secret digest was replaced (a new link minted). Nothing on one node; on Citus
+-- (sql/citus/13) the lookup table token_digests, which routes a link to its account's shard,
+-- forgets the old digest and learns the new one.
+CREATE OR REPLACE FUNCTION mailroom._token_digest_replaced(p_account bigint, p_old bytea, p_new bytea)
+RETURNS void
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    PERFORM p_account, p_old, p_new;
+END;
+$$;
+
+COMMENT ON FUNCTION mailroom._token_digest_replaced(bigint, bytea, bytea) IS
+'Internal: a token''s secret digest p_old (NULL: none yet) became p_new (nothing on one node; Citus: token_digests).';
+
 CREATE OR REPLACE FUNCTION mailroom._mint_token(p_token_id bigint)
 RETURNS TABLE (action mailroom.token_action, email text, login text, signed text, code text)
 LANGUAGE plpgsql
@@ -702,19 +719,29 @@ DECLARE
     v_secret bytea := mailroom._random_bytes(32);
     v_code text := mailroom._random_code();
     v_renewed timestamptz := v_ts + mailroom.setting('tokens.ttl')::interval;
+    v_digest bytea := mailroom._digest(v_secret, 'sha256');
+    v_old bytea;
     v_account bigint;
     v_email text;
     v_login text;
     t record;
 BEGIN
-    -- the token's account first: the UPDATE then names it (on Citus: one shard, where tokens are
-    -- distributed by account), and its values are variables (Citus refuses a STABLE call in CASE)
+    -- the token's account first: the statements after name it (on Citus: one shard, where tokens
+    -- are distributed by account), and its values are variables (Citus refuses a STABLE call in CASE)
     SELECT tk.account INTO v_account FROM mailroom.tokens AS tk WHERE tk.id = p_token_id;
     IF NOT FOUND THEN
         RETURN;  -- purged (tokens.retention): no link to send
     END IF;
+    -- the row locked, and the digest of the link this one replaces (_token_digest_replaced)
+    SELECT tk.secret_digest INTO v_old
+    FROM mailroom.tokens AS tk
+    WHERE tk.account = v_account AND tk.id = p_token_id
+    FOR UPDATE;
+    IF NOT FOUND THEN
+        RETURN;
+    END IF;
     UPDATE mailroom.tokens AS tk
-    SET secret_digest = mailroom._digest(v_secret, 'sha256'),
+    SET secret_digest = v_digest,
         code_digest = mailroom._digest(v_secret || convert_to(v_code, 'UTF8'), 'sha256'),
         dispatched_at = coalesce(tk.dispatched_at, v_ts),
         expires_at = CASE
@@ -726,6 +753,7 @@ BEGIN
     IF NOT FOUND THEN
         RETURN;  -- purged (tokens.retention): no link to send
     END IF;
+    PERFORM mailroom._token_digest_replaced(v_account, v_old, v_digest);
     -- the account's row read alone, the link signed outside it (on Citus the read goes to the
     -- account's shard, and a function over the keyring cannot be shipped there with it)
     SELECT a.email, a.login INTO v_email, v_login FROM mailroom.accounts AS a WHERE a.id = v_account;

@@ -7,7 +7,7 @@
 -- token_digests holds (secret_digest, account) for every token whose secret_digest is set, as
 -- long as the token row exists:
 -- - written where a digest is set: the dequeue's minting (_dequeue_tokens, sql/citus/12) and a
---   token email's link (_mint_token, below: the previous digest's row goes);
+--   token email's link (sql/11's _mint_token, through _token_digest_replaced below: the previous digest's row goes);
 -- - deleted where a token row goes: retention (_delete_tokens_past_retention, sql/citus/12, and
 --   _forget_token_digests before a tokens partition is dropped), purge_tokens (below) and erasure
 --   (_erase_account_keys, sql/citus/12).
@@ -72,73 +72,24 @@ COMMENT ON FUNCTION mailroom._token_by_digest(bytea) IS
 'Internal (Citus): (account, id, action) of the token whose secret_digest is p_digest: through token_digests, '
 'then the account''s shard; a digest with no lookup row is looked up on every shard.';
 
--- sql/11's _mint_token with the lookup row: the token's row is locked (on its account's shard) to
--- read the digest it replaces; that digest's row goes and the new one's is written.
-CREATE OR REPLACE FUNCTION mailroom._mint_token(p_token_id bigint)
-RETURNS TABLE (action mailroom.token_action, email text, login text, signed text, code text)
+-- a new link's digest replaces its token's old one in the lookup table (sql/11's _mint_token
+-- calls it with the token's row locked)
+CREATE OR REPLACE FUNCTION mailroom._token_digest_replaced(p_account bigint, p_old bytea, p_new bytea)
+RETURNS void
 LANGUAGE plpgsql
 VOLATILE
-STRICT
 SET search_path = pg_catalog, pg_temp
-AS $fn$
-DECLARE
-    v_ts timestamptz := mailroom.clock();
-    v_secret bytea := mailroom._random_bytes(32);
-    v_code text := mailroom._random_code();
-    v_digest bytea := mailroom._digest(v_secret, 'sha256');
-    v_renewed timestamptz := v_ts + mailroom.setting('tokens.ttl')::interval;
-    v_account bigint;
-    v_old bytea;
-    v_email text;
-    v_login text;
-    t record;
+AS $$
 BEGIN
-    -- the token's account first (by id: every shard); every later statement names it
-    SELECT tk.account INTO v_account FROM mailroom.tokens AS tk WHERE tk.id = p_token_id;
-    IF NOT FOUND THEN
-        RETURN;  -- purged (tokens.retention): no link to send
+    IF p_old IS NOT NULL THEN
+        DELETE FROM mailroom.token_digests AS d WHERE d.secret_digest = p_old;
     END IF;
-    SELECT tk.secret_digest INTO v_old
-    FROM mailroom.tokens AS tk
-    WHERE tk.account = v_account AND tk.id = p_token_id
-    FOR UPDATE;
-    IF NOT FOUND THEN
-        RETURN;
-    END IF;
-    UPDATE mailroom.tokens AS tk
-    SET secret_digest = v_digest,
-        code_digest = mailroom._digest(v_secret || convert_to(v_code, 'UTF8'), 'sha256'),
-        dispatched_at = coalesce(tk.dispatched_at, v_ts),
-        expires_at = CASE
-            WHEN tk.consumed_at IS NULL AND tk.revoked_at IS NULL THEN v_renewed
-            ELSE tk.expires_at
-        END
-    WHERE tk.account = v_account AND tk.id = p_token_id
-    RETURNING tk.action, tk.account INTO t;
-    IF NOT FOUND THEN
-        RETURN;
-    END IF;
-    IF v_old IS NOT NULL THEN
-        DELETE FROM mailroom.token_digests AS d WHERE d.secret_digest = v_old;
-    END IF;
-    INSERT INTO mailroom.token_digests (secret_digest, account) VALUES (v_digest, v_account);
-    SELECT a.email, a.login INTO v_email, v_login FROM mailroom.accounts AS a WHERE a.id = v_account;
-    IF NOT FOUND THEN
-        RETURN;
-    END IF;
-    RETURN QUERY
-    SELECT
-        t.action,
-        v_email,
-        v_login,
-        mailroom._signed_value(t.action, v_secret, v_code, mailroom._active_signing_key()),
-        v_code;
+    INSERT INTO mailroom.token_digests (secret_digest, account) VALUES (p_new, p_account);
 END;
-$fn$;
+$$;
 
-COMMENT ON FUNCTION mailroom._mint_token(bigint) IS
-'Internal (Citus): a fresh secret and code for a dispatched token (its digests replaced, and its token_digests row; '
-'an open token''s lifetime renewed), signed with the active key; no row when the token is gone.';
+COMMENT ON FUNCTION mailroom._token_digest_replaced(bigint, bytea, bytea) IS
+'Internal (Citus): the token_digests row of p_old (if any) deleted, p_new''s written for p_account.';
 
 -- sql/14's purge_tokens, the deleted tokens' lookup rows with them
 CREATE OR REPLACE FUNCTION mailroom.purge_tokens(p_older_than interval DEFAULT '7 days')
