@@ -52,7 +52,10 @@ def send_many(port: int, boxes: list[str], client: int, count: int, replies: dic
 
 def test_inbox_serve_through_the_pooler_stores_every_accepted_message_once(conn, urls, workers):
     boxes = [conn.execute("SELECT address FROM mailroom.create_mailbox(60, 'pro')").fetchone()[0] for _ in range(5)]
-    server, port = serve(workers, urls("inbound").database)
+    # --db-timeout is this test's liveness bound (a call without an answer within it is a 451): the
+    # default 5 s, on two cores shared with the Citus tests' clusters, once left 2 of 500 messages
+    # at 451 in CI (the cause not seen: the message below now shows the server's warnings)
+    server, port = serve(workers, urls("inbound").database, "--db-timeout", "30s")
     replies: dict[str, int] = {}
     lock = threading.Lock()
     threads = [threading.Thread(target=send_many, args=(port, boxes, c, PER_CLIENT, replies, lock)) for c in range(CLIENTS)]
@@ -65,7 +68,8 @@ def test_inbox_serve_through_the_pooler_stores_every_accepted_message_once(conn,
         s.removeprefix("pooled ") for (s,) in conn.execute("SELECT subject FROM mailroom.messages").fetchall()
     )
     assert len(replies) == CLIENTS * PER_CLIENT
-    assert len(accepted) == CLIENTS * PER_CLIENT, (collections.Counter(replies.values()), server.stderr()[-3000:])
+    not_stored_lines = [line for line in server.stderr().splitlines() if "] stored " not in line]
+    assert len(accepted) == CLIENTS * PER_CLIENT, (collections.Counter(replies.values()), not_stored_lines[-40:])
     assert set(stored) == accepted, f"250 but not stored: {len(accepted - set(stored))}, stored without 250: " \
                                      f"{len(set(stored) - accepted)}"
     assert set(stored.values()) == {1}, "each accepted message stored once"
