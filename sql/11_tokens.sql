@@ -228,19 +228,22 @@ LANGUAGE plpgsql
 STABLE
 SET search_path = pg_catalog, pg_temp
 AS $$
+DECLARE
+    v_type record;
 BEGIN
+    -- the type's row (issue 36: the signed path and the code were a CASE here, so a new type would
+    -- have been signed as a recovery); a type without its row is refused, MR125
+    v_type := mailroom._token_action(p_action);
     RETURN translate(encode(p_secret || mailroom._hmac(
-        CASE p_action
-            WHEN 'activation' THEN convert_to('/activate', 'UTF8') || p_secret
-            ELSE convert_to('/recover', 'UTF8') || p_secret || convert_to(p_code, 'UTF8')
-        END,
+        convert_to(v_type.signing_path, 'UTF8') || p_secret
+        || CASE WHEN v_type.with_code THEN convert_to(p_code, 'UTF8') ELSE ''::bytea END,
         p_key, 'sha256'
     ), 'base64'), E'+/=\n', '-_');
 END;
 $$;
 
 COMMENT ON FUNCTION mailroom._signed_value(mailroom.token_action, bytea, text, bytea) IS
-'Internal: _signed_values for one token: base64url-nopad(secret || HMAC-SHA256(key, path || secret [|| code])).';
+'Internal: _signed_values for one token: base64url-nopad(secret || HMAC-SHA256(key, path || secret [|| code])), the path and the code''s place from the type''s mailroom.token_actions row (MR125 without one).';
 
 CREATE OR REPLACE FUNCTION mailroom.sign_token(
     p_action mailroom.token_action, p_secret bytea, p_code text DEFAULT null
