@@ -50,6 +50,7 @@ AS $$
 DECLARE
     v_box mailroom.mailboxes;
 BEGIN
+    PERFORM mailroom._caller_pattern(p_subject_like, 'like');
     v_box := mailroom._authorize_mailbox(p_address, p_session_token, p_owner_type, p_owner_id);
     RETURN (mailroom._newest_message(v_box.id, p_subject_like)).id;
 END;
@@ -99,6 +100,7 @@ BEGIN
             ERRCODE = 'MR213',
             MESSAGE = 'p_timeout must be between 0 and 60 seconds (CALL mailroom.await_message waits up to 10 minutes)';
     END IF;
+    PERFORM mailroom._caller_pattern(p_subject_like, 'like');
     v_box := mailroom._authorize_mailbox(p_address, p_session_token, p_owner_type, p_owner_id);
     v_seconds := extract(EPOCH FROM p_timeout);
     v_rounds := ceil(v_seconds / c_step)::integer;
@@ -258,6 +260,7 @@ DECLARE
     v_message mailroom.messages;
     v_link text;
 BEGIN
+    PERFORM mailroom._caller_pattern(p_url_like, 'like');
     v_message := mailroom._readable_message(p_address, p_session_token, p_message_id, p_owner_type, p_owner_id);
     -- The text part: http(s) URLs up to white space or a delimiter, without trailing punctuation.
     SELECT u.url INTO v_link
@@ -326,6 +329,7 @@ BEGIN
     IF p_pattern IS NULL OR p_pattern = '' THEN
         RAISE EXCEPTION USING ERRCODE = '22023', MESSAGE = 'p_pattern must be a non-empty regular expression';
     END IF;
+    PERFORM mailroom._caller_pattern(p_pattern, 'regex');
     v_message := mailroom._readable_message(p_address, p_session_token, p_message_id, p_owner_type, p_owner_id);
     v_hit := regexp_match(coalesce(v_message.text_body, ''), p_pattern);
     IF v_hit IS NULL THEN
@@ -342,6 +346,6 @@ END;
 $$;
 
 COMMENT ON FUNCTION mailroom.extract_code(text, text, bigint, text, text, text) IS
-'First match of the regular expression p_pattern (default a 5-digit word; its first group if it has one) in a message: the text part, else the visible text of the HTML part; MR215 when none; authorized like read_message (MR209).';
+'First match of the regular expression p_pattern (default a 5-digit word; its first group if it has one) in a message: the text part, else the visible text of the HTML part; MR215 when none; MR010 for a pattern past the bounds (200 characters, no back-reference, 8 quantifiers); authorized like read_message (MR209).';
 
 GRANT EXECUTE ON FUNCTION mailroom.extract_code(text, text, bigint, text, text, text) TO mailroom_app;
