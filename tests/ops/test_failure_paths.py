@@ -1,11 +1,13 @@
-"""Failure paths that answer fast (issue 23, item 5): PostgreSQL stopped and started again under every
-worker, and every worker started while it is down.
+"""Failure paths that answer fast (issue 23, item 5; issue 34, item 2): PostgreSQL stopped and started
+again under every worker and the HTTP face, and every worker started while it is down.
 
 Each worker (collect --enqueue, send, inbox serve, expire, maintain --every) runs as its own login on
 a cluster of this test's own. While the server is down: a RCPT answers 451 within a few seconds from
 the first session on, every worker says once that the database is unreachable (not once per retry or
 per second), and no worker exits. Once it is back: every worker says once that it recovered, mail
-flows again end to end, and SIGTERM ends each with exit 0, listed as stopped. `mailroom run` started
+flows again end to end, and SIGTERM ends each with exit 0, listed as stopped. The HTTP face answers
+503 with Retry-After and its JSON error within a few seconds while the server is down (never 500),
+and 200 again within seconds of its return. `mailroom run` started
 while the database is down says "running" only once every child is ready, and Ctrl-C ends all with 0.
 """
 
@@ -38,6 +40,7 @@ WORKERS = {
     "maintain": ["maintain", "--every", "2s"],
 }
 KINDS = {"collect": "collector", "send": "sender", "inbox": "inbound", "expire": "expiry", "maintain": "maintenance"}
+HTTP_ARGS = ["http", "serve", "--pool-size", "4"]
 
 
 def free_port() -> int:
@@ -135,33 +138,91 @@ def _rcpt(port: int, address: str) -> tuple[int, float]:
     return code, time.monotonic() - started
 
 
-def _start_all(url: str, inbox_port: int) -> dict[str, Worker]:
+def _start_all(url: str, inbox_port: int, http_port: int | None = None) -> dict[str, Worker]:
     env: dict[str, str] = {}
     workers = {}
     for name, args in WORKERS.items():
         extra = ["--port", str(inbox_port)] if name == "inbox" else []
         workers[name] = Worker(name, [*args, *extra], url, env)
+    if http_port is not None:
+        workers["http"] = Worker("http", [*HTTP_ARGS, "--port", str(http_port)], url, env)
+        workers["http"].wait_for("serving (pid", timeout=30)
     return workers
+
+
+def http(port: int, method: str, path: str, body: bytes | None = None, timeout: float = 30,  # noqa: ANN201
+         token: str | None = None):
+    """(status, headers, JSON body or None, seconds) of one request to the HTTP face."""
+    import json
+    import urllib.error
+    import urllib.request
+
+    headers = {"Content-Type": "application/json"} if body is not None else {}
+    if token is not None:
+        headers["Authorization"] = f"Bearer {token}"
+    req = urllib.request.Request(f"http://127.0.0.1:{port}{path}", data=body, method=method, headers=headers)
+    started = time.monotonic()
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as resp:  # noqa: S310 - 127.0.0.1
+            status, headers, raw = resp.status, {k.lower(): v for k, v in resp.headers.items()}, resp.read()
+    except urllib.error.HTTPError as err:
+        status, headers, raw = err.code, {k.lower(): v for k, v in err.headers.items()}, err.read()
+    seconds = time.monotonic() - started
+    try:
+        doc = json.loads(raw) if raw else None
+    except ValueError:
+        doc = None
+    return status, headers, doc, seconds
+
+
+def assert_http_unavailable(port: int, method: str, path: str, body: bytes | None = None,
+                            token: str | None = None) -> None:
+    """The HTTP face while the database is down: 503, Retry-After and the JSON error, within 5 s."""
+    status, headers, doc, seconds = http(port, method, path, body, token=token)
+    assert status == 503, (method, path, status, doc)
+    assert seconds < 5, (method, path, seconds)
+    assert headers.get("retry-after", "").isdigit(), headers
+    assert doc is not None and doc["error"]["kind"] == "unavailable", doc
+
+
+def wait_http_ok(port: int, path: str, token: str | None = None, timeout: float = 30) -> float:
+    """Seconds until GET `path` answers 200."""
+    started = time.monotonic()
+    last = None
+    while time.monotonic() - started < timeout:
+        last = http(port, "GET", path, token=token)
+        if last[0] == 200:
+            return time.monotonic() - started
+        time.sleep(0.1)
+    raise AssertionError(f"GET {path} did not answer 200 within {timeout}s: last {last and last[:3]}")
 
 
 def test_postgres_stopped_and_started_under_every_worker(private_cluster):
     url = private_cluster.url()
     bindir, run_as = embedded.find_bindir(), embedded.RunAs.detect()
-    inbox_port = free_port()
+    inbox_port, http_port = free_port(), free_port()
     _setup(url, inbox_port)
-    workers = _start_all(url, inbox_port)
+    workers = _start_all(url, inbox_port, http_port)
     try:
-        _wait_until("every worker to report in", lambda: set(_workers_by_state(url)) == set(KINDS.values())
-                    and set(_workers_by_state(url).values()) == {"running"})
+        _wait_until("every worker to report in", lambda: set(KINDS.values()) <= set(_workers_by_state(url))
+                    and {_workers_by_state(url)[k] for k in KINDS.values()} == {"running"})
         with psycopg.connect(url, autocommit=True) as conn:
             address = conn.execute("SELECT address FROM mailroom.create_mailbox(60, 'free')").fetchone()[0]
         assert _rcpt(inbox_port, address)[0] == 250
+        status, _, box, _ = http(http_port, "POST", "/api/v1/mailboxes", b"{}")
+        assert status == 201, box
+        box_path = f"/api/v1/mailboxes/{box['address']}/messages"
+        assert http(http_port, "GET", box_path, token=box["session_token"])[0] == 200
 
         private_cluster.stop(bindir, run_as)  # fast shutdown: every backend is terminated
         down_at = time.monotonic()
         code, seconds = _rcpt(inbox_port, address)  # the first session after the stop
         assert code == 451 and seconds < 5, (code, seconds)
         assert _rcpt(inbox_port, address)[0] == 451
+        # every route of the HTTP face: 503 within seconds, never a 500 (issue 34, item 2)
+        assert_http_unavailable(http_port, "GET", box_path, token=box["session_token"])
+        assert_http_unavailable(http_port, "POST", "/api/v1/mailboxes", b"{}")
+        assert_http_unavailable(http_port, "GET", box_path, token=box["session_token"])
         for w in workers.values():
             w.wait_for("database unreachable (", timeout=20)  # the outage line, not a LISTEN reason
         time.sleep(max(0.0, 8 - (time.monotonic() - down_at)))  # several retries of every worker
@@ -172,10 +233,14 @@ def test_postgres_stopped_and_started_under_every_worker(private_cluster):
             assert len(warnings) <= 4, f"{w.name} kept warning:\n{w.text()}"
 
         private_cluster.start(bindir, run_as, fast=True)
+        back = wait_http_ok(http_port, box_path, token=box["session_token"])
+        assert back < 5, f"the HTTP face served again after {back:.1f}s"
         for w in workers.values():
             w.wait_for("recovered: database unreachable no more", timeout=30)
             assert w.count("recovered") == 1, w.text()
         assert _rcpt(inbox_port, address)[0] == 250
+        assert "Traceback" not in workers["http"].text() and "psycopg" not in workers["http"].text(), \
+            workers["http"].text()
         # mail flows again: an account's activation email is collected, sent and delivered to its inbox
         with psycopg.connect(url, autocommit=True) as conn:
             conn.execute("SELECT mailroom.create_account(%s, 'after-restart')", (address,))
@@ -184,7 +249,7 @@ def test_postgres_stopped_and_started_under_every_worker(private_cluster):
                 " WHERE b.address = %s", (address,)).fetchone()[0] >= 1, timeout=30)
         for name, w in workers.items():
             assert w.stop() == 0, f"{name}:\n{w.text()}"
-        assert set(_workers_by_state(url).values()) == {"stopped"}, _workers_by_state(url)
+        assert {_workers_by_state(url)[k] for k in KINDS.values()} == {"stopped"}, _workers_by_state(url)
     finally:
         for w in workers.values():
             w.kill()

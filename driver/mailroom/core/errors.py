@@ -123,9 +123,11 @@ def kind_of(exc: BaseException) -> Kind:
     if is_upgrade_condition(exc):
         return Kind.UPGRADING
     if not sqlstate:
-        # no SQLSTATE: a client-side connection failure (OperationalError / InterfaceError)
+        # no SQLSTATE: a client-side connection failure (OperationalError / InterfaceError), or no
+        # pooled connection within the wait (psycopg_pool's PoolTimeout): the database is unavailable
         name = type(exc).__name__
-        return Kind.UNAVAILABLE if name in ("OperationalError", "InterfaceError", "ConnectionTimeout") else Kind.INTERNAL
+        return Kind.UNAVAILABLE if name in ("OperationalError", "InterfaceError", "ConnectionTimeout", "PoolTimeout") \
+            else Kind.INTERNAL
     return _CLASS_KINDS.get(sqlstate[:2], Kind.INTERNAL)
 
 

@@ -34,7 +34,10 @@ T = TypeVar("T")
 
 
 BACKOFF_FIRST = 0.1
-BACKOFF_CAP = 5.0
+# At most this long between two attempts, however long the outage: a server that comes back is
+# found within it (issue 34: every worker and server serves again within seconds). An attempt
+# against a server that is down is one refused connection: cheap at this rate.
+BACKOFF_CAP = 2.0
 
 
 class Backoff:

@@ -33,11 +33,13 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Response, StreamingResponse
 from psycopg.types.string import TextLoader
-from psycopg_pool import AsyncConnectionPool
+from psycopg_pool import PoolTimeout
 
 from mailroom.core.errors import Kind, describe_db_error, error_code, kind_of
 from mailroom.core.log import get_logger
-from mailroom.db.connect import alearn_vocabulary, connection_kwargs
+from mailroom.core.outage import Outage
+from mailroom.db.connect import StaleConnection, alearn_vocabulary, ensure_alive
+from mailroom.db.pool import async_pool, bounded_transaction
 from mailroom.http import page, sqlapi
 from mailroom.http.events import Hub
 from mailroom.http.sns import SnsVerifier
@@ -66,6 +68,8 @@ class HttpConfig:
     database_url: str
     listen_url: str | None = None
     pool_size: int = 8
+    pool_timeout: float = 3.0  # seconds a request waits for a pooled connection before its 503
+    statement_timeout: float = 5.0  # seconds: every statement of a request (SET LOCAL), then 504
     poll_interval: float = 2.0
     keepalive: float = 15.0
     cors_origins: list[str] = field(default_factory=list)
@@ -95,23 +99,39 @@ class ApiError(Exception):
         self.headers = headers or {}
 
 
+# A statement the server stopped: its timeout (57014) is the caller's work taking too long, 504;
+# terminated or shut down (57P01–57P03), the database is going away, 503. Neither is ever retried.
+_SQLSTATE_STATUS = {"57014": 504}
+RETRY_AFTER = "2"  # seconds, on every 503
+
+
 def db_error(exc: psycopg.Error) -> ApiError:
     """The HTTP answer to a database error: the status of its kind (or code), the MR code and message."""
     kind = kind_of(exc)
     code = exc.sqlstate or ""
     entry = error_code(exc)
-    status = entry.http_status if entry is not None and entry.http_status else _KIND_STATUS.get(kind, 500)
+    status = entry.http_status if entry is not None and entry.http_status \
+        else _SQLSTATE_STATUS.get(code) or _KIND_STATUS.get(kind, 500)
     headers: dict[str, str] = {}
     if status == 401:
         headers["WWW-Authenticate"] = 'Bearer realm="mailroom"'
     if status == 429 and exc.diag.message_detail and exc.diag.message_detail.isdigit():
         headers["Retry-After"] = exc.diag.message_detail
-    if status >= 500:
+    if status == 503:
+        headers["Retry-After"] = RETRY_AFTER
+        message = "the database is unavailable, try again"
+    elif status == 504:
+        message = "the statement took longer than the server allows (statement timeout)"
+    elif status >= 500:
         log.error("database error: %s", describe_db_error(exc))
-        message = "the database is unavailable, try again" if status == 503 else "internal error"
+        message = "internal error"
     else:
         message = exc.diag.message_primary or "refused"
     return ApiError(status, code, message, headers=headers, kind=kind.value)
+
+
+def unavailable(reason: str = "the database is unavailable, try again") -> ApiError:
+    return ApiError(503, "", reason, headers={"Retry-After": RETRY_AFTER}, kind=Kind.UNAVAILABLE.value)
 
 
 def error_body(err: ApiError) -> dict[str, Any]:
@@ -169,10 +189,9 @@ class State:
 
     def __init__(self, config: HttpConfig) -> None:
         self.config = config
-        self.pool = AsyncConnectionPool(
-            config.database_url, min_size=1, max_size=config.pool_size, open=False,
-            kwargs=connection_kwargs(application_name="mailroom-http"), configure=_configure,
-        )
+        self.pool = async_pool(config.database_url, max_size=config.pool_size, application_name="mailroom-http",
+                               configure=_configure)
+        self.outage = Outage(log)  # the database unreachable: one line, reminders, one line when it is back
         self.hub = Hub(config.listen_url, poll_interval=config.poll_interval, indexer=self._index)
         # large messages are parsed in these processes (started on first use), never on the loop
         self.parser = ParsePool()
@@ -205,29 +224,39 @@ class State:
             await sqlapi.index_messages.acall(conn, message_ids=ids)
 
     async def call(self, fn: Any, *, shape: str = "value", retry: bool = True, **kwargs: Any) -> Any:
-        """One SQL call on a pooled connection. When `retry` (reads: always safe), a broken
-        connection (a restarted server ends every pooled one) is followed by the next one, up to
-        the pool's size + 1 attempts; otherwise, and past that, 503."""
-        attempts = self.pool.max_size + 1 if retry else 1
-        for attempt in range(1, attempts + 1):
+        """One SQL call on a pooled connection, in a transaction whose statement timeout is the
+        server's (--statement-timeout, SET LOCAL: the runtime roles are group roles, and a pooler
+        drops startup options, so a login's or a URL's setting cannot be relied on).
+
+        A pooled connection the server ended while it was idle (found before anything is sent) is
+        replaced by the next one; nothing else is retried: a statement the server cancelled or
+        terminated, or a connection lost under it, is answered (504, 503) and never run again.
+        No connection within --pool-timeout: 503 with Retry-After. `retry` is kept for callers
+        and means nothing more than that."""
+        del retry
+        for _attempt in range(self.pool.max_size + 1):
             try:
-                async with self.pool.connection(timeout=10) as conn:
-                    if shape == "rows":
-                        return await fn.arows(conn, **kwargs)
-                    if shape == "row":
-                        return await fn.arow(conn, **kwargs)
-                    return await fn.avalue(conn, **kwargs)
-            except psycopg.OperationalError as exc:
-                if attempt < attempts:
-                    continue
-                raise db_error(exc) from None
+                async with self.pool.connection(timeout=self.config.pool_timeout) as conn:
+                    await ensure_alive(conn)
+                    async with bounded_transaction(conn, self.config.statement_timeout):
+                        if shape == "rows":
+                            result = await fn.arows(conn, **kwargs)
+                        elif shape == "row":
+                            result = await fn.arow(conn, **kwargs)
+                        else:
+                            result = await fn.avalue(conn, **kwargs)
+            except StaleConnection:
+                continue  # ended while idle, nothing was sent: the next connection
+            except PoolTimeout as exc:
+                self.outage.delay(exc)
+                raise unavailable() from None
             except psycopg.Error as exc:
+                if kind_of(exc) is Kind.UNAVAILABLE and not exc.sqlstate:
+                    self.outage.delay(exc)  # the connection was lost: one line for the outage
                 raise db_error(exc) from None
-            except Exception as exc:  # PoolTimeout: no connection within the time
-                if type(exc).__name__ == "PoolTimeout":
-                    raise ApiError(503, "", "the database is busy, try again", kind="unavailable") from None
-                raise
-        raise AssertionError("unreachable")  # pragma: no cover
+            self.outage.resumed()
+            return result
+        raise unavailable()
 
 
 def _configure(conn: psycopg.AsyncConnection) -> Any:

@@ -66,6 +66,12 @@ def serve_cmd(
     sns_connect_to: Annotated[Optional[str], typer.Option(
         envvar="MAILROOM_SNS_CONNECT_TO", hidden=True, help="host:port that SNS HTTPS requests go to (tests).")] = None,
     access_log: Annotated[bool, typer.Option(help="Log one line per request (the route, never the address).")] = False,
+    statement_timeout: Annotated[float, duration_option(
+        "--statement-timeout", positive=True, maximum=600,
+        help="Each request's SQL statement at most this long (SET LOCAL statement_timeout), then 504.")] = "5s",
+    pool_timeout: Annotated[float, duration_option(
+        "--pool-timeout", positive=True, maximum=600,
+        help="A request waits this long for a database connection, then 503 with Retry-After.")] = "3s",
 ) -> None:
     """Serve the REST API (/api/v1, /docs), the inbox page (/inbox/{address}) and the SES hook."""
     if not 0 <= port <= 65535:
@@ -89,7 +95,7 @@ def serve_cmd(
         poll_interval=poll_interval, tls_cert=tls_cert, tls_key=tls_key, cors_origins=cors_origin or [],
         proxy=proxy, secure_cookies=secure_cookies if secure_cookies is not None else bool(tls_cert or proxy),
         ses_topics=topics, sns_cert_dir=sns_cert_dir, sns_ca_file=sns_ca_file, sns_connect_to=sns_connect_to,
-        access_log=access_log,
+        access_log=access_log, statement_timeout=statement_timeout, pool_timeout=pool_timeout,
     )
 
 

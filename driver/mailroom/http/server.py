@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import os
+import signal
 import socket
 
 from mailroom.core.errors import UserError
@@ -17,13 +18,15 @@ log = get_logger("http")
 def serve(database_url: str, listen_url: str | None, *, host: str, port: int, workers: int, pool_size: int,
           poll_interval: float, tls_cert: str | None, tls_key: str | None, cors_origins: list[str],
           proxy: str | None, secure_cookies: bool, ses_topics: list[str], sns_cert_dir: str | None,
-          sns_ca_file: str | None, sns_connect_to: str | None, access_log: bool) -> None:
+          sns_ca_file: str | None, sns_connect_to: str | None, access_log: bool, statement_timeout: float = 5.0,
+          pool_timeout: float = 3.0) -> None:
     import uvicorn
 
     config = HttpConfig(
         database_url=database_url, listen_url=listen_url, pool_size=pool_size, poll_interval=poll_interval,
         cors_origins=cors_origins, ses_topics=ses_topics, sns_cert_dir=sns_cert_dir, sns_ca_file=sns_ca_file,
         sns_connect_to=sns_connect_to, secure_cookies=secure_cookies, access_log=access_log,
+        statement_timeout=statement_timeout, pool_timeout=pool_timeout,
     )
     os.environ[CONFIG_ENV] = config.to_env()  # the worker processes build their app from it
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
@@ -42,6 +45,11 @@ def serve(database_url: str, listen_url: str | None, *, host: str, port: int, wo
              f", SES topics {len(ses_topics)}" if ses_topics else "")
     # uvicorn's own access log would carry each path (an inbox's address): off; ours names the route
     logging.getLogger("uvicorn.access").disabled = True
+    # uvicorn shuts down gracefully on SIGTERM/SIGINT, then raises the signal again for the handler it
+    # found: with Python's defaults that kills the process (-15) or raises KeyboardInterrupt. Ours
+    # ignore it, so a stopped server exits 0 like every other worker (`mailroom run`, systemd).
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda _signum, _frame: None)
     uvicorn.run(
         "mailroom.http.app:create_app", factory=True, fd=sock.fileno(), workers=workers if workers > 1 else None,
         ssl_certfile=tls_cert, ssl_keyfile=tls_key, proxy_headers=bool(proxy), forwarded_allow_ips=proxy or "",

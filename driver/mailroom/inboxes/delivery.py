@@ -114,21 +114,22 @@ class Delivery:
         return await self.upgrade.call(lambda: self._read_once(fn, **kwargs), within=_UPGRADE_WAIT)
 
     async def _read_once(self, fn: SqlFunction, **kwargs: Any) -> Any:
-        """The first row of a read-only call (retrying on a broken connection is always safe), within
-        `timeout` seconds in all."""
+        """The first row of a read-only call, within `timeout` seconds in all. A pooled connection the
+        server ended while idle (found before anything is sent) is replaced by the next one; a
+        statement the server cancelled or terminated, or a connection lost under it, is not re-run:
+        the SMTP layer answers 451 and the client retries."""
         try:
             async with asyncio.timeout(self.timeout):
-                attempts = self.pool.max_size + 1
-                for attempt in range(1, attempts + 1):
+                for _attempt in range(self.pool.max_size + 1):
                     try:
                         async with self.pool.connection(timeout=self.timeout) as conn:
+                            await ensure_alive(conn)
                             return await fn.arow(conn, **kwargs)
-                    except psycopg.OperationalError:
-                        if attempt == attempts:
-                            raise
+                    except StaleConnection:
+                        continue
+                raise psycopg.OperationalError("every pooled connection was found ended by the server")
         except TimeoutError:
             raise DatabaseTimeout(f"no answer within {self.timeout:g}s") from None
-        return None  # pragma: no cover
 
     async def message(self, raw: bytes, mail_from: str, recipients: list[str]) -> str:
         """Store a message for its accepted recipients (all or none): the reply."""

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import logging
 import ssl
 from collections.abc import Callable
 
@@ -28,6 +27,7 @@ from mailroom.core.ready import notify_ready
 from mailroom.db import heartbeat
 from mailroom.db import sqlapi as db_sqlapi
 from mailroom.db.connect import alearn_vocabulary, connection_kwargs, with_defaults
+from mailroom.db.pool import async_pool
 from mailroom.inboxes import sqlapi
 from mailroom.inboxes.delivery import Delivery
 from mailroom.inboxes.metrics import InboundMetrics
@@ -35,8 +35,6 @@ from mailroom.inboxes.parsing import DEFAULT_WORKERS, ParsePool
 from mailroom.inboxes.smtp import AIOSMTPD_TESTED, InboxHandler, _Busy, _SessionGate, _smtp_class
 
 log = get_logger("inbox")
-# psycopg_pool logs every failed reconnection at WARNING; the server's outage says it once
-logging.getLogger("psycopg.pool").setLevel(logging.ERROR)
 
 
 def tls_context(cert_file: str, key_file: str) -> ssl.SSLContext:
@@ -175,13 +173,7 @@ class InboundServer:
             log.info("stopped before it listened")
             return
         max_bytes, domain = settings
-        pool = AsyncConnectionPool(
-            self.url,
-            min_size=1,
-            max_size=self.pool_size,
-            kwargs=connection_kwargs(application_name="mailroom-inbox"),
-            open=False,
-        )
+        pool = async_pool(self.url, max_size=self.pool_size, application_name="mailroom-inbox")
         self._pool = pool
         try:
             await pool.open(wait=True, timeout=10)
