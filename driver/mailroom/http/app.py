@@ -40,7 +40,7 @@ from mailroom.core.log import get_logger
 from mailroom.core.outage import Outage
 from mailroom.db.connect import StaleConnection, alearn_vocabulary, ensure_alive
 from mailroom.db.pool import async_pool, bounded_transaction
-from mailroom.http import page, sqlapi
+from mailroom.http import docs, page, sqlapi
 from mailroom.http.events import Hub
 from mailroom.http.sns import SnsVerifier
 from mailroom.inboxes.parsing import ParsePool
@@ -345,7 +345,7 @@ def create_app(config: HttpConfig | None = None) -> FastAPI:  # noqa: PLR0915 - 
         version="1",
         summary="Expiring inboxes over HTTP: create, read, wait for, search and delete mail.",
         lifespan=state.lifespan,
-        docs_url="/docs",
+        docs_url=None,  # http/docs.py: Swagger UI from a package, under a CSP
         redoc_url=None,
         openapi_url="/openapi.json",
     )
@@ -357,6 +357,8 @@ def create_app(config: HttpConfig | None = None) -> FastAPI:  # noqa: PLR0915 - 
                            allow_headers=["Authorization", "X-API-Key", "X-Session-Token"])
     if config.access_log:
         app.add_middleware(_AccessLog)
+    app.add_middleware(docs.SecurityHeaders)
+    docs.add_routes(app)
 
     @app.exception_handler(ApiError)
     async def api_error(request: Request, err: ApiError) -> Response:
