@@ -173,7 +173,7 @@ def message_frame_headers(images: bool) -> dict[str, str]:
     img = "img-src data: cid: https: http:" if images else "img-src data: cid:"
     return {
         "Content-Security-Policy": (
-            "sandbox allow-popups allow-popups-to-escape-sandbox; default-src 'none'; "
+            "sandbox allow-popups; default-src 'none'; "
             f"style-src 'unsafe-inline'; font-src data:; {img}; frame-ancestors 'self'"
         ),
         "X-Content-Type-Options": "nosniff",
@@ -258,7 +258,7 @@ def render_message(address: str, m: dict[str, Any], *, csrf: str) -> str:
         html_part = (f'<div class="card"><div style="display:flex;justify-content:space-between"><h3 style="margin:0">HTML</h3>'
                      f'<button class="ghost" id="show-images">Show images</button></div>'
                      f'<p class="muted">Rendered in a sandbox: scripts and remote content are blocked.</p>'
-                     f'<iframe class="body" id="html-frame" sandbox="allow-popups allow-popups-to-escape-sandbox" '
+                     f'<iframe class="body" id="html-frame" sandbox="allow-popups" '
                      f'referrerpolicy="no-referrer" title="HTML part" data-src="{base}/html" src="{base}/html"></iframe></div>')
     text_part = f'<div class="card"><h3 style="margin-top:0">Text</h3><pre id="text">{e(m.get("text"))}</pre></div>' \
         if m.get("text") else ""
@@ -307,6 +307,27 @@ def render_home() -> str:
     return _page("mailroom", body)
 
 
+def same_origin(request: Request) -> bool:
+    """Whether a request that would set an inbox cookie comes from this site or from the person (a typed
+    or pasted address, a bookmark): the browser's Sec-Fetch-Site, else its Origin. A request that says
+    neither (not a browser, or a very old one) is not trusted to set one: it gets the confirmation."""
+    site = request.headers.get("sec-fetch-site")
+    if site is not None:
+        return site in ("same-origin", "none")
+    origin = request.headers.get("origin")
+    return origin is not None and origin == f"{request.url.scheme}://{request.url.netloc}"
+
+
+def render_confirm(address: str, token: str) -> str:
+    """A link with a token that came from another site: the person confirms before it becomes their cookie
+    (login CSRF: a page elsewhere could otherwise open its own inbox in the person's browser)."""
+    return _page("Open inbox", f'<div class="card"><h2>Open this inbox?</h2><p class="addr">{e(address)}</p>'
+                 f'<form method="post" action="{e(_inbox_url(address))}/login">'
+                 f'<input type="hidden" name="token" value="{e(token)}">'
+                 '<p class="muted">A link from another site opens it: keep it only if you meant to.</p>'
+                 '<button type="submit">Open inbox</button></form></div>')
+
+
 def add_routes(app: FastAPI, state: State) -> None:  # noqa: PLR0915 - the page's routes, one place
     from mailroom.http.app import ApiError, cookie_name, csrf_token, request_credentials, split_credential
 
@@ -340,8 +361,14 @@ def add_routes(app: FastAPI, state: State) -> None:  # noqa: PLR0915 - the page'
     async def home() -> Response:
         return html_response(render_home())
 
+    def refuse_cross_site(request: Request) -> None:
+        if not same_origin(request):
+            # not mailroom's refusal but the edge's: the standard SQLSTATE of insufficient privilege
+            raise ApiError(403, "42501", "this form posts only from mailroom's own pages", kind="denied")
+
     @app.post("/inbox", include_in_schema=False)
     async def new_inbox(request: Request) -> Response:
+        refuse_cross_site(request)
         doc = json.loads(await state.call(sqlapi.http_create_mailbox, retry=False, key_digest=None,
                                           client=request.client.host if request.client else None))
         return with_cookie(RedirectResponse(_inbox_url(doc["address"]), status_code=303), doc["address"],
@@ -353,6 +380,7 @@ def add_routes(app: FastAPI, state: State) -> None:  # noqa: PLR0915 - the page'
 
     @app.post("/inbox/{address}/login", include_in_schema=False)
     async def login(request: Request, address: str) -> Response:
+        refuse_cross_site(request)
         form = (await request.body())[:4096].decode("utf-8", "replace")
         from urllib.parse import parse_qs
 
@@ -365,6 +393,8 @@ def add_routes(app: FastAPI, state: State) -> None:  # noqa: PLR0915 - the page'
     async def inbox(request: Request, address: str, q: str | None = None, token: str | None = None) -> Response:
         if token:  # given once: into the cookie, out of the address bar
             split_credential(token)
+            if not same_origin(request):
+                return html_response(render_confirm(address, token.strip()))
             return with_cookie(RedirectResponse(_inbox_url(address), status_code=303), address, token.strip())
         c = page_creds(request, address)
         try:  # one call: the list, or the search results
