@@ -29,7 +29,7 @@ class Mailbox(_Model):
     """An open inbox (`_http_mailbox_json`): never its session token, never its owner's id."""
 
     address: str = Field(description="the inbox's address, its id in every path")
-    expires_at: datetime = Field(description="when it stops accepting mail and answers 404 (MR205)")
+    expires_at: datetime = Field(description="when it stops accepting mail and answers 404")
     created_at: datetime
     is_active: bool = Field(description="open: neither expired nor deleted (always true in an answer of an open inbox)")
     plan: str
@@ -134,7 +134,7 @@ class Unsubscribed(_Model):
 
 
 class ErrorInfo(_Model):
-    code: str = Field(description="the SQLSTATE: MRnnn (mailroom.error_codes) or a standard one; empty at the edge")
+    code: str = Field(description="the SQLSTATE: mailroom's (a row of mailroom.error_codes) or a standard one; empty at the edge")
     kind: str = Field(description="usage, config, not_found, gone, limit, conflict, denied, unavailable, internal")
     message: str
 
@@ -150,11 +150,12 @@ def errors(*statuses: int) -> dict[int | str, dict[str, Any]]:
     """`responses=` of a route: these statuses answer an ErrorResponse, and so does 422 (a parameter of
     the wrong type: app.py's handler), in place of FastAPI's default HTTPValidationError."""
     statuses = tuple(sorted({*statuses, 422}))
+    # the codes of each status: docs/http.md (no MR code is written in Python: tests/db/test_error_codes.py)
     described = {
-        400: "bad input (22023, MR202, MR246, …)", 401: "no credentials (MR240) or an unknown API key (MR241)",
-        403: "not this inbox's credential (MR204), a plan that needs a key (MR242), a cookie without its CSRF header",
-        404: "no such inbox (MR203), expired (MR205), deleted (MR206), no such message (MR209), link or code (MR215)",
-        408: "the long poll's time passed (MR212)", 413: "body too large", 422: "a parameter of the wrong type",
-        429: "the creation rate limit (MR243), with Retry-After", 503: "the database is unavailable",
+        400: "bad input", 401: "no credentials, or an unknown or revoked API key",
+        403: "not this inbox's credential, a plan that needs an API key, a cookie request without its CSRF header",
+        404: "no such inbox, expired or deleted; no such message, link, code or attachment",
+        408: "the long poll's time passed", 413: "body too large", 422: "a parameter of the wrong type",
+        429: "the creation rate limit, with Retry-After", 503: "the database is unavailable",
     }
     return {s: {"model": ErrorResponse, "description": described[s]} for s in statuses}
