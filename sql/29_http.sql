@@ -139,16 +139,20 @@ DECLARE
     v_now timestamptz := mailroom.clock();
     v_window interval := mailroom.setting('http.create_window')::interval;
     v_limit integer := mailroom.setting('http.create_limit')::integer;
+    v_over timestamptz;
     v_used integer;
     v_start timestamptz;
 BEGIN
-    -- a fixed window per subject; the refusal rolls its own count back, so it stays at the limit
+    -- a fixed window per subject; the refusal rolls its own count back, so it stays at the limit.
+    -- A window that started at or before v_now - v_window is over (compared so, the SET has only
+    -- immutable operators: Citus refuses timestamptz + interval, which is stable, there)
+    v_over := v_now - v_window;
     INSERT INTO mailroom.http_rate_limits AS r (subject, window_start, used)
     VALUES (p_subject, v_now, 1)
     ON CONFLICT (subject) DO UPDATE
     SET
-        used = CASE WHEN r.window_start + v_window <= v_now THEN 1 ELSE r.used + 1 END,
-        window_start = CASE WHEN r.window_start + v_window <= v_now THEN v_now ELSE r.window_start END
+        used = CASE WHEN r.window_start <= v_over THEN 1 ELSE r.used + 1 END,
+        window_start = CASE WHEN r.window_start <= v_over THEN v_now ELSE r.window_start END
     RETURNING r.used, r.window_start INTO v_used, v_start;
     IF v_used > v_limit THEN
         RAISE EXCEPTION USING
@@ -241,7 +245,8 @@ AS $$
 DECLARE
     v_owner text;
     v_now timestamptz := mailroom.clock();
-    v_boxes mailroom.mailboxes[];
+    v_box mailroom.mailboxes;
+    v_list jsonb := '[]';
 BEGIN
     -- an inbox list belongs to an owner: only an API key has one (a session token opens one inbox,
     -- and is refused here as an unknown key, MR241, as by http_create_mailbox); MR240 without any
@@ -254,10 +259,10 @@ BEGIN
             MESSAGE = 'limit must be between 1 and 500 and offset non-negative';
     END IF;
     v_owner := mailroom._api_key_owner(p_key_digest);
-    -- the owner's open inboxes of owner type api and mcp (mailboxes_owner_idx), newest first; the
-    -- rows first (on Citus one multi-shard read of plain columns), their JSON from the array after
-    v_boxes := ARRAY(
-        SELECT m
+    -- the owner's open inboxes of owner type api and mcp (mailboxes_owner_idx), newest first: the
+    -- rows by one read of plain columns (on Citus one multi-shard SELECT), each one's JSON built here
+    FOR v_box IN
+        SELECT m.*
         FROM mailroom.mailboxes AS m
         WHERE
             m.owner_type IN ('api', 'mcp')
@@ -265,11 +270,10 @@ BEGIN
             AND mailroom._mailbox_open(m.is_active, m.deleted_at, m.expires_at, v_now)
         ORDER BY m.created_at DESC, m.id DESC
         LIMIT p_limit OFFSET p_offset
-    );
-    RETURN (
-        SELECT coalesce(jsonb_agg(mailroom._http_mailbox_json(v_boxes[i]) ORDER BY i), '[]')
-        FROM generate_subscripts(v_boxes, 1) AS i
-    );
+    LOOP
+        v_list := v_list || jsonb_build_array(mailroom._http_mailbox_json(v_box));
+    END LOOP;
+    RETURN v_list;
 END;
 $$;
 
@@ -673,6 +677,7 @@ AS $$
 DECLARE
     v_who record := mailroom._http_who(p_address, p_session_token, p_key_digest);
     v_found record;
+    v_mailbox bigint;
     v_message mailroom.messages;
 BEGIN
     -- one look, no wait: the server waits between looks on its LISTEN, holding no connection
@@ -688,10 +693,12 @@ BEGIN
             END IF;
             RETURN NULL;
     END;
-    -- the message as a list shows it (by its key: id and received_at, one partition)
+    -- the message as a list shows it: by its key (id and received_at: one partition) and its
+    -- mailbox (one shard on Citus; the id in a variable, as _authorize_mailbox)
+    v_mailbox := mailroom._mailbox_id(mailroom._normalize_address(p_address));
     SELECT g.* INTO v_message
     FROM mailroom.messages AS g
-    WHERE g.id = v_found.message_id AND g.received_at = v_found.received_at;
+    WHERE g.mailbox_id = v_mailbox AND g.id = v_found.message_id AND g.received_at = v_found.received_at;
     RETURN mailroom._http_message_summary(v_message);
 END;
 $$;
