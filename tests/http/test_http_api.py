@@ -90,6 +90,12 @@ def test_credentials_and_bad_input(server):
     assert server.request("POST", "/api/v1/mailboxes", token="a-session-token").status == 401
     assert server.request("GET", path + "/messages/abc", token=box["session_token"]).status == 400
     assert server.request("GET", path + "/messages?limit=0", token=box["session_token"]).status == 400
+    # the router's own refusals answer the same ErrorResponse
+    for method, route, status in (("GET", "/api/v1/nowhere", 404), ("PUT", "/api/v1/mailboxes", 405)):
+        refused = server.request(method, route)
+        assert refused.status == status, (route, refused.body)
+        assert_shape(refused.json(), models.ErrorResponse)
+        assert refused.json()["error"]["code"] == "" and refused.json()["detail"] in ("Not Found", "Method Not Allowed")
     wrong_type = server.request("GET", path + "/messages?limit=many", token=box["session_token"])
     assert wrong_type.status == 422 and "limit" in wrong_type.json()["detail"]
     assert_shape(wrong_type.json(), models.ErrorResponse)

@@ -34,6 +34,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Response, StreamingResponse
 from psycopg.types.string import TextLoader
 from psycopg_pool import AsyncConnectionPool
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from mailroom.core.errors import Kind, describe_db_error, error_code, kind_of
 from mailroom.core.log import get_logger
@@ -338,6 +339,14 @@ def create_app(config: HttpConfig | None = None) -> FastAPI:  # noqa: PLR0915 - 
             return HTMLResponse(page.error_page(err.status, err.message, err.code), status_code=err.status,
                                 headers={**err.headers, **page.PAGE_HEADERS})
         return JSONResponse(error_body(err), status_code=err.status, headers=err.headers)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(request: Request, exc: StarletteHTTPException) -> Response:
+        # the router's own refusals (no such route 404, a method a path lacks 405) in the same
+        # ErrorResponse: not mailroom's, so no code
+        kind = "not_found" if exc.status_code == 404 else "usage"
+        return JSONResponse(error_body(ApiError(exc.status_code, "", str(exc.detail), kind=kind)),
+                            status_code=exc.status_code, headers=getattr(exc, "headers", None))
 
     @app.exception_handler(RequestValidationError)
     async def validation_error(request: Request, exc: RequestValidationError) -> Response:
