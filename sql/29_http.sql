@@ -1,9 +1,14 @@
 -- The HTTP API of `mailroom http serve` (docs/http.md): one function per request, each answering a
 -- JSON document (or the raw bytes), authorized here: by the inbox's session token, or by an API
 -- key's sha256 digest (the key itself never reaches the database), whose owner owns the inbox
--- (owner type api). Each is a thin wrapper of the SQL API the CLI and psql use (create_mailbox,
+-- (owner type api, or mcp: an agent's inbox is its owner's over REST too). Each is a thin wrapper of the SQL API the CLI and psql use (create_mailbox,
 -- list_messages' authorization, read_message, delete_mailbox, extract_link, extract_code,
 -- wait_for_message, search_messages), so the HTTP answer and the psql answer are the same rule.
+-- The shapes are the REST v1 contract (docs/architecture.md, "REST v1 contract"; the pydantic
+-- models of driver/mailroom/http/models.py document them): an inbox is _http_mailbox_json, a
+-- message in a list _http_message_summary, a message read _http_message_summary's keys and its
+-- bodies; the original expiring-inbox service's field names (from_address, body_text, body_html,
+-- is_read, a JSON array for a list), mailroom's richer fields as extra keys.
 -- Errors: those of the wrapped functions (MR201-MR215, MR246), and MR240 no credentials,
 -- MR241 unknown or revoked API key (sql/28), MR242 a plan that needs an API key, MR243 creation
 -- rate limit (DETAIL: the seconds until the window ends).
@@ -28,6 +33,38 @@ $$;
 COMMENT ON FUNCTION mailroom._http_owner(text, bytea) IS
 'Internal: the owner id of the request''s API key (NULL with a session token); MR240 with no credentials, MR241 for a bad key.';
 
+CREATE OR REPLACE FUNCTION mailroom._http_who(
+    p_address text,
+    p_session_token text,
+    p_key_digest bytea,
+    OUT owner_type text,
+    OUT owner_id text
+)
+LANGUAGE plpgsql
+STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_id bigint;
+BEGIN
+    -- the owner a request reads as: an API key's owner holds its inboxes of owner type api and
+    -- mcp (an agent's inbox, made over MCP or by `mailroom inbox create --owner-type mcp`); with a
+    -- session token the owner is NULL and the token decides
+    owner_id := mailroom._http_owner(p_session_token, p_key_digest);
+    owner_type := 'api';
+    IF owner_id IS NOT NULL THEN
+        -- by id, found by address (one single-shard read on Citus, as _authorize_mailbox)
+        v_id := mailroom._mailbox_id(mailroom._normalize_address(p_address));
+        IF EXISTS (SELECT 1 FROM mailroom.mailboxes AS m WHERE m.id = v_id AND m.owner_type = 'mcp') THEN
+            owner_type := 'mcp';
+        END IF;
+    END IF;
+END;
+$$;
+
+COMMENT ON FUNCTION mailroom._http_who(text, text, bytea) IS
+'Internal: the (owner type, owner id) a request reads an inbox as: an API key''s owner as api, or as mcp for its mcp inboxes; MR240/MR241 as _http_owner.';
+
 CREATE OR REPLACE FUNCTION mailroom._http_box(
     p_address text,
     p_session_token text,
@@ -39,16 +76,16 @@ LANGUAGE plpgsql
 STABLE
 SET search_path = pg_catalog, pg_temp
 AS $$
+DECLARE
+    v_who record := mailroom._http_who(p_address, p_session_token, p_key_digest);
 BEGIN
-    -- owner type api with a NULL owner matches nothing: the session token decides then
-    RETURN mailroom._authorize_mailbox(
-        p_address, p_session_token, 'api', mailroom._http_owner(p_session_token, p_key_digest), p_require_open
-    );
+    -- a NULL owner matches nothing: the session token decides then
+    RETURN mailroom._authorize_mailbox(p_address, p_session_token, v_who.owner_type, v_who.owner_id, p_require_open);
 END;
 $$;
 
 COMMENT ON FUNCTION mailroom._http_box(text, text, bytea, boolean) IS
-'Internal: the mailbox a request may use (session token or API key owner), open unless p_require_open is false.';
+'Internal: the mailbox a request may use (session token, or an API key whose owner owns it as api or mcp), open unless p_require_open is false.';
 
 CREATE OR REPLACE FUNCTION mailroom._http_mailbox_json(p_box mailroom.mailboxes)
 RETURNS jsonb
@@ -67,7 +104,8 @@ BEGIN
         'catchall', p_box.catchall_domain IS NOT NULL,
         'max_messages', p.max_messages,
         'max_message_bytes', p.max_message_bytes,
-        'mailbox_id', p_box.id
+        'mailbox_id', p_box.id,
+        'is_active', mailroom._mailbox_open(p_box)
     )
     FROM mailroom.plans AS p
     WHERE p.name = p_box.plan);
@@ -75,7 +113,7 @@ END;
 $$;
 
 COMMENT ON FUNCTION mailroom._http_mailbox_json(mailroom.mailboxes) IS
-'Internal: the JSON of a mailbox in HTTP answers (no token, no owner id).';
+'Internal: the JSON of a mailbox in HTTP answers, REST v1 Mailbox (no token, no owner id).';
 
 CREATE OR REPLACE FUNCTION mailroom._http_client_subject(p_client text)
 RETURNS bytea
@@ -101,16 +139,20 @@ DECLARE
     v_now timestamptz := mailroom.clock();
     v_window interval := mailroom.setting('http.create_window')::interval;
     v_limit integer := mailroom.setting('http.create_limit')::integer;
+    v_over timestamptz;
     v_used integer;
     v_start timestamptz;
 BEGIN
-    -- a fixed window per subject; the refusal rolls its own count back, so it stays at the limit
+    -- a fixed window per subject; the refusal rolls its own count back, so it stays at the limit.
+    -- A window that started at or before v_now - v_window is over (compared so, the SET has only
+    -- immutable operators: Citus refuses timestamptz + interval, which is stable, there)
+    v_over := v_now - v_window;
     INSERT INTO mailroom.http_rate_limits AS r (subject, window_start, used)
     VALUES (p_subject, v_now, 1)
     ON CONFLICT (subject) DO UPDATE
     SET
-        used = CASE WHEN r.window_start + v_window <= v_now THEN 1 ELSE r.used + 1 END,
-        window_start = CASE WHEN r.window_start + v_window <= v_now THEN v_now ELSE r.window_start END
+        used = CASE WHEN r.window_start <= v_over THEN 1 ELSE r.used + 1 END,
+        window_start = CASE WHEN r.window_start <= v_over THEN v_now ELSE r.window_start END
     RETURNING r.used, r.window_start INTO v_used, v_start;
     IF v_used > v_limit THEN
         RAISE EXCEPTION USING
@@ -189,28 +231,162 @@ COMMENT ON FUNCTION mailroom.http_get_mailbox(text, text, bytea) IS
 
 GRANT EXECUTE ON FUNCTION mailroom.http_get_mailbox(text, text, bytea) TO mailroom_http;
 
-CREATE OR REPLACE FUNCTION mailroom._http_message_summary(p_message mailroom.messages)
+CREATE OR REPLACE FUNCTION mailroom.http_list_mailboxes(
+    p_key_digest bytea,
+    p_limit integer DEFAULT 100,
+    p_offset integer DEFAULT 0
+)
+RETURNS jsonb
+LANGUAGE plpgsql
+STABLE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_owner text;
+    v_now timestamptz := mailroom.clock();
+    v_box mailroom.mailboxes;
+    v_list jsonb := '[]';
+BEGIN
+    -- an inbox list belongs to an owner: only an API key has one (a session token opens one inbox,
+    -- and is refused here as an unknown key, MR241, as by http_create_mailbox); MR240 without any
+    IF p_key_digest IS NULL THEN
+        PERFORM mailroom._http_owner(NULL, NULL);
+    END IF;
+    IF p_limit IS NULL OR p_limit NOT BETWEEN 1 AND 500 OR p_offset IS NULL OR p_offset < 0 THEN
+        RAISE EXCEPTION USING
+            ERRCODE = '22023',
+            MESSAGE = 'limit must be between 1 and 500 and offset non-negative';
+    END IF;
+    v_owner := mailroom._api_key_owner(p_key_digest);
+    -- the owner's open inboxes of owner type api and mcp (mailboxes_owner_idx), newest first: the
+    -- rows by one read of plain columns (on Citus one multi-shard SELECT), each one's JSON built here
+    FOR v_box IN
+        SELECT m.*
+        FROM mailroom.mailboxes AS m
+        WHERE
+            m.owner_type IN ('api', 'mcp')
+            AND m.owner_id = v_owner
+            AND mailroom._mailbox_open(m.is_active, m.deleted_at, m.expires_at, v_now)
+        ORDER BY m.created_at DESC, m.id DESC
+        LIMIT p_limit OFFSET p_offset
+    LOOP
+        v_list := v_list || jsonb_build_array(mailroom._http_mailbox_json(v_box));
+    END LOOP;
+    RETURN v_list;
+END;
+$$;
+
+COMMENT ON FUNCTION mailroom.http_list_mailboxes(bytea, integer, integer) IS
+'GET /api/v1/mailboxes (and MCP''s inbox list): the open inboxes of an API key''s owner, owner types api and mcp, newest first, as a JSON array of _http_mailbox_json (MR240 no key, MR241 unknown key or a session token).';
+
+GRANT EXECUTE ON FUNCTION mailroom.http_list_mailboxes(bytea, integer, integer) TO mailroom_http;
+
+CREATE OR REPLACE FUNCTION mailroom._from_address(p_from_header text, p_envelope_from text)
+RETURNS text
+LANGUAGE sql
+IMMUTABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    -- the address of a From header (inside <…> when there is one, else its first word with an @),
+    -- else the envelope sender (NULL for a bounce's empty reverse path)
+    SELECT coalesce(
+        substring(p_from_header FROM '<([^<>[:space:]]+@[^<>[:space:]]+)>'),
+        substring(p_from_header FROM '([^<>[:space:]",;:()]+@[^<>[:space:]",;:()]+)'),
+        nullif(p_envelope_from, '')
+    )
+$$;
+
+COMMENT ON FUNCTION mailroom._from_address(text, text) IS
+'Internal: the sender''s address of a message for from_address: the From header''s address, else the envelope sender.';
+
+CREATE OR REPLACE FUNCTION mailroom._http_message_json(
+    p_id bigint,
+    p_received_at timestamptz,
+    p_envelope_from text,
+    p_envelope_to text,
+    p_from_header text,
+    p_subject text,
+    p_size integer,
+    p_is_read boolean,
+    p_attachments jsonb
+)
 RETURNS jsonb
 LANGUAGE sql
 IMMUTABLE
 SET search_path = pg_catalog, pg_temp
 AS $$
     SELECT jsonb_build_object(
-        'id', p_message.id,
-        'received_at', p_message.received_at,
-        'envelope_from', p_message.envelope_from,
-        'to', p_message.envelope_to,
-        'from', p_message.from_header,
-        'subject', p_message.subject,
-        'size', p_message.size_bytes,
-        'is_read', p_message.is_read,
-        'attachments', jsonb_array_length(p_message.attachments),
+        -- the original service's keys
+        'id', p_id,
+        'subject', p_subject,
+        'from_address', mailroom._from_address(p_from_header, p_envelope_from),
+        'to_address', p_envelope_to,
+        'received_at', p_received_at,
+        'is_read', p_is_read,
+        'has_attachments', jsonb_array_length(p_attachments) > 0,
+        -- mailroom's
+        'from', p_from_header,
+        'envelope_from', p_envelope_from,
+        'size', p_size,
+        'attachment_count', jsonb_array_length(p_attachments)
+    )
+$$;
+
+COMMENT ON FUNCTION mailroom._http_message_json(bigint, timestamptz, text, text, text, text, integer, boolean, jsonb) IS
+'Internal: the keys every message answer of the HTTP API has (REST v1 MessageSummary without its snippet).';
+
+CREATE OR REPLACE FUNCTION mailroom._http_message_summary(p_message mailroom.messages)
+RETURNS jsonb
+LANGUAGE sql
+IMMUTABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT mailroom._http_message_json(
+        p_message.id, p_message.received_at, p_message.envelope_from, p_message.envelope_to,
+        p_message.from_header, p_message.subject, p_message.size_bytes, p_message.is_read, p_message.attachments
+    ) || jsonb_build_object(
         'snippet', btrim(regexp_replace(left(coalesce(p_message.text_body, ''), 400), '\s+', ' ', 'g'))
     )
 $$;
 
 COMMENT ON FUNCTION mailroom._http_message_summary(mailroom.messages) IS
-'Internal: the JSON of a message in a list (no bodies: the first words of the text as snippet).';
+'Internal: the JSON of a message in a list, REST v1 MessageSummary (no bodies: the first words of the text as snippet).';
+
+CREATE OR REPLACE FUNCTION mailroom._http_message_page(
+    p_box mailroom.mailboxes,
+    p_limit integer,
+    p_offset integer,
+    p_after_id bigint
+)
+RETURNS jsonb
+LANGUAGE plpgsql
+STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF p_limit IS NULL OR p_limit NOT BETWEEN 1 AND 500 OR p_offset IS NULL OR p_offset < 0 THEN
+        RAISE EXCEPTION USING
+            ERRCODE = '22023',
+            MESSAGE = 'limit must be between 1 and 500 and offset non-negative';
+    END IF;
+    -- newest first; after_id: only those delivered after that one (per mailbox, ids follow commit
+    -- order: deliver_message takes the mailbox's row lock before it takes an id)
+    RETURN (
+        SELECT coalesce(jsonb_agg(mailroom._http_message_summary(g) ORDER BY g.received_at DESC, g.id DESC), '[]')
+        FROM (
+            SELECT g.*
+            FROM mailroom.messages AS g
+            WHERE g.mailbox_id = p_box.id AND (p_after_id IS NULL OR g.id > p_after_id)
+            ORDER BY g.received_at DESC, g.id DESC
+            LIMIT p_limit OFFSET p_offset
+        ) AS g
+    );
+END;
+$$;
+
+COMMENT ON FUNCTION mailroom._http_message_page(mailroom.mailboxes, integer, integer, bigint) IS
+'Internal: a page of a mailbox''s messages, newest first (after p_after_id if given), as a JSON array of MessageSummary; 22023 for a limit out of 1..500 or a negative offset.';
 
 CREATE OR REPLACE FUNCTION mailroom.http_list_messages(
     p_address text,
@@ -226,40 +402,46 @@ STABLE
 SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
-DECLARE
-    v_box mailroom.mailboxes;
-    v_messages jsonb;
 BEGIN
-    IF p_limit IS NULL OR p_limit NOT BETWEEN 1 AND 500 OR p_offset IS NULL OR p_offset < 0 THEN
-        RAISE EXCEPTION USING
-            ERRCODE = '22023',
-            MESSAGE = 'limit must be between 1 and 500 and offset non-negative';
-    END IF;
-    v_box := mailroom._http_box(p_address, p_session_token, p_key_digest);
-    -- newest first; after_id: only those delivered after that one (per mailbox, ids follow commit
-    -- order: deliver_message takes the mailbox's row lock before it takes an id)
-    SELECT coalesce(jsonb_agg(mailroom._http_message_summary(g) ORDER BY g.received_at DESC, g.id DESC), '[]')
-    INTO v_messages
-    FROM (
-        SELECT g.*
-        FROM mailroom.messages AS g
-        WHERE g.mailbox_id = v_box.id AND (p_after_id IS NULL OR g.id > p_after_id)
-        ORDER BY g.received_at DESC, g.id DESC
-        LIMIT p_limit OFFSET p_offset
-    ) AS g;
-    RETURN jsonb_build_object(
-        'mailbox', mailroom._http_mailbox_json(v_box),
-        'messages', v_messages,
-        'limit', p_limit,
-        'offset', p_offset
+    RETURN mailroom._http_message_page(
+        mailroom._http_box(p_address, p_session_token, p_key_digest), p_limit, p_offset, p_after_id
     );
 END;
 $$;
 
 COMMENT ON FUNCTION mailroom.http_list_messages(text, text, bytea, integer, integer, bigint) IS
-'GET /api/v1/mailboxes/{address}/messages: the mailbox and a page of its messages, newest first (after p_after_id if given), as JSON.';
+'GET /api/v1/mailboxes/{address}/messages: a page of the mailbox''s messages, newest first (after p_after_id if given), as a JSON array of MessageSummary.';
 
 GRANT EXECUTE ON FUNCTION mailroom.http_list_messages(text, text, bytea, integer, integer, bigint) TO mailroom_http;
+
+CREATE OR REPLACE FUNCTION mailroom.http_mailbox_view(
+    p_address text,
+    p_session_token text,
+    p_key_digest bytea,
+    p_limit integer DEFAULT 50,
+    p_offset integer DEFAULT 0,
+    p_after_id bigint DEFAULT null
+)
+RETURNS jsonb
+LANGUAGE plpgsql
+STABLE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_box mailroom.mailboxes := mailroom._http_box(p_address, p_session_token, p_key_digest);
+BEGIN
+    RETURN jsonb_build_object(
+        'mailbox', mailroom._http_mailbox_json(v_box),
+        'messages', mailroom._http_message_page(v_box, p_limit, p_offset, p_after_id)
+    );
+END;
+$$;
+
+COMMENT ON FUNCTION mailroom.http_mailbox_view(text, text, bytea, integer, integer, bigint) IS
+'The inbox page and the start of GET …/events: the mailbox and a page of its messages in one call, {"mailbox": Mailbox, "messages": [MessageSummary]}.';
+
+GRANT EXECUTE ON FUNCTION mailroom.http_mailbox_view(text, text, bytea, integer, integer, bigint) TO mailroom_http;
 
 CREATE OR REPLACE FUNCTION mailroom._header_fields(p_raw bytea)
 RETURNS jsonb
@@ -307,36 +489,33 @@ SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-    v_owner text := mailroom._http_owner(p_session_token, p_key_digest);
+    v_who record := mailroom._http_who(p_address, p_session_token, p_key_digest);
     v_message record;
     v_link text;
     v_code text;
 BEGIN
     SELECT * INTO v_message
-    FROM mailroom.read_message(p_address, p_session_token, p_message_id, 'api', v_owner);
+    FROM mailroom.read_message(p_address, p_session_token, p_message_id, v_who.owner_type, v_who.owner_id);
     BEGIN
-        v_link := mailroom.extract_link(p_address, p_session_token, p_message_id, NULL, 'api', v_owner);
+        v_link := mailroom.extract_link(p_address, p_session_token, p_message_id, NULL, v_who.owner_type, v_who.owner_id);
     EXCEPTION
         WHEN SQLSTATE 'MR215' THEN
             v_link := NULL;
     END;
     BEGIN
-        v_code := mailroom.extract_code(p_address, p_session_token, p_message_id, p_owner_type => 'api', p_owner_id => v_owner);
+        v_code := mailroom.extract_code(
+            p_address, p_session_token, p_message_id, p_owner_type => v_who.owner_type, p_owner_id => v_who.owner_id
+        );
     EXCEPTION
         WHEN SQLSTATE 'MR215' THEN
             v_code := NULL;
     END;
-    RETURN jsonb_build_object(
-        'id', v_message.message_id,
-        'received_at', v_message.received_at,
-        'envelope_from', v_message.envelope_from,
-        'to', v_message.envelope_to,
-        'from', v_message.from_header,
-        'subject', v_message.subject,
-        'size', v_message.size_bytes,
-        'is_read', v_message.is_read,
-        'text', v_message.text_body,
-        'html', v_message.html_body,
+    RETURN mailroom._http_message_json(
+        v_message.message_id, v_message.received_at, v_message.envelope_from, v_message.envelope_to,
+        v_message.from_header, v_message.subject, v_message.size_bytes, v_message.is_read, v_message.attachments
+    ) || jsonb_build_object(
+        'body_text', v_message.text_body,
+        'body_html', v_message.html_body,
         'attachments', (
             SELECT coalesce(jsonb_agg(a.value || jsonb_build_object('index', a.n - 1) ORDER BY a.n), '[]')
             FROM jsonb_array_elements(v_message.attachments) WITH ORDINALITY AS a (value, n)
@@ -349,7 +528,7 @@ END;
 $$;
 
 COMMENT ON FUNCTION mailroom.http_read_message(text, text, bytea, bigint) IS
-'GET /api/v1/mailboxes/{address}/messages/{id}: read_message as JSON (headers, text, HTML, attachments'' metadata, the extracted link and code), marked read.';
+'GET /api/v1/mailboxes/{address}/messages/{id}: read_message as JSON, REST v1 Message (body_text, body_html, attachments'' metadata, headers, the extracted link and code), marked read.';
 
 GRANT EXECUTE ON FUNCTION mailroom.http_read_message(text, text, bytea, bigint) TO mailroom_http;
 
@@ -365,10 +544,10 @@ STABLE
 SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
+DECLARE
+    v_who record := mailroom._http_who(p_address, p_session_token, p_key_digest);
 BEGIN
-    RETURN (mailroom._readable_message(
-        p_address, p_session_token, p_message_id, 'api', mailroom._http_owner(p_session_token, p_key_digest)
-    )).raw;
+    RETURN (mailroom._readable_message(p_address, p_session_token, p_message_id, v_who.owner_type, v_who.owner_id)).raw;
 END;
 $$;
 
@@ -384,10 +563,10 @@ VOLATILE
 SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
+DECLARE
+    v_who record := mailroom._http_who(p_address, p_session_token, p_key_digest);
 BEGIN
-    RETURN mailroom.delete_mailbox(
-        p_address, p_session_token, 'api', mailroom._http_owner(p_session_token, p_key_digest)
-    );
+    RETURN mailroom.delete_mailbox(p_address, p_session_token, v_who.owner_type, v_who.owner_id);
 END;
 $$;
 
@@ -440,10 +619,10 @@ STABLE
 SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
+DECLARE
+    v_who record := mailroom._http_who(p_address, p_session_token, p_key_digest);
 BEGIN
-    RETURN mailroom.extract_link(
-        p_address, p_session_token, p_message_id, p_url_like, 'api', mailroom._http_owner(p_session_token, p_key_digest)
-    );
+    RETURN mailroom.extract_link(p_address, p_session_token, p_message_id, p_url_like, v_who.owner_type, v_who.owner_id);
 END;
 $$;
 
@@ -466,12 +645,14 @@ SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-    v_owner text := mailroom._http_owner(p_session_token, p_key_digest);
+    v_who record := mailroom._http_who(p_address, p_session_token, p_key_digest);
 BEGIN
     IF p_pattern IS NULL THEN
-        RETURN mailroom.extract_code(p_address, p_session_token, p_message_id, p_owner_type => 'api', p_owner_id => v_owner);
+        RETURN mailroom.extract_code(
+            p_address, p_session_token, p_message_id, p_owner_type => v_who.owner_type, p_owner_id => v_who.owner_id
+        );
     END IF;
-    RETURN mailroom.extract_code(p_address, p_session_token, p_message_id, p_pattern, 'api', v_owner);
+    RETURN mailroom.extract_code(p_address, p_session_token, p_message_id, p_pattern, v_who.owner_type, v_who.owner_id);
 END;
 $$;
 
@@ -494,14 +675,16 @@ SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
+    v_who record := mailroom._http_who(p_address, p_session_token, p_key_digest);
     v_found record;
+    v_mailbox bigint;
+    v_message mailroom.messages;
 BEGIN
     -- one look, no wait: the server waits between looks on its LISTEN, holding no connection
     BEGIN
         SELECT * INTO v_found
         FROM mailroom.wait_for_message(
-            p_address, p_session_token, interval '0', p_subject_like, 'api',
-            mailroom._http_owner(p_session_token, p_key_digest)
+            p_address, p_session_token, interval '0', p_subject_like, v_who.owner_type, v_who.owner_id
         );
     EXCEPTION
         WHEN SQLSTATE 'MR212' THEN
@@ -510,18 +693,18 @@ BEGIN
             END IF;
             RETURN NULL;
     END;
-    RETURN jsonb_build_object(
-        'id', v_found.message_id,
-        'received_at', v_found.received_at,
-        'subject', v_found.subject,
-        'from', v_found.from_header,
-        'envelope_from', v_found.envelope_from
-    );
+    -- the message as a list shows it: by its key (id and received_at: one partition) and its
+    -- mailbox (one shard on Citus; the id in a variable, as _authorize_mailbox)
+    v_mailbox := mailroom._mailbox_id(mailroom._normalize_address(p_address));
+    SELECT g.* INTO v_message
+    FROM mailroom.messages AS g
+    WHERE g.mailbox_id = v_mailbox AND g.id = v_found.message_id AND g.received_at = v_found.received_at;
+    RETURN mailroom._http_message_summary(v_message);
 END;
 $$;
 
 COMMENT ON FUNCTION mailroom.http_check_message(text, text, bytea, text, boolean) IS
-'GET …/wait: one look of wait_for_message without waiting: the newest message whose subject is LIKE p_subject_like, NULL when none yet; '
+'GET …/wait: one look of wait_for_message without waiting: the newest message whose subject is LIKE p_subject_like as a MessageSummary, NULL when none yet; '
 'p_last (the long poll''s last look): MR212 when none.';
 
 GRANT EXECUTE ON FUNCTION mailroom.http_check_message(text, text, bytea, text, boolean) TO mailroom_http;
@@ -577,8 +760,9 @@ SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
+    v_who record := mailroom._http_who(p_address, p_session_token, p_key_digest);
     v_message mailroom.messages := mailroom._readable_message(
-        p_address, p_session_token, p_message_id, 'api', mailroom._http_owner(p_session_token, p_key_digest)
+        p_address, p_session_token, p_message_id, v_who.owner_type, v_who.owner_id
     );
 BEGIN
     -- the metadata delivery recorded (its sha256 names the part) and the raw bytes it is cut from

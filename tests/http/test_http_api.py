@@ -1,7 +1,10 @@
 """The REST API over real HTTP: `mailroom http serve` as mr_http against a real PostgreSQL.
 
 The original system's paths (POST /api/v1/mailboxes?ttl_minutes=…, DELETE /api/v1/mailboxes/{address},
-a clear 404 for an expired inbox), credentials (session token, API keys made by `mailroom apikey`),
+a clear 404 for an expired inbox) and shapes (the REST v1 contract: an API key's inbox list and a
+message list are JSON arrays, from_address, body_text, body_html, `detail` in every error; each answer
+has exactly the keys of its model in mailroom.http.models, the OpenAPI document names those models),
+credentials (session token, API keys made by `mailroom apikey`, an API key reading its owner's mcp inboxes),
 messages, raw source and attachments, links and codes, search, the long poll, the event stream,
 the page's cookie and CSRF rule, the creation rate limit, and what the logs never carry.
 """
@@ -17,8 +20,21 @@ from email.message import EmailMessage
 
 import psycopg
 from http_support import EventStream, request
+from pydantic import BaseModel
 
+from mailroom.http import models
 from mailroom.inboxes.mime import parse_message
+
+
+def keys_of(model: type[BaseModel]) -> set[str]:
+    return {f.alias or name for name, f in model.model_fields.items()}
+
+
+def assert_shape(doc: dict, model: type[BaseModel]) -> None:
+    """The answer has exactly its model's keys (a key added in SQL needs its field, and the reverse),
+    and validates against it."""
+    assert set(doc) == keys_of(model), (set(doc) ^ keys_of(model), model.__name__)
+    model.model_validate(doc)
 
 
 def _create(server, **query) -> dict:
@@ -35,15 +51,20 @@ def test_the_original_paths_create_read_delete_then_404(server):
     created = dt.datetime.fromisoformat(box["created_at"])
     assert dt.datetime.fromisoformat(box["expires_at"]) - created == dt.timedelta(minutes=1)
     assert box["plan"] == "free" and box["owner_type"] == "anonymous" and len(box["session_token"]) == 32
+    assert_shape(box, models.CreatedMailbox)
     assert resp.headers["location"].endswith(box["address"].replace("@", "%40"))
     path = f"/api/v1/mailboxes/{box['address']}"
     got = server.request("GET", path, token=box["session_token"])
     assert got.status == 200 and got.json()["address"] == box["address"] and "session_token" not in got.json()
+    assert_shape(got.json(), models.Mailbox)
     deleted = server.request("DELETE", path, token=box["session_token"])
     assert (deleted.status, deleted.json()) == (200, {"deleted": True})
     gone = server.request("GET", path + "/messages", token=box["session_token"])
     assert gone.status == 404 and gone.headers["content-type"] == "application/json"
     assert gone.error_code == "MR206"
+    # FastAPI's `detail` (what the original service's clients read) beside mailroom's code and kind
+    assert_shape(gone.json(), models.ErrorResponse)
+    assert gone.json()["detail"] == gone.json()["error"]["message"] and "deleted" in gone.json()["detail"]
 
 
 def test_an_expired_inbox_is_a_clear_404(server, conn):
@@ -70,6 +91,15 @@ def test_credentials_and_bad_input(server):
     assert server.request("POST", "/api/v1/mailboxes", token="a-session-token").status == 401
     assert server.request("GET", path + "/messages/abc", token=box["session_token"]).status == 400
     assert server.request("GET", path + "/messages?limit=0", token=box["session_token"]).status == 400
+    # the router's own refusals answer the same ErrorResponse
+    for method, route, status in (("GET", "/api/v1/nowhere", 404), ("PUT", "/api/v1/mailboxes", 405)):
+        refused = server.request(method, route)
+        assert refused.status == status, (route, refused.body)
+        assert_shape(refused.json(), models.ErrorResponse)
+        assert refused.json()["error"]["code"] == "" and refused.json()["detail"] in ("Not Found", "Method Not Allowed")
+    wrong_type = server.request("GET", path + "/messages?limit=many", token=box["session_token"])
+    assert wrong_type.status == 422 and "limit" in wrong_type.json()["detail"]
+    assert_shape(wrong_type.json(), models.ErrorResponse)
 
 
 def _mime_message() -> bytes:
@@ -96,17 +126,29 @@ def test_messages_read_raw_attachment_link_code_delete(server, deliver):
                     attachments=json.dumps(parsed.attachments))
     second = deliver(box["address"], "Second", "no link here")
     listed = server.request("GET", base + "/messages", token=token).json()
-    assert [m["id"] for m in listed["messages"]] == [second, first]  # newest first
-    assert listed["mailbox"]["message_count"] == 2 and listed["messages"][1]["attachments"] == 1
+    assert isinstance(listed, list)  # the original service's shape: a JSON array
+    assert [m["id"] for m in listed] == [second, first]  # newest first
+    for summary in listed:
+        assert_shape(summary, models.MessageSummary)
+    assert (listed[1]["from_address"], listed[1]["from"], listed[1]["to_address"]) == (
+        "app@example.org", "App <app@example.org>", box["address"])
+    assert (listed[1]["has_attachments"], listed[1]["attachment_count"], listed[0]["has_attachments"]) == (True, 1, False)
+    assert [m["is_read"] for m in listed] == [False, False]
     page2 = server.request("GET", base + "/messages?limit=1&offset=1", token=token).json()
-    assert [m["id"] for m in page2["messages"]] == [first]
+    assert [m["id"] for m in page2] == [first]
 
     message = server.request("GET", f"{base}/messages/{first}", token=token).json()
-    assert message["subject"] == "Activate your account" and "Welcome!" in message["text"]
+    assert_shape(message, models.Message)
+    assert message["subject"] == "Activate your account" and "Welcome!" in message["body_text"]
+    assert message["body_html"].startswith("<p>Welcome") and message["from_address"] == "app@example.org"
     assert message["link"] == "https://app.example.org/activate?t=abc123" and message["code"] == "48213"
     assert ["Subject", "Activate your account"] in message["headers"]
     assert message["attachments"][0]["filename"] == "data.bin" and message["attachments"][0]["index"] == 0
+    for attachment in message["attachments"]:
+        assert_shape(attachment, models.Attachment)
     assert message["is_read"] is True
+    # reading marked it read: the list says so
+    assert [m["is_read"] for m in server.request("GET", base + "/messages", token=token).json()] == [False, True]
 
     got_raw = server.request("GET", f"{base}/messages/{first}/raw", token=token)
     assert got_raw.status == 200 and got_raw.body == raw
@@ -140,6 +182,8 @@ def test_search(server, deliver):
     deliver(box["address"], "Invoice 7", "total due", from_header="Shop <billing@shop.example>")
     found = server.request("GET", base + "/search?q=48213", token=token).json()
     assert [m["id"] for m in found["messages"]] == [welcome]
+    assert set(found) == keys_of(models.SearchResult)
+    assert_shape(found["messages"][0], models.SearchHit)
     assert [m["subject"] for m in server.request("GET", base + "/search?q=shop", token=token).json()["messages"]] == [
         "Invoice 7"]
     bad = server.request("GET", base + "/search?q=-", token=token)
@@ -190,6 +234,7 @@ def test_long_poll_returns_when_the_mail_arrives(server, deliver):
     deliver(box["address"], "Activate your account", "https://example.org/a")
     waiter.join(timeout=25)
     assert result and result[0].status == 200 and result[0].json()["subject"] == "Activate your account"
+    assert_shape(result[0].json(), models.MessageSummary)
     late = server.request("GET", f"/api/v1/mailboxes/{box['address']}/wait?subject=Never%25&timeout=0.3",
                           token=box["session_token"])
     assert (late.status, late.error_code) == (408, "MR212")
@@ -199,10 +244,13 @@ def test_event_stream_sends_each_new_message(server, deliver, conn):
     box = _create(server)
     stream = EventStream(f"{server.base}/api/v1/mailboxes/{box['address']}/events", box["session_token"])
     try:
-        assert stream.next_event("mailbox")["address"] == box["address"]
+        opened = stream.next_event("mailbox")
+        assert opened["address"] == box["address"]
+        assert_shape(opened, models.Mailbox)
         first = deliver(box["address"], "First", "one")
         got = stream.next_event("message", timeout=5)
         assert (got["id"], got["subject"]) == (first, "First")
+        assert_shape(got, models.MessageSummary)  # the list's shape
         second = deliver(box["address"], "Second", "two")
         assert stream.next_event("message", timeout=5)["id"] == second
     finally:
@@ -252,12 +300,34 @@ def test_page_cookie_and_csrf(server):
     assert real.status == 200 and real.read() == b'{"deleted":true}'
 
 
+def _schema_of(doc: dict, path: str, method: str, status: str) -> dict:
+    return doc["paths"][path][method]["responses"][status]["content"]["application/json"]["schema"]
+
+
 def test_openapi_document_and_cors_off(server):
     doc = server.request("GET", "/openapi.json").json()
     for path in ("/api/v1/mailboxes", "/api/v1/mailboxes/{address}", "/api/v1/mailboxes/{address}/messages",
                  "/api/v1/mailboxes/{address}/messages/{message_id}/raw", "/api/v1/mailboxes/{address}/wait",
                  "/api/v1/mailboxes/{address}/events", "/api/v1/mailboxes/{address}/search", "/hooks/ses"):
         assert path in doc["paths"], path
+    # every JSON route declares its model: the document carries the REST v1 shapes
+    ref = "#/components/schemas/"
+    listed = _schema_of(doc, "/api/v1/mailboxes", "get", "200")
+    assert (listed["type"], listed["items"]) == ("array", {"$ref": ref + "Mailbox"})
+    assert _schema_of(doc, "/api/v1/mailboxes", "post", "201") == {"$ref": ref + "CreatedMailbox"}
+    assert _schema_of(doc, "/api/v1/mailboxes/{address}/messages", "get", "200")["items"] == {"$ref": ref + "MessageSummary"}
+    assert _schema_of(doc, "/api/v1/mailboxes/{address}/messages/{message_id}", "get", "200") == {"$ref": ref + "Message"}
+    assert _schema_of(doc, "/api/v1/mailboxes/{address}/wait", "get", "200") == {"$ref": ref + "MessageSummary"}
+    assert _schema_of(doc, "/api/v1/mailboxes/{address}/messages", "get", "404") == {"$ref": ref + "ErrorResponse"}
+    # a parameter of the wrong type answers our ErrorResponse, and the document says so (not FastAPI's default)
+    assert _schema_of(doc, "/api/v1/mailboxes/{address}/messages", "get", "422") == {"$ref": ref + "ErrorResponse"}
+    schemas = doc["components"]["schemas"]
+    assert "HTTPValidationError" not in schemas
+    for name, model in (("Mailbox", models.Mailbox), ("MessageSummary", models.MessageSummary),
+                        ("Message", models.Message), ("ErrorResponse", models.ErrorResponse)):
+        assert set(schemas[name]["properties"]) == keys_of(model), name
+    assert {"body_text", "body_html", "attachments"} <= set(schemas["Message"]["required"])
+    assert "text/event-stream" in doc["paths"]["/api/v1/mailboxes/{address}/events"]["get"]["responses"]["200"]["content"]
     assert server.request("GET", "/docs").status == 200
     preflight = server.request("OPTIONS", "/api/v1/mailboxes", headers={
         "Origin": "https://evil.example", "Access-Control-Request-Method": "POST"})
@@ -299,3 +369,39 @@ def test_database_errors_are_503_not_tracebacks(server, pg, db_url):
     # (a statement terminated while it runs is answered 503 and never run again: test_http_edges.py)
     assert server.request("GET", f"/api/v1/mailboxes/{box['address']}", token=box["session_token"]).status == 200
     assert "Traceback" not in server.log()
+
+
+def test_an_api_keys_inbox_list_and_its_mcp_inboxes(server, cli):
+    """GET /api/v1/mailboxes: the key owner's open inboxes of owner types api and mcp, a JSON array,
+    newest first; an mcp inbox (made by the CLI here, as by an agent over MCP) is read over REST with
+    the owner's key (issue 33: `_http_box` matched api only)."""
+    key = __import__("json").loads(cli("apikey", "create", "team-list", "--json").stdout)["api_key"]
+    other = __import__("json").loads(cli("apikey", "create", "team-other", "--json").stdout)["api_key"]
+    made = cli("inbox", "create", "--owner-type", "mcp", "--owner-id", "team-list", "--json")
+    assert made.returncode == 0, made.stderr
+    mcp_address = __import__("json").loads(made.stdout)["address"]
+    api_box = server.request("POST", "/api/v1/mailboxes", token=key).json()
+    server.request("POST", "/api/v1/mailboxes", token=other)
+    anonymous = _create(server)
+
+    listed = server.request("GET", "/api/v1/mailboxes", token=key)
+    assert listed.status == 200 and isinstance(listed.json(), list)
+    assert [(b["address"], b["owner_type"]) for b in listed.json()] == [(api_box["address"], "api"), (mcp_address, "mcp")]
+    for box in listed.json():
+        assert_shape(box, models.Mailbox)
+    assert [b["address"] for b in server.request("GET", "/api/v1/mailboxes?limit=1&offset=1", token=key).json()] == [
+        mcp_address]
+
+    mcp_path = f"/api/v1/mailboxes/{mcp_address}"
+    assert server.request("GET", mcp_path, token=key).json()["owner_type"] == "mcp"
+    assert server.request("GET", mcp_path + "/messages", token=key).json() == []
+    assert server.request("GET", mcp_path, token=other).error_code == "MR204"
+    assert server.request("DELETE", mcp_path, token=key).json() == {"deleted": True}
+    assert [b["address"] for b in server.request("GET", "/api/v1/mailboxes", token=key).json()] == [api_box["address"]]
+
+    none = server.request("GET", "/api/v1/mailboxes")
+    assert (none.status, none.error_code) == (401, "MR240") and none.json()["detail"].startswith("credentials required")
+    # a session token opens one inbox: it lists nothing (refused as an unknown key)
+    token = server.request("GET", "/api/v1/mailboxes", token=anonymous["session_token"])
+    assert (token.status, token.error_code) == (401, "MR241")
+    assert server.request("GET", "/api/v1/mailboxes?limit=0", token=key).status == 400

@@ -104,7 +104,7 @@ def test_ses_receipts_stored_replayed_refused(start_server, pki, conn):
     first = server.request("POST", "/hooks/ses", body=json.dumps(note).encode())
     assert (first.status, first.json()) == (200, {"stored": 1, "refused": {}, "duplicate": False})
     listed = server.request("GET", f"/api/v1/mailboxes/{box['address']}/messages", token=box["session_token"]).json()
-    message = server.request("GET", f"/api/v1/mailboxes/{box['address']}/messages/{listed['messages'][0]['id']}",
+    message = server.request("GET", f"/api/v1/mailboxes/{box['address']}/messages/{listed[0]['id']}",
                              token=box["session_token"]).json()
     assert (message["subject"], message["code"], message["envelope_from"]) == ("Activate your account", "48213",
                                                                                "app@example.org")

@@ -22,7 +22,8 @@ SELECT 'mailroom_app', unnest(ARRAY[
 UNION ALL
 SELECT 'mailroom_http', unnest(ARRAY[
     'listen', 'unlisten', 'await_writers',
-    'http_create_mailbox', 'http_get_mailbox', 'http_list_messages', 'http_read_message', 'http_message_raw',
+    'http_create_mailbox', 'http_get_mailbox', 'http_list_mailboxes', 'http_list_messages', 'http_mailbox_view',
+    'http_read_message', 'http_message_raw',
     'http_message_attachment', 'http_delete_mailbox', 'http_delete_message', 'http_extract_link', 'http_extract_code',
     'http_check_message', 'http_search_messages', 'index_messages', 'deliver_ses_message', 'clock', 'setting',
     'list_migrations', 'schema_version', 'error_codes', 'unsubscribe'

@@ -1,8 +1,10 @@
 -- The HTTP API's functions: authorization by session token or API key owner (MR240/MR241/MR204),
 -- anonymous plans (MR242), the creation rate limit (MR243), the JSON answers, an expired inbox
--- (MR205), deleting a message (its place is freed), attachments (MR250), one-look waits.
+-- (MR205), deleting a message (its place is freed), attachments (MR250), one-look waits; the REST
+-- v1 shapes (a list is a JSON array, the original service's keys), an API key's inbox list, and its
+-- mcp inboxes read over REST.
 BEGIN;
-SELECT plan(22);
+SELECT plan(34);
 
 SET LOCAL mailroom.clock = '2030-01-01 00:00:00+00';
 SELECT mailroom.create_api_key('team-1', sha256('mrk_one'::bytea));
@@ -43,14 +45,33 @@ CREATE TEMP TABLE m AS SELECT mailroom.deliver_message(
     '[{"filename": "a.txt", "content_type": "text/plain", "size": 1, "sha256": "00"}]'
 ) AS id;
 SELECT is(
-    (SELECT jsonb_path_query_array(mailroom.http_list_messages(pg_temp.a(), pg_temp.t(), null), '$.messages[*].subject')),
-    '["Hi"]'::jsonb, 'the list'
+    (SELECT jsonb_path_query_array(mailroom.http_list_messages(pg_temp.a(), pg_temp.t(), null), '$[*].subject')),
+    '["Hi"]'::jsonb, 'the list: a JSON array'
 );
 SELECT is(
-    (SELECT jsonb_build_array(d -> 'headers' -> 2, d ->> 'link', d ->> 'code', d -> 'attachments' -> 0 ->> 'index')
+    (SELECT d - 'id' - 'received_at' - 'to_address' FROM jsonb_array_elements(
+        mailroom.http_list_messages(pg_temp.a(), pg_temp.t(), null)) AS e (d)),
+    '{"subject": "Hi", "from_address": "app@example.org", "is_read": false, "has_attachments": true,
+      "from": "App <app@example.org>", "envelope_from": "app@example.org", "size": 69, "attachment_count": 1,
+      "snippet": "Go to https://app.example.org/a?t=1 code 48213"}'::jsonb,
+    'a summary: the original service''s keys and mailroom''s'
+);
+SELECT is(
+    (SELECT jsonb_build_array(d -> 'headers' -> 2, d ->> 'link', d ->> 'code', d -> 'attachments' -> 0 ->> 'index',
+                              d ->> 'body_text', d ->> 'body_html', d ->> 'from_address', d ->> 'is_read')
      FROM (SELECT mailroom.http_read_message(pg_temp.a(), pg_temp.t(), null, (SELECT id FROM m)) AS d) AS r),
-    '[["X-Folded", "one two"], "https://app.example.org/a?t=1", "48213", "0"]'::jsonb,
-    'a message: unfolded headers, the link, the code, numbered attachments'
+    '[["X-Folded", "one two"], "https://app.example.org/a?t=1", "48213", "0",
+      "Go to https://app.example.org/a?t=1 code 48213", "<p>x</p>", "app@example.org", "true"]'::jsonb,
+    'a message: unfolded headers, the link, the code, numbered attachments, body_text and body_html, read'
+);
+SELECT is(
+    (SELECT d -> 0 ->> 'is_read' FROM (SELECT mailroom.http_list_messages(pg_temp.a(), pg_temp.t(), null) AS d) AS r),
+    'true', 'reading it marked it read'
+);
+SELECT is(
+    (SELECT jsonb_build_array(v -> 'mailbox' ->> 'address', jsonb_array_length(v -> 'messages'))
+     FROM (SELECT mailroom.http_mailbox_view(pg_temp.a(), pg_temp.t(), null) AS v) AS r),
+    jsonb_build_array(pg_temp.a(), 1), 'the page''s view: the mailbox and its messages in one call'
 );
 SELECT is(
     (SELECT attachment ->> 'filename' FROM mailroom.http_message_attachment(pg_temp.a(), pg_temp.t(), null, (SELECT id FROM m), 0)),
@@ -60,13 +81,45 @@ SELECT throws_ok(
     format($$SELECT * FROM mailroom.http_message_attachment(%L, %L, null, %s, 1)$$, pg_temp.a(), pg_temp.t(), (SELECT id FROM m)),
     'MR250', NULL, 'no attachment 1: MR250'
 );
-SELECT is(mailroom.http_check_message(pg_temp.a(), pg_temp.t(), null, 'H%') ->> 'subject', 'Hi', 'a one-look wait finds it');
+SELECT is(
+    (SELECT jsonb_build_array(d ->> 'subject', d ->> 'from_address', d ->> 'snippet')
+     FROM (SELECT mailroom.http_check_message(pg_temp.a(), pg_temp.t(), null, 'H%') AS d) AS r),
+    '["Hi", "app@example.org", "Go to https://app.example.org/a?t=1 code 48213"]'::jsonb,
+    'a one-look wait finds it, as a summary'
+);
 SELECT is(mailroom.http_check_message(pg_temp.a(), pg_temp.t(), null, 'Bye%'), null, 'or answers NULL at once');
 SELECT lives_ok(format($$SELECT mailroom.http_delete_message(%L, %L, null, %s)$$, pg_temp.a(), pg_temp.t(), (SELECT id FROM m)),
     'delete a message');
 SELECT is(mailroom.http_get_mailbox(pg_temp.a(), pg_temp.t(), null) ->> 'message_count', '0', 'its place is free again');
 SELECT throws_ok(format($$SELECT mailroom.http_delete_message(%L, %L, null, %s)$$, pg_temp.a(), pg_temp.t(), (SELECT id FROM m)),
     'MR209', NULL, 'twice: MR209');
+
+-- an API key's inbox list: its owner's open inboxes of owner types api and mcp, newest first
+SET LOCAL mailroom.clock = '2030-01-01 00:01:00+00';
+CREATE TEMP TABLE mc AS SELECT c.* FROM mailroom.create_mailbox(10, 'free', 'mcp', 'team-1') AS c;
+CREATE FUNCTION pg_temp.ma() RETURNS text LANGUAGE sql AS $$ SELECT address FROM mc $$;
+SELECT mailroom.create_mailbox(10, 'free', 'mcp', 'team-2');
+SELECT is(
+    (SELECT jsonb_path_query_array(mailroom.http_list_mailboxes(sha256('mrk_one'::bytea)), '$[*].address')),
+    jsonb_build_array(pg_temp.ma(), pg_temp.oa()), 'the list: the key owner''s mcp and api inboxes, newest first'
+);
+SELECT is(
+    (SELECT jsonb_path_query_array(mailroom.http_list_mailboxes(sha256('mrk_one'::bytea), 1, 1), '$[*].owner_type')),
+    '["api"]'::jsonb, 'paged'
+);
+SELECT throws_ok($$SELECT mailroom.http_list_mailboxes(null)$$, 'MR240', NULL, 'the list without a key: MR240');
+SELECT throws_ok(format($$SELECT mailroom.http_list_mailboxes(sha256(%L::bytea))$$, pg_temp.t()), 'MR241', NULL,
+    'a session token lists nothing: MR241');
+SELECT throws_ok($$SELECT mailroom.http_list_mailboxes(sha256('mrk_one'::bytea), 0)$$, '22023', NULL, 'a bad limit: 22023');
+SELECT is(mailroom.http_get_mailbox(pg_temp.ma(), null, sha256('mrk_one'::bytea)) ->> 'owner_type', 'mcp',
+    'an mcp inbox is read over REST with its owner''s key');
+SELECT throws_ok(format($$SELECT mailroom.http_get_mailbox(%L, null, sha256('mrk_two'::bytea))$$, pg_temp.ma()),
+    'MR204', NULL, 'not with another owner''s key');
+SELECT is(mailroom.http_delete_mailbox(pg_temp.ma(), null, sha256('mrk_one'::bytea)), true, 'and deleted with it');
+SELECT is(
+    (SELECT jsonb_path_query_array(mailroom.http_list_mailboxes(sha256('mrk_one'::bytea)), '$[*].address')),
+    jsonb_build_array(pg_temp.oa()), 'a deleted inbox leaves the list'
+);
 
 SET LOCAL mailroom.clock = '2030-01-01 00:06:00+00';
 SELECT throws_ok(format($$SELECT mailroom.http_list_messages(%L, %L, null)$$, pg_temp.a(), pg_temp.t()), 'MR205', NULL,

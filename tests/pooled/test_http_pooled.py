@@ -51,7 +51,7 @@ def test_http_through_the_pooler(pooler, db_url, tmp_path, listen):
                                 token=box["session_token"])
         assert waited.status == 200 and waited.json()["subject"] == "Message 2"
         listed = server.request("GET", f"/api/v1/mailboxes/{box['address']}/messages", token=box["session_token"])
-        assert [m["subject"] for m in listed.json()["messages"]] == ["Message 2", "Message 1", "Message 0"]
+        assert [m["subject"] for m in listed.json()] == ["Message 2", "Message 1", "Message 0"]
         if listen == "pooled":
             wait_for_log(server.log_path, "self-test NOTIFY did not come back", server.proc, timeout=10)
     finally:

@@ -34,14 +34,16 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Response, StreamingResponse
 from psycopg.types.string import TextLoader
 from psycopg_pool import PoolTimeout
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from mailroom.core.errors import Kind, describe_db_error, error_code, kind_of
 from mailroom.core.log import get_logger
 from mailroom.core.outage import Outage
 from mailroom.db.connect import StaleConnection, alearn_vocabulary, ensure_alive
 from mailroom.db.pool import async_pool, bounded_transaction
-from mailroom.http import docs, page, sqlapi
+from mailroom.http import docs, models, page, sqlapi
 from mailroom.http.events import Hub
+from mailroom.http.models import errors
 from mailroom.http.sns import SnsVerifier
 from mailroom.inboxes.parsing import ParsePool
 
@@ -135,7 +137,9 @@ def unavailable(reason: str = "the database is unavailable, try again") -> ApiEr
 
 
 def error_body(err: ApiError) -> dict[str, Any]:
-    return {"error": {"code": err.code, "kind": err.kind, "message": err.message}}
+    # REST v1 ErrorResponse: FastAPI's `detail` (what the original service's clients read) beside
+    # mailroom's code and kind
+    return {"detail": err.message, "error": {"code": err.code, "kind": err.kind, "message": err.message}}
 
 
 @dataclass
@@ -367,10 +371,18 @@ def create_app(config: HttpConfig | None = None) -> FastAPI:  # noqa: PLR0915 - 
                                 headers={**err.headers, **page.PAGE_HEADERS})
         return JSONResponse(error_body(err), status_code=err.status, headers=err.headers)
 
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(request: Request, exc: StarletteHTTPException) -> Response:
+        # the router's own refusals (no such route 404, a method a path lacks 405) in the same
+        # ErrorResponse: not mailroom's, so no code
+        kind = "not_found" if exc.status_code == 404 else "usage"
+        return JSONResponse(error_body(ApiError(exc.status_code, "", str(exc.detail), kind=kind)),
+                            status_code=exc.status_code, headers=getattr(exc, "headers", None))
+
     @app.exception_handler(RequestValidationError)
     async def validation_error(request: Request, exc: RequestValidationError) -> Response:
         detail = "; ".join(f"{'.'.join(str(p) for p in e.get('loc', ()))}: {e.get('msg')}" for e in exc.errors())
-        return JSONResponse({"error": {"code": "22023", "kind": "usage", "message": detail}}, status_code=422)
+        return JSONResponse(error_body(ApiError(422, "22023", detail)), status_code=422)
 
     def creds(request: Request, address: str, *, unsafe: bool = False) -> Credentials:
         c = request_credentials(request, address)
@@ -382,7 +394,8 @@ def create_app(config: HttpConfig | None = None) -> FastAPI:  # noqa: PLR0915 - 
 
     # -- one-click unsubscribe (RFC 8058; docs/deliverability.md) ---------------------------------
 
-    @app.post("/unsubscribe/{token}", tags=["unsubscribe"],
+    @app.post("/unsubscribe/{token}", tags=["unsubscribe"], response_model=models.Unsubscribed,
+              responses=errors(400, 404, 413, 422),
               summary="One-click unsubscribe (RFC 8058): the body List-Unsubscribe=One-Click")
     async def unsubscribe(request: Request, token: str) -> Response:
         # the mail client's POST: form-encoded or multipart, a few bytes; SQL checks the token's
@@ -395,14 +408,24 @@ def create_app(config: HttpConfig | None = None) -> FastAPI:  # noqa: PLR0915 - 
         first = await state.call(sqlapi.unsubscribe, retry=False, token=token, one_click=_one_click(body))
         return _json(json.dumps({"unsubscribed": True, "first": bool(first)}))
 
-    @app.get("/unsubscribe/{token}", tags=["unsubscribe"], response_class=HTMLResponse,
+    @app.get("/unsubscribe/{token}", tags=["unsubscribe"], response_class=HTMLResponse, responses=errors(),
              summary="A page with the unsubscribe button (a GET never unsubscribes: link scanners follow links)")
     async def unsubscribe_page(token: str) -> Response:
         return HTMLResponse(page.unsubscribe_page(token), headers=page.PAGE_HEADERS)
 
     # -- the REST API ------------------------------------------------------------------------------
 
-    @app.post("/api/v1/mailboxes", status_code=201, tags=["mailboxes"],
+    @app.get("/api/v1/mailboxes", tags=["mailboxes"], response_model=list[models.Mailbox], responses=errors(400, 401, 422, 503),
+             summary="The API key's open inboxes (owner types api and mcp), newest first")
+    async def list_mailboxes(request: Request, limit: int = 100, offset: int = 0) -> Response:
+        c = request_credentials(request)
+        # an inbox list is an owner's: any credential but a key is looked up as one, and SQL refuses it (MR241)
+        key_digest = c.key_digest if c.raw is None or c.key_digest is not None \
+            else hashlib.sha256(c.raw.encode()).digest()
+        return _json(await state.call(sqlapi.http_list_mailboxes, key_digest=key_digest, limit=limit, offset=offset))
+
+    @app.post("/api/v1/mailboxes", status_code=201, tags=["mailboxes"], response_model=models.CreatedMailbox,
+              responses=errors(400, 401, 403, 413, 422, 429, 503),
               summary="Create an inbox (anonymous: the default plan; other plans need an API key)")
     async def create_mailbox(request: Request, ttl_minutes: int | None = None, plan: str | None = None) -> Response:
         body = await _small_json(request)
@@ -419,35 +442,44 @@ def create_app(config: HttpConfig | None = None) -> FastAPI:  # noqa: PLR0915 - 
         address = json.loads(doc)["address"]
         return _json(doc, 201, {"Location": f"/api/v1/mailboxes/{quote(address)}"})
 
-    @app.get("/api/v1/mailboxes/{address}", tags=["mailboxes"], summary="An open inbox (404 once expired or deleted)")
+    @app.get("/api/v1/mailboxes/{address}", tags=["mailboxes"], response_model=models.Mailbox,
+             responses=errors(401, 403, 404, 503),
+             summary="An open inbox (404 once expired or deleted)")
     async def get_mailbox(request: Request, address: str) -> Response:
         return _json(await state.call(sqlapi.http_get_mailbox, **creds(request, address).sql(address)))
 
-    @app.delete("/api/v1/mailboxes/{address}", tags=["mailboxes"], summary="Delete an inbox (it refuses mail at once)")
+    @app.delete("/api/v1/mailboxes/{address}", tags=["mailboxes"], response_model=models.Deleted,
+                responses=errors(401, 403, 404, 503), summary="Delete an inbox (it refuses mail at once)")
     async def delete_mailbox(request: Request, address: str) -> Response:
         deleted = await state.call(sqlapi.http_delete_mailbox, retry=False,
                                    **creds(request, address, unsafe=True).sql(address))
         return JSONResponse({"deleted": bool(deleted)})
 
-    @app.get("/api/v1/mailboxes/{address}/messages", tags=["messages"], summary="Messages, newest first (paged)")
+    @app.get("/api/v1/mailboxes/{address}/messages", tags=["messages"], response_model=list[models.MessageSummary],
+             responses=errors(400, 401, 403, 404, 422, 503), summary="Messages, newest first (paged): a JSON array")
     async def list_messages(request: Request, address: str, limit: int = 50, offset: int = 0,
                             after: int | None = None) -> Response:
         return _json(await state.call(sqlapi.http_list_messages, limit=limit, offset=offset, after_id=after,
                                       **creds(request, address).sql(address)))
 
-    @app.get("/api/v1/mailboxes/{address}/messages/{message_id}", tags=["messages"],
-             summary="One message: headers, text, HTML, attachments' metadata, the extracted link and code")
+    @app.get("/api/v1/mailboxes/{address}/messages/{message_id}", tags=["messages"], response_model=models.Message,
+             responses=errors(400, 401, 403, 404, 503),
+             summary="One message: body_text, body_html, attachments' metadata, headers, the extracted link and code; "
+                     "marks it read")
     async def read_message(request: Request, address: str, message_id: str) -> Response:
         return _json(await state.call(sqlapi.http_read_message, message_id=_message_id(message_id),
                                       **creds(request, address).sql(address)))
 
-    @app.delete("/api/v1/mailboxes/{address}/messages/{message_id}", tags=["messages"], summary="Delete one message")
+    @app.delete("/api/v1/mailboxes/{address}/messages/{message_id}", tags=["messages"], response_model=models.Deleted,
+                responses=errors(400, 401, 403, 404, 503), summary="Delete one message")
     async def delete_message(request: Request, address: str, message_id: str) -> Response:
         await state.call(sqlapi.http_delete_message, retry=False, message_id=_message_id(message_id),
                          **creds(request, address, unsafe=True).sql(address))
         return JSONResponse({"deleted": True})
 
-    @app.get("/api/v1/mailboxes/{address}/messages/{message_id}/raw", tags=["messages"],
+    @app.get("/api/v1/mailboxes/{address}/messages/{message_id}/raw", tags=["messages"], response_class=Response,
+             responses={200: {"content": {"text/plain": {"schema": {"type": "string"}}},
+                              "description": "the bytes as received, never rendered"}, **errors(400, 401, 403, 404, 503)},
              summary="The message as received (message/rfc822)")
     async def message_raw(request: Request, address: str, message_id: str) -> Response:
         raw = await state.call(sqlapi.http_message_raw, message_id=_message_id(message_id),
@@ -455,14 +487,19 @@ def create_app(config: HttpConfig | None = None) -> FastAPI:  # noqa: PLR0915 - 
         return Response(bytes(raw), media_type="text/plain; charset=utf-8",
                         headers={"X-Content-Type-Options": "nosniff", "Content-Security-Policy": "sandbox"})
 
-    @app.get("/api/v1/mailboxes/{address}/messages/{message_id}/html", tags=["messages"],
+    @app.get("/api/v1/mailboxes/{address}/messages/{message_id}/html", tags=["messages"], response_class=HTMLResponse,
+             responses=errors(400, 401, 403, 404, 422, 503),
              summary="The HTML part for a sandboxed frame: scripts and remote loads blocked (images=1 allows images)")
     async def message_html(request: Request, address: str, message_id: str, images: int = 0) -> Response:
         doc = json.loads(await state.call(sqlapi.http_read_message, message_id=_message_id(message_id),
                                           **creds(request, address).sql(address)))
-        return HTMLResponse(page.sandboxed_html(doc.get("html")), headers=page.message_frame_headers(bool(images)))
+        return HTMLResponse(page.sandboxed_html(doc.get("body_html")), headers=page.message_frame_headers(bool(images)))
 
     @app.get("/api/v1/mailboxes/{address}/messages/{message_id}/attachments/{index}", tags=["messages"],
+             response_class=Response,
+             responses={200: {"content": {"application/octet-stream": {"schema": {"type": "string", "format": "binary"}}},
+                              "description": "the decoded part, as a download"},
+                        **errors(400, 401, 403, 404, 422, 503)},
              summary="Attachment n (from 0), as a download")
     async def attachment(request: Request, address: str, message_id: str, index: int) -> Response:
         row = await state.call(sqlapi.http_message_attachment, shape="row", message_id=_message_id(message_id),
@@ -475,27 +512,30 @@ def create_app(config: HttpConfig | None = None) -> FastAPI:  # noqa: PLR0915 - 
         return Response(data, media_type=page.download_type(meta.get("content_type")),
                         headers=page.download_headers(meta.get("filename") or f"attachment-{index}"))
 
-    @app.get("/api/v1/mailboxes/{address}/messages/{message_id}/links", tags=["extract"],
+    @app.get("/api/v1/mailboxes/{address}/messages/{message_id}/links", tags=["extract"], response_model=models.Link,
+             responses=errors(400, 401, 403, 404, 503),
              summary="The first http(s) link of a message (like= a LIKE pattern)")
     async def links(request: Request, address: str, message_id: str, like: str | None = None) -> Response:
         link = await state.call(sqlapi.http_extract_link, message_id=_message_id(message_id), url_like=like,
                                 **creds(request, address).sql(address))
         return JSONResponse({"link": link})
 
-    @app.get("/api/v1/mailboxes/{address}/messages/{message_id}/code", tags=["extract"],
+    @app.get("/api/v1/mailboxes/{address}/messages/{message_id}/code", tags=["extract"], response_model=models.Code,
+             responses=errors(400, 401, 403, 404, 503),
              summary="The code in a message (default: a 5-digit word; pattern= a regular expression)")
     async def code(request: Request, address: str, message_id: str, pattern: str | None = None) -> Response:
         value = await state.call(sqlapi.http_extract_code, message_id=_message_id(message_id), pattern=pattern,
                                  **creds(request, address).sql(address))
         return JSONResponse({"code": value})
 
-    @app.get("/api/v1/mailboxes/{address}/search", tags=["messages"],
-             summary="Full-text search (subject, from, text), best first")
+    @app.get("/api/v1/mailboxes/{address}/search", tags=["messages"], response_model=models.SearchResult,
+             responses=errors(400, 401, 403, 404, 422, 503), summary="Full-text search (subject, from, text), best first")
     async def search(request: Request, address: str, q: str, limit: int = 50) -> Response:
         return _json(await state.call(sqlapi.http_search_messages, query=q, limit=limit,
                                       **creds(request, address).sql(address)))
 
-    @app.get("/api/v1/mailboxes/{address}/wait", tags=["messages"],
+    @app.get("/api/v1/mailboxes/{address}/wait", tags=["messages"], response_model=models.MessageSummary,
+             responses=errors(400, 401, 403, 404, 408, 422, 503),
              summary="Long poll: the newest message whose subject is LIKE subject=, within timeout= seconds")
     async def wait(request: Request, address: str, subject: str | None = None, timeout: float = 30) -> Response:
         if not 0 <= timeout <= 600:
@@ -519,11 +559,16 @@ def create_app(config: HttpConfig | None = None) -> FastAPI:  # noqa: PLR0915 - 
         finally:
             state.hub.unsubscribe(mailbox["mailbox_id"], event)
 
-    @app.get("/api/v1/mailboxes/{address}/events", tags=["messages"],
+    @app.get("/api/v1/mailboxes/{address}/events", tags=["messages"], response_class=StreamingResponse,
+             responses={200: {"content": {"text/event-stream": {"schema": {"type": "string"}}},
+                              "description": "`mailbox` (a Mailbox) first, then `message` (a MessageSummary, `id:` its id) "
+                                             "for each new message, `closed` (an ErrorResponse) when the inbox expires or "
+                                             "is deleted"},
+                        **errors(401, 403, 404, 503)},
              summary="Server-Sent Events: `message` for each new message, `closed` when the inbox expires")
     async def events(request: Request, address: str) -> Response:
         who = creds(request, address).sql(address)
-        first = json.loads(await state.call(sqlapi.http_list_messages, limit=1, **who))
+        first = json.loads(await state.call(sqlapi.http_mailbox_view, limit=1, **who))
         mailbox_id = first["mailbox"]["mailbox_id"]
         last_id = int(request.headers.get("last-event-id") or 0) if (request.headers.get("last-event-id") or "").isdigit() \
             else max([m["id"] for m in first["messages"]], default=0)
@@ -538,14 +583,14 @@ def create_app(config: HttpConfig | None = None) -> FastAPI:  # noqa: PLR0915 - 
                         await asyncio.wait_for(event.wait(), state.hub.wait_timeout(config.keepalive))
                     event.clear()
                     try:
-                        doc = json.loads(await state.call(sqlapi.http_list_messages, limit=100, after_id=last_id, **who))
+                        listed = json.loads(await state.call(sqlapi.http_list_messages, limit=100, after_id=last_id, **who))
                     except ApiError as err:
                         if err.status in (401, 403, 404):
                             yield f"event: closed\ndata: {json.dumps(error_body(err))}\n\n"
                             return
                         yield ": database unavailable, retrying\n\n"
                         continue
-                    messages = list(reversed(doc["messages"]))
+                    messages = list(reversed(listed))
                     for m in messages:
                         last_id = max(last_id, m["id"])
                         yield f"id: {m['id']}\nevent: message\ndata: {json.dumps(m)}\n\n"
@@ -559,7 +604,8 @@ def create_app(config: HttpConfig | None = None) -> FastAPI:  # noqa: PLR0915 - 
 
     # -- SES through SNS -------------------------------------------------------------------------
 
-    @app.post("/hooks/ses", tags=["hooks"], summary="Amazon SNS notifications of SES receipts (SNS action)")
+    @app.post("/hooks/ses", tags=["hooks"], responses=errors(400, 403, 404, 413, 503),
+              summary="Amazon SNS notifications of SES receipts (SNS action)")
     async def ses_hook(request: Request) -> Response:
         if state.sns is None:
             raise ApiError(404, "", "the SES hook is off (set MAILROOM_SES_TOPICS)", kind="not_found")

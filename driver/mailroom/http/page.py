@@ -98,7 +98,7 @@ SCRIPT = r"""
       if (!window.confirm(b.dataset.confirm || "Delete?")) return;
       fetch(api(b.dataset.delete), {method: "DELETE", headers: {"X-CSRF-Token": csrf}, credentials: "same-origin"})
         .then(function (r) { if (r.ok) { window.location = b.dataset.then; } else { r.json().then(function (e) {
-          window.alert(e.error ? e.error.message : "refused"); }); } });
+          window.alert(e.detail || "refused"); }); } });
     });
   });
   // images on request: reload the sandboxed frame with images allowed
@@ -254,14 +254,14 @@ def render_message(address: str, m: dict[str, Any], *, csrf: str) -> str:
         extract += (f'<div class="extract"><strong>Code</strong><code id="code">{e(m["code"])}</code>'
                     f'<button class="ghost" id="copy-code" data-copy="{e(m["code"])}">Copy code</button></div>')
     html_part = ""
-    if m.get("html"):
+    if m.get("body_html"):
         html_part = (f'<div class="card"><div style="display:flex;justify-content:space-between"><h3 style="margin:0">HTML</h3>'
                      f'<button class="ghost" id="show-images">Show images</button></div>'
                      f'<p class="muted">Rendered in a sandbox: scripts and remote content are blocked.</p>'
                      f'<iframe class="body" id="html-frame" sandbox="allow-popups" '
                      f'referrerpolicy="no-referrer" title="HTML part" data-src="{base}/html" src="{base}/html"></iframe></div>')
-    text_part = f'<div class="card"><h3 style="margin-top:0">Text</h3><pre id="text">{e(m.get("text"))}</pre></div>' \
-        if m.get("text") else ""
+    text_part = f'<div class="card"><h3 style="margin-top:0">Text</h3><pre id="text">{e(m.get("body_text"))}</pre></div>' \
+        if m.get("body_text") else ""
     headers = "".join(f"<tr><th>{e(name)}</th><td>{e(value)}</td></tr>" for name, value in m.get("headers") or [])
     attachments = "".join(
         f'<li><a href="{base}/attachments/{int(a["index"])}">{e(a.get("filename") or "attachment")}</a> '
@@ -272,7 +272,7 @@ def render_message(address: str, m: dict[str, Any], *, csrf: str) -> str:
 <div class="card" id="inbox" data-address="{e(address)}">
   <p><a href="{_inbox_url(address)}">← all messages</a></p>
   <h2 id="subject" style="margin:6px 0">{e(m.get("subject") or "(no subject)")}</h2>
-  <p class="muted">From {e(m.get("from") or m.get("envelope_from"))} · to {e(m.get("to"))} · {e(m.get("received_at"))}
+  <p class="muted">From {e(m.get("from") or m.get("envelope_from"))} · to {e(m.get("to_address"))} · {e(m.get("received_at"))}
     · {int(m.get("size") or 0)} bytes</p>
   {extract}
   <p><a class="button ghost" href="{base}/raw" target="_blank" rel="noopener">Raw source</a>
@@ -402,7 +402,7 @@ def add_routes(app: FastAPI, state: State) -> None:  # noqa: PLR0915 - the page'
                 doc = json.loads(await state.call(sqlapi.http_search_messages, query=q, limit=100, **c.sql(address)))
                 results = doc["messages"]
             else:
-                doc = json.loads(await state.call(sqlapi.http_list_messages, limit=100, **c.sql(address)))
+                doc = json.loads(await state.call(sqlapi.http_mailbox_view, limit=100, **c.sql(address)))
                 results = None
         except ApiError as err:
             if err.status in (401, 403):

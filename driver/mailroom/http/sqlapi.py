@@ -18,8 +18,18 @@ http_create_mailbox = SqlFunction(
     returns="jsonb",
 )
 http_get_mailbox = SqlFunction("http_get_mailbox", _WHO, returns="jsonb")
+# the one listing of an API key's inboxes (the REST list, the page, MCP): a JSON array of Mailbox
+http_list_mailboxes = SqlFunction(
+    "http_list_mailboxes", "p_key_digest bytea, p_limit integer = default, p_offset integer = default", returns="jsonb"
+)
 http_list_messages = SqlFunction(
     "http_list_messages",
+    f"{_WHO}, p_limit integer = default, p_offset integer = default, p_after_id bigint = default",
+    returns="jsonb",
+)
+# the page and the start of /events: {"mailbox": Mailbox, "messages": [MessageSummary]} in one call
+http_mailbox_view = SqlFunction(
+    "http_mailbox_view",
     f"{_WHO}, p_limit integer = default, p_offset integer = default, p_after_id bigint = default",
     returns="jsonb",
 )

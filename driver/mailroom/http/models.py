@@ -1,0 +1,161 @@
+"""The REST v1 contract's shapes, as pydantic models: what the OpenAPI document (/openapi.json) says.
+
+SQL makes every answer (sql/29_http.sql builds the JSON, the server passes it through as text), so
+these models are the documentation of those documents, never a second implementation: a route
+declares its model (`response_model=`, `responses=`) and returns SQL's JSON as it is.
+tests/http/test_http_api.py checks that each answer has exactly the keys its model names, so a key
+added in SQL without its field here (or the reverse) fails there. docs/architecture.md ("REST v1
+contract") is the prose of the same.
+
+The original expiring-inbox service's keys come first in each model (`address`, `expires_at`; `id`,
+`subject`, `from_address`, `received_at`, `is_read`; `body_text`, `body_html`, `attachments`;
+`detail` in an error), mailroom's richer ones after them. Every model allows extra keys, so adding
+a field later is not a breaking change for a client that validates against the document.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="allow", populate_by_name=True)
+
+
+class Mailbox(_Model):
+    """An open inbox (`_http_mailbox_json`): never its session token, never its owner's id."""
+
+    address: str = Field(description="the inbox's address, its id in every path")
+    expires_at: datetime = Field(description="when it stops accepting mail and answers 404")
+    created_at: datetime
+    is_active: bool = Field(description="open: neither expired nor deleted (always true in an answer of an open inbox)")
+    plan: str
+    owner_type: str = Field(description="anonymous, api (made with an API key) or mcp (made by an agent over MCP)")
+    message_count: int
+    catchall: bool = Field(description="made by the first mail to an address of a catch-all domain")
+    max_messages: int | None = Field(description="the plan's message count limit")
+    max_message_bytes: int | None = Field(description="the plan's size limit of one message")
+    mailbox_id: int = Field(description="mailroom's id of the inbox (the payload of NOTIFY mailroom_inbox)")
+
+
+class CreatedMailbox(Mailbox):
+    """`POST /api/v1/mailboxes`: the inbox, with its session token (anonymous inboxes only; shown once)."""
+
+    session_token: str | None = Field(
+        description="the credential of an anonymous inbox, returned only here; null for an API key's inbox")
+
+
+class MessageSummary(_Model):
+    """A message in a list (`_http_message_summary`), newest first: no bodies."""
+
+    id: int
+    subject: str | None
+    from_address: str | None = Field(description="the From header's address, else the envelope sender")
+    to_address: str = Field(description="the recipient (RCPT TO) it was delivered for")
+    received_at: datetime
+    is_read: bool = Field(description="true once read with GET …/messages/{id}")
+    has_attachments: bool
+    from_: str | None = Field(alias="from", description="the From header as written (display name included)")
+    envelope_from: str | None = Field(description="the SMTP reverse path (empty for a bounce)")
+    size: int = Field(description="bytes as received")
+    attachment_count: int
+    snippet: str = Field(description="the first words of the text part, whitespace folded")
+
+
+class SearchHit(MessageSummary):
+    rank: float = Field(description="ts_rank of the match; higher first")
+
+
+class Attachment(_Model):
+    """An attachment's metadata, recorded at delivery; its bytes: GET …/attachments/{index}."""
+
+    index: int = Field(description="its number, from 0, in …/attachments/{index}")
+    filename: str | None
+    content_type: str | None
+    disposition: str | None = None
+    size: int | None
+    content_id: str | None = None
+    sha256: str | None = Field(default=None, description="hex digest of the decoded part; names it in the raw bytes")
+
+
+class Message(_Model):
+    """`GET …/messages/{id}`: the whole message; reading marks it read."""
+
+    id: int
+    subject: str | None
+    from_address: str | None
+    to_address: str
+    received_at: datetime
+    is_read: bool
+    has_attachments: bool
+    body_text: str | None = Field(description="the text part")
+    body_html: str | None = Field(description="the HTML part: never render it outside a sandbox (GET …/html)")
+    attachments: list[Attachment]
+    from_: str | None = Field(alias="from")
+    envelope_from: str | None
+    size: int
+    attachment_count: int
+    headers: list[list[str]] = Field(description="[name, value] pairs in order, unfolded")
+    link: str | None = Field(description="the first http(s) link (as GET …/links)")
+    code: str | None = Field(description="a 5-digit code (as GET …/code)")
+
+
+class MailboxView(_Model):
+    """The inbox page's call (`http_mailbox_view`); `/events` sends its `mailbox` first."""
+
+    mailbox: Mailbox
+    messages: list[MessageSummary]
+
+
+class SearchResult(_Model):
+    mailbox: Mailbox
+    query: str
+    messages: list[SearchHit]
+
+
+class Deleted(_Model):
+    deleted: bool
+
+
+class Link(_Model):
+    link: str
+
+
+class Code(_Model):
+    code: str
+
+
+class Unsubscribed(_Model):
+    unsubscribed: bool
+    first: bool = Field(description="false when the recipient was suppressed already")
+
+
+class ErrorInfo(_Model):
+    code: str = Field(description="the SQLSTATE: mailroom's (a row of mailroom.error_codes) or a standard one; empty at the edge")
+    kind: str = Field(description="usage, config, not_found, gone, limit, conflict, denied, unavailable, internal")
+    message: str
+
+
+class ErrorResponse(_Model):
+    """Every error of the API: FastAPI's `detail` (the message), beside mailroom's code and kind."""
+
+    detail: str = Field(description="the message, as FastAPI services answer it")
+    error: ErrorInfo
+
+
+def errors(*statuses: int) -> dict[int | str, dict[str, Any]]:
+    """`responses=` of a route: these statuses answer an ErrorResponse, and so does 422 (a parameter of
+    the wrong type: app.py's handler), in place of FastAPI's default HTTPValidationError."""
+    statuses = tuple(sorted({*statuses, 422}))
+    # the codes of each status: docs/http.md (no MR code is written in Python: tests/db/test_error_codes.py)
+    described = {
+        400: "bad input", 401: "no credentials, or an unknown or revoked API key",
+        403: "not this inbox's credential, a plan that needs an API key, a cookie request without its CSRF header",
+        404: "no such inbox, expired or deleted; no such message, link, code or attachment",
+        408: "the long poll's time passed", 413: "body too large", 422: "a parameter of the wrong type",
+        429: "the creation rate limit, with Retry-After", 503: "the database is unavailable",
+    }
+    return {s: {"model": ErrorResponse, "description": described[s]} for s in statuses}

@@ -1,0 +1,37 @@
+"""The REST v1 functions of sql/29_http.sql on Citus (issue 33): an API key's inbox list (one
+multi-shard read of plain columns, the JSON built on the coordinator), a message list and a read
+(single-shard), the long poll's one look, and an mcp inbox read with its owner's key."""
+
+from __future__ import annotations
+
+import hashlib
+
+import psycopg
+import pytest
+
+from mailroom import testing
+
+pytestmark = pytest.mark.citus
+
+
+def test_the_rest_v1_calls_on_citus(cconn, citus_url):
+    digest = hashlib.sha256(b"mrk_citus_http").digest()
+    cconn.execute("SELECT mailroom.create_api_key('citus-owner', %s)", (digest,))
+    with psycopg.connect(testing.as_login(citus_url, "mr_http"), autocommit=True) as http:
+        api = http.execute("SELECT mailroom.http_create_mailbox(%s, null, 10)", (digest,)).fetchone()[0]
+        mcp = cconn.execute("SELECT address FROM mailroom.create_mailbox(10, 'free', 'mcp', 'citus-owner')").fetchone()[0]
+        listed = http.execute("SELECT mailroom.http_list_mailboxes(%s)", (digest,)).fetchone()[0]
+        assert [(b["address"], b["owner_type"]) for b in listed] == [(mcp, "mcp"), (api["address"], "api")]
+        with psycopg.connect(testing.as_login(citus_url, "mr_inbound"), autocommit=True) as inbound:
+            message = inbound.execute(
+                "SELECT mailroom.deliver_message(%s, %s, 'app@example.org', 'Hi', 'App <app@example.org>', 'code 48213')",
+                (mcp, b"From: App <app@example.org>\r\nSubject: Hi\r\n\r\ncode 48213"),
+            ).fetchone()[0]
+        summaries = http.execute("SELECT mailroom.http_list_messages(%s, null, %s)", (mcp, digest)).fetchone()[0]
+        assert [(m["id"], m["from_address"], m["is_read"]) for m in summaries] == [(message, "app@example.org", False)]
+        read = http.execute("SELECT mailroom.http_read_message(%s, null, %s, %s)", (mcp, digest, message)).fetchone()[0]
+        assert (read["body_text"], read["code"], read["is_read"]) == ("code 48213", "48213", True)
+        found = http.execute("SELECT mailroom.http_check_message(%s, null, %s, 'H%%')", (mcp, digest)).fetchone()[0]
+        assert (found["id"], found["subject"], found["is_read"]) == (message, "Hi", True)
+        view = http.execute("SELECT mailroom.http_mailbox_view(%s, null, %s)", (mcp, digest)).fetchone()[0]
+        assert (view["mailbox"]["owner_type"], [m["id"] for m in view["messages"]]) == ("mcp", [message])
