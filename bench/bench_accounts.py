@@ -14,6 +14,7 @@ import shutil
 import statistics
 import subprocess
 import tempfile
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -167,14 +168,14 @@ def _consume_and_recovery(conn: psycopg.Connection, n: int, progress: Callable[[
     ]
 
 
-def _pgbench(url: str, script: str, seconds: int, options: str = "") -> float:
-    """tps of one pgbench client running `script` (autocommit, one transaction a run)."""
+def _pgbench(url: str, script: str, seconds: int, options: str = "", clients: int = 1) -> float:
+    """tps of `clients` pgbench clients running `script` (autocommit, one transaction a run)."""
     path = Path(tempfile.mkstemp(suffix=".sql")[1])
     path.write_text(script)
     path.chmod(0o644)
     env = {**os.environ, **({"PGOPTIONS": options} if options else {})}
     exe = shutil.which("pgbench") or str(embedded.find_bindir() / "pgbench")
-    out = subprocess.run([exe, "-n", "-c", "1", "-T", str(seconds), "-f", str(path), url],
+    out = subprocess.run([exe, "-n", "-c", str(clients), "-j", str(clients), "-T", str(seconds), "-f", str(path), url],
                          capture_output=True, text=True, timeout=seconds + 60, env=env)
     path.unlink(missing_ok=True)
     match = re.search(r"tps = ([\d.]+)", out.stdout)
@@ -183,23 +184,107 @@ def _pgbench(url: str, script: str, seconds: int, options: str = "") -> float:
     return float(match.group(1))
 
 
+# The NOTIFY rule of migration 0180 for the token channel (registry: notified only while a session
+# registered with mailroom.listen), put back in the bench database only, to measure what the seed's
+# always-on token_insert (migration 0190) costs an account insert against it in the same run.
+REGISTRY_RULE = """
+CREATE OR REPLACE FUNCTION mailroom._announce_tokens(p_count bigint)
+RETURNS void LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    IF p_count > 0 THEN
+        PERFORM mailroom._notify(mailroom.setting('tokens.channel'), p_count::text);
+    END IF;
+END;
+$$
+"""
+
+
+class _TokenListener:
+    """A plain `LISTEN token_insert` session (no registration) that drains what it hears, in a thread."""
+
+    def __init__(self, url: str) -> None:
+        self.conn = psycopg.connect(url, autocommit=True)
+        self.conn.execute("LISTEN token_insert")
+        self.heard = 0
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._drain, daemon=True)
+        self.thread.start()
+
+    def _drain(self) -> None:
+        while not self.stop.is_set():
+            for _ in self.conn.notifies(timeout=0.2):
+                self.heard += 1
+
+    def close(self) -> int:
+        self.stop.set()
+        self.thread.join()
+        self.conn.close()
+        return self.heard
+
+
 def account_insert(url: str, quick: bool, progress: Callable[[str], None]) -> list[dict]:
-    """pgbench, 1 client: mailroom.create_account vs the seed's own schema (bench/seed_accounts.sql)."""
-    seconds = 3 if quick else 10
+    """pgbench, 1 client: mailroom.create_account vs the seed's own schema (bench/seed_accounts.sql), and
+    what the always-on NOTIFY token_insert costs: nobody listening, a session LISTENing, and the 0180
+    registry rule with nobody registered (no NOTIFY), interleaved, median of the rounds."""
+    seconds, rounds = (3, 1) if quick else (10, 3)
     with psycopg.connect(url, autocommit=True) as conn:
         conn.execute(SEED_SQL.read_text())
+        always_rule = conn.execute(
+            "SELECT pg_get_functiondef('mailroom._announce_tokens(bigint)'::regprocedure)").fetchone()[0]
     pick = "\\set n random(1, 2000000000)\n"
-    ours = _pgbench(url, pick + "SELECT mailroom.create_account('a' || :n || 'x@example.com', 'a' || :n || 'x');\n",
-                    seconds)
-    seed = _pgbench(url, pick + "INSERT INTO accounts (email, login) VALUES ('s' || :n || 'x@example.com', 's' || :n || 'x');\n",
-                    seconds, "-c search_path=seed,public")
-    progress(f"account insert: create_account {ours:,.0f} tps, the seed's schema {seed:,.0f} tps")
+    create = pick + "SELECT mailroom.create_account('a' || :n || 'x@example.com', 'a' || :n || 'x');\n"
+
+    def with_listener() -> float:
+        listening = _TokenListener(url)
+        try:
+            return _pgbench(url, create, seconds)
+        finally:
+            if listening.close() == 0:
+                raise RuntimeError("the LISTEN token_insert session heard nothing")
+
+    def registry_rule(clients: int = 1) -> float:
+        with psycopg.connect(url, autocommit=True) as conn:
+            conn.execute(REGISTRY_RULE)
+        try:
+            return _pgbench(url, create, seconds, clients=clients)
+        finally:
+            with psycopg.connect(url, autocommit=True) as conn:
+                conn.execute(always_rule)
+
+    runs: dict[str, list[float]] = {"ours": [], "listened": [], "registry": [], "seed": [], "ours4": [], "registry4": []}
+    for _ in range(rounds):
+        # 4 clients: where NOTIFY costs (the commits of notifying transactions are serialized)
+        runs["ours4"].append(_pgbench(url, create, seconds, clients=4))
+        runs["registry4"].append(registry_rule(clients=4))
+        runs["ours"].append(_pgbench(url, create, seconds))
+        runs["listened"].append(with_listener())
+        runs["registry"].append(registry_rule())
+        runs["seed"].append(_pgbench(
+            url, pick + "INSERT INTO accounts (email, login) VALUES ('s' || :n || 'x@example.com', 's' || :n || 'x');\n",
+            seconds, "-c search_path=seed,public"))
+    ours, listened, registry, seed, ours4, registry4 = (
+        statistics.median(runs[k]) for k in ("ours", "listened", "registry", "seed", "ours4", "registry4"))
+    progress(f"account insert: create_account {ours:,.0f} tps (NOTIFY token_insert, nobody listening), "
+             f"{listened:,.0f} with a LISTEN session, {registry:,.0f} under the 0180 registry rule (no NOTIFY); "
+             f"the seed's schema {seed:,.0f} tps; 4 clients: {ours4:,.0f} always vs {registry4:,.0f} registry rule")
     with psycopg.connect(url, autocommit=True) as conn:
         conn.execute("DROP SCHEMA seed CASCADE")
-    note = f"pgbench 1 client, {seconds}s each, one account + activation token a transaction"
+    note = (f"pgbench 1 client, {seconds}s each, one account + activation token a transaction"
+            + (f"; median of {rounds} interleaved rounds" if rounds > 1 else ""))
     return [
         {"area": AREA, "benchmark": "account insert: SELECT mailroom.create_account(...)", "value": round(ours, 1),
-         "unit": "tx/s", "note": note + "; validation, CSPRNG code, digests, revocation, NOTIFY"},
+         "unit": "tx/s", "note": note + "; validation, CSPRNG code, digests, revocation, NOTIFY token_insert "
+                                        "(always, since 0190; nobody listening)"},
+        {"area": AREA, "benchmark": "account insert, a session LISTENing on token_insert", "value": round(listened, 1),
+         "unit": "tx/s", "note": note + "; a plain LISTEN session draining every notification"},
+        {"area": AREA, "benchmark": "account insert, the 0180 registry rule (nobody registered: no NOTIFY)",
+         "value": round(registry, 1), "unit": "tx/s",
+         "note": note + "; _announce_tokens of migration 0180 put back in the bench database for this row"},
+        {"area": AREA, "benchmark": "account insert: always-on NOTIFY / registry rule", "value": round(ours / registry, 2),
+         "unit": "ratio", "note": "the cost of the seed's always-on token_insert at 1 client (issue 33)"},
+        {"area": AREA, "benchmark": "account insert, 4 clients: always-on NOTIFY / registry rule",
+         "value": round(ours4 / registry4, 2), "unit": "ratio",
+         "note": f"{ours4:,.0f} vs {registry4:,.0f} tx/s; pgbench 4 clients, {seconds}s each, interleaved with the rows above"},
         {"area": AREA, "benchmark": "reference: the seed's schema, INSERT INTO accounts (its triggers)",
          "value": round(seed, 1), "unit": "tx/s", "note": note + "; mailroom_accounts.txt as published"},
         {"area": AREA, "benchmark": "account insert: create_account / seed schema", "value": round(ours / seed, 2),

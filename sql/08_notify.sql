@@ -1,7 +1,13 @@
--- NOTIFY where someone listens. PostgreSQL serializes the commits of every transaction that has
--- issued a NOTIFY (a cluster-wide lock from PreCommit_Notify to the end of the commit's WAL
--- flush), so the hot producers (deliver_message, account and token inserts) notify only while a
--- session has registered on the channel. A listener's protocol, race-free:
+-- NOTIFY where someone listens, for the delivery channels only. PostgreSQL serializes the commits
+-- of every transaction that has issued a NOTIFY (a cluster-wide lock from PreCommit_Notify to the
+-- end of the commit's WAL flush), so the hottest producer, deliver_message, notifies its channels
+-- (mailroom_inbox, mailroom_delivery) only while a session has registered on them, or while
+-- notify.always is true. Every other channel ALWAYS notifies and needs no registration: the
+-- seed's token_insert (setting tokens.channel: a plain `LISTEN token_insert` hears every
+-- statement that inserts tokens), mailroom_outbound, mailroom_expiry_schedule. The table of
+-- channels and their rules: docs/architecture.md, "NOTIFY, channel by channel".
+-- A listener's protocol on a registered channel, race-free (on an always channel, LISTEN and
+-- the backlog scan are enough; registering there is harmless):
 --   1. LISTEN channel;
 --   2. SELECT mailroom.listen(ARRAY[channel]);     (committed: producers from now on notify)
 --   3. SELECT mailroom.await_writers(timeout);     (transactions that may have read the registry
@@ -35,7 +41,7 @@ END;
 $$;
 
 COMMENT ON FUNCTION mailroom.listen(text[]) IS
-'Register this session as a listener of the channels (call after LISTEN, then mailroom.await_writers before looking for work): the hot producers NOTIFY only while someone is registered.';
+'Register this session as a listener of the channels (call after LISTEN, then mailroom.await_writers before looking for work): deliver_message NOTIFYs mailroom_inbox and mailroom_delivery only while someone is registered; other channels always notify.';
 
 GRANT EXECUTE ON FUNCTION mailroom.listen(text[])
 TO mailroom_app, mailroom_collector, mailroom_sender, mailroom_inbound, mailroom_http;
@@ -113,7 +119,7 @@ END;
 $$;
 
 COMMENT ON FUNCTION mailroom._listened(text) IS
-'Internal: whether a NOTIFY on the channel may be heard (a session registered with mailroom.listen, or notify.always).';
+'Internal: whether a NOTIFY on a registered channel (mailroom_inbox, mailroom_delivery) may be heard (a session registered with mailroom.listen, or notify.always).';
 
 CREATE OR REPLACE FUNCTION mailroom._notify(p_channel text, p_payload text)
 RETURNS void
@@ -128,4 +134,4 @@ END;
 $$;
 
 COMMENT ON FUNCTION mailroom._notify(text, text) IS
-'Internal: pg_notify only when mailroom._listened says someone may hear it.';
+'Internal: pg_notify on a registered channel (deliver_message''s), only when mailroom._listened says someone may hear it; the always channels call pg_notify.';

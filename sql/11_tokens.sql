@@ -382,6 +382,10 @@ EXECUTE FUNCTION mailroom.trg_after_token_consumed();
 --    one: the trigger is skipped inside another trigger (WHEN depth < 1), and
 --    the accounts statement trigger below announces them all at once, so
 --    inserting 100,000 accounts in one statement raises one notification.
+--    The channel ALWAYS notifies (since migration 0190), registered or not: it is the seed's
+--    contract, and a plain `LISTEN token_insert` (psql, the seed's C collector, any listener
+--    of your own) hears every statement that inserts tokens. The registry of sql/08_notify.sql
+--    covers the delivery channels only (docs/architecture.md, "NOTIFY, channel by channel").
 CREATE OR REPLACE FUNCTION mailroom._announce_tokens(p_count bigint)
 RETURNS void
 LANGUAGE plpgsql
@@ -389,13 +393,13 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
     IF p_count > 0 THEN
-        PERFORM mailroom._notify(mailroom.setting('tokens.channel'), p_count::text);
+        PERFORM pg_notify(mailroom.setting('tokens.channel'), p_count::text);
     END IF;
 END;
 $$;
 
 COMMENT ON FUNCTION mailroom._announce_tokens(bigint) IS
-'Internal: NOTIFY tokens.channel with the number of tokens a statement inserted (nothing for 0, nothing while no session listens: mailroom.listen).';
+'Internal: NOTIFY tokens.channel with the number of tokens a statement inserted (nothing for 0); always, listened or not (the seed''s contract).';
 
 CREATE OR REPLACE FUNCTION mailroom.trg_after_tokens_inserted()
 RETURNS trigger

@@ -89,7 +89,9 @@ IMMUTABLE
 SET search_path = pg_catalog, pg_temp
 AS $$
     -- A transient outcome (or a reaped claim) retries until attempt number outbound.max_attempts;
-    -- that attempt fails the message. Sent and permanent outcomes never "give up".
+    -- that attempt fails the message. Sent and permanent outcomes never "give up". The setting
+    -- counts attempts in all: its default 11 (migration 0191) is the seed's "retry up to 10
+    -- times", the first attempt and up to 10 retries (docs/outbound.md).
     SELECT p_kind = 'transient' AND p_attempt >= p_max_attempts;
 $$;
 
@@ -502,7 +504,7 @@ COMMENT ON FUNCTION mailroom._log_line(timestamptz, integer, text, text) IS
 'Internal: one error_log line (UTC time, attempt, outcome, reply text); redacted by trigger.';
 
 COMMENT ON FUNCTION mailroom._gives_up(text, integer, integer) IS
-'Internal: whether this attempt fails the message for good (a transient outcome at outbound.max_attempts).';
+'Internal: whether this attempt fails the message for good (a transient outcome at attempt number outbound.max_attempts, default 11: the first and 10 retries).';
 
 COMMENT ON FUNCTION mailroom._attempt_log(text, timestamptz, integer, text, text, text, integer, integer) IS
 'Internal: error_log after one attempt (its line, the give-up line when _gives_up), trimmed to the last p_max_chars.';

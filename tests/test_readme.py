@@ -42,6 +42,8 @@ def test_psql_session_works_when_pasted(db_url):
     proc = psql(login_granted(db_url, *roles), block)
     assert proc.returncode == 0, proc.stderr
     assert re.search(r"^\s*active\s*$", proc.stdout, re.M), proc.stdout
+    # LISTEN token_insert alone hears the account's token (the seed's walkthrough, issue 33)
+    assert 'Asynchronous notification "token_insert" with payload "1" received' in proc.stdout, proc.stdout
     # the last statement is the refused second use, with its own message
     assert "ERROR:  token already used" in proc.stderr
 

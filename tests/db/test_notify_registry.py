@@ -1,4 +1,6 @@
-"""NOTIFY only where someone listens (sql/08_notify.sql), and the listener protocol that makes it safe.
+"""NOTIFY only where someone listens (sql/08_notify.sql: deliver_message's channels mailroom_inbox and
+mailroom_delivery), and the listener protocol that makes it safe. The channels that always notify,
+token_insert first: tests/db/test_notify_channels.py.
 
 A producer that found no listener commits without NOTIFY (so its commit does not take PostgreSQL's
 notify lock); a listener registers, then `await_writers` waits for every transaction that was writing
@@ -34,16 +36,6 @@ def test_no_notify_until_registered(db_url):
         listener.execute("SELECT mailroom.unlisten()")
         _deliver(conn, address)
         assert list(listener.notifies(timeout=0.5, stop_after=1)) == []
-
-
-def test_token_channel_follows_the_registry(db_url):
-    with psycopg.connect(db_url, autocommit=True) as conn, psycopg.connect(db_url, autocommit=True) as listener:
-        listener.execute("LISTEN token_insert")
-        conn.execute("SELECT mailroom.create_account('r1@example.com', 'r1')")
-        assert list(listener.notifies(timeout=0.5, stop_after=1)) == []
-        listener.execute("SELECT mailroom.listen(ARRAY['token_insert'])")
-        conn.execute("SELECT mailroom.create_account('r2@example.com', 'r2')")
-        assert [n.payload for n in listener.notifies(timeout=5, stop_after=1)] == ["1"]
 
 
 def test_await_writers_outlasts_a_producer_that_read_no_listener(db_url):

@@ -1,10 +1,26 @@
--- Who listens (sql/08_notify.sql): the registry, its pruning, notify.always, and that the hot
--- producers consult it.
+-- Who listens (sql/08_notify.sql): the registry, its pruning, notify.always, and that only
+-- deliver_message consults it (docs/architecture.md, "NOTIFY, channel by channel"; each channel's
+-- rule is checked end to end by tests/db/test_notify_channels.py).
 BEGIN;
-SELECT plan(14);
+SELECT plan(16);
 
 SELECT has_table('mailroom', 'listeners', 'mailroom.listeners exists');
-SELECT is(mailroom.setting('notify.always'), 'false', 'a fresh install notifies only registered channels');
+SELECT is(mailroom.setting('notify.always'), 'false', 'a fresh install notifies the registered channels only where registered');
+SELECT is(
+    (
+        SELECT string_agg(p.proname, ', ' ORDER BY p.proname)
+        FROM pg_proc AS p
+        WHERE p.pronamespace = 'mailroom'::regnamespace AND p.prosrc ~ 'mailroom\._(notify|listened)\('
+            AND p.proname NOT IN ('_notify', '_listened')
+    ),
+    'deliver_message',
+    'only deliver_message notifies through the registry (mailroom_inbox, mailroom_delivery): other channels always'
+);
+SELECT ok(
+    (SELECT prosrc ~ 'pg_notify\(mailroom\.setting\(''tokens\.channel''\)' FROM pg_proc
+        WHERE oid = 'mailroom._announce_tokens(bigint)'::regprocedure),
+    'the token channel (the seed''s token_insert) is notified with pg_notify, no registry'
+);
 
 SELECT ok(NOT mailroom._listened('mailroom_inbox'), 'nobody registered: not listened');
 SELECT lives_ok($$SELECT mailroom.listen(ARRAY['mailroom_inbox', 'mailroom_inbox', 'token_insert'])$$,

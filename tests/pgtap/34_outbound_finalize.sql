@@ -1,6 +1,6 @@
 -- Outbound: finalize_messages (classification, backoff, max attempts, fencing), release, reaper.
 BEGIN;
-SELECT plan(60);
+SELECT plan(66);
 
 SET LOCAL mailroom.clock = '2030-01-01 00:00Z';
 SELECT mailroom.upsert_sender('tap', 'robot@mailroom.test', '127.0.0.1', 2525);
@@ -44,6 +44,14 @@ SELECT results_eq(
 SELECT ok(mailroom._gives_up('transient', 3, 3), 'a transient outcome at max_attempts gives up');
 SELECT ok(NOT mailroom._gives_up('transient', 2, 3), 'before max_attempts it does not');
 SELECT ok(NOT mailroom._gives_up('permanent', 3, 3), 'a permanent failure fails without "giving up"');
+SELECT is(
+    mailroom.setting('outbound.max_attempts'), '11',
+    'the default is the seed''s: the first attempt and up to 10 retries, 11 attempts in all'
+);
+SELECT ok(
+    NOT mailroom._gives_up('transient', 10, 11) AND mailroom._gives_up('transient', 11, 11),
+    'with the default, the 9th retry (attempt 10) retries again, the 10th retry (attempt 11) gives up'
+);
 
 -- many outcomes in one call
 SELECT pg_temp.only_due('m1', 'm2', 'm3', 'm4', 'm5', 'm6', 'm7');
@@ -109,7 +117,34 @@ SELECT matches(
     'giving up after 3 attempts',
     'and says so in error_log'
 );
-SELECT mailroom.set_setting('outbound.max_attempts', '10');
+SELECT mailroom.set_setting('outbound.max_attempts', '11');
+
+-- the seed's "retry up to 10 times", through finalize_messages with the default: a message whose
+-- first attempt and 8 retries failed (attempts 9) is retried twice more, then failed
+SET LOCAL mailroom.clock = '2030-01-01 00:30Z';
+SELECT mailroom.enqueue_message('tap', ARRAY['r13@example.net'], 'm13', 't');
+INSERT INTO ids SELECT subject, id FROM mailroom.outbound_messages WHERE subject = 'm13';
+UPDATE mailroom.outbound_messages SET attempts = 9 WHERE id = pg_temp.mid('m13');
+SELECT pg_temp.only_due('m13');
+SELECT count(*) FROM mailroom.claim_messages(100, 'w1');
+SELECT is(
+    (SELECT result FROM mailroom.finalize_messages(ARRAY[pg_temp.mid('m13')], ARRAY[pg_temp.tok('m13')],
+        ARRAY['reply'], ARRAY[450], ARRAY['4.2.1'])),
+    'retry', 'the 9th retry (attempt 10) fails transiently: a 10th retry is scheduled'
+);
+SELECT is(pg_temp.st('m13'), 'queued 10 02:10', 'queued, 10 attempts, next_retry_at = clock + 10² minutes');
+SELECT pg_temp.only_due('m13');
+SELECT count(*) FROM mailroom.claim_messages(100, 'w1');
+SELECT is(
+    (SELECT result FROM mailroom.finalize_messages(ARRAY[pg_temp.mid('m13')], ARRAY[pg_temp.tok('m13')],
+        ARRAY['reply'], ARRAY[450], ARRAY['4.2.1'])),
+    'failed', 'the 10th retry (attempt 11) fails transiently: the message is failed'
+);
+SELECT matches(
+    (SELECT error_log FROM mailroom.outbound_messages WHERE id = pg_temp.mid('m13')),
+    'attempt 11 reply[^\n]*\ngiving up after 11 attempts \(outbound\.max_attempts\)$',
+    'error_log: giving up after 11 attempts'
+);
 
 -- fencing: reaped and re-claimed -> the old worker's outcome is ignored and counted
 SET LOCAL mailroom.clock = '2030-01-01 01:00Z';
@@ -171,14 +206,14 @@ SELECT is(pg_temp.st('m11'), 'queued 0 -', 'released: queued, no attempt counted
 SELECT count(*) FROM mailroom.claim_messages(100, 'w');
 SELECT is(mailroom.reap_stuck_messages(), 0, 'a live lease is not reaped');
 SELECT is(mailroom.reap_stuck_messages('0 seconds'), 1, 'p_older_than reaps rows claimed longer ago');
-UPDATE mailroom.outbound_messages SET attempts = 9 WHERE id = pg_temp.mid('m12');
+UPDATE mailroom.outbound_messages SET attempts = 10 WHERE id = pg_temp.mid('m12');
 SELECT pg_temp.only_due('m12');
 SELECT count(*) FROM mailroom.claim_messages(100, 'w');
 SELECT mailroom.reap_stuck_messages('0 seconds');
-SELECT is(pg_temp.st('m12'), 'failed 10 -', 'a reaped row out of attempts fails');
+SELECT is(pg_temp.st('m12'), 'failed 11 -', 'a reaped row out of attempts (the default 11) fails');
 SELECT matches(
     (SELECT error_log FROM mailroom.outbound_messages WHERE id = pg_temp.mid('m12')),
-    'attempt 10 reaped: [^\n]*\ngiving up after 10 attempts \(outbound\.max_attempts\)$',
+    'attempt 11 reaped: [^\n]*\ngiving up after 11 attempts \(outbound\.max_attempts\)$',
     'and says so in error_log with the same give-up line as finalize'
 );
 SELECT is(

@@ -212,8 +212,10 @@ def _run_story(story: Story, url: str, relay: Controller, started: list[Supervis
         # the attempt's time is the first word of its (scrubbed) error_log line, to the second
         attempted_at = datetime.fromisoformat(flaky.error_log.splitlines()[-1].split(" ", 1)[0])
         next_retry = timedelta(seconds=int((flaky.next_retry_at - attempted_at).total_seconds()))
+        attempts = int(db_sqlapi.setting.value(conn, name="outbound.max_attempts"))
         story.step(f"message {flaky_id} via the flaky relay got {flaky.last_smtp_code}: attempt {flaky.attempts}, "
-                   f"back to queued, next try in {next_retry} (policy: attempts² minutes, 10 attempts)")
+                   f"back to queued, next try in {next_retry} (policy: attempts² minutes, {attempts} attempts: "
+                   f"the first and up to {attempts - 1} retries)")
 
         # the sender reports its claims within a second (mailroom.db.heartbeat): the screen below is current
         sender = next(c for c in children if c.name == "send")
