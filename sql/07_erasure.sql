@@ -29,6 +29,49 @@ $$;
 COMMENT ON FUNCTION mailroom._erased_form(text) IS
 'Internal: the keyed hash that stands for an erased address (erased:<hex of HMAC-SHA256 under the redaction pepper>).';
 
+CREATE OR REPLACE FUNCTION mailroom._erased_recipient(p_recipient text)
+RETURNS text
+LANGUAGE plpgsql
+STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    -- What stands, in place, for an erased recipient of an outbound message (to, cc, bcc): the
+    -- element is replaced, never removed, because a return path or an unsubscribe link names its
+    -- recipient by envelope position (sql/36_outbound_bounces.sql). 'erased:' and the hex of
+    -- HMAC-SHA256('recipient:' || the element exactly as it was) under the redaction pepper: two
+    -- elements that were equal stay equal and two that differed stay different, so the envelope
+    -- (each exact address once) keeps its positions. No '@': no address equals it, and a claim
+    -- skips it (_is_erased_recipient).
+    RETURN (
+        SELECT 'erased:' || encode(
+            mailroom._hmac(convert_to('recipient:' || p_recipient, 'UTF8'), p.pepper, 'sha256'), 'hex'
+        )
+        FROM mailroom.redaction_pepper AS p
+        WHERE p.singleton
+    );
+END;
+$$;
+
+COMMENT ON FUNCTION mailroom._erased_recipient(text) IS
+'Internal: the keyed hash that replaces an erased outbound recipient in place (positions stay; erased:<hex>).';
+
+CREATE OR REPLACE FUNCTION mailroom._is_erased_recipient(p_recipient text)
+RETURNS boolean
+LANGUAGE plpgsql
+IMMUTABLE
+PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    -- an element erasure replaced (an address never starts with 'erased:': ':' is no atom character)
+    RETURN coalesce(left(p_recipient, 7) = 'erased:', false);
+END;
+$$;
+
+COMMENT ON FUNCTION mailroom._is_erased_recipient(text) IS
+'Internal: whether an outbound recipient element is an erased one (erased:<hex>), never mailed.';
+
 CREATE OR REPLACE FUNCTION mailroom._suppression_keys(p_address text)
 RETURNS text[]
 LANGUAGE plpgsql
@@ -97,6 +140,29 @@ $$;
 
 COMMENT ON FUNCTION mailroom._texts_hold_address(text, text[]) IS
 'Internal: whether any of the texts holds an address pattern (case-insensitive).';
+
+CREATE OR REPLACE FUNCTION mailroom._erase_recipients(p_recipients text[], p_address text)
+RETURNS text[]
+LANGUAGE plpgsql
+STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    -- a recipient list with every element that is the (normalized) address replaced in place by
+    -- its _erased_recipient form: same length, same positions
+    RETURN ARRAY(
+        SELECT CASE
+            WHEN mailroom._normalize_address(r.a) = p_address THEN mailroom._erased_recipient(r.a)
+            ELSE r.a
+        END
+        FROM unnest(p_recipients) WITH ORDINALITY AS r (a, n)
+        ORDER BY r.n
+    );
+END;
+$$;
+
+COMMENT ON FUNCTION mailroom._erase_recipients(text[], text) IS
+'Internal (erase_address): a recipient list with the address replaced in place by its erased form (positions kept).';
 
 CREATE OR REPLACE FUNCTION mailroom._erase_account_keys(p_accounts bigint[], p_pattern text)
 RETURNS void
@@ -188,7 +254,8 @@ BEGIN
         v_counts := v_counts || jsonb_build_object('recovery_requests', v_n);
 
         -- outbound mail: a message with no other recipient goes (with its idempotency key and its
-        -- bounces); the others lose the address from their recipients and, wherever it appears
+        -- bounces); the others have the address replaced in place among their recipients (by
+        -- _erased_recipient: the other recipients keep their positions) and, wherever it appears
         -- (subject, bodies, headers, idempotency key), have it replaced by its erased form
         SELECT coalesce(array_agg(m.id), '{}') INTO v_gone
         FROM mailroom.outbound_messages AS m
@@ -197,9 +264,10 @@ BEGIN
                 SELECT 1 FROM unnest(m.to_addrs || m.cc_addrs || m.bcc_addrs) AS r (a)
                 WHERE mailroom._normalize_address(r.a) = v_addr
             )
+            -- no other recipient left (one erased before is nobody)
             AND NOT EXISTS (
                 SELECT 1 FROM unnest(m.to_addrs || m.cc_addrs || m.bcc_addrs) AS r (a)
-                WHERE mailroom._normalize_address(r.a) <> v_addr
+                WHERE mailroom._normalize_address(r.a) <> v_addr AND NOT mailroom._is_erased_recipient(r.a)
             );
         DELETE FROM mailroom.outbound_bounces AS b WHERE b.message_id = ANY (v_gone);
         GET DIAGNOSTICS v_n = ROW_COUNT;
@@ -211,11 +279,11 @@ BEGIN
         v_counts := v_counts || jsonb_build_object('outbound_messages_deleted', v_n);
         UPDATE mailroom.outbound_messages AS m
         SET
-            to_addrs = array(SELECT r.a FROM unnest(m.to_addrs) AS r (a) WHERE mailroom._normalize_address(r.a) <> v_addr),
-            cc_addrs = array(SELECT r.a FROM unnest(m.cc_addrs) AS r (a) WHERE mailroom._normalize_address(r.a) <> v_addr),
-            bcc_addrs = array(
-                SELECT r.a FROM unnest(m.bcc_addrs) AS r (a) WHERE mailroom._normalize_address(r.a) <> v_addr
-            ),
+            -- erased in place: a signed address names its recipient by envelope position
+            -- (sql/36_outbound_bounces.sql), so the others keep theirs; a claim skips the erased
+            to_addrs = mailroom._erase_recipients(m.to_addrs, v_addr),
+            cc_addrs = mailroom._erase_recipients(m.cc_addrs, v_addr),
+            bcc_addrs = mailroom._erase_recipients(m.bcc_addrs, v_addr),
             subject = regexp_replace(m.subject, v_pattern, v_erased, 'gi'),
             text_body = regexp_replace(m.text_body, v_pattern, v_erased, 'gi'),
             html_body = regexp_replace(m.html_body, v_pattern, v_erased, 'gi'),
