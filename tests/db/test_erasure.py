@@ -168,8 +168,10 @@ def test_erase_leaves_the_address_in_no_column(conn, cli, everywhere):
     assert refused.value.sqlstate == "MR318"
     conn.rollback() if not conn.autocommit else None
     # what is not its own stays: the other recipient's mail, the other inbox
+    # (the erased recipient replaced in place: the other keeps its position, issue 34)
     assert conn.execute("SELECT to_addrs, bcc_addrs FROM mailroom.outbound_messages WHERE id = %s",
-                        (everywhere["shared"],)).fetchone() == (["other@example.com"], [])
+                        (everywhere["shared"],)).fetchone() == (
+        ["other@example.com"], [conn.execute("SELECT mailroom._erased_recipient(%s)", (ADDRESS,)).fetchone()[0]])
     assert conn.execute("SELECT count(*) FROM mailroom.mailboxes WHERE id = %s",
                         (everywhere["other_box"],)).fetchone()[0] == 1
 

@@ -1,7 +1,7 @@
 -- Foundation: erase_address removes or anonymizes one address everywhere and keeps it suppressed
 -- by its keyed hash only; a dry run counts and changes nothing.
 BEGIN;
-SELECT plan(39);
+SELECT plan(43);
 
 SET LOCAL mailroom.clock = '2030-01-01 00:00Z';
 SELECT mailroom.upsert_sender('tap', 'robot@mailroom.test', '127.0.0.1', 2525);
@@ -166,6 +166,42 @@ SELECT ok(
 SELECT is(
     (SELECT to_addrs || cc_addrs FROM after_erasure), ARRAY['bob@example.org', 'carol@example.org'],
     'the headers name no erased recipient'
+);
+
+-- An address only inside decoded parts (issue 34): a base64 attachment, a quoted-printable body
+-- with a soft line break in the address, an encoded word of a header. Each message goes; one
+-- whose base64 holds a longer address (xdora.victim@) stays. And idempotency keys: a key holding
+-- the address anywhere (idem-dora.victim@…: '-' belongs to a local part) is dropped.
+SELECT address AS box2 FROM mailroom.create_mailbox(60, 'free') \gset
+SELECT mailroom.deliver_message(:'box2', convert_to(m.raw, 'UTF8'), 'someone@example.com', split_part(split_part(m.raw, E'Subject: ', 2), E'\r', 1))
+FROM unnest(ARRAY[
+    E'From: a@example.net\r\nSubject: b64\r\nMIME-Version: 1.0\r\nContent-Type: multipart/mixed; boundary="b"\r\n\r\n'
+    || E'--b\r\nContent-Type: text/plain\r\n\r\nsee the file\r\n--b\r\nContent-Type: text/csv; name="c.csv"\r\n'
+    || E'Content-Transfer-Encoding: base64\r\n\r\nbmFtZSxlbWFpbA0KRG9yYSxkb3JhLnZpY3RpbUB2aWN0aW0udGVzdA0KbmFtZSxlbWFpbA0KRG9y\r\nYSxkb3JhLnZpY3RpbUB2aWN0aW0udGVzdA0KbmFtZSxlbWFpbA0KRG9yYSxkb3JhLnZpY3RpbUB2\r\naWN0aW0udGVzdA0K\r\n--b--\r\n',
+    E'From: a@example.net\r\nSubject: qp\r\nContent-Transfer-Encoding: quoted-printable\r\n\r\n'
+    || E'write to dora.vic=\r\ntim=40victim.test today\r\n',
+    E'From: a@example.net\r\nReply-To: =?utf-8?B?ZG9yYS52aWN0aW1AdmljdGltLnRlc3Q=?= <r@example.net>\r\nSubject: ew\r\n\r\nhi\r\n',
+    E'From: a@example.net\r\nSubject: control\r\nContent-Transfer-Encoding: base64\r\n\r\nY29udGFjdDogeGRvcmEudmljdGltQHZpY3RpbS50ZXN0DQo=\r\n'
+]) AS m (raw);
+SELECT is((SELECT count(*)::int FROM mailroom.messages WHERE mailbox_id = (SELECT id FROM mailroom.mailboxes WHERE address = :'box2')), 4, 'four messages stored');
+SELECT mailroom.enqueue_message(
+    'tap', ARRAY['other@example.org', 'dora.victim@victim.test'], 's', 't', p_idempotency_key => 'idem-dora.victim@victim.test'
+) AS idem \gset
+SELECT mailroom.enqueue_message(
+    'tap', ARRAY['other@example.org'], 's', 't', p_idempotency_key => 'IDEM-DORA.VICTIM@VICTIM.TEST-2'
+) AS idem2 \gset
+SELECT * FROM mailroom.erase_address('dora.victim@victim.test');
+SELECT is(
+    (SELECT array_agg(subject ORDER BY subject) FROM mailroom.messages
+     WHERE mailbox_id = (SELECT id FROM mailroom.mailboxes WHERE address = :'box2')),
+    ARRAY['control'], 'an address only in a base64 part, a quoted-printable body or an encoded word: found, the message gone'
+);
+SELECT is(
+    (SELECT array_agg(idempotency_key) FROM mailroom.outbound_messages WHERE id IN (:idem, :idem2)), ARRAY[NULL, NULL]::text[],
+    'idempotency keys holding the address anywhere are dropped'
+);
+SELECT is(
+    (SELECT count(*)::int FROM mailroom.outbound_idempotency_keys WHERE key ILIKE '%dora.victim@%'), 0, 'and their rows'
 );
 
 SELECT * FROM finish();
