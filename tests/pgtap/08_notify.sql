@@ -1,7 +1,7 @@
 -- Who listens (sql/08_notify.sql): the registry, its pruning, notify.always, and that the hot
 -- producers consult it.
 BEGIN;
-SELECT plan(14);
+SELECT plan(19);
 
 SELECT has_table('mailroom', 'listeners', 'mailroom.listeners exists');
 SELECT is(mailroom.setting('notify.always'), 'false', 'a fresh install notifies only registered channels');
@@ -29,6 +29,15 @@ SELECT ok(NOT mailroom._listened('mailroom_inbox'), 'unlisten removes this sessi
 
 SELECT throws_ok($$SELECT mailroom.listen(ARRAY[''])$$, '22023', NULL, 'an empty channel name is refused');
 SELECT ok(mailroom.await_writers('1 second'), 'await_writers: no other writer, returns at once');
+-- bounded caller-supplied work (issue 34): a wait of at most a minute, at most 16 channels
+SELECT throws_ok($$SELECT mailroom.await_writers('2 minutes')$$, 'MR015', NULL, 'await_writers: over a minute is refused');
+SELECT throws_ok($$SELECT mailroom.await_writers('-1 second')$$, 'MR015', NULL, 'await_writers: a negative wait is refused');
+SELECT throws_ok($$SELECT mailroom.await_writers(NULL)$$, 'MR015', NULL, 'await_writers: NULL (no bound) is refused');
+SELECT throws_ok(
+    $$SELECT mailroom.listen(ARRAY(SELECT 'c' || g FROM generate_series(1, 17) AS g))$$, 'MR016', NULL,
+    'listen: more than 16 channels are refused'
+);
+SELECT throws_ok($$SELECT mailroom.listen('{}')$$, 'MR016', NULL, 'listen: no channel is refused');
 SELECT ok(
     has_function_privilege('mailroom_collector', 'mailroom.listen(text[])', 'EXECUTE')
     AND NOT has_function_privilege('public', 'mailroom.listen(text[])', 'EXECUTE'),
