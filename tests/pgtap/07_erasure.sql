@@ -1,7 +1,7 @@
 -- Foundation: erase_address removes or anonymizes one address everywhere and keeps it suppressed
 -- by its keyed hash only; a dry run counts and changes nothing.
 BEGIN;
-SELECT plan(43);
+SELECT plan(45);
 
 SET LOCAL mailroom.clock = '2030-01-01 00:00Z';
 SELECT mailroom.upsert_sender('tap', 'robot@mailroom.test', '127.0.0.1', 2525);
@@ -166,6 +166,20 @@ SELECT ok(
 SELECT is(
     (SELECT to_addrs || cc_addrs FROM after_erasure), ARRAY['bob@example.org', 'carol@example.org'],
     'the headers name no erased recipient'
+);
+
+-- two spellings of one address are two envelope positions: both erased, both stay positions
+SELECT mailroom.enqueue_message('tap', ARRAY['Eve@example.org', 'eve@example.org', 'zed@example.org'], 's', 't') AS eve \gset
+SELECT * FROM mailroom.erase_address('eve@example.org');
+SELECT ok(
+    (SELECT cardinality(mailroom._envelope(to_addrs, cc_addrs, bcc_addrs)) = 3 AND to_addrs[1] <> to_addrs[2]
+     FROM mailroom.outbound_messages WHERE id = :eve),
+    'two spellings erased: two distinct placeholders, the envelope keeps three positions'
+);
+SELECT ok(
+    (SELECT c.recipients = ARRAY['zed@example.org'] AND c.return_paths[1] ~ ('^bounce\+' || :eve || '-3-')
+     FROM mailroom.claim_messages(100, 'tap') AS c WHERE c.id = :eve),
+    'the one left keeps position 3'
 );
 
 -- An address only inside decoded parts (issue 34): a base64 attachment, a quoted-printable body
