@@ -29,6 +29,49 @@ $$;
 COMMENT ON FUNCTION mailroom._erased_form(text) IS
 'Internal: the keyed hash that stands for an erased address (erased:<hex of HMAC-SHA256 under the redaction pepper>).';
 
+CREATE OR REPLACE FUNCTION mailroom._erased_recipient(p_recipient text)
+RETURNS text
+LANGUAGE plpgsql
+STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    -- What stands, in place, for an erased recipient of an outbound message (to, cc, bcc): the
+    -- element is replaced, never removed, because a return path or an unsubscribe link names its
+    -- recipient by envelope position (sql/36_outbound_bounces.sql). 'erased:' and the hex of
+    -- HMAC-SHA256('recipient:' || the element exactly as it was) under the redaction pepper: two
+    -- elements that were equal stay equal and two that differed stay different, so the envelope
+    -- (each exact address once) keeps its positions. No '@': no address equals it, and a claim
+    -- skips it (_is_erased_recipient).
+    RETURN (
+        SELECT 'erased:' || encode(
+            mailroom._hmac(convert_to('recipient:' || p_recipient, 'UTF8'), p.pepper, 'sha256'), 'hex'
+        )
+        FROM mailroom.redaction_pepper AS p
+        WHERE p.singleton
+    );
+END;
+$$;
+
+COMMENT ON FUNCTION mailroom._erased_recipient(text) IS
+'Internal: the keyed hash that replaces an erased outbound recipient in place (positions stay; erased:<hex>).';
+
+CREATE OR REPLACE FUNCTION mailroom._is_erased_recipient(p_recipient text)
+RETURNS boolean
+LANGUAGE plpgsql
+IMMUTABLE
+PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    -- an element erasure replaced (an address never starts with 'erased:': ':' is no atom character)
+    RETURN coalesce(left(p_recipient, 7) = 'erased:', false);
+END;
+$$;
+
+COMMENT ON FUNCTION mailroom._is_erased_recipient(text) IS
+'Internal: whether an outbound recipient element is an erased one (erased:<hex>), never mailed.';
+
 CREATE OR REPLACE FUNCTION mailroom._suppression_keys(p_address text)
 RETURNS text[]
 LANGUAGE plpgsql
@@ -65,21 +108,161 @@ $$;
 COMMENT ON FUNCTION mailroom._address_pattern(text) IS
 'Internal: case-insensitive regular expression of an address standing whole in a text.';
 
+CREATE OR REPLACE FUNCTION mailroom._escape_text_byte(p_code integer)
+RETURNS text
+LANGUAGE plpgsql
+IMMUTABLE
+PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    -- one byte as encode(…, 'escape') writes it: printable ASCII and line breaks as themselves, a
+    -- backslash doubled, any other byte as \ooo
+    IF p_code = 92 THEN
+        RETURN '\\';
+    END IF;
+    IF p_code BETWEEN 32 AND 126 OR p_code IN (9, 10, 13) THEN
+        RETURN chr(p_code);
+    END IF;
+    RETURN format('\%s%s%s', p_code / 64, (p_code / 8) % 8, p_code % 8);
+END;
+$$;
+
+COMMENT ON FUNCTION mailroom._escape_text_byte(integer) IS
+'Internal: a byte in the text form encode(bytea, ''escape'') gives it.';
+
+CREATE OR REPLACE FUNCTION mailroom._base64_text(p_text text)
+RETURNS text
+LANGUAGE plpgsql
+IMMUTABLE
+PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_b64 text := regexp_replace(p_text, '[^A-Za-z0-9+/]+', '', 'g');
+BEGIN
+    -- base64 decoded leniently, as a mail reader does (RFC 2045 6.8: other characters ignored,
+    -- padding completed), in the escape text form of the bytes; never an error
+    IF length(v_b64) % 4 = 1 THEN
+        v_b64 := left(v_b64, -1);
+    END IF;
+    RETURN encode(decode(v_b64 || repeat('=', (4 - length(v_b64) % 4) % 4), 'base64'), 'escape');
+END;
+$$;
+
+COMMENT ON FUNCTION mailroom._base64_text(text) IS
+'Internal: base64 decoded leniently (other characters ignored, padding completed), as escape text.';
+
+CREATE OR REPLACE FUNCTION mailroom._decoded_hold_address(p_text text, p_pattern text, p_depth integer)
+RETURNS boolean
+LANGUAGE plpgsql
+IMMUTABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_piece text;
+    v_kind text;
+    v_word text;
+    v_qp text;
+    v_hex text;
+BEGIN
+    -- Whether what a reader gets by undoing MIME transfer encodings (RFC 2045, 2047) in these
+    -- bytes (p_text: their encode(…, 'escape') form) holds the pattern. The MIME structure is not
+    -- parsed: every form is decoded wherever it shows, a superset of what the parts declare:
+    --   base64: each run of lines made only of base64 characters, decoded as one (the lines of a
+    --     part's body; a shorter run of words decodes to noise, which holds no address), and, when
+    --     that is MIME again (a message), what it decodes to, down to p_depth levels;
+    --   encoded words (=?charset?B|Q?…?=, in headers): decoded in place, between spaces;
+    --   quoted-printable (when the bytes say quoted-printable or hold an encoded word): soft line
+    --     breaks removed and =XX replaced, everywhere.
+    -- Compressed content (zip, gzip, a PDF's streams) is not opened (docs/erasure.md).
+    IF p_text IS NULL OR p_depth <= 0 THEN
+        RETURN false;
+    END IF;
+    FOR v_piece IN
+        SELECT m.m[1]
+        FROM regexp_matches(p_text, '((?:^[A-Za-z0-9+/]{4,}={0,2}\r?(?:\n|$))+)', 'gn') AS m (m)
+        WHERE length(m.m[1]) >= 8
+    LOOP
+        v_piece := mailroom._base64_text(v_piece);
+        IF v_piece ~* p_pattern THEN
+            RETURN true;
+        END IF;
+        -- a level deeper only for what is MIME itself (a message), never an image's bytes
+        IF p_depth > 1 AND v_piece ~* '(content-transfer-encoding|=\?[^?[:space:]]+\?[bq]\?)'
+            AND mailroom._decoded_hold_address(v_piece, p_pattern, p_depth - 1) THEN
+            RETURN true;
+        END IF;
+    END LOOP;
+    -- quoted-printable is declared (a part's Content-Transfer-Encoding), encoded words show
+    IF p_text !~* '(quoted-printable|=\?[^?[:space:]]+\?[bq]\?)' THEN
+        RETURN false;
+    END IF;
+    v_qp := p_text;
+    FOR v_word, v_kind, v_piece IN
+        SELECT DISTINCT m.m[1], upper(m.m[2]), m.m[3]
+        FROM regexp_matches(p_text, '(=\?[^?[:space:]]{1,64}\?([BbQq])\?([^?[:space:]]*)\?=)', 'g') AS m (m)
+    LOOP
+        IF v_kind = 'B' THEN
+            v_piece := mailroom._base64_text(v_piece);
+        ELSE
+            v_piece := replace(v_piece, '_', ' ');  -- its =XX go with the quoted-printable below
+        END IF;
+        v_qp := replace(v_qp, v_word, ' ' || v_piece || ' ');
+    END LOOP;
+    v_qp := regexp_replace(v_qp, '=\r?\n', '', 'g');
+    FOR v_hex IN SELECT DISTINCT m.m[1] FROM regexp_matches(v_qp, '=([0-9A-Fa-f]{2})', 'g') AS m (m) LOOP
+        v_qp := replace(v_qp, '=' || v_hex, mailroom._escape_text_byte(get_byte(decode(v_hex, 'hex'), 0)));
+    END LOOP;
+    RETURN v_qp <> p_text AND v_qp ~* p_pattern;
+END;
+$$;
+
+COMMENT ON FUNCTION mailroom._decoded_hold_address(text, text, integer) IS
+'Internal: whether the base64, encoded-word and quoted-printable forms in bytes (escape text) decode to text holding a pattern.';
+
 CREATE OR REPLACE FUNCTION mailroom._bytes_hold_address(p_bytes bytea, p_pattern text)
 RETURNS boolean
 LANGUAGE plpgsql
 IMMUTABLE
 SET search_path = pg_catalog, pg_temp
 AS $$
+DECLARE
+    v_text text := encode(p_bytes, 'escape');
 BEGIN
     -- bytea as text with escape encoding: ASCII stays as it is, other bytes become \ooo, so an
-    -- ASCII address is found case-insensitively in any bytes (a message's raw form)
-    RETURN encode(p_bytes, 'escape') ~* p_pattern;
+    -- ASCII address is found case-insensitively in any bytes (a message's raw form); and in what
+    -- they decode to (base64 parts, quoted-printable, encoded words: what a reader of the message
+    -- or of one of its attachments gets), two levels deep
+    RETURN v_text ~* p_pattern OR mailroom._decoded_hold_address(v_text, p_pattern, 2);
 END;
 $$;
 
 COMMENT ON FUNCTION mailroom._bytes_hold_address(bytea, text) IS
-'Internal: whether bytes hold an address pattern (ASCII, case-insensitive).';
+'Internal: whether bytes hold an address pattern (ASCII, case-insensitive), as they are or once their MIME transfer encodings are undone.';
+
+CREATE OR REPLACE FUNCTION mailroom._key_holds_address(p_key text, p_address text)
+RETURNS boolean
+LANGUAGE plpgsql
+IMMUTABLE
+PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    -- An idempotency key is an opaque string an application builds, often from the address
+    -- (idem-alice@example.com, welcome:alice@example.com, signup/alice%40example.com): it holds
+    -- the (normalized) address when the address is anywhere in it, case-insensitively, also
+    -- URL-encoded; no whole-address rule (a key for malice@ is dropped with alice@'s: a key is
+    -- no recipient, and losing it only lets a retry with it enqueue again).
+    RETURN coalesce(
+        strpos(lower(p_key), p_address) > 0 OR strpos(lower(p_key), replace(p_address, '@', '%40')) > 0,
+        false
+    );
+END;
+$$;
+
+COMMENT ON FUNCTION mailroom._key_holds_address(text, text) IS
+'Internal (erase_address): whether an idempotency key holds a normalized address anywhere (also URL-encoded), whole or not.';
 
 CREATE OR REPLACE FUNCTION mailroom._texts_hold_address(p_pattern text, VARIADIC p_texts text[])
 RETURNS boolean
@@ -97,6 +280,29 @@ $$;
 
 COMMENT ON FUNCTION mailroom._texts_hold_address(text, text[]) IS
 'Internal: whether any of the texts holds an address pattern (case-insensitive).';
+
+CREATE OR REPLACE FUNCTION mailroom._erase_recipients(p_recipients text[], p_address text)
+RETURNS text[]
+LANGUAGE plpgsql
+STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    -- a recipient list with every element that is the (normalized) address replaced in place by
+    -- its _erased_recipient form: same length, same positions
+    RETURN ARRAY(
+        SELECT CASE
+            WHEN mailroom._normalize_address(r.a) = p_address THEN mailroom._erased_recipient(r.a)
+            ELSE r.a
+        END
+        FROM unnest(p_recipients) WITH ORDINALITY AS r (a, n)
+        ORDER BY r.n
+    );
+END;
+$$;
+
+COMMENT ON FUNCTION mailroom._erase_recipients(text[], text) IS
+'Internal (erase_address): a recipient list with the address replaced in place by its erased form (positions kept).';
 
 CREATE OR REPLACE FUNCTION mailroom._erase_account_keys(p_accounts bigint[], p_pattern text)
 RETURNS void
@@ -188,7 +394,8 @@ BEGIN
         v_counts := v_counts || jsonb_build_object('recovery_requests', v_n);
 
         -- outbound mail: a message with no other recipient goes (with its idempotency key and its
-        -- bounces); the others lose the address from their recipients and, wherever it appears
+        -- bounces); the others have the address replaced in place among their recipients (by
+        -- _erased_recipient: the other recipients keep their positions) and, wherever it appears
         -- (subject, bodies, headers, idempotency key), have it replaced by its erased form
         SELECT coalesce(array_agg(m.id), '{}') INTO v_gone
         FROM mailroom.outbound_messages AS m
@@ -197,30 +404,31 @@ BEGIN
                 SELECT 1 FROM unnest(m.to_addrs || m.cc_addrs || m.bcc_addrs) AS r (a)
                 WHERE mailroom._normalize_address(r.a) = v_addr
             )
+            -- no other recipient left (one erased before is nobody)
             AND NOT EXISTS (
                 SELECT 1 FROM unnest(m.to_addrs || m.cc_addrs || m.bcc_addrs) AS r (a)
-                WHERE mailroom._normalize_address(r.a) <> v_addr
+                WHERE mailroom._normalize_address(r.a) <> v_addr AND NOT mailroom._is_erased_recipient(r.a)
             );
         DELETE FROM mailroom.outbound_bounces AS b WHERE b.message_id = ANY (v_gone);
         GET DIAGNOSTICS v_n = ROW_COUNT;
         v_counts := v_counts || jsonb_build_object('outbound_bounces', v_n);
         DELETE FROM mailroom.outbound_idempotency_keys AS k
-        WHERE k.message_id = ANY (v_gone) OR k.key ~* v_pattern;
+        WHERE k.message_id = ANY (v_gone) OR mailroom._key_holds_address(k.key, v_addr);
         DELETE FROM mailroom.outbound_messages AS m WHERE m.id = ANY (v_gone);
         GET DIAGNOSTICS v_n = ROW_COUNT;
         v_counts := v_counts || jsonb_build_object('outbound_messages_deleted', v_n);
         UPDATE mailroom.outbound_messages AS m
         SET
-            to_addrs = array(SELECT r.a FROM unnest(m.to_addrs) AS r (a) WHERE mailroom._normalize_address(r.a) <> v_addr),
-            cc_addrs = array(SELECT r.a FROM unnest(m.cc_addrs) AS r (a) WHERE mailroom._normalize_address(r.a) <> v_addr),
-            bcc_addrs = array(
-                SELECT r.a FROM unnest(m.bcc_addrs) AS r (a) WHERE mailroom._normalize_address(r.a) <> v_addr
-            ),
+            -- erased in place: a signed address names its recipient by envelope position
+            -- (sql/36_outbound_bounces.sql), so the others keep theirs; a claim skips the erased
+            to_addrs = mailroom._erase_recipients(m.to_addrs, v_addr),
+            cc_addrs = mailroom._erase_recipients(m.cc_addrs, v_addr),
+            bcc_addrs = mailroom._erase_recipients(m.bcc_addrs, v_addr),
             subject = regexp_replace(m.subject, v_pattern, v_erased, 'gi'),
             text_body = regexp_replace(m.text_body, v_pattern, v_erased, 'gi'),
             html_body = regexp_replace(m.html_body, v_pattern, v_erased, 'gi'),
             headers = regexp_replace(m.headers::text, v_pattern, v_erased, 'gi')::jsonb,
-            idempotency_key = CASE WHEN m.idempotency_key ~* v_pattern THEN null ELSE m.idempotency_key END,
+            idempotency_key = CASE WHEN mailroom._key_holds_address(m.idempotency_key, v_addr) THEN null ELSE m.idempotency_key END,
             -- error_log is redacted on write: the address shows there only as its tag
             error_log = replace(m.error_log, v_tag, '<erased>'),
             -- an attachment naming the address (its name or its bytes) goes whole: bytes are
@@ -228,9 +436,8 @@ BEGIN
             attachments = mailroom._attachments_without(m.attachments, v_addr)
         WHERE
             mailroom._texts_hold_address(v_pattern, VARIADIC m.to_addrs || m.cc_addrs || m.bcc_addrs)
-            OR mailroom._texts_hold_address(
-                v_pattern, m.subject, m.text_body, m.html_body, m.headers::text, m.idempotency_key
-            )
+            OR mailroom._texts_hold_address(v_pattern, m.subject, m.text_body, m.html_body, m.headers::text)
+            OR mailroom._key_holds_address(m.idempotency_key, v_addr)
             OR strpos(m.error_log, v_tag) > 0
             OR m.attachments IS DISTINCT FROM mailroom._attachments_without(m.attachments, v_addr);
         GET DIAGNOSTICS v_n = ROW_COUNT;

@@ -23,7 +23,10 @@ SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
-    IF p_channels IS NULL OR EXISTS (
+    IF coalesce(cardinality(p_channels), 0) NOT BETWEEN 1 AND 16 THEN
+        RAISE EXCEPTION USING ERRCODE = 'MR016', MESSAGE = 'listen takes between 1 and 16 channels';
+    END IF;
+    IF EXISTS (
         SELECT FROM unnest(p_channels) AS c (name)
         WHERE c.name IS NULL OR char_length(c.name) NOT BETWEEN 1 AND 63
     ) THEN
@@ -41,7 +44,7 @@ END;
 $$;
 
 COMMENT ON FUNCTION mailroom.listen(text[]) IS
-'Register this session as a listener of the channels (call after LISTEN, then mailroom.await_writers before looking for work): deliver_message NOTIFYs mailroom_inbox and mailroom_delivery only while someone is registered; other channels always notify.';
+'Register this session as a listener of the channels (call after LISTEN, then mailroom.await_writers before looking for work): deliver_message NOTIFYs mailroom_inbox and mailroom_delivery only while someone is registered; other channels always notify. Errors: MR016 not 1 to 16 channels, 22023 a name not of 1 to 63 characters.';
 
 GRANT EXECUTE ON FUNCTION mailroom.listen(text[])
 TO mailroom_app, mailroom_collector, mailroom_sender, mailroom_inbound, mailroom_http;
@@ -69,7 +72,7 @@ SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-    v_deadline timestamptz := clock_timestamp() + p_timeout;
+    v_deadline timestamptz;
     -- the transactions writing in this database now (each holds the lock on its own transaction
     -- id); those of other databases cannot be this one's producers and are not waited for
     v_writers xid[] := ARRAY(
@@ -83,6 +86,10 @@ DECLARE
             AND a.datname = current_database()
     );
 BEGIN
+    IF p_timeout IS NULL OR p_timeout < interval '0' OR p_timeout > interval '1 minute' THEN
+        RAISE EXCEPTION USING ERRCODE = 'MR015', MESSAGE = 'await_writers: the timeout must be between 0 and 1 minute';
+    END IF;
+    v_deadline := clock_timestamp() + p_timeout;
     LOOP
         IF NOT EXISTS (
             SELECT FROM pg_locks AS l
@@ -101,7 +108,7 @@ END;
 $$;
 
 COMMENT ON FUNCTION mailroom.await_writers(interval) IS
-'Wait until every transaction that was writing in this database when it was called has ended (at most p_timeout); false on timeout. Step 3 of the listener protocol (sql/08_notify.sql).';
+'Wait until every transaction that was writing in this database when it was called has ended (at most p_timeout); false on timeout. Step 3 of the listener protocol (sql/08_notify.sql). Errors: MR015 timeout NULL or not between 0 and 1 minute.';
 
 GRANT EXECUTE ON FUNCTION mailroom.await_writers(interval)
 TO mailroom_app, mailroom_collector, mailroom_sender, mailroom_inbound, mailroom_http;

@@ -1,6 +1,6 @@
 -- claim_messages: one statement turns up to p_limit due rows into processing under a lease
 -- (FOR UPDATE SKIP LOCKED over the partial index outbound_messages_due_idx, higher priority first,
--- then due order) and returns them with their relay settings. The relay password comes back encrypted to the sender key (only the
+-- then due order) and returns them in that order with their relay settings. The relay password comes back encrypted to the sender key (only the
 -- sender can decrypt it); a token email is rendered here, with a freshly minted link and code
 -- (sql/41: _claim_token_email), and exists in plaintext only in this result.
 --
@@ -145,6 +145,34 @@ $fn$;
 COMMENT ON FUNCTION mailroom._claim_limited_due(timestamptz, integer) IS
 'Internal: the due rows a claim may take while domain limits are in force (caps, room under a per-domain lock, backoff), locked, their per-minute claims counted.';
 
+CREATE OR REPLACE FUNCTION mailroom._unerased(p_values text[], p_envelope text[])
+RETURNS text[]
+LANGUAGE plpgsql
+IMMUTABLE
+PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    -- p_values (one per element of p_envelope: the envelope itself, its return paths, its
+    -- List-Unsubscribe values) without those at the positions of erased recipients (replaced in
+    -- place by erasure, sql/07_erasure.sql). A claim calls this per row: one expression and no
+    -- query when nothing was erased, the common case.
+    IF p_values IS NULL OR p_envelope IS NULL
+        OR strpos(array_to_string(p_envelope, ' '), 'erased:') = 0 THEN
+        RETURN p_values;
+    END IF;
+    RETURN ARRAY(
+        SELECT u.v
+        FROM unnest(p_values, p_envelope) WITH ORDINALITY AS u (v, e, n)
+        WHERE NOT mailroom._is_erased_recipient(u.e)
+        ORDER BY u.n
+    );
+END;
+$$;
+
+COMMENT ON FUNCTION mailroom._unerased(text[], text[]) IS
+'Internal (claim): the values at the envelope positions that are not erased recipients (erasure replaces in place).';
+
 -- The claim statement ($1 now, $2 limit, $3 worker, $4 lease, $5 domain limits in force):
 -- the due rows from _outbound_due, or from _claim_limited_due, claimed under the lease.
 -- jit = off for the reason given at finalize_messages.
@@ -250,9 +278,10 @@ BEGIN
         c.message_id,
         r.name,
         r.from_address,
-        c.to_addrs,
-        c.cc_addrs,
-        c.bcc_addrs,
+        -- an erased recipient (sql/07_erasure.sql, in place) is in no header and gets nothing
+        mailroom._unerased(c.to_addrs, c.to_addrs),
+        mailroom._unerased(c.cc_addrs, c.cc_addrs),
+        mailroom._unerased(c.bcc_addrs, c.bcc_addrs),
         -- a token email (token_id): rendered for this attempt, with a fresh link
         coalesce(t.subject, c.subject),
         CASE WHEN c.token_id IS NULL THEN c.text_body ELSE t.text_body END,
@@ -269,12 +298,18 @@ BEGIN
         r.smtp_allow_cleartext,
         -- the VERP envelope senders (sql/36_outbound_bounces.sql), one per envelope recipient, NULL
         -- without a bounce domain; return_path (a sender of the previous release sends one
-        -- transaction for all recipients) only when there is one recipient
-        CASE WHEN cardinality(e.envelope) = 1 THEN p.paths[1] END AS return_path,
-        e.envelope,
+        -- transaction for all recipients) only when there is one recipient. Each signed value names
+        -- its envelope position; an erased position is skipped (the values of the others keep
+        -- their own positions: recipients[i] goes with return_paths[i] and list_unsubscribe[i])
+        CASE WHEN cardinality(e.live) = 1 THEN p.paths[1] END AS return_path,
+        e.live,
         p.paths,
         -- bulk mail: List-Unsubscribe per recipient (sql/36_outbound_unsubscribe.sql)
-        CASE WHEN c.bulk THEN mailroom._list_unsubscribe(c.id, c.sender_id, cardinality(e.envelope)) END,
+        CASE
+            WHEN c.bulk THEN mailroom._unerased(
+                mailroom._list_unsubscribe(c.id, c.sender_id, cardinality(e.envelope)), e.envelope
+            )
+        END,
         -- DKIM of the From domain (sql/30_outbound_dkim.sql): the sender signs with its private half
         k.domain,
         k.selector,
@@ -284,12 +319,19 @@ BEGIN
         mailroom._attachments_json(c.attachments)
     FROM claimed AS c
     INNER JOIN relays AS r ON c.sender_id = r.id
-    CROSS JOIN LATERAL (SELECT mailroom._envelope(c.to_addrs, c.cc_addrs, c.bcc_addrs) AS envelope) AS e
-    CROSS JOIN LATERAL (SELECT mailroom._return_paths(c.id, c.sender_id, cardinality(e.envelope)) AS paths) AS p
+    CROSS JOIN LATERAL (
+        SELECT x.envelope, mailroom._unerased(x.envelope, x.envelope) AS live
+        FROM (SELECT mailroom._envelope(c.to_addrs, c.cc_addrs, c.bcc_addrs) AS envelope) AS x
+    ) AS e
+    CROSS JOIN LATERAL (
+        SELECT mailroom._unerased(mailroom._return_paths(c.id, c.sender_id, cardinality(e.envelope)), e.envelope) AS paths
+    ) AS p
     LEFT JOIN mailroom.dkim_keys AS k ON k.domain = mailroom._address_domain(r.from_address)
     -- STRICT: no call for an application's message (token_id NULL)
     LEFT JOIN LATERAL mailroom._claim_token_email(c.token_id) AS t ON TRUE
-    ORDER BY c.id;
+    -- the batch in the order it was claimed in (issue 34): higher priority first, then due order;
+    -- the sender sends it in this order
+    ORDER BY c.priority DESC, coalesce(c.next_retry_at, '-infinity'::timestamptz), c.id;
 END;
 $fn$;
 

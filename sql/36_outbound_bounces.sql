@@ -176,6 +176,9 @@ COMMENT ON FUNCTION mailroom._verp_message_id(text) IS
 --   <id>-<n>-<signature>                                the one-click URL's token
 -- The message-level form of the previous release (bounce+<id>-<signature>) is still accepted, so
 -- bounces of mail already sent arrive; it names a recipient only when the message had one.
+-- Positions are stable: erasure (sql/07_erasure.sql) replaces an erased recipient in place by a
+-- keyed hash, never removes it, so a position names the same recipient for the message's life;
+-- an erased position names nobody, and a claim leaves it out (sql/33_outbound_claim.sql).
 
 CREATE OR REPLACE FUNCTION mailroom._envelope(p_to text[], p_cc text[], p_bcc text[])
 RETURNS text[]
@@ -348,6 +351,11 @@ BEGIN
     SELECT mailroom._envelope(m.to_addrs, m.cc_addrs, m.bcc_addrs) INTO v_envelope
     FROM mailroom.outbound_messages AS m WHERE m.id = v_id;
     IF v_envelope IS NULL OR v_n > cardinality(v_envelope) THEN
+        RETURN;
+    END IF;
+    -- an erased recipient (sql/07_erasure.sql: replaced in place, so every other position still
+    -- names its own recipient) is nobody: its return path and link name no one
+    IF mailroom._is_erased_recipient(v_envelope[v_n]) THEN
         RETURN;
     END IF;
     message_id := v_id;

@@ -513,9 +513,10 @@ BEGIN
             c.message_id,
             r.name,
             r.from_address,
-            c.to_addrs,
-            c.cc_addrs,
-            c.bcc_addrs,
+            -- erased recipients (in place, sql/07) skipped as on one node (sql/33)
+            mailroom._unerased(c.to_addrs, c.to_addrs),
+            mailroom._unerased(c.cc_addrs, c.cc_addrs),
+            mailroom._unerased(c.bcc_addrs, c.bcc_addrs),
             coalesce(t.subject, c.subject),
             CASE WHEN c.token_id IS NULL THEN c.text_body ELSE t.text_body END,
             CASE WHEN c.token_id IS NULL THEN c.html_body ELSE t.html_body END,
@@ -529,10 +530,14 @@ BEGIN
             r.smtp_password_sealed,
             r.smtp_password_sealed IS NOT NULL OR r.smtp_password_encrypted IS NOT NULL,
             r.smtp_allow_cleartext,
-            CASE WHEN cardinality(e.envelope) = 1 THEN p.paths[1] END,
-            e.envelope,
+            CASE WHEN cardinality(e.live) = 1 THEN p.paths[1] END,
+            e.live,
             p.paths,
-            CASE WHEN c.bulk THEN mailroom._list_unsubscribe(c.id, c.sender_id, cardinality(e.envelope)) END,
+            CASE
+                WHEN c.bulk THEN mailroom._unerased(
+                    mailroom._list_unsubscribe(c.id, c.sender_id, cardinality(e.envelope)), e.envelope
+                )
+            END,
             k.domain,
             k.selector,
             k.public_key,
@@ -540,12 +545,19 @@ BEGIN
             mailroom._attachments_json(c.attachments)
         FROM unnest(v_rows) AS c
         INNER JOIN mailroom.senders AS r ON c.sender_id = r.id
-        CROSS JOIN LATERAL (SELECT mailroom._envelope(c.to_addrs, c.cc_addrs, c.bcc_addrs) AS envelope) AS e
-        CROSS JOIN LATERAL (SELECT mailroom._return_paths(c.id, c.sender_id, cardinality(e.envelope)) AS paths) AS p
+        CROSS JOIN LATERAL (
+            SELECT x.envelope, mailroom._unerased(x.envelope, x.envelope) AS live
+            FROM (SELECT mailroom._envelope(c.to_addrs, c.cc_addrs, c.bcc_addrs) AS envelope) AS x
+        ) AS e
+        CROSS JOIN LATERAL (
+            SELECT mailroom._unerased(mailroom._return_paths(c.id, c.sender_id, cardinality(e.envelope)), e.envelope)
+                AS paths
+        ) AS p
         LEFT JOIN mailroom.dkim_keys AS k ON k.domain = mailroom._address_domain(r.from_address)
         LEFT JOIN unnest(v_token_ids, v_token_subjects, v_token_texts, v_token_htmls)
             AS t (token_id, subject, text_body, html_body) ON c.token_id = t.token_id
-        ORDER BY c.id;
+        -- a lane's rows by priority, then due order (sql/33; lanes are visited in turn)
+        ORDER BY c.priority DESC, coalesce(c.next_retry_at, '-infinity'::timestamptz), c.id;
         GET DIAGNOSTICS v_got = ROW_COUNT;
         v_left := v_left - v_got;
     END LOOP;

@@ -124,6 +124,18 @@ def everywhere(conn: psycopg.Connection) -> dict[str, int]:
     other = as_role(conn, "mailroom_app", "SELECT address FROM mailroom.create_mailbox(60, 'free')")[0][0]
     as_role(conn, "mailroom_inbound", "SELECT mailroom.deliver_message(%s, %s, %s)", (other, raw, ADDRESS))
     ids["other_box"] = conn.execute("SELECT id FROM mailroom.mailboxes WHERE address = %s", (other,)).fetchone()[0]
+    # a message that holds it only in a base64 attachment (issue 34): what a reader downloads decoded
+    import base64
+
+    encoded = base64.encodebytes(f"name,email\r\nPerson,{LOWER}\r\n".encode()).decode().replace("\n", "\r\n")
+    hidden = (f"From: <app@example.net>\r\nSubject: contacts\r\nMIME-Version: 1.0\r\n"
+              f"Content-Type: multipart/mixed; boundary=b\r\n\r\n--b\r\nContent-Type: text/plain\r\n\r\nsee file\r\n"
+              f"--b\r\nContent-Type: text/csv; name=c.csv\r\nContent-Transfer-Encoding: base64\r\n\r\n{encoded}--b--\r\n")
+    assert LOWER not in hidden.lower()
+    third = as_role(conn, "mailroom_app", "SELECT address FROM mailroom.create_mailbox(60, 'free')")[0][0]
+    as_role(conn, "mailroom_inbound", "SELECT mailroom.deliver_message(%s, %s, %s)",
+            (third, hidden.encode(), "app@example.net"))
+    ids["base64_box"] = conn.execute("SELECT id FROM mailroom.mailboxes WHERE address = %s", (third,)).fetchone()[0]
     # an API key owned by it; a worker whose name and what it serves hold it
     as_role(conn, "mailroom_admin", "SELECT mailroom.create_api_key(%s, sha256('k'::bytea), %s)", (ADDRESS, ADDRESS))
     as_role(conn, "mailroom_sender", "SELECT mailroom.worker_heartbeat(%s, 'sender', true, p_serves => %s)",
@@ -148,10 +160,13 @@ def test_erase_leaves_the_address_in_no_column(conn, cli, everywhere):
 
     r = cli("erase", ADDRESS.upper(), "--yes")
     assert r.returncode == 0, r.stderr
-    assert r.stdout.startswith("erased: ") and "mailboxes 1, messages 1," in r.stdout, r.stdout
+    assert r.stdout.startswith("erased: ") and "mailboxes 1, messages 2," in r.stdout, r.stdout
     assert LOWER not in r.stdout.lower()
 
     assert holding(conn, LOWER) == []
+    # the message that held it only base64-encoded is gone too (a byte search cannot see it)
+    assert conn.execute("SELECT count(*) FROM mailroom.messages WHERE mailbox_id = %s",
+                        (everywhere["base64_box"],)).fetchone()[0] == 0
     # the attachments that held it went whole; the other stays
     left = conn.execute(
         "SELECT array_agg((a).name) FROM (SELECT unnest(attachments) AS a FROM mailroom.outbound_messages"
@@ -168,8 +183,10 @@ def test_erase_leaves_the_address_in_no_column(conn, cli, everywhere):
     assert refused.value.sqlstate == "MR318"
     conn.rollback() if not conn.autocommit else None
     # what is not its own stays: the other recipient's mail, the other inbox
+    # (the erased recipient replaced in place: the other keeps its position, issue 34)
     assert conn.execute("SELECT to_addrs, bcc_addrs FROM mailroom.outbound_messages WHERE id = %s",
-                        (everywhere["shared"],)).fetchone() == (["other@example.com"], [])
+                        (everywhere["shared"],)).fetchone() == (
+        ["other@example.com"], [conn.execute("SELECT mailroom._erased_recipient(%s)", (ADDRESS,)).fetchone()[0]])
     assert conn.execute("SELECT count(*) FROM mailroom.mailboxes WHERE id = %s",
                         (everywhere["other_box"],)).fetchone()[0] == 1
 

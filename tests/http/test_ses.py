@@ -74,11 +74,15 @@ def _signed(message: dict, key, version: str = "2") -> dict:
             "SigningCertURL": message.get("SigningCertURL", CERT_URL)}
 
 
+def _now_stamp(delta: dt.timedelta = dt.timedelta(0)) -> str:
+    return (dt.datetime.now(dt.UTC) + delta).strftime("%Y-%m-%dT%H:%M:%S.000Z")
+
+
 def _receipt(recipients: list[str], raw: bytes, *, base64_content: bool = True, ses_id: str | None = None) -> dict:
     content = base64.b64encode(raw).decode() if base64_content else raw.decode()
     return {
         "Type": "Notification", "MessageId": str(uuid.uuid4()), "TopicArn": TOPIC, "Subject": "Amazon SES Email Receipt",
-        "Timestamp": dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.000Z"),
+        "Timestamp": _now_stamp(),
         "Message": json.dumps({
             "notificationType": "Received",
             "mail": {"messageId": ses_id or uuid.uuid4().hex, "source": "app@example.org", "destination": recipients},
@@ -171,7 +175,7 @@ def test_subscription_confirmed_and_certificate_fetched_over_https(start_server,
                               "--sns-connect-to", f"127.0.0.1:{httpd.server_address[1]}")
         subscribe = _signed({
             "Type": "SubscriptionConfirmation", "MessageId": str(uuid.uuid4()), "Token": "tok-123", "TopicArn": TOPIC,
-            "Message": "You have chosen to subscribe", "Timestamp": "2030-01-01T00:00:00.000Z",
+            "Message": "You have chosen to subscribe", "Timestamp": _now_stamp(),
             "SubscribeURL": f"https://{SNS_HOST}/?Action=ConfirmSubscription&TopicArn={TOPIC}&Token=tok-123",
         }, pki["sign_key"])
         confirmed = server.request("POST", "/hooks/ses", body=json.dumps(subscribe).encode())
@@ -187,3 +191,76 @@ def test_subscription_confirmed_and_certificate_fetched_over_https(start_server,
 
 def test_the_hook_is_off_without_topics(server):
     assert server.request("POST", "/hooks/ses", body=b"{}").status == 404
+
+
+@pytest.fixture
+def fake_sns(pki):
+    """An HTTPS endpoint presenting a certificate for the SNS host (the test CA): what it was asked."""
+    _FakeSns.pem = pki["signing_pem"]
+    _FakeSns.seen = []
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _FakeSns)
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(pki["home"] / "tls.pem", pki["home"] / "tls.key")
+    httpd.socket = context.wrap_socket(httpd.socket, server_side=True)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    yield httpd
+    httpd.shutdown()
+
+
+def test_certificate_url_checked_before_any_fetch(start_server, pki, fake_sns):
+    """Issue 34: the SigningCertURL must be https, on an SNS host, on the default port, a path ending
+    .pem and no query; anything else is refused (403) and never fetched."""
+    server = start_server("--ses-topic", TOPIC, "--sns-ca-file", str(pki["home"] / "ca.pem"),
+                          "--sns-connect-to", f"127.0.0.1:{fake_sns.server_address[1]}")
+    box = server.request("POST", "/api/v1/mailboxes").json()
+    for url in (f"https://{SNS_HOST}:8443/{CERT_NAME}", f"https://{SNS_HOST}/{CERT_NAME}?x=1",
+                f"https://{SNS_HOST}/{CERT_NAME}#x", f"http://{SNS_HOST}/{CERT_NAME}",
+                f"https://{SNS_HOST}/{CERT_NAME}.txt", f"https://{SNS_HOST}:0/{CERT_NAME}",
+                f"https://{SNS_HOST}:99999/{CERT_NAME}", f"https://u@{SNS_HOST}/{CERT_NAME}"):
+        note = _signed(dict(_receipt([box["address"]], _mail("x")), SigningCertURL=url), pki["sign_key"])
+        answer = server.request("POST", "/hooks/ses", body=json.dumps(note).encode())
+        assert answer.status == 403, (url, answer.status)
+    assert _FakeSns.seen == [], "a refused certificate URL was fetched"
+    # the same notification with the SNS form of the URL (explicit :443 is the default port) is taken
+    for url in (CERT_URL, f"https://{SNS_HOST}:443/{CERT_NAME}"):
+        note = _signed(dict(_receipt([box["address"]], _mail("y")), SigningCertURL=url), pki["sign_key"])
+        assert server.request("POST", "/hooks/ses", body=json.dumps(note).encode()).status == 200
+    assert _FakeSns.seen == [f"/{CERT_NAME}"], "one fetch, then the cached certificate (keyed by host and path)"
+
+
+def test_old_or_future_notifications_refused(start_server, pki, conn):
+    """Issue 34: Timestamp within an hour (SNS's and AWS's advice; ses.replay_window is at least an hour,
+    so a replay after its receipt was forgotten is refused, not stored again); a future one (over 5
+    minutes ahead) is refused too."""
+    server = start_server("--ses-topic", TOPIC, "--sns-cert-dir", str(pki["certs"]))
+    box = server.request("POST", "/api/v1/mailboxes").json()
+    key = pki["sign_key"]
+    # a notification handled two hours ago, its receipt forgotten (ses.replay_window passed): replayed
+    old = _signed(dict(_receipt([box["address"]], _mail("old")), Timestamp=_now_stamp(-dt.timedelta(hours=2))), key)
+    answer = server.request("POST", "/hooks/ses", body=json.dumps(old).encode())
+    assert answer.status == 403 and "Timestamp" in answer.json()["error"]["message"], answer.body
+    future = _signed(dict(_receipt([box["address"]], _mail("f")), Timestamp=_now_stamp(dt.timedelta(hours=1))), key)
+    assert server.request("POST", "/hooks/ses", body=json.dumps(future).encode()).status == 403
+    for bad in ("yesterday", "2026-13-01T00:00:00.000Z", ""):
+        note = _signed(dict(_receipt([box["address"]], _mail("b")), Timestamp=bad), key)
+        assert server.request("POST", "/hooks/ses", body=json.dumps(note).encode()).status == 403
+    recent = _signed(dict(_receipt([box["address"]], _mail("recent")),
+                          Timestamp=_now_stamp(-dt.timedelta(minutes=50))), key)
+    assert server.request("POST", "/hooks/ses", body=json.dumps(recent).encode()).status == 200
+    assert conn.execute("SELECT message_count FROM mailroom.mailboxes WHERE address = %s",
+                        (box["address"],)).fetchone() == (1,)
+
+
+def test_certificate_cache_is_bounded(pki, tmp_path):
+    """Issue 34: the certificate cache keeps at most 32 certificates (least recently used first out),
+    however many distinct certificate URLs arrive."""
+    from mailroom.http.sns import SnsVerifier
+
+    for i in range(40):
+        (tmp_path / f"cert-{i}.pem").write_bytes(pki["signing_pem"])
+    verifier = SnsVerifier(frozenset([TOPIC]), cert_dir=tmp_path)
+    for i in range(40):
+        verifier.certificate(f"https://{SNS_HOST}/cert-{i}.pem")
+        verifier.certificate(f"https://{SNS_HOST}/cert-0.pem")  # the one in use stays
+    assert len(verifier._certs) == 32
+    assert any("cert-0.pem" in str(k) for k in verifier._certs) and not any("cert-1.pem" in str(k) for k in verifier._certs)

@@ -228,8 +228,73 @@ def test_connections_over_max_sessions_get_421_and_are_closed(start_server, make
         second.close()
 
 
+def _connect_from(source: str, srv) -> socket.socket:
+    """A TCP connection to the server from a given loopback address (127.0.0.0/8 is all loopback)."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.settimeout(10)
+    sock.bind((source, 0))
+    sock.connect((srv.host, srv.port))
+    return sock
+
+
+def test_one_client_cannot_take_every_session(start_server, make_mailbox, conn):
+    """Issue 34: idle connections of one client used to answer every other sender 421 for the idle
+    timeout. Per client address, at most --max-sessions-per-client (default 10) sessions: its next
+    connection gets 421 at once, while another client is still served."""
+    srv = start_server("--max-sessions", "20")
+    box = make_mailbox()
+    hog = [_connect_from("127.0.0.1", srv) for _ in range(10)]
+    try:
+        for sock in hog:
+            assert sock.recv(1024).startswith(b"220")
+        with _connect_from("127.0.0.1", srv) as eleventh:
+            eleventh.settimeout(5)
+            assert eleventh.makefile("rb").read() == \
+                b"421 4.7.0 Too many connections from your address, try again later\r\n"
+        refusal = re.search(r".*refused 1 connection\(s\) of a client at its 10 sessions \(--max-sessions-per-client\)",
+                            srv.log())
+        assert refusal and "127.0.0" not in refusal.group(0)  # (a client address is personal data: never logged)
+        # another client is served meanwhile, a whole transaction
+        other = _connect_from("127.0.0.2", srv)
+        with smtplib.SMTP() as client:
+            client.sock = other
+            client.file = None
+            code, _ = client.getreply()
+            assert code == 220
+            assert client.sendmail("ann@example.com", [box.address], message_of(1000)) == {}
+        assert stored_count(conn) == 1
+        # the hog's closed session gives its slot back
+        hog.pop().close()
+        deadline = time.monotonic() + 5
+        while True:
+            with _connect_from("127.0.0.1", srv) as again:
+                if again.recv(1024).startswith(b"220"):
+                    break
+            assert time.monotonic() < deadline, "the slot of a closed session was never given back"
+            time.sleep(0.1)
+    finally:
+        for sock in hog:
+            sock.close()
+
+
+def test_max_sessions_per_client_from_the_environment(start_server):
+    srv = start_server(env={"MAILROOM_INBOX_MAX_SESSIONS_PER_CLIENT": "2"})
+    held = [_connect_from("127.0.0.1", srv) for _ in range(2)]
+    try:
+        assert all(s.recv(1024).startswith(b"220") for s in held)
+        with _connect_from("127.0.0.1", srv) as third:
+            third.settimeout(5)
+            assert third.makefile("rb").read().startswith(b"421 4.7.0 Too many connections from your address")
+        with _connect_from("127.0.0.3", srv) as other:
+            assert other.recv(1024).startswith(b"220")
+        assert re.search(r"2 sessions a client", srv.log())
+    finally:
+        for sock in held:
+            sock.close()
+
+
 def test_serve_refuses_bad_limit_flags(cli):
-    for flag in ("--max-bad-recipients", "--max-sessions"):
+    for flag in ("--max-bad-recipients", "--max-sessions", "--max-sessions-per-client"):
         result = cli("inbox", "serve", flag, "0")
         assert result.returncode == 2
         line = result.stderr.strip()  # one line (core/options.py's grammar), naming the flag and the bound

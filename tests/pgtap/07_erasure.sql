@@ -1,7 +1,7 @@
 -- Foundation: erase_address removes or anonymizes one address everywhere and keeps it suppressed
 -- by its keyed hash only; a dry run counts and changes nothing.
 BEGIN;
-SELECT plan(26);
+SELECT plan(45);
 
 SET LOCAL mailroom.clock = '2030-01-01 00:00Z';
 SELECT mailroom.upsert_sender('tap', 'robot@mailroom.test', '127.0.0.1', 2525);
@@ -57,7 +57,8 @@ SELECT is((SELECT count(*)::int FROM mailroom.accounts WHERE id = :malice), 1, '
 SELECT is((SELECT count(*)::int FROM mailroom.outbound_messages WHERE id = :only), 0, 'mail to it alone is gone');
 SELECT is(
     (SELECT to_addrs || cc_addrs FROM mailroom.outbound_messages WHERE id = :shared),
-    ARRAY['bob@example.com', 'malice@example.com'], 'shared mail keeps the other recipients'
+    ARRAY['bob@example.com', mailroom._erased_recipient('ALICE@example.com'), 'malice@example.com'],
+    'shared mail keeps the other recipients at their positions (the erased one in place, as a keyed hash)'
 );
 SELECT is(
     (SELECT text_body FROM mailroom.outbound_messages WHERE id = :shared), 'see malice@example.com',
@@ -95,6 +96,127 @@ SELECT ok(
 );
 SELECT lives_ok($$SELECT * FROM mailroom.erase_address('alice@example.com')$$, 'erasing twice is harmless');
 SELECT ok(mailroom.unsuppress('alice@example.com'), 'unsuppress removes the erased entry');
+
+-- Positions stable under erasure (issue 34): a return path or unsubscribe link names an envelope
+-- position; erasing one recipient keeps the others' positions, and a claim skips the erased one.
+SELECT mailroom.set_setting('outbound.bounce_domain', 'bounces.mailroom.test');
+SELECT mailroom.set_setting('outbound.unsubscribe_base_url', 'https://mail.mailroom.test');
+SELECT mailroom.enqueue_bulk_message(
+    'tap', ARRAY['Dora@example.org', 'bob@example.org'], 'news', 'b', p_cc => ARRAY['carol@example.org']
+) AS news \gset
+CREATE TEMP TABLE signed AS
+SELECT
+    n AS pos,
+    substring(c.list_unsubscribe[n] FROM '/unsubscribe/([0-9]+-[0-9]+-[0-9a-f]{16})>') AS token,
+    c.return_paths[n] AS path
+FROM mailroom.claim_messages(100, 'tap') AS c
+CROSS JOIN generate_series(1, 3) AS n
+WHERE c.id = :news;
+SELECT mailroom.release_messages(array_agg(id), array_agg(claim_token))
+FROM mailroom.outbound_messages WHERE status = 'processing';
+SELECT is((SELECT count(*)::int FROM signed WHERE token IS NOT NULL AND path IS NOT NULL), 3, 'three signed recipients');
+SELECT * FROM mailroom.erase_address('dora@example.org');
+SELECT ok(
+    (SELECT to_addrs[1] ~ '^erased:[0-9a-f]{64}$' AND to_addrs[2] = 'bob@example.org' AND cc_addrs = ARRAY['carol@example.org']
+     FROM mailroom.outbound_messages WHERE id = :news),
+    'the erased recipient is replaced in place: the others keep their positions'
+);
+SELECT is(
+    (SELECT g.address FROM mailroom._signed_recipient((SELECT token FROM signed WHERE pos = 2)) AS g), 'bob@example.org',
+    'bob''s link still names bob'
+);
+SELECT is(
+    (SELECT g.address FROM mailroom._signed_recipient((SELECT token FROM signed WHERE pos = 3)) AS g), 'carol@example.org',
+    'carol''s link still names carol'
+);
+SELECT is(
+    (SELECT count(*)::int FROM mailroom._signed_recipient((SELECT token FROM signed WHERE pos = 1))), 0,
+    'the erased recipient''s link names nobody'
+);
+SELECT is(
+    (SELECT r.outcome FROM mailroom.record_bounce(
+        (SELECT path FROM signed WHERE pos = 2),
+        '[{"recipient": "carol@example.org", "action": "failed", "status": "5.1.1"}]'
+    ) AS r),
+    'ignored', 'bob''s return path cannot hard-bounce carol'
+);
+SELECT ok(mailroom.unsubscribe((SELECT token FROM signed WHERE pos = 2), 'One-Click'), 'bob''s link unsubscribes');
+SELECT ok(
+    mailroom.is_suppressed('bob@example.org') AND NOT mailroom.is_suppressed('carol@example.org'),
+    'bob is suppressed, carol is not'
+);
+SELECT ok(mailroom.unsubscribe((SELECT token FROM signed WHERE pos = 3), 'One-Click'), 'carol''s link works (no MR380)');
+SELECT throws_ok(
+    format('SELECT mailroom.unsubscribe(%L, ''One-Click'')', (SELECT token FROM signed WHERE pos = 1)), 'MR380', NULL,
+    'the erased recipient''s link: MR380'
+);
+CREATE TEMP TABLE after_erasure AS
+SELECT c.to_addrs, c.cc_addrs, c.recipients, c.return_paths, c.list_unsubscribe
+FROM mailroom.claim_messages(100, 'tap') AS c WHERE c.id = :news;
+SELECT is(
+    (SELECT recipients FROM after_erasure), ARRAY['bob@example.org', 'carol@example.org'],
+    'a claim skips the erased position: never sent to it'
+);
+SELECT ok(
+    (SELECT return_paths[1] ~ ('^bounce\+' || :news || '-2-') AND return_paths[2] ~ ('^bounce\+' || :news || '-3-')
+        AND list_unsubscribe[1] ~ ('/' || :news || '-2-') AND cardinality(list_unsubscribe) = 2
+     FROM after_erasure),
+    'each remaining recipient gets the return path and link of its own position'
+);
+SELECT is(
+    (SELECT to_addrs || cc_addrs FROM after_erasure), ARRAY['bob@example.org', 'carol@example.org'],
+    'the headers name no erased recipient'
+);
+
+-- two spellings of one address are two envelope positions: both erased, both stay positions
+SELECT mailroom.enqueue_message('tap', ARRAY['Eve@example.org', 'eve@example.org', 'zed@example.org'], 's', 't') AS eve \gset
+SELECT * FROM mailroom.erase_address('eve@example.org');
+SELECT ok(
+    (SELECT cardinality(mailroom._envelope(to_addrs, cc_addrs, bcc_addrs)) = 3 AND to_addrs[1] <> to_addrs[2]
+     FROM mailroom.outbound_messages WHERE id = :eve),
+    'two spellings erased: two distinct placeholders, the envelope keeps three positions'
+);
+SELECT ok(
+    (SELECT c.recipients = ARRAY['zed@example.org'] AND c.return_paths[1] ~ ('^bounce\+' || :eve || '-3-')
+     FROM mailroom.claim_messages(100, 'tap') AS c WHERE c.id = :eve),
+    'the one left keeps position 3'
+);
+
+-- An address only inside decoded parts (issue 34): a base64 attachment, a quoted-printable body
+-- with a soft line break in the address, an encoded word of a header. Each message goes; one
+-- whose base64 holds a longer address (xdora.victim@) stays. And idempotency keys: a key holding
+-- the address anywhere (idem-dora.victim@…: '-' belongs to a local part) is dropped.
+SELECT address AS box2 FROM mailroom.create_mailbox(60, 'free') \gset
+SELECT mailroom.deliver_message(:'box2', convert_to(m.raw, 'UTF8'), 'someone@example.com', split_part(split_part(m.raw, E'Subject: ', 2), E'\r', 1))
+FROM unnest(ARRAY[
+    E'From: a@example.net\r\nSubject: b64\r\nMIME-Version: 1.0\r\nContent-Type: multipart/mixed; boundary="b"\r\n\r\n'
+    || E'--b\r\nContent-Type: text/plain\r\n\r\nsee the file\r\n--b\r\nContent-Type: text/csv; name="c.csv"\r\n'
+    || E'Content-Transfer-Encoding: base64\r\n\r\nbmFtZSxlbWFpbA0KRG9yYSxkb3JhLnZpY3RpbUB2aWN0aW0udGVzdA0KbmFtZSxlbWFpbA0KRG9y\r\nYSxkb3JhLnZpY3RpbUB2aWN0aW0udGVzdA0KbmFtZSxlbWFpbA0KRG9yYSxkb3JhLnZpY3RpbUB2\r\naWN0aW0udGVzdA0K\r\n--b--\r\n',
+    E'From: a@example.net\r\nSubject: qp\r\nContent-Transfer-Encoding: quoted-printable\r\n\r\n'
+    || E'write to dora.vic=\r\ntim=40victim.test today\r\n',
+    E'From: a@example.net\r\nReply-To: =?utf-8?B?ZG9yYS52aWN0aW1AdmljdGltLnRlc3Q=?= <r@example.net>\r\nSubject: ew\r\n\r\nhi\r\n',
+    E'From: a@example.net\r\nSubject: control\r\nContent-Transfer-Encoding: base64\r\n\r\nY29udGFjdDogeGRvcmEudmljdGltQHZpY3RpbS50ZXN0DQo=\r\n'
+]) AS m (raw);
+SELECT is((SELECT count(*)::int FROM mailroom.messages WHERE mailbox_id = (SELECT id FROM mailroom.mailboxes WHERE address = :'box2')), 4, 'four messages stored');
+SELECT mailroom.enqueue_message(
+    'tap', ARRAY['other@example.org', 'dora.victim@victim.test'], 's', 't', p_idempotency_key => 'idem-dora.victim@victim.test'
+) AS idem \gset
+SELECT mailroom.enqueue_message(
+    'tap', ARRAY['other@example.org'], 's', 't', p_idempotency_key => 'IDEM-DORA.VICTIM@VICTIM.TEST-2'
+) AS idem2 \gset
+SELECT * FROM mailroom.erase_address('dora.victim@victim.test');
+SELECT is(
+    (SELECT array_agg(subject ORDER BY subject) FROM mailroom.messages
+     WHERE mailbox_id = (SELECT id FROM mailroom.mailboxes WHERE address = :'box2')),
+    ARRAY['control'], 'an address only in a base64 part, a quoted-printable body or an encoded word: found, the message gone'
+);
+SELECT is(
+    (SELECT array_agg(idempotency_key) FROM mailroom.outbound_messages WHERE id IN (:idem, :idem2)), ARRAY[NULL, NULL]::text[],
+    'idempotency keys holding the address anywhere are dropped'
+);
+SELECT is(
+    (SELECT count(*)::int FROM mailroom.outbound_idempotency_keys WHERE key ILIKE '%dora.victim@%'), 0, 'and their rows'
+);
 
 SELECT * FROM finish();
 ROLLBACK;

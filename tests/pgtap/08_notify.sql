@@ -2,7 +2,7 @@
 -- deliver_message consults it (docs/architecture.md, "NOTIFY, channel by channel"; each channel's
 -- rule is checked end to end by tests/db/test_notify_channels.py).
 BEGIN;
-SELECT plan(16);
+SELECT plan(21);
 
 SELECT has_table('mailroom', 'listeners', 'mailroom.listeners exists');
 SELECT is(mailroom.setting('notify.always'), 'false', 'a fresh install notifies the registered channels only where registered');
@@ -45,6 +45,15 @@ SELECT ok(NOT mailroom._listened('mailroom_inbox'), 'unlisten removes this sessi
 
 SELECT throws_ok($$SELECT mailroom.listen(ARRAY[''])$$, '22023', NULL, 'an empty channel name is refused');
 SELECT ok(mailroom.await_writers('1 second'), 'await_writers: no other writer, returns at once');
+-- bounded caller-supplied work (issue 34): a wait of at most a minute, at most 16 channels
+SELECT throws_ok($$SELECT mailroom.await_writers('2 minutes')$$, 'MR015', NULL, 'await_writers: over a minute is refused');
+SELECT throws_ok($$SELECT mailroom.await_writers('-1 second')$$, 'MR015', NULL, 'await_writers: a negative wait is refused');
+SELECT throws_ok($$SELECT mailroom.await_writers(NULL)$$, 'MR015', NULL, 'await_writers: NULL (no bound) is refused');
+SELECT throws_ok(
+    $$SELECT mailroom.listen(ARRAY(SELECT 'c' || g FROM generate_series(1, 17) AS g))$$, 'MR016', NULL,
+    'listen: more than 16 channels are refused'
+);
+SELECT throws_ok($$SELECT mailroom.listen('{}')$$, 'MR016', NULL, 'listen: no channel is refused');
 SELECT ok(
     has_function_privilege('mailroom_collector', 'mailroom.listen(text[])', 'EXECUTE')
     AND NOT has_function_privilege('public', 'mailroom.listen(text[])', 'EXECUTE'),

@@ -1,6 +1,6 @@
 -- Outbound: claim_messages (what is due, lease, token) and its plan at any queue size.
 BEGIN;
-SELECT plan(27);
+SELECT plan(29);
 
 SET LOCAL mailroom.clock = '2030-01-01 00:00Z';
 SELECT mailroom.upsert_sender('tap', 'robot@mailroom.test', '127.0.0.1', 2525);
@@ -185,6 +185,22 @@ SELECT is(
 SELECT isnt(
     obj_description('mailroom.claim_messages(integer,text,interval)'::regprocedure), NULL,
     'claim_messages is documented'
+);
+
+-- A batch comes back in the order it is claimed in (issue 34): priority first, then due order,
+-- whichever plan runs (the cached generic one at 50, a custom one at 200)
+DELETE FROM mailroom.outbound_messages;
+SELECT mailroom.enqueue_message('tap', ARRAY['p@example.com'], 'p' || p, 't', p_priority => p)
+FROM unnest(ARRAY[-10, 0, 10, 3]) AS p;
+SELECT is(
+    (SELECT array_agg(c.subject) FROM mailroom.claim_messages(50, 'prio') AS c),  -- (in the order returned)
+    ARRAY['p10', 'p3', 'p0', 'p-10'], 'a batch is returned by priority (generic plan)'
+);
+SELECT mailroom.release_messages(array_agg(id), array_agg(claim_token))
+FROM mailroom.outbound_messages WHERE status = 'processing';
+SELECT is(
+    (SELECT array_agg(c.subject) FROM mailroom.claim_messages(200, 'prio') AS c),  -- (in the order returned)
+    ARRAY['p10', 'p3', 'p0', 'p-10'], 'a batch is returned by priority (custom plan)'
 );
 
 SELECT * FROM finish();

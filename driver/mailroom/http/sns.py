@@ -3,13 +3,19 @@
 An SNS message is trusted when:
 - its TopicArn is one the operator configured (a valid SNS signature only proves the message comes
   from SNS, from anybody's topic);
-- its SigningCertURL is https on an SNS host (`sns.<region>.amazonaws.com`, `.com.cn`), path `*.pem`;
+- its Timestamp is within MAX_AGE (an hour, AWS's advice) and at most MAX_SKEW ahead: the setting
+  ses.replay_window (how long a handled SES messageId is remembered, sql/29_ses.sql) is at least an
+  hour, so a notification replayed after its receipt was forgotten is refused, never stored again;
+- its SigningCertURL is https on an SNS host (`sns.<region>.amazonaws.com`, `.com.cn`), on the
+  default port, no user, a path ending `.pem`, no query and no fragment: all checked before anything
+  is fetched (a SubscribeURL the same, but it has a query);
 - the certificate is current, and its key verifies the Signature (SignatureVersion 1: SHA1withRSA,
   2: SHA256withRSA) over the canonical string of the message's fields.
 
 The certificate comes from a certificate directory when one is configured (the file named like the
 URL's last path segment: air-gapped installs, and the tests, which make their own CA), else it is
-fetched over HTTPS from the URL (certificate-checked, at most 64 KiB, 5 s) and kept in memory.
+fetched over HTTPS from the URL (certificate-checked, at most 64 KiB, 5 s) and kept in memory: at
+most CACHE_SIZE certificates, the least recently used dropped first, keyed by host and path.
 `connect_to` sends those HTTPS requests to another host:port while the SNS host name is still the
 one checked and verified by TLS (tests run such an endpoint with their own CA; never needed in
 production). Subscription confirmations fetch the SubscribeURL the same way, after the same checks.
@@ -25,6 +31,7 @@ import re
 import socket
 import ssl
 import threading
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -36,6 +43,10 @@ from cryptography.hazmat.primitives.asymmetric import padding, rsa
 
 SNS_HOST = re.compile(r"^sns\.[a-z0-9-]+\.amazonaws\.com(\.cn)?$")
 MAX_FETCH = 64 * 1024
+CACHE_SIZE = 32  # signing certificates kept (SNS uses a handful; a flood of URLs cannot grow it)
+MAX_AGE = dt.timedelta(hours=1)  # oldest Timestamp taken (<= ses.replay_window, whose minimum is 1 hour)
+MAX_SKEW = dt.timedelta(minutes=5)  # a Timestamp this far ahead of our clock at most
+_TIMESTAMP = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d{1,6})?Z$")
 
 # The fields signed, in order, for each message type (absent optional ones are left out).
 SIGNED_FIELDS = {
@@ -67,18 +78,44 @@ def string_to_sign(message: dict) -> bytes:
     return "".join(lines).encode("utf-8")
 
 
-def check_sns_url(url: object, *, suffix: str = "") -> tuple[str, int, str]:
-    """(host, port, path with query) of an https URL on an SNS host, else SnsError."""
-    if not isinstance(url, str):
+def check_sns_url(url: object, *, certificate: bool = False) -> tuple[str, int, str]:
+    """(host, 443, path with query) of an https URL on an SNS host, on the default port, without a
+    user or a fragment, else SnsError; a certificate's URL (certificate=True) also has a path ending
+    .pem and no query. Nothing is fetched before this passed."""
+    if not isinstance(url, str) or len(url) > 2048:
         raise SnsError("URL missing")
-    parts = urlsplit(url)
+    try:
+        parts = urlsplit(url)
+        port = parts.port
+    except ValueError:
+        raise SnsError("URL is not https on an SNS host") from None
     host = (parts.hostname or "").lower()
-    if parts.scheme != "https" or not SNS_HOST.match(host) or parts.username or parts.password:
+    if parts.scheme != "https" or not SNS_HOST.match(host) or parts.username is not None or parts.password is not None:
         raise SnsError("URL is not https on an SNS host")
-    if suffix and not parts.path.endswith(suffix):
-        raise SnsError(f"URL does not end in {suffix}")
+    if port not in (None, 443):
+        raise SnsError("URL is not on the default port")
+    if parts.fragment or url.endswith("#"):
+        raise SnsError("URL has a fragment")
+    if certificate and (parts.query or "?" in url or not parts.path.endswith(".pem")):
+        raise SnsError("certificate URL is not a path ending .pem without a query")
     path = parts.path + (f"?{parts.query}" if parts.query else "")
-    return host, parts.port or 443, path
+    return host, 443, path
+
+
+def check_timestamp(value: object, now: dt.datetime | None = None) -> None:
+    """SnsError unless the message's Timestamp (ISO 8601 UTC, as SNS writes it) is within MAX_AGE
+    of now and at most MAX_SKEW ahead."""
+    if not isinstance(value, str) or not _TIMESTAMP.match(value):
+        raise SnsError("Timestamp missing or not an ISO 8601 UTC time")
+    try:
+        stamp = dt.datetime.fromisoformat(value[:-1] + "+00:00")
+    except ValueError:
+        raise SnsError("Timestamp missing or not an ISO 8601 UTC time") from None
+    now = now or dt.datetime.now(dt.UTC)
+    if stamp < now - MAX_AGE:
+        raise SnsError(f"Timestamp is more than {MAX_AGE.total_seconds() / 3600:g} hour(s) old (a replay?)")
+    if stamp > now + MAX_SKEW:
+        raise SnsError("Timestamp is in the future")
 
 
 @dataclass
@@ -87,7 +124,7 @@ class SnsVerifier:
     cert_dir: Path | None = None
     ca_file: str | None = None
     connect_to: tuple[str, int] | None = None
-    _certs: dict[str, x509.Certificate] = field(default_factory=dict)
+    _certs: OrderedDict[tuple[str, str], x509.Certificate] = field(default_factory=OrderedDict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     def verify(self, message: dict) -> None:
@@ -98,6 +135,8 @@ class SnsVerifier:
         if hash_class is None:
             raise SnsError("unsupported SignatureVersion")
         data = string_to_sign(message)
+        check_timestamp(message.get("Timestamp"))  # (signed: part of the canonical string)
+        check_sns_url(message.get("SigningCertURL"), certificate=True)  # before any fetch
         if message.get("Type") != "Notification":
             check_sns_url(message.get("SubscribeURL"))  # never fetched unless it is on an SNS host
         try:
@@ -117,14 +156,15 @@ class SnsVerifier:
             raise SnsError("bad signature") from None
 
     def certificate(self, url: object) -> x509.Certificate:
-        host, port, path = check_sns_url(url, suffix=".pem")
-        assert isinstance(url, str)
+        host, port, path = check_sns_url(url, certificate=True)
+        key = (host, path)
         with self._lock:
-            cached = self._certs.get(url)
-        if cached is not None:
-            return cached
+            cached = self._certs.get(key)
+            if cached is not None:
+                self._certs.move_to_end(key)
+                return cached
         if self.cert_dir is not None:
-            name = Path(urlsplit(url).path).name
+            name = Path(path).name
             try:
                 pem = (self.cert_dir / name).read_bytes()
             except OSError:
@@ -136,7 +176,10 @@ class SnsVerifier:
         except ValueError:
             raise SnsError("signing certificate is not a PEM certificate") from None
         with self._lock:
-            self._certs[url] = cert
+            self._certs[key] = cert
+            self._certs.move_to_end(key)
+            while len(self._certs) > CACHE_SIZE:
+                self._certs.popitem(last=False)
         return cert
 
     def confirm(self, message: dict) -> None:

@@ -75,6 +75,9 @@ def serve_cmd(
         min=1, metavar="N")] = 10,
     max_sessions: Annotated[int, _serve_opt(
         "--max-sessions", "Connections at once; more get 421 and are closed at once.", min=1, metavar="N")] = 100,
+    max_sessions_per_client: Annotated[int, _serve_opt(
+        "--max-sessions-per-client", "Connections at once from one client address (of each worker); more get 421.",
+        min=1, metavar="N")] = 10,
     idle_timeout: Annotated[float, duration_option(
         "--idle-timeout", env="MAILROOM_INBOX_IDLE_TIMEOUT", positive=True,
         help="How long a client may stay silent (also bounds one DATA transfer).")] = "5m",
@@ -123,7 +126,8 @@ def serve_cmd(
     def run(bind_port: int, ready: Any = None, reuse_port: bool = False, worker_index: int = 0) -> None:
         server = InboundServer(
             url, host=host, port=bind_port, max_recipients=max_recipients, max_bad_recipients=max_bad_recipients,
-            max_sessions=max_sessions, idle_timeout=idle_timeout, max_line_length=max_line_length,
+            max_sessions=max_sessions, max_sessions_per_client=max_sessions_per_client,
+            idle_timeout=idle_timeout, max_line_length=max_line_length,
             pool_size=pool_size, data_size_limit=max_message_size, reuse_port=reuse_port, db_timeout=db_timeout,
             metrics_port=None if metrics_port is None else (metrics_port + worker_index if metrics_port else 0),
             metrics_host=metrics_host, tls_cert=tls_cert, tls_key=tls_key, require_tls=require_tls,

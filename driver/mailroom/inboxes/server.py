@@ -62,6 +62,7 @@ class InboundServer:
         max_recipients: int = 100,
         max_bad_recipients: int = 10,
         max_sessions: int = 100,
+        max_sessions_per_client: int | None = 10,
         idle_timeout: float = 300.0,
         max_line_length: int = 1000,
         pool_size: int = 4,
@@ -96,6 +97,7 @@ class InboundServer:
         self.max_recipients = max_recipients
         self.max_bad_recipients = max_bad_recipients
         self.max_sessions = max_sessions
+        self.max_sessions_per_client = max_sessions_per_client  # None: no per-client cap
         self.idle_timeout = idle_timeout
         self.max_line_length = max_line_length
         self.pool_size = pool_size
@@ -195,7 +197,7 @@ class InboundServer:
                                max_recipients=self.max_recipients, metrics=self.metrics)
         smtp_class = _smtp_class(self.max_line_length)
         hostname = self.hostname or domain
-        gate = _SessionGate(self.max_sessions, self.metrics)
+        gate = _SessionGate(self.max_sessions, self.metrics, per_client=self.max_sessions_per_client)
 
         def factory() -> asyncio.Protocol:
             if not gate.enter():
@@ -233,9 +235,9 @@ class InboundServer:
         beats = asyncio.ensure_future(self._beat_loop())
         log.info(
             "listening on %s:%d (SIZE %d, max %d recipients, %d refused recipients a session, %d sessions,"
-            " idle timeout %gs, %s)",
+            " %s sessions a client, idle timeout %gs, %s)",
             self.host, self.bound_port, size_limit, self.max_recipients, self.max_bad_recipients,
-            self.max_sessions, self.idle_timeout,
+            self.max_sessions, self.max_sessions_per_client or "any", self.idle_timeout,
             "STARTTLS required" if self.require_tls else "STARTTLS offered" if tls else "no STARTTLS",
         )
         if ready is not None:

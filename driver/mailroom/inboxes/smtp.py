@@ -16,7 +16,9 @@ It asks mailroom.inboxes.delivery everything that needs the database and sends t
   probe step; deliver_message still checks the exact size. Then the message (or the bounce) is
   delivered and its reply sent: 250 only after COMMIT.
 - Abuse limits: --max-bad-recipients refused recipients per session, then 421 and hang up;
-  --max-sessions connections at once, more get 421 before any database work; --idle-timeout.
+  --max-sessions connections at once, more get 421 before any database work; of those at most
+  --max-sessions-per-client from one client address, its next one gets 421 at once (so one
+  client's idle connections cannot keep every other sender out for the idle timeout); --idle-timeout.
 - STARTTLS (RFC 3207) when the server has a certificate (--tls-cert/--tls-key), advertised in EHLO;
   with --require-tls every command but EHLO, NOOP, STARTTLS and QUIT gets 530 5.7.0 before it.
 - Logs carry counts, sizes and ids, never addresses or subjects.
@@ -55,6 +57,7 @@ REPLY_TOO_MANY = "452 4.5.3 Too many recipients"
 REPLY_OVER_SIZE = "552 5.3.4 Message too big for this mailbox"  # over the server's SIZE (--max-message-size)
 REPLY_TOO_MANY_BAD = "421 4.7.0 Too many invalid recipients, closing connection"
 REPLY_BUSY = "421 4.3.2 Too many connections, try again later"
+REPLY_BUSY_CLIENT = "421 4.7.0 Too many connections from your address, try again later"
 REPLY_LINE_TOO_LONG = "500 Line too long (see RFC5321 4.5.3.1.6)"
 REPLY_SEPARATE = "452 4.5.3 Bounces and mail for inboxes go in separate transactions"
 REPLY_STARTTLS_FIRST = "530 5.7.0 Must issue a STARTTLS command first"
@@ -195,14 +198,43 @@ def _result_of(reply: str) -> str:
 
 
 class _SessionGate:
-    """Counts open SMTP sessions for --max-sessions (one event loop: no lock needed)."""
+    """Counts open SMTP sessions for --max-sessions, and per client address for
+    --max-sessions-per-client (one event loop: no lock needed)."""
 
-    def __init__(self, limit: int, metrics: InboundMetrics | None = None) -> None:
+    def __init__(self, limit: int, metrics: InboundMetrics | None = None, per_client: int | None = None) -> None:
         self.limit = limit
+        self.per_client = per_client
         self.open = 0
+        self.clients: dict[str, int] = {}  # sessions open per client address
         self._refused = 0
         self._logged_at = float("-inf")
+        self._refused_clients = 0
+        self._clients_logged_at = float("-inf")
         self.metrics = metrics
+
+    def enter_client(self, client: str) -> bool:
+        """Take one of the client's sessions (after enter()), or False at its cap."""
+        count = self.clients.get(client, 0)
+        if self.per_client is None or count < self.per_client:
+            self.clients[client] = count + 1
+            return True
+        if self.metrics is not None:
+            self.metrics.sessions_refused.inc()
+        self._refused_clients += 1
+        now = time.monotonic()
+        if now - self._clients_logged_at >= 10:  # one line per 10 s; never the address (personal data)
+            log.warning("refused %d connection(s) of a client at its %d sessions (--max-sessions-per-client)",
+                        self._refused_clients, self.per_client)
+            self._refused_clients = 0
+            self._clients_logged_at = now
+        return False
+
+    def leave_client(self, client: str) -> None:
+        count = self.clients.get(client, 0) - 1
+        if count > 0:
+            self.clients[client] = count
+        else:
+            self.clients.pop(client, None)
 
     def enter(self) -> bool:
         if self.open < self.limit:
@@ -244,6 +276,8 @@ class InboundSMTP(SMTP):
         super().__init__(handler, **kwargs)
         self.max_bad_recipients = max_bad_recipients
         self._gate = gate  # its slot was taken by the factory, given back at connection_lost
+        self._client: str | None = None  # the client address whose session this is (once counted)
+        self._refused_client = False  # over the client's cap: answered 421 and closed, nothing else
 
     # DATA read in blocks (_read_data_bulk); False: line by line (_read_data_lines), aiosmtpd's way
     bulk_data = True
@@ -259,9 +293,28 @@ class InboundSMTP(SMTP):
     def _create_envelope(self) -> _Envelope:
         return _Envelope()
 
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        if self._gate is not None and self._client is None and not self._refused_client:
+            # the first call (STARTTLS calls it again, for the same client): the client's cap
+            peer = transport.get_extra_info("peername")
+            client = str(peer[0]) if isinstance(peer, (tuple, list)) and peer else ""
+            if not self._gate.enter_client(client):
+                self._gate.leave()
+                self._gate = None
+                self._refused_client = True
+                transport.write(REPLY_BUSY_CLIENT.encode() + b"\r\n")  # type: ignore[attr-defined]
+                transport.close()  # after the reply is flushed; no session, no database work
+                return
+            self._client = client
+        super().connection_made(transport)
+
     def connection_lost(self, error: Exception | None) -> None:
+        if self._refused_client:
+            return  # no session was started
         if self._gate is not None:
             self._gate.leave()
+            if self._client is not None:
+                self._gate.leave_client(self._client)
             self._gate = None
         super().connection_lost(error)
 

@@ -18,6 +18,10 @@ and reports raw outcomes (kind, reply code, enhanced code, reply text) in one fi
 - Slot 0 sends the heartbeat (mailroom.db.heartbeat: alive, listening, messages claimed, its
   metrics address) on its connection about every 10 s and within a second of a claim, between
   batches; on a clean exit the sender reports itself stopped.
+- Its log (docs/operations.md): one line per deferral and per failure (message id, relay, the
+  reply's code and enhanced status, never its text, which quotes addresses; the attempt and the next
+  try), at most OUTCOME_LINES a OUTCOME_WINDOW (then one "... and K more" line); successes are counted
+  in a summary line every --summary-every (and at exit), never a line each (OutcomeLog).
 - The database unreachable (not started yet, restarting, cut off): the sender waits and retries,
   one log line when the wait starts and one when it recovers (mailroom.core.outage), whichever of
   its tasks met it; a claim never fails more loudly than that.
@@ -30,8 +34,9 @@ import contextlib
 import signal
 import ssl
 import time
+from collections import Counter
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import psycopg
@@ -53,6 +58,80 @@ from mailroom.outbound.smtp import Attempt, Outcome, Relay, RelayConnections, de
 log = get_logger("send")
 
 CHANNEL = "mailroom_outbound"
+OUTCOME_LINES = 10  # deferral and failure lines per OUTCOME_WINDOW at most
+OUTCOME_WINDOW = 10.0
+
+
+class OutcomeLog:
+    """The sender's account of what it did: a line per deferral and per failure, rate-limited (at most
+    `burst` lines a `window` seconds, then one "... and K more" line when the window turns), and a
+    summary of every outcome (sent, deferred, failed) every `every` seconds and at exit, never a line
+    per success. A line names the message, its relay, the reply's code and enhanced status (its text
+    quotes addresses: it stays in the redacted error_log, `mailroom outbound show ID`), the attempt
+    and the next try (SQL's, from finalize_messages)."""
+
+    def __init__(self, logger: Any, burst: int = OUTCOME_LINES, window: float = OUTCOME_WINDOW,
+                 every: float = 60.0) -> None:
+        self.log = logger
+        self.burst = burst
+        self.window = window
+        self.every = every
+        self.counts: Counter[str] = Counter()
+        self.window_start = time.monotonic()
+        self.summary_start = time.monotonic()
+        self.lines = 0
+        self.unlogged = 0
+
+    @staticmethod
+    def _reply(outcome: Outcome) -> str:
+        """What the relay answered, by its codes only (the text quotes addresses)."""
+        if outcome.code is not None:
+            return " ".join(str(part) for part in ("reply", outcome.code, outcome.enhanced) if part)
+        if outcome.refused:  # recipients refused at RCPT: their codes, never their addresses
+            codes = dict.fromkeys(" ".join(str(p) for p in (code, enhanced) if p) for _, code, enhanced in outcome.refused)
+            return f"{len(outcome.refused)} recipient(s) refused: reply " + ", ".join(list(codes)[:3])
+        return f"{outcome.outcome} (no reply)"
+
+    def record(self, outcome: Outcome, result: str, relay: str, attempts: int | None,
+               next_retry_at: datetime | None) -> None:
+        if result == "sent":
+            self.counts["sent"] += 1
+            return
+        if result not in ("retry", "failed"):
+            return  # stale: another worker's outcome now
+        kind = "deferred" if result == "retry" else "failed"
+        self.counts[kind] += 1
+        self._turn()
+        if self.lines >= self.burst:
+            self.unlogged += 1
+            return
+        self.lines += 1
+        then = ("no more tries" if next_retry_at is None
+                else "next try " + next_retry_at.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%SZ"))
+        self.log.info("%s message %d via %s: %s, attempt %s, %s", kind, outcome.id, relay, self._reply(outcome),
+                      attempts if attempts is not None else "?", then)
+
+    def _turn(self, force: bool = False) -> None:
+        now = time.monotonic()
+        if not force and now - self.window_start < self.window:
+            return
+        if self.unlogged:
+            self.log.info("... and %d more deferral(s) or failure(s) not logged (at most %d lines a %gs)",
+                          self.unlogged, self.burst, self.window)
+        self.window_start, self.lines, self.unlogged = now, 0, 0
+
+    def tick(self, final: bool = False) -> None:
+        """The window's "... and K more" line when it turned, and the summary when due (at exit:
+        now, when anything happened since the last)."""
+        self._turn(force=final)
+        now = time.monotonic()
+        if not final and now - self.summary_start < self.every:
+            return
+        if sum(self.counts.values()):
+            self.log.info("summary: sent %d, deferred %d, failed %d in the last %.0fs", self.counts["sent"],
+                          self.counts["deferred"], self.counts["failed"], now - self.summary_start)
+        self.counts.clear()
+        self.summary_start = now
 
 
 # ---------------------------------------------------------------------------------------------
@@ -79,6 +158,7 @@ class SenderOptions:
     until_idle: bool = False
     dkim: Signer | None = None  # MAILROOM_DKIM_KEY_FILE: the DKIM private keys (None: no key, mail leaves unsigned)
     pipelining: bool = True  # pipeline MAIL/RCPT/DATA where the relay's EHLO offers PIPELINING (RFC 2920)
+    summary_every: float = 60.0  # seconds between the summary lines of what was sent, deferred, failed
 
 
 class Sender:
@@ -105,6 +185,7 @@ class Sender:
         self.outage = Outage(log, on_change=self.metrics.waiting)
         self.warnings = RateLimited(log)
         self.dkim = opts.dkim if opts.dkim is not None else Signer({})
+        self.outcomes = OutcomeLog(log, every=opts.summary_every)
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -173,7 +254,7 @@ class Sender:
             on_connect=lambda: loop.call_soon_threadsafe(self.wake.set),
             poll_hint=f"polling every {self.opts.poll_interval:g}s",
         ).start()
-        helpers = []
+        helpers = [asyncio.create_task(self.summary_loop())]
         if self.opts.reap_after > 0:
             helpers.append(asyncio.create_task(self.reaper()))
         if self.opts.metrics_port is not None:
@@ -200,6 +281,7 @@ class Sender:
                 log.error("a sender slot failed: %s", type(result).__name__)
                 if self.fatal is None:
                     self.fatal = UserError(f"a sender slot failed unexpectedly ({type(result).__name__})")
+        self.outcomes.tick(final=True)
         await self.heartbeat.astop(self.url)
         self.metrics.shutdown()
         log.info("sender %s stopped", self.worker)
@@ -222,6 +304,12 @@ class Sender:
         await self.heartbeat.abeat(conn, self.listening())
 
     # -- helpers -----------------------------------------------------------------------------
+
+    async def summary_loop(self) -> None:
+        """The outcome log's "... and K more" lines and summaries while nothing else logs."""
+        while True:
+            await asyncio.sleep(min(OUTCOME_WINDOW, max(1.0, self.opts.summary_every)))
+            self.outcomes.tick()
 
     async def reaper(self) -> None:
         interval = max(1.0, min(self.opts.reap_after / 2, 30.0))
@@ -323,7 +411,8 @@ class Sender:
                 self.metrics.claimed.inc(len(rows))
                 self.heartbeat.claimed += len(rows)
                 outcomes, unsent = await self.deliver_lanes(lanes, rows)
-                await self.report(conn, outcomes, unsent)
+                relays = {r["id"]: f"{r['smtp_host']}:{r['smtp_port']}" for r in rows}
+                await self.report(conn, outcomes, unsent, relays)
         finally:
             for conns in lanes:
                 await conns.close_all()
@@ -418,7 +507,8 @@ class Sender:
                           "it was sealed for another sender key")
         return password, None
 
-    async def report(self, conn: psycopg.AsyncConnection, outcomes: list[Outcome], unsent: list[dict]) -> None:
+    async def report(self, conn: psycopg.AsyncConnection, outcomes: list[Outcome], unsent: list[dict],
+                     relays: dict[int, str] | None = None) -> None:
         """Finalize the batch in one call and release what was not attempted (retried on a new
         connection if the slot's connection broke; both calls are idempotent thanks to fencing)."""
         for try_number in range(3):
@@ -431,7 +521,7 @@ class Sender:
                     )
                 try:
                     # the outcomes wait out a schema change (while the claim's lease lasts)
-                    await self.upgrade.call(lambda t=target: self._report_on(t, outcomes, unsent),
+                    await self.upgrade.call(lambda t=target: self._report_on(t, outcomes, unsent, relays or {}),
                                             within=max(5.0, self.lease / 2))
                 finally:
                     if target is not conn:
@@ -441,7 +531,8 @@ class Sender:
                 log.info("finalize failed (%s); retrying on a new connection", describe_db_error(exc))
         log.error("could not record %d outcome(s); the reaper will return them to the queue", len(outcomes))
 
-    async def _report_on(self, conn: psycopg.AsyncConnection, outcomes: list[Outcome], unsent: list[dict]) -> None:
+    async def _report_on(self, conn: psycopg.AsyncConnection, outcomes: list[Outcome], unsent: list[dict],
+                         relays: dict[int, str]) -> None:
         refused = [(o.id, o.claim_token, *r) for o in outcomes for r in o.refused]
         if refused:
             # before finalize, which reads them for a message refused for every recipient: the call is
@@ -467,11 +558,14 @@ class Sender:
                 errors=[o.error for o in outcomes],
             )
             # SQL decided what each outcome means (result) and its reply class (the metric label)
-            results = {r.id: (r.result, r.reply_class) for r in finalized}
+            results = {r.id: r for r in finalized}
             for o in outcomes:
-                result, reply_class = results.get(o.id, ("stale", "other"))
+                r = results.get(o.id)
+                result, reply_class = (r.result, r.reply_class) if r is not None else ("stale", "other")
                 self.metrics.record(result, reply_class, o.seconds)
-            stale = sum(1 for r, _ in results.values() if r == "stale")
+                self.outcomes.record(o, result, relays.get(o.id, "?"), r.attempts if r is not None else None,
+                                     r.next_retry_at if r is not None else None)
+            stale = sum(1 for r in results.values() if r.result == "stale")
             if stale:
                 log.info("%d outcome(s) ignored: their claim was reaped and taken over", stale)
         if unsent:

@@ -22,7 +22,7 @@ finalize_messages = SqlFunction(
     "finalize_messages",
     "p_ids bigint[], p_claim_tokens bigint[], p_outcomes text[], p_smtp_codes integer[] = default,"
     " p_enhanced_codes text[] = default, p_errors text[] = default",
-    returns=("id", "result", "reply_class"),
+    returns=("id", "result", "attempts", "next_retry_at", "reply_class"),
 )
 record_refused_recipients = SqlFunction(
     "record_refused_recipients",
