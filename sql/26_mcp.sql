@@ -32,14 +32,16 @@ LANGUAGE plpgsql
 STABLE
 SET search_path = pg_catalog, pg_temp
 AS $$
+DECLARE
+    -- by id, found by address first (on Citus two single-shard reads, as _authorize_mailbox)
+    v_id bigint := mailroom._mailbox_id(mailroom._normalize_address(p_address));
 BEGIN
     -- the owner type a key's owner is checked against for this inbox: its own when it is api or
     -- mcp, else mcp (then _authorize_mailbox refuses: MR203 unknown, MR204 not the key's)
     RETURN coalesce((
         SELECT m.owner_type::text
         FROM mailroom.mailboxes AS m
-        WHERE m.id = mailroom._mailbox_id(mailroom._normalize_address(p_address))
-            AND m.owner_type IN ('api', 'mcp')
+        WHERE m.id = v_id AND m.owner_type IN ('api', 'mcp')
     ), 'mcp');
 END;
 $$;

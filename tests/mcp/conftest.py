@@ -49,7 +49,12 @@ def start(db_url: str, log_path: Path, *args: str, ready: str = r"listening on 1
     with open(log_path, "w") as log_file:
         proc = subprocess.Popen([sys.executable, "-m", "mailroom", *args], env=mailroom_env(db_url, args, env),
                                 stdout=subprocess.DEVNULL, stderr=log_file)
-    port = int(wait_for_log(log_path, ready, proc).group(1))
+    try:
+        port = int(wait_for_log(log_path, ready, proc, timeout=60).group(1))
+    except AssertionError:
+        proc.kill()
+        proc.wait(timeout=10)
+        raise
     return Server(port, proc, log_path)
 
 
@@ -83,9 +88,14 @@ def smtp_server(db_url: str, tmp_path_factory) -> Iterator[Server]:
 
 @pytest.fixture(scope="module")
 def mcp_http(db_url: str, tmp_path_factory) -> Iterator[Server]:
-    """`mailroom mcp --http-port 0 --pool-size 2`: eight waits must not exhaust its two connections."""
+    """`mailroom mcp --http-port 0 --pool-size 2`: eight waits must not exhaust its two connections; a
+    statement timeout of 2 s (the default 5 s would only make its test slower)."""
     log_path = tmp_path_factory.mktemp("mcp") / "mcp.log"
-    server = start(db_url, log_path, "mcp", "--http-port", "0", "--pool-size", "2")
-    wait_for_log(log_path, r"serving \(pid", server.proc)
+    server = start(db_url, log_path, "mcp", "--http-port", "0", "--pool-size", "2", "--statement-timeout", "2s")
+    try:
+        wait_for_log(log_path, r"serving \(pid", server.proc, timeout=60)
+    except AssertionError:
+        server.stop()
+        raise
     yield server
     server.stop()

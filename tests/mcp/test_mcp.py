@@ -179,3 +179,25 @@ def test_eight_waits_do_not_exhaust_a_pool_of_two(db_url: str, api_key: str, smt
     assert answered < 5, answered
     print(f"\nanother call during 8 waits: {answered * 1000:.0f} ms; 8 mails sent to all 8 waits returned: "
           f"{latency * 1000:.0f} ms")
+
+
+def test_every_call_has_a_statement_timeout(db_url: str, api_key: str, mcp_http) -> None:
+    """A call stuck behind a lock ends after the server's --statement-timeout (2 s) as a tool error, and the
+    timeout ends with its transaction: the next call on the same pooled connections works."""
+
+    async def run() -> float:
+        async with http_session(mcp_http.port, api_key) as session:
+            address = doc(await session.call_tool("create_inbox", {}))["address"]
+            with psycopg.connect(db_url) as locker:
+                locker.execute("SELECT 1 FROM mailroom.mailboxes WHERE address = %s FOR UPDATE", (address,))
+                started = time.monotonic()
+                err = error(await session.call_tool("delete_inbox", {"address": address}))
+                took = time.monotonic() - started
+                assert err["code"] == "57014" and "statement timeout" in err["message"], err
+            for _ in range(3):  # more calls than the pool has connections
+                assert doc(await session.call_tool("list_inboxes", {}))
+            assert doc(await session.call_tool("delete_inbox", {"address": address})) == {"deleted": True}
+            return took
+
+    took = asyncio.run(run())
+    assert 1.9 < took < 6, took

@@ -16,6 +16,8 @@ from mailroom.db.config import DatabaseUrlOption, ListenUrlOption, resolve_datab
 
 app = new_app()
 
+API_KEY_ENV = "MAILROOM_MCP_API_KEY"  # stdio's API key (HTTP requests carry their own)
+
 
 @app.command("mcp")
 def mcp_cmd(
@@ -42,12 +44,12 @@ def mcp_cmd(
         raise ConfigError(f"--pool-size must be at least 1, got {pool_size}")
     if http_port is not None and not 0 <= http_port <= 65535:
         raise ConfigError(f"--http-port must be between 0 and 65535, got {http_port}")
-    from mailroom.mcp.server import API_KEY_ENV, McpConfig, run_http, run_stdio
-
     api_key = os.environ.get(API_KEY_ENV, "").strip()
     if http_port is None and not api_key:
         raise ConfigError(f"{API_KEY_ENV} is not set: stdio needs an API key (`mailroom apikey create OWNER`), "
                           "or serve HTTP with --http-port")
+    from mailroom.mcp.server import McpConfig, run_http, run_stdio
+
     url = resolve_database_url(database_url)
     config = McpConfig(database_url=url, listen_url=resolve_listen_url(listen_url, url), pool_size=pool_size,
                        poll_interval=poll_interval, statement_timeout=statement_timeout)

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from typing import Annotated, Any
 
 import psycopg
+import psycopg.errors
 from mcp.server.fastmcp import FastMCP
 from mcp.server.transport_security import TransportSecuritySettings
 from mcp.types import CallToolResult, Resource, TextContent, ToolAnnotations
@@ -38,12 +39,12 @@ from pydantic import Field
 from mailroom.core.errors import Kind, describe_db_error, kind_of
 from mailroom.core.log import get_logger
 from mailroom.db.connect import alearn_vocabulary, connection_kwargs
+from mailroom.db.timeout import atimed_transaction
 from mailroom.http.events import Hub
 from mailroom.mcp import sqlapi
 
 log = get_logger("mcp")
 
-API_KEY_ENV = "MAILROOM_MCP_API_KEY"
 MAX_CREDENTIAL = 256
 MAX_WAIT_SECONDS = 300
 INSTRUCTIONS = (
@@ -88,7 +89,9 @@ class ToolFailure(Exception):
 def db_failure(exc: psycopg.Error) -> ToolFailure:
     kind = kind_of(exc)
     code = exc.sqlstate or ""
-    if kind in _SHOWN_KINDS:
+    if isinstance(exc, psycopg.errors.QueryCanceled):
+        message = "the call was cancelled: it took longer than the statement timeout, try again"
+    elif kind in _SHOWN_KINDS:
         message = exc.diag.message_primary or "refused"
         if code and exc.diag.message_detail and exc.diag.message_detail.isdigit():
             message += f" (retry in {exc.diag.message_detail}s)"  # MR243: the seconds until its window ends
@@ -127,7 +130,6 @@ class Backend:
             kwargs=connection_kwargs(application_name="mailroom-mcp"), configure=alearn_vocabulary,
         )
         self.hub = Hub(config.listen_url, poll_interval=config.poll_interval)
-        self._timeout = f"{max(1, round(config.statement_timeout * 1000))}ms"
 
     async def open(self) -> None:
         await self.pool.open(wait=False)
@@ -152,11 +154,13 @@ class Backend:
         attempts = self.pool.max_size + 1 if retry else 1
         for attempt in range(1, attempts + 1):
             try:
-                async with self.pool.connection(timeout=10) as conn, conn.transaction():
-                    await conn.execute(f"SET LOCAL statement_timeout = '{self._timeout}'")
+                async with self.pool.connection(timeout=10) as conn, \
+                        atimed_transaction(conn, self.config.statement_timeout):
                     return await fn.avalue(conn, **kwargs)
             except psycopg.OperationalError as exc:
-                if attempt < attempts and kind_of(exc) is Kind.UNAVAILABLE:
+                # a lost connection, not a statement that ran out of time: that is the answer
+                if attempt < attempts and kind_of(exc) is Kind.UNAVAILABLE \
+                        and not isinstance(exc, psycopg.errors.QueryCanceled):
                     continue
                 raise db_failure(exc) from None
             except psycopg.Error as exc:
@@ -212,6 +216,12 @@ def build(backend: Backend, credential: Callable[[], bytes | None] | None = None
           stateless_http: bool = True) -> MailroomMCP:
     """The MCP server: its tools and resources over `backend`. `credential` gives the API key's digest
     of the call being served; by default it is read from the HTTP request (Bearer or X-API-Key)."""
+    import logging
+
+    # the SDK logs a line per request at INFO (no key, address or subject in them, but noise); "mcp"
+    # itself is this module's logger
+    for name in ("mcp.server", "mcp.shared"):
+        logging.getLogger(name).setLevel(logging.WARNING)
     loopback = host in ("127.0.0.1", "localhost", "::1")
     server = MailroomMCP(
         name="mailroom", instructions=INSTRUCTIONS, log_level="WARNING", host=host, stateless_http=stateless_http,
