@@ -14,6 +14,7 @@ import time
 
 import psycopg
 import pytest
+from mcp.shared.exceptions import McpError
 from mcp_support import doc, error, http_session, mailroom_env, send_mail, stdio_session
 
 from mailroom.testing import as_login
@@ -80,6 +81,8 @@ async def _story(session, smtp_port: int, db_url: str) -> None:
 
     assert doc(await session.call_tool("delete_inbox", {"address": address})) == {"deleted": True}
     assert error(await session.call_tool("list_messages", {"address": address}))["code"] == "MR206"
+    with pytest.raises(McpError, match="MR206: mailbox was deleted"):
+        await session.read_resource(f"mailroom://inbox/{address}")
     assert error(await session.call_tool("read_message", {"address": "nobody@example.org", "message_id": 1}))["code"] \
         == "MR203"
 
@@ -136,15 +139,16 @@ def test_http_without_a_key_is_refused_at_the_edge(mcp_http) -> None:
     assert response.headers["www-authenticate"].startswith("Bearer")
 
 
-def test_stdio_without_a_key_refuses_to_start(db_url: str) -> None:
-    import subprocess
-    import sys
+def test_stdio_without_a_key_refuses_to_start(monkeypatch, capsys) -> None:
+    from mailroom import cli
 
-    done = subprocess.run([sys.executable, "-m", "mailroom", "mcp"], env=mailroom_env(db_url, ("mcp",)),
-                          capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
-    assert done.returncode == 2
-    assert done.stderr.startswith("mailroom: error: MAILROOM_MCP_API_KEY is not set"), done.stderr
-    assert len(done.stderr.strip().splitlines()) == 1
+    monkeypatch.delenv("MAILROOM_MCP_API_KEY", raising=False)
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main(["mcp", "--database-url", "host=/nonexistent dbname=x"])
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2
+    assert err.startswith("mailroom: error: MAILROOM_MCP_API_KEY is not set"), err
+    assert len(err.strip().splitlines()) == 1
 
 
 def test_eight_waits_do_not_exhaust_a_pool_of_two(db_url: str, api_key: str, smtp_server, mcp_http) -> None:

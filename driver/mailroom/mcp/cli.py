@@ -32,10 +32,10 @@ def mcp_cmd(
     pool_size: Annotated[int, typer.Option(envvar="MAILROOM_MCP_POOL_SIZE",
                                            help="Database connections (waits hold none while they wait).")] = 4,
     poll_interval: Annotated[float, duration_option(
-        "--poll-interval", positive=True, maximum=3600,
+        "--poll-interval", positive=True, maximum=3600, env="MAILROOM_MCP_POLL_INTERVAL",
         help="Between looks of a waiting wait_for_message while LISTEN is down.")] = "2s",
     statement_timeout: Annotated[float, duration_option(
-        "--statement-timeout", positive=True, maximum=600,
+        "--statement-timeout", positive=True, maximum=600, env="MAILROOM_MCP_STATEMENT_TIMEOUT",
         help="SET LOCAL statement_timeout of every call.")] = "5s",
 ) -> None:
     """Serve mailroom's inboxes to AI agents over MCP: create an inbox, wait for its mail, read it, extract
