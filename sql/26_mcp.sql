@@ -340,3 +340,33 @@ COMMENT ON FUNCTION mailroom.mcp_delete_mailbox(text, bytea) IS
 'MCP delete_inbox: delete_mailbox for the API key''s owner (soft delete: it refuses mail at once); false if it was deleted already.';
 
 GRANT EXECUTE ON FUNCTION mailroom.mcp_delete_mailbox(text, bytea) TO mailroom_http;
+
+CREATE OR REPLACE FUNCTION mailroom.mcp_error_codes()
+RETURNS TABLE (function_name text, code text, meaning text)
+LANGUAGE sql
+STABLE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+    -- the refusals each MCP function may answer, with their meaning (mailroom.error_codes): the
+    -- server writes them into the tool descriptions an agent reads, and keeps no list of its own
+    SELECT t.fn, c.code, e.meaning
+    FROM (VALUES
+        ('mcp_create_mailbox', ARRAY['MR201', 'MR202', 'MR243']),
+        ('mcp_list_messages', ARRAY['MR203', 'MR204', 'MR205', 'MR206']),
+        ('mcp_read_message', ARRAY['MR209', 'MR203', 'MR204', 'MR205', 'MR206']),
+        ('mcp_check_message', ARRAY['MR212', 'MR205', 'MR206', 'MR203', 'MR204']),
+        ('mcp_extract_link', ARRAY['MR215', 'MR209', 'MR203', 'MR204', 'MR205', 'MR206']),
+        ('mcp_extract_code', ARRAY['MR215', 'MR209', 'MR203', 'MR204', 'MR205', 'MR206']),
+        ('mcp_delete_mailbox', ARRAY['MR203', 'MR204']),
+        ('*', ARRAY['MR240', 'MR241'])  -- every function: the API key
+    ) AS t (fn, codes)
+    CROSS JOIN LATERAL unnest(t.codes) WITH ORDINALITY AS c (code, n)
+    INNER JOIN mailroom.error_codes AS e ON c.code = e.code
+    ORDER BY t.fn, c.n
+$$;
+
+COMMENT ON FUNCTION mailroom.mcp_error_codes() IS
+'The MR codes each mcp_* function may raise (function * : every one), in the order a tool description names them, with their meaning.';
+
+GRANT EXECUTE ON FUNCTION mailroom.mcp_error_codes() TO mailroom_http;

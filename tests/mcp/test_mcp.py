@@ -26,8 +26,12 @@ TOOLS = {"create_inbox", "list_inboxes", "list_messages", "read_message", "wait_
 async def _story(session, smtp_port: int, db_url: str) -> None:
     tools = {t.name: t for t in (await session.list_tools()).tools}
     assert set(tools) == TOOLS
-    assert "MR212" in tools["wait_for_message"].description and "TTL" not in tools["list_inboxes"].description
-    assert "expires_at" in tools["create_inbox"].description
+    # each description ends with the errors SQL lists for its function (mcp_error_codes), with their meaning
+    assert "Errors: MR212 no matching message committed within the timeout; MR205 mailbox expired;" \
+        in tools["wait_for_message"].description
+    assert "MR241 unknown or revoked API key" in tools["list_inboxes"].description
+    assert "MR212" not in tools["list_inboxes"].description
+    assert "expires_at (its TTL)" in tools["create_inbox"].description and "MR243" in tools["create_inbox"].description
 
     box = doc(await session.call_tool("create_inbox", {"ttl_minutes": 10}))
     address = box["address"]

@@ -27,7 +27,7 @@ SELECT 'mailroom_http', unnest(ARRAY[
     'http_check_message', 'http_search_messages', 'index_messages', 'deliver_ses_message', 'clock', 'setting',
     'list_migrations', 'schema_version', 'error_codes', 'unsubscribe',
     'mcp_create_mailbox', 'mcp_list_mailboxes', 'mcp_list_messages', 'mcp_read_message', 'mcp_check_message',
-    'mcp_extract_link', 'mcp_extract_code', 'mcp_delete_mailbox'
+    'mcp_extract_link', 'mcp_extract_code', 'mcp_delete_mailbox', 'mcp_error_codes'
 ])
 UNION ALL
 SELECT 'mailroom_collector', unnest(ARRAY[

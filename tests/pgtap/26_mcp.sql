@@ -3,7 +3,7 @@
 -- creation limit shared with REST (MR243); the JSON of reads, one-look waits (MR212 on the last),
 -- link and code, deletion (MR206 after it).
 BEGIN;
-SELECT plan(23);
+SELECT plan(25);
 
 SET LOCAL mailroom.clock = '2030-01-01 00:00:00+00';
 SELECT mailroom.create_api_key('agent-1', sha256('mrk_one'::bytea));
@@ -83,6 +83,15 @@ SELECT throws_ok(format($$SELECT mailroom.mcp_list_messages(%L, sha256('mrk_one'
 SELECT mailroom.set_setting('http.create_limit', '2');
 SELECT throws_ok($$SELECT mailroom.mcp_create_mailbox(sha256('mrk_one'::bytea))$$, 'MR243', NULL,
     'the key''s third creation (one over REST, one over MCP before it) hits the shared limit: MR243');
+
+SELECT is(
+    (SELECT string_agg(code, ',') FROM mailroom.mcp_error_codes() WHERE function_name = 'mcp_check_message'),
+    'MR212,MR205,MR206,MR203,MR204', 'the codes of a tool, in the order its description names them'
+);
+SELECT is(
+    (SELECT count(*)::int FROM mailroom.mcp_error_codes() WHERE meaning IS NULL OR meaning = ''), 0,
+    'each with its meaning'
+);
 
 SELECT * FROM finish();
 ROLLBACK;

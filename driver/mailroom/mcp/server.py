@@ -11,9 +11,11 @@ with `Authorization: Bearer mrk_…`).
 process's one LISTEN (mailroom.http.events.Hub, the fan-out of the HTTP face's long poll) and makes
 one call (`mcp_check_message`) per wake-up, so any number of waiting agents share a pool of two.
 
-Errors come back as MCP tool errors: `isError`, the text `MR204: not authorized …` and the
-structured `{"error": {"code", "kind", "message"}}` of the REST API; the code and its kind are
-SQL's (mailroom.core.errors.kind_of), never decided here. Logs carry no key, address or subject.
+Errors come back as MCP tool errors: `isError`, the text `<code>: <message>` and the structured
+`{"error": {"code", "kind", "message"}}` of the REST API; the code and its kind are SQL's
+(mailroom.core.errors.kind_of), never decided here. So are the errors each tool's description
+lists: read once at start from mcp_error_codes() (code and meaning, per SQL function). Logs carry
+no key, address or subject.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
+import inspect
 import json
 import os
 import time
@@ -51,9 +54,8 @@ INSTRUCTIONS = (
     "Temporary email inboxes for signing up to services. create_inbox gives an address that expires "
     "(TTL in minutes); give it to the service, then wait_for_message until its mail arrives, then "
     "extract_link (an activation link) or extract_code (a one-time code), or read_message. delete_inbox "
-    "when done. Errors carry a code: MR203 no such inbox, MR204 not this key's inbox, MR205 expired, "
-    "MR206 deleted, MR209 no such message, MR212 nothing arrived in time, MR215 no link or code, "
-    "MR240/MR241 missing or bad API key, MR243 too many inboxes created (retry after the seconds given)."
+    "when done. An error is a tool error whose text starts with its code; each tool's description lists "
+    "the codes it may answer."
 )
 
 # a kind whose message is SQL's own and safe to show an agent; the others say what happened in general
@@ -106,7 +108,7 @@ def db_failure(exc: psycopg.Error) -> ToolFailure:
 
 def key_digest(value: str | None) -> bytes | None:
     """The sha256 of an API key (what SQL compares); None without one. Too long a value is still
-    only a digest: SQL refuses it as an unknown key (MR241)."""
+    only a digest: SQL refuses it as an unknown key."""
     if not value or not value.strip():
         return None
     return hashlib.sha256(value.strip()[:MAX_CREDENTIAL * 4].encode()).digest()
@@ -212,10 +214,23 @@ class MailroomMCP(FastMCP):
         ]
 
 
+def error_catalog(database_url: str) -> dict[str, list[tuple[str, str]]]:
+    """The codes each SQL function of the MCP face may answer, with their meaning (mcp_error_codes;
+    "*": every function), read once at start for the tool descriptions."""
+    from mailroom.db.connect import connect
+
+    catalog: dict[str, list[tuple[str, str]]] = {}
+    with connect(database_url, application_name="mailroom-mcp") as conn:
+        for row in sqlapi.mcp_error_codes.rows(conn):
+            catalog.setdefault(row.function_name, []).append((row.code, row.meaning))
+    return catalog
+
+
 def build(backend: Backend, credential: Callable[[], bytes | None] | None = None, *, host: str = "127.0.0.1",
-          stateless_http: bool = True) -> MailroomMCP:
+          stateless_http: bool = True, errors: dict[str, list[tuple[str, str]]] | None = None) -> MailroomMCP:
     """The MCP server: its tools and resources over `backend`. `credential` gives the API key's digest
-    of the call being served; by default it is read from the HTTP request (Bearer or X-API-Key)."""
+    of the call being served; by default it is read from the HTTP request (Bearer or X-API-Key);
+    `errors` (error_catalog) the codes each tool's description lists."""
     import logging
 
     # the SDK logs a line per request at INFO (no key, address or subject in them, but noise); "mcp"
@@ -238,6 +253,18 @@ def build(backend: Backend, credential: Callable[[], bytes | None] | None = None
         request = server.get_context().request_context.request
         return key_digest(header_credential(request.headers)) if request is not None else None
 
+    def tool(fn_sql: Any, annotations: ToolAnnotations) -> Callable[[Any], Any]:
+        """Register a tool: its description is its docstring and the errors SQL says its function answers."""
+        def register(fn: Any) -> Any:
+            codes = (errors or {}).get(fn_sql.name, []) + (errors or {}).get("*", [])
+            text = inspect.cleandoc(fn.__doc__ or "")
+            if codes:
+                text += "\nErrors: " + "; ".join(f"{code} {meaning}" for code, meaning in codes) + "."
+            server.tool(description=text, annotations=annotations, structured_output=False)(fn)
+            return fn
+
+        return register
+
     who = credential or from_request
     server.backend = backend
     server.credential = who
@@ -245,8 +272,8 @@ def build(backend: Backend, credential: Callable[[], bytes | None] | None = None
 
     read_only = ToolAnnotations(readOnlyHint=True, openWorldHint=False)
 
-    @server.tool(annotations=ToolAnnotations(readOnlyHint=False, destructiveHint=False, openWorldHint=False),
-                 structured_output=False)
+    @tool(sqlapi.mcp_create_mailbox, annotations=ToolAnnotations(readOnlyHint=False, destructiveHint=False,
+                                                                  openWorldHint=False))
     async def create_inbox(
         ttl_minutes: Annotated[int | None, Field(
             description="Minutes until the inbox expires (default: the plan's; more than the plan's maximum is cut "
@@ -255,40 +282,37 @@ def build(backend: Backend, credential: Callable[[], bytes | None] | None = None
         = None,
     ) -> CallToolResult:
         """Create a temporary email inbox. Returns {address, expires_at, plan, max_messages, max_message_bytes, …}.
-        The address receives mail at once and until expires_at; then it refuses mail and reads fail with MR205.
-        Errors: MR201 unknown plan, MR202 bad TTL, MR243 too many inboxes created (the message says when to
-        retry), MR240/MR241 missing or bad API key."""
+        The address receives mail at once and until expires_at (its TTL); then it refuses mail and reads of it
+        fail as expired. Too many creations: the error's message says in how many seconds to retry."""
         return await _tool(lambda: call(sqlapi.mcp_create_mailbox, retry=False, key_digest=who(),
                                         ttl_minutes=ttl_minutes, plan=plan))
 
-    @server.tool(annotations=read_only, structured_output=False)
+    @tool(sqlapi.mcp_list_mailboxes, annotations=read_only)
     async def list_inboxes() -> CallToolResult:
         """List this API key's open inboxes (those created over MCP and over the REST API), newest first:
-        [{address, expires_at, message_count, plan, …}]. Errors: MR240/MR241 missing or bad API key."""
+        [{address, expires_at, message_count, plan, …}]."""
         return await _tool(lambda: call(sqlapi.mcp_list_mailboxes, key_digest=who()))
 
-    @server.tool(annotations=read_only, structured_output=False)
+    @tool(sqlapi.mcp_list_messages, annotations=read_only)
     async def list_messages(
         address: Address,
         limit: Annotated[int, Field(description="At most this many (1 to 500).", ge=1, le=500)] = 20,
         offset: Annotated[int, Field(description="Skip this many (paging).", ge=0)] = 0,
     ) -> CallToolResult:
         """List an inbox's messages, newest first: {mailbox, messages: [{id, received_at, from, subject, snippet,
-        is_read, attachments}]} (no bodies: read_message). Errors: MR203 no such inbox, MR204 not this key's,
-        MR205 expired, MR206 deleted."""
+        is_read, attachments}]} (no bodies: read_message)."""
         return await _tool(lambda: call(sqlapi.mcp_list_messages, address=address, key_digest=who(),
                                         limit=limit, offset=offset))
 
-    @server.tool(annotations=ToolAnnotations(readOnlyHint=False, destructiveHint=False, idempotentHint=True,
-                                             openWorldHint=False), structured_output=False)
+    @tool(sqlapi.mcp_read_message, annotations=ToolAnnotations(readOnlyHint=False, destructiveHint=False, idempotentHint=True,
+                                             openWorldHint=False))
     async def read_message(address: Address, message_id: MessageId) -> CallToolResult:
         """Read one message and mark it read: {id, from, to, subject, received_at, text, html, headers,
-        attachments (metadata), link (the first http(s) link or null), code (a 5-digit code or null)}.
-        Errors: MR209 no such message in this inbox, and the inbox's MR203-MR206."""
+        attachments (metadata), link (the first http(s) link or null), code (a 5-digit code or null)}."""
         return await _tool(lambda: call(sqlapi.mcp_read_message, retry=False, address=address, key_digest=who(),
                                         message_id=message_id))
 
-    @server.tool(annotations=read_only, structured_output=False)
+    @tool(sqlapi.mcp_check_message, annotations=read_only)
     async def wait_for_message(
         address: Address,
         subject_like: Annotated[str | None, Field(
@@ -299,12 +323,12 @@ def build(backend: Backend, credential: Callable[[], bytes | None] | None = None
     ) -> CallToolResult:
         """Wait until the inbox holds a message (matching subject_like, if given) and return the newest such one:
         {id, received_at, subject, from, envelope_from}; at once if one is there already. Then read_message,
-        extract_link or extract_code with its id. Errors: MR212 nothing arrived within timeout_seconds (call it
-        again to keep waiting), MR205/MR206 the inbox expired or was deleted (also during the wait),
-        MR203/MR204."""
+        extract_link or extract_code with its id. Holds no database connection while it waits. When nothing
+        arrived within timeout_seconds it answers the no-message error: call it again to keep waiting. An inbox
+        that expires or is deleted during the wait ends it with that error."""
         return await _tool(lambda: _wait(backend, address, who(), subject_like, timeout_seconds))
 
-    @server.tool(annotations=read_only, structured_output=False)
+    @tool(sqlapi.mcp_extract_link, annotations=read_only)
     async def extract_link(
         address: Address,
         message_id: MessageId,
@@ -312,15 +336,14 @@ def build(backend: Backend, credential: Callable[[], bytes | None] | None = None
             description="Only a link LIKE this (SQL LIKE), e.g. '%/activate%'. Default: the first http(s) link.")]
         = None,
     ) -> CallToolResult:
-        """The first http(s) link of a message (text, else HTML part): {link}. Errors: MR215 no such link, MR209
-        no such message, and the inbox's MR203-MR206."""
+        """The first http(s) link of a message (text, else HTML part): {link}."""
         async def work() -> dict[str, Any]:
             return {"link": await call(sqlapi.mcp_extract_link, address=address, key_digest=who(),
                                        message_id=message_id, url_like=url_like)}
 
         return await _tool(work)
 
-    @server.tool(annotations=read_only, structured_output=False)
+    @tool(sqlapi.mcp_extract_code, annotations=read_only)
     async def extract_code(
         address: Address,
         message_id: MessageId,
@@ -328,19 +351,18 @@ def build(backend: Backend, credential: Callable[[], bytes | None] | None = None
             description="A PostgreSQL regular expression for the code, e.g. '\\m[A-Z0-9]{6}\\M'. Default: a "
                         "5-digit word.")] = None,
     ) -> CallToolResult:
-        """A one-time code in a message (text, else the HTML's visible text): {code}. Errors: MR215 no code,
-        MR209 no such message, and the inbox's MR203-MR206."""
+        """A one-time code in a message (text, else the HTML's visible text): {code}."""
         async def work() -> dict[str, Any]:
             return {"code": await call(sqlapi.mcp_extract_code, address=address, key_digest=who(),
                                        message_id=message_id, pattern=pattern)}
 
         return await _tool(work)
 
-    @server.tool(annotations=ToolAnnotations(readOnlyHint=False, destructiveHint=True, idempotentHint=True,
-                                             openWorldHint=False), structured_output=False)
+    @tool(sqlapi.mcp_delete_mailbox, annotations=ToolAnnotations(readOnlyHint=False, destructiveHint=True, idempotentHint=True,
+                                             openWorldHint=False))
     async def delete_inbox(address: Address) -> CallToolResult:
         """Delete an inbox: it refuses mail at once and its messages go. {deleted: true}, or false if it was
-        deleted already. Errors: MR203 no such inbox, MR204 not this key's."""
+        deleted already."""
         async def work() -> dict[str, Any]:
             return {"deleted": bool(await call(sqlapi.mcp_delete_mailbox, retry=False, address=address,
                                                key_digest=who()))}
@@ -407,10 +429,11 @@ async def _wait(backend: Backend, address: str, digest: bytes | None, subject_li
 def run_stdio(config: McpConfig, api_key: str) -> None:
     """Serve one agent on stdin/stdout with the key of the environment (its digest only goes to SQL)."""
     digest = key_digest(api_key)
+    errors = error_catalog(config.database_url)
 
     async def main() -> None:
         backend = Backend(config)
-        server = build(backend, lambda: digest)
+        server = build(backend, lambda: digest, errors=errors)
         async with backend.running():
             log.info("serving MCP on stdio (pid %d, pool %d, LISTEN %s)", os.getpid(), config.pool_size,
                      "on" if config.listen_url else "off (polling)")
@@ -422,7 +445,7 @@ def run_stdio(config: McpConfig, api_key: str) -> None:
 class _RequireKey:
     """Pure ASGI middleware: an HTTP request without any API key is refused at the edge (401 and
     WWW-Authenticate, the standard SQLSTATE of a missing authorization, no database call); a key
-    that is there is SQL's to judge (MR241)."""
+    that is there is SQL's to judge."""
 
     def __init__(self, app: Any, path: str) -> None:
         self.app = app
@@ -447,7 +470,7 @@ def http_app(config: McpConfig, *, host: str) -> Any:
     """The ASGI app of `mailroom mcp --http-port`: the streamable HTTP transport at /mcp, stateless
     (any request may reach any process), behind the key check; its lifespan opens the pool and LISTEN."""
     backend = Backend(config)
-    server = build(backend, host=host)
+    server = build(backend, host=host, errors=error_catalog(config.database_url))
     app = server.streamable_http_app()
 
     @contextlib.asynccontextmanager

@@ -28,3 +28,4 @@ mcp_extract_code = SqlFunction(
     "mcp_extract_code", f"{_WHO}, p_message_id bigint, p_pattern text = default", returns="text"
 )
 mcp_delete_mailbox = SqlFunction("mcp_delete_mailbox", _WHO, returns="boolean")
+mcp_error_codes = SqlFunction("mcp_error_codes", returns=("function_name", "code", "meaning"))
