@@ -48,7 +48,6 @@ from mailroom.mcp import sqlapi
 
 log = get_logger("mcp")
 
-MAX_CREDENTIAL = 256
 MAX_WAIT_SECONDS = 300
 INSTRUCTIONS = (
     "Temporary email inboxes for signing up to services. create_inbox gives an address that expires "
@@ -107,11 +106,11 @@ def db_failure(exc: psycopg.Error) -> ToolFailure:
 
 
 def key_digest(value: str | None) -> bytes | None:
-    """The sha256 of an API key (what SQL compares); None without one. Too long a value is still
-    only a digest: SQL refuses it as an unknown key."""
+    """The sha256 of an API key (what SQL compares); None without one. Any other value is only a
+    digest too: SQL refuses it as an unknown key."""
     if not value or not value.strip():
         return None
-    return hashlib.sha256(value.strip()[:MAX_CREDENTIAL * 4].encode()).digest()
+    return hashlib.sha256(value.strip().encode()).digest()
 
 
 def header_credential(headers: Any) -> str | None:
