@@ -45,6 +45,7 @@ COMMANDS: dict[str, tuple[str, str, str | None]] = {
     "http": ("mailroom.http.cli", "http_app", None),
     "apikey": ("mailroom.http.cli", "apikey_app", None),
     "catchall": ("mailroom.http.cli", "catchall_app", None),
+    "mcp": ("mailroom.mcp.cli", "app", "mcp"),
 }
 
 

@@ -112,7 +112,7 @@ def login_for(args: tuple[str, ...] | list[str]) -> str | None:
         return "mr_admin"
     if command in ("maintain", "apikey", "catchall"):
         return "mr_admin"
-    if command == "http":
+    if command in ("http", "mcp"):
         return "mr_http"
     if command == "run":
         return "mr_worker"

@@ -26,7 +26,9 @@ SELECT 'mailroom_http', unnest(ARRAY[
     'http_read_message', 'http_message_raw',
     'http_message_attachment', 'http_delete_mailbox', 'http_delete_message', 'http_extract_link', 'http_extract_code',
     'http_check_message', 'http_search_messages', 'index_messages', 'deliver_ses_message', 'clock', 'setting',
-    'list_migrations', 'schema_version', 'error_codes', 'unsubscribe'
+    'list_migrations', 'schema_version', 'error_codes', 'unsubscribe',
+    'mcp_create_mailbox', 'mcp_list_mailboxes', 'mcp_list_messages', 'mcp_read_message', 'mcp_check_message',
+    'mcp_extract_link', 'mcp_extract_code', 'mcp_delete_mailbox', 'mcp_error_codes'
 ])
 UNION ALL
 SELECT 'mailroom_collector', unnest(ARRAY[

@@ -1,0 +1,1 @@
+"""mailroom's own MCP server."""

@@ -1,0 +1,510 @@
+"""mailroom's own MCP server: expiring inboxes as tools and resources for AI agents (docs/mcp.md).
+
+Thin like the HTTP face: every tool call and resource read is ONE call of a SQL function of
+mailroom.mcp.sqlapi (sql/26_mcp.sql) as role mailroom_http, in its own transaction with a
+statement timeout, authorized by the sha256 digest of an API key (the key never reaches the
+database). Two transports, one server: stdio (`mailroom mcp`: one agent, the key from
+MAILROOM_MCP_API_KEY) and streamable HTTP (`mailroom mcp --http-port`: remote agents, each request
+with `Authorization: Bearer mrk_…`).
+
+`wait_for_message` holds no database connection while it waits: it follows the inbox on the
+process's one LISTEN (mailroom.http.events.Hub, the fan-out of the HTTP face's long poll) and makes
+one call (`mcp_check_message`) per wake-up, so any number of waiting agents share a pool of two.
+
+Errors come back as MCP tool errors: `isError`, the text `<code>: <message>` and the structured
+`{"error": {"code", "kind", "message"}}` of the REST API; the code and its kind are SQL's
+(mailroom.core.errors.kind_of), never decided here. So are the errors each tool's description
+lists: read once at start from mcp_error_codes() (code and meaning, per SQL function). Logs carry
+no key, address or subject.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import inspect
+import json
+import os
+import time
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+from typing import Annotated, Any
+
+import psycopg
+import psycopg.errors
+from mcp.server.fastmcp import FastMCP
+from mcp.server.transport_security import TransportSecuritySettings
+from mcp.types import CallToolResult, Resource, TextContent, ToolAnnotations
+from psycopg_pool import AsyncConnectionPool
+from pydantic import Field
+
+from mailroom.core.errors import Kind, describe_db_error, kind_of
+from mailroom.core.log import get_logger
+from mailroom.db.connect import alearn_vocabulary, connection_kwargs
+from mailroom.db.timeout import atimed_transaction
+from mailroom.http.events import Hub
+from mailroom.mcp import sqlapi
+
+log = get_logger("mcp")
+
+MAX_WAIT_SECONDS = 300
+INSTRUCTIONS = (
+    "Temporary email inboxes for signing up to services. create_inbox gives an address that expires "
+    "(TTL in minutes); give it to the service, then wait_for_message until its mail arrives, then "
+    "extract_link (an activation link) or extract_code (a one-time code), or read_message. delete_inbox "
+    "when done. An error is a tool error whose text starts with its code; each tool's description lists "
+    "the codes it may answer."
+)
+
+# a kind whose message is SQL's own and safe to show an agent; the others say what happened in general
+_SHOWN_KINDS = {Kind.USAGE, Kind.NOT_FOUND, Kind.GONE, Kind.LIMIT, Kind.CONFLICT, Kind.DENIED}
+
+
+@dataclass
+class McpConfig:
+    database_url: str
+    listen_url: str | None = None
+    pool_size: int = 4
+    poll_interval: float = 2.0
+    statement_timeout: float = 5.0
+
+
+class ToolFailure(Exception):
+    """A refusal or failure as the agent sees it: the SQLSTATE (an MR code where SQL raised one), its kind, a message."""
+
+    def __init__(self, code: str, kind: str, message: str) -> None:
+        super().__init__(f"{code}: {message}" if code else message)
+        self.code = code
+        self.kind = kind
+        self.message = message
+
+    def result(self) -> CallToolResult:
+        return CallToolResult(
+            content=[TextContent(type="text", text=str(self))],
+            structuredContent={"error": {"code": self.code, "kind": self.kind, "message": self.message}},
+            isError=True,
+        )
+
+
+def db_failure(exc: psycopg.Error) -> ToolFailure:
+    kind = kind_of(exc)
+    code = exc.sqlstate or ""
+    if isinstance(exc, psycopg.errors.QueryCanceled):
+        message = "the call was cancelled: it took longer than the statement timeout, try again"
+    elif kind in _SHOWN_KINDS:
+        message = exc.diag.message_primary or "refused"
+        if code and exc.diag.message_detail and exc.diag.message_detail.isdigit():
+            message += f" (retry in {exc.diag.message_detail}s)"  # MR243: the seconds until its window ends
+    elif kind in (Kind.UNAVAILABLE, Kind.UPGRADING):
+        log.warning("database unavailable: %s", describe_db_error(exc))
+        message = "the database is unavailable, try again"
+    else:
+        log.error("database error: %s", describe_db_error(exc))
+        message = "internal error"
+    return ToolFailure(code, kind.value, message)
+
+
+def key_digest(value: str | None) -> bytes | None:
+    """The sha256 of an API key (what SQL compares); None without one. Any other value is only a
+    digest too: SQL refuses it as an unknown key."""
+    if not value or not value.strip():
+        return None
+    return hashlib.sha256(value.strip().encode()).digest()
+
+
+def header_credential(headers: Any) -> str | None:
+    """The API key of an HTTP request: `Authorization: Bearer …`, or `X-API-Key`."""
+    auth = headers.get("authorization") or ""
+    if auth[:7].lower() == "bearer ":
+        return auth[7:].strip() or None
+    return (headers.get("x-api-key") or "").strip() or None
+
+
+class Backend:
+    """A server process's connection pool and LISTEN hub; `call` is the one way to SQL."""
+
+    def __init__(self, config: McpConfig) -> None:
+        self.config = config
+        self.pool = AsyncConnectionPool(
+            config.database_url, min_size=1, max_size=config.pool_size, open=False,
+            kwargs=connection_kwargs(application_name="mailroom-mcp"), configure=alearn_vocabulary,
+        )
+        self.hub = Hub(config.listen_url, poll_interval=config.poll_interval)
+
+    async def open(self) -> None:
+        await self.pool.open(wait=False)
+        self.hub.start()
+
+    async def close(self) -> None:
+        await self.hub.stop()
+        await self.pool.close()
+
+    @contextlib.asynccontextmanager
+    async def running(self) -> AsyncIterator[Backend]:
+        await self.open()
+        try:
+            yield self
+        finally:
+            await self.close()
+
+    async def call(self, fn: Any, *, retry: bool = True, **kwargs: Any) -> Any:
+        """One SQL call in its own transaction, under SET LOCAL statement_timeout. A read (`retry`)
+        meeting a broken connection (a restarted server ends every pooled one) goes on to the next,
+        up to the pool's size + 1 attempts."""
+        attempts = self.pool.max_size + 1 if retry else 1
+        for attempt in range(1, attempts + 1):
+            try:
+                async with self.pool.connection(timeout=10) as conn, \
+                        atimed_transaction(conn, self.config.statement_timeout):
+                    return await fn.avalue(conn, **kwargs)
+            except psycopg.OperationalError as exc:
+                # a lost connection, not a statement that ran out of time: that is the answer
+                if attempt < attempts and kind_of(exc) is Kind.UNAVAILABLE \
+                        and not isinstance(exc, psycopg.errors.QueryCanceled):
+                    continue
+                raise db_failure(exc) from None
+            except psycopg.Error as exc:
+                raise db_failure(exc) from None
+            except Exception as exc:
+                if type(exc).__name__ == "PoolTimeout":  # no connection within the time
+                    raise ToolFailure("", Kind.UNAVAILABLE.value, "the database is busy, try again") from None
+                raise
+        raise AssertionError("unreachable")  # pragma: no cover
+
+
+def _ok(doc: Any) -> CallToolResult:
+    """A tool's answer: the JSON as text (what every client shows the model) and, for an object, as
+    structured content too."""
+    return CallToolResult(
+        content=[TextContent(type="text", text=json.dumps(doc, default=str))],
+        structuredContent=doc if isinstance(doc, dict) else None,
+    )
+
+
+async def _tool(work: Callable[[], Any]) -> CallToolResult:
+    try:
+        return _ok(await work())
+    except ToolFailure as failure:
+        return failure.result()
+
+
+Address = Annotated[str, Field(description="The inbox address, as create_inbox or list_inboxes gave it.")]
+MessageId = Annotated[int, Field(description="The message id, from wait_for_message or list_messages.")]
+
+
+class MailroomMCP(FastMCP):
+    """FastMCP whose resource list names the caller's open inboxes too (one SQL call)."""
+
+    backend: Backend
+    credential: Callable[[], bytes | None]
+
+    async def list_resources(self) -> list[Resource]:
+        resources = await super().list_resources()
+        try:
+            inboxes = await self.backend.call(sqlapi.mcp_list_mailboxes, key_digest=self.credential())
+        except ToolFailure as failure:
+            raise ValueError(str(failure)) from None
+        return resources + [
+            Resource(uri=f"mailroom://inbox/{box['address']}", name=f"inbox {box['address']}",
+                     description=f"inbox expiring at {box['expires_at']}: its newest messages",
+                     mimeType="application/json")
+            for box in inboxes
+        ]
+
+
+def error_catalog(database_url: str) -> dict[str, list[tuple[str, str]]]:
+    """The codes each SQL function of the MCP face may answer, with their meaning (mcp_error_codes;
+    "*": every function), read once at start for the tool descriptions."""
+    from mailroom.db.connect import connect
+
+    catalog: dict[str, list[tuple[str, str]]] = {}
+    with connect(database_url, application_name="mailroom-mcp") as conn:
+        for row in sqlapi.mcp_error_codes.rows(conn):
+            catalog.setdefault(row.function_name, []).append((row.code, row.meaning))
+    return catalog
+
+
+def build(backend: Backend, credential: Callable[[], bytes | None] | None = None, *, host: str = "127.0.0.1",
+          stateless_http: bool = True, errors: dict[str, list[tuple[str, str]]] | None = None) -> MailroomMCP:
+    """The MCP server: its tools and resources over `backend`. `credential` gives the API key's digest
+    of the call being served; by default it is read from the HTTP request (Bearer or X-API-Key);
+    `errors` (error_catalog) the codes each tool's description lists."""
+    import logging
+
+    # the SDK logs a line per request at INFO (no key, address or subject in them, but noise); "mcp"
+    # itself is this module's logger
+    for name in ("mcp.server", "mcp.shared"):
+        logging.getLogger(name).setLevel(logging.WARNING)
+    loopback = host in ("127.0.0.1", "localhost", "::1")
+    server = MailroomMCP(
+        name="mailroom", instructions=INSTRUCTIONS, log_level="WARNING", host=host, stateless_http=stateless_http,
+        # a browser page must not reach a server on this machine through a rebound DNS name; behind a
+        # real host name the API key is what guards it
+        transport_security=TransportSecuritySettings(
+            enable_dns_rebinding_protection=loopback,
+            allowed_hosts=["127.0.0.1:*", "localhost:*", "[::1]:*"] if loopback else [],
+            allowed_origins=["http://127.0.0.1:*", "http://localhost:*", "http://[::1]:*"] if loopback else [],
+        ),
+    )
+
+    def from_request() -> bytes | None:
+        request = server.get_context().request_context.request
+        return key_digest(header_credential(request.headers)) if request is not None else None
+
+    def tool(fn_sql: Any, annotations: ToolAnnotations) -> Callable[[Any], Any]:
+        """Register a tool: its description is its docstring and the errors SQL says its function answers."""
+        def register(fn: Any) -> Any:
+            codes = (errors or {}).get(fn_sql.name, []) + (errors or {}).get("*", [])
+            text = inspect.cleandoc(fn.__doc__ or "")
+            if codes:
+                text += "\nErrors: " + "; ".join(f"{code} {meaning}" for code, meaning in codes) + "."
+            server.tool(description=text, annotations=annotations, structured_output=False)(fn)
+            return fn
+
+        return register
+
+    who = credential or from_request
+    server.backend = backend
+    server.credential = who
+    call = backend.call
+
+    read_only = ToolAnnotations(readOnlyHint=True, openWorldHint=False)
+
+    @tool(sqlapi.mcp_create_mailbox, annotations=ToolAnnotations(readOnlyHint=False, destructiveHint=False,
+                                                                  openWorldHint=False))
+    async def create_inbox(
+        ttl_minutes: Annotated[int | None, Field(
+            description="Minutes until the inbox expires (default: the plan's; more than the plan's maximum is cut "
+                        "to it).")] = None,
+        plan: Annotated[str | None, Field(description="Plan of the inbox (default: free). Plans set TTL and limits.")]
+        = None,
+    ) -> CallToolResult:
+        """Create a temporary email inbox. Returns {address, expires_at, plan, max_messages, max_message_bytes, …}.
+        The address receives mail at once and until expires_at (its TTL); then it refuses mail and reads of it
+        fail as expired. Too many creations: the error's message says in how many seconds to retry."""
+        return await _tool(lambda: call(sqlapi.mcp_create_mailbox, retry=False, key_digest=who(),
+                                        ttl_minutes=ttl_minutes, plan=plan))
+
+    @tool(sqlapi.mcp_list_mailboxes, annotations=read_only)
+    async def list_inboxes() -> CallToolResult:
+        """List this API key's open inboxes (those created over MCP and over the REST API), newest first:
+        [{address, expires_at, message_count, plan, …}]."""
+        return await _tool(lambda: call(sqlapi.mcp_list_mailboxes, key_digest=who()))
+
+    @tool(sqlapi.mcp_list_messages, annotations=read_only)
+    async def list_messages(
+        address: Address,
+        limit: Annotated[int, Field(description="At most this many (1 to 500).", ge=1, le=500)] = 20,
+        offset: Annotated[int, Field(description="Skip this many (paging).", ge=0)] = 0,
+    ) -> CallToolResult:
+        """List an inbox's messages, newest first: {mailbox, messages: [{id, received_at, from, subject, snippet,
+        is_read, attachments}]} (no bodies: read_message)."""
+        return await _tool(lambda: call(sqlapi.mcp_list_messages, address=address, key_digest=who(),
+                                        limit=limit, offset=offset))
+
+    @tool(sqlapi.mcp_read_message, annotations=ToolAnnotations(readOnlyHint=False, destructiveHint=False, idempotentHint=True,
+                                             openWorldHint=False))
+    async def read_message(address: Address, message_id: MessageId) -> CallToolResult:
+        """Read one message and mark it read: {id, from, to, subject, received_at, text, html, headers,
+        attachments (metadata), link (the first http(s) link or null), code (a 5-digit code or null)}."""
+        return await _tool(lambda: call(sqlapi.mcp_read_message, retry=False, address=address, key_digest=who(),
+                                        message_id=message_id))
+
+    @tool(sqlapi.mcp_check_message, annotations=read_only)
+    async def wait_for_message(
+        address: Address,
+        subject_like: Annotated[str | None, Field(
+            description="Only a message whose subject is LIKE this (SQL LIKE: % any text, _ one character), "
+                        "e.g. 'Activate%'. Default: any message.")] = None,
+        timeout_seconds: Annotated[float, Field(
+            description=f"How long to wait, 0 to {MAX_WAIT_SECONDS} seconds.", ge=0, le=MAX_WAIT_SECONDS)] = 60,
+    ) -> CallToolResult:
+        """Wait until the inbox holds a message (matching subject_like, if given) and return the newest such one:
+        {id, received_at, subject, from, envelope_from}; at once if one is there already. Then read_message,
+        extract_link or extract_code with its id. Holds no database connection while it waits. When nothing
+        arrived within timeout_seconds it answers the no-message error: call it again to keep waiting. An inbox
+        that expires or is deleted during the wait ends it with that error."""
+        return await _tool(lambda: _wait(backend, address, who(), subject_like, timeout_seconds))
+
+    @tool(sqlapi.mcp_extract_link, annotations=read_only)
+    async def extract_link(
+        address: Address,
+        message_id: MessageId,
+        url_like: Annotated[str | None, Field(
+            description="Only a link LIKE this (SQL LIKE), e.g. '%/activate%'. Default: the first http(s) link.")]
+        = None,
+    ) -> CallToolResult:
+        """The first http(s) link of a message (text, else HTML part): {link}."""
+        async def work() -> dict[str, Any]:
+            return {"link": await call(sqlapi.mcp_extract_link, address=address, key_digest=who(),
+                                       message_id=message_id, url_like=url_like)}
+
+        return await _tool(work)
+
+    @tool(sqlapi.mcp_extract_code, annotations=read_only)
+    async def extract_code(
+        address: Address,
+        message_id: MessageId,
+        pattern: Annotated[str | None, Field(
+            description="A PostgreSQL regular expression for the code, e.g. '\\m[A-Z0-9]{6}\\M'. Default: a "
+                        "5-digit word.")] = None,
+    ) -> CallToolResult:
+        """A one-time code in a message (text, else the HTML's visible text): {code}."""
+        async def work() -> dict[str, Any]:
+            return {"code": await call(sqlapi.mcp_extract_code, address=address, key_digest=who(),
+                                       message_id=message_id, pattern=pattern)}
+
+        return await _tool(work)
+
+    @tool(sqlapi.mcp_delete_mailbox, annotations=ToolAnnotations(readOnlyHint=False, destructiveHint=True, idempotentHint=True,
+                                             openWorldHint=False))
+    async def delete_inbox(address: Address) -> CallToolResult:
+        """Delete an inbox: it refuses mail at once and its messages go. {deleted: true}, or false if it was
+        deleted already."""
+        async def work() -> dict[str, Any]:
+            return {"deleted": bool(await call(sqlapi.mcp_delete_mailbox, retry=False, address=address,
+                                               key_digest=who()))}
+
+        return await _tool(work)
+
+    async def resource(fn: Any, **kwargs: Any) -> str:
+        try:
+            return json.dumps(await call(fn, key_digest=who(), **kwargs), default=str)
+        except ToolFailure as failure:
+            raise ValueError(str(failure)) from None
+
+    @server.resource("mailroom://inboxes", name="inboxes", mime_type="application/json",
+                     description="This API key's open inboxes, newest first (as list_inboxes).")
+    async def inboxes_resource() -> str:
+        return await resource(sqlapi.mcp_list_mailboxes)
+
+    @server.resource("mailroom://inbox/{address}", name="inbox", mime_type="application/json",
+                     description="An inbox and its 50 newest messages, without bodies (as list_messages).")
+    async def inbox_resource(address: str) -> str:
+        return await resource(sqlapi.mcp_list_messages, address=address, limit=50)
+
+    @server.resource("mailroom://inbox/{address}/message/{message_id}", name="message", mime_type="application/json",
+                     description="One message with its text, HTML, link and code (as read_message: marks it read).")
+    async def message_resource(address: str, message_id: str) -> str:
+        if not message_id.isdigit():
+            raise ValueError("22023: a message id is a number")
+        return await resource(sqlapi.mcp_read_message, address=address, message_id=int(message_id))
+
+    return server
+
+
+async def _wait(backend: Backend, address: str, digest: bytes | None, subject_like: str | None,
+                timeout: float) -> dict[str, Any]:
+    """The long poll of the REST API, for one agent: one look per wake-up of the inbox's LISTEN
+    (or per poll interval while LISTEN is down), no connection held between looks."""
+    deadline = time.monotonic() + min(max(timeout, 0.0), MAX_WAIT_SECONDS)
+    mailbox_id: int | None = None
+    event: asyncio.Event | None = None
+    try:
+        while True:
+            if event is not None:
+                event.clear()
+            left = deadline - time.monotonic()
+            # the last look (the deadline passed) is refused by SQL when nothing came: MR212
+            found = await backend.call(sqlapi.mcp_check_message, address=address, key_digest=digest,
+                                       subject_like=subject_like, last=left <= 0)
+            if found["message"] is not None:
+                return found["message"]
+            if event is None:
+                mailbox_id = int(found["mailbox_id"])
+                event = backend.hub.subscribe(mailbox_id)
+                continue  # subscribed after that look: look once more, so a delivery in between is seen
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(event.wait(), backend.hub.wait_timeout(max(left, 0.0)))
+    finally:
+        if event is not None and mailbox_id is not None:
+            backend.hub.unsubscribe(mailbox_id, event)
+
+
+# -- the two transports ---------------------------------------------------------------------------
+
+
+def run_stdio(config: McpConfig, api_key: str) -> None:
+    """Serve one agent on stdin/stdout with the key of the environment (its digest only goes to SQL)."""
+    digest = key_digest(api_key)
+    errors = error_catalog(config.database_url)
+
+    async def main() -> None:
+        backend = Backend(config)
+        server = build(backend, lambda: digest, errors=errors)
+        async with backend.running():
+            log.info("serving MCP on stdio (pid %d, pool %d, LISTEN %s)", os.getpid(), config.pool_size,
+                     "on" if config.listen_url else "off (polling)")
+            await server.run_stdio_async()
+
+    asyncio.run(main())
+
+
+class _RequireKey:
+    """Pure ASGI middleware: an HTTP request without any API key is refused at the edge (401 and
+    WWW-Authenticate, the standard SQLSTATE of a missing authorization, no database call); a key
+    that is there is SQL's to judge."""
+
+    def __init__(self, app: Any, path: str) -> None:
+        self.app = app
+        self.path = path
+
+    async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
+        if scope["type"] == "http" and scope["path"].rstrip("/") == self.path:
+            headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", [])}
+            if header_credential(headers) is None:
+                body = json.dumps({"error": {
+                    "code": "28000", "kind": Kind.DENIED.value,
+                    "message": "an API key is required: Authorization: Bearer mrk_…"}}).encode()
+                await send({"type": "http.response.start", "status": 401, "headers": [
+                    (b"content-type", b"application/json"), (b"www-authenticate", b'Bearer realm="mailroom"'),
+                    (b"content-length", str(len(body)).encode())]})
+                await send({"type": "http.response.body", "body": body})
+                return
+        await self.app(scope, receive, send)
+
+
+def http_app(config: McpConfig, *, host: str) -> Any:
+    """The ASGI app of `mailroom mcp --http-port`: the streamable HTTP transport at /mcp, stateless
+    (any request may reach any process), behind the key check; its lifespan opens the pool and LISTEN."""
+    backend = Backend(config)
+    server = build(backend, host=host, errors=error_catalog(config.database_url))
+    app = server.streamable_http_app()
+
+    @contextlib.asynccontextmanager
+    async def lifespan(_: Any) -> AsyncIterator[None]:
+        async with backend.running(), server.session_manager.run():
+            log.info("serving (pid %d, pool %d, LISTEN %s)", os.getpid(), config.pool_size,
+                     "on" if config.listen_url else "off (polling)")
+            yield
+
+    app.router.lifespan_context = lifespan
+    return _RequireKey(app, server.settings.streamable_http_path)
+
+
+def run_http(config: McpConfig, *, host: str, port: int) -> None:
+    """Serve remote agents over streamable HTTP on host:port (one socket bound here, so `--http-port 0`
+    logs the port it got)."""
+    import logging
+    import socket
+
+    import uvicorn
+
+    from mailroom.core.errors import UserError
+
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as exc:
+        sock.close()
+        raise UserError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
+    sock.listen(1024)
+    log.info("listening on %s:%d (MCP streamable HTTP at /mcp)", host, sock.getsockname()[1])
+    logging.getLogger("uvicorn.access").disabled = True  # its lines would carry nothing useful, ours none
+    app = http_app(config, host=host)
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False, lifespan="on",
+                                           timeout_graceful_shutdown=5, server_header=False))
+    asyncio.run(server.serve(sockets=[sock]))

@@ -1,0 +1,372 @@
+-- The MCP face of the inboxes (`mailroom mcp`, docs/mcp.md): one function per tool, each one call
+-- as mailroom_http, authorized by an API key's sha256 digest (the key never reaches the database).
+-- An inbox an agent creates is owned by (mcp, the key's owner); the key reads every open inbox of
+-- its owner of owner type api or mcp, so what an agent made over MCP and what a client made over
+-- REST are the same owner's. Thin wrappers of the SQL API the CLI and psql use (create_mailbox,
+-- read_message, extract_link, extract_code, delete_mailbox) and of the HTTP face's JSON
+-- (sql/29_http.sql), so an MCP answer and a REST answer have the same shape.
+-- Errors: those of the wrapped functions (MR201-MR215), MR240 no API key, MR241 unknown or
+-- revoked key, MR243 the REST API's creation rate limit (shared with REST: one quota per key).
+
+CREATE OR REPLACE FUNCTION mailroom._mcp_owner(p_key_digest bytea)
+RETURNS text
+LANGUAGE plpgsql
+STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    -- the MCP face knows only API keys: no key is MR240, a bad one MR241 (_api_key_owner)
+    IF p_key_digest IS NULL THEN
+        RAISE EXCEPTION USING ERRCODE = 'MR240', MESSAGE = 'credentials required: an API key';
+    END IF;
+    RETURN mailroom._api_key_owner(p_key_digest);
+END;
+$$;
+
+COMMENT ON FUNCTION mailroom._mcp_owner(bytea) IS
+'Internal: the owner id of an MCP request''s API key; MR240 without one, MR241 for a bad one.';
+
+CREATE OR REPLACE FUNCTION mailroom._mcp_owner_type(p_address text)
+RETURNS text
+LANGUAGE plpgsql
+STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    -- by id, found by address first (on Citus two single-shard reads, as _authorize_mailbox)
+    v_id bigint := mailroom._mailbox_id(mailroom._normalize_address(p_address));
+BEGIN
+    -- the owner type a key's owner is checked against for this inbox: its own when it is api or
+    -- mcp, else mcp (then _authorize_mailbox refuses: MR203 unknown, MR204 not the key's)
+    RETURN coalesce((
+        SELECT m.owner_type::text
+        FROM mailroom.mailboxes AS m
+        WHERE m.id = v_id AND m.owner_type IN ('api', 'mcp')
+    ), 'mcp');
+END;
+$$;
+
+COMMENT ON FUNCTION mailroom._mcp_owner_type(text) IS
+'Internal: the owner type an API key''s owner reads this inbox as (api or mcp, the inbox''s own; mcp when it is neither).';
+
+CREATE OR REPLACE FUNCTION mailroom._mcp_box(p_address text, p_key_digest bytea)
+RETURNS mailroom.mailboxes
+LANGUAGE plpgsql
+STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    RETURN mailroom._authorize_mailbox(
+        p_address, NULL, mailroom._mcp_owner_type(p_address), mailroom._mcp_owner(p_key_digest)
+    );
+END;
+$$;
+
+COMMENT ON FUNCTION mailroom._mcp_box(text, bytea) IS
+'Internal: the open api or mcp inbox of the API key''s owner (MR203-MR206 as _authorize_mailbox, MR240/MR241 for the key).';
+
+CREATE OR REPLACE FUNCTION mailroom.mcp_create_mailbox(
+    p_key_digest bytea,
+    p_ttl_minutes integer DEFAULT null,
+    p_plan text DEFAULT null
+)
+RETURNS jsonb
+LANGUAGE plpgsql
+VOLATILE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_owner text := mailroom._mcp_owner(p_key_digest);
+    v_created record;
+    v_box mailroom.mailboxes;
+BEGIN
+    -- the REST API's creation limit, counted on the same subject: a key has one quota for both faces
+    PERFORM mailroom._http_rate_take(p_key_digest);
+    SELECT c.mailbox_id INTO v_created
+    FROM mailroom.create_mailbox(
+        p_ttl_minutes, coalesce(p_plan, mailroom.setting('http.anonymous_plan')), 'mcp', v_owner
+    ) AS c;
+    SELECT m.* INTO v_box FROM mailroom.mailboxes AS m WHERE m.id = v_created.mailbox_id;
+    RETURN mailroom._http_mailbox_json(v_box);
+END;
+$$;
+
+COMMENT ON FUNCTION mailroom.mcp_create_mailbox(bytea, integer, text) IS
+'MCP create_inbox: create_mailbox owned by (mcp, the API key''s owner), plan p_plan or http.anonymous_plan, within the REST creation rate limit (MR243); the mailbox as JSON (as http_get_mailbox).';
+
+GRANT EXECUTE ON FUNCTION mailroom.mcp_create_mailbox(bytea, integer, text) TO mailroom_http;
+
+CREATE OR REPLACE FUNCTION mailroom.mcp_list_mailboxes(p_key_digest bytea, p_limit integer DEFAULT 100)
+RETURNS jsonb
+LANGUAGE plpgsql
+STABLE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_owner text := mailroom._mcp_owner(p_key_digest);
+BEGIN
+    IF p_limit IS NULL OR p_limit NOT BETWEEN 1 AND 500 THEN
+        RAISE EXCEPTION USING ERRCODE = '22023', MESSAGE = 'limit must be between 1 and 500';
+    END IF;
+    -- the open inboxes of the key's owner (api and mcp), newest first
+    RETURN (
+        SELECT coalesce(jsonb_agg(mailroom._http_mailbox_json(b) ORDER BY b.created_at DESC, b.id DESC), '[]')
+        FROM (
+            SELECT m.*
+            FROM mailroom.mailboxes AS m
+            WHERE m.owner_type IN ('api', 'mcp')
+                AND m.owner_id = v_owner
+                AND mailroom._mailbox_open(m.is_active, m.deleted_at, m.expires_at, mailroom.clock())
+            ORDER BY m.created_at DESC, m.id DESC
+            LIMIT p_limit
+        ) AS b
+    );
+END;
+$$;
+
+COMMENT ON FUNCTION mailroom.mcp_list_mailboxes(bytea, integer) IS
+'MCP list_inboxes: the open api and mcp inboxes of the API key''s owner, newest first, as a JSON array (at most p_limit, 1 to 500).';
+
+GRANT EXECUTE ON FUNCTION mailroom.mcp_list_mailboxes(bytea, integer) TO mailroom_http;
+
+CREATE OR REPLACE FUNCTION mailroom.mcp_list_messages(
+    p_address text,
+    p_key_digest bytea,
+    p_limit integer DEFAULT 20,
+    p_offset integer DEFAULT 0
+)
+RETURNS jsonb
+LANGUAGE plpgsql
+STABLE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_box mailroom.mailboxes;
+BEGIN
+    IF p_limit IS NULL OR p_limit NOT BETWEEN 1 AND 500 OR p_offset IS NULL OR p_offset < 0 THEN
+        RAISE EXCEPTION USING
+            ERRCODE = '22023',
+            MESSAGE = 'limit must be between 1 and 500 and offset non-negative';
+    END IF;
+    v_box := mailroom._mcp_box(p_address, p_key_digest);
+    RETURN jsonb_build_object(
+        'mailbox', mailroom._http_mailbox_json(v_box),
+        'messages', (
+            SELECT coalesce(jsonb_agg(mailroom._http_message_summary(g) ORDER BY g.received_at DESC, g.id DESC), '[]')
+            FROM (
+                SELECT g.*
+                FROM mailroom.messages AS g
+                WHERE g.mailbox_id = v_box.id
+                ORDER BY g.received_at DESC, g.id DESC
+                LIMIT p_limit OFFSET p_offset
+            ) AS g
+        ),
+        'limit', p_limit,
+        'offset', p_offset
+    );
+END;
+$$;
+
+COMMENT ON FUNCTION mailroom.mcp_list_messages(text, bytea, integer, integer) IS
+'MCP list_messages and the inbox resource: the inbox and a page of its message summaries, newest first, as JSON (as http_list_messages).';
+
+GRANT EXECUTE ON FUNCTION mailroom.mcp_list_messages(text, bytea, integer, integer) TO mailroom_http;
+
+CREATE OR REPLACE FUNCTION mailroom.mcp_read_message(p_address text, p_key_digest bytea, p_message_id bigint)
+RETURNS jsonb
+LANGUAGE plpgsql
+VOLATILE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_owner text := mailroom._mcp_owner(p_key_digest);
+    v_type text := mailroom._mcp_owner_type(p_address);
+    v_message record;
+    v_link text;
+    v_code text;
+BEGIN
+    SELECT * INTO v_message FROM mailroom.read_message(p_address, NULL, p_message_id, v_type, v_owner);
+    BEGIN
+        v_link := mailroom.extract_link(p_address, NULL, p_message_id, NULL, v_type, v_owner);
+    EXCEPTION
+        WHEN SQLSTATE 'MR215' THEN
+            v_link := NULL;
+    END;
+    BEGIN
+        v_code := mailroom.extract_code(p_address, NULL, p_message_id, p_owner_type => v_type, p_owner_id => v_owner);
+    EXCEPTION
+        WHEN SQLSTATE 'MR215' THEN
+            v_code := NULL;
+    END;
+    RETURN jsonb_build_object(
+        'id', v_message.message_id,
+        'received_at', v_message.received_at,
+        'envelope_from', v_message.envelope_from,
+        'to', v_message.envelope_to,
+        'from', v_message.from_header,
+        'subject', v_message.subject,
+        'size', v_message.size_bytes,
+        'is_read', v_message.is_read,
+        'text', v_message.text_body,
+        'html', v_message.html_body,
+        'attachments', (
+            SELECT coalesce(jsonb_agg(a.value || jsonb_build_object('index', a.n - 1) ORDER BY a.n), '[]')
+            FROM jsonb_array_elements(v_message.attachments) WITH ORDINALITY AS a (value, n)
+        ),
+        'headers', mailroom._header_fields(v_message.raw),
+        'link', v_link,
+        'code', v_code
+    );
+END;
+$$;
+
+COMMENT ON FUNCTION mailroom.mcp_read_message(text, bytea, bigint) IS
+'MCP read_message and the message resource: read_message as JSON (as http_read_message: headers, text, HTML, attachments'' metadata, the extracted link and code), marked read.';
+
+GRANT EXECUTE ON FUNCTION mailroom.mcp_read_message(text, bytea, bigint) TO mailroom_http;
+
+CREATE OR REPLACE FUNCTION mailroom.mcp_check_message(
+    p_address text,
+    p_key_digest bytea,
+    p_subject_like text DEFAULT null,
+    p_last boolean DEFAULT false
+)
+RETURNS jsonb
+LANGUAGE plpgsql
+STABLE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_box mailroom.mailboxes := mailroom._mcp_box(p_address, p_key_digest);
+    v_found mailroom.messages := mailroom._newest_message(v_box.id, p_subject_like);
+BEGIN
+    -- one look, no wait (the server waits between looks on its LISTEN, holding no connection); the
+    -- inbox's id comes with it, the key the server's fan-out wakes waiters by
+    IF v_found.id IS NULL AND p_last THEN
+        RAISE EXCEPTION USING
+            ERRCODE = 'MR212',
+            MESSAGE = 'no matching message arrived in time';
+    END IF;
+    RETURN jsonb_build_object(
+        'mailbox_id', v_box.id,
+        'message', CASE WHEN v_found.id IS NOT NULL THEN jsonb_build_object(
+            'id', v_found.id,
+            'received_at', v_found.received_at,
+            'subject', v_found.subject,
+            'from', v_found.from_header,
+            'envelope_from', v_found.envelope_from
+        ) END
+    );
+END;
+$$;
+
+COMMENT ON FUNCTION mailroom.mcp_check_message(text, bytea, text, boolean) IS
+'MCP wait_for_message: one look without waiting: the inbox id and its newest message whose subject is LIKE p_subject_like (null when none yet); p_last (the wait''s last look): MR212 when none.';
+
+GRANT EXECUTE ON FUNCTION mailroom.mcp_check_message(text, bytea, text, boolean) TO mailroom_http;
+
+CREATE OR REPLACE FUNCTION mailroom.mcp_extract_link(
+    p_address text,
+    p_key_digest bytea,
+    p_message_id bigint,
+    p_url_like text DEFAULT null
+)
+RETURNS text
+LANGUAGE plpgsql
+STABLE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    RETURN mailroom.extract_link(
+        p_address, NULL, p_message_id, p_url_like, mailroom._mcp_owner_type(p_address), mailroom._mcp_owner(p_key_digest)
+    );
+END;
+$$;
+
+COMMENT ON FUNCTION mailroom.mcp_extract_link(text, bytea, bigint, text) IS
+'MCP extract_link: extract_link for the API key''s owner (the first http(s) link LIKE p_url_like; MR215 when none).';
+
+GRANT EXECUTE ON FUNCTION mailroom.mcp_extract_link(text, bytea, bigint, text) TO mailroom_http;
+
+CREATE OR REPLACE FUNCTION mailroom.mcp_extract_code(
+    p_address text,
+    p_key_digest bytea,
+    p_message_id bigint,
+    p_pattern text DEFAULT null
+)
+RETURNS text
+LANGUAGE plpgsql
+STABLE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_owner text := mailroom._mcp_owner(p_key_digest);
+    v_type text := mailroom._mcp_owner_type(p_address);
+BEGIN
+    IF p_pattern IS NULL THEN
+        RETURN mailroom.extract_code(p_address, NULL, p_message_id, p_owner_type => v_type, p_owner_id => v_owner);
+    END IF;
+    RETURN mailroom.extract_code(p_address, NULL, p_message_id, p_pattern, v_type, v_owner);
+END;
+$$;
+
+COMMENT ON FUNCTION mailroom.mcp_extract_code(text, bytea, bigint, text) IS
+'MCP extract_code: extract_code for the API key''s owner (p_pattern NULL: a 5-digit word; MR215 when none).';
+
+GRANT EXECUTE ON FUNCTION mailroom.mcp_extract_code(text, bytea, bigint, text) TO mailroom_http;
+
+CREATE OR REPLACE FUNCTION mailroom.mcp_delete_mailbox(p_address text, p_key_digest bytea)
+RETURNS boolean
+LANGUAGE plpgsql
+VOLATILE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    RETURN mailroom.delete_mailbox(
+        p_address, NULL, mailroom._mcp_owner_type(p_address), mailroom._mcp_owner(p_key_digest)
+    );
+END;
+$$;
+
+COMMENT ON FUNCTION mailroom.mcp_delete_mailbox(text, bytea) IS
+'MCP delete_inbox: delete_mailbox for the API key''s owner (soft delete: it refuses mail at once); false if it was deleted already.';
+
+GRANT EXECUTE ON FUNCTION mailroom.mcp_delete_mailbox(text, bytea) TO mailroom_http;
+
+CREATE OR REPLACE FUNCTION mailroom.mcp_error_codes()
+RETURNS TABLE (function_name text, code text, meaning text)
+LANGUAGE sql
+STABLE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+    -- the refusals each MCP function may answer, with their meaning (mailroom.error_codes): the
+    -- server writes them into the tool descriptions an agent reads, and keeps no list of its own
+    SELECT t.fn, c.code, e.meaning
+    FROM (VALUES
+        ('mcp_create_mailbox', ARRAY['MR201', 'MR202', 'MR243']),
+        ('mcp_list_messages', ARRAY['MR203', 'MR204', 'MR205', 'MR206']),
+        ('mcp_read_message', ARRAY['MR209', 'MR203', 'MR204', 'MR205', 'MR206']),
+        ('mcp_check_message', ARRAY['MR212', 'MR205', 'MR206', 'MR203', 'MR204']),
+        ('mcp_extract_link', ARRAY['MR215', 'MR209', 'MR203', 'MR204', 'MR205', 'MR206']),
+        ('mcp_extract_code', ARRAY['MR215', 'MR209', 'MR203', 'MR204', 'MR205', 'MR206']),
+        ('mcp_delete_mailbox', ARRAY['MR203', 'MR204']),
+        ('*', ARRAY['MR240', 'MR241'])  -- every function: the API key
+    ) AS t (fn, codes)
+    CROSS JOIN LATERAL unnest(t.codes) WITH ORDINALITY AS c (code, n)
+    INNER JOIN mailroom.error_codes AS e ON c.code = e.code
+    ORDER BY t.fn, c.n
+$$;
+
+COMMENT ON FUNCTION mailroom.mcp_error_codes() IS
+'The MR codes each mcp_* function may raise (function * : every one), in the order a tool description names them, with their meaning.';
+
+GRANT EXECUTE ON FUNCTION mailroom.mcp_error_codes() TO mailroom_http;
