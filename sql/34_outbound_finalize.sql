@@ -332,20 +332,26 @@ BEGIN
         ) AS n
     ),
 
-    -- A synchronous 5xx (a permanent reply) to a message with one recipient is a hard bounce
+    -- A synchronous 5xx (a permanent reply) to a message with one live recipient is a hard bounce
     -- of that recipient: onto the suppression list (sql/38) with this message's id. With
-    -- several recipients the reply does not say which one failed: nothing is added.
+    -- several recipients the reply does not say which one failed: nothing is added. An erased
+    -- recipient keeps its position in the arrays (sql/07_erasure.sql) but was never mailed: it
+    -- is not counted.
     bounced AS (
-        SELECT mailroom._add_suppression(
-            (u.to_addrs || u.cc_addrs || u.bcc_addrs)[1], 'hard_bounce', NULL, u.id
-        )
+        SELECT mailroom._add_suppression(r.live[1], 'hard_bounce', NULL, u.id)
         FROM upd AS u
         INNER JOIN input AS i ON u.id = i.id
+        CROSS JOIN LATERAL (
+            SELECT ARRAY(
+                SELECT a.v FROM unnest(u.to_addrs || u.cc_addrs || u.bcc_addrs) AS a (v)
+                WHERE NOT mailroom._is_erased_recipient(a.v)
+            ) AS live
+        ) AS r
         WHERE
             i.outcome = 'reply'
             AND i.kind = 'permanent'
             AND u.status = 'failed'
-            AND cardinality(u.to_addrs) + cardinality(u.cc_addrs) + cardinality(u.bcc_addrs) = 1
+            AND cardinality(r.live) = 1
             -- a refusal at RCPT was suppressed by record_refused_recipients already
             AND NOT (u.id = any(v_refused))
     ),

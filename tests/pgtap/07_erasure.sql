@@ -1,7 +1,7 @@
 -- Foundation: erase_address removes or anonymizes one address everywhere and keeps it suppressed
 -- by its keyed hash only; a dry run counts and changes nothing.
 BEGIN;
-SELECT plan(45);
+SELECT plan(46);
 
 SET LOCAL mailroom.clock = '2030-01-01 00:00Z';
 SELECT mailroom.upsert_sender('tap', 'robot@mailroom.test', '127.0.0.1', 2525);
@@ -217,6 +217,14 @@ SELECT is(
 SELECT is(
     (SELECT count(*)::int FROM mailroom.outbound_idempotency_keys WHERE key ILIKE '%dora.victim@%'), 0, 'and their rows'
 );
+
+-- A 5xx to a message whose one live recipient is left after an erasure is that recipient's hard bounce
+-- (finalize counts live positions, not array elements: the erased one keeps its place, never mailed)
+SELECT mailroom.enqueue_message('tap', ARRAY['gone.one@example.org', 'left.one@example.org'], 's', 't') AS pair \gset
+SELECT * FROM mailroom.erase_address('gone.one@example.org');
+SELECT c.claim_token AS pair_claim FROM mailroom.claim_messages(1000, 'tap') AS c WHERE c.id = :pair \gset
+SELECT * FROM mailroom.finalize_messages(ARRAY[:pair]::bigint[], ARRAY[:pair_claim]::bigint[], ARRAY['reply'], ARRAY[550], ARRAY['5.1.1']);
+SELECT ok(mailroom.is_suppressed('left.one@example.org'), 'the live recipient of a 5xx after an erasure is suppressed');
 
 SELECT * FROM finish();
 ROLLBACK;

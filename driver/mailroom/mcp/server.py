@@ -36,13 +36,13 @@ import psycopg.errors
 from mcp.server.fastmcp import FastMCP
 from mcp.server.transport_security import TransportSecuritySettings
 from mcp.types import CallToolResult, Resource, TextContent, ToolAnnotations
-from psycopg_pool import AsyncConnectionPool
+from psycopg_pool import PoolTimeout
 from pydantic import Field
 
 from mailroom.core.errors import Kind, describe_db_error, kind_of
 from mailroom.core.log import get_logger
-from mailroom.db.connect import alearn_vocabulary, connection_kwargs
-from mailroom.db.timeout import atimed_transaction
+from mailroom.db.connect import StaleConnection, alearn_vocabulary, ensure_alive
+from mailroom.db.pool import async_pool, bounded_transaction
 from mailroom.http.events import Hub
 from mailroom.mcp import sqlapi
 
@@ -68,6 +68,7 @@ class McpConfig:
     pool_size: int = 4
     poll_interval: float = 2.0
     statement_timeout: float = 5.0
+    pool_timeout: float = 3.0  # seconds a call waits for a pooled connection before "unavailable"
 
 
 class ToolFailure(Exception):
@@ -126,10 +127,8 @@ class Backend:
 
     def __init__(self, config: McpConfig) -> None:
         self.config = config
-        self.pool = AsyncConnectionPool(
-            config.database_url, min_size=1, max_size=config.pool_size, open=False,
-            kwargs=connection_kwargs(application_name="mailroom-mcp"), configure=alearn_vocabulary,
-        )
+        self.pool = async_pool(config.database_url, max_size=config.pool_size, application_name="mailroom-mcp",
+                               configure=alearn_vocabulary)
         self.hub = Hub(config.listen_url, poll_interval=config.poll_interval)
 
     async def open(self) -> None:
@@ -149,28 +148,25 @@ class Backend:
             await self.close()
 
     async def call(self, fn: Any, *, retry: bool = True, **kwargs: Any) -> Any:
-        """One SQL call in its own transaction, under SET LOCAL statement_timeout. A read (`retry`)
-        meeting a broken connection (a restarted server ends every pooled one) goes on to the next,
-        up to the pool's size + 1 attempts."""
-        attempts = self.pool.max_size + 1 if retry else 1
-        for attempt in range(1, attempts + 1):
+        """One SQL call in its own transaction, under SET LOCAL statement_timeout (mailroom.db.pool.
+        bounded_transaction), with the HTTP face's rules (docs/architecture.md, "Faults at the front
+        ends"): a pooled connection found ended before anything was sent is replaced; nothing else is
+        retried, so a statement the server cancelled or terminated is answered, never run again; no
+        connection within the pool timeout is unavailability. `retry` is kept for callers."""
+        del retry
+        for _attempt in range(self.pool.max_size + 1):
             try:
-                async with self.pool.connection(timeout=10) as conn, \
-                        atimed_transaction(conn, self.config.statement_timeout):
-                    return await fn.avalue(conn, **kwargs)
-            except psycopg.OperationalError as exc:
-                # a lost connection, not a statement that ran out of time: that is the answer
-                if attempt < attempts and kind_of(exc) is Kind.UNAVAILABLE \
-                        and not isinstance(exc, psycopg.errors.QueryCanceled):
-                    continue
-                raise db_failure(exc) from None
+                async with self.pool.connection(timeout=self.config.pool_timeout) as conn:
+                    await ensure_alive(conn)
+                    async with bounded_transaction(conn, self.config.statement_timeout):
+                        return await fn.avalue(conn, **kwargs)
+            except StaleConnection:
+                continue
+            except PoolTimeout:
+                raise ToolFailure("", Kind.UNAVAILABLE.value, "the database is unavailable, try again") from None
             except psycopg.Error as exc:
                 raise db_failure(exc) from None
-            except Exception as exc:
-                if type(exc).__name__ == "PoolTimeout":  # no connection within the time
-                    raise ToolFailure("", Kind.UNAVAILABLE.value, "the database is busy, try again") from None
-                raise
-        raise AssertionError("unreachable")  # pragma: no cover
+        raise ToolFailure("", Kind.UNAVAILABLE.value, "the database is unavailable, try again")
 
 
 def _ok(doc: Any) -> CallToolResult:
