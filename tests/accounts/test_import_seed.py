@@ -134,4 +134,5 @@ def test_the_import_is_the_admins(cli, db_url, seed_url):
     _seed(seed_url)
     run = cli("db", "import-seed", seed_url, env={"MAILROOM_DATABASE_URL": as_login(db_url, "mr_app")})
     assert run.returncode != 0 and "Traceback" not in run.stderr
-    assert "import_seed_accounts" in run.stderr or "permission" in run.stderr, run.stderr
+    assert run.stderr.startswith("mailroom: error: permission denied for function import_seed_accounts"), run.stderr
+    assert len(run.stderr.strip().splitlines()) == 1

@@ -94,7 +94,7 @@ def read_seed(source: psycopg.Connection, batch: int = BATCH) -> tuple[int, Iter
             if not rows:
                 return
             accounts = [dict(zip(("id", "email", "login", "status", "created_at", "status_changed_at",
-                                  "activated_at", "suspended_at", "unsuspended_at"), r)) for r in rows]
+                                  "activated_at", "suspended_at", "unsuspended_at"), r, strict=True)) for r in rows]
             ids = [a["id"] for a in accounts]
             tokens = [_token(t) for t in source.execute(_TOKENS, (ids,)).fetchall()]
             yield accounts, tokens
