@@ -73,7 +73,7 @@ SELECT 'mailroom_admin', unnest(ARRAY[
     'list_settings', 'list_plans', 'list_senders', 'hold_messages', 'release_held_messages', 'cancel_messages',
     'delete_messages', 'run_messages_now', 'retry_messages', 'outbound_queue', 'job_runs', 'partition_status',
     'list_worker_kinds', 'worker_heartbeat', 'worker_stopped', 'inbox_stats',
-    'set_dkim_key', 'list_dkim_keys', 'delete_dkim_key'
+    'set_dkim_key', 'list_dkim_keys', 'delete_dkim_key', 'import_seed_accounts'
 ])
 UNION ALL
 SELECT 'mailroom_timekeeper', unnest(ARRAY['pin_clock', 'unpin_clock']);

@@ -166,6 +166,33 @@ def migrate_cmd(
          f"locks held {result.held_seconds:.2f}s")
 
 
+@db_app.command("import-seed")
+def import_seed_cmd(
+    source_url: Annotated[str, typer.Argument(
+        metavar="SOURCE_URL", help="The original mailroom's database (schema public: accounts, tokens, jobs); read only.")],
+    database_url: DatabaseUrlOption = None,
+    data_dir: DataDirOption = None,
+    batch: Annotated[int, typer.Option("--batch", min=1, max=10000, help="Accounts per transaction.")] = 500,
+) -> None:
+    """Bring the original mailroom's accounts and usable tokens over (mailroom.import_seed_accounts; admin).
+    Statuses and epoch timestamps come over; mailroom assigns its own ids; an email or login that exists is
+    skipped and counted; tokens the seed already mailed (id <= jobs.last_seq) arrive dispatched, their links
+    working once the seed's MAILROOM_SECRET_KEY is imported (`mailroom keys import`); the others are mailed
+    by mailroom's collector. Running it again imports nothing. Prints counts, never an address."""
+    from mailroom.db.import_seed import import_seed
+
+    summary = import_seed(_url(database_url, data_dir), source_url, batch=batch)
+    imported = summary.counts.get("accounts imported", 0)
+    skipped = sum(n for item, n in summary.counts.items() if item.startswith("accounts skipped"))
+    print(f"imported {imported} accounts, skipped {skipped} (seed cursor jobs.last_seq = {summary.dispatched_up_to}; "
+          f"{summary.batches} batches)")
+    for item, n in summary.counts.items():
+        print(f"  {item}: {n}")
+    if summary.counts.get("tokens imported dispatched", 0):
+        _say("dispatched links verify only with the seed's key in the keyring: "
+             "MAILROOM_SECRET_KEY=… mailroom keys import (once)")
+
+
 @db_app.command("url")
 def url_cmd(
     database_url: DatabaseUrlOption = None,

@@ -47,3 +47,8 @@ list_dkim_keys = SqlFunction("list_dkim_keys", returns=(
 ))
 
 erase_address = SqlFunction("erase_address", "p_address text, p_dry_run boolean = default", returns=("item", "affected"))
+
+# moving from the original mailroom (sql/16_import.sql): `mailroom db import-seed`, one batch a call (admin)
+import_seed_accounts = SqlFunction(
+    "import_seed_accounts", "p_accounts jsonb, p_tokens jsonb, p_dispatched_up_to bigint", returns=("item", "affected"),
+)
