@@ -88,8 +88,9 @@ BEGIN
             || 'or (dispatched) its secret digest';
     END IF;
 
-    -- one import at a time: the collision checks below read what an earlier batch wrote
-    PERFORM pg_advisory_xact_lock(pg_catalog.hashtext('mailroom.import_seed_accounts'));
+    -- one import at a time: the collision checks below read what an earlier batch wrote. A row of
+    -- mailroom.job_locks, waited for (no advisory lock: any login could take that one)
+    PERFORM 1 FROM mailroom.job_locks AS j WHERE j.name = 'import_seed_accounts' FOR UPDATE;
 
     -- the seed accounts that bring a usable activation token (their insert issues no second one)
     SELECT coalesce(jsonb_object_agg(x.account::text, TRUE), '{}')
