@@ -31,14 +31,16 @@ UNION ALL
 SELECT 'mailroom_collector', unnest(ARRAY[
     'listen', 'unlisten', 'await_writers',
     'dequeue_tokens', 'enqueue_token_emails', 'render_token_email', 'worker_heartbeat', 'worker_stopped', 'clock',
-    'setting', 'interval_setting', 'list_migrations', 'schema_version', 'error_codes', 'token_actions', 'list_settings'
+    'setting', 'interval_setting', 'list_migrations', 'schema_version', 'error_codes', 'token_actions', 'list_settings',
+    'signing_key_state_of'
 ])
 UNION ALL
 SELECT 'mailroom_sender', unnest(ARRAY[
     'listen', 'unlisten', 'await_writers',
     'claim_messages', 'finalize_messages', 'release_messages', 'reap_stuck_messages', 'worker_heartbeat',
     'worker_stopped', 'queue_health', 'record_refused_recipients', 'clock', 'setting', 'interval_setting',
-    'outbound_stats', 'list_migrations', 'schema_version', 'error_codes', 'list_settings', 'list_dkim_keys'
+    'outbound_stats', 'list_migrations', 'schema_version', 'error_codes', 'list_settings', 'list_dkim_keys',
+    'signing_key_state_of'
 ])
 UNION ALL
 SELECT 'mailroom_inbound', unnest(ARRAY[
@@ -53,7 +55,7 @@ SELECT 'mailroom_monitor', unnest(ARRAY[
     'list_outbound_messages', 'queue_health', 'worker_health', 'list_domain_limits', 'domain_status', 'clock',
     'setting', 'interval_setting', 'outbound_stats', 'list_migrations', 'schema_version', 'error_codes',
     'list_settings', 'list_plans', 'outbound_queue', 'job_runs', 'partition_status', 'list_worker_kinds', 'inbox_stats',
-    'list_dkim_keys'
+    'list_dkim_keys', 'upgrade_steps'
 ])
 UNION ALL
 SELECT 'mailroom_admin', unnest(ARRAY[
@@ -66,6 +68,7 @@ SELECT 'mailroom_admin', unnest(ARRAY[
     'list_catchall_domains', 'erase_address',
     'list_migrations', 'schema_version',
     'rotate_signing_key', 'retire_signing_key', 'export_signing_key', 'import_signing_key', 'list_signing_keys',
+    'signing_key_state_of', 'upgrade_steps',
     'set_sender_public_key', 'sender_public_key', 'convert_sender_passwords',
     'list_settings', 'list_plans', 'list_senders', 'hold_messages', 'release_held_messages', 'cancel_messages',
     'delete_messages', 'run_messages_now', 'retry_messages', 'outbound_queue', 'job_runs', 'partition_status',
@@ -98,7 +101,8 @@ SELECT unnest(ARRAY[
     '_issue_requested_recoveries', 'purge_tokens',
     '_pgp_pub_encrypt', '_pgp_key_id', '_dequeue_tokens', '_mint_token', '_signed_value', '_verify_token', '_consume_token',
     '_active_signing_key', '_verifying_keys', '_lock_keyring', 'rotate_signing_key', 'retire_signing_key',
-    'export_signing_key', 'import_signing_key', 'list_signing_keys',
+    'export_signing_key', 'import_signing_key', 'list_signing_keys', '_key_fingerprint', 'signing_key_state_of',
+    'upgrade_steps',
     'listen', 'unlisten', 'await_writers', '_listened', '_notify'
 ]);
 

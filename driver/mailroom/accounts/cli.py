@@ -58,22 +58,17 @@ def collect(
         "--metrics-host", env="MAILROOM_COLLECT_METRICS_HOST", metavar="HOST", help="Metrics bind address.")] = "127.0.0.1",
 ) -> None:
     """Collect activation / recovery tokens as they are inserted and hand them off in batches."""
-    import os
-
     from mailroom.accounts.collector import Collector, parse_config
-    from mailroom.core.log import get_logger
+    from mailroom.accounts.secret_key import check_at_start, env_fingerprint
 
-    if os.environ.get("MAILROOM_SECRET_KEY"):
-        # the keyring signs now; the old key only has to be imported once (links already sent)
-        get_logger("collect").warning(
-            "WARN: MAILROOM_SECRET_KEY is set but no longer used: the keyring in the database signs the links; "
-            "import it once with `mailroom keys import` so links it signed keep working, then unset it"
-        )
+    # MAILROOM_SECRET_KEY set: it must be the keyring's active key (checked once connected, exit 2 if not)
+    fingerprint = env_fingerprint()
     cfg = parse_config(batch_limit, batch_timeout, healthcheck_interval, channel, output, enqueue, poll_interval)
     home = Path(data_dir) if data_dir else None
     url = resolve_database_url(database_url, home)
+    check_at_start(url, "collect", fingerprint)
     cfg = replace(cfg, url=url, listen_url=resolve_listen_url(listen_url, url), metrics_port=metrics_port,
-                  metrics_host=metrics_host)
+                  metrics_host=metrics_host, key_fingerprint=fingerprint)
     raise typer.Exit(Collector(cfg).run())
 
 

@@ -22,6 +22,8 @@ rotate_signing_key = SqlFunction("rotate_signing_key", returns="integer")
 retire_signing_key = SqlFunction("retire_signing_key", "p_id integer")
 export_signing_key = SqlFunction("export_signing_key", "p_id integer = default", returns="bytea")
 import_signing_key = SqlFunction("import_signing_key", "p_key bytea, p_active boolean = default", returns="integer")
+# MAILROOM_SECRET_KEY at the start of collect and send (accounts/secret_key.py): by its fingerprint
+signing_key_state_of = SqlFunction("signing_key_state_of", "p_fingerprint text", returns="mailroom.signing_key_state")
 list_signing_keys = SqlFunction(
     "list_signing_keys",
     returns=("id", "state", "origin", "fingerprint", "created_at", "state_changed_at", "last_exported_at"),

@@ -36,6 +36,7 @@ from typing import Any
 
 import psycopg
 
+from mailroom.accounts import secret_key
 from mailroom.core.errors import ConfigError, Kind, UpgradeBackoff, UserError, describe_db_error, kind_of
 from mailroom.core.log import get_logger
 from mailroom.core.outage import Outage, RateLimited
@@ -79,6 +80,7 @@ class SenderOptions:
     until_idle: bool = False
     dkim: Signer | None = None  # MAILROOM_DKIM_KEY_FILE: the DKIM private keys (None: no key, mail leaves unsigned)
     pipelining: bool = True  # pipeline MAIL/RCPT/DATA where the relay's EHLO offers PIPELINING (RFC 2920)
+    key_fingerprint: str | None = None  # of MAILROOM_SECRET_KEY: must be the active signing key (accounts/secret_key.py)
 
 
 class Sender:
@@ -135,6 +137,8 @@ class Sender:
                 self.url, **connection_kwargs(application_name="mailroom-send")
             ) as conn:
                 await alearn_vocabulary(conn)  # what each MR code means (mailroom.error_codes)
+                # claims mint and sign token links: refuse to start with a MAILROOM_SECRET_KEY that does not sign them
+                await secret_key.acheck(conn, "send", self.opts.key_fingerprint, log)
                 value = await db_sqlapi.interval_setting.avalue(conn, name="outbound.lease")
             return value.total_seconds()
 
