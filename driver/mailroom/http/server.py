@@ -9,6 +9,7 @@ import socket
 
 from mailroom.core.errors import UserError
 from mailroom.core.log import get_logger
+from mailroom.db.heartbeat import SERVES_ENV
 from mailroom.http.app import CONFIG_ENV, HttpConfig
 
 log = get_logger("http")
@@ -38,6 +39,7 @@ def serve(database_url: str, listen_url: str | None, *, host: str, port: int, wo
     sock.set_inheritable(True)
     bound = sock.getsockname()[1]
     scheme = "https" if tls_cert else "http"
+    os.environ[SERVES_ENV] = f"{scheme} {host}:{bound}"  # the heartbeat's `serves` (mailroom status)
     log.info("listening on %s:%d (%s, %d worker(s), pool %d each%s)", host, bound, scheme, workers, pool_size,
              f", SES topics {len(ses_topics)}" if ses_topics else "")
     # uvicorn's own access log would carry each path (an inbox's address): off; ours names the route
