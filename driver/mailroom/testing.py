@@ -100,6 +100,8 @@ def login_for(args: tuple[str, ...] | list[str]) -> str | None:
         return "mr_inbound"
     if command == "inbox":
         return "mr_app"
+    if command == "account":  # the application's calls; list and show read every address (admin)
+        return "mr_admin" if sub in ("list", "show") else "mr_app"
     if command == "outbound":
         return "mr_monitor" if sub in ("status", "list", "queue") else "mr_admin"
     if command == "status":

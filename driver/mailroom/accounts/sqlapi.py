@@ -15,6 +15,15 @@ consume_token = SqlFunction(
     "consume_token", "p_signed text, p_code text = default", returns=("account", "outcome", "attempts_left")
 )
 account_status = SqlFunction("account_status", "p_account bigint", returns="mailroom.account_status")
+# `mailroom account …` (accounts/cli.py): the application's calls (mailroom_app), and list/show (admin)
+suspend_account = SqlFunction("suspend_account", "p_account bigint", returns="mailroom.account_status")
+unsuspend_account = SqlFunction("unsuspend_account", "p_account bigint", returns="mailroom.account_status")
+list_accounts = SqlFunction(
+    "list_accounts",
+    "p_account bigint = default, p_email text = default, p_status mailroom.account_status = default,"
+    " p_limit integer = default, p_after bigint = default",
+    returns=("id", "email", "login", "status", "created_at", "activated_at", "suspended_at", "status_changed_at"),
+)
 request_password_recovery = SqlFunction("request_password_recovery", "p_email text, p_requester text = default")
 
 # `mailroom keys …` (accounts/cli.py), mailroom_admin
