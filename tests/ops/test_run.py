@@ -122,7 +122,7 @@ def test_the_start_order_costs_no_backoff(cli_popen, conn):
         _stop(proc)
 
 
-def test_run_with_the_http_face(cli_popen, conn):
+def test_run_with_the_http_face(cli_popen, cli, conn):
     """--http-port: `http serve` runs with the others, reports its heartbeat (mailroom status lists it)
     and stops with them; its inboxes expire by run's expire worker (mailroom_http has no expiry rights)."""
     import json
@@ -142,6 +142,10 @@ def test_run_with_the_http_face(cli_popen, conn):
                 break
             time.sleep(0.2)
         assert rows == [("running", f"http 127.0.0.1:{http_port}")], rows
+        status = cli("status")
+        assert status.returncode == 0, status.stderr
+        assert any(line.split()[:1] == ["http"] and f"http 127.0.0.1:{http_port}" in line
+                   for line in status.stdout.splitlines()), status.stdout
         assert not conn.execute(
             "SELECT has_function_privilege('mailroom_http', 'mailroom.expire_mailboxes(integer)', 'EXECUTE')"
         ).fetchone()[0]
