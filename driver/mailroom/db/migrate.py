@@ -522,7 +522,14 @@ def _secret_key_and_steps(
             if key.state == "verify_only" and key.origin == "generated" and key.last_exported_at is None:
                 keys_api.retire_signing_key.call(conn, id=key.id)
                 retired.append(key.id)
-    steps = sqlapi.upgrade_steps.rows(conn, key_fingerprint=fingerprint(secret) if secret is not None else None)
+    steps = []
+    if conn.execute("SELECT to_regprocedure('mailroom.upgrade_steps(text)') IS NOT NULL").fetchone()[0]:
+        try:
+            with conn.transaction():  # (a tree of other files, `root`, may lack what it reads: no steps then)
+                steps = sqlapi.upgrade_steps.rows(
+                    conn, key_fingerprint=fingerprint(secret) if secret is not None else None)
+        except psycopg.Error:
+            steps = []
     conn.execute("RESET ROLE")
     return imported, retired, [(r.step, r.command, r.reason) for r in steps]
 
