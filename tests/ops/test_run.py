@@ -8,6 +8,7 @@ import socket
 import time
 
 import psycopg
+import pytest
 
 from mailroom import testing
 
@@ -122,14 +123,17 @@ def test_the_start_order_costs_no_backoff(cli_popen, conn):
         _stop(proc)
 
 
-def test_run_with_the_http_face(cli_popen, cli, conn):
+@pytest.mark.parametrize("workers", [1, 2])
+def test_run_with_the_http_face(cli_popen, cli, conn, workers):
     """--http-port: `http serve` runs with the others, reports its heartbeat (mailroom status lists it)
-    and stops with them; its inboxes expire by run's expire worker (mailroom_http has no expiry rights)."""
+    and stops with them; its inboxes expire by run's expire worker (mailroom_http has no expiry rights).
+    With several server processes (MAILROOM_HTTP_WORKERS) each reports in, and run still hears it is ready."""
     import json
     import urllib.request
 
     http_port = free_port()
-    proc = cli_popen("run", "--inbox-port", str(free_port()), "--http-port", str(http_port), "--no-maintain")
+    proc = cli_popen("run", "--inbox-port", str(free_port()), "--http-port", str(http_port), "--no-maintain",
+                     env={"MAILROOM_HTTP_WORKERS": str(workers)})
     try:
         seen = _read_until(proc, "running: inbox")
         assert f"http (127.0.0.1:{http_port})" in seen, seen
@@ -138,10 +142,10 @@ def test_run_with_the_http_face(cli_popen, cli, conn):
         deadline = time.monotonic() + 20
         while time.monotonic() < deadline:
             rows = conn.execute("SELECT state, serves FROM mailroom.worker_health() WHERE kind = 'http'").fetchall()
-            if rows:
+            if len(rows) >= workers:
                 break
             time.sleep(0.2)
-        assert rows == [("running", f"http 127.0.0.1:{http_port}")], rows
+        assert rows == [("running", f"http 127.0.0.1:{http_port}")] * workers, rows
         status = cli("status")
         assert status.returncode == 0, status.stderr
         assert any(line.split()[:1] == ["http"] and f"http 127.0.0.1:{http_port}" in line
@@ -151,7 +155,7 @@ def test_run_with_the_http_face(cli_popen, cli, conn):
         ).fetchone()[0]
     finally:
         _stop(proc)
-    assert conn.execute("SELECT state FROM mailroom.worker_health() WHERE kind = 'http'").fetchone()[0] == "stopped"
+    assert {s for (s,) in conn.execute("SELECT state FROM mailroom.worker_health() WHERE kind = 'http'")} == {"stopped"}
 
 
 def test_run_refuses_a_secret_key_that_does_not_sign(cli):

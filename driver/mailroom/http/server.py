@@ -44,6 +44,10 @@ def serve(database_url: str, listen_url: str | None, *, host: str, port: int, wo
              f", SES topics {len(ses_topics)}" if ses_topics else "")
     # uvicorn's own access log would carry each path (an inbox's address): off; ours names the route
     logging.getLogger("uvicorn.access").disabled = True
+    if workers > 1:  # the worker processes do not inherit the ready pipe: the bound socket is the signal
+        from mailroom.core.ready import notify_ready
+
+        notify_ready()
     uvicorn.run(
         "mailroom.http.app:create_app", factory=True, fd=sock.fileno(), workers=workers if workers > 1 else None,
         ssl_certfile=tls_cert, ssl_keyfile=tls_key, proxy_headers=bool(proxy), forwarded_allow_ips=proxy or "",
