@@ -98,3 +98,32 @@ def test_the_check_needs_no_admin_rights(db_url):
             with pytest.raises(psycopg.errors.InsufficientPrivilege):
                 conn.execute("SELECT * FROM mailroom.list_signing_keys()")
     assert KEY  # (the helper's key is the one the Collector makes active)
+
+
+def test_the_check_a_worker_makes_on_its_first_connection(db_url):
+    """A worker started while the database is out of reach checks on its first connection (the
+    collector on its work connection, in a transaction it rolls back; the sender async)."""
+    import asyncio
+
+    from mailroom.accounts import secret_key
+    from mailroom.core.errors import ConfigError
+    from mailroom.testing import as_login
+
+    fp = _fingerprint(OTHER_HEX)
+    with psycopg.connect(as_login(db_url, "mr_collector")) as work:
+        with pytest.raises(ConfigError, match="mailroom keys import --active"):
+            secret_key.check(work, "collect", fp)
+        assert work.info.transaction_status == psycopg.pq.TransactionStatus.IDLE  # rolled back
+        secret_key.check(work, "collect", None)  # no variable: nothing asked
+
+    async def sender() -> None:
+        async with await psycopg.AsyncConnection.connect(as_login(db_url, "mr_sender"), autocommit=True) as conn:
+            with pytest.raises(ConfigError, match="not in the keyring"):
+                await secret_key.acheck(conn, "send", fp)
+
+    asyncio.run(sender())
+    # the active key passes (KEY, made active as an import would)
+    with psycopg.connect(db_url, autocommit=True) as owner:
+        owner.execute("SELECT mailroom.import_signing_key(%s, true)", (KEY,))
+    with psycopg.connect(as_login(db_url, "mr_collector"), autocommit=True) as conn:
+        secret_key.check(conn, "collect", secret_key.fingerprint(KEY))
