@@ -36,3 +36,54 @@ COMMENT ON FUNCTION mailroom.schema_version() IS
 
 GRANT EXECUTE ON FUNCTION mailroom.schema_version()
 TO mailroom_app, mailroom_http, mailroom_collector, mailroom_sender, mailroom_inbound, mailroom_monitor, mailroom_admin;
+
+CREATE OR REPLACE FUNCTION mailroom.upgrade_steps(p_key_fingerprint text DEFAULT null)
+RETURNS TABLE (step text, command text, reason text)
+LANGUAGE plpgsql
+STABLE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_legacy bigint;
+    v_key_state mailroom.signing_key_state;
+BEGIN
+    -- The one-time steps an upgrade from 0.1.x leaves to the operator, in the order to take them
+    -- (`mailroom db migrate` prints them; docs/upgrading.md lists them). p_key_fingerprint: the
+    -- fingerprint of the MAILROOM_SECRET_KEY the caller holds (sql/15_keyring.sql), if any.
+    IF p_key_fingerprint IS NOT NULL THEN
+        v_key_state := mailroom.signing_key_state_of(p_key_fingerprint);
+        IF v_key_state IS DISTINCT FROM 'active' THEN
+            step := 'signing-key';
+            command := 'mailroom keys import --active';
+            reason := format(
+                'MAILROOM_SECRET_KEY is %s: links are signed with the keyring''s active key, so a verifier '
+                'holding MAILROOM_SECRET_KEY fails new links, and collect and send refuse to start with it set; '
+                'run the command with it set, or unset it everywhere',
+                CASE WHEN v_key_state IS NULL THEN 'not in the keyring' ELSE 'a verify-only key of the keyring' END);
+            RETURN NEXT;
+        END IF;
+    END IF;
+    SELECT count(*) INTO v_legacy FROM mailroom.senders AS s WHERE s.smtp_password_encrypted IS NOT NULL;
+    IF v_legacy > 0 AND NOT EXISTS (SELECT FROM mailroom.sender_keys AS k WHERE k.state = 'active') THEN
+        step := 'sender-key';
+        command := 'mailroom outbound sender-key init';
+        reason := 'relay passwords are sealed for the sender keypair now, and there is none yet';
+        RETURN NEXT;
+    END IF;
+    IF v_legacy > 0 THEN
+        step := 'relay-passwords';
+        command := 'mailroom outbound convert-passwords';
+        reason := format(
+            '%s relay password(s) are still encrypted with the previous release''s MAILROOM_ENCRYPTION_KEY: run the '
+            'command once with it set, then restart the senders with MAILROOM_SENDER_KEY_FILE', v_legacy);
+        RETURN NEXT;
+    END IF;
+END;
+$$;
+
+COMMENT ON FUNCTION mailroom.upgrade_steps(text) IS
+'The one-time steps an upgrade leaves to the operator (step, command, reason), in order: a MAILROOM_SECRET_KEY '
+'(by its fingerprint) that is not the active signing key, a missing sender key, relay passwords to convert.';
+
+GRANT EXECUTE ON FUNCTION mailroom.upgrade_steps(text) TO mailroom_monitor, mailroom_admin;

@@ -153,7 +153,7 @@ $$;
 COMMENT ON FUNCTION mailroom.worker_heartbeat(text, text, boolean, integer, text, text) IS
 'A worker (a kind of mailroom.worker_kinds) reports it is alive, whether its listener hears NOTIFY, how many rows it claimed since its last heartbeat, where its metrics are and what it serves.';
 GRANT EXECUTE ON FUNCTION mailroom.worker_heartbeat(text, text, boolean, integer, text, text)
-TO mailroom_collector, mailroom_sender, mailroom_inbound, mailroom_admin;
+TO mailroom_collector, mailroom_sender, mailroom_inbound, mailroom_http, mailroom_admin;
 
 CREATE OR REPLACE FUNCTION mailroom._forget_workers(p_now timestamptz)
 RETURNS void
@@ -209,7 +209,7 @@ $$;
 COMMENT ON FUNCTION mailroom.worker_stopped(text, integer) IS
 'A worker says it stopped cleanly (with the rows claimed since its last heartbeat); false when it never reported in.';
 GRANT EXECUTE ON FUNCTION mailroom.worker_stopped(text, integer)
-TO mailroom_collector, mailroom_sender, mailroom_inbound, mailroom_admin;
+TO mailroom_collector, mailroom_sender, mailroom_inbound, mailroom_http, mailroom_admin;
 
 CREATE OR REPLACE FUNCTION mailroom.worker_health()
 RETURNS TABLE (

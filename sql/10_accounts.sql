@@ -322,3 +322,51 @@ $$;
 
 COMMENT ON FUNCTION mailroom._lock_account_by_email(text) IS
 'Internal: the account whose lower(email) is p_email_lower and its status, its row locked FOR NO KEY UPDATE (no row: none).';
+
+CREATE OR REPLACE FUNCTION mailroom.list_accounts(
+    p_account bigint DEFAULT null,
+    p_email text DEFAULT null,
+    p_status mailroom.account_status DEFAULT null,
+    p_limit integer DEFAULT 100,
+    p_after bigint DEFAULT null
+)
+RETURNS TABLE (
+    id bigint,
+    email text,
+    login text,
+    status mailroom.account_status,
+    created_at timestamptz,
+    activated_at timestamptz,
+    suspended_at timestamptz,
+    status_changed_at timestamptz
+)
+LANGUAGE plpgsql
+STABLE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    -- `mailroom account list / show` (admin: addresses are PII). One account by id or address (any
+    -- case), or a page in id order: p_after is the last id of the previous page (keyset, no OFFSET).
+    IF p_limit IS NULL OR p_limit NOT BETWEEN 1 AND 10000 THEN
+        RAISE EXCEPTION USING ERRCODE = '22023', MESSAGE = 'list_accounts: the limit must be between 1 and 10000';
+    END IF;
+    RETURN QUERY
+    SELECT a.id, a.email, a.login, a.status, a.created_at, a.activated_at, a.suspended_at, a.status_changed_at
+    FROM mailroom.accounts AS a
+    WHERE
+        (p_account IS NULL OR a.id = p_account)
+        AND (p_email IS NULL OR lower(a.email) = lower(p_email))
+        AND (p_status IS NULL OR a.status = p_status)
+        AND (p_after IS NULL OR a.id > p_after)
+    ORDER BY a.id
+    LIMIT p_limit;
+END;
+$$;
+
+COMMENT ON FUNCTION mailroom.list_accounts(bigint, text, mailroom.account_status, integer, bigint) IS
+'Accounts (id, email, login, status, times) in id order: one by id or address, or a page (p_after: the last id seen) '
+'filtered by status; at most p_limit (1 to 10000, else 22023). Admin: addresses are PII.';
+
+GRANT EXECUTE ON FUNCTION mailroom.list_accounts(bigint, text, mailroom.account_status, integer, bigint)
+TO mailroom_admin;

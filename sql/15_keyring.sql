@@ -3,6 +3,20 @@
 -- or passes a key: dequeue_tokens, claim_messages, consume_token and verify_token read it inside
 -- their definer functions. Key management is mailroom_admin's (`mailroom keys …`, docs/accounts.md).
 
+CREATE OR REPLACE FUNCTION mailroom._key_fingerprint(p_key bytea)
+RETURNS text
+LANGUAGE sql
+IMMUTABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    -- the first 8 bytes of sha256(key), hex: what `mailroom keys list` shows, and what a command
+    -- holding MAILROOM_SECRET_KEY computes on its side (the key itself never travels)
+    SELECT encode(substr(mailroom._digest(p_key, 'sha256'), 1, 8), 'hex');
+$$;
+
+COMMENT ON FUNCTION mailroom._key_fingerprint(bytea) IS
+'Internal: the fingerprint of a signing key, the first 8 bytes of sha256(key) in hex (NULL for NULL).';
+
 CREATE OR REPLACE FUNCTION mailroom._active_signing_key()
 RETURNS bytea
 LANGUAGE plpgsql
@@ -208,12 +222,12 @@ STABLE
 SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
-    -- fingerprint: the first 8 bytes of sha256(key), to match an exported key; NULL once retired
+    -- fingerprint: mailroom._key_fingerprint, to match an exported key; NULL once retired
     SELECT
         k.id,
         k.state,
         k.origin,
-        encode(substr(mailroom._digest(k.key, 'sha256'), 1, 8), 'hex'),
+        mailroom._key_fingerprint(k.key),
         k.created_at,
         k.state_changed_at,
         k.last_exported_at
@@ -225,3 +239,36 @@ COMMENT ON FUNCTION mailroom.list_signing_keys() IS
 'The keyring without its keys: id, state, origin, fingerprint (first 8 bytes of sha256(key)), times.';
 
 GRANT EXECUTE ON FUNCTION mailroom.list_signing_keys() TO mailroom_admin;
+
+CREATE OR REPLACE FUNCTION mailroom.signing_key_state_of(p_fingerprint text)
+RETURNS mailroom.signing_key_state
+LANGUAGE plpgsql
+STABLE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_state mailroom.signing_key_state;
+BEGIN
+    -- Asked by a command that signs (collect, send) started with MAILROOM_SECRET_KEY: is the key it
+    -- holds the one links are signed with? It sends the fingerprint, never the key, and learns the
+    -- state of that one key only (listing the keyring is the admin's).
+    IF p_fingerprint IS NULL OR p_fingerprint !~ '^[0-9a-f]{16}$' THEN
+        RAISE EXCEPTION USING
+            ERRCODE = '22023',
+            MESSAGE = 'signing_key_state_of: the fingerprint must be 16 lowercase hex characters (sha256(key), first 8 bytes)';
+    END IF;
+    SELECT k.state INTO v_state
+    FROM mailroom.signing_keys AS k
+    WHERE k.key IS NOT NULL AND mailroom._key_fingerprint(k.key) = p_fingerprint
+    ORDER BY k.state
+    LIMIT 1;
+    RETURN v_state;
+END;
+$$;
+
+COMMENT ON FUNCTION mailroom.signing_key_state_of(text) IS
+'The state (active, verify_only) of the keyring''s key with this fingerprint (first 8 bytes of sha256(key), hex), NULL when '
+'no live key has it: lets collect and send check MAILROOM_SECRET_KEY without the key travelling.';
+
+GRANT EXECUTE ON FUNCTION mailroom.signing_key_state_of(text) TO mailroom_collector, mailroom_sender, mailroom_admin;

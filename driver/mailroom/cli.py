@@ -32,6 +32,7 @@ COMMANDS: dict[str, tuple[str, str, str | None]] = {
     "status": ("mailroom.ops.cli", "app", "status"),
     "collect": ("mailroom.accounts.cli", "app", "collect"),
     "keys": ("mailroom.accounts.cli", "keys_app", None),
+    "account": ("mailroom.accounts.cli", "account_app", None),
     "inbox": ("mailroom.inboxes.cli", "inbox_app", None),
     "plans": ("mailroom.inboxes.cli", "app", "plans"),
     "expire": ("mailroom.inboxes.cli", "app", "expire"),

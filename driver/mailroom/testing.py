@@ -69,8 +69,8 @@ TEST_LOGINS: dict[str, tuple[str, ...]] = {
     "mr_inbound": ("mailroom_inbound", "mailroom_timekeeper"),
     "mr_monitor": ("mailroom_monitor", "mailroom_timekeeper"),
     "mr_admin": ("mailroom_admin", "mailroom_timekeeper"),
-    # `mailroom run` starts the inbox server, the collector and the sender with one URL
-    "mr_worker": ("mailroom_collector", "mailroom_sender", "mailroom_inbound", "mailroom_timekeeper"),
+    # `mailroom run` starts the inbox server, the collector, the sender (and the HTTP face) with one URL
+    "mr_worker": ("mailroom_collector", "mailroom_sender", "mailroom_inbound", "mailroom_http", "mailroom_timekeeper"),
     "mr_app_nopin": ("mailroom_app",),
     "mr_http": ("mailroom_http", "mailroom_timekeeper"),
 }
@@ -100,6 +100,8 @@ def login_for(args: tuple[str, ...] | list[str]) -> str | None:
         return "mr_inbound"
     if command == "inbox":
         return "mr_app"
+    if command == "account":  # the application's calls; list and show read every address (admin)
+        return "mr_admin" if sub in ("list", "show") else "mr_app"
     if command == "outbound":
         return "mr_monitor" if sub in ("status", "list", "queue") else "mr_admin"
     if command == "status":

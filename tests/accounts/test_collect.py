@@ -203,15 +203,18 @@ def test_bad_configuration_is_one_line_exit_2(cli, env, message):
     assert proc.stdout == ""
 
 
-def test_collect_needs_no_key_and_says_an_old_one_is_unused(collectors, conn):
-    """The keyring signs in the database: the collector runs with no key; a leftover
-    MAILROOM_SECRET_KEY is named as unused (import it once) and changes nothing."""
-    c = running(collectors, mailroom_batch_limit="1", mailroom_batch_timeout="50", mailroom_secret_key="0badf00d" * 8)
+def test_collect_needs_no_key_and_refuses_one_that_does_not_sign(collectors, conn):
+    """The keyring signs in the database: the collector runs with no key. A MAILROOM_SECRET_KEY that is
+    not the keyring's active key is never silently ignored: the collector refuses to start (issue 33,
+    item 2; tests/accounts/test_secret_key.py has the rest)."""
+    c = running(collectors, mailroom_batch_limit="1", mailroom_batch_timeout="50")
     conn.execute("SELECT mailroom.create_account('nokey@example.test', 'nokey')")
     (record,) = c.records(1)
-    verify_signed(record)  # the keyring's key, not the one in the environment
-    assert "MAILROOM_SECRET_KEY is set but no longer used" in c.stderr_text()
-    assert "0badf00d" not in c.stderr_text()
+    verify_signed(record)  # the keyring's key
+    refused = collectors(env={"MAILROOM_SECRET_KEY": "0badf00d" * 8})
+    assert refused.proc.wait(timeout=30) == 2
+    refused.wait_stderr("mailroom keys import --active")
+    assert "0badf00d" not in refused.stderr_text()
 
 
 def test_bad_output_format_exit_2(cli):

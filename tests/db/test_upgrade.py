@@ -203,3 +203,74 @@ def test_the_check_fails_for_an_argument_renamed_in_place(previous, tmp_path):
     migrate.migrate(previous, root=root)
     problems = broken_calls(before, previous)
     assert problems and all("is_suppressed(text)" in p and "42883" in p for p in problems), problems
+
+
+# -- MAILROOM_SECRET_KEY through the upgrade (issue 33, item 2) ---------------------------------------
+
+SECRET_HEX = "5ec7e7" * 10 + "abcd"  # the previous release's MAILROOM_SECRET_KEY (32 bytes)
+ENCRYPTION_HEX = "e1" * 32  # its MAILROOM_ENCRYPTION_KEY (relay passwords)
+
+
+def _verifies(signed: str, key: bytes) -> bool:
+    """The application's own verifier (the seed's layout): b64url(secret || HMAC-SHA256(key, '/activate' || secret))."""
+    import base64
+    import hashlib
+    import hmac
+
+    raw = base64.urlsafe_b64decode(signed + "=" * (-len(signed) % 4))
+    secret, mac = raw[:32], raw[32:]
+    return hmac.compare_digest(mac, hmac.new(key, b"/activate" + secret, hashlib.sha256).digest())
+
+
+def test_migrate_with_the_variable_imports_it_and_links_signed_after_verify_with_it(previous, tmp_path):
+    """An upgrade from 0.1.0 run with MAILROOM_SECRET_KEY in `db migrate`'s environment makes it the
+    keyring's active key (the key 0125 generated is retired: it signed nothing), and says which one-time
+    steps are left (the relay-password conversion). Links the previous release's collector signed keep
+    working; links signed after the upgrade verify with the key the application's verifier holds."""
+    import os
+    import sys
+
+    key = bytes.fromhex(SECRET_HEX)
+    with psycopg.connect(previous, autocommit=True) as conn:
+        conn.execute("SELECT mailroom.create_account('before@example.test', 'before')")
+        (old_link,) = conn.execute("SELECT signed FROM mailroom.dequeue_tokens(10, %s)", (key,)).fetchone()
+        conn.execute("SELECT mailroom.upsert_sender('relay', 'noreply@example.test', '127.0.0.1', 2525, 'none', "
+                     "'user', 'pass', %s)", (bytes.fromhex(ENCRYPTION_HEX),))
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MAILROOM_")}
+    env.update(MAILROOM_DATABASE_URL=previous, MAILROOM_SECRET_KEY=SECRET_HEX)
+    proc = subprocess.run([sys.executable, "-m", "mailroom", "db", "migrate"], env=env, capture_output=True,
+                          text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert "MAILROOM_SECRET_KEY is now the active signing key" in proc.stderr, proc.stderr
+    assert "one-time steps left" in proc.stderr
+    steps = [line for line in proc.stderr.splitlines() if line.startswith("  ")]
+    assert [s.split(":")[0].strip() for s in steps] == [
+        "1. mailroom outbound sender-key init", "2. mailroom outbound convert-passwords"], proc.stderr
+    assert SECRET_HEX not in proc.stderr + proc.stdout
+
+    with psycopg.connect(previous, autocommit=True) as conn:
+        keys = conn.execute("SELECT state::text, origin FROM mailroom.signing_keys ORDER BY id").fetchall()
+        assert keys == [("retired", "generated"), ("active", "imported")]
+        assert conn.execute("SELECT key FROM mailroom.signing_keys WHERE state = 'active'").fetchone()[0] == key
+        # the previous release's link still consumes; a link signed now verifies with MAILROOM_SECRET_KEY
+        assert conn.execute("SELECT outcome FROM mailroom.consume_token(%s)", (old_link,)).fetchone()[0] == "consumed"
+        conn.execute("SELECT mailroom.create_account('after@example.test', 'after')")
+        (new_link,) = conn.execute("SELECT signed FROM mailroom.dequeue_tokens(10)").fetchone()
+    assert _verifies(new_link, key) and _verifies(old_link, key)
+
+    # a second migrate imports nothing again, and says the same steps are left
+    again = subprocess.run([sys.executable, "-m", "mailroom", "db", "migrate"], env=env, capture_output=True,
+                           text=True, timeout=300)
+    assert again.returncode == 0 and "now the active signing key" not in again.stderr
+    assert "mailroom outbound convert-passwords" in again.stderr and "keys import" not in again.stderr
+
+
+def test_migrate_without_the_variable_leaves_the_keyring_its_own_key(previous):
+    result = migrate.migrate(previous, environ={})
+    assert result.imported_key is None and result.steps == []
+    with psycopg.connect(previous, autocommit=True) as conn:
+        assert conn.execute("SELECT state::text, origin FROM mailroom.signing_keys").fetchall() == [("active", "generated")]
+    # the variable set later: nothing is imported (the keyring already signs), the step is named
+    later = migrate.migrate(previous, environ={"MAILROOM_SECRET_KEY": SECRET_HEX})
+    assert later.imported_key is None
+    assert [s[1] for s in later.steps] == ["mailroom keys import --active"]

@@ -162,6 +162,9 @@ def run_under_load(db_url: str, cli_popen, tmp_path: Path, *, window: float = 0.
         conn.execute("SELECT mailroom.upsert_sender('load', %s, '127.0.0.1', %s)", (f"noreply@{domain}", inbox_port))
         conn.execute("SELECT mailroom.set_setting('collector.sender', 'load')")
         smtp_box = conn.execute("SELECT address FROM mailroom.create_mailbox(NULL, 'free')").fetchone()[0]
+        # the workers run with MAILROOM_SECRET_KEY, which collect and send accept only as the active key
+        # (issue 33, item 2): imported as an upgraded operator does (`mailroom keys import --active`)
+        conn.execute("SELECT mailroom.import_signing_key(%s, true)", (bytes.fromhex(SECRET_KEY),))
     write_upgrade(tmp_path / "release", db_url)
 
     logs = {name: tmp_path / f"{name.split()[0]}.log" for name in CHANGED.values()}

@@ -227,3 +227,37 @@ def test_dkim_record_checked_against_dns(cli, conn, tmp_path):
             stub.close()
         status, text = checks(result)["dkim mailroom.test"]
         assert status == expected, (records, text)
+
+
+def test_warns_when_nothing_expires_inboxes(cli, conn):
+    """Issue 33, item 6: the HTTP face and the SMTP server create inboxes but never expire them. With no
+    expiry worker reporting in and no pg_cron job, the doctor warns (and counts the inboxes overdue);
+    an expiry worker's heartbeat, or a pg_cron job running expiry, makes it OK."""
+    box = conn.execute("SELECT mailbox_id FROM mailroom.create_mailbox(NULL, 'free')").fetchone()[0]
+    conn.execute("UPDATE mailroom.mailboxes SET expires_at = now() - interval '10 minutes' WHERE id = %s", (box,))
+    result = cli("doctor")
+    status, text = checks(result)["expiry"]
+    assert status == "WARN", text
+    assert text.startswith("no process has expired inboxes recently") and "pg_cron is not installed" in text
+    assert "1 inbox(es) past their expiry" in text and "mailroom expire" in text
+    assert result.returncode == 0  # a WARN, not a FAIL
+
+    # pg_cron's catalog with a job that runs expiry (the table as pg_cron has it; the extension needs
+    # shared_preload_libraries, which the test cluster does not load)
+    conn.execute("CREATE SCHEMA cron")
+    conn.execute("CREATE TABLE cron.job (jobid bigint, jobname text, command text, active boolean)")
+    conn.execute("INSERT INTO cron.job VALUES (1, 'mailroom-analyze', 'ANALYZE', true)")
+    status, text = checks(cli("doctor"))["expiry"]
+    assert status == "WARN" and "pg_cron schedules no expiry job" in text, text
+    conn.execute("INSERT INTO cron.job VALUES (2, 'mailroom-expiry', 'CALL mailroom.run_expiry()', true)")
+    assert checks(cli("doctor"))["expiry"] == ("OK", "pg_cron runs inbox expiry (job mailroom-expiry)")
+    conn.execute("DROP SCHEMA cron CASCADE")
+
+    conn.execute("SELECT mailroom.worker_heartbeat('doctor-test:1', 'expiry', true)")
+    assert checks(cli("doctor"))["expiry"] == ("OK", "1 expiry worker(s) running")
+
+
+def test_the_expiry_check_as_a_login_that_cannot_see_workers(cli, db_url):
+    result = cli("doctor", env={"MAILROOM_DATABASE_URL": testing.as_login(db_url, "mr_app")})
+    status, text = checks(result)["expiry"]
+    assert status == "WARN" and "mailroom_monitor" in text, text

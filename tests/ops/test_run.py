@@ -8,6 +8,7 @@ import socket
 import time
 
 import psycopg
+import pytest
 
 from mailroom import testing
 
@@ -69,3 +70,98 @@ def test_run_never_says_running_when_a_child_cannot_serve(cli, db_url):
     assert "cannot listen on 127.0.0.1" in result.stderr
     assert "mailroom: error: inbox exited with code 1 before it was ready" in result.stderr
     assert "running:" not in result.stderr
+
+
+def _read_until(proc, needle: str, timeout: float = 60) -> str:
+    seen = ""
+    deadline = time.monotonic() + timeout
+    while needle not in seen and time.monotonic() < deadline and proc.poll() is None:
+        seen += proc.stderr.readline().decode()
+    assert needle in seen, seen
+    return seen
+
+
+def _stop(proc) -> str:
+    proc.send_signal(signal.SIGTERM)
+    try:
+        assert proc.wait(timeout=60) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    return proc.stderr.read().decode()
+
+
+def test_the_start_order_costs_no_backoff(cli_popen, conn):
+    """Issue 34, item 6: the sender's relay is run's own inbox server (an activation mail to one of its
+    inboxes, queued before run starts). The children after the inbox server start only once it listens,
+    so the first mail goes out at its first attempt: no backoff paid for the start order."""
+    port = free_port()
+    domain = conn.execute("SELECT mailroom.setting('inbox.domain')").fetchone()[0]
+    conn.execute("SELECT mailroom.upsert_sender('run', %s, '127.0.0.1', %s)", (f"noreply@{domain}", port))
+    conn.execute("SELECT mailroom.set_setting('collector.sender', 'run')")
+    box = conn.execute("SELECT address FROM mailroom.create_mailbox(NULL, 'free')").fetchone()[0]
+    conn.execute("SELECT mailroom.create_account(%s, 'startorder')", (box,))
+    proc = cli_popen("run", "--inbox-port", str(port), "--no-maintain")
+    try:
+        seen = _read_until(proc, "running: inbox")
+        lines = seen.splitlines()
+        listening = next(i for i, line in enumerate(lines) if "[inbox]" in line and "listening on" in line)
+        started = {name: next(i for i, line in enumerate(lines) if f"started {name} (pid" in line)
+                   for name in ("inbox", "collect", "send", "expire")}
+        assert started["inbox"] < listening < min(started["collect"], started["send"], started["expire"]), seen
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            row = conn.execute("SELECT status, attempts FROM mailroom.outbound_messages").fetchone()
+            if row and row[0] != "queued" and row[0] != "processing":
+                break
+            time.sleep(0.2)
+        assert row == ("sent", 1), row
+        stored = conn.execute("SELECT count(*) FROM mailroom.messages AS m JOIN mailroom.mailboxes AS b"
+                              " ON b.id = m.mailbox_id WHERE b.address = %s", (box,)).fetchone()[0]
+        assert stored == 1
+    finally:
+        _stop(proc)
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_run_with_the_http_face(cli_popen, cli, conn, workers):
+    """--http-port: `http serve` runs with the others, reports its heartbeat (mailroom status lists it)
+    and stops with them; its inboxes expire by run's expire worker (mailroom_http has no expiry rights).
+    With several server processes (MAILROOM_HTTP_WORKERS) each reports in, and run still hears it is ready."""
+    import json
+    import urllib.request
+
+    http_port = free_port()
+    proc = cli_popen("run", "--inbox-port", str(free_port()), "--http-port", str(http_port), "--no-maintain",
+                     env={"MAILROOM_HTTP_WORKERS": str(workers)})
+    try:
+        seen = _read_until(proc, "running: inbox")
+        assert f"http (127.0.0.1:{http_port})" in seen, seen
+        with urllib.request.urlopen(f"http://127.0.0.1:{http_port}/openapi.json", timeout=10) as reply:
+            assert reply.status == 200 and json.load(reply)["info"]["title"]
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            rows = conn.execute("SELECT state, serves FROM mailroom.worker_health() WHERE kind = 'http'").fetchall()
+            if len(rows) >= workers:
+                break
+            time.sleep(0.2)
+        assert rows == [("running", f"http 127.0.0.1:{http_port}")] * workers, rows
+        status = cli("status")
+        assert status.returncode == 0, status.stderr
+        assert any(line.split()[:1] == ["http"] and f"http 127.0.0.1:{http_port}" in line
+                   for line in status.stdout.splitlines()), status.stdout
+        assert not conn.execute(
+            "SELECT has_function_privilege('mailroom_http', 'mailroom.expire_mailboxes(integer)', 'EXECUTE')"
+        ).fetchone()[0]
+    finally:
+        _stop(proc)
+    assert {s for (s,) in conn.execute("SELECT state FROM mailroom.worker_health() WHERE kind = 'http'")} == {"stopped"}
+
+
+def test_run_refuses_a_secret_key_that_does_not_sign(cli):
+    """MAILROOM_SECRET_KEY reaches collect and send through run: run checks it first (one line, exit 2)."""
+    result = cli("run", "--inbox-port", str(free_port()), env={"MAILROOM_SECRET_KEY": "0badf00d" * 8}, timeout=60)
+    assert result.returncode == 2, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("mailroom: error: run: MAILROOM_SECRET_KEY (fingerprint "), lines
+    assert "mailroom keys import --active" in lines[0]

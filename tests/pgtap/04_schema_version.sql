@@ -1,7 +1,7 @@
 -- sql/04_schema_version.sql: every runtime role can see what the database has (the schema version
 -- and the applied migrations) without reading the owner's ledger.
 BEGIN;
-SELECT plan(7);
+SELECT plan(12);
 
 SELECT is(
     mailroom.schema_version(),
@@ -35,6 +35,31 @@ SELECT is(
     '0001_foundation.sql',
     'mailroom_collector lists the migrations'
 );
+RESET ROLE;
+
+-- upgrade_steps: what an upgrade from 0.1.x leaves to the operator
+SELECT is((SELECT count(*)::int FROM mailroom.upgrade_steps()), 0, 'a fresh install has no step left');
+SELECT results_eq(
+    $$ SELECT step, command FROM mailroom.upgrade_steps('0123456789abcdef') $$,
+    $$ VALUES ('signing-key', 'mailroom keys import --active') $$,
+    'a MAILROOM_SECRET_KEY that is not the active key: import it as the active key'
+);
+SELECT is(
+    (SELECT count(*)::int FROM mailroom.upgrade_steps(
+        encode(substr(sha256((SELECT key FROM mailroom.signing_keys WHERE state = 'active')), 1, 8), 'hex')
+    )),
+    0, 'the active key: nothing to do'
+);
+INSERT INTO mailroom.senders (name, from_address, smtp_host, smtp_port, smtp_password_encrypted)
+VALUES ('legacy', 'noreply@example.com', '127.0.0.1', 25, '\x00');
+SELECT results_eq(
+    $$ SELECT step, command FROM mailroom.upgrade_steps() $$,
+    $$ VALUES ('sender-key', 'mailroom outbound sender-key init'),
+              ('relay-passwords', 'mailroom outbound convert-passwords') $$,
+    'a relay password of the previous release: make the sender key, then convert the passwords'
+);
+SET LOCAL ROLE mailroom_monitor;
+SELECT is((SELECT count(*)::int FROM mailroom.upgrade_steps()), 2, 'mailroom_monitor reads the steps left');
 RESET ROLE;
 
 SELECT * FROM finish();

@@ -26,7 +26,7 @@ SELECT 'mailroom_http', unnest(ARRAY[
     'http_read_message', 'http_message_raw',
     'http_message_attachment', 'http_delete_mailbox', 'http_delete_message', 'http_extract_link', 'http_extract_code',
     'http_check_message', 'http_search_messages', 'index_messages', 'deliver_ses_message', 'clock', 'setting',
-    'list_migrations', 'schema_version', 'error_codes', 'unsubscribe',
+    'list_migrations', 'schema_version', 'error_codes', 'unsubscribe', 'worker_heartbeat', 'worker_stopped',
     'mcp_create_mailbox', 'mcp_list_mailboxes', 'mcp_list_messages', 'mcp_read_message', 'mcp_check_message',
     'mcp_extract_link', 'mcp_extract_code', 'mcp_delete_mailbox', 'mcp_error_codes'
 ])
@@ -34,14 +34,16 @@ UNION ALL
 SELECT 'mailroom_collector', unnest(ARRAY[
     'listen', 'unlisten', 'await_writers',
     'dequeue_tokens', 'enqueue_token_emails', 'render_token_email', 'worker_heartbeat', 'worker_stopped', 'clock',
-    'setting', 'interval_setting', 'list_migrations', 'schema_version', 'error_codes', 'token_actions', 'list_settings'
+    'setting', 'interval_setting', 'list_migrations', 'schema_version', 'error_codes', 'token_actions', 'list_settings',
+    'signing_key_state_of'
 ])
 UNION ALL
 SELECT 'mailroom_sender', unnest(ARRAY[
     'listen', 'unlisten', 'await_writers',
     'claim_messages', 'finalize_messages', 'release_messages', 'reap_stuck_messages', 'worker_heartbeat',
     'worker_stopped', 'queue_health', 'record_refused_recipients', 'clock', 'setting', 'interval_setting',
-    'outbound_stats', 'list_migrations', 'schema_version', 'error_codes', 'list_settings', 'list_dkim_keys'
+    'outbound_stats', 'list_migrations', 'schema_version', 'error_codes', 'list_settings', 'list_dkim_keys',
+    'signing_key_state_of'
 ])
 UNION ALL
 SELECT 'mailroom_inbound', unnest(ARRAY[
@@ -56,7 +58,7 @@ SELECT 'mailroom_monitor', unnest(ARRAY[
     'list_outbound_messages', 'queue_health', 'worker_health', 'list_domain_limits', 'domain_status', 'clock',
     'setting', 'interval_setting', 'outbound_stats', 'list_migrations', 'schema_version', 'error_codes',
     'list_settings', 'list_plans', 'outbound_queue', 'job_runs', 'partition_status', 'list_worker_kinds', 'inbox_stats',
-    'list_dkim_keys'
+    'list_dkim_keys', 'upgrade_steps'
 ])
 UNION ALL
 SELECT 'mailroom_admin', unnest(ARRAY[
@@ -69,6 +71,7 @@ SELECT 'mailroom_admin', unnest(ARRAY[
     'list_catchall_domains', 'erase_address',
     'list_migrations', 'schema_version',
     'rotate_signing_key', 'retire_signing_key', 'export_signing_key', 'import_signing_key', 'list_signing_keys',
+    'signing_key_state_of', 'upgrade_steps', 'list_accounts',
     'set_sender_public_key', 'sender_public_key', 'convert_sender_passwords',
     'list_settings', 'list_plans', 'list_senders', 'hold_messages', 'release_held_messages', 'cancel_messages',
     'delete_messages', 'run_messages_now', 'retry_messages', 'outbound_queue', 'job_runs', 'partition_status',
@@ -91,7 +94,7 @@ SELECT unnest(ARRAY[
     'interval_setting', 'account_status', 'error_codes', '_verdict_reply', '_code_reply', '_token_action', 'token_actions', 'list_settings',
     '_is_valid_address', '_is_domain_name', '_random_bytes', '_digest', '_hmac', '_hmac_many', '_pgp_sym_encrypt', '_pgp_sym_decrypt',
     '_valid_email', '_check_account_identity', 'trg_before_account_insert', 'trg_before_account_identity_change',
-    'trg_before_account_status_change', 'create_account', '_lock_account', 'suspend_account',
+    'trg_before_account_status_change', 'create_account', '_lock_account', 'suspend_account', 'list_accounts',
     'unsuspend_account', '_random_code', '_b64url_encode', '_b64url_encode_many', '_b64url_decode', '_check_key',
     '_token_mac', '_token_macs', '_signed_values',
     'sign_token', 'trg_before_token_insert', 'trg_before_token_close', 'trg_after_token_consumed',
@@ -101,7 +104,8 @@ SELECT unnest(ARRAY[
     '_issue_requested_recoveries', 'purge_tokens',
     '_pgp_pub_encrypt', '_pgp_key_id', '_dequeue_tokens', '_mint_token', '_signed_value', '_verify_token', '_consume_token',
     '_active_signing_key', '_verifying_keys', '_lock_keyring', 'rotate_signing_key', 'retire_signing_key',
-    'export_signing_key', 'import_signing_key', 'list_signing_keys',
+    'export_signing_key', 'import_signing_key', 'list_signing_keys', '_key_fingerprint', 'signing_key_state_of',
+    'upgrade_steps',
     'listen', 'unlisten', 'await_writers', '_listened', '_notify'
 ]);
 

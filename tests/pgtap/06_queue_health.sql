@@ -119,13 +119,13 @@ SELECT results_eq(
 SELECT mailroom.worker_heartbeat('host-a:101', 'sender', false, 2);
 SELECT is((SELECT claimed FROM mailroom.workers WHERE worker = 'host-a:101'), 7::bigint, 'claims add up');
 SELECT throws_ok($$SELECT mailroom.worker_heartbeat('x:1', 'bogus', true)$$, '22023',
-    'worker_heartbeat: kind must be one of collector, expiry, inbound, maintenance, sender, got ''bogus''',
+    'worker_heartbeat: kind must be one of collector, expiry, http, inbound, maintenance, sender, got ''bogus''',
     'an unknown kind is 22023 naming the kinds of mailroom.worker_kinds');
 SELECT throws_ok($$SELECT mailroom.worker_heartbeat('', 'sender', true)$$, '22023', NULL, 'an empty name is 22023');
 SELECT throws_ok($$SELECT mailroom.worker_heartbeat('x:1', 'sender', true, -1)$$, '22023', NULL, 'negative claims are 22023');
 SELECT is(
     (SELECT array_agg(kind ORDER BY kind) FROM mailroom.list_worker_kinds()),
-    ARRAY['collector', 'expiry', 'inbound', 'maintenance', 'sender'],
+    ARRAY['collector', 'expiry', 'http', 'inbound', 'maintenance', 'sender'],
     'every long-running command has its kind (list_worker_kinds)'
 );
 

@@ -1,6 +1,6 @@
 -- Accounts: validation, the insert and status triggers, create/suspend/unsuspend.
 BEGIN;
-SELECT plan(58);
+SELECT plan(64);
 
 SET LOCAL mailroom.clock = '2030-01-01 00:00:00+00';
 
@@ -212,6 +212,35 @@ SELECT is(
     (SELECT (unsuspended_at, status_changed_at)::text FROM mailroom.accounts WHERE id = (SELECT id FROM gus)),
     '("2031-06-06 06:06:06+00","2031-06-06 06:06:06+00")',
     'a status change its statement did not stamp takes mailroom.clock()');
+
+-- list_accounts: `mailroom account list / show` (admin)
+CREATE TEMP TABLE la AS
+SELECT mailroom.create_account('List.One@example.com', 'list_one') AS a1,
+       mailroom.create_account('list.two@example.com', 'list_two') AS a2;
+SELECT results_eq(
+    $$ SELECT login, status::text FROM mailroom.list_accounts(p_email => 'list.one@EXAMPLE.com') $$,
+    $$ VALUES ('list_one', 'provisioned') $$,
+    'one account by its address, any case'
+);
+SELECT results_eq(
+    $$ SELECT login FROM mailroom.list_accounts(p_account => (SELECT a2 FROM la)) $$,
+    $$ VALUES ('list_two') $$,
+    'one account by id'
+);
+SELECT results_eq(
+    $$ SELECT login FROM mailroom.list_accounts(p_after => (SELECT a1 FROM la), p_limit => 1) $$,
+    $$ VALUES ('list_two') $$,
+    'a page after the last id seen, in id order'
+);
+SELECT is(
+    (SELECT count(*)::int FROM mailroom.list_accounts(p_status => 'suspended', p_after => (SELECT a1 FROM la) - 1)), 0,
+    'filtered by status'
+);
+SELECT throws_ok($$ SELECT * FROM mailroom.list_accounts(p_limit => 0) $$, '22023', NULL, 'a limit out of range is refused');
+SET LOCAL ROLE mailroom_app;
+SELECT throws_ok($$ SELECT * FROM mailroom.list_accounts() $$, '42501', NULL,
+    'the application cannot list accounts (addresses are PII: admin only)');
+RESET ROLE;
 
 SELECT * FROM finish();
 ROLLBACK;

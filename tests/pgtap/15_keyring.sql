@@ -1,7 +1,7 @@
 -- The signing keyring: made by migrate, rotated, retired, exported and imported by the admin,
 -- read by no runtime role.
 BEGIN;
-SELECT plan(24);
+SELECT plan(31);
 
 SET LOCAL mailroom.clock = '2030-01-01 00:00:00+00';
 
@@ -82,6 +82,29 @@ SELECT is(
     (SELECT fingerprint FROM mailroom.list_signing_keys() WHERE id = (SELECT first_id FROM k)), NULL,
     'and none for a retired key'
 );
+
+-- signing_key_state_of: a command holding MAILROOM_SECRET_KEY asks by fingerprint (the key never travels)
+CREATE TEMP TABLE fp AS
+SELECT
+    encode(substr(sha256((SELECT key FROM mailroom.signing_keys WHERE state = 'active')), 1, 8), 'hex') AS active,
+    encode(substr(sha256((SELECT key FROM mailroom.signing_keys WHERE state = 'verify_only' ORDER BY id LIMIT 1)), 1, 8), 'hex')
+    AS verify_only;
+GRANT SELECT ON fp TO mailroom_collector, mailroom_sender;
+SELECT is(
+    (SELECT fingerprint FROM mailroom.list_signing_keys() WHERE state = 'active'), (SELECT active FROM fp),
+    'the fingerprint keys list shows is sha256(key), first 8 bytes, hex: what a command computes on its side'
+);
+SET LOCAL ROLE mailroom_collector;
+SELECT is(mailroom.signing_key_state_of((SELECT active FROM fp))::text, 'active', 'the collector learns its key is active');
+SELECT is(mailroom.signing_key_state_of((SELECT verify_only FROM fp))::text, 'verify_only', 'or verify-only');
+SELECT is(mailroom.signing_key_state_of('0123456789abcdef'), NULL, 'or not in the keyring (NULL)');
+SELECT throws_ok($$ SELECT mailroom.signing_key_state_of('0BADF00D') $$, '22023', NULL,
+    'a fingerprint that is not 16 lowercase hex characters is refused');
+SELECT throws_ok($$ SELECT * FROM mailroom.list_signing_keys() $$, '42501', NULL, 'and it cannot list the keyring');
+RESET ROLE;
+SET LOCAL ROLE mailroom_sender;
+SELECT is(mailroom.signing_key_state_of((SELECT active FROM fp))::text, 'active', 'the sender may ask too');
+RESET ROLE;
 
 -- nobody but the owner reads or locks the table
 SET LOCAL ROLE mailroom_app;

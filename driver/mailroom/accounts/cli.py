@@ -58,22 +58,17 @@ def collect(
         "--metrics-host", env="MAILROOM_COLLECT_METRICS_HOST", metavar="HOST", help="Metrics bind address.")] = "127.0.0.1",
 ) -> None:
     """Collect activation / recovery tokens as they are inserted and hand them off in batches."""
-    import os
-
     from mailroom.accounts.collector import Collector, parse_config
-    from mailroom.core.log import get_logger
+    from mailroom.accounts.secret_key import check_at_start, env_fingerprint
 
-    if os.environ.get("MAILROOM_SECRET_KEY"):
-        # the keyring signs now; the old key only has to be imported once (links already sent)
-        get_logger("collect").warning(
-            "WARN: MAILROOM_SECRET_KEY is set but no longer used: the keyring in the database signs the links; "
-            "import it once with `mailroom keys import` so links it signed keep working, then unset it"
-        )
+    # MAILROOM_SECRET_KEY set: it must be the keyring's active key (checked once connected, exit 2 if not)
+    fingerprint = env_fingerprint()
     cfg = parse_config(batch_limit, batch_timeout, healthcheck_interval, channel, output, enqueue, poll_interval)
     home = Path(data_dir) if data_dir else None
     url = resolve_database_url(database_url, home)
+    check_at_start(url, "collect", fingerprint)
     cfg = replace(cfg, url=url, listen_url=resolve_listen_url(listen_url, url), metrics_port=metrics_port,
-                  metrics_host=metrics_host)
+                  metrics_host=metrics_host, key_fingerprint=fingerprint)
     raise typer.Exit(Collector(cfg).run())
 
 
@@ -135,3 +130,131 @@ def keys_import(
     rows = _keys_call(database_url, "import_signing_key", key=key, active=active)
     state = "the active key" if active else "verify-only"
     typer.echo(f"MAILROOM_SECRET_KEY is key {rows[0][0]} ({state}); unset it everywhere: nothing needs it now")
+
+
+account_app = new_app(
+    "account",
+    "Accounts and their tokens, one SQL call each: create, show, list (admin: addresses are PII), suspend, "
+    "unsuspend, consume a link, request a password recovery (the application's calls, mailroom_app).",
+)
+
+JsonOption = Annotated[bool, typer.Option("--json", help="Print JSON (one object per line) instead of text.")]
+AccountArgument = Annotated[int, typer.Argument(metavar="ID", help="The account id.")]
+ACCOUNT_STATUSES = ("provisioned", "active", "suspended")
+
+
+def _account_call(database_url: Optional[str], fn_name: str, **kwargs):  # noqa: ANN202 - rows
+    from mailroom.accounts import sqlapi
+    from mailroom.db.connect import call_once
+
+    return call_once(resolve_database_url(database_url), getattr(sqlapi, fn_name),
+                     application_name="mailroom-account", **kwargs)
+
+
+def _emit(record: dict, as_json: bool) -> None:
+    import json
+
+    from mailroom.core.table import fields
+
+    if as_json:
+        typer.echo(json.dumps({k: v.isoformat() if hasattr(v, "isoformat") else v for k, v in record.items()}))
+    else:
+        fields(record)
+
+
+@account_app.command("create")
+def account_create(
+    email: Annotated[str, typer.Argument(metavar="EMAIL", help="The account's address (its activation mail goes there).")],
+    login: Annotated[str, typer.Argument(metavar="LOGIN", help="The account's login (unique).")],
+    database_url: DatabaseUrlOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Create a provisioned account; its activation token is issued at once (collect or send mails it)."""
+    rows = _account_call(database_url, "create_account", email=email, login=login)
+    _emit({"account": rows[0][0], "status": "provisioned"}, as_json)
+
+
+@account_app.command("show")
+def account_show(
+    account: Annotated[str, typer.Argument(metavar="ACCOUNT", help="The account id, or its address.")],
+    database_url: DatabaseUrlOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """One account: id, address, login, status and its times (admin)."""
+    from mailroom.core.errors import UserError
+
+    by = {"account": int(account)} if account.isdigit() else {"email": account}
+    rows = _account_call(database_url, "list_accounts", limit=1, **by)
+    if not rows:
+        raise UserError(f"unknown account {account if account.isdigit() else '(no account has that address)'}")
+    _emit(rows[0]._asdict(), as_json)
+
+
+@account_app.command("list")
+def account_list(
+    status: Annotated[Optional[str], typer.Option(metavar="STATUS", help="Only provisioned, active or suspended.")] = None,
+    limit: Annotated[int, typer.Option(min=1, max=10000, metavar="N", help="At most this many.")] = 100,
+    from_id: Annotated[Optional[int], typer.Option(
+        "--from-id", metavar="ID", help="Those with a greater id (the next page: the last id shown).")] = None,
+    database_url: DatabaseUrlOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Accounts in id order, a page at a time (admin: addresses are PII)."""
+    import json
+
+    from mailroom.core.errors import ConfigError
+    from mailroom.core.table import table
+
+    if status is not None and status not in ACCOUNT_STATUSES:
+        raise ConfigError(f"--status must be one of {', '.join(ACCOUNT_STATUSES)}, got {status!r}")
+    rows = _account_call(database_url, "list_accounts", status=status, limit=limit, after=from_id)
+    if as_json:
+        for r in rows:
+            typer.echo(json.dumps({k: v.isoformat() if hasattr(v, "isoformat") else v for k, v in r._asdict().items()}))
+        return
+    table([r._asdict() for r in rows], ["id", "email", "login", "status", "created_at", "activated_at"],
+          headers=["id", "email", "login", "status", "created", "activated"], empty="no accounts")
+
+
+@account_app.command("suspend")
+def account_suspend(account: AccountArgument, database_url: DatabaseUrlOption = None, as_json: JsonOption = False) -> None:
+    """Suspend an account: its links stop working until it is unsuspended."""
+    rows = _account_call(database_url, "suspend_account", account=account)
+    _emit({"account": account, "status": rows[0][0]}, as_json)
+
+
+@account_app.command("unsuspend")
+def account_unsuspend(account: AccountArgument, database_url: DatabaseUrlOption = None,
+                      as_json: JsonOption = False) -> None:
+    """Lift a suspension: back to active, or provisioned if it was never activated."""
+    rows = _account_call(database_url, "unsuspend_account", account=account)
+    _emit({"account": account, "status": rows[0][0]}, as_json)
+
+
+@account_app.command("consume")
+def account_consume(
+    link: Annotated[str, typer.Argument(metavar="SIGNED", help="The signed value of the link (its last path part).")],
+    code: Annotated[Optional[str], typer.Option(metavar="CODE", help="The recovery code sent with a recovery link.")] = None,
+    database_url: DatabaseUrlOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Consume an activation or recovery link, as the application does when it is followed."""
+    rows = _account_call(database_url, "consume_token", signed=link, **({} if code is None else {"code": code}))
+    r = rows[0]
+    if r.outcome == "wrong_code":  # the attempt counted (committed): a refusal, one line
+        from mailroom.core.errors import UserError
+
+        raise UserError(f"wrong recovery code; {r.attempts_left} attempt(s) left", exit_code=2)
+    _emit({"account": r.account, "outcome": r.outcome}, as_json)
+
+
+@account_app.command("recover")
+def account_recover(
+    email: Annotated[str, typer.Argument(metavar="EMAIL", help="The address recovery is requested for.")],
+    database_url: DatabaseUrlOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Request a password recovery: a recovery token is issued if the address is an active account and the
+    recovery policy allows (the answer is the same for any address)."""
+    _account_call(database_url, "request_password_recovery", email=email)
+    _emit({"requested": True}, as_json)

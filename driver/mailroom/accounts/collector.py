@@ -29,6 +29,7 @@ from dataclasses import dataclass
 
 import psycopg
 
+from mailroom.accounts import secret_key
 from mailroom.accounts.output import CommitLost, EnqueueSink, OutputClosed, StdoutSink
 from mailroom.core.errors import ConfigError, Kind, UpgradeBackoff, UserError, describe_db_error, is_upgrade_condition
 from mailroom.core.log import get_logger
@@ -59,6 +60,7 @@ class CollectorConfig:
     poll_ms: int = 1000
     metrics_port: int | None = None  # Prometheus /metrics (mailroom.accounts.metrics), off when None
     metrics_host: str = "127.0.0.1"
+    key_fingerprint: str | None = None  # of MAILROOM_SECRET_KEY: checked once connected (accounts/secret_key.py)
 
 
 def parse_config(
@@ -152,6 +154,8 @@ class Collector:
         try:
             # started while the database is down: wait for it (a wrong password or database name is fatal)
             if self._connect_waiting():
+                assert self.work is not None
+                secret_key.check(self.work, "collect", c.key_fingerprint, self.log)  # before anything is signed
                 self.listener.start()
                 notify_ready()
             while not self.stopping:
@@ -184,7 +188,7 @@ class Collector:
         except psycopg.Error as exc:
             self._shutdown()
             raise UserError(f"collector stopped: {describe_db_error(exc)}") from None
-        except ConnectFailed:
+        except (ConnectFailed, ConfigError):
             self._shutdown()
             raise
         self._shutdown(clean=True)

@@ -15,6 +15,15 @@ consume_token = SqlFunction(
     "consume_token", "p_signed text, p_code text = default", returns=("account", "outcome", "attempts_left")
 )
 account_status = SqlFunction("account_status", "p_account bigint", returns="mailroom.account_status")
+# `mailroom account …` (accounts/cli.py): the application's calls (mailroom_app), and list/show (admin)
+suspend_account = SqlFunction("suspend_account", "p_account bigint", returns="mailroom.account_status")
+unsuspend_account = SqlFunction("unsuspend_account", "p_account bigint", returns="mailroom.account_status")
+list_accounts = SqlFunction(
+    "list_accounts",
+    "p_account bigint = default, p_email text = default, p_status mailroom.account_status = default,"
+    " p_limit integer = default, p_after bigint = default",
+    returns=("id", "email", "login", "status", "created_at", "activated_at", "suspended_at", "status_changed_at"),
+)
 request_password_recovery = SqlFunction("request_password_recovery", "p_email text, p_requester text = default")
 
 # `mailroom keys …` (accounts/cli.py), mailroom_admin
@@ -22,6 +31,8 @@ rotate_signing_key = SqlFunction("rotate_signing_key", returns="integer")
 retire_signing_key = SqlFunction("retire_signing_key", "p_id integer")
 export_signing_key = SqlFunction("export_signing_key", "p_id integer = default", returns="bytea")
 import_signing_key = SqlFunction("import_signing_key", "p_key bytea, p_active boolean = default", returns="integer")
+# MAILROOM_SECRET_KEY at the start of collect and send (accounts/secret_key.py): by its fingerprint
+signing_key_state_of = SqlFunction("signing_key_state_of", "p_fingerprint text", returns="mailroom.signing_key_state")
 list_signing_keys = SqlFunction(
     "list_signing_keys",
     returns=("id", "state", "origin", "fingerprint", "created_at", "state_changed_at", "last_exported_at"),

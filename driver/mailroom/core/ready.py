@@ -19,7 +19,8 @@ def notify_ready() -> None:
     if _done:
         return
     _done = True
-    fd = os.environ.get("MAILROOM_READY_FD", "")
+    # (taken out of the environment: a process this one spawns later must not write to that number)
+    fd = os.environ.pop("MAILROOM_READY_FD", "")
     if fd.isdigit():
         try:
             os.write(int(fd), b".")

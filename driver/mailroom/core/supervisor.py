@@ -214,12 +214,14 @@ class Supervisor:
                 child.ready(child)
         self.wait_ready()
 
-    def wait_ready(self) -> None:
-        """Until every child with a ready pipe wrote its byte; says once which it still waits for."""
+    def wait_ready(self, only: list[Child] | None = None) -> None:
+        """Until every child (of `only`, when given) with a ready pipe wrote its byte; says once which it
+        still waits for. A child's `ready` check may call it with [child]: the next start after it serves."""
         said = False
         deadline = time.monotonic() + READY_PATIENCE
+        children = self.children if only is None else only
         while not self.received:
-            pending = [c for c in self.children if c.ready_fd is not None]
+            pending = [c for c in children if c.ready_fd is not None]
             if not pending:
                 return
             readable, _, _ = select.select([c.ready_fd for c in pending], [], [], POLL_SECONDS)
@@ -242,7 +244,7 @@ class Supervisor:
                     raise UserError(f"{child.name} {child.exit_text()} before it was ready")
             if not said and time.monotonic() >= deadline:
                 said = True
-                waiting = [c.name for c in self.children if c.ready_fd is not None]
+                waiting = [c.name for c in children if c.ready_fd is not None]
                 if waiting:
                     self.log.info("waiting for %s to be ready (each says why in its own lines)", ", ".join(waiting))
 

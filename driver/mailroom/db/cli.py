@@ -70,6 +70,8 @@ def up(
         url = cluster.url()
     result = runner.migrate(url, notices=_say, say=_say)
     _say(f"migrations applied: {len(result.applied)}; sql files applied: {result.sql_files}")
+    for line in result.step_lines():
+        _say(line)
     _say(f"ready in {time.monotonic() - started:.2f}s")
     print(url)
 
@@ -164,6 +166,8 @@ def migrate_cmd(
         _say(f"applied {name}")
     _say(f"migrations applied: {len(result.applied)}; sql files applied: {result.sql_files}; "
          f"locks held {result.held_seconds:.2f}s")
+    for line in result.step_lines():  # MAILROOM_SECRET_KEY imported, one-time steps left (docs/upgrading.md)
+        _say(line)
 
 
 @db_app.command("import-seed")

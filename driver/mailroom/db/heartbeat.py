@@ -1,7 +1,7 @@
 """Worker heartbeats: every ~10 s a worker calls mailroom.worker_heartbeat on its work connection.
 
-Every long-running command reports in (collector, sender, inbound SMTP server, expiry, maintenance:
-mailroom.worker_kinds). A heartbeat says the worker is alive, whether its Listener hears NOTIFY, how
+Every long-running command reports in (collector, sender, inbound SMTP server, expiry, maintenance,
+the HTTP face: mailroom.worker_kinds). A heartbeat says the worker is alive, whether its Listener hears NOTIFY, how
 many rows (tokens, messages, inboxes) it claimed since the last one, where its Prometheus metrics
 are and what it serves; `mailroom status` and `mailroom.worker_health()` show the result. A change of
 the listener's state is reported at once (a worker that went deaf shows up without waiting for the
@@ -18,6 +18,8 @@ import logging
 import os
 import socket
 import time
+from collections.abc import Callable
+from typing import Any
 
 import psycopg
 
@@ -28,6 +30,7 @@ from mailroom.db.connect import connection_kwargs
 INTERVAL = 10.0
 CLAIMED_WITHIN = 1.0  # rows claimed are reported within this many seconds
 MAX_CLAIMED = 2**31 - 1  # p_claimed is an integer
+SERVES_ENV = "MAILROOM_SERVES"  # what a server process serves (`http serve` sets it for its worker processes)
 
 
 def worker_name() -> str:
@@ -175,3 +178,19 @@ class Heartbeat:
                 await sqlapi.worker_stopped.acall(conn, worker=self.worker, claimed=min(self.claimed, MAX_CLAIMED))
         except psycopg.Error as exc:
             self.log.info("could not report the stop: %s", describe_db_error(exc))
+
+
+async def abeat_every(beat: Heartbeat, connection: Callable[[], Any], listening: Callable[[], bool]) -> None:
+    """The heartbeats of a server with a connection pool (the HTTP face): one whenever due(), on a pooled
+    connection (`connection()`: an async context manager giving an autocommit connection), until
+    cancelled. A database out of reach skips one (the next in `interval`); nothing here ever raises."""
+    import asyncio
+
+    while beat.enabled:
+        if beat.due(listening()):
+            try:
+                async with connection() as conn:
+                    await beat.abeat(conn, listening())
+            except Exception:  # noqa: BLE001 - the pool's timeout or a lost connection: the server goes on
+                beat.skip(listening())
+        await asyncio.sleep(max(0.5, min(beat.seconds_left(), beat.interval)))

@@ -37,14 +37,24 @@ What `db migrate` does (docs/upgrading.md tells it to operators):
   be created on the workers through other connections), and they run in a second transaction.
 - What migrations say (RAISE NOTICE / WARNING) reaches the caller (`notices`), each line prefixed
   with its file; PostgreSQL's own "…, skipping" chatter of IF [NOT] EXISTS is left out.
+- MAILROOM_SECRET_KEY (issue 33, item 2): releases before the keyring (migration 0125) signed links
+  with it. When this run creates the keyring on a database an earlier release installed (0125 is
+  applied now and the ledger already had rows) and the variable is in migrate's environment, it is
+  imported as the active signing key in the same transaction, and the key 0125 generated (it signed
+  nothing) is retired: workers restarted with the same environment keep signing with the key the
+  applications' verifiers hold. Not on a fresh install (the keyring's own key signs; `collect` and
+  `send` refuse a MAILROOM_SECRET_KEY that is not active and name `mailroom keys import --active`).
+  Whatever the run, `result.steps` lists the one-time steps left (mailroom.upgrade_steps: that key,
+  the relay-password conversion); `db migrate` prints them.
 """
 
 from __future__ import annotations
 
 import hashlib
+import os
 import re
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from importlib.resources.abc import Traversable
 from pathlib import Path
@@ -63,6 +73,8 @@ NO_TRANSACTION_MARKER = "-- mailroom:no-transaction"
 AS_MIGRATOR_MARKER = "-- mailroom:as-migrator"
 REPLACES_MARKER = "-- mailroom:replaces-sha256 "
 ROLES_VERSION = 50  # migrations/0050_roles.sql: from here on, objects belong to mailroom_owner
+KEYRING_VERSION = 125  # migrations/0125_keyring.sql: releases before it signed with MAILROOM_SECRET_KEY
+SECRET_KEY_ENV = "MAILROOM_SECRET_KEY"  # noqa: S105 - the name of the variable, not a key
 OWNER_ROLE = "mailroom_owner"
 _NAME = re.compile(r"^(\d{4})_[a-z0-9_]+\.sql$")
 
@@ -278,6 +290,22 @@ class MigrateResult:
     held_seconds: float = 0.0  # from the first statement after the lock to COMMIT
     lock_retries: int = 0
     distributed: bool = False  # a Citus coordinator's schema was distributed by this run (sql/citus/)
+    imported_key: int | None = None  # MAILROOM_SECRET_KEY imported as the active signing key (its id)
+    retired_keys: list[int] = field(default_factory=list)  # the keys 0125 generated, retired for it
+    steps: list[tuple[str, str, str]] = field(default_factory=list)  # mailroom.upgrade_steps: (step, command, reason)
+
+    def step_lines(self) -> list[str]:
+        """What `db migrate` prints after its summary: the imported key, then the steps left."""
+        lines = []
+        if self.imported_key is not None:
+            retired = f"; the generated key {', '.join(map(str, self.retired_keys))} (it signed nothing) is retired" \
+                if self.retired_keys else ""
+            lines.append(f"{SECRET_KEY_ENV} is now the active signing key (key {self.imported_key}){retired}: "
+                         "restart collect and send with it set, or unset it once no verifier needs it")
+        if self.steps:
+            lines.append("one-time steps left (docs/upgrading.md):")
+            lines += [f"  {n}. {command}: {reason}" for n, (_step, command, reason) in enumerate(self.steps, 1)]
+        return lines
 
 
 class _Notices:
@@ -321,11 +349,17 @@ def migrate(
     lock_timeout: float = LOCK_TIMEOUT,
     retries: int = LOCK_RETRIES,
     say: Callable[[str], None] | None = None,
+    environ: Mapping[str, str] | None = None,
 ) -> MigrateResult:
     """Apply pending migrations (up to `upto`) and then sql/ in one transaction; what was applied.
 
     `notices` receives each NOTICE/WARNING line as it comes; `say` the runner's own progress
-    (waiting for the lock, a retry after a lock timeout)."""
+    (waiting for the lock, a retry after a lock timeout). `environ` (default os.environ) is where
+    MAILROOM_SECRET_KEY is looked for (see the module docstring)."""
+    from mailroom.db.config import hex_key
+
+    env = os.environ if environ is None else environ
+    secret = hex_key(SECRET_KEY_ENV, env.get(SECRET_KEY_ENV), required=False)  # (a bad value: exit 2, nothing done)
     migrations = [m for m in load_migrations(root) if upto is None or m.version <= upto]
     sql_files = load_sql_files(root) if apply_sql else []
     heard = _Notices(notices)
@@ -337,7 +371,7 @@ def migrate(
         attempt = 0
         while True:
             try:
-                result = _run_once(conn, migrations, sql_files, heard, lock_timeout, tell, citus)
+                result = _run_once(conn, migrations, sql_files, heard, lock_timeout, tell, citus, secret)
                 break
             except _LockTimeout as timeout:
                 attempt += 1
@@ -413,9 +447,11 @@ def _run_once(
     lock_timeout: float,
     say: Callable[[str], None],
     citus: _Citus | None = None,
+    secret: bytes | None = None,
 ) -> MigrateResult:
     done: list[str] = []
     label = "migrate"
+    keys: tuple[int | None, list[int], list[tuple[str, str, str]]] = (None, [], [])
     try:
         with conn.transaction():
             _take_lock(conn, say)
@@ -451,6 +487,11 @@ def _run_once(
                     label = "sql/ (after the move from the earlier layout)"
                     _apply_sql(conn, sql_files, heard, split=True)
                     _apply_sql(conn, citus.files, heard, prefix="sql/citus", split=True)
+            if sql_files:
+                label = "the signing key and the steps left"
+                # an upgrade from a release that signed with MAILROOM_SECRET_KEY: this run made the keyring
+                upgrade = bool(applied) and any(m.version == KEYRING_VERSION and m.name in done for m in migrations)
+                keys = _secret_key_and_steps(conn, secret if upgrade else None, secret)
             held = time.monotonic() - started
     except psycopg.errors.LockNotAvailable as exc:
         raise _LockTimeout(heard.current or label, exc) from None
@@ -460,7 +501,37 @@ def _run_once(
         raise nested.error from None
     finally:
         heard.current = ""
-    return MigrateResult(done, len(sql_files), held_seconds=held)
+    return MigrateResult(done, len(sql_files), held_seconds=held, imported_key=keys[0], retired_keys=keys[1],
+                         steps=keys[2])
+
+
+def _secret_key_and_steps(
+    conn: psycopg.Connection, to_import: bytes | None, secret: bytes | None,
+) -> tuple[int | None, list[int], list[tuple[str, str, str]]]:
+    """In the run's transaction, as the owner: import `to_import` as the active signing key and retire the
+    keys the keyring migration generated (never exported: they signed nothing); then the steps left."""
+    from mailroom.accounts import sqlapi as keys_api
+    from mailroom.accounts.secret_key import fingerprint
+    from mailroom.db import sqlapi
+
+    conn.execute(f"SET LOCAL ROLE {OWNER_ROLE}")
+    imported, retired = None, []
+    if to_import is not None:
+        imported = keys_api.import_signing_key.value(conn, key=to_import, active=True)
+        for key in keys_api.list_signing_keys.rows(conn):
+            if key.state == "verify_only" and key.origin == "generated" and key.last_exported_at is None:
+                keys_api.retire_signing_key.call(conn, id=key.id)
+                retired.append(key.id)
+    steps = []
+    if conn.execute("SELECT to_regprocedure('mailroom.upgrade_steps(text)') IS NOT NULL").fetchone()[0]:
+        try:
+            with conn.transaction():  # (a tree of other files, `root`, may lack what it reads: no steps then)
+                steps = sqlapi.upgrade_steps.rows(
+                    conn, key_fingerprint=fingerprint(secret) if secret is not None else None)
+        except psycopg.Error:
+            steps = []
+    conn.execute("RESET ROLE")
+    return imported, retired, [(r.step, r.command, r.reason) for r in steps]
 
 
 class _Nested(Exception):

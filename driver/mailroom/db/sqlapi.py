@@ -32,6 +32,8 @@ worker_heartbeat = SqlFunction(
 )
 
 list_migrations = SqlFunction("list_migrations", returns=("version", "name", "sha256", "applied_at"))
+# the one-time steps an upgrade leaves (sql/04_schema_version.sql): `db migrate` prints them
+upgrade_steps = SqlFunction("upgrade_steps", "p_key_fingerprint text = default", returns=("step", "command", "reason"))
 worker_stopped = SqlFunction("worker_stopped", "p_worker text, p_claimed integer = default", returns="boolean")
 list_worker_kinds = SqlFunction("list_worker_kinds", returns=("kind", "command", "description"))
 

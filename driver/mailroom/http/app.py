@@ -212,13 +212,25 @@ class State:
 
     @contextlib.asynccontextmanager
     async def lifespan(self, app: FastAPI) -> AsyncIterator[None]:
+        from mailroom.core.ready import notify_ready
+        from mailroom.db import heartbeat
+
         await self.pool.open(wait=False)
         self.hub.start()
         log.info("serving (pid %d, pool %d, LISTEN %s, SES hook %s)", os.getpid(), self.config.pool_size,
                  "on" if self.config.listen_url else "off (polling)", "on" if self.sns else "off")
+        # listed by `mailroom status` like every worker (kind http); `mailroom run` waits for the ready byte
+        beat = heartbeat.Heartbeat(heartbeat.worker_name(), "http", log)
+        beat.serves = os.environ.get(heartbeat.SERVES_ENV)
+        beats = asyncio.create_task(heartbeat.abeat_every(beat, self.pool.connection, lambda: self.hub.listening))
+        notify_ready()
         try:
             yield
         finally:
+            beats.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await beats
+            await beat.astop(self.config.database_url)
             await self.hub.stop()
             await self.pool.close()
             await self.parser.close()

@@ -10,6 +10,7 @@ import socket
 
 from mailroom.core.errors import UserError
 from mailroom.core.log import get_logger
+from mailroom.db.heartbeat import SERVES_ENV
 from mailroom.http.app import CONFIG_ENV, HttpConfig
 
 log = get_logger("http")
@@ -41,6 +42,7 @@ def serve(database_url: str, listen_url: str | None, *, host: str, port: int, wo
     sock.set_inheritable(True)
     bound = sock.getsockname()[1]
     scheme = "https" if tls_cert else "http"
+    os.environ[SERVES_ENV] = f"{scheme} {host}:{bound}"  # the heartbeat's `serves` (mailroom status)
     log.info("listening on %s:%d (%s, %d worker(s), pool %d each%s)", host, bound, scheme, workers, pool_size,
              f", SES topics {len(ses_topics)}" if ses_topics else "")
     # uvicorn's own access log would carry each path (an inbox's address): off; ours names the route
@@ -50,6 +52,10 @@ def serve(database_url: str, listen_url: str | None, *, host: str, port: int, wo
     # ignore it, so a stopped server exits 0 like every other worker (`mailroom run`, systemd).
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda _signum, _frame: None)
+    if workers > 1:  # the worker processes do not inherit the ready pipe: the bound socket is the signal
+        from mailroom.core.ready import notify_ready
+
+        notify_ready()
     uvicorn.run(
         "mailroom.http.app:create_app", factory=True, fd=sock.fileno(), workers=workers if workers > 1 else None,
         ssl_certfile=tls_cert, ssl_keyfile=tls_key, proxy_headers=bool(proxy), forwarded_allow_ips=proxy or "",

@@ -40,6 +40,7 @@ def run(
     send_url: Annotated[Optional[str], _worker_url("send")] = None,
     expire_url: Annotated[Optional[str], _worker_url("expire")] = None,
     maintain_url: Annotated[Optional[str], _worker_url("maintain")] = None,
+    http_url: Annotated[Optional[str], _worker_url("http")] = None,
     inbox_host: Annotated[str, _run_opt("--inbox-host", "Inbound SMTP listen address.", metavar="HOST")] = "127.0.0.1",
     inbox_port: Annotated[int, port_option("--inbox-port", env="MAILROOM_RUN_INBOX_PORT",
                                            help="Inbound SMTP port.")] = 2525,
@@ -53,27 +54,34 @@ def run(
         "--metrics-port", env="MAILROOM_RUN_METRICS_PORT",
         help="Prometheus metrics from this port on (127.0.0.1): send +0, collect +1, inbox +2, expire +3, "
              "maintain +4; off by default.")] = None,
+    http_port: Annotated[Optional[int], port_option(
+        "--http-port", env="MAILROOM_RUN_HTTP_PORT",
+        help="Also run the HTTP face (`mailroom http serve`) on this port; off by default. Its inboxes expire "
+             "by the expire worker.")] = None,
+    http_host: Annotated[str, _run_opt("--http-host", "HTTP listen address.", metavar="HOST")] = "127.0.0.1",
 ) -> None:
     """Run inbound SMTP, the collector (--enqueue), the sender, the expiry worker and partition maintenance
     together; each worker's own options come from its environment variables (MAILROOM_SEND_…).
 
     The login: one URL for all needs mailroom_inbound, mailroom_collector and mailroom_sender granted to
-    its login; or give each worker a URL of its own (--inbox-url, …) whose login holds that worker's role."""
+    its login (and mailroom_http with --http-port); or give each worker a URL of its own (--inbox-url, …)
+    whose login holds that worker's role."""
     from mailroom.db.connect import connect
     from mailroom.ops.run import RunPlan, run_all
 
-    enabled = {"inbox": inbox, "collect": collect, "send": send, "expire": expire, "maintain": maintain}
+    enabled = {"inbox": inbox, "collect": collect, "send": send, "expire": expire, "maintain": maintain,
+               "http": http_port is not None}
     if not any(enabled.values()):
         raise ConfigError("nothing to run: every component is disabled")
     own = {"inbox": inbox_url, "collect": collect_url, "send": send_url, "expire": expire_url,
-           "maintain": maintain_url}
+           "maintain": maintain_url, "http": http_url}
     default = None
     if not all(own[w] for w, on in enabled.items() if on):
         default = resolve_database_url(database_url)
     urls = {w: check_conninfo(f"--{w}-url", own[w]) if own[w] else default for w, on in enabled.items() if on}
     # the children's MAILROOM_LISTEN_URL: --listen-url as given ('none': they poll), else their own URL
     listen = None if listen_url is None else (resolve_listen_url(listen_url, "") or "none")
-    plan = RunPlan(urls, listen, inbox_host, inbox_port, metrics_port)  # type: ignore[arg-type]
+    plan = RunPlan(urls, listen, inbox_host, inbox_port, metrics_port, http_host, http_port)  # type: ignore[arg-type]
     raise typer.Exit(run_all(plan, check=lambda url: connect(url, application_name="mailroom-run")))
 
 

@@ -4,7 +4,8 @@ It connects as whoever the URL names (run it as each worker's role to check that
 looks at: the server version, the migrations, the roles, whether the URL goes through a
 transaction pooler, whether LISTEN/NOTIFY round-trips on the listen URL, server logging that
 would write bind parameters (the bearer credentials callers send: links, codes, session tokens)
-to the log, and clock pinning.
+to the log, clock pinning, and whether anything expires inboxes (an expiry worker reporting in, or
+a pg_cron job: the HTTP face and the SMTP server create inboxes but never expire them).
 
 A transaction pooler is recognised by what it does, not by its name: the backend pid differs from
 the one the connection was given at start-up (something speaks for the server), and session state
@@ -60,6 +61,7 @@ def run_checks(url: str, listen_url: str | None) -> list[Check]:
         checks.append(pooler)
         checks.append(_guarded("server log", _logging, conn))
         checks.append(_guarded("clock", _clock, conn))
+        checks.append(_guarded("expiry", _expiry, conn))
         checks.extend(_dkim(conn))
     listen = _listen(listen_url)
     if listen.status == "FAIL" and listen_url == url and pooler.text.startswith(TRANSACTION_POOLING):
@@ -267,6 +269,38 @@ def _clock(conn: psycopg.Connection) -> Check:
     if may_pin:
         return Check("WARN", "clock", "this login may pin mailroom.clock() (tests and demos only)")
     return Check("OK", "clock", "this login cannot move mailroom.clock()")
+
+
+EXPIRY_FIX = ("run `mailroom expire` (or `mailroom run`), or schedule CALL mailroom.run_expiry() with pg_cron "
+              "(docs/operations.md)")
+
+
+def _expiry(conn: psycopg.Connection) -> Check:
+    """WARN when no process has expired inboxes recently (no expiry worker running: one that reported in
+    within workers.lost_after, mailroom.worker_health) and pg_cron schedules no expiry job. Inboxes past
+    their expiry (mailroom.queue_health) are counted in the line. A login that may not read the workers
+    (mailroom_monitor) gets a WARN saying so."""
+    from mailroom.db import sqlapi
+
+    cron = probes.cron_expiry_jobs(conn)
+    if cron:
+        return Check("OK", "expiry", f"pg_cron runs inbox expiry (job {', '.join(cron)})")
+    try:
+        with conn.transaction():
+            workers = sqlapi.worker_health.rows(conn)
+            overdue = {r.queue: r for r in sqlapi.queue_health.rows(conn)}.get("inbox_expiry")
+    except psycopg.errors.InsufficientPrivilege:
+        return Check("WARN", "expiry", "cannot tell whether anything expires inboxes: this login may not read "
+                                      "mailroom.worker_health() (grant it mailroom_monitor, or run doctor as one)")
+    running = [w for w in workers if w.kind == "expiry" and w.state == "running"]
+    if running:
+        return Check("OK", "expiry", f"{len(running)} expiry worker(s) running")
+    late = ""
+    if overdue is not None and overdue.due:
+        late = f"; {overdue.due} inbox(es) past their expiry, the oldest for {overdue.oldest_due_age_seconds:.0f}s"
+    where = "pg_cron schedules no expiry job" if cron is not None else "pg_cron is not installed"
+    return Check("WARN", "expiry", f"no process has expired inboxes recently (no expiry worker has reported in) and "
+                                   f"{where}{late}: {EXPIRY_FIX}")
 
 
 def _listen(listen_url: str | None) -> Check:

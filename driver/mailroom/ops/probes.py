@@ -71,3 +71,19 @@ def listen(conn: psycopg.Connection, channel: str) -> None:
 
 def notify(conn: psycopg.Connection, channel: str, payload: str) -> None:
     conn.execute("SELECT pg_notify(%s, %s)", (channel, payload))
+
+
+def cron_expiry_jobs(conn: psycopg.Connection) -> list[str] | None:
+    """The active pg_cron jobs this login can see that run inbox expiry (run_expiry, expire_mailboxes), by
+    name or id; None when pg_cron is not installed in this database. (pg_cron shows a login its own jobs
+    only, a superuser all of them.)"""
+    if not _one(conn, "SELECT to_regclass('cron.job') IS NOT NULL"):
+        return None
+    try:
+        with conn.transaction():
+            rows = conn.execute(
+                "SELECT coalesce(jobname, jobid::text) FROM cron.job"
+                " WHERE active AND command ~* '(run_expiry|expire_mailboxes)' ORDER BY jobid").fetchall()
+    except psycopg.errors.InsufficientPrivilege:
+        return []
+    return [r[0] for r in rows]

@@ -1,9 +1,23 @@
-"""`mailroom run`: the inbound SMTP server, the collector, the sender, the expiry worker and partition maintenance.
+"""`mailroom run`: the inbound SMTP server, the collector, the sender, the expiry worker, partition
+maintenance, and with --http-port the HTTP face.
 
 Each child is the same CLI command an operator would run on its own, supervised by
 mailroom.core.supervisor without restarts: when one dies the others are stopped (exit 1), so a
 service manager (systemd, a container runtime) can restart the set. `run` says "running" only once
 every child said it serves (mailroom.core.ready); Ctrl-C or SIGTERM stops them all, exit 0.
+
+Start order costs no backoff (issue 34, item 6): the sender's relay is often run's own inbox server
+(the demo, a test setup, an activation mail to one of its inboxes), so the children after the inbox
+server start only once it serves (its ready byte: it listens). A sender started earlier could try
+the first mail before the port listens, and pay the retry backoff (a minute) for it.
+
+The HTTP face (--http-port) serves the REST API and the page; it expires nothing: its inboxes expire
+by run's `expire` worker like every other (mailroom_http has no expiry rights). With --no-expire, run
+says in one line that something else must expire them (pg_cron, another `mailroom expire`), and
+`mailroom doctor` warns when nothing has expired inboxes recently.
+
+MAILROOM_SECRET_KEY in run's environment reaches collect and send: `run` checks it first (the keyring's
+active key, by fingerprint: mailroom.accounts.secret_key) and refuses with one line, exit 2.
 
 Which login: each child connects as the login of its URL. One URL for all needs a login granted
 mailroom_inbound (inbox serve, expire, maintain), mailroom_collector (collect) and mailroom_sender
@@ -31,6 +45,7 @@ MAINTAIN_EVERY = "10m"
 # group role each one's login needs and the offset of its metrics port from --metrics-port
 WORKERS: dict[str, tuple[str, int]] = {
     "inbox": ("mailroom_inbound", 2),
+    "http": ("mailroom_http", 5),
     "collect": ("mailroom_collector", 1),
     "send": ("mailroom_sender", 0),
     "expire": ("mailroom_inbound", 3),
@@ -50,6 +65,8 @@ class RunPlan:
     inbox_host: str = "127.0.0.1"
     inbox_port: int = 2525
     metrics_port: int | None = None  # base: send +0, collect +1, inbox +2, expire +3, maintain +4
+    http_host: str = "127.0.0.1"
+    http_port: int | None = None  # the HTTP face's port (its worker in `urls` when on)
 
 
 def plan(
@@ -69,6 +86,7 @@ def children_of(p: RunPlan) -> list[Child]:
         "send": ["send"],
         "expire": ["expire"],
         "maintain": ["maintain", "--every", MAINTAIN_EVERY],
+        "http": ["http", "serve", "--host", p.http_host, "--port", str(p.http_port or 0)],
     }
     children = []
     for worker, (_role, offset) in WORKERS.items():
@@ -79,10 +97,18 @@ def children_of(p: RunPlan) -> list[Child]:
             env["MAILROOM_DATABASE_URL"] = p.urls[worker]
         if p.listen_url is not None:
             env["MAILROOM_LISTEN_URL"] = p.listen_url
-        if p.metrics_port is not None:
+        if p.metrics_port is not None and worker in METRICS_ENV:
             env[METRICS_ENV[worker]] = str(p.metrics_port + offset if p.metrics_port else 0)
         children.append(Child(worker, args[worker], env=env))
     return children
+
+
+def inbox_first(sup: Supervisor) -> None:
+    """The children after the inbox server start once it serves (the module docstring: no backoff paid
+    for the start order). Its ready check blocks start() until its ready byte came."""
+    for child in sup.children:
+        if child.name == "inbox" and child.notify:
+            child.ready = lambda c: sup.wait_ready([c])
 
 
 def check_logins(urls: dict[str, str], connect: Callable[[str], psycopg.Connection]) -> None:
@@ -107,6 +133,20 @@ def check_logins(urls: dict[str, str], connect: Callable[[str], psycopg.Connecti
             )
 
 
+def check_secret_key(urls: dict[str, str]) -> None:
+    """MAILROOM_SECRET_KEY set and a worker that signs (collect, send) in the plan: it must be the
+    keyring's active key (ConfigError, one line, exit 2). Out of reach: each child checks once connected."""
+    from mailroom.accounts.secret_key import check_at_start, env_fingerprint
+
+    signing = [w for w in ("collect", "send") if w in urls]
+    fingerprint = env_fingerprint() if signing else None
+    if fingerprint is None:
+        return
+    url = urls[signing[0]]
+    if url:
+        check_at_start(url, "run", fingerprint)
+
+
 def run_all(p: RunPlan, *, check: Callable[[str], psycopg.Connection] | None = None) -> int:
     """Run the plan's workers until a signal (exit 0 when all stopped cleanly) or one dies (exit 1)."""
     children = children_of(p)
@@ -114,10 +154,16 @@ def run_all(p: RunPlan, *, check: Callable[[str], psycopg.Connection] | None = N
         raise ConfigError("nothing to run: every component is disabled")
     if check is not None:
         check_logins(p.urls, check)
+    check_secret_key(p.urls)
     sup = Supervisor(children, env=dict(os.environ), restart=False)
+    inbox_first(sup)
+    if "http" in p.urls and "expire" not in p.urls:
+        sup.log.warning("WARN: --no-expire: the inboxes the HTTP face creates expire only if something else "
+                        "expires them (pg_cron, another `mailroom expire`; mailroom doctor checks)")
 
     def started() -> None:
-        serving = [f"inbox (smtp {p.inbox_host}:{p.inbox_port})" if c.name == "inbox" else c.name for c in children]
+        faces = {"inbox": f"inbox (smtp {p.inbox_host}:{p.inbox_port})", "http": f"http ({p.http_host}:{p.http_port})"}
+        serving = [faces.get(c.name, c.name) for c in children]
         sup.log.info("running: %s; SIGTERM or Ctrl-C stops all", ", ".join(serving))
 
     return sup.run(started)

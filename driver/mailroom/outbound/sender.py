@@ -41,6 +41,7 @@ from typing import Any
 
 import psycopg
 
+from mailroom.accounts import secret_key
 from mailroom.core.errors import ConfigError, Kind, UpgradeBackoff, UserError, describe_db_error, kind_of
 from mailroom.core.log import get_logger
 from mailroom.core.outage import Outage, RateLimited
@@ -159,6 +160,7 @@ class SenderOptions:
     dkim: Signer | None = None  # MAILROOM_DKIM_KEY_FILE: the DKIM private keys (None: no key, mail leaves unsigned)
     pipelining: bool = True  # pipeline MAIL/RCPT/DATA where the relay's EHLO offers PIPELINING (RFC 2920)
     summary_every: float = 60.0  # seconds between the summary lines of what was sent, deferred, failed
+    key_fingerprint: str | None = None  # of MAILROOM_SECRET_KEY: must be the active signing key (accounts/secret_key.py)
 
 
 class Sender:
@@ -216,6 +218,8 @@ class Sender:
                 self.url, **connection_kwargs(application_name="mailroom-send")
             ) as conn:
                 await alearn_vocabulary(conn)  # what each MR code means (mailroom.error_codes)
+                # claims mint and sign token links: refuse to start with a MAILROOM_SECRET_KEY that does not sign them
+                await secret_key.acheck(conn, "send", self.opts.key_fingerprint, log)
                 value = await db_sqlapi.interval_setting.avalue(conn, name="outbound.lease")
             return value.total_seconds()
 
