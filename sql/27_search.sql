@@ -115,6 +115,35 @@ $$;
 COMMENT ON FUNCTION mailroom._message_search_vector(text, text, text, text, text, text) IS
 'Internal: the search vector of a message (subject A, from B, text or the HTML''s visible text C, recipient D; addresses also by their parts; simple configuration, bounded input).';
 
+CREATE OR REPLACE FUNCTION mailroom._search_vector_from_v1(
+    p_vector tsvector,
+    p_from_header text,
+    p_envelope_from text,
+    p_envelope_to text
+)
+RETURNS tsvector
+LANGUAGE sql
+IMMUTABLE
+PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    -- a vector of the first definition (search_version NULL: subject A, from B, text C) lacks only
+    -- the addresses' parts (B) and the recipient (D): those short strings are added and the text
+    -- is not read again, so a search stays fast until reindex_messages has rebuilt the row
+    SELECT p_vector
+        || setweight(pg_catalog.to_tsvector(
+            'pg_catalog.simple',
+            mailroom._address_words(left(coalesce(p_from_header, '') || ' ' || coalesce(p_envelope_from, ''), 2000))
+        ), 'B')
+        || setweight(pg_catalog.to_tsvector(
+            'pg_catalog.simple',
+            left(coalesce(p_envelope_to, ''), 2000) || ' ' || mailroom._address_words(p_envelope_to)
+        ), 'D')
+$$;
+
+COMMENT ON FUNCTION mailroom._search_vector_from_v1(tsvector, text, text, text) IS
+'Internal: a search vector of the first definition completed to the current one (the addresses'' parts, the recipient), for a search before reindex_messages rebuilds it.';
+
 CREATE OR REPLACE FUNCTION mailroom.index_messages(p_message_ids bigint [])
 RETURNS integer
 LANGUAGE plpgsql
@@ -313,11 +342,22 @@ BEGIN
                 IF cardinality(v_lexemes) = 0 THEN
                     CONTINUE;
                 END IF;
-                -- the needle strpos looks for in ' lexeme lexeme …': ' x' a prefix, 'xyz' anywhere
-                v_t.lexemes := ARRAY(
-                    SELECT CASE WHEN v_t.prefix OR length(l.lexeme) < 3 THEN ' ' || l.lexeme ELSE l.lexeme END
+                -- every lexeme as a prefix in these weights ('pine':*ABC; a binary search) …
+                v_t.phrase := (
+                    SELECT pg_catalog.string_agg(
+                        format('''%s'':*%s', replace(replace(l.lexeme, '\', '\\'), '''', ''''''), upper(v_t.weights)),
+                        ' & '
+                    )::tsquery
                     FROM unnest(v_lexemes) AS l (lexeme)
                 );
+                -- … or, unless word* or a lexeme is shorter than 3 characters, each inside one: the
+                -- needles strpos looks for in the text of the stripped vector ('pineapple' 'shop' …)
+                IF NOT v_t.prefix AND NOT EXISTS (
+                    SELECT 1 FROM unnest(v_lexemes) AS l (lexeme)
+                    WHERE length(l.lexeme) < 3 OR l.lexeme ~ '[''\\]'
+                ) THEN
+                    v_t.lexemes := v_lexemes;
+                END IF;
             END IF;
         END IF;
         v_terms := v_terms || v_t;
@@ -349,23 +389,21 @@ AS $$
 DECLARE
     c_version constant smallint := mailroom._search_vector_version();
     v_terms mailroom.search_term [];
+    v_t mailroom.search_term;
     v_vector boolean;
-    v_words boolean;
     v_rank tsquery;
 BEGIN
     IF p_limit IS NULL OR p_limit <= 0 OR p_limit > 1000 THEN
         RAISE EXCEPTION USING ERRCODE = '22023', MESSAGE = 'p_limit must be between 1 and 1000';
     END IF;
     v_terms := mailroom._search_terms(p_query);
-    v_words := EXISTS (SELECT 1 FROM unnest(v_terms) AS t WHERE t.kind = 'word');
     v_vector := EXISTS (SELECT 1 FROM unnest(v_terms) AS t WHERE t.kind IN ('word', 'phrase'));
-    -- the rank: the words wanted, each as a prefix, in subject, From or text (subject weighs most)
-    SELECT pg_catalog.string_agg(
-        format('''%s'':*ABC', replace(replace(ltrim(l.needle, ' '), '\', '\\'), '''', '''''')), ' | '
-    )::tsquery INTO v_rank
-    FROM unnest(v_terms) AS t
-    CROSS JOIN LATERAL unnest(t.lexemes) AS l (needle)
-    WHERE t.kind = 'word' AND NOT t.negated;
+    -- the rank: any of the words and phrases wanted (subject weighs most)
+    FOREACH v_t IN ARRAY v_terms LOOP
+        IF v_t.kind IN ('word', 'phrase') AND NOT v_t.negated THEN
+            v_rank := CASE WHEN v_rank IS NULL THEN v_t.phrase ELSE v_rank || v_t.phrase END;
+        END IF;
+    END LOOP;
     RETURN QUERY
     SELECT g.id, g.received_at, g.from_header, g.subject, coalesce(pg_catalog.ts_rank(v.vector, v_rank), 0)::real
     FROM mailroom.messages AS g
@@ -373,20 +411,13 @@ BEGIN
         SELECT CASE
             WHEN NOT v_vector THEN null
             WHEN g.search_vector IS NOT NULL AND g.search_version = c_version THEN g.search_vector
+            WHEN g.search_vector IS NOT NULL AND g.search_version IS NULL AND c_version = 2 THEN
+                mailroom._search_vector_from_v1(g.search_vector, g.from_header, g.envelope_from, g.envelope_to)
             ELSE mailroom._message_search_vector(
                 g.subject, g.from_header, g.envelope_from, g.text_body, g.html_body, g.envelope_to
             )
         END AS vector
     ) AS v
-    -- the lexemes of each weight, ' a b c ', for the words' prefix and substring look-ups
-    CROSS JOIN LATERAL (
-        SELECT
-            ' ' || coalesce(pg_catalog.string_agg(u.lexeme, ' ') FILTER (WHERE 'A' = ANY(u.weights)), '') AS a,
-            ' ' || coalesce(pg_catalog.string_agg(u.lexeme, ' ') FILTER (WHERE 'B' = ANY(u.weights)), '') AS b,
-            ' ' || coalesce(pg_catalog.string_agg(u.lexeme, ' ') FILTER (WHERE 'C' = ANY(u.weights)), '') AS c,
-            ' ' || coalesce(pg_catalog.string_agg(u.lexeme, ' ') FILTER (WHERE 'D' = ANY(u.weights)), '') AS d
-        FROM pg_catalog.unnest(CASE WHEN v_words THEN v.vector END) AS u
-    ) AS h
     WHERE
         g.mailbox_id = p_box.id
         -- no group of terms (terms joined by or) without a term that holds
@@ -396,13 +427,18 @@ BEGIN
             GROUP BY t.grp
             HAVING NOT bool_or(
                 CASE t.kind
-                    WHEN 'word' THEN NOT EXISTS (
-                        SELECT 1 FROM unnest(t.lexemes) AS l (needle)
-                        WHERE NOT (
-                            (strpos(t.weights, 'a') > 0 AND strpos(h.a, l.needle) > 0)
-                            OR (strpos(t.weights, 'b') > 0 AND strpos(h.b, l.needle) > 0)
-                            OR (strpos(t.weights, 'c') > 0 AND strpos(h.c, l.needle) > 0)
-                            OR (strpos(t.weights, 'd') > 0 AND strpos(h.d, l.needle) > 0)
+                    -- a prefix of a word of these weights (a binary search of the sorted lexemes),
+                    -- else each lexeme inside one: strpos in the text of the stripped vector
+                    WHEN 'word' THEN v.vector @@ t.phrase OR (
+                        t.lexemes IS NOT NULL
+                        AND (
+                            SELECT bool_and(strpos(f.lexemes, l.needle) > 0)
+                            FROM (
+                                SELECT pg_catalog.strip(pg_catalog.ts_filter(
+                                    v.vector, pg_catalog.string_to_array(t.weights, null)::"char" []
+                                ))::text AS lexemes
+                            ) AS f
+                            CROSS JOIN unnest(t.lexemes) AS l (needle)
                         )
                     )
                     WHEN 'phrase' THEN

@@ -4,7 +4,7 @@
 -- unfilled or filled by an older definition is matched with its vector computed on the fly, and
 -- reindex_messages rebuilds the old ones.
 BEGIN;
-SELECT plan(58);
+SELECT plan(60);
 
 SET LOCAL mailroom.clock = '2030-01-01 00:00:00+00';
 CREATE TEMP TABLE b AS SELECT * FROM mailroom.create_mailbox(30, 'free');
@@ -114,13 +114,30 @@ SELECT is(
     pg_temp.found('zebra') || '|' || pg_temp.found('shop.example.org'), '|invoice',
     'a vector of an old definition is computed on the fly'
 );
+-- a vector of the first definition (search_version NULL) is completed (the addresses' parts, the
+-- recipient), not made again from the text
+UPDATE mailroom.messages
+SET
+    search_vector = setweight(to_tsvector('simple', 'Welcome to Example'), 'A')
+    || setweight(to_tsvector('simple', 'app example org'), 'B'),
+    search_version = null
+WHERE id = (SELECT id FROM g WHERE k = 'welcome');
+SELECT is(
+    pg_temp.found_set('from:example.org') || '|' || pg_temp.found('pineapple'), 'invoice,welcome|',
+    'a vector of the first definition is completed with the addresses'' parts, its text not read again'
+);
 SELECT is(
     (SELECT row(walked, rebuilt)::text FROM mailroom.reindex_messages(2))
     || (SELECT row(walked, rebuilt)::text FROM mailroom.reindex_messages(2))
     || (SELECT row(walked, rebuilt)::text FROM mailroom.reindex_messages(2)),
-    '(2,1)(1,0)(0,0)', 'reindex_messages walks in batches and rebuilds the old ones, then is at the end'
+    '(2,2)(1,0)(0,0)', 'reindex_messages walks in batches and rebuilds the old ones, then is at the end'
 );
-SELECT is(pg_temp.found('zebra'), '', 'and the rebuilt vector is the current one');
+SELECT is(
+    pg_temp.found('zebra') || '|' || pg_temp.found('pineapple') || '|'
+    || (SELECT count(*) FROM mailroom.messages WHERE search_version = 2),
+    '|welcome|3', 'and the rebuilt vectors are of the current definition'
+);
+SELECT throws_ok($$SELECT * FROM mailroom.reindex_messages(0)$$, '22023', NULL, 'reindex_messages: a batch of 1 to 10000');
 
 SELECT throws_ok(
     format($$SELECT * FROM mailroom.search_messages(%L, 'wrong', 'account')$$, (SELECT address FROM b)),
