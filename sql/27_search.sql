@@ -47,24 +47,28 @@ COMMENT ON FUNCTION mailroom._search_vector_version() IS
 
 CREATE OR REPLACE FUNCTION mailroom._address_words(p_text text)
 RETURNS text
-LANGUAGE sql
+LANGUAGE plpgsql
 IMMUTABLE
 PARALLEL SAFE
 SET search_path = pg_catalog, pg_temp
 AS $$
+BEGIN
     -- each address of the text (bounded) by its parts: the local part, the domain and each parent
     -- domain of at least two labels (billing@shop.example.org: billing shop.example.org example.org)
-    SELECT coalesce(pg_catalog.string_agg(w.word, ' '), '')
-    FROM pg_catalog.regexp_matches(
-        pg_catalog.lower(left(coalesce(p_text, ''), 2000)), '([^\s<>"(),;:@]+)@([^\s<>"(),;:@]+)', 'g'
-    ) AS m (parts)
-    CROSS JOIN LATERAL (SELECT pg_catalog.string_to_array(rtrim(m.parts[2], '.'), '.') AS labels) AS d
-    CROSS JOIN LATERAL (
-        SELECT m.parts[1] AS word
-        UNION ALL
-        SELECT pg_catalog.array_to_string(d.labels[i:], '.')
-        FROM pg_catalog.generate_series(1, greatest(cardinality(d.labels) - 1, 1)) AS i
-    ) AS w
+    RETURN (
+        SELECT coalesce(pg_catalog.string_agg(w.word, ' '), '')
+        FROM pg_catalog.regexp_matches(
+            pg_catalog.lower(left(coalesce(p_text, ''), 2000)), '([^\s<>"(),;:@]+)@([^\s<>"(),;:@]+)', 'g'
+        ) AS m (parts)
+        CROSS JOIN LATERAL (SELECT pg_catalog.string_to_array(rtrim(m.parts[2], '.'), '.') AS labels) AS d
+        CROSS JOIN LATERAL (
+            SELECT m.parts[1] AS word
+            UNION ALL
+            SELECT pg_catalog.array_to_string(d.labels[i:], '.')
+            FROM pg_catalog.generate_series(1, greatest(cardinality(d.labels) - 1, 1)) AS i
+        ) AS w
+    );
+END;
 $$;
 
 COMMENT ON FUNCTION mailroom._address_words(text) IS
@@ -122,15 +126,16 @@ CREATE OR REPLACE FUNCTION mailroom._search_vector_from_v1(
     p_envelope_to text
 )
 RETURNS tsvector
-LANGUAGE sql
+LANGUAGE plpgsql
 IMMUTABLE
 PARALLEL SAFE
 SET search_path = pg_catalog, pg_temp
 AS $$
+BEGIN
     -- a vector of the first definition (search_version NULL: subject A, from B, text C) lacks only
     -- the addresses' parts (B) and the recipient (D): those short strings are added and the text
     -- is not read again, so a search stays fast until reindex_messages has rebuilt the row
-    SELECT p_vector
+    RETURN p_vector
         || setweight(pg_catalog.to_tsvector(
             'pg_catalog.simple',
             mailroom._address_words(left(coalesce(p_from_header, '') || ' ' || coalesce(p_envelope_from, ''), 2000))
@@ -138,13 +143,14 @@ AS $$
         || setweight(pg_catalog.to_tsvector(
             'pg_catalog.simple',
             left(coalesce(p_envelope_to, ''), 2000) || ' ' || mailroom._address_words(p_envelope_to)
-        ), 'D')
+        ), 'D');
+END;
 $$;
 
 COMMENT ON FUNCTION mailroom._search_vector_from_v1(tsvector, text, text, text) IS
 'Internal: a search vector of the first definition completed to the current one (the addresses'' parts, the recipient), for a search before reindex_messages rebuilds it.';
 
-CREATE OR REPLACE FUNCTION mailroom.index_messages(p_message_ids bigint [])
+CREATE OR REPLACE FUNCTION mailroom.index_messages(p_message_ids bigint[])
 RETURNS integer
 LANGUAGE plpgsql
 VOLATILE
@@ -181,10 +187,10 @@ BEGIN
 END;
 $$;
 
-COMMENT ON FUNCTION mailroom.index_messages(bigint []) IS
+COMMENT ON FUNCTION mailroom.index_messages(bigint[]) IS
 'Fill the search vector of these delivered messages (at most 1000; those filled already by this definition, or locked, are skipped); returns how many.';
 
-GRANT EXECUTE ON FUNCTION mailroom.index_messages(bigint []) TO mailroom_http, mailroom_inbound;
+GRANT EXECUTE ON FUNCTION mailroom.index_messages(bigint[]) TO mailroom_http, mailroom_inbound;
 
 CREATE OR REPLACE FUNCTION mailroom.reindex_messages(p_batch integer DEFAULT 1000)
 RETURNS TABLE (walked integer, rebuilt integer)
@@ -253,7 +259,7 @@ COMMENT ON FUNCTION mailroom.reindex_messages(integer) IS
 GRANT EXECUTE ON FUNCTION mailroom.reindex_messages(integer) TO mailroom_http, mailroom_inbound, mailroom_admin;
 
 CREATE OR REPLACE FUNCTION mailroom._search_terms(p_query text)
-RETURNS mailroom.search_term []
+RETURNS mailroom.search_term[]
 LANGUAGE plpgsql
 IMMUTABLE
 SET search_path = pg_catalog, pg_temp
@@ -261,16 +267,16 @@ AS $$
 DECLARE
     c_max_length constant integer := 1000;
     c_max_terms constant integer := 16;
-    v_terms mailroom.search_term [] := '{}';
+    v_terms mailroom.search_term[] := '{}';
     v_t mailroom.search_term;
-    v_m text [];
+    v_m text[];
     v_qual text;
     v_value text;
     v_quoted boolean;
     v_count integer := 0;
     v_grp integer := 0;
     v_join boolean := false;
-    v_lexemes text [];
+    v_lexemes text[];
 BEGIN
     IF length(p_query) > c_max_length THEN
         RAISE EXCEPTION USING ERRCODE = 'MR225',
@@ -388,7 +394,7 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     c_version constant smallint := mailroom._search_vector_version();
-    v_terms mailroom.search_term [];
+    v_terms mailroom.search_term[];
     v_t mailroom.search_term;
     v_vector boolean;
     v_rank tsquery;
@@ -417,6 +423,7 @@ BEGIN
                 g.subject, g.from_header, g.envelope_from, g.text_body, g.html_body, g.envelope_to
             )
         END AS vector
+        OFFSET 0  -- computed once a row, not at each use (the planner would inline the expression)
     ) AS v
     WHERE
         g.mailbox_id = p_box.id
@@ -435,14 +442,14 @@ BEGIN
                             SELECT bool_and(strpos(f.lexemes, l.needle) > 0)
                             FROM (
                                 SELECT pg_catalog.strip(pg_catalog.ts_filter(
-                                    v.vector, pg_catalog.string_to_array(t.weights, null)::"char" []
+                                    v.vector, pg_catalog.string_to_array(t.weights, null)::"char"[]
                                 ))::text AS lexemes
                             ) AS f
                             CROSS JOIN unnest(t.lexemes) AS l (needle)
                         )
                     )
                     WHEN 'phrase' THEN
-                        pg_catalog.ts_filter(v.vector, pg_catalog.string_to_array(t.weights, null)::"char" []) @@ t.phrase
+                        pg_catalog.ts_filter(v.vector, pg_catalog.string_to_array(t.weights, null)::"char"[]) @@ t.phrase
                     WHEN 'read' THEN g.is_read
                     WHEN 'unread' THEN NOT g.is_read
                     WHEN 'attachment' THEN pg_catalog.jsonb_array_length(g.attachments) > 0
