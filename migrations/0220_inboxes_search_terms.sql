@@ -26,7 +26,7 @@ CREATE TYPE mailroom.search_term AS (
     negated boolean,
     kind text,
     weights text,
-    lexemes text[],
+    lexemes text [],
     prefix boolean,
     phrase tsquery,
     at timestamptz
