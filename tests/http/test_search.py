@@ -31,12 +31,12 @@ def test_cli_and_api_give_the_same_answers(server, deliver, cli, db_url):
     with psycopg.connect(db_url, autocommit=True) as c:
         c.execute("UPDATE mailroom.messages SET is_read = true WHERE id = %s", (welcome,))
     both = sorted([welcome, invoice])
+    # one query of each kind (each a CLI process: about a second each); pgTAP has them all
     expected = {
-        "pine": [welcome], "pine*": [welcome], "invoic": [invoice], "voic": [invoice],
-        "billing": [invoice], "shop.example.org": [invoice], "example.org": both,
-        "from:billing": [invoice], "subject:account": [], f"to:{address}": both,
-        "is:unread": [invoice], "-has:attachment": [welcome], '"invoice number"': [invoice],
-        "account -invoice": [welcome], "pineapple or invoice": both, "after:2000-01-01 tag:x": [],
+        "pine*": [welcome], "voic": [invoice], "example.org": both, "from:billing subject:invoice": [invoice],
+        f"to:{address}": both, "is:unread": [invoice], "-has:attachment": [welcome],
+        '"invoice number"': [invoice], "account -invoice": [welcome], "pineapple or invoice": both,
+        "after:2000-01-01 tag:x": [],
     }
     got = {}
     for query, want in expected.items():
