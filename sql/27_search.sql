@@ -7,10 +7,11 @@
 -- and filling it is a HOT update (the column is not indexed: a search reads one inbox, at most its
 -- plan's message count, through messages_mailbox_received_idx). A message not filled yet (no HTTP
 -- server running, or the NOTIFY missed), or filled by an older definition of the vector
--- (search_version <> _search_vector_version()), is matched with its vector computed on the fly, so
--- a search is never missing one and is right while reindex_messages rebuilds the old ones in the
--- background (batches, SKIP LOCKED; `mailroom maintain` calls it). The configuration is 'simple'
--- (no stemming: addresses, codes and names in any language match as written).
+-- (search_version <> _search_vector_version()), is matched with its vector computed on the fly (a
+-- first-definition one completed with what it lacks: _search_vector_from_v1), so a search is never
+-- missing one and is right while reindex_messages rebuilds the old ones in the background (batches,
+-- SKIP LOCKED; the maintenance worker, `mailroom maintain --every`, calls it). The configuration is
+-- 'simple' (no stemming: addresses, codes and names in any language match as written).
 --
 -- The vector: subject A, From (header and envelope sender) B, text C (the text part, else the
 -- HTML's visible text), the recipient (envelope_to) D; an address also as its local part, its
