@@ -37,7 +37,8 @@ BEGIN
     FOREACH q IN ARRAY ARRAY['is:unread', 'before:2000-01-01', '"invoice 500"', 'subject:invoice -is:read',
         'invoice*', 'invoice', 'shop3.example.org', 'from:example.org', (SELECT substr(w, 2, 3) FROM vocab WHERE i = 77),
         (SELECT substr(w, 1, 4) FROM vocab WHERE i = 77) || ' ' || (SELECT substr(w, 2, 4) FROM vocab WHERE i = 99)
-        || ' -is:read', 'zzzzqq'] LOOP
+        || ' -is:read', 'zzzzqq', 'zzzzqq yyyyqq xxxxqq wwwwqq',
+        (SELECT string_agg('zz' || i || 'qq', ' ') FROM generate_series(1, 16) AS i)] LOOP
         RAISE NOTICE '% %', p_label, pg_temp.t(q);
     END LOOP;
 END $$;

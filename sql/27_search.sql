@@ -398,6 +398,7 @@ DECLARE
     v_terms mailroom.search_term[];
     v_t mailroom.search_term;
     v_vector boolean;
+    v_shared boolean;
     v_rank tsquery;
 BEGIN
     IF p_limit IS NULL OR p_limit <= 0 OR p_limit > 1000 THEN
@@ -405,6 +406,11 @@ BEGIN
     END IF;
     v_terms := mailroom._search_terms(p_query);
     v_vector := EXISTS (SELECT 1 FROM unnest(v_terms) AS t WHERE t.kind IN ('word', 'phrase'));
+    -- two words or more that may be looked for as substrings in subject, From and text: the text
+    -- of those lexemes is made once a message (for one, only when its prefix did not match)
+    v_shared := (
+        SELECT count(*) FROM unnest(v_terms) AS t WHERE t.kind = 'word' AND t.lexemes IS NOT NULL AND t.weights = 'abc'
+    ) > 1;
     -- the rank: any of the words and phrases wanted (subject weighs most)
     FOREACH v_t IN ARRAY v_terms LOOP
         IF v_t.kind IN ('word', 'phrase') AND NOT v_t.negated THEN
@@ -426,6 +432,10 @@ BEGIN
         END AS vector
         OFFSET 0  -- computed once a row, not at each use (the planner would inline the expression)
     ) AS v
+    CROSS JOIN LATERAL (
+        SELECT CASE WHEN v_shared THEN pg_catalog.strip(pg_catalog.ts_filter(v.vector, '{a,b,c}'))::text END AS words
+        OFFSET 0
+    ) AS w
     WHERE
         g.mailbox_id = p_box.id
         -- no group of terms (terms joined by or) without a term that holds
@@ -442,9 +452,12 @@ BEGIN
                         AND (
                             SELECT bool_and(strpos(f.lexemes, l.needle) > 0)
                             FROM (
-                                SELECT pg_catalog.strip(pg_catalog.ts_filter(
-                                    v.vector, pg_catalog.string_to_array(t.weights, null)::"char"[]
-                                ))::text AS lexemes
+                                SELECT coalesce(
+                                    CASE WHEN t.weights = 'abc' THEN w.words END,
+                                    pg_catalog.strip(pg_catalog.ts_filter(
+                                        v.vector, pg_catalog.string_to_array(t.weights, null)::"char"[]
+                                    ))::text
+                                ) AS lexemes
                             ) AS f
                             CROSS JOIN unnest(t.lexemes) AS l (needle)
                         )
