@@ -25,7 +25,7 @@ SELECT 'mailroom_http', unnest(ARRAY[
     'http_create_mailbox', 'http_get_mailbox', 'http_list_mailboxes', 'http_list_messages', 'http_mailbox_view',
     'http_read_message', 'http_message_raw',
     'http_message_attachment', 'http_delete_mailbox', 'http_delete_message', 'http_extract_link', 'http_extract_code',
-    'http_check_message', 'http_search_messages', 'index_messages', 'deliver_ses_message', 'clock', 'setting',
+    'http_check_message', 'http_search_messages', 'index_messages', 'reindex_messages', 'deliver_ses_message', 'clock', 'setting',
     'list_migrations', 'schema_version', 'error_codes', 'unsubscribe', 'worker_heartbeat', 'worker_stopped',
     'mcp_create_mailbox', 'mcp_list_mailboxes', 'mcp_list_messages', 'mcp_read_message', 'mcp_check_message',
     'mcp_extract_link', 'mcp_extract_code', 'mcp_delete_mailbox', 'mcp_error_codes'
@@ -51,7 +51,7 @@ SELECT 'mailroom_inbound', unnest(ARRAY[
     'check_recipient', 'deliver_message', 'max_inbound_message_bytes', 'expire_mailboxes', 'purge_mailboxes',
     'seconds_until_next_expiry', 'run_expiry', 'worker_heartbeat', 'worker_stopped', 'check_bounce_recipient',
     'record_bounce', 'maintain_partitions', 'clock', 'setting', 'interval_setting', 'deliver_messages',
-    'check_message_size', 'index_messages', 'list_migrations', 'schema_version', 'error_codes', 'list_settings'
+    'check_message_size', 'index_messages', 'reindex_messages', 'list_migrations', 'schema_version', 'error_codes', 'list_settings'
 ])
 UNION ALL
 SELECT 'mailroom_monitor', unnest(ARRAY[
@@ -65,7 +65,7 @@ SELECT 'mailroom_admin', unnest(ARRAY[
     'set_setting', 'upsert_sender', 'show_outbound_message', 'retry_message', 'retry_failed_messages',
     'purge_sent_messages', 'purge_tokens', 'sign_token', 'list_outbound_messages', 'reap_stuck_messages', 'queue_health',
     'worker_health', 'suppress', 'unsuppress', 'list_suppressions', 'is_suppressed', 'set_sender_bounce_domain',
-    'maintain_partitions', 'clock', 'setting', 'interval_setting', 'outbound_stats', 'error_codes',
+    'maintain_partitions', 'reindex_messages', 'clock', 'setting', 'interval_setting', 'outbound_stats', 'error_codes',
     'set_domain_limit', 'delete_domain_limit', 'list_domain_limits', 'domain_status', 'clear_domain_backoff',
     'create_api_key', 'list_api_keys', 'revoke_api_key', 'set_catchall_domain', 'remove_catchall_domain',
     'list_catchall_domains', 'erase_address',

@@ -203,7 +203,11 @@ def list_cmd(
 @inbox_app.command("search")
 def search_cmd(
     address: Annotated[str, typer.Argument(metavar="ADDRESS", help="Inbox address.")],
-    query: Annotated[str, typer.Argument(metavar="QUERY", help='Words, "a phrase", -excluded, or: as a web search.')],
+    query: Annotated[str, typer.Argument(
+        metavar="QUERY",
+        help='Words (prefixes; 3+ characters: inside words), "a phrase", -excluded, or, from: to: subject: is:unread '
+             'is:read has:attachment tag: before:/after:YYYY-MM-DD (docs/inboxes.md#search); after -- when it starts with -.',
+    )],
     database_url: DatabaseUrlOption = None,
     token: TokenOption = None,
     owner_type: OwnerTypeOption = None,
@@ -211,7 +215,7 @@ def search_cmd(
     limit: Annotated[int, typer.Option(help="At most this many messages.")] = 50,
     as_json: JsonOption = False,
 ) -> None:
-    """Full-text search of an inbox's messages (subject, from, text), best match first."""
+    """Search an inbox's messages (subject, from, text, qualifiers): every match up to --limit, best first."""
     from mailroom.db.connect import call_once
     from mailroom.inboxes import sqlapi
 

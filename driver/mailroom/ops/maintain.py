@@ -32,8 +32,18 @@ log = get_logger("maintain")
 
 
 def maintain(conn: psycopg.Connection) -> list[Row]:
-    """Run maintain_partitions on an autocommit `conn` (its own transaction); its report rows."""
-    return sqlapi.maintain_partitions.rows(conn)
+    """Run maintain_partitions on an autocommit `conn` (its own transaction); its report rows. Then
+    rebuild search vectors of an older definition (issue 35), batch by batch, for at most 10 s."""
+    rows = sqlapi.maintain_partitions.rows(conn)
+    rebuilt, until = 0, time.monotonic() + 10
+    while time.monotonic() < until:  # each batch its own transaction; walked 0: the walk is at the end
+        walked, done = sqlapi.reindex_messages.row(conn, batch=1000)
+        rebuilt += done
+        if not walked:
+            break
+    if rebuilt:
+        log.info("search vectors rebuilt: %d", rebuilt)
+    return rows
 
 
 def summary(rows: list[Row]) -> str:
