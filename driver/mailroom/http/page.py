@@ -125,7 +125,7 @@ SCRIPT = r"""
     tr.appendChild(text("td", m.from || m.envelope_from)); tr.appendChild(subj);
     tr.appendChild(text("td", when(m.received_at), "muted"));
     list.insertBefore(tr, list.firstChild);
-    var count = document.getElementById("count"); if (count) count.textContent = String(list.children.length);
+    var count = document.getElementById("count"); if (count) count.textContent = String(Number(count.textContent) + 1);
   });
   es.addEventListener("closed", function () { es.close(); status.classList.remove("on"); status.title = "closed";
     var c = document.getElementById("closed"); if (c) c.hidden = false; });
@@ -223,14 +223,14 @@ def render_inbox(mailbox: dict[str, Any], messages: list[dict[str, Any]], *, csr
     empty = '<tr id="empty"><td colspan=3 class="empty">No mail yet: it appears here as it arrives.</td></tr>'
     search_note = ""
     if results is not None:
-        search_note = (f'<p class="muted">{len(results)} result(s) for “{e(query)}” · '
+        search_note = (f'<p class="muted" id="matches">{len(results)} matching message(s) for “{e(query)}” · '
                        f'<a href="{_inbox_url(address)}">all messages</a></p>')
     body_id = "results" if results is not None else "messages"
     body = f"""
 <div class="card" id="inbox" data-address="{e(address)}">
   <div style="display:flex;justify-content:space-between;align-items:center;gap:12px;flex-wrap:wrap">
     <div><span id="live" class="live" title="connecting"></span>
-      <strong><span id="count">{len(messages)}</span> message(s)</strong>
+      <strong><span id="count">{int(mailbox.get("message_count") or len(messages))}</span> message(s)</strong>
       <span class="muted">· new mail appears here live</span></div>
     <form method="get" action="{_inbox_url(address)}"><input type="search" name="q" placeholder="Search subject, from, text"
       value="{e(query or '')}" aria-label="search"> <button type="submit" class="ghost">Search</button></form>
