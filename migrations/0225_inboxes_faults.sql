@@ -2,11 +2,14 @@
 -- answers an SMTP error of its owner's choice at RCPT, at the end of DATA (nothing stored), or after
 -- DATA (stored, then the error), for every message, a share of them, or the next N. Decided in the
 -- inbound server's own SQL calls (sql/24_faults.sql): check_bounce_recipient and deliver_messages.
--- No foreign key to mailboxes (distributed by id on Citus, docs/scale.md): a fault is found by the
--- id of the inbox the address names now, so the fault of a purged inbox never fires again.
+-- Found at RCPT and DATA by the recipient's address (or its domain) alone: one probe of this small
+-- table, no second look-up of the mailbox for the many recipients without a fault. No foreign key
+-- to mailboxes (distributed by id on Citus, docs/scale.md): a fault found is checked against the id
+-- of the inbox the address names now, so the fault of a purged inbox never fires for a new one.
 CREATE TABLE mailroom.inbox_faults (
     id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
     mailbox_id bigint,
+    address text,
     catchall_domain text,
     stage text NOT NULL CONSTRAINT inbox_faults_stage CHECK (stage IN ('rcpt', 'data', 'after_data')),
     -- one SMTP reply line: a 4xx/5xx code a server answers at RCPT or DATA, an enhanced status code
@@ -22,13 +25,15 @@ CREATE TABLE mailroom.inbox_faults (
     remaining integer CONSTRAINT inbox_faults_remaining CHECK (remaining >= 0),
     fired bigint NOT NULL DEFAULT 0 CHECK (fired >= 0),
     set_at timestamptz NOT NULL,
-    CONSTRAINT inbox_faults_one_scope CHECK ((mailbox_id IS null) <> (catchall_domain IS null)),
-    CONSTRAINT inbox_faults_mailbox_key UNIQUE (mailbox_id),
+    CONSTRAINT inbox_faults_one_scope CHECK (
+        (mailbox_id IS null) = (address IS null) AND (address IS null) <> (catchall_domain IS null)
+    ),
+    CONSTRAINT inbox_faults_address_key UNIQUE (address),
     CONSTRAINT inbox_faults_domain_key UNIQUE (catchall_domain)
 );
 
 COMMENT ON TABLE mailroom.inbox_faults IS
-'Fault injection: an inbox (mailbox_id) or a catch-all domain answers reply at stage (rcpt, data, after_data) for share % of messages, remaining more times (NULL: no end).';
+'Fault injection: an inbox (mailbox_id, its address) or a catch-all domain answers reply at stage (rcpt, data, after_data) for share % of messages, remaining more times (NULL: no end).';
 
 INSERT INTO mailroom.error_codes (code, area, kind, meaning, smtp_reply, verdict) VALUES
 ('MR230', 'inboxes', 'usage', 'a fault''s stage must be rcpt, data or after_data', null, null),

@@ -71,18 +71,19 @@ $$;
 COMMENT ON FUNCTION mailroom._fault_reply(text) IS
 'Internal: a fault''s SMTP reply, trimmed, if it is one printable line: 421/450/451/452/550-554, an enhanced status of the same class, text (MR231 otherwise).';
 
-CREATE OR REPLACE FUNCTION mailroom._fault_json(p_mailbox_id bigint, p_domain text)
+CREATE OR REPLACE FUNCTION mailroom._fault_json(p_mailbox_id bigint, p_address text, p_domain text)
 RETURNS jsonb
 LANGUAGE plpgsql
 STABLE
 SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
-    -- the fault in force: the inbox's own (p_mailbox_id), else its catch-all domain's (p_domain);
-    -- NULL when none. remaining NULL: every message until cleared; active: it can still answer.
+    -- the fault in force: the inbox's own (p_mailbox_id at p_address), else the catch-all domain's
+    -- (p_domain); NULL when none. remaining NULL: every message until cleared; active: it can still
+    -- answer.
     RETURN (
         SELECT jsonb_build_object(
-            'scope', CASE WHEN f.mailbox_id IS NOT NULL THEN 'inbox' ELSE 'catchall_domain' END,
+            'scope', CASE WHEN f.address IS NOT NULL THEN 'inbox' ELSE 'catchall_domain' END,
             'stage', f.stage,
             'reply', f.reply,
             'share', f.share,
@@ -92,18 +93,19 @@ BEGIN
             'set_at', f.set_at
         )
         FROM mailroom.inbox_faults AS f
-        WHERE f.mailbox_id = p_mailbox_id OR f.catchall_domain = lower(p_domain)
-        ORDER BY f.mailbox_id IS NULL
+        WHERE (f.address = p_address AND f.mailbox_id = p_mailbox_id) OR f.catchall_domain = lower(p_domain)
+        ORDER BY f.address IS NULL
         LIMIT 1
     );
 END;
 $$;
 
-COMMENT ON FUNCTION mailroom._fault_json(bigint, text) IS
-'Internal: the fault in force for an inbox (its own, else its catch-all domain''s) as JSON: scope, stage, reply, share, remaining, fired, active, set_at; NULL when none.';
+COMMENT ON FUNCTION mailroom._fault_json(bigint, text, text) IS
+'Internal: the fault in force for an inbox (its own, else its catch-all domain''s) or a domain as JSON: scope, stage, reply, share, remaining, fired, active, set_at; NULL when none.';
 
 CREATE OR REPLACE FUNCTION mailroom._set_fault(
     p_mailbox_id bigint,
+    p_address text,
     p_domain text,
     p_stage text,
     p_reply text,
@@ -119,8 +121,8 @@ DECLARE
     v_stage text := mailroom._fault_stage(p_stage);
     v_reply text := mailroom._fault_reply(p_reply);
 BEGIN
-    -- one fault per inbox (p_mailbox_id) or catch-all domain (p_domain): a new one replaces it, its
-    -- count of answers (fired) starting again
+    -- one fault per inbox (p_mailbox_id, at p_address) or catch-all domain (p_domain): a new one
+    -- replaces it (and a purged inbox's left at the address), its count of answers (fired) anew
     IF p_share IS NULL OR p_share < 0 OR p_share > 100 OR round(p_share, 2) <> p_share THEN
         RAISE EXCEPTION USING
             ERRCODE = 'MR232',
@@ -133,10 +135,11 @@ BEGIN
             MESSAGE = format('a fault''s count is a positive number of messages (or none: every one), got %s', p_count);
     END IF;
     IF p_mailbox_id IS NOT NULL THEN
-        INSERT INTO mailroom.inbox_faults AS f (mailbox_id, stage, reply, share, remaining, set_at)
-        VALUES (p_mailbox_id, v_stage, v_reply, p_share, p_count, mailroom.clock())
-        ON CONFLICT (mailbox_id) DO UPDATE
-        SET stage = excluded.stage, reply = excluded.reply, share = excluded.share,
+        INSERT INTO mailroom.inbox_faults AS f (mailbox_id, address, stage, reply, share, remaining, set_at)
+        VALUES (p_mailbox_id, p_address, v_stage, v_reply, p_share, p_count, mailroom.clock())
+        ON CONFLICT (address) DO UPDATE
+        SET
+            mailbox_id = excluded.mailbox_id, stage = excluded.stage, reply = excluded.reply, share = excluded.share,
             remaining = excluded.remaining, fired = 0, set_at = excluded.set_at;
     ELSE
         INSERT INTO mailroom.inbox_faults AS f (catchall_domain, stage, reply, share, remaining, set_at)
@@ -148,8 +151,8 @@ BEGIN
 END;
 $$;
 
-COMMENT ON FUNCTION mailroom._set_fault(bigint, text, text, text, numeric, integer) IS
-'Internal: set (or replace) the fault of an inbox by id, or of a catch-all domain; MR230 stage, MR231 reply, MR232 share or count.';
+COMMENT ON FUNCTION mailroom._set_fault(bigint, text, text, text, text, numeric, integer) IS
+'Internal: set (or replace) the fault of an inbox (id and address), or of a catch-all domain; MR230 stage, MR231 reply, MR232 share or count.';
 
 CREATE OR REPLACE FUNCTION mailroom._recipient_fault(p_address text, p_stage text)
 RETURNS text
@@ -159,19 +162,23 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     v_address text := mailroom._normalize_address(p_address);
-    v_id bigint;
     v_fault record;
     v_reply text;
 BEGIN
     -- The reply of the fault in force for this recipient at this stage when it answers this time
-    -- (its share drawn with random(), its count taken), else NULL. The inbox's own fault first,
-    -- then its catch-all domain's. Two primary-key probes for a recipient without a fault.
-    v_id := mailroom._mailbox_id(v_address);
-    IF v_id IS NULL THEN
+    -- (its share drawn with random(), its count taken), else NULL: the inbox's own fault first, then
+    -- its catch-all domain's. A recipient without a fault costs this one probe of inbox_faults.
+    SELECT f.id, f.stage, f.mailbox_id INTO v_fault
+    FROM mailroom.inbox_faults AS f
+    WHERE f.address = v_address OR f.catchall_domain = split_part(v_address, '@', 2)
+    ORDER BY f.address IS NULL
+    LIMIT 1;
+    IF NOT FOUND THEN
         RETURN NULL;
     END IF;
-    SELECT f.id, f.stage INTO v_fault FROM mailroom.inbox_faults AS f WHERE f.mailbox_id = v_id;
-    IF NOT FOUND THEN
+    IF v_fault.mailbox_id IS NOT NULL AND v_fault.mailbox_id IS DISTINCT FROM mailroom._mailbox_id(v_address) THEN
+        -- left by a purged inbox whose address a new one has now (a catch-all address): gone
+        DELETE FROM mailroom.inbox_faults AS f WHERE f.id = v_fault.id;
         SELECT f.id, f.stage INTO v_fault
         FROM mailroom.inbox_faults AS f WHERE f.catchall_domain = split_part(v_address, '@', 2);
         IF NOT FOUND THEN
@@ -246,8 +253,8 @@ DECLARE
     v_box record;
 BEGIN
     v_box := mailroom._authorize_mailbox(p_address, p_session_token, p_owner_type, p_owner_id);
-    PERFORM mailroom._set_fault(v_box.id, NULL, p_stage, p_reply, p_share, p_count);
-    RETURN mailroom._fault_json(v_box.id, split_part(v_box.address, '@', 2));
+    PERFORM mailroom._set_fault(v_box.id, v_box.address, NULL, p_stage, p_reply, p_share, p_count);
+    RETURN mailroom._fault_json(v_box.id, v_box.address, split_part(v_box.address, '@', 2));
 END;
 $$;
 
@@ -276,7 +283,7 @@ BEGIN
     v_box := mailroom._authorize_mailbox(
         p_address, p_session_token, p_owner_type, p_owner_id, p_require_open => false
     );
-    DELETE FROM mailroom.inbox_faults AS f WHERE f.mailbox_id = v_box.id;
+    DELETE FROM mailroom.inbox_faults AS f WHERE f.address = v_box.address AND f.mailbox_id = v_box.id;
     RETURN FOUND;
 END;
 $$;
@@ -304,7 +311,7 @@ BEGIN
     v_box := mailroom._authorize_mailbox(
         p_address, p_session_token, p_owner_type, p_owner_id, p_require_open => false
     );
-    RETURN mailroom._fault_json(v_box.id, split_part(v_box.address, '@', 2));
+    RETURN mailroom._fault_json(v_box.id, v_box.address, split_part(v_box.address, '@', 2));
 END;
 $$;
 
@@ -349,8 +356,8 @@ DECLARE
     v_domain text := mailroom._catchall_domain_name(p_domain);
 BEGIN
     -- every inbox of the domain without a fault of its own; kept until cleared or the domain removed
-    PERFORM mailroom._set_fault(NULL, v_domain, p_stage, p_reply, p_share, p_count);
-    RETURN mailroom._fault_json(NULL, v_domain);
+    PERFORM mailroom._set_fault(NULL, NULL, v_domain, p_stage, p_reply, p_share, p_count);
+    RETURN mailroom._fault_json(NULL, NULL, v_domain);
 END;
 $$;
 
@@ -385,7 +392,7 @@ SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
-    RETURN mailroom._fault_json(NULL, mailroom._catchall_domain_name(p_domain));
+    RETURN mailroom._fault_json(NULL, NULL, mailroom._catchall_domain_name(p_domain));
 END;
 $$;
 

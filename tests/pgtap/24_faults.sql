@@ -3,7 +3,7 @@
 -- or the next N; a catch-all domain's fault for its inboxes; the setters validate their input and
 -- authorize like the other inbox functions. The real server: tests/inboxes/test_faults.py.
 BEGIN;
-SELECT plan(48);
+SELECT plan(51);
 
 SET LOCAL mailroom.clock = '2030-01-01 00:00:00+00';
 
@@ -192,6 +192,16 @@ SELECT is(
     mailroom.set_inbox_fault('new@chaos.example', NULL, 'rcpt', '450 4.2.1 Busy', p_owner_type => 'api',
         p_owner_id => 'team-1') ->> 'scope',
     'inbox', 'an inbox''s own fault replaces its domain''s'
+);
+-- a purged inbox's fault never fires for a new inbox at its address (catch-all addresses come back)
+SELECT lives_ok($$SELECT mailroom._delete_mailbox('new@chaos.example')$$, 'the catch-all inbox is purged');
+SELECT is(
+    (SELECT row(verdict, reply)::text FROM mailroom.check_bounce_recipient('new@chaos.example')), '(ok,)',
+    'a new inbox at its address: its domain''s fault is spent, the old inbox''s is not its'
+);
+SELECT is(
+    (SELECT count(*)::int FROM mailroom.inbox_faults WHERE address = 'new@chaos.example'), 0,
+    'and the old inbox''s fault is gone'
 );
 SELECT ok(mailroom.remove_catchall_domain('chaos.example'), 'the domain is removed');
 SELECT ok(NOT mailroom.clear_catchall_fault('chaos.example'), 'and its fault with it');
