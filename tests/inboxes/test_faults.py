@@ -9,6 +9,8 @@ import json
 import smtplib
 from concurrent.futures import ThreadPoolExecutor
 
+from inbox_support import wait_for_log
+
 MESSAGE = b"Subject: retry me\r\n\r\nhello\r\n"
 
 
@@ -74,6 +76,8 @@ def test_after_data_stores_then_answers_the_error(server, conn, cli, make_mailbo
     assert _stored(conn, box) == 1  # stored: the client's retry is the duplicate an application must handle
     assert _send(server, box)[1][0] == 250
     assert _stored(conn, box) == 2
+    wait_for_log(server.log_path, r"stored 1 message\(s\), then answered an injected fault", server.proc)
+    assert box.address not in server.log_path.read_text()
 
 
 def test_the_next_two_then_normal(server, conn, make_mailbox):
