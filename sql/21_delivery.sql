@@ -121,7 +121,9 @@ GRANT EXECUTE ON FUNCTION mailroom.deliver_message(text, bytea, text, text, text
 -- once however many recipients it has. Each message is stored for all its recipients or for none
 -- (a subtransaction each): one row per message with its ids, its verdict and the SMTP reply the
 -- server sends (250 only for a stored message; a refusal's reply from mailroom.error_codes, chosen
--- by _delivery_refusal). An error that is no refusal of mail (error_codes has no reply for it)
+-- by _delivery_refusal), or 'fault' with the reply of an inbox's injected fault at DATA (nothing
+-- stored) or after DATA (stored: message_ids; sql/24_faults.sql). An error that is no refusal of
+-- mail (error_codes has no reply for it)
 -- fails the whole statement: then nothing of it is kept.
 CREATE OR REPLACE FUNCTION mailroom.deliver_messages(
     p_message integer[],
@@ -146,6 +148,8 @@ DECLARE
     v_recipients text[];
     v_address text;
     v_state text;
+    v_fault text;
+    v_faults boolean;
 BEGIN
     IF p_message IS NULL OR p_address IS NULL OR cardinality(p_message) <> cardinality(p_address)
         OR coalesce(cardinality(p_envelope_from), 0) <> v_n OR coalesce(cardinality(p_subject), 0) <> v_n
@@ -156,12 +160,28 @@ BEGIN
             ERRCODE = 'MR216',
             MESSAGE = 'deliver_messages: message arrays of one length, and a message position (1-based) for each recipient';
     END IF;
+    -- whether any inbox has a fault (sql/24_faults.sql): once a statement, so mail for inboxes
+    -- without one costs nothing more while no fault is set anywhere
+    v_faults := EXISTS (SELECT 1 FROM mailroom.inbox_faults);
     FOR i IN 1..v_n LOOP
         message := i;
         v_recipients := ARRAY(
             SELECT r.address FROM unnest(p_message, p_address) WITH ORDINALITY AS r (m, address, k)
             WHERE r.m = i ORDER BY r.k
         );
+        -- a fault at DATA (sql/24_faults.sql): the first recipient whose inbox's fault answers
+        -- refuses the message for all, before anything is stored
+        reply := NULL;
+        FOREACH v_address IN ARRAY CASE WHEN v_faults THEN v_recipients ELSE '{}' END LOOP
+            reply := mailroom._recipient_fault(v_address, 'data');
+            EXIT WHEN reply IS NOT NULL;
+        END LOOP;
+        IF reply IS NOT NULL THEN
+            message_ids := '{}';
+            verdict := 'fault';
+            RETURN NEXT;
+            CONTINUE;
+        END IF;
         BEGIN
             message_ids := '{}';
             FOREACH v_address IN ARRAY v_recipients LOOP
@@ -181,6 +201,17 @@ BEGIN
             SELECT r.verdict, r.reply INTO verdict, reply
             FROM mailroom._delivery_refusal(v_recipients, octet_length(p_raw[i]), v_state) AS r;
         END;
+        IF verdict = 'ok' AND v_faults THEN
+            -- a fault after DATA: stored (message_ids), then answered the fault's reply
+            FOREACH v_address IN ARRAY v_recipients LOOP
+                v_fault := mailroom._recipient_fault(v_address, 'after_data');
+                IF v_fault IS NOT NULL THEN
+                    verdict := 'fault';
+                    reply := v_fault;
+                    EXIT;
+                END IF;
+            END LOOP;
+        END IF;
         RETURN NEXT;
     END LOOP;
 END;
@@ -189,7 +220,7 @@ $$;
 COMMENT ON FUNCTION mailroom.deliver_messages(
     integer[], text[], bytea[], text[], text[], text[], text[], text[], jsonb[]
 ) IS
-'The inbound DATA step: deliver_message for every (message, recipient), each message for all its recipients or none; one row per message: its ids, verdict (ok, a refusing recipient verdict, retry, or the code of a refusal of the message itself) and the SMTP reply to send (MR216 bad arrays).';
+'The inbound DATA step: deliver_message for every (message, recipient), each message for all its recipients or none; one row per message: its ids, verdict (ok, a refusing recipient verdict, retry, fault (an injected fault: stored only after DATA), or the code of a refusal of the message itself) and the SMTP reply to send (MR216 bad arrays).';
 
 GRANT EXECUTE ON FUNCTION mailroom.deliver_messages(
     integer[], text[], bytea[], text[], text[], text[], text[], text[], jsonb[]

@@ -132,7 +132,9 @@ SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
-    -- its inboxes stay (they expire as usual); new unknown addresses are refused again
+    -- its inboxes stay (they expire as usual); new unknown addresses are refused again; its fault
+    -- (sql/24_faults.sql) goes with it
+    DELETE FROM mailroom.inbox_faults AS f WHERE f.catchall_domain = lower(btrim(p_domain));
     DELETE FROM mailroom.catchall_domains AS d WHERE d.domain = lower(btrim(p_domain));
     RETURN FOUND;
 END;

@@ -467,9 +467,10 @@ BEGIN
         RETURN NEXT;
         RETURN;
     END IF;
+    -- an inbox's injected fault at RCPT comes with its own reply (sql/24_faults.sql)
     RETURN QUERY
-    SELECT c.verdict, c.address, mailroom._verdict_reply(c.verdict)
-    FROM mailroom._check_recipient_or_claim(p_address, p_size) AS c;
+    SELECT c.verdict, c.address, coalesce(c.reply, mailroom._verdict_reply(c.verdict))
+    FROM mailroom._check_recipient_fault(p_address, p_size) AS c;
 END;
 $$;
 

@@ -17,7 +17,8 @@ SELECT 'mailroom_app', unnest(ARRAY[
     'read_message', 'mailbox_accepts', 'enqueue_message', 'wait_for_message', 'extract_link', 'extract_code',
     'find_message', 'await_message', 'is_suppressed', 'search_messages', 'clock', 'setting', 'interval_setting',
     'account_status', 'list_migrations', 'schema_version', 'error_codes', 'token_actions', 'list_settings', 'list_plans',
-    'enqueue_bulk_message', 'enqueue_message_with_attachments'
+    'enqueue_bulk_message', 'enqueue_message_with_attachments',
+    'set_inbox_fault', 'clear_inbox_fault', 'inbox_fault'
 ])
 UNION ALL
 SELECT 'mailroom_http', unnest(ARRAY[
@@ -68,7 +69,7 @@ SELECT 'mailroom_admin', unnest(ARRAY[
     'maintain_partitions', 'reindex_messages', 'clock', 'setting', 'interval_setting', 'outbound_stats', 'error_codes',
     'set_domain_limit', 'delete_domain_limit', 'list_domain_limits', 'domain_status', 'clear_domain_backoff',
     'create_api_key', 'list_api_keys', 'revoke_api_key', 'set_catchall_domain', 'remove_catchall_domain',
-    'list_catchall_domains', 'erase_address',
+    'list_catchall_domains', 'set_catchall_fault', 'clear_catchall_fault', 'catchall_fault', 'erase_address',
     'list_migrations', 'schema_version',
     'rotate_signing_key', 'retire_signing_key', 'export_signing_key', 'import_signing_key', 'list_signing_keys',
     'signing_key_state_of', 'upgrade_steps', 'list_accounts',

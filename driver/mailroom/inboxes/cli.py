@@ -1,7 +1,8 @@
 """`mailroom inbox …` and `mailroom expire`: the typer commands of the expiring inboxes.
 
 Each `inbox` command is one call of the SQL API (create_mailbox, list_messages, read_message,
-extend_mailbox, delete_mailbox); `inbox serve` runs mailroom.inboxes.server.InboundServer and
+extend_mailbox, delete_mailbox; `inbox fault set/clear/show`: set_inbox_fault, clear_inbox_fault,
+inbox_fault); `inbox serve` runs mailroom.inboxes.server.InboundServer and
 `expire` runs mailroom.inboxes.expiry.ExpiryWorker.
 """
 
@@ -289,6 +290,79 @@ def delete_cmd(
     rows = _db_call(url, sqlapi.delete_mailbox, address=address, session_token=token, owner_type=owner_type,
                     owner_id=owner_id)
     print("deleted" if rows[0][0] else "already deleted")
+
+
+fault_app = new_app(
+    "fault", "Fault injection: make an inbox answer an SMTP error at RCPT, DATA or after DATA (docs/inboxes.md)."
+)
+inbox_app.add_typer(fault_app)
+
+
+def _print_fault(fault: Any, as_json: bool) -> None:
+    if as_json:
+        print(json.dumps(fault))
+    elif fault is None:
+        print("no fault")
+    else:
+        _print(fault, as_json=False)
+
+
+@fault_app.command("set")
+def fault_set_cmd(
+    address: AddressArgument,
+    at: Annotated[str, typer.Option("--at", metavar="STAGE", help=(
+        "rcpt (RCPT is answered the reply), data (the end of DATA is, nothing stored) or after-data "
+        "(stored, then answered the reply)."))],
+    reply: Annotated[str, typer.Option("--reply", metavar="REPLY", help=(
+        "The SMTP reply: 421, 450-452 or 550-554, an enhanced status of the same class and text, "
+        "e.g. '451 4.7.1 Try again later'."))],
+    share: Annotated[float, typer.Option("--share", min=0, max=100, metavar="PERCENT", help=(
+        "Answer this share of the messages (drawn at random for each).")
+    )] = 100,
+    count: Annotated[Optional[int], typer.Option("--count", min=1, metavar="N", help=(
+        "Answer only the next N (default: until cleared)."))] = None,
+    database_url: DatabaseUrlOption = None,
+    token: TokenOption = None,
+    owner_type: OwnerTypeOption = None,
+    owner_id: OwnerIdOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Make an inbox answer an SMTP error (replaces its fault); prints the fault (mailroom.set_inbox_fault)."""
+    from decimal import Decimal
+
+    rows = _db_call(resolve_database_url(database_url), sqlapi.set_inbox_fault, address=address,
+                    session_token=token, stage=at, reply=reply, share=Decimal(str(share)), count=count,
+                    owner_type=owner_type, owner_id=owner_id)
+    _print_fault(rows[0][0], as_json)
+
+
+@fault_app.command("clear")
+def fault_clear_cmd(
+    address: AddressArgument,
+    database_url: DatabaseUrlOption = None,
+    token: TokenOption = None,
+    owner_type: OwnerTypeOption = None,
+    owner_id: OwnerIdOption = None,
+) -> None:
+    """Remove an inbox's own fault (mailroom.clear_inbox_fault)."""
+    rows = _db_call(resolve_database_url(database_url), sqlapi.clear_inbox_fault, address=address,
+                    session_token=token, owner_type=owner_type, owner_id=owner_id)
+    print("cleared" if rows[0][0] else "no fault")
+
+
+@fault_app.command("show")
+def fault_show_cmd(
+    address: AddressArgument,
+    database_url: DatabaseUrlOption = None,
+    token: TokenOption = None,
+    owner_type: OwnerTypeOption = None,
+    owner_id: OwnerIdOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """The fault in force for an inbox, its own or its catch-all domain's (mailroom.inbox_fault)."""
+    rows = _db_call(resolve_database_url(database_url), sqlapi.inbox_fault, address=address,
+                    session_token=token, owner_type=owner_type, owner_id=owner_id)
+    _print_fault(rows[0][0], as_json)
 
 
 def _expire_opt(flag: str, help: str, **kwargs: Any) -> Any:  # noqa: A002

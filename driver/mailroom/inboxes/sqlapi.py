@@ -82,3 +82,21 @@ search_messages = SqlFunction(
 inbox_stats = SqlFunction("inbox_stats", returns=(
     "open", "expired_unswept", "closed_unpurged", "deleted", "messages", "next_expiry_seconds",
 ))
+
+# fault injection (sql/24_faults.sql)
+set_inbox_fault = SqlFunction(
+    "set_inbox_fault",
+    "p_address text, p_session_token text, p_stage text, p_reply text, p_share numeric = default,"
+    " p_count integer = default, p_owner_type text = default, p_owner_id text = default",
+    returns="jsonb",
+)
+clear_inbox_fault = SqlFunction(
+    "clear_inbox_fault",
+    "p_address text, p_session_token text, p_owner_type text = default, p_owner_id text = default",
+    returns="boolean",
+)
+inbox_fault = SqlFunction(
+    "inbox_fault",
+    "p_address text, p_session_token text, p_owner_type text = default, p_owner_id text = default",
+    returns="jsonb",
+)
