@@ -9,7 +9,7 @@ from prometheus_client import Counter, Gauge
 from mailroom.core.metrics import WorkerMetrics
 
 # check_bounce_recipient's verdicts, and what the server answers without asking (the metric label)
-RCPT_VERDICTS = ("ok", "bounce", "unknown", "deleted", "expired", "too_large", "full")
+RCPT_VERDICTS = ("ok", "bounce", "unknown", "deleted", "expired", "too_large", "full", "fault")
 RCPT_LABELS = (*RCPT_VERDICTS, "too_many", "tempfail", "other")
 MESSAGE_RESULTS = ("stored", "refused", "tempfail")
 
