@@ -688,7 +688,7 @@ END;
 $fn$;
 
 COMMENT ON FUNCTION mailroom.dequeue_tokens(integer, bytea) IS
-'Deprecated, removed in the next release: dequeue_tokens(p_limit) signing with the passed key, for collectors of the previous release.';
+'Deprecated since 0.2.0, removed in 0.3.0: dequeue_tokens(p_limit) signing with the passed key, for collectors of the previous release.';
 
 GRANT EXECUTE ON FUNCTION mailroom.dequeue_tokens(integer, bytea) TO mailroom_collector;
 

@@ -174,12 +174,12 @@ END;
 $$;
 
 COMMENT ON FUNCTION mailroom.verify_token(text, bytea, text, bytea[]) IS
-'Deprecated, removed in the next release: verify_token(p_signed, p_code) that also tries the passed keys (key_index: theirs, 0 for the keyring).';
+'Deprecated since 0.2.0, removed in 0.3.0: verify_token(p_signed, p_code) that also tries the passed keys (key_index: theirs, 0 for the keyring).';
 
 GRANT EXECUTE ON FUNCTION mailroom.verify_token(text, bytea, text, bytea[]) TO mailroom_app;
 
 -- The form of the previous release (its _consume_token, still running in a session during an
--- upgrade, calls it): the two-argument form below, the account looked up. Removed in the next release.
+-- upgrade, calls it): the two-argument form below, the account looked up. Deprecated since 0.2.0, removed in 0.3.0.
 CREATE OR REPLACE FUNCTION mailroom._raise_token_state(p_token bigint)
 RETURNS void
 LANGUAGE plpgsql
@@ -191,7 +191,7 @@ END;
 $$;
 
 COMMENT ON FUNCTION mailroom._raise_token_state(bigint) IS
-'Internal: raise MR112/MR114/MR117/MR113 when a token is unknown, used, revoked or expired.';
+'Internal, deprecated since 0.2.0, removed in 0.3.0 (for the previous release''s _consume_token during an upgrade): raise MR112/MR114/MR117/MR113 when a token is unknown, used, revoked or expired.';
 
 -- The same by the token's account and id: the read names the account (on Citus, tokens are
 -- distributed by account, so it runs on one shard instead of every one).
@@ -406,6 +406,6 @@ END;
 $$;
 
 COMMENT ON FUNCTION mailroom.consume_token(text, bytea, text, bytea[]) IS
-'Deprecated, removed in the next release: consume_token(p_signed, p_code) that also accepts links signed with the passed keys.';
+'Deprecated since 0.2.0, removed in 0.3.0: consume_token(p_signed, p_code) that also accepts links signed with the passed keys.';
 
 GRANT EXECUTE ON FUNCTION mailroom.consume_token(text, bytea, text, bytea[]) TO mailroom_app;

@@ -1,7 +1,7 @@
 -- Sending identities: upsert_sender stores the relay settings and the password encrypted to the
 -- sender key (sql/30: set_sender_public_key), which only `mailroom send` can decrypt: claim_messages
 -- returns the ciphertext. _smtp_password decrypts a password of the previous release (symmetric,
--- under a caller-held key) for convert_sender_passwords and the deprecated keyed claim.
+-- under a caller-held key) for convert_sender_passwords and the keyed claim (deprecated since 0.2.0, removed in 0.3.0).
 
 CREATE OR REPLACE FUNCTION mailroom._check_outbound_key(p_key bytea)
 RETURNS void
@@ -321,7 +321,7 @@ COMMENT ON FUNCTION mailroom._check_outbound_key(bytea) IS
 'Internal: raise MR314 unless the encryption key is NULL or 32 bytes.';
 
 COMMENT ON FUNCTION mailroom._smtp_password(bytea, bytea, text) IS
-'Internal: decrypt a relay password with the key the caller passes (NULL without one; MR315 wrong key).';
+'Internal, deprecated since 0.2.0, removed in 0.3.0 (the previous release''s relay passwords, until convert_sender_passwords): decrypt a relay password with the key the caller passes (NULL without one; MR315 wrong key).';
 
 CREATE OR REPLACE FUNCTION mailroom.list_senders()
 RETURNS TABLE (

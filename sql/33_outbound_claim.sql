@@ -515,7 +515,7 @@ END;
 $$;
 
 COMMENT ON FUNCTION mailroom.claim_messages(integer, text, bytea, interval) IS
-'Deprecated, removed in the next release: claim_messages(p_limit, p_worker, p_lease) with the password decrypted by the '
+'Deprecated since 0.2.0, removed in 0.3.0: claim_messages(p_limit, p_worker, p_lease) with the password decrypted by the '
 'passed key (previous release''s ciphertext only). Errors: MR314/MR315 key.';
 
 GRANT EXECUTE ON FUNCTION mailroom.claim_messages(integer, text, bytea, interval) TO mailroom_sender;

@@ -118,7 +118,7 @@ END;
 $$;
 
 COMMENT ON FUNCTION mailroom._return_path(bigint, bigint) IS
-'Internal: the message-level VERP envelope sender of the previous release (bounce+<id>-<signature>@<bounce domain>), NULL without a bounce domain; claim uses _return_paths.';
+'Internal, deprecated since 0.2.0, removed in 0.3.0: the message-level VERP envelope sender of the previous release (bounce+<id>-<signature>@<bounce domain>), NULL without a bounce domain; claim uses _return_paths.';
 
 CREATE OR REPLACE FUNCTION mailroom._is_verp_address(p_address text)
 RETURNS boolean
@@ -138,32 +138,6 @@ $$;
 
 COMMENT ON FUNCTION mailroom._is_verp_address(text) IS
 'Internal: whether an address has the form of a signed address (bounce+… or unsubscribe+… at a bounce domain), valid or not.';
-
-CREATE OR REPLACE FUNCTION mailroom._verp_message_id(p_address text)
-RETURNS bigint
-LANGUAGE sql
-STABLE
-SET search_path = pg_catalog, pg_temp
-AS $$
-    -- The outbound message a return path names, when its signature is right and the message
-    -- exists; else NULL (no difference between the two: nothing to probe). The signature is
-    -- compared in constant time.
-    SELECT m.id
-    FROM (
-        SELECT regexp_match(
-            mailroom._normalize_address(p_address), '^bounce\+([1-9][0-9]{0,17})-([0-9a-f]{16})@([^@]+)$'
-        ) AS p
-    ) AS a
-    INNER JOIN mailroom.outbound_messages AS m ON m.id = a.p[1]::bigint
-    WHERE
-        mailroom._is_bounce_domain(a.p[3])
-        AND mailroom._ct_equal(
-            convert_to(a.p[2], 'UTF8'), convert_to(mailroom._verp_signature(a.p[1]::bigint), 'UTF8')
-        );
-$$;
-
-COMMENT ON FUNCTION mailroom._verp_message_id(text) IS
-'Internal: the outbound message id of a valid return path (right signature, bounce domain, message exists), else NULL.';
 
 -- Per-recipient signed addresses (issue 21, item 2): a return path, an unsubscribe address or
 -- link names the message AND the recipient it was issued for. The recipient is its 1-based

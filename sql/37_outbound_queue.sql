@@ -57,18 +57,6 @@ $$;
 COMMENT ON FUNCTION mailroom._operator_log(text, timestamptz, text, integer) IS
 'Internal: error_log with a line for an operator''s action (UTC time, what), trimmed to its last p_max characters.';
 
-CREATE OR REPLACE FUNCTION mailroom._operator_log(p_log text, p_now timestamptz, p_what text)
-RETURNS text
-LANGUAGE sql
-STABLE
-SET search_path = pg_catalog, pg_temp
-AS $$
-    SELECT mailroom._operator_log(p_log, p_now, p_what, mailroom.setting('outbound.error_log_max_chars')::integer)
-$$;
-
-COMMENT ON FUNCTION mailroom._operator_log(text, timestamptz, text) IS
-'Internal: error_log with a line for an operator''s action (UTC time, what), trimmed to outbound.error_log_max_chars.';
-
 CREATE OR REPLACE FUNCTION mailroom._queue_verb_change(
     p_verb text,
     p_where text,

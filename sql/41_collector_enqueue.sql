@@ -74,7 +74,7 @@ AS $$
 $$;
 
 COMMENT ON FUNCTION mailroom.enqueue_token_emails(integer, bytea) IS
-'Deprecated, removed in the next release: enqueue_token_emails(p_limit); the key is ignored.';
+'Deprecated since 0.2.0, removed in 0.3.0: enqueue_token_emails(p_limit); the key is ignored.';
 
 GRANT EXECUTE ON FUNCTION mailroom.enqueue_token_emails(integer, bytea) TO mailroom_collector;
 

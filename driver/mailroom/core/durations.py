@@ -49,18 +49,6 @@ def parse_duration(flag: str, text: str | None) -> timedelta:
     return value
 
 
-def parse_seconds(flag: str, text: str | None) -> float:
-    """The same durations as a number of seconds."""
-    return parse_duration(flag, text).total_seconds()
-
-
-def parse_optional_duration(flag: str, text: str) -> timedelta | None:
-    """A duration, or None for 'never' / 'off' / 'none'."""
-    if text.strip().lower() in NEVER:
-        return None
-    return parse_duration(flag, text)
-
-
 class Duration:
     """The parser of a duration option (typer's `parser=`, with metavar DURATION): the value as
     seconds (a float), or None for 'never' when `never` is allowed. A bad value raises BadParameter,

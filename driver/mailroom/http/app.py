@@ -31,7 +31,7 @@ from urllib.parse import quote
 import psycopg
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Response, StreamingResponse
+from fastapi.responses import HTMLResponse, JSONResponse, Response, StreamingResponse
 from psycopg.types.string import TextLoader
 from psycopg_pool import PoolTimeout
 from starlette.exceptions import HTTPException as StarletteHTTPException
@@ -654,7 +654,3 @@ async def _small_json(request: Request) -> dict[str, Any]:
     if not isinstance(doc, dict):
         raise ApiError(400, "22023", "the body must be a JSON object")
     return doc
-
-
-def _redirect(url: str) -> RedirectResponse:
-    return RedirectResponse(url, status_code=303)
