@@ -232,7 +232,7 @@ class Load:
         def work(conn: psycopg.Connection) -> None:
             if not pending:  # a mailbox of its own for each account: its activation mail lands there
                 with psycopg.connect(self.rig.url, autocommit=True, connect_timeout=3) as su:
-                    pending.append(su.execute("SELECT address FROM mailroom.create_mailbox(60, 'pro')").fetchone()[0])
+                    pending.append(su.execute("SELECT address FROM mailroom.create_mailbox(1440, 'pro')").fetchone()[0])
             address = pending[0]
             login = "u-" + address.split("@")[0]
             try:
@@ -400,14 +400,18 @@ def test_nothing_lost_and_every_worker_back_within_its_bound(private_cluster):
                                 "outbound.max_attempts": "100", "outbound.domain_backoff_base": "1 second",
                                 "outbound.domain_backoff_max": "2 seconds"}.items():
                 su.execute("SELECT mailroom.set_setting(%s, %s)", (name, value))
-            boxes = [su.execute("SELECT address FROM mailroom.create_mailbox(60, 'pro')").fetchone()[0]
+            # enterprise: 10,000 messages a box, a day's TTL: room for a soak's load
+            boxes = [su.execute("SELECT address FROM mailroom.create_mailbox(1440, 'enterprise')").fetchone()[0]
                      for _ in range(4)]
         for name in WORKERS:
             rig.start(name)
         rig.workers["http"].wait_for("serving (pid", timeout=60)
         rig.workers["inbox"].wait_for("listening on", timeout=60)
-        status, _, http_box, _ = http(rig.http_port, "POST", "/api/v1/mailboxes", b"{}")
-        assert status == 201, http_box
+        status, _, created, _ = http(rig.http_port, "POST", "/api/v1/mailboxes", b"{}")
+        assert status == 201, created
+        with psycopg.connect(rig.url, autocommit=True) as su:  # the HTTP load's inbox: a soak outlives a free one
+            row = su.execute("SELECT address, session_token FROM mailroom.create_mailbox(1440, 'enterprise')").fetchone()
+        http_box = {"address": row[0], "session_token": row[1]}
 
         load = Load(rig, boxes, http_box)
         load.begin()
@@ -480,6 +484,8 @@ def test_nothing_lost_and_every_worker_back_within_its_bound(private_cluster):
         seconds = load.ended - load.started
         figures = {
             "seed": SEED, "chaos_seconds": CHAOS_SECONDS, "load_seconds": round(seconds, 1),
+            "faults_by_kind": dict(sorted(collections.Counter(k.split(" ")[0] if not k.startswith("postgres")
+                                                               else k for k in faults.elements()).items())),
             "faults": dict(sorted(faults.items())),
             "proxy_events": {n: {k: v for k, v in sorted(p.stats.items()) if not k.startswith("connections")}
                              for n, p in rig.proxies.items()},
