@@ -60,6 +60,16 @@ class ProxyLoop:
         return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
 
     def stop(self) -> None:
+        """Cancel what still runs (held connections, pumps), then stop the loop."""
+
+        async def cancel_all() -> None:
+            tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+        with contextlib.suppress(Exception):
+            self.call(cancel_all())
         self.loop.call_soon_threadsafe(self.loop.stop)
         self.thread.join(timeout=5)
 
@@ -196,8 +206,7 @@ class Proxy:
             # accepted, never forwarded: the client waits for a greeting or an answer that never comes
             conn.held = True
             self.stats[f"held_new:{self.kind}"] += 1
-            conn.tasks.append(asyncio.current_task())
-            with contextlib.suppress(asyncio.CancelledError, OSError):
+            with contextlib.suppress(OSError):  # until the client goes or clear() aborts it (then EOF)
                 while await client_r.read(CHUNK):
                     pass
             conn.abort()
