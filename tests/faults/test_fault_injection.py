@@ -398,7 +398,9 @@ def test_nothing_lost_and_every_worker_back_within_its_bound(private_cluster):
         with psycopg.connect(rig.url, autocommit=True) as su:
             for name, value in {"outbound.backoff_base": "1 second", "outbound.backoff_exponent": "1",
                                 "outbound.max_attempts": "100", "outbound.domain_backoff_base": "1 second",
-                                "outbound.domain_backoff_max": "2 seconds"}.items():
+                                "outbound.domain_backoff_max": "2 seconds",
+                                # the links are consumed at the end: a soak outlives the default 15 minutes
+                                "tokens.ttl": "1 day"}.items():
                 su.execute("SELECT mailroom.set_setting(%s, %s)", (name, value))
             # enterprise: 10,000 messages a box, a day's TTL: room for a soak's load
             boxes = [su.execute("SELECT address FROM mailroom.create_mailbox(1440, 'enterprise')").fetchone()[0]
@@ -445,14 +447,22 @@ def test_nothing_lost_and_every_worker_back_within_its_bound(private_cluster):
             consumed = 0
             with psycopg.connect(testing.as_login(rig.url, "mr_app"), autocommit=True) as app:
                 for address in load.accounts:
-                    outcome = None
+                    outcome, refused = None, []
                     for signed in _links(su, address):
                         try:
                             outcome = app.execute("SELECT outcome FROM mailroom.consume_token(%s)", (signed,)).fetchone()[0]
-                        except psycopg.Error:
+                        except psycopg.Error as exc:
+                            refused.append(f"{exc.sqlstate}: {exc}")
                             continue  # an earlier link, replaced by the one a retry minted
                         break
-                    assert outcome == "consumed", (address, _links(su, address))
+                    if outcome != "consumed":
+                        token = su.execute(
+                            "SELECT t.created_at, t.expires_at, t.dispatched_at, t.consumed_at, t.revoked_at"
+                            " FROM mailroom.tokens AS t JOIN mailroom.accounts AS a ON a.id = t.account"
+                            " WHERE a.email = %s", (address,)).fetchall()
+                        mail = su.execute("SELECT status, attempts, possibly_sent, error_log FROM"
+                                          " mailroom.outbound_messages WHERE to_addrs[1] = %s", (address,)).fetchall()
+                        raise AssertionError(f"no link of {address} consumes: {outcome=}, {refused=}, {token=}, {mail=}")
                     consumed += 1
             inactive = su.execute("SELECT count(*) FROM mailroom.accounts WHERE status <> 'active'"
                                   " AND email = ANY(%s)", (list(load.accounts),)).fetchone()[0]
