@@ -199,6 +199,10 @@ class Proxy:
             conn.abort()
 
     async def _accept(self, client_r: asyncio.StreamReader, client_w: asyncio.StreamWriter) -> None:
+        with contextlib.suppress(asyncio.CancelledError):  # ProxyLoop.stop(): not an error of the callback
+            await self._serve(client_r, client_w)
+
+    async def _serve(self, client_r: asyncio.StreamReader, client_w: asyncio.StreamWriter) -> None:
         conn = _Conn(self, client_r, client_w)
         self.conns.add(conn)
         self.stats["connections"] += 1

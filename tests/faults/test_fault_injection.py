@@ -474,7 +474,15 @@ def test_nothing_lost_and_every_worker_back_within_its_bound(private_cluster):
             assert not undelivered, undelivered[:5]
             flagged = {m for m, p in rows if p}
             duplicated = {m: stored[m] for m, _ in rows if stored[m] > 1}
-            assert set(duplicated) <= flagged, f"delivered twice, not flagged possibly_sent: {set(duplicated) - flagged}"
+            # The relay's own ambiguity: the inbound server answers 451 when the COMMIT of a message was sent
+            # but its answer lost (a possible duplicate beats a lost message, inboxes/delivery.py); the sender
+            # then retries a message already stored, and cannot know it. Such a duplicate shows that 451 in
+            # its error_log; any other one must be flagged possibly_sent.
+            logs = dict(su.execute("SELECT message_id, error_log FROM mailroom.outbound_messages"
+                                   " WHERE message_id = ANY(%s)", (list(duplicated),)).fetchall())
+            after_451 = {m for m in set(duplicated) - flagged if "451 4.3.0" in (logs.get(m) or "")}
+            unexplained = {m: logs.get(m) for m in set(duplicated) - flagged - after_451}
+            assert not unexplained, f"delivered twice, not flagged possibly_sent: {unexplained}"
 
         # the HTTP face: never a 500
         assert not [k for k in load.http if k.endswith(" 500")], load.http
@@ -513,7 +521,9 @@ def test_nothing_lost_and_every_worker_back_within_its_bound(private_cluster):
                 "accounts": len(load.accounts), "tokens dispatched once, link consumed": consumed,
                 "outbound messages (application + activation)": len(rows),
                 "delivered once": sum(1 for m, _ in rows if stored[m] == 1),
-                "delivered more than once (all flagged possibly_sent)": len(duplicated),
+                "delivered more than once": len(duplicated),
+                "of them flagged possibly_sent": len(set(duplicated) & flagged),
+                "of them after the relay's 451 on an ambiguous commit": len(after_451),
                 "flagged possibly_sent": len(flagged),
                 "http by route and status": dict(sorted(load.http.items())),
                 "app calls retried after an error": load.app_errors,
