@@ -12,7 +12,7 @@ APT_PACKAGES := postgresql-15 postgresql-15-pgtap libtap-parser-sourcehandler-pg
 CITUS_BUILD ?= $(CURDIR)/../shared/citus/build.sh
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 
-.PHONY: help deps venv lint test test-pgtap test-py demo bench bench-quick snapshot wheel clean
+.PHONY: help deps venv lint test test-pgtap test-py demo bench bench-quick snapshot wheel soak clean
 
 help:
 	@echo "make demo         the whole story end to end on a private PostgreSQL cluster"
@@ -21,6 +21,7 @@ help:
 	@echo "make bench        figures in bench/results.md (minutes); bench-quick (< 1 minute)"
 	@echo "make snapshot     rewrite tests/db/schema.snapshot after changing migrations/ or sql/"
 	@echo "make wheel        build dist/mailroom-*.whl and the sdist (they carry migrations/ and sql/)"
+	@echo "make soak         the fault-injection run for SOAK_SECONDS (1800) under load (docs/reliability.md)"
 
 deps:
 	@if command -v pg_prove >/dev/null 2>&1 && [ -f /usr/share/postgresql/15/extension/pgtap.control ] \
@@ -75,6 +76,15 @@ bench: deps venv
 
 bench-quick: deps venv
 	$(PY) -m bench.run --quick
+
+# the fault-injection suite's long run (tests/faults, docs/reliability.md): the CI run injects faults for
+# 90 s; this one for SOAK_SECONDS, with SOAK_SEED (its figures in SOAK_REPORT, JSON)
+SOAK_SECONDS ?= 1800
+SOAK_SEED    ?= 34
+SOAK_REPORT  ?= soak-report.json
+soak: deps venv
+	MAILROOM_SOAK_SECONDS=$(SOAK_SECONDS) MAILROOM_FAULT_SEED=$(SOAK_SEED) MAILROOM_FAULT_REPORT=$(SOAK_REPORT) \
+	    $(PY) -m pytest tests/faults/test_fault_injection.py -p no:xdist -p no:cacheprovider -s -q
 
 clean:
 	-$(VENV)/bin/mailroom db down 2>/dev/null
