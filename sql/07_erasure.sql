@@ -29,10 +29,11 @@ $$;
 COMMENT ON FUNCTION mailroom._erased_form(text) IS
 'Internal: the keyed hash that stands for an erased address (erased:<hex of HMAC-SHA256 under the redaction pepper>).';
 
-CREATE OR REPLACE FUNCTION mailroom._erased_recipient(p_recipient text)
+CREATE OR REPLACE FUNCTION mailroom._erased_recipient(p_recipient text, p_pepper bytea)
 RETURNS text
 LANGUAGE plpgsql
-STABLE
+IMMUTABLE
+PARALLEL SAFE
 SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
@@ -42,15 +43,22 @@ BEGIN
     -- HMAC-SHA256('recipient:' || the element exactly as it was) under the redaction pepper: two
     -- elements that were equal stay equal and two that differed stay different, so the envelope
     -- (each exact address once) keeps its positions. No '@': no address equals it, and a claim
-    -- skips it (_is_erased_recipient).
-    RETURN (
-        SELECT 'erased:' || encode(
-            mailroom._hmac(convert_to('recipient:' || p_recipient, 'UTF8'), p.pepper, 'sha256'), 'hex'
-        )
-        FROM mailroom.redaction_pepper AS p
-        WHERE p.singleton
-    );
+    -- skips it (_is_erased_recipient). IMMUTABLE, the pepper an argument: erase_address calls it per
+    -- row of an UPDATE, which Citus refuses for a STABLE function over columns (docs/scale.md).
+    RETURN 'erased:' || encode(mailroom._hmac(convert_to('recipient:' || p_recipient, 'UTF8'), p_pepper, 'sha256'), 'hex');
 END;
+$$;
+
+COMMENT ON FUNCTION mailroom._erased_recipient(text, bytea) IS
+'Internal: the keyed hash (under the pepper given) that replaces an erased outbound recipient in place (positions stay; erased:<hex>).';
+
+CREATE OR REPLACE FUNCTION mailroom._erased_recipient(p_recipient text)
+RETURNS text
+LANGUAGE sql
+STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT mailroom._erased_recipient(p_recipient, p.pepper) FROM mailroom.redaction_pepper AS p WHERE p.singleton;
 $$;
 
 COMMENT ON FUNCTION mailroom._erased_recipient(text) IS
@@ -281,18 +289,20 @@ $$;
 COMMENT ON FUNCTION mailroom._texts_hold_address(text, text[]) IS
 'Internal: whether any of the texts holds an address pattern (case-insensitive).';
 
-CREATE OR REPLACE FUNCTION mailroom._erase_recipients(p_recipients text[], p_address text)
+CREATE OR REPLACE FUNCTION mailroom._erase_recipients(p_recipients text[], p_address text, p_pepper bytea)
 RETURNS text[]
 LANGUAGE plpgsql
-STABLE
+IMMUTABLE
+PARALLEL SAFE
 SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
     -- a recipient list with every element that is the (normalized) address replaced in place by
-    -- its _erased_recipient form: same length, same positions
+    -- its _erased_recipient form: same length, same positions (IMMUTABLE, the pepper an argument:
+    -- called per row of erase_address's UPDATE, which Citus refuses for a STABLE function)
     RETURN ARRAY(
         SELECT CASE
-            WHEN mailroom._normalize_address(r.a) = p_address THEN mailroom._erased_recipient(r.a)
+            WHEN mailroom._normalize_address(r.a) = p_address THEN mailroom._erased_recipient(r.a, p_pepper)
             ELSE r.a
         END
         FROM unnest(p_recipients) WITH ORDINALITY AS r (a, n)
@@ -301,7 +311,7 @@ BEGIN
 END;
 $$;
 
-COMMENT ON FUNCTION mailroom._erase_recipients(text[], text) IS
+COMMENT ON FUNCTION mailroom._erase_recipients(text[], text, bytea) IS
 'Internal (erase_address): a recipient list with the address replaced in place by its erased form (positions kept).';
 
 CREATE OR REPLACE FUNCTION mailroom._erase_account_keys(p_accounts bigint[], p_pattern text)
@@ -332,6 +342,7 @@ DECLARE
     v_pattern text;
     v_erased text;
     v_tag text;
+    v_pepper bytea := (SELECT p.pepper FROM mailroom.redaction_pepper AS p WHERE p.singleton);
     v_counts jsonb := '{}';
     v_n bigint;
     v_m bigint;
@@ -421,9 +432,9 @@ BEGIN
         SET
             -- erased in place: a signed address names its recipient by envelope position
             -- (sql/36_outbound_bounces.sql), so the others keep theirs; a claim skips the erased
-            to_addrs = mailroom._erase_recipients(m.to_addrs, v_addr),
-            cc_addrs = mailroom._erase_recipients(m.cc_addrs, v_addr),
-            bcc_addrs = mailroom._erase_recipients(m.bcc_addrs, v_addr),
+            to_addrs = mailroom._erase_recipients(m.to_addrs, v_addr, v_pepper),
+            cc_addrs = mailroom._erase_recipients(m.cc_addrs, v_addr, v_pepper),
+            bcc_addrs = mailroom._erase_recipients(m.bcc_addrs, v_addr, v_pepper),
             subject = regexp_replace(m.subject, v_pattern, v_erased, 'gi'),
             text_body = regexp_replace(m.text_body, v_pattern, v_erased, 'gi'),
             html_body = regexp_replace(m.html_body, v_pattern, v_erased, 'gi'),

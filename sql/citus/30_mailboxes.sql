@@ -225,6 +225,7 @@ DECLARE
     v_shard record;
     v_gone bigint[];
     v_addresses text[];
+    v_address text;
 BEGIN
     IF p_older_than IS NULL OR p_older_than < interval '0' THEN
         RAISE EXCEPTION USING
@@ -266,8 +267,12 @@ BEGIN
         EXECUTE format(
             'DELETE FROM mailroom.messages AS g WHERE g.mailbox_id = ANY(%L::bigint[])', v_gone
         );
-        -- the addresses are free again (their shards, by address)
-        DELETE FROM mailroom.mailbox_addresses AS a WHERE a.address = ANY(v_addresses);
+        -- the addresses are free again: one single-shard statement each (a multi-shard DELETE here,
+        -- after this transaction's deletes on a mailboxes shard, met a concurrent purger's in a
+        -- distributed deadlock; distinct addresses by single-shard statements lock nothing shared)
+        FOREACH v_address IN ARRAY v_addresses LOOP
+            DELETE FROM mailroom.mailbox_addresses AS a WHERE a.address = v_address;
+        END LOOP;
         v_count := v_count + cardinality(v_gone);
     END LOOP;
     RETURN v_count;

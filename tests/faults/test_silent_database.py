@@ -4,8 +4,9 @@ the inbound server must still answer within their bounds — 503 (or 504) within
 --statement-timeout, 451 within --db-timeout — not when the network gives up (tcp_user_timeout, 30 s; never through a
 peer that acknowledges).
 
-Found by the fault-injection suite (docs/reliability.md, "Defects found"); both fail today and are
-marked xfail(strict=True) until the driver is fixed:
+Found by the fault-injection suite (docs/reliability.md, "Defects found"); both failed before the fix
+(mailroom.db.pool.within: the call is given up at its bound, its cancellation finishes in the background
+and the pool discards the connection):
 - the HTTP face bounds a call only on the server (SET LOCAL statement_timeout): with the server out
   of reach, nothing ends the request (mailroom/http/app.py, `App.call`);
 - the inbound server's asyncio.timeout(--db-timeout) cancels the query, and psycopg then spends up to
@@ -69,8 +70,6 @@ def rig():
 
 
 @pytest.mark.parametrize("fault", ["half_open", "blackhole"])
-@pytest.mark.xfail(strict=True, reason="the HTTP face bounds a call only on the server: a request on a silent "
-                                       "connection waits until the network gives up (docs/reliability.md)")
 def test_http_answers_503_within_its_bound_when_its_connection_goes_silent(rig, fault):
     path = f"/api/v1/mailboxes/{rig['address']}/messages"
     proxy = rig["proxies"]["http"]
@@ -89,8 +88,6 @@ def test_http_answers_503_within_its_bound_when_its_connection_goes_silent(rig, 
     assert status in (503, 504) and seconds < bound, (status, doc, round(seconds, 1))
 
 
-@pytest.mark.xfail(strict=True, reason="psycopg's cancellation of a timed-out query (5 s + 5 s) runs before "
-                                       "--db-timeout's 451 is answered (docs/reliability.md)")
 def test_inbound_answers_451_within_db_timeout_when_its_connection_goes_half_open(rig):
     proxy = rig["proxies"]["inbox"]
     assert _rcpt(rig["inbox_port"], rig["address"])[0] == 250  # a pooled connection, in use

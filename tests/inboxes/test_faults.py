@@ -130,10 +130,11 @@ def test_bad_input_is_one_line_and_exit_2(cli, make_mailbox):
 
 
 def test_the_count_is_taken_atomically_by_concurrent_sessions(server, conn, make_mailbox):
-    """12 sessions at once against a fault for the next 3: exactly 3 are answered it, 9 get 250."""
+    """8 sessions at once against a fault for the next 3: exactly 3 are answered it, 5 get 250 (8: under
+    the server's per-client session cap, 10, since every session here comes from 127.0.0.1)."""
     box = make_mailbox()
     _sql_fault(conn, box, "rcpt", "451 4.7.1 Counted", count=3)
-    with ThreadPoolExecutor(12) as pool:
-        replies = list(pool.map(lambda _: _send(server, box)[0][0], range(12)))
-    assert sorted(replies) == [250] * 9 + [451] * 3
-    assert _stored(conn, box) == 9
+    with ThreadPoolExecutor(8) as pool:
+        replies = list(pool.map(lambda _: _send(server, box)[0][0], range(8)))
+    assert sorted(replies) == [250] * 5 + [451] * 3
+    assert _stored(conn, box) == 5

@@ -15,6 +15,7 @@ internal error: mailroom.core.errors.kind_of says so.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 from collections.abc import AsyncIterator
@@ -23,6 +24,7 @@ from typing import Any
 import psycopg
 from psycopg_pool import AsyncConnectionPool
 
+from mailroom.core.log import get_logger
 from mailroom.db.connect import connection_kwargs, with_defaults
 
 # An attempt to connect gives up after this many seconds (its retries 1 s apart, then 2 s).
@@ -30,6 +32,19 @@ RECONNECT_TIMEOUT = 3.0
 
 # psycopg_pool logs each failed attempt at WARNING, over several lines: the servers say it once.
 logging.getLogger("psycopg.pool").setLevel(logging.CRITICAL)
+
+
+class _OneLine(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        record.msg, record.args = " ".join(record.getMessage().split()), None
+        return True
+
+
+# psycopg's own warnings (a cancel request that failed, a pipeline ended in error) in the servers' format,
+# one line each
+_psycopg_log = get_logger("psycopg")
+_psycopg_log.setLevel(logging.WARNING)
+_psycopg_log.addFilter(_OneLine())
 
 
 def async_pool(url: str, *, max_size: int, application_name: str, configure: Any = None,
@@ -56,3 +71,24 @@ async def bounded_transaction(conn: psycopg.AsyncConnection, statement_timeout: 
     async with conn.pipeline(), conn.transaction():
         await conn.execute(_SET_TIMEOUT, (f"{max(1, int(statement_timeout * 1000))}ms",))
         yield
+
+
+_abandoned: set[asyncio.Task] = set()
+
+
+async def within(seconds: float, coro: Any) -> Any:
+    """Await `coro` for at most `seconds`, then raise TimeoutError at once; its cancellation (psycopg sends
+    a cancel request and waits for the query to end, up to 5 + 5 s, on a connection gone silent) finishes
+    in the background, and the pool discards the connection."""
+    task = asyncio.ensure_future(coro)
+    try:
+        done, _ = await asyncio.wait({task}, timeout=seconds)
+    except asyncio.CancelledError:
+        task.cancel()
+        raise
+    if task in done:
+        return task.result()
+    task.cancel()
+    _abandoned.add(task)
+    task.add_done_callback(_abandoned.discard)
+    raise TimeoutError

@@ -40,7 +40,7 @@ from mailroom.core.errors import Kind, describe_db_error, error_code, kind_of
 from mailroom.core.log import get_logger
 from mailroom.core.outage import Outage
 from mailroom.db.connect import StaleConnection, alearn_vocabulary, ensure_alive
-from mailroom.db.pool import async_pool, bounded_transaction
+from mailroom.db.pool import async_pool, bounded_transaction, within
 from mailroom.http import docs, models, page, sqlapi
 from mailroom.http.events import Hub
 from mailroom.http.models import errors
@@ -250,6 +250,14 @@ class State:
         No connection within --pool-timeout: 503 with Retry-After. `retry` is kept for callers
         and means nothing more than that."""
         del retry
+        try:
+            return await within(self.config.pool_timeout + self.config.statement_timeout + 1.0,
+                                self._call(fn, shape, kwargs))
+        except TimeoutError:
+            self.outage.delay("no answer from the database")
+            raise unavailable() from None
+
+    async def _call(self, fn: Any, shape: str, kwargs: dict[str, Any]) -> Any:
         for _attempt in range(self.pool.max_size + 1):
             try:
                 async with self.pool.connection(timeout=self.config.pool_timeout) as conn:

@@ -39,6 +39,7 @@ from mailroom.core.log import get_logger
 from mailroom.core.outage import Outage
 from mailroom.db.connect import StaleConnection, ensure_alive
 from mailroom.db.contract import SqlFunction
+from mailroom.db.pool import within
 from mailroom.inboxes import sqlapi
 from mailroom.inboxes.mime import ParsedMessage
 from mailroom.inboxes.parsing import ParsePool
@@ -118,16 +119,18 @@ class Delivery:
         server ended while idle (found before anything is sent) is replaced by the next one; a
         statement the server cancelled or terminated, or a connection lost under it, is not re-run:
         the SMTP layer answers 451 and the client retries."""
+        async def attempts() -> Any:
+            for _attempt in range(self.pool.max_size + 1):
+                try:
+                    async with self.pool.connection(timeout=self.timeout) as conn:
+                        await ensure_alive(conn)
+                        return await fn.arow(conn, **kwargs)
+                except StaleConnection:
+                    continue
+            raise psycopg.OperationalError("every pooled connection was found ended by the server")
+
         try:
-            async with asyncio.timeout(self.timeout):
-                for _attempt in range(self.pool.max_size + 1):
-                    try:
-                        async with self.pool.connection(timeout=self.timeout) as conn:
-                            await ensure_alive(conn)
-                            return await fn.arow(conn, **kwargs)
-                    except StaleConnection:
-                        continue
-                raise psycopg.OperationalError("every pooled connection was found ended by the server")
+            return await within(self.timeout, attempts())
         except TimeoutError:
             raise DatabaseTimeout(f"no answer within {self.timeout:g}s") from None
 
