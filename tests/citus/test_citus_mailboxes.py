@@ -169,8 +169,10 @@ def test_erasure_deletes_the_mailbox_its_messages_and_frees_its_address(cconn):
     assert cconn.execute(
         "SELECT count(*) FROM mailroom.mailbox_addresses WHERE address = %s", (box[1],)
     ).fetchone() == (0,)  # the address is free again
+    # erased in place (issue 34: signed positions stay), the other recipient keeps its position
     assert cconn.execute("SELECT to_addrs, subject FROM mailroom.outbound_messages WHERE id = %s", (kept,)).fetchone() == (
-        ["kept@example.com"], "to " + cconn.execute("SELECT mailroom._erased_form(%s)", (box[1],)).fetchone()[0]
+        [cconn.execute("SELECT mailroom._erased_recipient(%s)", (box[1],)).fetchone()[0], "kept@example.com"],
+        "to " + cconn.execute("SELECT mailroom._erased_form(%s)", (box[1],)).fetchone()[0]
     )
     # the other mailbox, its message and its address are untouched
     assert cconn.execute("SELECT message_count FROM mailroom.mailboxes WHERE id = %s", (other[0],)).fetchone() == (1,)

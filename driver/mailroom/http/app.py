@@ -499,7 +499,8 @@ def create_app(config: HttpConfig | None = None) -> FastAPI:  # noqa: PLR0915 - 
 
     @app.get("/api/v1/mailboxes/{address}/messages/{message_id}/raw", tags=["messages"], response_class=Response,
              responses={200: {"content": {"text/plain": {"schema": {"type": "string"}}},
-                              "description": "the bytes as received, never rendered"}, **errors(400, 401, 403, 404, 503)},
+                              "description": "the bytes as received, never rendered"},
+                        **models.json_errors(400, 401, 403, 404, 422, 503)},
              summary="The message as received (message/rfc822)")
     async def message_raw(request: Request, address: str, message_id: str) -> Response:
         raw = await state.call(sqlapi.http_message_raw, message_id=_message_id(message_id),
@@ -508,7 +509,7 @@ def create_app(config: HttpConfig | None = None) -> FastAPI:  # noqa: PLR0915 - 
                         headers={"X-Content-Type-Options": "nosniff", "Content-Security-Policy": "sandbox"})
 
     @app.get("/api/v1/mailboxes/{address}/messages/{message_id}/html", tags=["messages"], response_class=HTMLResponse,
-             responses=errors(400, 401, 403, 404, 422, 503),
+             responses=models.json_errors(400, 401, 403, 404, 422, 503),
              summary="The HTML part for a sandboxed frame: scripts and remote loads blocked (images=1 allows images)")
     async def message_html(request: Request, address: str, message_id: str, images: int = 0) -> Response:
         doc = json.loads(await state.call(sqlapi.http_read_message, message_id=_message_id(message_id),
@@ -519,7 +520,7 @@ def create_app(config: HttpConfig | None = None) -> FastAPI:  # noqa: PLR0915 - 
              response_class=Response,
              responses={200: {"content": {"application/octet-stream": {"schema": {"type": "string", "format": "binary"}}},
                               "description": "the decoded part, as a download"},
-                        **errors(400, 401, 403, 404, 422, 503)},
+                        **models.json_errors(400, 401, 403, 404, 422, 503)},
              summary="Attachment n (from 0), as a download")
     async def attachment(request: Request, address: str, message_id: str, index: int) -> Response:
         row = await state.call(sqlapi.http_message_attachment, shape="row", message_id=_message_id(message_id),

@@ -159,3 +159,12 @@ def errors(*statuses: int) -> dict[int | str, dict[str, Any]]:
         429: "the creation rate limit, with Retry-After", 503: "the database is unavailable",
     }
     return {s: {"model": ErrorResponse, "description": described[s]} for s in statuses}
+
+
+def json_errors(*statuses: int) -> dict[int | str, dict[str, Any]]:
+    """errors() for a route whose own answer is not JSON (an HTML frame, raw bytes, a download): its
+    refusals are still ErrorResponse JSON, so they are declared as application/json explicitly
+    (FastAPI would give a `model` the route's media type)."""
+    return {s: {"description": d["description"],
+                "content": {"application/json": {"schema": {"$ref": "#/components/schemas/ErrorResponse"}}}}
+            for s, d in errors(*statuses).items()}
