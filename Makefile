@@ -79,12 +79,15 @@ bench-quick: deps venv
 
 # the fault-injection suite's long run (tests/faults, docs/reliability.md): the CI run injects faults for
 # 90 s; this one for SOAK_SECONDS, with SOAK_SEED (its figures in SOAK_REPORT, JSON)
+# seconds the long-outage test keeps PostgreSQL down in make soak (75 in make test)
+SOAK_OUTAGE ?= 245
 SOAK_SECONDS ?= 1800
 SOAK_SEED    ?= 34
 SOAK_REPORT  ?= soak-report.json
 soak: deps venv
 	MAILROOM_SOAK_SECONDS=$(SOAK_SECONDS) MAILROOM_FAULT_SEED=$(SOAK_SEED) MAILROOM_FAULT_REPORT=$(SOAK_REPORT) \
 	    $(PY) -m pytest tests/faults/test_fault_injection.py -p no:xdist -p no:cacheprovider -s -q
+	MAILROOM_TEST_OUTAGE=$(SOAK_OUTAGE) $(PY) -m pytest tests/ops/test_long_outage.py -p no:xdist -p no:cacheprovider -s -q
 
 clean:
 	-$(VENV)/bin/mailroom db down 2>/dev/null

@@ -25,7 +25,7 @@ from psycopg.rows import dict_row
 
 pytestmark = pytest.mark.slow
 
-SETTINGS = settings(max_examples=25, stateful_step_count=30, deadline=None,
+SETTINGS = settings(max_examples=15, stateful_step_count=30, deadline=None,
                     suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
 T0 = dt.datetime(2031, 3, 1, 12, 0, tzinfo=dt.UTC)
 

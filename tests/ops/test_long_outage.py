@@ -7,7 +7,9 @@ PostgreSQL was back. Here, through the whole outage, a RCPT answers 451 and ever
 Retry-After within seconds, no process exits, and each says so once; once the server is back, the
 HTTP face, inbound SMTP and every worker serve again within 5 s, and mail flows end to end.
 
-MAILROOM_TEST_OUTAGE (seconds, default 245) sets the outage's length.
+MAILROOM_TEST_OUTAGE (seconds) sets the outage's length: 75 s in the suite (past every cap mailroom has
+now, 2–5 s, and past the 32 s psycopg_pool's own delays had reached: the old code fails it), 245 s in
+`make soak` (the issue's four minutes; figures in docs/reliability.md).
 """
 
 from __future__ import annotations
@@ -35,7 +37,7 @@ from mailroom.db import cluster as embedded
 
 pytestmark = pytest.mark.slow
 
-OUTAGE = float(os.environ.get("MAILROOM_TEST_OUTAGE", "245"))
+OUTAGE = float(os.environ.get("MAILROOM_TEST_OUTAGE", "75"))
 RECOVERY_BOUND = 5.0  # seconds from the server accepting connections to each process serving again
 
 
@@ -67,7 +69,7 @@ def _start_again(cluster: embedded.Cluster) -> None:
             time.sleep(0.5)
 
 
-def test_a_sigkilled_postmaster_down_for_four_minutes(private_cluster):
+def test_a_sigkilled_postmaster_down_past_every_cap(private_cluster):
     url = private_cluster.url()
     # a crash loses what synchronous_commit = off (the test clusters' setting) had not flushed: durable here
     private_cluster.stop(embedded.find_bindir(), embedded.RunAs.detect())
