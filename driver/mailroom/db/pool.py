@@ -22,10 +22,10 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import psycopg
-from psycopg_pool import AsyncConnectionPool
+from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
 from mailroom.core.log import get_logger
-from mailroom.db.connect import connection_kwargs, with_defaults
+from mailroom.db.connect import StaleConnection, connection_kwargs, ensure_alive, with_defaults
 
 # An attempt to connect gives up after this many seconds (its retries 1 s apart, then 2 s).
 RECONNECT_TIMEOUT = 3.0
@@ -92,3 +92,36 @@ async def within(seconds: float, coro: Any) -> Any:
     _abandoned.add(task)
     task.add_done_callback(_abandoned.discard)
     raise TimeoutError
+
+
+class NoConnection(Exception):
+    """No usable pooled connection: none within the pool timeout (`cause`: the PoolTimeout), or every
+    one tried was found ended by the server before anything was sent (`cause` None)."""
+
+    def __init__(self, cause: BaseException | None = None) -> None:
+        super().__init__(str(cause) if cause else "every pooled connection was found ended by the server")
+        self.cause = cause
+
+
+async def front_call(pool: AsyncConnectionPool, call: Any, *, pool_timeout: float, statement_timeout: float) -> Any:
+    """`await call(conn)` as a front end that serves others does it (docs/architecture.md, "Faults at
+    the front ends"): in a transaction under `statement_timeout` (bounded_transaction); a pooled
+    connection the server ended while idle (found before anything is sent) replaced by the next one,
+    nothing else retried (a cancelled or terminated statement, a connection lost under it: their
+    psycopg error is raised); the whole call given up after pool_timeout + statement_timeout + 1 s
+    (TimeoutError: a connection gone silent, which the server's timeout cannot end). NoConnection when
+    no usable connection could be had."""
+    async def attempts() -> Any:
+        for _attempt in range(pool.max_size + 1):
+            try:
+                async with pool.connection(timeout=pool_timeout) as conn:
+                    await ensure_alive(conn)
+                    async with bounded_transaction(conn, statement_timeout):
+                        return await call(conn)
+            except StaleConnection:
+                continue  # ended while idle, nothing was sent: the next connection
+            except PoolTimeout as exc:
+                raise NoConnection(exc) from None
+        raise NoConnection()
+
+    return await within(pool_timeout + statement_timeout + 1.0, attempts())

@@ -33,14 +33,13 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse, JSONResponse, Response, StreamingResponse
 from psycopg.types.string import TextLoader
-from psycopg_pool import PoolTimeout
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from mailroom.core.errors import Kind, describe_db_error, error_code, kind_of
 from mailroom.core.log import get_logger
 from mailroom.core.outage import Outage
-from mailroom.db.connect import StaleConnection, alearn_vocabulary, ensure_alive
-from mailroom.db.pool import async_pool, bounded_transaction, within
+from mailroom.db.connect import alearn_vocabulary
+from mailroom.db.pool import NoConnection, async_pool, front_call
 from mailroom.http import docs, models, page, sqlapi
 from mailroom.http.events import Hub
 from mailroom.http.models import errors
@@ -250,37 +249,30 @@ class State:
         No connection within --pool-timeout: 503 with Retry-After. `retry` is kept for callers
         and means nothing more than that."""
         del retry
+
+        async def run(conn: psycopg.AsyncConnection) -> Any:
+            if shape == "rows":
+                return await fn.arows(conn, **kwargs)
+            if shape == "row":
+                return await fn.arow(conn, **kwargs)
+            return await fn.avalue(conn, **kwargs)
+
         try:
-            return await within(self.config.pool_timeout + self.config.statement_timeout + 1.0,
-                                self._call(fn, shape, kwargs))
+            result = await front_call(self.pool, run, pool_timeout=self.config.pool_timeout,
+                                      statement_timeout=self.config.statement_timeout)
         except TimeoutError:
             self.outage.delay("no answer from the database")
             raise unavailable() from None
-
-    async def _call(self, fn: Any, shape: str, kwargs: dict[str, Any]) -> Any:
-        for _attempt in range(self.pool.max_size + 1):
-            try:
-                async with self.pool.connection(timeout=self.config.pool_timeout) as conn:
-                    await ensure_alive(conn)
-                    async with bounded_transaction(conn, self.config.statement_timeout):
-                        if shape == "rows":
-                            result = await fn.arows(conn, **kwargs)
-                        elif shape == "row":
-                            result = await fn.arow(conn, **kwargs)
-                        else:
-                            result = await fn.avalue(conn, **kwargs)
-            except StaleConnection:
-                continue  # ended while idle, nothing was sent: the next connection
-            except PoolTimeout as exc:
-                self.outage.delay(exc)
-                raise unavailable() from None
-            except psycopg.Error as exc:
-                if kind_of(exc) is Kind.UNAVAILABLE and not exc.sqlstate:
-                    self.outage.delay(exc)  # the connection was lost: one line for the outage
-                raise db_error(exc) from None
-            self.outage.resumed()
-            return result
-        raise unavailable()
+        except NoConnection as exc:
+            if exc.cause is not None:
+                self.outage.delay(exc.cause)
+            raise unavailable() from None
+        except psycopg.Error as exc:
+            if kind_of(exc) is Kind.UNAVAILABLE and not exc.sqlstate:
+                self.outage.delay(exc)  # the connection was lost: one line for the outage
+            raise db_error(exc) from None
+        self.outage.resumed()
+        return result
 
 
 def _configure(conn: psycopg.AsyncConnection) -> Any:

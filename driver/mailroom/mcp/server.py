@@ -36,13 +36,12 @@ import psycopg.errors
 from mcp.server.fastmcp import FastMCP
 from mcp.server.transport_security import TransportSecuritySettings
 from mcp.types import CallToolResult, Resource, TextContent, ToolAnnotations
-from psycopg_pool import PoolTimeout
 from pydantic import Field
 
 from mailroom.core.errors import Kind, describe_db_error, kind_of
 from mailroom.core.log import get_logger
-from mailroom.db.connect import StaleConnection, alearn_vocabulary, ensure_alive
-from mailroom.db.pool import async_pool, bounded_transaction
+from mailroom.db.connect import alearn_vocabulary
+from mailroom.db.pool import NoConnection, async_pool, front_call
 from mailroom.http.events import Hub
 from mailroom.mcp import sqlapi
 
@@ -154,19 +153,17 @@ class Backend:
         retried, so a statement the server cancelled or terminated is answered, never run again; no
         connection within the pool timeout is unavailability. `retry` is kept for callers."""
         del retry
-        for _attempt in range(self.pool.max_size + 1):
-            try:
-                async with self.pool.connection(timeout=self.config.pool_timeout) as conn:
-                    await ensure_alive(conn)
-                    async with bounded_transaction(conn, self.config.statement_timeout):
-                        return await fn.avalue(conn, **kwargs)
-            except StaleConnection:
-                continue
-            except PoolTimeout:
-                raise ToolFailure("", Kind.UNAVAILABLE.value, "the database is unavailable, try again") from None
-            except psycopg.Error as exc:
-                raise db_failure(exc) from None
-        raise ToolFailure("", Kind.UNAVAILABLE.value, "the database is unavailable, try again")
+
+        async def run(conn: psycopg.AsyncConnection) -> Any:
+            return await fn.avalue(conn, **kwargs)
+
+        try:
+            return await front_call(self.pool, run, pool_timeout=self.config.pool_timeout,
+                                    statement_timeout=self.config.statement_timeout)
+        except (TimeoutError, NoConnection):
+            raise ToolFailure("", Kind.UNAVAILABLE.value, "the database is unavailable, try again") from None
+        except psycopg.Error as exc:
+            raise db_failure(exc) from None
 
 
 def _ok(doc: Any) -> CallToolResult:
