@@ -9,7 +9,7 @@
 -- maintain_partitions.
 CREATE TABLE mailroom.delivery_receipts (
     key uuid PRIMARY KEY,
-    replies text [],
+    replies text[],
     created_at timestamptz NOT NULL
 );
 
