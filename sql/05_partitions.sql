@@ -222,6 +222,23 @@ BEGIN
         RETURN QUERY SELECT 'keys_deleted'::text, 'outbound_idempotency_keys'::text, null::text, v_count;
     END IF;
 
+    -- delivery receipts (sql/21_delivery.sql) a day old: a lost answer is settled within seconds
+    WITH doomed AS (
+        SELECT r.key
+        FROM mailroom.delivery_receipts AS r
+        WHERE r.created_at < v_now - interval '1 day'
+        LIMIT v_batch
+        FOR UPDATE SKIP LOCKED
+    )
+
+    DELETE FROM mailroom.delivery_receipts AS r
+    USING doomed AS d
+    WHERE r.key = d.key;
+    GET DIAGNOSTICS v_count = ROW_COUNT;
+    IF v_count > 0 THEN
+        RETURN QUERY SELECT 'receipts_deleted'::text, 'delivery_receipts'::text, null::text, v_count;
+    END IF;
+
     -- DDL last, its locks held to commit: attaching a partition ahead takes SHARE UPDATE
     -- EXCLUSIVE on the parent and ACCESS EXCLUSIVE on its DEFAULT partition; dropping one takes
     -- ACCESS EXCLUSIVE on the parent (DETACH ... CONCURRENTLY is not allowed while a table has a

@@ -150,6 +150,7 @@ DECLARE
     v_state text;
     v_fault text;
     v_faults boolean;
+    v_replies text[] := '{}';
 BEGIN
     IF p_message IS NULL OR p_address IS NULL OR cardinality(p_message) <> cardinality(p_address)
         OR coalesce(cardinality(p_envelope_from), 0) <> v_n OR coalesce(cardinality(p_subject), 0) <> v_n
@@ -179,6 +180,7 @@ BEGIN
         IF reply IS NOT NULL THEN
             message_ids := '{}';
             verdict := 'fault';
+            v_replies := v_replies || reply;
             RETURN NEXT;
             CONTINUE;
         END IF;
@@ -212,15 +214,18 @@ BEGIN
                 END IF;
             END LOOP;
         END IF;
+        v_replies := v_replies || reply;
         RETURN NEXT;
     END LOOP;
+    -- the receipt the inbound server asked for (set_delivery_receipt), in this same transaction
+    PERFORM mailroom._record_delivery_receipt(v_replies);
 END;
 $$;
 
 COMMENT ON FUNCTION mailroom.deliver_messages(
     integer[], text[], bytea[], text[], text[], text[], text[], text[], jsonb[]
 ) IS
-'The inbound DATA step: deliver_message for every (message, recipient), each message for all its recipients or none; one row per message: its ids, verdict (ok, a refusing recipient verdict, retry, fault (an injected fault: stored only after DATA), or the code of a refusal of the message itself) and the SMTP reply to send (MR216 bad arrays).';
+'The inbound DATA step: deliver_message for every (message, recipient), each message for all its recipients or none; one row per message: its ids, verdict (ok, a refusing recipient verdict, retry, fault (an injected fault: stored only after DATA), or the code of a refusal of the message itself) and the SMTP reply to send; leaves the receipt set_delivery_receipt asked for (MR216 bad arrays).';
 
 GRANT EXECUTE ON FUNCTION mailroom.deliver_messages(
     integer[], text[], bytea[], text[], text[], text[], text[], text[], jsonb[]
@@ -304,3 +309,83 @@ COMMENT ON FUNCTION mailroom.check_message_size(text[], bigint) IS
 'DATA-stage size probe: ok with the first recipient whose plan takes p_size octets, or too_large with the SMTP reply when none does.';
 
 GRANT EXECUTE ON FUNCTION mailroom.check_message_size(text[], bigint) TO mailroom_inbound;
+
+-- Delivery receipts (issue 34): an answer lost after the delivering statement was sent is not a
+-- possible duplicate. The inbound server sends set_delivery_receipt(key) and deliver_messages in
+-- ONE transaction (a pipeline: one round trip); the receipt holds the replies decided. When the
+-- answer is lost, settle_delivery(key) on another connection tells what was decided, and makes it
+-- final: where no receipt is there yet it leaves a tombstone, so the statement, were it still
+-- running, cannot commit (its receipt's key is taken). A settle that meets the receipt of a
+-- transaction in flight waits for it (a unique key's insert waits for the inserting transaction).
+CREATE OR REPLACE FUNCTION mailroom.set_delivery_receipt(p_key uuid)
+RETURNS void
+LANGUAGE plpgsql
+VOLATILE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF p_key IS NULL THEN
+        RAISE EXCEPTION USING ERRCODE = 'MR217', MESSAGE = 'set_delivery_receipt: a receipt needs a key';
+    END IF;
+    -- transaction-local: only a deliver_messages of this same transaction reads it
+    PERFORM pg_catalog.set_config('mailroom.delivery_receipt', p_key::text, true);
+END;
+$$;
+
+COMMENT ON FUNCTION mailroom.set_delivery_receipt(uuid) IS
+'The deliver_messages call that follows in this transaction leaves a receipt under p_key (its replies), for settle_delivery after a lost answer (MR217 no key).';
+
+GRANT EXECUTE ON FUNCTION mailroom.set_delivery_receipt(uuid) TO mailroom_inbound;
+
+CREATE OR REPLACE FUNCTION mailroom._record_delivery_receipt(p_replies text[])
+RETURNS void
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_key text := nullif(pg_catalog.current_setting('mailroom.delivery_receipt', true), '');
+BEGIN
+    IF v_key IS NULL THEN
+        RETURN;  -- not asked for (psql, the SES hook, a test)
+    END IF;
+    PERFORM pg_catalog.set_config('mailroom.delivery_receipt', '', true);  -- one receipt per key
+    -- a tombstone under the key (settle_delivery came first): unique_violation, nothing commits
+    INSERT INTO mailroom.delivery_receipts (key, replies, created_at)
+    VALUES (v_key::uuid, p_replies, mailroom.clock());
+END;
+$$;
+
+COMMENT ON FUNCTION mailroom._record_delivery_receipt(text[]) IS
+'Internal: the receipt set_delivery_receipt asked for in this transaction (its replies); fails when settle_delivery took the key first.';
+
+CREATE OR REPLACE FUNCTION mailroom.settle_delivery(p_key uuid)
+RETURNS text[]
+LANGUAGE plpgsql
+VOLATILE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_replies text[];
+BEGIN
+    IF p_key IS NULL THEN
+        RAISE EXCEPTION USING ERRCODE = 'MR217', MESSAGE = 'settle_delivery: a receipt needs a key';
+    END IF;
+    -- a receipt of a transaction in flight makes this insert wait for its end
+    INSERT INTO mailroom.delivery_receipts AS r (key, replies, created_at)
+    VALUES (p_key, null, mailroom.clock())
+    ON CONFLICT (key) DO NOTHING;
+    IF FOUND THEN
+        RETURN null;  -- nothing was delivered under the key, and now nothing can be
+    END IF;
+    SELECT r.replies INTO v_replies FROM mailroom.delivery_receipts AS r WHERE r.key = p_key;
+    RETURN v_replies;  -- NULL: an earlier settle's tombstone
+END;
+$$;
+
+COMMENT ON FUNCTION mailroom.settle_delivery(uuid) IS
+'After a lost answer: the replies deliver_messages decided under receipt p_key, in message order, or NULL when nothing was delivered under it (then nothing can be any more) (MR217 no key).';
+
+GRANT EXECUTE ON FUNCTION mailroom.settle_delivery(uuid) TO mailroom_inbound;

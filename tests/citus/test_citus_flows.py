@@ -65,6 +65,26 @@ def test_inbound_stored_on_a_worker_and_read(cconn):
     assert "worker" in node
 
 
+def test_delivery_receipt_and_settle_on_a_coordinator(cconn):
+    """The inbound server's DATA step as it runs it (set_delivery_receipt, then deliver_messages, in
+    one pipeline): the message on its worker, the receipt on the coordinator, in one transaction;
+    settle_delivery answers the replies, and leaves a tombstone for a key nothing was delivered under."""
+    address = cconn.execute("SELECT address FROM mailroom.create_mailbox(30, 'free')").fetchone()[0]
+    key, other = "00000000-0000-7000-8000-0000000000c1", "00000000-0000-7000-8000-0000000000c2"
+    with psycopg.connect(testing.as_login(cconn.info.dsn, "mr_inbound"), autocommit=True) as inbound:
+        with inbound.pipeline():
+            inbound.execute("SELECT mailroom.set_delivery_receipt(%s)", (key,))
+            rows = inbound.execute(
+                "SELECT verdict, reply FROM mailroom.deliver_messages(ARRAY[1], ARRAY[%s], ARRAY[%s::bytea],"
+                " ARRAY[''], ARRAY['receipt'], ARRAY[NULL]::text[], ARRAY[NULL]::text[], ARRAY[NULL]::text[],"
+                " ARRAY['[]'::jsonb])", (address, b"Subject: receipt\r\n\r\nhi\r\n"),
+            ).fetchall()
+        assert [r[0] for r in rows] == ["ok"]
+        assert inbound.execute("SELECT mailroom.settle_delivery(%s)", (key,)).fetchone()[0] == [rows[0][1]]
+        assert inbound.execute("SELECT mailroom.settle_delivery(%s)", (other,)).fetchone()[0] is None
+    assert cconn.execute("SELECT count(*) FROM mailroom.messages WHERE subject = 'receipt'").fetchone()[0] == 1
+
+
 def test_outbound_claims_exactly_once_across_lanes(cconn):
     """4 claimers race over every lane: each queued message is claimed by exactly one of them."""
     cconn.execute("SELECT mailroom.upsert_sender('lanes', 'noreply@mailroom.test', '127.0.0.1', 2525)")

@@ -13,6 +13,14 @@ connection). The test changes its fault at run time, from its own thread:
     proxy.set_fault("half_open")                        # the upstream side of every connection is
                                                         # closed, the client is not told: what it
                                                         # sends is swallowed, nothing comes back
+    proxy.set_fault("lose_reply", min_request=2000, count=1, after_commit=1)
+                                                        # the answer to the next request of at least
+                                                        # 2000 bytes (all sent since the last answer
+                                                        # that ended idle) is dropped and its connection
+                                                        # reset both ways: the server did the work,
+                                                        # the client never hears of it (count times;
+                                                        # after_commit: only a chunk that ends with
+                                                        # PostgreSQL's ReadyForQuery, idle)
     proxy.reset_all()                                   # a RST to every open connection, now
     proxy.clear()                                       # no fault; the connections a blackhole or a
                                                         # half-open fault held get a RST
@@ -44,7 +52,9 @@ import time
 from collections.abc import Coroutine
 from typing import Any
 
-KINDS = ("latency", "reset", "blackhole", "half_open")
+# PostgreSQL's ReadyForQuery, idle: the end of the answer to a transaction that committed
+_IDLE = b"Z\x00\x00\x00\x05I"
+KINDS = ("latency", "reset", "blackhole", "half_open", "lose_reply")
 CHUNK = 65536
 
 
@@ -95,6 +105,7 @@ class _Conn:
         self.half_open = False
         self.closed = False
         self.tasks: list[asyncio.Task] = []
+        self.last_request = 0  # bytes sent client -> upstream since the last answer that ended idle
 
     def abort(self) -> None:
         if self.closed:
@@ -258,8 +269,19 @@ class Proxy:
                     self.stats["reset"] += 1
                     conn.abort()
                     return
+                if upward:
+                    conn.last_request += len(data)
+                elif (self.kind == "lose_reply" and self.params.get("count", 1) > 0
+                      and conn.last_request >= self.params.get("min_request", 0)
+                      and (not self.params.get("after_commit") or data.endswith(_IDLE))):
+                    self.params["count"] = self.params.get("count", 1) - 1
+                    self.stats["lost_reply"] += 1
+                    conn.abort()
+                    return
                 if conn.held:
                     continue
+                if not upward and data.endswith(_IDLE):
+                    conn.last_request = 0  # answered: the next request starts
                 now = time.monotonic()
                 with self._lock:
                     (self.requests if upward else self.replies).append(now)

@@ -474,10 +474,11 @@ def test_nothing_lost_and_every_worker_back_within_its_bound(private_cluster):
             assert not undelivered, undelivered[:5]
             flagged = {m for m, p in rows if p}
             duplicated = {m: stored[m] for m, _ in rows if stored[m] > 1}
-            # The relay's own ambiguity: the inbound server answers 451 when the COMMIT of a message was sent
-            # but its answer lost (a possible duplicate beats a lost message, inboxes/delivery.py); the sender
-            # then retries a message already stored, and cannot know it. Such a duplicate shows that 451 in
-            # its error_log; any other one must be flagged possibly_sent.
+            # The relay's own ambiguity: a lost answer to the inbound server's delivering statement is
+            # settled by its receipt (settle_delivery, docs/reliability.md); only when the database cannot
+            # be asked within --db-timeout does it answer 451 to a message it may have stored, and the
+            # sender retries it, unable to know. Such a duplicate shows that 451 in its error_log; any other
+            # one must be flagged possibly_sent.
             logs = dict(su.execute("SELECT message_id, error_log FROM mailroom.outbound_messages"
                                    " WHERE message_id = ANY(%s)", (list(duplicated),)).fetchall())
             after_451 = {m for m in set(duplicated) - flagged if "451 4.3.0" in (logs.get(m) or "")}

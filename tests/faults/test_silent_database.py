@@ -17,6 +17,7 @@ and the pool discards the connection):
 
 from __future__ import annotations
 
+import smtplib
 import time
 
 import psycopg
@@ -61,7 +62,7 @@ def rig():
         with psycopg.connect(cluster.url(), autocommit=True) as su:
             address, token = su.execute("SELECT address, session_token FROM mailroom.create_mailbox(60)").fetchone()
         yield {"proxies": proxies, "http_port": http_port, "inbox_port": inbox_port, "address": address,
-               "token": token, "workers": workers}
+               "token": token, "workers": workers, "url": cluster.url()}
     finally:
         for w in workers:
             w.kill()
@@ -99,3 +100,26 @@ def test_inbound_answers_451_within_db_timeout_when_its_connection_goes_half_ope
     time.sleep(0.5)
     assert _rcpt(rig["inbox_port"], rig["address"])[0] == 250  # back at once after the fault
     assert code == 451 and seconds < DB_TIMEOUT + SLACK, (code, round(seconds, 1))
+
+
+def test_inbound_answers_a_delivery_whose_answer_was_lost_as_decided(rig):
+    """The delivering statement committed and its answer was lost on the way back (the connection
+    reset): the inbound server used to answer 451, so the client sent the stored message again (a
+    duplicate no one flagged: issue 34, the fault suite's "after the relay's 451"). Now it settles the
+    delivery by its receipt on another connection and answers 250: stored once, offered once."""
+    proxy = rig["proxies"]["inbox"]
+    body = "Subject: lost-answer\r\nFrom: a@example.net\r\n\r\n" + ("x" * 70 + "\r\n") * 50
+    with smtplib.SMTP("127.0.0.1", rig["inbox_port"], timeout=30) as smtp:
+        smtp.ehlo("test.localhost")
+        smtp.mail("a@example.net")
+        assert smtp.rcpt(rig["address"])[0] == 250
+        proxy.set_fault("lose_reply", min_request=2000, count=1, after_commit=1)
+        try:
+            code, reply = smtp.data(body.encode())
+        finally:
+            proxy.clear()
+    assert proxy.stats["lost_reply"] == 1, (dict(proxy.stats), code, reply)  # the fault did hit the delivering statement's answer
+    assert code == 250, (code, reply, rig["workers"][1].text()[-3000:])
+    with psycopg.connect(rig["url"], autocommit=True) as su:
+        stored = su.execute("SELECT count(*) FROM mailroom.messages WHERE subject = 'lost-answer'").fetchone()[0]
+    assert stored == 1

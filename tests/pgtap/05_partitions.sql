@@ -3,7 +3,7 @@
 -- processing, unexpired or in an active mailbox is ever dropped. (A concurrent second caller
 -- needs a second session: tests/db/test_partitions.py.)
 BEGIN;
-SELECT plan(37);
+SELECT plan(39);
 
 CREATE FUNCTION pg_temp.has_partition(p_table text, p_at timestamptz) RETURNS boolean LANGUAGE sql AS $$
     SELECT EXISTS (
@@ -217,9 +217,21 @@ SELECT ok(
 SET LOCAL mailroom.clock = '2030-03-01 12:00Z';
 INSERT INTO mailroom.outbound_messages (sender_id, to_addrs, subject, text_body, message_id, created_at)
 VALUES ((SELECT id FROM mailroom.senders WHERE name = 'tap'), ARRAY['x@example.com'], 'far', 't', '<far@x>', '2030-03-12 10:00Z');
+-- delivery receipts (sql/21_delivery.sql) a day old go; younger ones stay
+INSERT INTO mailroom.delivery_receipts (key, replies, created_at) VALUES
+('00000000-0000-7000-8000-00000000000a', ARRAY['250 old'], '2030-03-05 11:59Z'),
+('00000000-0000-7000-8000-00000000000b', ARRAY['250 new'], '2030-03-05 12:01Z');
 SET LOCAL mailroom.clock = '2030-03-06 12:00Z';
 TRUNCATE report;
 INSERT INTO report SELECT * FROM mailroom.maintain_partitions();
+SELECT is(
+    (SELECT array_agg(replies[1] ORDER BY key) FROM mailroom.delivery_receipts),
+    ARRAY['250 new'], 'maintain_partitions deletes delivery receipts older than a day, and only those'
+);
+SELECT is(
+    (SELECT row_count FROM report WHERE action = 'receipts_deleted' AND table_name = 'delivery_receipts'),
+    1::bigint, 'and reports them as receipts_deleted'
+);
 SELECT is(
     (SELECT row_count FROM report WHERE action = 'created' AND partition_name = 'outbound_messages_p20300312t0000'),
     1::bigint, 'creating a partition moves the rows of its range out of the DEFAULT partition'

@@ -52,7 +52,7 @@ SELECT 'mailroom_inbound', unnest(ARRAY[
     'check_recipient', 'deliver_message', 'max_inbound_message_bytes', 'expire_mailboxes', 'purge_mailboxes',
     'seconds_until_next_expiry', 'run_expiry', 'worker_heartbeat', 'worker_stopped', 'check_bounce_recipient',
     'record_bounce', 'maintain_partitions', 'clock', 'setting', 'interval_setting', 'deliver_messages',
-    'check_message_size', 'index_messages', 'reindex_messages', 'list_migrations', 'schema_version', 'error_codes', 'list_settings'
+    'check_message_size', 'set_delivery_receipt', 'settle_delivery', 'index_messages', 'reindex_messages', 'list_migrations', 'schema_version', 'error_codes', 'list_settings'
 ])
 UNION ALL
 SELECT 'mailroom_monitor', unnest(ARRAY[

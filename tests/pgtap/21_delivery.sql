@@ -1,6 +1,6 @@
 -- Delivery guard at the exact expiry boundary, plan limits, list/read and their errors.
 BEGIN;
-SELECT plan(51);
+SELECT plan(63);
 
 SET LOCAL mailroom.clock = '2030-01-01 00:00:00+00';
 
@@ -281,6 +281,70 @@ SELECT results_eq(
         (SELECT max_message_bytes + 1 FROM mailroom.plans WHERE name = 'free')),
     $$VALUES ('too_large'::text, NULL::text, '552 5.3.4 Message too big for this mailbox'::text)$$,
     'over every recipient''s plan: too_large, with the SMTP reply'
+);
+
+-- delivery receipts (issue 34): an answer lost after the statement was sent is settled by its key
+SET LOCAL mailroom.clock = '2030-02-02 00:00:00+00';
+INSERT INTO b SELECT 'rc', * FROM mailroom.create_mailbox(600, 'free');
+SELECT mailroom.set_delivery_receipt('00000000-0000-7000-8000-000000000001');
+CREATE TEMP TABLE rc AS
+SELECT * FROM mailroom.deliver_messages(
+    ARRAY[1, 2], ARRAY[(SELECT address FROM b WHERE k = 'rc'), 'nobody@mailroom.test'],
+    ARRAY['\x41'::bytea, '\x42'::bytea], ARRAY['', ''], ARRAY['r1', 'r2'], ARRAY[NULL, NULL]::text[],
+    ARRAY[NULL, NULL]::text[], ARRAY[NULL, NULL]::text[], ARRAY['[]'::jsonb, '[]'::jsonb]
+);
+SELECT is(
+    (SELECT replies FROM mailroom.delivery_receipts WHERE key = '00000000-0000-7000-8000-000000000001'),
+    (SELECT array_agg(reply ORDER BY message) FROM rc),
+    'deliver_messages leaves the receipt set_delivery_receipt asked for: its replies in message order'
+);
+SELECT is(
+    mailroom.settle_delivery('00000000-0000-7000-8000-000000000001'),
+    ARRAY['250 2.0.0 OK: stored for 1 recipient(s)', '550 5.1.1 Mailbox unavailable (unknown, deleted or expired)'],
+    'settle_delivery answers what was decided under the key'
+);
+SELECT is(
+    mailroom.settle_delivery('00000000-0000-7000-8000-000000000002'), NULL,
+    'settle_delivery of a key nothing was delivered under: NULL'
+);
+SELECT is(
+    (SELECT replies IS NULL FROM mailroom.delivery_receipts WHERE key = '00000000-0000-7000-8000-000000000002'),
+    true, 'and it leaves a tombstone under the key'
+);
+SELECT mailroom.set_delivery_receipt('00000000-0000-7000-8000-000000000002');
+SELECT throws_ok(
+    format(
+        'SELECT * FROM mailroom.deliver_messages(ARRAY[1], ARRAY[%L], ARRAY[''\x43''::bytea], ARRAY[''''],'
+        ' ARRAY[''late''], ARRAY[NULL]::text[], ARRAY[NULL]::text[], ARRAY[NULL]::text[], ARRAY[''[]''::jsonb])',
+        (SELECT address FROM b WHERE k = 'rc')
+    ),
+    '23505', NULL, 'a delivery under a settled key cannot commit: the settled answer is final'
+);
+SELECT set_config('mailroom.delivery_receipt', '', true);  -- the failed statement's rollback kept it
+SELECT is(
+    (SELECT count(*)::int FROM mailroom.messages WHERE subject = 'late'), 0, 'and nothing of it is stored'
+);
+SELECT is(
+    mailroom.settle_delivery('00000000-0000-7000-8000-000000000002'), NULL, 'a tombstone settles as nothing delivered'
+);
+SELECT lives_ok(
+    format(
+        'SELECT * FROM mailroom.deliver_messages(ARRAY[1], ARRAY[%L], ARRAY[''\x44''::bytea], ARRAY[''''],'
+        ' ARRAY[''plain''], ARRAY[NULL]::text[], ARRAY[NULL]::text[], ARRAY[NULL]::text[], ARRAY[''[]''::jsonb])',
+        (SELECT address FROM b WHERE k = 'rc')
+    ),
+    'one receipt per key: the next deliver_messages of the transaction asks for none'
+);
+SELECT is(
+    (SELECT count(*)::int FROM mailroom.delivery_receipts), 2, 'so it leaves none'
+);
+SELECT throws_ok('SELECT mailroom.settle_delivery(NULL)', 'MR217', NULL, 'settle_delivery needs a key');
+SELECT throws_ok('SELECT mailroom.set_delivery_receipt(NULL)', 'MR217', NULL, 'set_delivery_receipt needs a key');
+SELECT ok(
+    has_function_privilege('mailroom_inbound', 'mailroom.settle_delivery(uuid)', 'EXECUTE')
+    AND has_function_privilege('mailroom_inbound', 'mailroom.set_delivery_receipt(uuid)', 'EXECUTE')
+    AND NOT has_function_privilege('mailroom_http', 'mailroom.settle_delivery(uuid)', 'EXECUTE'),
+    'the inbound server, and only it, settles its deliveries'
 );
 
 SELECT * FROM finish();

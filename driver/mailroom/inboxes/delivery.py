@@ -7,11 +7,16 @@ The protocol layer (mailroom.inboxes.smtp) asks this module and sends the reply 
   the size so far (else its reply);
 - a message: parsed (mailroom.inboxes.mime; over 16 KiB in the server's parsing processes,
   mailroom.inboxes.parsing, so a parse never holds up another session), then
-  `mailroom.deliver_messages` in ONE autocommit
-  statement, grouped with other sessions' messages when deliveries overlap (_GroupCommit: one COMMIT
-  for the group). SQL stores each message for all its recipients or for none and answers its verdict
-  and SMTP reply (4xx when a retry can succeed, 5xx otherwise); the reply is sent only after the
-  statement returned (committed), so a 250 is never lost and a refused message never half kept.
+  `mailroom.deliver_messages` in ONE transaction with its receipt (`set_delivery_receipt(key)` first,
+  both in one pipeline: one round trip), grouped with other sessions' messages when deliveries
+  overlap (_GroupCommit: one COMMIT for the group). SQL stores each message for all its recipients
+  or for none and answers its verdict and SMTP reply (4xx when a retry can succeed, 5xx otherwise);
+  the reply is sent only after the statement returned (committed), so a 250 is never lost and a
+  refused message never half kept. When the answer is lost (the connection ends after the statement
+  was sent), `mailroom.settle_delivery(key)` on another connection tells what was decided and makes
+  it final, and that is answered: a message stored is not offered again by a client told 451
+  (issue 34); 451 only when nothing was stored, or when the database cannot be asked within the
+  timeout (then a retry may duplicate it: the one case left, logged).
   A group whose statement fails for any reason but a lost connection is delivered message by
   message: one message never fails another; a message the database cannot store for its content
   (SQLSTATE class 22) gets 554 5.6.0.
@@ -27,6 +32,9 @@ Logs carry counts, sizes and ids, never addresses or subjects.
 from __future__ import annotations
 
 import asyncio
+import secrets
+import time
+import uuid
 from dataclasses import dataclass
 from typing import Any
 
@@ -134,6 +142,28 @@ class Delivery:
         except TimeoutError:
             raise DatabaseTimeout(f"no answer within {self.timeout:g}s") from None
 
+    async def settle(self, key: uuid.UUID, count: int, exc: BaseException) -> list[str]:
+        """The replies of `count` messages whose delivering statement (receipt `key`) lost its answer:
+        what it decided (mailroom.settle_delivery, on another connection, within the timeout), so
+        a message stored is answered as stored and never offered again; 451 for each when nothing
+        was stored (and now cannot be) or when the database cannot be asked."""
+        try:
+            row = await self._read(sqlapi.settle_delivery, key=key)
+        except psycopg.Error as again:
+            self.unreachable("settling a lost delivery answer", again)
+            log.warning("a delivery's answer was lost (%s) and could not be settled: answered 451 for %d message(s)",
+                        type(exc).__name__, count)
+            return [REPLY_TEMPFAIL] * count
+        self.reached()
+        replies = row[0] if row is not None else None
+        if replies is None or len(replies) != count:
+            log.warning("a delivery's answer was lost (%s); settled: nothing stored, answered 451 for %d message(s)",
+                        type(exc).__name__, count)
+            return [REPLY_TEMPFAIL] * count
+        log.warning("a delivery's answer was lost (%s); settled: %d message(s) answered as decided",
+                    type(exc).__name__, count)
+        return list(replies)
+
     async def message(self, raw: bytes, mail_from: str, recipients: list[str]) -> str:
         """Store a message for its accepted recipients (all or none): the reply."""
         parsed = await self.parser.message(raw)  # inline when small, else in a parsing process
@@ -141,19 +171,23 @@ class Delivery:
 
     async def _deliver_alone(self, params: DeliveryParams) -> str:
         """One message in its own statement (and commit): its reply."""
+        # one receipt key for every attempt: were an attempt thought unsent committed after all,
+        # the next one could not commit under the same key (unique), so never a second copy
+        key = receipt_key()
         # Every pooled connection may be stale after a server restart: try up to pool size + 1.
         for attempt in range(1, self.pool.max_size + 2):
             try:
-                return await self.upgrade.call(lambda: self._deliver_once(params), within=_UPGRADE_WAIT)
+                return await self.upgrade.call(lambda: self._deliver_once(params, key), within=_UPGRADE_WAIT)
             except StaleConnection as exc:
                 # The pooled connection was dead before anything was sent (server restart,
                 # pg_terminate_backend): nothing was stored, one retry on a fresh one is safe.
                 log.warning("delivery attempt %d: stale database connection: %s", attempt, exc)
             except psycopg.OperationalError as exc:
-                # Lost during the delivering statement (or none within the timeout): the outcome is
-                # unknown. 4xx makes the client retry (a possible duplicate beats a lost message).
+                # Lost during the delivering statement (or none within the timeout): its receipt
+                # tells what was decided (a 451 only when nothing was stored, or no one can tell).
                 self.unreachable("delivering", exc)
-                return REPLY_TEMPFAIL
+                (reply,) = await self.settle(key, 1, exc)
+                return reply
             except psycopg.Error as exc:
                 if (exc.sqlstate or "").startswith(_DATA_EXCEPTION):
                     # the message's own content (a field the database cannot hold): a retry
@@ -195,17 +229,17 @@ class Delivery:
             return f"250 2.0.0 OK: bounce recorded for {len(rows)} message(s)"
         return REPLY_TEMPFAIL
 
-    async def _deliver_once(self, p: DeliveryParams) -> str:
+    async def _deliver_once(self, p: DeliveryParams, key: uuid.UUID) -> str:
         async with self.pool.connection(timeout=self.timeout) as conn:
             await ensure_alive(conn)
-            # ONE autocommit statement: stored for every recipient or for none, and the reply SQL gives
-            # is sent only after it returned.
-            (row,) = await _deliver(conn, [p])
+            # ONE transaction: stored for every recipient or for none, with its receipt, and the
+            # reply SQL gives is sent only after it committed.
+            (row,) = await _deliver(conn, [p], key)
         self.reached()
         _log_delivery(p, row)
         return row.reply
 
-    async def _deliver_group(self, group: list[DeliveryParams]) -> list[str] | None:
+    async def _deliver_group(self, group: list[DeliveryParams], key: uuid.UUID) -> list[str] | None:
         """Several sessions' messages in ONE autocommit statement (one commit, one WAL flush, one
         turn of each inbox's row lock): their replies, each message stored for all its recipients
         or none; None when the statement failed with nothing kept (a message the database cannot
@@ -218,9 +252,9 @@ class Delivery:
                 log.warning("group delivery: stale database connection: %s", exc)
                 return None  # nothing was sent
             try:
-                rows = await _deliver(conn, group)
+                rows = await _deliver(conn, group, key)
             except psycopg.OperationalError:
-                raise  # the outcome is unknown: the caller answers 4xx for every one of them
+                raise  # the answer is lost: the caller settles it by the receipt
             except psycopg.Error as exc:
                 # one of them cannot be stored, or it met a schema change (db migrate), and nothing
                 # was kept: each goes alone (and waits out the schema change)
@@ -234,8 +268,25 @@ class Delivery:
         return [row.reply for row in rows]
 
 
-async def _deliver(conn: psycopg.AsyncConnection, group: list[DeliveryParams]) -> list[Any]:
-    """mailroom.deliver_messages for `group`: one row per message (ids, verdict, reply), in order."""
+def receipt_key() -> uuid.UUID:
+    """A delivery receipt's key: a UUID version 7 (its first 48 bits the time in ms), so keys of one
+    moment sit together in the index."""
+    value = (time.time_ns() // 1_000_000) << 80 | secrets.randbits(80)
+    value = (value & ~(0xF << 76)) | (0x7 << 76)  # version 7
+    value = (value & ~(0x3 << 62)) | (0x2 << 62)  # RFC 4122 variant
+    return uuid.UUID(int=value)
+
+
+async def _deliver(conn: psycopg.AsyncConnection, group: list[DeliveryParams], key: uuid.UUID) -> list[Any]:
+    """mailroom.deliver_messages for `group`, after set_delivery_receipt(key), in ONE transaction sent
+    in one round trip (a pipeline: statements up to its sync share an implicit transaction): one row
+    per message (ids, verdict, reply), in order, and a receipt of the replies under `key`."""
+    async with conn.pipeline():
+        await sqlapi.set_delivery_receipt.acall(conn, key=key)
+        return await _deliver_statement(conn, group)
+
+
+async def _deliver_statement(conn: psycopg.AsyncConnection, group: list[DeliveryParams]) -> list[Any]:
     return await sqlapi.deliver_messages.arows(
         conn,
         message=[i for i, p in enumerate(group, start=1) for _ in p.recipients],
@@ -293,11 +344,12 @@ class _GroupCommit:
         replies: list[str] | None = None
         try:
             if len(batch) > 1:
+                key = receipt_key()
                 try:
-                    replies = await self.delivery._deliver_group([p for p, _ in batch])
+                    replies = await self.delivery._deliver_group([p for p, _ in batch], key)
                 except psycopg.OperationalError as exc:
                     self.delivery.unreachable(f"delivering {len(batch)} messages", exc)
-                    replies = [REPLY_TEMPFAIL] * len(batch)
+                    replies = await self.delivery.settle(key, len(batch), exc)
             if replies is None:
                 replies = [await self.delivery._deliver_alone(p) for p, _ in batch]
         except Exception as exc:  # noqa: BLE001 - never a 250 without a stored row

@@ -25,6 +25,8 @@ deliver_messages = SqlFunction(
     " p_from_header text[], p_text_body text[], p_html_body text[], p_attachments jsonb[]",
     returns=("message", "message_ids", "verdict", "reply"),
 )
+set_delivery_receipt = SqlFunction("set_delivery_receipt", "p_key uuid")
+settle_delivery = SqlFunction("settle_delivery", "p_key uuid", returns="text[]")
 record_bounce = SqlFunction(
     "record_bounce", "p_return_path text, p_reports jsonb", returns=("message_id", "outcome", "reports", "suppressed")
 )
