@@ -300,7 +300,8 @@ BEGIN
     -- A reissue supersedes the account's open tokens of that action. An account still being
     -- inserted (the activation token of its BEFORE INSERT trigger: the row is not there yet) has
     -- none, and a probe of its primary key costs far less than an UPDATE over every partition.
-    IF EXISTS (SELECT FROM mailroom.accounts AS a WHERE a.id = NEW.account) THEN
+    -- On Citus (_triggers_cascade() false) this runs on a worker: _issue_token revokes instead.
+    IF mailroom._triggers_cascade() AND EXISTS (SELECT FROM mailroom.accounts AS a WHERE a.id = NEW.account) THEN
         UPDATE mailroom.tokens
         SET revoked_at = ts
         WHERE account = NEW.account
