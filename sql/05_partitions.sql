@@ -485,6 +485,7 @@ $$;
 COMMENT ON FUNCTION mailroom._tokens_partition_live(text, timestamptz) IS
 'Internal: whether a tokens partition holds a token created, or still open, after p_cutoff.';
 
+-- Its Citus form: sql/citus/25_maintenance.sql (a seam: mailroom.db.citus.SEAMS).
 CREATE OR REPLACE FUNCTION mailroom._orphan_idempotency_keys(p_before timestamptz, p_limit integer)
 RETURNS bigint[]
 LANGUAGE sql
@@ -505,6 +506,7 @@ $$;
 COMMENT ON FUNCTION mailroom._orphan_idempotency_keys(timestamptz, integer) IS
 'Internal: up to p_limit message ids of idempotency keys older than p_before whose message no longer exists.';
 
+-- Its Citus form: sql/citus/12_accounts.sql (a seam: mailroom.db.citus.SEAMS).
 CREATE OR REPLACE FUNCTION mailroom._delete_tokens_past_retention(
     p_partition text, p_cutoff timestamptz, p_batch integer
 )
@@ -534,6 +536,7 @@ COMMENT ON FUNCTION mailroom._delete_tokens_past_retention(text, timestamptz, in
 
 -- A seam: nothing on one node. On Citus (sql/citus/13) the lookup rows of the digests of a tokens
 -- partition about to be dropped are deleted (token_digests, distributed by digest).
+-- Its Citus form: sql/citus/13_token_digests.sql (a seam: mailroom.db.citus.SEAMS).
 CREATE OR REPLACE FUNCTION mailroom._forget_token_digests(p_partition text)
 RETURNS void
 LANGUAGE plpgsql
@@ -547,6 +550,7 @@ $$;
 COMMENT ON FUNCTION mailroom._forget_token_digests(text) IS
 'Internal: before a tokens partition is dropped, forget its digests elsewhere (a no-op on one node; Citus: token_digests).';
 
+-- Its Citus form: sql/citus/25_maintenance.sql replaces this whole body (mailroom.db.citus.WHOLE_OVERRIDES).
 CREATE OR REPLACE FUNCTION mailroom._delete_past_retention(
     p_table text, p_partition text, p_cutoff timestamptz, p_batch integer
 )

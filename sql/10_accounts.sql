@@ -347,6 +347,7 @@ GRANT EXECUTE ON FUNCTION mailroom.account_status(bigint) TO mailroom_app;
 -- The account of an address, its row locked (FOR NO KEY UPDATE), for the recovery policy
 -- (sql/13). A function of its own: on Citus the address is found through account_emails, then
 -- the account row is locked on its shard (sql/citus/12).
+-- Its Citus form: sql/citus/12_accounts.sql (a seam: mailroom.db.citus.SEAMS).
 CREATE OR REPLACE FUNCTION mailroom._lock_account_by_email(p_email_lower text)
 RETURNS TABLE (id bigint, status mailroom.account_status)
 LANGUAGE plpgsql
