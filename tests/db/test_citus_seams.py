@@ -58,8 +58,8 @@ def argument_types(args: str) -> list[str]:
     """The input argument types of a parameter list, as written: `p_x text DEFAULT 'a'` → `text`."""
     types = []
     for part in _split(re.sub(r"--[^\n]*", "", args)):
-        part = re.split(r"\s+DEFAULT\s+|\s*=\s*", part.strip(), maxsplit=1, flags=re.IGNORECASE)[0]
-        words = part.split()
+        declared = re.split(r"\s+DEFAULT\s+|\s*=\s*", part.strip(), maxsplit=1, flags=re.IGNORECASE)[0]
+        words = declared.split()
         mode = words[0].lower() if words[0].lower() in MODES else "in"
         if words[0].lower() in MODES:
             words = words[1:]
