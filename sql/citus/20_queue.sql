@@ -1,10 +1,11 @@
 -- The outbound queue on Citus: work is taken one lane (one shard) at a time.
 --
 -- Citus runs SELECT … FOR UPDATE SKIP LOCKED only on one shard: a statement whose every
--- distributed table is filtered on one lane value. So the claim and the reaper of sql/33 and
--- sql/34 are replaced here by loops over the lanes (mailroom.outbound_lanes), starting at a random
--- lane so concurrent senders spread over the shards; in each lane the statement is the
--- single-node one with `lane = p_lane` added, and SKIP LOCKED keeps every row to one claimer.
+-- distributed table is filtered on one lane value. So the claim of sql/33 is replaced here by a
+-- loop over the lanes (mailroom.outbound_lanes), starting at a random lane so concurrent senders
+-- spread over the shards; in each lane the statement is the single-node one with `lane = p_lane`
+-- added, and SKIP LOCKED keeps every row to one claimer. The reaper of sql/34 keeps its one body
+-- and runs its statement once a lane through the seam _outbound_scopes (below).
 -- The due predicate and the result columns are those of sql/33 (_outbound_due, _claim): a
 -- change there is made here too (tests/citus run the senders on this path).
 -- Per-domain caps (domain_limits): while a cap is set the claim first decides, on the

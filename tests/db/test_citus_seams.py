@@ -172,3 +172,12 @@ def test_the_check_fails_on_an_undeclared_override_and_on_a_whole_copy() -> None
     assert stale == ["sql/99_x.sql:29: the comment above mailroom.g(bytea[]) does not name its Citus form, "
                      "sql/citus/99_x.sql", "mailroom.h() is declared but not defined in both sql/ and sql/citus/: "
                      "drop its entry"]
+
+
+def test_the_architecture_names_every_seam() -> None:
+    doc = (ROOT / "docs" / "architecture.md").read_text()
+    section = doc[doc.index("\n## Citus\n"):]
+    section = section[:section.index("\n## ", 1)]
+    missing = [s for s in (*citus.SEAMS, *citus.WHOLE_OVERRIDES)
+               if f"`{s.split('(')[0].removeprefix('mailroom.')}" not in section]
+    assert not missing, f"docs/architecture.md, Citus, does not name the seams {missing}"
