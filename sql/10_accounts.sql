@@ -56,7 +56,7 @@ COMMENT ON FUNCTION mailroom._check_account_identity(text, text) IS
 CREATE OR REPLACE FUNCTION mailroom._triggers_cascade()
 RETURNS boolean
 LANGUAGE plpgsql
-IMMUTABLE
+STABLE  -- not IMMUTABLE: never folded into a cached plan, so the Citus form takes over at once
 SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN

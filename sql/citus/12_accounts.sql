@@ -62,7 +62,7 @@ DROP TRIGGER IF EXISTS after_token_consumed ON mailroom.tokens;
 CREATE OR REPLACE FUNCTION mailroom._triggers_cascade()
 RETURNS boolean
 LANGUAGE plpgsql
-IMMUTABLE
+STABLE  -- not IMMUTABLE: never folded into a cached plan, so the Citus form takes over at once
 SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
