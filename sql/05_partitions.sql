@@ -502,6 +502,7 @@ $$;
 COMMENT ON FUNCTION mailroom._tokens_partition_live(text, timestamptz) IS
 'Internal: whether a tokens partition holds a token created, or still open, after p_cutoff.';
 
+-- Its Citus form: sql/citus/25_maintenance.sql (a seam: mailroom.db.citus.SEAMS).
 CREATE OR REPLACE FUNCTION mailroom._orphan_idempotency_keys(p_before timestamptz, p_limit integer)
 RETURNS bigint[]
 LANGUAGE sql
@@ -522,6 +523,7 @@ $$;
 COMMENT ON FUNCTION mailroom._orphan_idempotency_keys(timestamptz, integer) IS
 'Internal: up to p_limit message ids of idempotency keys older than p_before whose message no longer exists.';
 
+-- Its Citus form: sql/citus/12_accounts.sql (a seam: mailroom.db.citus.SEAMS).
 CREATE OR REPLACE FUNCTION mailroom._delete_tokens_past_retention(
     p_partition text, p_cutoff timestamptz, p_batch integer
 )
@@ -551,6 +553,7 @@ COMMENT ON FUNCTION mailroom._delete_tokens_past_retention(text, timestamptz, in
 
 -- A seam: nothing on one node. On Citus (sql/citus/13) the lookup rows of the digests of a tokens
 -- partition about to be dropped are deleted (token_digests, distributed by digest).
+-- Its Citus form: sql/citus/13_token_digests.sql (a seam: mailroom.db.citus.SEAMS).
 CREATE OR REPLACE FUNCTION mailroom._forget_token_digests(p_partition text)
 RETURNS void
 LANGUAGE plpgsql
@@ -564,8 +567,33 @@ $$;
 COMMENT ON FUNCTION mailroom._forget_token_digests(text) IS
 'Internal: before a tokens partition is dropped, forget its digests elsewhere (a no-op on one node; Citus: token_digests).';
 
+-- One batch of rows past retention from a partition that cannot be dropped (SKIP LOCKED: a row
+-- another transaction holds waits for the next run), by the table's seam.
 CREATE OR REPLACE FUNCTION mailroom._delete_past_retention(
     p_table text, p_partition text, p_cutoff timestamptz, p_batch integer
+)
+RETURNS bigint
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    CASE p_table
+        WHEN 'outbound_messages' THEN
+            RETURN mailroom._delete_outbound_past_retention(p_partition, p_cutoff, p_batch);
+        WHEN 'messages' THEN
+            RETURN mailroom._delete_messages_past_retention(p_partition, p_cutoff, p_batch);
+        ELSE
+            RETURN mailroom._delete_tokens_past_retention(p_partition, p_cutoff, p_batch);
+    END CASE;
+END;
+$$;
+
+COMMENT ON FUNCTION mailroom._delete_past_retention(text, text, timestamptz, integer) IS
+'Internal: delete one batch of rows past retention (outbound sent/failed/cancelled, messages of inactive mailboxes, closed or expired tokens) from one partition.';
+
+-- Its Citus form: sql/citus/25_maintenance.sql (a seam: mailroom.db.citus.SEAMS): lane by lane there.
+CREATE OR REPLACE FUNCTION mailroom._delete_outbound_past_retention(
+    p_partition text, p_cutoff timestamptz, p_batch integer
 )
 RETURNS bigint
 LANGUAGE plpgsql
@@ -574,34 +602,45 @@ AS $$
 DECLARE
     v_count bigint;
 BEGIN
-    -- One batch of rows past retention from a partition that cannot be dropped (SKIP LOCKED:
-    -- a row another transaction holds waits for the next run).
-    CASE p_table
-        WHEN 'outbound_messages' THEN
-            EXECUTE format(
-                'WITH doomed AS (SELECT m.ctid AS row_id, m.id, m.idempotency_scope, m.idempotency_key '
-                'FROM mailroom.%1$I AS m WHERE m.created_at < $1 AND m.status IN (''sent'', ''failed'', ''cancelled'') '
-                'LIMIT $2 FOR UPDATE SKIP LOCKED), '
-                'keys AS (DELETE FROM mailroom.outbound_idempotency_keys AS k USING doomed AS d '
-                'WHERE k.scope = d.idempotency_scope AND k.key = d.idempotency_key AND k.message_id = d.id) '
-                'DELETE FROM mailroom.%1$I AS m USING doomed AS d WHERE m.ctid = d.row_id',
-                p_partition
-            ) USING p_cutoff, p_batch;
-        WHEN 'messages' THEN
-            EXECUTE format(
-                'WITH doomed AS (SELECT g.ctid AS row_id FROM mailroom.%1$I AS g '
-                'JOIN mailroom.mailboxes AS b ON b.id = g.mailbox_id '
-                'WHERE g.received_at < $1 AND NOT b.is_active LIMIT $2 FOR UPDATE OF g SKIP LOCKED) '
-                'DELETE FROM mailroom.%1$I AS g USING doomed AS d WHERE g.ctid = d.row_id',
-                p_partition
-            ) USING p_cutoff, p_batch;
-        ELSE
-            RETURN mailroom._delete_tokens_past_retention(p_partition, p_cutoff, p_batch);
-    END CASE;
+    EXECUTE format(
+        'WITH doomed AS (SELECT m.ctid AS row_id, m.id, m.idempotency_scope, m.idempotency_key '
+        'FROM mailroom.%1$I AS m WHERE m.created_at < $1 AND m.status IN (''sent'', ''failed'', ''cancelled'') '
+        'LIMIT $2 FOR UPDATE SKIP LOCKED), '
+        'keys AS (DELETE FROM mailroom.outbound_idempotency_keys AS k USING doomed AS d '
+        'WHERE k.scope = d.idempotency_scope AND k.key = d.idempotency_key AND k.message_id = d.id) '
+        'DELETE FROM mailroom.%1$I AS m USING doomed AS d WHERE m.ctid = d.row_id',
+        p_partition
+    ) USING p_cutoff, p_batch;
     GET DIAGNOSTICS v_count = ROW_COUNT;
     RETURN v_count;
 END;
 $$;
 
-COMMENT ON FUNCTION mailroom._delete_past_retention(text, text, timestamptz, integer) IS
-'Internal: delete one batch of rows past retention (outbound sent/failed/cancelled, messages of inactive mailboxes, closed or expired tokens) from one partition.';
+COMMENT ON FUNCTION mailroom._delete_outbound_past_retention(text, timestamptz, integer) IS
+'Internal (a Citus seam): delete one batch of sent, failed or cancelled messages past retention, and their idempotency keys, from one outbound_messages partition.';
+
+-- Its Citus form: sql/citus/25_maintenance.sql (a seam: mailroom.db.citus.SEAMS): by mailbox there.
+CREATE OR REPLACE FUNCTION mailroom._delete_messages_past_retention(
+    p_partition text, p_cutoff timestamptz, p_batch integer
+)
+RETURNS bigint
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_count bigint;
+BEGIN
+    EXECUTE format(
+        'WITH doomed AS (SELECT g.ctid AS row_id FROM mailroom.%1$I AS g '
+        'JOIN mailroom.mailboxes AS b ON b.id = g.mailbox_id '
+        'WHERE g.received_at < $1 AND NOT b.is_active LIMIT $2 FOR UPDATE OF g SKIP LOCKED) '
+        'DELETE FROM mailroom.%1$I AS g USING doomed AS d WHERE g.ctid = d.row_id',
+        p_partition
+    ) USING p_cutoff, p_batch;
+    GET DIAGNOSTICS v_count = ROW_COUNT;
+    RETURN v_count;
+END;
+$$;
+
+COMMENT ON FUNCTION mailroom._delete_messages_past_retention(text, timestamptz, integer) IS
+'Internal (a Citus seam): delete one batch of messages of inactive mailboxes past retention from one messages partition.';

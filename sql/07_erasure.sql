@@ -314,6 +314,7 @@ $$;
 COMMENT ON FUNCTION mailroom._erase_recipients(text[], text, bytea) IS
 'Internal (erase_address): a recipient list with the address replaced in place by its erased form (positions kept).';
 
+-- Its Citus form: sql/citus/12_accounts.sql (a seam: mailroom.db.citus.SEAMS).
 CREATE OR REPLACE FUNCTION mailroom._erase_account_keys(p_accounts bigint[], p_pattern text)
 RETURNS void
 LANGUAGE plpgsql

@@ -49,7 +49,26 @@ $$;
 COMMENT ON FUNCTION mailroom._check_account_identity(text, text) IS
 'Internal: raise MR101 (bad email) or MR104 (bad login).';
 
--- 1. Before account insert: validate, stamp, create the activation token.
+-- A Citus seam (mailroom.db.citus.SEAMS): whether row triggers write other tables. True on one
+-- node; false on Citus (sql/citus/12_accounts.sql), where a row trigger runs on a worker, on the
+-- shard of its row: there the functions do that work on the coordinator (create_account's
+-- _insert_account makes the activation token, _issue_token revokes a reissue's older tokens).
+CREATE OR REPLACE FUNCTION mailroom._triggers_cascade()
+RETURNS boolean
+LANGUAGE plpgsql
+STABLE  -- not IMMUTABLE: never folded into a cached plan, so the Citus form takes over at once
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    RETURN true;
+END;
+$$;
+
+COMMENT ON FUNCTION mailroom._triggers_cascade() IS
+'Internal (a Citus seam): whether row triggers write other tables (true on one node, false on Citus).';
+
+-- 1. Before account insert: validate, stamp, create the activation token (one node: on Citus,
+--    _triggers_cascade() is false and create_account makes it).
 --    NEW.id is already assigned (identity default) in a BEFORE trigger; the
 --    token's foreign key is deferred, so the token row can precede its account.
 CREATE OR REPLACE FUNCTION mailroom.trg_before_account_insert()
@@ -67,7 +86,7 @@ BEGIN
     ELSIF NEW.status = 'suspended' THEN
         NEW.suspended_at := coalesce(NEW.suspended_at, ts);
     END IF;
-    IF NEW.status = 'provisioned' THEN
+    IF NEW.status = 'provisioned' AND mailroom._triggers_cascade() THEN
         INSERT INTO mailroom.tokens (account, action) VALUES (NEW.id, 'activation');
     END IF;
     RETURN NEW;
@@ -161,6 +180,30 @@ BEFORE UPDATE OF status ON mailroom.accounts
 FOR EACH ROW
 EXECUTE FUNCTION mailroom.trg_before_account_status_change();
 
+-- A Citus seam (mailroom.db.citus.SEAMS): the insert of create_account. On one node the account
+-- row (its BEFORE trigger validates it and makes the activation token); on Citus
+-- (sql/citus/12_accounts.sql) the unique keys reserved in their lookup tables first, then the row
+-- and its token. Either way: the new id, or no id and the key another account holds.
+CREATE OR REPLACE FUNCTION mailroom._insert_account(p_email text, p_login text, OUT id bigint, OUT taken text)
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    INSERT INTO mailroom.accounts AS a (email, login) VALUES (p_email, p_login)
+    ON CONFLICT DO NOTHING
+    RETURNING a.id INTO id;
+    IF id IS NULL THEN
+        taken := CASE
+            WHEN EXISTS (SELECT FROM mailroom.accounts AS a WHERE lower(a.email) = lower(p_email)) THEN 'email'
+            WHEN EXISTS (SELECT FROM mailroom.accounts AS a WHERE a.login = p_login) THEN 'login'
+        END;
+    END IF;
+END;
+$$;
+
+COMMENT ON FUNCTION mailroom._insert_account(text, text) IS
+'Internal (a Citus seam): insert an account (and its activation token); (its id, NULL), or (NULL, the key taken: email, login, or NULL when the holder was deleted meanwhile).';
+
 CREATE OR REPLACE FUNCTION mailroom.create_account(p_email text, p_login text)
 RETURNS bigint
 LANGUAGE plpgsql
@@ -169,23 +212,21 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     v_id bigint;
+    v_taken text;
 BEGIN
     -- ON CONFLICT DO NOTHING rather than an EXCEPTION block: no subtransaction a call. A row that
     -- conflicts is skipped (after waiting for a concurrent insert of the same key to end), then
     -- the key it met is named; the activation token its BEFORE trigger made is rolled back with
     -- the error (always raised then: the token must not outlive its account's failed insert).
-    INSERT INTO mailroom.accounts (email, login)
-    VALUES (p_email, p_login)
-    ON CONFLICT DO NOTHING
-    RETURNING id INTO v_id;
+    SELECT i.id, i.taken INTO v_id, v_taken FROM mailroom._insert_account(p_email, p_login) AS i;
     IF v_id IS NOT NULL THEN
         RETURN v_id;
     END IF;
-    IF EXISTS (SELECT FROM mailroom.accounts AS a WHERE lower(a.email) = lower(p_email)) THEN
+    IF v_taken = 'email' THEN
         RAISE EXCEPTION USING
             ERRCODE = 'MR102',
             MESSAGE = 'an account with this email address already exists';
-    ELSIF EXISTS (SELECT FROM mailroom.accounts AS a WHERE a.login = p_login) THEN
+    ELSIF v_taken = 'login' THEN
         RAISE EXCEPTION USING
             ERRCODE = 'MR103',
             MESSAGE = 'an account with this login already exists';
@@ -306,6 +347,7 @@ GRANT EXECUTE ON FUNCTION mailroom.account_status(bigint) TO mailroom_app;
 -- The account of an address, its row locked (FOR NO KEY UPDATE), for the recovery policy
 -- (sql/13). A function of its own: on Citus the address is found through account_emails, then
 -- the account row is locked on its shard (sql/citus/12).
+-- Its Citus form: sql/citus/12_accounts.sql (a seam: mailroom.db.citus.SEAMS).
 CREATE OR REPLACE FUNCTION mailroom._lock_account_by_email(p_email_lower text)
 RETURNS TABLE (id bigint, status mailroom.account_status)
 LANGUAGE plpgsql

@@ -300,7 +300,8 @@ BEGIN
     -- A reissue supersedes the account's open tokens of that action. An account still being
     -- inserted (the activation token of its BEFORE INSERT trigger: the row is not there yet) has
     -- none, and a probe of its primary key costs far less than an UPDATE over every partition.
-    IF EXISTS (SELECT FROM mailroom.accounts AS a WHERE a.id = NEW.account) THEN
+    -- On Citus (_triggers_cascade() false) this runs on a worker: _issue_token revokes instead.
+    IF mailroom._triggers_cascade() AND EXISTS (SELECT FROM mailroom.accounts AS a WHERE a.id = NEW.account) THEN
         UPDATE mailroom.tokens
         SET revoked_at = ts
         WHERE account = NEW.account
@@ -446,6 +447,7 @@ EXECUTE FUNCTION mailroom.trg_after_accounts_inserted();
 -- A new token of an action for an account (a reissue: recovery). On one node the INSERT's triggers
 -- revoke the account's older open tokens of that action and announce it; on Citus, where those
 -- triggers would run on a worker, sql/citus/12 does both here, on the coordinator.
+-- Its Citus form: sql/citus/12_accounts.sql (a seam: mailroom.db.citus.SEAMS).
 CREATE OR REPLACE FUNCTION mailroom._issue_token(p_account bigint, p_action mailroom.token_action)
 RETURNS bigint
 LANGUAGE plpgsql
@@ -596,6 +598,7 @@ $fn$;
 COMMENT ON FUNCTION mailroom._dequeue_tokens_sql(boolean) IS
 'Internal: the statement dequeue_tokens executes ($1 limit, $2 key, $3 now); p_mint false: enqueue_token_emails'' (no secret minted); tests EXPLAIN it.';
 
+-- Its Citus form: sql/citus/12_accounts.sql (a seam: mailroom.db.citus.SEAMS).
 CREATE OR REPLACE FUNCTION mailroom._dequeue_tokens(p_limit integer, p_key bytea, p_mint boolean)
 RETURNS TABLE (
     action mailroom.token_action,
@@ -700,6 +703,7 @@ GRANT EXECUTE ON FUNCTION mailroom.dequeue_tokens(integer, bytea) TO mailroom_co
 -- A seam: a token's secret digest was replaced (a new link minted). Nothing on one node; on Citus
 -- (sql/citus/13) the lookup table token_digests, which routes a link to its account's shard,
 -- forgets the old digest and learns the new one.
+-- Its Citus form: sql/citus/13_token_digests.sql (a seam: mailroom.db.citus.SEAMS).
 CREATE OR REPLACE FUNCTION mailroom._token_digest_replaced(p_account bigint, p_old bytea, p_new bytea)
 RETURNS void
 LANGUAGE plpgsql

@@ -223,6 +223,7 @@ COMMENT ON FUNCTION mailroom._raise_token_state(bigint, bigint) IS
 -- The token a link's secret names, by the secret's digest (a seam: on Citus, where tokens are
 -- distributed by account, sql/citus/13 finds the account through the lookup table token_digests
 -- first, so the read runs on one shard).
+-- Its Citus form: sql/citus/13_token_digests.sql (a seam: mailroom.db.citus.SEAMS).
 CREATE OR REPLACE FUNCTION mailroom._token_by_digest(p_digest bytea)
 RETURNS TABLE (token_account bigint, token_id bigint, token_action mailroom.token_action)
 LANGUAGE sql
@@ -346,6 +347,7 @@ $$;
 COMMENT ON FUNCTION mailroom._consume_token(text, text, bytea[]) IS
 'Internal: consume_token verifying the MAC against p_keys.';
 
+-- Its Citus form: sql/citus/12_accounts.sql (a seam: mailroom.db.citus.SEAMS).
 CREATE OR REPLACE FUNCTION mailroom._after_consume(p_account bigint, p_action mailroom.token_action)
 RETURNS void
 LANGUAGE plpgsql

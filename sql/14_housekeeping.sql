@@ -8,20 +8,13 @@ VOLATILE
 SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
-DECLARE
-    v_now timestamptz := mailroom.clock();
-    v_count bigint;
 BEGIN
     IF p_older_than IS NULL OR p_older_than < interval '1 day' THEN
         RAISE EXCEPTION USING
             ERRCODE = '22023',
             MESSAGE = 'purge_tokens: keep at least 1 day of tokens (the recovery rate limit counts them)';
     END IF;
-    DELETE FROM mailroom.tokens
-    WHERE expires_at < v_now - p_older_than
-        AND created_at < v_now - p_older_than;
-    GET DIAGNOSTICS v_count = ROW_COUNT;
-    RETURN v_count;
+    RETURN mailroom._delete_tokens_before(mailroom.clock() - p_older_than);
 END;
 $$;
 
@@ -29,3 +22,25 @@ COMMENT ON FUNCTION mailroom.purge_tokens(interval) IS
 'Delete tokens that expired more than p_older_than ago (default 7 days, at least 1 day); returns how many.';
 
 GRANT EXECUTE ON FUNCTION mailroom.purge_tokens(interval) TO mailroom_admin;
+
+-- A Citus seam (mailroom.db.citus.SEAMS): the delete of purge_tokens. On one node one statement;
+-- on Citus (sql/citus/13_token_digests.sql) the deleted tokens' token_digests rows go with them.
+CREATE OR REPLACE FUNCTION mailroom._delete_tokens_before(p_cutoff timestamptz)
+RETURNS bigint
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_count bigint;
+BEGIN
+    DELETE FROM mailroom.tokens AS t
+    WHERE t.expires_at < p_cutoff
+        AND t.created_at < p_cutoff;
+    GET DIAGNOSTICS v_count = ROW_COUNT;
+    RETURN v_count;
+END;
+$$;
+
+COMMENT ON FUNCTION mailroom._delete_tokens_before(timestamptz) IS
+'Internal (a Citus seam): delete the tokens created and expired before p_cutoff (purge_tokens); returns how many.';

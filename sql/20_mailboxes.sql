@@ -90,6 +90,7 @@ $$;
 COMMENT ON FUNCTION mailroom._mailbox_id(text) IS
 'Internal: the id of the mailbox with this (normalized) address, NULL if none (on Citus: through mailbox_addresses).';
 
+-- Its Citus form: sql/citus/30_mailboxes.sql (a seam: mailroom.db.citus.SEAMS).
 CREATE OR REPLACE FUNCTION mailroom._insert_mailbox(
     p_address text,
     p_plan text,
@@ -127,6 +128,7 @@ COMMENT ON FUNCTION mailroom._insert_mailbox(
 ) IS
 'Internal: insert a mailbox unless its (normalized) address is taken: its id, or NULL (on Citus: the address reserved in mailbox_addresses first).';
 
+-- Its Citus form: sql/citus/30_mailboxes.sql (a seam: mailroom.db.citus.SEAMS).
 CREATE OR REPLACE FUNCTION mailroom._delete_mailbox(p_address text)
 RETURNS integer
 LANGUAGE plpgsql

@@ -30,34 +30,44 @@ VOLATILE
 SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
+BEGIN
+    RETURN mailroom._expire_due_mailboxes(mailroom.clock(), mailroom._batch_size(p_batch, 'inbox.expire_batch'));
+END;
+$$;
+
+COMMENT ON FUNCTION mailroom.expire_mailboxes(integer) IS
+'Mark up to p_batch (default setting inbox.expire_batch) due mailboxes inactive; returns how many. Call until it returns less than the batch. On Citus shard by shard (SKIP LOCKED in one shard at a time).';
+
+GRANT EXECUTE ON FUNCTION mailroom.expire_mailboxes(integer) TO mailroom_inbound;
+
+-- A Citus seam (mailroom.db.citus.SEAMS): expire_mailboxes' batch. On one node one statement; on
+-- Citus (sql/citus/30_mailboxes.sql) shard by shard, since SKIP LOCKED runs only in a one-shard statement.
+CREATE OR REPLACE FUNCTION mailroom._expire_due_mailboxes(p_now timestamptz, p_batch integer)
+RETURNS integer
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
 DECLARE
     v_count integer;
 BEGIN
+    -- Due = not mailroom._mailbox_open, written out: the index condition of mailboxes_expiry_idx
+    -- (expires_at) WHERE is_active. Deleted mailboxes are already inactive, so not in the index.
     WITH due AS (
-        SELECT m.id
-        FROM mailroom.mailboxes AS m
-        -- Due = not mailroom._mailbox_open, written out here because it is the index condition
-        -- of mailboxes_expiry_idx (expires_at) WHERE is_active: a function call would hide it
-        -- from the planner. Deleted mailboxes are already inactive, so they are not in the index.
-        WHERE m.is_active AND m.expires_at <= mailroom.clock()
-        ORDER BY m.expires_at
-        LIMIT mailroom._batch_size(p_batch, 'inbox.expire_batch')
+        SELECT m.id FROM mailroom.mailboxes AS m
+        WHERE m.is_active AND m.expires_at <= p_now
+        ORDER BY m.expires_at LIMIT p_batch
         FOR UPDATE SKIP LOCKED
     )
-
-    UPDATE mailroom.mailboxes AS m
-    SET is_active = false, inactive_since = m.expires_at
-    FROM due
-    WHERE m.id = due.id;
+    UPDATE mailroom.mailboxes AS m SET is_active = false, inactive_since = m.expires_at
+    FROM due WHERE m.id = due.id;
     GET DIAGNOSTICS v_count = ROW_COUNT;
     RETURN v_count;
 END;
 $$;
 
-COMMENT ON FUNCTION mailroom.expire_mailboxes(integer) IS
-'Mark up to p_batch (default setting inbox.expire_batch) due mailboxes inactive; returns how many. Call until it returns less than the batch.';
-
-GRANT EXECUTE ON FUNCTION mailroom.expire_mailboxes(integer) TO mailroom_inbound;
+COMMENT ON FUNCTION mailroom._expire_due_mailboxes(timestamptz, integer) IS
+'Internal (a Citus seam): mark up to p_batch mailboxes due at p_now inactive (SKIP LOCKED); returns how many.';
 
 CREATE OR REPLACE FUNCTION mailroom.seconds_until_next_expiry()
 RETURNS double precision
@@ -163,8 +173,6 @@ VOLATILE
 SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
-DECLARE
-    v_count integer;
 BEGIN
     IF p_older_than IS NULL OR p_older_than < interval '0' THEN
         RAISE EXCEPTION USING
@@ -172,27 +180,43 @@ BEGIN
             MESSAGE = format('retention must be a non-negative interval, got %s',
                 coalesce(p_older_than::text, 'NULL'));
     END IF;
+    RETURN mailroom._purge_inactive_mailboxes(
+        mailroom.clock() - p_older_than, mailroom._batch_size(p_batch, 'inbox.purge_batch')
+    );
+END;
+$$;
+
+COMMENT ON FUNCTION mailroom.purge_mailboxes(interval, integer) IS
+'Hard-delete up to p_batch (default inbox.purge_batch) mailboxes inactive for longer than p_older_than, their messages with them (one statement a batch; on Citus shard by shard, their addresses too); returns how many.';
+
+GRANT EXECUTE ON FUNCTION mailroom.purge_mailboxes(interval, integer) TO mailroom_inbound;
+
+-- A Citus seam (mailroom.db.citus.SEAMS): purge_mailboxes' batch. On one node one statement (the
+-- messages go by the trigger after_mailboxes_deleted); on Citus (sql/citus/30_mailboxes.sql) shard
+-- by shard, with the messages and the addresses' reservations.
+CREATE OR REPLACE FUNCTION mailroom._purge_inactive_mailboxes(p_cutoff timestamptz, p_batch integer)
+RETURNS integer
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_count integer;
+BEGIN
     WITH doomed AS (
-        SELECT m.id
-        FROM mailroom.mailboxes AS m
-        WHERE NOT m.is_active AND m.inactive_since <= mailroom.clock() - p_older_than
-        ORDER BY m.inactive_since
-        LIMIT mailroom._batch_size(p_batch, 'inbox.purge_batch')
+        SELECT m.id FROM mailroom.mailboxes AS m
+        WHERE NOT m.is_active AND m.inactive_since <= p_cutoff
+        ORDER BY m.inactive_since LIMIT p_batch
         FOR UPDATE SKIP LOCKED
     )
-
-    DELETE FROM mailroom.mailboxes AS m
-    USING doomed
-    WHERE m.id = doomed.id;
+    DELETE FROM mailroom.mailboxes AS m USING doomed WHERE m.id = doomed.id;
     GET DIAGNOSTICS v_count = ROW_COUNT;
     RETURN v_count;
 END;
 $$;
 
-COMMENT ON FUNCTION mailroom.purge_mailboxes(interval, integer) IS
-'Hard-delete up to p_batch (default inbox.purge_batch) mailboxes inactive for longer than p_older_than, their messages with them (one statement a batch); returns how many.';
-
-GRANT EXECUTE ON FUNCTION mailroom.purge_mailboxes(interval, integer) TO mailroom_inbound;
+COMMENT ON FUNCTION mailroom._purge_inactive_mailboxes(timestamptz, integer) IS
+'Internal (a Citus seam): hard-delete up to p_batch mailboxes inactive since before p_cutoff (SKIP LOCKED), their messages with them; returns how many.';
 
 CREATE OR REPLACE PROCEDURE mailroom.run_expiry(
     p_purge_after interval DEFAULT interval '7 days',

@@ -176,6 +176,7 @@ COMMENT ON FUNCTION mailroom._unerased(text[], text[]) IS
 -- The claim statement ($1 now, $2 limit, $3 worker, $4 lease, $5 domain limits in force):
 -- the due rows from _outbound_due, or from _claim_limited_due, claimed under the lease.
 -- jit = off for the reason given at finalize_messages.
+-- Its Citus form: sql/citus/20_queue.sql replaces this whole body (mailroom.db.citus.WHOLE_OVERRIDES).
 CREATE OR REPLACE FUNCTION mailroom._claim(
     p_now timestamptz, p_limit integer, p_worker text, p_lease interval, p_limited boolean
 )

@@ -433,6 +433,24 @@ COMMENT ON FUNCTION mailroom.release_messages(bigint[], bigint[]) IS
 
 GRANT EXECUTE ON FUNCTION mailroom.release_messages(bigint[], bigint[]) TO mailroom_sender;
 
+-- A Citus seam (mailroom.db.citus.SEAMS): the parts of outbound_messages a statement that locks
+-- with SKIP LOCKED runs on, as a condition on alias m. One on one node ('true'); on Citus
+-- (sql/citus/20_queue.sql) one a lane, in random order: SKIP LOCKED runs only in a single-shard
+-- statement, and a lane written into the statement's text routes it to its shard.
+CREATE OR REPLACE FUNCTION mailroom._outbound_scopes()
+RETURNS SETOF text
+LANGUAGE plpgsql
+STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    RETURN NEXT 'true';
+END;
+$$;
+
+COMMENT ON FUNCTION mailroom._outbound_scopes() IS
+'Internal (a Citus seam): conditions on outbound_messages AS m that together cover it, one statement each (one node: true; Citus: a lane each).';
+
 CREATE OR REPLACE FUNCTION mailroom.reap_stuck_messages(p_older_than interval DEFAULT null)
 RETURNS integer
 LANGUAGE plpgsql
@@ -443,52 +461,61 @@ DECLARE
     v_now timestamptz := mailroom.clock();
     v_max integer := mailroom.setting('outbound.max_attempts')::integer;
     v_log_max integer := mailroom.setting('outbound.error_log_max_chars')::integer;
-    v_count integer;
+    v_scope text;
+    v_got integer;
+    v_count integer := 0;
 BEGIN
     IF p_older_than < interval '0' THEN
         RAISE EXCEPTION USING
             ERRCODE = 'MR333',
             MESSAGE = format('reap interval must not be negative, got %s', p_older_than);
     END IF;
-    WITH stuck AS (
-        SELECT m.id
-        FROM mailroom.outbound_messages AS m
-        WHERE
-            m.status = 'processing'
-            AND (
-                m.lease_expires_at <= v_now
-                OR m.claimed_at <= v_now - p_older_than
-            )
-        FOR UPDATE SKIP LOCKED
-    ),
-
-    reaped AS (
+    -- one statement on one node; on Citus one a lane (_outbound_scopes, the seam)
+    FOR v_scope IN SELECT s.scope FROM mailroom._outbound_scopes() AS s (scope) LOOP
         -- The worker may have handed the message to the relay before it died: count the
         -- attempt as a transient failure, flag possibly_sent, retry at once (the stable Message-ID lets receivers
         -- de-duplicate). The claim token is kept so a late 'sent' from that worker still lands.
-        UPDATE mailroom.outbound_messages AS m
-        SET
-            attempts = m.attempts + 1,
-            status = CASE
-                WHEN mailroom._gives_up('transient', m.attempts + 1, v_max) THEN 'failed' ELSE 'queued'
-            END::mailroom.outbound_status,
-            next_retry_at = CASE WHEN NOT mailroom._gives_up('transient', m.attempts + 1, v_max) THEN v_now END,
-            possibly_sent = TRUE,
-            claimed_by = NULL,
-            lease_expires_at = NULL,
-            error_log = mailroom._attempt_log(
-                m.error_log, v_now, m.attempts + 1, 'reaped',
-                'no outcome before the lease expired; the message may have been sent',
-                'transient', v_max, v_log_max
-            ),
-            updated_at = v_now
-        FROM stuck
-        WHERE m.id = stuck.id
-        RETURNING m.id
-    )
+        -- $1 now, $2 p_older_than, $3 outbound.max_attempts, $4 outbound.error_log_max_chars.
+        EXECUTE format($q$
+        WITH stuck AS (
+            SELECT m.id
+            FROM mailroom.outbound_messages AS m
+            WHERE
+                %1$s
+                AND m.status = 'processing'
+                AND (
+                    m.lease_expires_at <= $1
+                    OR m.claimed_at <= $1 - $2
+                )
+            FOR UPDATE SKIP LOCKED
+        ),
 
-    SELECT count(*) INTO v_count FROM reaped;
+        reaped AS (
+            UPDATE mailroom.outbound_messages AS m
+            SET
+                attempts = m.attempts + 1,
+                status = CASE
+                    WHEN mailroom._gives_up('transient', m.attempts + 1, $3) THEN 'failed' ELSE 'queued'
+                END::mailroom.outbound_status,
+                next_retry_at = CASE WHEN NOT mailroom._gives_up('transient', m.attempts + 1, $3) THEN $1 END,
+                possibly_sent = TRUE,
+                claimed_by = NULL,
+                lease_expires_at = NULL,
+                error_log = mailroom._attempt_log(
+                    m.error_log, $1, m.attempts + 1, 'reaped',
+                    'no outcome before the lease expired; the message may have been sent',
+                    'transient', $3, $4
+                ),
+                updated_at = $1
+            FROM stuck
+            WHERE %1$s AND m.id = stuck.id
+            RETURNING m.id
+        )
 
+        SELECT count(*) FROM reaped
+        $q$, v_scope) INTO v_got USING v_now, p_older_than, v_max, v_log_max;
+        v_count := v_count + v_got;
+    END LOOP;
     IF v_count > 0 THEN
         UPDATE mailroom.outbound_counters AS k
         SET value = k.value + v_count
@@ -499,7 +526,7 @@ END;
 $$;
 
 COMMENT ON FUNCTION mailroom.reap_stuck_messages(interval) IS
-'Return processing rows whose lease expired (or claimed longer ago than p_older_than) to queued, or failed; flags possibly_sent. Errors: MR333 negative interval.';
+'Return processing rows whose lease expired (or claimed longer ago than p_older_than) to queued, or failed; flags possibly_sent; on Citus lane by lane (SKIP LOCKED in one shard at a time). Errors: MR333 negative interval.';
 
 GRANT EXECUTE ON FUNCTION mailroom.reap_stuck_messages(interval) TO mailroom_sender, mailroom_admin;
 

@@ -57,6 +57,7 @@ $$;
 COMMENT ON FUNCTION mailroom._operator_log(text, timestamptz, text, integer) IS
 'Internal: error_log with a line for an operator''s action (UTC time, what), trimmed to its last p_max characters.';
 
+-- Its Citus form: sql/citus/20_queue.sql replaces this whole body (mailroom.db.citus.WHOLE_OVERRIDES).
 CREATE OR REPLACE FUNCTION mailroom._queue_verb_change(
     p_verb text,
     p_where text,

@@ -56,49 +56,22 @@ DROP TRIGGER IF EXISTS after_accounts_inserted ON mailroom.accounts;
 DROP TRIGGER IF EXISTS after_tokens_inserted ON mailroom.tokens;
 DROP TRIGGER IF EXISTS after_token_consumed ON mailroom.tokens;
 
--- the row-local part of sql/10's trigger: validate, stamp (create_account makes the token)
-CREATE OR REPLACE FUNCTION mailroom.trg_before_account_insert()
-RETURNS trigger
+-- sql/10's seam: row triggers run on the shards here, where they cannot write another table; the
+-- row-local part of sql/10's and sql/11's token triggers stays (validate, stamp, no plaintext), and
+-- create_account (_insert_account below) and _issue_token do the rest on the coordinator
+CREATE OR REPLACE FUNCTION mailroom._triggers_cascade()
+RETURNS boolean
 LANGUAGE plpgsql
-SET search_path = pg_catalog, pg_temp
-AS $$
-DECLARE
-    ts timestamptz := mailroom.clock();
-BEGIN
-    PERFORM mailroom._check_account_identity(NEW.email, NEW.login);
-    NEW.created_at := coalesce(NEW.created_at, ts);
-    IF NEW.status = 'active' THEN
-        NEW.activated_at := coalesce(NEW.activated_at, ts);
-    ELSIF NEW.status = 'suspended' THEN
-        NEW.suspended_at := coalesce(NEW.suspended_at, ts);
-    END IF;
-    RETURN NEW;
-END;
-$$;
-
-COMMENT ON FUNCTION mailroom.trg_before_account_insert() IS
-'Trigger (Citus: runs on the shard): validate email/login, stamp created_at; create_account inserts the activation token.';
-
--- the row-local part of sql/11's trigger (_issue_token revokes the older tokens); the caller
--- passes created_at and expires_at, so nothing here reads a table on the worker
-CREATE OR REPLACE FUNCTION mailroom.trg_before_token_insert()
-RETURNS trigger
-LANGUAGE plpgsql
+STABLE  -- not IMMUTABLE: never folded into a cached plan, so the Citus form takes over at once
 SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
-    NEW.secret := NULL;
-    NEW.code := NULL;
-    NEW.secret_digest := NULL;
-    NEW.code_digest := NULL;
-    NEW.created_at := coalesce(NEW.created_at, mailroom.clock());
-    NEW.expires_at := coalesce(NEW.expires_at, NEW.created_at + mailroom.setting('tokens.ttl')::interval);
-    RETURN NEW;
+    RETURN false;
 END;
 $$;
 
-COMMENT ON FUNCTION mailroom.trg_before_token_insert() IS
-'Trigger (Citus: runs on the shard): no secret, code or digest; created_at, expires_at when not given (_issue_token gives them).';
+COMMENT ON FUNCTION mailroom._triggers_cascade() IS
+'Internal (Citus): false: row triggers run on a shard and write no other table (the functions do it on the coordinator).';
 
 CREATE OR REPLACE FUNCTION mailroom._issue_token(p_account bigint, p_action mailroom.token_action)
 RETURNS bigint
@@ -151,10 +124,10 @@ $$;
 COMMENT ON FUNCTION mailroom._lock_account_by_email(text) IS
 'Internal (Citus): the account of an address through account_emails, its row locked on its shard (no row: none).';
 
-CREATE OR REPLACE FUNCTION mailroom.create_account(p_email text, p_login text)
-RETURNS bigint
+-- sql/10's seam of create_account: the keys reserved in their lookup tables, then the account
+-- row and its activation token (create_account raises MR102/MR103 for the key named taken)
+CREATE OR REPLACE FUNCTION mailroom._insert_account(p_email text, p_login text, OUT id bigint, OUT taken text)
 LANGUAGE plpgsql
-SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
@@ -167,25 +140,23 @@ BEGIN
     -- key to end, then says whether it was taken; email first, as on one node (MR102 before MR103)
     INSERT INTO mailroom.account_emails (email, account) VALUES (lower(p_email), v_id) ON CONFLICT DO NOTHING;
     IF NOT FOUND THEN
-        RAISE EXCEPTION USING
-            ERRCODE = 'MR102',
-            MESSAGE = 'an account with this email address already exists';
+        taken := 'email';
+        RETURN;
     END IF;
     INSERT INTO mailroom.account_logins (login, account) VALUES (p_login, v_id) ON CONFLICT DO NOTHING;
     IF NOT FOUND THEN
-        RAISE EXCEPTION USING
-            ERRCODE = 'MR103',
-            MESSAGE = 'an account with this login already exists';
+        taken := 'login';  -- create_account's error rolls the email's reservation back
+        RETURN;
     END IF;
     -- created_at from the coordinator's clock (the row's trigger runs on a worker, sql/10)
     INSERT INTO mailroom.accounts (id, email, login, created_at) VALUES (v_id, p_email, p_login, mailroom.clock());
     PERFORM mailroom._issue_token(v_id, 'activation');
-    RETURN v_id;
+    id := v_id;
 END;
 $$;
 
-COMMENT ON FUNCTION mailroom.create_account(text, text) IS
-'Create a provisioned account and its activation token; returns the account id (MR101 bad email, MR102 email taken, MR103 login taken, MR104 bad login).';
+COMMENT ON FUNCTION mailroom._insert_account(text, text) IS
+'Internal (Citus): reserve the account''s email and login in account_emails and account_logins, insert it and its activation token; (its id, NULL) or (NULL, the key taken).';
 
 -- activation on consume, done on a single node by the trigger after_token_consumed
 CREATE OR REPLACE FUNCTION mailroom._after_consume(p_account bigint, p_action mailroom.token_action)

@@ -9,7 +9,7 @@
 -- - written where a digest is set: the dequeue's minting (_dequeue_tokens, sql/citus/12) and a
 --   token email's link (sql/11's _mint_token, through _token_digest_replaced below: the previous digest's row goes);
 -- - deleted where a token row goes: retention (_delete_tokens_past_retention, sql/citus/12, and
---   _forget_token_digests before a tokens partition is dropped), purge_tokens (below) and erasure
+--   _forget_token_digests before a tokens partition is dropped), purge_tokens (its seam _delete_tokens_before, below) and erasure
 --   (_erase_account_keys, sql/citus/12).
 -- A consumed or revoked token keeps its row (its digest is kept too, as on one node): a used link
 -- is then refused (MR114, MR117) after single-shard reads, and a consume writes on the account's
@@ -91,29 +91,22 @@ $$;
 COMMENT ON FUNCTION mailroom._token_digest_replaced(bigint, bytea, bytea) IS
 'Internal (Citus): the token_digests row of p_old (if any) deleted, p_new''s written for p_account.';
 
--- sql/14's purge_tokens, the deleted tokens' lookup rows with them
-CREATE OR REPLACE FUNCTION mailroom.purge_tokens(p_older_than interval DEFAULT '7 days')
+-- sql/14's seam of purge_tokens: the deleted tokens' lookup rows go with them
+CREATE OR REPLACE FUNCTION mailroom._delete_tokens_before(p_cutoff timestamptz)
 RETURNS bigint
 LANGUAGE plpgsql
 VOLATILE
-SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-    v_now timestamptz := mailroom.clock();
     v_count bigint := 0;
     v_digests bytea[] := '{}';
     v_digest bytea;
 BEGIN
-    IF p_older_than IS NULL OR p_older_than < interval '1 day' THEN
-        RAISE EXCEPTION USING
-            ERRCODE = '22023',
-            MESSAGE = 'purge_tokens: keep at least 1 day of tokens (the recovery rate limit counts them)';
-    END IF;
     FOR v_digest IN
         DELETE FROM mailroom.tokens AS t
-        WHERE t.expires_at < v_now - p_older_than
-            AND t.created_at < v_now - p_older_than
+        WHERE t.expires_at < p_cutoff
+            AND t.created_at < p_cutoff
         RETURNING t.secret_digest
     LOOP
         v_count := v_count + 1;
@@ -126,8 +119,8 @@ BEGIN
 END;
 $$;
 
-COMMENT ON FUNCTION mailroom.purge_tokens(interval) IS
-'Delete tokens that expired more than p_older_than ago (default 7 days, at least 1 day); returns how many.';
+COMMENT ON FUNCTION mailroom._delete_tokens_before(timestamptz) IS
+'Internal (Citus): delete the tokens created and expired before p_cutoff and their token_digests rows; returns how many.';
 
 CREATE OR REPLACE FUNCTION mailroom._forget_digests(p_digests bytea[])
 RETURNS void

@@ -1,10 +1,11 @@
 -- The outbound queue on Citus: work is taken one lane (one shard) at a time.
 --
 -- Citus runs SELECT … FOR UPDATE SKIP LOCKED only on one shard: a statement whose every
--- distributed table is filtered on one lane value. So the claim and the reaper of sql/33 and
--- sql/34 are replaced here by loops over the lanes (mailroom.outbound_lanes), starting at a random
--- lane so concurrent senders spread over the shards; in each lane the statement is the
--- single-node one with `lane = p_lane` added, and SKIP LOCKED keeps every row to one claimer.
+-- distributed table is filtered on one lane value. So the claim of sql/33 is replaced here by a
+-- loop over the lanes (mailroom.outbound_lanes), starting at a random lane so concurrent senders
+-- spread over the shards; in each lane the statement is the single-node one with `lane = p_lane`
+-- added, and SKIP LOCKED keeps every row to one claimer. The reaper of sql/34 keeps its one body
+-- and runs its statement once a lane through the seam _outbound_scopes (below).
 -- The due predicate and the result columns are those of sql/33 (_outbound_due, _claim): a
 -- change there is made here too (tests/citus run the senders on this path).
 -- Per-domain caps (domain_limits): while a cap is set the claim first decides, on the
@@ -596,75 +597,19 @@ $fn$;
 COMMENT ON FUNCTION mailroom._claim(timestamptz, integer, text, interval, boolean) IS
 'Internal (Citus): the claim, lane by lane from a random one (_claim_lane: one shard, SKIP LOCKED), with the relay settings and rendered token emails of sql/33; under per-domain caps with the rooms of _lane_rooms.';
 
-CREATE OR REPLACE FUNCTION mailroom.reap_stuck_messages(p_older_than interval DEFAULT null)
-RETURNS integer
-LANGUAGE plpgsql
-SECURITY DEFINER
+-- sql/34's seam: a statement that locks with SKIP LOCKED (reap_stuck_messages) runs once a lane,
+-- the lane written into its text so it routes to one shard
+CREATE OR REPLACE FUNCTION mailroom._outbound_scopes()
+RETURNS SETOF text
+LANGUAGE sql
+STABLE
 SET search_path = pg_catalog, pg_temp
 AS $$
-DECLARE
-    v_now timestamptz := mailroom.clock();
-    v_max integer := mailroom.setting('outbound.max_attempts')::integer;
-    v_log_max integer := mailroom.setting('outbound.error_log_max_chars')::integer;
-    v_lane integer;
-    v_got integer;
-    v_count integer := 0;
-BEGIN
-    IF p_older_than < interval '0' THEN
-        RAISE EXCEPTION USING
-            ERRCODE = 'MR333',
-            MESSAGE = format('reap interval must not be negative, got %s', p_older_than);
-    END IF;
-    FOR v_lane IN SELECT l.lane FROM mailroom.outbound_lanes AS l ORDER BY random() LOOP
-        WITH stuck AS (
-            SELECT m.id
-            FROM mailroom.outbound_messages AS m
-            WHERE
-                m.lane = v_lane
-                AND m.status = 'processing'
-                AND (
-                    m.lease_expires_at <= v_now
-                    OR m.claimed_at <= v_now - p_older_than
-                )
-            FOR UPDATE SKIP LOCKED
-        ),
-
-        reaped AS (
-            UPDATE mailroom.outbound_messages AS m
-            SET
-                attempts = m.attempts + 1,
-                status = CASE
-                    WHEN mailroom._gives_up('transient', m.attempts + 1, v_max) THEN 'failed' ELSE 'queued'
-                END::mailroom.outbound_status,
-                next_retry_at = CASE WHEN NOT mailroom._gives_up('transient', m.attempts + 1, v_max) THEN v_now END,
-                possibly_sent = TRUE,
-                claimed_by = NULL,
-                lease_expires_at = NULL,
-                error_log = mailroom._attempt_log(
-                    m.error_log, v_now, m.attempts + 1, 'reaped',
-                    'no outcome before the lease expired; the message may have been sent',
-                    'transient', v_max, v_log_max
-                ),
-                updated_at = v_now
-            FROM stuck
-            WHERE m.lane = v_lane AND m.id = stuck.id
-            RETURNING m.id
-        )
-
-        SELECT count(*) INTO v_got FROM reaped;
-        v_count := v_count + v_got;
-    END LOOP;
-    IF v_count > 0 THEN
-        UPDATE mailroom.outbound_counters AS k
-        SET value = k.value + v_count
-        WHERE k.name = 'reaped';
-    END IF;
-    RETURN v_count;
-END;
+    SELECT format('m.lane = %s', l.lane) FROM mailroom.outbound_lanes AS l ORDER BY random()
 $$;
 
-COMMENT ON FUNCTION mailroom.reap_stuck_messages(interval) IS
-'Return processing rows whose lease expired (or claimed longer ago than p_older_than) to queued, or failed; flags possibly_sent; on Citus lane by lane (SKIP LOCKED in one shard at a time). Errors: MR333 negative interval.';
+COMMENT ON FUNCTION mailroom._outbound_scopes() IS
+'Internal (Citus): one condition a lane of outbound_messages AS m (m.lane = n), in random order.';
 
 CREATE OR REPLACE FUNCTION mailroom._queue_verb_change(
     p_verb text,

@@ -7,11 +7,12 @@
 -- partition's mailboxes, the inactive ones of which lose their old messages in one DELETE
 -- (messages of an inactive mailbox are not locked by anyone else; the batch bounds the
 -- mailboxes, not the rows; an active mailbox among them, extended past every TTL, waits). tokens stay on the
--- coordinator (sql/citus/10) and keep sql/05's statement (_delete_tokens_past_retention). Creating and dropping partitions is
+-- coordinator (sql/citus/10) and keep sql/05's statement (_delete_tokens_past_retention, sql/citus/12). Creating and dropping partitions is
 -- sql/05's own: Citus distributes a new partition of a distributed table and drops its shards.
 
-CREATE OR REPLACE FUNCTION mailroom._delete_past_retention(
-    p_table text, p_partition text, p_cutoff timestamptz, p_batch integer
+-- sql/05's seams of _delete_past_retention: outbound rows, lane by lane
+CREATE OR REPLACE FUNCTION mailroom._delete_outbound_past_retention(
+    p_partition text, p_cutoff timestamptz, p_batch integer
 )
 RETURNS bigint
 LANGUAGE plpgsql
@@ -21,50 +22,62 @@ DECLARE
     v_count bigint := 0;
     v_lane integer;
     v_gone bigint[];
-    v_boxes bigint[];
 BEGIN
-    CASE p_table
-        WHEN 'outbound_messages' THEN
-            FOR v_lane IN SELECT l.lane FROM mailroom.outbound_lanes AS l ORDER BY random() LOOP
-                EXIT WHEN v_count >= p_batch;
-                -- the lane written into the text, as in _claim_lane: a single-shard statement
-                EXECUTE format(
-                    'WITH gone AS (DELETE FROM mailroom.%1$I AS m WHERE m.lane = %2$s AND (m.id, m.created_at) IN ('
-                    'SELECT d.id, d.created_at FROM mailroom.%1$I AS d WHERE d.lane = %2$s AND d.created_at < $1 '
-                    'AND d.status IN (''sent'', ''failed'', ''cancelled'') LIMIT $2 FOR UPDATE SKIP LOCKED) '
-                    'RETURNING m.id) SELECT array_agg(gone.id) FROM gone',
-                    p_partition, v_lane
-                ) INTO v_gone USING p_cutoff, p_batch - v_count;
-                CONTINUE WHEN v_gone IS NULL;
-                -- their idempotency keys (a coordinator table), in a statement of their own
-                DELETE FROM mailroom.outbound_idempotency_keys AS k WHERE k.message_id = ANY(v_gone);
-                v_count := v_count + cardinality(v_gone);
-            END LOOP;
-        WHEN 'messages' THEN
-            -- the mailboxes of the oldest rows here (the partition is past every plan's TTL and
-            -- the grace, so nearly all are closed), of which the inactive ones are emptied
-            EXECUTE format(
-                'SELECT array_agg(x.mailbox_id) FROM (SELECT DISTINCT g.mailbox_id FROM mailroom.%1$I AS g '
-                'WHERE g.received_at < $1 LIMIT $2) AS x',
-                p_partition
-            ) INTO v_boxes USING p_cutoff, p_batch;
-            v_boxes := ARRAY(
-                SELECT b.id FROM mailroom.mailboxes AS b WHERE b.id = ANY(v_boxes) AND NOT b.is_active
-            );
-            EXECUTE format(
-                'DELETE FROM mailroom.%1$I AS g WHERE g.mailbox_id = ANY($2) AND g.received_at < $1',
-                p_partition
-            ) USING p_cutoff, v_boxes;
-            GET DIAGNOSTICS v_count = ROW_COUNT;
-        ELSE
-            v_count := mailroom._delete_tokens_past_retention(p_partition, p_cutoff, p_batch);
-    END CASE;
+    FOR v_lane IN SELECT l.lane FROM mailroom.outbound_lanes AS l ORDER BY random() LOOP
+        EXIT WHEN v_count >= p_batch;
+        -- the lane written into the text, as in _claim_lane: a single-shard statement
+        EXECUTE format(
+            'WITH gone AS (DELETE FROM mailroom.%1$I AS m WHERE m.lane = %2$s AND (m.id, m.created_at) IN ('
+            'SELECT d.id, d.created_at FROM mailroom.%1$I AS d WHERE d.lane = %2$s AND d.created_at < $1 '
+            'AND d.status IN (''sent'', ''failed'', ''cancelled'') LIMIT $2 FOR UPDATE SKIP LOCKED) '
+            'RETURNING m.id) SELECT array_agg(gone.id) FROM gone',
+            p_partition, v_lane
+        ) INTO v_gone USING p_cutoff, p_batch - v_count;
+        CONTINUE WHEN v_gone IS NULL;
+        -- their idempotency keys (a coordinator table), in a statement of their own
+        DELETE FROM mailroom.outbound_idempotency_keys AS k WHERE k.message_id = ANY(v_gone);
+        v_count := v_count + cardinality(v_gone);
+    END LOOP;
     RETURN v_count;
 END;
 $$;
 
-COMMENT ON FUNCTION mailroom._delete_past_retention(text, text, timestamptz, integer) IS
-'Internal (Citus): delete one batch of rows past retention from one partition: outbound lane by lane (SKIP LOCKED), messages of a batch of inactive mailboxes, closed or expired tokens.';
+COMMENT ON FUNCTION mailroom._delete_outbound_past_retention(text, timestamptz, integer) IS
+'Internal (Citus): delete one batch of sent, failed or cancelled messages past retention from one outbound_messages partition, lane by lane (SKIP LOCKED), and their idempotency keys.';
+
+-- inbox messages: of a batch of inactive mailboxes
+CREATE OR REPLACE FUNCTION mailroom._delete_messages_past_retention(
+    p_partition text, p_cutoff timestamptz, p_batch integer
+)
+RETURNS bigint
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_count bigint;
+    v_boxes bigint[];
+BEGIN
+    -- the mailboxes of the oldest rows here (the partition is past every plan's TTL and the
+    -- grace, so nearly all are closed), of which the inactive ones are emptied
+    EXECUTE format(
+        'SELECT array_agg(x.mailbox_id) FROM (SELECT DISTINCT g.mailbox_id FROM mailroom.%1$I AS g '
+        'WHERE g.received_at < $1 LIMIT $2) AS x',
+        p_partition
+    ) INTO v_boxes USING p_cutoff, p_batch;
+    v_boxes := ARRAY(
+        SELECT b.id FROM mailroom.mailboxes AS b WHERE b.id = ANY(v_boxes) AND NOT b.is_active
+    );
+    EXECUTE format(
+        'DELETE FROM mailroom.%1$I AS g WHERE g.mailbox_id = ANY($2) AND g.received_at < $1',
+        p_partition
+    ) USING p_cutoff, v_boxes;
+    GET DIAGNOSTICS v_count = ROW_COUNT;
+    RETURN v_count;
+END;
+$$;
+
+COMMENT ON FUNCTION mailroom._delete_messages_past_retention(text, timestamptz, integer) IS
+'Internal (Citus): delete the messages past retention of a batch of inactive mailboxes from one messages partition.';
 
 CREATE OR REPLACE FUNCTION mailroom._orphan_idempotency_keys(p_before timestamptz, p_limit integer)
 RETURNS bigint[]

@@ -157,16 +157,16 @@ $$;
 COMMENT ON FUNCTION mailroom._mailbox_shards(bigint[]) IS
 'Internal (Citus): mailbox ids grouped by their shard (random order of shards).';
 
-CREATE OR REPLACE FUNCTION mailroom.expire_mailboxes(p_batch integer DEFAULT null)
+-- sql/23's seams of expire_mailboxes and purge_mailboxes (a batch each), shard by shard
+CREATE OR REPLACE FUNCTION mailroom._expire_due_mailboxes(p_now timestamptz, p_batch integer)
 RETURNS integer
 LANGUAGE plpgsql
 VOLATILE
-SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-    v_batch integer := mailroom._batch_size(p_batch, 'inbox.expire_batch');
-    v_now timestamptz := mailroom.clock();
+    v_batch integer := p_batch;
+    v_now timestamptz := p_now;
     v_count integer := 0;
     v_n integer;
     v_ids bigint[];
@@ -204,22 +204,18 @@ BEGIN
 END;
 $$;
 
-COMMENT ON FUNCTION mailroom.expire_mailboxes(integer) IS
-'Mark up to p_batch (default setting inbox.expire_batch) due mailboxes inactive; returns how many. Call until it returns less than the batch. On Citus shard by shard (SKIP LOCKED in one shard at a time).';
+COMMENT ON FUNCTION mailroom._expire_due_mailboxes(timestamptz, integer) IS
+'Internal (Citus): mark up to p_batch mailboxes due at p_now inactive, shard by shard (SKIP LOCKED in one shard at a time); returns how many.';
 
-CREATE OR REPLACE FUNCTION mailroom.purge_mailboxes(
-    p_older_than interval,
-    p_batch integer DEFAULT null
-)
+CREATE OR REPLACE FUNCTION mailroom._purge_inactive_mailboxes(p_cutoff timestamptz, p_batch integer)
 RETURNS integer
 LANGUAGE plpgsql
 VOLATILE
-SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-    v_batch integer := mailroom._batch_size(p_batch, 'inbox.purge_batch');
-    v_cutoff timestamptz;
+    v_batch integer := p_batch;
+    v_cutoff timestamptz := p_cutoff;
     v_count integer := 0;
     v_ids bigint[];
     v_shard record;
@@ -227,13 +223,6 @@ DECLARE
     v_addresses text[];
     v_address text;
 BEGIN
-    IF p_older_than IS NULL OR p_older_than < interval '0' THEN
-        RAISE EXCEPTION USING
-            ERRCODE = '22023',
-            MESSAGE = format('retention must be a non-negative interval, got %s',
-                coalesce(p_older_than::text, 'NULL'));
-    END IF;
-    v_cutoff := mailroom.clock() - p_older_than;
     v_ids := ARRAY(
         SELECT m.id
         FROM mailroom.mailboxes AS m
@@ -279,5 +268,5 @@ BEGIN
 END;
 $$;
 
-COMMENT ON FUNCTION mailroom.purge_mailboxes(interval, integer) IS
-'Hard-delete up to p_batch (default inbox.purge_batch) mailboxes inactive for longer than p_older_than, their messages and their addresses; on Citus shard by shard (SKIP LOCKED in one shard at a time); returns how many.';
+COMMENT ON FUNCTION mailroom._purge_inactive_mailboxes(timestamptz, integer) IS
+'Internal (Citus): hard-delete up to p_batch mailboxes inactive since before p_cutoff, their messages and their addresses, shard by shard (SKIP LOCKED in one shard at a time); returns how many.';

@@ -159,3 +159,47 @@ def test_demo_story_on_citus(ccli):
     assert "status is now active" in out
     assert re.search(r"expire_mailboxes\(\) expired 1 inbox", out)
     assert "every process the demo started has stopped" in out
+
+
+def _partition_of(cconn, table: str, where: str, arg) -> str:
+    """The partition of `table` holding the rows `where` selects (on a worker a row's table is its
+    partition's shard: the name less its shard id)."""
+    shard = cconn.execute(f"SELECT DISTINCT tableoid::regclass::text FROM mailroom.{table} WHERE {where}",
+                          (arg,)).fetchone()[0]
+    return re.sub(r"_\d+$", "", shard.removeprefix("mailroom."))
+
+
+def test_rows_past_retention_go_through_the_seams(cconn):
+    """sql/05's _delete_past_retention calls its seams (sql/citus/25): finished outbound rows of a
+    partition lane by lane, with their idempotency keys; the old messages of an inactive mailbox.
+    Last in this module: it deletes every finished outbound row of the partition it names."""
+    cconn.execute("SELECT mailroom.upsert_sender('retain', 'noreply@mailroom.test', '127.0.0.1', 2525)")
+    ids = [r[0] for r in cconn.execute(
+        "SELECT mailroom.enqueue_message('retain', ARRAY['k' || g || '@example.com'], 's', 'b',"
+        " p_idempotency_key => 'retain-' || g) FROM generate_series(1, 6) g"
+    ).fetchall()]
+    cconn.execute("UPDATE mailroom.outbound_messages SET status = 'cancelled' WHERE id = ANY(%s)", (ids,))
+    lanes = cconn.execute("SELECT count(DISTINCT lane) FROM mailroom.outbound_messages WHERE id = ANY(%s)",
+                          (ids,)).fetchone()[0]
+    assert lanes > 1  # rows of several shards
+    partition = _partition_of(cconn, "outbound_messages", "id = ANY(%s)", ids)
+    deleted = cconn.execute("SELECT mailroom._delete_past_retention('outbound_messages', %s,"
+                            " now() + interval '1 minute', 1000)", (partition,)).fetchone()[0]
+    assert deleted >= len(ids)
+    assert cconn.execute("SELECT count(*) FROM mailroom.outbound_messages WHERE id = ANY(%s)",
+                         (ids,)).fetchone()[0] == 0
+    assert cconn.execute("SELECT count(*) FROM mailroom.outbound_idempotency_keys WHERE message_id = ANY(%s)",
+                         (ids,)).fetchone()[0] == 0
+
+    box = cconn.execute("SELECT mailbox_id, address FROM mailroom.create_mailbox(30, 'free')").fetchone()
+    kept = cconn.execute("SELECT mailbox_id, address FROM mailroom.create_mailbox(30, 'free')").fetchone()
+    for mailbox in (box, kept):
+        cconn.execute("SELECT mailroom.deliver_message(%s, %s, 'a@example.com', 'old', NULL, 'old')",
+                      (mailbox[1], b"Subject: old\r\n\r\nold\r\n"))
+    cconn.execute("UPDATE mailroom.mailboxes SET is_active = false, inactive_since = now() WHERE id = %s", (box[0],))
+    for mailbox in (box, kept):
+        partition = _partition_of(cconn, "messages", "mailbox_id = %s", mailbox[0])
+        cconn.execute("SELECT mailroom._delete_past_retention('messages', %s, now() + interval '1 minute', 1000)",
+                      (partition,))
+    assert cconn.execute("SELECT count(*) FROM mailroom.messages WHERE mailbox_id = %s", (box[0],)).fetchone()[0] == 0
+    assert cconn.execute("SELECT count(*) FROM mailroom.messages WHERE mailbox_id = %s", (kept[0],)).fetchone()[0] == 1

@@ -1,6 +1,6 @@
 -- Accounts: validation, the insert and status triggers, create/suspend/unsuspend.
 BEGIN;
-SELECT plan(64);
+SELECT plan(65);
 
 SET LOCAL mailroom.clock = '2030-01-01 00:00:00+00';
 
@@ -241,6 +241,9 @@ SET LOCAL ROLE mailroom_app;
 SELECT throws_ok($$ SELECT * FROM mailroom.list_accounts() $$, '42501', NULL,
     'the application cannot list accounts (addresses are PII: admin only)');
 RESET ROLE;
+
+-- the Citus seam of the token triggers (mailroom.db.citus.SEAMS): on one node they cascade
+SELECT ok(mailroom._triggers_cascade(), 'one node: row triggers write other tables (the activation token, a reissue''s revocation)');
 
 SELECT * FROM finish();
 ROLLBACK;

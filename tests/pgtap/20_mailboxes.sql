@@ -239,10 +239,10 @@ SELECT is(
         WHERE p.pronamespace = 'mailroom'::regnamespace
             -- the functions about mailboxes (tokens have an expires_at of their own)
             AND p.prosrc ~ 'mailroom\.mailboxes|v_box|p_box|p_is_active'
-            AND p.prosrc ~ 'expires_at\s*(>|<=)\s*(mailroom\.clock\(\)|p_at)'
+            AND p.prosrc ~ 'expires_at\s*(>|<=)\s*(mailroom\.clock\(\)|p_at|p_now)'
     ),
-    '_mailbox_open, expire_mailboxes',
-    'the open/expired comparison is written in _mailbox_open(…, at) and, as its index condition, in expire_mailboxes only'
+    '_expire_due_mailboxes, _mailbox_open',
+    'the open/expired comparison is written in _mailbox_open(…, at) and, as its index condition, in expire_mailboxes'' seam _expire_due_mailboxes only'
 );
 SELECT is(
     (

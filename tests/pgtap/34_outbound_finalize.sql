@@ -1,6 +1,6 @@
 -- Outbound: finalize_messages (classification, backoff, max attempts, fencing), release, reaper.
 BEGIN;
-SELECT plan(66);
+SELECT plan(67);
 
 SET LOCAL mailroom.clock = '2030-01-01 00:00Z';
 SELECT mailroom.upsert_sender('tap', 'robot@mailroom.test', '127.0.0.1', 2525);
@@ -311,6 +311,13 @@ SELECT is(
         3, mailroom.setting('outbound.domain_backoff_base')::interval, mailroom.setting('outbound.domain_backoff_max')::interval
     ),
     '_domain_backoff_delay(n) applies the outbound.domain_backoff_* settings to the pure form'
+);
+
+-- the Citus seam of reap_stuck_messages (mailroom.db.citus.SEAMS): one scope, the whole table, on one node
+SELECT is(
+    (SELECT array_agg(s.scope) FROM mailroom._outbound_scopes() AS s (scope)),
+    ARRAY['true'],
+    'one node: one statement over all of outbound_messages (Citus: one a lane)'
 );
 
 SELECT * FROM finish();
