@@ -168,8 +168,8 @@ def declarations(text: str, usage: Usage, known: frozenset[str]) -> None:
 def _selectors(prelude: str, usage: Usage) -> None:
     if "," in prelude:
         usage.add("css-selector-grouping")
-    for selector in prelude.split(","):
-        selector = selector.strip()
+    for part in prelude.split(","):
+        selector = part.strip()
         if not selector:
             continue
         for kind, name in _PSEUDO.findall(selector):
