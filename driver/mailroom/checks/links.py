@@ -147,9 +147,9 @@ async def _ask(client: Any, url: str, policy: LinkPolicy) -> tuple[int, str | No
     port = parts.port or (443 if parts.scheme.lower() == "https" else 80)
     address = await _resolve(parts.hostname, port, policy.allow)
     target = httpx.URL(url).copy_with(host=str(address))
-    host_header = parts.hostname if parts.port is None else f"{parts.hostname}:{parts.port}"
-    if ":" in parts.hostname and parts.port is None:
-        host_header = f"[{parts.hostname}]"
+    host_header = f"[{parts.hostname}]" if ":" in parts.hostname else parts.hostname
+    if parts.port is not None:
+        host_header = f"{host_header}:{parts.port}"
     headers = {"Host": host_header, "User-Agent": "mailroom-link-check/1", "Accept": "*/*"}
     extensions = {"sni_hostname": parts.hostname} if parts.scheme.lower() == "https" else {}
     status: int | None = None
