@@ -4,7 +4,7 @@ Every `a href` and `img src` of the HTML part and every http(s) link of the text
 is asked with HEAD, then GET when HEAD is refused or fails (the GET's body is never read), with httpx.
 Bounded: at most MAX_URLS URLs (the rest are counted as skipped), PER_URL seconds each (redirects
 included), TOTAL seconds for the whole check, MAX_REDIRECTS redirects per URL, each redirect target
-checked like the first URL. Off unless the server runs with --link-check (MR280, 503).
+checked like the first URL. Off unless the server runs with --link-check (SQL refuses it: 503).
 
 SSRF guard: a URL's host is resolved first and each of its addresses checked; a loopback, private,
 link-local, multicast, reserved, unspecified or otherwise non-global address is refused unless it is
