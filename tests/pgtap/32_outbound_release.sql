@@ -4,7 +4,7 @@
 -- the queued row's bytes: the Resent- block, then the message exactly as received; the claim hands
 -- them to the sender.
 BEGIN;
-SELECT plan(22);
+SELECT plan(26);
 
 SET LOCAL mailroom.clock = '2030-01-01 00:00:00+00';
 SELECT mailroom.upsert_sender('relay', 'robot@mailroom.test', '127.0.0.1', 2525);
@@ -107,6 +107,14 @@ SELECT throws_ok(
         pg_temp.oa()),
     'MR204', NULL, 'release_message (the application''s form): another owner, MR204'
 );
+
+-- erasure: released bytes holding the address go whole (sent as the erased subject and text)
+SELECT lives_ok($$SELECT mailroom.erase_address('billing@shop.example')$$, 'erase an address');
+SELECT is((SELECT raw_message FROM mailroom.outbound_messages WHERE id = (SELECT id FROM q)),
+    (SELECT raw_message FROM q), 'bytes without it stay');
+SELECT lives_ok($$SELECT mailroom.erase_address('x@y.example')$$, 'erase the address the original''s To names');
+SELECT is((SELECT raw_message FROM mailroom.outbound_messages WHERE id = (SELECT id FROM q)), null::bytea,
+    'bytes holding it go');
 
 SELECT * FROM finish();
 ROLLBACK;
