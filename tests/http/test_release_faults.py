@@ -19,6 +19,8 @@ from pathlib import Path
 import pytest
 from http_support import wait_for_log
 
+from mailroom.http.app import cookie_name, csrf_token
+
 
 class Inbound:
     def __init__(self, port: int) -> None:
@@ -86,7 +88,13 @@ def test_a_fault_set_over_http_is_answered_by_the_real_server(server, inbound):
     assert inbound.send(address, message)[1] == (554, b"5.7.1 Stored but refused")
     assert server.request("GET", f"/api/v1/mailboxes/{address}", token=token).json()["message_count"] == 2
 
-    assert server.request("DELETE", path, token=token).json() == {"deleted": True}
+    # the page's way: its cookie, and the CSRF header with every change (without it: 403 42501, the fault stays)
+    cookie = {"Cookie": f"{cookie_name(address)}={token}"}
+    refused = server.request("DELETE", path, headers=cookie)
+    assert (refused.status, refused.error_code) == (403, "42501")
+    assert server.request("GET", path, headers=cookie).json()["stage"] == "after_data"
+    cleared = server.request("DELETE", path, headers={**cookie, "X-CSRF-Token": csrf_token(token)})
+    assert cleared.json() == {"deleted": True}
     assert server.request("DELETE", path, token=token).json() == {"deleted": False}
     assert inbound.send(address, message)[1][0] == 250
 
