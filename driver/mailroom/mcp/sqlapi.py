@@ -28,4 +28,10 @@ mcp_extract_code = SqlFunction(
     "mcp_extract_code", f"{_WHO}, p_message_id bigint, p_pattern text = default", returns="text"
 )
 mcp_delete_mailbox = SqlFunction("mcp_delete_mailbox", _WHO, returns="boolean")
+mcp_set_inbox_fault = SqlFunction(
+    "mcp_set_inbox_fault",
+    f"{_WHO}, p_stage text, p_reply text, p_share numeric = default, p_count integer = default",
+    returns="jsonb",
+)
+mcp_clear_inbox_fault = SqlFunction("mcp_clear_inbox_fault", _WHO, returns="boolean")
 mcp_error_codes = SqlFunction("mcp_error_codes", returns=("function_name", "code", "meaning"))
