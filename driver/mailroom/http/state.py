@@ -22,11 +22,11 @@ from psycopg.types.string import TextLoader
 
 from mailroom.core.errors import Kind, describe_db_error, error_code, kind_of
 from mailroom.core.log import get_logger
-from mailroom.core.outage import Outage
 from mailroom.core.ready import notify_ready
-from mailroom.db import heartbeat
 from mailroom.db.connect import alearn_vocabulary
+from mailroom.db.heartbeat import SERVES_ENV
 from mailroom.db.pool import NoConnection, async_pool, front_call
+from mailroom.db.worker import Worker
 from mailroom.http import sqlapi
 from mailroom.http.events import Hub
 from mailroom.http.sns import SnsVerifier
@@ -136,7 +136,10 @@ class State:
         self.config = config
         self.pool = async_pool(config.database_url, max_size=config.pool_size, application_name="mailroom-http",
                                configure=_configure)
-        self.outage = Outage(log)  # the database unreachable: one line, reminders, one line when it is back
+        # the worker skeleton (mailroom.db.worker) runs the heartbeats; its outage is the requests' too:
+        # the database unreachable, one line, reminders, one line when it is back
+        self.worker = Worker("http", log, url=config.database_url)
+        self.outage = self.worker.outage
         self.hub = Hub(config.listen_url, poll_interval=config.poll_interval, indexer=self._index)
         # large messages are parsed in these processes (started on first use), never on the loop
         self.parser = ParsePool()
@@ -158,9 +161,8 @@ class State:
         log.info("serving (pid %d, pool %d, LISTEN %s, SES hook %s)", os.getpid(), self.config.pool_size,
                  "on" if self.config.listen_url else "off (polling)", "on" if self.sns else "off")
         # listed by `mailroom status` like every worker (kind http); `mailroom run` waits for the ready byte
-        beat = heartbeat.Heartbeat(heartbeat.worker_name(), "http", log)
-        beat.serves = os.environ.get(heartbeat.SERVES_ENV)
-        beats = asyncio.create_task(heartbeat.abeat_every(beat, self.pool.connection, lambda: self.hub.listening))
+        self.worker.heartbeat.serves = os.environ.get(SERVES_ENV)
+        beats = asyncio.create_task(self.worker.abeat_every(self.pool.connection, listening=lambda: self.hub.listening))
         notify_ready()
         try:
             yield
@@ -168,7 +170,7 @@ class State:
             beats.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await beats
-            await beat.astop(self.config.database_url)
+            await self.worker.afinish()
             await self.hub.stop()
             await self.pool.close()
             await self.parser.close()
