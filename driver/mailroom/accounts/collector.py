@@ -31,14 +31,13 @@ import psycopg
 
 from mailroom.accounts import secret_key
 from mailroom.accounts.output import CommitLost, EnqueueSink, OutputClosed, StdoutSink
-from mailroom.core.errors import ConfigError, Kind, UpgradeBackoff, UserError, describe_db_error, is_upgrade_condition
+from mailroom.core.errors import ConfigError, Kind, UserError, describe_db_error
 from mailroom.core.log import get_logger
 from mailroom.core.metrics import NullMetrics
-from mailroom.core.outage import Outage
 from mailroom.core.ready import notify_ready
-from mailroom.db import heartbeat, sqlapi
-from mailroom.db.connect import ConnectFailed, connect, connection_lost, ping, with_defaults
-from mailroom.db.listen import Listener
+from mailroom.db import sqlapi
+from mailroom.db.connect import ConnectFailed, connection_lost, ping
+from mailroom.db.worker import Worker
 
 OUTPUTS = ("csv", "jsonl")
 MAX_CHANNEL_BYTES = 63  # NAMEDATALEN - 1
@@ -104,38 +103,33 @@ APP_NAME = "mailroom-collect"
 RECONNECTABLE = (psycopg.OperationalError, psycopg.InterfaceError)
 
 
-class Collector:
-    """One collector process. `run()` returns the exit code (0 after SIGTERM / SIGINT)."""
+class Collector(Worker):
+    """One collector process, on the worker skeleton (mailroom.db.worker). `run()` returns the exit
+    code (0 after SIGTERM / SIGINT)."""
 
     def __init__(self, cfg: CollectorConfig) -> None:
         if cfg.metrics_port is not None:  # (prometheus_client is loaded only by a worker that serves metrics)
             from mailroom.accounts.metrics import CollectorMetrics
+        super().__init__("collector", get_logger("collect"), url=cfg.url,
+                         metrics=CollectorMetrics() if cfg.metrics_port is not None else NullMetrics())
         self.cfg = cfg
-        self.log = get_logger("collect")
         self.sink = EnqueueSink() if cfg.enqueue else StdoutSink(cfg.output)
         self.events: queue.SimpleQueue = queue.SimpleQueue()  # announced counts, or _RECONNECTED
-        self.listener = Listener(
-            with_defaults(cfg.listen_url) if cfg.listen_url else None,
+        self.listen(
+            cfg.listen_url,
             [cfg.channel],
             name=APP_NAME,
-            log=self.log,
             on_notify=lambda _channel, payload: self.events.put(_announced(payload)),
             on_connect=lambda: self.events.put(_RECONNECTED),
             check_interval=min(cfg.healthcheck_ms / 1000, 60.0),
             poll_hint=f"polling every {cfg.poll_ms} ms",
         )
-        self.metrics = CollectorMetrics() if cfg.metrics_port is not None else NullMetrics()
-        self.heartbeat = heartbeat.Heartbeat(heartbeat.worker_name(), "collector", self.log, metrics=self.metrics)
-        # the database unreachable (at start or later): one line when the wait starts, one when it ends
-        self.outage = Outage(self.log, on_change=self.metrics.waiting)
-        self.upgrade = UpgradeBackoff(self.log)
         self.work: psycopg.Connection | None = None
         self.stopping = False
         self.must_drain = True
         self.pending = 0  # tokens announced by notifications since the last batch
         self.first_at = 0.0  # monotonic time of the first notification of this quiet period
         self.last_check = 0.0  # monotonic time of the last round trip that proved the work link alive
-        self.url = with_defaults(cfg.url)
         self.timeout = cfg.batch_timeout_ms / 1000
         self.health = cfg.healthcheck_ms / 1000
         self.poll = cfg.poll_ms / 1000
@@ -143,19 +137,20 @@ class Collector:
     # -- lifecycle ---------------------------------------------------------------------------
 
     def run(self) -> int:
-        self._install_signals()
+        self.stop_on_signals()
         c = self.cfg
         self.log.info(
             "configured; channel=%s limit=%d timeout=%dms healthcheck-interval=%dms output=%s",
             c.channel, c.batch_limit, c.batch_timeout_ms, c.healthcheck_ms,
             "enqueue" if c.enqueue else c.output,
         )
-        self.heartbeat.metrics_address = self.metrics.start(c.metrics_port, c.metrics_host, self.log)
+        self.start_metrics(c.metrics_port, c.metrics_host)
         try:
             # started while the database is down: wait for it (a wrong password or database name is fatal)
             if self._connect_waiting():
                 assert self.work is not None
                 secret_key.check(self.work, "collect", c.key_fingerprint, self.log)  # before anything is signed
+                assert self.listener is not None
                 self.listener.start()
                 notify_ready()
             while not self.stopping:
@@ -167,7 +162,8 @@ class Collector:
                 except RECONNECTABLE as exc:
                     self._lost(describe_db_error(exc))
                 except psycopg.Error as exc:
-                    if self.work is not None and not connection_lost(self.work, exc) and is_upgrade_condition(exc):
+                    if self.work is not None and not connection_lost(self.work, exc) \
+                            and self.classify(exc) is Kind.UPGRADING:
                         self._wait_for_schema(exc)
                         continue
                     if self.work is None or not connection_lost(self.work, exc):
@@ -197,25 +193,22 @@ class Collector:
 
     def _shutdown(self, clean: bool = False) -> None:
         self._close()
-        self.listener.stop()
-        if clean and not self.outage.waiting:
-            self.heartbeat.stop(self.url)  # listed as stopped, not lost
-        self.metrics.shutdown()
+        self.finish(report=clean)  # a clean exit is listed as stopped, not lost
 
-    def _install_signals(self) -> None:
-        def stop(signum: int, _frame: object) -> None:
-            if self.stopping:  # second signal: give up on the in-flight batch (it rolls back)
-                raise SystemExit(128 + signum)
-            self.stopping = True
-            self.log.info("received %s; finishing the current batch", signal.Signals(signum).name)
+    def on_signal(self, signum: int) -> None:
+        if self.stopping:  # second signal: give up on the in-flight batch (it rolls back)
+            raise SystemExit(128 + signum)
+        self.stop()
+        self.log.info("received %s; finishing the current batch", signal.Signals(signum).name)
 
-        signal.signal(signal.SIGTERM, stop)
-        signal.signal(signal.SIGINT, stop)
+    def stop(self) -> None:
+        super().stop()
+        self.stopping = True
 
     # -- connections -------------------------------------------------------------------------
 
     def _connect(self) -> None:
-        work = connect(self.url, autocommit=False, application_name=APP_NAME)
+        work = self.connect(APP_NAME, autocommit=False)
         self.work = work
         info = work.info
         self.log.info(
@@ -264,9 +257,9 @@ class Collector:
             try:
                 self._connect()
             except ConnectFailed as exc:
-                if exc.kind is not Kind.UNAVAILABLE:
+                if self.classify(exc) is not Kind.UNAVAILABLE:
                     raise
-                self._sleep(self.outage.delay(str(exc).removeprefix("cannot connect to the database: ")))
+                self._sleep(self.backoff(exc))
                 continue
             self.outage.resumed()
             return True
@@ -277,7 +270,7 @@ class Collector:
         assert self.work is not None
         self.work.rollback()
         self.must_drain = True  # the announced tokens are still there: take them when it works again
-        self._sleep(self.upgrade.delay(exc))
+        self._sleep(self.backoff(exc))
 
     def _sleep(self, seconds: float) -> None:
         end = time.monotonic() + seconds
@@ -287,7 +280,7 @@ class Collector:
     # -- the loop ----------------------------------------------------------------------------
 
     def _step(self) -> None:
-        if self.heartbeat.due(self.listener.listening):
+        if self.heartbeat.due(self.listening()):
             self._beat()
             return
         if self.must_drain:
@@ -305,7 +298,7 @@ class Collector:
             wait = self.first_at + self.timeout - now
         else:
             # listening: a healthcheck (and sweep) now and then; not listening: poll
-            idle = self.health if self.listener.listening else self.poll
+            idle = self.health if self.listening() else self.poll
             wait = self.last_check + idle - now
             if wait <= 0:
                 self._healthcheck()
@@ -334,8 +327,7 @@ class Collector:
     def _beat(self) -> None:
         """One heartbeat in its own short transaction on the work connection."""
         assert self.work is not None
-        self.metrics.listening.set(1 if self.listener.listening else 0)
-        self.heartbeat.beat(self.work, self.listener.listening)
+        self.beat(self.work)
 
     def _healthcheck(self) -> None:
         """One sweep for tokens no notification announced (also the poll when not listening).
@@ -385,7 +377,7 @@ class Collector:
         if what:
             if total:
                 self.log.info("%s: collected %d tokens in %d batches", what, total, batches)
-            if self.listener.listening:
+            if self.listening():
                 self.log.info("waiting for notifications on %s", self.cfg.channel)
             else:
                 self.log.info("polling every %d ms", self.cfg.poll_ms)

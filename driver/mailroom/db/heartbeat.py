@@ -18,8 +18,6 @@ import logging
 import os
 import socket
 import time
-from collections.abc import Callable
-from typing import Any
 
 import psycopg
 
@@ -179,18 +177,3 @@ class Heartbeat:
         except psycopg.Error as exc:
             self.log.info("could not report the stop: %s", describe_db_error(exc))
 
-
-async def abeat_every(beat: Heartbeat, connection: Callable[[], Any], listening: Callable[[], bool]) -> None:
-    """The heartbeats of a server with a connection pool (the HTTP face): one whenever due(), on a pooled
-    connection (`connection()`: an async context manager giving an autocommit connection), until
-    cancelled. A database out of reach skips one (the next in `interval`); nothing here ever raises."""
-    import asyncio
-
-    while beat.enabled:
-        if beat.due(listening()):
-            try:
-                async with connection() as conn:
-                    await beat.abeat(conn, listening())
-            except Exception:  # noqa: BLE001 - the pool's timeout or a lost connection: the server goes on
-                beat.skip(listening())
-        await asyncio.sleep(max(0.5, min(beat.seconds_left(), beat.interval)))

@@ -16,16 +16,15 @@ from __future__ import annotations
 
 import html
 import json
-from typing import TYPE_CHECKING, Any
+from typing import Any
 from urllib.parse import quote
 
 from fastapi import FastAPI, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 
 from mailroom.http import sqlapi
-
-if TYPE_CHECKING:
-    from mailroom.http.app import State
+from mailroom.http.credentials import cookie_name, csrf_token, request_credentials, split_credential
+from mailroom.http.state import ApiError, State
 
 PAGE_CSP = (
     "default-src 'none'; script-src 'self'; style-src 'unsafe-inline'; img-src 'self' data:; "
@@ -329,8 +328,6 @@ def render_confirm(address: str, token: str) -> str:
 
 
 def add_routes(app: FastAPI, state: State) -> None:  # noqa: PLR0915 - the page's routes, one place
-    from mailroom.http.app import ApiError, cookie_name, csrf_token, request_credentials, split_credential
-
     def html_response(content: str, status: int = 200) -> HTMLResponse:
         return HTMLResponse(content, status_code=status, headers=PAGE_HEADERS)
 

@@ -11,7 +11,7 @@ import socket
 from mailroom.core.errors import UserError
 from mailroom.core.log import get_logger
 from mailroom.db.heartbeat import SERVES_ENV
-from mailroom.http.app import CONFIG_ENV, HttpConfig
+from mailroom.http.state import CONFIG_ENV, HttpConfig
 
 log = get_logger("http")
 

@@ -30,8 +30,8 @@ from psycopg.types.json import Jsonb
 
 from mailroom.core.log import get_logger
 from mailroom.http import sqlapi
-from mailroom.http.app import ApiError, State
 from mailroom.http.sns import SnsError
+from mailroom.http.state import ApiError, State
 from mailroom.inboxes.mime import clean_text
 
 log = get_logger("http")

@@ -135,9 +135,7 @@ def serve_cmd(
         )
 
         async def main() -> None:
-            loop = asyncio.get_running_loop()
-            for sig in (signal.SIGTERM, signal.SIGINT):
-                loop.add_signal_handler(sig, server.stop)
+            server.astop_on_signals()
             await server.run(ready)
 
         asyncio.run(main())
@@ -403,8 +401,7 @@ def expire_cmd(
     worker = ExpiryWorker(url, interval=interval, purge_after=retention, batch=batch, purge_batch=purge_batch,
                           wake_on_due=wake_on_due, listen_url=resolve_listen_url(listen_url, url),
                           metrics_port=metrics_port, metrics_host=metrics_host)
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda *_: worker.stop())
+    worker.stop_on_signals()
     worker.run(once=once)
     if once:
         print(f"expired={worker.total_expired} purged={worker.total_purged}")

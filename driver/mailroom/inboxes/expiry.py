@@ -26,16 +26,12 @@ from datetime import timedelta
 
 import psycopg
 
-from mailroom.core.errors import Kind, UpgradeBackoff, UserError, describe_db_error, is_upgrade_condition, kind_of
+from mailroom.core.errors import Kind, UserError, describe_db_error
 from mailroom.core.log import get_logger
 from mailroom.core.metrics import NullMetrics
-from mailroom.core.outage import Outage
 from mailroom.core.ready import notify_ready
-from mailroom.db import heartbeat
-from mailroom.db.connect import ConnectFailed
 from mailroom.db.contract import SqlFunction
-from mailroom.db.listen import Listener
-from mailroom.db.reconnect import LazyConnection
+from mailroom.db.worker import Worker
 from mailroom.inboxes import sqlapi
 
 log = get_logger("expire")
@@ -50,15 +46,8 @@ def _expiry_metrics() -> NullMetrics:
     return ExpiryMetrics()  # type: ignore[return-value]
 
 
-def _unreachable(exc: BaseException) -> bool:
-    """The database out of reach (wait for it), not a fault of the cycle."""
-    if isinstance(exc, ConnectFailed):
-        return exc.kind is Kind.UNAVAILABLE
-    return isinstance(exc, psycopg.Error) and kind_of(exc) is Kind.UNAVAILABLE
-
-
-class ExpiryWorker:
-    """One worker: cycles of expire-then-purge until stop() is called."""
+class ExpiryWorker(Worker):
+    """One worker (mailroom.db.worker): cycles of expire-then-purge until stop() is called."""
 
     def __init__(
         self,
@@ -73,29 +62,24 @@ class ExpiryWorker:
         metrics_port: int | None = None,
         metrics_host: str = "127.0.0.1",
     ) -> None:
-        self.url = url
+        metrics = _expiry_metrics() if metrics_port is not None else NullMetrics()
+        super().__init__("expiry", log, url=url, metrics=metrics)
         self.listen_url = listen_url
         self.wake_on_due = wake_on_due
         self.interval = interval
         self.purge_after = purge_after
         self.batch = batch
         self.purge_batch = purge_batch
-        self.stop_event = threading.Event()
         self.wake = threading.Event()  # set by stop() and by the schedule listener
-        self._db = LazyConnection(url, "mailroom-expire")
+        self._db = self.lazy("mailroom-expire")
         self.total_expired = 0
         self.total_purged = 0
         self.failed_cycles = 0
-        self.metrics = _expiry_metrics() if metrics_port is not None else NullMetrics()
         self.metrics_port = metrics_port
         self.metrics_host = metrics_host
-        self.heartbeat = heartbeat.Heartbeat(heartbeat.worker_name(), "expiry", log, metrics=self.metrics)
-        self.outage = Outage(log, on_change=self.metrics.waiting)  # the database unreachable, logged once
-        self.upgrade = UpgradeBackoff(log)  # a cycle that meets a schema change waits and retries
-        self.listener: Listener | None = None
 
     def stop(self) -> None:
-        self.stop_event.set()
+        super().stop()
         self.wake.set()
 
     def _drain(self, fn: SqlFunction, **kwargs: object) -> int:
@@ -131,15 +115,14 @@ class ExpiryWorker:
             self.interval, ", sooner when an inbox is due" if self.wake_on_due else "",
             self.purge_after if self.purge_after is not None else "never",
         )
-        listener = None
         if once:
             self.heartbeat.enabled = False  # a one-shot run is no worker to watch
         else:
-            self.heartbeat.metrics_address = self.metrics.start(self.metrics_port, self.metrics_host, log)
+            self.start_metrics(self.metrics_port, self.metrics_host)
         if self.wake_on_due and not once:
             # notifications may have been missed while it was away: re-read the schedule then
-            listener = self.listener = Listener(
-                self.listen_url, ["mailroom_expiry_schedule"], name="mailroom-expire-listen", log=log,
+            self.listen(
+                self.listen_url, ["mailroom_expiry_schedule"], name="mailroom-expire-listen",
                 on_notify=lambda _c, _p: self.wake.set(), on_connect=self.wake.set,
                 poll_hint=f"sweeping every {self.interval:g}s",
             ).start()
@@ -149,12 +132,12 @@ class ExpiryWorker:
                 retry_at = None
                 try:
                     self.cycle()
-                    self.upgrade.resumed()
-                    self.outage.resumed()
+                    self.resumed()
                     notify_ready()
                 except (psycopg.Error, UserError) as exc:
-                    if not once and is_upgrade_condition(exc):
-                        self.stop_event.wait(self.upgrade.delay(exc))  # the cycle rolled back: again soon
+                    kind = self.classify(exc)
+                    if not once and kind is Kind.UPGRADING:
+                        self.stop_event.wait(self.backoff(exc))  # the cycle rolled back: again soon
                         continue
                     self.failed_cycles += 1
                     self.metrics.failed_cycles.inc()
@@ -162,9 +145,8 @@ class ExpiryWorker:
                     self._db.close()
                     if once:
                         raise UserError(f"expiry failed: {text}") from None
-                    if _unreachable(exc):  # wait for the database, one line (and one when it is back)
-                        retry_at = time.monotonic() + self.outage.delay(text.removeprefix(
-                            "cannot connect to the database: "))
+                    if kind is Kind.UNAVAILABLE:  # wait for the database, one line (and one when it is back)
+                        retry_at = time.monotonic() + self.backoff(exc)
                     else:
                         log.error("cycle failed: %s", text)
                 if once:
@@ -173,11 +155,7 @@ class ExpiryWorker:
         finally:
             self.stop_event.set()
             self._db.close()
-            if listener is not None:
-                listener.stop()
-            if not once and not self.outage.waiting:
-                self.heartbeat.stop(self.url)
-            self.metrics.shutdown()
+            self.finish(report=not once)
             log.info("stopped (expired %d, purged %d)", self.total_expired, self.total_purged)
 
     def _sleep(self, cycle_deadline: float) -> None:
@@ -188,7 +166,7 @@ class ExpiryWorker:
         """
         while not self.stop_event.is_set():
             self.wake.clear()
-            self._beat()
+            self.beat_if_due(self._db)
             wait = cycle_deadline - time.monotonic()
             if self.wake_on_due:
                 due = self._seconds_until_due()
@@ -199,20 +177,6 @@ class ExpiryWorker:
                 return
             if not self.wake.wait(min(wait, beat_in)) and wait <= beat_in:
                 return  # the cycle (or the next inbox) is due; else it was the heartbeat's turn
-
-    def _beat(self) -> None:
-        """A heartbeat when one is due (autocommit, on the worker's connection)."""
-        listening = self.listener is not None and self.listener.listening
-        if not self.heartbeat.due(listening):
-            return
-        self.metrics.listening.set(1 if listening else 0)
-        try:
-            self.heartbeat.beat(self._db.get(), listening)
-        except UserError:
-            self.heartbeat.skip(listening)  # cannot connect: the next cycle says so
-        except psycopg.Error:
-            self.heartbeat.skip(listening)
-            self._db.close()
 
     def _seconds_until_due(self) -> float | None:
         """Seconds until the next inbox is due (a delay queue over the partial index), floored."""

@@ -15,19 +15,19 @@ import asyncio
 import contextlib
 import ssl
 from collections.abc import Callable
+from typing import Any
 
 import aiosmtpd
 import psycopg
 from psycopg_pool import AsyncConnectionPool
 
-from mailroom.core.errors import Kind, UserError, describe_db_error, kind_of
+from mailroom.core.errors import Kind, UserError, describe_db_error
 from mailroom.core.log import get_logger
-from mailroom.core.outage import Outage
 from mailroom.core.ready import notify_ready
-from mailroom.db import heartbeat
 from mailroom.db import sqlapi as db_sqlapi
-from mailroom.db.connect import alearn_vocabulary, connection_kwargs, with_defaults
+from mailroom.db.connect import ConnectFailed
 from mailroom.db.pool import async_pool
+from mailroom.db.worker import Worker, reason
 from mailroom.inboxes import sqlapi
 from mailroom.inboxes.delivery import Delivery
 from mailroom.inboxes.metrics import InboundMetrics
@@ -50,8 +50,9 @@ def tls_context(cert_file: str, key_file: str) -> ssl.SSLContext:
     return context
 
 
-class InboundServer:
-    """The listening server and its connection pool; run() until stop() (or SIGTERM in the CLI)."""
+class InboundServer(Worker):
+    """The listening server and its connection pool, on the worker skeleton (mailroom.db.worker);
+    run() until stop() (or SIGTERM: astop_on_signals)."""
 
     def __init__(
         self,
@@ -84,13 +85,10 @@ class InboundServer:
         self.tls_cert = tls_cert
         self.tls_key = tls_key
         self.require_tls = require_tls
-        self.url = with_defaults(url)
+        super().__init__("inbound", log, url=url, metrics=InboundMetrics())
         self.db_timeout = db_timeout
         self.metrics_port = metrics_port
         self.metrics_host = metrics_host
-        self.metrics = InboundMetrics()
-        self.outage = Outage(log, on_change=self.metrics.waiting)
-        self.heartbeat = heartbeat.Heartbeat(heartbeat.worker_name(), "inbound", log, metrics=self.metrics)
         self.reuse_port = reuse_port  # several worker processes listen on one port (--workers)
         self.host = host
         self.port = port
@@ -111,6 +109,7 @@ class InboundServer:
 
     def stop(self) -> None:
         """Thread-safe: ask run() to finish."""
+        super().stop()
         if self._loop is not None and self._stop is not None:
             self._loop.call_soon_threadsafe(self._stop.set)
 
@@ -118,43 +117,30 @@ class InboundServer:
         """The largest message any plan takes and the inbox domain, waiting while the database is
         unreachable (None: stopped meanwhile); anything else ends the server with one line."""
         async def read() -> tuple[int, str]:
-            async with await psycopg.AsyncConnection.connect(
-                self.url, **connection_kwargs(application_name="mailroom-inbox")
-            ) as conn:
-                await alearn_vocabulary(conn)  # the SMTP replies of MR codes (mailroom.error_codes)
+            # the first connection learns the SMTP replies of MR codes (mailroom.error_codes)
+            async with await self.aconnect("mailroom-inbox") as conn:
                 return (await sqlapi.max_inbound_message_bytes.avalue(conn),
                         await db_sqlapi.setting.avalue(conn, name="inbox.domain"))
-
-        def unavailable(exc: BaseException) -> bool:
-            return isinstance(exc, psycopg.Error) and kind_of(exc) is Kind.UNAVAILABLE
 
         async def sleep(seconds: float) -> None:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._stop.wait(), seconds)  # type: ignore[union-attr]
 
         try:
-            return await self.outage.call(read, unavailable, stopping=self._stop.is_set, sleep=sleep)  # type: ignore[union-attr]
-        except psycopg.Error as exc:
-            if kind_of(exc) is Kind.DENIED:
-                raise UserError(f"cannot read inbox settings: {describe_db_error(exc)}", 2) from None
-            raise UserError(f"cannot read inbox settings (is the database migrated?): {describe_db_error(exc)}",
-                            kind_of(exc).exit_code) from None
+            return await self.await_database(read, stopping=self._stop.is_set, sleep=sleep)  # type: ignore[union-attr]
+        except (psycopg.Error, ConnectFailed) as exc:
+            kind = self.classify(exc)
+            what = str(reason(exc)) if isinstance(exc, ConnectFailed) else describe_db_error(exc)
+            if kind is Kind.DENIED:
+                raise UserError(f"cannot read inbox settings: {what}", 2) from None
+            raise UserError(f"cannot read inbox settings (is the database migrated?): {what}", kind.exit_code) from None
 
-    async def _beat_loop(self) -> None:
+    def _beats(self) -> Any:
         """A heartbeat every ~10 s on a pooled connection (bounded like every call of the server), until
-        the server stops: a heartbeat in flight then ends first, so the stop is said after it."""
-        while not self._stop.is_set():
-            try:
-                async with asyncio.timeout(self.db_timeout):
-                    async with self._pool.connection(timeout=self.db_timeout) as conn:  # type: ignore[union-attr]
-                        await self.heartbeat.abeat(conn, False)
-                self.outage.resumed()  # (the database answers: said at once, not at the next SMTP command)
-            except (psycopg.Error, TimeoutError):
-                self.heartbeat.skip(False)
-            # while the database is unreachable, look again soon: the recovery is said when it is
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._stop.wait(),
-                                       1.0 if self.outage.waiting else max(0.2, self.heartbeat.seconds_left()))
+        the server stops: a heartbeat in flight then ends first, so the stop is said after it. Its
+        success ends an outage at once (not at the next SMTP command)."""
+        return self.abeat_every(lambda: self._pool.connection(timeout=self.db_timeout),  # type: ignore[union-attr]
+                                stopping=self._stop, timeout=self.db_timeout)
 
     async def run(self, ready: Callable[[int], None] | None = None) -> None:
         self._loop = asyncio.get_running_loop()
@@ -164,7 +150,7 @@ class InboundServer:
                         aiosmtpd.__version__, ", ".join(AIOSMTPD_TESTED))
         # loaded in this process (each worker of --workers has its own), before anything starts
         tls = tls_context(self.tls_cert, self.tls_key) if self.tls_cert and self.tls_key else None
-        self.heartbeat.metrics_address = self.metrics.start(self.metrics_port, self.metrics_host, log)
+        self.start_metrics(self.metrics_port, self.metrics_host)
         try:
             settings = await self._settings()
         except BaseException:
@@ -232,7 +218,7 @@ class InboundServer:
             raise UserError(f"cannot listen on {self.host}:{self.port}: {exc.strerror or exc}") from None
         self.bound_port = server.sockets[0].getsockname()[1]
         self.heartbeat.serves = f"smtp {self.host}:{self.bound_port}"
-        beats = asyncio.ensure_future(self._beat_loop())
+        beats = asyncio.ensure_future(self._beats())
         log.info(
             "listening on %s:%d (SIZE %d, max %d recipients, %d refused recipients a session, %d sessions,"
             " %s sessions a client, idle timeout %gs, %s)",
@@ -256,6 +242,5 @@ class InboundServer:
                 await asyncio.wait_for(beats, timeout=self.db_timeout)  # ends after a heartbeat in flight
             await pool.close()
             await parser.close()
-            await self.heartbeat.astop(self.url)
-            self.metrics.shutdown()
+            await self.afinish()
             log.info("stopped")

@@ -143,14 +143,11 @@ def maintain(
     from mailroom.ops import sqlapi
 
     if every is not None:
-        import signal
-
         from mailroom.ops.maintain import MaintenanceWorker
 
         worker = MaintenanceWorker(resolve_database_url(database_url), every, metrics_port=metrics_port,
                                    metrics_host=metrics_host)
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            signal.signal(sig, lambda *_: worker.stop())
+        worker.stop_on_signals()
         worker.run()
         return
     if metrics_port is not None:

@@ -9,21 +9,17 @@ run it too (docs/retention.md).
 
 from __future__ import annotations
 
-import threading
 import time
 from collections import Counter as Tally
 from typing import Optional
 
 import psycopg
 
-from mailroom.core.errors import Kind, UserError, describe_db_error, kind_of
+from mailroom.core.errors import Kind, UserError, describe_db_error
 from mailroom.core.log import get_logger
 from mailroom.core.metrics import NullMetrics, WorkerMetrics
-from mailroom.core.outage import Outage
 from mailroom.core.ready import notify_ready
-from mailroom.db import heartbeat
-from mailroom.db.connect import ConnectFailed
-from mailroom.db.reconnect import LazyConnection
+from mailroom.db.worker import Worker
 from mailroom.ops import sqlapi
 
 Row = tuple[str, Optional[str], Optional[str], int]
@@ -56,41 +52,26 @@ def summary(rows: list[Row]) -> str:
     return ", ".join(parts)
 
 
-class MaintenanceWorker:
+class MaintenanceWorker(Worker):
     """Runs maintain_partitions now and then every `every` seconds until stop(); a failed run is
-    logged and the next one runs (safe with many workers: the others are told 'skipped'). It reports
-    in as a worker (kind maintenance), waits out an unreachable database (one line, and one when it
-    is back) and reports itself stopped on a clean exit."""
+    logged and the next one runs (safe with many workers: the others are told 'skipped'). On the
+    worker skeleton (mailroom.db.worker): it reports in as a worker (kind maintenance), waits out an
+    unreachable database (one line, and one when it is back) and reports itself stopped on a clean exit."""
 
     def __init__(self, url: str, every: float, *, metrics_port: int | None = None,
                  metrics_host: str = "127.0.0.1") -> None:
-        self.url = url
+        super().__init__("maintenance", log, url=url,
+                         metrics=_maintenance_metrics() if metrics_port is not None else NullMetrics())
         self.every = every
-        self.stop_event = threading.Event()
-        self._db = LazyConnection(url, "mailroom-maintain")
+        self._db = self.lazy("mailroom-maintain")
         self.runs = 0
         self.failed_runs = 0
-        self.metrics = _maintenance_metrics() if metrics_port is not None else NullMetrics()
         self.metrics_port = metrics_port
         self.metrics_host = metrics_host
-        self.heartbeat = heartbeat.Heartbeat(heartbeat.worker_name(), "maintenance", log, metrics=self.metrics)
-        self.outage = Outage(log, on_change=self.metrics.waiting)
-
-    def stop(self) -> None:
-        self.stop_event.set()
-
-    def _beat(self) -> None:
-        if not self.heartbeat.due(False):
-            return
-        try:
-            self.heartbeat.beat(self._db.get(), False)
-        except (psycopg.Error, UserError):
-            self.heartbeat.skip(False)
-            self._db.close()
 
     def run(self) -> None:
         log.info("started (every %gs)", self.every)
-        self.heartbeat.metrics_address = self.metrics.start(self.metrics_port, self.metrics_host, log)
+        self.start_metrics(self.metrics_port, self.metrics_host)
         try:
             while not self.stop_event.is_set():
                 next_run = time.monotonic() + self.every
@@ -99,37 +80,27 @@ class MaintenanceWorker:
                     self.runs += 1
                     self.metrics.runs.inc()
                     self.metrics.last_run.set_to_current_time()
-                    self.outage.resumed()
+                    self.resumed()
                     notify_ready()
                     if rows:
                         log.info("partitions: %s", summary(rows))
                 except (psycopg.Error, UserError) as exc:
                     self._db.close()
-                    if _unreachable(exc):
-                        next_run = time.monotonic() + self.outage.delay(
-                            str(exc).removeprefix("cannot connect to the database: ") if isinstance(exc, UserError)
-                            else exc)
+                    kind = self.classify(exc)
+                    if kind in (Kind.UNAVAILABLE, Kind.UPGRADING):  # wait for the database or the schema
+                        next_run = time.monotonic() + self.backoff(exc)
                     else:
                         self.failed_runs += 1
                         self.metrics.failed_runs.inc()
                         log.error("maintenance failed: %s",
                                   describe_db_error(exc) if isinstance(exc, psycopg.Error) else exc)
                 while not self.stop_event.is_set() and (left := next_run - time.monotonic()) > 0:
-                    self._beat()
+                    self.beat_if_due(self._db)
                     self.stop_event.wait(min(left, max(0.2, self.heartbeat.seconds_left())))
         finally:
             self._db.close()
-            if not self.outage.waiting:
-                self.heartbeat.stop(self.url)
-            self.metrics.shutdown()
+            self.finish()
             log.info("stopped")
-
-
-def _unreachable(exc: BaseException) -> bool:
-    """The database out of reach (wait for it), not a failure of maintenance."""
-    if isinstance(exc, ConnectFailed):
-        return exc.kind is Kind.UNAVAILABLE
-    return isinstance(exc, psycopg.Error) and kind_of(exc) is Kind.UNAVAILABLE
 
 
 def _maintenance_metrics() -> WorkerMetrics:

@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import signal
 import ssl
 import time
 from collections import Counter
@@ -42,14 +41,13 @@ from typing import Any
 import psycopg
 
 from mailroom.accounts import secret_key
-from mailroom.core.errors import ConfigError, Kind, UpgradeBackoff, UserError, describe_db_error, kind_of
+from mailroom.core.errors import ConfigError, Kind, UserError, describe_db_error, kind_of
 from mailroom.core.log import get_logger
-from mailroom.core.outage import Outage, RateLimited
+from mailroom.core.outage import RateLimited
 from mailroom.core.ready import notify_ready
-from mailroom.db import heartbeat
 from mailroom.db import sqlapi as db_sqlapi
-from mailroom.db.connect import alearn_vocabulary, connection_kwargs, with_defaults
-from mailroom.db.listen import Listener
+from mailroom.db.connect import ConnectFailed
+from mailroom.db.worker import Worker, unavailable
 from mailroom.outbound import sqlapi
 from mailroom.outbound.dkim import Signer
 from mailroom.outbound.metrics import SenderMetrics
@@ -163,11 +161,13 @@ class SenderOptions:
     key_fingerprint: str | None = None  # of MAILROOM_SECRET_KEY: must be the active signing key (accounts/secret_key.py)
 
 
-class Sender:
+class Sender(Worker):
+    """The sender process, on the worker skeleton (mailroom.db.worker)."""
+
     def __init__(self, opts: SenderOptions):
+        super().__init__("sender", log, url=opts.url, metrics=SenderMetrics(), name=opts.worker or None)
         self.opts = opts
-        self.worker = opts.worker or heartbeat.worker_name()
-        self.metrics = SenderMetrics()
+        self.worker = self.heartbeat.worker
         self.wake = asyncio.Event()
         self.stopping = asyncio.Event()
         self.aborting = asyncio.Event()
@@ -179,12 +179,8 @@ class Sender:
                 raise ConfigError(f"cannot load --tls-ca-file: {exc.__class__.__name__}") from None
         self.budget = 60.0  # seconds a slot may spend on one claimed batch before releasing the rest
         self.fatal: UserError | None = None
-        self.heartbeat = heartbeat.Heartbeat(self.worker, "sender", log, metrics=self.metrics)
-        self.upgrade = UpgradeBackoff(log)  # the schema changing under a call: wait and retry (docs/upgrading.md)
-        self.listener: Listener | None = None
-        self.url = with_defaults(opts.url)
-        # the database unreachable: one wait for all slots and helpers, logged once
-        self.outage = Outage(log, on_change=self.metrics.waiting)
+        # (self.outage, from the skeleton: the database unreachable, one wait for all slots and helpers,
+        # logged once; self.upgrade: the schema changing under a call, wait and retry)
         self.warnings = RateLimited(log)
         self.dkim = opts.dkim if opts.dkim is not None else Signer({})
         self.outcomes = OutcomeLog(log, every=opts.summary_every)
@@ -192,48 +188,43 @@ class Sender:
     # -- lifecycle ---------------------------------------------------------------------------
 
     def stop(self, *_args: object) -> None:
+        super().stop()
         if self.stopping.is_set():
             self.aborting.set()  # second signal: abandon in-flight SMTP now
         self.stopping.set()
         self.wake.set()
 
-    def _unavailable(self, exc: BaseException) -> bool:
-        """Whether `exc` is the database out of reach (wait and retry), not a fault of ours."""
-        if isinstance(exc, (psycopg.OperationalError, psycopg.InterfaceError)):
-            return kind_of(exc) in (Kind.UNAVAILABLE, Kind.INTERNAL) or not getattr(exc, "sqlstate", None)
-        return kind_of(exc) is Kind.UNAVAILABLE
+    # whether `exc` is the database out of reach (wait and retry), not a fault of ours
+    _unavailable = staticmethod(unavailable)
 
-    def _fatal(self, exc: psycopg.Error) -> UserError:
+    def _fatal(self, exc: psycopg.Error | ConnectFailed) -> UserError:
         """The error that stops the sender: what no retry fixes (not installed, no grant, a wrong key)."""
         if (getattr(exc, "sqlstate", None) or "") in ("42883", "3F000", "42P01"):
             return ConfigError(f"the outbound queue is not installed (run `mailroom db migrate`): {describe_db_error(exc)}")
-        return ConfigError(describe_db_error(exc)) if kind_of(exc) in (Kind.CONFIG, Kind.DENIED, Kind.USAGE) \
+        return ConfigError(describe_db_error(exc)) if self.classify(exc) in (Kind.CONFIG, Kind.DENIED, Kind.USAGE) \
             else UserError(describe_db_error(exc))
 
     async def _read_lease(self) -> float | None:
         """The claim lease (--lease or the setting outbound.lease), waiting for the database if it is down
         (None: stopped meanwhile)."""
         async def read() -> float:
-            async with await psycopg.AsyncConnection.connect(
-                self.url, **connection_kwargs(application_name="mailroom-send")
-            ) as conn:
-                await alearn_vocabulary(conn)  # what each MR code means (mailroom.error_codes)
+            # the first connection learns what each MR code means (mailroom.error_codes)
+            async with await self.aconnect("mailroom-send") as conn:
                 # claims mint and sign token links: refuse to start with a MAILROOM_SECRET_KEY that does not sign them
                 await secret_key.acheck(conn, "send", self.opts.key_fingerprint, log)
                 value = await db_sqlapi.interval_setting.avalue(conn, name="outbound.lease")
             return value.total_seconds()
 
         try:
-            lease = await self.outage.call(read, self._unavailable, stopping=self.stopping.is_set, sleep=self._wait)
-        except psycopg.Error as exc:
+            lease = await self.await_database(read, stopping=self.stopping.is_set, sleep=self._wait)
+        except (psycopg.Error, ConnectFailed) as exc:
             raise self._fatal(exc) from None
         return None if lease is None else self.opts.lease or lease
 
     async def run(self) -> None:
         loop = asyncio.get_running_loop()
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(sig, self.stop)
-        self.heartbeat.metrics_address = self.metrics.start(self.opts.metrics_port, self.opts.metrics_host, log)
+        self.astop_on_signals()
+        self.start_metrics(self.opts.metrics_port, self.opts.metrics_host)
         try:
             lease = await self._read_lease()
         except BaseException:
@@ -252,8 +243,8 @@ class Sender:
             self.worker, self.opts.concurrency, self.opts.batch_size, lease,
             f"{self.opts.reap_after:.0f}s" if self.opts.reap_after > 0 else "off",
         )
-        self.listener = listener = Listener(
-            self.opts.listen_url, [CHANNEL], name="mailroom-send-listen", log=log,
+        listener = self.listen(
+            self.opts.listen_url, [CHANNEL], name="mailroom-send-listen",
             on_notify=lambda _c, _p: loop.call_soon_threadsafe(self.wake.set),
             on_connect=lambda: loop.call_soon_threadsafe(self.wake.set),
             poll_hint=f"polling every {self.opts.poll_interval:g}s",
@@ -286,14 +277,10 @@ class Sender:
                 if self.fatal is None:
                     self.fatal = UserError(f"a sender slot failed unexpectedly ({type(result).__name__})")
         self.outcomes.tick(final=True)
-        await self.heartbeat.astop(self.url)
-        self.metrics.shutdown()
+        await self.afinish()
         log.info("sender %s stopped", self.worker)
         if self.fatal is not None:
             raise self.fatal
-
-    def listening(self) -> bool:
-        return self.listener is not None and self.listener.listening
 
     async def wait_for_work(self, index: int = 0) -> None:
         timeout = self.opts.poll_interval
@@ -301,11 +288,6 @@ class Sender:
             timeout = min(timeout, max(0.05, self.heartbeat.seconds_left()))
         with contextlib.suppress(asyncio.TimeoutError):
             await asyncio.wait_for(self.wake.wait(), timeout=timeout)
-
-    async def beat(self, conn: psycopg.AsyncConnection) -> None:
-        """One heartbeat on slot 0's connection (autocommit); a lost connection raises."""
-        self.metrics.listening.set(1 if self.listening() else 0)
-        await self.heartbeat.abeat(conn, self.listening())
 
     # -- helpers -----------------------------------------------------------------------------
 
@@ -319,9 +301,7 @@ class Sender:
         interval = max(1.0, min(self.opts.reap_after / 2, 30.0))
         while True:
             try:
-                async with await psycopg.AsyncConnection.connect(
-                    self.url, **connection_kwargs(application_name="mailroom-send-reaper")
-                ) as conn:
+                async with await self.aconnect("mailroom-send-reaper") as conn:
                     while True:
                         count = await sqlapi.reap_stuck_messages.avalue(
                             conn, older_than=timedelta(seconds=self.opts.reap_after)
@@ -333,7 +313,7 @@ class Sender:
                         await asyncio.sleep(interval)
             except asyncio.CancelledError:
                 raise
-            except psycopg.Error as exc:
+            except (psycopg.Error, ConnectFailed) as exc:
                 if not self._unavailable(exc):
                     self.warnings.warning("reaper", "reaper: %s", describe_db_error(exc))
                 await asyncio.sleep(interval)  # (the slots say when the database is out of reach)
@@ -342,9 +322,7 @@ class Sender:
         health = True  # off after one failure that no retry fixes (older schema, no grant)
         while True:
             try:
-                async with await psycopg.AsyncConnection.connect(
-                    self.url, **connection_kwargs(application_name="mailroom-send-stats")
-                ) as conn:
+                async with await self.aconnect("mailroom-send-stats") as conn:
                     while True:
                         self.metrics.update_stats((await sqlapi.outbound_stats.arow(conn))._asdict())
                         if health:
@@ -360,7 +338,7 @@ class Sender:
                         await asyncio.sleep(max(1.0, self.opts.poll_interval))
             except asyncio.CancelledError:
                 raise
-            except psycopg.Error as exc:
+            except (psycopg.Error, ConnectFailed) as exc:
                 if not self._unavailable(exc):
                     self.warnings.warning("stats", "stats: %s", describe_db_error(exc))
                 await asyncio.sleep(5)
@@ -375,16 +353,14 @@ class Sender:
             while not self.stopping.is_set():
                 if conn is None or conn.closed:
                     try:
-                        conn = await psycopg.AsyncConnection.connect(
-                            self.url, **connection_kwargs(application_name=f"mailroom-send-{index}"),
-                        )
-                    except psycopg.Error as exc:
-                        await self._wait(self.outage.delay(exc))
+                        conn = await self.aconnect(f"mailroom-send-{index}")
+                    except ConnectFailed as exc:
+                        await self._wait(self.backoff(exc))
                         continue
                 self.wake.clear()
                 try:
                     if index == 0 and self.heartbeat.due(self.listening()):
-                        await self.beat(conn)
+                        await self.abeat(conn)
                     claimed = await sqlapi.claim_messages.arows(
                         conn, limit=self.opts.batch_size, worker=self.worker, lease=timedelta(seconds=self.lease),
                     )
@@ -520,9 +496,7 @@ class Sender:
             try:
                 if try_number:
                     await asyncio.sleep(0.5 * try_number)
-                    target = await psycopg.AsyncConnection.connect(
-                        self.url, **connection_kwargs(application_name="mailroom-send")
-                    )
+                    target = await self.aconnect("mailroom-send")
                 try:
                     # the outcomes wait out a schema change (while the claim's lease lasts)
                     await self.upgrade.call(lambda t=target: self._report_on(t, outcomes, unsent, relays or {}),
@@ -531,7 +505,7 @@ class Sender:
                     if target is not conn:
                         await target.close()
                 return
-            except psycopg.OperationalError as exc:
+            except (psycopg.OperationalError, ConnectFailed) as exc:
                 log.info("finalize failed (%s); retrying on a new connection", describe_db_error(exc))
         log.error("could not record %d outcome(s); the reaper will return them to the queue", len(outcomes))
 

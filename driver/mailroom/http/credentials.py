@@ -1,0 +1,57 @@
+"""Who a request is: the credential helpers of the HTTP face (the REST API and the page).
+
+`Authorization: Bearer <session token | API key>` (or `X-Session-Token`, `X-API-Key`), or the page's
+HttpOnly cookie; API keys start with `mrk_` and only their sha256 is sent to SQL, which decides.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from typing import Any
+
+from fastapi import Request
+
+API_KEY_PREFIX = "mrk_"
+MAX_CREDENTIAL = 256
+
+
+@dataclass
+class Credentials:
+    session_token: str | None
+    key_digest: bytes | None
+    raw: str | None
+    from_cookie: bool
+
+    def sql(self, address: str) -> dict[str, Any]:
+        return {"address": address, "session_token": self.session_token, "key_digest": self.key_digest}
+
+
+def cookie_name(address: str) -> str:
+    return "mailroom_" + hashlib.sha256(address.strip().lower().encode()).hexdigest()[:16]
+
+
+def csrf_token(credential: str) -> str:
+    """The CSRF value of a page: derived from its credential, so only a reader of the page knows it."""
+    return hashlib.sha256(b"mailroom-csrf:" + credential.encode()).hexdigest()[:32]
+
+
+def split_credential(value: str | None, *, from_cookie: bool = False) -> Credentials:
+    if not value:
+        return Credentials(None, None, None, from_cookie)
+    value = value.strip()
+    if len(value) > MAX_CREDENTIAL or value.startswith(API_KEY_PREFIX):
+        # a credential too long for a session token can only be refused as a key: SQL answers (MR241)
+        return Credentials(None, hashlib.sha256(value.encode()).digest(), value, from_cookie)
+    return Credentials(value, None, value, from_cookie)
+
+
+def request_credentials(request: Request, address: str | None = None) -> Credentials:
+    auth = request.headers.get("authorization", "")
+    value = auth[7:] if auth[:7].lower() == "bearer " else None
+    value = value or request.headers.get("x-api-key") or request.headers.get("x-session-token")
+    if value:
+        return split_credential(value)
+    if address is not None:
+        return split_credential(request.cookies.get(cookie_name(address)), from_cookie=True)
+    return Credentials(None, None, None, False)
