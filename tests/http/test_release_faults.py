@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 from http_support import wait_for_log
 
-from mailroom.http.app import cookie_name, csrf_token
+from mailroom.http.credentials import cookie_name, csrf_token
 
 
 class Inbound:
