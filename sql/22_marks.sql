@@ -78,7 +78,7 @@ $$;
 COMMENT ON FUNCTION mailroom._mark_message(mailroom.mailboxes, bigint, boolean, text []) IS
 'Internal: set a message''s read mark and/or replace its tag set (NULL: unchanged); the row after; MR209 if not in the mailbox, MR260/MR261 bad tags.';
 
-CREATE OR REPLACE FUNCTION mailroom._delete_messages(p_box mailroom.mailboxes, p_message_ids bigint [], p_all boolean)
+CREATE OR REPLACE FUNCTION mailroom._delete_inbox_messages(p_box mailroom.mailboxes, p_message_ids bigint [], p_all boolean)
 RETURNS integer
 LANGUAGE plpgsql
 VOLATILE
@@ -105,7 +105,7 @@ BEGIN
 END;
 $$;
 
-COMMENT ON FUNCTION mailroom._delete_messages(mailroom.mailboxes, bigint [], boolean) IS
+COMMENT ON FUNCTION mailroom._delete_inbox_messages(mailroom.mailboxes, bigint [], boolean) IS
 'Internal: delete these messages of a mailbox (1-500 ids, MR262), or all of them (p_all); frees their places under the plan''s count; how many were deleted.';
 
 CREATE OR REPLACE FUNCTION mailroom.mark_message(
@@ -143,7 +143,7 @@ COMMENT ON FUNCTION mailroom.mark_message(text, text, bigint, boolean, text [], 
 
 GRANT EXECUTE ON FUNCTION mailroom.mark_message(text, text, bigint, boolean, text [], text, text) TO mailroom_app;
 
-CREATE OR REPLACE FUNCTION mailroom.delete_messages(
+CREATE OR REPLACE FUNCTION mailroom.delete_inbox_messages(
     p_address text,
     p_session_token text,
     p_message_ids bigint [] DEFAULT null,
@@ -158,14 +158,14 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
     -- NULL ids: every message of the inbox (the inbox stays)
-    RETURN mailroom._delete_messages(
+    RETURN mailroom._delete_inbox_messages(
         mailroom._authorize_mailbox(p_address, p_session_token, p_owner_type, p_owner_id),
         p_message_ids, p_message_ids IS NULL
     );
 END;
 $$;
 
-COMMENT ON FUNCTION mailroom.delete_messages(text, text, bigint [], text, text) IS
+COMMENT ON FUNCTION mailroom.delete_inbox_messages(text, text, bigint [], text, text) IS
 'Delete these messages (1-500 ids; NULL: all) of an open mailbox, which stays; how many were deleted. Errors: MR262, MR203-MR206.';
 
-GRANT EXECUTE ON FUNCTION mailroom.delete_messages(text, text, bigint [], text, text) TO mailroom_app;
+GRANT EXECUTE ON FUNCTION mailroom.delete_inbox_messages(text, text, bigint [], text, text) TO mailroom_app;

@@ -379,7 +379,7 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
     RETURN jsonb_build_object(
-        'deleted', mailroom._delete_messages(mailroom._mcp_box(p_address, p_key_digest), NULL, true)
+        'deleted', mailroom._delete_inbox_messages(mailroom._mcp_box(p_address, p_key_digest), NULL, true)
     );
 END;
 $$;

@@ -836,7 +836,7 @@ SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
-    RETURN jsonb_build_object('deleted', mailroom._delete_messages(
+    RETURN jsonb_build_object('deleted', mailroom._delete_inbox_messages(
         mailroom._http_box(p_address, p_session_token, p_key_digest), p_message_ids, false
     ));
 END;
@@ -855,7 +855,7 @@ SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
-    RETURN jsonb_build_object('deleted', mailroom._delete_messages(
+    RETURN jsonb_build_object('deleted', mailroom._delete_inbox_messages(
         mailroom._http_box(p_address, p_session_token, p_key_digest), NULL, true
     ));
 END;

@@ -74,18 +74,18 @@ SELECT throws_ok(
 
 -- delete selected, then all
 SELECT throws_ok(
-    format('SELECT mailroom.delete_messages(%L, %L, %L::bigint[])', pg_temp.addr('anon'), pg_temp.tok('anon'), '{}'),
+    format('SELECT mailroom.delete_inbox_messages(%L, %L, %L::bigint[])', pg_temp.addr('anon'), pg_temp.tok('anon'), '{}'),
     'MR262', NULL, 'an empty list of ids: MR262'
 );
 SELECT is(
-    mailroom.delete_messages(pg_temp.addr('anon'), pg_temp.tok('anon'), ARRAY[pg_temp.mid('x'), pg_temp.mid('w')]), 1,
+    mailroom.delete_inbox_messages(pg_temp.addr('anon'), pg_temp.tok('anon'), ARRAY[pg_temp.mid('x'), pg_temp.mid('w')]), 1,
     'selected: only this inbox''s messages are deleted and counted'
 );
 SELECT is(
     (SELECT m.message_count FROM mailroom.mailboxes AS m WHERE m.address = pg_temp.addr('anon')), 2,
     'the deleted message freed its place'
 );
-SELECT is(mailroom.delete_messages(pg_temp.addr('anon'), pg_temp.tok('anon')), 2, 'all (NULL ids): the other two');
+SELECT is(mailroom.delete_inbox_messages(pg_temp.addr('anon'), pg_temp.tok('anon')), 2, 'all (NULL ids): the other two');
 SELECT is(
     (SELECT row(m.message_count, m.is_active, (SELECT count(*) FROM mailroom.messages AS g WHERE g.mailbox_id = m.id))::text
      FROM mailroom.mailboxes AS m WHERE m.address = pg_temp.addr('anon')),
