@@ -473,7 +473,7 @@ def test_marks_tags_deletes_extend_and_all_mail(server, cli, deliver):
     extended = server.request("POST", path + "/extend", token=key, body={"ttl_seconds": 10**9})
     assert extended.status == 200, extended.body
     assert_shape(extended.json(), models.Mailbox)
-    gained = dt.datetime.fromisoformat(extended.json()["expires_at"]) - dt.datetime.now(dt.timezone.utc)
+    gained = dt.datetime.fromisoformat(extended.json()["expires_at"]) - dt.datetime.now(dt.UTC)
     assert dt.timedelta(hours=23, minutes=59) < gained <= dt.timedelta(hours=24)
     assert server.request("POST", path + "/extend", token=key, body={"ttl_seconds": 0}).error_code == "MR202"
     assert server.request("POST", path + "/extend", token=key, body={}).status == 422
