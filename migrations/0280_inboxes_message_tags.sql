@@ -5,7 +5,7 @@
 -- lower-case, without duplicates, at most 20 tags of at most 64 characters of [a-z0-9._-]
 -- (mailroom._message_tags); a filter by tag reads one inbox (messages_mailbox_received_idx), so no
 -- index: the accept path maintains none on messages.
-ALTER TABLE mailroom.messages ADD COLUMN tags text [] NOT NULL DEFAULT '{}';
+ALTER TABLE mailroom.messages ADD COLUMN tags text[] NOT NULL DEFAULT '{}';
 
 COMMENT ON COLUMN mailroom.messages.tags IS
 'The message''s tags: sorted, lower-case, distinct, at most 20 of 1-64 characters [a-z0-9._-] (plus-addressing and by hand).';

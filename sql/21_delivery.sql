@@ -72,7 +72,7 @@ BEGIN
         SELECT
             box.id, p_raw, coalesce(p_envelope_from, ''), btrim(p_address), p_from_header,
             p_subject, p_text_body, p_html_body, coalesce(p_attachments, '[]'), v_size,
-            box.received_at, CASE WHEN v_tag IS NULL THEN '{}'::text [] ELSE ARRAY[v_tag] END
+            box.received_at, CASE WHEN v_tag IS NULL THEN '{}'::text[] ELSE ARRAY[v_tag] END
         FROM box
         RETURNING id, mailbox_id INTO v_message_id, v_mailbox_id;
 

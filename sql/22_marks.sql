@@ -5,14 +5,14 @@
 -- characters [a-z0-9._-]. Errors: MR260 a bad tag, MR261 too many tags, MR262 a list of ids that
 -- is empty or over 500, MR209 no such message, MR203-MR206 (authorization, as for reading).
 
-CREATE OR REPLACE FUNCTION mailroom._message_tags(p_tags text [])
-RETURNS text []
+CREATE OR REPLACE FUNCTION mailroom._message_tags(p_tags text[])
+RETURNS text[]
 LANGUAGE plpgsql
 IMMUTABLE
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-    v_tags text [];
+    v_tags text[];
     v_bad text;
 BEGIN
     -- the stored form of a tag set: trimmed, lower case, distinct, sorted; NULL elements refused
@@ -41,14 +41,14 @@ BEGIN
 END;
 $$;
 
-COMMENT ON FUNCTION mailroom._message_tags(text []) IS
+COMMENT ON FUNCTION mailroom._message_tags(text[]) IS
 'Internal: a tag set in its stored form (trimmed, lower case, distinct, sorted); MR260 a bad tag, MR261 more than 20.';
 
 CREATE OR REPLACE FUNCTION mailroom._mark_message(
     p_box mailroom.mailboxes,
     p_message_id bigint,
     p_is_read boolean,
-    p_tags text []
+    p_tags text[]
 )
 RETURNS mailroom.messages
 LANGUAGE plpgsql
@@ -56,7 +56,7 @@ VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-    v_tags text [] := CASE WHEN p_tags IS NOT NULL THEN mailroom._message_tags(p_tags) END;
+    v_tags text[] := CASE WHEN p_tags IS NOT NULL THEN mailroom._message_tags(p_tags) END;
     v_message mailroom.messages;
 BEGIN
     -- NULL leaves a mark as it is; the tag set given replaces the message's
@@ -75,10 +75,10 @@ BEGIN
 END;
 $$;
 
-COMMENT ON FUNCTION mailroom._mark_message(mailroom.mailboxes, bigint, boolean, text []) IS
+COMMENT ON FUNCTION mailroom._mark_message(mailroom.mailboxes, bigint, boolean, text[]) IS
 'Internal: set a message''s read mark and/or replace its tag set (NULL: unchanged); the row after; MR209 if not in the mailbox, MR260/MR261 bad tags.';
 
-CREATE OR REPLACE FUNCTION mailroom._delete_inbox_messages(p_box mailroom.mailboxes, p_message_ids bigint [], p_all boolean)
+CREATE OR REPLACE FUNCTION mailroom._delete_inbox_messages(p_box mailroom.mailboxes, p_message_ids bigint[], p_all boolean)
 RETURNS integer
 LANGUAGE plpgsql
 VOLATILE
@@ -105,7 +105,7 @@ BEGIN
 END;
 $$;
 
-COMMENT ON FUNCTION mailroom._delete_inbox_messages(mailroom.mailboxes, bigint [], boolean) IS
+COMMENT ON FUNCTION mailroom._delete_inbox_messages(mailroom.mailboxes, bigint[], boolean) IS
 'Internal: delete these messages of a mailbox (1-500 ids, MR262), or all of them (p_all); frees their places under the plan''s count; how many were deleted.';
 
 CREATE OR REPLACE FUNCTION mailroom.mark_message(
@@ -113,11 +113,11 @@ CREATE OR REPLACE FUNCTION mailroom.mark_message(
     p_session_token text,
     p_message_id bigint,
     p_is_read boolean DEFAULT null,
-    p_tags text [] DEFAULT null,
+    p_tags text[] DEFAULT null,
     p_owner_type text DEFAULT null,
     p_owner_id text DEFAULT null
 )
-RETURNS TABLE (message_id bigint, is_read boolean, tags text [])
+RETURNS TABLE (message_id bigint, is_read boolean, tags text[])
 LANGUAGE plpgsql
 VOLATILE
 SECURITY DEFINER
@@ -138,15 +138,15 @@ BEGIN
 END;
 $$;
 
-COMMENT ON FUNCTION mailroom.mark_message(text, text, bigint, boolean, text [], text, text) IS
+COMMENT ON FUNCTION mailroom.mark_message(text, text, bigint, boolean, text[], text, text) IS
 'Mark a message of an open mailbox read or unread and/or replace its tag set (NULL: unchanged); its id, mark and tags. Errors: MR209, MR260 bad tag, MR261 over 20 tags, MR203-MR206.';
 
-GRANT EXECUTE ON FUNCTION mailroom.mark_message(text, text, bigint, boolean, text [], text, text) TO mailroom_app;
+GRANT EXECUTE ON FUNCTION mailroom.mark_message(text, text, bigint, boolean, text[], text, text) TO mailroom_app;
 
 CREATE OR REPLACE FUNCTION mailroom.delete_inbox_messages(
     p_address text,
     p_session_token text,
-    p_message_ids bigint [] DEFAULT null,
+    p_message_ids bigint[] DEFAULT null,
     p_owner_type text DEFAULT null,
     p_owner_id text DEFAULT null
 )
@@ -165,7 +165,7 @@ BEGIN
 END;
 $$;
 
-COMMENT ON FUNCTION mailroom.delete_inbox_messages(text, text, bigint [], text, text) IS
+COMMENT ON FUNCTION mailroom.delete_inbox_messages(text, text, bigint[], text, text) IS
 'Delete these messages (1-500 ids; NULL: all) of an open mailbox, which stays; how many were deleted. Errors: MR262, MR203-MR206.';
 
-GRANT EXECUTE ON FUNCTION mailroom.delete_inbox_messages(text, text, bigint [], text, text) TO mailroom_app;
+GRANT EXECUTE ON FUNCTION mailroom.delete_inbox_messages(text, text, bigint[], text, text) TO mailroom_app;

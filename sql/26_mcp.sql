@@ -350,7 +350,7 @@ CREATE OR REPLACE FUNCTION mailroom.mcp_mark_message(
     p_key_digest bytea,
     p_message_id bigint,
     p_is_read boolean DEFAULT null,
-    p_tags text [] DEFAULT null
+    p_tags text[] DEFAULT null
 )
 RETURNS jsonb
 LANGUAGE plpgsql
@@ -365,10 +365,10 @@ BEGIN
 END;
 $$;
 
-COMMENT ON FUNCTION mailroom.mcp_mark_message(text, bytea, bigint, boolean, text []) IS
+COMMENT ON FUNCTION mailroom.mcp_mark_message(text, bytea, bigint, boolean, text[]) IS
 'MCP mark_message: mark a message read or unread and/or replace its tags (NULL: unchanged), for the API key''s owner; the message summary after (as PATCH over REST).';
 
-GRANT EXECUTE ON FUNCTION mailroom.mcp_mark_message(text, bytea, bigint, boolean, text []) TO mailroom_http;
+GRANT EXECUTE ON FUNCTION mailroom.mcp_mark_message(text, bytea, bigint, boolean, text[]) TO mailroom_http;
 
 CREATE OR REPLACE FUNCTION mailroom.mcp_clear_messages(p_address text, p_key_digest bytea)
 RETURNS jsonb

@@ -803,7 +803,7 @@ CREATE OR REPLACE FUNCTION mailroom.http_update_message(
     p_key_digest bytea,
     p_message_id bigint,
     p_is_read boolean DEFAULT null,
-    p_tags text [] DEFAULT null
+    p_tags text[] DEFAULT null
 )
 RETURNS jsonb
 LANGUAGE plpgsql
@@ -818,16 +818,16 @@ BEGIN
 END;
 $$;
 
-COMMENT ON FUNCTION mailroom.http_update_message(text, text, bytea, bigint, boolean, text []) IS
+COMMENT ON FUNCTION mailroom.http_update_message(text, text, bytea, bigint, boolean, text[]) IS
 'PATCH /api/v1/mailboxes/{address}/messages/{id}: mark read or unread and/or replace the tag set (NULL: unchanged); the MessageSummary after. Errors: MR209, MR260/MR261 (sql/22_marks.sql).';
 
-GRANT EXECUTE ON FUNCTION mailroom.http_update_message(text, text, bytea, bigint, boolean, text []) TO mailroom_http;
+GRANT EXECUTE ON FUNCTION mailroom.http_update_message(text, text, bytea, bigint, boolean, text[]) TO mailroom_http;
 
 CREATE OR REPLACE FUNCTION mailroom.http_delete_messages(
     p_address text,
     p_session_token text,
     p_key_digest bytea,
-    p_message_ids bigint []
+    p_message_ids bigint[]
 )
 RETURNS jsonb
 LANGUAGE plpgsql
@@ -842,10 +842,10 @@ BEGIN
 END;
 $$;
 
-COMMENT ON FUNCTION mailroom.http_delete_messages(text, text, bytea, bigint []) IS
+COMMENT ON FUNCTION mailroom.http_delete_messages(text, text, bytea, bigint[]) IS
 'POST /api/v1/mailboxes/{address}/messages/delete: delete the messages of these ids (1-500, MR262; ids not in the inbox are not counted); {"deleted": n}.';
 
-GRANT EXECUTE ON FUNCTION mailroom.http_delete_messages(text, text, bytea, bigint []) TO mailroom_http;
+GRANT EXECUTE ON FUNCTION mailroom.http_delete_messages(text, text, bytea, bigint[]) TO mailroom_http;
 
 CREATE OR REPLACE FUNCTION mailroom.http_clear_messages(p_address text, p_session_token text, p_key_digest bytea)
 RETURNS jsonb
@@ -929,7 +929,7 @@ AS $$
 DECLARE
     v_owner text;
     v_now timestamptz := mailroom.clock();
-    v_boxes bigint [];
+    v_boxes bigint[];
 BEGIN
     -- an owner's list: an API key's only (a session token opens one inbox: MR263, 403)
     IF p_key_digest IS NULL THEN
