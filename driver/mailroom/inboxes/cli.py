@@ -298,7 +298,9 @@ def tag_cmd(
     address: AddressArgument,
     message_id: Annotated[int, typer.Argument(metavar="ID", help="Message id from `inbox list`.")],
     tags: Annotated[Optional[list[str]], typer.Argument(
-        metavar="[TAG]...", help="The message's new tag set (none: no tags); a-z 0-9 . _ -, at most 20.")] = None,
+        metavar="[TAG]...", help="The message's new tag set (none given: unchanged); a-z 0-9 . _ -, at most 20.")]
+    = None,
+    no_tags: Annotated[bool, typer.Option("--no-tags", help="Remove every tag.")] = False,
     read: Annotated[Optional[bool], typer.Option("--read/--unread", help="Also mark it read or unread.")] = None,
     database_url: DatabaseUrlOption = None,
     token: TokenOption = None,
@@ -307,9 +309,12 @@ def tag_cmd(
     as_json: JsonOption = False,
 ) -> None:
     """Set a message's tags (replacing them) and, with --read/--unread, its read mark."""
+    if tags and no_tags:
+        raise ConfigError("give TAGs or --no-tags, not both")
     url = resolve_database_url(database_url)
     rows = _db_call(url, sqlapi.mark_message, address=address, session_token=token, message_id=message_id,
-                    is_read=read, tags=list(tags or []), owner_type=owner_type, owner_id=owner_id)
+                    is_read=read, tags=[] if no_tags else (list(tags) if tags else None), owner_type=owner_type,
+                    owner_id=owner_id)
     _, is_read, stored = rows[0]
     _print({"id": message_id, "is_read": is_read, "tags": stored if as_json else " ".join(stored)}, as_json)
 
