@@ -251,8 +251,9 @@ def test_event_stream_sends_each_new_message(server, deliver, conn):
         got = stream.next_event("message", timeout=5)
         assert (got["id"], got["subject"]) == (first, "First")
         assert_shape(got, models.MessageSummary)  # the list's shape
-        second = deliver(box["address"], "Second", "two")
-        assert stream.next_event("message", timeout=5)["id"] == second
+        second = deliver(box["address"].replace("@", "+live@"), "Second", "two")  # plus-addressed: tagged
+        got = stream.next_event("message", timeout=5)
+        assert (got["id"], got["tags"]) == (second, ["live"])
     finally:
         stream.close()
     # the LISTEN hub filled their search vectors after delivery
