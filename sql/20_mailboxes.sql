@@ -416,7 +416,13 @@ BEGIN
     -- One row: the verdict and the address in its stored form, so an SMTP server de-duplicates
     -- recipients by the same normalization the mailboxes are keyed on. PL/pgSQL (plans kept for
     -- the session): it runs at every RCPT, where a SQL function was parsed and planned each time.
+    -- A plus address is its box's (box+tag@domain: box@domain, sql/02_addresses.sql): the address
+    -- answered is the box's, so a server stores one copy per box however its tags were written.
+    -- (the call only for an address with a '+': a function call with SET search_path is not free)
     address := mailroom._normalize_address(p_address);
+    IF strpos(address, '+') > 0 THEN
+        address := mailroom._address_base(address);
+    END IF;
     v_id := mailroom._mailbox_id(check_recipient.address);
     SELECT m.* INTO v_box FROM mailroom.mailboxes AS m WHERE m.id = v_id;
     IF v_box.id IS NULL THEN
@@ -437,7 +443,7 @@ END;
 $$;
 
 COMMENT ON FUNCTION mailroom.check_recipient(text, bigint) IS
-'RCPT-stage verdict for an address (and declared size): ok, unknown, deleted, expired, too_large or full, with the normalized address (de-duplicate recipients by it).';
+'RCPT-stage verdict for an address (and declared size): ok, unknown, deleted, expired, too_large or full, with the normalized address, a plus address as its box''s (de-duplicate recipients by it).';
 
 GRANT EXECUTE ON FUNCTION mailroom.check_recipient(text, bigint) TO mailroom_inbound;
 

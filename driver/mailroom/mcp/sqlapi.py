@@ -34,4 +34,10 @@ mcp_set_inbox_fault = SqlFunction(
     returns="jsonb",
 )
 mcp_clear_inbox_fault = SqlFunction("mcp_clear_inbox_fault", _WHO, returns="boolean")
+mcp_mark_message = SqlFunction(
+    "mcp_mark_message", f"{_WHO}, p_message_id bigint, p_is_read boolean = default, p_tags text[] = default",
+    returns="jsonb",
+)
+mcp_clear_messages = SqlFunction("mcp_clear_messages", _WHO, returns="jsonb")
+mcp_extend_mailbox = SqlFunction("mcp_extend_mailbox", f"{_WHO}, p_ttl_seconds integer", returns="jsonb")
 mcp_error_codes = SqlFunction("mcp_error_codes", returns=("function_name", "code", "meaning"))
