@@ -179,39 +179,7 @@ COMMENT ON FUNCTION mailroom._unerased(text[], text[]) IS
 CREATE OR REPLACE FUNCTION mailroom._claim(
     p_now timestamptz, p_limit integer, p_worker text, p_lease interval, p_limited boolean
 )
-RETURNS TABLE (
-    id bigint,
-    claim_token bigint,
-    attempts integer,
-    message_id text,
-    sender_name text,
-    from_address text,
-    to_addrs text[],
-    cc_addrs text[],
-    bcc_addrs text[],
-    subject text,
-    text_body text,
-    html_body text,
-    headers jsonb,
-    created_at timestamptz,
-    possibly_sent boolean,
-    smtp_host text,
-    smtp_port integer,
-    smtp_security text,
-    smtp_username text,
-    smtp_password_sealed bytea,
-    smtp_password_set boolean,
-    smtp_allow_cleartext boolean,
-    return_path text,
-    recipients text[],
-    return_paths text[],
-    list_unsubscribe text[],
-    dkim_domain text,
-    dkim_selector text,
-    dkim_public_key text,
-    dkim_algorithm text,
-    attachments jsonb
-)
+RETURNS SETOF mailroom.claimed_message
 LANGUAGE plpgsql
 SET jit = off
 SET search_path = pg_catalog, pg_temp
@@ -343,39 +311,7 @@ CREATE OR REPLACE FUNCTION mailroom.claim_messages(
     p_worker text,
     p_lease interval DEFAULT null
 )
-RETURNS TABLE (
-    id bigint,
-    claim_token bigint,
-    attempts integer,
-    message_id text,
-    sender_name text,
-    from_address text,
-    to_addrs text[],
-    cc_addrs text[],
-    bcc_addrs text[],
-    subject text,
-    text_body text,
-    html_body text,
-    headers jsonb,
-    created_at timestamptz,
-    possibly_sent boolean,
-    smtp_host text,
-    smtp_port integer,
-    smtp_security text,
-    smtp_username text,
-    smtp_password_sealed bytea,
-    smtp_password_set boolean,
-    smtp_allow_cleartext boolean,
-    return_path text,
-    recipients text[],
-    return_paths text[],
-    list_unsubscribe text[],
-    dkim_domain text,
-    dkim_selector text,
-    dkim_public_key text,
-    dkim_algorithm text,
-    attachments jsonb
-)
+RETURNS SETOF mailroom.claimed_message
 LANGUAGE plpgsql
 SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp

@@ -6,17 +6,29 @@ from __future__ import annotations
 
 from mailroom.db.contract import SqlFunction
 
+# the claim's row: the attributes of the composite type mailroom.claimed_message (migration 0250),
+# in their order; every form of the claim returns it (tests/db/test_contract.py checks this
+# declaration against the type, so a column added to the type without this line fails there)
+CLAIMED_MESSAGE = (
+    "id", "claim_token", "attempts", "message_id", "sender_name", "from_address", "to_addrs", "cc_addrs",
+    "bcc_addrs", "subject", "text_body", "html_body", "headers", "created_at", "possibly_sent", "smtp_host",
+    "smtp_port", "smtp_security", "smtp_username", "smtp_password_sealed", "smtp_password_set",
+    "smtp_allow_cleartext", "return_path", "recipients", "return_paths", "list_unsubscribe", "dkim_domain",
+    "dkim_selector", "dkim_public_key", "dkim_algorithm", "attachments",
+)
+
 # the sender
 claim_messages = SqlFunction(
-    "claim_messages",
-    "p_limit integer, p_worker text, p_lease interval = default",
-    returns=(
-        "id", "claim_token", "attempts", "message_id", "sender_name", "from_address", "to_addrs", "cc_addrs",
-        "bcc_addrs", "subject", "text_body", "html_body", "headers", "created_at", "possibly_sent", "smtp_host",
-        "smtp_port", "smtp_security", "smtp_username", "smtp_password_sealed", "smtp_password_set",
-        "smtp_allow_cleartext", "return_path", "recipients", "return_paths", "list_unsubscribe", "dkim_domain",
-        "dkim_selector", "dkim_public_key", "dkim_algorithm", "attachments",
-    ),
+    "claim_messages", "p_limit integer, p_worker text, p_lease interval = default", returns=CLAIMED_MESSAGE
+)
+# finalize_messages then claim_messages in one commit: outcome rows (message None), then claimed rows
+# (message: a mailroom.claimed_message, read as a row once the connection registered the type)
+finalize_and_claim = SqlFunction(
+    "finalize_and_claim",
+    "p_limit integer, p_worker text, p_ids bigint[], p_claim_tokens bigint[], p_outcomes text[],"
+    " p_smtp_codes integer[] = default, p_enhanced_codes text[] = default, p_errors text[] = default,"
+    " p_lease interval = default",
+    returns=("id", "result", "attempts", "next_retry_at", "reply_class", "message"),
 )
 finalize_messages = SqlFunction(
     "finalize_messages",
