@@ -11,7 +11,7 @@ CREATE TABLE mailroom.queue_verbs (
     verb text PRIMARY KEY CHECK (verb ~ '^[a-z][a-z_]*$'),
     function_name text NOT NULL UNIQUE CHECK (function_name ~ '^[a-z][a-z_]*$'),
     command text NOT NULL UNIQUE CHECK (command ~ '^[a-z][a-z-]*$'),
-    from_statuses text [] NOT NULL CHECK (cardinality(from_statuses) > 0 AND NOT 'processing' = ANY(from_statuses)),
+    from_statuses text[] NOT NULL CHECK (cardinality(from_statuses) > 0 AND NOT 'processing' = any(from_statuses)),
     to_status text CHECK (to_status IN ('queued', 'held', 'cancelled')),
     deletes boolean NOT NULL DEFAULT false,
     due text NOT NULL DEFAULT 'keep' CHECK (due IN ('keep', 'clear', 'now')),
@@ -22,7 +22,7 @@ CREATE TABLE mailroom.queue_verbs (
     log_line text NOT NULL CHECK (log_line ~ '^[a-z][a-z ]*$'),
     past_tense text NOT NULL,
     description text NOT NULL,
-    CHECK (deletes = (to_status IS NULL AND due = 'keep' AND NOT fresh_attempts) OR NOT deletes)
+    CHECK (NOT deletes OR (to_status IS null AND due = 'keep' AND NOT fresh_attempts))
 );
 
 COMMENT ON TABLE mailroom.queue_verbs IS

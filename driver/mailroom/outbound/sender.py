@@ -8,6 +8,10 @@ and reports raw outcomes (kind, reply code, enhanced code, reply text) in one fi
   connections per relay (a batch is dealt over them and sent in parallel), reused across messages
   and batches. No transaction is open during SMTP (autocommit:
   claim and finalize are single statements).
+- A slot that keeps going reports a fully attempted batch and claims the next in one call and one
+  commit (finalize_and_claim, issue 37); with refused recipients to record, a part unsent, or when
+  stopping, it reports with the separate calls. A batch claimed that way when a stop comes is
+  released untouched.
 - Wakes on NOTIFY mailroom_outbound (mailroom.db.listen on the listen URL), polls every
   `--poll-interval` as a fallback (retries that become due are found by the poll; behind a
   transaction pooler without a listen URL the poll is the only wake-up).
@@ -432,6 +436,10 @@ class Sender:
                         continue
                 await self.report(conn, outcomes, unsent, relays)
         finally:
+            if pending and conn is not None:
+                # stopped with a batch claimed along with the last outcomes: given back untouched
+                with contextlib.suppress(psycopg.Error):
+                    await self.report(conn, [], pending)
             for conns in lanes:
                 await conns.close_all()
             if conn is not None:
@@ -563,11 +571,7 @@ class Sender:
             log.info("finalize and claim failed (%s); reporting on its own", describe_db_error(exc))
             return None
         self._record(outcomes, [r for r in answered if r.message is None], relays)
-        claimed = [r.message._asdict() for r in answered if r.message is not None]
-        if claimed:
-            self.metrics.claimed.inc(len(claimed))
-            self.heartbeat.claimed += len(claimed)
-        return claimed
+        return [r.message._asdict() for r in answered if r.message is not None]  # counted as claimed when sent
 
     def _record(self, outcomes: list[Outcome], finalized: list[Any], relays: dict[int, str]) -> None:
         """SQL decided what each outcome means (result) and its reply class (the metric label)."""
