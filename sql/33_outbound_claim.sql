@@ -10,6 +10,10 @@
 -- statement's cached generic plan (planning is most of its cost); a big or a limited one is
 -- planned with its real values at every call. _explain_claim shows the plans of the very text
 -- that runs (_statement_of), which pgTAP 33 and 39 check.
+--
+-- The claim's row is one type, mailroom.claimed_message (migration 0250): _claim, its Citus form
+-- (sql/citus/20_queue.sql), claim_messages and finalize_and_claim (sql/34) return it, and the
+-- driver's declaration (outbound/sqlapi.py, CLAIMED_MESSAGE) is checked against it.
 
 -- What is due: queued, and never tried or its retry time (or send_after) has come. coalesce()
 -- is the expression of outbound_messages_due_idx, so a scan ordered by priority DESC, due_at, id

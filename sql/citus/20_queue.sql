@@ -5,8 +5,9 @@
 -- sql/34 are replaced here by loops over the lanes (mailroom.outbound_lanes), starting at a random
 -- lane so concurrent senders spread over the shards; in each lane the statement is the
 -- single-node one with `lane = p_lane` added, and SKIP LOCKED keeps every row to one claimer.
--- The due predicate and the result columns are those of sql/33 (_outbound_due, _claim): a
--- change there is made here too (tests/citus run the senders on this path).
+-- The due predicate and the selected values are those of sql/33 (_outbound_due, _claim): a
+-- change there is made here too (tests/citus run the senders on this path); the row is the same
+-- type, mailroom.claimed_message (migration 0250).
 -- Per-domain caps (domain_limits): while a cap is set the claim first decides, on the
 -- coordinator, how many rows each recipient domain it is about to meet may get (_lane_rooms:
 -- the per-domain locks of sql/39, the counts taken under them), then claims lane by lane with
