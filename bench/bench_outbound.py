@@ -19,6 +19,13 @@
    `mailroom send` (1 and 4 senders) draining as many ~2 KB messages to the same sink; interleaved,
    3 rounds (quick: 2), medians and the ratio to Postfix of the same run.
 
+6. Batch 1, the sender keeping going (issue 37, item 5): finalize_and_claim (one round trip and one
+   commit a message) and the two calls it replaces (claim_messages, then finalize_messages), each
+   through the driver's contract (psycopg, as `mailroom send` calls it) and through pgbench running the
+   same SQL from a script file (bench/finalize_and_claim.pgbench, bench/claim_then_finalize.pgbench);
+   interleaved rounds, medians, and the ratio of each pair from the same run. Alone:
+   `python -m bench.bench_outbound batch1 [MESSAGES]`.
+
 The backlog is loaded with INSERT ... SELECT (the measured calls are the real SQL API).
 """
 
@@ -27,6 +34,7 @@ from __future__ import annotations
 import collections
 import os
 import re
+import shutil
 import socket
 import statistics
 import subprocess
@@ -38,8 +46,10 @@ from pathlib import Path
 
 import psycopg
 from aiosmtpd.controller import Controller
+from psycopg.types.composite import CompositeInfo, register_composite
 
 from bench import postfix_peer, smtp_tools
+from mailroom.db import cluster as embedded
 from mailroom.outbound import sqlapi as outbound
 
 AREA = "outbound"
@@ -99,6 +109,75 @@ def _sql_cycle(conn: psycopg.Connection, batch: int, total: int) -> float:
     elapsed = time.perf_counter() - started
     assert done == total, f"cycled {done} of {total}"
     return total / elapsed
+
+
+def _batch1_driver(conn: psycopg.Connection, total: int, together: bool) -> float:
+    """msgs/s of one worker at batch 1 through the contract: claim_messages once, then either
+    finalize_and_claim per message (together) or finalize_messages then claim_messages."""
+    done = 0
+    started = time.perf_counter()
+    claimed = outbound.claim_messages.rows(conn, limit=1, worker="bench")
+    while claimed:
+        (message,) = claimed
+        if together:
+            answered = outbound.finalize_and_claim.rows(
+                conn, limit=1, worker="bench", ids=[message.id], claim_tokens=[message.claim_token], outcomes=["sent"]
+            )
+            assert answered[0].result == "sent"
+            claimed = [r.message for r in answered if r.message is not None]
+        else:
+            (result,) = outbound.finalize_messages.rows(
+                conn, ids=[message.id], claim_tokens=[message.claim_token], outcomes=["sent"]
+            )
+            assert result.result == "sent"
+            claimed = outbound.claim_messages.rows(conn, limit=1, worker="bench")
+        done += 1
+    elapsed = time.perf_counter() - started
+    assert done == total, f"cycled {done} of {total}"
+    return total / elapsed
+
+
+def _batch1_pgbench(url: str, total: int, together: bool) -> float:
+    """msgs/s of pgbench (1 client, -t total) running the same SQL from its script file: one message a
+    script run (finalize_and_claim: one transaction; the two calls: two)."""
+    script = ROOT / "bench" / ("finalize_and_claim.pgbench" if together else "claim_then_finalize.pgbench")
+    exe = shutil.which("pgbench") or str(embedded.find_bindir() / "pgbench")
+    out = subprocess.run([exe, "-n", "-c", "1", "-t", str(total), "-D", "id=0", "-D", "tok=0", "-f", str(script), url],
+                         capture_output=True, text=True, timeout=600)
+    match = re.search(r"tps = ([\d.]+)", out.stdout)
+    if out.returncode != 0 or not match:
+        raise RuntimeError(f"pgbench failed: {(out.stderr or out.stdout).strip()[-300:]}")
+    return float(match.group(1))
+
+
+def batch1(conn: psycopg.Connection, url: str, total: int, rounds: int, progress: Callable[[str], None]) -> list[dict]:
+    """Section 6 of the module docstring: the driver and pgbench at batch 1, interleaved, medians."""
+    runs: dict[tuple[str, bool], list[float]] = collections.defaultdict(list)
+    # finalize_and_claim's column message is a mailroom.claimed_message: read as a row, as the sender does
+    register_composite(CompositeInfo.fetch(conn, "mailroom.claimed_message"), conn)
+    for n in range(rounds):
+        for together in (True, False):
+            for who in ("driver", "pgbench"):
+                progress(f"batch 1, round {n + 1}/{rounds}: {who}, "
+                         f"{'finalize_and_claim' if together else 'claim then finalize'}, {total} messages")
+                conn.execute("TRUNCATE mailroom.outbound_messages")
+                # pgbench ends on a claim (its last run finalizes one message and claims the next): one more
+                _fill(conn, total + (who == "pgbench"))
+                conn.execute("VACUUM ANALYZE mailroom.outbound_messages")
+                runs[who, together].append(_batch1_driver(conn, total, together) if who == "driver"
+                                           else _batch1_pgbench(url, total, together))
+    rows = []
+    for together, name in ((True, "finalize_and_claim"), (False, "claim_messages then finalize_messages")):
+        ours, ref = statistics.median(runs["driver", together]), statistics.median(runs["pgbench", together])
+        rows.append(_row(
+            f"batch 1, {name}: the driver vs pgbench running the same SQL", ours, "msgs/s",
+            f"{ours / ref:.2f}x pgbench ({ours:,.0f} vs {ref:,.0f} msgs/s, the same SQL from "
+            f"bench/{'finalize_and_claim' if together else 'claim_then_finalize'}.pgbench); 1 worker, {total} msgs, "
+            f"medians of {rounds} interleaved rounds; {'one commit' if together else 'two commits'} a message"))
+    ours_new, ours_old = statistics.median(runs["driver", True]), statistics.median(runs["driver", False])
+    rows.append(_row("batch 1, finalize_and_claim vs claim then finalize (the driver)", ours_new / ours_old, "x",
+                     f"{ours_new:,.0f} vs {ours_old:,.0f} msgs/s, the same run"))
+    return rows
 
 
 class _Sink:
@@ -254,6 +333,7 @@ def run(url: str, quick: bool, progress: Callable[[str], None]) -> list[dict]:
         with psycopg.connect(url, autocommit=True) as conn:
             outbound.upsert_sender.call(conn, name="bench", from_address="bench@mailroom.test", host="127.0.0.1", port=port)
 
+            rows += batch1(conn, url, 500 if quick else 2000, 2 if quick else 3, progress)
             for batch, total in ((1, 500 if quick else 3000), (100, 5000 if quick else 50000),
                                  (500, 10000 if quick else 100000)):
                 progress(f"SQL-only claim+finalize, batch {batch}, {total} messages")
@@ -299,11 +379,24 @@ def run(url: str, quick: bool, progress: Callable[[str], None]) -> list[dict]:
     return rows
 
 
-if __name__ == "__main__":  # the priorities section alone: python -m bench.bench_outbound [SIZE]
+if __name__ == "__main__":  # one section alone: python -m bench.bench_outbound [SIZE] | batch1 [MESSAGES]
     from bench.run import progress as say
     from bench.run import start_cluster
     from mailroom import testing as _testing
 
+    if len(sys.argv) > 1 and sys.argv[1] == "batch1":
+        messages = int(sys.argv[2]) if len(sys.argv) > 2 else 2000
+        cluster = start_cluster()
+        try:
+            db = _testing.migrated_database(cluster, "bench_batch1")
+            with psycopg.connect(db, autocommit=True) as c:
+                outbound.upsert_sender.call(c, name="bench", from_address="bench@mailroom.test", host="127.0.0.1",
+                                            port=25)
+                for r in batch1(c, db, messages, 3, say):
+                    say(f"{r['benchmark']}: {r['value']:,.2f} {r['unit']} ({r['note']})")
+        finally:
+            _testing.stop_cluster(cluster)
+        sys.exit(0)
     n = int(sys.argv[1]) if len(sys.argv) > 1 else 10**6
     cluster = start_cluster()
     try:

@@ -32,10 +32,9 @@ INSERT INTO mailroom.error_codes (code, area, kind, meaning, smtp_reply, verdict
 ('MR397', 'outbound', 'denied', 'messages of this inbox''s owner type may not be released (release.owner_types)', null, null)
 ON CONFLICT (code) DO NOTHING;
 
--- claim_messages gains the raw_message column (its result changes): dropped here, re-created by
--- sql/33 in this transaction (the keyed form on top of it), as migration 0176 did for attachments
-DROP FUNCTION IF EXISTS mailroom.claim_messages(integer, text, interval);
-DROP FUNCTION IF EXISTS mailroom._claim(timestamptz, integer, text, interval, boolean);
+-- the claim's row (mailroom.claimed_message, migration 0250) gains the raw_message column, last:
+-- every form of the claim returns that type, and sql/33 fills it
+ALTER TYPE mailroom.claimed_message ADD ATTRIBUTE raw_message bytea;
 
 -- issue 36: one owner rule for the HTTP and MCP faces (sql/29_http.sql _http_who); the MCP copy goes
 DROP FUNCTION IF EXISTS mailroom._mcp_owner_type(text);

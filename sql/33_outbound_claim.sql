@@ -10,6 +10,10 @@
 -- statement's cached generic plan (planning is most of its cost); a big or a limited one is
 -- planned with its real values at every call. _explain_claim shows the plans of the very text
 -- that runs (_statement_of), which pgTAP 33 and 39 check.
+--
+-- The claim's row is one type, mailroom.claimed_message (migration 0250): _claim, its Citus form
+-- (sql/citus/20_queue.sql), claim_messages and finalize_and_claim (sql/34) return it, and the
+-- driver's declaration (outbound/sqlapi.py, CLAIMED_MESSAGE) is checked against it.
 
 -- What is due: queued, and never tried or its retry time (or send_after) has come. coalesce()
 -- is the expression of outbound_messages_due_idx, so a scan ordered by priority DESC, due_at, id
@@ -180,40 +184,7 @@ COMMENT ON FUNCTION mailroom._unerased(text[], text[]) IS
 CREATE OR REPLACE FUNCTION mailroom._claim(
     p_now timestamptz, p_limit integer, p_worker text, p_lease interval, p_limited boolean
 )
-RETURNS TABLE (
-    id bigint,
-    claim_token bigint,
-    attempts integer,
-    message_id text,
-    sender_name text,
-    from_address text,
-    to_addrs text[],
-    cc_addrs text[],
-    bcc_addrs text[],
-    subject text,
-    text_body text,
-    html_body text,
-    headers jsonb,
-    created_at timestamptz,
-    possibly_sent boolean,
-    smtp_host text,
-    smtp_port integer,
-    smtp_security text,
-    smtp_username text,
-    smtp_password_sealed bytea,
-    smtp_password_set boolean,
-    smtp_allow_cleartext boolean,
-    return_path text,
-    recipients text[],
-    return_paths text[],
-    list_unsubscribe text[],
-    dkim_domain text,
-    dkim_selector text,
-    dkim_public_key text,
-    dkim_algorithm text,
-    attachments jsonb,
-    raw_message bytea
-)
+RETURNS SETOF mailroom.claimed_message
 LANGUAGE plpgsql
 SET jit = off
 SET search_path = pg_catalog, pg_temp
@@ -347,40 +318,7 @@ CREATE OR REPLACE FUNCTION mailroom.claim_messages(
     p_worker text,
     p_lease interval DEFAULT null
 )
-RETURNS TABLE (
-    id bigint,
-    claim_token bigint,
-    attempts integer,
-    message_id text,
-    sender_name text,
-    from_address text,
-    to_addrs text[],
-    cc_addrs text[],
-    bcc_addrs text[],
-    subject text,
-    text_body text,
-    html_body text,
-    headers jsonb,
-    created_at timestamptz,
-    possibly_sent boolean,
-    smtp_host text,
-    smtp_port integer,
-    smtp_security text,
-    smtp_username text,
-    smtp_password_sealed bytea,
-    smtp_password_set boolean,
-    smtp_allow_cleartext boolean,
-    return_path text,
-    recipients text[],
-    return_paths text[],
-    list_unsubscribe text[],
-    dkim_domain text,
-    dkim_selector text,
-    dkim_public_key text,
-    dkim_algorithm text,
-    attachments jsonb,
-    raw_message bytea
-)
+RETURNS SETOF mailroom.claimed_message
 LANGUAGE plpgsql
 SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp

@@ -391,6 +391,55 @@ COMMENT ON FUNCTION mailroom.finalize_messages(bigint[], bigint[], text[], integ
 
 GRANT EXECUTE ON FUNCTION mailroom.finalize_messages(bigint[], bigint[], text[], integer[], text[], text[]) TO mailroom_sender;
 
+-- finalize_and_claim (issue 37, item 5): a sender that keeps going reports its batch and takes
+-- the next one in one round trip and one commit. Nothing of its own: finalize_messages, then
+-- claim_messages, in one transaction, so every guarantee of the two holds as if called in turn
+-- (the claim-token fence, stale outcomes, priorities, domain limits with the in-flight counts and
+-- backoffs the finalize just left, the reaper's takeover). A failing claim (MR320-MR323) rolls
+-- the finalize back with it: the caller finalizes again, which the fence makes safe.
+CREATE OR REPLACE FUNCTION mailroom.finalize_and_claim(
+    p_limit integer,
+    p_worker text,
+    p_ids bigint[],
+    p_claim_tokens bigint[],
+    p_outcomes text[],
+    p_smtp_codes integer[] DEFAULT null,
+    p_enhanced_codes text[] DEFAULT null,
+    p_errors text[] DEFAULT null,
+    p_lease interval DEFAULT null
+)
+RETURNS TABLE (
+    id bigint,
+    result text,
+    attempts integer,
+    next_retry_at timestamptz,
+    reply_class text,
+    message mailroom.claimed_message
+)
+LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_column
+BEGIN
+    -- one row per outcome (message NULL), as finalize_messages answers it, in id order
+    RETURN QUERY
+    SELECT f.id, f.result, f.attempts, f.next_retry_at, f.reply_class, NULL::mailroom.claimed_message
+    FROM mailroom.finalize_messages(
+        p_ids, p_claim_tokens, p_outcomes, p_smtp_codes, p_enhanced_codes, p_errors
+    ) AS f;
+    -- then one row per claimed message (the outcome columns NULL), in the order to send them
+    RETURN QUERY
+    SELECT NULL::bigint, NULL::text, NULL::integer, NULL::timestamptz, NULL::text, c
+    FROM mailroom.claim_messages(p_limit, p_worker, p_lease) AS c;
+END;
+$$;
+
+COMMENT ON FUNCTION mailroom.finalize_and_claim(integer, text, bigint[], bigint[], text[], integer[], text[], text[], interval) IS
+'finalize_messages then claim_messages in one transaction (one round trip, one commit): the outcome rows (message NULL), then the claimed rows (message, the claim''s row). Errors: those of the two (MR320-MR323, MR330-MR332).';
+
+GRANT EXECUTE ON FUNCTION mailroom.finalize_and_claim(integer, text, bigint[], bigint[], text[], integer[], text[], text[], interval) TO mailroom_sender;
+
 CREATE OR REPLACE FUNCTION mailroom.release_messages(p_ids bigint[], p_claim_tokens bigint[])
 RETURNS integer
 LANGUAGE plpgsql

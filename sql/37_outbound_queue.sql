@@ -16,29 +16,25 @@
 -- on the suppression list), the first 20 ids changed and the first 20 ids with a suppressed
 -- recipient. Error code of its own: MR344 a bad selection.
 --
--- The statuses 'held' and 'cancelled' are named only in PL/pgSQL bodies (migration 0160).
+-- The verbs are data: a row of mailroom.queue_verbs each (migration 0251), read here (the statuses a
+-- verb changes, what it sets, its log line, whether it wakes the senders), by the CLI and by the
+-- docs; each verb keeps its own public function below and its own grant. The statuses 'held' and
+-- 'cancelled' are named only in PL/pgSQL bodies and data (migration 0160).
 
 CREATE OR REPLACE FUNCTION mailroom._queue_verb_statuses(p_verb text)
 RETURNS text[]
 LANGUAGE plpgsql
-IMMUTABLE
+STABLE
 SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
-    -- the statuses a verb changes a message from
-    RETURN CASE p_verb
-        WHEN 'hold' THEN ARRAY['queued']
-        WHEN 'release' THEN ARRAY['held']
-        WHEN 'cancel' THEN ARRAY['queued', 'held']
-        WHEN 'delete' THEN ARRAY['queued', 'held', 'sent', 'failed', 'cancelled']
-        WHEN 'run_now' THEN ARRAY['queued']
-        WHEN 'retry' THEN ARRAY['failed', 'cancelled', 'held']
-    END;
+    -- the statuses a verb changes a message from (its row of queue_verbs; NULL: no such verb)
+    RETURN (SELECT v.from_statuses FROM mailroom.queue_verbs AS v WHERE v.verb = p_verb);
 END;
 $$;
 
 COMMENT ON FUNCTION mailroom._queue_verb_statuses(text) IS
-'Internal: the statuses an operator verb (hold, release, cancel, delete, run_now, retry) changes a message from.';
+'Internal: the statuses an operator verb (a row of mailroom.queue_verbs) changes a message from.';
 
 CREATE OR REPLACE FUNCTION mailroom._operator_log(p_log text, p_now timestamptz, p_what text, p_max integer)
 RETURNS text
@@ -78,7 +74,7 @@ BEGIN
     -- _queue_verb's change: the selected rows no one else holds (SKIP LOCKED), deleted or set by
     -- p_set; $1..$5 of p_where/p_set are the ids, domain, statuses, include-suppressed and now.
     -- One statement on one node; sql/citus/20 runs it lane by lane.
-    IF p_verb = 'delete' THEN
+    IF (SELECT v.deletes FROM mailroom.queue_verbs AS v WHERE v.verb = p_verb) THEN
         EXECUTE format(
             'WITH sel AS (SELECT m.id, m.created_at FROM mailroom.outbound_messages AS m '
             'WHERE %s AND m.status = ANY ($3::mailroom.outbound_status[]) FOR UPDATE SKIP LOCKED), '
@@ -125,7 +121,8 @@ AS $$
 #variable_conflict use_column
 DECLARE
     v_now timestamptz := mailroom.clock();
-    v_from text [] := mailroom._queue_verb_statuses(p_verb);
+    v_verb mailroom.queue_verbs;
+    v_from text [];
     v_domain text := mailroom._normalize_domain(p_domain);
     v_include boolean := coalesce(p_include_suppressed, false);
     v_where text;
@@ -142,6 +139,8 @@ DECLARE
     v_lifted bigint;
     v_set text;
 BEGIN
+    SELECT * INTO v_verb FROM mailroom.queue_verbs AS v WHERE v.verb = p_verb;
+    v_from := v_verb.from_statuses;
     IF v_from IS NULL THEN
         RAISE EXCEPTION USING
             ERRCODE = '22023',
@@ -172,7 +171,7 @@ BEGIN
         END IF;
         v_from := ARRAY[p_status];
     END IF;
-    v_positions := CASE WHEN p_verb = 'retry'
+    v_positions := CASE WHEN v_verb.checks_suppressed
         THEN 'mailroom._suppressed_recipients(m.to_addrs, m.cc_addrs, m.bcc_addrs)'
         ELSE '''{}''::text[]'
     END;
@@ -212,7 +211,7 @@ BEGIN
         WHEN v_domain IS NOT NULL THEN 'm.rcpt_domain = $2'
         ELSE 'true'
     END;
-    IF p_verb = 'run_now' THEN
+    IF v_verb.due = 'now' THEN
         -- only what is not due yet changes (a deferred retry, a send_after to come)
         v_where := v_where || ' AND (m.status <> ''queued'' OR m.next_retry_at > $5)';
     END IF;
@@ -238,23 +237,21 @@ BEGIN
     END IF;
 
     -- The change, on the rows no one else holds (a claim in progress holds its rows: in flight).
-    -- the log limit written into the text: the function in SET is then IMMUTABLE (Citus)
-    v_set := format(CASE p_verb
-        WHEN 'hold' THEN 'status = ''held'', error_log = mailroom._operator_log(m.error_log, $5, ''held by operator'', %1$s)'
-        WHEN 'release' THEN
-            'status = ''queued'', error_log = mailroom._operator_log(m.error_log, $5, ''released by operator'', %1$s)'
-        WHEN 'cancel' THEN 'status = ''cancelled'', next_retry_at = NULL, '
-            'error_log = mailroom._operator_log(m.error_log, $5, ''cancelled by operator'', %1$s)'
-        WHEN 'run_now' THEN
-            'next_retry_at = $5, error_log = mailroom._operator_log(m.error_log, $5, ''made due now by operator'', %1$s)'
-        WHEN 'retry' THEN 'status = ''queued'', attempts = 0, next_retry_at = NULL, claimed_by = NULL, '
-            'claim_token = NULL, lease_expires_at = NULL, '
-            'error_log = mailroom._operator_log(m.error_log, $5, ''retried by operator'', %1$s)'
-    END, mailroom.setting('outbound.error_log_max_chars')::integer);
+    -- What the verb's row sets, as fixed fragments with its values quoted in; the log limit written
+    -- into the text too: the function in SET is then IMMUTABLE (Citus).
+    v_set := concat_ws(', ',
+        CASE WHEN v_verb.to_status IS NOT NULL THEN format('status = %L', v_verb.to_status) END,
+        CASE v_verb.due WHEN 'clear' THEN 'next_retry_at = NULL' WHEN 'now' THEN 'next_retry_at = $5' END,
+        CASE WHEN v_verb.fresh_attempts
+            THEN 'attempts = 0, claimed_by = NULL, claim_token = NULL, lease_expires_at = NULL'
+        END,
+        format('error_log = mailroom._operator_log(m.error_log, $5, %L, %s)',
+            v_verb.log_line, mailroom.setting('outbound.error_log_max_chars')::integer)
+    );
     SELECT c.changed, c.ids, c.domains INTO v_changed, v_ids, v_domains
     FROM mailroom._queue_verb_change(p_verb, v_where, v_positions, v_set, p_ids, v_domain, v_from, v_include, v_now) AS c;
 
-    IF p_verb = 'run_now' THEN
+    IF v_verb.due = 'now' THEN
         -- due now means the domain's backoff too (sql/39): lifted for the domain named, for every
         -- domain (all), or for the domains of the messages named
         WITH lifted AS (
@@ -277,7 +274,7 @@ BEGIN
             RAISE NOTICE USING MESSAGE = format('lifted the backoff of %s recipient domain(s)', v_lifted);
         END IF;
     END IF;
-    IF p_verb IN ('release', 'run_now', 'retry') AND (v_changed > 0 OR v_lifted > 0) THEN
+    IF v_verb.wakes_senders AND (v_changed > 0 OR v_lifted > 0) THEN
         PERFORM pg_notify('mailroom_outbound', coalesce(v_ids[1]::text, ''));  -- wake the senders
     END IF;
     RETURN QUERY SELECT
@@ -290,7 +287,7 @@ END;
 $$;
 
 COMMENT ON FUNCTION mailroom._queue_verb(text, bigint[], text, boolean, text, boolean, boolean) IS
-'Internal: one operator verb (hold, release, cancel, delete, run_now, retry) on the messages named by ids, a recipient domain or all; see the top of sql/37_outbound_queue.sql.';
+'Internal: one operator verb (a row of mailroom.queue_verbs) on the messages named by ids, a recipient domain or all; see the top of sql/37_outbound_queue.sql.';
 
 CREATE OR REPLACE FUNCTION mailroom.hold_messages(
     p_ids bigint[] DEFAULT null,

@@ -7,7 +7,8 @@
 -- added, and SKIP LOCKED keeps every row to one claimer. The reaper of sql/34 keeps its one body
 -- and runs its statement once a lane through the seam _outbound_scopes (below).
 -- The due predicate and the result columns are those of sql/33 (_outbound_due, _claim): a
--- change there is made here too (tests/citus run the senders on this path).
+-- change there is made here too (tests/citus run the senders on this path); the row is the same
+-- type, mailroom.claimed_message (migration 0250).
 -- Per-domain caps (domain_limits): while a cap is set the claim first decides, on the
 -- coordinator, how many rows each recipient domain it is about to meet may get (_lane_rooms:
 -- the per-domain locks of sql/39, the counts taken under them), then claims lane by lane with
@@ -358,40 +359,7 @@ REVOKE ALL ON FUNCTION mailroom._lane_rooms(timestamptz, integer, text[]) FROM p
 CREATE OR REPLACE FUNCTION mailroom._claim(
     p_now timestamptz, p_limit integer, p_worker text, p_lease interval, p_limited boolean
 )
-RETURNS TABLE (
-    id bigint,
-    claim_token bigint,
-    attempts integer,
-    message_id text,
-    sender_name text,
-    from_address text,
-    to_addrs text[],
-    cc_addrs text[],
-    bcc_addrs text[],
-    subject text,
-    text_body text,
-    html_body text,
-    headers jsonb,
-    created_at timestamptz,
-    possibly_sent boolean,
-    smtp_host text,
-    smtp_port integer,
-    smtp_security text,
-    smtp_username text,
-    smtp_password_sealed bytea,
-    smtp_password_set boolean,
-    smtp_allow_cleartext boolean,
-    return_path text,
-    recipients text[],
-    return_paths text[],
-    list_unsubscribe text[],
-    dkim_domain text,
-    dkim_selector text,
-    dkim_public_key text,
-    dkim_algorithm text,
-    attachments jsonb,
-    raw_message bytea
-)
+RETURNS SETOF mailroom.claimed_message
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
 -- claim_messages' planner settings (sql/33) make the reading statement's plan cost about 1e10 (a

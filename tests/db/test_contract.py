@@ -27,6 +27,21 @@ WHERE p.pronamespace = 'mailroom'::regnamespace AND p.proname = %s
 """
 
 
+# the attributes of a composite type made by CREATE TYPE (not a table's row type), in order
+ATTRIBUTES = """
+SELECT a.attname
+FROM pg_type AS t
+JOIN pg_class AS c ON c.oid = t.typrelid AND c.relkind = 'c'
+JOIN pg_attribute AS a ON a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped
+WHERE t.oid = %s::regtype
+ORDER BY a.attnum
+"""
+
+
+def _attributes(conn: psycopg.Connection, type_name: str) -> list[str]:
+    return [name for (name,) in conn.execute(ATTRIBUTES, (type_name,)).fetchall()]
+
+
 def _normalized(conn: psycopg.Connection, type_name: str) -> str:
     return conn.execute("SELECT format_type(%s::regtype, NULL)", (type_name,)).fetchone()[0]
 
@@ -81,10 +96,31 @@ def test_declaration_matches_the_catalog(conn: psycopg.Connection, fn: contract.
     if fn.columns:
         assert found["setof"] or found["returns"] == "record" or found["returns"].startswith("mailroom."), (
             f"{fn.qualified} returns {found['returns']}, declared as rows")
+        attributes = _attributes(conn, found["returns"]) if found["returns"] != "record" else []
+        if attributes:
+            # a row type of its own (mailroom.claimed_message): the declaration is its attributes, in order
+            assert list(fn.columns) == attributes, (
+                f"{fn.qualified} returns {found['returns']} ({', '.join(attributes)}); declared {', '.join(fn.columns)}")
     else:
         assert found["returns"] == _normalized(conn, fn.returns), f"{fn.qualified} returns {found['returns']}"
         assert found["setof"] == fn.setof, f"{fn.qualified}: setof is {found['setof']}"
     _prepare(conn, fn)
+
+
+def test_the_claims_row_is_one_type(conn: psycopg.Connection) -> None:
+    """Issue 36: the claim's row is mailroom.claimed_message, declared once in Python (CLAIMED_MESSAGE):
+    a column added to the type without the declaration, or the other way round, fails here."""
+    from mailroom.outbound import sqlapi
+
+    assert list(sqlapi.CLAIMED_MESSAGE) == _attributes(conn, "mailroom.claimed_message")
+    assert sqlapi.claim_messages.columns == sqlapi.CLAIMED_MESSAGE
+    # finalize_and_claim carries the same row whole, in its column message
+    (message_type,) = conn.execute(
+        "SELECT format_type(t, NULL) FROM pg_proc AS p, unnest(p.proallargtypes, p.proargnames) AS a (t, n)"
+        " WHERE p.oid = 'mailroom.finalize_and_claim'::regproc AND a.n = 'message'"
+    ).fetchone()
+    assert message_type == "mailroom.claimed_message"
+    assert "message" in sqlapi.finalize_and_claim.columns
 
 
 def test_calls_are_checked_before_anything_is_sent() -> None:

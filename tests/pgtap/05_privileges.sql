@@ -46,7 +46,8 @@ SELECT 'mailroom_collector', unnest(ARRAY[
 UNION ALL
 SELECT 'mailroom_sender', unnest(ARRAY[
     'listen', 'unlisten', 'await_writers',
-    'claim_messages', 'finalize_messages', 'release_messages', 'reap_stuck_messages', 'worker_heartbeat',
+    'claim_messages', 'finalize_messages', 'finalize_and_claim', 'release_messages', 'reap_stuck_messages',
+    'worker_heartbeat',
     'worker_stopped', 'queue_health', 'record_refused_recipients', 'clock', 'setting', 'interval_setting',
     'outbound_stats', 'list_migrations', 'schema_version', 'error_codes', 'list_settings', 'list_dkim_keys',
     'signing_key_state_of'

@@ -1,6 +1,6 @@
 -- Outbound: claim_messages (what is due, lease, token) and its plan at any queue size.
 BEGIN;
-SELECT plan(29);
+SELECT plan(30);
 
 SET LOCAL mailroom.clock = '2030-01-01 00:00Z';
 SELECT mailroom.upsert_sender('tap', 'robot@mailroom.test', '127.0.0.1', 2525);
@@ -201,6 +201,18 @@ FROM mailroom.outbound_messages WHERE status = 'processing';
 SELECT is(
     (SELECT array_agg(c.subject) FROM mailroom.claim_messages(200, 'prio') AS c),  -- (in the order returned)
     ARRAY['p10', 'p3', 'p0', 'p-10'], 'a batch is returned by priority (custom plan)'
+);
+
+-- the claim's row, one definition (issue 36): every form of the claim returns mailroom.claimed_message
+SELECT is(
+    (SELECT string_agg(p.oid::regprocedure::text || ' ' || p.proretset || ' ' || format_type(p.prorettype, NULL), '; '
+        ORDER BY p.oid::regprocedure::text)
+     FROM pg_proc AS p
+     WHERE p.oid IN ('mailroom._claim(timestamptz, integer, text, interval, boolean)'::regprocedure,
+                     'mailroom.claim_messages(integer, text, interval)'::regprocedure)),
+    'mailroom._claim(timestamp with time zone,integer,text,interval,boolean) true mailroom.claimed_message; '
+    'mailroom.claim_messages(integer,text,interval) true mailroom.claimed_message',
+    '_claim and claim_messages return SETOF mailroom.claimed_message'
 );
 
 SELECT * FROM finish();

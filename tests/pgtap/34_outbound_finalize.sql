@@ -1,6 +1,6 @@
 -- Outbound: finalize_messages (classification, backoff, max attempts, fencing), release, reaper.
 BEGIN;
-SELECT plan(67);
+SELECT plan(78);
 
 SET LOCAL mailroom.clock = '2030-01-01 00:00Z';
 SELECT mailroom.upsert_sender('tap', 'robot@mailroom.test', '127.0.0.1', 2525);
@@ -318,6 +318,77 @@ SELECT is(
     (SELECT array_agg(s.scope) FROM mailroom._outbound_scopes() AS s (scope)),
     ARRAY['true'],
     'one node: one statement over all of outbound_messages (Citus: one a lane)'
+-- finalize_and_claim (issue 37, item 5): finalize_messages then claim_messages in one transaction
+SET LOCAL mailroom.clock = '2030-01-03 00:00Z';
+UPDATE mailroom.outbound_messages SET next_retry_at = '2099-01-01Z' WHERE status = 'queued';
+CREATE FUNCTION pg_temp.fid(text) RETURNS bigint LANGUAGE sql AS $$
+    SELECT id FROM mailroom.outbound_messages WHERE subject = $1 $$;
+CREATE FUNCTION pg_temp.fst(text) RETURNS text LANGUAGE sql AS $$
+    SELECT status || ' ' || attempts FROM mailroom.outbound_messages WHERE subject = $1 $$;
+SELECT mailroom.enqueue_message('tap', ARRAY['fc@fc.example'], s, 't', p_priority => p)
+FROM (VALUES ('fc1', 0), ('fc2', 5), ('fc3', 0)) AS v (s, p);
+CREATE TEMP TABLE fc_first ON COMMIT DROP AS SELECT id, claim_token FROM mailroom.claim_messages(1, 'fc');
+SELECT is(
+    (SELECT subject FROM mailroom.outbound_messages WHERE id = (SELECT id FROM fc_first)), 'fc2',
+    'fc: the first claim takes the highest priority'
+);
+CREATE TEMP TABLE fc_out ON COMMIT DROP AS
+SELECT * FROM mailroom.finalize_and_claim(
+    1, 'fc', ARRAY(SELECT id FROM fc_first), ARRAY(SELECT claim_token FROM fc_first), ARRAY['sent']
+);
+SELECT results_eq(
+    $$SELECT f.result, m.subject, f.message IS NULL FROM fc_out AS f JOIN mailroom.outbound_messages AS m USING (id)$$,
+    $$VALUES ('sent', 'fc2'::text, true)$$,
+    'finalize_and_claim: one outcome row per finalized message (as finalize_messages answers it, message NULL)'
+);
+SELECT results_eq(
+    $$SELECT m.subject, m.status::text, m.claimed_by, m.claim_token = (f.message).claim_token
+      FROM fc_out AS f JOIN mailroom.outbound_messages AS m ON m.id = (f.message).id WHERE f.id IS NULL$$,
+    $$VALUES ('fc1'::text, 'processing', 'fc'::text, true)$$,
+    'then the claimed rows (outcome columns NULL): the next due in claim order, under a new claim token'
+);
+SELECT is(
+    pg_typeof((SELECT message FROM fc_out WHERE id IS NULL))::text, 'mailroom.claimed_message',
+    'the claimed row is the claim''s row type, mailroom.claimed_message'
+);
+-- a transient outcome is retried later: the same call's claim does not take it back
+CREATE TEMP TABLE fc_out2 ON COMMIT DROP AS
+SELECT * FROM mailroom.finalize_and_claim(
+    5, 'fc', ARRAY[pg_temp.fid('fc1')], ARRAY[(SELECT (message).claim_token FROM fc_out WHERE id IS NULL)],
+    ARRAY['reply'], ARRAY[452], ARRAY['4.2.2']
+);
+SELECT results_eq(
+    $$SELECT coalesce(f.result, 'claimed'), m.subject FROM fc_out2 AS f
+      JOIN mailroom.outbound_messages AS m ON m.id = coalesce(f.id, (f.message).id) ORDER BY f.id NULLS LAST$$,
+    $$VALUES ('retry'::text, 'fc1'::text), ('claimed', 'fc3')$$,
+    'a retried message waits for its retry time: the claim of the same call takes only what is due'
+);
+-- the fence: an outcome under a lost claim token is stale, and the claim still runs
+SELECT results_eq(
+    $$SELECT coalesce(f.result, 'claimed') FROM mailroom.finalize_and_claim(
+        1, 'fc', ARRAY[pg_temp.fid('fc3')], ARRAY[-1::bigint], ARRAY['sent']) AS f$$,
+    $$VALUES ('stale'::text)$$,
+    'an outcome under a claim token the message no longer holds is stale (nothing left due: no claimed row)'
+);
+SELECT is(pg_temp.fst('fc3'), 'processing 0', 'and the message keeps its claim');
+-- one transaction: a claim that fails takes the finalize back with it
+SELECT throws_ok(
+    format($$SELECT * FROM mailroom.finalize_and_claim(0, 'fc', ARRAY[%s]::bigint[], ARRAY[%s]::bigint[], ARRAY['sent'])$$,
+        pg_temp.fid('fc3'), (SELECT claim_token FROM mailroom.outbound_messages WHERE subject = 'fc3')),
+    'MR320', NULL, 'a bad claim limit is MR320'
+);
+SELECT is(pg_temp.fst('fc3'), 'processing 0', 'and the outcome of that call was not recorded');
+-- domain limits: the in-flight count the finalize leaves is the one the claim sees
+SELECT mailroom.set_domain_limit('cap.example', 1, NULL);
+SELECT mailroom.enqueue_message('tap', ARRAY['x@cap.example'], s, 't') FROM (VALUES ('cap1'), ('cap2')) AS v (s);
+CREATE TEMP TABLE fc_cap ON COMMIT DROP AS SELECT id, claim_token FROM mailroom.claim_messages(5, 'fc');
+SELECT is((SELECT count(*)::integer FROM fc_cap), 1, 'a domain capped at 1 in flight: one message claimed');
+SELECT results_eq(
+    $$SELECT coalesce(f.result, 'claimed'), m.subject FROM mailroom.finalize_and_claim(
+        5, 'fc', ARRAY(SELECT id FROM fc_cap), ARRAY(SELECT claim_token FROM fc_cap), ARRAY['sent']) AS f
+      JOIN mailroom.outbound_messages AS m ON m.id = coalesce(f.id, (f.message).id) ORDER BY f.id NULLS LAST$$,
+    $$VALUES ('sent'::text, 'cap1'::text), ('claimed', 'cap2')$$,
+    'finalize_and_claim frees the capped domain''s slot and takes its next message in the same call'
 );
 
 SELECT * FROM finish();

@@ -12,18 +12,22 @@ WHERE p.pronamespace = 'mailroom'::regnamespace
     AND p.proname IN (
         '_clock_default', '_check_outbound_key', 'upsert_sender', '_smtp_password', '_redaction_tag', 'redact_pii',
         'trg_outbound_redact_error_log', '_check_recipients', '_check_extra_headers', 'enqueue_message', 'enqueue_message_with_attachments', '_outbound_attachments', '_attachments_json',
-        '_claim', '_claim_limited_due', '_statement_of', 'claim_messages', '_explain_claim', '_classify_outcome', '_retry_delay', '_log_line',
+        '_claim', '_claim_limited_due', '_statement_of', 'claim_messages', 'finalize_and_claim', '_explain_claim', '_classify_outcome', '_retry_delay', '_log_line',
         '_gives_up', '_attempt_log', '_reply_class', 'finalize_messages', 'release_messages', 'reap_stuck_messages',
         '_check_outbound_status', 'list_outbound_messages', 'show_outbound_message',
         'retry_message', 'retry_failed_messages', 'purge_sent_messages', '_header_breaking_chars', '_enqueue_message',
         '_pii_pattern', '_pii_identity', '_is_loopback_host', 'set_sender_public_key', 'sender_public_key',
         '_seal_for_sender', 'convert_sender_passwords', 'list_senders', 'outbound_stats', '_queue_verb_statuses',
-        '_operator_log', '_queue_verb', '_queue_verb_change', 'hold_messages', 'release_held_messages', 'cancel_messages', 'delete_messages',
-        'run_messages_now', 'retry_messages', 'outbound_queue'
-    );
+        '_operator_log', '_queue_verb', '_queue_verb_change', 'outbound_queue'
+    )
+    -- the queue verbs' functions, one per row of mailroom.queue_verbs (migration 0251)
+    OR p.pronamespace = 'mailroom'::regnamespace AND p.proname IN (SELECT v.function_name FROM mailroom.queue_verbs AS v);
 -- claim_messages has two forms this release (the keyed one is deprecated); _operator_log one (the
--- three-argument form went with migration 0186)
-SELECT is((SELECT count(*)::integer FROM area), 57, 'the outbound area has its 57 functions');
+-- three-argument form went with migration 0186); plus a function per queue verb
+SELECT is(
+    (SELECT count(*)::integer FROM area), 52 + (SELECT count(*)::integer FROM mailroom.queue_verbs),
+    'the outbound area has its 52 functions and one per queue verb'
+);
 
 SELECT is(
     (
@@ -66,12 +70,18 @@ SELECT results_eq(
         '-') COLLATE "default"
       FROM roles AS r ORDER BY r.role$$,
     $$VALUES
-        ('mailroom_admin', 'cancel_messages, convert_sender_passwords, delete_messages, hold_messages, list_outbound_messages, list_senders, outbound_queue, outbound_stats, purge_sent_messages, reap_stuck_messages, release_held_messages, retry_failed_messages, retry_message, retry_messages, run_messages_now, sender_public_key, set_sender_public_key, show_outbound_message, upsert_sender'),
+        ('mailroom_admin', (
+            SELECT string_agg(f, ', ' ORDER BY f COLLATE "C") FROM unnest(ARRAY[
+                'convert_sender_passwords', 'list_outbound_messages', 'list_senders', 'outbound_queue', 'outbound_stats',
+                'purge_sent_messages', 'reap_stuck_messages', 'retry_failed_messages', 'retry_message',
+                'sender_public_key', 'set_sender_public_key', 'show_outbound_message', 'upsert_sender'
+            ] || ARRAY(SELECT v.function_name FROM mailroom.queue_verbs AS v)) AS f
+        ) COLLATE "default"),
         ('mailroom_app', 'enqueue_message, enqueue_message_with_attachments'),
         ('mailroom_collector', '-'),
         ('mailroom_inbound', '-'),
         ('mailroom_monitor', 'list_outbound_messages, outbound_queue, outbound_stats'),
-        ('mailroom_sender', 'claim_messages, claim_messages, finalize_messages, outbound_stats, reap_stuck_messages, release_messages'),
+        ('mailroom_sender', 'claim_messages, claim_messages, finalize_and_claim, finalize_messages, outbound_stats, reap_stuck_messages, release_messages'),
         ('mailroom_timekeeper', '-'),
         ('public', '-')$$,
     'each runtime role executes exactly its outbound functions (admin through monitor too)'

@@ -160,16 +160,10 @@ AllOption = Annotated[bool, typer.Option("--all", help="Every message the verb a
 DryRunOption = Annotated[bool, typer.Option("--dry-run", help="Say what would change; change nothing.")]
 YesOption = Annotated[bool, typer.Option("--yes", "-y", help="Do it when it touches more than one message.")]
 
-# verb -> (SQL function, past tense, what it applies to)
-VERBS: dict[str, tuple[SqlFunction, str, str]] = {
-    "hold": (sqlapi.hold_messages, "held", "queued"),
-    "release": (sqlapi.release_held_messages, "released", "held"),
-    "cancel": (sqlapi.cancel_messages, "cancelled", "queued or held"),
-    "delete": (sqlapi.delete_messages, "deleted", "any but processing"),
-    "run-now": (sqlapi.run_messages_now, "made due now", "queued"),
-    "retry": (sqlapi.retry_messages, "queued again", "failed, cancelled or held"),
-}
-DESTRUCTIVE = ("cancel", "delete", "retry")
+# the verbs are rows of mailroom.queue_verbs, declared once for the CLI in sqlapi.QUEUE_VERBS (checked
+# against the rows): a command each, by the generic shape below unless it has options of its own (retry)
+VERBS = {v.command: v for v in sqlapi.QUEUE_VERBS}
+DESTRUCTIVE = tuple(v.command for v in sqlapi.QUEUE_VERBS if v.destructive)
 
 
 def _ids(values: list[int]) -> str:
@@ -197,7 +191,8 @@ def confirm(what: str, count: int, yes: bool, dry_run: bool) -> None:
 def run_verb(verb: str, database_url: str | None, ids: Optional[list[int]], domain: Optional[str], all_: bool,
              status: Optional[str], dry_run: bool, yes: bool, **extra: Any) -> None:
     """One verb: its dry run first when it may need --yes, then the change; the outcome in a few lines."""
-    fn, done, applies = VERBS[verb]
+    declared = VERBS[verb]
+    fn, done, applies = declared.function, declared.past_tense, ", ".join(declared.from_statuses)
     url = resolve_database_url(database_url)
     selection = _selection(ids, domain, all_)
     args = {**selection, "status": status, **extra}
@@ -225,43 +220,29 @@ def run_verb(verb: str, database_url: str | None, ids: Optional[list[int]], doma
                        f"now and were not retried (ids {listed}); --include-suppressed sends them anyway", err=True)
 
 
-@outbound.command("hold")
-def hold(ids: IdsArgument = None, domain: DomainOption = None, all_: AllOption = False, status: StatusOption = None,
-         dry_run: DryRunOption = False, database_url: DatabaseUrlOption = None) -> None:
-    """Put queued messages on hold: no sender takes them until released (postsuper -h)."""
-    run_verb("hold", database_url, ids, domain, all_, status, dry_run, True)
+def _verb_command(verb: sqlapi.QueueVerb) -> None:
+    """`mailroom outbound COMMAND` for a verb without options of its own: IDs | --domain | --all,
+    --status, --dry-run, and --yes when it is destructive; its help is the verb's description."""
+    if verb.destructive:
+        def command(ids: IdsArgument = None, domain: DomainOption = None, all_: AllOption = False,
+                    status: StatusOption = None, dry_run: DryRunOption = False, yes: YesOption = False,
+                    database_url: DatabaseUrlOption = None) -> None:
+            run_verb(verb.command, database_url, ids, domain, all_, status, dry_run, yes)
+    else:
+        def command(ids: IdsArgument = None, domain: DomainOption = None, all_: AllOption = False,  # type: ignore[misc]
+                    status: StatusOption = None, dry_run: DryRunOption = False,
+                    database_url: DatabaseUrlOption = None) -> None:
+            run_verb(verb.command, database_url, ids, domain, all_, status, dry_run, True)
+    command.__name__ = verb.command.replace("-", "_")
+    outbound.command(verb.command, help=verb.description)(command)
 
 
-@outbound.command("release")
-def release(ids: IdsArgument = None, domain: DomainOption = None, all_: AllOption = False,
-            dry_run: DryRunOption = False, database_url: DatabaseUrlOption = None) -> None:
-    """Release held messages back to the queue, due when they were (postsuper -H)."""
-    run_verb("release", database_url, ids, domain, all_, None, dry_run, True)
+for _verb in sqlapi.QUEUE_VERBS:
+    if _verb.command != "retry":  # its own command below (--all-failed, --include-suppressed)
+        _verb_command(_verb)
 
 
-@outbound.command("cancel")
-def cancel(ids: IdsArgument = None, domain: DomainOption = None, all_: AllOption = False, status: StatusOption = None,
-           dry_run: DryRunOption = False, yes: YesOption = False, database_url: DatabaseUrlOption = None) -> None:
-    """Cancel queued or held messages: never sent, kept as cancelled until retention (retry brings them back)."""
-    run_verb("cancel", database_url, ids, domain, all_, status, dry_run, yes)
-
-
-@outbound.command("delete")
-def delete(ids: IdsArgument = None, domain: DomainOption = None, all_: AllOption = False, status: StatusOption = None,
-           dry_run: DryRunOption = False, yes: YesOption = False, database_url: DatabaseUrlOption = None) -> None:
-    """Delete messages of any status but processing, for good (postsuper -d)."""
-    run_verb("delete", database_url, ids, domain, all_, status, dry_run, yes)
-
-
-@outbound.command("run-now")
-def run_now(ids: IdsArgument = None, domain: DomainOption = None, all_: AllOption = False,
-            dry_run: DryRunOption = False, database_url: DatabaseUrlOption = None) -> None:
-    """Make queued messages due now (a deferred retry, a later send_after) and lift their domains'
-    backoff; the senders are woken (postqueue -f, postqueue -s DOMAIN)."""
-    run_verb("run-now", database_url, ids, domain, all_, None, dry_run, True)
-
-
-@outbound.command("retry")
+@outbound.command("retry", help=VERBS["retry"].description)
 def retry(
     ids: IdsArgument = None,
     domain: DomainOption = None,
@@ -275,8 +256,6 @@ def retry(
     yes: YesOption = False,
     database_url: DatabaseUrlOption = None,
 ) -> None:
-    """Queue failed, cancelled or held messages again, due now with a fresh attempt budget (postsuper -r);
-    messages with a recipient suppressed since are left alone, with a warning, unless --include-suppressed."""
     if all_failed:
         if all_ or ids or domain is not None or status not in (None, "failed"):
             raise ConfigError("--all-failed is --all --status failed: give no IDs, --domain, --all or other --status")

@@ -8,6 +8,10 @@ and reports raw outcomes (kind, reply code, enhanced code, reply text) in one fi
   connections per relay (a batch is dealt over them and sent in parallel), reused across messages
   and batches. No transaction is open during SMTP (autocommit:
   claim and finalize are single statements).
+- A slot that keeps going reports a fully attempted batch and claims the next in one call and one
+  commit (finalize_and_claim, issue 37); with refused recipients to record, a part unsent, or when
+  stopping, it reports with the separate calls. A batch claimed that way when a stop comes is
+  released untouched.
 - Wakes on NOTIFY mailroom_outbound (mailroom.db.listen on the listen URL), polls every
   `--poll-interval` as a fallback (retries that become due are found by the poll; behind a
   transaction pooler without a listen URL the poll is the only wake-up).
@@ -39,6 +43,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import psycopg
+from psycopg.types.composite import CompositeInfo, register_composite
 
 from mailroom.accounts import secret_key
 from mailroom.core.errors import ConfigError, Kind, UserError, describe_db_error, kind_of
@@ -184,6 +189,9 @@ class Sender(Worker):
         self.warnings = RateLimited(log)
         self.dkim = opts.dkim if opts.dkim is not None else Signer({})
         self.outcomes = OutcomeLog(log, every=opts.summary_every)
+        # the claim's row type (mailroom.claimed_message), read once: finalize_and_claim returns the next
+        # batch's rows in a column of that type, which a connection reads once the type is registered
+        self.claim_row: CompositeInfo | None = None
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -349,6 +357,7 @@ class Sender(Worker):
         lanes = [RelayConnections(self.opts.smtp_timeout, self.tls_context, self.metrics, self.opts.pipelining)
                  for _ in range(max(1, self.opts.connections))]
         conn: psycopg.AsyncConnection | None = None
+        pending: list[dict[str, Any]] = []  # the next batch, claimed with the last one's outcomes
         try:
             while not self.stopping.is_set():
                 if conn is None or conn.closed:
@@ -357,14 +366,23 @@ class Sender(Worker):
                     except ConnectFailed as exc:
                         await self._wait(self.backoff(exc))
                         continue
+                    try:
+                        await self._register_claim_row(conn)
+                    except psycopg.Error as exc:  # lost at once: a new connection, after the outage's wait
+                        await conn.close()
+                        await self._wait(self.backoff(exc))
+                        continue
                 self.wake.clear()
                 try:
                     if index == 0 and self.heartbeat.due(self.listening()):
                         await self.abeat(conn)
-                    claimed = await sqlapi.claim_messages.arows(
-                        conn, limit=self.opts.batch_size, worker=self.worker, lease=timedelta(seconds=self.lease),
-                    )
-                    rows = [r._asdict() for r in claimed]
+                    if pending:
+                        rows, pending = pending, []
+                    else:
+                        claimed = await sqlapi.claim_messages.arows(
+                            conn, limit=self.opts.batch_size, worker=self.worker, lease=timedelta(seconds=self.lease),
+                        )
+                        rows = [r._asdict() for r in claimed]
                 except psycopg.Error as exc:
                     if kind_of(exc) in (Kind.CONFIG, Kind.DENIED):  # wrong key, not installed, no grant: no retry helps
                         self.fatal = self._fatal(exc)
@@ -392,8 +410,17 @@ class Sender(Worker):
                 self.heartbeat.claimed += len(rows)
                 outcomes, unsent = await self.deliver_lanes(lanes, rows)
                 relays = {r["id"]: f"{r['smtp_host']}:{r['smtp_port']}" for r in rows}
+                if self._keeps_going(conn, outcomes, unsent):
+                    claimed_next = await self.report_and_claim(conn, outcomes, relays)
+                    if claimed_next is not None:
+                        pending = claimed_next
+                        continue
                 await self.report(conn, outcomes, unsent, relays)
         finally:
+            if pending and conn is not None:
+                # stopped with a batch claimed along with the last outcomes: given back untouched
+                with contextlib.suppress(psycopg.Error):
+                    await self.report(conn, [], pending)
             for conns in lanes:
                 await conns.close_all()
             if conn is not None:
@@ -487,6 +514,59 @@ class Sender(Worker):
                           "it was sealed for another sender key")
         return password, None
 
+    async def _register_claim_row(self, conn: psycopg.AsyncConnection) -> None:
+        """Make `conn` read mailroom.claimed_message (finalize_and_claim's column message) as a row."""
+        if self.claim_row is None:
+            self.claim_row = await CompositeInfo.fetch(conn, "mailroom.claimed_message")
+        if self.claim_row is not None:  # None: a schema without it (finalize and claim are then two calls)
+            register_composite(self.claim_row, conn)
+
+    def _keeps_going(self, conn: psycopg.AsyncConnection, outcomes: list[Outcome], unsent: list[dict]) -> bool:
+        """Whether the outcomes go with the next claim in one call (finalize_and_claim): a batch fully
+        attempted, no recipient refused (recorded first, by record_refused_recipients), not stopping."""
+        return bool(
+            outcomes and not unsent and self.claim_row is not None and not conn.closed
+            and not self.stopping.is_set() and self.fatal is None
+            and not any(o.refused for o in outcomes)
+        )
+
+    async def report_and_claim(self, conn: psycopg.AsyncConnection, outcomes: list[Outcome],
+                               relays: dict[int, str]) -> list[dict[str, Any]] | None:
+        """The batch's outcomes and the next claim in one round trip and one commit (finalize_and_claim):
+        the rows of the next batch, or None when the call failed (the caller then reports the
+        outcomes on their own, which the claim-token fence makes safe whether or not it committed)."""
+        try:
+            answered = await sqlapi.finalize_and_claim.arows(
+                conn,
+                limit=self.opts.batch_size,
+                worker=self.worker,
+                ids=[o.id for o in outcomes],
+                claim_tokens=[o.claim_token for o in outcomes],
+                outcomes=[o.outcome for o in outcomes],
+                smtp_codes=[o.code for o in outcomes],
+                enhanced_codes=[o.enhanced for o in outcomes],
+                errors=[o.error for o in outcomes],
+                lease=timedelta(seconds=self.lease),
+            )
+        except psycopg.Error as exc:
+            log.info("finalize and claim failed (%s); reporting on its own", describe_db_error(exc))
+            return None
+        self._record(outcomes, [r for r in answered if r.message is None], relays)
+        return [r.message._asdict() for r in answered if r.message is not None]  # counted as claimed when sent
+
+    def _record(self, outcomes: list[Outcome], finalized: list[Any], relays: dict[int, str]) -> None:
+        """SQL decided what each outcome means (result) and its reply class (the metric label)."""
+        results = {r.id: r for r in finalized}
+        for o in outcomes:
+            r = results.get(o.id)
+            result, reply_class = (r.result, r.reply_class) if r is not None else ("stale", "other")
+            self.metrics.record(result, reply_class, o.seconds)
+            self.outcomes.record(o, result, relays.get(o.id, "?"), r.attempts if r is not None else None,
+                                 r.next_retry_at if r is not None else None)
+        stale = sum(1 for r in results.values() if r.result == "stale")
+        if stale:
+            log.info("%d outcome(s) ignored: their claim was reaped and taken over", stale)
+
     async def report(self, conn: psycopg.AsyncConnection, outcomes: list[Outcome], unsent: list[dict],
                      relays: dict[int, str] | None = None) -> None:
         """Finalize the batch in one call and release what was not attempted (retried on a new
@@ -535,17 +615,7 @@ class Sender(Worker):
                 enhanced_codes=[o.enhanced for o in outcomes],
                 errors=[o.error for o in outcomes],
             )
-            # SQL decided what each outcome means (result) and its reply class (the metric label)
-            results = {r.id: r for r in finalized}
-            for o in outcomes:
-                r = results.get(o.id)
-                result, reply_class = (r.result, r.reply_class) if r is not None else ("stale", "other")
-                self.metrics.record(result, reply_class, o.seconds)
-                self.outcomes.record(o, result, relays.get(o.id, "?"), r.attempts if r is not None else None,
-                                     r.next_retry_at if r is not None else None)
-            stale = sum(1 for r in results.values() if r.result == "stale")
-            if stale:
-                log.info("%d outcome(s) ignored: their claim was reaped and taken over", stale)
+            self._record(outcomes, finalized, relays)
         if unsent:
             await sqlapi.release_messages.acall(
                 conn, ids=[r["id"] for r in unsent], claim_tokens=[r["claim_token"] for r in unsent]

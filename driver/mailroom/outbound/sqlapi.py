@@ -4,19 +4,33 @@ None takes a key: relay passwords come back encrypted to the sender key (outboun
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from mailroom.db.contract import SqlFunction
+
+# the claim's row: the attributes of the composite type mailroom.claimed_message (migration 0250),
+# in their order; every form of the claim returns it (tests/db/test_contract.py checks this
+# declaration against the type, so a column added to the type without this line fails there)
+CLAIMED_MESSAGE = (
+    "id", "claim_token", "attempts", "message_id", "sender_name", "from_address", "to_addrs", "cc_addrs",
+    "bcc_addrs", "subject", "text_body", "html_body", "headers", "created_at", "possibly_sent", "smtp_host",
+    "smtp_port", "smtp_security", "smtp_username", "smtp_password_sealed", "smtp_password_set",
+    "smtp_allow_cleartext", "return_path", "recipients", "return_paths", "list_unsubscribe", "dkim_domain",
+    "dkim_selector", "dkim_public_key", "dkim_algorithm", "attachments", "raw_message",
+)
 
 # the sender
 claim_messages = SqlFunction(
-    "claim_messages",
-    "p_limit integer, p_worker text, p_lease interval = default",
-    returns=(
-        "id", "claim_token", "attempts", "message_id", "sender_name", "from_address", "to_addrs", "cc_addrs",
-        "bcc_addrs", "subject", "text_body", "html_body", "headers", "created_at", "possibly_sent", "smtp_host",
-        "smtp_port", "smtp_security", "smtp_username", "smtp_password_sealed", "smtp_password_set",
-        "smtp_allow_cleartext", "return_path", "recipients", "return_paths", "list_unsubscribe", "dkim_domain",
-        "dkim_selector", "dkim_public_key", "dkim_algorithm", "attachments", "raw_message",
-    ),
+    "claim_messages", "p_limit integer, p_worker text, p_lease interval = default", returns=CLAIMED_MESSAGE
+)
+# finalize_messages then claim_messages in one commit: outcome rows (message None), then claimed rows
+# (message: a mailroom.claimed_message, read as a row once the connection registered the type)
+finalize_and_claim = SqlFunction(
+    "finalize_and_claim",
+    "p_limit integer, p_worker text, p_ids bigint[], p_claim_tokens bigint[], p_outcomes text[],"
+    " p_smtp_codes integer[] = default, p_enhanced_codes text[] = default, p_errors text[] = default,"
+    " p_lease interval = default",
+    returns=("id", "result", "attempts", "next_retry_at", "reply_class", "message"),
 )
 finalize_messages = SqlFunction(
     "finalize_messages",
@@ -85,6 +99,39 @@ run_messages_now = SqlFunction("run_messages_now", _SELECTION, returns=VERB_RESU
 retry_messages = SqlFunction(
     "retry_messages", _SELECTION + ", p_include_suppressed boolean = default", returns=VERB_RESULT
 )
+
+
+@dataclass(frozen=True)
+class QueueVerb:
+    """A row of mailroom.queue_verbs (migration 0251) as the CLI uses it: `mailroom outbound COMMAND`
+    calls `function`; tests/outbound/test_queue_verbs.py checks each declaration against its row."""
+
+    verb: str
+    function: SqlFunction
+    command: str
+    from_statuses: tuple[str, ...]
+    destructive: bool  # wants --yes for more than one message
+    past_tense: str
+    description: str  # the command's help
+
+
+QUEUE_VERBS = (
+    QueueVerb("hold", hold_messages, "hold", ("queued",), False, "held",
+              "Put queued messages on hold: no sender takes them until released (postsuper -h)."),
+    QueueVerb("release", release_held_messages, "release", ("held",), False, "released",
+              "Release held messages back to the queue, due when they were (postsuper -H)."),
+    QueueVerb("cancel", cancel_messages, "cancel", ("queued", "held"), True, "cancelled",
+              "Cancel queued or held messages: never sent, kept as cancelled until retention (retry brings them back)."),
+    QueueVerb("delete", delete_messages, "delete", ("queued", "held", "sent", "failed", "cancelled"), True, "deleted",
+              "Delete messages of any status but processing, with their idempotency keys, for good (postsuper -d)."),
+    QueueVerb("run_now", run_messages_now, "run-now", ("queued",), False, "made due now",
+              "Make queued messages due now (a deferred retry, a later send_after) and lift their domains' backoff; "
+              "the senders are woken (postqueue -f, postqueue -s DOMAIN)."),
+    QueueVerb("retry", retry_messages, "retry", ("failed", "cancelled", "held"), True, "queued again",
+              "Queue failed, cancelled or held messages again, due now with a fresh attempt budget (postsuper -r); "
+              "messages with a recipient suppressed since are left alone, with a warning, unless --include-suppressed."),
+)
+
 outbound_queue = SqlFunction("outbound_queue", "p_limit integer = default", returns=(
     "domain", "queued", "due", "held_back", "deferred", "scheduled", "held", "processing", "oldest_age_seconds",
     "backoff_until",
