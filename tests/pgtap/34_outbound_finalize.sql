@@ -318,6 +318,8 @@ SELECT is(
     (SELECT array_agg(s.scope) FROM mailroom._outbound_scopes() AS s (scope)),
     ARRAY['true'],
     'one node: one statement over all of outbound_messages (Citus: one a lane)'
+);
+
 -- finalize_and_claim (issue 37, item 5): finalize_messages then claim_messages in one transaction
 SET LOCAL mailroom.clock = '2030-01-03 00:00Z';
 UPDATE mailroom.outbound_messages SET next_retry_at = '2099-01-01Z' WHERE status = 'queued';
