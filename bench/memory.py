@@ -1,0 +1,108 @@
+"""Resident memory (VmRSS of /proc/<pid>/status) of a process tree, idle and under load (issue 37, item 8).
+
+- tree(pid): {pid: (name, rss_kib)} for pid and every descendant (parent links of /proc/*/stat).
+- Peak(pids): a thread sampling the trees every 50 ms until stopped; `.peak` keeps, per pid, the
+  largest RSS seen, `.by_name()` sums them per process name (comm: master, smtpd, cleanup, python3...).
+- summary(): one line, "name xN total MiB (max M MiB)" per name.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Callable, Iterable
+from pathlib import Path
+
+
+def _stat(pid: int) -> tuple[str, int] | None:
+    try:
+        text = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    name = text[text.index("(") + 1:text.rindex(")")]
+    return name, int(text.rsplit(")", 1)[1].split()[1])
+
+
+def rss_kib(pid: int) -> int | None:
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    except OSError:
+        return None
+    return 0  # a kernel thread or a zombie: no VmRSS line
+
+
+def tree(root: int) -> dict[int, tuple[str, int]]:
+    parents: dict[int, int] = {}
+    names: dict[int, str] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            stat = _stat(int(entry))
+            if stat is not None:
+                names[int(entry)], parents[int(entry)] = stat
+    members = {root} if root in names else set()
+    grew = True
+    while grew:
+        grew = False
+        for pid, ppid in parents.items():
+            if ppid in members and pid not in members:
+                members.add(pid)
+                grew = True
+    out = {}
+    for pid in members:
+        rss = rss_kib(pid)
+        if rss is not None:
+            out[pid] = (names[pid], rss)
+    return out
+
+
+def by_name(procs: dict[int, tuple[str, int]]) -> dict[str, tuple[int, int, int]]:
+    """{name: (count, total KiB, max KiB)}."""
+    out: dict[str, tuple[int, int, int]] = {}
+    for name, rss in procs.values():
+        n, total, top = out.get(name, (0, 0, 0))
+        out[name] = (n + 1, total + rss, max(top, rss))
+    return out
+
+
+def summary(procs: dict[int, tuple[str, int]]) -> str:
+    parts = [f"{name} x{n} {total / 1024:.1f} MiB" + (f" (max {top / 1024:.1f})" if n > 1 else "")
+             for name, (n, total, top) in sorted(by_name(procs).items(), key=lambda kv: -kv[1][1])]
+    return ", ".join(parts) or "no process"
+
+
+def total_mib(procs: dict[int, tuple[str, int]]) -> float:
+    return sum(rss for _, rss in procs.values()) / 1024
+
+
+class Peak:
+    """Samples the trees of `roots()` (called each time: processes come and go) every `interval` s;
+    `.peak` holds each pid's largest RSS seen (pids that exited stay in)."""
+
+    def __init__(self, roots: Callable[[], Iterable[int]], interval: float = 0.05) -> None:
+        self.roots = roots
+        self.interval = interval
+        self.peak: dict[int, tuple[str, int]] = {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _sample(self) -> None:
+        for root in list(self.roots()):
+            for pid, (name, rss) in tree(root).items():
+                if rss >= self.peak.get(pid, ("", -1))[1]:
+                    self.peak[pid] = (name, rss)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self._sample()
+            self._stop.wait(self.interval)
+
+    def __enter__(self) -> Peak:
+        self._sample()
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
