@@ -1,8 +1,9 @@
 """Resident memory (VmRSS of /proc/<pid>/status) of a process tree, idle and under load (issue 37, item 8).
 
-- tree(pid): {pid: (name, rss_kib)} for pid and every descendant (parent links of /proc/*/stat).
+- tree(pid): {pid: (name, rss_kib)} for pid and every descendant (parent links of /proc/*/stat);
+  the name is `mailroom <command>` for a mailroom process, else the kernel's comm (smtpd, qmgr, ...).
 - Peak(pids): a thread sampling the trees every 50 ms until stopped; `.peak` keeps, per pid, the
-  largest RSS seen, `.by_name()` sums them per process name (comm: master, smtpd, cleanup, python3...).
+  largest RSS seen, `.by_name()` sums them per process name (master, smtpd, cleanup, mailroom send, ...).
 - summary(): one line, "name xN total MiB (max M MiB)" per name.
 """
 
@@ -21,6 +22,34 @@ def _stat(pid: int) -> tuple[str, int] | None:
         return None
     name = text[text.index("(") + 1:text.rindex(")")]
     return name, int(text.rsplit(")", 1)[1].split()[1])
+
+
+def label(pid: int, comm: str) -> str:
+    """`mailroom <command>` for a mailroom process (from its command line: python -m mailroom inbox serve
+    ..., or the console script), else the kernel's comm (master, smtpd, qmgr, ...)."""
+    try:
+        args = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace").split("\0")
+    except OSError:
+        return comm
+    for i, arg in enumerate(args):
+        if arg == "mailroom" and i > 0 and args[i - 1] == "-m" or arg.endswith("/mailroom") and i <= 1:
+            words = []
+            for word in args[i + 1:]:
+                if not word or word.startswith("-") or len(words) == 2:
+                    break
+                words.append(word)
+            if words and words[0] in ("inbox", "http", "mcp", "db"):
+                words = words[:2]
+            else:
+                words = words[:1]
+            return " ".join(["mailroom", *words])
+    if any(a.endswith("inbox_serve_lines") for a in args):
+        return "bench.inbox_serve_lines"
+    if any("multiprocessing.resource_tracker" in a for a in args):
+        return "multiprocessing resource tracker"
+    if any("multiprocessing.spawn" in a for a in args) or "--multiprocessing-fork" in args:
+        return "multiprocessing child"
+    return comm
 
 
 def rss_kib(pid: int) -> int | None:
@@ -49,11 +78,15 @@ def tree(root: int) -> dict[int, tuple[str, int]]:
             if ppid in members and pid not in members:
                 members.add(pid)
                 grew = True
+    labels = {pid: label(pid, names[pid]) for pid in members}
     out = {}
     for pid in members:
         rss = rss_kib(pid)
         if rss is not None:
-            out[pid] = (names[pid], rss)
+            name = labels[pid]
+            if name.startswith("multiprocessing") and parents[pid] in labels:  # whose helper it is
+                name = f"{labels[parents[pid]]}: {name}"
+            out[pid] = (name, rss)
     return out
 
 

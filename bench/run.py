@@ -30,7 +30,7 @@ from mailroom import testing
 from mailroom.db import cluster as embedded
 from mailroom.db.connect import connect
 
-AREAS = ("accounts", "collector", "inboxes", "outbound", "partitions", "purge", "http", "citus")
+AREAS = ("accounts", "collector", "inboxes", "outbound", "partitions", "purge", "http", "citus", "memory")
 HERE = Path(__file__).resolve().parent
 
 
