@@ -212,7 +212,7 @@ def _memory_rows(name: str, idle: dict, load: dict, note: str) -> list[dict]:
     return [_row(f"memory: {name}, idle", memory.total_mib(idle), "MiB", f"VmRSS of the process tree: "
                  f"{memory.summary(idle)}; {note}"),
             _row(f"memory: {name}, under load (peak)", memory.total_mib(load), "MiB",
-                 f"each process's largest VmRSS while the runs above ran, sampled every 50 ms: "
+                 f"each process's largest VmRSS while the runs above ran, sampled every 250 ms: "
                  f"{memory.summary(load)}; {note}")]
 
 
@@ -248,11 +248,9 @@ def _postfix_reference(url: str, conn: psycopg.Connection, quick: bool,
         for name, (server_proc, _, _) in servers.items():
             idle[name] = memory.tree(server_proc.pid)
         idle["postfix"] = {pid: p for root in peer.pids() for pid, p in memory.tree(root).items()}
-        samplers = {name: memory.Peak(lambda pid=proc.pid: [pid]) for name, (proc, _, _) in servers.items()}
-        samplers["postfix"] = memory.Peak(peer.pids)
-        for sampler in samplers.values():
-            sampler.__enter__()
-        try:
+        groups = {name: (lambda pid=proc.pid: [pid]) for name, (proc, _, _) in servers.items()}
+        sampler = memory.Peak({**groups, "postfix": peer.pids})
+        with sampler:
             for rep in range(reps):
                 for mode, reuse in MODES:
                     for sessions in sessions_list:
@@ -275,9 +273,6 @@ def _postfix_reference(url: str, conn: psycopg.Connection, quick: bool,
                             rates.setdefault((name, sessions, mode), []).append(n / mr_elapsed)
                             said.append(f"{name} {n / mr_elapsed:,.0f} msg/s stored")
                         progress(f"run {rep + 1}/{reps}, {sessions} sessions, {mode}: {', '.join(said)}")
-        finally:
-            for sampler in samplers.values():
-                sampler.__exit__()
     finally:
         if peer is not None:
             peer.close()
@@ -320,7 +315,7 @@ def _postfix_reference(url: str, conn: psycopg.Connection, quick: bool,
             ("workers", f"mailroom inbox serve --workers {cores}", "the parent and its worker processes"),
             ("postfix", "Postfix (inbound: smtpd -> virtual)",
              "the master's tree: master, qmgr, pickup, smtpd, cleanup, trivial-rewrite, virtual, ...")):
-        rows += _memory_rows(label, idle[name], samplers[name].peak, note)
+        rows += _memory_rows(label, idle[name], sampler.peaks[name], note)
     for row in rows[-6:]:
         progress(f"{row['benchmark']}: {row['value']:.1f} MiB ({row['note'][:160]})")
     return rows

@@ -2,8 +2,9 @@
 
 - tree(pid): {pid: (name, rss_kib)} for pid and every descendant (parent links of /proc/*/stat);
   the name is `mailroom <command>` for a mailroom process, else the kernel's comm (smtpd, qmgr, ...).
-- Peak(pids): a thread sampling the trees every 50 ms until stopped; `.peak` keeps, per pid, the
-  largest RSS seen, `.by_name()` sums them per process name (master, smtpd, cleanup, mailroom send, ...).
+- Peak({group: roots}): a thread sampling the trees of each group every 250 ms (one /proc scan per
+  sample) until stopped; `.peaks[group]` keeps, per pid, the largest RSS seen.
+- by_name(): sums per process name (master, smtpd, cleanup, mailroom send, ...).
 - summary(): one line, "name xN total MiB (max M MiB)" per name.
 """
 
@@ -62,14 +63,20 @@ def rss_kib(pid: int) -> int | None:
     return 0  # a kernel thread or a zombie: no VmRSS line
 
 
-def tree(root: int) -> dict[int, tuple[str, int]]:
-    parents: dict[int, int] = {}
+def processes() -> tuple[dict[int, str], dict[int, int]]:
+    """One scan of /proc: ({pid: comm}, {pid: parent pid})."""
     names: dict[int, str] = {}
+    parents: dict[int, int] = {}
     for entry in os.listdir("/proc"):
         if entry.isdigit():
             stat = _stat(int(entry))
             if stat is not None:
                 names[int(entry)], parents[int(entry)] = stat
+    return names, parents
+
+
+def tree(root: int, scan: tuple[dict[int, str], dict[int, int]] | None = None) -> dict[int, tuple[str, int]]:
+    names, parents = scan or processes()
     members = {root} if root in names else set()
     grew = True
     while grew:
@@ -110,26 +117,30 @@ def total_mib(procs: dict[int, tuple[str, int]]) -> float:
 
 
 class Peak:
-    """Samples the trees of `roots()` (called each time: processes come and go) every `interval` s;
-    `.peak` holds each pid's largest RSS seen (pids that exited stay in)."""
+    """Samples, every `interval` s, the process trees of each group's roots (`groups[name]()` is called
+    each time: processes come and go), from one scan of /proc per sample (the sampler itself must
+    not load a 2-core machine); `.peaks[name]` holds each pid's largest VmRSS seen (pids that exited
+    stay in)."""
 
-    def __init__(self, roots: Callable[[], Iterable[int]], interval: float = 0.05) -> None:
-        self.roots = roots
+    def __init__(self, groups: dict[str, Callable[[], Iterable[int]]], interval: float = 0.25) -> None:
+        self.groups = groups
         self.interval = interval
-        self.peak: dict[int, tuple[str, int]] = {}
+        self.peaks: dict[str, dict[int, tuple[str, int]]] = {name: {} for name in groups}
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
     def _sample(self) -> None:
-        for root in list(self.roots()):
-            for pid, (name, rss) in tree(root).items():
-                if rss >= self.peak.get(pid, ("", -1))[1]:
-                    self.peak[pid] = (name, rss)
+        scan = processes()
+        for group, roots in self.groups.items():
+            peak = self.peaks[group]
+            for root in list(roots()):
+                for pid, (name, rss) in tree(root, scan).items():
+                    if rss >= peak.get(pid, ("", -1))[1]:
+                        peak[pid] = (name, rss)
 
     def _run(self) -> None:
-        while not self._stop.is_set():
+        while not self._stop.wait(self.interval):
             self._sample()
-            self._stop.wait(self.interval)
 
     def __enter__(self) -> Peak:
         self._sample()
@@ -139,3 +150,4 @@ class Peak:
     def __exit__(self, *exc: object) -> None:
         self._stop.set()
         self._thread.join()
+        self._sample()
