@@ -212,7 +212,8 @@ def _memory_rows(name: str, idle: dict, load: dict, note: str) -> list[dict]:
     return [_row(f"memory: {name}, idle", memory.total_mib(idle), "MiB", f"VmRSS of the process tree: "
                  f"{memory.summary(idle)}; {note}"),
             _row(f"memory: {name}, under load (peak)", memory.total_mib(load), "MiB",
-                 f"each process's largest VmRSS while the runs above ran, sampled every 250 ms: "
+                 f"the processes alive at the sample (every 250 ms, while the runs above ran) with the largest "
+                 f"summed VmRSS: "
                  f"{memory.summary(load)}; {note}")]
 
 

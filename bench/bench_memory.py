@@ -61,10 +61,11 @@ def run(url: str, quick: bool, progress: Callable[[str], None]) -> list[dict]:
     procs = run_idle(url)
     rows = [_row("memory: mailroom run, whole tree, idle", memory.total_mib(procs), "MiB",
                  f"VmRSS summed over the supervisor and its workers, 3 s after `running`: {memory.summary(procs)}")]
-    for name, (count, total, top) in sorted(memory.by_name(procs).items()):
+    for name, (count, total, top, anon) in sorted(memory.by_name(procs).items()):
         rows.append(_row(f"memory: {name}{' (the supervisor)' if name == 'mailroom run' else ''}, idle",
-                         total / 1024, "MiB", f"{count} process(es), largest {top / 1024:.1f} MiB; under "
-                         "`mailroom run`, idle; the loaded figures are in the inboxes and outbound areas"))
+                         total / 1024, "MiB", f"VmRSS; {count} process(es), largest {top / 1024:.1f} MiB, "
+                         f"RssAnon {anon / 1024:.1f} MiB; under `mailroom run`, idle; the loaded figures are "
+                         "in the inboxes and outbound areas"))
     for row in rows:
         progress(f"{row['benchmark']}: {row['value']:.1f} MiB")
     return rows

@@ -145,7 +145,7 @@ def _end_to_end(conn: psycopg.Connection, url: str, processes: int, total: int, 
     Tuned (the default of this function): filled by INSERT ... SELECT, VACUUM ANALYZE, then --concurrency 4
     --batch-size 100 --poll-interval 0.2s --reap-after 0. default=True is what a user meets: a burst enqueued
     through enqueue_message a moment before (no VACUUM, no ANALYZE) and `mailroom send --until-idle` with
-    every other option at its default. rss: gets this drain's {pid: (name, peak VmRSS)} appended (bench.memory)."""
+    every other option at its default. rss: gets this drain's peak sample appended (bench.memory.Peak)."""
     if sink is not None:
         sink.reset()
     outbound.upsert_sender.call(conn, name="bench", from_address="bench@mailroom.test", host="127.0.0.1", port=port)
@@ -225,7 +225,8 @@ def _postfix_reference(conn: psycopg.Connection, url: str, quick: bool,
         return [_row(f"reference peer: {b}", float("nan"), "", postfix_peer.SKIPPED) for b in benches]
     total, reps = (1000, 2) if quick else (10000, 3)
     rates: dict[str, list[float]] = {b: [] for b in benches}
-    rss: dict[str, dict] = {"postfix load": {}}
+    rss: dict[str, dict] = {}
+    postfix_loads: list[dict] = []
     drains: dict[int, list[dict]] = {1: [], 4: []}
     sink = smtp_tools.SmtpSink()
     peer = None
@@ -239,9 +240,7 @@ def _postfix_reference(conn: psycopg.Connection, url: str, quick: bool,
             peer.wait_held(total)
             with memory.Peak({"postfix": peer.pids}) as sampler:
                 elapsed = peer.release_and_drain(total)
-            for pid, (name, kib) in sampler.peaks["postfix"].items():  # the largest of the rounds, per pid
-                if kib >= rss["postfix load"].get(pid, ("", -1))[1]:
-                    rss["postfix load"][pid] = (name, kib)
+            postfix_loads.append(sampler.peaks["postfix"])
             rates[benches[0]].append(total / elapsed)
             progress(f"Postfix drained {total} in {elapsed:.2f}s ({total / elapsed:,.0f} msgs/s){_fdatasync_note()}")
             for name, (procs, default) in runs_of.items():
@@ -275,19 +274,20 @@ def _postfix_reference(conn: psycopg.Connection, url: str, quick: bool,
                     f"({runs}); {total} queued msgs of ~2,050 bytes by INSERT ... SELECT, VACUUM ANALYZE, "
                     f"--concurrency 4 --batch-size 100 each, timed from process start{_fdatasync_note()}")
         rows.append(_row(f"reference peer: {name}", med, "msgs/s", note))
+    rss["postfix load"] = max(postfix_loads, key=memory.total_mib)  # the round that peaked highest
     for procs in (1, 4):  # the drain whose processes together peaked highest
         rss[f"sender {procs}"] = max(drains[procs], key=memory.total_mib)
     for key, label, note in (
             ("postfix idle", "Postfix (outbound), idle", "the master's tree before the first injection: master, "
              "qmgr, pickup, smtpd, ..."),
-            ("postfix load", "Postfix (outbound), draining (peak)", "each process's largest VmRSS while Postfix "
-             "drained its queue, sampled every 250 ms: qmgr, smtp x N, cleanup, ..."),
+            ("postfix load", "Postfix (outbound), draining (peak)", "the processes alive at the sample with the "
+             "largest sum while Postfix drained its queue (every 250 ms, the round that peaked highest)"),
             ("sender idle", "mailroom send, idle", "one `mailroom send` with its defaults, 2 s after start, "
              "empty queue"),
             ("sender 1", "mailroom send, 1 sender draining (peak)", "the process's largest VmRSS, sampled every "
              "250 ms, in the drain (tuned or default) where it was largest"),
-            ("sender 4", "mailroom send, 4 senders draining (peak)", "the 4 processes' largest VmRSS summed, "
-             "sampled every 250 ms, in the drain (tuned or default) where that sum was largest")):
+            ("sender 4", "mailroom send, 4 senders draining (peak)", "the 4 processes' VmRSS at the sample "
+             "(every 250 ms) where their sum was largest, in the drain (tuned or default) where it was largest")):
         value = memory.total_mib(rss[key])
         rows.append(_row(f"memory: {label}", value, "MiB", f"VmRSS: {memory.summary(rss[key])}; {note}"))
         progress(f"memory: {label}: {value:.1f} MiB")

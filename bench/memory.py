@@ -1,9 +1,13 @@
 """Resident memory (VmRSS of /proc/<pid>/status) of a process tree, idle and under load (issue 37, item 8).
 
-- tree(pid): {pid: (name, rss_kib)} for pid and every descendant (parent links of /proc/*/stat);
-  the name is `mailroom <command>` for a mailroom process, else the kernel's comm (smtpd, qmgr, ...).
+- tree(pid): {pid: (name, VmRSS KiB, RssAnon KiB)} for pid and every descendant (parent links of
+  /proc/*/stat); the name is `mailroom <command>` for a mailroom process, else the kernel's comm
+  (smtpd, qmgr, ...). VmRSS counts shared pages (libraries, the interpreter) in every process that
+  maps them; RssAnon is the process's own anonymous memory, the fairer sum over many processes.
 - Peak({group: roots}): a thread sampling the trees of each group every 250 ms (one /proc scan per
-  sample) until stopped; `.peaks[group]` keeps, per pid, the largest RSS seen.
+  sample) until stopped; `.peaks[group]` is the sample whose summed VmRSS was the largest (processes
+  alive together at one moment: a sum over every process ever seen would add up short-lived
+  cleanup/virtual/smtpd processes that never ran at once).
 - by_name(): sums per process name (master, smtpd, cleanup, mailroom send, ...).
 - summary(): one line, "name xN total MiB (max M MiB)" per name.
 """
@@ -53,14 +57,17 @@ def label(pid: int, comm: str) -> str:
     return comm
 
 
-def rss_kib(pid: int) -> int | None:
+def rss_kib(pid: int) -> tuple[int, int] | None:
+    """(VmRSS, RssAnon) in KiB; (0, 0) for a zombie or kernel thread, None once gone."""
+    found = {"VmRSS:": 0, "RssAnon:": 0}
     try:
         for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1])
+            key = line.split(None, 1)[0] if line else ""
+            if key in found:
+                found[key] = int(line.split()[1])
     except OSError:
         return None
-    return 0  # a kernel thread or a zombie: no VmRSS line
+    return found["VmRSS:"], found["RssAnon:"]
 
 
 def processes() -> tuple[dict[int, str], dict[int, int]]:
@@ -93,50 +100,60 @@ def tree(root: int, scan: tuple[dict[int, str], dict[int, int]] | None = None) -
             name = labels[pid]
             if name.startswith("multiprocessing") and parents[pid] in labels:  # whose helper it is
                 name = f"{labels[parents[pid]]}: {name}"
-            out[pid] = (name, rss)
+            out[pid] = (name, *rss)
     return out
 
 
-def by_name(procs: dict[int, tuple[str, int]]) -> dict[str, tuple[int, int, int]]:
-    """{name: (count, total KiB, max KiB)}."""
-    out: dict[str, tuple[int, int, int]] = {}
-    for name, rss in procs.values():
-        n, total, top = out.get(name, (0, 0, 0))
-        out[name] = (n + 1, total + rss, max(top, rss))
+Procs = dict[int, tuple[str, int, int]]
+
+
+def by_name(procs: Procs) -> dict[str, tuple[int, int, int, int]]:
+    """{name: (count, VmRSS total KiB, VmRSS max KiB, RssAnon total KiB)}."""
+    out: dict[str, tuple[int, int, int, int]] = {}
+    for name, rss, anon in procs.values():
+        n, total, top, anons = out.get(name, (0, 0, 0, 0))
+        out[name] = (n + 1, total + rss, max(top, rss), anons + anon)
     return out
 
 
-def summary(procs: dict[int, tuple[str, int]]) -> str:
+def summary(procs: Procs) -> str:
+    """ "name xN VmRSS MiB (max M) [anon A]" per name, largest first, then the RssAnon total."""
     parts = [f"{name} x{n} {total / 1024:.1f} MiB" + (f" (max {top / 1024:.1f})" if n > 1 else "")
-             for name, (n, total, top) in sorted(by_name(procs).items(), key=lambda kv: -kv[1][1])]
-    return ", ".join(parts) or "no process"
+             + f" [anon {anon / 1024:.1f}]"
+             for name, (n, total, top, anon) in sorted(by_name(procs).items(), key=lambda kv: -kv[1][1])]
+    if not parts:
+        return "no process"
+    return ", ".join(parts) + f"; RssAnon total {anon_mib(procs):.1f} MiB"
 
 
-def total_mib(procs: dict[int, tuple[str, int]]) -> float:
-    return sum(rss for _, rss in procs.values()) / 1024
+def total_mib(procs: Procs) -> float:
+    """Summed VmRSS, MiB."""
+    return sum(p[1] for p in procs.values()) / 1024
+
+
+def anon_mib(procs: Procs) -> float:
+    """Summed RssAnon, MiB."""
+    return sum(p[2] for p in procs.values()) / 1024
 
 
 class Peak:
     """Samples, every `interval` s, the process trees of each group's roots (`groups[name]()` is called
     each time: processes come and go), from one scan of /proc per sample (the sampler itself must
-    not load a 2-core machine); `.peaks[name]` holds each pid's largest VmRSS seen (pids that exited
-    stay in)."""
+    not load a 2-core machine); `.peaks[name]` is that group's sample with the largest summed VmRSS."""
 
     def __init__(self, groups: dict[str, Callable[[], Iterable[int]]], interval: float = 0.25) -> None:
         self.groups = groups
         self.interval = interval
-        self.peaks: dict[str, dict[int, tuple[str, int]]] = {name: {} for name in groups}
+        self.peaks: dict[str, Procs] = {name: {} for name in groups}
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
     def _sample(self) -> None:
         scan = processes()
         for group, roots in self.groups.items():
-            peak = self.peaks[group]
-            for root in list(roots()):
-                for pid, (name, rss) in tree(root, scan).items():
-                    if rss >= peak.get(pid, ("", -1))[1]:
-                        peak[pid] = (name, rss)
+            now = {pid: p for root in list(roots()) for pid, p in tree(root, scan).items()}
+            if total_mib(now) >= total_mib(self.peaks[group]):
+                self.peaks[group] = now
 
     def _run(self) -> None:
         while not self._stop.wait(self.interval):
