@@ -312,8 +312,8 @@ def _postfix_reference(url: str, conn: psycopg.Connection, quick: bool,
                          f"open; line by line: {cpu_lines:,.0f} us ({cpu_bulk / cpu_lines:.2f}x); less sensitive "
                          "to a shared machine's load than the rates"))
     for name, label, note in (
-            ("mailroom", "mailroom inbox serve", "one process"),
-            ("workers", f"mailroom inbox serve --workers {cores}", "the parent and its worker processes"),
+            ("mailroom", "mailroom inbox serve", "one server process with its multiprocessing helpers"),
+            ("workers", f"mailroom inbox serve --workers {cores}", "the parent, its worker processes and their helpers"),
             ("postfix", "Postfix (inbound: smtpd -> virtual)",
              "the master's tree: master, qmgr, pickup, smtpd, cleanup, trivial-rewrite, virtual, ...")):
         rows += _memory_rows(label, idle[name], sampler.peaks[name], note)
