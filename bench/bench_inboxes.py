@@ -1,7 +1,8 @@
 """Expiring inboxes: inbound SMTP throughput, the expiry sweep at scale, delivery latency during it.
 
 1. Messages stored per second through the real `mailroom inbox serve` (a subprocess; also with
-   --workers 2) from Postfix's C client `smtp-source` at 1, 4 and 8 sessions (connections reused),
+   --workers 2) from Postfix's C client `smtp-source -d` at 1, 4 and 8 sessions (-d: each session
+   keeps its connection open for all its messages, smtp-source(1); bench.smtp_tools.smtp_source),
    every message checked in the table; in the same run the same client against Postfix's
    `smtp-sink` (proves the client is faster than any server here) and against a bare aiosmtpd
    server that stores nothing (the reference ceiling of an aiosmtpd server): rates and ratios.
@@ -11,9 +12,13 @@
 3. deliver_message latency (p50/p99/max) on its own, then while that sweep runs.
 4. Postfix as the reference peer (issue 25, bench/postfix_peer.py): smtp-source at 4 and 8
    sessions into a private Postfix (smtpd -> virtual(8) Maildir, timed until every file is in
-   new/), into `mailroom inbox serve`, and into the same server reading DATA line by line (the
-   reader before the block reader, bench.inbox_serve_lines), interleaved; rates, ratios to
-   Postfix, and the server's CPU per message; then the two DATA readers alone on one message.
+   new/), into `mailroom inbox serve` (one process and --workers one per core), and into the same
+   server reading DATA line by line (the reader before the block reader, bench.inbox_serve_lines),
+   interleaved, each both ways: sessions kept open (`smtp-source -d`) and a new session per
+   message (without -d: connect, banner, EHLO, ..., QUIT every message); rates, ratios to Postfix
+   of the same mode, and the server's CPU per message; the resident memory (VmRSS, bench.memory)
+   of each server's process tree and of Postfix's (master, smtpd, cleanup, qmgr, virtual, ...) idle
+   and at its peak under that load; then the two DATA readers alone on one message.
 
 The backlog is loaded with one INSERT ... SELECT (expires_at in the past); the measured calls are
 the real SQL API. A `bench` plan with a huge message cap keeps the count limit out of the way.
@@ -35,7 +40,7 @@ from pathlib import Path
 
 import psycopg
 
-from bench import postfix_peer, smtp_tools
+from bench import memory, postfix_peer, smtp_tools
 from mailroom.inboxes import sqlapi as inboxes
 
 AREA = "inboxes"
@@ -200,21 +205,38 @@ def _cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+MODES = (("kept open", True), ("new session per message", False))  # smtp-source -d / without -d
+
+
+def _memory_rows(name: str, idle: dict, load: dict, note: str) -> list[dict]:
+    return [_row(f"memory: {name}, idle", memory.total_mib(idle), "MiB", f"VmRSS of the process tree: "
+                 f"{memory.summary(idle)}; {note}"),
+            _row(f"memory: {name}, under load (peak)", memory.total_mib(load), "MiB",
+                 f"the processes alive at the sample (every 250 ms, while the runs above ran) with the largest "
+                 f"summed VmRSS: "
+                 f"{memory.summary(load)}; {note}")]
+
+
 def _postfix_reference(url: str, conn: psycopg.Connection, quick: bool,
                        progress: Callable[[str], None]) -> list[dict]:
     """Postfix as the reference peer (issue 25): smtp-source -> a private Postfix (smtpd -> virtual(8)
     into one Maildir), timed until every message is a file in new/, against smtp-source -> `mailroom
-    inbox serve` (stored when smtp-source exits), 4 and 8 sessions, the same messages; interleaved
-    (Postfix, mailroom, Postfix, ...), medians and the ratio to Postfix's median of the same run."""
+    inbox serve` (stored when smtp-source exits), 4 and 8 sessions, the same messages, each with the
+    sessions kept open (smtp-source -d) and with a new session per message (no -d); interleaved
+    (Postfix, mailroom, Postfix, ...), medians and the ratio to Postfix's median of the same run and
+    mode. Resident memory (bench.memory) of each server's process tree and of Postfix's idle and
+    under this load."""
     sessions_list = (4, 8)
     if not postfix_peer.available():
-        return [_row(f"reference peer: {peer}, {s} sessions", float("nan"), "", postfix_peer.SKIPPED)
-                for s in sessions_list for peer in ("Postfix smtpd -> virtual Maildir", "mailroom inbox serve")]
+        return [_row(f"reference peer: {peer}, {s} sessions, {mode}", float("nan"), "", postfix_peer.SKIPPED)
+                for mode, _ in MODES for s in sessions_list
+                for peer in ("Postfix smtpd -> virtual Maildir", "mailroom inbox serve")]
     n, reps = (1000, 2) if quick else (10000, 3)
-    rates: dict[tuple[str, int], list[float]] = {}
+    rates: dict[tuple[str, int, str], list[float]] = {}
     cpu: dict[tuple[str, int], list[float]] = {}  # the server process's CPU microseconds per message
     peer = None
     servers = {}
+    idle: dict[str, dict] = {}
     try:
         # Postfix runs an smtpd per session and a virtual(8) per delivery, on every core; mailroom's
         # counterpart is --workers (one process per core), measured beside the one-process server
@@ -223,55 +245,80 @@ def _postfix_reference(url: str, conn: psycopg.Connection, quick: bool,
                                       ("lines", "bench.inbox_serve_lines", 1)):
             servers[name] = _start_server(url, workers=workers, module=module)
         peer = postfix_peer.PostfixPeer("inbound")
-        for rep in range(reps):
-            for sessions in sessions_list:
-                elapsed = peer.inbound(sessions, n, SIZE)
-                rates.setdefault(("postfix", sessions), []).append(n / elapsed)
-                said = [f"Postfix {n / elapsed:,.0f} msg/s in the Maildir"]
-                for name, (server_proc, port, _) in servers.items():
-                    address = _mailbox(conn)
-                    cpu0 = _cpu_seconds(server_proc.pid)
-                    mr_elapsed = smtp_tools.smtp_source(port, sessions, n, SIZE, "bench@example.com", address)
-                    cpu.setdefault((name, sessions), []).append((_cpu_seconds(server_proc.pid) - cpu0) / n * 1e6)
-                    stored = _stored(conn, [address])
-                    if stored != n:
-                        raise RuntimeError(f"{name}: smtp-source sent {n} messages but {stored} are stored")
-                    rates.setdefault((name, sessions), []).append(n / mr_elapsed)
-                    said.append(f"{name} {n / mr_elapsed:,.0f} msg/s stored")
-                progress(f"run {rep + 1}/{reps}, {sessions} sessions: {', '.join(said)}")
+        time.sleep(1)  # let the servers settle before the idle reading
+        for name, (server_proc, _, _) in servers.items():
+            idle[name] = memory.tree(server_proc.pid)
+        idle["postfix"] = {pid: p for root in peer.pids() for pid, p in memory.tree(root).items()}
+        groups = {name: (lambda pid=proc.pid: [pid]) for name, (proc, _, _) in servers.items()}
+        sampler = memory.Peak({**groups, "postfix": peer.pids})
+        with sampler:
+            for rep in range(reps):
+                for mode, reuse in MODES:
+                    for sessions in sessions_list:
+                        elapsed = peer.inbound(sessions, n, SIZE, reuse=reuse)
+                        rates.setdefault(("postfix", sessions, mode), []).append(n / elapsed)
+                        said = [f"Postfix {n / elapsed:,.0f} msg/s in the Maildir"]
+                        for name, (server_proc, port, _) in servers.items():
+                            if name == "lines" and not reuse:
+                                continue  # the DATA reader A/B does not depend on the sessions
+                            address = _mailbox(conn)
+                            cpu0 = _cpu_seconds(server_proc.pid)
+                            mr_elapsed = smtp_tools.smtp_source(port, sessions, n, SIZE, "bench@example.com",
+                                                                address, reuse)
+                            if reuse:
+                                cpu.setdefault((name, sessions), []).append(
+                                    (_cpu_seconds(server_proc.pid) - cpu0) / n * 1e6)
+                            stored = _stored(conn, [address])
+                            if stored != n:
+                                raise RuntimeError(f"{name}: smtp-source sent {n} messages but {stored} are stored")
+                            rates.setdefault((name, sessions, mode), []).append(n / mr_elapsed)
+                            said.append(f"{name} {n / mr_elapsed:,.0f} msg/s stored")
+                        progress(f"run {rep + 1}/{reps}, {sessions} sessions, {mode}: {', '.join(said)}")
     finally:
         if peer is not None:
             peer.close()
         for proc, _, log_path in servers.values():
             _stop_server(proc, log_path)
     rows = []
+    for mode, reuse in MODES:
+        flag = "smtp-source -d" if reuse else "smtp-source without -d"
+        for sessions in sessions_list:
+            ref = statistics.median(rates["postfix", sessions, mode])
+            runs = ", ".join(f"{r:,.0f}" for r in rates["postfix", sessions, mode])
+            rows.append(_row(f"reference peer: smtp-source -> Postfix smtpd -> virtual(8) Maildir, {sessions} sessions, "
+                             f"{mode}", ref, "msg/s", f"reference: median of {reps} runs ({runs}); {flag}; {n} msgs of "
+                             f"{SIZE} bytes, timed from smtp-source's start until every one is a file in new/"))
+            for name, label in (("mailroom", "mailroom inbox serve"),
+                                ("workers", f"mailroom inbox serve --workers {cores}")):
+                mine = statistics.median(rates[name, sessions, mode])
+                runs = ", ".join(f"{r:,.0f}" for r in rates[name, sessions, mode])
+                rows.append(_row(f"reference peer: smtp-source -> {label}, {sessions} sessions, {mode}", mine, "msg/s",
+                                 f"{mine / ref:.2f}x Postfix ({ref:,.0f} msg/s, same run and mode, interleaved); "
+                                 f"{flag}; median of {reps} runs ({runs}); {n} msgs, every one checked in the table"
+                                 + ("; one server process per core, as Postfix uses every core" if name == "workers"
+                                    else "")))
     for sessions in sessions_list:
-        ref = statistics.median(rates["postfix", sessions])
-        mine = statistics.median(rates["mailroom", sessions])
-        runs = ", ".join(f"{r:,.0f}" for r in rates["postfix", sessions])
-        rows.append(_row(f"reference peer: smtp-source -> Postfix smtpd -> virtual(8) Maildir, {sessions} sessions",
-                         ref, "msg/s", f"reference: median of {reps} runs ({runs}); {n} msgs of {SIZE} bytes, "
-                         "timed from smtp-source's start until every one is a file in new/"))
-        runs = ", ".join(f"{r:,.0f}" for r in rates["mailroom", sessions])
-        rows.append(_row(f"reference peer: smtp-source -> mailroom inbox serve, {sessions} sessions", mine, "msg/s",
-                         f"{mine / ref:.2f}x Postfix ({ref:,.0f} msg/s, same run, interleaved); median of {reps} "
-                         f"runs ({runs}); {n} msgs, every one checked in the table"))
-        spread = statistics.median(rates["workers", sessions])
-        runs = ", ".join(f"{r:,.0f}" for r in rates["workers", sessions])
-        rows.append(_row(f"reference peer: smtp-source -> mailroom inbox serve --workers {cores}, {sessions} sessions",
-                         spread, "msg/s", f"{spread / ref:.2f}x Postfix ({ref:,.0f} msg/s, same run, interleaved); "
-                         f"one server process per core, as Postfix uses every core; median of {reps} runs ({runs}); "
-                         f"{n} msgs, every one checked in the table"))
-        lines = statistics.median(rates["lines", sessions])
-        runs = ", ".join(f"{r:,.0f}" for r in rates["lines", sessions])
-        rows.append(_row(f"A/B: mailroom inbox serve reading DATA line by line, {sessions} sessions", lines, "msg/s",
-                         f"{lines / ref:.2f}x Postfix; the block reader above is {mine / lines:.2f}x this (same run, "
-                         f"interleaved); median of {reps} runs ({runs}); bench.inbox_serve_lines"))
+        mode = MODES[0][0]
+        ref = statistics.median(rates["postfix", sessions, mode])
+        mine = statistics.median(rates["mailroom", sessions, mode])
+        lines = statistics.median(rates["lines", sessions, mode])
+        runs = ", ".join(f"{r:,.0f}" for r in rates["lines", sessions, mode])
+        rows.append(_row(f"A/B: mailroom inbox serve reading DATA line by line, {sessions} sessions, {mode}", lines,
+                         "msg/s", f"{lines / ref:.2f}x Postfix; the block reader above is {mine / lines:.2f}x this "
+                         f"(same run, interleaved); median of {reps} runs ({runs}); bench.inbox_serve_lines"))
         cpu_bulk, cpu_lines = statistics.median(cpu["mailroom", sessions]), statistics.median(cpu["lines", sessions])
         rows.append(_row(f"A/B: inbox serve CPU per message, DATA in blocks, {sessions} sessions", cpu_bulk, "us",
-                         f"the server process's user+system CPU / messages, median of {reps} runs; line by line: "
-                         f"{cpu_lines:,.0f} us ({cpu_bulk / cpu_lines:.2f}x); less sensitive to a shared machine's "
-                         "load than the rates"))
+                         f"the server process's user+system CPU / messages, median of {reps} runs, sessions kept "
+                         f"open; line by line: {cpu_lines:,.0f} us ({cpu_bulk / cpu_lines:.2f}x); less sensitive "
+                         "to a shared machine's load than the rates"))
+    for name, label, note in (
+            ("mailroom", "mailroom inbox serve", "one server process with its multiprocessing helpers"),
+            ("workers", f"mailroom inbox serve --workers {cores}", "the parent, its worker processes and their helpers"),
+            ("postfix", "Postfix (inbound: smtpd -> virtual)",
+             "the master's tree: master, qmgr, pickup, smtpd, cleanup, trivial-rewrite, virtual, ...")):
+        rows += _memory_rows(label, idle[name], sampler.peaks[name], note)
+    for row in rows[-6:]:
+        progress(f"{row['benchmark']}: {row['value']:.1f} MiB ({row['note'][:160]})")
     return rows
 
 

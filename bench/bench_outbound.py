@@ -16,8 +16,14 @@
 
 5. Postfix as the reference peer (issue 25, bench/postfix_peer.py): a private Postfix's hold queue
    of 10,000 ~2 KB messages (quick: 1,000) released to smtp-sink by its smtp(8) client, against
-   `mailroom send` (1 and 4 senders) draining as many ~2 KB messages to the same sink; interleaved,
-   3 rounds (quick: 2), medians and the ratio to Postfix of the same run.
+   `mailroom send` (1 and 4 senders) draining as many ~2 KB messages to the same sink, two ways
+   (issue 37): tuned (INSERT ... SELECT, VACUUM ANALYZE, --batch-size 100 --poll-interval 0.2s)
+   and default, what a user meets (a burst enqueued through enqueue_message a moment before, no
+   ANALYZE, `mailroom send --until-idle` with its defaults); both timed from process start;
+   interleaved, 3 rounds (quick: 2), medians and the ratio to Postfix of the same run; the
+   machine's fdatasync rate (bench.run, pg_test_fsync) in each row's note. Resident memory
+   (bench.memory, VmRSS): Postfix's processes idle and draining, one idle `mailroom send`, and the
+   sender processes at their peak while draining.
 
 6. Batch 1, the sender keeping going (issue 37, item 5): finalize_and_claim (one round trip and one
    commit a message) and the two calls it replaces (claim_messages, then finalize_messages), each
@@ -48,7 +54,7 @@ import psycopg
 from aiosmtpd.controller import Controller
 from psycopg.types.composite import CompositeInfo, register_composite
 
-from bench import postfix_peer, smtp_tools
+from bench import memory, postfix_peer, smtp_tools
 from mailroom.db import cluster as embedded
 from mailroom.outbound import sqlapi as outbound
 
@@ -211,55 +217,118 @@ def _free_port() -> int:
 
 
 def _end_to_end(conn: psycopg.Connection, url: str, processes: int, total: int, sink: _Sink | None,
-                port: int, extra: list[str] | None = None, text_body: str | None = None) -> float:
+                port: int, extra: list[str] | None = None, text_body: str | None = None,
+                default: bool = False, rss: list | None = None) -> float:
+    """Drain `total` queued messages with `processes` `mailroom send --until-idle`, timed from their start.
+
+    Tuned (the default of this function): filled by INSERT ... SELECT, VACUUM ANALYZE, then --concurrency 4
+    --batch-size 100 --poll-interval 0.2s --reap-after 0. default=True is what a user meets: a burst enqueued
+    through enqueue_message a moment before (no VACUUM, no ANALYZE) and `mailroom send --until-idle` with
+    every other option at its default. rss: gets this drain's peak sample appended (bench.memory.Peak)."""
     if sink is not None:
         sink.reset()
     outbound.upsert_sender.call(conn, name="bench", from_address="bench@mailroom.test", host="127.0.0.1", port=port)
     conn.execute("TRUNCATE mailroom.outbound_messages")
-    _fill(conn, total, text_body)
-    conn.execute("VACUUM ANALYZE mailroom.outbound_messages")
     env = dict(os.environ, MAILROOM_DATABASE_URL=url, PYTHONPATH=str(ROOT / "driver"))
-    argv = [sys.executable, "-m", "mailroom", "send", "--until-idle", "--concurrency", "4", "--batch-size", "100",
-            "--poll-interval", "0.2s", "--reap-after", "0", *(extra or [])]
+    if default:
+        with conn.transaction():
+            for g in range(total):
+                outbound.enqueue_message.call(conn, sender="bench", to=[f"rcpt{g}@example.com"], subject=f"bench {g}",
+                                              text_body=text_body or f"text body {g}")
+        argv = [sys.executable, "-m", "mailroom", "send", "--until-idle", *(extra or [])]
+        env = {k: v for k, v in env.items() if not k.startswith("MAILROOM_SEND_")}
+    else:
+        _fill(conn, total, text_body)
+        conn.execute("VACUUM ANALYZE mailroom.outbound_messages")
+        argv = [sys.executable, "-m", "mailroom", "send", "--until-idle", "--concurrency", "4", "--batch-size", "100",
+                "--poll-interval", "0.2s", "--reap-after", "0", *(extra or [])]
     started = time.perf_counter()
     procs = [subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE) for _ in range(processes)]
-    for proc in procs:
-        _, err = proc.communicate(timeout=300)
-        if proc.returncode != 0:
-            raise RuntimeError(f"mailroom send failed: {err.decode()[-300:]}")
+    with memory.Peak({"send": lambda: [p.pid for p in procs if p.poll() is None]}) as sampler:
+        for proc in procs:
+            _, err = proc.communicate(timeout=300)
+            if proc.returncode != 0:
+                raise RuntimeError(f"mailroom send failed: {err.decode()[-300:]}")
     elapsed = time.perf_counter() - started
+    if rss is not None:
+        rss.append(sampler.peaks["send"])
     sent = conn.execute("SELECT count(*) FROM mailroom.outbound_messages WHERE status = 'sent'").fetchone()[0]
     assert sent == total, f"{sent} of {total} sent"
     return total / elapsed
+
+
+def _idle_sender_rss(url: str, port: int) -> dict:
+    """VmRSS of one `mailroom send` with its defaults, waiting on an empty queue (2 s after start)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MAILROOM_SEND_")}
+    env |= {"MAILROOM_DATABASE_URL": url, "PYTHONPATH": str(ROOT / "driver")}
+    proc = subprocess.Popen([sys.executable, "-m", "mailroom", "send"], env=env, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        time.sleep(2)
+        if proc.poll() is not None:
+            raise RuntimeError(f"mailroom send exited with {proc.returncode} on an empty queue")
+        return memory.tree(proc.pid)
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def _fdatasync_note() -> str:
+    rate = os.environ.get("MAILROOM_BENCH_FDATASYNC")
+    return f"; fdatasync {int(rate):,}/s (pg_test_fsync, same run)" if rate and rate.isdigit() else ""
+
+
+_TUNED = "tuned: INSERT ... SELECT, VACUUM ANALYZE, --concurrency 4 --batch-size 100"
+_DEFAULT = "default: burst enqueued a moment before, no ANALYZE, `send --until-idle` defaults"
 
 
 def _postfix_reference(conn: psycopg.Connection, url: str, quick: bool,
                        progress: Callable[[str], None]) -> list[dict]:
     """Postfix as the reference peer (issue 25): its hold queue drained by its smtp(8) client to
     Postfix's smtp-sink, and `mailroom send` (1 and 4 senders) draining the same count of ~2 KB
-    messages to the same sink; interleaved (Postfix, mailroom x1, mailroom x4, Postfix, ...),
-    medians and the ratio to Postfix's median of the same run."""
-    benches = ("Postfix: hold queue released, smtp(8) -> smtp-sink", "mailroom send, 1 sender -> smtp-sink",
-               "mailroom send, 4 senders -> smtp-sink")
+    messages to the same sink, tuned and default (issue 37: see _end_to_end); interleaved (Postfix,
+    tuned x1, tuned x4, default x1, default x4, Postfix, ...), medians and the ratio to Postfix's
+    median of the same run. Resident memory (bench.memory): Postfix's tree idle and while it drains,
+    one idle `mailroom send`, and the sender processes at their peak while they drain."""
+    benches = ("Postfix: hold queue released, smtp(8) -> smtp-sink",
+               f"mailroom send ({_TUNED}), 1 sender -> smtp-sink",
+               f"mailroom send ({_TUNED}), 4 senders -> smtp-sink",
+               f"mailroom send ({_DEFAULT}), 1 sender -> smtp-sink",
+               f"mailroom send ({_DEFAULT}), 4 senders -> smtp-sink")
+    runs_of = {benches[1]: (1, False), benches[2]: (4, False), benches[3]: (1, True), benches[4]: (4, True)}
     if not postfix_peer.available():
         return [_row(f"reference peer: {b}", float("nan"), "", postfix_peer.SKIPPED) for b in benches]
     total, reps = (1000, 2) if quick else (10000, 3)
     rates: dict[str, list[float]] = {b: [] for b in benches}
+    rss: dict[str, dict] = {}
+    postfix_loads: list[dict] = []
+    drains: dict[int, list[dict]] = {1: [], 4: []}
     sink = smtp_tools.SmtpSink()
     peer = None
     try:
         peer = postfix_peer.PostfixPeer("outbound", relay_port=sink.port)
+        time.sleep(1)
+        rss["postfix idle"] = {pid: p for root in peer.pids() for pid, p in memory.tree(root).items()}
         for rep in range(reps):
             progress(f"Postfix reference, run {rep + 1}/{reps}: injecting {total} messages on hold")
             smtp_tools.smtp_source(peer.port, 4, total, 2000, "bench@example.com", "rcpt@example.com")
             peer.wait_held(total)
-            elapsed = peer.release_and_drain(total)
+            with memory.Peak({"postfix": peer.pids}) as sampler:
+                elapsed = peer.release_and_drain(total)
+            postfix_loads.append(sampler.peaks["postfix"])
             rates[benches[0]].append(total / elapsed)
-            progress(f"Postfix drained {total} in {elapsed:.2f}s ({total / elapsed:,.0f} msgs/s)")
-            for procs, name in ((1, benches[1]), (4, benches[2])):
-                rate = _end_to_end(conn, url, procs, total, None, sink.port, text_body=TEXT_2KB)
+            progress(f"Postfix drained {total} in {elapsed:.2f}s ({total / elapsed:,.0f} msgs/s){_fdatasync_note()}")
+            for name, (procs, default) in runs_of.items():
+                rate = _end_to_end(conn, url, procs, total, None, sink.port, text_body=TEXT_2KB, default=default,
+                                   rss=drains[procs])
                 rates[name].append(rate)
-                progress(f"{name}: {rate:,.0f} msgs/s")
+                progress(f"{name}: {rate:,.0f} msgs/s ({rate / rates[benches[0]][-1]:.2f}x this round's Postfix)")
+        conn.execute("TRUNCATE mailroom.outbound_messages")
+        rss["sender idle"] = _idle_sender_rss(url, sink.port)
     finally:
         if peer is not None:
             peer.close()
@@ -273,12 +342,34 @@ def _postfix_reference(conn: psycopg.Connection, url: str, quick: bool,
         if name == benches[0]:
             note = (f"reference: median of {reps} runs ({runs}); {total} msgs of ~2 KB (smtp-source -l 2000) "
                     "injected on hold (not timed), then postsuper -H ALL + postqueue -f until the queue is empty; "
-                    "default_destination_concurrency_limit 20")
+                    f"default_destination_concurrency_limit 20{_fdatasync_note()}")
+        elif runs_of[name][1]:
+            note = (f"{med / ref:.2f}x Postfix ({ref:,.0f} msgs/s, same run, interleaved); median of {reps} runs "
+                    f"({runs}); {total} msgs of ~2,050 bytes enqueued by enqueue_message in one transaction just "
+                    "before (not timed), no VACUUM/ANALYZE, `mailroom send --until-idle` and nothing else (MAILROOM_SEND_* "
+                    f"unset), timed from process start{_fdatasync_note()}")
         else:
             note = (f"{med / ref:.2f}x Postfix ({ref:,.0f} msgs/s, same run, interleaved); median of {reps} runs "
-                    f"({runs}); {total} queued msgs of ~2,050 bytes, --concurrency 4 each, "
-                    "start-up included")
+                    f"({runs}); {total} queued msgs of ~2,050 bytes by INSERT ... SELECT, VACUUM ANALYZE, "
+                    f"--concurrency 4 --batch-size 100 each, timed from process start{_fdatasync_note()}")
         rows.append(_row(f"reference peer: {name}", med, "msgs/s", note))
+    rss["postfix load"] = max(postfix_loads, key=memory.total_mib)  # the round that peaked highest
+    for procs in (1, 4):  # the drain whose processes together peaked highest
+        rss[f"sender {procs}"] = max(drains[procs], key=memory.total_mib)
+    for key, label, note in (
+            ("postfix idle", "Postfix (outbound), idle", "the master's tree before the first injection: master, "
+             "qmgr, pickup, smtpd, ..."),
+            ("postfix load", "Postfix (outbound), draining (peak)", "the processes alive at the sample with the "
+             "largest sum while Postfix drained its queue (every 250 ms, the round that peaked highest)"),
+            ("sender idle", "mailroom send, idle", "one `mailroom send` with its defaults, 2 s after start, "
+             "empty queue"),
+            ("sender 1", "mailroom send, 1 sender draining (peak)", "the process's largest VmRSS, sampled every "
+             "250 ms, in the drain (tuned or default) where it was largest"),
+            ("sender 4", "mailroom send, 4 senders draining (peak)", "the 4 processes' VmRSS at the sample "
+             "(every 250 ms) where their sum was largest, in the drain (tuned or default) where it was largest")):
+        value = memory.total_mib(rss[key])
+        rows.append(_row(f"memory: {label}", value, "MiB", f"VmRSS: {memory.summary(rss[key])}; {note}"))
+        progress(f"memory: {label}: {value:.1f} MiB")
     return rows
 
 

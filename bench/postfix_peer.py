@@ -17,6 +17,9 @@ Two modes:
 - "inbound": smtpd -> virtual(8) into one Maildir (virtual_mailbox_maps static:, owned by
   nobody); `count_delivered()` counts the files in its new/ directory.
 
+`pids()` is the master's pid: its process tree (master, smtpd, cleanup, qmgr, smtp, virtual, ...)
+is what bench.memory measures.
+
 `available()` tells whether the binaries are there; the benchmarks then report
 "skipped: postfix not installed" instead of failing. BENCH_KEEP_POSTFIX=1 keeps the instance's
 directory (main.cf, master.cf, its maillog) after it stops, to read what it did.
@@ -205,6 +208,11 @@ class PostfixPeer:
         except (OSError, ValueError, IndexError):
             return None
 
+    def pids(self) -> list[int]:
+        """The master's pid (the root of every Postfix process of this instance), for bench.memory."""
+        pid = self._master_pid()
+        return [] if pid is None else [pid]
+
     def close(self) -> None:
         atexit.unregister(self.close)
         if not self._started:
@@ -289,11 +297,12 @@ class PostfixPeer:
     def clear_maildir(self) -> None:
         shutil.rmtree(self.maildir_base / "bench", ignore_errors=True)
 
-    def inbound(self, sessions: int, n: int, size: int, timeout: float = 600) -> float:
-        """Seconds from smtp-source's start until all n messages are files in the Maildir's new/."""
+    def inbound(self, sessions: int, n: int, size: int, timeout: float = 600, reuse: bool = True) -> float:
+        """Seconds from smtp-source's start until all n messages are files in the Maildir's new/
+        (reuse: smtp-source -d, sessions kept open; else a new session per message)."""
         self.clear_maildir()
         t0 = time.perf_counter()
-        smtp_tools.smtp_source(self.port, sessions, n, size, "bench@example.com", "inbox@example.com")
+        smtp_tools.smtp_source(self.port, sessions, n, size, "bench@example.com", "inbox@example.com", reuse)
         deadline = time.monotonic() + timeout
         while (have := self.count_delivered()) < n:
             if time.monotonic() > deadline:

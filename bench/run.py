@@ -5,6 +5,9 @@
 The cluster runs with PostgreSQL's default durability (fsync on, synchronous_commit on), and
 pgbench's single-row commit rate is measured first, in the same run, as the reference the
 other rates are compared with: absolute numbers vary between machines, ratios travel better.
+The storage's fdatasync rate (`pg_test_fsync -s 1`, its "one 8kB write" fdatasync line, on the
+cluster's own file system) is measured with it: printed, in the machine table, a row of its own,
+and in the notes of the outbound drain rows (env MAILROOM_BENCH_FDATASYNC hands it to the areas).
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ from mailroom import testing
 from mailroom.db import cluster as embedded
 from mailroom.db.connect import connect
 
-AREAS = ("accounts", "collector", "inboxes", "outbound", "partitions", "purge", "http", "citus")
+AREAS = ("accounts", "collector", "inboxes", "outbound", "partitions", "purge", "http", "citus", "memory")
 HERE = Path(__file__).resolve().parent
 
 
@@ -58,6 +61,30 @@ def pgbench_reference(cluster: embedded.Cluster, seconds: int) -> dict:
         raise RuntimeError(f"pgbench failed: {out.stderr.strip()[-200:]}")
     return {"area": "reference", "benchmark": "pgbench single-row INSERT commit rate (1 client)",
             "value": float(match.group(1)), "unit": "tx/s", "note": f"{seconds}s run, synchronous_commit=on"}
+
+
+def fdatasync_rate(directory: Path, seconds: int = 1) -> dict:
+    """fdatasync ops/sec of one 8 kB write from pg_test_fsync (PostgreSQL's bin dir), a file in `directory`."""
+    exe = shutil.which("pg_test_fsync") or str(embedded.find_bindir() / "pg_test_fsync")
+    target = directory / "pg_test_fsync.out"
+    try:
+        out = subprocess.run([exe, "-s", str(seconds), "-f", str(target)], capture_output=True, text=True,
+                             timeout=30 * seconds + 120)
+    finally:
+        target.unlink(missing_ok=True)
+    return {"area": "reference", "benchmark": "fdatasync rate of the cluster's file system (pg_test_fsync)",
+            "value": parse_fdatasync(out.stdout), "unit": "ops/s",
+            "note": f"pg_test_fsync -s {seconds}, one 8 kB write, fdatasync (wal_sync_method's Linux default): "
+                    "the ceiling of one-commit-per-message paths on this disk"}
+
+
+def parse_fdatasync(text: str) -> float:
+    """The fdatasync ops/sec of pg_test_fsync's first section ("using one 8kB write")."""
+    section = text.split("one 8kB write", 1)
+    match = re.search(r"^\s*fdatasync\s+([\d.]+) ops/sec", section[-1], re.M) if len(section) == 2 else None
+    if not match:
+        raise RuntimeError(f"pg_test_fsync: no fdatasync rate in its output: {text.strip()[-200:]}")
+    return float(match.group(1))
 
 
 def machine(cluster: embedded.Cluster) -> list[tuple[str, str]]:
@@ -139,6 +166,17 @@ def main(argv: list[str] | None = None) -> int:
         rows.append(ref_row)
         reference = ref_row["value"]
         progress(f"reference: {reference:,.0f} commits/s")
+        progress("fdatasync rate (pg_test_fsync -s 1)")
+        try:
+            sync_row = fdatasync_rate(Path(cluster.home))
+        except (OSError, RuntimeError, subprocess.SubprocessError) as exc:
+            failures += 1
+            sync_row = {"area": "reference", "benchmark": "fdatasync rate (pg_test_fsync)", "value": float("nan"),
+                        "unit": "ops/s", "note": f"FAILED: {str(exc)[:160]}"}
+        rows.append(sync_row)
+        info.append(("fdatasync (pg_test_fsync -s 1, one 8 kB write)", f"{fmt(sync_row['value'])} ops/s"))
+        os.environ["MAILROOM_BENCH_FDATASYNC"] = f"{sync_row['value']:.0f}"
+        progress(f"fdatasync: {fmt(sync_row['value'])} ops/s")
         for area in areas:
             dbname = f"bench_{area}"
             url = testing.migrated_database(cluster, dbname)

@@ -1,7 +1,11 @@
 """Reference SMTP peers for the benchmarks: Postfix's smtp-source/smtp-sink and a bare aiosmtpd.
 
-- smtp_source(): Postfix's C load generator (one process, N sessions, connection reused with -d),
-  timed from start to exit; what it sends is counted by its peer (the database for mailroom).
+- smtp_source(): Postfix's C load generator (one process, N sessions), timed from start to exit; what
+  it sends is counted by its peer (the database for mailroom). smtp-source(1): `-d` is "don't
+  disconnect after sending a message; send the next message over the same connection", so
+  reuse=True (`-d`) keeps each session open for all its messages, reuse=False (no `-d`) opens a new
+  session (connect, banner, EHLO ... QUIT) per message. Checked: 20 messages over 2 sessions are
+  2 TCP connections with -d and 20 without.
 - SmtpSink: Postfix's smtp-sink (accepts and discards); run as `nobody` when we are root.
 - BareSmtpd: an aiosmtpd server in its own process whose handler stores nothing (`python -m
   bench.smtp_tools bare PORT`), the reference ceiling of an aiosmtpd-based server.
@@ -45,13 +49,15 @@ def wait_port(port: int, proc: subprocess.Popen | None = None, timeout: float = 
     raise RuntimeError(f"nothing listens on port {port}")
 
 
-def smtp_source(port: int, sessions: int, messages: int, size: int, mail_from: str, rcpt: str) -> float:
-    """Seconds smtp-source took to send `messages` (each session reuses its connection)."""
+def smtp_source(port: int, sessions: int, messages: int, size: int, mail_from: str, rcpt: str,
+                reuse: bool = True) -> float:
+    """Seconds smtp-source took to send `messages`: reuse=True passes -d (each session keeps its
+    connection for all its messages), reuse=False a new connection per message."""
     exe = find("smtp-source")
     if exe is None:
         raise RuntimeError("smtp-source not found (Debian package postfix; see the Makefile's APT_PACKAGES)")
-    argv = [exe, "-d", "-s", str(sessions), "-m", str(messages), "-l", str(size), "-f", mail_from, "-t", rcpt,
-            f"127.0.0.1:{port}"]
+    argv = [exe, *(["-d"] if reuse else []), "-s", str(sessions), "-m", str(messages), "-l", str(size),
+            "-f", mail_from, "-t", rcpt, f"127.0.0.1:{port}"]
     t0 = time.perf_counter()
     out = subprocess.run(argv, capture_output=True, text=True, timeout=600)
     elapsed = time.perf_counter() - t0
