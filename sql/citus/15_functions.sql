@@ -1,5 +1,6 @@
--- Every function of schema mailroom on every node. A statement routed to a shard runs on a
--- worker with the functions it names (the redaction trigger, _attempt_log in the reaper's
+-- Every function of schemas mailroom and mailroom_internal (the internals, migrations/0400) on
+-- every node (Citus creates mailroom_internal there with its owner, as a dependency). A statement
+-- routed to a shard runs on a worker with the functions it names (the redaction trigger, _attempt_log in the reaper's
 -- UPDATE, clock() in a routed WHERE), so they are Citus objects: created on the workers now,
 -- and every later CREATE OR REPLACE of sql/ reaches them (db migrate sends each statement
 -- alone on a coordinator). Only what depends on a table that stays on the coordinator cannot
@@ -13,7 +14,7 @@ BEGIN
         SELECT p.oid::regprocedure
         FROM pg_catalog.pg_proc AS p
         WHERE
-            p.pronamespace = 'mailroom'::regnamespace
+            p.pronamespace IN ('mailroom'::regnamespace, 'mailroom_internal'::regnamespace)
             AND p.prokind IN ('f', 'p')
             AND NOT EXISTS (
                 SELECT 1 FROM pg_catalog.pg_dist_object AS o

@@ -3,9 +3,10 @@
 -- default privileges (migrations/0050) held on the coordinator only: the functions Citus then
 -- created on the workers were executable by PUBLIC there. Each migrate makes the workers agree.
 
--- Every function of schema mailroom closed to PUBLIC (as on the coordinator, where this changes
+-- Every function of schemas mailroom and mailroom_internal closed to PUBLIC (as on the coordinator, where this changes
 -- nothing): Citus sends a REVOKE on its functions to the workers, in this transaction.
 REVOKE ALL ON ALL FUNCTIONS IN SCHEMA mailroom FROM public;
+REVOKE ALL ON ALL FUNCTIONS IN SCHEMA mailroom_internal FROM public;
 
 -- A function a later release creates on the workers starts closed, as on the coordinator. Citus
 -- does not propagate default privileges, so they are set on each worker (pg_default_acl only:

@@ -254,7 +254,8 @@ BEGIN
         CROSS JOIN LATERAL unnest(p.prorettype || p.proargtypes::oid[]) AS a (typ)
         INNER JOIN pg_catalog.pg_type AS t ON t.oid = a.typ
         -- (pg_class hides shards from a coordinator's sessions; pg_type does not)
-        WHERE p.pronamespace = 'mailroom'::regnamespace AND t.typrelid <> 0 AND t.typname ~ '_[0-9]+$'
+        WHERE p.pronamespace IN ('mailroom'::regnamespace, to_regnamespace('mailroom_internal'))
+            AND t.typrelid <> 0 AND t.typname ~ '_[0-9]+$'
             AND t.typnamespace = 'mailroom'::regnamespace
     LOOP
         EXECUTE format('DROP FUNCTION %s', v_fn);

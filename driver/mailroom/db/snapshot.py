@@ -6,13 +6,14 @@ regenerates the file (`make snapshot`). A change of the schema is then always a 
 that file in review, and drift (an upgraded database that differs from a fresh one, a function
 whose body changed in a file nobody meant to touch) cannot pass unnoticed.
 
-What it holds, for schema mailroom: the schema (owner, privileges), extensions, every table, view,
-sequence and type (owner, privileges, comment, partitioning), columns (type, nullability,
-default, identity, comment), constraints, indexes, triggers, row-level security and policies,
-every function (arguments with names and defaults, result, language, volatility, security,
-settings, owner, privileges, comment, and the sha256 of its body) and default privileges. Time
-partitions (`…_pYYYYMMDDtHHMM`, made by maintain_partitions for the current date) are left out:
-they depend on the day the dump is taken; the DEFAULT partitions and the partitioning are kept.
+What it holds, for schema mailroom (and mailroom_internal, where the internal functions live: their
+lines name the schema): the schemas (owner, privileges), extensions, every table, view, sequence and
+type (owner, privileges, comment, partitioning), columns (type, nullability, default, identity,
+comment), constraints, indexes, triggers, row-level security and policies, every function
+(arguments with names and defaults, result, language, volatility, security, settings, owner,
+privileges, comment, and the sha256 of its body) and default privileges. Time partitions
+(`…_pYYYYMMDDtHHMM`, made by maintain_partitions for the current date) are left out: they depend
+on the day the dump is taken; the DEFAULT partitions and the partitioning are kept.
 Grantors are left out of privileges (who ran the GRANT does not change what it grants).
 """
 
@@ -23,6 +24,7 @@ import hashlib
 import psycopg
 
 SCHEMA = "mailroom"
+INTERNAL_SCHEMA = "mailroom_internal"  # the internal functions (_x, trg_x): migrations/0400
 TIME_PARTITION = r"_p[0-9]{8}t[0-9]{4}$"
 
 # the relations described (time partitions left out), as a CTE each query starts from
@@ -52,7 +54,7 @@ QUERIES: list[str] = [
     # the schema
     f"""SELECT format('schema %s owner=%s acl=%s comment=%s', n.nspname, pg_catalog.pg_get_userbyid(n.nspowner),
                {_acl('n.nspacl')}, coalesce(pg_catalog.obj_description(n.oid, 'pg_namespace'), '-'))
-        FROM pg_catalog.pg_namespace AS n WHERE n.nspname = '{SCHEMA}'""",
+        FROM pg_catalog.pg_namespace AS n WHERE n.nspname IN ('{SCHEMA}', '{INTERNAL_SCHEMA}')""",
     # extensions (pgcrypto) and where they live
     """SELECT format('extension %s schema=%s', e.extname, e.extnamespace::regnamespace)
         FROM pg_catalog.pg_extension AS e WHERE e.extname NOT IN ('plpgsql', 'pgtap', 'pg_cron')""",
@@ -142,14 +144,16 @@ QUERIES: list[str] = [
     # functions and procedures: the whole signature, attributes, privileges, comment, body digest
     f"""SELECT format('function %s(%s) returns=%s kind=%s lang=%s volatility=%s strict=%s security=%s leakproof=%s '
             'parallel=%s cost=%s rows=%s config=%s owner=%s acl=%s body=%s comment=%s',
-            p.proname, pg_catalog.pg_get_function_arguments(p.oid),
+            CASE WHEN p.pronamespace = '{SCHEMA}'::regnamespace THEN p.proname
+                ELSE p.pronamespace::regnamespace || '.' || p.proname END,
+            pg_catalog.pg_get_function_arguments(p.oid),
             coalesce(pg_catalog.pg_get_function_result(p.oid), '-'), p.prokind, l.lanname, p.provolatile,
             p.proisstrict, CASE WHEN p.prosecdef THEN 'definer' ELSE 'invoker' END, p.proleakproof, p.proparallel,
             p.procost, p.prorows, coalesce(array_to_string(p.proconfig, ','), '-'),
             pg_catalog.pg_get_userbyid(p.proowner), {_acl('p.proacl')}, '%BODY%' || p.prosrc || '%END%',
             coalesce(pg_catalog.obj_description(p.oid, 'pg_proc'), '-'))
         FROM pg_catalog.pg_proc AS p JOIN pg_catalog.pg_language AS l ON l.oid = p.prolang
-        WHERE p.pronamespace = '{SCHEMA}'::regnamespace""",
+        WHERE p.pronamespace IN ('{SCHEMA}'::regnamespace, to_regnamespace('{INTERNAL_SCHEMA}'))""",
     # default privileges of mailroom's roles
     """SELECT format('default-privileges role=%s schema=%s objects=%s acl=%s', pg_catalog.pg_get_userbyid(d.defaclrole),
             coalesce(d.defaclnamespace::regnamespace::text, '*'), d.defaclobjtype, """ + _acl("d.defaclacl") + """)
