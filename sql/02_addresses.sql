@@ -1,7 +1,7 @@
 -- Email addresses: one validator for every area, so an address accepted anywhere
 -- (an account's email, a recipient) is one the outbound queue can send to.
 
-CREATE OR REPLACE FUNCTION mailroom._is_valid_address(p_address text)
+CREATE OR REPLACE FUNCTION mailroom_internal._is_valid_address(p_address text)
 RETURNS boolean
 LANGUAGE plpgsql
 IMMUTABLE
@@ -22,10 +22,10 @@ BEGIN
 END;
 $fn$;
 
-COMMENT ON FUNCTION mailroom._is_valid_address(text) IS
+COMMENT ON FUNCTION mailroom_internal._is_valid_address(text) IS
 'Internal: an RFC 5321 mailbox (dot-atom local part, LDH domain, length limits).';
 
-CREATE OR REPLACE FUNCTION mailroom._is_domain_name(p_domain text)
+CREATE OR REPLACE FUNCTION mailroom_internal._is_domain_name(p_domain text)
 RETURNS boolean
 LANGUAGE plpgsql
 IMMUTABLE
@@ -44,5 +44,5 @@ BEGIN
 END;
 $fn$;
 
-COMMENT ON FUNCTION mailroom._is_domain_name(text) IS
+COMMENT ON FUNCTION mailroom_internal._is_domain_name(text) IS
 'Internal: whether a lower-case string is a domain name (LDH labels of 1-63 characters, at most 253 octets).';

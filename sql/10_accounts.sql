@@ -3,7 +3,7 @@
 -- UPDATE ... SET status = ... from psql goes through the same triggers as
 -- the functions below, so both behave the same.
 
-CREATE OR REPLACE FUNCTION mailroom._valid_email(p_email text)
+CREATE OR REPLACE FUNCTION mailroom_internal._valid_email(p_email text)
 RETURNS boolean
 LANGUAGE plpgsql
 IMMUTABLE
@@ -11,25 +11,25 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
     -- the shared address rule (so every account email is sendable), plus a dotted domain;
-    -- PL/pgSQL for the reason given at mailroom._is_valid_address (it runs at every account insert)
+    -- PL/pgSQL for the reason given at mailroom_internal._is_valid_address (it runs at every account insert)
     RETURN coalesce(
-        mailroom._is_valid_address(p_email) AND split_part(p_email, '@', 2) LIKE '%.%',
+        mailroom_internal._is_valid_address(p_email) AND split_part(p_email, '@', 2) LIKE '%.%',
         FALSE
     );
 END;
 $$;
 
-COMMENT ON FUNCTION mailroom._valid_email(text) IS
+COMMENT ON FUNCTION mailroom_internal._valid_email(text) IS
 'Internal: true when the text is a plausible mailbox address (local@domain.tld, at most 254 characters).';
 
-CREATE OR REPLACE FUNCTION mailroom._check_account_identity(p_email text, p_login text)
+CREATE OR REPLACE FUNCTION mailroom_internal._check_account_identity(p_email text, p_login text)
 RETURNS void
 LANGUAGE plpgsql
 IMMUTABLE
 SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
-    IF mailroom._valid_email(p_email) IS NOT TRUE THEN
+    IF mailroom_internal._valid_email(p_email) IS NOT TRUE THEN
         RAISE EXCEPTION USING
             ERRCODE = 'MR101',
             MESSAGE = 'invalid email address',
@@ -46,13 +46,13 @@ BEGIN
 END;
 $$;
 
-COMMENT ON FUNCTION mailroom._check_account_identity(text, text) IS
+COMMENT ON FUNCTION mailroom_internal._check_account_identity(text, text) IS
 'Internal: raise MR101 (bad email) or MR104 (bad login).';
 
 -- 1. Before account insert: validate, stamp, create the activation token.
 --    NEW.id is already assigned (identity default) in a BEFORE trigger; the
 --    token's foreign key is deferred, so the token row can precede its account.
-CREATE OR REPLACE FUNCTION mailroom.trg_before_account_insert()
+CREATE OR REPLACE FUNCTION mailroom_internal.trg_before_account_insert()
 RETURNS trigger
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
@@ -60,7 +60,7 @@ AS $$
 DECLARE
     ts timestamptz := mailroom.clock();
 BEGIN
-    PERFORM mailroom._check_account_identity(NEW.email, NEW.login);
+    PERFORM mailroom_internal._check_account_identity(NEW.email, NEW.login);
     NEW.created_at := coalesce(NEW.created_at, ts);
     IF NEW.status = 'active' THEN
         NEW.activated_at := coalesce(NEW.activated_at, ts);
@@ -74,32 +74,32 @@ BEGIN
 END;
 $$;
 
-COMMENT ON FUNCTION mailroom.trg_before_account_insert() IS
+COMMENT ON FUNCTION mailroom_internal.trg_before_account_insert() IS
 'Trigger: validate email/login, stamp created_at, insert the activation token of a provisioned account.';
 
 CREATE OR REPLACE TRIGGER before_account_insert
 BEFORE INSERT ON mailroom.accounts
 FOR EACH ROW
-EXECUTE FUNCTION mailroom.trg_before_account_insert();
+EXECUTE FUNCTION mailroom_internal.trg_before_account_insert();
 
-CREATE OR REPLACE FUNCTION mailroom.trg_before_account_identity_change()
+CREATE OR REPLACE FUNCTION mailroom_internal.trg_before_account_identity_change()
 RETURNS trigger
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
-    PERFORM mailroom._check_account_identity(NEW.email, NEW.login);
+    PERFORM mailroom_internal._check_account_identity(NEW.email, NEW.login);
     RETURN NEW;
 END;
 $$;
 
-COMMENT ON FUNCTION mailroom.trg_before_account_identity_change() IS
+COMMENT ON FUNCTION mailroom_internal.trg_before_account_identity_change() IS
 'Trigger: validate email and login when they are updated.';
 
 CREATE OR REPLACE TRIGGER before_account_identity_change
 BEFORE UPDATE OF email, login ON mailroom.accounts
 FOR EACH ROW
-EXECUTE FUNCTION mailroom.trg_before_account_identity_change();
+EXECUTE FUNCTION mailroom_internal.trg_before_account_identity_change();
 
 -- 2. Before account status change: lifecycle timestamps.
 --    provisioned -> active     activated_at (first activation only)
@@ -108,7 +108,7 @@ EXECUTE FUNCTION mailroom.trg_before_account_identity_change();
 --                              back to provisioned if never activated
 --    suspended -> provisioned  same as above when never activated
 --    active -> provisioned     refused (MR108)
-CREATE OR REPLACE FUNCTION mailroom.trg_before_account_status_change()
+CREATE OR REPLACE FUNCTION mailroom_internal.trg_before_account_status_change()
 RETURNS trigger
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
@@ -153,13 +153,13 @@ BEGIN
 END;
 $$;
 
-COMMENT ON FUNCTION mailroom.trg_before_account_status_change() IS
+COMMENT ON FUNCTION mailroom_internal.trg_before_account_status_change() IS
 'Trigger: maintain status_changed_at/activated_at/suspended_at/unsuspended_at; unsuspend reverts to provisioned if never activated.';
 
 CREATE OR REPLACE TRIGGER before_account_status_change
 BEFORE UPDATE OF status ON mailroom.accounts
 FOR EACH ROW
-EXECUTE FUNCTION mailroom.trg_before_account_status_change();
+EXECUTE FUNCTION mailroom_internal.trg_before_account_status_change();
 
 CREATE OR REPLACE FUNCTION mailroom.create_account(p_email text, p_login text)
 RETURNS bigint
@@ -202,7 +202,7 @@ COMMENT ON FUNCTION mailroom.create_account(text, text) IS
 
 GRANT EXECUTE ON FUNCTION mailroom.create_account(text, text) TO mailroom_app;
 
-CREATE OR REPLACE FUNCTION mailroom._lock_account(p_account bigint)
+CREATE OR REPLACE FUNCTION mailroom_internal._lock_account(p_account bigint)
 RETURNS mailroom.account_status
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
@@ -223,7 +223,7 @@ BEGIN
 END;
 $$;
 
-COMMENT ON FUNCTION mailroom._lock_account(bigint) IS
+COMMENT ON FUNCTION mailroom_internal._lock_account(bigint) IS
 'Internal: lock an account row and return its status (MR105 if it does not exist).';
 
 CREATE OR REPLACE FUNCTION mailroom.suspend_account(p_account bigint)
@@ -235,7 +235,7 @@ AS $$
 DECLARE
     v_status mailroom.account_status;
 BEGIN
-    IF mailroom._lock_account(p_account) = 'suspended' THEN
+    IF mailroom_internal._lock_account(p_account) = 'suspended' THEN
         RAISE EXCEPTION USING
             ERRCODE = 'MR106',
             MESSAGE = format('account %s is already suspended', p_account);
@@ -261,7 +261,7 @@ AS $$
 DECLARE
     v_status mailroom.account_status;
 BEGIN
-    IF mailroom._lock_account(p_account) <> 'suspended' THEN
+    IF mailroom_internal._lock_account(p_account) <> 'suspended' THEN
         RAISE EXCEPTION USING
             ERRCODE = 'MR107',
             MESSAGE = format('account %s is not suspended', p_account);
@@ -306,7 +306,7 @@ GRANT EXECUTE ON FUNCTION mailroom.account_status(bigint) TO mailroom_app;
 -- The account of an address, its row locked (FOR NO KEY UPDATE), for the recovery policy
 -- (sql/13). A function of its own: on Citus the address is found through account_emails, then
 -- the account row is locked on its shard (sql/citus/12).
-CREATE OR REPLACE FUNCTION mailroom._lock_account_by_email(p_email_lower text)
+CREATE OR REPLACE FUNCTION mailroom_internal._lock_account_by_email(p_email_lower text)
 RETURNS TABLE (id bigint, status mailroom.account_status)
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
@@ -320,7 +320,7 @@ BEGIN
 END;
 $$;
 
-COMMENT ON FUNCTION mailroom._lock_account_by_email(text) IS
+COMMENT ON FUNCTION mailroom_internal._lock_account_by_email(text) IS
 'Internal: the account whose lower(email) is p_email_lower and its status, its row locked FOR NO KEY UPDATE (no row: none).';
 
 CREATE OR REPLACE FUNCTION mailroom.list_accounts(

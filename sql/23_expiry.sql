@@ -2,7 +2,7 @@
 -- concurrent workers: each batch claims its rows with FOR UPDATE SKIP LOCKED, so two workers
 -- never touch the same mailbox, never wait on each other and cannot deadlock.
 
-CREATE OR REPLACE FUNCTION mailroom._batch_size(p_batch integer, p_setting text)
+CREATE OR REPLACE FUNCTION mailroom_internal._batch_size(p_batch integer, p_setting text)
 RETURNS integer
 LANGUAGE plpgsql
 STABLE
@@ -20,7 +20,7 @@ BEGIN
 END;
 $$;
 
-COMMENT ON FUNCTION mailroom._batch_size(integer, text) IS
+COMMENT ON FUNCTION mailroom_internal._batch_size(integer, text) IS
 'Internal: p_batch, or the named setting when NULL; 22023 unless positive.';
 
 CREATE OR REPLACE FUNCTION mailroom.expire_mailboxes(p_batch integer DEFAULT null)
@@ -36,12 +36,12 @@ BEGIN
     WITH due AS (
         SELECT m.id
         FROM mailroom.mailboxes AS m
-        -- Due = not mailroom._mailbox_open, written out here because it is the index condition
+        -- Due = not mailroom_internal._mailbox_open, written out here because it is the index condition
         -- of mailboxes_expiry_idx (expires_at) WHERE is_active: a function call would hide it
         -- from the planner. Deleted mailboxes are already inactive, so they are not in the index.
         WHERE m.is_active AND m.expires_at <= mailroom.clock()
         ORDER BY m.expires_at
-        LIMIT mailroom._batch_size(p_batch, 'inbox.expire_batch')
+        LIMIT mailroom_internal._batch_size(p_batch, 'inbox.expire_batch')
         FOR UPDATE SKIP LOCKED
     )
 
@@ -76,7 +76,7 @@ COMMENT ON FUNCTION mailroom.seconds_until_next_expiry() IS
 
 GRANT EXECUTE ON FUNCTION mailroom.seconds_until_next_expiry() TO mailroom_inbound;
 
-CREATE OR REPLACE FUNCTION mailroom.trg_mailboxes_schedule()
+CREATE OR REPLACE FUNCTION mailroom_internal.trg_mailboxes_schedule()
 RETURNS trigger
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
@@ -93,18 +93,18 @@ BEGIN
 END;
 $$;
 
-COMMENT ON FUNCTION mailroom.trg_mailboxes_schedule() IS
+COMMENT ON FUNCTION mailroom_internal.trg_mailboxes_schedule() IS
 'Statement trigger: NOTIFY mailroom_expiry_schedule (empty payload) when inserted inboxes become the next due.';
 
 CREATE OR REPLACE TRIGGER after_mailboxes_inserted
 AFTER INSERT ON mailroom.mailboxes
 REFERENCING NEW TABLE AS new_rows
 FOR EACH STATEMENT
-EXECUTE FUNCTION mailroom.trg_mailboxes_schedule();
+EXECUTE FUNCTION mailroom_internal.trg_mailboxes_schedule();
 
 -- A message belongs to a mailbox (migration 0181: triggers, not a cascading foreign key, so that
 -- deleting a batch of mailboxes deletes their messages in one statement, not one per mailbox).
-CREATE OR REPLACE FUNCTION mailroom.trg_before_message_insert()
+CREATE OR REPLACE FUNCTION mailroom_internal.trg_before_message_insert()
 RETURNS trigger
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
@@ -122,15 +122,15 @@ BEGIN
 END;
 $$;
 
-COMMENT ON FUNCTION mailroom.trg_before_message_insert() IS
+COMMENT ON FUNCTION mailroom_internal.trg_before_message_insert() IS
 'Trigger: a message''s mailbox must exist (23503), checked under FOR KEY SHARE like a foreign key.';
 
 CREATE OR REPLACE TRIGGER before_message_insert
 BEFORE INSERT OR UPDATE OF mailbox_id ON mailroom.messages
 FOR EACH ROW
-EXECUTE FUNCTION mailroom.trg_before_message_insert();
+EXECUTE FUNCTION mailroom_internal.trg_before_message_insert();
 
-CREATE OR REPLACE FUNCTION mailroom.trg_after_mailboxes_deleted()
+CREATE OR REPLACE FUNCTION mailroom_internal.trg_after_mailboxes_deleted()
 RETURNS trigger
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
@@ -144,14 +144,14 @@ BEGIN
 END;
 $$;
 
-COMMENT ON FUNCTION mailroom.trg_after_mailboxes_deleted() IS
+COMMENT ON FUNCTION mailroom_internal.trg_after_mailboxes_deleted() IS
 'Statement trigger: delete the messages of every mailbox the statement deleted, in one DELETE.';
 
 CREATE OR REPLACE TRIGGER after_mailboxes_deleted
 AFTER DELETE ON mailroom.mailboxes
 REFERENCING OLD TABLE AS deleted_rows
 FOR EACH STATEMENT
-EXECUTE FUNCTION mailroom.trg_after_mailboxes_deleted();
+EXECUTE FUNCTION mailroom_internal.trg_after_mailboxes_deleted();
 
 CREATE OR REPLACE FUNCTION mailroom.purge_mailboxes(
     p_older_than interval,
@@ -177,7 +177,7 @@ BEGIN
         FROM mailroom.mailboxes AS m
         WHERE NOT m.is_active AND m.inactive_since <= mailroom.clock() - p_older_than
         ORDER BY m.inactive_since
-        LIMIT mailroom._batch_size(p_batch, 'inbox.purge_batch')
+        LIMIT mailroom_internal._batch_size(p_batch, 'inbox.purge_batch')
         FOR UPDATE SKIP LOCKED
     )
 

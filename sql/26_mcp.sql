@@ -8,7 +8,7 @@
 -- Errors: those of the wrapped functions (MR201-MR215), MR240 no API key, MR241 unknown or
 -- revoked key, MR243 the REST API's creation rate limit (shared with REST: one quota per key).
 
-CREATE OR REPLACE FUNCTION mailroom._mcp_owner(p_key_digest bytea)
+CREATE OR REPLACE FUNCTION mailroom_internal._mcp_owner(p_key_digest bytea)
 RETURNS text
 LANGUAGE plpgsql
 STABLE
@@ -19,14 +19,14 @@ BEGIN
     IF p_key_digest IS NULL THEN
         RAISE EXCEPTION USING ERRCODE = 'MR240', MESSAGE = 'credentials required: an API key';
     END IF;
-    RETURN mailroom._api_key_owner(p_key_digest);
+    RETURN mailroom_internal._api_key_owner(p_key_digest);
 END;
 $$;
 
-COMMENT ON FUNCTION mailroom._mcp_owner(bytea) IS
+COMMENT ON FUNCTION mailroom_internal._mcp_owner(bytea) IS
 'Internal: the owner id of an MCP request''s API key; MR240 without one, MR241 for a bad one.';
 
-CREATE OR REPLACE FUNCTION mailroom._mcp_owner_type(p_address text)
+CREATE OR REPLACE FUNCTION mailroom_internal._mcp_owner_type(p_address text)
 RETURNS text
 LANGUAGE plpgsql
 STABLE
@@ -34,7 +34,7 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     -- by id, found by address first (on Citus two single-shard reads, as _authorize_mailbox)
-    v_id bigint := mailroom._mailbox_id(mailroom._normalize_address(p_address));
+    v_id bigint := mailroom_internal._mailbox_id(mailroom_internal._normalize_address(p_address));
 BEGIN
     -- the owner type a key's owner is checked against for this inbox: its own when it is api or
     -- mcp, else mcp (then _authorize_mailbox refuses: MR203 unknown, MR204 not the key's)
@@ -46,23 +46,23 @@ BEGIN
 END;
 $$;
 
-COMMENT ON FUNCTION mailroom._mcp_owner_type(text) IS
+COMMENT ON FUNCTION mailroom_internal._mcp_owner_type(text) IS
 'Internal: the owner type an API key''s owner reads this inbox as (api or mcp, the inbox''s own; mcp when it is neither).';
 
-CREATE OR REPLACE FUNCTION mailroom._mcp_box(p_address text, p_key_digest bytea)
+CREATE OR REPLACE FUNCTION mailroom_internal._mcp_box(p_address text, p_key_digest bytea)
 RETURNS mailroom.mailboxes
 LANGUAGE plpgsql
 STABLE
 SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
-    RETURN mailroom._authorize_mailbox(
-        p_address, NULL, mailroom._mcp_owner_type(p_address), mailroom._mcp_owner(p_key_digest)
+    RETURN mailroom_internal._authorize_mailbox(
+        p_address, NULL, mailroom_internal._mcp_owner_type(p_address), mailroom_internal._mcp_owner(p_key_digest)
     );
 END;
 $$;
 
-COMMENT ON FUNCTION mailroom._mcp_box(text, bytea) IS
+COMMENT ON FUNCTION mailroom_internal._mcp_box(text, bytea) IS
 'Internal: the open api or mcp inbox of the API key''s owner (MR203-MR206 as _authorize_mailbox, MR240/MR241 for the key).';
 
 CREATE OR REPLACE FUNCTION mailroom.mcp_create_mailbox(
@@ -77,18 +77,18 @@ SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-    v_owner text := mailroom._mcp_owner(p_key_digest);
+    v_owner text := mailroom_internal._mcp_owner(p_key_digest);
     v_created record;
     v_box mailroom.mailboxes;
 BEGIN
     -- the REST API's creation limit, counted on the same subject: a key has one quota for both faces
-    PERFORM mailroom._http_rate_take(p_key_digest);
+    PERFORM mailroom_internal._http_rate_take(p_key_digest);
     SELECT c.mailbox_id INTO v_created
     FROM mailroom.create_mailbox(
         p_ttl_minutes, coalesce(p_plan, mailroom.setting('http.anonymous_plan')), 'mcp', v_owner
     ) AS c;
     SELECT m.* INTO v_box FROM mailroom.mailboxes AS m WHERE m.id = v_created.mailbox_id;
-    RETURN mailroom._http_mailbox_json(v_box);
+    RETURN mailroom_internal._http_mailbox_json(v_box);
 END;
 $$;
 
@@ -105,20 +105,20 @@ SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-    v_owner text := mailroom._mcp_owner(p_key_digest);
+    v_owner text := mailroom_internal._mcp_owner(p_key_digest);
 BEGIN
     IF p_limit IS NULL OR p_limit NOT BETWEEN 1 AND 500 THEN
         RAISE EXCEPTION USING ERRCODE = '22023', MESSAGE = 'limit must be between 1 and 500';
     END IF;
     -- the open inboxes of the key's owner (api and mcp), newest first
     RETURN (
-        SELECT coalesce(jsonb_agg(mailroom._http_mailbox_json(b) ORDER BY b.created_at DESC, b.id DESC), '[]')
+        SELECT coalesce(jsonb_agg(mailroom_internal._http_mailbox_json(b) ORDER BY b.created_at DESC, b.id DESC), '[]')
         FROM (
             SELECT m.*
             FROM mailroom.mailboxes AS m
             WHERE m.owner_type IN ('api', 'mcp')
                 AND m.owner_id = v_owner
-                AND mailroom._mailbox_open(m.is_active, m.deleted_at, m.expires_at, mailroom.clock())
+                AND mailroom_internal._mailbox_open(m.is_active, m.deleted_at, m.expires_at, mailroom.clock())
             ORDER BY m.created_at DESC, m.id DESC
             LIMIT p_limit
         ) AS b
@@ -151,11 +151,11 @@ BEGIN
             ERRCODE = '22023',
             MESSAGE = 'limit must be between 1 and 500 and offset non-negative';
     END IF;
-    v_box := mailroom._mcp_box(p_address, p_key_digest);
+    v_box := mailroom_internal._mcp_box(p_address, p_key_digest);
     RETURN jsonb_build_object(
-        'mailbox', mailroom._http_mailbox_json(v_box),
+        'mailbox', mailroom_internal._http_mailbox_json(v_box),
         'messages', (
-            SELECT coalesce(jsonb_agg(mailroom._http_message_summary(g) ORDER BY g.received_at DESC, g.id DESC), '[]')
+            SELECT coalesce(jsonb_agg(mailroom_internal._http_message_summary(g) ORDER BY g.received_at DESC, g.id DESC), '[]')
             FROM (
                 SELECT g.*
                 FROM mailroom.messages AS g
@@ -183,8 +183,8 @@ SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-    v_owner text := mailroom._mcp_owner(p_key_digest);
-    v_type text := mailroom._mcp_owner_type(p_address);
+    v_owner text := mailroom_internal._mcp_owner(p_key_digest);
+    v_type text := mailroom_internal._mcp_owner_type(p_address);
     v_message record;
     v_link text;
     v_code text;
@@ -217,7 +217,7 @@ BEGIN
             SELECT coalesce(jsonb_agg(a.value || jsonb_build_object('index', a.n - 1) ORDER BY a.n), '[]')
             FROM jsonb_array_elements(v_message.attachments) WITH ORDINALITY AS a (value, n)
         ),
-        'headers', mailroom._header_fields(v_message.raw),
+        'headers', mailroom_internal._header_fields(v_message.raw),
         'link', v_link,
         'code', v_code
     );
@@ -242,8 +242,8 @@ SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-    v_box mailroom.mailboxes := mailroom._mcp_box(p_address, p_key_digest);
-    v_found mailroom.messages := mailroom._newest_message(v_box.id, p_subject_like);
+    v_box mailroom.mailboxes := mailroom_internal._mcp_box(p_address, p_key_digest);
+    v_found mailroom.messages := mailroom_internal._newest_message(v_box.id, p_subject_like);
 BEGIN
     -- one look, no wait (the server waits between looks on its LISTEN, holding no connection); the
     -- inbox's id comes with it, the key the server's fan-out wakes waiters by
@@ -284,7 +284,7 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
     RETURN mailroom.extract_link(
-        p_address, NULL, p_message_id, p_url_like, mailroom._mcp_owner_type(p_address), mailroom._mcp_owner(p_key_digest)
+        p_address, NULL, p_message_id, p_url_like, mailroom_internal._mcp_owner_type(p_address), mailroom_internal._mcp_owner(p_key_digest)
     );
 END;
 $$;
@@ -307,8 +307,8 @@ SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-    v_owner text := mailroom._mcp_owner(p_key_digest);
-    v_type text := mailroom._mcp_owner_type(p_address);
+    v_owner text := mailroom_internal._mcp_owner(p_key_digest);
+    v_type text := mailroom_internal._mcp_owner_type(p_address);
 BEGIN
     IF p_pattern IS NULL THEN
         RETURN mailroom.extract_code(p_address, NULL, p_message_id, p_owner_type => v_type, p_owner_id => v_owner);
@@ -331,7 +331,7 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
     RETURN mailroom.delete_mailbox(
-        p_address, NULL, mailroom._mcp_owner_type(p_address), mailroom._mcp_owner(p_key_digest)
+        p_address, NULL, mailroom_internal._mcp_owner_type(p_address), mailroom_internal._mcp_owner(p_key_digest)
     );
 END;
 $$;

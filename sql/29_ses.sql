@@ -55,15 +55,15 @@ BEGIN
     FOR v_rcpt IN
         SELECT r.address
         FROM (
-            SELECT DISTINCT ON (mailroom._normalize_address(a.address)) a.address, a.n
+            SELECT DISTINCT ON (mailroom_internal._normalize_address(a.address)) a.address, a.n
             FROM unnest(p_recipients) WITH ORDINALITY AS a (address, n)
-            ORDER BY mailroom._normalize_address(a.address), a.n
+            ORDER BY mailroom_internal._normalize_address(a.address), a.n
         ) AS r
         ORDER BY r.n
     LOOP
-        recipient := mailroom._normalize_address(v_rcpt);
+        recipient := mailroom_internal._normalize_address(v_rcpt);
         message_id := NULL;
-        SELECT c.verdict INTO v_verdict FROM mailroom._check_recipient_or_claim(v_rcpt, v_size) AS c;
+        SELECT c.verdict INTO v_verdict FROM mailroom_internal._check_recipient_or_claim(v_rcpt, v_size) AS c;
         IF v_verdict = 'ok' THEN
             BEGIN
                 message_id := mailroom.deliver_message(

@@ -10,7 +10,7 @@
 -- coordinator (sql/citus/10) and keep sql/05's statement (_delete_tokens_past_retention). Creating and dropping partitions is
 -- sql/05's own: Citus distributes a new partition of a distributed table and drops its shards.
 
-CREATE OR REPLACE FUNCTION mailroom._delete_past_retention(
+CREATE OR REPLACE FUNCTION mailroom_internal._delete_past_retention(
     p_table text, p_partition text, p_cutoff timestamptz, p_batch integer
 )
 RETURNS bigint
@@ -57,16 +57,16 @@ BEGIN
             ) USING p_cutoff, v_boxes;
             GET DIAGNOSTICS v_count = ROW_COUNT;
         ELSE
-            v_count := mailroom._delete_tokens_past_retention(p_partition, p_cutoff, p_batch);
+            v_count := mailroom_internal._delete_tokens_past_retention(p_partition, p_cutoff, p_batch);
     END CASE;
     RETURN v_count;
 END;
 $$;
 
-COMMENT ON FUNCTION mailroom._delete_past_retention(text, text, timestamptz, integer) IS
+COMMENT ON FUNCTION mailroom_internal._delete_past_retention(text, text, timestamptz, integer) IS
 'Internal (Citus): delete one batch of rows past retention from one partition: outbound lane by lane (SKIP LOCKED), messages of a batch of inactive mailboxes, closed or expired tokens.';
 
-CREATE OR REPLACE FUNCTION mailroom._orphan_idempotency_keys(p_before timestamptz, p_limit integer)
+CREATE OR REPLACE FUNCTION mailroom_internal._orphan_idempotency_keys(p_before timestamptz, p_limit integer)
 RETURNS bigint[]
 LANGUAGE plpgsql
 STABLE
@@ -106,5 +106,5 @@ BEGIN
 END;
 $$;
 
-COMMENT ON FUNCTION mailroom._orphan_idempotency_keys(timestamptz, integer) IS
+COMMENT ON FUNCTION mailroom_internal._orphan_idempotency_keys(timestamptz, integer) IS
 'Internal (Citus): up to p_limit message ids of idempotency keys older than p_before whose message no longer exists (keys read by page, messages looked up by id).';

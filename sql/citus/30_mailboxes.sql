@@ -42,7 +42,7 @@ BEGIN
 END;
 $addresses$;
 
-CREATE OR REPLACE FUNCTION mailroom._mailbox_id(p_address text)
+CREATE OR REPLACE FUNCTION mailroom_internal._mailbox_id(p_address text)
 RETURNS bigint
 LANGUAGE plpgsql
 STABLE
@@ -54,10 +54,10 @@ BEGIN
 END;
 $$;
 
-COMMENT ON FUNCTION mailroom._mailbox_id(text) IS
+COMMENT ON FUNCTION mailroom_internal._mailbox_id(text) IS
 'Internal (Citus): the id of the mailbox with this (normalized) address, NULL if none, through mailbox_addresses (one shard).';
 
-CREATE OR REPLACE FUNCTION mailroom._insert_mailbox(
+CREATE OR REPLACE FUNCTION mailroom_internal._insert_mailbox(
     p_address text,
     p_plan text,
     p_owner_type mailroom.mailbox_owner_type,
@@ -104,12 +104,12 @@ BEGIN
 END;
 $$;
 
-COMMENT ON FUNCTION mailroom._insert_mailbox(
+COMMENT ON FUNCTION mailroom_internal._insert_mailbox(
     text, text, mailroom.mailbox_owner_type, text, bytea, timestamptz, timestamptz, text
 ) IS
 'Internal (Citus): insert a mailbox unless its (normalized) address is taken: the address reserved in mailbox_addresses (ON CONFLICT), then the row under the reserved id; its id, or NULL.';
 
-CREATE OR REPLACE FUNCTION mailroom._delete_mailbox(p_address text)
+CREATE OR REPLACE FUNCTION mailroom_internal._delete_mailbox(p_address text)
 RETURNS integer
 LANGUAGE plpgsql
 VOLATILE
@@ -134,10 +134,10 @@ BEGIN
 END;
 $$;
 
-COMMENT ON FUNCTION mailroom._delete_mailbox(text) IS
+COMMENT ON FUNCTION mailroom_internal._delete_mailbox(text) IS
 'Internal (Citus): delete the mailbox of this (normalized) address, its messages and its address in mailbox_addresses; how many (0 or 1).';
 
-CREATE OR REPLACE FUNCTION mailroom._mailbox_shards(p_ids bigint[])
+CREATE OR REPLACE FUNCTION mailroom_internal._mailbox_shards(p_ids bigint[])
 RETURNS TABLE (shard bigint, ids bigint[])
 LANGUAGE sql
 STABLE
@@ -154,7 +154,7 @@ AS $$
     ORDER BY random()
 $$;
 
-COMMENT ON FUNCTION mailroom._mailbox_shards(bigint[]) IS
+COMMENT ON FUNCTION mailroom_internal._mailbox_shards(bigint[]) IS
 'Internal (Citus): mailbox ids grouped by their shard (random order of shards).';
 
 CREATE OR REPLACE FUNCTION mailroom.expire_mailboxes(p_batch integer DEFAULT null)
@@ -165,7 +165,7 @@ SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-    v_batch integer := mailroom._batch_size(p_batch, 'inbox.expire_batch');
+    v_batch integer := mailroom_internal._batch_size(p_batch, 'inbox.expire_batch');
     v_now timestamptz := mailroom.clock();
     v_count integer := 0;
     v_n integer;
@@ -180,7 +180,7 @@ BEGIN
         ORDER BY m.expires_at
         LIMIT 2 * v_batch
     );
-    FOR v_shard IN SELECT s.shard, s.ids FROM mailroom._mailbox_shards(v_ids) AS s LOOP
+    FOR v_shard IN SELECT s.shard, s.ids FROM mailroom_internal._mailbox_shards(v_ids) AS s LOOP
         EXIT WHEN v_count >= v_batch;
         -- one shard: the ids written into the text; the due condition re-checked under the lock
         EXECUTE format($sql$
@@ -218,7 +218,7 @@ SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-    v_batch integer := mailroom._batch_size(p_batch, 'inbox.purge_batch');
+    v_batch integer := mailroom_internal._batch_size(p_batch, 'inbox.purge_batch');
     v_cutoff timestamptz;
     v_count integer := 0;
     v_ids bigint[];
@@ -241,7 +241,7 @@ BEGIN
         ORDER BY m.inactive_since
         LIMIT 2 * v_batch
     );
-    FOR v_shard IN SELECT s.shard, s.ids FROM mailroom._mailbox_shards(v_ids) AS s LOOP
+    FOR v_shard IN SELECT s.shard, s.ids FROM mailroom_internal._mailbox_shards(v_ids) AS s LOOP
         EXIT WHEN v_count >= v_batch;
         -- one shard: the mailboxes (locked, SKIP LOCKED), then their messages (colocated: the
         -- same worker); the messages have no trigger or foreign key to go with them on Citus
