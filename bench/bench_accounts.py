@@ -188,11 +188,11 @@ def _pgbench(url: str, script: str, seconds: int, options: str = "", clients: in
 # registered with mailroom.listen), put back in the bench database only, to measure what the seed's
 # always-on token_insert (migration 0190) costs an account insert against it in the same run.
 REGISTRY_RULE = """
-CREATE OR REPLACE FUNCTION mailroom._announce_tokens(p_count bigint)
+CREATE OR REPLACE FUNCTION mailroom_internal._announce_tokens(p_count bigint)
 RETURNS void LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
 BEGIN
     IF p_count > 0 THEN
-        PERFORM mailroom._notify(mailroom.setting('tokens.channel'), p_count::text);
+        PERFORM mailroom_internal._notify(mailroom.setting('tokens.channel'), p_count::text);
     END IF;
 END;
 $$
@@ -230,7 +230,7 @@ def account_insert(url: str, quick: bool, progress: Callable[[str], None]) -> li
     with psycopg.connect(url, autocommit=True) as conn:
         conn.execute(SEED_SQL.read_text())
         always_rule = conn.execute(
-            "SELECT pg_get_functiondef('mailroom._announce_tokens(bigint)'::regprocedure)").fetchone()[0]
+            "SELECT pg_get_functiondef('mailroom_internal._announce_tokens(bigint)'::regprocedure)").fetchone()[0]
     pick = "\\set n random(1, 2000000000)\n"
     create = pick + "SELECT mailroom.create_account('a' || :n || 'x@example.com', 'a' || :n || 'x');\n"
 

@@ -389,7 +389,7 @@ def _priorities(conn: psycopg.Connection, size: int, single_p50: float, progress
     progress(f"priorities: spreading {size:,} queued rows over -10..10")
     conn.execute("UPDATE mailroom.outbound_messages SET priority = (id % 21) - 10 WHERE status = 'queued'")
     conn.execute("VACUUM ANALYZE mailroom.outbound_messages")
-    plan = "\n".join(r[0] for r in conn.execute("SELECT * FROM mailroom._explain_claim(100)"))
+    plan = "\n".join(r[0] for r in conn.execute("SELECT * FROM mailroom_internal._explain_claim(100)"))
     uses_index = bool(re.search(r"Index Scan using outbound_messages_\w+_due_idx", plan))
     seq = re.findall(r"Seq Scan on (outbound_messages\w*)", plan)
     p50, worst = _claim_latency(conn)

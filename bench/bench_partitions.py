@@ -169,7 +169,7 @@ def _flat(conn: psycopg.Connection, sizes: list[int], progress: Callable[[str], 
         started = time.monotonic()
         _layout(conn)
         box = _fill(conn, n)
-        partitions = conn.execute("SELECT count(*) FROM mailroom._partitions('outbound_messages')").fetchone()[0]
+        partitions = conn.execute("SELECT count(*) FROM mailroom_internal._partitions('outbound_messages')").fetchone()[0]
         progress(f"loaded in {time.monotonic() - started:.0f}s ({partitions} outbound partitions)")
         for name, (fn, args) in calls.items():
             params = args(box)
@@ -197,7 +197,7 @@ def _purge(conn: psycopg.Connection, url: str, n: int, progress: Callable[[str],
         SELECT s.id, ARRAY['r' || g || '@example.com'], 'old ' || g, 'body', '<old' || g || '@bench>', 'sent',
             x.ts, x.ts, x.ts
         FROM mailroom.senders AS s, generate_series(1, %(n)s) AS g,
-        LATERAL (SELECT mailroom._partition_bound('1 day', %(day)s) + (g %% 86000) * interval '1 second' AS ts) AS x
+        LATERAL (SELECT mailroom_internal._partition_bound('1 day', %(day)s) + (g %% 86000) * interval '1 second' AS ts) AS x
         WHERE s.name = 'bench'
         """,
         {"n": n, "day": day},

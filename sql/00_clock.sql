@@ -3,7 +3,7 @@
 -- clock honours a pin only for a login role that is a member of mailroom_timekeeper: an
 -- application role cannot move time to revive an expired token or mailbox.
 
-CREATE OR REPLACE FUNCTION mailroom._may_pin_clock(p_role name)
+CREATE OR REPLACE FUNCTION mailroom_internal._may_pin_clock(p_role name)
 RETURNS boolean
 LANGUAGE sql
 STABLE
@@ -18,7 +18,7 @@ AS $$
     END;
 $$;
 
-COMMENT ON FUNCTION mailroom._may_pin_clock(name) IS
+COMMENT ON FUNCTION mailroom_internal._may_pin_clock(name) IS
 'Internal: true when the role is a member of mailroom_timekeeper (directly, through other roles, or as a superuser).';
 
 CREATE OR REPLACE FUNCTION mailroom.clock()
@@ -37,7 +37,7 @@ BEGIN
     END IF;
     -- session_user: the login role (current_user is the owner inside definer functions, and a
     -- SET ROLE does not change who logged in)
-    IF mailroom._may_pin_clock(session_user) THEN
+    IF mailroom_internal._may_pin_clock(session_user) THEN
         RETURN v_pin::timestamptz;
     END IF;
     RETURN pg_catalog.clock_timestamp();
@@ -65,7 +65,7 @@ BEGIN
             ERRCODE = '22004',
             MESSAGE = 'pin_clock: the time and p_local must not be NULL';
     END IF;
-    IF NOT mailroom._may_pin_clock(session_user) THEN
+    IF NOT mailroom_internal._may_pin_clock(session_user) THEN
         RAISE EXCEPTION USING
             ERRCODE = 'MR005',
             MESSAGE = format('role %s may not pin the clock', session_user),
@@ -96,7 +96,7 @@ COMMENT ON FUNCTION mailroom.unpin_clock(boolean) IS
 
 GRANT EXECUTE ON FUNCTION mailroom.unpin_clock(boolean) TO mailroom_timekeeper;
 
-CREATE OR REPLACE FUNCTION mailroom._clock_default()
+CREATE OR REPLACE FUNCTION mailroom_internal._clock_default()
 RETURNS timestamptz
 LANGUAGE plpgsql
 STABLE
@@ -109,10 +109,10 @@ BEGIN
 END;
 $$;
 
-COMMENT ON FUNCTION mailroom._clock_default() IS
+COMMENT ON FUNCTION mailroom_internal._clock_default() IS
 'Internal: mailroom.clock() for column defaults (resolved at call time, so a migration can use it before sql/ runs).';
 
-CREATE OR REPLACE FUNCTION mailroom._later(p_at timestamptz, p_delay interval)
+CREATE OR REPLACE FUNCTION mailroom_internal._later(p_at timestamptz, p_delay interval)
 RETURNS timestamptz
 LANGUAGE sql
 IMMUTABLE
@@ -125,5 +125,5 @@ AS $$
     SELECT p_at + make_interval(secs => extract(EPOCH FROM p_delay)::double precision);
 $$;
 
-COMMENT ON FUNCTION mailroom._later(timestamptz, interval) IS
+COMMENT ON FUNCTION mailroom_internal._later(timestamptz, interval) IS
 'Internal: p_at plus p_delay counted in seconds (a day is 86,400 s whatever the time zone); IMMUTABLE.';

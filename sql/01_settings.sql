@@ -40,7 +40,7 @@ TO mailroom_app, mailroom_collector, mailroom_sender, mailroom_inbound, mailroom
 --     user info, query, fragment or white space; at most max_value characters
 -- Only numbers, intervals and booleans are quoted back in the message; the text kinds state
 -- the rule without repeating the value.
-CREATE OR REPLACE FUNCTION mailroom._check_setting_value(
+CREATE OR REPLACE FUNCTION mailroom_internal._check_setting_value(
     p_name text, p_kind text, p_min text, p_max text, p_value text
 )
 RETURNS void
@@ -113,7 +113,7 @@ BEGIN
             END IF;
             RETURN;
         WHEN 'domain' THEN
-            IF NOT mailroom._is_valid_address('postmaster@' || p_value) THEN
+            IF NOT mailroom_internal._is_valid_address('postmaster@' || p_value) THEN
                 RAISE EXCEPTION USING
                     ERRCODE = 'MR003',
                     MESSAGE = format('setting %s must be a domain name (dot-separated labels of letters, '
@@ -152,7 +152,7 @@ BEGIN
 END;
 $$;
 
-COMMENT ON FUNCTION mailroom._check_setting_value(text, text, text, text, text) IS
+COMMENT ON FUNCTION mailroom_internal._check_setting_value(text, text, text, text, text) IS
 'Internal: raise MR003 unless the value is of the kind and within the bounds given (MR004 for no kind).';
 
 CREATE OR REPLACE FUNCTION mailroom.set_setting(p_name text, p_value text)
@@ -177,7 +177,7 @@ BEGIN
             ERRCODE = '22004',
             MESSAGE = format('setting %s cannot be NULL', p_name);
     END IF;
-    PERFORM mailroom._check_setting_value(s.name, s.kind, s.min_value, s.max_value, p_value);
+    PERFORM mailroom_internal._check_setting_value(s.name, s.kind, s.min_value, s.max_value, p_value);
     UPDATE mailroom.settings AS x SET value = p_value WHERE x.name = p_name;
     RETURN p_value;
 END;

@@ -1,7 +1,7 @@
 -- Email addresses: one validator for every area, so an address accepted anywhere
 -- (an account's email, a recipient) is one the outbound queue can send to.
 
-CREATE OR REPLACE FUNCTION mailroom._is_valid_address(p_address text)
+CREATE OR REPLACE FUNCTION mailroom_internal._is_valid_address(p_address text)
 RETURNS boolean
 LANGUAGE plpgsql
 IMMUTABLE
@@ -22,10 +22,10 @@ BEGIN
 END;
 $fn$;
 
-COMMENT ON FUNCTION mailroom._is_valid_address(text) IS
+COMMENT ON FUNCTION mailroom_internal._is_valid_address(text) IS
 'Internal: an RFC 5321 mailbox (dot-atom local part, LDH domain, length limits).';
 
-CREATE OR REPLACE FUNCTION mailroom._is_domain_name(p_domain text)
+CREATE OR REPLACE FUNCTION mailroom_internal._is_domain_name(p_domain text)
 RETURNS boolean
 LANGUAGE plpgsql
 IMMUTABLE
@@ -44,13 +44,13 @@ BEGIN
 END;
 $fn$;
 
-COMMENT ON FUNCTION mailroom._is_domain_name(text) IS
+COMMENT ON FUNCTION mailroom_internal._is_domain_name(text) IS
 'Internal: whether a lower-case string is a domain name (LDH labels of 1-63 characters, at most 253 octets).';
 
 -- Plus-addressing (docs/inboxes.md): mail to box+tag@domain is mail for box@domain, tagged tag. Both
--- take an address in its stored form (mailroom._normalize_address: lower case, trimmed). The split is
+-- take an address in its stored form (mailroom_internal._normalize_address: lower case, trimmed). The split is
 -- at the first '+' of the local part; a local part starting with '+' is not split (no box before it).
-CREATE OR REPLACE FUNCTION mailroom._address_base(p_address text)
+CREATE OR REPLACE FUNCTION mailroom_internal._address_base(p_address text)
 RETURNS text
 LANGUAGE plpgsql
 IMMUTABLE
@@ -69,10 +69,10 @@ BEGIN
 END;
 $fn$;
 
-COMMENT ON FUNCTION mailroom._address_base(text) IS
+COMMENT ON FUNCTION mailroom_internal._address_base(text) IS
 'Internal: the address without its plus tag (box+tag@domain: box@domain), the address itself when it has none.';
 
-CREATE OR REPLACE FUNCTION mailroom._address_tag(p_address text)
+CREATE OR REPLACE FUNCTION mailroom_internal._address_tag(p_address text)
 RETURNS text
 LANGUAGE plpgsql
 IMMUTABLE
@@ -84,7 +84,7 @@ DECLARE
     v_plus integer := strpos(p_address, '+');
     v_tag text;
 BEGIN
-    -- the tag of box+tag@domain when it is a valid tag (1-64 of [a-z0-9._-]: mailroom._message_tags);
+    -- the tag of box+tag@domain when it is a valid tag (1-64 of [a-z0-9._-]: mailroom_internal._message_tags);
     -- NULL without one, or when what follows the '+' is no tag (box+a+b@, box+@): the mail is still
     -- box's (_address_base), untagged, never refused for its tag
     IF v_plus <= 1 OR v_at = 0 OR v_plus > v_at THEN
@@ -98,5 +98,5 @@ BEGIN
 END;
 $fn$;
 
-COMMENT ON FUNCTION mailroom._address_tag(text) IS
+COMMENT ON FUNCTION mailroom_internal._address_tag(text) IS
 'Internal: the plus tag of an address in stored form (box+tag@domain: tag) when it is a valid tag, else NULL.';

@@ -19,7 +19,7 @@ BEGIN
             HINT = 'CREATE EXTENSION pgcrypto (a trusted extension: the database owner may create it).';
     END IF;
     EXECUTE format($f$
-        CREATE OR REPLACE FUNCTION mailroom._random_bytes(p_count integer)
+        CREATE OR REPLACE FUNCTION mailroom_internal._random_bytes(p_count integer)
         RETURNS bytea
         LANGUAGE plpgsql
         VOLATILE
@@ -29,7 +29,7 @@ BEGIN
         AS 'BEGIN RETURN %1$s.gen_random_bytes(p_count); END'
     $f$, v_schema);
     EXECUTE format($f$
-        CREATE OR REPLACE FUNCTION mailroom._digest(p_data bytea, p_algorithm text)
+        CREATE OR REPLACE FUNCTION mailroom_internal._digest(p_data bytea, p_algorithm text)
         RETURNS bytea
         LANGUAGE plpgsql
         IMMUTABLE
@@ -39,7 +39,7 @@ BEGIN
         AS 'BEGIN RETURN %1$s.digest(p_data, p_algorithm); END'
     $f$, v_schema);
     EXECUTE format($f$
-        CREATE OR REPLACE FUNCTION mailroom._hmac(p_data bytea, p_key bytea, p_algorithm text)
+        CREATE OR REPLACE FUNCTION mailroom_internal._hmac(p_data bytea, p_key bytea, p_algorithm text)
         RETURNS bytea
         LANGUAGE plpgsql
         IMMUTABLE
@@ -51,7 +51,7 @@ BEGIN
     -- Many HMACs in one call (one query for the whole array): a per-row call of _hmac costs a
     -- SQL-function executor start each (~10 us), more than the HMAC itself.
     EXECUTE format($f$
-        CREATE OR REPLACE FUNCTION mailroom._hmac_many(p_data bytea [], p_key bytea, p_algorithm text)
+        CREATE OR REPLACE FUNCTION mailroom_internal._hmac_many(p_data bytea [], p_key bytea, p_algorithm text)
         RETURNS bytea []
         LANGUAGE sql
         IMMUTABLE
@@ -62,7 +62,7 @@ BEGIN
             FROM unnest(p_data) WITH ORDINALITY AS u (d, n)'
     $f$, v_schema);
     EXECUTE format($f$
-        CREATE OR REPLACE FUNCTION mailroom._pgp_sym_encrypt(p_data text, p_password text, p_options text)
+        CREATE OR REPLACE FUNCTION mailroom_internal._pgp_sym_encrypt(p_data text, p_password text, p_options text)
         RETURNS bytea
         LANGUAGE sql
         VOLATILE
@@ -72,7 +72,7 @@ BEGIN
         AS 'SELECT %1$s.pgp_sym_encrypt(p_data, p_password, p_options)'
     $f$, v_schema);
     EXECUTE format($f$
-        CREATE OR REPLACE FUNCTION mailroom._pgp_sym_decrypt(p_data bytea, p_password text)
+        CREATE OR REPLACE FUNCTION mailroom_internal._pgp_sym_decrypt(p_data bytea, p_password text)
         RETURNS text
         LANGUAGE sql
         IMMUTABLE
@@ -83,7 +83,7 @@ BEGIN
     $f$, v_schema);
     -- public-key encryption for the sender keypair (relay passwords): the private half is never here
     EXECUTE format($f$
-        CREATE OR REPLACE FUNCTION mailroom._pgp_pub_encrypt(p_data text, p_key bytea, p_options text)
+        CREATE OR REPLACE FUNCTION mailroom_internal._pgp_pub_encrypt(p_data text, p_key bytea, p_options text)
         RETURNS bytea
         LANGUAGE sql
         VOLATILE
@@ -93,7 +93,7 @@ BEGIN
         AS 'SELECT %1$s.pgp_pub_encrypt(p_data, p_key, p_options)'
     $f$, v_schema);
     EXECUTE format($f$
-        CREATE OR REPLACE FUNCTION mailroom._pgp_key_id(p_data bytea)
+        CREATE OR REPLACE FUNCTION mailroom_internal._pgp_key_id(p_data bytea)
         RETURNS text
         LANGUAGE sql
         IMMUTABLE
@@ -105,26 +105,26 @@ BEGIN
 END;
 $crypto$;
 
-COMMENT ON FUNCTION mailroom._random_bytes(integer) IS
+COMMENT ON FUNCTION mailroom_internal._random_bytes(integer) IS
 'Internal: p_count bytes from pgcrypto''s CSPRNG (gen_random_bytes, schema-qualified).';
 
-COMMENT ON FUNCTION mailroom._digest(bytea, text) IS
+COMMENT ON FUNCTION mailroom_internal._digest(bytea, text) IS
 'Internal: pgcrypto digest(), schema-qualified.';
 
-COMMENT ON FUNCTION mailroom._hmac(bytea, bytea, text) IS
+COMMENT ON FUNCTION mailroom_internal._hmac(bytea, bytea, text) IS
 'Internal: pgcrypto hmac(), schema-qualified.';
 
-COMMENT ON FUNCTION mailroom._hmac_many(bytea[], bytea, text) IS
+COMMENT ON FUNCTION mailroom_internal._hmac_many(bytea[], bytea, text) IS
 'Internal: pgcrypto hmac() of every element (same order), schema-qualified; one call for a batch.';
 
-COMMENT ON FUNCTION mailroom._pgp_sym_encrypt(text, text, text) IS
+COMMENT ON FUNCTION mailroom_internal._pgp_sym_encrypt(text, text, text) IS
 'Internal: pgcrypto pgp_sym_encrypt(), schema-qualified.';
 
-COMMENT ON FUNCTION mailroom._pgp_sym_decrypt(bytea, text) IS
+COMMENT ON FUNCTION mailroom_internal._pgp_sym_decrypt(bytea, text) IS
 'Internal: pgcrypto pgp_sym_decrypt(), schema-qualified.';
 
-COMMENT ON FUNCTION mailroom._pgp_pub_encrypt(text, bytea, text) IS
+COMMENT ON FUNCTION mailroom_internal._pgp_pub_encrypt(text, bytea, text) IS
 'Internal: pgcrypto pgp_pub_encrypt(), schema-qualified.';
 
-COMMENT ON FUNCTION mailroom._pgp_key_id(bytea) IS
+COMMENT ON FUNCTION mailroom_internal._pgp_key_id(bytea) IS
 'Internal: pgcrypto pgp_key_id() (the key id a public key or an encrypted message names), schema-qualified.';

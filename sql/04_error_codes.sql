@@ -28,7 +28,7 @@ COMMENT ON FUNCTION mailroom.error_codes() IS
 GRANT EXECUTE ON FUNCTION mailroom.error_codes()
 TO mailroom_app, mailroom_collector, mailroom_sender, mailroom_inbound, mailroom_monitor, mailroom_http;
 
-CREATE OR REPLACE FUNCTION mailroom._verdict_reply(p_verdict text)
+CREATE OR REPLACE FUNCTION mailroom_internal._verdict_reply(p_verdict text)
 RETURNS text
 LANGUAGE plpgsql
 STABLE
@@ -40,10 +40,10 @@ BEGIN
 END;
 $$;
 
-COMMENT ON FUNCTION mailroom._verdict_reply(text) IS
+COMMENT ON FUNCTION mailroom_internal._verdict_reply(text) IS
 'Internal: the SMTP reply of a refusing recipient verdict (unknown, deleted, expired, too_large, full), from mailroom.error_codes; NULL otherwise.';
 
-CREATE OR REPLACE FUNCTION mailroom._code_reply(p_code text)
+CREATE OR REPLACE FUNCTION mailroom_internal._code_reply(p_code text)
 RETURNS text
 LANGUAGE plpgsql
 STABLE
@@ -55,5 +55,5 @@ BEGIN
 END;
 $$;
 
-COMMENT ON FUNCTION mailroom._code_reply(text) IS
+COMMENT ON FUNCTION mailroom_internal._code_reply(text) IS
 'Internal: the SMTP reply of an MRnnn SQLSTATE from mailroom.error_codes, NULL when it has none.';

@@ -2,7 +2,7 @@
 -- (created_at): listing them, creating them ahead, dropping those wholly past retention
 -- (migration 0100 made the tables partitioned; docs/retention.md describes the layout).
 
-CREATE OR REPLACE FUNCTION mailroom._partition_bound(p_width interval, p_at timestamptz)
+CREATE OR REPLACE FUNCTION mailroom_internal._partition_bound(p_width interval, p_at timestamptz)
 RETURNS timestamptz
 LANGUAGE sql
 IMMUTABLE
@@ -14,10 +14,10 @@ AS $$
     SELECT pg_catalog.date_bin(p_width, p_at, '2000-01-03 00:00:00+00'::timestamptz)
 $$;
 
-COMMENT ON FUNCTION mailroom._partition_bound(interval, timestamptz) IS
+COMMENT ON FUNCTION mailroom_internal._partition_bound(interval, timestamptz) IS
 'Internal: the partition boundary at or before p_at for partitions p_width wide (aligned to 2000-01-03 UTC).';
 
-CREATE OR REPLACE FUNCTION mailroom._partitions(p_table text)
+CREATE OR REPLACE FUNCTION mailroom_internal._partitions(p_table text)
 RETURNS TABLE (partition_name text, lower_bound timestamptz, upper_bound timestamptz, is_default boolean)
 LANGUAGE sql
 STABLE
@@ -36,10 +36,10 @@ AS $$
     ORDER BY 2 NULLS LAST
 $$;
 
-COMMENT ON FUNCTION mailroom._partitions(text) IS
+COMMENT ON FUNCTION mailroom_internal._partitions(text) IS
 'Internal: partitions of a partitioned mailroom table with their time range (NULL bounds: the DEFAULT partition).';
 
-CREATE OR REPLACE FUNCTION mailroom._name_partition_indexes(p_table text)
+CREATE OR REPLACE FUNCTION mailroom_internal._name_partition_indexes(p_table text)
 RETURNS void
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
@@ -67,10 +67,10 @@ BEGIN
 END;
 $$;
 
-COMMENT ON FUNCTION mailroom._name_partition_indexes(text) IS
+COMMENT ON FUNCTION mailroom_internal._name_partition_indexes(text) IS
 'Internal: rename the indexes of the partitions of a table to <partition>_<parent index name without the table prefix>.';
 
-CREATE OR REPLACE FUNCTION mailroom._create_partition(
+CREATE OR REPLACE FUNCTION mailroom_internal._create_partition(
     p_table text, p_key text, p_lower timestamptz, p_upper timestamptz
 )
 RETURNS bigint
@@ -111,15 +111,15 @@ BEGIN
         'ALTER TABLE mailroom.%I ATTACH PARTITION mailroom.%I FOR VALUES FROM (%L) TO (%L)',
         p_table, v_name, p_lower, p_upper
     );
-    PERFORM mailroom._name_partition_indexes(p_table);
+    PERFORM mailroom_internal._name_partition_indexes(p_table);
     RETURN v_moved;
 END;
 $$;
 
-COMMENT ON FUNCTION mailroom._create_partition(text, text, timestamptz, timestamptz) IS
+COMMENT ON FUNCTION mailroom_internal._create_partition(text, text, timestamptz, timestamptz) IS
 'Internal: create the partition [p_lower, p_upper) of a mailroom table, moving rows of that range out of its DEFAULT partition; returns the rows moved.';
 
-CREATE OR REPLACE FUNCTION mailroom._maintain_partitions()
+CREATE OR REPLACE FUNCTION mailroom_internal._maintain_partitions()
 RETURNS TABLE (action text, table_name text, partition_name text, row_count bigint)
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
@@ -171,7 +171,7 @@ BEGIN
             ELSE v_now - mailroom.setting('tokens.retention')::interval
         END;
 
-        FOR v_p IN SELECT * FROM mailroom._partitions(v_t.tbl) AS x LOOP
+        FOR v_p IN SELECT * FROM mailroom_internal._partitions(v_t.tbl) AS x LOOP
             IF v_p.is_default THEN
                 EXECUTE format('SELECT count(*) FROM mailroom.%I', v_p.partition_name) INTO v_count;
                 IF v_count > 0 THEN
@@ -183,9 +183,9 @@ BEGIN
             END IF;
             -- wholly past retention (or the DEFAULT partition): does it hold anything live?
             v_live := CASE v_t.tbl
-                WHEN 'outbound_messages' THEN mailroom._outbound_partition_live(v_p.partition_name, v_cutoff)
-                WHEN 'messages' THEN mailroom._messages_partition_live(v_p.partition_name, v_cutoff)
-                ELSE mailroom._tokens_partition_live(v_p.partition_name, v_cutoff)
+                WHEN 'outbound_messages' THEN mailroom_internal._outbound_partition_live(v_p.partition_name, v_cutoff)
+                WHEN 'messages' THEN mailroom_internal._messages_partition_live(v_p.partition_name, v_cutoff)
+                ELSE mailroom_internal._tokens_partition_live(v_p.partition_name, v_cutoff)
             END;
             IF NOT v_live AND NOT v_p.is_default THEN
                 EXECUTE format('SELECT count(*) FROM mailroom.%I', v_p.partition_name) INTO v_count;
@@ -195,7 +195,7 @@ BEGIN
                 CONTINUE;
             END IF;
             -- not droppable: its rows past retention go in batches, as purge_* do
-            v_count := mailroom._delete_past_retention(v_t.tbl, v_p.partition_name, v_cutoff, v_batch);
+            v_count := mailroom_internal._delete_past_retention(v_t.tbl, v_p.partition_name, v_cutoff, v_batch);
             IF v_count > 0 OR NOT v_p.is_default THEN
                 RETURN QUERY SELECT
                     CASE WHEN v_p.is_default THEN 'deleted' ELSE 'kept_deleted' END,
@@ -208,7 +208,7 @@ BEGIN
     WITH doomed AS (
         SELECT k.scope, k.key
         FROM mailroom.outbound_idempotency_keys AS k
-        WHERE k.message_id = ANY(mailroom._orphan_idempotency_keys(
+        WHERE k.message_id = ANY(mailroom_internal._orphan_idempotency_keys(
             v_now - mailroom.setting('outbound.retention')::interval, v_batch
         ))
         FOR UPDATE SKIP LOCKED
@@ -253,12 +253,12 @@ BEGIN
         v_width := mailroom.setting(v_t.width_setting)::interval;
         -- partitions ahead: from the end of the last one (or now's boundary, if that is later:
         -- a gap stays with the DEFAULT partition) until now + partitions.ahead is covered
-        SELECT max(x.upper_bound) INTO v_lo FROM mailroom._partitions(v_t.tbl) AS x;
-        v_lo := greatest(v_lo, mailroom._partition_bound(v_width, v_now));
+        SELECT max(x.upper_bound) INTO v_lo FROM mailroom_internal._partitions(v_t.tbl) AS x;
+        v_lo := greatest(v_lo, mailroom_internal._partition_bound(v_width, v_now));
         WHILE v_lo < v_now + v_ahead LOOP
-            v_hi := mailroom._partition_bound(v_width, v_lo) + v_width;
+            v_hi := mailroom_internal._partition_bound(v_width, v_lo) + v_width;
             BEGIN
-                v_count := mailroom._create_partition(v_t.tbl, v_t.key, v_lo, v_hi);
+                v_count := mailroom_internal._create_partition(v_t.tbl, v_t.key, v_lo, v_hi);
                 RETURN QUERY SELECT 'created'::text, v_t.tbl,
                     v_t.tbl || '_p' || to_char(v_lo AT TIME ZONE 'UTC', 'YYYYMMDD"t"HH24MI'), v_count;
             EXCEPTION
@@ -275,7 +275,7 @@ BEGIN
             EXECUTE format('LOCK TABLE mailroom.%I IN ACCESS EXCLUSIVE MODE', v_drop_table[v_i]);
             -- checked again under the lock: an operator may have re-queued a failed message
             IF v_drop_table[v_i] = 'outbound_messages'
-                AND mailroom._outbound_partition_live(v_drop[v_i], null) THEN
+                AND mailroom_internal._outbound_partition_live(v_drop[v_i], null) THEN
                 RETURN QUERY SELECT 'kept'::text, v_drop_table[v_i], v_drop[v_i], 0::bigint;
                 CONTINUE;
             END IF;
@@ -288,7 +288,7 @@ BEGIN
                 );
             END IF;
             IF v_drop_table[v_i] = 'tokens' THEN
-                PERFORM mailroom._forget_token_digests(v_drop[v_i]);
+                PERFORM mailroom_internal._forget_token_digests(v_drop[v_i]);
             END IF;
             EXECUTE format('DROP TABLE mailroom.%I', v_drop[v_i]);
             RETURN QUERY SELECT 'dropped'::text, v_drop_table[v_i], v_drop[v_i], v_drop_rows[v_i];
@@ -301,7 +301,7 @@ BEGIN
 END;
 $$;
 
-COMMENT ON FUNCTION mailroom._maintain_partitions() IS
+COMMENT ON FUNCTION mailroom_internal._maintain_partitions() IS
 'Internal: the work of maintain_partitions (create ahead, drop past retention, batch-delete the rest), its report rows.';
 
 CREATE OR REPLACE FUNCTION mailroom.maintain_partitions()
@@ -316,13 +316,13 @@ DECLARE
 BEGIN
     -- The work, then its summary in mailroom.job_runs (whoever runs it: a worker, pg_cron, an
     -- operator), which `mailroom status` shows as the last maintenance. A skipped call records nothing.
-    FOR action, table_name, partition_name, row_count IN SELECT * FROM mailroom._maintain_partitions() LOOP
+    FOR action, table_name, partition_name, row_count IN SELECT * FROM mailroom_internal._maintain_partitions() LOOP
         v_actions := v_actions || action;
         v_counts := v_counts || row_count;
         RETURN NEXT;
     END LOOP;
     IF NOT 'skipped' = ANY(v_actions) THEN
-        PERFORM mailroom._record_job_run('maintain_partitions', mailroom._maintenance_summary(v_actions, v_counts));
+        PERFORM mailroom_internal._record_job_run('maintain_partitions', mailroom_internal._maintenance_summary(v_actions, v_counts));
     END IF;
 END;
 $$;
@@ -332,7 +332,7 @@ COMMENT ON FUNCTION mailroom.maintain_partitions() IS
 
 GRANT EXECUTE ON FUNCTION mailroom.maintain_partitions() TO mailroom_inbound, mailroom_admin;
 
-CREATE OR REPLACE FUNCTION mailroom._maintenance_summary(p_actions text[], p_counts bigint[])
+CREATE OR REPLACE FUNCTION mailroom_internal._maintenance_summary(p_actions text[], p_counts bigint[])
 RETURNS text
 LANGUAGE sql
 IMMUTABLE
@@ -354,10 +354,10 @@ AS $$
     ) AS a
 $$;
 
-COMMENT ON FUNCTION mailroom._maintenance_summary(text[], bigint[]) IS
+COMMENT ON FUNCTION mailroom_internal._maintenance_summary(text[], bigint[]) IS
 'Internal: one line for the report rows of maintain_partitions (action and count, rows for deletions), or nothing to do.';
 
-CREATE OR REPLACE FUNCTION mailroom._record_job_run(p_job text, p_summary text)
+CREATE OR REPLACE FUNCTION mailroom_internal._record_job_run(p_job text, p_summary text)
 RETURNS void
 LANGUAGE sql
 SET search_path = pg_catalog, pg_temp
@@ -368,7 +368,7 @@ AS $$
     SET last_run_at = excluded.last_run_at, last_summary = excluded.last_summary, runs = j.runs + 1
 $$;
 
-COMMENT ON FUNCTION mailroom._record_job_run(text, text) IS
+COMMENT ON FUNCTION mailroom_internal._record_job_run(text, text) IS
 'Internal: record a completed run of a periodic job in mailroom.job_runs.';
 
 CREATE OR REPLACE FUNCTION mailroom.job_runs()
@@ -419,7 +419,7 @@ BEGIN
         extract(EPOCH FROM max(p.upper_bound) - v_now)::double precision,
         coalesce(max(greatest(c.reltuples, 0)::bigint) FILTER (WHERE p.is_default), 0)
     FROM (VALUES ('outbound_messages'), ('messages'), ('tokens')) AS t (tbl)
-    CROSS JOIN LATERAL mailroom._partitions(t.tbl) AS p
+    CROSS JOIN LATERAL mailroom_internal._partitions(t.tbl) AS p
     LEFT JOIN pg_catalog.pg_class AS c
         ON c.relname = p.partition_name AND c.relnamespace = 'mailroom'::pg_catalog.regnamespace
     GROUP BY t.tbl
@@ -432,7 +432,7 @@ COMMENT ON FUNCTION mailroom.partition_status() IS
 
 GRANT EXECUTE ON FUNCTION mailroom.partition_status() TO mailroom_monitor, mailroom_admin;
 
-CREATE OR REPLACE FUNCTION mailroom._outbound_partition_live(p_partition text, p_cutoff timestamptz)
+CREATE OR REPLACE FUNCTION mailroom_internal._outbound_partition_live(p_partition text, p_cutoff timestamptz)
 RETURNS boolean
 LANGUAGE plpgsql
 STABLE
@@ -453,10 +453,10 @@ BEGIN
 END;
 $$;
 
-COMMENT ON FUNCTION mailroom._outbound_partition_live(text, timestamptz) IS
+COMMENT ON FUNCTION mailroom_internal._outbound_partition_live(text, timestamptz) IS
 'Internal: whether an outbound partition holds a queued, held or processing row.';
 
-CREATE OR REPLACE FUNCTION mailroom._messages_partition_live(p_partition text, p_cutoff timestamptz)
+CREATE OR REPLACE FUNCTION mailroom_internal._messages_partition_live(p_partition text, p_cutoff timestamptz)
 RETURNS boolean
 LANGUAGE plpgsql
 STABLE
@@ -476,10 +476,10 @@ BEGIN
 END;
 $$;
 
-COMMENT ON FUNCTION mailroom._messages_partition_live(text, timestamptz) IS
+COMMENT ON FUNCTION mailroom_internal._messages_partition_live(text, timestamptz) IS
 'Internal: whether a messages partition holds a message of an active mailbox or one received after p_cutoff.';
 
-CREATE OR REPLACE FUNCTION mailroom._tokens_partition_live(p_partition text, p_cutoff timestamptz)
+CREATE OR REPLACE FUNCTION mailroom_internal._tokens_partition_live(p_partition text, p_cutoff timestamptz)
 RETURNS boolean
 LANGUAGE plpgsql
 STABLE
@@ -499,11 +499,11 @@ BEGIN
 END;
 $$;
 
-COMMENT ON FUNCTION mailroom._tokens_partition_live(text, timestamptz) IS
+COMMENT ON FUNCTION mailroom_internal._tokens_partition_live(text, timestamptz) IS
 'Internal: whether a tokens partition holds a token created, or still open, after p_cutoff.';
 
 -- Its Citus form: sql/citus/25_maintenance.sql (a seam: mailroom.db.citus.SEAMS).
-CREATE OR REPLACE FUNCTION mailroom._orphan_idempotency_keys(p_before timestamptz, p_limit integer)
+CREATE OR REPLACE FUNCTION mailroom_internal._orphan_idempotency_keys(p_before timestamptz, p_limit integer)
 RETURNS bigint[]
 LANGUAGE sql
 STABLE
@@ -520,11 +520,11 @@ AS $$
     );
 $$;
 
-COMMENT ON FUNCTION mailroom._orphan_idempotency_keys(timestamptz, integer) IS
+COMMENT ON FUNCTION mailroom_internal._orphan_idempotency_keys(timestamptz, integer) IS
 'Internal: up to p_limit message ids of idempotency keys older than p_before whose message no longer exists.';
 
 -- Its Citus form: sql/citus/12_accounts.sql (a seam: mailroom.db.citus.SEAMS).
-CREATE OR REPLACE FUNCTION mailroom._delete_tokens_past_retention(
+CREATE OR REPLACE FUNCTION mailroom_internal._delete_tokens_past_retention(
     p_partition text, p_cutoff timestamptz, p_batch integer
 )
 RETURNS bigint
@@ -548,13 +548,13 @@ BEGIN
 END;
 $$;
 
-COMMENT ON FUNCTION mailroom._delete_tokens_past_retention(text, timestamptz, integer) IS
+COMMENT ON FUNCTION mailroom_internal._delete_tokens_past_retention(text, timestamptz, integer) IS
 'Internal: delete one batch of closed or expired tokens past retention from one tokens partition.';
 
 -- A seam: nothing on one node. On Citus (sql/citus/13) the lookup rows of the digests of a tokens
 -- partition about to be dropped are deleted (token_digests, distributed by digest).
 -- Its Citus form: sql/citus/13_token_digests.sql (a seam: mailroom.db.citus.SEAMS).
-CREATE OR REPLACE FUNCTION mailroom._forget_token_digests(p_partition text)
+CREATE OR REPLACE FUNCTION mailroom_internal._forget_token_digests(p_partition text)
 RETURNS void
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
@@ -564,12 +564,12 @@ BEGIN
 END;
 $$;
 
-COMMENT ON FUNCTION mailroom._forget_token_digests(text) IS
+COMMENT ON FUNCTION mailroom_internal._forget_token_digests(text) IS
 'Internal: before a tokens partition is dropped, forget its digests elsewhere (a no-op on one node; Citus: token_digests).';
 
 -- One batch of rows past retention from a partition that cannot be dropped (SKIP LOCKED: a row
 -- another transaction holds waits for the next run), by the table's seam.
-CREATE OR REPLACE FUNCTION mailroom._delete_past_retention(
+CREATE OR REPLACE FUNCTION mailroom_internal._delete_past_retention(
     p_table text, p_partition text, p_cutoff timestamptz, p_batch integer
 )
 RETURNS bigint
@@ -579,20 +579,20 @@ AS $$
 BEGIN
     CASE p_table
         WHEN 'outbound_messages' THEN
-            RETURN mailroom._delete_outbound_past_retention(p_partition, p_cutoff, p_batch);
+            RETURN mailroom_internal._delete_outbound_past_retention(p_partition, p_cutoff, p_batch);
         WHEN 'messages' THEN
-            RETURN mailroom._delete_messages_past_retention(p_partition, p_cutoff, p_batch);
+            RETURN mailroom_internal._delete_messages_past_retention(p_partition, p_cutoff, p_batch);
         ELSE
-            RETURN mailroom._delete_tokens_past_retention(p_partition, p_cutoff, p_batch);
+            RETURN mailroom_internal._delete_tokens_past_retention(p_partition, p_cutoff, p_batch);
     END CASE;
 END;
 $$;
 
-COMMENT ON FUNCTION mailroom._delete_past_retention(text, text, timestamptz, integer) IS
+COMMENT ON FUNCTION mailroom_internal._delete_past_retention(text, text, timestamptz, integer) IS
 'Internal: delete one batch of rows past retention (outbound sent/failed/cancelled, messages of inactive mailboxes, closed or expired tokens) from one partition.';
 
 -- Its Citus form: sql/citus/25_maintenance.sql (a seam: mailroom.db.citus.SEAMS): lane by lane there.
-CREATE OR REPLACE FUNCTION mailroom._delete_outbound_past_retention(
+CREATE OR REPLACE FUNCTION mailroom_internal._delete_outbound_past_retention(
     p_partition text, p_cutoff timestamptz, p_batch integer
 )
 RETURNS bigint
@@ -616,11 +616,11 @@ BEGIN
 END;
 $$;
 
-COMMENT ON FUNCTION mailroom._delete_outbound_past_retention(text, timestamptz, integer) IS
+COMMENT ON FUNCTION mailroom_internal._delete_outbound_past_retention(text, timestamptz, integer) IS
 'Internal (a Citus seam): delete one batch of sent, failed or cancelled messages past retention, and their idempotency keys, from one outbound_messages partition.';
 
 -- Its Citus form: sql/citus/25_maintenance.sql (a seam: mailroom.db.citus.SEAMS): by mailbox there.
-CREATE OR REPLACE FUNCTION mailroom._delete_messages_past_retention(
+CREATE OR REPLACE FUNCTION mailroom_internal._delete_messages_past_retention(
     p_partition text, p_cutoff timestamptz, p_batch integer
 )
 RETURNS bigint
@@ -642,5 +642,5 @@ BEGIN
 END;
 $$;
 
-COMMENT ON FUNCTION mailroom._delete_messages_past_retention(text, timestamptz, integer) IS
+COMMENT ON FUNCTION mailroom_internal._delete_messages_past_retention(text, timestamptz, integer) IS
 'Internal (a Citus seam): delete one batch of messages of inactive mailboxes past retention from one messages partition.';

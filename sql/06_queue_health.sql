@@ -5,7 +5,7 @@
 -- predicates, and a health check costs the backlog, not the table. Workers report in with
 -- worker_heartbeat every few seconds (never per row); operators read queue_health and worker_health.
 
-CREATE OR REPLACE FUNCTION mailroom._queue_health_statement()
+CREATE OR REPLACE FUNCTION mailroom_internal._queue_health_statement()
 RETURNS text
 LANGUAGE sql
 IMMUTABLE
@@ -49,21 +49,21 @@ WHERE b.is_active AND b.expires_at <= $1
 $q$::text;
 $fn$;
 
-COMMENT ON FUNCTION mailroom._queue_health_statement() IS
+COMMENT ON FUNCTION mailroom_internal._queue_health_statement() IS
 'Internal: text of the queue_health statement ($1 now), run with EXECUTE so the partial indexes match; tests EXPLAIN it.';
 
-CREATE OR REPLACE FUNCTION mailroom._explain_queue_health()
+CREATE OR REPLACE FUNCTION mailroom_internal._explain_queue_health()
 RETURNS SETOF text
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
     -- EXPLAIN without ANALYZE: plans the exact statement, reads nothing.
-    RETURN QUERY EXECUTE 'EXPLAIN ' || mailroom._queue_health_statement() USING mailroom.clock();
+    RETURN QUERY EXECUTE 'EXPLAIN ' || mailroom_internal._queue_health_statement() USING mailroom.clock();
 END;
 $$;
 
-COMMENT ON FUNCTION mailroom._explain_queue_health() IS
+COMMENT ON FUNCTION mailroom_internal._explain_queue_health() IS
 'Internal: EXPLAIN of the exact queue_health statement (pgTAP checks every due-count uses its partial index).';
 
 CREATE OR REPLACE FUNCTION mailroom.queue_health()
@@ -79,7 +79,7 @@ SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
-    RETURN QUERY EXECUTE mailroom._queue_health_statement() USING mailroom.clock();
+    RETURN QUERY EXECUTE mailroom_internal._queue_health_statement() USING mailroom.clock();
 END;
 $$;
 
@@ -146,7 +146,7 @@ BEGIN
         metrics_address = excluded.metrics_address,
         serves = excluded.serves,
         stopped_at = NULL;
-    PERFORM mailroom._forget_workers(v_now);
+    PERFORM mailroom_internal._forget_workers(v_now);
 END;
 $$;
 
@@ -155,7 +155,7 @@ COMMENT ON FUNCTION mailroom.worker_heartbeat(text, text, boolean, integer, text
 GRANT EXECUTE ON FUNCTION mailroom.worker_heartbeat(text, text, boolean, integer, text, text)
 TO mailroom_collector, mailroom_sender, mailroom_inbound, mailroom_http, mailroom_admin;
 
-CREATE OR REPLACE FUNCTION mailroom._forget_workers(p_now timestamptz)
+CREATE OR REPLACE FUNCTION mailroom_internal._forget_workers(p_now timestamptz)
 RETURNS void
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
@@ -175,7 +175,7 @@ BEGIN
 END;
 $$;
 
-COMMENT ON FUNCTION mailroom._forget_workers(timestamptz) IS
+COMMENT ON FUNCTION mailroom_internal._forget_workers(timestamptz) IS
 'Internal: remove workers silent for longer than workers.forget_after and those stopped longer ago than workers.forget_stopped_after.';
 
 CREATE OR REPLACE FUNCTION mailroom.worker_stopped(p_worker text, p_claimed integer DEFAULT 0)

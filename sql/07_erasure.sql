@@ -3,7 +3,7 @@
 -- hash on the suppression list so mail to it stays refused. PL/pgSQL throughout: the tables and
 -- helpers it reads are created by later files and migrations.
 
-CREATE OR REPLACE FUNCTION mailroom._erased_form(p_address text)
+CREATE OR REPLACE FUNCTION mailroom_internal._erased_form(p_address text)
 RETURNS text
 LANGUAGE plpgsql
 STABLE
@@ -17,7 +17,7 @@ BEGIN
     -- equals it.
     RETURN (
         SELECT 'erased:' || encode(
-            mailroom._hmac(convert_to(mailroom._normalize_address(p_address), 'UTF8'), p.pepper, 'sha256'),
+            mailroom_internal._hmac(convert_to(mailroom_internal._normalize_address(p_address), 'UTF8'), p.pepper, 'sha256'),
             'hex'
         )
         FROM mailroom.redaction_pepper AS p
@@ -26,10 +26,10 @@ BEGIN
 END;
 $$;
 
-COMMENT ON FUNCTION mailroom._erased_form(text) IS
+COMMENT ON FUNCTION mailroom_internal._erased_form(text) IS
 'Internal: the keyed hash that stands for an erased address (erased:<hex of HMAC-SHA256 under the redaction pepper>).';
 
-CREATE OR REPLACE FUNCTION mailroom._erased_recipient(p_recipient text, p_pepper bytea)
+CREATE OR REPLACE FUNCTION mailroom_internal._erased_recipient(p_recipient text, p_pepper bytea)
 RETURNS text
 LANGUAGE plpgsql
 IMMUTABLE
@@ -45,26 +45,26 @@ BEGIN
     -- (each exact address once) keeps its positions. No '@': no address equals it, and a claim
     -- skips it (_is_erased_recipient). IMMUTABLE, the pepper an argument: erase_address calls it per
     -- row of an UPDATE, which Citus refuses for a STABLE function over columns (docs/scale.md).
-    RETURN 'erased:' || encode(mailroom._hmac(convert_to('recipient:' || p_recipient, 'UTF8'), p_pepper, 'sha256'), 'hex');
+    RETURN 'erased:' || encode(mailroom_internal._hmac(convert_to('recipient:' || p_recipient, 'UTF8'), p_pepper, 'sha256'), 'hex');
 END;
 $$;
 
-COMMENT ON FUNCTION mailroom._erased_recipient(text, bytea) IS
+COMMENT ON FUNCTION mailroom_internal._erased_recipient(text, bytea) IS
 'Internal: the keyed hash (under the pepper given) that replaces an erased outbound recipient in place (positions stay; erased:<hex>).';
 
-CREATE OR REPLACE FUNCTION mailroom._erased_recipient(p_recipient text)
+CREATE OR REPLACE FUNCTION mailroom_internal._erased_recipient(p_recipient text)
 RETURNS text
 LANGUAGE sql
 STABLE
 SET search_path = pg_catalog, pg_temp
 AS $$
-    SELECT mailroom._erased_recipient(p_recipient, p.pepper) FROM mailroom.redaction_pepper AS p WHERE p.singleton;
+    SELECT mailroom_internal._erased_recipient(p_recipient, p.pepper) FROM mailroom.redaction_pepper AS p WHERE p.singleton;
 $$;
 
-COMMENT ON FUNCTION mailroom._erased_recipient(text) IS
+COMMENT ON FUNCTION mailroom_internal._erased_recipient(text) IS
 'Internal: the keyed hash that replaces an erased outbound recipient in place (positions stay; erased:<hex>).';
 
-CREATE OR REPLACE FUNCTION mailroom._is_erased_recipient(p_recipient text)
+CREATE OR REPLACE FUNCTION mailroom_internal._is_erased_recipient(p_recipient text)
 RETURNS boolean
 LANGUAGE plpgsql
 IMMUTABLE
@@ -77,10 +77,10 @@ BEGIN
 END;
 $$;
 
-COMMENT ON FUNCTION mailroom._is_erased_recipient(text) IS
+COMMENT ON FUNCTION mailroom_internal._is_erased_recipient(text) IS
 'Internal: whether an outbound recipient element is an erased one (erased:<hex>), never mailed.';
 
-CREATE OR REPLACE FUNCTION mailroom._suppression_keys(p_address text)
+CREATE OR REPLACE FUNCTION mailroom_internal._suppression_keys(p_address text)
 RETURNS text[]
 LANGUAGE plpgsql
 STABLE
@@ -89,14 +89,14 @@ AS $$
 BEGIN
     -- The values of suppressions.address that stand for an address: itself (normalized) and, once
     -- it was erased, its keyed hash.
-    RETURN ARRAY[mailroom._normalize_address(p_address), mailroom._erased_form(p_address)];
+    RETURN ARRAY[mailroom_internal._normalize_address(p_address), mailroom_internal._erased_form(p_address)];
 END;
 $$;
 
-COMMENT ON FUNCTION mailroom._suppression_keys(text) IS
+COMMENT ON FUNCTION mailroom_internal._suppression_keys(text) IS
 'Internal: the suppression list entries that stand for an address: the address (normalized) and its erased form.';
 
-CREATE OR REPLACE FUNCTION mailroom._address_pattern(p_address text)
+CREATE OR REPLACE FUNCTION mailroom_internal._address_pattern(p_address text)
 RETURNS text
 LANGUAGE plpgsql
 IMMUTABLE
@@ -110,19 +110,19 @@ BEGIN
     -- An address without a plus tag also matches its plus forms (alice@ finds alice+news@: mail
     -- to those is alice's, sql/02_addresses.sql); an address with a tag matches as written.
     RETURN '(?<![[:alnum:]!#$%&''*+/=?^_`{|}~.-])'
-        || regexp_replace(split_part(mailroom._normalize_address(p_address), '@', 1), '([].^$*+?(){}|\\[-])', '\\\1', 'g')
-        || CASE WHEN strpos(mailroom._normalize_address(p_address), '+') = 0
+        || regexp_replace(split_part(mailroom_internal._normalize_address(p_address), '@', 1), '([].^$*+?(){}|\\[-])', '\\\1', 'g')
+        || CASE WHEN strpos(mailroom_internal._normalize_address(p_address), '+') = 0
             THEN '(?:[+][[:alnum:]!#$%&''*+/=?^_`{|}~.-]*)?' ELSE '' END
         || '@'
-        || regexp_replace(split_part(mailroom._normalize_address(p_address), '@', 2), '([].^$*+?(){}|\\[-])', '\\\1', 'g')
+        || regexp_replace(split_part(mailroom_internal._normalize_address(p_address), '@', 2), '([].^$*+?(){}|\\[-])', '\\\1', 'g')
         || '(?![[:alnum:]_-]|[.][[:alnum:]])';
 END;
 $$;
 
-COMMENT ON FUNCTION mailroom._address_pattern(text) IS
+COMMENT ON FUNCTION mailroom_internal._address_pattern(text) IS
 'Internal: case-insensitive regular expression of an address standing whole in a text (an address without a plus tag: its plus forms too).';
 
-CREATE OR REPLACE FUNCTION mailroom._is_address_form(p_candidate text, p_address text)
+CREATE OR REPLACE FUNCTION mailroom_internal._is_address_form(p_candidate text, p_address text)
 RETURNS boolean
 LANGUAGE plpgsql
 IMMUTABLE
@@ -132,15 +132,15 @@ AS $$
 BEGIN
     -- whether a recipient as written is the (normalized) address or one of its plus forms
     -- (alice+news@example.com is alice@example.com's; sql/02_addresses.sql)
-    RETURN mailroom._normalize_address(p_candidate) = p_address
-        OR mailroom._address_base(mailroom._normalize_address(p_candidate)) = p_address;
+    RETURN mailroom_internal._normalize_address(p_candidate) = p_address
+        OR mailroom_internal._address_base(mailroom_internal._normalize_address(p_candidate)) = p_address;
 END;
 $$;
 
-COMMENT ON FUNCTION mailroom._is_address_form(text, text) IS
+COMMENT ON FUNCTION mailroom_internal._is_address_form(text, text) IS
 'Internal (erase_address): whether a recipient as written is the normalized address or one of its plus forms (box+tag@domain).';
 
-CREATE OR REPLACE FUNCTION mailroom._escape_text_byte(p_code integer)
+CREATE OR REPLACE FUNCTION mailroom_internal._escape_text_byte(p_code integer)
 RETURNS text
 LANGUAGE plpgsql
 IMMUTABLE
@@ -160,10 +160,10 @@ BEGIN
 END;
 $$;
 
-COMMENT ON FUNCTION mailroom._escape_text_byte(integer) IS
+COMMENT ON FUNCTION mailroom_internal._escape_text_byte(integer) IS
 'Internal: a byte in the text form encode(bytea, ''escape'') gives it.';
 
-CREATE OR REPLACE FUNCTION mailroom._base64_text(p_text text)
+CREATE OR REPLACE FUNCTION mailroom_internal._base64_text(p_text text)
 RETURNS text
 LANGUAGE plpgsql
 IMMUTABLE
@@ -182,10 +182,10 @@ BEGIN
 END;
 $$;
 
-COMMENT ON FUNCTION mailroom._base64_text(text) IS
+COMMENT ON FUNCTION mailroom_internal._base64_text(text) IS
 'Internal: base64 decoded leniently (other characters ignored, padding completed), as escape text.';
 
-CREATE OR REPLACE FUNCTION mailroom._decoded_hold_address(p_text text, p_pattern text, p_depth integer)
+CREATE OR REPLACE FUNCTION mailroom_internal._decoded_hold_address(p_text text, p_pattern text, p_depth integer)
 RETURNS boolean
 LANGUAGE plpgsql
 IMMUTABLE
@@ -216,13 +216,13 @@ BEGIN
         FROM regexp_matches(p_text, '((?:^[A-Za-z0-9+/]{4,}={0,2}\r?(?:\n|$))+)', 'gn') AS m (m)
         WHERE length(m.m[1]) >= 8
     LOOP
-        v_piece := mailroom._base64_text(v_piece);
+        v_piece := mailroom_internal._base64_text(v_piece);
         IF v_piece ~* p_pattern THEN
             RETURN true;
         END IF;
         -- a level deeper only for what is MIME itself (a message), never an image's bytes
         IF p_depth > 1 AND v_piece ~* '(content-transfer-encoding|=\?[^?[:space:]]+\?[bq]\?)'
-            AND mailroom._decoded_hold_address(v_piece, p_pattern, p_depth - 1) THEN
+            AND mailroom_internal._decoded_hold_address(v_piece, p_pattern, p_depth - 1) THEN
             RETURN true;
         END IF;
     END LOOP;
@@ -236,7 +236,7 @@ BEGIN
         FROM regexp_matches(p_text, '(=\?[^?[:space:]]{1,64}\?([BbQq])\?([^?[:space:]]*)\?=)', 'g') AS m (m)
     LOOP
         IF v_kind = 'B' THEN
-            v_piece := mailroom._base64_text(v_piece);
+            v_piece := mailroom_internal._base64_text(v_piece);
         ELSE
             v_piece := replace(v_piece, '_', ' ');  -- its =XX go with the quoted-printable below
         END IF;
@@ -244,16 +244,16 @@ BEGIN
     END LOOP;
     v_qp := regexp_replace(v_qp, '=\r?\n', '', 'g');
     FOR v_hex IN SELECT DISTINCT m.m[1] FROM regexp_matches(v_qp, '=([0-9A-Fa-f]{2})', 'g') AS m (m) LOOP
-        v_qp := replace(v_qp, '=' || v_hex, mailroom._escape_text_byte(get_byte(decode(v_hex, 'hex'), 0)));
+        v_qp := replace(v_qp, '=' || v_hex, mailroom_internal._escape_text_byte(get_byte(decode(v_hex, 'hex'), 0)));
     END LOOP;
     RETURN v_qp <> p_text AND v_qp ~* p_pattern;
 END;
 $$;
 
-COMMENT ON FUNCTION mailroom._decoded_hold_address(text, text, integer) IS
+COMMENT ON FUNCTION mailroom_internal._decoded_hold_address(text, text, integer) IS
 'Internal: whether the base64, encoded-word and quoted-printable forms in bytes (escape text) decode to text holding a pattern.';
 
-CREATE OR REPLACE FUNCTION mailroom._bytes_hold_address(p_bytes bytea, p_pattern text)
+CREATE OR REPLACE FUNCTION mailroom_internal._bytes_hold_address(p_bytes bytea, p_pattern text)
 RETURNS boolean
 LANGUAGE plpgsql
 IMMUTABLE
@@ -266,14 +266,14 @@ BEGIN
     -- ASCII address is found case-insensitively in any bytes (a message's raw form); and in what
     -- they decode to (base64 parts, quoted-printable, encoded words: what a reader of the message
     -- or of one of its attachments gets), two levels deep
-    RETURN v_text ~* p_pattern OR mailroom._decoded_hold_address(v_text, p_pattern, 2);
+    RETURN v_text ~* p_pattern OR mailroom_internal._decoded_hold_address(v_text, p_pattern, 2);
 END;
 $$;
 
-COMMENT ON FUNCTION mailroom._bytes_hold_address(bytea, text) IS
+COMMENT ON FUNCTION mailroom_internal._bytes_hold_address(bytea, text) IS
 'Internal: whether bytes hold an address pattern (ASCII, case-insensitive), as they are or once their MIME transfer encodings are undone.';
 
-CREATE OR REPLACE FUNCTION mailroom._key_holds_address(p_key text, p_address text)
+CREATE OR REPLACE FUNCTION mailroom_internal._key_holds_address(p_key text, p_address text)
 RETURNS boolean
 LANGUAGE plpgsql
 IMMUTABLE
@@ -293,10 +293,10 @@ BEGIN
 END;
 $$;
 
-COMMENT ON FUNCTION mailroom._key_holds_address(text, text) IS
+COMMENT ON FUNCTION mailroom_internal._key_holds_address(text, text) IS
 'Internal (erase_address): whether an idempotency key holds a normalized address anywhere (also URL-encoded), whole or not.';
 
-CREATE OR REPLACE FUNCTION mailroom._texts_hold_address(p_pattern text, VARIADIC p_texts text[])
+CREATE OR REPLACE FUNCTION mailroom_internal._texts_hold_address(p_pattern text, VARIADIC p_texts text[])
 RETURNS boolean
 LANGUAGE plpgsql
 IMMUTABLE
@@ -310,10 +310,10 @@ BEGIN
 END;
 $$;
 
-COMMENT ON FUNCTION mailroom._texts_hold_address(text, text[]) IS
+COMMENT ON FUNCTION mailroom_internal._texts_hold_address(text, text[]) IS
 'Internal: whether any of the texts holds an address pattern (case-insensitive).';
 
-CREATE OR REPLACE FUNCTION mailroom._erase_recipients(p_recipients text[], p_address text, p_pepper bytea)
+CREATE OR REPLACE FUNCTION mailroom_internal._erase_recipients(p_recipients text[], p_address text, p_pepper bytea)
 RETURNS text[]
 LANGUAGE plpgsql
 IMMUTABLE
@@ -326,7 +326,7 @@ BEGIN
     -- called per row of erase_address's UPDATE, which Citus refuses for a STABLE function)
     RETURN ARRAY(
         SELECT CASE
-            WHEN mailroom._is_address_form(r.a, p_address) THEN mailroom._erased_recipient(r.a, p_pepper)
+            WHEN mailroom_internal._is_address_form(r.a, p_address) THEN mailroom_internal._erased_recipient(r.a, p_pepper)
             ELSE r.a
         END
         FROM unnest(p_recipients) WITH ORDINALITY AS r (a, n)
@@ -335,11 +335,11 @@ BEGIN
 END;
 $$;
 
-COMMENT ON FUNCTION mailroom._erase_recipients(text[], text, bytea) IS
+COMMENT ON FUNCTION mailroom_internal._erase_recipients(text[], text, bytea) IS
 'Internal (erase_address): a recipient list with the address replaced in place by its erased form (positions kept).';
 
 -- Its Citus form: sql/citus/12_accounts.sql (a seam: mailroom.db.citus.SEAMS).
-CREATE OR REPLACE FUNCTION mailroom._erase_account_keys(p_accounts bigint[], p_pattern text)
+CREATE OR REPLACE FUNCTION mailroom_internal._erase_account_keys(p_accounts bigint[], p_pattern text)
 RETURNS void
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
@@ -352,7 +352,7 @@ BEGIN
 END;
 $$;
 
-COMMENT ON FUNCTION mailroom._erase_account_keys(bigint[], text) IS
+COMMENT ON FUNCTION mailroom_internal._erase_account_keys(bigint[], text) IS
 'Internal (erase_address): remove the erased accounts'' keys kept outside accounts (none on one node; Citus: the lookup tables).';
 
 CREATE OR REPLACE FUNCTION mailroom.erase_address(p_address text, p_dry_run boolean DEFAULT false)
@@ -363,7 +363,7 @@ SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-    v_addr text := mailroom._normalize_address(p_address);
+    v_addr text := mailroom_internal._normalize_address(p_address);
     v_pattern text;
     v_erased text;
     v_tag text;
@@ -376,14 +376,14 @@ DECLARE
     v_accounts bigint [];
     v_gone bigint [];
 BEGIN
-    IF v_addr IS NULL OR NOT coalesce(mailroom._is_valid_address(v_addr), false) THEN
+    IF v_addr IS NULL OR NOT coalesce(mailroom_internal._is_valid_address(v_addr), false) THEN
         RAISE EXCEPTION USING
             ERRCODE = 'MR006',
             MESSAGE = 'the address to erase is not a valid email address';
     END IF;
-    v_pattern := mailroom._address_pattern(v_addr);
-    v_erased := mailroom._erased_form(v_addr);
-    v_tag := mailroom._redaction_tag(v_addr);
+    v_pattern := mailroom_internal._address_pattern(v_addr);
+    v_erased := mailroom_internal._erased_form(v_addr);
+    v_tag := mailroom_internal._redaction_tag(v_addr);
 
     -- Configuration is the operator's to change: mailroom does not rewrite a relay or a template.
     SELECT coalesce(
@@ -423,7 +423,7 @@ BEGIN
         DELETE FROM mailroom.accounts AS a WHERE a.id = ANY (v_accounts);
         GET DIAGNOSTICS v_n = ROW_COUNT;
         v_counts := v_counts || jsonb_build_object('accounts', v_n);
-        PERFORM mailroom._erase_account_keys(v_accounts, v_pattern);
+        PERFORM mailroom_internal._erase_account_keys(v_accounts, v_pattern);
         DELETE FROM mailroom.recovery_requests AS r
         WHERE r.account = ANY (v_accounts) OR r.email ~* v_pattern;
         GET DIAGNOSTICS v_n = ROW_COUNT;
@@ -438,18 +438,18 @@ BEGIN
         WHERE
             EXISTS (
                 SELECT 1 FROM unnest(m.to_addrs || m.cc_addrs || m.bcc_addrs) AS r (a)
-                WHERE mailroom._is_address_form(r.a, v_addr)
+                WHERE mailroom_internal._is_address_form(r.a, v_addr)
             )
             -- no other recipient left (one erased before is nobody)
             AND NOT EXISTS (
                 SELECT 1 FROM unnest(m.to_addrs || m.cc_addrs || m.bcc_addrs) AS r (a)
-                WHERE NOT mailroom._is_address_form(r.a, v_addr) AND NOT mailroom._is_erased_recipient(r.a)
+                WHERE NOT mailroom_internal._is_address_form(r.a, v_addr) AND NOT mailroom_internal._is_erased_recipient(r.a)
             );
         DELETE FROM mailroom.outbound_bounces AS b WHERE b.message_id = ANY (v_gone);
         GET DIAGNOSTICS v_n = ROW_COUNT;
         v_counts := v_counts || jsonb_build_object('outbound_bounces', v_n);
         DELETE FROM mailroom.outbound_idempotency_keys AS k
-        WHERE k.message_id = ANY (v_gone) OR mailroom._key_holds_address(k.key, v_addr);
+        WHERE k.message_id = ANY (v_gone) OR mailroom_internal._key_holds_address(k.key, v_addr);
         DELETE FROM mailroom.outbound_messages AS m WHERE m.id = ANY (v_gone);
         GET DIAGNOSTICS v_n = ROW_COUNT;
         v_counts := v_counts || jsonb_build_object('outbound_messages_deleted', v_n);
@@ -457,30 +457,30 @@ BEGIN
         SET
             -- erased in place: a signed address names its recipient by envelope position
             -- (sql/36_outbound_bounces.sql), so the others keep theirs; a claim skips the erased
-            to_addrs = mailroom._erase_recipients(m.to_addrs, v_addr, v_pepper),
-            cc_addrs = mailroom._erase_recipients(m.cc_addrs, v_addr, v_pepper),
-            bcc_addrs = mailroom._erase_recipients(m.bcc_addrs, v_addr, v_pepper),
+            to_addrs = mailroom_internal._erase_recipients(m.to_addrs, v_addr, v_pepper),
+            cc_addrs = mailroom_internal._erase_recipients(m.cc_addrs, v_addr, v_pepper),
+            bcc_addrs = mailroom_internal._erase_recipients(m.bcc_addrs, v_addr, v_pepper),
             subject = regexp_replace(m.subject, v_pattern, v_erased, 'gi'),
             text_body = regexp_replace(m.text_body, v_pattern, v_erased, 'gi'),
             html_body = regexp_replace(m.html_body, v_pattern, v_erased, 'gi'),
             headers = regexp_replace(m.headers::text, v_pattern, v_erased, 'gi')::jsonb,
-            idempotency_key = CASE WHEN mailroom._key_holds_address(m.idempotency_key, v_addr) THEN null ELSE m.idempotency_key END,
+            idempotency_key = CASE WHEN mailroom_internal._key_holds_address(m.idempotency_key, v_addr) THEN null ELSE m.idempotency_key END,
             -- error_log is redacted on write: the address shows there only as its tag
             error_log = replace(m.error_log, v_tag, '<erased>'),
             -- an attachment naming the address (its name or its bytes) goes whole: bytes are
             -- not rewritten (sql/32)
-            attachments = mailroom._attachments_without(m.attachments, v_addr),
+            attachments = mailroom_internal._attachments_without(m.attachments, v_addr),
             -- a released message's bytes (sql/32_outbound_release.sql) holding it go whole: it is
             -- then sent as its (erased) subject and text
             raw_message = CASE
                 WHEN strpos(lower(encode(m.raw_message, 'escape')), v_addr) = 0 THEN m.raw_message
             END
         WHERE
-            mailroom._texts_hold_address(v_pattern, VARIADIC m.to_addrs || m.cc_addrs || m.bcc_addrs)
-            OR mailroom._texts_hold_address(v_pattern, m.subject, m.text_body, m.html_body, m.headers::text)
-            OR mailroom._key_holds_address(m.idempotency_key, v_addr)
+            mailroom_internal._texts_hold_address(v_pattern, VARIADIC m.to_addrs || m.cc_addrs || m.bcc_addrs)
+            OR mailroom_internal._texts_hold_address(v_pattern, m.subject, m.text_body, m.html_body, m.headers::text)
+            OR mailroom_internal._key_holds_address(m.idempotency_key, v_addr)
             OR strpos(m.error_log, v_tag) > 0
-            OR m.attachments IS DISTINCT FROM mailroom._attachments_without(m.attachments, v_addr)
+            OR m.attachments IS DISTINCT FROM mailroom_internal._attachments_without(m.attachments, v_addr)
             OR strpos(lower(encode(m.raw_message, 'escape')), v_addr) > 0;
         GET DIAGNOSTICS v_n = ROW_COUNT;
         v_counts := v_counts || jsonb_build_object('outbound_messages_rewritten', v_n);
@@ -500,16 +500,16 @@ BEGIN
         -- inboxes: the inbox of that address (its messages go with it), and every message
         -- anywhere that holds it (envelope, headers, bodies, raw bytes, attachment names);
         -- an owner named by it is replaced by its erased form
-        v_n := mailroom._delete_mailbox(v_addr);
+        v_n := mailroom_internal._delete_mailbox(v_addr);
         v_counts := v_counts || jsonb_build_object('mailboxes', v_n);
         DELETE FROM mailroom.messages AS m
         WHERE
-            mailroom._is_address_form(m.envelope_to, v_addr)
-            OR mailroom._texts_hold_address(
+            mailroom_internal._is_address_form(m.envelope_to, v_addr)
+            OR mailroom_internal._texts_hold_address(
                 v_pattern, m.envelope_from, m.envelope_to, m.from_header, m.subject, m.text_body, m.html_body,
                 m.attachments::text
             )
-            OR mailroom._bytes_hold_address(m.raw, v_pattern);
+            OR mailroom_internal._bytes_hold_address(m.raw, v_pattern);
         GET DIAGNOSTICS v_n = ROW_COUNT;
         v_counts := v_counts || jsonb_build_object('messages', v_n);
         UPDATE mailroom.mailboxes AS b SET owner_id = regexp_replace(b.owner_id, v_pattern, v_erased, 'gi')
@@ -519,7 +519,7 @@ BEGIN
         SET
             owner_id = regexp_replace(k.owner_id, v_pattern, v_erased, 'gi'),
             label = regexp_replace(k.label, v_pattern, v_erased, 'gi')
-        WHERE mailroom._texts_hold_address(v_pattern, k.owner_id, k.label);
+        WHERE mailroom_internal._texts_hold_address(v_pattern, k.owner_id, k.label);
         GET DIAGNOSTICS v_m = ROW_COUNT;
         v_n := v_n + v_m;
         UPDATE mailroom.catchall_domains AS c SET owner_id = regexp_replace(c.owner_id, v_pattern, v_erased, 'gi')
@@ -534,7 +534,7 @@ BEGIN
             host = regexp_replace(w.host, v_pattern, v_erased, 'gi'),
             serves = regexp_replace(w.serves, v_pattern, v_erased, 'gi'),
             metrics_address = regexp_replace(w.metrics_address, v_pattern, v_erased, 'gi')
-        WHERE mailroom._texts_hold_address(v_pattern, w.worker, w.host, w.serves, w.metrics_address);
+        WHERE mailroom_internal._texts_hold_address(v_pattern, w.worker, w.host, w.serves, w.metrics_address);
         GET DIAGNOSTICS v_n = ROW_COUNT;
         UPDATE mailroom.job_runs AS j SET last_summary = regexp_replace(j.last_summary, v_pattern, v_erased, 'gi')
         WHERE j.last_summary ~* v_pattern;

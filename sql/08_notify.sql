@@ -113,7 +113,7 @@ COMMENT ON FUNCTION mailroom.await_writers(interval) IS
 GRANT EXECUTE ON FUNCTION mailroom.await_writers(interval)
 TO mailroom_app, mailroom_collector, mailroom_sender, mailroom_inbound, mailroom_http;
 
-CREATE OR REPLACE FUNCTION mailroom._listened(p_channel text)
+CREATE OR REPLACE FUNCTION mailroom_internal._listened(p_channel text)
 RETURNS boolean
 LANGUAGE plpgsql
 STABLE
@@ -125,20 +125,20 @@ BEGIN
 END;
 $$;
 
-COMMENT ON FUNCTION mailroom._listened(text) IS
+COMMENT ON FUNCTION mailroom_internal._listened(text) IS
 'Internal: whether a NOTIFY on a registered channel (mailroom_inbox, mailroom_delivery) may be heard (a session registered with mailroom.listen, or notify.always).';
 
-CREATE OR REPLACE FUNCTION mailroom._notify(p_channel text, p_payload text)
+CREATE OR REPLACE FUNCTION mailroom_internal._notify(p_channel text, p_payload text)
 RETURNS void
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
-    IF mailroom._listened(p_channel) THEN
+    IF mailroom_internal._listened(p_channel) THEN
         PERFORM pg_notify(p_channel, p_payload);
     END IF;
 END;
 $$;
 
-COMMENT ON FUNCTION mailroom._notify(text, text) IS
-'Internal: pg_notify on a registered channel (deliver_message''s), only when mailroom._listened says someone may hear it; the always channels call pg_notify.';
+COMMENT ON FUNCTION mailroom_internal._notify(text, text) IS
+'Internal: pg_notify on a registered channel (deliver_message''s), only when mailroom_internal._listened says someone may hear it; the always channels call pg_notify.';

@@ -11,7 +11,7 @@
 -- A statement timeout is the backstop (docs/deployment.md): the HTTP face and MCP set one per
 -- transaction; a psql login sets its own.
 
-CREATE OR REPLACE FUNCTION mailroom._caller_pattern(p_pattern text, p_kind text)
+CREATE OR REPLACE FUNCTION mailroom_internal._caller_pattern(p_pattern text, p_kind text)
 RETURNS text
 LANGUAGE plpgsql
 IMMUTABLE
@@ -112,5 +112,5 @@ BEGIN
 END;
 $$;
 
-COMMENT ON FUNCTION mailroom._caller_pattern(text, text) IS
+COMMENT ON FUNCTION mailroom_internal._caller_pattern(text, text) IS
 'Internal: a caller''s pattern (p_kind regex or like) checked before it runs, returned as given: at most 200 characters; a regex without back-references, with at most 8 quantifiers and repetition counts up to 100 (MR010); a LIKE pattern with at most 8 % (MR011).';

@@ -3,7 +3,7 @@
 -- UPDATE ... SET status = ... from psql goes through the same triggers as
 -- the functions below, so both behave the same.
 
-CREATE OR REPLACE FUNCTION mailroom._valid_email(p_email text)
+CREATE OR REPLACE FUNCTION mailroom_internal._valid_email(p_email text)
 RETURNS boolean
 LANGUAGE plpgsql
 IMMUTABLE
@@ -11,25 +11,25 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
     -- the shared address rule (so every account email is sendable), plus a dotted domain;
-    -- PL/pgSQL for the reason given at mailroom._is_valid_address (it runs at every account insert)
+    -- PL/pgSQL for the reason given at mailroom_internal._is_valid_address (it runs at every account insert)
     RETURN coalesce(
-        mailroom._is_valid_address(p_email) AND split_part(p_email, '@', 2) LIKE '%.%',
+        mailroom_internal._is_valid_address(p_email) AND split_part(p_email, '@', 2) LIKE '%.%',
         FALSE
     );
 END;
 $$;
 
-COMMENT ON FUNCTION mailroom._valid_email(text) IS
+COMMENT ON FUNCTION mailroom_internal._valid_email(text) IS
 'Internal: true when the text is a plausible mailbox address (local@domain.tld, at most 254 characters).';
 
-CREATE OR REPLACE FUNCTION mailroom._check_account_identity(p_email text, p_login text)
+CREATE OR REPLACE FUNCTION mailroom_internal._check_account_identity(p_email text, p_login text)
 RETURNS void
 LANGUAGE plpgsql
 IMMUTABLE
 SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
-    IF mailroom._valid_email(p_email) IS NOT TRUE THEN
+    IF mailroom_internal._valid_email(p_email) IS NOT TRUE THEN
         RAISE EXCEPTION USING
             ERRCODE = 'MR101',
             MESSAGE = 'invalid email address',
@@ -46,14 +46,14 @@ BEGIN
 END;
 $$;
 
-COMMENT ON FUNCTION mailroom._check_account_identity(text, text) IS
+COMMENT ON FUNCTION mailroom_internal._check_account_identity(text, text) IS
 'Internal: raise MR101 (bad email) or MR104 (bad login).';
 
 -- A Citus seam (mailroom.db.citus.SEAMS): whether row triggers write other tables. True on one
 -- node; false on Citus (sql/citus/12_accounts.sql), where a row trigger runs on a worker, on the
 -- shard of its row: there the functions do that work on the coordinator (create_account's
 -- _insert_account makes the activation token, _issue_token revokes a reissue's older tokens).
-CREATE OR REPLACE FUNCTION mailroom._triggers_cascade()
+CREATE OR REPLACE FUNCTION mailroom_internal._triggers_cascade()
 RETURNS boolean
 LANGUAGE plpgsql
 STABLE  -- not IMMUTABLE: never folded into a cached plan, so the Citus form takes over at once
@@ -64,14 +64,14 @@ BEGIN
 END;
 $$;
 
-COMMENT ON FUNCTION mailroom._triggers_cascade() IS
+COMMENT ON FUNCTION mailroom_internal._triggers_cascade() IS
 'Internal (a Citus seam): whether row triggers write other tables (true on one node, false on Citus).';
 
 -- 1. Before account insert: validate, stamp, create the activation token (one node: on Citus,
 --    _triggers_cascade() is false and create_account makes it).
 --    NEW.id is already assigned (identity default) in a BEFORE trigger; the
 --    token's foreign key is deferred, so the token row can precede its account.
-CREATE OR REPLACE FUNCTION mailroom.trg_before_account_insert()
+CREATE OR REPLACE FUNCTION mailroom_internal.trg_before_account_insert()
 RETURNS trigger
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
@@ -79,46 +79,46 @@ AS $$
 DECLARE
     ts timestamptz := mailroom.clock();
 BEGIN
-    PERFORM mailroom._check_account_identity(NEW.email, NEW.login);
+    PERFORM mailroom_internal._check_account_identity(NEW.email, NEW.login);
     NEW.created_at := coalesce(NEW.created_at, ts);
     IF NEW.status = 'active' THEN
         NEW.activated_at := coalesce(NEW.activated_at, ts);
     ELSIF NEW.status = 'suspended' THEN
         NEW.suspended_at := coalesce(NEW.suspended_at, ts);
     END IF;
-    IF NEW.status = 'provisioned' AND mailroom._triggers_cascade() THEN
+    IF NEW.status = 'provisioned' AND mailroom_internal._triggers_cascade() THEN
         INSERT INTO mailroom.tokens (account, action) VALUES (NEW.id, 'activation');
     END IF;
     RETURN NEW;
 END;
 $$;
 
-COMMENT ON FUNCTION mailroom.trg_before_account_insert() IS
+COMMENT ON FUNCTION mailroom_internal.trg_before_account_insert() IS
 'Trigger: validate email/login, stamp created_at, insert the activation token of a provisioned account.';
 
 CREATE OR REPLACE TRIGGER before_account_insert
 BEFORE INSERT ON mailroom.accounts
 FOR EACH ROW
-EXECUTE FUNCTION mailroom.trg_before_account_insert();
+EXECUTE FUNCTION mailroom_internal.trg_before_account_insert();
 
-CREATE OR REPLACE FUNCTION mailroom.trg_before_account_identity_change()
+CREATE OR REPLACE FUNCTION mailroom_internal.trg_before_account_identity_change()
 RETURNS trigger
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
-    PERFORM mailroom._check_account_identity(NEW.email, NEW.login);
+    PERFORM mailroom_internal._check_account_identity(NEW.email, NEW.login);
     RETURN NEW;
 END;
 $$;
 
-COMMENT ON FUNCTION mailroom.trg_before_account_identity_change() IS
+COMMENT ON FUNCTION mailroom_internal.trg_before_account_identity_change() IS
 'Trigger: validate email and login when they are updated.';
 
 CREATE OR REPLACE TRIGGER before_account_identity_change
 BEFORE UPDATE OF email, login ON mailroom.accounts
 FOR EACH ROW
-EXECUTE FUNCTION mailroom.trg_before_account_identity_change();
+EXECUTE FUNCTION mailroom_internal.trg_before_account_identity_change();
 
 -- 2. Before account status change: lifecycle timestamps.
 --    provisioned -> active     activated_at (first activation only)
@@ -127,7 +127,7 @@ EXECUTE FUNCTION mailroom.trg_before_account_identity_change();
 --                              back to provisioned if never activated
 --    suspended -> provisioned  same as above when never activated
 --    active -> provisioned     refused (MR108)
-CREATE OR REPLACE FUNCTION mailroom.trg_before_account_status_change()
+CREATE OR REPLACE FUNCTION mailroom_internal.trg_before_account_status_change()
 RETURNS trigger
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
@@ -172,19 +172,19 @@ BEGIN
 END;
 $$;
 
-COMMENT ON FUNCTION mailroom.trg_before_account_status_change() IS
+COMMENT ON FUNCTION mailroom_internal.trg_before_account_status_change() IS
 'Trigger: maintain status_changed_at/activated_at/suspended_at/unsuspended_at; unsuspend reverts to provisioned if never activated.';
 
 CREATE OR REPLACE TRIGGER before_account_status_change
 BEFORE UPDATE OF status ON mailroom.accounts
 FOR EACH ROW
-EXECUTE FUNCTION mailroom.trg_before_account_status_change();
+EXECUTE FUNCTION mailroom_internal.trg_before_account_status_change();
 
 -- A Citus seam (mailroom.db.citus.SEAMS): the insert of create_account. On one node the account
 -- row (its BEFORE trigger validates it and makes the activation token); on Citus
 -- (sql/citus/12_accounts.sql) the unique keys reserved in their lookup tables first, then the row
 -- and its token. Either way: the new id, or no id and the key another account holds.
-CREATE OR REPLACE FUNCTION mailroom._insert_account(p_email text, p_login text, OUT id bigint, OUT taken text)
+CREATE OR REPLACE FUNCTION mailroom_internal._insert_account(p_email text, p_login text, OUT id bigint, OUT taken text)
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
 AS $$
@@ -201,7 +201,7 @@ BEGIN
 END;
 $$;
 
-COMMENT ON FUNCTION mailroom._insert_account(text, text) IS
+COMMENT ON FUNCTION mailroom_internal._insert_account(text, text) IS
 'Internal (a Citus seam): insert an account (and its activation token); (its id, NULL), or (NULL, the key taken: email, login, or NULL when the holder was deleted meanwhile).';
 
 CREATE OR REPLACE FUNCTION mailroom.create_account(p_email text, p_login text)
@@ -218,7 +218,7 @@ BEGIN
     -- conflicts is skipped (after waiting for a concurrent insert of the same key to end), then
     -- the key it met is named; the activation token its BEFORE trigger made is rolled back with
     -- the error (always raised then: the token must not outlive its account's failed insert).
-    SELECT i.id, i.taken INTO v_id, v_taken FROM mailroom._insert_account(p_email, p_login) AS i;
+    SELECT i.id, i.taken INTO v_id, v_taken FROM mailroom_internal._insert_account(p_email, p_login) AS i;
     IF v_id IS NOT NULL THEN
         RETURN v_id;
     END IF;
@@ -243,7 +243,7 @@ COMMENT ON FUNCTION mailroom.create_account(text, text) IS
 
 GRANT EXECUTE ON FUNCTION mailroom.create_account(text, text) TO mailroom_app;
 
-CREATE OR REPLACE FUNCTION mailroom._lock_account(p_account bigint)
+CREATE OR REPLACE FUNCTION mailroom_internal._lock_account(p_account bigint)
 RETURNS mailroom.account_status
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
@@ -264,7 +264,7 @@ BEGIN
 END;
 $$;
 
-COMMENT ON FUNCTION mailroom._lock_account(bigint) IS
+COMMENT ON FUNCTION mailroom_internal._lock_account(bigint) IS
 'Internal: lock an account row and return its status (MR105 if it does not exist).';
 
 CREATE OR REPLACE FUNCTION mailroom.suspend_account(p_account bigint)
@@ -276,7 +276,7 @@ AS $$
 DECLARE
     v_status mailroom.account_status;
 BEGIN
-    IF mailroom._lock_account(p_account) = 'suspended' THEN
+    IF mailroom_internal._lock_account(p_account) = 'suspended' THEN
         RAISE EXCEPTION USING
             ERRCODE = 'MR106',
             MESSAGE = format('account %s is already suspended', p_account);
@@ -302,7 +302,7 @@ AS $$
 DECLARE
     v_status mailroom.account_status;
 BEGIN
-    IF mailroom._lock_account(p_account) <> 'suspended' THEN
+    IF mailroom_internal._lock_account(p_account) <> 'suspended' THEN
         RAISE EXCEPTION USING
             ERRCODE = 'MR107',
             MESSAGE = format('account %s is not suspended', p_account);
@@ -348,7 +348,7 @@ GRANT EXECUTE ON FUNCTION mailroom.account_status(bigint) TO mailroom_app;
 -- (sql/13). A function of its own: on Citus the address is found through account_emails, then
 -- the account row is locked on its shard (sql/citus/12).
 -- Its Citus form: sql/citus/12_accounts.sql (a seam: mailroom.db.citus.SEAMS).
-CREATE OR REPLACE FUNCTION mailroom._lock_account_by_email(p_email_lower text)
+CREATE OR REPLACE FUNCTION mailroom_internal._lock_account_by_email(p_email_lower text)
 RETURNS TABLE (id bigint, status mailroom.account_status)
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
@@ -362,7 +362,7 @@ BEGIN
 END;
 $$;
 
-COMMENT ON FUNCTION mailroom._lock_account_by_email(text) IS
+COMMENT ON FUNCTION mailroom_internal._lock_account_by_email(text) IS
 'Internal: the account whose lower(email) is p_email_lower and its status, its row locked FOR NO KEY UPDATE (no row: none).';
 
 CREATE OR REPLACE FUNCTION mailroom.list_accounts(

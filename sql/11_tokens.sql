@@ -1,7 +1,7 @@
 -- Tokens: CSPRNG codes, signed values, lifecycle triggers, statement-level
 -- NOTIFY and the exactly-once dequeue.
 
-CREATE OR REPLACE FUNCTION mailroom._random_code()
+CREATE OR REPLACE FUNCTION mailroom_internal._random_code()
 RETURNS text
 LANGUAGE plpgsql
 VOLATILE
@@ -14,7 +14,7 @@ BEGIN
     -- Rejection sampling over 24 random bits: 16700000 = 167 * 100000 is the
     -- largest multiple of 10^5 below 2^24, so v % 100000 is uniform.
     LOOP
-        b := mailroom._random_bytes(3);
+        b := mailroom_internal._random_bytes(3);
         v := (get_byte(b, 0) << 16) | (get_byte(b, 1) << 8) | get_byte(b, 2);
         IF v < 16700000 THEN
             RETURN lpad((v % 100000)::text, 5, '0');
@@ -23,10 +23,10 @@ BEGIN
 END;
 $$;
 
-COMMENT ON FUNCTION mailroom._random_code() IS
+COMMENT ON FUNCTION mailroom_internal._random_code() IS
 'Internal: a uniformly distributed 5-digit code from pgcrypto''s CSPRNG.';
 
-CREATE OR REPLACE FUNCTION mailroom._b64url_encode_many(p_data bytea[])
+CREATE OR REPLACE FUNCTION mailroom_internal._b64url_encode_many(p_data bytea[])
 RETURNS text[]
 LANGUAGE sql
 IMMUTABLE
@@ -37,23 +37,23 @@ AS $$
     FROM unnest(p_data) WITH ORDINALITY AS u (d, n);
 $$;
 
-COMMENT ON FUNCTION mailroom._b64url_encode_many(bytea[]) IS
+COMMENT ON FUNCTION mailroom_internal._b64url_encode_many(bytea[]) IS
 'Internal: URL-safe base64 without padding (RFC 4648 section 5) of every element, same order.';
 
-CREATE OR REPLACE FUNCTION mailroom._b64url_encode(p_data bytea)
+CREATE OR REPLACE FUNCTION mailroom_internal._b64url_encode(p_data bytea)
 RETURNS text
 LANGUAGE sql
 IMMUTABLE
 STRICT
 SET search_path = pg_catalog, pg_temp
 AS $$
-    SELECT (mailroom._b64url_encode_many(ARRAY[p_data]))[1];
+    SELECT (mailroom_internal._b64url_encode_many(ARRAY[p_data]))[1];
 $$;
 
-COMMENT ON FUNCTION mailroom._b64url_encode(bytea) IS
+COMMENT ON FUNCTION mailroom_internal._b64url_encode(bytea) IS
 'Internal: URL-safe base64 without padding (RFC 4648 section 5).';
 
-CREATE OR REPLACE FUNCTION mailroom._b64url_decode(p_text text)
+CREATE OR REPLACE FUNCTION mailroom_internal._b64url_decode(p_text text)
 RETURNS bytea
 LANGUAGE plpgsql
 IMMUTABLE
@@ -71,10 +71,10 @@ EXCEPTION
 END;
 $$;
 
-COMMENT ON FUNCTION mailroom._b64url_decode(text) IS
+COMMENT ON FUNCTION mailroom_internal._b64url_decode(text) IS
 'Internal: decode URL-safe base64 without padding; NULL when the text is not valid.';
 
-CREATE OR REPLACE FUNCTION mailroom._check_key(p_key bytea)
+CREATE OR REPLACE FUNCTION mailroom_internal._check_key(p_key bytea)
 RETURNS void
 LANGUAGE plpgsql
 IMMUTABLE
@@ -89,12 +89,12 @@ BEGIN
 END;
 $$;
 
-COMMENT ON FUNCTION mailroom._check_key(bytea) IS
+COMMENT ON FUNCTION mailroom_internal._check_key(bytea) IS
 'Internal: raise MR120 unless the signing key is at least 32 bytes.';
 
 -- The token types are rows of mailroom.token_actions (migration 0113): every rule that depends on a
 -- token's type reads its row through _token_action, which refuses a type without one (MR125).
-CREATE OR REPLACE FUNCTION mailroom._token_action(
+CREATE OR REPLACE FUNCTION mailroom_internal._token_action(
     p_action mailroom.token_action,
     OUT signing_path text,
     OUT eligible_status mailroom.account_status,
@@ -119,7 +119,7 @@ BEGIN
 END;
 $$;
 
-COMMENT ON FUNCTION mailroom._token_action(mailroom.token_action) IS
+COMMENT ON FUNCTION mailroom_internal._token_action(mailroom.token_action) IS
 'Internal: the mailroom.token_actions row of a token type; MR125 when it has none (an unknown type is refused, never defaulted).';
 
 CREATE OR REPLACE FUNCTION mailroom.token_actions()
@@ -152,7 +152,7 @@ GRANT EXECUTE ON FUNCTION mailroom.token_actions() TO mailroom_app, mailroom_col
 -- The MAC and the signed value are defined once, for arrays: dequeue_tokens signs a whole batch
 -- in one call (a per-row chain of SQL functions cost ~25 us a token, the HMAC itself ~4 us).
 -- What is signed is the type's path || secret, and the code after it for a type with a code.
-CREATE OR REPLACE FUNCTION mailroom._token_macs(
+CREATE OR REPLACE FUNCTION mailroom_internal._token_macs(
     p_actions mailroom.token_action[], p_secrets bytea[], p_codes text[], p_key bytea
 )
 RETURNS bytea[]
@@ -162,9 +162,9 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
     -- one check a batch: a type without its row is refused (MR125), never signed like another
-    PERFORM mailroom._token_action(u.action)
+    PERFORM mailroom_internal._token_action(u.action)
     FROM (SELECT DISTINCT x.action FROM unnest(p_actions) AS x (action)) AS u;
-    RETURN mailroom._hmac_many(
+    RETURN mailroom_internal._hmac_many(
         ARRAY(
             SELECT
                 convert_to(a.signing_path, 'UTF8') || u.secret
@@ -179,10 +179,10 @@ BEGIN
 END;
 $$;
 
-COMMENT ON FUNCTION mailroom._token_macs(mailroom.token_action[], bytea[], text[], bytea) IS
+COMMENT ON FUNCTION mailroom_internal._token_macs(mailroom.token_action[], bytea[], text[], bytea) IS
 'Internal: _token_mac of every element of the arrays (same order), in one call.';
 
-CREATE OR REPLACE FUNCTION mailroom._token_mac(
+CREATE OR REPLACE FUNCTION mailroom_internal._token_mac(
     p_action mailroom.token_action, p_secret bytea, p_code text, p_key bytea
 )
 RETURNS bytea
@@ -190,13 +190,13 @@ LANGUAGE sql
 STABLE
 SET search_path = pg_catalog, pg_temp
 AS $$
-    SELECT (mailroom._token_macs(ARRAY[p_action], ARRAY[p_secret], ARRAY[p_code], p_key))[1];
+    SELECT (mailroom_internal._token_macs(ARRAY[p_action], ARRAY[p_secret], ARRAY[p_code], p_key))[1];
 $$;
 
-COMMENT ON FUNCTION mailroom._token_mac(mailroom.token_action, bytea, text, bytea) IS
+COMMENT ON FUNCTION mailroom_internal._token_mac(mailroom.token_action, bytea, text, bytea) IS
 'Internal: HMAC-SHA256(key, path || secret [|| code]); the path and whether the code is appended are the type''s (mailroom.token_actions).';
 
-CREATE OR REPLACE FUNCTION mailroom._signed_values(
+CREATE OR REPLACE FUNCTION mailroom_internal._signed_values(
     p_actions mailroom.token_action[], p_secrets bytea[], p_codes text[], p_key bytea
 )
 RETURNS text[]
@@ -204,23 +204,23 @@ LANGUAGE sql
 STABLE
 SET search_path = pg_catalog, pg_temp
 AS $$
-    SELECT mailroom._b64url_encode_many(
+    SELECT mailroom_internal._b64url_encode_many(
         ARRAY(
             SELECT u.secret || u.mac
-            FROM unnest(p_secrets, mailroom._token_macs(p_actions, p_secrets, p_codes, p_key))
+            FROM unnest(p_secrets, mailroom_internal._token_macs(p_actions, p_secrets, p_codes, p_key))
                 WITH ORDINALITY AS u (secret, mac, n)
             ORDER BY u.n
         )
     );
 $$;
 
-COMMENT ON FUNCTION mailroom._signed_values(mailroom.token_action[], bytea[], text[], bytea) IS
+COMMENT ON FUNCTION mailroom_internal._signed_values(mailroom.token_action[], bytea[], text[], bytea) IS
 'Internal: the signed link value of every token of the arrays (same order): base64url-nopad(secret || _token_mac).';
 
 -- One value, in PL/pgSQL (compiled once a session): the array forms above are SQL functions that
 -- are planned again at every call (~3.7 ms for a one-element call), fine once per dequeued batch,
 -- too slow once per claimed token email. The same layout; pgTAP 11 checks both against the vectors.
-CREATE OR REPLACE FUNCTION mailroom._signed_value(
+CREATE OR REPLACE FUNCTION mailroom_internal._signed_value(
     p_action mailroom.token_action, p_secret bytea, p_code text, p_key bytea
 )
 RETURNS text
@@ -233,8 +233,8 @@ DECLARE
 BEGIN
     -- the type's row (issue 36: the signed path and the code were a CASE here, so a new type would
     -- have been signed as a recovery); a type without its row is refused, MR125
-    v_type := mailroom._token_action(p_action);
-    RETURN translate(encode(p_secret || mailroom._hmac(
+    v_type := mailroom_internal._token_action(p_action);
+    RETURN translate(encode(p_secret || mailroom_internal._hmac(
         convert_to(v_type.signing_path, 'UTF8') || p_secret
         || CASE WHEN v_type.with_code THEN convert_to(p_code, 'UTF8') ELSE ''::bytea END,
         p_key, 'sha256'
@@ -242,7 +242,7 @@ BEGIN
 END;
 $$;
 
-COMMENT ON FUNCTION mailroom._signed_value(mailroom.token_action, bytea, text, bytea) IS
+COMMENT ON FUNCTION mailroom_internal._signed_value(mailroom.token_action, bytea, text, bytea) IS
 'Internal: _signed_values for one token: base64url-nopad(secret || HMAC-SHA256(key, path || secret [|| code])), the path and the code''s place from the type''s mailroom.token_actions row (MR125 without one).';
 
 CREATE OR REPLACE FUNCTION mailroom.sign_token(
@@ -264,10 +264,10 @@ BEGIN
     IF octet_length(p_secret) <> 32 THEN
         RAISE EXCEPTION USING ERRCODE = '22023', MESSAGE = 'secret must be 32 bytes';
     END IF;
-    IF (mailroom._token_action(p_action)).with_code AND (p_code IS NULL OR p_code !~ '^[0-9]{5}$') THEN
+    IF (mailroom_internal._token_action(p_action)).with_code AND (p_code IS NULL OR p_code !~ '^[0-9]{5}$') THEN
         RAISE EXCEPTION USING ERRCODE = '22023', MESSAGE = format('a %s code must be 5 digits', replace(p_action::text, '_', '-'));
     END IF;
-    RETURN mailroom._signed_value(p_action, p_secret, p_code, mailroom._active_signing_key());
+    RETURN mailroom_internal._signed_value(p_action, p_secret, p_code, mailroom_internal._active_signing_key());
 END;
 $$;
 
@@ -280,7 +280,7 @@ GRANT EXECUTE ON FUNCTION mailroom.sign_token(mailroom.token_action, bytea, text
 -- Before token insert: expiry; revoke older open tokens of the same account and action (a
 -- reissue supersedes them). No secret, code or digest yet: they are minted at dispatch
 -- (dequeue_tokens, or claim_messages for a token email) and only their digests kept.
-CREATE OR REPLACE FUNCTION mailroom.trg_before_token_insert()
+CREATE OR REPLACE FUNCTION mailroom_internal.trg_before_token_insert()
 RETURNS trigger
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
@@ -301,7 +301,7 @@ BEGIN
     -- inserted (the activation token of its BEFORE INSERT trigger: the row is not there yet) has
     -- none, and a probe of its primary key costs far less than an UPDATE over every partition.
     -- On Citus (_triggers_cascade() false) this runs on a worker: _issue_token revokes instead.
-    IF mailroom._triggers_cascade() AND EXISTS (SELECT FROM mailroom.accounts AS a WHERE a.id = NEW.account) THEN
+    IF mailroom_internal._triggers_cascade() AND EXISTS (SELECT FROM mailroom.accounts AS a WHERE a.id = NEW.account) THEN
         UPDATE mailroom.tokens
         SET revoked_at = ts
         WHERE account = NEW.account
@@ -313,16 +313,16 @@ BEGIN
 END;
 $$;
 
-COMMENT ON FUNCTION mailroom.trg_before_token_insert() IS
+COMMENT ON FUNCTION mailroom_internal.trg_before_token_insert() IS
 'Trigger: created_at, expires_at (tokens.ttl), no secret, code or digest (minted at dispatch); revoke older open tokens of that account and action.';
 
 CREATE OR REPLACE TRIGGER before_token_insert
 BEFORE INSERT ON mailroom.tokens
 FOR EACH ROW
-EXECUTE FUNCTION mailroom.trg_before_token_insert();
+EXECUTE FUNCTION mailroom_internal.trg_before_token_insert();
 
 -- Once dispatched, consumed or revoked, a token keeps only digests.
-CREATE OR REPLACE FUNCTION mailroom.trg_before_token_close()
+CREATE OR REPLACE FUNCTION mailroom_internal.trg_before_token_close()
 RETURNS trigger
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
@@ -334,7 +334,7 @@ BEGIN
 END;
 $$;
 
-COMMENT ON FUNCTION mailroom.trg_before_token_close() IS
+COMMENT ON FUNCTION mailroom_internal.trg_before_token_close() IS
 'Trigger: wipe the plaintext secret and code once a token is dispatched, consumed or revoked.';
 
 CREATE OR REPLACE TRIGGER before_token_close
@@ -348,17 +348,17 @@ WHEN (
         OR new.revoked_at IS NOT null
     )
 )
-EXECUTE FUNCTION mailroom.trg_before_token_close();
+EXECUTE FUNCTION mailroom_internal.trg_before_token_close();
 
 -- 3. After token consumed: consuming a token of a type that activates (activation) activates a
 --    provisioned account.
-CREATE OR REPLACE FUNCTION mailroom.trg_after_token_consumed()
+CREATE OR REPLACE FUNCTION mailroom_internal.trg_after_token_consumed()
 RETURNS trigger
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
-    IF (mailroom._token_action(NEW.action)).activates_account THEN
+    IF (mailroom_internal._token_action(NEW.action)).activates_account THEN
         UPDATE mailroom.accounts
         SET status = 'active', status_changed_at = mailroom.clock()
         WHERE id = NEW.account
@@ -368,14 +368,14 @@ BEGIN
 END;
 $$;
 
-COMMENT ON FUNCTION mailroom.trg_after_token_consumed() IS
+COMMENT ON FUNCTION mailroom_internal.trg_after_token_consumed() IS
 'Trigger: a consumed token of a type that activates (mailroom.token_actions) activates its provisioned account.';
 
 CREATE OR REPLACE TRIGGER after_token_consumed
 AFTER UPDATE OF consumed_at ON mailroom.tokens
 FOR EACH ROW
 WHEN (new.consumed_at IS NOT null AND old.consumed_at IS null)
-EXECUTE FUNCTION mailroom.trg_after_token_consumed();
+EXECUTE FUNCTION mailroom_internal.trg_after_token_consumed();
 
 -- 4. After tokens inserted: ONE notification per statement, payload = the
 --    number of tokens. The activation tokens that the accounts BEFORE INSERT
@@ -387,7 +387,7 @@ EXECUTE FUNCTION mailroom.trg_after_token_consumed();
 --    contract, and a plain `LISTEN token_insert` (psql, the seed's C collector, any listener
 --    of your own) hears every statement that inserts tokens. The registry of sql/08_notify.sql
 --    covers the delivery channels only (docs/architecture.md, "NOTIFY, channel by channel").
-CREATE OR REPLACE FUNCTION mailroom._announce_tokens(p_count bigint)
+CREATE OR REPLACE FUNCTION mailroom_internal._announce_tokens(p_count bigint)
 RETURNS void
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
@@ -399,21 +399,21 @@ BEGIN
 END;
 $$;
 
-COMMENT ON FUNCTION mailroom._announce_tokens(bigint) IS
+COMMENT ON FUNCTION mailroom_internal._announce_tokens(bigint) IS
 'Internal: NOTIFY tokens.channel with the number of tokens a statement inserted (nothing for 0); always, listened or not (the seed''s contract).';
 
-CREATE OR REPLACE FUNCTION mailroom.trg_after_tokens_inserted()
+CREATE OR REPLACE FUNCTION mailroom_internal.trg_after_tokens_inserted()
 RETURNS trigger
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
-    PERFORM mailroom._announce_tokens((SELECT count(*) FROM inserted));
+    PERFORM mailroom_internal._announce_tokens((SELECT count(*) FROM inserted));
     RETURN NULL;
 END;
 $$;
 
-COMMENT ON FUNCTION mailroom.trg_after_tokens_inserted() IS
+COMMENT ON FUNCTION mailroom_internal.trg_after_tokens_inserted() IS
 'Trigger (statement): one NOTIFY per INSERT statement on tokens.channel, payload = number of tokens inserted.';
 
 CREATE OR REPLACE TRIGGER after_tokens_inserted
@@ -421,34 +421,34 @@ AFTER INSERT ON mailroom.tokens
 REFERENCING NEW TABLE AS inserted
 FOR EACH STATEMENT
 WHEN (pg_trigger_depth() < 1)
-EXECUTE FUNCTION mailroom.trg_after_tokens_inserted();
+EXECUTE FUNCTION mailroom_internal.trg_after_tokens_inserted();
 
-CREATE OR REPLACE FUNCTION mailroom.trg_after_accounts_inserted()
+CREATE OR REPLACE FUNCTION mailroom_internal.trg_after_accounts_inserted()
 RETURNS trigger
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
     -- every account inserted as provisioned got one activation token
-    PERFORM mailroom._announce_tokens((SELECT count(*) FROM inserted WHERE status = 'provisioned'));
+    PERFORM mailroom_internal._announce_tokens((SELECT count(*) FROM inserted WHERE status = 'provisioned'));
     RETURN NULL;
 END;
 $$;
 
-COMMENT ON FUNCTION mailroom.trg_after_accounts_inserted() IS
+COMMENT ON FUNCTION mailroom_internal.trg_after_accounts_inserted() IS
 'Trigger (statement): announce the activation tokens created by this INSERT on accounts in one NOTIFY.';
 
 CREATE OR REPLACE TRIGGER after_accounts_inserted
 AFTER INSERT ON mailroom.accounts
 REFERENCING NEW TABLE AS inserted
 FOR EACH STATEMENT
-EXECUTE FUNCTION mailroom.trg_after_accounts_inserted();
+EXECUTE FUNCTION mailroom_internal.trg_after_accounts_inserted();
 
 -- A new token of an action for an account (a reissue: recovery). On one node the INSERT's triggers
 -- revoke the account's older open tokens of that action and announce it; on Citus, where those
 -- triggers would run on a worker, sql/citus/12 does both here, on the coordinator.
 -- Its Citus form: sql/citus/12_accounts.sql (a seam: mailroom.db.citus.SEAMS).
-CREATE OR REPLACE FUNCTION mailroom._issue_token(p_account bigint, p_action mailroom.token_action)
+CREATE OR REPLACE FUNCTION mailroom_internal._issue_token(p_account bigint, p_action mailroom.token_action)
 RETURNS bigint
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
@@ -463,14 +463,14 @@ BEGIN
 END;
 $$;
 
-COMMENT ON FUNCTION mailroom._issue_token(bigint, mailroom.token_action) IS
+COMMENT ON FUNCTION mailroom_internal._issue_token(bigint, mailroom.token_action) IS
 'Internal: insert a token of p_action for p_account (older open ones of that action revoked, the token announced); returns its id.';
 
 -- Which tokens may be used: a token while its account is in its type's eligible status
 -- (mailroom.token_actions: activation while provisioned, password recovery while active); a type
 -- without a row, never. The dequeue filters on it (after the index found the pending tokens) and
 -- consume_token checks it under the account's row lock.
-CREATE OR REPLACE FUNCTION mailroom._token_eligible(
+CREATE OR REPLACE FUNCTION mailroom_internal._token_eligible(
     p_action mailroom.token_action, p_status mailroom.account_status
 )
 RETURNS boolean
@@ -488,7 +488,7 @@ BEGIN
 END;
 $$;
 
-COMMENT ON FUNCTION mailroom._token_eligible(mailroom.token_action, mailroom.account_status) IS
+COMMENT ON FUNCTION mailroom_internal._token_eligible(mailroom.token_action, mailroom.account_status) IS
 'Internal: true when a token of this action may be dispatched or used for an account in this status '
 '(its eligible_status in mailroom.token_actions); false for NULL or a type without a row.';
 
@@ -506,7 +506,7 @@ COMMENT ON FUNCTION mailroom._token_eligible(mailroom.token_action, mailroom.acc
 -- p_mint (dequeue_tokens): each picked token gets its secret and code here, where they are
 -- first needed; the row keeps their digests, the caller gets them signed ($2 the key). Without
 -- p_mint (enqueue_token_emails) nothing is minted: claim_messages mints at each delivery attempt.
-CREATE OR REPLACE FUNCTION mailroom._dequeue_tokens_sql(p_mint boolean DEFAULT true)
+CREATE OR REPLACE FUNCTION mailroom_internal._dequeue_tokens_sql(p_mint boolean DEFAULT true)
 RETURNS text
 LANGUAGE plpgsql
 IMMUTABLE
@@ -522,7 +522,7 @@ DECLARE
                 AND t.consumed_at IS NULL
                 AND t.revoked_at IS NULL
                 AND t.expires_at > $3
-                AND mailroom._token_eligible(t.action, a.status)
+                AND mailroom_internal._token_eligible(t.action, a.status)
             ORDER BY t.id
             LIMIT $1
             FOR UPDATE OF t SKIP LOCKED
@@ -561,14 +561,14 @@ $q$;
         minted AS MATERIALIZED (
             -- volatile calls in the select list: one secret and one code per picked row
             SELECT p.id, p.created_at, p.action, p.email, p.login,
-                mailroom._random_bytes(32) AS secret, mailroom._random_code() AS code
+                mailroom_internal._random_bytes(32) AS secret, mailroom_internal._random_code() AS code
             FROM picked AS p
         ),
         marked AS (
             UPDATE mailroom.tokens AS t
             SET dispatched_at = $3,
-                secret_digest = mailroom._digest(m.secret, 'sha256'),
-                code_digest = mailroom._digest(m.secret || convert_to(m.code, 'UTF8'), 'sha256')
+                secret_digest = mailroom_internal._digest(m.secret, 'sha256'),
+                code_digest = mailroom_internal._digest(m.secret || convert_to(m.code, 'UTF8'), 'sha256')
             FROM minted AS m
             -- (id, created_at): the primary key of the partitioned table, one pruned probe a row
             WHERE t.id = m.id AND t.created_at = m.created_at
@@ -587,7 +587,7 @@ $q$;
         FROM batch AS b,
             unnest(
                 b.actions, b.emails, b.logins,
-                mailroom._signed_values(b.actions, b.secrets, b.codes, $2),
+                mailroom_internal._signed_values(b.actions, b.secrets, b.codes, $2),
                 b.codes, b.ids
             ) AS u (action, email, login, signed, code, id)
         ORDER BY u.id
@@ -595,11 +595,11 @@ $q$;
 END;
 $fn$;
 
-COMMENT ON FUNCTION mailroom._dequeue_tokens_sql(boolean) IS
+COMMENT ON FUNCTION mailroom_internal._dequeue_tokens_sql(boolean) IS
 'Internal: the statement dequeue_tokens executes ($1 limit, $2 key, $3 now); p_mint false: enqueue_token_emails'' (no secret minted); tests EXPLAIN it.';
 
 -- Its Citus form: sql/citus/12_accounts.sql (a seam: mailroom.db.citus.SEAMS).
-CREATE OR REPLACE FUNCTION mailroom._dequeue_tokens(p_limit integer, p_key bytea, p_mint boolean)
+CREATE OR REPLACE FUNCTION mailroom_internal._dequeue_tokens(p_limit integer, p_key bytea, p_mint boolean)
 RETURNS TABLE (
     action mailroom.token_action,
     email text,
@@ -628,17 +628,17 @@ BEGIN
             MESSAGE = format('dequeue_tokens: limit must be a positive integer, got %s',
                 coalesce(p_limit::text, 'NULL'));
     END IF;
-    RETURN QUERY EXECUTE mailroom._dequeue_tokens_sql(p_mint)
+    RETURN QUERY EXECUTE mailroom_internal._dequeue_tokens_sql(p_mint)
         USING p_limit, p_key, mailroom.clock();
     -- Then pending password-recovery requests become tokens (sql/13_recovery.sql: the request did
     -- the same work for every address; the decision is taken here). They are not handed out by
     -- this call, whose statement did not see them: a token must exist for others (consume_token)
     -- before its link is out. Their INSERT announces them at commit, and the next call returns them.
-    PERFORM mailroom._issue_requested_recoveries(p_limit);
+    PERFORM mailroom_internal._issue_requested_recoveries(p_limit);
 END;
 $fn$;
 
-COMMENT ON FUNCTION mailroom._dequeue_tokens(integer, bytea, boolean) IS
+COMMENT ON FUNCTION mailroom_internal._dequeue_tokens(integer, bytea, boolean) IS
 'Internal: claim up to p_limit eligible tokens and mark them dispatched (p_mint: mint, keep digests, sign with p_key), '
 'then issue the pending recovery requests the policy allows, for the next call.';
 
@@ -657,7 +657,7 @@ SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $fn$
 BEGIN
-    RETURN QUERY SELECT * FROM mailroom._dequeue_tokens(p_limit, mailroom._active_signing_key(), true);
+    RETURN QUERY SELECT * FROM mailroom_internal._dequeue_tokens(p_limit, mailroom_internal._active_signing_key(), true);
 END;
 $fn$;
 
@@ -685,8 +685,8 @@ SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $fn$
 BEGIN
-    PERFORM mailroom._check_key(p_key);
-    RETURN QUERY SELECT * FROM mailroom._dequeue_tokens(p_limit, p_key, true);
+    PERFORM mailroom_internal._check_key(p_key);
+    RETURN QUERY SELECT * FROM mailroom_internal._dequeue_tokens(p_limit, p_key, true);
 END;
 $fn$;
 
@@ -704,7 +704,7 @@ GRANT EXECUTE ON FUNCTION mailroom.dequeue_tokens(integer, bytea) TO mailroom_co
 -- (sql/citus/13) the lookup table token_digests, which routes a link to its account's shard,
 -- forgets the old digest and learns the new one.
 -- Its Citus form: sql/citus/13_token_digests.sql (a seam: mailroom.db.citus.SEAMS).
-CREATE OR REPLACE FUNCTION mailroom._token_digest_replaced(p_account bigint, p_old bytea, p_new bytea)
+CREATE OR REPLACE FUNCTION mailroom_internal._token_digest_replaced(p_account bigint, p_old bytea, p_new bytea)
 RETURNS void
 LANGUAGE plpgsql
 VOLATILE
@@ -715,10 +715,10 @@ BEGIN
 END;
 $$;
 
-COMMENT ON FUNCTION mailroom._token_digest_replaced(bigint, bytea, bytea) IS
+COMMENT ON FUNCTION mailroom_internal._token_digest_replaced(bigint, bytea, bytea) IS
 'Internal: a token''s secret digest p_old (NULL: none yet) became p_new (nothing on one node; Citus: token_digests).';
 
-CREATE OR REPLACE FUNCTION mailroom._mint_token(p_token_id bigint)
+CREATE OR REPLACE FUNCTION mailroom_internal._mint_token(p_token_id bigint)
 RETURNS TABLE (action mailroom.token_action, email text, login text, signed text, code text)
 LANGUAGE plpgsql
 VOLATILE
@@ -727,10 +727,10 @@ SET search_path = pg_catalog, pg_temp
 AS $fn$
 DECLARE
     v_ts timestamptz := mailroom.clock();
-    v_secret bytea := mailroom._random_bytes(32);
-    v_code text := mailroom._random_code();
+    v_secret bytea := mailroom_internal._random_bytes(32);
+    v_code text := mailroom_internal._random_code();
     v_renewed timestamptz := v_ts + mailroom.setting('tokens.ttl')::interval;
-    v_digest bytea := mailroom._digest(v_secret, 'sha256');
+    v_digest bytea := mailroom_internal._digest(v_secret, 'sha256');
     v_old bytea;
     v_account bigint;
     v_email text;
@@ -753,7 +753,7 @@ BEGIN
     END IF;
     UPDATE mailroom.tokens AS tk
     SET secret_digest = v_digest,
-        code_digest = mailroom._digest(v_secret || convert_to(v_code, 'UTF8'), 'sha256'),
+        code_digest = mailroom_internal._digest(v_secret || convert_to(v_code, 'UTF8'), 'sha256'),
         dispatched_at = coalesce(tk.dispatched_at, v_ts),
         expires_at = CASE
             WHEN tk.consumed_at IS NULL AND tk.revoked_at IS NULL THEN v_renewed
@@ -764,7 +764,7 @@ BEGIN
     IF NOT FOUND THEN
         RETURN;  -- purged (tokens.retention): no link to send
     END IF;
-    PERFORM mailroom._token_digest_replaced(v_account, v_old, v_digest);
+    PERFORM mailroom_internal._token_digest_replaced(v_account, v_old, v_digest);
     -- the account's row read alone, the link signed outside it (on Citus the read goes to the
     -- account's shard, and a function over the keyring cannot be shipped there with it)
     SELECT a.email, a.login INTO v_email, v_login FROM mailroom.accounts AS a WHERE a.id = v_account;
@@ -776,11 +776,11 @@ BEGIN
         t.action,
         v_email,
         v_login,
-        mailroom._signed_value(t.action, v_secret, v_code, mailroom._active_signing_key()),
+        mailroom_internal._signed_value(t.action, v_secret, v_code, mailroom_internal._active_signing_key()),
         v_code;
 END;
 $fn$;
 
-COMMENT ON FUNCTION mailroom._mint_token(bigint) IS
+COMMENT ON FUNCTION mailroom_internal._mint_token(bigint) IS
 'Internal: a fresh secret and code for a dispatched token (its digests replaced, an open token''s lifetime renewed), '
 'signed with the active key; no row when the token is gone.';

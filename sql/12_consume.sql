@@ -1,6 +1,6 @@
 -- Verifying and consuming signed token values.
 
-CREATE OR REPLACE FUNCTION mailroom._ct_equal(p_a bytea, p_b bytea)
+CREATE OR REPLACE FUNCTION mailroom_internal._ct_equal(p_a bytea, p_b bytea)
 RETURNS boolean
 LANGUAGE sql
 VOLATILE
@@ -9,14 +9,14 @@ AS $$
     -- Double-HMAC comparison under a fresh random key: the time taken does
     -- not depend on where the two values first differ.
     SELECT p_a IS NOT NULL AND p_b IS NOT NULL
-        AND mailroom._hmac(p_a, k.key, 'sha256') = mailroom._hmac(p_b, k.key, 'sha256')
-    FROM (SELECT mailroom._random_bytes(32) AS key) AS k;
+        AND mailroom_internal._hmac(p_a, k.key, 'sha256') = mailroom_internal._hmac(p_b, k.key, 'sha256')
+    FROM (SELECT mailroom_internal._random_bytes(32) AS key) AS k;
 $$;
 
-COMMENT ON FUNCTION mailroom._ct_equal(bytea, bytea) IS
+COMMENT ON FUNCTION mailroom_internal._ct_equal(bytea, bytea) IS
 'Internal: constant-time equality of two byte strings (double HMAC under a random key).';
 
-CREATE OR REPLACE FUNCTION mailroom._mac_key_index(
+CREATE OR REPLACE FUNCTION mailroom_internal._mac_key_index(
     p_keys bytea[], p_action mailroom.token_action, p_secret bytea, p_code text, p_mac bytea
 )
 RETURNS integer
@@ -27,12 +27,12 @@ AS $$
 DECLARE
     v_found integer;
 BEGIN
-    IF (mailroom._token_action(p_action)).with_code AND (p_code IS NULL OR p_code !~ '^[0-9]{5}$') THEN
+    IF (mailroom_internal._token_action(p_action)).with_code AND (p_code IS NULL OR p_code !~ '^[0-9]{5}$') THEN
         RETURN NULL;
     END IF;
     -- every key is tried, so the time does not reveal which one matched
     FOR i IN 1 .. coalesce(array_length(p_keys, 1), 0) LOOP
-        IF mailroom._ct_equal(p_mac, mailroom._token_mac(p_action, p_secret, p_code, p_keys[i]))
+        IF mailroom_internal._ct_equal(p_mac, mailroom_internal._token_mac(p_action, p_secret, p_code, p_keys[i]))
             AND v_found IS NULL THEN
             v_found := i;
         END IF;
@@ -41,10 +41,10 @@ BEGIN
 END;
 $$;
 
-COMMENT ON FUNCTION mailroom._mac_key_index(bytea[], mailroom.token_action, bytea, text, bytea) IS
+COMMENT ON FUNCTION mailroom_internal._mac_key_index(bytea[], mailroom.token_action, bytea, text, bytea) IS
 'Internal: 1-based index of the first key whose HMAC matches, or NULL.';
 
-CREATE OR REPLACE FUNCTION mailroom._signing_keys(p_key bytea, p_previous_keys bytea[])
+CREATE OR REPLACE FUNCTION mailroom_internal._signing_keys(p_key bytea, p_previous_keys bytea[])
 RETURNS bytea[]
 LANGUAGE plpgsql
 IMMUTABLE
@@ -54,25 +54,25 @@ DECLARE
     v_keys bytea [] := ARRAY[p_key] || coalesce(p_previous_keys, '{}');
 BEGIN
     FOR i IN 1 .. array_length(v_keys, 1) LOOP
-        PERFORM mailroom._check_key(v_keys[i]);
+        PERFORM mailroom_internal._check_key(v_keys[i]);
     END LOOP;
     RETURN v_keys;
 END;
 $$;
 
-COMMENT ON FUNCTION mailroom._signing_keys(bytea, bytea[]) IS
+COMMENT ON FUNCTION mailroom_internal._signing_keys(bytea, bytea[]) IS
 'Internal: current key followed by previous keys, each checked (MR120).';
 
-CREATE OR REPLACE FUNCTION mailroom._split_signed(p_signed text)
+CREATE OR REPLACE FUNCTION mailroom_internal._split_signed(p_signed text)
 RETURNS bytea
 LANGUAGE plpgsql
 IMMUTABLE
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-    v_raw bytea := mailroom._b64url_decode(p_signed);
+    v_raw bytea := mailroom_internal._b64url_decode(p_signed);
 BEGIN
-    IF v_raw IS NULL OR octet_length(v_raw) <> 64 OR mailroom._b64url_encode(v_raw) <> p_signed THEN
+    IF v_raw IS NULL OR octet_length(v_raw) <> 64 OR mailroom_internal._b64url_encode(v_raw) <> p_signed THEN
         RAISE EXCEPTION USING
             ERRCODE = 'MR110',
             MESSAGE = 'malformed token: expected 86 characters of URL-safe base64 without padding';
@@ -81,17 +81,17 @@ BEGIN
 END;
 $$;
 
-COMMENT ON FUNCTION mailroom._split_signed(text) IS
+COMMENT ON FUNCTION mailroom_internal._split_signed(text) IS
 'Internal: decode a signed value to its 64 bytes (secret || mac), MR110 when malformed.';
 
-CREATE OR REPLACE FUNCTION mailroom._verify_token(p_signed text, p_code text, p_keys bytea[])
+CREATE OR REPLACE FUNCTION mailroom_internal._verify_token(p_signed text, p_code text, p_keys bytea[])
 RETURNS TABLE (valid boolean, action mailroom.token_action, key_index integer)
 LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-    v_raw bytea := mailroom._b64url_decode(p_signed);
+    v_raw bytea := mailroom_internal._b64url_decode(p_signed);
     v_secret bytea;
     v_mac bytea;
     v_match record;
@@ -109,7 +109,7 @@ BEGIN
         SELECT
             a.action,
             a.output_code,
-            mailroom._mac_key_index(p_keys, a.action, v_secret, CASE WHEN a.with_code THEN p_code END, v_mac)
+            mailroom_internal._mac_key_index(p_keys, a.action, v_secret, CASE WHEN a.with_code THEN p_code END, v_mac)
                 AS key_index
         FROM mailroom.token_actions AS a
     ) AS m
@@ -124,7 +124,7 @@ BEGIN
 END;
 $$;
 
-COMMENT ON FUNCTION mailroom._verify_token(text, text, bytea[]) IS
+COMMENT ON FUNCTION mailroom_internal._verify_token(text, text, bytea[]) IS
 'Internal: (valid, action, 1-based index of the matching key of p_keys); constant-time over every key.';
 
 CREATE OR REPLACE FUNCTION mailroom.verify_token(p_signed text, p_code text DEFAULT null)
@@ -135,11 +135,11 @@ SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-    v_ring record := mailroom._verifying_keys();
+    v_ring record := mailroom_internal._verifying_keys();
 BEGIN
     RETURN QUERY
     SELECT v.valid, v.action, v_ring.p_ids[v.key_index]
-    FROM mailroom._verify_token(p_signed, p_code, v_ring.p_keys) AS v;
+    FROM mailroom_internal._verify_token(p_signed, p_code, v_ring.p_keys) AS v;
 END;
 $$;
 
@@ -164,12 +164,12 @@ SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-    v_keys bytea [] := mailroom._signing_keys(p_key, p_previous_keys);
+    v_keys bytea [] := mailroom_internal._signing_keys(p_key, p_previous_keys);
     v_passed integer := cardinality(v_keys);
 BEGIN
     RETURN QUERY
     SELECT v.valid, v.action, CASE WHEN v.key_index > v_passed THEN 0 ELSE v.key_index END
-    FROM mailroom._verify_token(p_signed, p_code, v_keys || (mailroom._verifying_keys()).p_keys) AS v;
+    FROM mailroom_internal._verify_token(p_signed, p_code, v_keys || (mailroom_internal._verifying_keys()).p_keys) AS v;
 END;
 $$;
 
@@ -180,22 +180,22 @@ GRANT EXECUTE ON FUNCTION mailroom.verify_token(text, bytea, text, bytea[]) TO m
 
 -- The form of the previous release (its _consume_token, still running in a session during an
 -- upgrade, calls it): the two-argument form below, the account looked up. Deprecated since 0.2.0, removed in 0.3.0.
-CREATE OR REPLACE FUNCTION mailroom._raise_token_state(p_token bigint)
+CREATE OR REPLACE FUNCTION mailroom_internal._raise_token_state(p_token bigint)
 RETURNS void
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
-    PERFORM mailroom._raise_token_state((SELECT tk.account FROM mailroom.tokens AS tk WHERE tk.id = p_token), p_token);
+    PERFORM mailroom_internal._raise_token_state((SELECT tk.account FROM mailroom.tokens AS tk WHERE tk.id = p_token), p_token);
 END;
 $$;
 
-COMMENT ON FUNCTION mailroom._raise_token_state(bigint) IS
+COMMENT ON FUNCTION mailroom_internal._raise_token_state(bigint) IS
 'Internal, deprecated since 0.2.0, removed in 0.3.0 (for the previous release''s _consume_token during an upgrade): raise MR112/MR114/MR117/MR113 when a token is unknown, used, revoked or expired.';
 
 -- The same by the token's account and id: the read names the account (on Citus, tokens are
 -- distributed by account, so it runs on one shard instead of every one).
-CREATE OR REPLACE FUNCTION mailroom._raise_token_state(p_account bigint, p_token bigint)
+CREATE OR REPLACE FUNCTION mailroom_internal._raise_token_state(p_account bigint, p_token bigint)
 RETURNS void
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
@@ -217,14 +217,14 @@ BEGIN
 END;
 $$;
 
-COMMENT ON FUNCTION mailroom._raise_token_state(bigint, bigint) IS
+COMMENT ON FUNCTION mailroom_internal._raise_token_state(bigint, bigint) IS
 'Internal: raise MR112/MR114/MR117/MR113 when the token (by account and id) is unknown, used, revoked or expired.';
 
 -- The token a link's secret names, by the secret's digest (a seam: on Citus, where tokens are
 -- distributed by account, sql/citus/13 finds the account through the lookup table token_digests
 -- first, so the read runs on one shard).
 -- Its Citus form: sql/citus/13_token_digests.sql (a seam: mailroom.db.citus.SEAMS).
-CREATE OR REPLACE FUNCTION mailroom._token_by_digest(p_digest bytea)
+CREATE OR REPLACE FUNCTION mailroom_internal._token_by_digest(p_digest bytea)
 RETURNS TABLE (token_account bigint, token_id bigint, token_action mailroom.token_action)
 LANGUAGE sql
 STABLE
@@ -233,7 +233,7 @@ AS $$
     SELECT tk.account, tk.id, tk.action FROM mailroom.tokens AS tk WHERE tk.secret_digest = p_digest;
 $$;
 
-COMMENT ON FUNCTION mailroom._token_by_digest(bytea) IS
+COMMENT ON FUNCTION mailroom_internal._token_by_digest(bytea) IS
 'Internal: (account, id, action) of the token whose secret_digest is p_digest; no row when none.';
 
 
@@ -242,7 +242,7 @@ COMMENT ON FUNCTION mailroom._token_by_digest(bytea) IS
 -- with the caller's transaction like any other write. Each recovery token accepts
 -- tokens.max_code_attempts codes (the right one included); once they are used up the token is
 -- locked (MR116) whatever code comes next. Codes and MACs are compared in constant time.
-CREATE OR REPLACE FUNCTION mailroom._consume_token(p_signed text, p_code text, p_keys bytea[])
+CREATE OR REPLACE FUNCTION mailroom_internal._consume_token(p_signed text, p_code text, p_keys bytea[])
 RETURNS TABLE (account bigint, outcome text, attempts_left integer)
 LANGUAGE plpgsql
 VOLATILE
@@ -250,7 +250,7 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     v_keys bytea [] := p_keys;
-    v_raw bytea := mailroom._split_signed(p_signed);
+    v_raw bytea := mailroom_internal._split_signed(p_signed);
     v_secret bytea := substr(v_raw, 1, 32);
     v_mac bytea := substr(v_raw, 33, 32);
     v_max integer := mailroom.setting('tokens.max_code_attempts')::integer;
@@ -261,20 +261,20 @@ DECLARE
     v_attempts integer;
 BEGIN
     SELECT f.token_account, f.token_id, f.token_action INTO t.account, t.id, t.action
-    FROM mailroom._token_by_digest(mailroom._digest(v_secret, 'sha256')) AS f;
+    FROM mailroom_internal._token_by_digest(mailroom_internal._digest(v_secret, 'sha256')) AS f;
     IF NOT FOUND THEN
         -- a genuine value the database no longer knows, or a forgery?
-        IF (SELECT v.valid FROM mailroom._verify_token(p_signed, p_code, v_keys) AS v) THEN
+        IF (SELECT v.valid FROM mailroom_internal._verify_token(p_signed, p_code, v_keys) AS v) THEN
             RAISE EXCEPTION USING ERRCODE = 'MR112', MESSAGE = 'unknown token';
         END IF;
         RAISE EXCEPTION USING ERRCODE = 'MR111', MESSAGE = 'bad token signature';
     END IF;
-    SELECT * INTO v_type FROM mailroom._token_action(t.action);
+    SELECT * INTO v_type FROM mailroom_internal._token_action(t.action);
 
     -- a type without a code is signed over its path and secret only: check that now (a type with a
     -- code is checked once the code has been counted, below)
     IF NOT v_type.with_code
-        AND mailroom._mac_key_index(v_keys, t.action, v_secret, NULL, v_mac) IS NULL THEN
+        AND mailroom_internal._mac_key_index(v_keys, t.action, v_secret, NULL, v_mac) IS NULL THEN
         RAISE EXCEPTION USING ERRCODE = 'MR111', MESSAGE = 'bad token signature';
     END IF;
 
@@ -290,9 +290,9 @@ BEGIN
     -- (by account too: on Citus the statement then runs on the account's shard, where FOR UPDATE may)
     SELECT tk.* INTO t FROM mailroom.tokens AS tk WHERE tk.account = t.account AND tk.id = t.id FOR UPDATE;
 
-    PERFORM mailroom._raise_token_state(t.account, t.id);
+    PERFORM mailroom_internal._raise_token_state(t.account, t.id);
 
-    IF NOT mailroom._token_eligible(t.action, v_status) THEN
+    IF NOT mailroom_internal._token_eligible(t.action, v_status) THEN
         RAISE EXCEPTION USING
             ERRCODE = 'MR118',
             MESSAGE = format('account %s is %s: its %s token cannot be used',
@@ -314,13 +314,13 @@ BEGIN
         SET code_attempts = tk.code_attempts + 1
         WHERE tk.account = t.account AND tk.id = t.id
         RETURNING tk.code_attempts INTO v_attempts;
-        IF NOT mailroom._ct_equal(
-            mailroom._digest(v_secret || convert_to(p_code, 'UTF8'), 'sha256'), t.code_digest
+        IF NOT mailroom_internal._ct_equal(
+            mailroom_internal._digest(v_secret || convert_to(p_code, 'UTF8'), 'sha256'), t.code_digest
         ) THEN
             RETURN QUERY SELECT NULL::bigint, 'wrong_code'::text, greatest(v_max - v_attempts, 0);
             RETURN;
         END IF;
-        IF mailroom._mac_key_index(v_keys, t.action, v_secret, p_code, v_mac) IS NULL THEN
+        IF mailroom_internal._mac_key_index(v_keys, t.action, v_secret, p_code, v_mac) IS NULL THEN
             RAISE EXCEPTION USING ERRCODE = 'MR111', MESSAGE = 'bad token signature';
         END IF;
     END IF;
@@ -333,10 +333,10 @@ BEGIN
         AND tk.revoked_at IS NULL
         AND tk.expires_at > v_ts;
     IF NOT FOUND THEN
-        PERFORM mailroom._raise_token_state(t.account, t.id);
+        PERFORM mailroom_internal._raise_token_state(t.account, t.id);
         RAISE EXCEPTION USING ERRCODE = 'MR114', MESSAGE = 'token already used';
     END IF;
-    PERFORM mailroom._after_consume(t.account, t.action);
+    PERFORM mailroom_internal._after_consume(t.account, t.action);
     RETURN QUERY SELECT
         t.account,
         'consumed'::text,
@@ -344,11 +344,11 @@ BEGIN
 END;
 $$;
 
-COMMENT ON FUNCTION mailroom._consume_token(text, text, bytea[]) IS
+COMMENT ON FUNCTION mailroom_internal._consume_token(text, text, bytea[]) IS
 'Internal: consume_token verifying the MAC against p_keys.';
 
 -- Its Citus form: sql/citus/12_accounts.sql (a seam: mailroom.db.citus.SEAMS).
-CREATE OR REPLACE FUNCTION mailroom._after_consume(p_account bigint, p_action mailroom.token_action)
+CREATE OR REPLACE FUNCTION mailroom_internal._after_consume(p_account bigint, p_action mailroom.token_action)
 RETURNS void
 LANGUAGE plpgsql
 VOLATILE
@@ -363,7 +363,7 @@ BEGIN
 END;
 $$;
 
-COMMENT ON FUNCTION mailroom._after_consume(bigint, mailroom.token_action) IS
+COMMENT ON FUNCTION mailroom_internal._after_consume(bigint, mailroom.token_action) IS
 'Internal: the account side of a consumed token (nothing on one node, where a trigger does it; Citus: the activation).';
 
 CREATE OR REPLACE FUNCTION mailroom.consume_token(p_signed text, p_code text DEFAULT null)
@@ -374,7 +374,7 @@ SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
-    RETURN QUERY SELECT * FROM mailroom._consume_token(p_signed, p_code, (mailroom._verifying_keys()).p_keys);
+    RETURN QUERY SELECT * FROM mailroom_internal._consume_token(p_signed, p_code, (mailroom_internal._verifying_keys()).p_keys);
 END;
 $$;
 
@@ -401,8 +401,8 @@ SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
-    RETURN QUERY SELECT * FROM mailroom._consume_token(
-        p_signed, p_code, (mailroom._verifying_keys()).p_keys || mailroom._signing_keys(p_key, p_previous_keys)
+    RETURN QUERY SELECT * FROM mailroom_internal._consume_token(
+        p_signed, p_code, (mailroom_internal._verifying_keys()).p_keys || mailroom_internal._signing_keys(p_key, p_previous_keys)
     );
 END;
 $$;

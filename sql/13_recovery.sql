@@ -19,7 +19,7 @@ SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
-    IF mailroom._valid_email(p_email) IS NOT TRUE THEN
+    IF mailroom_internal._valid_email(p_email) IS NOT TRUE THEN
         RAISE EXCEPTION USING ERRCODE = 'MR101', MESSAGE = 'invalid email address';
     END IF;
     IF octet_length(p_requester) > 1000 THEN
@@ -27,8 +27,8 @@ BEGIN
     END IF;
     -- The same two statements for every address: whether it is an account is not looked at here.
     INSERT INTO mailroom.recovery_requests (requested_at, email, requester_digest)
-    VALUES (mailroom.clock(), lower(p_email), mailroom._digest(convert_to(p_requester, 'UTF8'), 'sha256'));
-    PERFORM mailroom._announce_tokens(1);
+    VALUES (mailroom.clock(), lower(p_email), mailroom_internal._digest(convert_to(p_requester, 'UTF8'), 'sha256'));
+    PERFORM mailroom_internal._announce_tokens(1);
 END;
 $$;
 
@@ -37,7 +37,7 @@ COMMENT ON FUNCTION mailroom.request_password_recovery(text, text) IS
 
 GRANT EXECUTE ON FUNCTION mailroom.request_password_recovery(text, text) TO mailroom_app;
 
-CREATE OR REPLACE FUNCTION mailroom._recovery_allowed(p_account bigint, p_requester bytea, p_now timestamptz)
+CREATE OR REPLACE FUNCTION mailroom_internal._recovery_allowed(p_account bigint, p_requester bytea, p_now timestamptz)
 RETURNS boolean
 LANGUAGE plpgsql
 STABLE
@@ -72,10 +72,10 @@ BEGIN
 END;
 $$;
 
-COMMENT ON FUNCTION mailroom._recovery_allowed(bigint, bytea, timestamptz) IS
+COMMENT ON FUNCTION mailroom_internal._recovery_allowed(bigint, bytea, timestamptz) IS
 'Internal: whether the recovery policy lets a requester (sha256 of its fingerprint, NULL: anonymous) have a new recovery token for an account now.';
 
-CREATE OR REPLACE FUNCTION mailroom._issue_requested_recoveries(p_limit integer)
+CREATE OR REPLACE FUNCTION mailroom_internal._issue_requested_recoveries(p_limit integer)
 RETURNS integer
 LANGUAGE plpgsql
 VOLATILE
@@ -106,9 +106,9 @@ BEGIN
         IF v_request.requested_at > v_now - v_ttl THEN
             -- the account's row lock serialises the policy for one account across collectors
             SELECT l.id, l.status INTO v_account, v_status
-            FROM mailroom._lock_account_by_email(v_request.email) AS l;
-            IF v_status = 'active' AND mailroom._recovery_allowed(v_account, v_request.requester_digest, v_now) THEN
-                v_token := mailroom._issue_token(v_account, 'password_recovery');
+            FROM mailroom_internal._lock_account_by_email(v_request.email) AS l;
+            IF v_status = 'active' AND mailroom_internal._recovery_allowed(v_account, v_request.requester_digest, v_now) THEN
+                v_token := mailroom_internal._issue_token(v_account, 'password_recovery');
                 v_issued := v_issued + 1;
             END IF;
         END IF;
@@ -134,5 +134,5 @@ BEGIN
 END;
 $$;
 
-COMMENT ON FUNCTION mailroom._issue_requested_recoveries(integer) IS
+COMMENT ON FUNCTION mailroom_internal._issue_requested_recoveries(integer) IS
 'Internal: handle up to p_limit pending recovery requests (a token where the address is an active account and the recovery policy allows); returns the tokens issued. Called by dequeue_tokens.';

@@ -14,7 +14,7 @@ BEGIN
             ERRCODE = '22023',
             MESSAGE = 'purge_tokens: keep at least 1 day of tokens (the recovery rate limit counts them)';
     END IF;
-    RETURN mailroom._delete_tokens_before(mailroom.clock() - p_older_than);
+    RETURN mailroom_internal._delete_tokens_before(mailroom.clock() - p_older_than);
 END;
 $$;
 
@@ -25,7 +25,7 @@ GRANT EXECUTE ON FUNCTION mailroom.purge_tokens(interval) TO mailroom_admin;
 
 -- A Citus seam (mailroom.db.citus.SEAMS): the delete of purge_tokens. On one node one statement;
 -- on Citus (sql/citus/13_token_digests.sql) the deleted tokens' token_digests rows go with them.
-CREATE OR REPLACE FUNCTION mailroom._delete_tokens_before(p_cutoff timestamptz)
+CREATE OR REPLACE FUNCTION mailroom_internal._delete_tokens_before(p_cutoff timestamptz)
 RETURNS bigint
 LANGUAGE plpgsql
 VOLATILE
@@ -42,5 +42,5 @@ BEGIN
 END;
 $$;
 
-COMMENT ON FUNCTION mailroom._delete_tokens_before(timestamptz) IS
+COMMENT ON FUNCTION mailroom_internal._delete_tokens_before(timestamptz) IS
 'Internal (a Citus seam): delete the tokens created and expired before p_cutoff (purge_tokens); returns how many.';

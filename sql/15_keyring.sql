@@ -3,7 +3,7 @@
 -- or passes a key: dequeue_tokens, claim_messages, consume_token and verify_token read it inside
 -- their definer functions. Key management is mailroom_admin's (`mailroom keys …`, docs/accounts.md).
 
-CREATE OR REPLACE FUNCTION mailroom._key_fingerprint(p_key bytea)
+CREATE OR REPLACE FUNCTION mailroom_internal._key_fingerprint(p_key bytea)
 RETURNS text
 LANGUAGE sql
 IMMUTABLE
@@ -11,13 +11,13 @@ SET search_path = pg_catalog, pg_temp
 AS $$
     -- the first 8 bytes of sha256(key), hex: what `mailroom keys list` shows, and what a command
     -- holding MAILROOM_SECRET_KEY computes on its side (the key itself never travels)
-    SELECT encode(substr(mailroom._digest(p_key, 'sha256'), 1, 8), 'hex');
+    SELECT encode(substr(mailroom_internal._digest(p_key, 'sha256'), 1, 8), 'hex');
 $$;
 
-COMMENT ON FUNCTION mailroom._key_fingerprint(bytea) IS
+COMMENT ON FUNCTION mailroom_internal._key_fingerprint(bytea) IS
 'Internal: the fingerprint of a signing key, the first 8 bytes of sha256(key) in hex (NULL for NULL).';
 
-CREATE OR REPLACE FUNCTION mailroom._active_signing_key()
+CREATE OR REPLACE FUNCTION mailroom_internal._active_signing_key()
 RETURNS bytea
 LANGUAGE plpgsql
 STABLE
@@ -37,10 +37,10 @@ BEGIN
 END;
 $$;
 
-COMMENT ON FUNCTION mailroom._active_signing_key() IS
+COMMENT ON FUNCTION mailroom_internal._active_signing_key() IS
 'Internal: the active signing key of the keyring (MR120 when there is none).';
 
-CREATE OR REPLACE FUNCTION mailroom._verifying_keys(p_ids OUT integer[], p_keys OUT bytea[])
+CREATE OR REPLACE FUNCTION mailroom_internal._verifying_keys(p_ids OUT integer[], p_keys OUT bytea[])
 LANGUAGE sql
 STABLE
 SET search_path = pg_catalog, pg_temp
@@ -53,10 +53,10 @@ AS $$
     WHERE k.state IN ('active', 'verify_only');
 $$;
 
-COMMENT ON FUNCTION mailroom._verifying_keys() IS
+COMMENT ON FUNCTION mailroom_internal._verifying_keys() IS
 'Internal: ids and keys that verify a signed value, in the order they are tried (active, then verify-only newest first).';
 
-CREATE OR REPLACE FUNCTION mailroom._lock_keyring()
+CREATE OR REPLACE FUNCTION mailroom_internal._lock_keyring()
 RETURNS void
 LANGUAGE sql
 VOLATILE
@@ -67,7 +67,7 @@ AS $$
     LOCK TABLE mailroom.signing_keys IN EXCLUSIVE MODE;
 $$;
 
-COMMENT ON FUNCTION mailroom._lock_keyring() IS
+COMMENT ON FUNCTION mailroom_internal._lock_keyring() IS
 'Internal: serialize key changes (EXCLUSIVE lock on mailroom.signing_keys; readers are not blocked).';
 
 CREATE OR REPLACE FUNCTION mailroom.rotate_signing_key()
@@ -81,12 +81,12 @@ DECLARE
     v_ts timestamptz := mailroom.clock();
     v_id integer;
 BEGIN
-    PERFORM mailroom._lock_keyring();
+    PERFORM mailroom_internal._lock_keyring();
     UPDATE mailroom.signing_keys AS k
     SET state = 'verify_only', state_changed_at = v_ts
     WHERE k.state = 'active';
     INSERT INTO mailroom.signing_keys AS k (key, state, origin, created_at, state_changed_at)
-    VALUES (mailroom._random_bytes(32), 'active', 'generated', v_ts, v_ts)
+    VALUES (mailroom_internal._random_bytes(32), 'active', 'generated', v_ts, v_ts)
     RETURNING k.id INTO v_id;
     RETURN v_id;
 END;
@@ -107,7 +107,7 @@ AS $$
 DECLARE
     v_state mailroom.signing_key_state;
 BEGIN
-    PERFORM mailroom._lock_keyring();
+    PERFORM mailroom_internal._lock_keyring();
     SELECT k.state INTO v_state FROM mailroom.signing_keys AS k WHERE k.id = p_id;
     IF NOT FOUND THEN
         RAISE EXCEPTION USING ERRCODE = 'MR121', MESSAGE = format('no signing key %s', coalesce(p_id::text, 'NULL'));
@@ -178,7 +178,7 @@ BEGIN
             ERRCODE = 'MR120',
             MESSAGE = 'signing key missing or shorter than 32 bytes';
     END IF;
-    PERFORM mailroom._lock_keyring();
+    PERFORM mailroom_internal._lock_keyring();
     -- importing the same key again finds it (the comparison is on the owner's side only)
     SELECT k.id, k.state INTO v_id, v_state
     FROM mailroom.signing_keys AS k
@@ -222,12 +222,12 @@ STABLE
 SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
-    -- fingerprint: mailroom._key_fingerprint, to match an exported key; NULL once retired
+    -- fingerprint: mailroom_internal._key_fingerprint, to match an exported key; NULL once retired
     SELECT
         k.id,
         k.state,
         k.origin,
-        mailroom._key_fingerprint(k.key),
+        mailroom_internal._key_fingerprint(k.key),
         k.created_at,
         k.state_changed_at,
         k.last_exported_at
@@ -260,7 +260,7 @@ BEGIN
     END IF;
     SELECT k.state INTO v_state
     FROM mailroom.signing_keys AS k
-    WHERE k.key IS NOT NULL AND mailroom._key_fingerprint(k.key) = p_fingerprint
+    WHERE k.key IS NOT NULL AND mailroom_internal._key_fingerprint(k.key) = p_fingerprint
     ORDER BY k.state
     LIMIT 1;
     RETURN v_state;

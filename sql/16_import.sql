@@ -108,7 +108,7 @@ BEGIN
     LOOP
         v_reason := NULL;
         BEGIN
-            PERFORM mailroom._check_account_identity(a.email, a.login);
+            PERFORM mailroom_internal._check_account_identity(a.email, a.login);
         EXCEPTION
             WHEN SQLSTATE 'MR101' OR SQLSTATE 'MR104' THEN
                 v_reason := 'invalid';

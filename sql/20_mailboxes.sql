@@ -5,7 +5,7 @@
 -- PL/pgSQL, not SQL, on the hot paths (RCPT, delivery): a SQL function with SET search_path is
 -- never inlined and is parsed and planned again at every statement that calls it (~25 us each),
 -- while a PL/pgSQL one keeps its compiled form for the session.
-CREATE OR REPLACE FUNCTION mailroom._normalize_address(p_address text)
+CREATE OR REPLACE FUNCTION mailroom_internal._normalize_address(p_address text)
 RETURNS text
 LANGUAGE plpgsql
 IMMUTABLE
@@ -17,23 +17,23 @@ BEGIN
 END;
 $$;
 
-COMMENT ON FUNCTION mailroom._normalize_address(text) IS
+COMMENT ON FUNCTION mailroom_internal._normalize_address(text) IS
 'Internal: the stored form of an address (trimmed, angle brackets removed, lower case).';
 
-CREATE OR REPLACE FUNCTION mailroom._session_token_digest(p_token text)
+CREATE OR REPLACE FUNCTION mailroom_internal._session_token_digest(p_token text)
 RETURNS bytea
 LANGUAGE sql
 IMMUTABLE
 PARALLEL SAFE
 SET search_path = pg_catalog, pg_temp
 AS $$
-    SELECT mailroom._digest(convert_to(p_token, 'UTF8'), 'sha256')
+    SELECT mailroom_internal._digest(convert_to(p_token, 'UTF8'), 'sha256')
 $$;
 
-COMMENT ON FUNCTION mailroom._session_token_digest(text) IS
+COMMENT ON FUNCTION mailroom_internal._session_token_digest(text) IS
 'Internal: sha256 of a session token, the only form in which tokens are stored.';
 
-CREATE OR REPLACE FUNCTION mailroom._mailbox_open(
+CREATE OR REPLACE FUNCTION mailroom_internal._mailbox_open(
     p_is_active boolean, p_deleted_at timestamptz, p_expires_at timestamptz, p_at timestamptz
 )
 RETURNS boolean
@@ -53,21 +53,21 @@ BEGIN
 END;
 $$;
 
-COMMENT ON FUNCTION mailroom._mailbox_open(boolean, timestamptz, timestamptz, timestamptz) IS
+COMMENT ON FUNCTION mailroom_internal._mailbox_open(boolean, timestamptz, timestamptz, timestamptz) IS
 'Internal: whether a mailbox with these is_active, deleted_at and expires_at is open at p_at (active, not deleted, expires_at after p_at): the one rule for "open".';
 
-CREATE OR REPLACE FUNCTION mailroom._mailbox_open(p_box mailroom.mailboxes)
+CREATE OR REPLACE FUNCTION mailroom_internal._mailbox_open(p_box mailroom.mailboxes)
 RETURNS boolean
 LANGUAGE plpgsql
 STABLE
 SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
-    RETURN mailroom._mailbox_open(p_box.is_active, p_box.deleted_at, p_box.expires_at, mailroom.clock());
+    RETURN mailroom_internal._mailbox_open(p_box.is_active, p_box.deleted_at, p_box.expires_at, mailroom.clock());
 END;
 $$;
 
-COMMENT ON FUNCTION mailroom._mailbox_open(mailroom.mailboxes) IS
+COMMENT ON FUNCTION mailroom_internal._mailbox_open(mailroom.mailboxes) IS
 'Internal: whether a mailbox row is open now, at mailroom.clock() (the four-argument form).';
 
 -- Lookup by address, and the insert that keeps an address unique: on a single node both are the
@@ -75,7 +75,7 @@ COMMENT ON FUNCTION mailroom._mailbox_open(mailroom.mailboxes) IS
 -- that key cannot be enforced: sql/citus/30_mailboxes.sql replaces these two with a table keyed
 -- (and distributed) by address, mailbox_addresses (docs/scale.md). Every function finds a mailbox
 -- by its id, through _mailbox_id: on Citus one single-shard read, then single-shard work.
-CREATE OR REPLACE FUNCTION mailroom._mailbox_id(p_address text)
+CREATE OR REPLACE FUNCTION mailroom_internal._mailbox_id(p_address text)
 RETURNS bigint
 LANGUAGE plpgsql
 STABLE
@@ -87,11 +87,11 @@ BEGIN
 END;
 $$;
 
-COMMENT ON FUNCTION mailroom._mailbox_id(text) IS
+COMMENT ON FUNCTION mailroom_internal._mailbox_id(text) IS
 'Internal: the id of the mailbox with this (normalized) address, NULL if none (on Citus: through mailbox_addresses).';
 
 -- Its Citus form: sql/citus/30_mailboxes.sql (a seam: mailroom.db.citus.SEAMS).
-CREATE OR REPLACE FUNCTION mailroom._insert_mailbox(
+CREATE OR REPLACE FUNCTION mailroom_internal._insert_mailbox(
     p_address text,
     p_plan text,
     p_owner_type mailroom.mailbox_owner_type,
@@ -123,13 +123,13 @@ BEGIN
 END;
 $$;
 
-COMMENT ON FUNCTION mailroom._insert_mailbox(
+COMMENT ON FUNCTION mailroom_internal._insert_mailbox(
     text, text, mailroom.mailbox_owner_type, text, bytea, timestamptz, timestamptz, text
 ) IS
 'Internal: insert a mailbox unless its (normalized) address is taken: its id, or NULL (on Citus: the address reserved in mailbox_addresses first).';
 
 -- Its Citus form: sql/citus/30_mailboxes.sql (a seam: mailroom.db.citus.SEAMS).
-CREATE OR REPLACE FUNCTION mailroom._delete_mailbox(p_address text)
+CREATE OR REPLACE FUNCTION mailroom_internal._delete_mailbox(p_address text)
 RETURNS integer
 LANGUAGE plpgsql
 VOLATILE
@@ -146,7 +146,7 @@ BEGIN
 END;
 $$;
 
-COMMENT ON FUNCTION mailroom._delete_mailbox(text) IS
+COMMENT ON FUNCTION mailroom_internal._delete_mailbox(text) IS
 'Internal: delete the mailbox of this (normalized) address with its messages (on Citus: and free its address in mailbox_addresses); how many (0 or 1).';
 
 CREATE OR REPLACE FUNCTION mailroom.create_mailbox(
@@ -215,15 +215,15 @@ BEGIN
     END IF;
     IF v_owner_type = 'anonymous' THEN
         -- 24 random bytes, URL-safe base64 without padding (32 characters).
-        v_token := rtrim(translate(encode(mailroom._random_bytes(24), 'base64'), '+/', '-_'), '=');
+        v_token := rtrim(translate(encode(mailroom_internal._random_bytes(24), 'base64'), '+/', '-_'), '=');
     END IF;
 
     LOOP
         -- 10 random bytes = 80 bits in the local part: addresses cannot be guessed.
-        v_address := encode(mailroom._random_bytes(10), 'hex') || '@' || v_domain;
-        v_id := mailroom._insert_mailbox(
+        v_address := encode(mailroom_internal._random_bytes(10), 'hex') || '@' || v_domain;
+        v_id := mailroom_internal._insert_mailbox(
             v_address, v_plan.name, v_owner_type::mailroom.mailbox_owner_type, v_owner_id,
-            mailroom._session_token_digest(v_token), v_now + make_interval(mins => v_ttl), v_now
+            mailroom_internal._session_token_digest(v_token), v_now + make_interval(mins => v_ttl), v_now
         );
         IF v_id IS NOT NULL THEN
             mailbox_id := v_id;
@@ -248,7 +248,7 @@ COMMENT ON FUNCTION mailroom.create_mailbox(integer, text, text, text) IS
 
 GRANT EXECUTE ON FUNCTION mailroom.create_mailbox(integer, text, text, text) TO mailroom_app;
 
-CREATE OR REPLACE FUNCTION mailroom._authorize_mailbox(
+CREATE OR REPLACE FUNCTION mailroom_internal._authorize_mailbox(
     p_address text,
     p_session_token text,
     p_owner_type text,
@@ -267,7 +267,7 @@ BEGIN
     -- by id, found by address (_mailbox_id): on Citus two single-shard reads (the id in a
     -- variable: a function reading a distributed table inside a distributed statement would be
     -- a nested distributed query)
-    v_id := mailroom._mailbox_id(mailroom._normalize_address(p_address));
+    v_id := mailroom_internal._mailbox_id(mailroom_internal._normalize_address(p_address));
     SELECT * INTO v_box
     FROM mailroom.mailboxes AS m
     WHERE m.id = v_id;
@@ -278,7 +278,7 @@ BEGIN
         (
             v_box.session_token_digest IS NOT NULL
             AND p_session_token IS NOT NULL
-            AND v_box.session_token_digest = mailroom._session_token_digest(p_session_token)
+            AND v_box.session_token_digest = mailroom_internal._session_token_digest(p_session_token)
         )
         OR (
             v_box.owner_id IS NOT NULL
@@ -297,7 +297,7 @@ BEGIN
                 ERRCODE = 'MR206',
                 MESSAGE = format('mailbox was deleted at %s', v_box.deleted_at);
         END IF;
-        IF NOT mailroom._mailbox_open(v_box) THEN
+        IF NOT mailroom_internal._mailbox_open(v_box) THEN
             RAISE EXCEPTION USING
                 ERRCODE = 'MR205',
                 MESSAGE = format('mailbox expired at %s', v_box.expires_at);
@@ -307,7 +307,7 @@ BEGIN
 END;
 $$;
 
-COMMENT ON FUNCTION mailroom._authorize_mailbox(text, text, text, text, boolean) IS
+COMMENT ON FUNCTION mailroom_internal._authorize_mailbox(text, text, text, text, boolean) IS
 'Internal: the mailbox row if the caller holds its session token or owns it (MR203/MR204), and it is open (MR205/MR206).';
 
 CREATE OR REPLACE FUNCTION mailroom.extend_mailbox(
@@ -333,7 +333,7 @@ BEGIN
             MESSAGE = format('extension must be a positive number of minutes, got %s',
                 coalesce(p_minutes::text, 'NULL'));
     END IF;
-    v_box := mailroom._authorize_mailbox(p_address, p_session_token, p_owner_type, p_owner_id);
+    v_box := mailroom_internal._authorize_mailbox(p_address, p_session_token, p_owner_type, p_owner_id);
     -- New expiry: later by p_minutes, but never more than the plan's max TTL from now,
     -- and never earlier than it already is. The guard is re-checked under the row lock.
     UPDATE mailroom.mailboxes AS m
@@ -348,7 +348,7 @@ BEGIN
     WHERE
         m.id = v_box.id
         AND p.name = m.plan
-        AND mailroom._mailbox_open(m.is_active, m.deleted_at, m.expires_at, mailroom.clock())
+        AND mailroom_internal._mailbox_open(m.is_active, m.deleted_at, m.expires_at, mailroom.clock())
     RETURNING m.expires_at INTO v_expires;
     IF NOT FOUND THEN
         RAISE EXCEPTION USING
@@ -379,7 +379,7 @@ AS $$
 DECLARE
     v_box mailroom.mailboxes;
 BEGIN
-    v_box := mailroom._authorize_mailbox(
+    v_box := mailroom_internal._authorize_mailbox(
         p_address, p_session_token, p_owner_type, p_owner_id, p_require_open => false
     );
     UPDATE mailroom.mailboxes AS m
@@ -419,11 +419,11 @@ BEGIN
     -- A plus address is its box's (box+tag@domain: box@domain, sql/02_addresses.sql): the address
     -- answered is the box's, so a server stores one copy per box however its tags were written.
     -- (the call only for an address with a '+': a function call with SET search_path is not free)
-    address := mailroom._normalize_address(p_address);
+    address := mailroom_internal._normalize_address(p_address);
     IF strpos(address, '+') > 0 THEN
-        address := mailroom._address_base(address);
+        address := mailroom_internal._address_base(address);
     END IF;
-    v_id := mailroom._mailbox_id(check_recipient.address);
+    v_id := mailroom_internal._mailbox_id(check_recipient.address);
     SELECT m.* INTO v_box FROM mailroom.mailboxes AS m WHERE m.id = v_id;
     IF v_box.id IS NULL THEN
         verdict := 'unknown';
@@ -433,7 +433,7 @@ BEGIN
     SELECT p.* INTO v_plan FROM mailroom.plans AS p WHERE p.name = v_box.plan;
     verdict := CASE
         WHEN v_box.deleted_at IS NOT NULL THEN 'deleted'
-        WHEN NOT mailroom._mailbox_open(v_box) THEN 'expired'
+        WHEN NOT mailroom_internal._mailbox_open(v_box) THEN 'expired'
         WHEN p_size IS NOT NULL AND p_size > v_plan.max_message_bytes THEN 'too_large'
         WHEN v_box.message_count >= v_plan.max_messages THEN 'full'
         ELSE 'ok'
@@ -504,7 +504,7 @@ AS $$
         m.address,
         m.plan,
         m.expires_at,
-        mailroom._mailbox_open(m.is_active, m.deleted_at, m.expires_at, mailroom.clock()),
+        mailroom_internal._mailbox_open(m.is_active, m.deleted_at, m.expires_at, mailroom.clock()),
         m.message_count,
         m.created_at
     FROM mailroom.mailboxes AS m
@@ -512,7 +512,7 @@ AS $$
         m.owner_type::text = p_owner_type
         AND m.owner_id = p_owner_id
         AND m.owner_id IS NOT NULL
-        AND (p_include_closed OR mailroom._mailbox_open(m.is_active, m.deleted_at, m.expires_at, mailroom.clock()))
+        AND (p_include_closed OR mailroom_internal._mailbox_open(m.is_active, m.deleted_at, m.expires_at, mailroom.clock()))
     ORDER BY m.created_at, m.id
 $$;
 

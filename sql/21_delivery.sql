@@ -21,9 +21,9 @@ SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-    v_address text := mailroom._normalize_address(p_address);
+    v_address text := mailroom_internal._normalize_address(p_address);
     -- plus-addressing (sql/02_addresses.sql): box+tag@domain is stored in box@domain, tagged tag
-    v_tag text := CASE WHEN strpos(v_address, '+') > 0 THEN mailroom._address_tag(v_address) END;
+    v_tag text := CASE WHEN strpos(v_address, '+') > 0 THEN mailroom_internal._address_tag(v_address) END;
     v_size bigint := octet_length(p_raw);
     v_message_id bigint;
     v_mailbox_id bigint;
@@ -44,12 +44,12 @@ BEGIN
 
     -- the mailbox by its address (mailbox_addresses), then every statement by its id: on Citus
     -- the mailbox row and the message are on the same worker (colocated by mailbox id)
-    v_box_id := mailroom._mailbox_id(
-        CASE WHEN strpos(v_address, '+') > 0 THEN mailroom._address_base(v_address) ELSE v_address END
+    v_box_id := mailroom_internal._mailbox_id(
+        CASE WHEN strpos(v_address, '+') > 0 THEN mailroom_internal._address_base(v_address) ELSE v_address END
     );
     FOR v_attempt IN 1..2 LOOP
         v_now := mailroom.clock();
-        -- The guard (open by mailroom._mailbox_open, under the plan's size and
+        -- The guard (open by mailroom_internal._mailbox_open, under the plan's size and
         -- count limits) is part of this one statement: a message can never land in an expired
         -- inbox, whether or not the expiry sweep has run. Bumping message_count takes the row
         -- lock, so the count limit is exact under concurrency and a concurrent sweep that
@@ -61,7 +61,7 @@ BEGIN
             WHERE
                 m.id = v_box_id
                 AND p.name = m.plan
-                AND mailroom._mailbox_open(m.is_active, m.deleted_at, m.expires_at, v_now)
+                AND mailroom_internal._mailbox_open(m.is_active, m.deleted_at, m.expires_at, v_now)
                 AND m.message_count < p.max_messages
                 AND v_size <= p.max_message_bytes
             RETURNING m.id, v_now AS received_at
@@ -84,8 +84,8 @@ BEGIN
             -- NOTIFY serializes the commits of every notifying transaction). No address or
             -- subject ever goes in it.
             v_payload := json_build_object('mailbox_id', v_mailbox_id, 'message_id', v_message_id)::text;
-            PERFORM mailroom._notify('mailroom_inbox', v_payload);
-            PERFORM mailroom._notify('mailroom_delivery', v_payload);
+            PERFORM mailroom_internal._notify('mailroom_inbox', v_payload);
+            PERFORM mailroom_internal._notify('mailroom_delivery', v_payload);
             RETURN v_message_id;
         END IF;
 
@@ -178,7 +178,7 @@ BEGIN
         -- refuses the message for all, before anything is stored
         reply := NULL;
         FOREACH v_address IN ARRAY CASE WHEN v_faults THEN v_recipients ELSE '{}' END LOOP
-            reply := mailroom._recipient_fault(v_address, 'data');
+            reply := mailroom_internal._recipient_fault(v_address, 'data');
             EXIT WHEN reply IS NOT NULL;
         END LOOP;
         IF reply IS NOT NULL THEN
@@ -200,17 +200,17 @@ BEGIN
             reply := format('250 2.0.0 OK: stored for %s recipient(s)', cardinality(message_ids));
         EXCEPTION WHEN OTHERS THEN
             GET STACKED DIAGNOSTICS v_state = RETURNED_SQLSTATE;
-            IF mailroom._code_reply(v_state) IS NULL THEN
+            IF mailroom_internal._code_reply(v_state) IS NULL THEN
                 RAISE;  -- not a refusal of mail
             END IF;
             message_ids := '{}';
             SELECT r.verdict, r.reply INTO verdict, reply
-            FROM mailroom._delivery_refusal(v_recipients, octet_length(p_raw[i]), v_state) AS r;
+            FROM mailroom_internal._delivery_refusal(v_recipients, octet_length(p_raw[i]), v_state) AS r;
         END;
         IF verdict = 'ok' AND v_faults THEN
             -- a fault after DATA: stored (message_ids), then answered the fault's reply
             FOREACH v_address IN ARRAY v_recipients LOOP
-                v_fault := mailroom._recipient_fault(v_address, 'after_data');
+                v_fault := mailroom_internal._recipient_fault(v_address, 'after_data');
                 IF v_fault IS NOT NULL THEN
                     verdict := 'fault';
                     reply := v_fault;
@@ -222,7 +222,7 @@ BEGIN
         RETURN NEXT;
     END LOOP;
     -- the receipt the inbound server asked for (set_delivery_receipt), in this same transaction
-    PERFORM mailroom._record_delivery_receipt(v_replies);
+    PERFORM mailroom_internal._record_delivery_receipt(v_replies);
 END;
 $$;
 
@@ -235,7 +235,7 @@ GRANT EXECUTE ON FUNCTION mailroom.deliver_messages(
     integer[], text[], bytea[], text[], text[], text[], text[], text[], jsonb[]
 ) TO mailroom_inbound;
 
-CREATE OR REPLACE FUNCTION mailroom._delivery_refusal(p_addresses text[], p_size bigint, p_code text)
+CREATE OR REPLACE FUNCTION mailroom_internal._delivery_refusal(p_addresses text[], p_size bigint, p_code text)
 RETURNS TABLE (verdict text, reply text)
 LANGUAGE plpgsql
 STABLE
@@ -255,7 +255,7 @@ BEGIN
     -- first refused recipient.
     IF cardinality(p_addresses) <= 1 OR v_verdict IS NULL THEN
         verdict := coalesce(v_verdict, p_code);  -- a refusal of the message itself: its code
-        reply := mailroom._code_reply(p_code);
+        reply := mailroom_internal._code_reply(p_code);
         RETURN NEXT;
         RETURN;
     END IF;
@@ -272,13 +272,13 @@ BEGIN
         reply := '451 4.2.0 A recipient became unavailable; please try again';
     ELSE
         verdict := v_first;
-        reply := mailroom._verdict_reply(v_first);
+        reply := mailroom_internal._verdict_reply(v_first);
     END IF;
     RETURN NEXT;
 END;
 $$;
 
-COMMENT ON FUNCTION mailroom._delivery_refusal(text[], bigint, text) IS
+COMMENT ON FUNCTION mailroom_internal._delivery_refusal(text[], bigint, text) IS
 'Internal: the verdict and SMTP reply of a message deliver_messages could not store (p_code: the refusal that stopped it): the refusal''s reply, or 451 4.2.0 when a retry would succeed for the other recipients.';
 
 -- check_message_size: while DATA grows, whether any accepted recipient's plan still takes the
@@ -342,7 +342,7 @@ COMMENT ON FUNCTION mailroom.set_delivery_receipt(uuid) IS
 
 GRANT EXECUTE ON FUNCTION mailroom.set_delivery_receipt(uuid) TO mailroom_inbound;
 
-CREATE OR REPLACE FUNCTION mailroom._record_delivery_receipt(p_replies text[])
+CREATE OR REPLACE FUNCTION mailroom_internal._record_delivery_receipt(p_replies text[])
 RETURNS void
 LANGUAGE plpgsql
 VOLATILE
@@ -361,7 +361,7 @@ BEGIN
 END;
 $$;
 
-COMMENT ON FUNCTION mailroom._record_delivery_receipt(text[]) IS
+COMMENT ON FUNCTION mailroom_internal._record_delivery_receipt(text[]) IS
 'Internal: the receipt set_delivery_receipt asked for in this transaction (its replies); fails when settle_delivery took the key first.';
 
 CREATE OR REPLACE FUNCTION mailroom.settle_delivery(p_key uuid)

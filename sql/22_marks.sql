@@ -5,7 +5,7 @@
 -- characters [a-z0-9._-]. Errors: MR260 a bad tag, MR261 too many tags, MR262 a list of ids that
 -- is empty or over 500, MR209 no such message, MR203-MR206 (authorization, as for reading).
 
-CREATE OR REPLACE FUNCTION mailroom._message_tags(p_tags text[])
+CREATE OR REPLACE FUNCTION mailroom_internal._message_tags(p_tags text[])
 RETURNS text[]
 LANGUAGE plpgsql
 IMMUTABLE
@@ -41,10 +41,10 @@ BEGIN
 END;
 $$;
 
-COMMENT ON FUNCTION mailroom._message_tags(text[]) IS
+COMMENT ON FUNCTION mailroom_internal._message_tags(text[]) IS
 'Internal: a tag set in its stored form (trimmed, lower case, distinct, sorted); MR260 a bad tag, MR261 more than 20.';
 
-CREATE OR REPLACE FUNCTION mailroom._mark_message(
+CREATE OR REPLACE FUNCTION mailroom_internal._mark_message(
     p_box mailroom.mailboxes,
     p_message_id bigint,
     p_is_read boolean,
@@ -56,7 +56,7 @@ VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-    v_tags text[] := CASE WHEN p_tags IS NOT NULL THEN mailroom._message_tags(p_tags) END;
+    v_tags text[] := CASE WHEN p_tags IS NOT NULL THEN mailroom_internal._message_tags(p_tags) END;
     v_message mailroom.messages;
 BEGIN
     -- NULL leaves a mark as it is; the tag set given replaces the message's
@@ -75,10 +75,10 @@ BEGIN
 END;
 $$;
 
-COMMENT ON FUNCTION mailroom._mark_message(mailroom.mailboxes, bigint, boolean, text[]) IS
+COMMENT ON FUNCTION mailroom_internal._mark_message(mailroom.mailboxes, bigint, boolean, text[]) IS
 'Internal: set a message''s read mark and/or replace its tag set (NULL: unchanged); the row after; MR209 if not in the mailbox, MR260/MR261 bad tags.';
 
-CREATE OR REPLACE FUNCTION mailroom._delete_inbox_messages(p_box mailroom.mailboxes, p_message_ids bigint[], p_all boolean)
+CREATE OR REPLACE FUNCTION mailroom_internal._delete_inbox_messages(p_box mailroom.mailboxes, p_message_ids bigint[], p_all boolean)
 RETURNS integer
 LANGUAGE plpgsql
 VOLATILE
@@ -105,7 +105,7 @@ BEGIN
 END;
 $$;
 
-COMMENT ON FUNCTION mailroom._delete_inbox_messages(mailroom.mailboxes, bigint[], boolean) IS
+COMMENT ON FUNCTION mailroom_internal._delete_inbox_messages(mailroom.mailboxes, bigint[], boolean) IS
 'Internal: delete these messages of a mailbox (1-500 ids, MR262), or all of them (p_all); frees their places under the plan''s count; how many were deleted.';
 
 CREATE OR REPLACE FUNCTION mailroom.mark_message(
@@ -127,8 +127,8 @@ AS $$
 DECLARE
     v_message mailroom.messages;
 BEGIN
-    v_message := mailroom._mark_message(
-        mailroom._authorize_mailbox(p_address, p_session_token, p_owner_type, p_owner_id),
+    v_message := mailroom_internal._mark_message(
+        mailroom_internal._authorize_mailbox(p_address, p_session_token, p_owner_type, p_owner_id),
         p_message_id, p_is_read, p_tags
     );
     message_id := v_message.id;
@@ -158,8 +158,8 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
     -- NULL ids: every message of the inbox (the inbox stays)
-    RETURN mailroom._delete_inbox_messages(
-        mailroom._authorize_mailbox(p_address, p_session_token, p_owner_type, p_owner_id),
+    RETURN mailroom_internal._delete_inbox_messages(
+        mailroom_internal._authorize_mailbox(p_address, p_session_token, p_owner_type, p_owner_id),
         p_message_ids, p_message_ids IS NULL
     );
 END;

@@ -35,7 +35,7 @@ BEGIN
             ERRCODE = '22023',
             MESSAGE = 'p_limit must be positive and p_offset non-negative';
     END IF;
-    v_box := mailroom._authorize_mailbox(p_address, p_session_token, p_owner_type, p_owner_id);
+    v_box := mailroom_internal._authorize_mailbox(p_address, p_session_token, p_owner_type, p_owner_id);
     RETURN QUERY
     SELECT
         g.id, g.envelope_from, g.envelope_to, g.from_header, g.subject, g.text_body,
@@ -81,7 +81,7 @@ AS $$
 DECLARE
     v_box mailroom.mailboxes;
 BEGIN
-    v_box := mailroom._authorize_mailbox(p_address, p_session_token, p_owner_type, p_owner_id);
+    v_box := mailroom_internal._authorize_mailbox(p_address, p_session_token, p_owner_type, p_owner_id);
     RETURN QUERY
     UPDATE mailroom.messages AS g
     SET is_read = true

@@ -2,7 +2,7 @@
 -- concurrent workers: each batch claims its rows with FOR UPDATE SKIP LOCKED, so two workers
 -- never touch the same mailbox, never wait on each other and cannot deadlock.
 
-CREATE OR REPLACE FUNCTION mailroom._batch_size(p_batch integer, p_setting text)
+CREATE OR REPLACE FUNCTION mailroom_internal._batch_size(p_batch integer, p_setting text)
 RETURNS integer
 LANGUAGE plpgsql
 STABLE
@@ -20,7 +20,7 @@ BEGIN
 END;
 $$;
 
-COMMENT ON FUNCTION mailroom._batch_size(integer, text) IS
+COMMENT ON FUNCTION mailroom_internal._batch_size(integer, text) IS
 'Internal: p_batch, or the named setting when NULL; 22023 unless positive.';
 
 CREATE OR REPLACE FUNCTION mailroom.expire_mailboxes(p_batch integer DEFAULT null)
@@ -31,7 +31,7 @@ SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
-    RETURN mailroom._expire_due_mailboxes(mailroom.clock(), mailroom._batch_size(p_batch, 'inbox.expire_batch'));
+    RETURN mailroom_internal._expire_due_mailboxes(mailroom.clock(), mailroom_internal._batch_size(p_batch, 'inbox.expire_batch'));
 END;
 $$;
 
@@ -42,7 +42,7 @@ GRANT EXECUTE ON FUNCTION mailroom.expire_mailboxes(integer) TO mailroom_inbound
 
 -- A Citus seam (mailroom.db.citus.SEAMS): expire_mailboxes' batch. On one node one statement; on
 -- Citus (sql/citus/30_mailboxes.sql) shard by shard, since SKIP LOCKED runs only in a one-shard statement.
-CREATE OR REPLACE FUNCTION mailroom._expire_due_mailboxes(p_now timestamptz, p_batch integer)
+CREATE OR REPLACE FUNCTION mailroom_internal._expire_due_mailboxes(p_now timestamptz, p_batch integer)
 RETURNS integer
 LANGUAGE plpgsql
 VOLATILE
@@ -51,7 +51,7 @@ AS $$
 DECLARE
     v_count integer;
 BEGIN
-    -- Due = not mailroom._mailbox_open, written out: the index condition of mailboxes_expiry_idx
+    -- Due = not mailroom_internal._mailbox_open, written out: the index condition of mailboxes_expiry_idx
     -- (expires_at) WHERE is_active. Deleted mailboxes are already inactive, so not in the index.
     WITH due AS (
         SELECT m.id FROM mailroom.mailboxes AS m
@@ -66,7 +66,7 @@ BEGIN
 END;
 $$;
 
-COMMENT ON FUNCTION mailroom._expire_due_mailboxes(timestamptz, integer) IS
+COMMENT ON FUNCTION mailroom_internal._expire_due_mailboxes(timestamptz, integer) IS
 'Internal (a Citus seam): mark up to p_batch mailboxes due at p_now inactive (SKIP LOCKED); returns how many.';
 
 CREATE OR REPLACE FUNCTION mailroom.seconds_until_next_expiry()
@@ -86,7 +86,7 @@ COMMENT ON FUNCTION mailroom.seconds_until_next_expiry() IS
 
 GRANT EXECUTE ON FUNCTION mailroom.seconds_until_next_expiry() TO mailroom_inbound;
 
-CREATE OR REPLACE FUNCTION mailroom.trg_mailboxes_schedule()
+CREATE OR REPLACE FUNCTION mailroom_internal.trg_mailboxes_schedule()
 RETURNS trigger
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
@@ -103,18 +103,18 @@ BEGIN
 END;
 $$;
 
-COMMENT ON FUNCTION mailroom.trg_mailboxes_schedule() IS
+COMMENT ON FUNCTION mailroom_internal.trg_mailboxes_schedule() IS
 'Statement trigger: NOTIFY mailroom_expiry_schedule (empty payload) when inserted inboxes become the next due.';
 
 CREATE OR REPLACE TRIGGER after_mailboxes_inserted
 AFTER INSERT ON mailroom.mailboxes
 REFERENCING NEW TABLE AS new_rows
 FOR EACH STATEMENT
-EXECUTE FUNCTION mailroom.trg_mailboxes_schedule();
+EXECUTE FUNCTION mailroom_internal.trg_mailboxes_schedule();
 
 -- A message belongs to a mailbox (migration 0181: triggers, not a cascading foreign key, so that
 -- deleting a batch of mailboxes deletes their messages in one statement, not one per mailbox).
-CREATE OR REPLACE FUNCTION mailroom.trg_before_message_insert()
+CREATE OR REPLACE FUNCTION mailroom_internal.trg_before_message_insert()
 RETURNS trigger
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
@@ -132,15 +132,15 @@ BEGIN
 END;
 $$;
 
-COMMENT ON FUNCTION mailroom.trg_before_message_insert() IS
+COMMENT ON FUNCTION mailroom_internal.trg_before_message_insert() IS
 'Trigger: a message''s mailbox must exist (23503), checked under FOR KEY SHARE like a foreign key.';
 
 CREATE OR REPLACE TRIGGER before_message_insert
 BEFORE INSERT OR UPDATE OF mailbox_id ON mailroom.messages
 FOR EACH ROW
-EXECUTE FUNCTION mailroom.trg_before_message_insert();
+EXECUTE FUNCTION mailroom_internal.trg_before_message_insert();
 
-CREATE OR REPLACE FUNCTION mailroom.trg_after_mailboxes_deleted()
+CREATE OR REPLACE FUNCTION mailroom_internal.trg_after_mailboxes_deleted()
 RETURNS trigger
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
@@ -154,14 +154,14 @@ BEGIN
 END;
 $$;
 
-COMMENT ON FUNCTION mailroom.trg_after_mailboxes_deleted() IS
+COMMENT ON FUNCTION mailroom_internal.trg_after_mailboxes_deleted() IS
 'Statement trigger: delete the messages of every mailbox the statement deleted, in one DELETE.';
 
 CREATE OR REPLACE TRIGGER after_mailboxes_deleted
 AFTER DELETE ON mailroom.mailboxes
 REFERENCING OLD TABLE AS deleted_rows
 FOR EACH STATEMENT
-EXECUTE FUNCTION mailroom.trg_after_mailboxes_deleted();
+EXECUTE FUNCTION mailroom_internal.trg_after_mailboxes_deleted();
 
 CREATE OR REPLACE FUNCTION mailroom.purge_mailboxes(
     p_older_than interval,
@@ -180,8 +180,8 @@ BEGIN
             MESSAGE = format('retention must be a non-negative interval, got %s',
                 coalesce(p_older_than::text, 'NULL'));
     END IF;
-    RETURN mailroom._purge_inactive_mailboxes(
-        mailroom.clock() - p_older_than, mailroom._batch_size(p_batch, 'inbox.purge_batch')
+    RETURN mailroom_internal._purge_inactive_mailboxes(
+        mailroom.clock() - p_older_than, mailroom_internal._batch_size(p_batch, 'inbox.purge_batch')
     );
 END;
 $$;
@@ -194,7 +194,7 @@ GRANT EXECUTE ON FUNCTION mailroom.purge_mailboxes(interval, integer) TO mailroo
 -- A Citus seam (mailroom.db.citus.SEAMS): purge_mailboxes' batch. On one node one statement (the
 -- messages go by the trigger after_mailboxes_deleted); on Citus (sql/citus/30_mailboxes.sql) shard
 -- by shard, with the messages and the addresses' reservations.
-CREATE OR REPLACE FUNCTION mailroom._purge_inactive_mailboxes(p_cutoff timestamptz, p_batch integer)
+CREATE OR REPLACE FUNCTION mailroom_internal._purge_inactive_mailboxes(p_cutoff timestamptz, p_batch integer)
 RETURNS integer
 LANGUAGE plpgsql
 VOLATILE
@@ -215,7 +215,7 @@ BEGIN
 END;
 $$;
 
-COMMENT ON FUNCTION mailroom._purge_inactive_mailboxes(timestamptz, integer) IS
+COMMENT ON FUNCTION mailroom_internal._purge_inactive_mailboxes(timestamptz, integer) IS
 'Internal (a Citus seam): hard-delete up to p_batch mailboxes inactive since before p_cutoff (SKIP LOCKED), their messages with them; returns how many.';
 
 CREATE OR REPLACE PROCEDURE mailroom.run_expiry(

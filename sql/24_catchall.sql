@@ -5,7 +5,7 @@
 -- Off by default: no domain is catch-all until an admin sets one.
 -- Errors: MR201 unknown plan, MR202 bad TTL, MR210 bad owner, MR245 bad domain or quota.
 
-CREATE OR REPLACE FUNCTION mailroom._check_recipient_or_claim(
+CREATE OR REPLACE FUNCTION mailroom_internal._check_recipient_or_claim(
     p_address text,
     p_size bigint DEFAULT null
 )
@@ -26,7 +26,7 @@ BEGIN
     -- check_recipient's verdict; only an unknown address on a catch-all domain goes further, so
     -- every other RCPT costs one primary-key probe more than check_recipient alone, at most.
     SELECT c.verdict, c.address INTO verdict, address FROM mailroom.check_recipient(p_address, p_size) AS c;
-    IF verdict <> 'unknown' OR NOT mailroom._is_valid_address(address) THEN
+    IF verdict <> 'unknown' OR NOT mailroom_internal._is_valid_address(address) THEN
         RETURN NEXT;
         RETURN;
     END IF;
@@ -43,7 +43,7 @@ BEGIN
     SELECT count(*) INTO v_open
     FROM (
         SELECT 1 FROM mailroom.mailboxes AS m
-        WHERE m.catchall_domain = v_domain.domain AND m.is_active AND mailroom._mailbox_open(m.is_active, m.deleted_at, m.expires_at, mailroom.clock())
+        WHERE m.catchall_domain = v_domain.domain AND m.is_active AND mailroom_internal._mailbox_open(m.is_active, m.deleted_at, m.expires_at, mailroom.clock())
         LIMIT v_domain.max_open
     ) AS o;
     IF v_open >= v_domain.max_open THEN
@@ -53,7 +53,7 @@ BEGIN
     END IF;
     SELECT p.* INTO v_plan FROM mailroom.plans AS p WHERE p.name = v_domain.plan;
     -- ON CONFLICT on the address (_insert_mailbox): a concurrent RCPT may have created it first
-    PERFORM mailroom._insert_mailbox(
+    PERFORM mailroom_internal._insert_mailbox(
         address, v_plan.name, 'api', v_domain.owner_id, NULL,
         v_now + make_interval(
             mins => least(coalesce(v_domain.ttl_minutes, v_plan.default_ttl_minutes), v_plan.max_ttl_minutes)
@@ -65,7 +65,7 @@ BEGIN
 END;
 $$;
 
-COMMENT ON FUNCTION mailroom._check_recipient_or_claim(text, bigint) IS
+COMMENT ON FUNCTION mailroom_internal._check_recipient_or_claim(text, bigint) IS
 'Internal: check_recipient''s verdict, after creating the inbox of an unknown address on a catch-all domain (within its quota).';
 
 CREATE OR REPLACE FUNCTION mailroom.set_catchall_domain(
@@ -84,7 +84,7 @@ AS $$
 DECLARE
     v_domain text := lower(btrim(p_domain));
 BEGIN
-    IF NOT coalesce(mailroom._is_domain_name(v_domain), false) THEN
+    IF NOT coalesce(mailroom_internal._is_domain_name(v_domain), false) THEN
         RAISE EXCEPTION USING ERRCODE = 'MR245', MESSAGE = 'a catch-all domain must be a domain name';
     END IF;
     IF p_max_open IS NULL OR p_max_open <= 0 THEN
@@ -166,7 +166,7 @@ BEGIN
         d.domain, d.owner_id, d.plan, d.ttl_minutes, d.max_open,
         (
             SELECT count(*) FROM mailroom.mailboxes AS m
-            WHERE m.catchall_domain = d.domain AND m.is_active AND mailroom._mailbox_open(m.is_active, m.deleted_at, m.expires_at, mailroom.clock())
+            WHERE m.catchall_domain = d.domain AND m.is_active AND mailroom_internal._mailbox_open(m.is_active, m.deleted_at, m.expires_at, mailroom.clock())
         ),
         d.created_at
     FROM mailroom.catchall_domains AS d

@@ -17,7 +17,7 @@
 -- record, not mailroom.inbox_faults, wherever a row is held: sql/ also compiles where migration 0225
 -- is not applied yet (tests/db/test_partitions.py applies it over older migrations)
 
-CREATE OR REPLACE FUNCTION mailroom._fault_stage(p_stage text)
+CREATE OR REPLACE FUNCTION mailroom_internal._fault_stage(p_stage text)
 RETURNS text
 LANGUAGE plpgsql
 IMMUTABLE
@@ -35,10 +35,10 @@ BEGIN
 END;
 $$;
 
-COMMENT ON FUNCTION mailroom._fault_stage(text) IS
+COMMENT ON FUNCTION mailroom_internal._fault_stage(text) IS
 'Internal: a fault stage in its stored form (rcpt, data, after_data; after-data and any case accepted), MR230 otherwise.';
 
-CREATE OR REPLACE FUNCTION mailroom._fault_reply(p_reply text)
+CREATE OR REPLACE FUNCTION mailroom_internal._fault_reply(p_reply text)
 RETURNS text
 LANGUAGE plpgsql
 IMMUTABLE
@@ -68,10 +68,10 @@ BEGIN
 END;
 $$;
 
-COMMENT ON FUNCTION mailroom._fault_reply(text) IS
+COMMENT ON FUNCTION mailroom_internal._fault_reply(text) IS
 'Internal: a fault''s SMTP reply, trimmed, if it is one printable line: 421/450/451/452/550-554, an enhanced status of the same class, text (MR231 otherwise).';
 
-CREATE OR REPLACE FUNCTION mailroom._fault_json(p_mailbox_id bigint, p_address text, p_domain text)
+CREATE OR REPLACE FUNCTION mailroom_internal._fault_json(p_mailbox_id bigint, p_address text, p_domain text)
 RETURNS jsonb
 LANGUAGE plpgsql
 STABLE
@@ -100,10 +100,10 @@ BEGIN
 END;
 $$;
 
-COMMENT ON FUNCTION mailroom._fault_json(bigint, text, text) IS
+COMMENT ON FUNCTION mailroom_internal._fault_json(bigint, text, text) IS
 'Internal: the fault in force for an inbox (its own, else its catch-all domain''s) or a domain as JSON: scope, stage, reply, share, remaining, fired, active, set_at; NULL when none.';
 
-CREATE OR REPLACE FUNCTION mailroom._set_fault(
+CREATE OR REPLACE FUNCTION mailroom_internal._set_fault(
     p_mailbox_id bigint,
     p_address text,
     p_domain text,
@@ -118,8 +118,8 @@ VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-    v_stage text := mailroom._fault_stage(p_stage);
-    v_reply text := mailroom._fault_reply(p_reply);
+    v_stage text := mailroom_internal._fault_stage(p_stage);
+    v_reply text := mailroom_internal._fault_reply(p_reply);
 BEGIN
     -- one fault per inbox (p_mailbox_id, at p_address) or catch-all domain (p_domain): a new one
     -- replaces it (and a purged inbox's left at the address), its count of answers (fired) anew
@@ -151,23 +151,23 @@ BEGIN
 END;
 $$;
 
-COMMENT ON FUNCTION mailroom._set_fault(bigint, text, text, text, text, numeric, integer) IS
+COMMENT ON FUNCTION mailroom_internal._set_fault(bigint, text, text, text, text, numeric, integer) IS
 'Internal: set (or replace) the fault of an inbox (id and address), or of a catch-all domain; MR230 stage, MR231 reply, MR232 share or count.';
 
-CREATE OR REPLACE FUNCTION mailroom._recipient_fault(p_address text, p_stage text)
+CREATE OR REPLACE FUNCTION mailroom_internal._recipient_fault(p_address text, p_stage text)
 RETURNS text
 LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-    v_address text := mailroom._normalize_address(p_address);
+    v_address text := mailroom_internal._normalize_address(p_address);
     v_fault record;
     v_reply text;
 BEGIN
     -- a plus address meets its box's fault (box+tag@domain: box@domain)
     IF strpos(v_address, '+') > 0 THEN
-        v_address := mailroom._address_base(v_address);
+        v_address := mailroom_internal._address_base(v_address);
     END IF;
     -- The reply of the fault in force for this recipient at this stage when it answers this time
     -- (its share drawn with random(), its count taken), else NULL: the inbox's own fault first, then
@@ -180,7 +180,7 @@ BEGIN
     IF NOT FOUND THEN
         RETURN NULL;
     END IF;
-    IF v_fault.mailbox_id IS NOT NULL AND v_fault.mailbox_id IS DISTINCT FROM mailroom._mailbox_id(v_address) THEN
+    IF v_fault.mailbox_id IS NOT NULL AND v_fault.mailbox_id IS DISTINCT FROM mailroom_internal._mailbox_id(v_address) THEN
         -- left by a purged inbox whose address a new one has now (a catch-all address): gone
         DELETE FROM mailroom.inbox_faults AS f WHERE f.id = v_fault.id;
         SELECT f.id, f.stage INTO v_fault
@@ -204,10 +204,10 @@ BEGIN
 END;
 $$;
 
-COMMENT ON FUNCTION mailroom._recipient_fault(text, text) IS
+COMMENT ON FUNCTION mailroom_internal._recipient_fault(text, text) IS
 'Internal: the SMTP reply of the fault in force for a recipient at a stage (rcpt, data, after_data) if it answers this time (share drawn, count taken), else NULL.';
 
-CREATE OR REPLACE FUNCTION mailroom._check_recipient_fault(
+CREATE OR REPLACE FUNCTION mailroom_internal._check_recipient_fault(
     p_address text,
     p_size bigint DEFAULT null
 )
@@ -222,10 +222,10 @@ BEGIN
     -- RCPT: verdict 'fault' with the fault's reply. reply is NULL otherwise (the caller answers a
     -- refusing verdict's reply from mailroom.error_codes).
     SELECT c.verdict, c.address INTO verdict, address
-    FROM mailroom._check_recipient_or_claim(p_address, p_size) AS c;
+    FROM mailroom_internal._check_recipient_or_claim(p_address, p_size) AS c;
     reply := NULL;
     IF verdict = 'ok' THEN
-        reply := mailroom._recipient_fault(address, 'rcpt');
+        reply := mailroom_internal._recipient_fault(address, 'rcpt');
         IF reply IS NOT NULL THEN
             verdict := 'fault';
         END IF;
@@ -234,7 +234,7 @@ BEGIN
 END;
 $$;
 
-COMMENT ON FUNCTION mailroom._check_recipient_fault(text, bigint) IS
+COMMENT ON FUNCTION mailroom_internal._check_recipient_fault(text, bigint) IS
 'Internal: the inbound RCPT verdict of an inbox address (_check_recipient_or_claim), or fault with its reply when the inbox''s RCPT fault answers.';
 
 CREATE OR REPLACE FUNCTION mailroom.set_inbox_fault(
@@ -256,9 +256,9 @@ AS $$
 DECLARE
     v_box record;
 BEGIN
-    v_box := mailroom._authorize_mailbox(p_address, p_session_token, p_owner_type, p_owner_id);
-    PERFORM mailroom._set_fault(v_box.id, v_box.address, NULL, p_stage, p_reply, p_share, p_count);
-    RETURN mailroom._fault_json(v_box.id, v_box.address, split_part(v_box.address, '@', 2));
+    v_box := mailroom_internal._authorize_mailbox(p_address, p_session_token, p_owner_type, p_owner_id);
+    PERFORM mailroom_internal._set_fault(v_box.id, v_box.address, NULL, p_stage, p_reply, p_share, p_count);
+    RETURN mailroom_internal._fault_json(v_box.id, v_box.address, split_part(v_box.address, '@', 2));
 END;
 $$;
 
@@ -284,7 +284,7 @@ DECLARE
     v_box record;
 BEGIN
     -- a closed inbox too (it may be cleared on its way out); its catch-all domain's fault stays
-    v_box := mailroom._authorize_mailbox(
+    v_box := mailroom_internal._authorize_mailbox(
         p_address, p_session_token, p_owner_type, p_owner_id, p_require_open => false
     );
     DELETE FROM mailroom.inbox_faults AS f WHERE f.address = v_box.address AND f.mailbox_id = v_box.id;
@@ -312,10 +312,10 @@ AS $$
 DECLARE
     v_box record;
 BEGIN
-    v_box := mailroom._authorize_mailbox(
+    v_box := mailroom_internal._authorize_mailbox(
         p_address, p_session_token, p_owner_type, p_owner_id, p_require_open => false
     );
-    RETURN mailroom._fault_json(v_box.id, v_box.address, split_part(v_box.address, '@', 2));
+    RETURN mailroom_internal._fault_json(v_box.id, v_box.address, split_part(v_box.address, '@', 2));
 END;
 $$;
 
@@ -324,7 +324,7 @@ COMMENT ON FUNCTION mailroom.inbox_fault(text, text, text, text) IS
 
 GRANT EXECUTE ON FUNCTION mailroom.inbox_fault(text, text, text, text) TO mailroom_app;
 
-CREATE OR REPLACE FUNCTION mailroom._catchall_domain_name(p_domain text)
+CREATE OR REPLACE FUNCTION mailroom_internal._catchall_domain_name(p_domain text)
 RETURNS text
 LANGUAGE plpgsql
 STABLE
@@ -340,7 +340,7 @@ BEGIN
 END;
 $$;
 
-COMMENT ON FUNCTION mailroom._catchall_domain_name(text) IS
+COMMENT ON FUNCTION mailroom_internal._catchall_domain_name(text) IS
 'Internal: a catch-all domain in its stored form (lower case), MR233 when it is not one.';
 
 CREATE OR REPLACE FUNCTION mailroom.set_catchall_fault(
@@ -357,11 +357,11 @@ SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-    v_domain text := mailroom._catchall_domain_name(p_domain);
+    v_domain text := mailroom_internal._catchall_domain_name(p_domain);
 BEGIN
     -- every inbox of the domain without a fault of its own; kept until cleared or the domain removed
-    PERFORM mailroom._set_fault(NULL, NULL, v_domain, p_stage, p_reply, p_share, p_count);
-    RETURN mailroom._fault_json(NULL, NULL, v_domain);
+    PERFORM mailroom_internal._set_fault(NULL, NULL, v_domain, p_stage, p_reply, p_share, p_count);
+    RETURN mailroom_internal._fault_json(NULL, NULL, v_domain);
 END;
 $$;
 
@@ -396,7 +396,7 @@ SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
-    RETURN mailroom._fault_json(NULL, NULL, mailroom._catchall_domain_name(p_domain));
+    RETURN mailroom_internal._fault_json(NULL, NULL, mailroom_internal._catchall_domain_name(p_domain));
 END;
 $$;
 

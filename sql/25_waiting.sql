@@ -16,7 +16,7 @@
 -- yet and the transaction is not READ COMMITTED, so waiting could never see new mail), MR215
 -- (no link or code matching in the message).
 
-CREATE OR REPLACE FUNCTION mailroom._newest_message(p_mailbox bigint, p_subject_like text)
+CREATE OR REPLACE FUNCTION mailroom_internal._newest_message(p_mailbox bigint, p_subject_like text)
 RETURNS mailroom.messages
 LANGUAGE sql
 STABLE
@@ -31,7 +31,7 @@ AS $$
     LIMIT 1;
 $$;
 
-COMMENT ON FUNCTION mailroom._newest_message(bigint, text) IS
+COMMENT ON FUNCTION mailroom_internal._newest_message(bigint, text) IS
 'Internal: the newest message of a mailbox whose subject is LIKE p_subject_like (NULL: any); a NULL row when there is none.';
 
 CREATE OR REPLACE FUNCTION mailroom.find_message(
@@ -50,9 +50,9 @@ AS $$
 DECLARE
     v_box mailroom.mailboxes;
 BEGIN
-    PERFORM mailroom._caller_pattern(p_subject_like, 'like');
-    v_box := mailroom._authorize_mailbox(p_address, p_session_token, p_owner_type, p_owner_id);
-    RETURN (mailroom._newest_message(v_box.id, p_subject_like)).id;
+    PERFORM mailroom_internal._caller_pattern(p_subject_like, 'like');
+    v_box := mailroom_internal._authorize_mailbox(p_address, p_session_token, p_owner_type, p_owner_id);
+    RETURN (mailroom_internal._newest_message(v_box.id, p_subject_like)).id;
 END;
 $$;
 
@@ -100,19 +100,19 @@ BEGIN
             ERRCODE = 'MR213',
             MESSAGE = 'p_timeout must be between 0 and 60 seconds (CALL mailroom.await_message waits up to 10 minutes)';
     END IF;
-    PERFORM mailroom._caller_pattern(p_subject_like, 'like');
-    v_box := mailroom._authorize_mailbox(p_address, p_session_token, p_owner_type, p_owner_id);
+    PERFORM mailroom_internal._caller_pattern(p_subject_like, 'like');
+    v_box := mailroom_internal._authorize_mailbox(p_address, p_session_token, p_owner_type, p_owner_id);
     v_seconds := extract(EPOCH FROM p_timeout);
     v_rounds := ceil(v_seconds / c_step)::integer;
 
     FOR v_round IN 0..v_rounds LOOP
         IF v_round > 0 THEN
             -- An inbox deleted or expired during the wait ends it at once (MR206/MR205).
-            v_box := mailroom._authorize_mailbox(p_address, p_session_token, p_owner_type, p_owner_id);
+            v_box := mailroom_internal._authorize_mailbox(p_address, p_session_token, p_owner_type, p_owner_id);
         END IF;
         -- Under READ COMMITTED every statement of a VOLATILE function takes a fresh snapshot, so
         -- this query sees every message committed before it started.
-        v_message := mailroom._newest_message(v_box.id, p_subject_like);
+        v_message := mailroom_internal._newest_message(v_box.id, p_subject_like);
         IF v_message.id IS NOT NULL THEN
             RETURN QUERY SELECT
                 v_message.id, v_message.received_at, v_message.subject, v_message.from_header,
@@ -193,7 +193,7 @@ COMMENT ON PROCEDURE mailroom.await_message (text, text, interval, text, text, t
 
 GRANT EXECUTE ON PROCEDURE mailroom.await_message(text, text, interval, text, text, text, bigint) TO mailroom_app;
 
-CREATE OR REPLACE FUNCTION mailroom._readable_message(
+CREATE OR REPLACE FUNCTION mailroom_internal._readable_message(
     p_address text,
     p_session_token text,
     p_message_id bigint,
@@ -209,7 +209,7 @@ DECLARE
     v_box mailroom.mailboxes;
     v_message mailroom.messages;
 BEGIN
-    v_box := mailroom._authorize_mailbox(p_address, p_session_token, p_owner_type, p_owner_id);
+    v_box := mailroom_internal._authorize_mailbox(p_address, p_session_token, p_owner_type, p_owner_id);
     SELECT * INTO v_message
     FROM mailroom.messages AS g
     WHERE g.id = p_message_id AND g.mailbox_id = v_box.id;
@@ -222,10 +222,10 @@ BEGIN
 END;
 $$;
 
-COMMENT ON FUNCTION mailroom._readable_message(text, text, bigint, text, text) IS
+COMMENT ON FUNCTION mailroom_internal._readable_message(text, text, bigint, text, text) IS
 'Internal: one message of an open mailbox the caller may read (MR203-MR206 as _authorize_mailbox, MR209 if not in it).';
 
-CREATE OR REPLACE FUNCTION mailroom._html_to_text(p_html text)
+CREATE OR REPLACE FUNCTION mailroom_internal._html_to_text(p_html text)
 RETURNS text
 LANGUAGE sql
 IMMUTABLE
@@ -239,7 +239,7 @@ AS $$
         '&nbsp;', ' '), '&lt;', '<'), '&gt;', '>'), '&quot;', '"'), '&amp;', '&');
 $$;
 
-COMMENT ON FUNCTION mailroom._html_to_text(text) IS
+COMMENT ON FUNCTION mailroom_internal._html_to_text(text) IS
 'Internal: the visible text of an HTML body (style and script dropped, tags to spaces, the five common entities decoded), for extract_code.';
 
 CREATE OR REPLACE FUNCTION mailroom.extract_link(
@@ -260,8 +260,8 @@ DECLARE
     v_message mailroom.messages;
     v_link text;
 BEGIN
-    PERFORM mailroom._caller_pattern(p_url_like, 'like');
-    v_message := mailroom._readable_message(p_address, p_session_token, p_message_id, p_owner_type, p_owner_id);
+    PERFORM mailroom_internal._caller_pattern(p_url_like, 'like');
+    v_message := mailroom_internal._readable_message(p_address, p_session_token, p_message_id, p_owner_type, p_owner_id);
     -- The text part: http(s) URLs up to white space or a delimiter, without trailing punctuation.
     SELECT u.url INTO v_link
     FROM (
@@ -329,11 +329,11 @@ BEGIN
     IF p_pattern IS NULL OR p_pattern = '' THEN
         RAISE EXCEPTION USING ERRCODE = '22023', MESSAGE = 'p_pattern must be a non-empty regular expression';
     END IF;
-    PERFORM mailroom._caller_pattern(p_pattern, 'regex');
-    v_message := mailroom._readable_message(p_address, p_session_token, p_message_id, p_owner_type, p_owner_id);
+    PERFORM mailroom_internal._caller_pattern(p_pattern, 'regex');
+    v_message := mailroom_internal._readable_message(p_address, p_session_token, p_message_id, p_owner_type, p_owner_id);
     v_hit := regexp_match(coalesce(v_message.text_body, ''), p_pattern);
     IF v_hit IS NULL THEN
-        v_hit := regexp_match(coalesce(mailroom._html_to_text(v_message.html_body), ''), p_pattern);
+        v_hit := regexp_match(coalesce(mailroom_internal._html_to_text(v_message.html_body), ''), p_pattern);
     END IF;
     IF v_hit IS NULL THEN
         RAISE EXCEPTION USING

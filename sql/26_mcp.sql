@@ -11,7 +11,7 @@
 -- Errors: those of the wrapped functions (MR201-MR215, MR230-MR232), MR240 no API key, MR241 unknown
 -- or revoked key, MR243 the REST API's creation rate limit (shared with REST: one quota per key).
 
-CREATE OR REPLACE FUNCTION mailroom._mcp_owner(p_key_digest bytea)
+CREATE OR REPLACE FUNCTION mailroom_internal._mcp_owner(p_key_digest bytea)
 RETURNS text
 LANGUAGE plpgsql
 STABLE
@@ -19,14 +19,14 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
     -- the MCP face knows only API keys: no key is MR240 (_mcp_key), a bad one MR241 (_api_key_owner)
-    RETURN mailroom._api_key_owner(mailroom._mcp_key(p_key_digest));
+    RETURN mailroom_internal._api_key_owner(mailroom_internal._mcp_key(p_key_digest));
 END;
 $$;
 
-COMMENT ON FUNCTION mailroom._mcp_owner(bytea) IS
+COMMENT ON FUNCTION mailroom_internal._mcp_owner(bytea) IS
 'Internal: the owner id of an MCP request''s API key; MR240 without one, MR241 for a bad one.';
 
-CREATE OR REPLACE FUNCTION mailroom._mcp_key(p_key_digest bytea)
+CREATE OR REPLACE FUNCTION mailroom_internal._mcp_key(p_key_digest bytea)
 RETURNS bytea
 LANGUAGE plpgsql
 IMMUTABLE
@@ -42,21 +42,21 @@ BEGIN
 END;
 $$;
 
-COMMENT ON FUNCTION mailroom._mcp_key(bytea) IS
+COMMENT ON FUNCTION mailroom_internal._mcp_key(bytea) IS
 'Internal: the API key digest of an MCP request, MR240 without one (then _http_who/_http_box decide, the owner rule of both faces).';
 
-CREATE OR REPLACE FUNCTION mailroom._mcp_box(p_address text, p_key_digest bytea)
+CREATE OR REPLACE FUNCTION mailroom_internal._mcp_box(p_address text, p_key_digest bytea)
 RETURNS mailroom.mailboxes
 LANGUAGE plpgsql
 STABLE
 SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
-    RETURN mailroom._http_box(p_address, NULL, mailroom._mcp_key(p_key_digest));
+    RETURN mailroom_internal._http_box(p_address, NULL, mailroom_internal._mcp_key(p_key_digest));
 END;
 $$;
 
-COMMENT ON FUNCTION mailroom._mcp_box(text, bytea) IS
+COMMENT ON FUNCTION mailroom_internal._mcp_box(text, bytea) IS
 'Internal: the open api or mcp inbox of the API key''s owner, by the HTTP face''s rule (_http_box: MR203-MR206, MR241), MR240 without a key.';
 
 CREATE OR REPLACE FUNCTION mailroom.mcp_create_mailbox(
@@ -71,18 +71,18 @@ SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-    v_owner text := mailroom._mcp_owner(p_key_digest);
+    v_owner text := mailroom_internal._mcp_owner(p_key_digest);
     v_created record;
     v_box mailroom.mailboxes;
 BEGIN
     -- the REST API's creation limit, counted on the same subject: a key has one quota for both faces
-    PERFORM mailroom._http_rate_take(p_key_digest);
+    PERFORM mailroom_internal._http_rate_take(p_key_digest);
     SELECT c.mailbox_id INTO v_created
     FROM mailroom.create_mailbox(
         p_ttl_minutes, coalesce(p_plan, mailroom.setting('http.anonymous_plan')), 'mcp', v_owner
     ) AS c;
     SELECT m.* INTO v_box FROM mailroom.mailboxes AS m WHERE m.id = v_created.mailbox_id;
-    RETURN mailroom._http_mailbox_json(v_box);
+    RETURN mailroom_internal._http_mailbox_json(v_box);
 END;
 $$;
 
@@ -99,20 +99,20 @@ SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-    v_owner text := mailroom._mcp_owner(p_key_digest);
+    v_owner text := mailroom_internal._mcp_owner(p_key_digest);
 BEGIN
     IF p_limit IS NULL OR p_limit NOT BETWEEN 1 AND 500 THEN
         RAISE EXCEPTION USING ERRCODE = '22023', MESSAGE = 'limit must be between 1 and 500';
     END IF;
     -- the open inboxes of the key's owner (api and mcp), newest first
     RETURN (
-        SELECT coalesce(jsonb_agg(mailroom._http_mailbox_json(b) ORDER BY b.created_at DESC, b.id DESC), '[]')
+        SELECT coalesce(jsonb_agg(mailroom_internal._http_mailbox_json(b) ORDER BY b.created_at DESC, b.id DESC), '[]')
         FROM (
             SELECT m.*
             FROM mailroom.mailboxes AS m
             WHERE m.owner_type IN ('api', 'mcp')
                 AND m.owner_id = v_owner
-                AND mailroom._mailbox_open(m.is_active, m.deleted_at, m.expires_at, mailroom.clock())
+                AND mailroom_internal._mailbox_open(m.is_active, m.deleted_at, m.expires_at, mailroom.clock())
             ORDER BY m.created_at DESC, m.id DESC
             LIMIT p_limit
         ) AS b
@@ -145,11 +145,11 @@ BEGIN
             ERRCODE = '22023',
             MESSAGE = 'limit must be between 1 and 500 and offset non-negative';
     END IF;
-    v_box := mailroom._mcp_box(p_address, p_key_digest);
+    v_box := mailroom_internal._mcp_box(p_address, p_key_digest);
     RETURN jsonb_build_object(
-        'mailbox', mailroom._http_mailbox_json(v_box),
+        'mailbox', mailroom_internal._http_mailbox_json(v_box),
         'messages', (
-            SELECT coalesce(jsonb_agg(mailroom._http_message_summary(g) ORDER BY g.received_at DESC, g.id DESC), '[]')
+            SELECT coalesce(jsonb_agg(mailroom_internal._http_message_summary(g) ORDER BY g.received_at DESC, g.id DESC), '[]')
             FROM (
                 SELECT g.*
                 FROM mailroom.messages AS g
@@ -177,7 +177,7 @@ SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-    v_who record := mailroom._http_who(p_address, NULL, mailroom._mcp_key(p_key_digest));
+    v_who record := mailroom_internal._http_who(p_address, NULL, mailroom_internal._mcp_key(p_key_digest));
     v_owner text := v_who.owner_id;
     v_type text := v_who.owner_type;
     v_message record;
@@ -212,7 +212,7 @@ BEGIN
             SELECT coalesce(jsonb_agg(a.value || jsonb_build_object('index', a.n - 1) ORDER BY a.n), '[]')
             FROM jsonb_array_elements(v_message.attachments) WITH ORDINALITY AS a (value, n)
         ),
-        'headers', mailroom._header_fields(v_message.raw),
+        'headers', mailroom_internal._header_fields(v_message.raw),
         'link', v_link,
         'code', v_code,
         'tags', to_jsonb(coalesce((
@@ -241,8 +241,8 @@ SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-    v_box mailroom.mailboxes := mailroom._mcp_box(p_address, p_key_digest);
-    v_found mailroom.messages := mailroom._newest_message(v_box.id, p_subject_like);
+    v_box mailroom.mailboxes := mailroom_internal._mcp_box(p_address, p_key_digest);
+    v_found mailroom.messages := mailroom_internal._newest_message(v_box.id, p_subject_like);
 BEGIN
     -- one look, no wait (the server waits between looks on its LISTEN, holding no connection); the
     -- inbox's id comes with it, the key the server's fan-out wakes waiters by
@@ -282,7 +282,7 @@ SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-    v_who record := mailroom._http_who(p_address, NULL, mailroom._mcp_key(p_key_digest));
+    v_who record := mailroom_internal._http_who(p_address, NULL, mailroom_internal._mcp_key(p_key_digest));
 BEGIN
     RETURN mailroom.extract_link(p_address, NULL, p_message_id, p_url_like, v_who.owner_type, v_who.owner_id);
 END;
@@ -306,7 +306,7 @@ SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-    v_who record := mailroom._http_who(p_address, NULL, mailroom._mcp_key(p_key_digest));
+    v_who record := mailroom_internal._http_who(p_address, NULL, mailroom_internal._mcp_key(p_key_digest));
     v_owner text := v_who.owner_id;
     v_type text := v_who.owner_type;
 BEGIN
@@ -330,7 +330,7 @@ SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-    v_who record := mailroom._http_who(p_address, NULL, mailroom._mcp_key(p_key_digest));
+    v_who record := mailroom_internal._http_who(p_address, NULL, mailroom_internal._mcp_key(p_key_digest));
 BEGIN
     RETURN mailroom.delete_mailbox(p_address, NULL, v_who.owner_type, v_who.owner_id);
 END;
@@ -355,8 +355,8 @@ SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
-    RETURN mailroom._http_message_summary(
-        mailroom._mark_message(mailroom._mcp_box(p_address, p_key_digest), p_message_id, p_is_read, p_tags)
+    RETURN mailroom_internal._http_message_summary(
+        mailroom_internal._mark_message(mailroom_internal._mcp_box(p_address, p_key_digest), p_message_id, p_is_read, p_tags)
     );
 END;
 $$;
@@ -375,7 +375,7 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
     RETURN jsonb_build_object(
-        'deleted', mailroom._delete_inbox_messages(mailroom._mcp_box(p_address, p_key_digest), NULL, true)
+        'deleted', mailroom_internal._delete_inbox_messages(mailroom_internal._mcp_box(p_address, p_key_digest), NULL, true)
     );
 END;
 $$;
@@ -394,7 +394,7 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
     -- the rule of POST …/extend (sql/29_http.sql): the key's digest authorizes it as there
-    PERFORM mailroom._mcp_box(p_address, p_key_digest);
+    PERFORM mailroom_internal._mcp_box(p_address, p_key_digest);
     RETURN mailroom.http_extend_mailbox(p_address, NULL, p_key_digest, p_ttl_seconds);
 END;
 $$;
@@ -419,7 +419,7 @@ SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-    v_who record := mailroom._http_who(p_address, NULL, mailroom._mcp_key(p_key_digest));
+    v_who record := mailroom_internal._http_who(p_address, NULL, mailroom_internal._mcp_key(p_key_digest));
 BEGIN
     RETURN mailroom.set_inbox_fault(
         p_address, NULL, p_stage, p_reply, coalesce(p_share, 100), p_count, v_who.owner_type, v_who.owner_id
@@ -440,7 +440,7 @@ SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-    v_who record := mailroom._http_who(p_address, NULL, mailroom._mcp_key(p_key_digest));
+    v_who record := mailroom_internal._http_who(p_address, NULL, mailroom_internal._mcp_key(p_key_digest));
 BEGIN
     RETURN mailroom.clear_inbox_fault(p_address, NULL, v_who.owner_type, v_who.owner_id);
 END;

@@ -31,7 +31,7 @@
 -- the tag x (sql/22_marks.sql, plus-addressing). Errors: MR203-MR206 (authorization, as for reading), MR246 (nothing to
 -- search for), MR225-MR227 (above).
 
-CREATE OR REPLACE FUNCTION mailroom._search_vector_version()
+CREATE OR REPLACE FUNCTION mailroom_internal._search_vector_version()
 RETURNS smallint
 LANGUAGE sql
 IMMUTABLE
@@ -43,10 +43,10 @@ AS $$
     SELECT 2::smallint
 $$;
 
-COMMENT ON FUNCTION mailroom._search_vector_version() IS
+COMMENT ON FUNCTION mailroom_internal._search_vector_version() IS
 'Internal: the definition of the search vector (messages.search_version of a vector made by it).';
 
-CREATE OR REPLACE FUNCTION mailroom._address_words(p_text text)
+CREATE OR REPLACE FUNCTION mailroom_internal._address_words(p_text text)
 RETURNS text
 LANGUAGE plpgsql
 IMMUTABLE
@@ -72,10 +72,10 @@ BEGIN
 END;
 $$;
 
-COMMENT ON FUNCTION mailroom._address_words(text) IS
+COMMENT ON FUNCTION mailroom_internal._address_words(text) IS
 'Internal: the addresses of a text by their parts (local part, domain, each parent domain), space-separated, for the search vector.';
 
-CREATE OR REPLACE FUNCTION mailroom._message_search_vector(
+CREATE OR REPLACE FUNCTION mailroom_internal._message_search_vector(
     p_subject text,
     p_from_header text,
     p_envelope_from text,
@@ -100,27 +100,27 @@ BEGIN
         || setweight(
             pg_catalog.to_tsvector(
                 'pg_catalog.simple',
-                v_from || ' ' || translate(v_from, '@.<>"', '     ') || ' ' || mailroom._address_words(v_from)
+                v_from || ' ' || translate(v_from, '@.<>"', '     ') || ' ' || mailroom_internal._address_words(v_from)
             ),
             'B'
         )
         || setweight(
             pg_catalog.to_tsvector(
                 'pg_catalog.simple',
-                left(coalesce(p_text_body, mailroom._html_to_text(left(p_html_body, 200000)), ''), 200000)
+                left(coalesce(p_text_body, mailroom_internal._html_to_text(left(p_html_body, 200000)), ''), 200000)
             ),
             'C'
         )
         || setweight(
-            pg_catalog.to_tsvector('pg_catalog.simple', v_to || ' ' || mailroom._address_words(v_to)), 'D'
+            pg_catalog.to_tsvector('pg_catalog.simple', v_to || ' ' || mailroom_internal._address_words(v_to)), 'D'
         );
 END;
 $$;
 
-COMMENT ON FUNCTION mailroom._message_search_vector(text, text, text, text, text, text) IS
+COMMENT ON FUNCTION mailroom_internal._message_search_vector(text, text, text, text, text, text) IS
 'Internal: the search vector of a message (subject A, from B, text or the HTML''s visible text C, recipient D; addresses also by their parts; simple configuration, bounded input).';
 
-CREATE OR REPLACE FUNCTION mailroom._search_vector_from_v1(
+CREATE OR REPLACE FUNCTION mailroom_internal._search_vector_from_v1(
     p_vector tsvector,
     p_from_header text,
     p_envelope_from text,
@@ -139,16 +139,16 @@ BEGIN
     RETURN p_vector
         || setweight(pg_catalog.to_tsvector(
             'pg_catalog.simple',
-            mailroom._address_words(left(coalesce(p_from_header, '') || ' ' || coalesce(p_envelope_from, ''), 2000))
+            mailroom_internal._address_words(left(coalesce(p_from_header, '') || ' ' || coalesce(p_envelope_from, ''), 2000))
         ), 'B')
         || setweight(pg_catalog.to_tsvector(
             'pg_catalog.simple',
-            left(coalesce(p_envelope_to, ''), 2000) || ' ' || mailroom._address_words(p_envelope_to)
+            left(coalesce(p_envelope_to, ''), 2000) || ' ' || mailroom_internal._address_words(p_envelope_to)
         ), 'D');
 END;
 $$;
 
-COMMENT ON FUNCTION mailroom._search_vector_from_v1(tsvector, text, text, text) IS
+COMMENT ON FUNCTION mailroom_internal._search_vector_from_v1(tsvector, text, text, text) IS
 'Internal: a search vector of the first definition completed to the current one (the addresses'' parts, the recipient), for a search before reindex_messages rebuilds it.';
 
 CREATE OR REPLACE FUNCTION mailroom.index_messages(p_message_ids bigint[])
@@ -159,7 +159,7 @@ SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-    c_version constant smallint := mailroom._search_vector_version();
+    c_version constant smallint := mailroom_internal._search_vector_version();
     v_count integer;
 BEGIN
     IF cardinality(p_message_ids) > 1000 THEN
@@ -177,7 +177,7 @@ BEGIN
 
     UPDATE mailroom.messages AS g
     SET
-        search_vector = mailroom._message_search_vector(
+        search_vector = mailroom_internal._message_search_vector(
             g.subject, g.from_header, g.envelope_from, g.text_body, g.html_body, g.envelope_to
         ),
         search_version = c_version
@@ -201,7 +201,7 @@ SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-    c_version constant smallint := mailroom._search_vector_version();
+    c_version constant smallint := mailroom_internal._search_vector_version();
     v_after bigint;
     v_last bigint;
 BEGIN
@@ -242,7 +242,7 @@ BEGIN
 
     UPDATE mailroom.messages AS g
     SET
-        search_vector = mailroom._message_search_vector(
+        search_vector = mailroom_internal._message_search_vector(
             g.subject, g.from_header, g.envelope_from, g.text_body, g.html_body, g.envelope_to
         ),
         search_version = c_version
@@ -259,7 +259,7 @@ COMMENT ON FUNCTION mailroom.reindex_messages(integer) IS
 
 GRANT EXECUTE ON FUNCTION mailroom.reindex_messages(integer) TO mailroom_http, mailroom_inbound, mailroom_admin;
 
-CREATE OR REPLACE FUNCTION mailroom._search_terms(p_query text)
+CREATE OR REPLACE FUNCTION mailroom_internal._search_terms(p_query text)
 RETURNS mailroom.search_term[]
 LANGUAGE plpgsql
 IMMUTABLE
@@ -378,10 +378,10 @@ BEGIN
 END;
 $$;
 
-COMMENT ON FUNCTION mailroom._search_terms(text) IS
+COMMENT ON FUNCTION mailroom_internal._search_terms(text) IS
 'Internal: a search query parsed in one pass into its terms (words, phrases, qualifiers, -negation, or); MR225 too long, MR226 too many terms, MR227 a qualifier''s value, MR246 nothing to search for.';
 
-CREATE OR REPLACE FUNCTION mailroom._search_mailbox(p_box mailroom.mailboxes, p_query text, p_limit integer)
+CREATE OR REPLACE FUNCTION mailroom_internal._search_mailbox(p_box mailroom.mailboxes, p_query text, p_limit integer)
 RETURNS TABLE (
     message_id bigint,
     received_at timestamptz,
@@ -394,7 +394,7 @@ STABLE
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-    c_version constant smallint := mailroom._search_vector_version();
+    c_version constant smallint := mailroom_internal._search_vector_version();
     v_terms mailroom.search_term[];
     v_t mailroom.search_term;
     v_vector boolean;
@@ -404,7 +404,7 @@ BEGIN
     IF p_limit IS NULL OR p_limit <= 0 OR p_limit > 1000 THEN
         RAISE EXCEPTION USING ERRCODE = '22023', MESSAGE = 'p_limit must be between 1 and 1000';
     END IF;
-    v_terms := mailroom._search_terms(p_query);
+    v_terms := mailroom_internal._search_terms(p_query);
     v_vector := EXISTS (SELECT 1 FROM unnest(v_terms) AS t WHERE t.kind IN ('word', 'phrase'));
     -- two words or more that may be looked for as substrings in subject, From and text: the text
     -- of those lexemes is made once a message (for one, only when its prefix did not match)
@@ -425,8 +425,8 @@ BEGIN
             WHEN NOT v_vector THEN null
             WHEN g.search_vector IS NOT NULL AND g.search_version = c_version THEN g.search_vector
             WHEN g.search_vector IS NOT NULL AND g.search_version IS NULL AND c_version = 2 THEN
-                mailroom._search_vector_from_v1(g.search_vector, g.from_header, g.envelope_from, g.envelope_to)
-            ELSE mailroom._message_search_vector(
+                mailroom_internal._search_vector_from_v1(g.search_vector, g.from_header, g.envelope_from, g.envelope_to)
+            ELSE mailroom_internal._message_search_vector(
                 g.subject, g.from_header, g.envelope_from, g.text_body, g.html_body, g.envelope_to
             )
         END AS vector
@@ -479,7 +479,7 @@ BEGIN
 END;
 $$;
 
-COMMENT ON FUNCTION mailroom._search_mailbox(mailroom.mailboxes, text, integer) IS
+COMMENT ON FUNCTION mailroom_internal._search_mailbox(mailroom.mailboxes, text, integer) IS
 'Internal: the messages of one mailbox matching a search query (words as prefixes or substrings, qualifiers, phrases, -negation, or), best first, at most p_limit.';
 
 CREATE OR REPLACE FUNCTION mailroom.search_messages(
@@ -503,8 +503,8 @@ SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
-    RETURN QUERY SELECT * FROM mailroom._search_mailbox(
-        mailroom._authorize_mailbox(p_address, p_session_token, p_owner_type, p_owner_id), p_query, p_limit
+    RETURN QUERY SELECT * FROM mailroom_internal._search_mailbox(
+        mailroom_internal._authorize_mailbox(p_address, p_session_token, p_owner_type, p_owner_id), p_query, p_limit
     );
 END;
 $$;

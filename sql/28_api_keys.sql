@@ -3,7 +3,7 @@
 -- request carries, and _api_key_owner decides. The key never reaches the database, a log or a dump.
 -- Errors: MR241 unknown or revoked key, MR247 malformed digest, MR248 unknown key id, MR210 bad owner.
 
-CREATE OR REPLACE FUNCTION mailroom._api_key_owner(p_key_digest bytea)
+CREATE OR REPLACE FUNCTION mailroom_internal._api_key_owner(p_key_digest bytea)
 RETURNS text
 LANGUAGE plpgsql
 STABLE
@@ -27,7 +27,7 @@ BEGIN
 END;
 $$;
 
-COMMENT ON FUNCTION mailroom._api_key_owner(bytea) IS
+COMMENT ON FUNCTION mailroom_internal._api_key_owner(bytea) IS
 'Internal: the owner id of a live API key by its sha256 digest; NULL for NULL; MR241 for an unknown or revoked key.';
 
 CREATE OR REPLACE FUNCTION mailroom.create_api_key(

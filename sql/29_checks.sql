@@ -22,7 +22,7 @@ SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-    v_who record := mailroom._http_who(p_address, p_session_token, p_key_digest);
+    v_who record := mailroom_internal._http_who(p_address, p_session_token, p_key_digest);
     v_message mailroom.messages;
 BEGIN
     IF p_check IS NULL OR p_check NOT IN ('html', 'links', 'spam') THEN
@@ -30,7 +30,7 @@ BEGIN
             ERRCODE = 'MR283',
             MESSAGE = format('unknown check %s: html, links or spam', coalesce(quote_literal(left(p_check, 40)), 'NULL'));
     END IF;
-    v_message := mailroom._readable_message(p_address, p_session_token, p_message_id, v_who.owner_type, v_who.owner_id);
+    v_message := mailroom_internal._readable_message(p_address, p_session_token, p_message_id, v_who.owner_type, v_who.owner_id);
     IF p_check = 'links' AND NOT coalesce(p_enabled, false) THEN
         RAISE EXCEPTION USING
             ERRCODE = 'MR280',

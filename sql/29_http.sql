@@ -13,7 +13,7 @@
 -- MR241 unknown or revoked API key (sql/28), MR242 a plan that needs an API key, MR243 creation
 -- rate limit (DETAIL: the seconds until the window ends).
 
-CREATE OR REPLACE FUNCTION mailroom._http_owner(p_session_token text, p_key_digest bytea)
+CREATE OR REPLACE FUNCTION mailroom_internal._http_owner(p_session_token text, p_key_digest bytea)
 RETURNS text
 LANGUAGE plpgsql
 STABLE
@@ -26,14 +26,14 @@ BEGIN
             ERRCODE = 'MR240',
             MESSAGE = 'credentials required: the inbox''s session token or an API key';
     END IF;
-    RETURN mailroom._api_key_owner(p_key_digest);
+    RETURN mailroom_internal._api_key_owner(p_key_digest);
 END;
 $$;
 
-COMMENT ON FUNCTION mailroom._http_owner(text, bytea) IS
+COMMENT ON FUNCTION mailroom_internal._http_owner(text, bytea) IS
 'Internal: the owner id of the request''s API key (NULL with a session token); MR240 with no credentials, MR241 for a bad key.';
 
-CREATE OR REPLACE FUNCTION mailroom._http_who(
+CREATE OR REPLACE FUNCTION mailroom_internal._http_who(
     p_address text,
     p_session_token text,
     p_key_digest bytea,
@@ -53,11 +53,11 @@ BEGIN
     -- request reads as: an API key's owner holds its inboxes of owner type api and mcp (an agent's
     -- inbox, made over MCP or by `mailroom inbox create --owner-type mcp`), any other inbox is read
     -- as api and so refused (MR204); with a session token the owner is NULL and the token decides
-    owner_id := mailroom._http_owner(p_session_token, p_key_digest);
+    owner_id := mailroom_internal._http_owner(p_session_token, p_key_digest);
     owner_type := 'api';
     IF owner_id IS NOT NULL THEN
         -- by id, found by address (one single-shard read on Citus, as _authorize_mailbox)
-        v_id := mailroom._mailbox_id(mailroom._normalize_address(p_address));
+        v_id := mailroom_internal._mailbox_id(mailroom_internal._normalize_address(p_address));
         IF EXISTS (SELECT 1 FROM mailroom.mailboxes AS m WHERE m.id = v_id AND m.owner_type = 'mcp') THEN
             owner_type := 'mcp';
         END IF;
@@ -65,10 +65,10 @@ BEGIN
 END;
 $$;
 
-COMMENT ON FUNCTION mailroom._http_who(text, text, bytea) IS
+COMMENT ON FUNCTION mailroom_internal._http_who(text, text, bytea) IS
 'Internal: the one owner rule of the HTTP and MCP faces: the (owner type, owner id) a request reads an inbox as: an API key''s owner as api, or as mcp for its mcp inboxes; MR240/MR241 as _http_owner.';
 
-CREATE OR REPLACE FUNCTION mailroom._http_box(
+CREATE OR REPLACE FUNCTION mailroom_internal._http_box(
     p_address text,
     p_session_token text,
     p_key_digest bytea,
@@ -80,17 +80,17 @@ STABLE
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-    v_who record := mailroom._http_who(p_address, p_session_token, p_key_digest);
+    v_who record := mailroom_internal._http_who(p_address, p_session_token, p_key_digest);
 BEGIN
     -- a NULL owner matches nothing: the session token decides then
-    RETURN mailroom._authorize_mailbox(p_address, p_session_token, v_who.owner_type, v_who.owner_id, p_require_open);
+    RETURN mailroom_internal._authorize_mailbox(p_address, p_session_token, v_who.owner_type, v_who.owner_id, p_require_open);
 END;
 $$;
 
-COMMENT ON FUNCTION mailroom._http_box(text, text, bytea, boolean) IS
+COMMENT ON FUNCTION mailroom_internal._http_box(text, text, bytea, boolean) IS
 'Internal: the mailbox a request may use (session token, or an API key whose owner owns it as api or mcp), open unless p_require_open is false.';
 
-CREATE OR REPLACE FUNCTION mailroom._http_mailbox_json(p_box mailroom.mailboxes)
+CREATE OR REPLACE FUNCTION mailroom_internal._http_mailbox_json(p_box mailroom.mailboxes)
 RETURNS jsonb
 LANGUAGE plpgsql
 STABLE
@@ -109,34 +109,34 @@ BEGIN
         'max_message_bytes', p.max_message_bytes,
         'max_ttl_seconds', p.max_ttl_minutes::bigint * 60,
         'mailbox_id', p_box.id,
-        'is_active', mailroom._mailbox_open(p_box),
+        'is_active', mailroom_internal._mailbox_open(p_box),
         -- the fault injected at its SMTP door (sql/24_faults.sql), its own or its catch-all
         -- domain's; null when none
-        'fault', mailroom._fault_json(p_box.id, p_box.address, split_part(p_box.address, '@', 2))
+        'fault', mailroom_internal._fault_json(p_box.id, p_box.address, split_part(p_box.address, '@', 2))
     )
     FROM mailroom.plans AS p
     WHERE p.name = p_box.plan);
 END;
 $$;
 
-COMMENT ON FUNCTION mailroom._http_mailbox_json(mailroom.mailboxes) IS
+COMMENT ON FUNCTION mailroom_internal._http_mailbox_json(mailroom.mailboxes) IS
 'Internal: the JSON of a mailbox in HTTP and MCP answers, REST v1 Mailbox (no token, no owner id; its fault or null; max_ttl_seconds: the plan''s longest TTL from now, the bound of http_extend_mailbox).';
 
-CREATE OR REPLACE FUNCTION mailroom._http_client_subject(p_client text)
+CREATE OR REPLACE FUNCTION mailroom_internal._http_client_subject(p_client text)
 RETURNS bytea
 LANGUAGE sql
 STABLE
 SET search_path = pg_catalog, pg_temp
 AS $$
     -- a client address is kept only keyed with the redaction pepper (never readable back)
-    SELECT mailroom._hmac(convert_to('http-client:' || coalesce(p_client, ''), 'UTF8'), p.pepper, 'sha256')
+    SELECT mailroom_internal._hmac(convert_to('http-client:' || coalesce(p_client, ''), 'UTF8'), p.pepper, 'sha256')
     FROM mailroom.redaction_pepper AS p
 $$;
 
-COMMENT ON FUNCTION mailroom._http_client_subject(text) IS
+COMMENT ON FUNCTION mailroom_internal._http_client_subject(text) IS
 'Internal: the rate-limit subject of a client address (HMAC under the redaction pepper).';
 
-CREATE OR REPLACE FUNCTION mailroom._http_rate_take(p_subject bytea)
+CREATE OR REPLACE FUNCTION mailroom_internal._http_rate_take(p_subject bytea)
 RETURNS void
 LANGUAGE plpgsql
 VOLATILE
@@ -178,7 +178,7 @@ BEGIN
 END;
 $$;
 
-COMMENT ON FUNCTION mailroom._http_rate_take(bytea) IS
+COMMENT ON FUNCTION mailroom_internal._http_rate_take(bytea) IS
 'Internal: count one creation for a subject; MR243 (DETAIL: seconds to wait) past http.create_limit per http.create_window.';
 
 CREATE OR REPLACE FUNCTION mailroom.http_create_mailbox(
@@ -194,7 +194,7 @@ SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-    v_owner text := mailroom._api_key_owner(p_key_digest);
+    v_owner text := mailroom_internal._api_key_owner(p_key_digest);
     v_anonymous_plan text := mailroom.setting('http.anonymous_plan');
     v_plan text := coalesce(p_plan, v_anonymous_plan);
     v_created record;
@@ -205,14 +205,14 @@ BEGIN
             ERRCODE = 'MR242',
             MESSAGE = format('plan %s needs an API key (anonymous inboxes get plan %s)', left(v_plan, 63), v_anonymous_plan);
     END IF;
-    PERFORM mailroom._http_rate_take(coalesce(p_key_digest, mailroom._http_client_subject(p_client)));
+    PERFORM mailroom_internal._http_rate_take(coalesce(p_key_digest, mailroom_internal._http_client_subject(p_client)));
     SELECT c.mailbox_id, c.session_token INTO v_created
     FROM mailroom.create_mailbox(
         p_ttl_minutes, v_plan, CASE WHEN v_owner IS NULL THEN 'anonymous' ELSE 'api' END, v_owner
     ) AS c;
     SELECT m.* INTO v_box FROM mailroom.mailboxes AS m WHERE m.id = v_created.mailbox_id;
     -- the session token exists only in this answer (the table keeps its digest)
-    RETURN mailroom._http_mailbox_json(v_box) || jsonb_build_object('session_token', v_created.session_token);
+    RETURN mailroom_internal._http_mailbox_json(v_box) || jsonb_build_object('session_token', v_created.session_token);
 END;
 $$;
 
@@ -229,7 +229,7 @@ SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
-    RETURN mailroom._http_mailbox_json(mailroom._http_box(p_address, p_session_token, p_key_digest));
+    RETURN mailroom_internal._http_mailbox_json(mailroom_internal._http_box(p_address, p_session_token, p_key_digest));
 END;
 $$;
 
@@ -258,14 +258,14 @@ BEGIN
     -- an inbox list belongs to an owner: only an API key has one (a session token opens one inbox,
     -- and is refused here as an unknown key, MR241, as by http_create_mailbox); MR240 without any
     IF p_key_digest IS NULL THEN
-        PERFORM mailroom._http_owner(NULL, NULL);
+        PERFORM mailroom_internal._http_owner(NULL, NULL);
     END IF;
     IF p_limit IS NULL OR p_limit NOT BETWEEN 1 AND 500 OR p_offset IS NULL OR p_offset < 0 THEN
         RAISE EXCEPTION USING
             ERRCODE = '22023',
             MESSAGE = 'limit must be between 1 and 500 and offset non-negative';
     END IF;
-    v_owner := mailroom._api_key_owner(p_key_digest);
+    v_owner := mailroom_internal._api_key_owner(p_key_digest);
     -- the owner's open inboxes of owner type api and mcp (mailboxes_owner_idx), newest first: the
     -- rows by one read of plain columns (on Citus one multi-shard SELECT), each one's JSON built here
     FOR v_box IN
@@ -274,11 +274,11 @@ BEGIN
         WHERE
             m.owner_type IN ('api', 'mcp')
             AND m.owner_id = v_owner
-            AND mailroom._mailbox_open(m.is_active, m.deleted_at, m.expires_at, v_now)
+            AND mailroom_internal._mailbox_open(m.is_active, m.deleted_at, m.expires_at, v_now)
         ORDER BY m.created_at DESC, m.id DESC
         LIMIT p_limit OFFSET p_offset
     LOOP
-        v_list := v_list || jsonb_build_array(mailroom._http_mailbox_json(v_box));
+        v_list := v_list || jsonb_build_array(mailroom_internal._http_mailbox_json(v_box));
     END LOOP;
     RETURN v_list;
 END;
@@ -289,7 +289,7 @@ COMMENT ON FUNCTION mailroom.http_list_mailboxes(bytea, integer, integer) IS
 
 GRANT EXECUTE ON FUNCTION mailroom.http_list_mailboxes(bytea, integer, integer) TO mailroom_http;
 
-CREATE OR REPLACE FUNCTION mailroom._from_address(p_from_header text, p_envelope_from text)
+CREATE OR REPLACE FUNCTION mailroom_internal._from_address(p_from_header text, p_envelope_from text)
 RETURNS text
 LANGUAGE sql
 IMMUTABLE
@@ -304,10 +304,10 @@ AS $$
     )
 $$;
 
-COMMENT ON FUNCTION mailroom._from_address(text, text) IS
+COMMENT ON FUNCTION mailroom_internal._from_address(text, text) IS
 'Internal: the sender''s address of a message for from_address: the From header''s address, else the envelope sender.';
 
-CREATE OR REPLACE FUNCTION mailroom._http_message_json(
+CREATE OR REPLACE FUNCTION mailroom_internal._http_message_json(
     p_id bigint,
     p_received_at timestamptz,
     p_envelope_from text,
@@ -327,7 +327,7 @@ AS $$
         -- the original service's keys
         'id', p_id,
         'subject', p_subject,
-        'from_address', mailroom._from_address(p_from_header, p_envelope_from),
+        'from_address', mailroom_internal._from_address(p_from_header, p_envelope_from),
         'to_address', p_envelope_to,
         'received_at', p_received_at,
         'is_read', p_is_read,
@@ -340,16 +340,16 @@ AS $$
     )
 $$;
 
-COMMENT ON FUNCTION mailroom._http_message_json(bigint, timestamptz, text, text, text, text, integer, boolean, jsonb) IS
+COMMENT ON FUNCTION mailroom_internal._http_message_json(bigint, timestamptz, text, text, text, text, integer, boolean, jsonb) IS
 'Internal: the keys every message answer of the HTTP API has (REST v1 MessageSummary without its snippet).';
 
-CREATE OR REPLACE FUNCTION mailroom._http_message_summary(p_message mailroom.messages)
+CREATE OR REPLACE FUNCTION mailroom_internal._http_message_summary(p_message mailroom.messages)
 RETURNS jsonb
 LANGUAGE sql
 IMMUTABLE
 SET search_path = pg_catalog, pg_temp
 AS $$
-    SELECT mailroom._http_message_json(
+    SELECT mailroom_internal._http_message_json(
         p_message.id, p_message.received_at, p_message.envelope_from, p_message.envelope_to,
         p_message.from_header, p_message.subject, p_message.size_bytes, p_message.is_read, p_message.attachments
     ) || jsonb_build_object(
@@ -358,10 +358,10 @@ AS $$
     )
 $$;
 
-COMMENT ON FUNCTION mailroom._http_message_summary(mailroom.messages) IS
+COMMENT ON FUNCTION mailroom_internal._http_message_summary(mailroom.messages) IS
 'Internal: the JSON of a message in a list, REST v1 MessageSummary (no bodies: the first words of the text as snippet; its tags).';
 
-CREATE OR REPLACE FUNCTION mailroom._http_message_page(
+CREATE OR REPLACE FUNCTION mailroom_internal._http_message_page(
     p_box mailroom.mailboxes,
     p_limit integer,
     p_offset integer,
@@ -383,7 +383,7 @@ BEGIN
     -- newest first; after_id: only those delivered after that one (per mailbox, ids follow commit
     -- order: deliver_message takes the mailbox's row lock before it takes an id)
     RETURN (
-        SELECT coalesce(jsonb_agg(mailroom._http_message_summary(g) ORDER BY g.received_at DESC, g.id DESC), '[]')
+        SELECT coalesce(jsonb_agg(mailroom_internal._http_message_summary(g) ORDER BY g.received_at DESC, g.id DESC), '[]')
         FROM (
             SELECT g.*
             FROM mailroom.messages AS g
@@ -399,7 +399,7 @@ BEGIN
 END;
 $$;
 
-COMMENT ON FUNCTION mailroom._http_message_page(mailroom.mailboxes, integer, integer, bigint, text, boolean) IS
+COMMENT ON FUNCTION mailroom_internal._http_message_page(mailroom.mailboxes, integer, integer, bigint, text, boolean) IS
 'Internal: a page of a mailbox''s messages, newest first (after p_after_id if given; with tag p_tag; unread or read only by p_unread), as a JSON array of MessageSummary; 22023 for a limit out of 1..500 or a negative offset.';
 
 CREATE OR REPLACE FUNCTION mailroom.http_list_messages(
@@ -419,8 +419,8 @@ SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
-    RETURN mailroom._http_message_page(
-        mailroom._http_box(p_address, p_session_token, p_key_digest), p_limit, p_offset, p_after_id, p_tag, p_unread
+    RETURN mailroom_internal._http_message_page(
+        mailroom_internal._http_box(p_address, p_session_token, p_key_digest), p_limit, p_offset, p_after_id, p_tag, p_unread
     );
 END;
 $$;
@@ -446,11 +446,11 @@ SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-    v_box mailroom.mailboxes := mailroom._http_box(p_address, p_session_token, p_key_digest);
+    v_box mailroom.mailboxes := mailroom_internal._http_box(p_address, p_session_token, p_key_digest);
 BEGIN
     RETURN jsonb_build_object(
-        'mailbox', mailroom._http_mailbox_json(v_box),
-        'messages', mailroom._http_message_page(v_box, p_limit, p_offset, p_after_id)
+        'mailbox', mailroom_internal._http_mailbox_json(v_box),
+        'messages', mailroom_internal._http_message_page(v_box, p_limit, p_offset, p_after_id)
     );
 END;
 $$;
@@ -460,7 +460,7 @@ COMMENT ON FUNCTION mailroom.http_mailbox_view(text, text, bytea, integer, integ
 
 GRANT EXECUTE ON FUNCTION mailroom.http_mailbox_view(text, text, bytea, integer, integer, bigint) TO mailroom_http;
 
-CREATE OR REPLACE FUNCTION mailroom._header_fields(p_raw bytea)
+CREATE OR REPLACE FUNCTION mailroom_internal._header_fields(p_raw bytea)
 RETURNS jsonb
 LANGUAGE plpgsql
 IMMUTABLE
@@ -490,7 +490,7 @@ BEGIN
 END;
 $$;
 
-COMMENT ON FUNCTION mailroom._header_fields(bytea) IS
+COMMENT ON FUNCTION mailroom_internal._header_fields(bytea) IS
 'Internal: the header fields of a raw message as [name, value] pairs, unfolded (first 64 KiB, 500 fields, non-ASCII bytes escaped).';
 
 CREATE OR REPLACE FUNCTION mailroom.http_read_message(
@@ -506,7 +506,7 @@ SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-    v_who record := mailroom._http_who(p_address, p_session_token, p_key_digest);
+    v_who record := mailroom_internal._http_who(p_address, p_session_token, p_key_digest);
     v_message record;
     v_link text;
     v_code text;
@@ -527,7 +527,7 @@ BEGIN
         WHEN SQLSTATE 'MR215' THEN
             v_code := NULL;
     END;
-    RETURN mailroom._http_message_json(
+    RETURN mailroom_internal._http_message_json(
         v_message.message_id, v_message.received_at, v_message.envelope_from, v_message.envelope_to,
         v_message.from_header, v_message.subject, v_message.size_bytes, v_message.is_read, v_message.attachments
     ) || jsonb_build_object(
@@ -537,7 +537,7 @@ BEGIN
             SELECT coalesce(jsonb_agg(a.value || jsonb_build_object('index', a.n - 1) ORDER BY a.n), '[]')
             FROM jsonb_array_elements(v_message.attachments) WITH ORDINALITY AS a (value, n)
         ),
-        'headers', mailroom._header_fields(v_message.raw),
+        'headers', mailroom_internal._header_fields(v_message.raw),
         'link', v_link,
         'code', v_code,
         'tags', to_jsonb(coalesce((
@@ -566,9 +566,9 @@ SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-    v_who record := mailroom._http_who(p_address, p_session_token, p_key_digest);
+    v_who record := mailroom_internal._http_who(p_address, p_session_token, p_key_digest);
 BEGIN
-    RETURN (mailroom._readable_message(p_address, p_session_token, p_message_id, v_who.owner_type, v_who.owner_id)).raw;
+    RETURN (mailroom_internal._readable_message(p_address, p_session_token, p_message_id, v_who.owner_type, v_who.owner_id)).raw;
 END;
 $$;
 
@@ -585,7 +585,7 @@ SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-    v_who record := mailroom._http_who(p_address, p_session_token, p_key_digest);
+    v_who record := mailroom_internal._http_who(p_address, p_session_token, p_key_digest);
 BEGIN
     RETURN mailroom.delete_mailbox(p_address, p_session_token, v_who.owner_type, v_who.owner_id);
 END;
@@ -609,7 +609,7 @@ SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-    v_box mailroom.mailboxes := mailroom._http_box(p_address, p_session_token, p_key_digest);
+    v_box mailroom.mailboxes := mailroom_internal._http_box(p_address, p_session_token, p_key_digest);
 BEGIN
     DELETE FROM mailroom.messages AS g WHERE g.id = p_message_id AND g.mailbox_id = v_box.id;
     IF NOT FOUND THEN
@@ -641,7 +641,7 @@ SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-    v_who record := mailroom._http_who(p_address, p_session_token, p_key_digest);
+    v_who record := mailroom_internal._http_who(p_address, p_session_token, p_key_digest);
 BEGIN
     RETURN mailroom.extract_link(p_address, p_session_token, p_message_id, p_url_like, v_who.owner_type, v_who.owner_id);
 END;
@@ -666,7 +666,7 @@ SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-    v_who record := mailroom._http_who(p_address, p_session_token, p_key_digest);
+    v_who record := mailroom_internal._http_who(p_address, p_session_token, p_key_digest);
 BEGIN
     IF p_pattern IS NULL THEN
         RETURN mailroom.extract_code(
@@ -696,7 +696,7 @@ SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-    v_who record := mailroom._http_who(p_address, p_session_token, p_key_digest);
+    v_who record := mailroom_internal._http_who(p_address, p_session_token, p_key_digest);
     v_found record;
     v_mailbox bigint;
     v_message mailroom.messages;
@@ -716,11 +716,11 @@ BEGIN
     END;
     -- the message as a list shows it: by its key (id and received_at: one partition) and its
     -- mailbox (one shard on Citus; the id in a variable, as _authorize_mailbox)
-    v_mailbox := mailroom._mailbox_id(mailroom._normalize_address(p_address));
+    v_mailbox := mailroom_internal._mailbox_id(mailroom_internal._normalize_address(p_address));
     SELECT g.* INTO v_message
     FROM mailroom.messages AS g
     WHERE g.mailbox_id = v_mailbox AND g.id = v_found.message_id AND g.received_at = v_found.received_at;
-    RETURN mailroom._http_message_summary(v_message);
+    RETURN mailroom_internal._http_message_summary(v_message);
 END;
 $$;
 
@@ -744,16 +744,16 @@ SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-    v_box mailroom.mailboxes := mailroom._http_box(p_address, p_session_token, p_key_digest);
+    v_box mailroom.mailboxes := mailroom_internal._http_box(p_address, p_session_token, p_key_digest);
 BEGIN
     RETURN jsonb_build_object(
-        'mailbox', mailroom._http_mailbox_json(v_box),
+        'mailbox', mailroom_internal._http_mailbox_json(v_box),
         'query', p_query,
         'messages', (
             SELECT coalesce(jsonb_agg(
-                mailroom._http_message_summary(g) || jsonb_build_object('rank', s.rank) ORDER BY s.n
+                mailroom_internal._http_message_summary(g) || jsonb_build_object('rank', s.rank) ORDER BY s.n
             ), '[]')
-            FROM mailroom._search_mailbox(v_box, p_query, p_limit) WITH ORDINALITY AS s (
+            FROM mailroom_internal._search_mailbox(v_box, p_query, p_limit) WITH ORDINALITY AS s (
                 message_id, received_at, from_header, subject, rank, n
             )
             INNER JOIN mailroom.messages AS g ON g.id = s.message_id AND g.received_at = s.received_at
@@ -781,8 +781,8 @@ SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-    v_who record := mailroom._http_who(p_address, p_session_token, p_key_digest);
-    v_message mailroom.messages := mailroom._readable_message(
+    v_who record := mailroom_internal._http_who(p_address, p_session_token, p_key_digest);
+    v_message mailroom.messages := mailroom_internal._readable_message(
         p_address, p_session_token, p_message_id, v_who.owner_type, v_who.owner_id
     );
 BEGIN
@@ -821,8 +821,8 @@ SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
-    RETURN mailroom._http_message_summary(mailroom._mark_message(
-        mailroom._http_box(p_address, p_session_token, p_key_digest), p_message_id, p_is_read, p_tags
+    RETURN mailroom_internal._http_message_summary(mailroom_internal._mark_message(
+        mailroom_internal._http_box(p_address, p_session_token, p_key_digest), p_message_id, p_is_read, p_tags
     ));
 END;
 $$;
@@ -845,8 +845,8 @@ SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
-    RETURN jsonb_build_object('deleted', mailroom._delete_inbox_messages(
-        mailroom._http_box(p_address, p_session_token, p_key_digest), p_message_ids, false
+    RETURN jsonb_build_object('deleted', mailroom_internal._delete_inbox_messages(
+        mailroom_internal._http_box(p_address, p_session_token, p_key_digest), p_message_ids, false
     ));
 END;
 $$;
@@ -864,8 +864,8 @@ SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
-    RETURN jsonb_build_object('deleted', mailroom._delete_inbox_messages(
-        mailroom._http_box(p_address, p_session_token, p_key_digest), NULL, true
+    RETURN jsonb_build_object('deleted', mailroom_internal._delete_inbox_messages(
+        mailroom_internal._http_box(p_address, p_session_token, p_key_digest), NULL, true
     ));
 END;
 $$;
@@ -888,7 +888,7 @@ SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-    v_box mailroom.mailboxes := mailroom._http_box(p_address, p_session_token, p_key_digest);
+    v_box mailroom.mailboxes := mailroom_internal._http_box(p_address, p_session_token, p_key_digest);
     v_now timestamptz := mailroom.clock();
     v_target timestamptz;
 BEGIN
@@ -909,12 +909,12 @@ BEGIN
     SET expires_at = greatest(m.expires_at, v_target)
     WHERE
         m.id = v_box.id
-        AND mailroom._mailbox_open(m.is_active, m.deleted_at, m.expires_at, v_now)
+        AND mailroom_internal._mailbox_open(m.is_active, m.deleted_at, m.expires_at, v_now)
     RETURNING m.* INTO v_box;
     IF NOT FOUND THEN
         RAISE EXCEPTION USING ERRCODE = 'MR205', MESSAGE = format('mailbox expired at %s', v_box.expires_at);
     END IF;
-    RETURN mailroom._http_mailbox_json(v_box);
+    RETURN mailroom_internal._http_mailbox_json(v_box);
 END;
 $$;
 
@@ -949,12 +949,12 @@ BEGIN
                 ERRCODE = 'MR263',
                 MESSAGE = 'the list of all mail needs an API key: a session token opens one inbox';
         END IF;
-        PERFORM mailroom._http_owner(NULL, NULL);
+        PERFORM mailroom_internal._http_owner(NULL, NULL);
     END IF;
     IF p_limit IS NULL OR p_limit NOT BETWEEN 1 AND 200 THEN
         RAISE EXCEPTION USING ERRCODE = '22023', MESSAGE = 'limit must be between 1 and 200';
     END IF;
-    v_owner := mailroom._api_key_owner(p_key_digest);
+    v_owner := mailroom_internal._api_key_owner(p_key_digest);
     -- the owner's open inboxes (owner types api and mcp, as http_list_mailboxes), then their
     -- messages newest first by id, a page before p_before_id (keyset: ids only grow)
     v_boxes := ARRAY(
@@ -962,11 +962,11 @@ BEGIN
         WHERE
             m.owner_type IN ('api', 'mcp')
             AND m.owner_id = v_owner
-            AND mailroom._mailbox_open(m.is_active, m.deleted_at, m.expires_at, v_now)
+            AND mailroom_internal._mailbox_open(m.is_active, m.deleted_at, m.expires_at, v_now)
     );
     RETURN (
         SELECT coalesce(jsonb_agg(
-            mailroom._http_message_summary(g) || jsonb_build_object('mailbox', b.address) ORDER BY g.id DESC
+            mailroom_internal._http_message_summary(g) || jsonb_build_object('mailbox', b.address) ORDER BY g.id DESC
         ), '[]')
         FROM (
             SELECT g.*
@@ -1004,7 +1004,7 @@ SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-    v_who record := mailroom._http_who(p_address, p_session_token, p_key_digest);
+    v_who record := mailroom_internal._http_who(p_address, p_session_token, p_key_digest);
 BEGIN
     RETURN mailroom.set_inbox_fault(
         p_address, p_session_token, p_stage, p_reply, coalesce(p_share, 100), p_count, v_who.owner_type, v_who.owner_id
@@ -1026,7 +1026,7 @@ SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-    v_who record := mailroom._http_who(p_address, p_session_token, p_key_digest);
+    v_who record := mailroom_internal._http_who(p_address, p_session_token, p_key_digest);
 BEGIN
     RETURN mailroom.clear_inbox_fault(p_address, p_session_token, v_who.owner_type, v_who.owner_id);
 END;
@@ -1045,8 +1045,8 @@ SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-    v_box mailroom.mailboxes := mailroom._http_box(p_address, p_session_token, p_key_digest);
-    v_fault jsonb := mailroom._fault_json(v_box.id, v_box.address, split_part(v_box.address, '@', 2));
+    v_box mailroom.mailboxes := mailroom_internal._http_box(p_address, p_session_token, p_key_digest);
+    v_fault jsonb := mailroom_internal._fault_json(v_box.id, v_box.address, split_part(v_box.address, '@', 2));
 BEGIN
     IF v_fault IS NULL THEN
         RAISE EXCEPTION USING ERRCODE = 'MR270', MESSAGE = 'no fault is set for this inbox or its catch-all domain';
@@ -1078,7 +1078,7 @@ SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-    v_who record := mailroom._http_who(p_address, p_session_token, p_key_digest);
+    v_who record := mailroom_internal._http_who(p_address, p_session_token, p_key_digest);
 BEGIN
     RETURN mailroom.release_message(
         p_address, p_session_token, p_message_id, p_to, p_sender, v_who.owner_type, v_who.owner_id

@@ -56,15 +56,15 @@ BEGIN
         SELECT r.address
         FROM (
             -- one copy per box, as over SMTP: box+a@ and box+b@ are box@'s (sql/02_addresses.sql)
-            SELECT DISTINCT ON (mailroom._address_base(mailroom._normalize_address(a.address))) a.address, a.n
+            SELECT DISTINCT ON (mailroom_internal._address_base(mailroom_internal._normalize_address(a.address))) a.address, a.n
             FROM unnest(p_recipients) WITH ORDINALITY AS a (address, n)
-            ORDER BY mailroom._address_base(mailroom._normalize_address(a.address)), a.n
+            ORDER BY mailroom_internal._address_base(mailroom_internal._normalize_address(a.address)), a.n
         ) AS r
         ORDER BY r.n
     LOOP
-        recipient := mailroom._normalize_address(v_rcpt);
+        recipient := mailroom_internal._normalize_address(v_rcpt);
         message_id := NULL;
-        SELECT c.verdict INTO v_verdict FROM mailroom._check_recipient_or_claim(v_rcpt, v_size) AS c;
+        SELECT c.verdict INTO v_verdict FROM mailroom_internal._check_recipient_or_claim(v_rcpt, v_size) AS c;
         IF v_verdict = 'ok' THEN
             BEGIN
                 message_id := mailroom.deliver_message(

@@ -4,7 +4,7 @@
 -- (MAILROOM_DKIM_KEY_FILE); claim_messages returns the selector and public half of the From
 -- domain, and the sender signs with the private key of its file that matches that public half.
 
-CREATE OR REPLACE FUNCTION mailroom._address_domain(p_address text)
+CREATE OR REPLACE FUNCTION mailroom_internal._address_domain(p_address text)
 RETURNS text
 LANGUAGE plpgsql
 IMMUTABLE
@@ -18,10 +18,10 @@ BEGIN
 END;
 $$;
 
-COMMENT ON FUNCTION mailroom._address_domain(text) IS
+COMMENT ON FUNCTION mailroom_internal._address_domain(text) IS
 'Internal: the domain of an address in lower case (NULL without one).';
 
-CREATE OR REPLACE FUNCTION mailroom._dkim_record(p_algorithm text, p_public_key text)
+CREATE OR REPLACE FUNCTION mailroom_internal._dkim_record(p_algorithm text, p_public_key text)
 RETURNS text
 LANGUAGE sql
 IMMUTABLE
@@ -31,7 +31,7 @@ AS $$
     SELECT 'v=DKIM1; k=' || CASE WHEN p_algorithm = 'ed25519-sha256' THEN 'ed25519' ELSE 'rsa' END || '; p=' || p_public_key;
 $$;
 
-COMMENT ON FUNCTION mailroom._dkim_record(text, text) IS
+COMMENT ON FUNCTION mailroom_internal._dkim_record(text, text) IS
 'Internal: the DNS TXT value that publishes a DKIM public key (v=DKIM1; k=…; p=…).';
 
 CREATE OR REPLACE FUNCTION mailroom.set_dkim_key(
@@ -55,7 +55,7 @@ BEGIN
     -- The DKIM key of the sender's From domain (one per domain: a new selector replaces the old
     -- one; publish the new record before, keep the old one for a while after). Returns the TXT
     -- record to publish. The public half only: no function takes a private key.
-    SELECT mailroom._address_domain(s.from_address) INTO v_domain
+    SELECT mailroom_internal._address_domain(s.from_address) INTO v_domain
     FROM mailroom.senders AS s WHERE s.name = p_sender;
     IF v_domain IS NULL THEN
         RAISE EXCEPTION USING
@@ -88,7 +88,7 @@ BEGIN
     domain := v_domain;
     selector := v_selector;
     dns_name := v_selector || '._domainkey.' || v_domain;
-    dns_value := mailroom._dkim_record(p_algorithm, v_key);
+    dns_value := mailroom_internal._dkim_record(p_algorithm, v_key);
     RETURN NEXT;
 END;
 $$;
@@ -109,7 +109,7 @@ SET search_path = pg_catalog, pg_temp
 AS $$
     SELECT
         k.domain, k.selector, k.algorithm, k.public_key, k.selector || '._domainkey.' || k.domain,
-        mailroom._dkim_record(k.algorithm, k.public_key), k.created_at
+        mailroom_internal._dkim_record(k.algorithm, k.public_key), k.created_at
     FROM mailroom.dkim_keys AS k
     ORDER BY k.domain;
 $$;

@@ -3,7 +3,7 @@
 -- returns the ciphertext. _smtp_password decrypts a password of the previous release (symmetric,
 -- under a caller-held key) for convert_sender_passwords and the keyed claim (deprecated since 0.2.0, removed in 0.3.0).
 
-CREATE OR REPLACE FUNCTION mailroom._check_outbound_key(p_key bytea)
+CREATE OR REPLACE FUNCTION mailroom_internal._check_outbound_key(p_key bytea)
 RETURNS void
 LANGUAGE plpgsql
 IMMUTABLE
@@ -21,7 +21,7 @@ BEGIN
 END;
 $$;
 
-CREATE OR REPLACE FUNCTION mailroom._is_loopback_host(p_host text)
+CREATE OR REPLACE FUNCTION mailroom_internal._is_loopback_host(p_host text)
 RETURNS boolean
 LANGUAGE sql
 IMMUTABLE
@@ -32,7 +32,7 @@ AS $$
         OR p_host = '::1';
 $$;
 
-COMMENT ON FUNCTION mailroom._is_loopback_host(text) IS
+COMMENT ON FUNCTION mailroom_internal._is_loopback_host(text) IS
 'Internal: the relay host is this machine (localhost, 127.0.0.0/8, ::1): a cleartext login never leaves it.';
 
 CREATE OR REPLACE FUNCTION mailroom.set_sender_public_key(p_public_key bytea)
@@ -49,8 +49,8 @@ BEGIN
     -- pgcrypto must be able to encrypt to it: an RSA (or Elgamal) certificate, binary, with a
     -- single encryption subkey (`mailroom keys sender-init` makes one)
     BEGIN
-        v_key_id := mailroom._pgp_key_id(p_public_key);
-        PERFORM mailroom._pgp_pub_encrypt('probe', p_public_key, 'cipher-algo=aes256, compress-algo=0');
+        v_key_id := mailroom_internal._pgp_key_id(p_public_key);
+        PERFORM mailroom_internal._pgp_pub_encrypt('probe', p_public_key, 'cipher-algo=aes256, compress-algo=0');
     EXCEPTION WHEN OTHERS THEN
         RAISE EXCEPTION USING
             ERRCODE = 'MR324',
@@ -94,7 +94,7 @@ COMMENT ON FUNCTION mailroom.sender_public_key() IS
 
 GRANT EXECUTE ON FUNCTION mailroom.sender_public_key() TO mailroom_admin;
 
-CREATE OR REPLACE FUNCTION mailroom._seal_for_sender(p_data text)
+CREATE OR REPLACE FUNCTION mailroom_internal._seal_for_sender(p_data text)
 RETURNS bytea
 LANGUAGE plpgsql
 VOLATILE
@@ -111,11 +111,11 @@ BEGIN
             MESSAGE = 'an SMTP password needs a sender key to be stored',
             HINT = 'mailroom keys sender-init (or SELECT mailroom.set_sender_public_key(...))';
     END IF;
-    RETURN mailroom._pgp_pub_encrypt(p_data, v_key, 'cipher-algo=aes256, compress-algo=0');
+    RETURN mailroom_internal._pgp_pub_encrypt(p_data, v_key, 'cipher-algo=aes256, compress-algo=0');
 END;
 $$;
 
-COMMENT ON FUNCTION mailroom._seal_for_sender(text) IS
+COMMENT ON FUNCTION mailroom_internal._seal_for_sender(text) IS
 'Internal: p_data encrypted to the active sender public key (MR313 when there is none).';
 
 CREATE OR REPLACE FUNCTION mailroom.upsert_sender(
@@ -145,7 +145,7 @@ BEGIN
             ERRCODE = 'MR310',
             MESSAGE = 'sender name must be 1-64 characters of letters, digits, ".", "_" or "-"';
     END IF;
-    IF NOT mailroom._is_valid_address(p_from_address) THEN
+    IF NOT mailroom_internal._is_valid_address(p_from_address) THEN
         RAISE EXCEPTION USING
             ERRCODE = 'MR303',
             MESSAGE = format('from address of sender %s is not a valid email address', p_name);
@@ -179,7 +179,7 @@ BEGIN
             MESSAGE = 'an SMTP password needs an SMTP username';
     END IF;
     -- credentials over plain TCP only to a relay on this machine, and only when asked for
-    IF p_allow_cleartext AND NOT mailroom._is_loopback_host(p_host) THEN
+    IF p_allow_cleartext AND NOT mailroom_internal._is_loopback_host(p_host) THEN
         RAISE EXCEPTION USING
             ERRCODE = 'MR319',
             MESSAGE = format('sender %s: a cleartext login is allowed only to a relay on this machine', p_name);
@@ -194,11 +194,11 @@ BEGIN
 
     IF p_password IS NOT NULL THEN
         -- encrypted to the sender key as it arrives; only mailroom send can decrypt it
-        v_sealed := mailroom._seal_for_sender(p_password);
+        v_sealed := mailroom_internal._seal_for_sender(p_password);
     ELSIF p_sealed_password IS NOT NULL THEN
         -- encrypted by the client (mailroom outbound sender): it must name the active sender key
         BEGIN
-            v_key_id := mailroom._pgp_key_id(p_sealed_password);
+            v_key_id := mailroom_internal._pgp_key_id(p_sealed_password);
         EXCEPTION WHEN OTHERS THEN
             v_key_id := NULL;  -- not an OpenPGP message pgcrypto reads (RFC 9580 packets: v6 PKESK)
         END;
@@ -261,7 +261,7 @@ DECLARE
     v_count integer := 0;
     s record;
 BEGIN
-    PERFORM mailroom._check_outbound_key(p_old_key);
+    PERFORM mailroom_internal._check_outbound_key(p_old_key);
     IF p_old_key IS NULL THEN
         RAISE EXCEPTION USING ERRCODE = 'MR314', MESSAGE = 'the encryption key of the previous release is needed';
     END IF;
@@ -273,8 +273,8 @@ BEGIN
         FOR UPDATE
     LOOP
         UPDATE mailroom.senders AS x
-        SET smtp_password_sealed = mailroom._seal_for_sender(
-                mailroom._smtp_password(s.smtp_password_encrypted, p_old_key, s.name)
+        SET smtp_password_sealed = mailroom_internal._seal_for_sender(
+                mailroom_internal._smtp_password(s.smtp_password_encrypted, p_old_key, s.name)
             ),
             smtp_password_encrypted = NULL,
             updated_at = mailroom.clock()
@@ -292,7 +292,7 @@ COMMENT ON FUNCTION mailroom.convert_sender_passwords(bytea) IS
 
 GRANT EXECUTE ON FUNCTION mailroom.convert_sender_passwords(bytea) TO mailroom_admin;
 
-CREATE OR REPLACE FUNCTION mailroom._smtp_password(
+CREATE OR REPLACE FUNCTION mailroom_internal._smtp_password(
     p_encrypted bytea, p_key bytea, p_sender text
 )
 RETURNS text
@@ -304,9 +304,9 @@ BEGIN
     IF p_encrypted IS NULL OR p_key IS NULL THEN
         RETURN NULL;
     END IF;
-    PERFORM mailroom._check_outbound_key(p_key);
+    PERFORM mailroom_internal._check_outbound_key(p_key);
     BEGIN
-        RETURN mailroom._pgp_sym_decrypt(p_encrypted, encode(p_key, 'hex'));
+        RETURN mailroom_internal._pgp_sym_decrypt(p_encrypted, encode(p_key, 'hex'));
     EXCEPTION WHEN OTHERS THEN
         RAISE EXCEPTION USING
             ERRCODE = 'MR315',
@@ -317,10 +317,10 @@ BEGIN
 END;
 $$;
 
-COMMENT ON FUNCTION mailroom._check_outbound_key(bytea) IS
+COMMENT ON FUNCTION mailroom_internal._check_outbound_key(bytea) IS
 'Internal: raise MR314 unless the encryption key is NULL or 32 bytes.';
 
-COMMENT ON FUNCTION mailroom._smtp_password(bytea, bytea, text) IS
+COMMENT ON FUNCTION mailroom_internal._smtp_password(bytea, bytea, text) IS
 'Internal, deprecated since 0.2.0, removed in 0.3.0 (the previous release''s relay passwords, until convert_sender_passwords): decrypt a relay password with the key the caller passes (NULL without one; MR315 wrong key).';
 
 CREATE OR REPLACE FUNCTION mailroom.list_senders()

@@ -3,7 +3,7 @@
 -- hash (HMAC-SHA256 under the redaction pepper of migration 0030). A trigger applies it to every
 -- write of outbound_messages.error_log, whichever client writes it.
 
-CREATE OR REPLACE FUNCTION mailroom._redaction_tag(p_value text)
+CREATE OR REPLACE FUNCTION mailroom_internal._redaction_tag(p_value text)
 RETURNS text
 LANGUAGE sql
 STABLE
@@ -16,7 +16,7 @@ AS $$
     SELECT '<redacted:'
         || left(
             encode(
-                mailroom._hmac(
+                mailroom_internal._hmac(
                     convert_to(lower(btrim(p_value, '<>"')), 'UTF8'),
                     p.pepper,
                     'sha256'
@@ -30,7 +30,7 @@ AS $$
     WHERE p.singleton;
 $$;
 
-CREATE OR REPLACE FUNCTION mailroom._pii_pattern()
+CREATE OR REPLACE FUNCTION mailroom_internal._pii_pattern()
 RETURNS text
 LANGUAGE sql
 IMMUTABLE
@@ -65,7 +65,7 @@ AS $fn$
     );
 $fn$;
 
-CREATE OR REPLACE FUNCTION mailroom._pii_identity(p_match text)
+CREATE OR REPLACE FUNCTION mailroom_internal._pii_identity(p_match text)
 RETURNS text
 LANGUAGE sql
 IMMUTABLE
@@ -102,7 +102,7 @@ AS $fn$
     -- which keeps redact_pii idempotent.
     WITH hits AS (
         SELECT h.m[1] AS hit, h.n
-        FROM regexp_matches(p_text, mailroom._pii_pattern(), 'g') WITH ORDINALITY AS h (m, n)
+        FROM regexp_matches(p_text, mailroom_internal._pii_pattern(), 'g') WITH ORDINALITY AS h (m, n)
     ),
 
     tags AS (
@@ -110,13 +110,13 @@ AS $fn$
             d.hit,
             CASE
                 WHEN d.hit ~ '^<redacted:[0-9a-f]{16}>$' THEN d.hit
-                ELSE mailroom._redaction_tag(mailroom._pii_identity(d.hit))
+                ELSE mailroom_internal._redaction_tag(mailroom_internal._pii_identity(d.hit))
             END AS tag
         FROM (SELECT DISTINCT h.hit FROM hits AS h) AS d
     )
 
     SELECT string_agg(s.piece || coalesce(t.tag, ''), '' ORDER BY s.n)
-    FROM regexp_split_to_table(p_text, mailroom._pii_pattern()) WITH ORDINALITY AS s (piece, n)
+    FROM regexp_split_to_table(p_text, mailroom_internal._pii_pattern()) WITH ORDINALITY AS s (piece, n)
     LEFT JOIN hits AS h ON s.n = h.n
     LEFT JOIN tags AS t ON h.hit = t.hit
 $fn$;
@@ -124,7 +124,7 @@ $fn$;
 COMMENT ON FUNCTION mailroom.redact_pii(text) IS
 'Replace addresses (also %40, (at), [at] and " at " spellings), Message-IDs, <bracketed>/"quoted" names and IPs with <redacted:HASH> (keyed, stable).';
 
-CREATE OR REPLACE FUNCTION mailroom.trg_outbound_redact_error_log()
+CREATE OR REPLACE FUNCTION mailroom_internal.trg_outbound_redact_error_log()
 RETURNS trigger
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
@@ -139,29 +139,29 @@ CREATE OR REPLACE TRIGGER outbound_messages_redact_insert
 BEFORE INSERT ON mailroom.outbound_messages
 FOR EACH ROW
 WHEN (new.error_log IS NOT null)
-EXECUTE FUNCTION mailroom.trg_outbound_redact_error_log();
+EXECUTE FUNCTION mailroom_internal.trg_outbound_redact_error_log();
 
 CREATE OR REPLACE TRIGGER outbound_messages_redact_update
 BEFORE UPDATE OF error_log ON mailroom.outbound_messages
 FOR EACH ROW
 WHEN (new.error_log IS DISTINCT FROM old.error_log)
-EXECUTE FUNCTION mailroom.trg_outbound_redact_error_log();
+EXECUTE FUNCTION mailroom_internal.trg_outbound_redact_error_log();
 
-COMMENT ON FUNCTION mailroom._redaction_tag(text) IS
+COMMENT ON FUNCTION mailroom_internal._redaction_tag(text) IS
 'Internal: the stable keyed tag <redacted:HASH> of one value (HMAC with the redaction pepper).';
 
-COMMENT ON FUNCTION mailroom._pii_pattern() IS
+COMMENT ON FUNCTION mailroom_internal._pii_pattern() IS
 'Internal: the regular expression of everything redact_pii replaces (leftmost-longest alternatives).';
 
-COMMENT ON FUNCTION mailroom._pii_identity(text) IS
+COMMENT ON FUNCTION mailroom_internal._pii_identity(text) IS
 'Internal: the value a redact_pii match is tagged by (an obfuscated address as the address it spells).';
 
 -- _redaction_tag and redact_pii answer "what is the tag of this guess?", which is all the pepper
 -- protects: only the owner runs them (through the error_log trigger, inside the SECURITY DEFINER
 -- API). No runtime role may execute either or read mailroom.redaction_pepper.
-REVOKE ALL ON FUNCTION mailroom._redaction_tag(text) FROM public;
+REVOKE ALL ON FUNCTION mailroom_internal._redaction_tag(text) FROM public;
 REVOKE ALL ON FUNCTION mailroom.redact_pii(text) FROM public;
 REVOKE ALL ON TABLE mailroom.redaction_pepper FROM public;
 
-COMMENT ON FUNCTION mailroom.trg_outbound_redact_error_log() IS
+COMMENT ON FUNCTION mailroom_internal.trg_outbound_redact_error_log() IS
 'Trigger: pass every error_log write through mailroom.redact_pii, whichever client writes it.';

@@ -2,7 +2,7 @@
 -- application's scope), NOTIFY channel mailroom_outbound with the new id only. mailroom's own
 -- emails go through _enqueue_message with scope 'mailroom'.
 
-CREATE OR REPLACE FUNCTION mailroom._header_breaking_chars()
+CREATE OR REPLACE FUNCTION mailroom_internal._header_breaking_chars()
 RETURNS text
 LANGUAGE sql
 IMMUTABLE
@@ -17,10 +17,10 @@ AS $$
     SELECT '[\u0001-\u0008\u000A-\u001F\u007F-\u009F\u2028\u2029]'::text;
 $$;
 
-COMMENT ON FUNCTION mailroom._header_breaking_chars() IS
+COMMENT ON FUNCTION mailroom_internal._header_breaking_chars() IS
 'Internal: regular-expression bracket of the characters refused in header lines (controls but HTAB, U+2028, U+2029).';
 
-CREATE OR REPLACE FUNCTION mailroom._check_recipients(p_kind text, p_addresses text[])
+CREATE OR REPLACE FUNCTION mailroom_internal._check_recipients(p_kind text, p_addresses text[])
 RETURNS void
 LANGUAGE plpgsql
 IMMUTABLE
@@ -30,7 +30,7 @@ DECLARE
     v_i integer;
 BEGIN
     FOR v_i IN 1 .. coalesce(cardinality(p_addresses), 0) LOOP
-        IF NOT mailroom._is_valid_address(p_addresses[v_i]) THEN
+        IF NOT mailroom_internal._is_valid_address(p_addresses[v_i]) THEN
             -- never echo the address itself
             RAISE EXCEPTION USING
                 ERRCODE = 'MR303',
@@ -40,7 +40,7 @@ BEGIN
 END;
 $$;
 
-CREATE OR REPLACE FUNCTION mailroom._check_extra_headers(p_headers jsonb)
+CREATE OR REPLACE FUNCTION mailroom_internal._check_extra_headers(p_headers jsonb)
 RETURNS void
 LANGUAGE plpgsql
 IMMUTABLE
@@ -72,7 +72,7 @@ BEGIN
                 MESSAGE = format('extra header %s is set by mailroom and cannot be overridden', v_name);
         END IF;
         IF jsonb_typeof(v_value) <> 'string'
-            OR v_value #>> '{}' ~ mailroom._header_breaking_chars()
+            OR v_value #>> '{}' ~ mailroom_internal._header_breaking_chars()
             OR length(v_value #>> '{}') > 998 THEN
             RAISE EXCEPTION USING
                 ERRCODE = 'MR308',
@@ -86,7 +86,7 @@ BEGIN
 END;
 $$;
 
-CREATE OR REPLACE FUNCTION mailroom._outbound_attachments(p_attachments jsonb)
+CREATE OR REPLACE FUNCTION mailroom_internal._outbound_attachments(p_attachments jsonb)
 RETURNS mailroom.outbound_attachment[]
 LANGUAGE plpgsql
 IMMUTABLE
@@ -151,10 +151,10 @@ BEGIN
 END;
 $$;
 
-COMMENT ON FUNCTION mailroom._outbound_attachments(jsonb) IS
+COMMENT ON FUNCTION mailroom_internal._outbound_attachments(jsonb) IS
 'Internal: the attachments of a message from [{"name", "content_type", "content_base64"}] (NULL for none); MR385 names the position of a bad one.';
 
-CREATE OR REPLACE FUNCTION mailroom._attachments_json(p_attachments mailroom.outbound_attachment[])
+CREATE OR REPLACE FUNCTION mailroom_internal._attachments_json(p_attachments mailroom.outbound_attachment[])
 RETURNS jsonb
 LANGUAGE sql
 IMMUTABLE
@@ -169,10 +169,10 @@ AS $$
     FROM unnest(p_attachments) WITH ORDINALITY AS a (name, content_type, content, n);
 $$;
 
-COMMENT ON FUNCTION mailroom._attachments_json(mailroom.outbound_attachment[]) IS
+COMMENT ON FUNCTION mailroom_internal._attachments_json(mailroom.outbound_attachment[]) IS
 'Internal: a message''s attachments as the claim returns them, [{"name", "content_type", "content_base64"}] (NULL: none).';
 
-CREATE OR REPLACE FUNCTION mailroom._attachments_without(
+CREATE OR REPLACE FUNCTION mailroom_internal._attachments_without(
     p_attachments mailroom.outbound_attachment[], p_address text
 )
 RETURNS mailroom.outbound_attachment[]
@@ -189,10 +189,10 @@ AS $$
         AND strpos(lower(encode(a.content, 'escape')), lower(p_address)) = 0;
 $$;
 
-COMMENT ON FUNCTION mailroom._attachments_without(mailroom.outbound_attachment[], text) IS
+COMMENT ON FUNCTION mailroom_internal._attachments_without(mailroom.outbound_attachment[], text) IS
 'Internal (erasure): the attachments whose name and bytes do not contain p_address; NULL if none is left.';
 
-CREATE OR REPLACE FUNCTION mailroom._enqueue_message(
+CREATE OR REPLACE FUNCTION mailroom_internal._enqueue_message(
     p_scope text,
     p_sender text,
     p_to text[],
@@ -213,7 +213,7 @@ LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-    v_attachments mailroom.outbound_attachment[] := mailroom._outbound_attachments(p_attachments);
+    v_attachments mailroom.outbound_attachment[] := mailroom_internal._outbound_attachments(p_attachments);
     v_priority integer;
     v_sender_id bigint;
     v_from text;
@@ -279,11 +279,11 @@ BEGIN
                 v_count, mailroom.setting('outbound.max_recipients')
             );
     END IF;
-    PERFORM mailroom._check_recipients('to', v_to);
-    PERFORM mailroom._check_recipients('cc', v_cc);
-    PERFORM mailroom._check_recipients('bcc', v_bcc);
+    PERFORM mailroom_internal._check_recipients('to', v_to);
+    PERFORM mailroom_internal._check_recipients('cc', v_cc);
+    PERFORM mailroom_internal._check_recipients('bcc', v_bcc);
 
-    IF p_subject IS NULL OR p_subject ~ mailroom._header_breaking_chars() OR length(p_subject) > 998 THEN
+    IF p_subject IS NULL OR p_subject ~ mailroom_internal._header_breaking_chars() OR length(p_subject) > 998 THEN
         RAISE EXCEPTION USING
             ERRCODE = 'MR305',
             MESSAGE = 'subject must be at most 998 characters without line breaks or control characters '
@@ -296,7 +296,7 @@ BEGIN
             ERRCODE = 'MR307',
             MESSAGE = 'a message needs a text body or an HTML body';
     END IF;
-    PERFORM mailroom._check_extra_headers(v_headers);
+    PERFORM mailroom_internal._check_extra_headers(v_headers);
     -- higher first; mailroom's own emails (activation, recovery) take the setting collector.priority
     v_priority := coalesce(
         p_priority, CASE WHEN p_scope = 'mailroom' THEN mailroom.setting('collector.priority')::integer ELSE 0 END
@@ -330,9 +330,9 @@ BEGIN
     -- the message (MR318, naming its position), or with outbound.drop_suppressed_recipients is
     -- dropped; the positions dropped are kept in suppressed_recipients and reported in a NOTICE,
     -- and a message with no recipient left is refused.
-    v_suppressed := mailroom._suppressed_positions('to', v_to)
-        || mailroom._suppressed_positions('cc', v_cc)
-        || mailroom._suppressed_positions('bcc', v_bcc);
+    v_suppressed := mailroom_internal._suppressed_positions('to', v_to)
+        || mailroom_internal._suppressed_positions('cc', v_cc)
+        || mailroom_internal._suppressed_positions('bcc', v_bcc);
     IF cardinality(v_suppressed) > 0 THEN
         IF NOT mailroom.setting('outbound.drop_suppressed_recipients')::boolean THEN
             RAISE EXCEPTION USING
@@ -340,9 +340,9 @@ BEGIN
                 MESSAGE = format('%s is on the suppression list', v_suppressed[1]),
                 HINT = 'outbound.drop_suppressed_recipients = true drops suppressed recipients instead';
         END IF;
-        v_to := mailroom._without_suppressed(v_to);
-        v_cc := mailroom._without_suppressed(v_cc);
-        v_bcc := mailroom._without_suppressed(v_bcc);
+        v_to := mailroom_internal._without_suppressed(v_to);
+        v_cc := mailroom_internal._without_suppressed(v_cc);
+        v_bcc := mailroom_internal._without_suppressed(v_bcc);
         IF cardinality(v_to) + cardinality(v_cc) + cardinality(v_bcc) = 0 THEN
             RAISE EXCEPTION USING
                 ERRCODE = 'MR318',
@@ -369,7 +369,7 @@ BEGIN
         '<' || replace(pg_catalog.gen_random_uuid()::text, '-', '') || '@' || split_part(v_from, '@', 2) || '>',
         p_send_after, p_send_after, p_scope, p_idempotency_key, mailroom.clock(), mailroom.clock(),
         v_suppressed,
-        mailroom._recipient_domain(v_to, v_cc, v_bcc),
+        mailroom_internal._recipient_domain(v_to, v_cc, v_bcc),
         p_token_id,
         v_priority,
         v_attachments
@@ -406,7 +406,7 @@ SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
     -- The application's messages: idempotency keys in scope 'app'.
-    SELECT mailroom._enqueue_message(
+    SELECT mailroom_internal._enqueue_message(
         'app', p_sender, p_to, p_subject, p_text_body, p_html_body, p_cc, p_bcc, p_headers,
         p_idempotency_key, p_send_after, p_priority => coalesce(p_priority, 0)
     );
@@ -446,12 +446,12 @@ DECLARE
 BEGIN
     -- enqueue_message (p_bulk: enqueue_bulk_message) with attachments; the sender builds
     -- multipart/mixed around the body
-    v_id := mailroom._enqueue_message(
+    v_id := mailroom_internal._enqueue_message(
         'app', p_sender, p_to, p_subject, p_text_body, p_html_body, p_cc, p_bcc, p_headers,
         p_idempotency_key, p_send_after, p_priority => coalesce(p_priority, 0), p_attachments => p_attachments
     );
     IF coalesce(p_bulk, false) THEN
-        PERFORM mailroom._mark_bulk(v_id);  -- sql/36, as enqueue_bulk_message
+        PERFORM mailroom_internal._mark_bulk(v_id);  -- sql/36, as enqueue_bulk_message
     END IF;
     RETURN v_id;
 END;
@@ -468,15 +468,15 @@ GRANT EXECUTE ON FUNCTION mailroom.enqueue_message_with_attachments(
     text, text[], text, text, jsonb, text, text[], text[], jsonb, text, timestamptz, integer, boolean
 ) TO mailroom_app;
 
-COMMENT ON FUNCTION mailroom._enqueue_message(
+COMMENT ON FUNCTION mailroom_internal._enqueue_message(
     text, text, text[], text, text, text, text[], text[], jsonb, text, timestamptz, bigint, integer, jsonb
 ) IS
 'Internal: validate and queue a message, idempotent on (p_scope, p_idempotency_key), at p_priority (NULL: 0, or '
 'collector.priority for mailroom''s own emails); NOTIFY mailroom_outbound (id); p_token_id: a token email, its bodies '
 'rendered at claim; p_attachments: see _outbound_attachments.';
 
-COMMENT ON FUNCTION mailroom._check_recipients(text, text[]) IS
+COMMENT ON FUNCTION mailroom_internal._check_recipients(text, text[]) IS
 'Internal: raise MR303 naming the position (never the value) of an invalid address.';
 
-COMMENT ON FUNCTION mailroom._check_extra_headers(jsonb) IS
+COMMENT ON FUNCTION mailroom_internal._check_extra_headers(jsonb) IS
 'Internal: raise MR308 unless extra headers are an object of valid names to single-line strings.';

@@ -11,7 +11,7 @@
 -- _authorize_mailbox (MR203-MR206) and MR209; those of _enqueue_message (MR301 unknown sender, MR303
 -- bad address, MR318 suppressed); MR306 when the bytes exceed outbound.max_message_bytes.
 
-CREATE OR REPLACE FUNCTION mailroom._setting_list(p_name text)
+CREATE OR REPLACE FUNCTION mailroom_internal._setting_list(p_name text)
 RETURNS text[]
 LANGUAGE sql
 STABLE
@@ -22,10 +22,10 @@ AS $$
     FROM regexp_split_to_table(mailroom.setting(p_name), ',') WITH ORDINALITY AS i (item, n)
 $$;
 
-COMMENT ON FUNCTION mailroom._setting_list(text) IS
+COMMENT ON FUNCTION mailroom_internal._setting_list(text) IS
 'Internal: a comma-separated setting (release.senders, release.owner_types) as a text array, items trimmed, empty ones dropped.';
 
-CREATE OR REPLACE FUNCTION mailroom._resent_block(
+CREATE OR REPLACE FUNCTION mailroom_internal._resent_block(
     p_date timestamptz,
     p_from text,
     p_to text,
@@ -48,7 +48,7 @@ AS $$
     )
 $$;
 
-COMMENT ON FUNCTION mailroom._resent_block(timestamptz, text, text, text, text) IS
+COMMENT ON FUNCTION mailroom_internal._resent_block(timestamptz, text, text, text, text) IS
 'Internal: the Resent-Date, Resent-From, Resent-To and Resent-Message-ID fields (RFC 5322 3.6.6) as bytes, each line ended by p_eol.';
 
 CREATE OR REPLACE FUNCTION mailroom.release_options()
@@ -60,8 +60,8 @@ SET search_path = pg_catalog, pg_temp
 AS $$
     -- what a release form offers: whether release is on, and the senders it may name
     SELECT jsonb_build_object(
-        'enabled', cardinality(mailroom._setting_list('release.senders')) > 0,
-        'senders', to_jsonb(mailroom._setting_list('release.senders'))
+        'enabled', cardinality(mailroom_internal._setting_list('release.senders')) > 0,
+        'senders', to_jsonb(mailroom_internal._setting_list('release.senders'))
     )
 $$;
 
@@ -86,8 +86,8 @@ SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-    v_box mailroom.mailboxes := mailroom._authorize_mailbox(p_address, p_session_token, p_owner_type, p_owner_id);
-    v_senders text [] := mailroom._setting_list('release.senders');
+    v_box mailroom.mailboxes := mailroom_internal._authorize_mailbox(p_address, p_session_token, p_owner_type, p_owner_id);
+    v_senders text [] := mailroom_internal._setting_list('release.senders');
     v_sender text := coalesce(p_sender, v_senders[1]);
     v_message mailroom.messages;
     v_to text := btrim(p_to);
@@ -103,7 +103,7 @@ BEGIN
             ERRCODE = 'MR395',
             MESSAGE = 'release is off (the setting release.senders names no sender)';
     END IF;
-    IF NOT v_box.owner_type::text = ANY (mailroom._setting_list('release.owner_types')) THEN
+    IF NOT v_box.owner_type::text = ANY (mailroom_internal._setting_list('release.owner_types')) THEN
         RAISE EXCEPTION USING
             ERRCODE = 'MR397',
             MESSAGE = format('messages of %s inboxes may not be released (release.owner_types)', v_box.owner_type);
@@ -114,13 +114,13 @@ BEGIN
             MESSAGE = format('sender %s may not release messages (release.senders)', quote_literal(left(v_sender, 63)));
     END IF;
     -- the message of this inbox (MR209 otherwise: the inbox area's rule, sql/25_waiting.sql)
-    v_message := mailroom._readable_message(p_address, p_session_token, p_message_id, p_owner_type, p_owner_id);
+    v_message := mailroom_internal._readable_message(p_address, p_session_token, p_message_id, p_owner_type, p_owner_id);
     -- the row: the original's subject and text (what the operator's view shows, and what a sender
     -- of the previous release, which knows no raw_message, would send), validated, suppressed
     -- (MR318) and queued by the one enqueue path
-    v_id := mailroom._enqueue_message(
+    v_id := mailroom_internal._enqueue_message(
         'app', v_sender, ARRAY[v_to],
-        left(regexp_replace(coalesce(v_message.subject, ''), mailroom._header_breaking_chars(), ' ', 'g'), 998),
+        left(regexp_replace(coalesce(v_message.subject, ''), mailroom_internal._header_breaking_chars(), ' ', 'g'), 998),
         coalesce(v_message.text_body, ''), v_message.html_body
     );
     SELECT m.message_id, m.created_at INTO v_message_id, v_created
@@ -129,7 +129,7 @@ BEGIN
     -- the block's line ends are the message's own (CRLF as received over SMTP; LF if it has no CR)
     v_eol := CASE WHEN position('\x0d0a'::bytea IN v_message.raw) = 0 AND position('\x0a'::bytea IN v_message.raw) > 0
         THEN E'\n' ELSE E'\r\n' END;
-    v_raw := mailroom._resent_block(mailroom.clock(), v_from, v_to, v_message_id, v_eol) || v_message.raw;
+    v_raw := mailroom_internal._resent_block(mailroom.clock(), v_from, v_to, v_message_id, v_eol) || v_message.raw;
     IF octet_length(v_raw) > mailroom.setting('outbound.max_message_bytes')::bigint THEN
         RAISE EXCEPTION USING
             ERRCODE = 'MR306',

@@ -35,7 +35,7 @@ COMMENT ON VIEW mailroom._outbound_due IS
 
 -- The statement of a function that is one RETURN QUERY (the claim's): what _explain_claim
 -- plans, so the checked plan is the plan of the text that runs.
-CREATE OR REPLACE FUNCTION mailroom._statement_of(p_function regprocedure)
+CREATE OR REPLACE FUNCTION mailroom_internal._statement_of(p_function regprocedure)
 RETURNS text
 LANGUAGE plpgsql
 STABLE
@@ -50,7 +50,7 @@ BEGIN
 END;
 $$;
 
-COMMENT ON FUNCTION mailroom._statement_of(regprocedure) IS
+COMMENT ON FUNCTION mailroom_internal._statement_of(regprocedure) IS
 'Internal: the RETURN QUERY statement of a PL/pgSQL function made of one (the claim''s), for EXPLAIN.';
 
 -- Domain limits on (docs/limits.md, sql/39_outbound_domain_limits.sql): the due rows in due
@@ -59,7 +59,7 @@ COMMENT ON FUNCTION mailroom._statement_of(regprocedure) IS
 -- per-minute capped domains are counted at once (the rows returned are locked by this
 -- transaction, so the claim that follows takes every one of them). Planned at every call, with
 -- the real limit and clock.
-CREATE OR REPLACE FUNCTION mailroom._claim_limited_due(p_now timestamptz, p_limit integer)
+CREATE OR REPLACE FUNCTION mailroom_internal._claim_limited_due(p_now timestamptz, p_limit integer)
 RETURNS TABLE (id bigint, created_at timestamptz)
 LANGUAGE plpgsql
 SET plan_cache_mode = force_custom_plan
@@ -75,7 +75,7 @@ blocked AS MATERIALIZED (
     -- domains that can get nothing now by this statement's snapshot (backed off, at the
     -- per-minute cap, or at the in-flight cap): a hint so the scan skips their rows. The
     -- decision that holds against concurrent claimers is _domain_room's, under the lock.
-    SELECT b.domain FROM mailroom._blocked_domains($1) AS b
+    SELECT b.domain FROM mailroom_internal._blocked_domains($1) AS b
 ),
 
 head AS MATERIALIZED (
@@ -97,10 +97,10 @@ room AS MATERIALIZED (
         l.max_per_minute,
         CASE
             WHEN l.max_in_flight IS NULL AND l.max_per_minute IS NULL THEN $2
-            ELSE mailroom._domain_room(d.domain, $1, l.max_in_flight, l.max_per_minute)
+            ELSE mailroom_internal._domain_room(d.domain, $1, l.max_in_flight, l.max_per_minute)
         END AS room
     FROM (SELECT DISTINCT h.rcpt_domain AS domain FROM head AS h) AS d
-    LEFT JOIN LATERAL mailroom._domain_limit(d.domain) AS l ON TRUE
+    LEFT JOIN LATERAL mailroom_internal._domain_limit(d.domain) AS l ON TRUE
 ),
 
 due AS (
@@ -146,10 +146,10 @@ SELECT d.id, d.created_at FROM due AS d;
 END;
 $fn$;
 
-COMMENT ON FUNCTION mailroom._claim_limited_due(timestamptz, integer) IS
+COMMENT ON FUNCTION mailroom_internal._claim_limited_due(timestamptz, integer) IS
 'Internal: the due rows a claim may take while domain limits are in force (caps, room under a per-domain lock, backoff), locked, their per-minute claims counted.';
 
-CREATE OR REPLACE FUNCTION mailroom._unerased(p_values text[], p_envelope text[])
+CREATE OR REPLACE FUNCTION mailroom_internal._unerased(p_values text[], p_envelope text[])
 RETURNS text[]
 LANGUAGE plpgsql
 IMMUTABLE
@@ -168,20 +168,20 @@ BEGIN
     RETURN ARRAY(
         SELECT u.v
         FROM unnest(p_values, p_envelope) WITH ORDINALITY AS u (v, e, n)
-        WHERE NOT mailroom._is_erased_recipient(u.e)
+        WHERE NOT mailroom_internal._is_erased_recipient(u.e)
         ORDER BY u.n
     );
 END;
 $$;
 
-COMMENT ON FUNCTION mailroom._unerased(text[], text[]) IS
+COMMENT ON FUNCTION mailroom_internal._unerased(text[], text[]) IS
 'Internal (claim): the values at the envelope positions that are not erased recipients (erasure replaces in place).';
 
 -- The claim statement ($1 now, $2 limit, $3 worker, $4 lease, $5 domain limits in force):
 -- the due rows from _outbound_due, or from _claim_limited_due, claimed under the lease.
 -- jit = off for the reason given at finalize_messages.
 -- Its Citus form: sql/citus/20_queue.sql replaces this whole body (mailroom.db.citus.WHOLE_OVERRIDES).
-CREATE OR REPLACE FUNCTION mailroom._claim(
+CREATE OR REPLACE FUNCTION mailroom_internal._claim(
     p_now timestamptz, p_limit integer, p_worker text, p_lease interval, p_limited boolean
 )
 RETURNS SETOF mailroom.claimed_message
@@ -204,7 +204,7 @@ BEGIN
 
     limited AS (
         SELECT l.id, l.created_at
-        FROM mailroom._claim_limited_due($1, $2) AS l
+        FROM mailroom_internal._claim_limited_due($1, $2) AS l
         WHERE $5
     ),
 
@@ -252,9 +252,9 @@ BEGIN
         r.name,
         r.from_address,
         -- an erased recipient (sql/07_erasure.sql, in place) is in no header and gets nothing
-        mailroom._unerased(c.to_addrs, c.to_addrs),
-        mailroom._unerased(c.cc_addrs, c.cc_addrs),
-        mailroom._unerased(c.bcc_addrs, c.bcc_addrs),
+        mailroom_internal._unerased(c.to_addrs, c.to_addrs),
+        mailroom_internal._unerased(c.cc_addrs, c.cc_addrs),
+        mailroom_internal._unerased(c.bcc_addrs, c.bcc_addrs),
         -- a token email (token_id): rendered for this attempt, with a fresh link
         coalesce(t.subject, c.subject),
         CASE WHEN c.token_id IS NULL THEN c.text_body ELSE t.text_body END,
@@ -279,8 +279,8 @@ BEGIN
         p.paths,
         -- bulk mail: List-Unsubscribe per recipient (sql/36_outbound_unsubscribe.sql)
         CASE
-            WHEN c.bulk THEN mailroom._unerased(
-                mailroom._list_unsubscribe(c.id, c.sender_id, cardinality(e.envelope)), e.envelope
+            WHEN c.bulk THEN mailroom_internal._unerased(
+                mailroom_internal._list_unsubscribe(c.id, c.sender_id, cardinality(e.envelope)), e.envelope
             )
         END,
         -- DKIM of the From domain (sql/30_outbound_dkim.sql): the sender signs with its private half
@@ -289,28 +289,28 @@ BEGIN
         k.public_key,
         k.algorithm,
         -- attachments (sql/32): base64 in JSON, for the messages that have any
-        mailroom._attachments_json(c.attachments),
+        mailroom_internal._attachments_json(c.attachments),
         -- a released message (sql/32_outbound_release.sql): the bytes to send as they are
         c.raw_message
     FROM claimed AS c
     INNER JOIN relays AS r ON c.sender_id = r.id
     CROSS JOIN LATERAL (
-        SELECT x.envelope, mailroom._unerased(x.envelope, x.envelope) AS live
-        FROM (SELECT mailroom._envelope(c.to_addrs, c.cc_addrs, c.bcc_addrs) AS envelope) AS x
+        SELECT x.envelope, mailroom_internal._unerased(x.envelope, x.envelope) AS live
+        FROM (SELECT mailroom_internal._envelope(c.to_addrs, c.cc_addrs, c.bcc_addrs) AS envelope) AS x
     ) AS e
     CROSS JOIN LATERAL (
-        SELECT mailroom._unerased(mailroom._return_paths(c.id, c.sender_id, cardinality(e.envelope)), e.envelope) AS paths
+        SELECT mailroom_internal._unerased(mailroom_internal._return_paths(c.id, c.sender_id, cardinality(e.envelope)), e.envelope) AS paths
     ) AS p
-    LEFT JOIN mailroom.dkim_keys AS k ON k.domain = mailroom._address_domain(r.from_address)
+    LEFT JOIN mailroom.dkim_keys AS k ON k.domain = mailroom_internal._address_domain(r.from_address)
     -- STRICT: no call for an application's message (token_id NULL)
-    LEFT JOIN LATERAL mailroom._claim_token_email(c.token_id) AS t ON TRUE
+    LEFT JOIN LATERAL mailroom_internal._claim_token_email(c.token_id) AS t ON TRUE
     -- the batch in the order it was claimed in (issue 34): higher priority first, then due order;
     -- the sender sends it in this order
     ORDER BY c.priority DESC, coalesce(c.next_retry_at, '-infinity'::timestamptz), c.id;
 END;
 $fn$;
 
-COMMENT ON FUNCTION mailroom._claim(timestamptz, integer, text, interval, boolean) IS
+COMMENT ON FUNCTION mailroom_internal._claim(timestamptz, integer, text, interval, boolean) IS
 'Internal: the claim statement (due rows straight from _outbound_due, or through _claim_limited_due when p_limited), static; claim_messages chooses its plan mode.';
 
 CREATE OR REPLACE FUNCTION mailroom.claim_messages(
@@ -388,7 +388,7 @@ BEGIN
         -- plan costs LIMIT blind and can flip to a sequential scan and a sort on a big queue)
         PERFORM pg_catalog.set_config('plan_cache_mode', 'force_custom_plan', true);
     END IF;
-    RETURN QUERY SELECT * FROM mailroom._claim(v_now, p_limit, p_worker, v_lease, v_limited);
+    RETURN QUERY SELECT * FROM mailroom_internal._claim(v_now, p_limit, p_worker, v_lease, v_limited);
 END;
 $$;
 
@@ -439,7 +439,7 @@ SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
-    PERFORM mailroom._check_outbound_key(p_key);
+    PERFORM mailroom_internal._check_outbound_key(p_key);
     RETURN QUERY
     SELECT
         n.id, n.claim_token, n.attempts, n.message_id, n.sender_name, n.from_address, n.to_addrs, n.cc_addrs,
@@ -448,7 +448,7 @@ BEGIN
         CASE WHEN n.smtp_security <> 'none' OR n.smtp_allow_cleartext THEN n.smtp_username END,
         CASE
             WHEN n.smtp_security <> 'none' OR n.smtp_allow_cleartext
-                THEN mailroom._smtp_password(s.smtp_password_encrypted, p_key, s.name)
+                THEN mailroom_internal._smtp_password(s.smtp_password_encrypted, p_key, s.name)
         END,
         n.smtp_password_set, n.return_path
     FROM mailroom.claim_messages(p_limit, p_worker, p_lease) AS n
@@ -463,7 +463,7 @@ COMMENT ON FUNCTION mailroom.claim_messages(integer, text, bytea, interval) IS
 
 GRANT EXECUTE ON FUNCTION mailroom.claim_messages(integer, text, bytea, interval) TO mailroom_sender;
 
-CREATE OR REPLACE FUNCTION mailroom._explain_claim(p_limit integer DEFAULT 100, p_limited boolean DEFAULT false)
+CREATE OR REPLACE FUNCTION mailroom_internal._explain_claim(p_limit integer DEFAULT 100, p_limited boolean DEFAULT false)
 RETURNS SETOF text
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
@@ -474,18 +474,18 @@ AS $$
 BEGIN
     -- EXPLAIN without ANALYZE of the statements that run (their text, read from the functions):
     -- the claim, and with limits the due rows' statement it calls. Plans, changes nothing.
-    RETURN QUERY EXECUTE 'EXPLAIN ' || mailroom._statement_of(
-        'mailroom._claim(timestamptz, integer, text, interval, boolean)'::regprocedure
+    RETURN QUERY EXECUTE 'EXPLAIN ' || mailroom_internal._statement_of(
+        'mailroom_internal._claim(timestamptz, integer, text, interval, boolean)'::regprocedure
     )
     USING mailroom.clock(), p_limit, 'explain', interval '5 minutes', p_limited;
     IF p_limited THEN
-        RETURN QUERY EXECUTE 'EXPLAIN ' || mailroom._statement_of(
-            'mailroom._claim_limited_due(timestamptz, integer)'::regprocedure
+        RETURN QUERY EXECUTE 'EXPLAIN ' || mailroom_internal._statement_of(
+            'mailroom_internal._claim_limited_due(timestamptz, integer)'::regprocedure
         )
         USING mailroom.clock(), p_limit;
     END IF;
 END;
 $$;
 
-COMMENT ON FUNCTION mailroom._explain_claim(integer, boolean) IS
+COMMENT ON FUNCTION mailroom_internal._explain_claim(integer, boolean) IS
 'Internal: EXPLAIN of the claim statements that run (pgTAP checks they use the partial index).';

@@ -2,7 +2,7 @@
 -- release_messages (give claimed rows back untouched) and reap_stuck_messages (take back
 -- rows whose worker went silent). The retry policy is read from mailroom.settings.
 
-CREATE OR REPLACE FUNCTION mailroom._classify_outcome(
+CREATE OR REPLACE FUNCTION mailroom_internal._classify_outcome(
     p_outcome text, p_smtp_code integer, p_enhanced_code text
 )
 RETURNS text
@@ -35,7 +35,7 @@ BEGIN
 END;
 $$;
 
-CREATE OR REPLACE FUNCTION mailroom._retry_delay(
+CREATE OR REPLACE FUNCTION mailroom_internal._retry_delay(
     p_attempts integer, p_base interval, p_exponent double precision, p_max interval
 )
 RETURNS interval
@@ -49,16 +49,16 @@ AS $$
     SELECT least(p_max, p_base * power(p_attempts, p_exponent));
 $$;
 
-COMMENT ON FUNCTION mailroom._retry_delay(integer, interval, double precision, interval) IS
+COMMENT ON FUNCTION mailroom_internal._retry_delay(integer, interval, double precision, interval) IS
 'Internal: delay before retry number p_attempts: least(p_max, p_base * p_attempts ^ p_exponent).';
 
-CREATE OR REPLACE FUNCTION mailroom._retry_delay(p_attempts integer)
+CREATE OR REPLACE FUNCTION mailroom_internal._retry_delay(p_attempts integer)
 RETURNS interval
 LANGUAGE sql
 STABLE
 SET search_path = pg_catalog, pg_temp
 AS $$
-    SELECT mailroom._retry_delay(
+    SELECT mailroom_internal._retry_delay(
         p_attempts,
         mailroom.setting('outbound.backoff_base')::interval,
         mailroom.setting('outbound.backoff_exponent')::double precision,
@@ -66,10 +66,10 @@ AS $$
     );
 $$;
 
-COMMENT ON FUNCTION mailroom._retry_delay(integer) IS
+COMMENT ON FUNCTION mailroom_internal._retry_delay(integer) IS
 'Internal: delay before retry number p_attempts, per settings outbound.backoff_*.';
 
-CREATE OR REPLACE FUNCTION mailroom._log_line(
+CREATE OR REPLACE FUNCTION mailroom_internal._log_line(
     p_now timestamptz, p_attempt integer, p_outcome text, p_text text
 )
 RETURNS text
@@ -82,7 +82,7 @@ AS $$
         || coalesce(': ' || left(regexp_replace(p_text, '[\r\n]+', ' ', 'g'), 1000), '');
 $$;
 
-CREATE OR REPLACE FUNCTION mailroom._gives_up(p_kind text, p_attempt integer, p_max_attempts integer)
+CREATE OR REPLACE FUNCTION mailroom_internal._gives_up(p_kind text, p_attempt integer, p_max_attempts integer)
 RETURNS boolean
 LANGUAGE sql
 IMMUTABLE
@@ -95,7 +95,7 @@ AS $$
     SELECT p_kind = 'transient' AND p_attempt >= p_max_attempts;
 $$;
 
-CREATE OR REPLACE FUNCTION mailroom._attempt_log(
+CREATE OR REPLACE FUNCTION mailroom_internal._attempt_log(
     p_log text,
     p_now timestamptz,
     p_attempt integer,
@@ -116,9 +116,9 @@ AS $$
         concat_ws(
             E'\n',
             p_log,
-            mailroom._log_line(p_now, p_attempt, p_outcome, p_text),
+            mailroom_internal._log_line(p_now, p_attempt, p_outcome, p_text),
             CASE
-                WHEN mailroom._gives_up(p_kind, p_attempt, p_max_attempts)
+                WHEN mailroom_internal._gives_up(p_kind, p_attempt, p_max_attempts)
                     THEN 'giving up after ' || p_attempt || ' attempts (outbound.max_attempts)'
             END
         ),
@@ -126,7 +126,7 @@ AS $$
     );
 $$;
 
-CREATE OR REPLACE FUNCTION mailroom._reply_class(p_outcome text, p_code integer)
+CREATE OR REPLACE FUNCTION mailroom_internal._reply_class(p_outcome text, p_code integer)
 RETURNS text
 LANGUAGE plpgsql
 IMMUTABLE
@@ -239,7 +239,7 @@ BEGIN
             )
         ORDER BY
             b.message_id,
-            mailroom._classify_outcome('reply', b.smtp_code, b.status) = 'transient' DESC,
+            mailroom_internal._classify_outcome('reply', b.smtp_code, b.status) = 'transient' DESC,
             b.id
     ),
 
@@ -265,8 +265,8 @@ BEGIN
             r.smtp_code,
             r.enhanced_code,
             r.error,
-            mailroom._classify_outcome(r.outcome, r.smtp_code, r.enhanced_code) AS kind,
-            mailroom._reply_class(r.outcome, r.smtp_code) AS reply_class
+            mailroom_internal._classify_outcome(r.outcome, r.smtp_code, r.enhanced_code) AS kind,
+            mailroom_internal._reply_class(r.outcome, r.smtp_code) AS reply_class
         FROM reported AS r
     ),
 
@@ -278,12 +278,12 @@ BEGIN
             status = CASE
                 WHEN i.kind = 'sent' THEN 'sent'
                 WHEN i.kind = 'permanent' THEN 'failed'
-                WHEN mailroom._gives_up(i.kind, m.attempts + 1, v_max) THEN 'failed'
+                WHEN mailroom_internal._gives_up(i.kind, m.attempts + 1, v_max) THEN 'failed'
                 ELSE 'queued'
             END::mailroom.outbound_status,
             next_retry_at = CASE
-                WHEN i.kind = 'transient' AND NOT mailroom._gives_up(i.kind, m.attempts + 1, v_max)
-                    THEN mailroom._later(v_now, mailroom._retry_delay(m.attempts + 1, v_backoff_base, v_backoff_exponent, v_backoff_max))
+                WHEN i.kind = 'transient' AND NOT mailroom_internal._gives_up(i.kind, m.attempts + 1, v_max)
+                    THEN mailroom_internal._later(v_now, mailroom_internal._retry_delay(m.attempts + 1, v_backoff_base, v_backoff_exponent, v_backoff_max))
             END,
             sent_at = CASE WHEN i.kind = 'sent' THEN v_now END,
             last_outcome = i.outcome,
@@ -292,7 +292,7 @@ BEGIN
             possibly_sent = m.possibly_sent OR i.outcome = 'uncertain',
             error_log = CASE
                 WHEN i.kind = 'sent' AND i.error IS NULL THEN m.error_log
-                ELSE mailroom._attempt_log(
+                ELSE mailroom_internal._attempt_log(
                     m.error_log, v_now, m.attempts + 1, i.outcome, i.error, i.kind, v_max, v_log_max
                 )
             END,
@@ -319,11 +319,11 @@ BEGIN
     -- claim skips its messages until then; an accepted message clears it. Other domains and
     -- the message's own retry (attempts² above) are not touched.
     domains AS (
-        SELECT mailroom._note_domain_outcomes(
+        SELECT mailroom_internal._note_domain_outcomes(
             v_now,
             ARRAY(
                 SELECT u.rcpt_domain FROM upd AS u INNER JOIN input AS i ON u.id = i.id
-                WHERE i.kind = 'transient' AND mailroom._is_domain_throttle(i.outcome, i.smtp_code, i.enhanced_code, i.error)
+                WHERE i.kind = 'transient' AND mailroom_internal._is_domain_throttle(i.outcome, i.smtp_code, i.enhanced_code, i.error)
             ),
             ARRAY(
                 SELECT u.rcpt_domain FROM upd AS u INNER JOIN input AS i ON u.id = i.id
@@ -338,13 +338,13 @@ BEGIN
     -- recipient keeps its position in the arrays (sql/07_erasure.sql) but was never mailed: it
     -- is not counted.
     bounced AS (
-        SELECT mailroom._add_suppression(r.live[1], 'hard_bounce', NULL, u.id)
+        SELECT mailroom_internal._add_suppression(r.live[1], 'hard_bounce', NULL, u.id)
         FROM upd AS u
         INNER JOIN input AS i ON u.id = i.id
         CROSS JOIN LATERAL (
             SELECT ARRAY(
                 SELECT a.v FROM unnest(u.to_addrs || u.cc_addrs || u.bcc_addrs) AS a (v)
-                WHERE NOT mailroom._is_erased_recipient(a.v)
+                WHERE NOT mailroom_internal._is_erased_recipient(a.v)
             ) AS live
         ) AS r
         WHERE
@@ -486,7 +486,7 @@ GRANT EXECUTE ON FUNCTION mailroom.release_messages(bigint[], bigint[]) TO mailr
 -- with SKIP LOCKED runs on, as a condition on alias m. One on one node ('true'); on Citus
 -- (sql/citus/20_queue.sql) one a lane, in random order: SKIP LOCKED runs only in a single-shard
 -- statement, and a lane written into the statement's text routes it to its shard.
-CREATE OR REPLACE FUNCTION mailroom._outbound_scopes()
+CREATE OR REPLACE FUNCTION mailroom_internal._outbound_scopes()
 RETURNS SETOF text
 LANGUAGE plpgsql
 STABLE
@@ -497,7 +497,7 @@ BEGIN
 END;
 $$;
 
-COMMENT ON FUNCTION mailroom._outbound_scopes() IS
+COMMENT ON FUNCTION mailroom_internal._outbound_scopes() IS
 'Internal (a Citus seam): conditions on outbound_messages AS m that together cover it, one statement each (one node: true; Citus: a lane each).';
 
 CREATE OR REPLACE FUNCTION mailroom.reap_stuck_messages(p_older_than interval DEFAULT null)
@@ -520,7 +520,7 @@ BEGIN
             MESSAGE = format('reap interval must not be negative, got %s', p_older_than);
     END IF;
     -- one statement on one node; on Citus one a lane (_outbound_scopes, the seam)
-    FOR v_scope IN SELECT s.scope FROM mailroom._outbound_scopes() AS s (scope) LOOP
+    FOR v_scope IN SELECT s.scope FROM mailroom_internal._outbound_scopes() AS s (scope) LOOP
         -- The worker may have handed the message to the relay before it died: count the
         -- attempt as a transient failure, flag possibly_sent, retry at once (the stable Message-ID lets receivers
         -- de-duplicate). The claim token is kept so a late 'sent' from that worker still lands.
@@ -544,13 +544,13 @@ BEGIN
             SET
                 attempts = m.attempts + 1,
                 status = CASE
-                    WHEN mailroom._gives_up('transient', m.attempts + 1, $3) THEN 'failed' ELSE 'queued'
+                    WHEN mailroom_internal._gives_up('transient', m.attempts + 1, $3) THEN 'failed' ELSE 'queued'
                 END::mailroom.outbound_status,
-                next_retry_at = CASE WHEN NOT mailroom._gives_up('transient', m.attempts + 1, $3) THEN $1 END,
+                next_retry_at = CASE WHEN NOT mailroom_internal._gives_up('transient', m.attempts + 1, $3) THEN $1 END,
                 possibly_sent = TRUE,
                 claimed_by = NULL,
                 lease_expires_at = NULL,
-                error_log = mailroom._attempt_log(
+                error_log = mailroom_internal._attempt_log(
                     m.error_log, $1, m.attempts + 1, 'reaped',
                     'no outcome before the lease expired; the message may have been sent',
                     'transient', $3, $4
@@ -579,17 +579,17 @@ COMMENT ON FUNCTION mailroom.reap_stuck_messages(interval) IS
 
 GRANT EXECUTE ON FUNCTION mailroom.reap_stuck_messages(interval) TO mailroom_sender, mailroom_admin;
 
-COMMENT ON FUNCTION mailroom._classify_outcome(text, integer, text) IS
+COMMENT ON FUNCTION mailroom_internal._classify_outcome(text, integer, text) IS
 'Internal: sent, transient or permanent, by RFC 3463 enhanced code first, then RFC 5321 reply code.';
 
-COMMENT ON FUNCTION mailroom._log_line(timestamptz, integer, text, text) IS
+COMMENT ON FUNCTION mailroom_internal._log_line(timestamptz, integer, text, text) IS
 'Internal: one error_log line (UTC time, attempt, outcome, reply text); redacted by trigger.';
 
-COMMENT ON FUNCTION mailroom._gives_up(text, integer, integer) IS
+COMMENT ON FUNCTION mailroom_internal._gives_up(text, integer, integer) IS
 'Internal: whether this attempt fails the message for good (a transient outcome at attempt number outbound.max_attempts, default 11: the first and 10 retries).';
 
-COMMENT ON FUNCTION mailroom._attempt_log(text, timestamptz, integer, text, text, text, integer, integer) IS
+COMMENT ON FUNCTION mailroom_internal._attempt_log(text, timestamptz, integer, text, text, text, integer, integer) IS
 'Internal: error_log after one attempt (its line, the give-up line when _gives_up), trimmed to the last p_max_chars.';
 
-COMMENT ON FUNCTION mailroom._reply_class(text, integer) IS
+COMMENT ON FUNCTION mailroom_internal._reply_class(text, integer) IS
 'Internal: the reply class of an outcome (2xx, 4xx, 5xx, dropped, timeout, connect, uncertain, local, other), the sender''s metric label.';

@@ -30,7 +30,7 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     v_now timestamptz := mailroom.clock();
-    v_blocked text [] := ARRAY(SELECT b.domain FROM mailroom._blocked_domains(v_now) AS b);
+    v_blocked text [] := ARRAY(SELECT b.domain FROM mailroom_internal._blocked_domains(v_now) AS b);
 BEGIN
     RETURN QUERY
     SELECT
@@ -95,7 +95,7 @@ COMMENT ON VIEW mailroom.outbound_stats IS
 
 GRANT SELECT ON mailroom.outbound_stats TO mailroom_monitor, mailroom_sender;
 
-CREATE OR REPLACE FUNCTION mailroom._check_outbound_status(p_status text)
+CREATE OR REPLACE FUNCTION mailroom_internal._check_outbound_status(p_status text)
 RETURNS void
 LANGUAGE plpgsql
 IMMUTABLE
@@ -136,7 +136,7 @@ SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
-    PERFORM mailroom._check_outbound_status(p_status);
+    PERFORM mailroom_internal._check_outbound_status(p_status);
     IF p_limit IS NULL OR p_limit NOT BETWEEN 1 AND 10000 THEN
         RAISE EXCEPTION USING
             ERRCODE = 'MR343',
@@ -160,7 +160,7 @@ BEGIN
     INNER JOIN mailroom.senders AS s ON m.sender_id = s.id
     WHERE
         (p_status IS NULL OR m.status = p_status::mailroom.outbound_status)
-        AND (p_domain IS NULL OR m.rcpt_domain = mailroom._normalize_domain(p_domain))
+        AND (p_domain IS NULL OR m.rcpt_domain = mailroom_internal._normalize_domain(p_domain))
     ORDER BY m.id DESC
     LIMIT p_limit;
 END;
@@ -288,5 +288,5 @@ COMMENT ON FUNCTION mailroom.purge_sent_messages(timestamptz, integer, boolean) 
 
 GRANT EXECUTE ON FUNCTION mailroom.purge_sent_messages(timestamptz, integer, boolean) TO mailroom_admin;
 
-COMMENT ON FUNCTION mailroom._check_outbound_status(text) IS
+COMMENT ON FUNCTION mailroom_internal._check_outbound_status(text) IS
 'Internal: raise MR343 unless the status filter is NULL or an outbound status.';

@@ -9,7 +9,7 @@
 -- The bounce domain is the sender's bounce_domain, else the setting outbound.bounce_domain;
 -- neither: no VERP (claim_messages returns return_paths NULL and the sender uses from_address).
 
-CREATE OR REPLACE FUNCTION mailroom._bounce_domain_name(p_domain text)
+CREATE OR REPLACE FUNCTION mailroom_internal._bounce_domain_name(p_domain text)
 RETURNS text
 LANGUAGE plpgsql
 IMMUTABLE
@@ -22,17 +22,17 @@ BEGIN
     -- the domain in lower case when it is a domain name (LDH labels, at most 253 octets), else
     -- NULL. PL/pgSQL: claim calls this per row, and a SQL function with a SET clause is planned
     -- on every call.
-    IF mailroom._is_domain_name(v_domain) THEN
+    IF mailroom_internal._is_domain_name(v_domain) THEN
         RETURN v_domain;
     END IF;
     RETURN NULL;
 END;
 $$;
 
-COMMENT ON FUNCTION mailroom._bounce_domain_name(text) IS
+COMMENT ON FUNCTION mailroom_internal._bounce_domain_name(text) IS
 'Internal: a bounce domain in lower case if it is a domain name, else NULL (an empty setting: no VERP).';
 
-CREATE OR REPLACE FUNCTION mailroom._is_bounce_domain(p_domain text)
+CREATE OR REPLACE FUNCTION mailroom_internal._is_bounce_domain(p_domain text)
 RETURNS boolean
 LANGUAGE sql
 STABLE
@@ -40,21 +40,21 @@ SET search_path = pg_catalog, pg_temp
 AS $$
     -- a domain some return path may be on now: the setting's or a sender's
     SELECT coalesce(
-        mailroom._bounce_domain_name(p_domain) = mailroom._bounce_domain_name(
+        mailroom_internal._bounce_domain_name(p_domain) = mailroom_internal._bounce_domain_name(
             mailroom.setting('outbound.bounce_domain')
         )
         OR EXISTS (
             SELECT 1 FROM mailroom.senders AS s
-            WHERE s.bounce_domain = mailroom._bounce_domain_name(p_domain)
+            WHERE s.bounce_domain = mailroom_internal._bounce_domain_name(p_domain)
         ),
         false
     );
 $$;
 
-COMMENT ON FUNCTION mailroom._is_bounce_domain(text) IS
+COMMENT ON FUNCTION mailroom_internal._is_bounce_domain(text) IS
 'Internal: whether a domain is a bounce domain now (the setting outbound.bounce_domain or a sender''s bounce_domain).';
 
-CREATE OR REPLACE FUNCTION mailroom._verp_signature(p_message_id bigint, p_key bytea)
+CREATE OR REPLACE FUNCTION mailroom_internal._verp_signature(p_message_id bigint, p_key bytea)
 RETURNS text
 LANGUAGE plpgsql
 IMMUTABLE
@@ -65,7 +65,7 @@ BEGIN
     -- clause is planned on every call, ten times the cost of the HMAC; claim calls this per row)
     RETURN encode(
         substring(
-            mailroom._hmac(convert_to('mailroom-verp:' || p_message_id::text, 'UTF8'), p_key, 'sha256')
+            mailroom_internal._hmac(convert_to('mailroom-verp:' || p_message_id::text, 'UTF8'), p_key, 'sha256')
             FROM 1 FOR 8
         ),
         'hex'
@@ -73,22 +73,22 @@ BEGIN
 END;
 $$;
 
-COMMENT ON FUNCTION mailroom._verp_signature(bigint, bytea) IS
+COMMENT ON FUNCTION mailroom_internal._verp_signature(bigint, bytea) IS
 'Internal: the VERP signature of an outbound message id under a key (truncated HMAC-SHA256, 16 hex characters).';
 
-CREATE OR REPLACE FUNCTION mailroom._verp_signature(p_message_id bigint)
+CREATE OR REPLACE FUNCTION mailroom_internal._verp_signature(p_message_id bigint)
 RETURNS text
 LANGUAGE sql
 STABLE
 SET search_path = pg_catalog, pg_temp
 AS $$
-    SELECT mailroom._verp_signature(p_message_id, k.key) FROM mailroom.verp_key AS k WHERE k.singleton;
+    SELECT mailroom_internal._verp_signature(p_message_id, k.key) FROM mailroom.verp_key AS k WHERE k.singleton;
 $$;
 
-COMMENT ON FUNCTION mailroom._verp_signature(bigint) IS
+COMMENT ON FUNCTION mailroom_internal._verp_signature(bigint) IS
 'Internal: the VERP signature of an outbound message id under mailroom.verp_key.';
 
-CREATE OR REPLACE FUNCTION mailroom._return_path(p_message_id bigint, p_sender_id bigint)
+CREATE OR REPLACE FUNCTION mailroom_internal._return_path(p_message_id bigint, p_sender_id bigint)
 RETURNS text
 LANGUAGE plpgsql
 STABLE
@@ -108,19 +108,19 @@ BEGIN
     IF coalesce(v_domain, '') = '' THEN
         RETURN NULL;
     END IF;
-    v_domain := mailroom._bounce_domain_name(v_domain);
+    v_domain := mailroom_internal._bounce_domain_name(v_domain);
     IF v_domain IS NULL THEN
         RETURN NULL;
     END IF;
     SELECT k.key INTO v_key FROM mailroom.verp_key AS k WHERE k.singleton;
-    RETURN 'bounce+' || p_message_id::text || '-' || mailroom._verp_signature(p_message_id, v_key) || '@' || v_domain;
+    RETURN 'bounce+' || p_message_id::text || '-' || mailroom_internal._verp_signature(p_message_id, v_key) || '@' || v_domain;
 END;
 $$;
 
-COMMENT ON FUNCTION mailroom._return_path(bigint, bigint) IS
+COMMENT ON FUNCTION mailroom_internal._return_path(bigint, bigint) IS
 'Internal, deprecated since 0.2.0, removed in 0.3.0: the message-level VERP envelope sender of the previous release (bounce+<id>-<signature>@<bounce domain>), NULL without a bounce domain; claim uses _return_paths.';
 
-CREATE OR REPLACE FUNCTION mailroom._is_verp_address(p_address text)
+CREATE OR REPLACE FUNCTION mailroom_internal._is_verp_address(p_address text)
 RETURNS boolean
 LANGUAGE sql
 STABLE
@@ -129,14 +129,14 @@ AS $$
     -- bounce+…@<a bounce domain>: such an address is a return path or nothing (never a mailbox)
     SELECT coalesce(
         (a.address LIKE 'bounce+%@%' OR a.address LIKE 'unsubscribe+%@%')
-        AND mailroom._is_bounce_domain(split_part(a.address, '@', 2))
+        AND mailroom_internal._is_bounce_domain(split_part(a.address, '@', 2))
         AND a.address NOT LIKE '%@%@%',
         false
     )
-    FROM (SELECT mailroom._normalize_address(p_address) AS address) AS a;
+    FROM (SELECT mailroom_internal._normalize_address(p_address) AS address) AS a;
 $$;
 
-COMMENT ON FUNCTION mailroom._is_verp_address(text) IS
+COMMENT ON FUNCTION mailroom_internal._is_verp_address(text) IS
 'Internal: whether an address has the form of a signed address (bounce+… or unsubscribe+… at a bounce domain), valid or not.';
 
 -- Per-recipient signed addresses (issue 21, item 2): a return path, an unsubscribe address or
@@ -154,7 +154,7 @@ COMMENT ON FUNCTION mailroom._is_verp_address(text) IS
 -- keyed hash, never removes it, so a position names the same recipient for the message's life;
 -- an erased position names nobody, and a claim leaves it out (sql/33_outbound_claim.sql).
 
-CREATE OR REPLACE FUNCTION mailroom._envelope(p_to text[], p_cc text[], p_bcc text[])
+CREATE OR REPLACE FUNCTION mailroom_internal._envelope(p_to text[], p_cc text[], p_bcc text[])
 RETURNS text[]
 LANGUAGE plpgsql
 IMMUTABLE
@@ -177,10 +177,10 @@ BEGIN
 END;
 $$;
 
-COMMENT ON FUNCTION mailroom._envelope(text[], text[], text[]) IS
+COMMENT ON FUNCTION mailroom_internal._envelope(text[], text[], text[]) IS
 'Internal: the envelope recipients of a message (to, cc, bcc, each exact address once, in order); a signed address names a position in it.';
 
-CREATE OR REPLACE FUNCTION mailroom._recipient_signature(p_purpose text, p_message_id bigint, p_recipient integer, p_key bytea)
+CREATE OR REPLACE FUNCTION mailroom_internal._recipient_signature(p_purpose text, p_message_id bigint, p_recipient integer, p_key bytea)
 RETURNS text
 LANGUAGE plpgsql
 IMMUTABLE
@@ -189,7 +189,7 @@ AS $$
 BEGIN
     RETURN encode(
         substring(
-            mailroom._hmac(
+            mailroom_internal._hmac(
                 convert_to(p_purpose || ':' || p_message_id::text || '-' || p_recipient::text, 'UTF8'), p_key, 'sha256'
             )
             FROM 1 FOR 8
@@ -199,10 +199,10 @@ BEGIN
 END;
 $$;
 
-COMMENT ON FUNCTION mailroom._recipient_signature(text, bigint, integer, bytea) IS
+COMMENT ON FUNCTION mailroom_internal._recipient_signature(text, bigint, integer, bytea) IS
 'Internal: the signature of a per-recipient address (purpose mailroom-verp or mailroom-unsubscribe; truncated HMAC-SHA256, 16 hex characters).';
 
-CREATE OR REPLACE FUNCTION mailroom._message_bounce_domain(p_sender_id bigint)
+CREATE OR REPLACE FUNCTION mailroom_internal._message_bounce_domain(p_sender_id bigint)
 RETURNS text
 LANGUAGE plpgsql
 STABLE
@@ -210,24 +210,24 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
     -- the sender's bounce domain, else the setting's; NULL: no VERP
-    RETURN mailroom._bounce_domain_name(coalesce(
+    RETURN mailroom_internal._bounce_domain_name(coalesce(
         (SELECT s.bounce_domain FROM mailroom.senders AS s WHERE s.id = p_sender_id),
         (SELECT t.value FROM mailroom.settings AS t WHERE t.name = 'outbound.bounce_domain')
     ));
 END;
 $$;
 
-COMMENT ON FUNCTION mailroom._message_bounce_domain(bigint) IS
+COMMENT ON FUNCTION mailroom_internal._message_bounce_domain(bigint) IS
 'Internal: the bounce domain of a sender''s mail (its own, else the setting outbound.bounce_domain), NULL: no VERP.';
 
-CREATE OR REPLACE FUNCTION mailroom._return_paths(p_message_id bigint, p_sender_id bigint, p_recipients integer)
+CREATE OR REPLACE FUNCTION mailroom_internal._return_paths(p_message_id bigint, p_sender_id bigint, p_recipients integer)
 RETURNS text[]
 LANGUAGE plpgsql
 STABLE
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-    v_domain text := mailroom._message_bounce_domain(p_sender_id);
+    v_domain text := mailroom_internal._message_bounce_domain(p_sender_id);
     v_key bytea;
 BEGIN
     -- one return path per envelope recipient, NULL without a bounce domain
@@ -237,24 +237,24 @@ BEGIN
     SELECT k.key INTO v_key FROM mailroom.verp_key AS k WHERE k.singleton;
     RETURN ARRAY(
         SELECT 'bounce+' || p_message_id::text || '-' || n::text || '-'
-            || mailroom._recipient_signature('mailroom-verp', p_message_id, n, v_key) || '@' || v_domain
+            || mailroom_internal._recipient_signature('mailroom-verp', p_message_id, n, v_key) || '@' || v_domain
         FROM generate_series(1, p_recipients) AS n
         ORDER BY n
     );
 END;
 $$;
 
-COMMENT ON FUNCTION mailroom._return_paths(bigint, bigint, integer) IS
+COMMENT ON FUNCTION mailroom_internal._return_paths(bigint, bigint, integer) IS
 'Internal: the VERP envelope senders of a message, one per envelope recipient (bounce+<id>-<n>-<signature>@<bounce domain>), NULL without a bounce domain.';
 
-CREATE OR REPLACE FUNCTION mailroom._signed_recipient(p_address text)
+CREATE OR REPLACE FUNCTION mailroom_internal._signed_recipient(p_address text)
 RETURNS TABLE (message_id bigint, recipient integer, purpose text, address text)
 LANGUAGE plpgsql
 STABLE
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-    v_address text := mailroom._normalize_address(p_address);
+    v_address text := mailroom_internal._normalize_address(p_address);
     v_p text[];
     v_id bigint;
     v_n integer;
@@ -273,7 +273,7 @@ BEGIN
     END IF;
     v_p := regexp_match(v_address, '^(bounce|unsubscribe)\+([1-9][0-9]{0,17})-([1-9][0-9]{0,3})-([0-9a-f]{16})@([^@]+)$');
     IF v_p IS NOT NULL THEN
-        IF NOT mailroom._is_bounce_domain(v_p[5]) THEN
+        IF NOT mailroom_internal._is_bounce_domain(v_p[5]) THEN
             RETURN;
         END IF;
         v_purpose := v_p[1];
@@ -290,14 +290,14 @@ BEGIN
         ELSE
             -- the message-level return path of the previous release
             v_p := regexp_match(v_address, '^bounce\+([1-9][0-9]{0,17})-([0-9a-f]{16})@([^@]+)$');
-            IF v_p IS NULL OR NOT mailroom._is_bounce_domain(v_p[3]) THEN
+            IF v_p IS NULL OR NOT mailroom_internal._is_bounce_domain(v_p[3]) THEN
                 RETURN;
             END IF;
             v_id := v_p[1]::bigint;
-            IF NOT mailroom._ct_equal(convert_to(v_p[2], 'UTF8'), convert_to(mailroom._verp_signature(v_id), 'UTF8')) THEN
+            IF NOT mailroom_internal._ct_equal(convert_to(v_p[2], 'UTF8'), convert_to(mailroom_internal._verp_signature(v_id), 'UTF8')) THEN
                 RETURN;
             END IF;
-            SELECT mailroom._envelope(m.to_addrs, m.cc_addrs, m.bcc_addrs) INTO v_envelope
+            SELECT mailroom_internal._envelope(m.to_addrs, m.cc_addrs, m.bcc_addrs) INTO v_envelope
             FROM mailroom.outbound_messages AS m WHERE m.id = v_id;
             IF v_envelope IS NULL THEN
                 RETURN;
@@ -310,10 +310,10 @@ BEGIN
             RETURN;
         END IF;
     END IF;
-    IF NOT mailroom._ct_equal(
+    IF NOT mailroom_internal._ct_equal(
         convert_to(v_sig, 'UTF8'),
         convert_to(
-            mailroom._recipient_signature(
+            mailroom_internal._recipient_signature(
                 'mailroom-' || CASE WHEN v_purpose = 'bounce' THEN 'verp' ELSE v_purpose END, v_id, v_n,
                 (SELECT k.key FROM mailroom.verp_key AS k WHERE k.singleton)
             ),
@@ -322,14 +322,14 @@ BEGIN
     ) THEN
         RETURN;
     END IF;
-    SELECT mailroom._envelope(m.to_addrs, m.cc_addrs, m.bcc_addrs) INTO v_envelope
+    SELECT mailroom_internal._envelope(m.to_addrs, m.cc_addrs, m.bcc_addrs) INTO v_envelope
     FROM mailroom.outbound_messages AS m WHERE m.id = v_id;
     IF v_envelope IS NULL OR v_n > cardinality(v_envelope) THEN
         RETURN;
     END IF;
     -- an erased recipient (sql/07_erasure.sql: replaced in place, so every other position still
     -- names its own recipient) is nobody: its return path and link name no one
-    IF mailroom._is_erased_recipient(v_envelope[v_n]) THEN
+    IF mailroom_internal._is_erased_recipient(v_envelope[v_n]) THEN
         RETURN;
     END IF;
     message_id := v_id;
@@ -340,10 +340,10 @@ BEGIN
 END;
 $$;
 
-COMMENT ON FUNCTION mailroom._signed_recipient(text) IS
+COMMENT ON FUNCTION mailroom_internal._signed_recipient(text) IS
 'Internal: the message, envelope position, purpose (bounce, unsubscribe) and address a signed address or one-click token names; no row when forged or its message is gone.';
 
-CREATE OR REPLACE FUNCTION mailroom._is_feedback_address(p_address text)
+CREATE OR REPLACE FUNCTION mailroom_internal._is_feedback_address(p_address text)
 RETURNS boolean
 LANGUAGE sql
 STABLE
@@ -351,17 +351,17 @@ SET search_path = pg_catalog, pg_temp
 AS $$
     -- the configured address ARF complaint reports arrive at (outbound.feedback_address)
     SELECT coalesce(
-        mailroom._normalize_address(p_address) = mailroom._normalize_address(
+        mailroom_internal._normalize_address(p_address) = mailroom_internal._normalize_address(
             nullif(btrim(mailroom.setting('outbound.feedback_address')), '')
         ),
         false
     );
 $$;
 
-COMMENT ON FUNCTION mailroom._is_feedback_address(text) IS
+COMMENT ON FUNCTION mailroom_internal._is_feedback_address(text) IS
 'Internal: whether an address is the configured feedback (ARF complaint) address, outbound.feedback_address.';
 
-CREATE OR REPLACE FUNCTION mailroom._spend_signature(
+CREATE OR REPLACE FUNCTION mailroom_internal._spend_signature(
     p_message_id bigint, p_recipient integer, p_address text, p_reason text
 )
 RETURNS boolean
@@ -382,15 +382,15 @@ BEGIN
     IF v_new IS NULL THEN
         RETURN false;
     END IF;
-    PERFORM mailroom._add_suppression(p_address, p_reason, NULL, p_message_id);
+    PERFORM mailroom_internal._add_suppression(p_address, p_reason, NULL, p_message_id);
     RETURN true;
 END;
 $$;
 
-COMMENT ON FUNCTION mailroom._spend_signature(bigint, integer, text, text) IS
+COMMENT ON FUNCTION mailroom_internal._spend_signature(bigint, integer, text, text) IS
 'Internal: suppress the recipient a signature names with a reason, the first time only (spent_signatures); true when it did.';
 
-CREATE OR REPLACE FUNCTION mailroom._recipient_position(p_to text[], p_cc text[], p_bcc text[], p_address text)
+CREATE OR REPLACE FUNCTION mailroom_internal._recipient_position(p_to text[], p_cc text[], p_bcc text[], p_address text)
 RETURNS text
 LANGUAGE sql
 IMMUTABLE
@@ -400,12 +400,12 @@ AS $$
     SELECT format('%s[%s]', k.kind, a.n)
     FROM (VALUES (1, 'to', p_to), (2, 'cc', p_cc), (3, 'bcc', p_bcc)) AS k (ord, kind, addrs)
     CROSS JOIN LATERAL unnest(k.addrs) WITH ORDINALITY AS a (address, n)
-    WHERE mailroom._normalize_address(a.address) = mailroom._normalize_address(p_address)
+    WHERE mailroom_internal._normalize_address(a.address) = mailroom_internal._normalize_address(p_address)
     ORDER BY k.ord, a.n
     LIMIT 1;
 $$;
 
-COMMENT ON FUNCTION mailroom._recipient_position(text[], text[], text[], text) IS
+COMMENT ON FUNCTION mailroom_internal._recipient_position(text[], text[], text[], text) IS
 'Internal: the position of an address among a message''s recipients (to[1], cc[2], bcc[1]), NULL if not one.';
 
 CREATE OR REPLACE FUNCTION mailroom.check_bounce_recipient(
@@ -427,24 +427,24 @@ BEGIN
     -- (ok, unknown, deleted, ...), after the inbox of an unknown address on a catch-all domain was
     -- created (sql/24_catchall.sql). A refusing verdict comes with the SMTP reply the server sends
     -- (mailroom.error_codes). VOLATILE for that creation; PL/pgSQL, so its plans are kept.
-    IF mailroom._is_feedback_address(p_address) THEN
+    IF mailroom_internal._is_feedback_address(p_address) THEN
         verdict := 'bounce';
-        address := mailroom._normalize_address(p_address);
+        address := mailroom_internal._normalize_address(p_address);
         reply := NULL;
         RETURN NEXT;
         RETURN;
     END IF;
-    IF mailroom._is_verp_address(p_address) THEN
-        verdict := CASE WHEN EXISTS (SELECT 1 FROM mailroom._signed_recipient(p_address)) THEN 'bounce' ELSE 'unknown' END;
-        address := mailroom._normalize_address(p_address);
-        reply := mailroom._verdict_reply(verdict);
+    IF mailroom_internal._is_verp_address(p_address) THEN
+        verdict := CASE WHEN EXISTS (SELECT 1 FROM mailroom_internal._signed_recipient(p_address)) THEN 'bounce' ELSE 'unknown' END;
+        address := mailroom_internal._normalize_address(p_address);
+        reply := mailroom_internal._verdict_reply(verdict);
         RETURN NEXT;
         RETURN;
     END IF;
     -- an inbox's injected fault at RCPT comes with its own reply (sql/24_faults.sql)
     RETURN QUERY
-    SELECT c.verdict, c.address, coalesce(c.reply, mailroom._verdict_reply(c.verdict))
-    FROM mailroom._check_recipient_fault(p_address, p_size) AS c;
+    SELECT c.verdict, c.address, coalesce(c.reply, mailroom_internal._verdict_reply(c.verdict))
+    FROM mailroom_internal._check_recipient_fault(p_address, p_size) AS c;
 END;
 $$;
 
@@ -453,7 +453,7 @@ COMMENT ON FUNCTION mailroom.check_bounce_recipient(text, bigint) IS
 
 GRANT EXECUTE ON FUNCTION mailroom.check_bounce_recipient(text, bigint) TO mailroom_inbound;
 
-CREATE OR REPLACE FUNCTION mailroom._complaint_type(p_report jsonb)
+CREATE OR REPLACE FUNCTION mailroom_internal._complaint_type(p_report jsonb)
 RETURNS text
 LANGUAGE sql
 IMMUTABLE
@@ -469,7 +469,7 @@ AS $$
     END;
 $$;
 
-COMMENT ON FUNCTION mailroom._complaint_type(jsonb) IS
+COMMENT ON FUNCTION mailroom_internal._complaint_type(jsonb) IS
 'Internal: what an ARF report means: complaint (Feedback-Type abuse, fraud, virus), other, NULL when it is no ARF report.';
 
 CREATE OR REPLACE FUNCTION mailroom.record_bounce(p_return_path text, p_reports jsonb)
@@ -480,7 +480,7 @@ SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-    v_feedback boolean := mailroom._is_feedback_address(p_return_path);
+    v_feedback boolean := mailroom_internal._is_feedback_address(p_return_path);
     v_id bigint;
     v_n integer;
     v_purpose text;
@@ -501,7 +501,7 @@ DECLARE
 BEGIN
     IF NOT v_feedback THEN
         SELECT g.message_id, g.recipient, g.purpose, g.address INTO v_id, v_n, v_purpose, v_rcpt
-        FROM mailroom._signed_recipient(p_return_path) AS g;
+        FROM mailroom_internal._signed_recipient(p_return_path) AS g;
         IF v_id IS NULL THEN
             RAISE EXCEPTION USING
                 ERRCODE = 'MR360',
@@ -519,7 +519,7 @@ BEGIN
         -- signed addresses it quotes (Original-Mail-From, the original's Return-Path or
         -- List-Unsubscribe): the first valid one decides, never an unsigned address.
         FOR r IN
-            SELECT e.v, mailroom._complaint_type(e.v) AS kind
+            SELECT e.v, mailroom_internal._complaint_type(e.v) AS kind
             FROM jsonb_array_elements(p_reports) WITH ORDINALITY AS e (v, n)
             WHERE e.n <= 100 AND jsonb_typeof(e.v) = 'object' AND e.v ? 'feedback_type'
             ORDER BY e.n
@@ -528,7 +528,7 @@ BEGIN
             FROM jsonb_array_elements_text(
                 CASE WHEN jsonb_typeof(r.v -> 'signed') = 'array' THEN r.v -> 'signed' ELSE '[]' END
             ) WITH ORDINALITY AS a (address, n)
-            CROSS JOIN LATERAL mailroom._signed_recipient(left(a.address, 400)) AS g
+            CROSS JOIN LATERAL mailroom_internal._signed_recipient(left(a.address, 400)) AS g
             WHERE a.n <= 10 AND g.recipient IS NOT NULL
             ORDER BY a.n
             LIMIT 1;
@@ -539,13 +539,13 @@ BEGIN
             v_id := s.message_id;
             v_outcome := r.kind;
             IF r.kind = 'complaint' THEN
-                IF mailroom._spend_signature(s.message_id, s.recipient, s.address, 'complaint') THEN
+                IF mailroom_internal._spend_signature(s.message_id, s.recipient, s.address, 'complaint') THEN
                     v_suppressed := v_suppressed + 1;
                 ELSE
                     v_outcome := 'spent';
                 END IF;
             END IF;
-            SELECT mailroom._recipient_position(m.to_addrs, m.cc_addrs, m.bcc_addrs, s.address) INTO v_pos
+            SELECT mailroom_internal._recipient_position(m.to_addrs, m.cc_addrs, m.bcc_addrs, s.address) INTO v_pos
             FROM mailroom.outbound_messages AS m WHERE m.id = s.message_id;
             INSERT INTO mailroom.outbound_bounces (message_id, received_at, outcome, recipient, action)
             VALUES (s.message_id, v_now, v_outcome, v_pos, 'feedback:' || left(lower(r.v ->> 'feedback_type'), 20));
@@ -575,13 +575,13 @@ BEGIN
     SELECT m.to_addrs, m.cc_addrs, m.bcc_addrs INTO v_to, v_cc, v_bcc
     FROM mailroom.outbound_messages AS m
     WHERE m.id = v_id;
-    v_pos := mailroom._recipient_position(v_to, v_cc, v_bcc, v_rcpt);
+    v_pos := mailroom_internal._recipient_position(v_to, v_cc, v_bcc, v_rcpt);
 
     IF v_purpose = 'unsubscribe' THEN
         -- mail to an unsubscribe address (RFC 2369 mailto): whatever it says, its recipient
         -- asked to be removed, once
         v_outcome := CASE
-            WHEN mailroom._spend_signature(v_id, v_n, v_rcpt, 'unsubscribe') THEN 'unsubscribe' ELSE 'spent'
+            WHEN mailroom_internal._spend_signature(v_id, v_n, v_rcpt, 'unsubscribe') THEN 'unsubscribe' ELSE 'spent'
         END;
         INSERT INTO mailroom.outbound_bounces (message_id, received_at, outcome, recipient, action)
         VALUES (v_id, v_now, v_outcome, v_pos, 'unsubscribe:mailto');
@@ -603,8 +603,8 @@ BEGIN
         WITH rep AS (
             SELECT
                 e.n,
-                mailroom._normalize_address(e.v ->> 'recipient') AS rcpt,
-                mailroom._complaint_type(e.v) AS feedback,
+                mailroom_internal._normalize_address(e.v ->> 'recipient') AS rcpt,
+                mailroom_internal._complaint_type(e.v) AS feedback,
                 -- one word (RFC 3464: failed, delayed, delivered, relayed, expanded); else NULL
                 substring(lower(btrim(e.v ->> 'action')) FROM '^([a-z-]{1,20})$') AS action,
                 CASE
@@ -622,9 +622,9 @@ BEGIN
             CASE
                 WHEN v_rcpt IS NULL THEN 'ignored'
                 WHEN rep.feedback IS NOT NULL THEN rep.feedback
-                WHEN rep.rcpt IS DISTINCT FROM mailroom._normalize_address(v_rcpt) THEN 'ignored'
+                WHEN rep.rcpt IS DISTINCT FROM mailroom_internal._normalize_address(v_rcpt) THEN 'ignored'
                 WHEN rep.action = 'failed'
-                    AND mailroom._classify_outcome('reply', rep.code, rep.status) = 'permanent' THEN 'hard_bounce'
+                    AND mailroom_internal._classify_outcome('reply', rep.code, rep.status) = 'permanent' THEN 'hard_bounce'
                 WHEN rep.action = 'failed' THEN 'soft_bounce'
                 WHEN rep.action = 'delayed' THEN 'delayed'
                 ELSE 'other'
@@ -634,7 +634,7 @@ BEGIN
     LOOP
         v_outcome := r.outcome;
         IF v_outcome IN ('hard_bounce', 'complaint') THEN
-            IF mailroom._spend_signature(v_id, v_n, v_rcpt, v_outcome) THEN
+            IF mailroom_internal._spend_signature(v_id, v_n, v_rcpt, v_outcome) THEN
                 v_suppressed := v_suppressed + 1;
             ELSE
                 v_outcome := 'spent';
@@ -701,13 +701,13 @@ SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
-    IF p_domain IS NOT NULL AND mailroom._bounce_domain_name(p_domain) IS NULL THEN
+    IF p_domain IS NOT NULL AND mailroom_internal._bounce_domain_name(p_domain) IS NULL THEN
         RAISE EXCEPTION USING
             ERRCODE = 'MR362',
             MESSAGE = 'the bounce domain must be a domain name (NULL: use the setting outbound.bounce_domain)';
     END IF;
     UPDATE mailroom.senders AS s
-    SET bounce_domain = mailroom._bounce_domain_name(p_domain), updated_at = mailroom.clock()
+    SET bounce_domain = mailroom_internal._bounce_domain_name(p_domain), updated_at = mailroom.clock()
     WHERE s.name = p_sender;
     IF NOT FOUND THEN
         RAISE EXCEPTION USING
@@ -761,7 +761,7 @@ BEGIN
         SELECT
             m.id,
             m.claim_token,
-            mailroom._normalize_address(u.rcpt) AS rcpt,
+            mailroom_internal._normalize_address(u.rcpt) AS rcpt,
             u.code,
             CASE WHEN u.enhanced ~ '^[245][.][0-9]{1,3}[.][0-9]{1,3}$' THEN u.enhanced END AS enhanced,
             p.pos
@@ -773,15 +773,15 @@ BEGIN
             SELECT format('%s[%s]', k.kind, a.n) AS pos
             FROM (VALUES (1, 'to', m.to_addrs), (2, 'cc', m.cc_addrs), (3, 'bcc', m.bcc_addrs)) AS k (ord, kind, addrs)
             CROSS JOIN LATERAL unnest(k.addrs) WITH ORDINALITY AS a (address, n)
-            WHERE mailroom._normalize_address(a.address) = mailroom._normalize_address(u.rcpt)
+            WHERE mailroom_internal._normalize_address(a.address) = mailroom_internal._normalize_address(u.rcpt)
             ORDER BY k.ord, a.n
             LIMIT 1
         ) AS p
         WHERE m.id = any(p_ids)
         ORDER BY u.n
     LOOP
-        IF mailroom._classify_outcome('reply', r.code, r.enhanced) = 'permanent' THEN
-            PERFORM mailroom._add_suppression(r.rcpt, 'hard_bounce', NULL, r.id);
+        IF mailroom_internal._classify_outcome('reply', r.code, r.enhanced) = 'permanent' THEN
+            PERFORM mailroom_internal._add_suppression(r.rcpt, 'hard_bounce', NULL, r.id);
             v_suppressed := v_suppressed + 1;
             INSERT INTO mailroom.outbound_bounces (
                 message_id, received_at, outcome, recipient, action, status, smtp_code, claim_token

@@ -9,7 +9,7 @@
 -- unsubscribe(); mail to the mailto address reaches record_bounce through `mailroom inbox serve`.
 -- Either adds the recipient to the suppression list with reason unsubscribe, once.
 
-CREATE OR REPLACE FUNCTION mailroom._unsubscribe_base()
+CREATE OR REPLACE FUNCTION mailroom_internal._unsubscribe_base()
 RETURNS text
 LANGUAGE sql
 STABLE
@@ -22,18 +22,18 @@ AS $$
     WHERE b.v ~ '^https://[A-Za-z0-9.-]+(:[0-9]{1,5})?(/[A-Za-z0-9._~/-]*)?$';
 $$;
 
-COMMENT ON FUNCTION mailroom._unsubscribe_base() IS
+COMMENT ON FUNCTION mailroom_internal._unsubscribe_base() IS
 'Internal: the https base of one-click unsubscribe links (outbound.unsubscribe_base_url), NULL when unset or not https.';
 
-CREATE OR REPLACE FUNCTION mailroom._list_unsubscribe(p_message_id bigint, p_sender_id bigint, p_recipients integer)
+CREATE OR REPLACE FUNCTION mailroom_internal._list_unsubscribe(p_message_id bigint, p_sender_id bigint, p_recipients integer)
 RETURNS text[]
 LANGUAGE plpgsql
 STABLE
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-    v_base text := mailroom._unsubscribe_base();
-    v_domain text := mailroom._message_bounce_domain(p_sender_id);
+    v_base text := mailroom_internal._unsubscribe_base();
+    v_domain text := mailroom_internal._message_bounce_domain(p_sender_id);
     v_key bytea;
 BEGIN
     -- The List-Unsubscribe value of each envelope recipient (the https link, the mailto address,
@@ -52,7 +52,7 @@ BEGIN
             SELECT
                 n,
                 p_message_id::text || '-' || n::text || '-'
-                || mailroom._recipient_signature('mailroom-unsubscribe', p_message_id, n, v_key) AS token
+                || mailroom_internal._recipient_signature('mailroom-unsubscribe', p_message_id, n, v_key) AS token
             FROM generate_series(1, p_recipients) AS n
         ) AS t
         ORDER BY t.n
@@ -60,7 +60,7 @@ BEGIN
 END;
 $$;
 
-COMMENT ON FUNCTION mailroom._list_unsubscribe(bigint, bigint, integer) IS
+COMMENT ON FUNCTION mailroom_internal._list_unsubscribe(bigint, bigint, integer) IS
 'Internal: the List-Unsubscribe header value of each envelope recipient of a bulk message (https one-click link and/or signed mailto), NULL without either.';
 
 CREATE OR REPLACE FUNCTION mailroom.unsubscribe(p_token text, p_one_click text)
@@ -92,15 +92,15 @@ BEGIN
             MESSAGE = 'not a valid unsubscribe token';
     END IF;
     SELECT g.message_id, g.recipient, g.address INTO v_id, v_n, v_rcpt
-    FROM mailroom._signed_recipient(p_token) AS g
+    FROM mailroom_internal._signed_recipient(p_token) AS g
     WHERE g.purpose = 'unsubscribe';
     IF v_id IS NULL THEN
         RAISE EXCEPTION USING
             ERRCODE = 'MR380',
             MESSAGE = 'not a valid unsubscribe token';
     END IF;
-    v_done := mailroom._spend_signature(v_id, v_n, v_rcpt, 'unsubscribe');
-    SELECT mailroom._recipient_position(m.to_addrs, m.cc_addrs, m.bcc_addrs, v_rcpt) INTO v_pos
+    v_done := mailroom_internal._spend_signature(v_id, v_n, v_rcpt, 'unsubscribe');
+    SELECT mailroom_internal._recipient_position(m.to_addrs, m.cc_addrs, m.bcc_addrs, v_rcpt) INTO v_pos
     FROM mailroom.outbound_messages AS m WHERE m.id = v_id;
     INSERT INTO mailroom.outbound_bounces (message_id, received_at, outcome, recipient, action)
     VALUES (v_id, mailroom.clock(), CASE WHEN v_done THEN 'unsubscribe' ELSE 'spent' END, v_pos, 'unsubscribe:one-click');
@@ -113,7 +113,7 @@ COMMENT ON FUNCTION mailroom.unsubscribe(text, text) IS
 
 GRANT EXECUTE ON FUNCTION mailroom.unsubscribe(text, text) TO mailroom_http;
 
-CREATE OR REPLACE FUNCTION mailroom._mark_bulk(p_id bigint)
+CREATE OR REPLACE FUNCTION mailroom_internal._mark_bulk(p_id bigint)
 RETURNS void
 LANGUAGE sql
 SET search_path = pg_catalog, pg_temp
@@ -124,7 +124,7 @@ AS $$
     WHERE m.id = p_id AND NOT m.bulk AND m.token_id IS NULL;
 $$;
 
-COMMENT ON FUNCTION mailroom._mark_bulk(bigint) IS
+COMMENT ON FUNCTION mailroom_internal._mark_bulk(bigint) IS
 'Internal: mark a just-queued application message bulk (List-Unsubscribe at claim); never a token email.';
 
 CREATE OR REPLACE FUNCTION mailroom.enqueue_bulk_message(
@@ -153,7 +153,7 @@ BEGIN
         p_sender, p_to, p_subject, p_text_body, p_html_body, p_cc, p_bcc, p_headers,
         p_idempotency_key, p_send_after, p_priority
     );
-    PERFORM mailroom._mark_bulk(v_id);
+    PERFORM mailroom_internal._mark_bulk(v_id);
     RETURN v_id;
 END;
 $$;

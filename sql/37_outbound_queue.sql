@@ -21,7 +21,7 @@
 -- docs; each verb keeps its own public function below and its own grant. The statuses 'held' and
 -- 'cancelled' are named only in PL/pgSQL bodies and data (migration 0160).
 
-CREATE OR REPLACE FUNCTION mailroom._queue_verb_statuses(p_verb text)
+CREATE OR REPLACE FUNCTION mailroom_internal._queue_verb_statuses(p_verb text)
 RETURNS text[]
 LANGUAGE plpgsql
 STABLE
@@ -33,10 +33,10 @@ BEGIN
 END;
 $$;
 
-COMMENT ON FUNCTION mailroom._queue_verb_statuses(text) IS
+COMMENT ON FUNCTION mailroom_internal._queue_verb_statuses(text) IS
 'Internal: the statuses an operator verb (a row of mailroom.queue_verbs) changes a message from.';
 
-CREATE OR REPLACE FUNCTION mailroom._operator_log(p_log text, p_now timestamptz, p_what text, p_max integer)
+CREATE OR REPLACE FUNCTION mailroom_internal._operator_log(p_log text, p_now timestamptz, p_what text, p_max integer)
 RETURNS text
 LANGUAGE sql
 IMMUTABLE
@@ -50,11 +50,11 @@ AS $$
     )
 $$;
 
-COMMENT ON FUNCTION mailroom._operator_log(text, timestamptz, text, integer) IS
+COMMENT ON FUNCTION mailroom_internal._operator_log(text, timestamptz, text, integer) IS
 'Internal: error_log with a line for an operator''s action (UTC time, what), trimmed to its last p_max characters.';
 
 -- Its Citus form: sql/citus/20_queue.sql replaces this whole body (mailroom.db.citus.WHOLE_OVERRIDES).
-CREATE OR REPLACE FUNCTION mailroom._queue_verb_change(
+CREATE OR REPLACE FUNCTION mailroom_internal._queue_verb_change(
     p_verb text,
     p_where text,
     p_positions text,
@@ -102,10 +102,10 @@ BEGIN
 END;
 $$;
 
-COMMENT ON FUNCTION mailroom._queue_verb_change(text, text, text, text, bigint[], text, text[], boolean, timestamptz) IS
+COMMENT ON FUNCTION mailroom_internal._queue_verb_change(text, text, text, text, bigint[], text, text[], boolean, timestamptz) IS
 'Internal: the change step of _queue_verb (delete, or UPDATE … SET p_set) on the rows p_where selects that no one else holds; returns how many, the first 20 ids and their recipient domains.';
 
-CREATE OR REPLACE FUNCTION mailroom._queue_verb(
+CREATE OR REPLACE FUNCTION mailroom_internal._queue_verb(
     p_verb text,
     p_ids bigint[],
     p_domain text,
@@ -123,7 +123,7 @@ DECLARE
     v_now timestamptz := mailroom.clock();
     v_verb mailroom.queue_verbs;
     v_from text [];
-    v_domain text := mailroom._normalize_domain(p_domain);
+    v_domain text := mailroom_internal._normalize_domain(p_domain);
     v_include boolean := coalesce(p_include_suppressed, false);
     v_where text;
     v_positions text;
@@ -162,7 +162,7 @@ BEGIN
             MESSAGE = format('%s: the recipient domain is empty', p_verb);
     END IF;
     IF p_status IS NOT NULL THEN
-        PERFORM mailroom._check_outbound_status(p_status);
+        PERFORM mailroom_internal._check_outbound_status(p_status);
         IF NOT p_status = ANY(v_from) THEN
             RAISE EXCEPTION USING
                 ERRCODE = 'MR344',
@@ -172,7 +172,7 @@ BEGIN
         v_from := ARRAY[p_status];
     END IF;
     v_positions := CASE WHEN v_verb.checks_suppressed
-        THEN 'mailroom._suppressed_recipients(m.to_addrs, m.cc_addrs, m.bcc_addrs)'
+        THEN 'mailroom_internal._suppressed_recipients(m.to_addrs, m.cc_addrs, m.bcc_addrs)'
         ELSE '''{}''::text[]'
     END;
 
@@ -245,11 +245,11 @@ BEGIN
         CASE WHEN v_verb.fresh_attempts
             THEN 'attempts = 0, claimed_by = NULL, claim_token = NULL, lease_expires_at = NULL'
         END,
-        format('error_log = mailroom._operator_log(m.error_log, $5, %L, %s)',
+        format('error_log = mailroom_internal._operator_log(m.error_log, $5, %L, %s)',
             v_verb.log_line, mailroom.setting('outbound.error_log_max_chars')::integer)
     );
     SELECT c.changed, c.ids, c.domains INTO v_changed, v_ids, v_domains
-    FROM mailroom._queue_verb_change(p_verb, v_where, v_positions, v_set, p_ids, v_domain, v_from, v_include, v_now) AS c;
+    FROM mailroom_internal._queue_verb_change(p_verb, v_where, v_positions, v_set, p_ids, v_domain, v_from, v_include, v_now) AS c;
 
     IF v_verb.due = 'now' THEN
         -- due now means the domain's backoff too (sql/39): lifted for the domain named, for every
@@ -286,7 +286,7 @@ BEGIN
 END;
 $$;
 
-COMMENT ON FUNCTION mailroom._queue_verb(text, bigint[], text, boolean, text, boolean, boolean) IS
+COMMENT ON FUNCTION mailroom_internal._queue_verb(text, bigint[], text, boolean, text, boolean, boolean) IS
 'Internal: one operator verb (a row of mailroom.queue_verbs) on the messages named by ids, a recipient domain or all; see the top of sql/37_outbound_queue.sql.';
 
 CREATE OR REPLACE FUNCTION mailroom.hold_messages(
@@ -301,7 +301,7 @@ LANGUAGE sql
 SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
-    SELECT * FROM mailroom._queue_verb('hold', p_ids, p_domain, p_all, p_status, p_dry_run)
+    SELECT * FROM mailroom_internal._queue_verb('hold', p_ids, p_domain, p_all, p_status, p_dry_run)
 $$;
 
 COMMENT ON FUNCTION mailroom.hold_messages(bigint[], text, boolean, text, boolean) IS
@@ -321,7 +321,7 @@ LANGUAGE sql
 SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
-    SELECT * FROM mailroom._queue_verb('release', p_ids, p_domain, p_all, p_status, p_dry_run)
+    SELECT * FROM mailroom_internal._queue_verb('release', p_ids, p_domain, p_all, p_status, p_dry_run)
 $$;
 
 COMMENT ON FUNCTION mailroom.release_held_messages(bigint[], text, boolean, text, boolean) IS
@@ -341,7 +341,7 @@ LANGUAGE sql
 SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
-    SELECT * FROM mailroom._queue_verb('cancel', p_ids, p_domain, p_all, p_status, p_dry_run)
+    SELECT * FROM mailroom_internal._queue_verb('cancel', p_ids, p_domain, p_all, p_status, p_dry_run)
 $$;
 
 COMMENT ON FUNCTION mailroom.cancel_messages(bigint[], text, boolean, text, boolean) IS
@@ -361,7 +361,7 @@ LANGUAGE sql
 SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
-    SELECT * FROM mailroom._queue_verb('delete', p_ids, p_domain, p_all, p_status, p_dry_run)
+    SELECT * FROM mailroom_internal._queue_verb('delete', p_ids, p_domain, p_all, p_status, p_dry_run)
 $$;
 
 COMMENT ON FUNCTION mailroom.delete_messages(bigint[], text, boolean, text, boolean) IS
@@ -381,7 +381,7 @@ LANGUAGE sql
 SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
-    SELECT * FROM mailroom._queue_verb('run_now', p_ids, p_domain, p_all, p_status, p_dry_run)
+    SELECT * FROM mailroom_internal._queue_verb('run_now', p_ids, p_domain, p_all, p_status, p_dry_run)
 $$;
 
 COMMENT ON FUNCTION mailroom.run_messages_now(bigint[], text, boolean, text, boolean) IS
@@ -402,7 +402,7 @@ LANGUAGE sql
 SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
-    SELECT * FROM mailroom._queue_verb('retry', p_ids, p_domain, p_all, p_status, p_dry_run, p_include_suppressed)
+    SELECT * FROM mailroom_internal._queue_verb('retry', p_ids, p_domain, p_all, p_status, p_dry_run, p_include_suppressed)
 $$;
 
 COMMENT ON FUNCTION mailroom.retry_messages(bigint[], text, boolean, text, boolean, boolean) IS
@@ -417,7 +417,7 @@ SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
     -- MR340 unknown, MR341 not failed, cancelled or held, MR318 a recipient suppressed since
-    SELECT p_id FROM mailroom._queue_verb('retry', ARRAY[p_id], null, false, null, false)
+    SELECT p_id FROM mailroom_internal._queue_verb('retry', ARRAY[p_id], null, false, null, false)
 $$;
 
 COMMENT ON FUNCTION mailroom.retry_message(bigint) IS
@@ -431,7 +431,7 @@ LANGUAGE sql
 SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
-    SELECT r.changed::integer FROM mailroom._queue_verb('retry', null, null, true, 'failed', false) AS r
+    SELECT r.changed::integer FROM mailroom_internal._queue_verb('retry', null, null, true, 'failed', false) AS r
 $$;
 
 COMMENT ON FUNCTION mailroom.retry_failed_messages() IS
@@ -459,7 +459,7 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     v_now timestamptz := mailroom.clock();
-    v_blocked text [] := ARRAY(SELECT b.domain FROM mailroom._blocked_domains(v_now) AS b);
+    v_blocked text [] := ARRAY(SELECT b.domain FROM mailroom_internal._blocked_domains(v_now) AS b);
 BEGIN
     IF p_limit IS NULL OR p_limit NOT BETWEEN 1 AND 10000 THEN
         RAISE EXCEPTION USING

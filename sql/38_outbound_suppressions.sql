@@ -2,7 +2,7 @@
 -- PII: adding, removing and listing are for mailroom_admin; the application may only ask
 -- whether one address is suppressed. Error messages never contain an address.
 
-CREATE OR REPLACE FUNCTION mailroom._suppression_id(p_address text)
+CREATE OR REPLACE FUNCTION mailroom_internal._suppression_id(p_address text)
 RETURNS bigint
 LANGUAGE sql
 STABLE
@@ -13,26 +13,26 @@ AS $$
     SELECT s.id
     FROM mailroom.suppressions AS s
     WHERE
-        s.address = ANY(mailroom._suppression_keys(p_address))
+        s.address = ANY(mailroom_internal._suppression_keys(p_address))
         AND (s.expires_at IS NULL OR s.expires_at > mailroom.clock());
 $$;
 
-COMMENT ON FUNCTION mailroom._suppression_id(text) IS
+COMMENT ON FUNCTION mailroom_internal._suppression_id(text) IS
 'Internal: id of the suppression in force now for an address (normalized), else NULL.';
 
-CREATE OR REPLACE FUNCTION mailroom._suppressed(p_address text)
+CREATE OR REPLACE FUNCTION mailroom_internal._suppressed(p_address text)
 RETURNS boolean
 LANGUAGE sql
 STABLE
 SET search_path = pg_catalog, pg_temp
 AS $$
-    SELECT mailroom._suppression_id(p_address) IS NOT NULL;
+    SELECT mailroom_internal._suppression_id(p_address) IS NOT NULL;
 $$;
 
-COMMENT ON FUNCTION mailroom._suppressed(text) IS
+COMMENT ON FUNCTION mailroom_internal._suppressed(text) IS
 'Internal: whether a suppression is in force now for an address (the enqueue paths use it).';
 
-CREATE OR REPLACE FUNCTION mailroom._add_suppression(
+CREATE OR REPLACE FUNCTION mailroom_internal._add_suppression(
     p_address text,
     p_reason text,
     p_expires_at timestamptz,
@@ -52,7 +52,7 @@ BEGIN
     -- hard bounce never shortens or replaces an entry already in force (finalize_messages and,
     -- later, bounce parsing call this for every 5xx).
     INSERT INTO mailroom.suppressions AS s (address, reason, source_message, created_at, expires_at)
-    VALUES (mailroom._normalize_address(p_address), p_reason, p_source_message, v_now, p_expires_at)
+    VALUES (mailroom_internal._normalize_address(p_address), p_reason, p_source_message, v_now, p_expires_at)
     ON CONFLICT (address) DO UPDATE
     SET
         reason = excluded.reason,
@@ -66,13 +66,13 @@ BEGIN
     IF v_id IS NULL THEN
         SELECT s.id INTO v_id
         FROM mailroom.suppressions AS s
-        WHERE s.address = mailroom._normalize_address(p_address);
+        WHERE s.address = mailroom_internal._normalize_address(p_address);
     END IF;
     RETURN v_id;
 END;
 $$;
 
-COMMENT ON FUNCTION mailroom._add_suppression(text, text, timestamptz, bigint) IS
+COMMENT ON FUNCTION mailroom_internal._add_suppression(text, text, timestamptz, bigint) IS
 'Internal: insert or refresh a suppression (a hard bounce never overrides one in force); returns its id.';
 
 CREATE OR REPLACE FUNCTION mailroom.suppress(
@@ -88,7 +88,7 @@ SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
-    IF NOT coalesce(mailroom._is_valid_address(mailroom._normalize_address(p_address)), false) THEN
+    IF NOT coalesce(mailroom_internal._is_valid_address(mailroom_internal._normalize_address(p_address)), false) THEN
         RAISE EXCEPTION USING
             ERRCODE = 'MR350',
             MESSAGE = 'the address to suppress is not a valid email address';
@@ -106,7 +106,7 @@ BEGIN
             ERRCODE = 'MR352',
             MESSAGE = 'expires_at must be a finite time in the future (NULL: until removed)';
     END IF;
-    RETURN mailroom._add_suppression(p_address, p_reason, p_expires_at, p_source_message);
+    RETURN mailroom_internal._add_suppression(p_address, p_reason, p_expires_at, p_source_message);
 END;
 $$;
 
@@ -125,7 +125,7 @@ AS $$
     -- true when an entry was removed (expired or not), false when there was none
     WITH gone AS (
         DELETE FROM mailroom.suppressions AS s
-        WHERE s.address = ANY(mailroom._suppression_keys(p_address))
+        WHERE s.address = ANY(mailroom_internal._suppression_keys(p_address))
         RETURNING s.id
     )
 
@@ -144,7 +144,7 @@ STABLE
 SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
-    SELECT mailroom._suppressed(p_address);
+    SELECT mailroom_internal._suppressed(p_address);
 $$;
 
 COMMENT ON FUNCTION mailroom.is_suppressed(text) IS
@@ -189,7 +189,7 @@ COMMENT ON FUNCTION mailroom.list_suppressions(integer) IS
 
 GRANT EXECUTE ON FUNCTION mailroom.list_suppressions(integer) TO mailroom_admin;
 
-CREATE OR REPLACE FUNCTION mailroom._suppressed_positions(p_kind text, p_addresses text[])
+CREATE OR REPLACE FUNCTION mailroom_internal._suppressed_positions(p_kind text, p_addresses text[])
 RETURNS text[]
 LANGUAGE sql
 STABLE
@@ -198,13 +198,13 @@ AS $$
     -- the positions ('to[2]') of the suppressed addresses in a recipient list, in order
     SELECT coalesce(array_agg(format('%s[%s]', p_kind, a.n) ORDER BY a.n), '{}')
     FROM unnest(p_addresses) WITH ORDINALITY AS a (address, n)
-    WHERE mailroom._suppressed(a.address);
+    WHERE mailroom_internal._suppressed(a.address);
 $$;
 
-COMMENT ON FUNCTION mailroom._suppressed_positions(text, text[]) IS
+COMMENT ON FUNCTION mailroom_internal._suppressed_positions(text, text[]) IS
 'Internal: positions (kind[n], never the value) of the suppressed addresses of a recipient list.';
 
-CREATE OR REPLACE FUNCTION mailroom._without_suppressed(p_addresses text[])
+CREATE OR REPLACE FUNCTION mailroom_internal._without_suppressed(p_addresses text[])
 RETURNS text[]
 LANGUAGE sql
 STABLE
@@ -212,23 +212,23 @@ SET search_path = pg_catalog, pg_temp
 AS $$
     SELECT coalesce(array_agg(a.address ORDER BY a.n), '{}')
     FROM unnest(p_addresses) WITH ORDINALITY AS a (address, n)
-    WHERE NOT mailroom._suppressed(a.address);
+    WHERE NOT mailroom_internal._suppressed(a.address);
 $$;
 
-COMMENT ON FUNCTION mailroom._without_suppressed(text[]) IS
+COMMENT ON FUNCTION mailroom_internal._without_suppressed(text[]) IS
 'Internal: a recipient list without its suppressed addresses, in order.';
 
-CREATE OR REPLACE FUNCTION mailroom._suppressed_recipients(p_to text[], p_cc text[], p_bcc text[])
+CREATE OR REPLACE FUNCTION mailroom_internal._suppressed_recipients(p_to text[], p_cc text[], p_bcc text[])
 RETURNS text[]
 LANGUAGE sql
 STABLE
 SET search_path = pg_catalog, pg_temp
 AS $$
     -- positions (to[1], bcc[2]) of a message's recipients on the suppression list now
-    SELECT mailroom._suppressed_positions('to', p_to)
-        || mailroom._suppressed_positions('cc', p_cc)
-        || mailroom._suppressed_positions('bcc', p_bcc)
+    SELECT mailroom_internal._suppressed_positions('to', p_to)
+        || mailroom_internal._suppressed_positions('cc', p_cc)
+        || mailroom_internal._suppressed_positions('bcc', p_bcc)
 $$;
 
-COMMENT ON FUNCTION mailroom._suppressed_recipients(text[], text[], text[]) IS
+COMMENT ON FUNCTION mailroom_internal._suppressed_recipients(text[], text[], text[]) IS
 'Internal: positions (never the addresses) of a message''s recipients that are suppressed now.';

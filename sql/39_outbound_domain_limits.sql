@@ -4,7 +4,7 @@
 -- Error codes: MR323 claim outside READ COMMITTED with limits on, MR370 bad pattern, MR371 bad
 -- limit, MR372 no such limit, MR373 the default row cannot be removed.
 
-CREATE OR REPLACE FUNCTION mailroom._recipient_domain(p_to text[], p_cc text[], p_bcc text[])
+CREATE OR REPLACE FUNCTION mailroom_internal._recipient_domain(p_to text[], p_cc text[], p_bcc text[])
 RETURNS text
 LANGUAGE plpgsql
 IMMUTABLE
@@ -13,13 +13,13 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
     -- The domain a message counts against: its first recipient's (to, then cc, then bcc), in
-    -- the stored form of an address (mailroom._normalize_address), without a trailing dot;
+    -- the stored form of an address (mailroom_internal._normalize_address), without a trailing dot;
     -- '' when there is no recipient. PL/pgSQL for the reason given at _classify_outcome
     -- (enqueue calls it per message).
     RETURN coalesce(
         rtrim(
             split_part(
-                mailroom._normalize_address((coalesce(p_to, '{}') || coalesce(p_cc, '{}') || coalesce(p_bcc, '{}'))[1]),
+                mailroom_internal._normalize_address((coalesce(p_to, '{}') || coalesce(p_cc, '{}') || coalesce(p_bcc, '{}'))[1]),
                 '@', 2
             ),
             '.'
@@ -29,10 +29,10 @@ BEGIN
 END;
 $$;
 
-COMMENT ON FUNCTION mailroom._recipient_domain(text[], text[], text[]) IS
+COMMENT ON FUNCTION mailroom_internal._recipient_domain(text[], text[], text[]) IS
 'Internal: the recipient domain of a message (first of to, cc, bcc; lower case, no trailing dot), the key of the domain limits.';
 
-CREATE OR REPLACE FUNCTION mailroom._normalize_domain(p_domain text)
+CREATE OR REPLACE FUNCTION mailroom_internal._normalize_domain(p_domain text)
 RETURNS text
 LANGUAGE plpgsql
 IMMUTABLE
@@ -46,10 +46,10 @@ BEGIN
 END;
 $$;
 
-COMMENT ON FUNCTION mailroom._normalize_domain(text) IS
+COMMENT ON FUNCTION mailroom_internal._normalize_domain(text) IS
 'Internal: a recipient domain in the stored form of outbound_messages.rcpt_domain (trimmed, lower case, no trailing dot).';
 
-CREATE OR REPLACE FUNCTION mailroom._domain_patterns(p_domain text)
+CREATE OR REPLACE FUNCTION mailroom_internal._domain_patterns(p_domain text)
 RETURNS text[]
 LANGUAGE sql
 IMMUTABLE
@@ -70,10 +70,10 @@ AS $$
         || ARRAY['*'];
 $$;
 
-COMMENT ON FUNCTION mailroom._domain_patterns(text) IS
+COMMENT ON FUNCTION mailroom_internal._domain_patterns(text) IS
 'Internal: the limit patterns matching a domain, most specific first (the domain, *.parent ..., *).';
 
-CREATE OR REPLACE FUNCTION mailroom._domain_limit(p_domain text)
+CREATE OR REPLACE FUNCTION mailroom_internal._domain_limit(p_domain text)
 RETURNS TABLE (pattern text, max_in_flight integer, max_per_minute integer)
 LANGUAGE sql
 STABLE
@@ -85,15 +85,15 @@ AS $$
     -- (the '*' row cannot be removed through the API) means no limit.
     SELECT l.pattern, l.max_in_flight, l.max_per_minute
     FROM mailroom.domain_limits AS l
-    WHERE l.pattern = ANY(mailroom._domain_patterns(p_domain))
-    ORDER BY array_position(mailroom._domain_patterns(p_domain), l.pattern)
+    WHERE l.pattern = ANY(mailroom_internal._domain_patterns(p_domain))
+    ORDER BY array_position(mailroom_internal._domain_patterns(p_domain), l.pattern)
     LIMIT 1;
 $$;
 
-COMMENT ON FUNCTION mailroom._domain_limit(text) IS
+COMMENT ON FUNCTION mailroom_internal._domain_limit(text) IS
 'Internal: the domain_limits row governing a domain (exact, then the nearest *.parent, then *).';
 
-CREATE OR REPLACE FUNCTION mailroom._domain_room(
+CREATE OR REPLACE FUNCTION mailroom_internal._domain_room(
     p_domain text, p_now timestamptz, p_max_in_flight integer, p_max_per_minute integer
 )
 RETURNS integer
@@ -144,10 +144,10 @@ BEGIN
 END;
 $$;
 
-COMMENT ON FUNCTION mailroom._domain_room(text, timestamptz, integer, integer) IS
+COMMENT ON FUNCTION mailroom_internal._domain_room(text, timestamptz, integer, integer) IS
 'Internal: room left for a capped domain now (0 if backed off or its lock is held elsewhere); takes the per-domain claim lock.';
 
-CREATE OR REPLACE FUNCTION mailroom._blocked_domains(p_now timestamptz)
+CREATE OR REPLACE FUNCTION mailroom_internal._blocked_domains(p_now timestamptz)
 RETURNS TABLE (domain text)
 LANGUAGE plpgsql
 STABLE
@@ -165,7 +165,7 @@ BEGIN
     UNION
     SELECT s.domain
     FROM mailroom.domain_state AS s
-    CROSS JOIN LATERAL mailroom._domain_limit(s.domain) AS l
+    CROSS JOIN LATERAL mailroom_internal._domain_limit(s.domain) AS l
     WHERE s.window_start = date_trunc('minute', p_now) AND s.window_count >= l.max_per_minute
     UNION
     SELECT p.domain
@@ -175,15 +175,15 @@ BEGIN
         WHERE x.status = 'processing'
         GROUP BY x.rcpt_domain
     ) AS p
-    CROSS JOIN LATERAL mailroom._domain_limit(p.domain) AS l
+    CROSS JOIN LATERAL mailroom_internal._domain_limit(p.domain) AS l
     WHERE p.n >= l.max_in_flight;
 END;
 $$;
 
-COMMENT ON FUNCTION mailroom._blocked_domains(timestamptz) IS
+COMMENT ON FUNCTION mailroom_internal._blocked_domains(timestamptz) IS
 'Internal: recipient domains that can get nothing claimed now (backed off, per-minute cap reached, in-flight cap reached).';
 
-CREATE OR REPLACE FUNCTION mailroom._is_domain_throttle(
+CREATE OR REPLACE FUNCTION mailroom_internal._is_domain_throttle(
     p_outcome text, p_smtp_code integer, p_enhanced_code text, p_error text
 )
 RETURNS boolean
@@ -198,7 +198,7 @@ BEGIN
     -- (policy, rate limit, greylisting), 450/451 without an enhanced code or with 4.3.0/4.4.x
     -- (greylisting, local congestion), or a 4yz whose text says so ("too many connections",
     -- "rate limit", "throttl...", "greylist"). A 4.2.x (mailbox busy or full) is the recipient's.
-    -- PL/pgSQL for the reason given at mailroom._classify_outcome (finalize calls it per row).
+    -- PL/pgSQL for the reason given at mailroom_internal._classify_outcome (finalize calls it per row).
     RETURN coalesce(
         p_outcome = 'reply'
         AND p_smtp_code BETWEEN 400 AND 499
@@ -213,10 +213,10 @@ BEGIN
 END;
 $$;
 
-COMMENT ON FUNCTION mailroom._is_domain_throttle(text, integer, text, text) IS
+COMMENT ON FUNCTION mailroom_internal._is_domain_throttle(text, integer, text, text) IS
 'Internal: whether a delivery outcome is the domain throttling us (421, 4.7.x, greylisting 450/451, "too many connections").';
 
-CREATE OR REPLACE FUNCTION mailroom._domain_backoff_delay(p_level integer, p_base interval, p_max interval)
+CREATE OR REPLACE FUNCTION mailroom_internal._domain_backoff_delay(p_level integer, p_base interval, p_max interval)
 RETURNS interval
 LANGUAGE sql
 IMMUTABLE
@@ -227,27 +227,27 @@ AS $$
     SELECT least(p_max, p_base * power(2, least(greatest(p_level, 1), 30) - 1));
 $$;
 
-COMMENT ON FUNCTION mailroom._domain_backoff_delay(integer, interval, interval) IS
+COMMENT ON FUNCTION mailroom_internal._domain_backoff_delay(integer, interval, interval) IS
 'Internal: a domain''s backoff at its p_level-th throttling episode: least(p_max, p_base * 2 ^ (p_level - 1)).';
 
-CREATE OR REPLACE FUNCTION mailroom._domain_backoff_delay(p_level integer)
+CREATE OR REPLACE FUNCTION mailroom_internal._domain_backoff_delay(p_level integer)
 RETURNS interval
 LANGUAGE sql
 STABLE
 SET search_path = pg_catalog, pg_temp
 AS $$
     -- outbound.domain_backoff_base * 2 ^ (level - 1), at most outbound.domain_backoff_max
-    SELECT mailroom._domain_backoff_delay(
+    SELECT mailroom_internal._domain_backoff_delay(
         p_level,
         mailroom.setting('outbound.domain_backoff_base')::interval,
         mailroom.setting('outbound.domain_backoff_max')::interval
     );
 $$;
 
-COMMENT ON FUNCTION mailroom._domain_backoff_delay(integer) IS
+COMMENT ON FUNCTION mailroom_internal._domain_backoff_delay(integer) IS
 'Internal: backoff of a domain at its n-th consecutive throttling episode (base doubling, capped by outbound.domain_backoff_max).';
 
-CREATE OR REPLACE FUNCTION mailroom._note_domain_outcomes(
+CREATE OR REPLACE FUNCTION mailroom_internal._note_domain_outcomes(
     p_now timestamptz, p_throttled text[], p_succeeded text[]
 )
 RETURNS integer
@@ -274,8 +274,8 @@ BEGIN
     END IF;
     v_base := mailroom.setting('outbound.domain_backoff_base')::interval;
     v_max := mailroom.setting('outbound.domain_backoff_max')::interval;
-    v_long_ago := mailroom._later(p_now, -v_max);
-    v_first := mailroom._later(p_now, mailroom._domain_backoff_delay(1, v_base, v_max));
+    v_long_ago := mailroom_internal._later(p_now, -v_max);
+    v_first := mailroom_internal._later(p_now, mailroom_internal._domain_backoff_delay(1, v_base, v_max));
     -- One row per statement (a batch names few domains): on Citus, an INSERT … SELECT into
     -- domain_state with a subquery on it, or with variables in its DO UPDATE, cannot be planned,
     -- while this form runs on one node as on Citus (docs/scale.md). Everything in DO UPDATE is
@@ -315,8 +315,8 @@ BEGIN
                 WHEN excluded.backoff_level = 0 THEN NULL
                 WHEN s.backoff_until > excluded.updated_at THEN s.backoff_until
                 WHEN s.backoff_until < v_long_ago THEN v_first
-                ELSE mailroom._later(
-                    excluded.updated_at, mailroom._domain_backoff_delay(s.backoff_level + 1, v_base, v_max)
+                ELSE mailroom_internal._later(
+                    excluded.updated_at, mailroom_internal._domain_backoff_delay(s.backoff_level + 1, v_base, v_max)
                 )
             END,
             updated_at = excluded.updated_at;
@@ -326,10 +326,10 @@ BEGIN
 END;
 $$;
 
-COMMENT ON FUNCTION mailroom._note_domain_outcomes(timestamptz, text[], text[]) IS
+COMMENT ON FUNCTION mailroom_internal._note_domain_outcomes(timestamptz, text[], text[]) IS
 'Internal: finalize''s domain backoff: start or escalate it for domains that throttled, clear it for domains that accepted.';
 
-CREATE OR REPLACE FUNCTION mailroom._normalize_domain_pattern(p_pattern text)
+CREATE OR REPLACE FUNCTION mailroom_internal._normalize_domain_pattern(p_pattern text)
 RETURNS text
 LANGUAGE plpgsql
 IMMUTABLE
@@ -341,8 +341,8 @@ BEGIN
     IF v_pattern IS NULL OR NOT (
         v_pattern = '*'
         -- a domain, or *. and a domain (its subdomains)
-        OR mailroom._is_domain_name(v_pattern)
-        OR (left(v_pattern, 2) = '*.' AND mailroom._is_domain_name(substr(v_pattern, 3)))
+        OR mailroom_internal._is_domain_name(v_pattern)
+        OR (left(v_pattern, 2) = '*.' AND mailroom_internal._is_domain_name(substr(v_pattern, 3)))
     ) THEN
         RAISE EXCEPTION USING
             ERRCODE = 'MR370',
@@ -355,7 +355,7 @@ BEGIN
 END;
 $$;
 
-COMMENT ON FUNCTION mailroom._normalize_domain_pattern(text) IS
+COMMENT ON FUNCTION mailroom_internal._normalize_domain_pattern(text) IS
 'Internal: a limit pattern in stored form (lower case, no trailing dot), or MR370.';
 
 CREATE OR REPLACE FUNCTION mailroom.set_domain_limit(
@@ -367,7 +367,7 @@ SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-    v_pattern text := mailroom._normalize_domain_pattern(p_pattern);
+    v_pattern text := mailroom_internal._normalize_domain_pattern(p_pattern);
 BEGIN
     IF p_max_in_flight < 1 OR p_max_per_minute < 1 THEN
         RAISE EXCEPTION USING
@@ -397,7 +397,7 @@ SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-    v_pattern text := mailroom._normalize_domain_pattern(p_pattern);
+    v_pattern text := mailroom_internal._normalize_domain_pattern(p_pattern);
 BEGIN
     IF v_pattern = '*' THEN
         RAISE EXCEPTION USING
@@ -491,7 +491,7 @@ BEGIN
         coalesce(s.backoff_level, 0)
     FROM f
     FULL JOIN s ON f.domain = s.domain
-    LEFT JOIN LATERAL mailroom._domain_limit(coalesce(f.domain, s.domain)) AS l ON TRUE
+    LEFT JOIN LATERAL mailroom_internal._domain_limit(coalesce(f.domain, s.domain)) AS l ON TRUE
     ORDER BY coalesce(f.n, 0) DESC, s.backoff_until DESC NULLS LAST, 1
     LIMIT p_limit;
 END;
@@ -512,7 +512,7 @@ AS $$
     WITH cleared AS (
         UPDATE mailroom.domain_state AS s
         SET backoff_until = NULL, backoff_level = 0, updated_at = mailroom.clock()
-        WHERE s.domain = mailroom._normalize_domain(p_domain) AND (s.backoff_until IS NOT NULL OR s.backoff_level > 0)
+        WHERE s.domain = mailroom_internal._normalize_domain(p_domain) AND (s.backoff_until IS NOT NULL OR s.backoff_level > 0)
         RETURNING 1
     )
 

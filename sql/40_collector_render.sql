@@ -1,6 +1,6 @@
 -- Collector: render an activation / recovery email from mailroom.token_email_templates.
 
-CREATE OR REPLACE FUNCTION mailroom._html_escape(p_text text)
+CREATE OR REPLACE FUNCTION mailroom_internal._html_escape(p_text text)
 RETURNS text
 LANGUAGE sql
 IMMUTABLE
@@ -11,7 +11,7 @@ AS $$
         p_text, '&', '&amp;'), '<', '&lt;'), '>', '&gt;'), '"', '&quot;'), '''', '&#39;');
 $$;
 
-COMMENT ON FUNCTION mailroom._html_escape(text) IS
+COMMENT ON FUNCTION mailroom_internal._html_escape(text) IS
 'Internal: escape & < > " and '' for HTML text and attribute values.';
 
 CREATE OR REPLACE FUNCTION mailroom.render_token_email(
@@ -57,11 +57,11 @@ BEGIN
     FOR i IN 1 .. array_length(v_keys, 1) LOOP
         subject := replace(subject, v_keys[i], v_vals[i]);
         text_body := replace(text_body, v_keys[i], v_vals[i]);
-        html_body := replace(html_body, v_keys[i], mailroom._html_escape(v_vals[i]));
+        html_body := replace(html_body, v_keys[i], mailroom_internal._html_escape(v_vals[i]));
     END LOOP;
     -- A header line must stay one line whatever a login or a template contains: every run of
-    -- characters a header may not hold (mailroom._header_breaking_chars) becomes one space.
-    subject := regexp_replace(subject, mailroom._header_breaking_chars() || '+', ' ', 'g');
+    -- characters a header may not hold (mailroom_internal._header_breaking_chars) becomes one space.
+    subject := regexp_replace(subject, mailroom_internal._header_breaking_chars() || '+', ' ', 'g');
     RETURN NEXT;
 END;
 $$;
@@ -72,7 +72,7 @@ COMMENT ON FUNCTION mailroom.render_token_email(text, text, text, text, text) IS
 
 GRANT EXECUTE ON FUNCTION mailroom.render_token_email(text, text, text, text, text) TO mailroom_collector;
 
-CREATE OR REPLACE FUNCTION mailroom._token_email_subject(p_action text, p_email text, p_login text)
+CREATE OR REPLACE FUNCTION mailroom_internal._token_email_subject(p_action text, p_email text, p_login text)
 RETURNS text
 LANGUAGE plpgsql
 STABLE
@@ -92,9 +92,9 @@ BEGIN
     END IF;
     v_subject := replace(replace(replace(replace(v_subject,
         '{{login}}', coalesce(p_login, '')), '{{email}}', coalesce(p_email, '')), '{{link}}', ''), '{{code}}', '');
-    RETURN regexp_replace(v_subject, mailroom._header_breaking_chars() || '+', ' ', 'g');
+    RETURN regexp_replace(v_subject, mailroom_internal._header_breaking_chars() || '+', ' ', 'g');
 END;
 $$;
 
-COMMENT ON FUNCTION mailroom._token_email_subject(text, text, text) IS
+COMMENT ON FUNCTION mailroom_internal._token_email_subject(text, text, text) IS
 'Internal: the subject of a token email without its link and code (what a queued token email keeps at rest).';

@@ -28,12 +28,12 @@ BEGIN
         -- taken and marked dispatched, but nothing minted: no link or code exists before the
         -- delivery attempt (claim_messages mints one at each attempt, _claim_token_email)
         SELECT d.action::text AS action, d.email, d.login, d.token_id
-        FROM mailroom._dequeue_tokens(p_limit, NULL, false) AS d
+        FROM mailroom_internal._dequeue_tokens(p_limit, NULL, false) AS d
         ORDER BY d.token_id
     LOOP
         -- a suppressed address (sql/38) gets no email: the token stays dequeued, the skip is
         -- recorded in suppressed_token_emails and the batch goes on
-        v_suppression := mailroom._suppression_id(r.email);
+        v_suppression := mailroom_internal._suppression_id(r.email);
         IF v_suppression IS NOT NULL THEN
             INSERT INTO mailroom.suppressed_token_emails (token_id, suppression_id, skipped_at)
             VALUES (r.token_id, v_suppression, mailroom.clock())
@@ -41,8 +41,8 @@ BEGIN
             CONTINUE;
         END IF;
         -- mailroom's own scope: an application message with the same key cannot suppress it
-        PERFORM mailroom._enqueue_message(
-            'mailroom', v_sender, ARRAY[r.email], mailroom._token_email_subject(r.action, r.email, r.login),
+        PERFORM mailroom_internal._enqueue_message(
+            'mailroom', v_sender, ARRAY[r.email], mailroom_internal._token_email_subject(r.action, r.email, r.login),
             NULL, NULL,
             p_idempotency_key => 'token:' || r.token_id,
             p_token_id => r.token_id
@@ -80,7 +80,7 @@ GRANT EXECUTE ON FUNCTION mailroom.enqueue_token_emails(integer, bytea) TO mailr
 
 -- A token email's delivery attempt (claim_messages): a fresh link and code (_mint_token), rendered
 -- from the template. Returned to the claiming sender only; never stored.
-CREATE OR REPLACE FUNCTION mailroom._claim_token_email(p_token_id bigint)
+CREATE OR REPLACE FUNCTION mailroom_internal._claim_token_email(p_token_id bigint)
 RETURNS TABLE (subject text, text_body text, html_body text)
 LANGUAGE plpgsql
 VOLATILE
@@ -90,10 +90,10 @@ AS $$
 BEGIN
     RETURN QUERY
     SELECT e.subject, e.text_body, e.html_body
-    FROM mailroom._mint_token(p_token_id) AS t
+    FROM mailroom_internal._mint_token(p_token_id) AS t
     CROSS JOIN LATERAL mailroom.render_token_email(t.action::text, t.email, t.login, t.signed, t.code) AS e;
 END;
 $$;
 
-COMMENT ON FUNCTION mailroom._claim_token_email(bigint) IS
+COMMENT ON FUNCTION mailroom_internal._claim_token_email(bigint) IS
 'Internal: subject and bodies of a token email for one delivery attempt, with a freshly minted link and code (no row: token purged).';

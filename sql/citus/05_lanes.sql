@@ -10,7 +10,7 @@ CREATE TABLE IF NOT EXISTS mailroom.outbound_lanes (
 COMMENT ON TABLE mailroom.outbound_lanes IS
 'Citus only: the lanes of outbound_messages, one distribution value per shard; the claim takes work from one lane at a time.';
 
-CREATE OR REPLACE FUNCTION mailroom._outbound_lane()
+CREATE OR REPLACE FUNCTION mailroom_internal._outbound_lane()
 RETURNS integer
 LANGUAGE sql
 VOLATILE
@@ -19,7 +19,7 @@ AS $$
     SELECT l.lane FROM mailroom.outbound_lanes AS l ORDER BY random() LIMIT 1
 $$;
 
-COMMENT ON FUNCTION mailroom._outbound_lane() IS
+COMMENT ON FUNCTION mailroom_internal._outbound_lane() IS
 'Citus only: the lane a new outbound message is queued on (one of outbound_lanes, at random).';
 
-REVOKE ALL ON FUNCTION mailroom._outbound_lane() FROM public;
+REVOKE ALL ON FUNCTION mailroom_internal._outbound_lane() FROM public;

@@ -132,7 +132,7 @@ BEGIN
     ) THEN
         -- rows queued before (an installation moved to Citus) take lane 0, the first lane of all
         ALTER TABLE mailroom.outbound_messages ADD COLUMN lane integer NOT NULL DEFAULT 0;
-        ALTER TABLE mailroom.outbound_messages ALTER COLUMN lane SET DEFAULT mailroom._outbound_lane();
+        ALTER TABLE mailroom.outbound_messages ALTER COLUMN lane SET DEFAULT mailroom_internal._outbound_lane();
         ALTER TABLE mailroom.outbound_messages DROP CONSTRAINT outbound_messages_pkey;
         ALTER TABLE mailroom.outbound_messages ADD CONSTRAINT outbound_messages_pkey PRIMARY KEY (id, created_at, lane);
         PERFORM create_distributed_table('mailroom.outbound_messages', 'lane', colocate_with => 'none');

@@ -59,7 +59,7 @@ DROP TRIGGER IF EXISTS after_token_consumed ON mailroom.tokens;
 -- sql/10's seam: row triggers run on the shards here, where they cannot write another table; the
 -- row-local part of sql/10's and sql/11's token triggers stays (validate, stamp, no plaintext), and
 -- create_account (_insert_account below) and _issue_token do the rest on the coordinator
-CREATE OR REPLACE FUNCTION mailroom._triggers_cascade()
+CREATE OR REPLACE FUNCTION mailroom_internal._triggers_cascade()
 RETURNS boolean
 LANGUAGE plpgsql
 STABLE  -- not IMMUTABLE: never folded into a cached plan, so the Citus form takes over at once
@@ -70,10 +70,10 @@ BEGIN
 END;
 $$;
 
-COMMENT ON FUNCTION mailroom._triggers_cascade() IS
+COMMENT ON FUNCTION mailroom_internal._triggers_cascade() IS
 'Internal (Citus): false: row triggers run on a shard and write no other table (the functions do it on the coordinator).';
 
-CREATE OR REPLACE FUNCTION mailroom._issue_token(p_account bigint, p_action mailroom.token_action)
+CREATE OR REPLACE FUNCTION mailroom_internal._issue_token(p_account bigint, p_action mailroom.token_action)
 RETURNS bigint
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
@@ -93,15 +93,15 @@ BEGIN
     VALUES (p_account, p_action, v_ts, v_ts + mailroom.setting('tokens.ttl')::interval)
     RETURNING id INTO v_id;
     -- raised here, on the coordinator, where the collector listens
-    PERFORM mailroom._announce_tokens(1);
+    PERFORM mailroom_internal._announce_tokens(1);
     RETURN v_id;
 END;
 $$;
 
-COMMENT ON FUNCTION mailroom._issue_token(bigint, mailroom.token_action) IS
+COMMENT ON FUNCTION mailroom_internal._issue_token(bigint, mailroom.token_action) IS
 'Internal (Citus): revoke the account''s open tokens of p_action, insert a new one, announce it (on the coordinator); returns its id.';
 
-CREATE OR REPLACE FUNCTION mailroom._lock_account_by_email(p_email_lower text)
+CREATE OR REPLACE FUNCTION mailroom_internal._lock_account_by_email(p_email_lower text)
 RETURNS TABLE (id bigint, status mailroom.account_status)
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
@@ -121,12 +121,12 @@ BEGIN
 END;
 $$;
 
-COMMENT ON FUNCTION mailroom._lock_account_by_email(text) IS
+COMMENT ON FUNCTION mailroom_internal._lock_account_by_email(text) IS
 'Internal (Citus): the account of an address through account_emails, its row locked on its shard (no row: none).';
 
 -- sql/10's seam of create_account: the keys reserved in their lookup tables, then the account
 -- row and its activation token (create_account raises MR102/MR103 for the key named taken)
-CREATE OR REPLACE FUNCTION mailroom._insert_account(p_email text, p_login text, OUT id bigint, OUT taken text)
+CREATE OR REPLACE FUNCTION mailroom_internal._insert_account(p_email text, p_login text, OUT id bigint, OUT taken text)
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
 AS $$
@@ -134,7 +134,7 @@ DECLARE
     v_id bigint;
 BEGIN
     -- as on one node, a bad email or login is refused before any key is looked at
-    PERFORM mailroom._check_account_identity(p_email, p_login);
+    PERFORM mailroom_internal._check_account_identity(p_email, p_login);
     v_id := nextval(pg_catalog.pg_get_serial_sequence('mailroom.accounts', 'id'));
     -- each key on its own shard: ON CONFLICT DO NOTHING waits for a concurrent insert of the same
     -- key to end, then says whether it was taken; email first, as on one node (MR102 before MR103)
@@ -150,23 +150,23 @@ BEGIN
     END IF;
     -- created_at from the coordinator's clock (the row's trigger runs on a worker, sql/10)
     INSERT INTO mailroom.accounts (id, email, login, created_at) VALUES (v_id, p_email, p_login, mailroom.clock());
-    PERFORM mailroom._issue_token(v_id, 'activation');
+    PERFORM mailroom_internal._issue_token(v_id, 'activation');
     id := v_id;
 END;
 $$;
 
-COMMENT ON FUNCTION mailroom._insert_account(text, text) IS
+COMMENT ON FUNCTION mailroom_internal._insert_account(text, text) IS
 'Internal (Citus): reserve the account''s email and login in account_emails and account_logins, insert it and its activation token; (its id, NULL) or (NULL, the key taken).';
 
 -- activation on consume, done on a single node by the trigger after_token_consumed
-CREATE OR REPLACE FUNCTION mailroom._after_consume(p_account bigint, p_action mailroom.token_action)
+CREATE OR REPLACE FUNCTION mailroom_internal._after_consume(p_account bigint, p_action mailroom.token_action)
 RETURNS void
 LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
-    IF (mailroom._token_action(p_action)).activates_account THEN
+    IF (mailroom_internal._token_action(p_action)).activates_account THEN
         UPDATE mailroom.accounts AS a
         SET status = 'active', status_changed_at = mailroom.clock()  -- the coordinator's clock (sql/10)
         WHERE a.id = p_account
@@ -175,7 +175,7 @@ BEGIN
 END;
 $$;
 
-COMMENT ON FUNCTION mailroom._after_consume(bigint, mailroom.token_action) IS
+COMMENT ON FUNCTION mailroom_internal._after_consume(bigint, mailroom.token_action) IS
 'Internal (Citus): the activation of a provisioned account whose activation token was consumed (the trigger after_token_consumed of one node, which cannot run on a worker).';
 
 -- The dequeue, shard by shard: pending tokens are listed without a lock (a fan-out read), their
@@ -186,7 +186,7 @@ COMMENT ON FUNCTION mailroom._after_consume(bigint, mailroom.token_action) IS
 -- re-check within the shard, as on one node. Expired tokens are retired by one multi-shard
 -- UPDATE (no LIMIT, no SKIP LOCKED on Citus). The statement follows sql/11's _dequeue_tokens_sql:
 -- a change there is made here too (tests/citus run the collector on this path).
-CREATE OR REPLACE FUNCTION mailroom._dequeue_tokens_shard_sql(p_accounts bigint[], p_mint boolean)
+CREATE OR REPLACE FUNCTION mailroom_internal._dequeue_tokens_shard_sql(p_accounts bigint[], p_mint boolean)
 RETURNS text
 LANGUAGE plpgsql
 IMMUTABLE
@@ -230,14 +230,14 @@ $q$, v_in);
     RETURN v_picked || format($q$
         minted AS MATERIALIZED (
             SELECT p.id, p.created_at, p.account, p.action, p.email, p.login,
-                mailroom._random_bytes(32) AS secret, mailroom._random_code() AS code
+                mailroom_internal._random_bytes(32) AS secret, mailroom_internal._random_code() AS code
             FROM picked AS p
         ),
         marked AS (
             UPDATE mailroom.tokens AS t
             SET dispatched_at = $3,
-                secret_digest = mailroom._digest(m.secret, 'sha256'),
-                code_digest = mailroom._digest(m.secret || m.code::bytea, 'sha256')  -- 5 ASCII digits: the cast is their UTF-8 (convert_to is STABLE, refused here)
+                secret_digest = mailroom_internal._digest(m.secret, 'sha256'),
+                code_digest = mailroom_internal._digest(m.secret || m.code::bytea, 'sha256')  -- 5 ASCII digits: the cast is their UTF-8 (convert_to is STABLE, refused here)
             FROM minted AS m
             WHERE t.account %1$s AND t.account = m.account AND t.id = m.id AND t.created_at = m.created_at
         ),
@@ -251,10 +251,10 @@ $q$, v_in);
 END;
 $fn$;
 
-COMMENT ON FUNCTION mailroom._dequeue_tokens_shard_sql(bigint[], boolean) IS
+COMMENT ON FUNCTION mailroom_internal._dequeue_tokens_shard_sql(bigint[], boolean) IS
 'Internal (Citus): the single-shard dequeue statement for these accounts (all on one shard): $1 limit, $2 key, $3 now.';
 
-CREATE OR REPLACE FUNCTION mailroom._dequeue_tokens(p_limit integer, p_key bytea, p_mint boolean)
+CREATE OR REPLACE FUNCTION mailroom_internal._dequeue_tokens(p_limit integer, p_key bytea, p_mint boolean)
 RETURNS TABLE (
     action mailroom.token_action,
     email text,
@@ -316,7 +316,7 @@ BEGIN
         LOOP
             EXIT WHEN v_left < 1;
             IF p_mint THEN
-                FOR r IN EXECUTE mailroom._dequeue_tokens_shard_sql(v_shard, p_mint) USING v_left, p_key, v_now LOOP
+                FOR r IN EXECUTE mailroom_internal._dequeue_tokens_shard_sql(v_shard, p_mint) USING v_left, p_key, v_now LOOP
                     v_actions := v_actions || r.action;
                     v_emails := v_emails || r.email;
                     v_logins := v_logins || r.login;
@@ -327,7 +327,7 @@ BEGIN
                     v_left := v_left - 1;
                 END LOOP;
             ELSE
-                RETURN QUERY EXECUTE mailroom._dequeue_tokens_shard_sql(v_shard, p_mint)
+                RETURN QUERY EXECUTE mailroom_internal._dequeue_tokens_shard_sql(v_shard, p_mint)
                     USING v_left, p_key, v_now;
                 GET DIAGNOSTICS v_n = ROW_COUNT;
                 v_left := v_left - v_n;
@@ -337,28 +337,28 @@ BEGIN
     IF p_mint AND cardinality(v_ids) > 0 THEN
         -- the new digests' lookup rows (sql/citus/13), so consume_token finds each token's shard
         INSERT INTO mailroom.token_digests (secret_digest, account)
-        SELECT mailroom._digest(u.secret, 'sha256'), u.account
+        SELECT mailroom_internal._digest(u.secret, 'sha256'), u.account
         FROM unnest(v_secrets, v_owners) AS u (secret, account);
         RETURN QUERY
         SELECT u.action, u.email, u.login, u.signed, u.code, u.id
         FROM unnest(
-            v_actions, v_emails, v_logins, mailroom._signed_values(v_actions, v_secrets, v_codes, p_key), v_codes, v_ids
+            v_actions, v_emails, v_logins, mailroom_internal._signed_values(v_actions, v_secrets, v_codes, p_key), v_codes, v_ids
         ) AS u (action, email, login, signed, code, id)
         ORDER BY u.id;
     END IF;
     -- then pending recovery requests become tokens, for the next call (as sql/11)
-    PERFORM mailroom._issue_requested_recoveries(p_limit);
+    PERFORM mailroom_internal._issue_requested_recoveries(p_limit);
 END;
 $fn$;
 
-COMMENT ON FUNCTION mailroom._dequeue_tokens(integer, bytea, boolean) IS
+COMMENT ON FUNCTION mailroom_internal._dequeue_tokens(integer, bytea, boolean) IS
 'Internal (Citus): claim up to p_limit eligible tokens shard by shard (single-shard SKIP LOCKED statements, from a random shard), '
 'mark them dispatched (p_mint: mint, keep digests and their token_digests rows, sign with p_key), then issue the pending recovery requests the policy allows.';
 
 -- Tokens past retention (partition maintenance, sql/05 and sql/citus/25): tokens are distributed,
 -- and Citus runs FOR UPDATE SKIP LOCKED only on one shard, so on Citus a partition's closed or
 -- expired tokens go in one multi-shard DELETE (no batch: closed tokens are not held by anyone).
-CREATE OR REPLACE FUNCTION mailroom._delete_tokens_past_retention(
+CREATE OR REPLACE FUNCTION mailroom_internal._delete_tokens_past_retention(
     p_partition text, p_cutoff timestamptz, p_batch integer
 )
 RETURNS bigint
@@ -381,12 +381,12 @@ BEGIN
         END IF;
     END LOOP;
     -- their lookup rows (sql/citus/13)
-    PERFORM mailroom._forget_digests(v_digests);
+    PERFORM mailroom_internal._forget_digests(v_digests);
     RETURN v_count;
 END;
 $$;
 
-COMMENT ON FUNCTION mailroom._delete_tokens_past_retention(text, timestamptz, integer) IS
+COMMENT ON FUNCTION mailroom_internal._delete_tokens_past_retention(text, timestamptz, integer) IS
 'Internal (Citus): delete the closed or expired tokens past retention of one tokens partition (multi-shard, p_batch unused), '
 'and their token_digests rows.';
 
@@ -394,7 +394,7 @@ COMMENT ON FUNCTION mailroom._delete_tokens_past_retention(text, timestamptz, in
 -- go with it. By the accounts' ids and by the address's pattern (as erase_address matches
 -- accounts), so rows left by an erasure before this override go too. Each a multi-shard DELETE
 -- (the tables are distributed by the key, not by account).
-CREATE OR REPLACE FUNCTION mailroom._erase_account_keys(p_accounts bigint[], p_pattern text)
+CREATE OR REPLACE FUNCTION mailroom_internal._erase_account_keys(p_accounts bigint[], p_pattern text)
 RETURNS void
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
@@ -407,6 +407,6 @@ BEGIN
 END;
 $$;
 
-COMMENT ON FUNCTION mailroom._erase_account_keys(bigint[], text) IS
+COMMENT ON FUNCTION mailroom_internal._erase_account_keys(bigint[], text) IS
 'Internal (Citus, erase_address): delete the erased accounts'' rows of account_emails, account_logins and token_digests, '
 'and any login or email row holding the address.';

@@ -45,7 +45,7 @@ COMMENT ON TABLE mailroom.token_digests IS
 
 -- consume_token's first read (sql/12 _consume_token): the account through token_digests (one
 -- shard), then the token on the account's shard. No lookup row: every shard, as before.
-CREATE OR REPLACE FUNCTION mailroom._token_by_digest(p_digest bytea)
+CREATE OR REPLACE FUNCTION mailroom_internal._token_by_digest(p_digest bytea)
 RETURNS TABLE (token_account bigint, token_id bigint, token_action mailroom.token_action)
 LANGUAGE plpgsql
 STABLE
@@ -68,13 +68,13 @@ BEGIN
 END;
 $$;
 
-COMMENT ON FUNCTION mailroom._token_by_digest(bytea) IS
+COMMENT ON FUNCTION mailroom_internal._token_by_digest(bytea) IS
 'Internal (Citus): (account, id, action) of the token whose secret_digest is p_digest: through token_digests, '
 'then the account''s shard; a digest with no lookup row is looked up on every shard.';
 
 -- a new link's digest replaces its token's old one in the lookup table (sql/11's _mint_token
 -- calls it with the token's row locked)
-CREATE OR REPLACE FUNCTION mailroom._token_digest_replaced(p_account bigint, p_old bytea, p_new bytea)
+CREATE OR REPLACE FUNCTION mailroom_internal._token_digest_replaced(p_account bigint, p_old bytea, p_new bytea)
 RETURNS void
 LANGUAGE plpgsql
 VOLATILE
@@ -88,11 +88,11 @@ BEGIN
 END;
 $$;
 
-COMMENT ON FUNCTION mailroom._token_digest_replaced(bigint, bytea, bytea) IS
+COMMENT ON FUNCTION mailroom_internal._token_digest_replaced(bigint, bytea, bytea) IS
 'Internal (Citus): the token_digests row of p_old (if any) deleted, p_new''s written for p_account.';
 
 -- sql/14's seam of purge_tokens: the deleted tokens' lookup rows go with them
-CREATE OR REPLACE FUNCTION mailroom._delete_tokens_before(p_cutoff timestamptz)
+CREATE OR REPLACE FUNCTION mailroom_internal._delete_tokens_before(p_cutoff timestamptz)
 RETURNS bigint
 LANGUAGE plpgsql
 VOLATILE
@@ -114,15 +114,15 @@ BEGIN
             v_digests := v_digests || v_digest;
         END IF;
     END LOOP;
-    PERFORM mailroom._forget_digests(v_digests);
+    PERFORM mailroom_internal._forget_digests(v_digests);
     RETURN v_count;
 END;
 $$;
 
-COMMENT ON FUNCTION mailroom._delete_tokens_before(timestamptz) IS
+COMMENT ON FUNCTION mailroom_internal._delete_tokens_before(timestamptz) IS
 'Internal (Citus): delete the tokens created and expired before p_cutoff and their token_digests rows; returns how many.';
 
-CREATE OR REPLACE FUNCTION mailroom._forget_digests(p_digests bytea[])
+CREATE OR REPLACE FUNCTION mailroom_internal._forget_digests(p_digests bytea[])
 RETURNS void
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
@@ -134,11 +134,11 @@ BEGIN
 END;
 $$;
 
-COMMENT ON FUNCTION mailroom._forget_digests(bytea[]) IS
+COMMENT ON FUNCTION mailroom_internal._forget_digests(bytea[]) IS
 'Internal (Citus): delete the token_digests rows of these digests (their tokens were deleted).';
 
 -- sql/05's seam, before _maintain_partitions drops a tokens partition: its digests' rows go
-CREATE OR REPLACE FUNCTION mailroom._forget_token_digests(p_partition text)
+CREATE OR REPLACE FUNCTION mailroom_internal._forget_token_digests(p_partition text)
 RETURNS void
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
@@ -150,9 +150,9 @@ BEGIN
         'SELECT coalesce(array_agg(t.secret_digest), ''{}'') FROM mailroom.%I AS t WHERE t.secret_digest IS NOT NULL',
         p_partition
     ) INTO v_digests;
-    PERFORM mailroom._forget_digests(v_digests);
+    PERFORM mailroom_internal._forget_digests(v_digests);
 END;
 $$;
 
-COMMENT ON FUNCTION mailroom._forget_token_digests(text) IS
+COMMENT ON FUNCTION mailroom_internal._forget_token_digests(text) IS
 'Internal (Citus): before a tokens partition is dropped, delete the token_digests rows of its tokens'' digests.';

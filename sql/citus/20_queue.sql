@@ -15,7 +15,7 @@
 -- those rooms passed into the lane statement (_claim_lane_capped) and spent as lanes are
 -- claimed (docs/scale.md, "Per-domain caps").
 
-CREATE OR REPLACE FUNCTION mailroom._claim_lane(
+CREATE OR REPLACE FUNCTION mailroom_internal._claim_lane(
     p_lane integer, p_now timestamptz, p_limit integer, p_worker text, p_lease interval, p_blocked text[],
     p_claim_token bigint
 )
@@ -55,12 +55,12 @@ BEGIN
 END;
 $fn$;
 
-COMMENT ON FUNCTION mailroom._claim_lane(integer, timestamptz, integer, text, interval, text[], bigint) IS
+COMMENT ON FUNCTION mailroom_internal._claim_lane(integer, timestamptz, integer, text, interval, text[], bigint) IS
 'Citus only: claim up to p_limit due rows of one lane (one shard, SKIP LOCKED): processing under the lease, with the claim token of this claim (one nextval per lane: a volatile function cannot run per row of a distributed UPDATE).';
 
-REVOKE ALL ON FUNCTION mailroom._claim_lane(integer, timestamptz, integer, text, interval, text[], bigint) FROM public;
+REVOKE ALL ON FUNCTION mailroom_internal._claim_lane(integer, timestamptz, integer, text, interval, text[], bigint) FROM public;
 
-CREATE OR REPLACE FUNCTION mailroom._claim_lane_capped(
+CREATE OR REPLACE FUNCTION mailroom_internal._claim_lane_capped(
     p_lane integer, p_now timestamptz, p_limit integer, p_worker text, p_lease interval, p_domains text[],
     p_rooms integer[], p_claim_token bigint
 )
@@ -124,16 +124,16 @@ BEGIN
 END;
 $fn$;
 
-COMMENT ON FUNCTION mailroom._claim_lane_capped(
+COMMENT ON FUNCTION mailroom_internal._claim_lane_capped(
     integer, timestamptz, integer, text, interval, text[], integer[], bigint
 ) IS
 'Citus only: _claim_lane under per-domain caps: rows of p_domains only, at most p_rooms[i] of domain i (one shard, SKIP LOCKED).';
 
-REVOKE ALL ON FUNCTION mailroom._claim_lane_capped(
+REVOKE ALL ON FUNCTION mailroom_internal._claim_lane_capped(
     integer, timestamptz, integer, text, interval, text[], integer[], bigint
 ) FROM public;
 
-CREATE OR REPLACE FUNCTION mailroom._governing_limit(p_domain text, p_patterns text[])
+CREATE OR REPLACE FUNCTION mailroom_internal._governing_limit(p_domain text, p_patterns text[])
 RETURNS integer
 LANGUAGE sql
 IMMUTABLE
@@ -143,16 +143,16 @@ AS $$
     -- _domain_limit over a copy of domain_limits' patterns: the position in p_patterns of the
     -- most specific pattern matching p_domain, NULL if none
     SELECT q.i::integer
-    FROM unnest(mailroom._domain_patterns(p_domain)) WITH ORDINALITY AS p (pattern, o)
+    FROM unnest(mailroom_internal._domain_patterns(p_domain)) WITH ORDINALITY AS p (pattern, o)
     INNER JOIN unnest(p_patterns) WITH ORDINALITY AS q (pattern, i) ON p.pattern = q.pattern
     ORDER BY p.o
     LIMIT 1;
 $$;
 
-COMMENT ON FUNCTION mailroom._governing_limit(text, text[]) IS
+COMMENT ON FUNCTION mailroom_internal._governing_limit(text, text[]) IS
 'Citus only: the position in p_patterns (domain_limits'' patterns) of the one governing p_domain (as _domain_limit), NULL if none.';
 
-CREATE OR REPLACE FUNCTION mailroom._lane_rooms(p_now timestamptz, p_limit integer, p_blocked text[])
+CREATE OR REPLACE FUNCTION mailroom_internal._lane_rooms(p_now timestamptz, p_limit integer, p_blocked text[])
 RETURNS TABLE (lanes integer[], domains text[], rooms integer[], in_flight_capped text[], minute_capped text[])
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
@@ -206,12 +206,12 @@ BEGIN
     v_blocked := v_blocked || ARRAY(
         SELECT b.domain
         FROM unnest(v_busy_domains, v_busy_counts) AS b (domain, n)
-        CROSS JOIN LATERAL (SELECT mailroom._governing_limit(b.domain, v_patterns) AS i) AS g
+        CROSS JOIN LATERAL (SELECT mailroom_internal._governing_limit(b.domain, v_patterns) AS i) AS g
         WHERE b.n >= v_max_in_flight[g.i]
     ) || ARRAY(
         SELECT s.domain
         FROM mailroom.domain_state AS s
-        CROSS JOIN LATERAL (SELECT mailroom._governing_limit(s.domain, v_patterns) AS i) AS g
+        CROSS JOIN LATERAL (SELECT mailroom_internal._governing_limit(s.domain, v_patterns) AS i) AS g
         WHERE s.window_start = v_minute AND s.window_count >= v_max_per_minute[g.i]
     );
 
@@ -237,7 +237,7 @@ BEGIN
     v_capped := ARRAY(
         SELECT s.domain
         FROM unnest(v_seen) AS s (domain)
-        CROSS JOIN LATERAL (SELECT mailroom._governing_limit(s.domain, v_patterns) AS i) AS g
+        CROSS JOIN LATERAL (SELECT mailroom_internal._governing_limit(s.domain, v_patterns) AS i) AS g
         WHERE v_max_in_flight[g.i] IS NOT NULL OR v_max_per_minute[g.i] IS NOT NULL
         ORDER BY s.domain
     );
@@ -319,7 +319,7 @@ BEGIN
             v_max_per_minute[g.i] AS max_per_minute,
             s.domain = ANY (v_capped) AS locked
         FROM unnest(v_seen) AS s (domain)
-        LEFT JOIN LATERAL (SELECT mailroom._governing_limit(s.domain, v_patterns) AS i) AS g ON TRUE
+        LEFT JOIN LATERAL (SELECT mailroom_internal._governing_limit(s.domain, v_patterns) AS i) AS g ON TRUE
     LOOP
         IF v_row.max_in_flight IS NULL AND v_row.max_per_minute IS NULL THEN
             domains := domains || v_row.domain;
@@ -351,12 +351,12 @@ BEGIN
 END;
 $fn$;
 
-COMMENT ON FUNCTION mailroom._lane_rooms(timestamptz, integer, text[]) IS
+COMMENT ON FUNCTION mailroom_internal._lane_rooms(timestamptz, integer, text[]) IS
 'Citus only: a capped claim''s plan: the lanes of the queue''s head, its domains and the room of each (capped ones under their per-domain lock, counted across lanes), the capped domains to record.';
 
-REVOKE ALL ON FUNCTION mailroom._lane_rooms(timestamptz, integer, text[]) FROM public;
+REVOKE ALL ON FUNCTION mailroom_internal._lane_rooms(timestamptz, integer, text[]) FROM public;
 
-CREATE OR REPLACE FUNCTION mailroom._claim(
+CREATE OR REPLACE FUNCTION mailroom_internal._claim(
     p_now timestamptz, p_limit integer, p_worker text, p_lease interval, p_limited boolean
 )
 RETURNS SETOF mailroom.claimed_message
@@ -406,7 +406,7 @@ BEGIN
         -- per-domain caps: the lanes and the room of each domain decided first, on the coordinator
         SELECT r.lanes, r.domains, r.rooms, r.in_flight_capped, r.minute_capped
         INTO v_lanes, v_domains, v_rooms, v_in_flight_capped, v_minute_capped
-        FROM mailroom._lane_rooms(p_now, p_limit, v_blocked) AS r;
+        FROM mailroom_internal._lane_rooms(p_now, p_limit, v_blocked) AS r;
     ELSE
         v_lanes := ARRAY(SELECT l.lane FROM mailroom.outbound_lanes AS l ORDER BY random());
     END IF;
@@ -420,7 +420,7 @@ BEGIN
             EXIT WHEN cardinality(v_domains) = 0;
             v_rows := ARRAY(
                 SELECT c
-                FROM mailroom._claim_lane_capped(
+                FROM mailroom_internal._claim_lane_capped(
                     v_lane, p_now, v_left, p_worker, p_lease, v_domains, v_rooms,
                     nextval('mailroom.outbound_claim_token_seq')
                 ) AS c
@@ -447,7 +447,7 @@ BEGIN
         ELSE
             v_rows := ARRAY(
                 SELECT c
-                FROM mailroom._claim_lane(
+                FROM mailroom_internal._claim_lane(
                     v_lane, p_now, v_left, p_worker, p_lease, v_blocked, nextval('mailroom.outbound_claim_token_seq')
                 ) AS c
             );
@@ -467,7 +467,7 @@ BEGIN
         LOOP
             SELECT e.subject, e.text_body, e.html_body
             INTO v_subject, v_text, v_html
-            FROM mailroom._claim_token_email(v_token_id) AS e;
+            FROM mailroom_internal._claim_token_email(v_token_id) AS e;
             -- no row: the token is gone (purged), rendered as on one node (subject kept, no body)
             CONTINUE WHEN NOT FOUND;
             v_token_ids := v_token_ids || v_token_id;
@@ -484,9 +484,9 @@ BEGIN
             r.name,
             r.from_address,
             -- erased recipients (in place, sql/07) skipped as on one node (sql/33)
-            mailroom._unerased(c.to_addrs, c.to_addrs),
-            mailroom._unerased(c.cc_addrs, c.cc_addrs),
-            mailroom._unerased(c.bcc_addrs, c.bcc_addrs),
+            mailroom_internal._unerased(c.to_addrs, c.to_addrs),
+            mailroom_internal._unerased(c.cc_addrs, c.cc_addrs),
+            mailroom_internal._unerased(c.bcc_addrs, c.bcc_addrs),
             coalesce(t.subject, c.subject),
             CASE WHEN c.token_id IS NULL THEN c.text_body ELSE t.text_body END,
             CASE WHEN c.token_id IS NULL THEN c.html_body ELSE t.html_body END,
@@ -504,27 +504,27 @@ BEGIN
             e.live,
             p.paths,
             CASE
-                WHEN c.bulk THEN mailroom._unerased(
-                    mailroom._list_unsubscribe(c.id, c.sender_id, cardinality(e.envelope)), e.envelope
+                WHEN c.bulk THEN mailroom_internal._unerased(
+                    mailroom_internal._list_unsubscribe(c.id, c.sender_id, cardinality(e.envelope)), e.envelope
                 )
             END,
             k.domain,
             k.selector,
             k.public_key,
             k.algorithm,
-            mailroom._attachments_json(c.attachments),
+            mailroom_internal._attachments_json(c.attachments),
             c.raw_message
         FROM unnest(v_rows) AS c
         INNER JOIN mailroom.senders AS r ON c.sender_id = r.id
         CROSS JOIN LATERAL (
-            SELECT x.envelope, mailroom._unerased(x.envelope, x.envelope) AS live
-            FROM (SELECT mailroom._envelope(c.to_addrs, c.cc_addrs, c.bcc_addrs) AS envelope) AS x
+            SELECT x.envelope, mailroom_internal._unerased(x.envelope, x.envelope) AS live
+            FROM (SELECT mailroom_internal._envelope(c.to_addrs, c.cc_addrs, c.bcc_addrs) AS envelope) AS x
         ) AS e
         CROSS JOIN LATERAL (
-            SELECT mailroom._unerased(mailroom._return_paths(c.id, c.sender_id, cardinality(e.envelope)), e.envelope)
+            SELECT mailroom_internal._unerased(mailroom_internal._return_paths(c.id, c.sender_id, cardinality(e.envelope)), e.envelope)
                 AS paths
         ) AS p
-        LEFT JOIN mailroom.dkim_keys AS k ON k.domain = mailroom._address_domain(r.from_address)
+        LEFT JOIN mailroom.dkim_keys AS k ON k.domain = mailroom_internal._address_domain(r.from_address)
         LEFT JOIN unnest(v_token_ids, v_token_subjects, v_token_texts, v_token_htmls)
             AS t (token_id, subject, text_body, html_body) ON c.token_id = t.token_id
         -- a lane's rows by priority, then due order (sql/33; lanes are visited in turn)
@@ -564,12 +564,12 @@ BEGIN
 END;
 $fn$;
 
-COMMENT ON FUNCTION mailroom._claim(timestamptz, integer, text, interval, boolean) IS
+COMMENT ON FUNCTION mailroom_internal._claim(timestamptz, integer, text, interval, boolean) IS
 'Internal (Citus): the claim, lane by lane from a random one (_claim_lane: one shard, SKIP LOCKED), with the relay settings and rendered token emails of sql/33; under per-domain caps with the rooms of _lane_rooms.';
 
 -- sql/34's seam: a statement that locks with SKIP LOCKED (reap_stuck_messages) runs once a lane,
 -- the lane written into its text so it routes to one shard
-CREATE OR REPLACE FUNCTION mailroom._outbound_scopes()
+CREATE OR REPLACE FUNCTION mailroom_internal._outbound_scopes()
 RETURNS SETOF text
 LANGUAGE sql
 STABLE
@@ -578,10 +578,10 @@ AS $$
     SELECT format('m.lane = %s', l.lane) FROM mailroom.outbound_lanes AS l ORDER BY random()
 $$;
 
-COMMENT ON FUNCTION mailroom._outbound_scopes() IS
+COMMENT ON FUNCTION mailroom_internal._outbound_scopes() IS
 'Internal (Citus): one condition a lane of outbound_messages AS m (m.lane = n), in random order.';
 
-CREATE OR REPLACE FUNCTION mailroom._queue_verb_change(
+CREATE OR REPLACE FUNCTION mailroom_internal._queue_verb_change(
     p_verb text,
     p_where text,
     p_positions text,
@@ -653,7 +653,7 @@ BEGIN
 END;
 $fn$;
 
-COMMENT ON FUNCTION mailroom._queue_verb_change(text, text, text, text, bigint[], text, text[], boolean, timestamptz) IS
+COMMENT ON FUNCTION mailroom_internal._queue_verb_change(text, text, text, text, bigint[], text, text[], boolean, timestamptz) IS
 'Internal (Citus): _queue_verb''s change lane by lane (single-shard SKIP LOCKED); deleted messages'' idempotency keys in a statement of their own.';
 
 -- retry's test of the suppression list runs in statements Citus pushes to the shards, where it
@@ -664,7 +664,7 @@ COMMENT ON FUNCTION mailroom._queue_verb_change(text, text, text, text, bigint[]
 -- (through EXECUTE: sqlfluff cannot parse a SET of a dotted setting in ALTER FUNCTION)
 DO $nested$
 BEGIN
-    EXECUTE 'ALTER FUNCTION mailroom._suppressed_recipients(text[], text[], text[]) '
+    EXECUTE 'ALTER FUNCTION mailroom_internal._suppressed_recipients(text[], text[], text[]) '
         'SET citus.allow_nested_distributed_execution = on';
 END;
 $nested$;
@@ -674,4 +674,4 @@ $nested$;
 -- first read finds the token by id (not the distribution column: a multi-shard read) with the id as
 -- a parameter, and Citus has no generic plan for that ("could not create distributed plan"): the
 -- rendering is planned per call here, as every routed statement is on Citus anyway.
-ALTER FUNCTION mailroom._claim_token_email(bigint) SET plan_cache_mode = force_custom_plan;
+ALTER FUNCTION mailroom_internal._claim_token_email(bigint) SET plan_cache_mode = force_custom_plan;

@@ -11,7 +11,7 @@
 -- sql/05's own: Citus distributes a new partition of a distributed table and drops its shards.
 
 -- sql/05's seams of _delete_past_retention: outbound rows, lane by lane
-CREATE OR REPLACE FUNCTION mailroom._delete_outbound_past_retention(
+CREATE OR REPLACE FUNCTION mailroom_internal._delete_outbound_past_retention(
     p_partition text, p_cutoff timestamptz, p_batch integer
 )
 RETURNS bigint
@@ -42,11 +42,11 @@ BEGIN
 END;
 $$;
 
-COMMENT ON FUNCTION mailroom._delete_outbound_past_retention(text, timestamptz, integer) IS
+COMMENT ON FUNCTION mailroom_internal._delete_outbound_past_retention(text, timestamptz, integer) IS
 'Internal (Citus): delete one batch of sent, failed or cancelled messages past retention from one outbound_messages partition, lane by lane (SKIP LOCKED), and their idempotency keys.';
 
 -- inbox messages: of a batch of inactive mailboxes
-CREATE OR REPLACE FUNCTION mailroom._delete_messages_past_retention(
+CREATE OR REPLACE FUNCTION mailroom_internal._delete_messages_past_retention(
     p_partition text, p_cutoff timestamptz, p_batch integer
 )
 RETURNS bigint
@@ -76,10 +76,10 @@ BEGIN
 END;
 $$;
 
-COMMENT ON FUNCTION mailroom._delete_messages_past_retention(text, timestamptz, integer) IS
+COMMENT ON FUNCTION mailroom_internal._delete_messages_past_retention(text, timestamptz, integer) IS
 'Internal (Citus): delete the messages past retention of a batch of inactive mailboxes from one messages partition.';
 
-CREATE OR REPLACE FUNCTION mailroom._orphan_idempotency_keys(p_before timestamptz, p_limit integer)
+CREATE OR REPLACE FUNCTION mailroom_internal._orphan_idempotency_keys(p_before timestamptz, p_limit integer)
 RETURNS bigint[]
 LANGUAGE plpgsql
 STABLE
@@ -119,5 +119,5 @@ BEGIN
 END;
 $$;
 
-COMMENT ON FUNCTION mailroom._orphan_idempotency_keys(timestamptz, integer) IS
+COMMENT ON FUNCTION mailroom_internal._orphan_idempotency_keys(timestamptz, integer) IS
 'Internal (Citus): up to p_limit message ids of idempotency keys older than p_before whose message no longer exists (keys read by page, messages looked up by id).';

@@ -42,7 +42,7 @@ BEGIN
 END;
 $addresses$;
 
-CREATE OR REPLACE FUNCTION mailroom._mailbox_id(p_address text)
+CREATE OR REPLACE FUNCTION mailroom_internal._mailbox_id(p_address text)
 RETURNS bigint
 LANGUAGE plpgsql
 STABLE
@@ -54,10 +54,10 @@ BEGIN
 END;
 $$;
 
-COMMENT ON FUNCTION mailroom._mailbox_id(text) IS
+COMMENT ON FUNCTION mailroom_internal._mailbox_id(text) IS
 'Internal (Citus): the id of the mailbox with this (normalized) address, NULL if none, through mailbox_addresses (one shard).';
 
-CREATE OR REPLACE FUNCTION mailroom._insert_mailbox(
+CREATE OR REPLACE FUNCTION mailroom_internal._insert_mailbox(
     p_address text,
     p_plan text,
     p_owner_type mailroom.mailbox_owner_type,
@@ -104,12 +104,12 @@ BEGIN
 END;
 $$;
 
-COMMENT ON FUNCTION mailroom._insert_mailbox(
+COMMENT ON FUNCTION mailroom_internal._insert_mailbox(
     text, text, mailroom.mailbox_owner_type, text, bytea, timestamptz, timestamptz, text
 ) IS
 'Internal (Citus): insert a mailbox unless its (normalized) address is taken: the address reserved in mailbox_addresses (ON CONFLICT), then the row under the reserved id; its id, or NULL.';
 
-CREATE OR REPLACE FUNCTION mailroom._delete_mailbox(p_address text)
+CREATE OR REPLACE FUNCTION mailroom_internal._delete_mailbox(p_address text)
 RETURNS integer
 LANGUAGE plpgsql
 VOLATILE
@@ -134,10 +134,10 @@ BEGIN
 END;
 $$;
 
-COMMENT ON FUNCTION mailroom._delete_mailbox(text) IS
+COMMENT ON FUNCTION mailroom_internal._delete_mailbox(text) IS
 'Internal (Citus): delete the mailbox of this (normalized) address, its messages and its address in mailbox_addresses; how many (0 or 1).';
 
-CREATE OR REPLACE FUNCTION mailroom._mailbox_shards(p_ids bigint[])
+CREATE OR REPLACE FUNCTION mailroom_internal._mailbox_shards(p_ids bigint[])
 RETURNS TABLE (shard bigint, ids bigint[])
 LANGUAGE sql
 STABLE
@@ -154,11 +154,11 @@ AS $$
     ORDER BY random()
 $$;
 
-COMMENT ON FUNCTION mailroom._mailbox_shards(bigint[]) IS
+COMMENT ON FUNCTION mailroom_internal._mailbox_shards(bigint[]) IS
 'Internal (Citus): mailbox ids grouped by their shard (random order of shards).';
 
 -- sql/23's seams of expire_mailboxes and purge_mailboxes (a batch each), shard by shard
-CREATE OR REPLACE FUNCTION mailroom._expire_due_mailboxes(p_now timestamptz, p_batch integer)
+CREATE OR REPLACE FUNCTION mailroom_internal._expire_due_mailboxes(p_now timestamptz, p_batch integer)
 RETURNS integer
 LANGUAGE plpgsql
 VOLATILE
@@ -180,7 +180,7 @@ BEGIN
         ORDER BY m.expires_at
         LIMIT 2 * v_batch
     );
-    FOR v_shard IN SELECT s.shard, s.ids FROM mailroom._mailbox_shards(v_ids) AS s LOOP
+    FOR v_shard IN SELECT s.shard, s.ids FROM mailroom_internal._mailbox_shards(v_ids) AS s LOOP
         EXIT WHEN v_count >= v_batch;
         -- one shard: the ids written into the text; the due condition re-checked under the lock
         EXECUTE format($sql$
@@ -204,10 +204,10 @@ BEGIN
 END;
 $$;
 
-COMMENT ON FUNCTION mailroom._expire_due_mailboxes(timestamptz, integer) IS
+COMMENT ON FUNCTION mailroom_internal._expire_due_mailboxes(timestamptz, integer) IS
 'Internal (Citus): mark up to p_batch mailboxes due at p_now inactive, shard by shard (SKIP LOCKED in one shard at a time); returns how many.';
 
-CREATE OR REPLACE FUNCTION mailroom._purge_inactive_mailboxes(p_cutoff timestamptz, p_batch integer)
+CREATE OR REPLACE FUNCTION mailroom_internal._purge_inactive_mailboxes(p_cutoff timestamptz, p_batch integer)
 RETURNS integer
 LANGUAGE plpgsql
 VOLATILE
@@ -230,7 +230,7 @@ BEGIN
         ORDER BY m.inactive_since
         LIMIT 2 * v_batch
     );
-    FOR v_shard IN SELECT s.shard, s.ids FROM mailroom._mailbox_shards(v_ids) AS s LOOP
+    FOR v_shard IN SELECT s.shard, s.ids FROM mailroom_internal._mailbox_shards(v_ids) AS s LOOP
         EXIT WHEN v_count >= v_batch;
         -- one shard: the mailboxes (locked, SKIP LOCKED), then their messages (colocated: the
         -- same worker); the messages have no trigger or foreign key to go with them on Citus
@@ -268,5 +268,5 @@ BEGIN
 END;
 $$;
 
-COMMENT ON FUNCTION mailroom._purge_inactive_mailboxes(timestamptz, integer) IS
+COMMENT ON FUNCTION mailroom_internal._purge_inactive_mailboxes(timestamptz, integer) IS
 'Internal (Citus): hard-delete up to p_batch mailboxes inactive since before p_cutoff, their messages and their addresses, shard by shard (SKIP LOCKED in one shard at a time); returns how many.';

@@ -36,7 +36,7 @@ def test_app_role_calls_its_api_and_reads_no_table(conn, db_url):
         assert sqlstate_of(app, "SELECT key FROM mailroom.signing_keys") == "42501"
         assert sqlstate_of(app, "SELECT mailroom.export_signing_key()") == "42501"
         assert sqlstate_of(app, "SELECT mailroom.set_setting('tokens.ttl', '1 hour')") == "42501"
-        assert sqlstate_of(app, "SELECT mailroom._hmac('a', 'b', 'sha256')") == "42501"
+        assert sqlstate_of(app, "SELECT mailroom_internal._hmac('a', 'b', 'sha256')") == "42501"
     assert conn.execute("SELECT status::text FROM mailroom.accounts").fetchone()[0] == "provisioned"
 
 

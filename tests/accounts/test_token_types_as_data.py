@@ -51,8 +51,8 @@ def test_a_new_token_type_signs_with_its_own_path_and_verifies(conn, db_url):
         every = (("activation", None), ("password_recovery", "12345"), ("email_change", None), ("login_code", "54321"))
         for action, code in every:
             one, many = conn.execute(
-                "SELECT mailroom._signed_value(%s::mailroom.token_action, %s, %s, %s),"
-                " (mailroom._signed_values(ARRAY[%s::mailroom.token_action], ARRAY[%s::bytea], ARRAY[%s::text], %s))[1]",
+                "SELECT mailroom_internal._signed_value(%s::mailroom.token_action, %s, %s, %s),"
+                " (mailroom_internal._signed_values(ARRAY[%s::mailroom.token_action], ARRAY[%s::bytea], ARRAY[%s::text], %s))[1]",
                 (action, secret, code, key, action, secret, code, key)).fetchone()
             assert one == many, action
 

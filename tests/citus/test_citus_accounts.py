@@ -167,7 +167,7 @@ def test_erase_address_leaves_no_trace_and_the_address_can_register_again(cconn)
     # erased in place (issue 34: signed positions stay), the other recipient keeps its position
     assert cconn.execute("SELECT to_addrs FROM mailroom.outbound_messages WHERE id = %s",
                          (shared,)).fetchone()[0] == [
-        cconn.execute("SELECT mailroom._erased_recipient(%s)", (email,)).fetchone()[0], f"keep-{tag}@example.com"]
+        cconn.execute("SELECT mailroom_internal._erased_recipient(%s)", (email,)).fetchone()[0], f"keep-{tag}@example.com"]
 
     with _app(cconn) as app:
         again = app.execute("SELECT mailroom.create_account(%s, %s)", (email, f"gone-{tag}")).fetchone()[0]

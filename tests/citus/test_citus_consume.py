@@ -121,7 +121,7 @@ def test_link_minted_before_the_lookup_still_consumes(cconn):
 def test_refusals_keep_the_single_node_codes(cconn):
     account, _, first = _account_and_link(cconn, "refuse")
     # a reissue revokes the first link (it keeps its digest and lookup row: refused on one shard)
-    cconn.execute("SELECT mailroom._issue_token(%s, 'activation')", (account,))
+    cconn.execute("SELECT mailroom_internal._issue_token(%s, 'activation')", (account,))
     result, shards = _routed(cconn, "SELECT * FROM mailroom.consume_token(%s)", (first,))
     assert isinstance(result, psycopg.Error) and result.sqlstate == "MR117"
     assert len(shards["tokens"]) == 1, shards
@@ -176,7 +176,7 @@ def test_a_minted_link_replaces_the_lookup_row(cconn):
     new one's is written; the old link is then unknown, the new one consumes."""
     account, _, old = _account_and_link(cconn, "mint")
     token = cconn.execute("SELECT id FROM mailroom.tokens WHERE secret_digest = %s", (_digest(old),)).fetchone()[0]
-    new = cconn.execute("SELECT signed FROM mailroom._mint_token(%s)", (token,)).fetchone()[0]
+    new = cconn.execute("SELECT signed FROM mailroom_internal._mint_token(%s)", (token,)).fetchone()[0]
     assert _lookup(cconn, old) is None
     assert _lookup(cconn, new) == account
     with _app(cconn) as app:
@@ -203,7 +203,7 @@ def test_deleted_tokens_take_their_lookup_rows(cconn):
     links = {kind: _account_and_link(cconn, kind) for kind in ("consumed", "revoked", "expired", "purged")}
     with _app(cconn) as app:
         app.execute("SELECT * FROM mailroom.consume_token(%s)", (links["consumed"][2],))
-    cconn.execute("SELECT mailroom._issue_token(%s, 'activation')", (links["revoked"][0],))
+    cconn.execute("SELECT mailroom_internal._issue_token(%s, 'activation')", (links["revoked"][0],))
     cconn.execute("UPDATE mailroom.tokens SET expires_at = now() - interval '1 second' WHERE account = %s",
                   (links["expired"][0],))
     assert all(_lookup(cconn, s) == a for a, _, s in links.values())
@@ -211,7 +211,7 @@ def test_deleted_tokens_take_their_lookup_rows(cconn):
 
     # past retention (cut-off: a minute from now): the consumed, revoked and expired tokens go
     for name in partitions:
-        cconn.execute("SELECT mailroom._delete_tokens_past_retention(%s, now() + interval '1 minute', 1000)", (name,))
+        cconn.execute("SELECT mailroom_internal._delete_tokens_past_retention(%s, now() + interval '1 minute', 1000)", (name,))
     for kind in ("consumed", "revoked", "expired"):
         assert _lookup(cconn, links[kind][2]) is None, kind
     assert _lookup(cconn, links["purged"][2]) == links["purged"][0]  # still open: kept, with its row
@@ -225,7 +225,7 @@ def test_deleted_tokens_take_their_lookup_rows(cconn):
 
     # before _maintain_partitions drops a tokens partition (sql/05's seam)
     _, _, dropped = _account_and_link(cconn, "dropped")
-    cconn.execute("SELECT mailroom._forget_token_digests(%s)", (_partition(cconn, dropped),))
+    cconn.execute("SELECT mailroom_internal._forget_token_digests(%s)", (_partition(cconn, dropped),))
     assert _lookup(cconn, dropped) is None
 
 

@@ -183,7 +183,7 @@ def test_rows_past_retention_go_through_the_seams(cconn):
                           (ids,)).fetchone()[0]
     assert lanes > 1  # rows of several shards
     partition = _partition_of(cconn, "outbound_messages", "id = ANY(%s)", ids)
-    deleted = cconn.execute("SELECT mailroom._delete_past_retention('outbound_messages', %s,"
+    deleted = cconn.execute("SELECT mailroom_internal._delete_past_retention('outbound_messages', %s,"
                             " now() + interval '1 minute', 1000)", (partition,)).fetchone()[0]
     assert deleted >= len(ids)
     assert cconn.execute("SELECT count(*) FROM mailroom.outbound_messages WHERE id = ANY(%s)",
@@ -199,7 +199,7 @@ def test_rows_past_retention_go_through_the_seams(cconn):
     cconn.execute("UPDATE mailroom.mailboxes SET is_active = false, inactive_since = now() WHERE id = %s", (box[0],))
     for mailbox in (box, kept):
         partition = _partition_of(cconn, "messages", "mailbox_id = %s", mailbox[0])
-        cconn.execute("SELECT mailroom._delete_past_retention('messages', %s, now() + interval '1 minute', 1000)",
+        cconn.execute("SELECT mailroom_internal._delete_past_retention('messages', %s, now() + interval '1 minute', 1000)",
                       (partition,))
     assert cconn.execute("SELECT count(*) FROM mailroom.messages WHERE mailbox_id = %s", (box[0],)).fetchone()[0] == 0
     assert cconn.execute("SELECT count(*) FROM mailroom.messages WHERE mailbox_id = %s", (kept[0],)).fetchone()[0] == 1

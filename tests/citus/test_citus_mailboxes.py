@@ -48,7 +48,7 @@ def test_an_address_is_unique_through_the_lookup_table(cconn):
         "SELECT mailbox_id FROM mailroom.mailbox_addresses WHERE address = %s", (box[1],)
     ).fetchone() == (box[0],)
     again = cconn.execute(
-        "SELECT mailroom._insert_mailbox(%s, 'free', 'api', 'someone', NULL, now() + interval '1 hour', now())",
+        "SELECT mailroom_internal._insert_mailbox(%s, 'free', 'api', 'someone', NULL, now() + interval '1 hour', now())",
         (box[1],),
     ).fetchone()[0]
     assert again is None
@@ -58,9 +58,9 @@ def test_an_address_is_unique_through_the_lookup_table(cconn):
 def test_create_mailbox_on_a_taken_address_gives_the_single_node_error(citus_url):
     """Every generated address taken: 23505 'could not generate a unique mailbox address', as on one node."""
     with psycopg.connect(citus_url) as conn:  # one transaction, rolled back: the fixed bytes go with it
-        fixed = conn.execute("SELECT encode(mailroom._random_bytes(10), 'hex')").fetchone()[0]
+        fixed = conn.execute("SELECT encode(mailroom_internal._random_bytes(10), 'hex')").fetchone()[0]
         conn.execute(
-            "CREATE OR REPLACE FUNCTION mailroom._random_bytes(p_count integer) RETURNS bytea LANGUAGE sql"
+            "CREATE OR REPLACE FUNCTION mailroom_internal._random_bytes(p_count integer) RETURNS bytea LANGUAGE sql"
             f" AS $$ SELECT substr(decode('{fixed}' || repeat('00', 64), 'hex'), 1, p_count) $$"
         )
         conn.execute("SELECT * FROM mailroom.create_mailbox(30, 'free')")
@@ -171,9 +171,9 @@ def test_erasure_deletes_the_mailbox_its_messages_and_frees_its_address(cconn):
     ).fetchone() == (0,)  # the address is free again
     # erased in place (issue 34: signed positions stay), the other recipient keeps its position
     assert cconn.execute("SELECT to_addrs, subject FROM mailroom.outbound_messages WHERE id = %s", (kept,)).fetchone() == (
-        [cconn.execute("SELECT mailroom._erased_recipient(%s)", (box[1],)).fetchone()[0], "kept@example.com"],
-        "to " + cconn.execute("SELECT mailroom._erased_form(%s)", (box[1],)).fetchone()[0]
+        [cconn.execute("SELECT mailroom_internal._erased_recipient(%s)", (box[1],)).fetchone()[0], "kept@example.com"],
+        "to " + cconn.execute("SELECT mailroom_internal._erased_form(%s)", (box[1],)).fetchone()[0]
     )
     # the other mailbox, its message and its address are untouched
     assert cconn.execute("SELECT message_count FROM mailroom.mailboxes WHERE id = %s", (other[0],)).fetchone() == (1,)
-    assert cconn.execute("SELECT mailroom._mailbox_id(%s)", (other[1],)).fetchone() == (other[0],)
+    assert cconn.execute("SELECT mailroom_internal._mailbox_id(%s)", (other[1],)).fetchone() == (other[0],)

@@ -82,7 +82,7 @@ def test_db_migrate_moves_the_earlier_layout_keeping_its_mailboxes_and_messages(
             (b[1], b[0]) for b in boxes
         )
         for box_id, address, _token in boxes:
-            assert conn.execute("SELECT mailroom._mailbox_id(%s)", (address,)).fetchone() == (box_id,)
+            assert conn.execute("SELECT mailroom_internal._mailbox_id(%s)", (address,)).fetchone() == (box_id,)
         assert conn.execute("SELECT message_count FROM mailroom.mailboxes WHERE id = %s", (boxes[0][0],)).fetchone() == (1,)
         # the functions typed by mailboxes' row, dropped by Citus with the earlier table, are back
         assert conn.execute(
@@ -126,7 +126,7 @@ def test_db_migrate_moves_the_earlier_layout_keeping_its_mailboxes_and_messages(
         assert new_id > max(b[0] for b in boxes)
     with psycopg.connect(url, autocommit=True) as conn:
         assert conn.execute(
-            "SELECT mailroom._insert_mailbox(%s, 'free', 'api', 'someone', NULL, now() + interval '1 hour', now())",
+            "SELECT mailroom_internal._insert_mailbox(%s, 'free', 'api', 'someone', NULL, now() + interval '1 hour', now())",
             (boxes[1][1],),
         ).fetchone() == (None,)
 

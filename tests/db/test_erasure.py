@@ -174,7 +174,7 @@ def test_erase_leaves_the_address_in_no_column(conn, cli, everywhere):
     ).fetchone()[0]
     assert left == ["logo.png"]
     # the error log held it as a redaction tag: that tag is gone too
-    tag = conn.execute("SELECT mailroom._redaction_tag(%s)", (LOWER,)).fetchone()[0]
+    tag = conn.execute("SELECT mailroom_internal._redaction_tag(%s)", (LOWER,)).fetchone()[0]
     assert holding(conn, tag) == []
     # still suppressed, by its keyed hash alone
     assert as_role(conn, "mailroom_app", "SELECT mailroom.is_suppressed(%s)", (ADDRESS,))[0][0] is True
@@ -186,7 +186,7 @@ def test_erase_leaves_the_address_in_no_column(conn, cli, everywhere):
     # (the erased recipient replaced in place: the other keeps its position, issue 34)
     assert conn.execute("SELECT to_addrs, bcc_addrs FROM mailroom.outbound_messages WHERE id = %s",
                         (everywhere["shared"],)).fetchone() == (
-        ["other@example.com"], [conn.execute("SELECT mailroom._erased_recipient(%s)", (ADDRESS,)).fetchone()[0]])
+        ["other@example.com"], [conn.execute("SELECT mailroom_internal._erased_recipient(%s)", (ADDRESS,)).fetchone()[0]])
     assert conn.execute("SELECT count(*) FROM mailroom.mailboxes WHERE id = %s",
                         (everywhere["other_box"],)).fetchone()[0] == 1
 

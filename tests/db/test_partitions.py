@@ -194,7 +194,7 @@ def test_cli_maintain_reports_and_its_worker_runs_it(cli, cli_popen, db_url):
     while "messages_p20310611t0000" not in parts and time.monotonic() < deadline and worker.poll() is None:
         time.sleep(0.2)
         with psycopg.connect(db_url) as conn:
-            parts = [r[0] for r in conn.execute("SELECT partition_name FROM mailroom._partitions('messages')")]
+            parts = [r[0] for r in conn.execute("SELECT partition_name FROM mailroom_internal._partitions('messages')")]
     # four days later: the days up to 2031-06-12 exist only if the maintenance worker ran
     assert "messages_p20310611t0000" in parts, "mailroom maintain --every ran maintain_partitions"
     worker.send_signal(signal.SIGTERM)

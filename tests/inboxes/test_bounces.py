@@ -467,7 +467,7 @@ def test_complaints_and_mailto_unsubscribes_suppress_exactly_their_recipient(con
 
     # the List-Unsubscribe mailto of c3 (the third envelope recipient): any mail to it unsubscribes c3
     mailto = conn.execute(
-        "SELECT u[1] FROM (SELECT regexp_match((mailroom._list_unsubscribe(m.id, m.sender_id, 4))[3], "
+        "SELECT u[1] FROM (SELECT regexp_match((mailroom_internal._list_unsubscribe(m.id, m.sender_id, 4))[3], "
         "'mailto:([^>]+)') AS u FROM mailroom.outbound_messages AS m) AS x"
     ).fetchone()[0]
     assert mailto.startswith("unsubscribe+") and mailto != unsubscribe["c3@example.com"]

@@ -31,7 +31,7 @@ def _return_path(conn) -> str:
     conn.execute("SELECT mailroom.set_setting('outbound.bounce_domain', %s)", (BOUNCE_DOMAIN,))
     conn.execute("SELECT mailroom.upsert_sender('main', 'noreply@mailroom.test', '127.0.0.1', 2525)")
     mid = conn.execute("SELECT mailroom.enqueue_message('main', ARRAY['gone@example.com'], 's', 'b')").fetchone()[0]
-    return conn.execute("SELECT mailroom._return_path(id, sender_id) FROM mailroom.outbound_messages WHERE id = %s",
+    return conn.execute("SELECT mailroom_internal._return_path(id, sender_id) FROM mailroom.outbound_messages WHERE id = %s",
                         (mid,)).fetchone()[0]
 
 

@@ -299,7 +299,7 @@ def test_limits_cli(conn, cli):
         ["*.example.com", "2", "-"], ["example.com", "5", "100"], ["*", "-", "-"]
     ]
     assert conn.execute(
-        "SELECT max_in_flight FROM mailroom._domain_limit('a.example.com')"
+        "SELECT max_in_flight FROM mailroom_internal._domain_limit('a.example.com')"
     ).fetchone()[0] == 2
     result = cli("outbound", "limits", "remove", "example.com")
     assert result.returncode == 0 and "removed" in result.stdout

@@ -98,7 +98,7 @@ def test_a_verb_added_as_data(conn):
         )
         RETURNS TABLE (changed bigint, in_flight bigint, suppressed bigint, sample_ids bigint[], suppressed_ids bigint[])
         LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, pg_temp
-        AS $$ SELECT * FROM mailroom._queue_verb('uncancel', p_ids, p_domain, p_all, p_status, p_dry_run) $$;
+        AS $$ SELECT * FROM mailroom_internal._queue_verb('uncancel', p_ids, p_domain, p_all, p_status, p_dry_run) $$;
         REVOKE ALL ON FUNCTION mailroom.uncancel_messages(bigint[], text, boolean, text, boolean) FROM PUBLIC;
         GRANT EXECUTE ON FUNCTION mailroom.uncancel_messages(bigint[], text, boolean, text, boolean) TO mailroom_admin;
     """)

@@ -44,13 +44,13 @@ SELECT ok(mailroom.unpin_clock() < '2031-01-01'::timestamptz, 'unpin_clock retur
 CREATE ROLE mr_test_app NOLOGIN IN ROLE mailroom_app;
 CREATE ROLE mr_test_keeper NOLOGIN IN ROLE mailroom_timekeeper, mailroom_app;
 CREATE ROLE mr_test_nested NOLOGIN IN ROLE mr_test_keeper;
-SELECT is(mailroom._may_pin_clock('mr_test_app'), false, 'a mailroom_app member may not pin the clock');
-SELECT is(mailroom._may_pin_clock('mr_test_keeper'), true, 'a mailroom_timekeeper member may');
-SELECT is(mailroom._may_pin_clock('mr_test_nested'), true, 'so may a member through another role');
-SELECT is(mailroom._may_pin_clock('mailroom_app'), false, 'mailroom_app itself may not');
-SELECT is(mailroom._may_pin_clock('mr_no_such_role'), false, 'an unknown role may not (no error)');
-SELECT is(mailroom._may_pin_clock(NULL), false, 'NULL may not');
-SELECT is(mailroom._may_pin_clock(session_user), true, 'the superuser running pgTAP may (member of every role)');
+SELECT is(mailroom_internal._may_pin_clock('mr_test_app'), false, 'a mailroom_app member may not pin the clock');
+SELECT is(mailroom_internal._may_pin_clock('mr_test_keeper'), true, 'a mailroom_timekeeper member may');
+SELECT is(mailroom_internal._may_pin_clock('mr_test_nested'), true, 'so may a member through another role');
+SELECT is(mailroom_internal._may_pin_clock('mailroom_app'), false, 'mailroom_app itself may not');
+SELECT is(mailroom_internal._may_pin_clock('mr_no_such_role'), false, 'an unknown role may not (no error)');
+SELECT is(mailroom_internal._may_pin_clock(NULL), false, 'NULL may not');
+SELECT is(mailroom_internal._may_pin_clock(session_user), true, 'the superuser running pgTAP may (member of every role)');
 
 -- clock() applies the rule to the login role: switch the session's authorization, pin, read
 SET LOCAL mailroom.clock = '2001-01-01 00:00:00+00';

@@ -15,7 +15,7 @@ $$;
 
 CREATE FUNCTION pg_temp.passes(s mailroom.settings) RETURNS boolean LANGUAGE plpgsql AS $$
 BEGIN
-    PERFORM mailroom._check_setting_value(s.name, s.kind, s.min_value, s.max_value, s.value);
+    PERFORM mailroom_internal._check_setting_value(s.name, s.kind, s.min_value, s.max_value, s.value);
     RETURN true;
 EXCEPTION
     WHEN OTHERS THEN

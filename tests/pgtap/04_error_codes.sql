@@ -39,8 +39,8 @@ SELECT is(
     ARRAY['deleted', 'expired', 'full', 'too_large', 'unknown'],
     'every refusing verdict of check_recipient has its code and reply'
 );
-SELECT is(mailroom._verdict_reply('too_large'), '552 5.3.4 Message too big for this mailbox', 'the reply of a verdict');
-SELECT is(mailroom._verdict_reply('ok'), NULL, 'ok has no refusal reply');
+SELECT is(mailroom_internal._verdict_reply('too_large'), '552 5.3.4 Message too big for this mailbox', 'the reply of a verdict');
+SELECT is(mailroom_internal._verdict_reply('ok'), NULL, 'ok has no refusal reply');
 SELECT results_eq(
     'SELECT code, kind FROM mailroom.error_codes() WHERE code IN (''MR001'', ''MR207'')',
     $$VALUES ('MR001', 'usage'), ('MR207', 'limit')$$,

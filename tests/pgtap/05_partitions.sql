@@ -7,7 +7,7 @@ SELECT plan(39);
 
 CREATE FUNCTION pg_temp.has_partition(p_table text, p_at timestamptz) RETURNS boolean LANGUAGE sql AS $$
     SELECT EXISTS (
-        SELECT 1 FROM mailroom._partitions(p_table) AS p
+        SELECT 1 FROM mailroom_internal._partitions(p_table) AS p
         WHERE p.lower_bound <= p_at AND p.upper_bound > p_at
     )
 $$;
@@ -35,7 +35,7 @@ SELECT is(
     'tokens is partitioned by created_at'
 );
 SELECT ok(
-    (SELECT bool_and(EXISTS (SELECT 1 FROM mailroom._partitions(t) AS p WHERE p.is_default))
+    (SELECT bool_and(EXISTS (SELECT 1 FROM mailroom_internal._partitions(t) AS p WHERE p.is_default))
      FROM unnest(ARRAY['outbound_messages', 'messages', 'tokens']) AS t),
     'each has a DEFAULT partition'
 );
@@ -59,7 +59,7 @@ SELECT is(
     'eight daily outbound partitions were created (today and 7 days ahead), each reported'
 );
 SELECT is(
-    (SELECT (p.upper_bound - p.lower_bound)::text FROM mailroom._partitions('tokens') AS p
+    (SELECT (p.upper_bound - p.lower_bound)::text FROM mailroom_internal._partitions('tokens') AS p
      WHERE p.lower_bound <= '2030-01-01 12:00Z' AND p.upper_bound > '2030-01-01 12:00Z'),
     '7 days', 'tokens partitions are weekly'
 );
@@ -126,7 +126,7 @@ SELECT is(
     'and inserts no second row'
 );
 SELECT isnt(
-    mailroom._enqueue_message('mailroom', 'tap', ARRAY['a@example.com'], 'idem', 'body', p_idempotency_key => 'k-1'),
+    mailroom_internal._enqueue_message('mailroom', 'tap', ARRAY['a@example.com'], 'idem', 'body', p_idempotency_key => 'k-1'),
     (SELECT id FROM first_id), 'the same key in the other scope is another message'
 );
 SELECT throws_ok(
@@ -262,7 +262,7 @@ SELECT is(
 SELECT ok((SELECT last_summary FROM mailroom.job_runs()) ~ '^(nothing to do|[a-z_]+ [0-9]+)',
     'with a one-line summary of what it did');
 SELECT is(
-    mailroom._maintenance_summary(ARRAY['created', 'dropped', 'created', 'kept_deleted'], ARRAY[0, 120, 0, 3]::bigint []),
+    mailroom_internal._maintenance_summary(ARRAY['created', 'dropped', 'created', 'kept_deleted'], ARRAY[0, 120, 0, 3]::bigint []),
     'created 2, dropped 1 (120 rows), kept_deleted 1 (3 rows)', 'the summary: each action counted, rows where deleted'
 );
 SELECT is(

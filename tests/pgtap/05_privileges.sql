@@ -155,7 +155,7 @@ SELECT is(
          AND p.prosrc ~ '(?<![._a-z])(gen_random_bytes|digest|hmac|pgp_sym_encrypt|pgp_sym_decrypt|pgp_pub_encrypt|pgp_key_id)\('
          AND f.fn NOT IN ('_random_bytes', '_digest', '_hmac', '_hmac_many', '_pgp_sym_encrypt', '_pgp_sym_decrypt',
              '_pgp_pub_encrypt', '_pgp_key_id')),
-    '', 'pgcrypto is called only through the mailroom._* wrappers'
+    '', 'pgcrypto is called only through the mailroom_internal._* wrappers'
 );
 SELECT is(
     (SELECT coalesce(string_agg(sig, ', ' ORDER BY sig), '') FROM fns
@@ -271,7 +271,7 @@ SELECT throws_ok(
     $$UPDATE mailroom.accounts SET status = 'active'$$, '42501', NULL, '(g) mailroom_app cannot update mailroom.accounts'
 );
 SELECT throws_ok(
-    $$SELECT mailroom._hmac('\x00', '\x00', 'sha256')$$, '42501', NULL, '(g) mailroom_app cannot call mailroom._hmac'
+    $$SELECT mailroom_internal._hmac('\x00', '\x00', 'sha256')$$, '42501', NULL, '(g) mailroom_app cannot call mailroom_internal._hmac'
 );
 SELECT ok(
     pg_temp.sqlstate_of($$SELECT * FROM public.dblink('dbname=postgres', 'SELECT 1') AS t (x integer)$$)
@@ -287,8 +287,8 @@ SELECT ok(
     AND NOT has_function_privilege('mailroom_app', 'mailroom.pin_clock(timestamptz, boolean)', 'EXECUTE')
     AND NOT (to_regproc('mailroom.claim_messages') IS NOT NULL
         AND has_function_privilege('mailroom_app', to_regproc('mailroom.claim_messages'), 'EXECUTE'))
-    AND NOT (to_regproc('mailroom._redaction_tag') IS NOT NULL
-        AND has_function_privilege('mailroom_app', to_regproc('mailroom._redaction_tag'), 'EXECUTE')),
+    AND NOT (to_regproc('mailroom_internal._redaction_tag') IS NOT NULL
+        AND has_function_privilege('mailroom_app', to_regproc('mailroom_internal._redaction_tag'), 'EXECUTE')),
     '(d) mailroom_app cannot execute dequeue_tokens, claim_messages, set_setting, _redaction_tag, pin_clock'
 );
 

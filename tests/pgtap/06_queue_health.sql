@@ -21,7 +21,7 @@ SELECT ok(
         SELECT 1 FROM pg_proc AS p, aclexplode(coalesce(p.proacl, acldefault('f', p.proowner))) AS a
         WHERE p.oid IN ('mailroom.queue_health()'::regprocedure, 'mailroom.worker_health()'::regprocedure,
                         'mailroom.worker_heartbeat(text, text, boolean, integer, text, text)'::regprocedure,
-                        'mailroom._explain_queue_health()'::regprocedure)
+                        'mailroom_internal._explain_queue_health()'::regprocedure)
           AND a.grantee = 0
     ),
     'PUBLIC may execute none of them'
@@ -203,7 +203,7 @@ CREATE FUNCTION pg_temp.nonempty_seq_scans(p_plan text) RETURNS text LANGUAGE sq
         WHERE c.relname = m[1] AND c.relnamespace = 'mailroom'::regnamespace AND pg_relation_size(c.oid) > 8 * 8192
     )
 $$;
-CREATE TEMP TABLE plan ON COMMIT DROP AS SELECT string_agg(p, E'\n') AS p FROM mailroom._explain_queue_health() AS p;
+CREATE TEMP TABLE plan ON COMMIT DROP AS SELECT string_agg(p, E'\n') AS p FROM mailroom_internal._explain_queue_health() AS p;
 SELECT ok((SELECT p FROM plan) ~ 'using outbound_messages_(p[0-9]{8}t[0-9]{4}|default)_due_idx', 'outbound due-count: outbound_messages_due_idx');
 SELECT ok((SELECT p FROM plan) ~ 'using outbound_messages_(p[0-9]{8}t[0-9]{4}|default)_processing(_domain)?_idx', 'expired leases: a partial index of the processing rows (outbound_messages_processing_idx or _processing_domain_idx)');
 SELECT ok((SELECT p FROM plan) ~ 'using tokens_(p[0-9]{8}t[0-9]{4}|default)_pending_idx', 'tokens due-count: tokens_pending_idx');

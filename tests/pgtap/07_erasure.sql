@@ -40,11 +40,11 @@ SELECT mailroom.deliver_message(
 );
 
 -- plus forms: alice@ also finds alice+news@ (mail to it is alice's), never malice+news@
-SELECT ok('write to alice+news@example.com.' ~* mailroom._address_pattern('alice@example.com'), 'the pattern finds a plus form');
-SELECT ok(NOT 'malice+news@example.com' ~* mailroom._address_pattern('alice@example.com'), 'not inside a longer local part');
-SELECT ok(NOT 'alice@example.com' ~* mailroom._address_pattern('alice+news@example.com'), 'an address with a tag: as written');
-SELECT ok(mailroom._is_address_form('<Alice+News@Example.com>', 'alice@example.com'), 'a recipient in a plus form is the address');
-SELECT ok(NOT mailroom._is_address_form('malice+news@example.com', 'alice@example.com'), 'another local part is not');
+SELECT ok('write to alice+news@example.com.' ~* mailroom_internal._address_pattern('alice@example.com'), 'the pattern finds a plus form');
+SELECT ok(NOT 'malice+news@example.com' ~* mailroom_internal._address_pattern('alice@example.com'), 'not inside a longer local part');
+SELECT ok(NOT 'alice@example.com' ~* mailroom_internal._address_pattern('alice+news@example.com'), 'an address with a tag: as written');
+SELECT ok(mailroom_internal._is_address_form('<Alice+News@Example.com>', 'alice@example.com'), 'a recipient in a plus form is the address');
+SELECT ok(NOT mailroom_internal._is_address_form('malice+news@example.com', 'alice@example.com'), 'another local part is not');
 
 SELECT set_eq(
     $$SELECT item FROM mailroom.erase_address('alice@example.com', p_dry_run => true) WHERE affected > 0$$,
@@ -68,7 +68,7 @@ SELECT is((SELECT count(*)::int FROM mailroom.accounts WHERE id = :malice), 1, '
 SELECT is((SELECT count(*)::int FROM mailroom.outbound_messages WHERE id = :only), 0, 'mail to it alone is gone');
 SELECT is(
     (SELECT to_addrs || cc_addrs FROM mailroom.outbound_messages WHERE id = :shared),
-    ARRAY['bob@example.com', mailroom._erased_recipient('ALICE@example.com'), 'malice@example.com'],
+    ARRAY['bob@example.com', mailroom_internal._erased_recipient('ALICE@example.com'), 'malice@example.com'],
     'shared mail keeps the other recipients at their positions (the erased one in place, as a keyed hash)'
 );
 SELECT is(
@@ -77,11 +77,11 @@ SELECT is(
 );
 SELECT is(
     (SELECT subject FROM mailroom.outbound_messages WHERE id = :shared),
-    'about ' || mailroom._erased_form('alice@example.com'), 'the subject holds its erased form'
+    'about ' || mailroom_internal._erased_form('alice@example.com'), 'the subject holds its erased form'
 );
 SELECT is(
     (SELECT headers ->> 'Reply-To' FROM mailroom.outbound_messages WHERE id = :shared),
-    mailroom._erased_form('alice@example.com'), 'a header too'
+    mailroom_internal._erased_form('alice@example.com'), 'a header too'
 );
 SELECT is(
     (SELECT idempotency_key FROM mailroom.outbound_messages WHERE id = :shared), NULL,
@@ -93,7 +93,7 @@ SELECT is(
 );
 SELECT is((SELECT count(*)::int FROM mailroom.messages), 0, 'the inbox message from it is gone');
 SELECT is(
-    (SELECT reason FROM mailroom.suppressions WHERE address = mailroom._erased_form('alice@example.com')),
+    (SELECT reason FROM mailroom.suppressions WHERE address = mailroom_internal._erased_form('alice@example.com')),
     'complaint', 'the suppression keeps its reason under the keyed hash'
 );
 SELECT is((SELECT count(*)::int FROM mailroom.suppressions WHERE address LIKE '%alice%'), 0, 'no address left in it');
@@ -103,7 +103,7 @@ SELECT throws_ok(
     'enqueue still refuses it'
 );
 SELECT ok(
-    mailroom._erased_form('alice@example.com') ~ '^erased:[0-9a-f]{64}$', 'the erased form: a keyed hash, no @'
+    mailroom_internal._erased_form('alice@example.com') ~ '^erased:[0-9a-f]{64}$', 'the erased form: a keyed hash, no @'
 );
 SELECT lives_ok($$SELECT * FROM mailroom.erase_address('alice@example.com')$$, 'erasing twice is harmless');
 SELECT ok(mailroom.unsuppress('alice@example.com'), 'unsuppress removes the erased entry');
@@ -133,15 +133,15 @@ SELECT ok(
     'the erased recipient is replaced in place: the others keep their positions'
 );
 SELECT is(
-    (SELECT g.address FROM mailroom._signed_recipient((SELECT token FROM signed WHERE pos = 2)) AS g), 'bob@example.org',
+    (SELECT g.address FROM mailroom_internal._signed_recipient((SELECT token FROM signed WHERE pos = 2)) AS g), 'bob@example.org',
     'bob''s link still names bob'
 );
 SELECT is(
-    (SELECT g.address FROM mailroom._signed_recipient((SELECT token FROM signed WHERE pos = 3)) AS g), 'carol@example.org',
+    (SELECT g.address FROM mailroom_internal._signed_recipient((SELECT token FROM signed WHERE pos = 3)) AS g), 'carol@example.org',
     'carol''s link still names carol'
 );
 SELECT is(
-    (SELECT count(*)::int FROM mailroom._signed_recipient((SELECT token FROM signed WHERE pos = 1))), 0,
+    (SELECT count(*)::int FROM mailroom_internal._signed_recipient((SELECT token FROM signed WHERE pos = 1))), 0,
     'the erased recipient''s link names nobody'
 );
 SELECT is(
@@ -183,7 +183,7 @@ SELECT is(
 SELECT mailroom.enqueue_message('tap', ARRAY['Eve@example.org', 'eve@example.org', 'zed@example.org'], 's', 't') AS eve \gset
 SELECT * FROM mailroom.erase_address('eve@example.org');
 SELECT ok(
-    (SELECT cardinality(mailroom._envelope(to_addrs, cc_addrs, bcc_addrs)) = 3 AND to_addrs[1] <> to_addrs[2]
+    (SELECT cardinality(mailroom_internal._envelope(to_addrs, cc_addrs, bcc_addrs)) = 3 AND to_addrs[1] <> to_addrs[2]
      FROM mailroom.outbound_messages WHERE id = :eve),
     'two spellings erased: two distinct placeholders, the envelope keeps three positions'
 );

@@ -18,30 +18,30 @@ SELECT is(
 );
 SELECT ok(
     (SELECT prosrc ~ 'pg_notify\(mailroom\.setting\(''tokens\.channel''\)' FROM pg_proc
-        WHERE oid = 'mailroom._announce_tokens(bigint)'::regprocedure),
+        WHERE oid = 'mailroom_internal._announce_tokens(bigint)'::regprocedure),
     'the token channel (the seed''s token_insert) is notified with pg_notify, no registry'
 );
 
-SELECT ok(NOT mailroom._listened('mailroom_inbox'), 'nobody registered: not listened');
+SELECT ok(NOT mailroom_internal._listened('mailroom_inbox'), 'nobody registered: not listened');
 SELECT lives_ok($$SELECT mailroom.listen(ARRAY['mailroom_inbox', 'mailroom_inbox', 'token_insert'])$$,
                 'listen registers (a channel named twice once)');
 SELECT is((SELECT count(*)::int FROM mailroom.listeners WHERE pid = pg_backend_pid()), 2,
           'one row per channel for this session');
-SELECT ok(mailroom._listened('mailroom_inbox') AND mailroom._listened('token_insert'), 'both listened');
-SELECT ok(NOT mailroom._listened('mailroom_delivery'), 'another channel still not listened');
+SELECT ok(mailroom_internal._listened('mailroom_inbox') AND mailroom_internal._listened('token_insert'), 'both listened');
+SELECT ok(NOT mailroom_internal._listened('mailroom_delivery'), 'another channel still not listened');
 
 -- a session that ended (no live backend has this pid) is pruned by the next listen
 INSERT INTO mailroom.listeners (channel, pid) VALUES ('mailroom_delivery', -42);
-SELECT ok(mailroom._listened('mailroom_delivery'), 'a stale row counts until pruned (a NOTIFY too many, never one too few)');
+SELECT ok(mailroom_internal._listened('mailroom_delivery'), 'a stale row counts until pruned (a NOTIFY too many, never one too few)');
 SELECT mailroom.listen(ARRAY['mailroom_inbox']);
-SELECT ok(NOT mailroom._listened('mailroom_delivery'), 'listen prunes the rows of ended sessions');
+SELECT ok(NOT mailroom_internal._listened('mailroom_delivery'), 'listen prunes the rows of ended sessions');
 
 SELECT mailroom.set_setting('notify.always', 'true');
-SELECT ok(mailroom._listened('mailroom_delivery'), 'notify.always: every channel is notified');
+SELECT ok(mailroom_internal._listened('mailroom_delivery'), 'notify.always: every channel is notified');
 SELECT mailroom.set_setting('notify.always', 'false');
 
 SELECT mailroom.unlisten();
-SELECT ok(NOT mailroom._listened('mailroom_inbox'), 'unlisten removes this session''s rows');
+SELECT ok(NOT mailroom_internal._listened('mailroom_inbox'), 'unlisten removes this session''s rows');
 
 SELECT throws_ok($$SELECT mailroom.listen(ARRAY[''])$$, '22023', NULL, 'an empty channel name is refused');
 SELECT ok(mailroom.await_writers('1 second'), 'await_writers: no other writer, returns at once');

@@ -243,7 +243,7 @@ SELECT throws_ok($$ SELECT * FROM mailroom.list_accounts() $$, '42501', NULL,
 RESET ROLE;
 
 -- the Citus seam of the token triggers (mailroom.db.citus.SEAMS): on one node they cascade
-SELECT ok(mailroom._triggers_cascade(), 'one node: row triggers write other tables (the activation token, a reissue''s revocation)');
+SELECT ok(mailroom_internal._triggers_cascade(), 'one node: row triggers write other tables (the activation token, a reissue''s revocation)');
 
 SELECT * FROM finish();
 ROLLBACK;

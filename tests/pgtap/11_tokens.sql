@@ -7,7 +7,7 @@ CREATE TEMP TABLE k (key bytea);
 INSERT INTO k VALUES (decode(repeat('cafebabe', 8), 'hex'));
 
 -- CSPRNG codes: always 5 digits, spread over the whole range
-CREATE TEMP TABLE codes AS SELECT mailroom._random_code() AS code FROM generate_series(1, 10000);
+CREATE TEMP TABLE codes AS SELECT mailroom_internal._random_code() AS code FROM generate_series(1, 10000);
 SELECT is((SELECT count(*)::int FROM codes WHERE code ~ '^[0-9]{5}$'), 10000, '10,000 codes all match ^[0-9]{5}$');
 SELECT cmp_ok((SELECT count(DISTINCT left(code, 1))::int FROM codes), '=', 10, 'every leading digit occurs');
 SELECT cmp_ok((SELECT count(DISTINCT code)::int FROM codes), '>', 9000, 'codes are not repeating (> 9,000 distinct of 10,000)');
@@ -15,7 +15,7 @@ SELECT ok(
     (SELECT bool_and(n BETWEEN 850 AND 1150) FROM (SELECT count(*) AS n FROM codes GROUP BY left(code, 1)) AS c),
     'each leading digit about 1,000 times in 10,000 (uniform)'
 );
-SELECT unalike(pg_get_functiondef('mailroom._random_code'::regproc), '%random()%', 'codes do not use random()');
+SELECT unalike(pg_get_functiondef('mailroom_internal._random_code'::regproc), '%random()%', 'codes do not use random()');
 
 -- signature vectors: expected values computed independently (Python hmac/base64), under a key
 -- imported into the keyring as its active key
@@ -32,16 +32,16 @@ SELECT is(
     'recovery vector: b64url(secret || HMAC(key, "/recover" || secret || code))'
 );
 SELECT is(
-    mailroom._b64url_decode('AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh_Ri3Yy9eHzSYzQ27mlxgmLvANFsuUMXQadIzL8Ldn_vg'),
+    mailroom_internal._b64url_decode('AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh_Ri3Yy9eHzSYzQ27mlxgmLvANFsuUMXQadIzL8Ldn_vg'),
     '\x000102030405060708090a0b0c0d0e0f101112131415161718191a1b1c1d1e1f'::bytea
     || hmac('/activate'::bytea || '\x000102030405060708090a0b0c0d0e0f101112131415161718191a1b1c1d1e1f'::bytea,
         (SELECT key FROM k), 'sha256'),
     'the signed value decodes to secret || mac'
 );
 SELECT is(
-    mailroom._signed_value('password_recovery', '\x000102030405060708090a0b0c0d0e0f101112131415161718191a1b1c1d1e1f',
+    mailroom_internal._signed_value('password_recovery', '\x000102030405060708090a0b0c0d0e0f101112131415161718191a1b1c1d1e1f',
         '01234', (SELECT key FROM k)),
-    (mailroom._signed_values(ARRAY['password_recovery'::mailroom.token_action],
+    (mailroom_internal._signed_values(ARRAY['password_recovery'::mailroom.token_action],
         ARRAY['\x000102030405060708090a0b0c0d0e0f101112131415161718191a1b1c1d1e1f'::bytea], ARRAY['01234'], (SELECT key FROM k)))[1],
     'the one-token form (claim) and the batch form (dequeue) sign alike'
 );
@@ -72,7 +72,7 @@ SELECT results_eq(
     'a pending token holds no secret, code or digest (a secret passed to the insert is dropped)'
 );
 CREATE TEMP TABLE d1 AS SELECT * FROM mailroom.dequeue_tokens(10);
-CREATE TEMP TABLE d1_secret AS SELECT substr(mailroom._b64url_decode(signed), 1, 32) AS secret FROM d1;
+CREATE TEMP TABLE d1_secret AS SELECT substr(mailroom_internal._b64url_decode(signed), 1, 32) AS secret FROM d1;
 SELECT results_eq(
     $$ SELECT action::text, email, login, length(signed), code ~ '^[0-9]{5}$' FROM d1 $$,
     $$ VALUES ('password_recovery', 'vec@example.com', 'vec', 86, true) $$,
@@ -107,11 +107,11 @@ SELECT is((SELECT count(*)::int FROM mailroom.dequeue_tokens(10)), 0,
     'a dispatched token is not returned again');
 
 -- a token email's delivery attempt mints again: the digest changes, the earlier link stops matching
-CREATE TEMP TABLE m1 AS SELECT * FROM mailroom._mint_token((SELECT token_id FROM d1));
+CREATE TEMP TABLE m1 AS SELECT * FROM mailroom_internal._mint_token((SELECT token_id FROM d1));
 SELECT isnt((SELECT signed FROM m1), (SELECT signed FROM d1), '_mint_token: a new link for the same token');
 SELECT is(
     (SELECT secret_digest FROM mailroom.tokens WHERE id = (SELECT token_id FROM d1)),
-    digest(substr(mailroom._b64url_decode((SELECT signed FROM m1)), 1, 32), 'sha256'),
+    digest(substr(mailroom_internal._b64url_decode((SELECT signed FROM m1)), 1, 32), 'sha256'),
     '_mint_token: only the new secret''s digest is kept'
 );
 SET LOCAL mailroom.clock = '2030-01-01 01:00:00+00';
@@ -119,19 +119,19 @@ SELECT is(
     (SELECT expires_at FROM mailroom.tokens WHERE id = (SELECT token_id FROM d1)),
     '2030-01-01 00:15:00+00'::timestamptz, 'the token has expired by now'
 );
-SELECT is((SELECT count(*)::int FROM mailroom._mint_token((SELECT token_id FROM d1))), 1, '_mint_token: a later attempt');
+SELECT is((SELECT count(*)::int FROM mailroom_internal._mint_token((SELECT token_id FROM d1))), 1, '_mint_token: a later attempt');
 SELECT is(
     (SELECT expires_at FROM mailroom.tokens WHERE id = (SELECT token_id FROM d1)),
     '2030-01-01 01:15:00+00'::timestamptz, '_mint_token: an open token gets a fresh lifetime (tokens.ttl from now)'
 );
 SET LOCAL mailroom.clock = '2030-01-01 00:00:00+00';
-SELECT is((SELECT count(*)::int FROM mailroom._mint_token(-1)), 0, '_mint_token: no row for a token that is gone');
+SELECT is((SELECT count(*)::int FROM mailroom_internal._mint_token(-1)), 0, '_mint_token: no row for a token that is gone');
 
 -- the keyed form of the previous release, kept one release, signs with the key it is given
 SELECT mailroom.create_account('legacy@example.com', 'legacy');
 SELECT is(
-    (SELECT substr(mailroom._b64url_decode(signed), 33, 32)
-        = hmac('/activate'::bytea || substr(mailroom._b64url_decode(signed), 1, 32), decode(repeat('ab', 32), 'hex'), 'sha256')
+    (SELECT substr(mailroom_internal._b64url_decode(signed), 33, 32)
+        = hmac('/activate'::bytea || substr(mailroom_internal._b64url_decode(signed), 1, 32), decode(repeat('ab', 32), 'hex'), 'sha256')
      FROM mailroom.dequeue_tokens(10, decode(repeat('ab', 32), 'hex'))),
     true, 'dequeue_tokens(limit, key) (deprecated) signs with the passed key'
 );
@@ -157,7 +157,7 @@ SELECT is(
 
 -- eligibility: one rule for the dequeue and for consume_token
 SELECT results_eq(
-    $$ SELECT a::text AS action, s::text AS status, mailroom._token_eligible(a, s)
+    $$ SELECT a::text AS action, s::text AS status, mailroom_internal._token_eligible(a, s)
        FROM unnest(ARRAY['activation', 'password_recovery']::mailroom.token_action[]) AS a,
             unnest(enum_range(NULL::mailroom.account_status)) AS s
        ORDER BY a, s $$,
@@ -167,12 +167,12 @@ SELECT results_eq(
     '_token_eligible: activation needs provisioned, recovery needs active'
 );
 SELECT ok(
-    NOT mailroom._token_eligible('activation', NULL) AND NOT mailroom._token_eligible(NULL, 'active'),
+    NOT mailroom_internal._token_eligible('activation', NULL) AND NOT mailroom_internal._token_eligible(NULL, 'active'),
     '_token_eligible is false (not NULL) for a missing status or action'
 );
 SELECT ok(
-    mailroom._dequeue_tokens_sql(true) ~ '_token_eligible\(t\.action, a\.status\)'
-    AND pg_get_functiondef('mailroom._consume_token'::regproc) ~ '_token_eligible\(',
+    mailroom_internal._dequeue_tokens_sql(true) ~ '_token_eligible\(t\.action, a\.status\)'
+    AND pg_get_functiondef('mailroom_internal._consume_token'::regproc) ~ '_token_eligible\(',
     'dequeue_tokens and consume_token both decide eligibility through _token_eligible'
 );
 
@@ -284,7 +284,7 @@ DECLARE
     r text;
     v_plan text := '';
 BEGIN
-    EXECUTE 'PREPARE dq(integer, bytea, timestamptz) AS ' || mailroom._dequeue_tokens_sql(true);
+    EXECUTE 'PREPARE dq(integer, bytea, timestamptz) AS ' || mailroom_internal._dequeue_tokens_sql(true);
     FOR r IN EXECUTE format('EXPLAIN EXECUTE dq(%s, %L, %L)', p_limit, (SELECT key FROM k), mailroom.clock()) LOOP
         v_plan := v_plan || r || E'\n';
     END LOOP;
@@ -308,7 +308,7 @@ SELECT doesnt_match(split_part(pg_temp.dequeue_plan(100), 'CTE closed', 1), '_pe
 DROP INDEX mailroom.tokens_pending_expiry_idx;
 CREATE INDEX tokens_pending_idx ON mailroom.tokens (id)
 WHERE dispatched_at IS NULL AND consumed_at IS NULL AND revoked_at IS NULL AND expires_at > '-infinity';
-SELECT mailroom._name_partition_indexes('tokens');  -- its partitions' copies: tokens_<partition>_pending_idx
+SELECT mailroom_internal._name_partition_indexes('tokens');  -- its partitions' copies: tokens_<partition>_pending_idx
 SELECT doesnt_match(split_part(split_part(pg_temp.dequeue_plan(100), 'CTE closed', 2), 'CTE minted', 1), '_pending_idx',
     'the due-query index cannot serve the expiry sweep');
 
@@ -359,7 +359,7 @@ SELECT throws_ok(
     'MR125', 'unknown token action password_recovery: no row in mailroom.token_actions',
     'signing a type without its row: MR125'
 );
-SELECT ok(NOT mailroom._token_eligible('password_recovery', 'active'), 'a type without its row is eligible nowhere');
+SELECT ok(NOT mailroom_internal._token_eligible('password_recovery', 'active'), 'a type without its row is eligible nowhere');
 SELECT is(
     (SELECT count(*)::int FROM mailroom.dequeue_tokens(1000) AS d
      WHERE d.token_id IN (SELECT t.id FROM mailroom.tokens AS t WHERE t.account = (SELECT id FROM orphan2))),

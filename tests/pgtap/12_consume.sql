@@ -28,7 +28,7 @@ SELECT results_eq(
     $$ VALUES (true, 'activation', (SELECT active_id FROM k)) $$, 'verify_token: valid activation value, the active key''s id');
 SELECT results_eq(
     $$ SELECT valid, action::text, key_id
-       FROM mailroom.verify_token(mailroom._b64url_encode(gen_random_bytes(32) || gen_random_bytes(32))) $$,
+       FROM mailroom.verify_token(mailroom_internal._b64url_encode(gen_random_bytes(32) || gen_random_bytes(32))) $$,
     $$ VALUES (false, NULL::text, NULL::integer) $$, 'verify_token: a value no key of the keyring signed is invalid');
 SELECT results_eq(
     $$ SELECT valid FROM mailroom.verify_token('not-a-token') $$,
@@ -52,9 +52,9 @@ SELECT throws_ok(
     'MR120', 'signing key missing or shorter than 32 bytes', 'verify_token (deprecated): short previous key');
 
 SELECT throws_ok(
-    format('SELECT mailroom.consume_token(%L)', mailroom._b64url_encode(
-        substr(mailroom._b64url_decode((SELECT signed FROM act)), 1, 32)
-        || hmac('/activate'::bytea || substr(mailroom._b64url_decode((SELECT signed FROM act)), 1, 32), (SELECT old FROM k), 'sha256'))),
+    format('SELECT mailroom.consume_token(%L)', mailroom_internal._b64url_encode(
+        substr(mailroom_internal._b64url_decode((SELECT signed FROM act)), 1, 32)
+        || hmac('/activate'::bytea || substr(mailroom_internal._b64url_decode((SELECT signed FROM act)), 1, 32), (SELECT old FROM k), 'sha256'))),
     'MR111', 'bad token signature', 'consume of the right secret signed with a key the keyring does not hold: bad signature');
 SELECT throws_ok($$ SELECT mailroom.consume_token('abc') $$,
     'MR110', 'malformed token: expected 86 characters of URL-safe base64 without padding', 'too short');
@@ -82,7 +82,7 @@ SELECT throws_ok(
     format('SELECT mailroom.consume_token(%L)', mailroom.sign_token('activation', gen_random_bytes(32), NULL)),
     'MR112', 'unknown token', 'unknown (validly signed) token');
 SELECT throws_ok(
-    format('SELECT mailroom.consume_token(%L)', mailroom._b64url_encode(gen_random_bytes(64))),
+    format('SELECT mailroom.consume_token(%L)', mailroom_internal._b64url_encode(gen_random_bytes(64))),
     'MR111', 'bad token signature', 'random bytes: bad signature');
 
 -- key rotation: a link signed before `keys rotate` verifies until its key is retired
@@ -179,7 +179,7 @@ SELECT results_eq(
 SELECT is((SELECT code_attempts FROM mailroom.tokens WHERE id = (SELECT token_id FROM rec)), 2,
     'both wrong codes are counted on the token');
 SELECT throws_ok(
-    format('SELECT mailroom.consume_token(%L, %L)', mailroom._b64url_encode(decode(repeat('11', 32), 'hex')
+    format('SELECT mailroom.consume_token(%L, %L)', mailroom_internal._b64url_encode(decode(repeat('11', 32), 'hex')
         || hmac('/recover'::bytea || decode(repeat('11', 32), 'hex') || '04242'::bytea, decode(repeat('ef', 32), 'hex'), 'sha256')),
         '04242'),
     'MR111', 'bad token signature', 'recovery with the right code but signed with another key');
@@ -245,7 +245,7 @@ SELECT dblink_connect('client', format(
 CREATE TEMP TABLE remote_key AS
 SELECT key FROM dblink('client', $$SELECT key FROM mailroom.signing_keys WHERE state = 'active'$$) AS r (key bytea);
 CREATE FUNCTION pg_temp.remote_sign(p_secret bytea) RETURNS text LANGUAGE sql AS $$
-    SELECT (mailroom._signed_values(
+    SELECT (mailroom_internal._signed_values(
         ARRAY['password_recovery'::mailroom.token_action], ARRAY[p_secret], ARRAY['04242'], (SELECT key FROM remote_key)
     ))[1]
 $$;
@@ -410,8 +410,8 @@ SELECT is(
      WHERE p.pronamespace = 'mailroom'::regnamespace AND p.prosrc ~* 'dblink'),
     '', 'no function in schema mailroom calls dblink'
 );
-SELECT hasnt_function('mailroom', '_count_code_attempt', 'the loopback attempt counter is gone');
-SELECT hasnt_function('mailroom', '_loopback_conninfo', 'the loopback conninfo helper is gone');
+SELECT hasnt_function('mailroom_internal', '_count_code_attempt', 'the loopback attempt counter is gone');
+SELECT hasnt_function('mailroom_internal', '_loopback_conninfo', 'the loopback conninfo helper is gone');
 SELECT is((SELECT count(*)::int FROM mailroom.settings WHERE name = 'tokens.loopback_conninfo'), 0,
     'the setting tokens.loopback_conninfo is gone');
 
@@ -426,8 +426,8 @@ SELECT ok(
 );
 
 -- constant-time helper
-SELECT ok(mailroom._ct_equal('\x0102', '\x0102') AND NOT mailroom._ct_equal('\x0102', '\x0103')
-    AND NOT mailroom._ct_equal('\x01', '\x0102') AND NOT coalesce(mailroom._ct_equal(NULL, '\x01'), false),
+SELECT ok(mailroom_internal._ct_equal('\x0102', '\x0102') AND NOT mailroom_internal._ct_equal('\x0102', '\x0103')
+    AND NOT mailroom_internal._ct_equal('\x01', '\x0102') AND NOT coalesce(mailroom_internal._ct_equal(NULL, '\x01'), false),
     '_ct_equal compares whole values');
 
 SELECT * FROM finish();

@@ -27,7 +27,7 @@ LANGUAGE plpgsql AS $$
 BEGIN
     PERFORM set_config('mailroom.clock', p_at::text, true);
     PERFORM mailroom.request_password_recovery(p_email, p_requester);
-    PERFORM mailroom._issue_requested_recoveries(100);
+    PERFORM mailroom_internal._issue_requested_recoveries(100);
 END;
 $$;
 
@@ -49,7 +49,7 @@ SELECT is((SELECT count(*)::int FROM mailroom.tokens WHERE action = 'password_re
     'the request itself issues nothing');
 SELECT doesnt_match(pg_get_functiondef('mailroom.request_password_recovery(text, text)'::regprocedure),
     'mailroom\.(accounts|tokens)\M', 'the request does not look at accounts or tokens: nothing depends on the address');
-SELECT is(mailroom._issue_requested_recoveries(100), 1, 'the collector''s step issues one token');
+SELECT is(mailroom_internal._issue_requested_recoveries(100), 1, 'the collector''s step issues one token');
 SELECT is(pg_temp.recoveries('act'), 1, 'for the active account (email matched case-insensitively)');
 SELECT is(pg_temp.recoveries('prov') + pg_temp.recoveries('sus'), 0, 'none for provisioned or suspended accounts');
 SELECT is((SELECT count(*)::int FROM mailroom.recovery_requests), 1,
@@ -109,7 +109,7 @@ SELECT is(pg_temp.recoveries('own'), 12, 'a day after its first, the stranger ma
 SET LOCAL mailroom.clock = '2030-01-03 00:00:00+00';
 SELECT mailroom.request_password_recovery('act@example.com', 'late');
 SET LOCAL mailroom.clock = '2030-01-03 00:15:01+00';
-SELECT is(mailroom._issue_requested_recoveries(100), 0, 'a request older than tokens.ttl issues nothing');
+SELECT is(mailroom_internal._issue_requested_recoveries(100), 0, 'a request older than tokens.ttl issues nothing');
 SELECT is((SELECT count(*)::int FROM mailroom.recovery_requests WHERE handled_at IS NULL), 0, 'and is gone');
 SET LOCAL mailroom.clock = '2030-01-03 01:00:00+00';
 SELECT count(*) FROM mailroom.dequeue_tokens(100);  -- what is due already
@@ -125,7 +125,7 @@ SELECT results_eq(
     'the next call hands it out, with its code'
 );
 SET LOCAL mailroom.clock = '2030-01-06 00:00:00+00';
-SELECT mailroom._issue_requested_recoveries(1);
+SELECT mailroom_internal._issue_requested_recoveries(1);
 SELECT is((SELECT count(*)::int FROM mailroom.recovery_requests WHERE handled_at < '2030-01-04 00:00:00+00'), 0,
     'issued requests leave two days after they were handled');
 

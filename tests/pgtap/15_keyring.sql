@@ -24,7 +24,7 @@ SELECT isnt((SELECT key FROM mailroom.signing_keys WHERE id = (SELECT id FROM r)
 SELECT is((SELECT state_changed_at FROM mailroom.signing_keys WHERE id = (SELECT first_id FROM k)),
     '2030-01-01 00:00:00+00'::timestamptz, 'the change is dated by mailroom.clock()');
 SELECT results_eq(
-    $$ SELECT p_ids FROM mailroom._verifying_keys() $$,
+    $$ SELECT p_ids FROM mailroom_internal._verifying_keys() $$,
     $$ VALUES (ARRAY[(SELECT id FROM r), (SELECT first_id FROM k)]) $$,
     'verifiers try the active key, then the verify-only ones'
 );

@@ -37,12 +37,12 @@ CREATE TEMP TABLE seed_tokens AS
 SELECT jsonb_build_array(
     jsonb_build_object('id', 1, 'action', 'activation', 'account', 1, 'created_at', 1893455900,
         'expires_at', 1893456800,
-        'secret_digest', encode(mailroom._digest(s.s1, 'sha256'), 'hex'),
-        'code_digest', encode(mailroom._digest(s.s1 || convert_to(s.c1, 'UTF8'), 'sha256'), 'hex')),
+        'secret_digest', encode(mailroom_internal._digest(s.s1, 'sha256'), 'hex'),
+        'code_digest', encode(mailroom_internal._digest(s.s1 || convert_to(s.c1, 'UTF8'), 'sha256'), 'hex')),
     jsonb_build_object('id', 2, 'action', 'password_recovery', 'account', 2, 'created_at', 1893455900,
         'expires_at', 1893456800,
-        'secret_digest', encode(mailroom._digest(s.s2, 'sha256'), 'hex'),
-        'code_digest', encode(mailroom._digest(s.s2 || convert_to(s.c2, 'UTF8'), 'sha256'), 'hex')),
+        'secret_digest', encode(mailroom_internal._digest(s.s2, 'sha256'), 'hex'),
+        'code_digest', encode(mailroom_internal._digest(s.s2 || convert_to(s.c2, 'UTF8'), 'sha256'), 'hex')),
     jsonb_build_object('id', 3, 'action', 'activation', 'account', 2, 'created_at', 1893000000,
         'expires_at', 1893000900, 'consumed_at', 1893000100, 'secret_digest', repeat('00', 32)),
     jsonb_build_object('id', 4, 'action', 'activation', 'account', 4, 'created_at', 1893455800,
@@ -91,7 +91,7 @@ SELECT is(
 
 SELECT results_eq(
     $$ SELECT t.action::text, t.created_at, t.expires_at, t.dispatched_at IS NOT NULL,
-              t.secret_digest = mailroom._digest((SELECT s1 FROM s), 'sha256')
+              t.secret_digest = mailroom_internal._digest((SELECT s1 FROM s), 'sha256')
        FROM mailroom.tokens AS t JOIN mailroom.accounts AS a ON a.id = t.account WHERE a.login = 'prov' $$,
     $$ VALUES ('activation', to_timestamp(1893455900), to_timestamp(1893456800), TRUE, TRUE) $$,
     'a provisioned account with a usable activation token keeps only it: dispatched (id <= last_seq), its digest'
@@ -120,7 +120,7 @@ SELECT is(
 -- the seed's user follows the link the seed's collector mailed
 SELECT results_eq(
     $$ SELECT c.outcome FROM mailroom.consume_token(
-        mailroom._signed_value('activation', (SELECT s1 FROM s), NULL, mailroom._active_signing_key())) AS c $$,
+        mailroom_internal._signed_value('activation', (SELECT s1 FROM s), NULL, mailroom_internal._active_signing_key())) AS c $$,
     $$ VALUES ('consumed') $$,
     'a dispatched token''s link (signed by the keyring''s key) consumes'
 );
@@ -128,8 +128,8 @@ SELECT is((SELECT status::text FROM mailroom.accounts WHERE login = 'prov'), 'ac
     'and activates the imported account');
 SELECT results_eq(
     $$ SELECT c.outcome FROM mailroom.consume_token(
-        mailroom._signed_value('password_recovery', (SELECT s2 FROM s), (SELECT c2 FROM s),
-            mailroom._active_signing_key()), (SELECT c2 FROM s)) AS c $$,
+        mailroom_internal._signed_value('password_recovery', (SELECT s2 FROM s), (SELECT c2 FROM s),
+            mailroom_internal._active_signing_key()), (SELECT c2 FROM s)) AS c $$,
     $$ VALUES ('consumed') $$,
     'a dispatched recovery token consumes with the code the seed mailed'
 );

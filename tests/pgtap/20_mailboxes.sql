@@ -210,23 +210,23 @@ SELECT ok(
 
 -- One rule for "open": _mailbox_open, and nowhere else except the sweep's index condition.
 SELECT ok(
-    mailroom._mailbox_open((SELECT m FROM mailroom.mailboxes AS m JOIN boxes USING (address) WHERE k = 'free_30')),
+    mailroom_internal._mailbox_open((SELECT m FROM mailroom.mailboxes AS m JOIN boxes USING (address) WHERE k = 'free_30')),
     'an active mailbox before its expiry is open'
 );
 SELECT set_config('mailroom.clock', (
     SELECT m.expires_at::text FROM mailroom.mailboxes AS m JOIN boxes USING (address) WHERE k = 'free_30'
 ), true);
 SELECT ok(
-    NOT mailroom._mailbox_open((SELECT m FROM mailroom.mailboxes AS m JOIN boxes USING (address) WHERE k = 'free_30')),
+    NOT mailroom_internal._mailbox_open((SELECT m FROM mailroom.mailboxes AS m JOIN boxes USING (address) WHERE k = 'free_30')),
     'at the expiry instant it is closed, though the sweep has not run'
 );
 SET LOCAL mailroom.clock = '2030-01-01 00:00:00+00';
 SELECT ok(
-    NOT mailroom._mailbox_open((SELECT m FROM mailroom.mailboxes AS m JOIN boxes USING (address) WHERE k = 'pro_default')),
+    NOT mailroom_internal._mailbox_open((SELECT m FROM mailroom.mailboxes AS m JOIN boxes USING (address) WHERE k = 'pro_default')),
     'a deleted mailbox is closed'
 );
 SELECT ok(
-    NOT mailroom._mailbox_open(
+    NOT mailroom_internal._mailbox_open(
         (SELECT jsonb_populate_record(m, '{"is_active": false}') FROM mailroom.mailboxes AS m JOIN boxes USING (address)
             WHERE k = 'pro_5000')
     ),
@@ -254,10 +254,10 @@ SELECT is(
     '_mailbox_open(box) reads the clock (STABLE); _mailbox_open(…, at) is IMMUTABLE, so Citus lets an UPDATE call it with a column reference'
 );
 SELECT ok(
-    mailroom._mailbox_open(true, null, '2030-01-01 00:00Z', '2029-12-31 23:59:59.999999Z')
-    AND NOT mailroom._mailbox_open(true, null, '2030-01-01 00:00Z', '2030-01-01 00:00Z')
-    AND NOT mailroom._mailbox_open(false, null, '2030-01-01 00:00Z', '2029-01-01 00:00Z')
-    AND NOT mailroom._mailbox_open(true, '2028-01-01 00:00Z', '2030-01-01 00:00Z', '2029-01-01 00:00Z'),
+    mailroom_internal._mailbox_open(true, null, '2030-01-01 00:00Z', '2029-12-31 23:59:59.999999Z')
+    AND NOT mailroom_internal._mailbox_open(true, null, '2030-01-01 00:00Z', '2030-01-01 00:00Z')
+    AND NOT mailroom_internal._mailbox_open(false, null, '2030-01-01 00:00Z', '2029-01-01 00:00Z')
+    AND NOT mailroom_internal._mailbox_open(true, '2028-01-01 00:00Z', '2030-01-01 00:00Z', '2029-01-01 00:00Z'),
     '_mailbox_open(is_active, deleted_at, expires_at, at): open a microsecond before expires_at, closed at it, when inactive or deleted'
 );
 SELECT is(

@@ -36,15 +36,15 @@ SELECT is(
 );
 
 -- the tag set's stored form and its limits
-SELECT is(mailroom._message_tags(ARRAY[' B ', 'a', 'b', 'x.y_z-1']), '{a,b,x.y_z-1}'::text[],
+SELECT is(mailroom_internal._message_tags(ARRAY[' B ', 'a', 'b', 'x.y_z-1']), '{a,b,x.y_z-1}'::text[],
     'trimmed, lower case, distinct, sorted');
-SELECT is(mailroom._message_tags(NULL), '{}'::text[], 'NULL: no tags');
-SELECT throws_ok($$SELECT mailroom._message_tags(ARRAY['no spaces'])$$, 'MR260', NULL, 'a character outside [a-z0-9._-]: MR260');
-SELECT throws_ok($$SELECT mailroom._message_tags(ARRAY[''])$$, 'MR260', NULL, 'an empty tag: MR260');
-SELECT throws_ok($$SELECT mailroom._message_tags(ARRAY[repeat('a', 65)])$$, 'MR260', NULL, 'a tag over 64 characters: MR260');
-SELECT throws_ok($$SELECT mailroom._message_tags(ARRAY[NULL::text])$$, 'MR260', NULL, 'a NULL tag: MR260');
+SELECT is(mailroom_internal._message_tags(NULL), '{}'::text[], 'NULL: no tags');
+SELECT throws_ok($$SELECT mailroom_internal._message_tags(ARRAY['no spaces'])$$, 'MR260', NULL, 'a character outside [a-z0-9._-]: MR260');
+SELECT throws_ok($$SELECT mailroom_internal._message_tags(ARRAY[''])$$, 'MR260', NULL, 'an empty tag: MR260');
+SELECT throws_ok($$SELECT mailroom_internal._message_tags(ARRAY[repeat('a', 65)])$$, 'MR260', NULL, 'a tag over 64 characters: MR260');
+SELECT throws_ok($$SELECT mailroom_internal._message_tags(ARRAY[NULL::text])$$, 'MR260', NULL, 'a NULL tag: MR260');
 SELECT throws_ok(
-    $$SELECT mailroom._message_tags(ARRAY(SELECT 't' || i FROM generate_series(1, 21) AS i))$$, 'MR261', NULL,
+    $$SELECT mailroom_internal._message_tags(ARRAY(SELECT 't' || i FROM generate_series(1, 21) AS i))$$, 'MR261', NULL,
     '21 tags: MR261'
 );
 

@@ -194,7 +194,7 @@ SELECT is(
     'inbox', 'an inbox''s own fault replaces its domain''s'
 );
 -- a purged inbox's fault never fires for a new inbox at its address (catch-all addresses come back)
-SELECT lives_ok($$SELECT mailroom._delete_mailbox('new@chaos.example')$$, 'the catch-all inbox is purged');
+SELECT lives_ok($$SELECT mailroom_internal._delete_mailbox('new@chaos.example')$$, 'the catch-all inbox is purged');
 SELECT is(
     (SELECT row(verdict, reply)::text FROM mailroom.check_bounce_recipient('new@chaos.example')), '(ok,)',
     'a new inbox at its address: its domain''s fault is spent, the old inbox''s is not its'

@@ -42,7 +42,7 @@ SELECT is(
         WHERE p.prosrc ~ '(?<![._a-z])(gen_random_bytes|gen_random_uuid|digest|hmac|pgp_sym_encrypt|pgp_sym_decrypt)\('
     ),
     '',
-    'pgcrypto only through the mailroom._* wrappers'
+    'pgcrypto only through the mailroom_internal._* wrappers'
 );
 
 -- who may execute what: exactly the matrix

@@ -108,8 +108,8 @@ SELECT lives_ok(
 );
 SELECT is((SELECT smtp_allow_cleartext FROM mailroom.senders WHERE name = 'clear'), true, 'the opt-in is stored');
 SELECT ok(
-    mailroom._is_loopback_host('127.1.2.3') AND mailroom._is_loopback_host('::1')
-    AND NOT mailroom._is_loopback_host('127.example.net') AND NOT mailroom._is_loopback_host('10.0.0.1'),
+    mailroom_internal._is_loopback_host('127.1.2.3') AND mailroom_internal._is_loopback_host('::1')
+    AND NOT mailroom_internal._is_loopback_host('127.example.net') AND NOT mailroom_internal._is_loopback_host('10.0.0.1'),
     '_is_loopback_host: 127.0.0.0/8, ::1, localhost only'
 );
 
@@ -119,7 +119,7 @@ SET smtp_password_sealed = NULL,
     smtp_password_encrypted = pgp_sym_encrypt('old pw', repeat('ab', 32), 'cipher-algo=aes256, s2k-mode=1, s2k-digest-algo=sha256')
 WHERE name = 'tap';
 SELECT is(
-    mailroom._smtp_password(
+    mailroom_internal._smtp_password(
         (SELECT smtp_password_encrypted FROM mailroom.senders WHERE name = 'tap'), decode(repeat('ab', 32), 'hex'), 'tap'
     ),
     'old pw',

@@ -110,7 +110,7 @@ SELECT is(
 -- the pepper lookup stays cheap when the caller disabled sequential scans (finalize_messages does)
 SET LOCAL enable_seqscan = off;
 SET LOCAL statement_timeout = '5s';
-CREATE TEMP TABLE tags_noseq AS SELECT mailroom._redaction_tag('u' || g || '@example.com') AS t FROM generate_series(1, 300) AS g;
+CREATE TEMP TABLE tags_noseq AS SELECT mailroom_internal._redaction_tag('u' || g || '@example.com') AS t FROM generate_series(1, 300) AS g;
 SET LOCAL statement_timeout = 0;
 SET LOCAL enable_seqscan = on;
 SELECT is(

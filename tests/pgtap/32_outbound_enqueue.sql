@@ -189,11 +189,11 @@ SELECT is(
 CREATE TEMP TABLE scoped AS
 SELECT
     mailroom.enqueue_message('tap', ARRAY['app@example.com'], 'app', 't', p_idempotency_key => 'token:42') AS app_id,
-    mailroom._enqueue_message('mailroom', 'tap', ARRAY['own@example.com'], 'own', 't', p_idempotency_key => 'token:42')
+    mailroom_internal._enqueue_message('mailroom', 'tap', ARRAY['own@example.com'], 'own', 't', p_idempotency_key => 'token:42')
         AS own_id;
 SELECT isnt((SELECT own_id FROM scoped), (SELECT app_id FROM scoped), 'the same key in scope mailroom is another message');
 SELECT is(
-    mailroom._enqueue_message('mailroom', 'tap', ARRAY['own@example.com'], 'own', 't', p_idempotency_key => 'token:42'),
+    mailroom_internal._enqueue_message('mailroom', 'tap', ARRAY['own@example.com'], 'own', 't', p_idempotency_key => 'token:42'),
     (SELECT own_id FROM scoped),
     'within scope mailroom the key is still idempotent'
 );
@@ -203,7 +203,7 @@ SELECT is(
     'and within scope app'
 );
 SELECT throws_ok(
-    $$SELECT mailroom._enqueue_message('other', 'tap', ARRAY['a@example.com'], 's', 't')$$,
+    $$SELECT mailroom_internal._enqueue_message('other', 'tap', ARRAY['a@example.com'], 's', 't')$$,
     '22023', 'idempotency scope must be app or mailroom', 'an unknown scope is refused'
 );
 SELECT isnt(

@@ -86,7 +86,7 @@ SELECT is(
     'and start with the Resent- block (RFC 5322 3.6.6): date, from (the sender), to, the row''s message id'
 );
 SELECT is(
-    (SELECT convert_from(mailroom._resent_block('2030-01-01Z', 'a@b.example', 'c@d.example', '<x@y>', E'\n'), 'UTF8')),
+    (SELECT convert_from(mailroom_internal._resent_block('2030-01-01Z', 'a@b.example', 'c@d.example', '<x@y>', E'\n'), 'UTF8')),
     E'Resent-Date: Tue, 01 Jan 2030 00:00:00 +0000\nResent-From: a@b.example\nResent-To: c@d.example\nResent-Message-ID: <x@y>\n',
     'a message stored with LF line ends gets an LF block'
 );

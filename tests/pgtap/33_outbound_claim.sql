@@ -114,7 +114,7 @@ CREATE FUNCTION pg_temp.nonempty_seq_scans(p_plan text) RETURNS text LANGUAGE sq
     )
 $$;
 SELECT ok(
-    (SELECT string_agg(p, E'\n') FROM mailroom._explain_claim(10) AS p) ~ 'Index Scan using outbound_messages_(p[0-9]{8}t[0-9]{4}|default)_due_idx',
+    (SELECT string_agg(p, E'\n') FROM mailroom_internal._explain_claim(10) AS p) ~ 'Index Scan using outbound_messages_(p[0-9]{8}t[0-9]{4}|default)_due_idx',
     'small queue: the claim scans outbound_messages_due_idx'
 );
 ANALYZE mailroom.outbound_messages;
@@ -127,16 +127,16 @@ SELECT
     CASE WHEN g % 4 <> 0 THEN '2029-01-01Z'::timestamptz END
 FROM generate_series(1, 200000) AS g;
 SELECT ok(
-    (SELECT string_agg(p, E'\n') FROM mailroom._explain_claim(100) AS p) ~ 'Index Scan using outbound_messages_(p[0-9]{8}t[0-9]{4}|default)_due_idx',
+    (SELECT string_agg(p, E'\n') FROM mailroom_internal._explain_claim(100) AS p) ~ 'Index Scan using outbound_messages_(p[0-9]{8}t[0-9]{4}|default)_due_idx',
     '200k rows, stale statistics: still the partial index'
 );
 ANALYZE mailroom.outbound_messages;
 SELECT ok(
-    (SELECT string_agg(p, E'\n') FROM mailroom._explain_claim(500) AS p) ~ 'Index Scan using outbound_messages_(p[0-9]{8}t[0-9]{4}|default)_due_idx',
+    (SELECT string_agg(p, E'\n') FROM mailroom_internal._explain_claim(500) AS p) ~ 'Index Scan using outbound_messages_(p[0-9]{8}t[0-9]{4}|default)_due_idx',
     '200k rows, fresh statistics, LIMIT 500: still the partial index'
 );
 SELECT is(
-    pg_temp.nonempty_seq_scans((SELECT string_agg(p, E'\n') FROM mailroom._explain_claim(10000) AS p)), NULL,
+    pg_temp.nonempty_seq_scans((SELECT string_agg(p, E'\n') FROM mailroom_internal._explain_claim(10000) AS p)), NULL,
     'LIMIT 10000: no sequential scan of the queue'
 );
 SELECT is(
@@ -156,7 +156,7 @@ SET LOCAL jit = off;
 CREATE FUNCTION pg_temp.explain_generic() RETURNS SETOF text LANGUAGE plpgsql AS $$
 BEGIN
     EXECUTE 'PREPARE claim_generic (timestamptz, integer, text, interval, boolean) AS '
-        || mailroom._statement_of('mailroom._claim(timestamptz, integer, text, interval, boolean)'::regprocedure);
+        || mailroom_internal._statement_of('mailroom_internal._claim(timestamptz, integer, text, interval, boolean)'::regprocedure);
     RETURN QUERY EXECUTE 'EXPLAIN EXECUTE claim_generic(mailroom.clock(), 100, ''w'', interval ''5 minutes'', false)';
 END;
 $$;
@@ -208,9 +208,9 @@ SELECT is(
     (SELECT string_agg(p.oid::regprocedure::text || ' ' || p.proretset || ' ' || format_type(p.prorettype, NULL), '; '
         ORDER BY p.oid::regprocedure::text)
      FROM pg_proc AS p
-     WHERE p.oid IN ('mailroom._claim(timestamptz, integer, text, interval, boolean)'::regprocedure,
+     WHERE p.oid IN ('mailroom_internal._claim(timestamptz, integer, text, interval, boolean)'::regprocedure,
                      'mailroom.claim_messages(integer, text, interval)'::regprocedure)),
-    'mailroom._claim(timestamp with time zone,integer,text,interval,boolean) true mailroom.claimed_message; '
+    'mailroom_internal._claim(timestamp with time zone,integer,text,interval,boolean) true mailroom.claimed_message; '
     'mailroom.claim_messages(integer,text,interval) true mailroom.claimed_message',
     '_claim and claim_messages return SETOF mailroom.claimed_message'
 );

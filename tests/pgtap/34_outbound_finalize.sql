@@ -20,20 +20,20 @@ CREATE FUNCTION pg_temp.st(text) RETURNS text LANGUAGE sql AS $$
     FROM mailroom.outbound_messages WHERE id = pg_temp.mid($1) $$;
 
 -- classification (RFC 3463 enhanced code first, then the RFC 5321 reply code)
-SELECT is(mailroom._classify_outcome('sent', 250, '2.0.0'), 'sent', 'sent is sent');
-SELECT is(mailroom._classify_outcome('reply', 451, '4.7.1'), 'transient', '451 4.7.1 is transient');
-SELECT is(mailroom._classify_outcome('reply', 550, '5.1.1'), 'permanent', '550 5.1.1 is permanent');
-SELECT is(mailroom._classify_outcome('reply', 554, '4.7.0'), 'transient', 'a 4.x.x enhanced code wins over a 5yz reply');
-SELECT is(mailroom._classify_outcome('reply', 450, '5.2.2'), 'permanent', 'a 5.x.x enhanced code wins over a 4yz reply');
-SELECT is(mailroom._classify_outcome('reply', 552, NULL), 'permanent', 'no enhanced code: 5yz is permanent');
-SELECT is(mailroom._classify_outcome('reply', 421, NULL), 'transient', 'no enhanced code: 4yz is transient');
-SELECT is(mailroom._classify_outcome('dropped', NULL, NULL), 'transient', 'a dropped connection is transient');
-SELECT is(mailroom._classify_outcome('timeout', NULL, NULL), 'transient', 'a timeout is transient');
-SELECT is(mailroom._classify_outcome('local', NULL, NULL), 'permanent', 'an unbuildable message is permanent');
+SELECT is(mailroom_internal._classify_outcome('sent', 250, '2.0.0'), 'sent', 'sent is sent');
+SELECT is(mailroom_internal._classify_outcome('reply', 451, '4.7.1'), 'transient', '451 4.7.1 is transient');
+SELECT is(mailroom_internal._classify_outcome('reply', 550, '5.1.1'), 'permanent', '550 5.1.1 is permanent');
+SELECT is(mailroom_internal._classify_outcome('reply', 554, '4.7.0'), 'transient', 'a 4.x.x enhanced code wins over a 5yz reply');
+SELECT is(mailroom_internal._classify_outcome('reply', 450, '5.2.2'), 'permanent', 'a 5.x.x enhanced code wins over a 4yz reply');
+SELECT is(mailroom_internal._classify_outcome('reply', 552, NULL), 'permanent', 'no enhanced code: 5yz is permanent');
+SELECT is(mailroom_internal._classify_outcome('reply', 421, NULL), 'transient', 'no enhanced code: 4yz is transient');
+SELECT is(mailroom_internal._classify_outcome('dropped', NULL, NULL), 'transient', 'a dropped connection is transient');
+SELECT is(mailroom_internal._classify_outcome('timeout', NULL, NULL), 'transient', 'a timeout is transient');
+SELECT is(mailroom_internal._classify_outcome('local', NULL, NULL), 'permanent', 'an unbuildable message is permanent');
 
 -- the reply class (the sender's metric label): a closed set decided in SQL
 SELECT results_eq(
-    $$SELECT mailroom._reply_class(o, c) FROM (VALUES
+    $$SELECT mailroom_internal._reply_class(o, c) FROM (VALUES
         ('sent', 250), ('sent', NULL), ('reply', 421), ('reply', 499), ('reply', 500), ('reply', 599),
         ('reply', 250), ('reply', 600), ('reply', NULL), ('dropped', NULL), ('timeout', NULL),
         ('connect', 421), ('uncertain', NULL), ('local', NULL), ('exploded', 550)) AS t (o, c)$$,
@@ -41,15 +41,15 @@ SELECT results_eq(
              ('dropped'), ('timeout'), ('connect'), ('uncertain'), ('local'), ('other')$$,
     '_reply_class: 2xx for sent, 4xx/5xx by reply code, the outcome for connection-level ones, else other'
 );
-SELECT ok(mailroom._gives_up('transient', 3, 3), 'a transient outcome at max_attempts gives up');
-SELECT ok(NOT mailroom._gives_up('transient', 2, 3), 'before max_attempts it does not');
-SELECT ok(NOT mailroom._gives_up('permanent', 3, 3), 'a permanent failure fails without "giving up"');
+SELECT ok(mailroom_internal._gives_up('transient', 3, 3), 'a transient outcome at max_attempts gives up');
+SELECT ok(NOT mailroom_internal._gives_up('transient', 2, 3), 'before max_attempts it does not');
+SELECT ok(NOT mailroom_internal._gives_up('permanent', 3, 3), 'a permanent failure fails without "giving up"');
 SELECT is(
     mailroom.setting('outbound.max_attempts'), '11',
     'the default is the seed''s: the first attempt and up to 10 retries, 11 attempts in all'
 );
 SELECT ok(
-    NOT mailroom._gives_up('transient', 10, 11) AND mailroom._gives_up('transient', 11, 11),
+    NOT mailroom_internal._gives_up('transient', 10, 11) AND mailroom_internal._gives_up('transient', 11, 11),
     'with the default, the 9th retry (attempt 10) retries again, the 10th retry (attempt 11) gives up'
 );
 
@@ -283,31 +283,31 @@ SELECT throws_ok(
 SELECT throws_ok($$SELECT mailroom.reap_stuck_messages('-1 minute')$$, 'MR333', NULL, 'a negative reap interval is MR333');
 
 -- the backoff formula, one definition: the settings' form is the pure form with the settings
-SELECT is(mailroom._retry_delay(3, interval '1 minute', 2, interval '1 day'), interval '9 minutes', 'base * attempts ^ exponent');
-SELECT is(mailroom._retry_delay(100, interval '1 minute', 2, interval '6 hours'), interval '6 hours', 'at most max');
+SELECT is(mailroom_internal._retry_delay(3, interval '1 minute', 2, interval '1 day'), interval '9 minutes', 'base * attempts ^ exponent');
+SELECT is(mailroom_internal._retry_delay(100, interval '1 minute', 2, interval '6 hours'), interval '6 hours', 'at most max');
 SELECT is(
-    mailroom._retry_delay(4),
-    mailroom._retry_delay(
+    mailroom_internal._retry_delay(4),
+    mailroom_internal._retry_delay(
         4, mailroom.setting('outbound.backoff_base')::interval,
         mailroom.setting('outbound.backoff_exponent')::double precision, mailroom.setting('outbound.backoff_max')::interval
     ),
     '_retry_delay(n) applies the outbound.backoff_* settings'
 );
 SELECT is(
-    mailroom._later('2030-03-31 00:30Z', mailroom._retry_delay(5, interval '1 hour', 2, interval '2 days')),
+    mailroom_internal._later('2030-03-31 00:30Z', mailroom_internal._retry_delay(5, interval '1 hour', 2, interval '2 days')),
     timestamptz '2030-03-31 00:30Z' + interval '25 hours',
     '_later: the retry''s due time, the delay counted in seconds (25 hours, not a day and an hour)'
 );
 SET LOCAL timezone = 'Europe/Paris';
 SELECT is(
-    mailroom._later('2030-03-31 00:30+01', interval '1 day'),
+    mailroom_internal._later('2030-03-31 00:30+01', interval '1 day'),
     timestamptz '2030-03-31 00:30+01' + interval '24 hours',
     '_later counts a day as 86,400 s across a DST change (timestamptz + interval would give 23 hours)'
 );
 RESET timezone;
 SELECT is(
-    mailroom._domain_backoff_delay(3),
-    mailroom._domain_backoff_delay(
+    mailroom_internal._domain_backoff_delay(3),
+    mailroom_internal._domain_backoff_delay(
         3, mailroom.setting('outbound.domain_backoff_base')::interval, mailroom.setting('outbound.domain_backoff_max')::interval
     ),
     '_domain_backoff_delay(n) applies the outbound.domain_backoff_* settings to the pure form'
@@ -315,7 +315,7 @@ SELECT is(
 
 -- the Citus seam of reap_stuck_messages (mailroom.db.citus.SEAMS): one scope, the whole table, on one node
 SELECT is(
-    (SELECT array_agg(s.scope) FROM mailroom._outbound_scopes() AS s (scope)),
+    (SELECT array_agg(s.scope) FROM mailroom_internal._outbound_scopes() AS s (scope)),
     ARRAY['true'],
     'one node: one statement over all of outbound_messages (Citus: one a lane)'
 );

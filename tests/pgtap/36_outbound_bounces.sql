@@ -30,10 +30,10 @@ SELECT is(
 );
 SELECT mailroom.release_messages(array_agg(id), array_agg(claim_token))
 FROM mailroom.outbound_messages;
-SELECT is(mailroom._return_path((SELECT a FROM m), 1), NULL, '_return_path is NULL without a domain');
+SELECT is(mailroom_internal._return_path((SELECT a FROM m), 1), NULL, '_return_path is NULL without a domain');
 SELECT mailroom.set_setting('outbound.bounce_domain', 'not a domain');
 SELECT is(
-    mailroom._return_path((SELECT a FROM m), (SELECT id FROM mailroom.senders WHERE name = 'tap')), NULL,
+    mailroom_internal._return_path((SELECT a FROM m), (SELECT id FROM mailroom.senders WHERE name = 'tap')), NULL,
     'a setting that is not a domain name: no VERP'
 );
 
@@ -44,7 +44,7 @@ CREATE TEMP TABLE claimed AS SELECT id, return_path, recipients, return_paths FR
 SELECT is(
     (SELECT return_paths FROM claimed WHERE id = (SELECT a FROM m)),
     ARRAY(
-        SELECT 'bounce+' || (SELECT a FROM m) || '-' || n || '-' || mailroom._recipient_signature(
+        SELECT 'bounce+' || (SELECT a FROM m) || '-' || n || '-' || mailroom_internal._recipient_signature(
             'mailroom-verp', (SELECT a FROM m), n, (SELECT key FROM mailroom.verp_key)
         ) || '@bounces.mailroom.test'
         FROM generate_series(1, 2) AS n
@@ -77,7 +77,7 @@ SELECT is(
     'a sender''s bounce_domain wins over the setting'
 );
 SELECT isnt(
-    mailroom._verp_signature((SELECT a FROM m)), mailroom._verp_signature((SELECT b FROM m)),
+    mailroom_internal._verp_signature((SELECT a FROM m)), mailroom_internal._verp_signature((SELECT b FROM m)),
     'each message has its own signature'
 );
 SELECT throws_ok(
@@ -94,8 +94,8 @@ SELECT
     (SELECT return_paths[1] FROM claimed WHERE id = (SELECT b FROM m)) AS b,
     (SELECT return_paths[1] FROM claimed WHERE id = (SELECT c FROM m)) AS c,
     (SELECT return_paths[2] FROM claimed WHERE id = (SELECT c FROM m)) AS c2,
-    'bounce+' || (SELECT a FROM m) || '-' || mailroom._verp_signature((SELECT a FROM m)) || '@bounces.mailroom.test' AS legacy_a,
-    'bounce+' || (SELECT b FROM m) || '-' || mailroom._verp_signature((SELECT b FROM m)) || '@bounces.mailroom.test' AS legacy_b;
+    'bounce+' || (SELECT a FROM m) || '-' || mailroom_internal._verp_signature((SELECT a FROM m)) || '@bounces.mailroom.test' AS legacy_a,
+    'bounce+' || (SELECT b FROM m) || '-' || mailroom_internal._verp_signature((SELECT b FROM m)) || '@bounces.mailroom.test' AS legacy_b;
 
 -- RCPT: the signature is checked
 SELECT is(
@@ -121,7 +121,7 @@ SELECT is(
 );
 SELECT is(
     (SELECT verdict FROM mailroom.check_bounce_recipient(
-        'bounce+' || (SELECT a FROM m) || '-3-' || mailroom._recipient_signature(
+        'bounce+' || (SELECT a FROM m) || '-3-' || mailroom_internal._recipient_signature(
             'mailroom-verp', (SELECT a FROM m), 3, (SELECT key FROM mailroom.verp_key)
         ) || '@bounces.mailroom.test'
     )),
@@ -133,13 +133,13 @@ SELECT is(
 );
 SELECT is(
     (SELECT verdict FROM mailroom.check_bounce_recipient(
-        'bounce+' || (SELECT b FROM m) || '-' || mailroom._verp_signature((SELECT a FROM m)) || '@bounces.mailroom.test'
+        'bounce+' || (SELECT b FROM m) || '-' || mailroom_internal._verp_signature((SELECT a FROM m)) || '@bounces.mailroom.test'
     )),
     'unknown', 'another message''s signature: unknown'
 );
 SELECT is(
     (SELECT verdict FROM mailroom.check_bounce_recipient(
-        'bounce+999999-' || mailroom._verp_signature(999999) || '@bounces.mailroom.test'
+        'bounce+999999-' || mailroom_internal._verp_signature(999999) || '@bounces.mailroom.test'
     )),
     'unknown', 'a right signature for a message that does not exist: unknown'
 );
@@ -415,15 +415,15 @@ SELECT throws_ok(
 -- the envelope: to, cc, bcc, every exact address once, first position kept (what a signed
 -- return path's position points at; PL/pgSQL since issue 25, the same answers as the SQL form)
 SELECT is(
-    mailroom._envelope(ARRAY['a@x.io', 'b@x.io'], ARRAY['b@x.io', 'c@x.io'], ARRAY['a@x.io', 'd@x.io']),
+    mailroom_internal._envelope(ARRAY['a@x.io', 'b@x.io'], ARRAY['b@x.io', 'c@x.io'], ARRAY['a@x.io', 'd@x.io']),
     ARRAY['a@x.io', 'b@x.io', 'c@x.io', 'd@x.io'], '_envelope: each address once, in to, cc, bcc order'
 );
-SELECT is(mailroom._envelope(NULL, NULL, NULL), '{}'::text[], '_envelope: nothing gives an empty list');
+SELECT is(mailroom_internal._envelope(NULL, NULL, NULL), '{}'::text[], '_envelope: nothing gives an empty list');
 SELECT is(
-    mailroom._envelope(ARRAY['B@x.io'], ARRAY['b@x.io'], NULL), ARRAY['B@x.io', 'b@x.io'],
+    mailroom_internal._envelope(ARRAY['B@x.io'], ARRAY['b@x.io'], NULL), ARRAY['B@x.io', 'b@x.io'],
     '_envelope: exact addresses (case kept, as the relay gets them)'
 );
-SELECT is(mailroom._address_domain('Someone@Example.COM'), 'example.com', '_address_domain: lower-case domain');
+SELECT is(mailroom_internal._address_domain('Someone@Example.COM'), 'example.com', '_address_domain: lower-case domain');
 
 SELECT * FROM finish();
 ROLLBACK;

@@ -54,7 +54,7 @@ SELECT is(
         WHERE p.prosrc ~ '(?<![._a-z])(gen_random_bytes|gen_random_uuid|digest|hmac|pgp_sym_encrypt|pgp_sym_decrypt|pgp_pub_encrypt|pgp_key_id)\('
     ),
     '',
-    'pgcrypto only through the mailroom._* wrappers, gen_random_uuid as pg_catalog.gen_random_uuid'
+    'pgcrypto only through the mailroom_internal._* wrappers, gen_random_uuid as pg_catalog.gen_random_uuid'
 );
 
 CREATE TEMP TABLE roles (role text);
@@ -113,18 +113,18 @@ SELECT is(
 SELECT is(
     (
         SELECT count(*)::integer FROM roles AS r
-        WHERE has_function_privilege(r.role, 'mailroom._redaction_tag(text)', 'EXECUTE')
+        WHERE has_function_privilege(r.role, 'mailroom_internal._redaction_tag(text)', 'EXECUTE')
             OR has_function_privilege(r.role, 'mailroom.redact_pii(text)', 'EXECUTE')
     ),
     0,
     '_redaction_tag and redact_pii (tag oracles for the pepper) are executable by no runtime role'
 );
 SELECT ok(
-    NOT (SELECT p.prosecdef FROM pg_proc AS p WHERE p.oid = 'mailroom._redaction_tag(text)'::regprocedure),
+    NOT (SELECT p.prosecdef FROM pg_proc AS p WHERE p.oid = 'mailroom_internal._redaction_tag(text)'::regprocedure),
     '_redaction_tag is not SECURITY DEFINER (it runs with the rights of the owner''s API, never lends them)'
 );
 SET LOCAL ROLE mailroom_admin;
-SELECT throws_ok($$SELECT mailroom._redaction_tag('alice@example.com')$$, '42501', NULL, 'admin cannot ask for a tag');
+SELECT throws_ok($$SELECT mailroom_internal._redaction_tag('alice@example.com')$$, '42501', NULL, 'admin cannot ask for a tag');
 SELECT throws_ok($$SELECT mailroom.redact_pii('alice@example.com')$$, '42501', NULL, 'nor through redact_pii');
 SELECT throws_ok('SELECT pepper FROM mailroom.redaction_pepper', '42501', NULL, 'nor read the pepper');
 RESET ROLE;

@@ -192,7 +192,7 @@ SELECT (SELECT id FROM mailroom.senders WHERE name = 'q'), ARRAY['bulk@example.c
     CASE WHEN g % 10 = 0 THEN 'queued' ELSE 'sent' END::mailroom.outbound_status, '2029-01-01Z', (g % 21) - 10
 FROM generate_series(1, 50000) AS g;
 ANALYZE mailroom.outbound_messages;
-CREATE TEMP TABLE claim_plan AS SELECT string_agg(p, E'\n') AS p FROM mailroom._explain_claim(10) AS p;
+CREATE TEMP TABLE claim_plan AS SELECT string_agg(p, E'\n') AS p FROM mailroom_internal._explain_claim(10) AS p;
 SELECT ok((SELECT p FROM claim_plan) ~ 'Index Scan using outbound_messages_(p[0-9]{8}t[0-9]{4}|default)_due_idx',
     'the claim scans outbound_messages_due_idx');
 SELECT ok((SELECT p FROM claim_plan) ~ 'Sort Key: m\.priority DESC, \(COALESCE\(m\.next_retry_at',
@@ -200,7 +200,7 @@ SELECT ok((SELECT p FROM claim_plan) ~ 'Sort Key: m\.priority DESC, \(COALESCE\(
 SELECT ok((SELECT p FROM claim_plan) ~ 'Index Cond: \(COALESCE\(next_retry_at.*<=',
     'the clock bounds the index scan');
 SELECT is(pg_temp.nonempty_seq_scans((SELECT p FROM claim_plan)), NULL, 'no sequential scan of the queue');
-SELECT is(pg_temp.nonempty_seq_scans((SELECT string_agg(p, E'\n') FROM mailroom._explain_claim(10, true) AS p)), NULL,
+SELECT is(pg_temp.nonempty_seq_scans((SELECT string_agg(p, E'\n') FROM mailroom_internal._explain_claim(10, true) AS p)), NULL,
     'nor with domain limits on');
 
 -- ---------------------------------------------------------------- the queue by domain (mailq)
@@ -233,9 +233,9 @@ SELECT is(
     true, 'held rows have their partial index (migration 0161)'
 );
 UPDATE mailroom.outbound_messages SET status = 'failed';
-SELECT ok(NOT mailroom._outbound_partition_live('outbound_messages_default', NULL), 'failed rows only: not live');
+SELECT ok(NOT mailroom_internal._outbound_partition_live('outbound_messages_default', NULL), 'failed rows only: not live');
 UPDATE mailroom.outbound_messages SET status = 'held' WHERE id = (SELECT min(id) FROM mailroom.outbound_messages);
-SELECT ok(mailroom._outbound_partition_live('outbound_messages_default', NULL),
+SELECT ok(mailroom_internal._outbound_partition_live('outbound_messages_default', NULL),
     'a held row keeps its partition from being dropped');
 SELECT * FROM finish();
 ROLLBACK;

@@ -34,7 +34,7 @@ SELECT throws_ok(
 SELECT ok(mailroom.suppress(' <Alice@Example.COM> ', 'manual') > 0, 'suppress returns the entry id');
 SELECT is(
     (SELECT address FROM mailroom.suppressions), 'alice@example.com',
-    'stored in the inbound normalization (mailroom._normalize_address)'
+    'stored in the inbound normalization (mailroom_internal._normalize_address)'
 );
 SELECT ok(mailroom.is_suppressed('ALICE@example.com'), 'is_suppressed normalizes too');
 SELECT ok(NOT mailroom.is_suppressed('bob@example.com'), 'another address is not suppressed');
@@ -159,13 +159,13 @@ SELECT throws_ok(
 );
 -- a hard bounce does not override an entry in force; it replaces an expired one
 SELECT mailroom.suppress('kept@example.com', 'complaint', '2030-06-01Z');
-SELECT mailroom._add_suppression('kept@example.com', 'hard_bounce', NULL, 42);
+SELECT mailroom_internal._add_suppression('kept@example.com', 'hard_bounce', NULL, 42);
 SELECT is(
     (SELECT reason || ' ' || coalesce(source_message::text, '-') FROM mailroom.suppressions WHERE address = 'kept@example.com'),
     'complaint -', 'a hard bounce leaves an entry in force alone'
 );
 SET LOCAL mailroom.clock = '2030-07-01 00:00Z';
-SELECT mailroom._add_suppression('kept@example.com', 'hard_bounce', NULL, 42);
+SELECT mailroom_internal._add_suppression('kept@example.com', 'hard_bounce', NULL, 42);
 SELECT is(
     (SELECT reason || ' ' || source_message || ' ' || (expires_at IS NULL) FROM mailroom.suppressions WHERE address = 'kept@example.com'),
     'hard_bounce 42 true', 'a hard bounce replaces an expired entry'

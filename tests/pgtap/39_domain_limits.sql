@@ -8,27 +8,27 @@ SET LOCAL mailroom.clock = '2030-01-01 00:00:10Z';
 SELECT mailroom.upsert_sender('tap', 'robot@mailroom.test', '127.0.0.1', 2525);
 
 -- ---------------------------------------------------------------- the recipient domain
-SELECT is(mailroom._recipient_domain(ARRAY['Alice@Mail.Example.COM.'], '{}', '{}'), 'mail.example.com',
+SELECT is(mailroom_internal._recipient_domain(ARRAY['Alice@Mail.Example.COM.'], '{}', '{}'), 'mail.example.com',
     'the domain is lower case, without a trailing dot');
-SELECT is(mailroom._recipient_domain('{}', ARRAY['b@cc.test'], ARRAY['c@bcc.test']), 'cc.test',
+SELECT is(mailroom_internal._recipient_domain('{}', ARRAY['b@cc.test'], ARRAY['c@bcc.test']), 'cc.test',
     'without a to, the first cc counts; then the first bcc');
-SELECT is(mailroom._recipient_domain(ARRAY['a@one.test', 'b@two.test'], '{}', '{}'), 'one.test',
+SELECT is(mailroom_internal._recipient_domain(ARRAY['a@one.test', 'b@two.test'], '{}', '{}'), 'one.test',
     'a message to several domains counts against its first recipient''s only');
-SELECT is(mailroom._recipient_domain('{}', '{}', '{}'), '', 'no recipient: the unknown domain ''''');
+SELECT is(mailroom_internal._recipient_domain('{}', '{}', '{}'), '', 'no recipient: the unknown domain ''''');
 SELECT mailroom.enqueue_message('tap', ARRAY['X@Upper.Test'], 's', 't', p_bcc => ARRAY['y@other.test']);
 SELECT is((SELECT rcpt_domain FROM mailroom.outbound_messages), 'upper.test', 'enqueue_message fills rcpt_domain');
 DELETE FROM mailroom.outbound_messages;
 
 -- ---------------------------------------------------------------- patterns
-SELECT is(mailroom._domain_patterns('a.b.example.com'),
+SELECT is(mailroom_internal._domain_patterns('a.b.example.com'),
     ARRAY['a.b.example.com', '*.b.example.com', '*.example.com', '*.com', '*'],
     'the patterns of a domain, most specific first');
 SELECT is(mailroom.set_domain_limit(' Example.COM. ', 5, NULL), 'example.com', 'set_domain_limit stores the normalized pattern');
 SELECT is(mailroom.set_domain_limit('*.Example.com', 3, 100), '*.example.com', 'a *.domain pattern');
-SELECT is((SELECT max_in_flight FROM mailroom._domain_limit('example.com')), 5, 'the exact pattern governs the domain itself');
-SELECT is((SELECT pattern FROM mailroom._domain_limit('mx.eu.example.com')), '*.example.com', '*.example.com governs its subdomains at any depth');
-SELECT is((SELECT pattern FROM mailroom._domain_limit('example.org')), '*', 'anything else falls back to *');
-SELECT is((SELECT pattern FROM mailroom._domain_limit('notexample.com')), '*', '*.example.com does not match notexample.com');
+SELECT is((SELECT max_in_flight FROM mailroom_internal._domain_limit('example.com')), 5, 'the exact pattern governs the domain itself');
+SELECT is((SELECT pattern FROM mailroom_internal._domain_limit('mx.eu.example.com')), '*.example.com', '*.example.com governs its subdomains at any depth');
+SELECT is((SELECT pattern FROM mailroom_internal._domain_limit('example.org')), '*', 'anything else falls back to *');
+SELECT is((SELECT pattern FROM mailroom_internal._domain_limit('notexample.com')), '*', '*.example.com does not match notexample.com');
 SELECT is(mailroom.set_domain_limit('example.com', 7, 9), 'example.com', 'setting a pattern again changes it');
 SELECT is(
     (SELECT array_agg(pattern || ':' || coalesce(max_in_flight::text, '-') || ':' || coalesce(max_per_minute::text, '-'))
@@ -41,7 +41,7 @@ SELECT throws_ok($$SELECT mailroom.set_domain_limit('x.test', 0, NULL)$$, 'MR371
 SELECT throws_ok($$SELECT mailroom.delete_domain_limit('*')$$, 'MR373', NULL, 'the default row cannot be removed (MR373)');
 SELECT throws_ok($$SELECT mailroom.delete_domain_limit('nothing.test')$$, 'MR372', NULL, 'removing an unknown pattern is MR372');
 SELECT is(mailroom.delete_domain_limit('EXAMPLE.com'), 'example.com', 'delete_domain_limit removes a pattern');
-SELECT is((SELECT pattern FROM mailroom._domain_limit('example.com')), '*', 'its domain falls back to the next pattern');
+SELECT is((SELECT pattern FROM mailroom_internal._domain_limit('example.com')), '*', 'its domain falls back to the next pattern');
 DELETE FROM mailroom.domain_limits WHERE pattern <> '*';
 
 -- ---------------------------------------------------------------- max in flight, skipping to other domains
@@ -122,13 +122,13 @@ DELETE FROM mailroom.outbound_messages;
 DELETE FROM mailroom.domain_limits WHERE pattern <> '*';
 
 -- ---------------------------------------------------------------- the domain backoff
-SELECT ok(mailroom._is_domain_throttle('reply', 421, '4.7.0', 'too many connections'), '421 is a throttle');
-SELECT ok(mailroom._is_domain_throttle('reply', 451, '4.7.1', 'greylisted'), '451 4.7.1 (greylisting) is a throttle');
-SELECT ok(mailroom._is_domain_throttle('reply', 450, NULL, 'try later'), '450 without an enhanced code is a throttle');
-SELECT ok(mailroom._is_domain_throttle('reply', 452, '4.5.3', 'Too many connections from your IP'), 'a 4yz saying too many connections is a throttle');
-SELECT ok(NOT mailroom._is_domain_throttle('reply', 450, '4.2.1', 'mailbox busy'), '450 4.2.1 (the mailbox) is not');
-SELECT ok(NOT mailroom._is_domain_throttle('reply', 550, '5.7.1', 'denied'), 'a 5xx is not');
-SELECT ok(NOT mailroom._is_domain_throttle('dropped', NULL, NULL, NULL), 'a dropped connection is not');
+SELECT ok(mailroom_internal._is_domain_throttle('reply', 421, '4.7.0', 'too many connections'), '421 is a throttle');
+SELECT ok(mailroom_internal._is_domain_throttle('reply', 451, '4.7.1', 'greylisted'), '451 4.7.1 (greylisting) is a throttle');
+SELECT ok(mailroom_internal._is_domain_throttle('reply', 450, NULL, 'try later'), '450 without an enhanced code is a throttle');
+SELECT ok(mailroom_internal._is_domain_throttle('reply', 452, '4.5.3', 'Too many connections from your IP'), 'a 4yz saying too many connections is a throttle');
+SELECT ok(NOT mailroom_internal._is_domain_throttle('reply', 450, '4.2.1', 'mailbox busy'), '450 4.2.1 (the mailbox) is not');
+SELECT ok(NOT mailroom_internal._is_domain_throttle('reply', 550, '5.7.1', 'denied'), 'a 5xx is not');
+SELECT ok(NOT mailroom_internal._is_domain_throttle('dropped', NULL, NULL, NULL), 'a dropped connection is not');
 
 SET LOCAL mailroom.clock = '2030-01-01 00:00:00Z';
 SELECT mailroom.enqueue_message('tap', ARRAY['r' || g || '@slow.test'], 's' || g, 't') FROM generate_series(1, 3) AS g;
@@ -166,7 +166,7 @@ SELECT is(
 );
 -- a reply from a message claimed before the backoff changes nothing
 SET LOCAL mailroom.clock = '2030-01-01 00:02:00Z';
-SELECT mailroom._note_domain_outcomes('2030-01-01 00:02:00Z', ARRAY['slow.test'], '{}');
+SELECT mailroom_internal._note_domain_outcomes('2030-01-01 00:02:00Z', ARRAY['slow.test'], '{}');
 SELECT is(
     (SELECT backoff_until || ' ' || backoff_level FROM mailroom.domain_state WHERE domain = 'slow.test'),
     '2030-01-01 00:03:00+00 2', 'a throttle reported during the backoff does not extend it'
@@ -180,7 +180,7 @@ SELECT is(
     (SELECT coalesce(backoff_until::text, 'none') || ' ' || backoff_level FROM mailroom.domain_state WHERE domain = 'slow.test'),
     'none 0', 'a success clears the backoff'
 );
-SELECT mailroom._note_domain_outcomes('2030-01-01 00:10:00Z', ARRAY['slow.test'], '{}');
+SELECT mailroom_internal._note_domain_outcomes('2030-01-01 00:10:00Z', ARRAY['slow.test'], '{}');
 SELECT ok(mailroom.clear_domain_backoff('slow.test'), 'clear_domain_backoff lifts a backoff');
 SELECT is(
     (SELECT count(*)::integer FROM mailroom.domain_state WHERE backoff_until IS NOT NULL), 0,
@@ -215,12 +215,12 @@ SELECT
 FROM generate_series(1, 200000) AS g;
 ANALYZE mailroom.outbound_messages;
 SELECT ok(
-    (SELECT string_agg(p, E'\n') FROM mailroom._explain_claim(100, TRUE) AS p)
+    (SELECT string_agg(p, E'\n') FROM mailroom_internal._explain_claim(100, TRUE) AS p)
     ~ 'Index Scan using outbound_messages_(p[0-9]{8}t[0-9]{4}|default)_due_idx',
     'with limits on, LIMIT 100: the claim still walks the due index'
 );
 SELECT is(
-    pg_temp.nonempty_seq_scans((SELECT string_agg(p, E'\n') FROM mailroom._explain_claim(500, TRUE) AS p)), NULL,
+    pg_temp.nonempty_seq_scans((SELECT string_agg(p, E'\n') FROM mailroom_internal._explain_claim(500, TRUE) AS p)), NULL,
     'with limits on, LIMIT 500: no sequential scan of the queue'
 );
 SELECT is(

@@ -24,7 +24,7 @@ FIX = f"{ENV}=… mailroom keys import --active"
 
 
 def fingerprint(key: bytes) -> str:
-    """The keyring's fingerprint of a key: sha256(key), first 8 bytes, hex (mailroom._key_fingerprint)."""
+    """The keyring's fingerprint of a key: sha256(key), first 8 bytes, hex (mailroom_internal._key_fingerprint)."""
     return hashlib.sha256(key).digest()[:8].hex()
 
 

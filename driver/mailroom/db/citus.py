@@ -273,49 +273,49 @@ $drop$"""
 SEAM_MAX_LINES = 15
 SEAMS: dict[str, str] = {
     # accounts and tokens (sql/citus/12_accounts.sql, 13_token_digests.sql)
-    "mailroom._triggers_cascade()":
+    "mailroom_internal._triggers_cascade()":
         "row triggers run on a worker, on their row's shard: they cannot write another table",
-    "mailroom._insert_account(text, text)":
+    "mailroom_internal._insert_account(text, text)":
         "login and email are unique through lookup tables distributed by those keys; the token is made here",
-    "mailroom._issue_token(bigint, mailroom.token_action)":
+    "mailroom_internal._issue_token(bigint, mailroom.token_action)":
         "the reissue's revocation and its NOTIFY, done by the token triggers on one node, run on the coordinator",
-    "mailroom._lock_account_by_email(text)":
+    "mailroom_internal._lock_account_by_email(text)":
         "an account is found by address through account_emails (one shard), then locked on its own shard",
-    "mailroom._after_consume(bigint, mailroom.token_action)":
+    "mailroom_internal._after_consume(bigint, mailroom.token_action)":
         "the activation of the trigger after_token_consumed, which cannot run on a worker",
-    "mailroom._dequeue_tokens(integer, bytea, boolean)":
+    "mailroom_internal._dequeue_tokens(integer, bytea, boolean)":
         "SKIP LOCKED runs only in a single-shard statement: the dequeue walks the shards",
-    "mailroom._delete_tokens_past_retention(text, timestamptz, integer)":
+    "mailroom_internal._delete_tokens_past_retention(text, timestamptz, integer)":
         "ctid batches with SKIP LOCKED are refused on a distributed table; the digests' lookup rows go too",
-    "mailroom._erase_account_keys(bigint[], text)":
+    "mailroom_internal._erase_account_keys(bigint[], text)":
         "an erased account's keys are also in account_emails, account_logins and token_digests",
-    "mailroom._token_digest_replaced(bigint, bytea, bytea)":
+    "mailroom_internal._token_digest_replaced(bigint, bytea, bytea)":
         "token_digests routes a link's digest to its account's shard",
-    "mailroom._forget_token_digests(text)":
+    "mailroom_internal._forget_token_digests(text)":
         "a dropped tokens partition's digests leave token_digests",
-    "mailroom._token_by_digest(bytea)":
+    "mailroom_internal._token_by_digest(bytea)":
         "a digest is found through token_digests (one shard), then the token on its account's shard",
-    "mailroom._delete_tokens_before(timestamptz)":
+    "mailroom_internal._delete_tokens_before(timestamptz)":
         "purge_tokens' deleted tokens leave token_digests too",
     # inboxes (sql/citus/30_mailboxes.sql)
-    "mailroom._mailbox_id(text)":
+    "mailroom_internal._mailbox_id(text)":
         "a mailbox is found by address through mailbox_addresses (distributed by address)",
-    "mailroom._insert_mailbox(text, text, mailroom.mailbox_owner_type, text, bytea, timestamptz, timestamptz, text)":
+    "mailroom_internal._insert_mailbox(text, text, mailroom.mailbox_owner_type, text, bytea, timestamptz, timestamptz, text)":
         "an address is kept unique by its reservation in mailbox_addresses",
-    "mailroom._delete_mailbox(text)":
+    "mailroom_internal._delete_mailbox(text)":
         "no trigger deletes the messages, and the address's reservation goes too",
-    "mailroom._expire_due_mailboxes(timestamptz, integer)":
+    "mailroom_internal._expire_due_mailboxes(timestamptz, integer)":
         "SKIP LOCKED runs only in a single-shard statement: expiry walks the shards",
-    "mailroom._purge_inactive_mailboxes(timestamptz, integer)":
+    "mailroom_internal._purge_inactive_mailboxes(timestamptz, integer)":
         "shard by shard (SKIP LOCKED), with the messages and the addresses' reservations",
     # outbound and maintenance (sql/citus/20_queue.sql, 25_maintenance.sql)
-    "mailroom._outbound_scopes()":
+    "mailroom_internal._outbound_scopes()":
         "SKIP LOCKED runs only in a single-shard statement: one statement a lane (one shard each)",
-    "mailroom._delete_outbound_past_retention(text, timestamptz, integer)":
+    "mailroom_internal._delete_outbound_past_retention(text, timestamptz, integer)":
         "ctid batches with SKIP LOCKED are refused on a distributed table: lane by lane, the keys apart",
-    "mailroom._delete_messages_past_retention(text, timestamptz, integer)":
+    "mailroom_internal._delete_messages_past_retention(text, timestamptz, integer)":
         "ctid batches with SKIP LOCKED are refused on a distributed table: by inactive mailbox",
-    "mailroom._orphan_idempotency_keys(timestamptz, integer)":
+    "mailroom_internal._orphan_idempotency_keys(timestamptz, integer)":
         "the keys stay on the coordinator, the messages on the workers: Citus joins neither way",
 }
 
@@ -323,9 +323,9 @@ SEAMS: dict[str, str] = {
 # the test fails when an entry is no longer overridden, and when the list grows past its count.
 WHOLE_OVERRIDES_MAX = 2
 WHOLE_OVERRIDES: dict[str, str] = {
-    "mailroom._claim(timestamptz, integer, text, interval, boolean)":
+    "mailroom_internal._claim(timestamptz, integer, text, interval, boolean)":
         "row type moving, issue 36 item 3: the claim lane by lane (_claim_lane) is restructured after the row",
-    "mailroom._queue_verb_change(text, text, text, text, bigint[], text, text[], boolean, timestamptz)":
+    "mailroom_internal._queue_verb_change(text, text, text, text, bigint[], text, text[], boolean, timestamptz)":
         "the operator verbs lane by lane, the deleted messages' idempotency keys (a coordinator table) in a "
         "statement of their own; the queue verbs become a table (issue 36 item 3) first",
 }

@@ -10,7 +10,7 @@ from prometheus_client import Counter, Gauge, Histogram
 
 from mailroom.core.metrics import WorkerMetrics
 
-# The reply classes mailroom.finalize_messages reports (mailroom._reply_class): the `smtp_class` label.
+# The reply classes mailroom.finalize_messages reports (mailroom_internal._reply_class): the `smtp_class` label.
 SMTP_CLASSES = ("2xx", "4xx", "5xx", "dropped", "timeout", "connect", "uncertain", "local", "other")
 RESULTS = ("sent", "retry", "failed", "stale")
 STATUSES = ("queued", "held", "processing", "sent", "failed", "cancelled")
