@@ -8,7 +8,7 @@ CREATE TEMP TABLE area (fn regprocedure PRIMARY KEY, api boolean NOT NULL);
 INSERT INTO area
 SELECT p.oid::regprocedure, p.proname !~ '^(_|trg_)'
 FROM pg_proc AS p
-WHERE p.pronamespace = 'mailroom'::regnamespace
+WHERE p.pronamespace IN ('mailroom'::regnamespace, 'mailroom_internal'::regnamespace)
     AND p.proname IN (
         '_normalize_address', '_session_token_digest', '_mailbox_open', 'create_mailbox', '_authorize_mailbox',
         'extend_mailbox', 'delete_mailbox', 'check_recipient', 'mailbox_accepts', 'max_inbound_message_bytes',

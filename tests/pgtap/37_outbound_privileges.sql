@@ -8,7 +8,7 @@ CREATE TEMP TABLE area (fn regprocedure PRIMARY KEY, api boolean NOT NULL);
 INSERT INTO area
 SELECT p.oid::regprocedure, p.proname !~ '^(_|trg_)' AND p.proname <> 'redact_pii'
 FROM pg_proc AS p
-WHERE p.pronamespace = 'mailroom'::regnamespace
+WHERE p.pronamespace IN ('mailroom'::regnamespace, 'mailroom_internal'::regnamespace)
     AND p.proname IN (
         '_clock_default', '_check_outbound_key', 'upsert_sender', '_smtp_password', '_redaction_tag', 'redact_pii',
         'trg_outbound_redact_error_log', '_check_recipients', '_check_extra_headers', 'enqueue_message', 'enqueue_message_with_attachments', '_outbound_attachments', '_attachments_json',

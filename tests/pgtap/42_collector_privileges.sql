@@ -7,7 +7,7 @@ CREATE TEMP TABLE area (fn regprocedure PRIMARY KEY, api boolean NOT NULL);
 INSERT INTO area
 SELECT p.oid::regprocedure, p.proname !~ '^(_|trg_)'
 FROM pg_proc AS p
-WHERE p.pronamespace = 'mailroom'::regnamespace
+WHERE p.pronamespace IN ('mailroom'::regnamespace, 'mailroom_internal'::regnamespace)
     AND p.proname IN ('_html_escape', 'render_token_email', 'enqueue_token_emails', '_token_email_subject',
         '_claim_token_email');
 -- enqueue_token_emails has two forms this release (the keyed one is deprecated)
