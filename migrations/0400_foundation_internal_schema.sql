@@ -10,7 +10,7 @@
 --
 -- As the migrator (the role that owns the database: mailroom_owner may not create a schema).
 -- On a Citus coordinator with workers the schema is made on the workers first, committed there by
--- run_command_on_workers: what this migrate does next on the workers runs as mailroom_owner (0401,
+-- run_command_on_workers (a worker refuses DDL it would propagate itself: propagation off there): what this migrate does next on the workers runs as mailroom_owner (0401,
 -- the sql/ pass), over Citus connections of that user, which would not see a schema this
 -- transaction made over the migrator's (an empty schema left behind by a failed migrate is harmless;
 -- the next one finds it).
@@ -25,6 +25,7 @@ BEGIN
     EXECUTE $sql$
         SELECT string_agg(format('%s:%s: %s', r.nodename, r.nodeport, r.result), '; ')
         FROM run_command_on_workers(
+            'SET LOCAL citus.enable_ddl_propagation TO off; '
             'CREATE SCHEMA IF NOT EXISTS mailroom_internal AUTHORIZATION mailroom_owner'
         ) AS r
         WHERE NOT r.success
