@@ -48,6 +48,27 @@ def test_psql_session_works_when_pasted(db_url):
     assert "ERROR:  token already used" in proc.stderr
 
 
+def test_the_api_listing_shows_the_api_only(db_url):
+    """`\\df mailroom.*` and the README's query list the public API, each function with its comment, and no
+    internal helper (issue 36, item 1): as a runtime login, which may not even see mailroom_internal."""
+    section = README.split("## The SQL API for psql users", 1)[1]
+    assert "`\\df mailroom.*`" in section
+    query = re.search(r"```sql\n(.*?)```", section, re.S).group(1)
+    url = login_granted(db_url, "mailroom_app")
+    import psycopg
+
+    with psycopg.connect(url) as conn:
+        rows = [(str(f), comment or "") for f, comment in conn.execute(query).fetchall()]
+    assert len(rows) > 100, rows[:5]
+    assert [f for f, _ in rows if re.match(r"mailroom\.(_|trg_)", f) or not f.startswith("mailroom.")] == []
+    assert [f for f, comment in rows if not comment.strip()] == []
+    df = psql(url, "\\pset format unaligned\n\\pset tuples_only on\n\\df mailroom.*\n")
+    assert df.returncode == 0, df.stderr
+    names = {line.split("|")[1] for line in df.stdout.splitlines() if line.startswith("mailroom|")}
+    assert names == {f.split("(", 1)[0].removeprefix("mailroom.") for f, _ in rows}
+    assert not any(n.startswith(("_", "trg_")) for n in names), sorted(names)
+
+
 def cli_commands() -> list[list[str]]:
     table = README.split("## The CLI", 1)[1].split("\n\n", 2)[1]
     commands = []

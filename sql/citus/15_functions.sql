@@ -1,4 +1,4 @@
--- Every function of schemas mailroom and mailroom_internal (the internals, migrations/0400) on
+-- Every function of schemas mailroom and mailroom_internal (the internals, migrations/0400-0401) on
 -- every node (Citus creates mailroom_internal there with its owner, as a dependency). A statement
 -- routed to a shard runs on a worker with the functions it names (the redaction trigger, _attempt_log in the reaper's
 -- UPDATE, clock() in a routed WHERE), so they are Citus objects: created on the workers now,

@@ -10,7 +10,7 @@ import pytest
 
 pytestmark = pytest.mark.citus
 
-# per function of schema mailroom: who may execute it (PUBLIC as '-'), as the node sees it
+# per function of schemas mailroom and mailroom_internal: who may execute it (PUBLIC as '-'), as the node sees it
 ACL = """
 SELECT coalesce(string_agg(p.oid::regprocedure::text || ' ' || g.grantees, E'\\n'
                            ORDER BY p.oid::regprocedure::text), '')
@@ -23,7 +23,7 @@ CROSS JOIN LATERAL (
         WHERE a.privilege_type = 'EXECUTE' AND a.grantee <> p.proowner
     ) AS g
 ) AS g
-WHERE p.pronamespace = 'mailroom'::regnamespace
+WHERE p.pronamespace IN ('mailroom'::regnamespace, 'mailroom_internal'::regnamespace)
   AND EXISTS (SELECT 1 FROM pg_dist_object AS o WHERE o.classid = 'pg_proc'::regclass AND o.objid = p.oid)
 """
 
@@ -43,6 +43,23 @@ def test_functions_on_the_workers_have_the_coordinators_grants(cconn):
         assert success, (node, port, result)
         assert _public(result) == [], (node, port, _public(result)[:5])
         assert result == coordinator, (node, port)
+
+
+def test_the_internal_schema_on_the_workers(cconn):
+    """mailroom_internal exists on every node, mailroom_owner's, with no USAGE for PUBLIC or a runtime
+    role, and the internals Citus distributes live there on the workers too (migrations/0400)."""
+    probe = ("SELECT n.nspowner::regrole::text || ' ' || coalesce(n.nspacl::text, '-') || ' '"
+             " || (SELECT count(*) FROM pg_proc AS p WHERE p.pronamespace = n.oid AND p.proname ~ '^(_|trg_)')"
+             " || ' ' || (SELECT count(*) FROM pg_proc AS p"
+             "            WHERE p.pronamespace = 'mailroom'::regnamespace AND p.proname ~ '^(_|trg_)')"
+             " FROM pg_namespace AS n WHERE n.nspname = 'mailroom_internal'")
+    rows = cconn.execute("SELECT success, result FROM run_command_on_workers(%s)", (probe,)).fetchall()
+    assert len(rows) == 2
+    for success, result in rows:
+        assert success, result
+        owner, acl, internals, left_in_mailroom = result.split(" ")
+        assert owner == "mailroom_owner" and acl in ("-", "{mailroom_owner=UC/mailroom_owner}"), result
+        assert int(internals) > 100 and left_in_mailroom == "0", result
 
 
 def test_new_functions_on_the_workers_are_not_public(cconn):

@@ -86,7 +86,7 @@ def test_db_migrate_moves_the_earlier_layout_keeping_its_mailboxes_and_messages(
         assert conn.execute("SELECT message_count FROM mailroom.mailboxes WHERE id = %s", (boxes[0][0],)).fetchone() == (1,)
         # the functions typed by mailboxes' row, dropped by Citus with the earlier table, are back
         assert conn.execute(
-            "SELECT count(*) FROM pg_proc WHERE pronamespace = 'mailroom'::regnamespace"
+            "SELECT count(*) FROM pg_proc WHERE pronamespace = 'mailroom_internal'::regnamespace"
             " AND proname IN ('_authorize_mailbox', '_http_box', '_http_mailbox_json', '_search_mailbox')"
         ).fetchone() == (4,)
         # accounts and tokens moved too: distributed, colocated, their keys in the lookup tables

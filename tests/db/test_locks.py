@@ -148,9 +148,10 @@ def test_await_message_neither_holds_up_maintenance_nor_pins_xmin(db_url, conn, 
 
 
 def test_no_function_of_the_schema_takes_an_advisory_lock(conn):
-    """A guard for the rule itself: no function of schema mailroom calls pg_advisory_*/pg_try_advisory_*
+    """A guard for the rule itself: no function of schemas mailroom and mailroom_internal calls pg_advisory_*/pg_try_advisory_*
     (the seed import took one before review: a row of mailroom.job_locks instead)."""
     names = [r[0] for r in conn.execute(
-        "SELECT p.oid::regprocedure::text FROM pg_proc AS p WHERE p.pronamespace = 'mailroom'::regnamespace"
+        "SELECT p.oid::regprocedure::text FROM pg_proc AS p"
+        " WHERE p.pronamespace IN ('mailroom'::regnamespace, 'mailroom_internal'::regnamespace)"
         " AND p.prosrc ~* 'pg_(try_)?advisory_'").fetchall()]
     assert names == [], names

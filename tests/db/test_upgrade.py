@@ -198,7 +198,8 @@ def test_the_check_fails_for_an_argument_renamed_in_place(previous, tmp_path):
     text = path.read_text()
     assert "is_suppressed(p_address text)" in text
     path.write_text(text.replace("is_suppressed(p_address text)", "is_suppressed(p_email text)")
-                    .replace("SELECT mailroom_internal._suppressed(p_address);", "SELECT mailroom_internal._suppressed(p_email);"))
+                    .replace("SELECT mailroom_internal._suppressed(p_address);",
+                             "SELECT mailroom_internal._suppressed(p_email);"))
     before = runtime_api(previous)
     migrate.migrate(previous, root=root)
     problems = broken_calls(before, previous)

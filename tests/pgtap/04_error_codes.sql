@@ -11,7 +11,7 @@ CREATE TEMP TABLE raised ON COMMIT DROP AS
 SELECT DISTINCT m[1] AS code
 FROM pg_proc AS p
 CROSS JOIN LATERAL regexp_matches(p.prosrc, 'ERRCODE\s*=\s*''(MR[0-9]{3})''', 'g') AS m
-WHERE p.pronamespace = 'mailroom'::regnamespace
+WHERE p.pronamespace IN ('mailroom'::regnamespace, 'mailroom_internal'::regnamespace)
 UNION
 VALUES ('MR002');
 

@@ -10,7 +10,7 @@ SELECT is(
     (
         SELECT string_agg(p.proname, ', ' ORDER BY p.proname)
         FROM pg_proc AS p
-        WHERE p.pronamespace = 'mailroom'::regnamespace AND p.prosrc ~ 'mailroom\._(notify|listened)\('
+        WHERE p.pronamespace IN ('mailroom'::regnamespace, 'mailroom_internal'::regnamespace) AND p.prosrc ~ 'mailroom_internal\._(notify|listened)\('
             AND p.proname NOT IN ('_notify', '_listened')
     ),
     'deliver_message',

@@ -212,7 +212,7 @@ SELECT is(
     (
         SELECT string_agg(p.proname, ', ' ORDER BY p.proname)
         FROM pg_proc AS p
-        WHERE p.pronamespace = 'mailroom'::regnamespace
+        WHERE p.pronamespace IN ('mailroom'::regnamespace, 'mailroom_internal'::regnamespace)
             AND p.prosrc ~ 'mailroom\.(senders|outbound_messages|mailboxes|messages)\M'
             AND p.prosrc ~* '\m(now\(\)|current_timestamp|clock_timestamp|transaction_timestamp)'
     ),

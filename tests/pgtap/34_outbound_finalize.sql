@@ -220,7 +220,7 @@ SELECT is(
     (
         SELECT string_agg(p.proname, ', ' ORDER BY p.proname)
         FROM pg_proc AS p
-        WHERE p.pronamespace = 'mailroom'::regnamespace AND p.prosrc ~ 'giving up after'
+        WHERE p.pronamespace IN ('mailroom'::regnamespace, 'mailroom_internal'::regnamespace) AND p.prosrc ~ 'giving up after'
     ),
     '_attempt_log',
     'the give-up line is written in one helper only'
@@ -229,7 +229,7 @@ SELECT is(
     (
         SELECT string_agg(p.proname, ', ' ORDER BY p.proname)
         FROM pg_proc AS p
-        WHERE p.pronamespace = 'mailroom'::regnamespace AND p.prosrc ~ 'attempts \+ 1\s*(>=|<)\s*v_max'
+        WHERE p.pronamespace IN ('mailroom'::regnamespace, 'mailroom_internal'::regnamespace) AND p.prosrc ~ 'attempts \+ 1\s*(>=|<)\s*v_max'
     ),
     NULL,
     'the give-up rule (attempt >= outbound.max_attempts) is only in _gives_up'

@@ -80,7 +80,7 @@ SELECT is(
     (
         SELECT array_agg(p.proname::text ORDER BY p.proname)
         FROM pg_proc AS p
-        WHERE p.pronamespace = 'mailroom'::regnamespace
+        WHERE p.pronamespace IN ('mailroom'::regnamespace, 'mailroom_internal'::regnamespace)
             AND p.proname IN (
                 'upsert_sender', 'enqueue_message', 'claim_messages', 'finalize_messages', 'release_messages',
                 'reap_stuck_messages', 'redact_pii', 'retry_message', 'retry_failed_messages', 'purge_sent_messages',

@@ -173,7 +173,7 @@ SELECT is(
 -- the API runs as its owner; list is bounded
 SELECT ok(
     NOT EXISTS (
-        SELECT 1 FROM pg_proc WHERE pronamespace = 'mailroom'::regnamespace
+        SELECT 1 FROM pg_proc WHERE pronamespace IN ('mailroom'::regnamespace, 'mailroom_internal'::regnamespace)
         AND proname IN ('suppress', 'unsuppress', 'is_suppressed', 'list_suppressions')
         AND NOT prosecdef
     ),

@@ -1,47 +1,9 @@
--- Least privilege for the collector functions (sql/40-41): pinned search_path, SECURITY DEFINER
--- API, EXECUTE for mailroom_collector only, no table privilege.
+-- Least privilege for the collector functions (sql/40-41): no table privilege, the collector's part
+-- works with its rights alone, the application's does not reach it. Pinned search_path, SECURITY
+-- DEFINER API and EXECUTE per role: tests/pgtap/05_privileges.sql and tests/db/test_privileges.py.
 BEGIN;
-SELECT plan(7);
+SELECT plan(4);
 
-CREATE TEMP TABLE area (fn regprocedure PRIMARY KEY, api boolean NOT NULL);
-INSERT INTO area
-SELECT p.oid::regprocedure, p.proname !~ '^(_|trg_)'
-FROM pg_proc AS p
-WHERE p.pronamespace = 'mailroom'::regnamespace
-    AND p.proname IN ('_html_escape', 'render_token_email', 'enqueue_token_emails', '_token_email_subject',
-        '_claim_token_email');
--- enqueue_token_emails has two forms this release (the keyed one is deprecated)
-SELECT is((SELECT count(*)::integer FROM area), 6, 'the collector area has its 6 functions');
-SELECT is(
-    (
-        SELECT coalesce(string_agg(a.fn::text, ', ' ORDER BY a.fn::text), '')
-        FROM area AS a INNER JOIN pg_proc AS p ON a.fn = p.oid
-        WHERE NOT coalesce('search_path=pg_catalog, pg_temp' = ANY(p.proconfig), false)
-            OR p.prosecdef <> a.api
-    ),
-    '',
-    'every collector function pins its search_path; the API runs as its owner, the helper as the caller'
-);
-SELECT results_eq(
-    $$SELECT r.role, coalesce(
-        (SELECT string_agg(p.proname, ', ' ORDER BY p.proname) FROM area AS a JOIN pg_proc AS p ON a.fn = p.oid
-            WHERE has_function_privilege(r.role, a.fn, 'EXECUTE')),
-        '-') COLLATE "default"
-      FROM unnest(ARRAY[
-        'public', 'mailroom_app', 'mailroom_collector', 'mailroom_sender', 'mailroom_inbound', 'mailroom_monitor',
-        'mailroom_admin', 'mailroom_timekeeper']) AS r (role)
-      ORDER BY r.role$$,
-    $$VALUES
-        ('mailroom_admin', '-'),
-        ('mailroom_app', '-'),
-        ('mailroom_collector', 'enqueue_token_emails, enqueue_token_emails, render_token_email'),
-        ('mailroom_inbound', '-'),
-        ('mailroom_monitor', '-'),
-        ('mailroom_sender', '-'),
-        ('mailroom_timekeeper', '-'),
-        ('public', '-')$$,
-    'only mailroom_collector executes the collector functions'
-);
 SELECT ok(
     NOT has_table_privilege('mailroom_collector', 'mailroom.token_email_templates', 'SELECT, INSERT, UPDATE, DELETE'),
     'the collector has no privilege on the templates table (the definer function reads it)'

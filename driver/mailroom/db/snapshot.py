@@ -24,7 +24,7 @@ import hashlib
 import psycopg
 
 SCHEMA = "mailroom"
-INTERNAL_SCHEMA = "mailroom_internal"  # the internal functions (_x, trg_x): migrations/0400
+INTERNAL_SCHEMA = "mailroom_internal"  # the internal functions (_x, trg_x): migrations/0400, 0401
 TIME_PARTITION = r"_p[0-9]{8}t[0-9]{4}$"
 
 # the relations described (time partitions left out), as a CTE each query starts from
