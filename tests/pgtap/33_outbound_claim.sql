@@ -210,8 +210,8 @@ SELECT is(
      FROM pg_proc AS p
      WHERE p.oid IN ('mailroom_internal._claim(timestamptz, integer, text, interval, boolean)'::regprocedure,
                      'mailroom.claim_messages(integer, text, interval)'::regprocedure)),
-    'mailroom_internal._claim(timestamp with time zone,integer,text,interval,boolean) true mailroom.claimed_message; '
-    'mailroom.claim_messages(integer,text,interval) true mailroom.claimed_message',
+    'mailroom.claim_messages(integer,text,interval) true mailroom.claimed_message; '
+    'mailroom_internal._claim(timestamp with time zone,integer,text,interval,boolean) true mailroom.claimed_message',
     '_claim and claim_messages return SETOF mailroom.claimed_message'
 );
 
