@@ -177,9 +177,9 @@ def request_credentials(request: Request, address: str | None = None) -> Credent
     value = value or request.headers.get("x-api-key") or request.headers.get("x-session-token")
     if value:
         return split_credential(value)
-    if address is not None:
-        return split_credential(request.cookies.get(cookie_name(address)), from_cookie=True)
-    return Credentials(None, None, None, False)
+    # the page's cookies: the inbox's own, else an API key's owner's (page.KEY_COOKIE, the /mail view)
+    cookie = request.cookies.get(cookie_name(address)) if address is not None else None
+    return split_credential(cookie or request.cookies.get(page.KEY_COOKIE), from_cookie=True)
 
 
 def _jsonb_as_text(conn: psycopg.AsyncConnection) -> None:
