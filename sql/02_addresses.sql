@@ -46,3 +46,57 @@ $fn$;
 
 COMMENT ON FUNCTION mailroom._is_domain_name(text) IS
 'Internal: whether a lower-case string is a domain name (LDH labels of 1-63 characters, at most 253 octets).';
+
+-- Plus-addressing (docs/inboxes.md): mail to box+tag@domain is mail for box@domain, tagged tag. Both
+-- take an address in its stored form (mailroom._normalize_address: lower case, trimmed). The split is
+-- at the first '+' of the local part; a local part starting with '+' is not split (no box before it).
+CREATE OR REPLACE FUNCTION mailroom._address_base(p_address text)
+RETURNS text
+LANGUAGE plpgsql
+IMMUTABLE
+PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_at integer := strpos(p_address, '@');
+    v_plus integer := strpos(p_address, '+');
+BEGIN
+    -- on the RCPT path: two strpos, no regular expression, the address itself when it has no tag
+    IF v_plus <= 1 OR v_at = 0 OR v_plus > v_at THEN
+        RETURN p_address;
+    END IF;
+    RETURN left(p_address, v_plus - 1) || substr(p_address, v_at);
+END;
+$fn$;
+
+COMMENT ON FUNCTION mailroom._address_base(text) IS
+'Internal: the address without its plus tag (box+tag@domain: box@domain), the address itself when it has none.';
+
+CREATE OR REPLACE FUNCTION mailroom._address_tag(p_address text)
+RETURNS text
+LANGUAGE plpgsql
+IMMUTABLE
+PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_at integer := strpos(p_address, '@');
+    v_plus integer := strpos(p_address, '+');
+    v_tag text;
+BEGIN
+    -- the tag of box+tag@domain when it is a valid tag (1-64 of [a-z0-9._-]: mailroom._message_tags);
+    -- NULL without one, or when what follows the '+' is no tag (box+a+b@, box+@): the mail is still
+    -- box's (_address_base), untagged, never refused for its tag
+    IF v_plus <= 1 OR v_at = 0 OR v_plus > v_at THEN
+        RETURN NULL;
+    END IF;
+    v_tag := substr(p_address, v_plus + 1, v_at - v_plus - 1);
+    IF v_tag ~ '^[a-z0-9._-]{1,64}$' THEN
+        RETURN v_tag;
+    END IF;
+    RETURN NULL;
+END;
+$fn$;
+
+COMMENT ON FUNCTION mailroom._address_tag(text) IS
+'Internal: the plus tag of an address in stored form (box+tag@domain: tag) when it is a valid tag, else NULL.';

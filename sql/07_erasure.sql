@@ -107,14 +107,38 @@ BEGIN
     -- address where it stands as a whole address in a text: not inside a longer local part
     -- (malice@ is not alice@) nor a longer domain (example.com.evil.org); a sentence's final dot may
     -- follow it.
+    -- An address without a plus tag also matches its plus forms (alice@ finds alice+news@: mail
+    -- to those is alice's, sql/02_addresses.sql); an address with a tag matches as written.
     RETURN '(?<![[:alnum:]!#$%&''*+/=?^_`{|}~.-])'
-        || regexp_replace(mailroom._normalize_address(p_address), '([].^$*+?(){}|\\[-])', '\\\1', 'g')
+        || regexp_replace(split_part(mailroom._normalize_address(p_address), '@', 1), '([].^$*+?(){}|\\[-])', '\\\1', 'g')
+        || CASE WHEN strpos(mailroom._normalize_address(p_address), '+') = 0
+            THEN '(?:[+][[:alnum:]!#$%&''*+/=?^_`{|}~.-]*)?' ELSE '' END
+        || '@'
+        || regexp_replace(split_part(mailroom._normalize_address(p_address), '@', 2), '([].^$*+?(){}|\\[-])', '\\\1', 'g')
         || '(?![[:alnum:]_-]|[.][[:alnum:]])';
 END;
 $$;
 
 COMMENT ON FUNCTION mailroom._address_pattern(text) IS
-'Internal: case-insensitive regular expression of an address standing whole in a text.';
+'Internal: case-insensitive regular expression of an address standing whole in a text (an address without a plus tag: its plus forms too).';
+
+CREATE OR REPLACE FUNCTION mailroom._is_address_form(p_candidate text, p_address text)
+RETURNS boolean
+LANGUAGE plpgsql
+IMMUTABLE
+PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    -- whether a recipient as written is the (normalized) address or one of its plus forms
+    -- (alice+news@example.com is alice@example.com's; sql/02_addresses.sql)
+    RETURN mailroom._normalize_address(p_candidate) = p_address
+        OR mailroom._address_base(mailroom._normalize_address(p_candidate)) = p_address;
+END;
+$$;
+
+COMMENT ON FUNCTION mailroom._is_address_form(text, text) IS
+'Internal (erase_address): whether a recipient as written is the normalized address or one of its plus forms (box+tag@domain).';
 
 CREATE OR REPLACE FUNCTION mailroom._escape_text_byte(p_code integer)
 RETURNS text
@@ -302,7 +326,7 @@ BEGIN
     -- called per row of erase_address's UPDATE, which Citus refuses for a STABLE function)
     RETURN ARRAY(
         SELECT CASE
-            WHEN mailroom._normalize_address(r.a) = p_address THEN mailroom._erased_recipient(r.a, p_pepper)
+            WHEN mailroom._is_address_form(r.a, p_address) THEN mailroom._erased_recipient(r.a, p_pepper)
             ELSE r.a
         END
         FROM unnest(p_recipients) WITH ORDINALITY AS r (a, n)
@@ -413,12 +437,12 @@ BEGIN
         WHERE
             EXISTS (
                 SELECT 1 FROM unnest(m.to_addrs || m.cc_addrs || m.bcc_addrs) AS r (a)
-                WHERE mailroom._normalize_address(r.a) = v_addr
+                WHERE mailroom._is_address_form(r.a, v_addr)
             )
             -- no other recipient left (one erased before is nobody)
             AND NOT EXISTS (
                 SELECT 1 FROM unnest(m.to_addrs || m.cc_addrs || m.bcc_addrs) AS r (a)
-                WHERE mailroom._normalize_address(r.a) <> v_addr AND NOT mailroom._is_erased_recipient(r.a)
+                WHERE NOT mailroom._is_address_form(r.a, v_addr) AND NOT mailroom._is_erased_recipient(r.a)
             );
         DELETE FROM mailroom.outbound_bounces AS b WHERE b.message_id = ANY (v_gone);
         GET DIAGNOSTICS v_n = ROW_COUNT;
@@ -473,7 +497,7 @@ BEGIN
         v_counts := v_counts || jsonb_build_object('mailboxes', v_n);
         DELETE FROM mailroom.messages AS m
         WHERE
-            lower(m.envelope_to) = v_addr
+            mailroom._is_address_form(m.envelope_to, v_addr)
             OR mailroom._texts_hold_address(
                 v_pattern, m.envelope_from, m.envelope_to, m.from_header, m.subject, m.text_body, m.html_body,
                 m.attachments::text

@@ -414,7 +414,9 @@ BEGIN
     -- One row: the verdict and the address in its stored form, so an SMTP server de-duplicates
     -- recipients by the same normalization the mailboxes are keyed on. PL/pgSQL (plans kept for
     -- the session): it runs at every RCPT, where a SQL function was parsed and planned each time.
-    address := mailroom._normalize_address(p_address);
+    -- A plus address is its box's (box+tag@domain: box@domain, sql/02_addresses.sql): the address
+    -- answered is the box's, so a server stores one copy per box however its tags were written.
+    address := mailroom._address_base(mailroom._normalize_address(p_address));
     v_id := mailroom._mailbox_id(check_recipient.address);
     SELECT m.* INTO v_box FROM mailroom.mailboxes AS m WHERE m.id = v_id;
     IF v_box.id IS NULL THEN
@@ -435,7 +437,7 @@ END;
 $$;
 
 COMMENT ON FUNCTION mailroom.check_recipient(text, bigint) IS
-'RCPT-stage verdict for an address (and declared size): ok, unknown, deleted, expired, too_large or full, with the normalized address (de-duplicate recipients by it).';
+'RCPT-stage verdict for an address (and declared size): ok, unknown, deleted, expired, too_large or full, with the normalized address, a plus address as its box''s (de-duplicate recipients by it).';
 
 GRANT EXECUTE ON FUNCTION mailroom.check_recipient(text, bigint) TO mailroom_inbound;
 

@@ -22,6 +22,8 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     v_address text := mailroom._normalize_address(p_address);
+    -- plus-addressing (sql/02_addresses.sql): box+tag@domain is stored in box@domain, tagged tag
+    v_tag text := mailroom._address_tag(v_address);
     v_size bigint := octet_length(p_raw);
     v_message_id bigint;
     v_mailbox_id bigint;
@@ -42,7 +44,7 @@ BEGIN
 
     -- the mailbox by its address (mailbox_addresses), then every statement by its id: on Citus
     -- the mailbox row and the message are on the same worker (colocated by mailbox id)
-    v_box_id := mailroom._mailbox_id(v_address);
+    v_box_id := mailroom._mailbox_id(mailroom._address_base(v_address));
     FOR v_attempt IN 1..2 LOOP
         v_now := mailroom.clock();
         -- The guard (open by mailroom._mailbox_open, under the plan's size and
@@ -65,12 +67,12 @@ BEGIN
 
         INSERT INTO mailroom.messages (
             mailbox_id, raw, envelope_from, envelope_to, from_header, subject,
-            text_body, html_body, attachments, size_bytes, received_at
+            text_body, html_body, attachments, size_bytes, received_at, tags
         )
         SELECT
             box.id, p_raw, coalesce(p_envelope_from, ''), btrim(p_address), p_from_header,
             p_subject, p_text_body, p_html_body, coalesce(p_attachments, '[]'), v_size,
-            box.received_at
+            box.received_at, CASE WHEN v_tag IS NULL THEN '{}'::text[] ELSE ARRAY[v_tag] END
         FROM box
         RETURNING id, mailbox_id INTO v_message_id, v_mailbox_id;
 
@@ -111,7 +113,7 @@ END;
 $$;
 
 COMMENT ON FUNCTION mailroom.deliver_message(text, bytea, text, text, text, text, text, jsonb) IS
-'Store a raw message for one recipient if its mailbox is open and within plan limits (guard in the INSERT); NOTIFY mailroom_inbox and mailroom_delivery with ids where someone listens (mailroom.listen); returns the message id. Errors: MR203 unknown, MR205 expired, MR206 deleted, MR207 too large, MR208 full, MR211 empty.';
+'Store a raw message for one recipient if its mailbox is open and within plan limits (guard in the INSERT; box+tag@domain: in box@domain, tagged tag); NOTIFY mailroom_inbox and mailroom_delivery with ids where someone listens (mailroom.listen); returns the message id. Errors: MR203 unknown, MR205 expired, MR206 deleted, MR207 too large, MR208 full, MR211 empty.';
 
 GRANT EXECUTE ON FUNCTION mailroom.deliver_message(text, bytea, text, text, text, text, text, jsonb) TO mailroom_inbound;
 

@@ -161,7 +161,8 @@ VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-    v_address text := mailroom._normalize_address(p_address);
+    -- a plus address meets its box's fault (box+tag@domain: box@domain)
+    v_address text := mailroom._address_base(mailroom._normalize_address(p_address));
     v_fault record;
     v_reply text;
 BEGIN

@@ -219,7 +219,11 @@ BEGIN
         ),
         'headers', mailroom._header_fields(v_message.raw),
         'link', v_link,
-        'code', v_code
+        'code', v_code,
+        'tags', to_jsonb(coalesce((
+            SELECT g.tags FROM mailroom.messages AS g
+            WHERE g.id = v_message.message_id AND g.received_at = v_message.received_at
+        ), '{}'))
     );
 END;
 $$;
@@ -341,6 +345,69 @@ COMMENT ON FUNCTION mailroom.mcp_delete_mailbox(text, bytea) IS
 
 GRANT EXECUTE ON FUNCTION mailroom.mcp_delete_mailbox(text, bytea) TO mailroom_http;
 
+CREATE OR REPLACE FUNCTION mailroom.mcp_mark_message(
+    p_address text,
+    p_key_digest bytea,
+    p_message_id bigint,
+    p_is_read boolean DEFAULT null,
+    p_tags text[] DEFAULT null
+)
+RETURNS jsonb
+LANGUAGE plpgsql
+VOLATILE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    RETURN mailroom._http_message_summary(
+        mailroom._mark_message(mailroom._mcp_box(p_address, p_key_digest), p_message_id, p_is_read, p_tags)
+    );
+END;
+$$;
+
+COMMENT ON FUNCTION mailroom.mcp_mark_message(text, bytea, bigint, boolean, text[]) IS
+'MCP mark_message: mark a message read or unread and/or replace its tags (NULL: unchanged), for the API key''s owner; the message summary after (as PATCH over REST).';
+
+GRANT EXECUTE ON FUNCTION mailroom.mcp_mark_message(text, bytea, bigint, boolean, text[]) TO mailroom_http;
+
+CREATE OR REPLACE FUNCTION mailroom.mcp_clear_messages(p_address text, p_key_digest bytea)
+RETURNS jsonb
+LANGUAGE plpgsql
+VOLATILE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    RETURN jsonb_build_object(
+        'deleted', mailroom._delete_inbox_messages(mailroom._mcp_box(p_address, p_key_digest), NULL, true)
+    );
+END;
+$$;
+
+COMMENT ON FUNCTION mailroom.mcp_clear_messages(text, bytea) IS
+'MCP clear_inbox: delete every message of an open inbox of the API key''s owner (the inbox stays); {"deleted": n}.';
+
+GRANT EXECUTE ON FUNCTION mailroom.mcp_clear_messages(text, bytea) TO mailroom_http;
+
+CREATE OR REPLACE FUNCTION mailroom.mcp_extend_mailbox(p_address text, p_key_digest bytea, p_ttl_seconds integer)
+RETURNS jsonb
+LANGUAGE plpgsql
+VOLATILE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    -- the rule of POST …/extend (sql/29_http.sql): the key's digest authorizes it as there
+    PERFORM mailroom._mcp_box(p_address, p_key_digest);
+    RETURN mailroom.http_extend_mailbox(p_address, NULL, p_key_digest, p_ttl_seconds);
+END;
+$$;
+
+COMMENT ON FUNCTION mailroom.mcp_extend_mailbox(text, bytea, integer) IS
+'MCP extend_inbox: expires_at = now + p_ttl_seconds, clamped to the plan''s max TTL, never earlier (as POST …/extend); the inbox after.';
+
+GRANT EXECUTE ON FUNCTION mailroom.mcp_extend_mailbox(text, bytea, integer) TO mailroom_http;
+
 CREATE OR REPLACE FUNCTION mailroom.mcp_error_codes()
 RETURNS TABLE (function_name text, code text, meaning text)
 LANGUAGE sql
@@ -359,6 +426,9 @@ AS $$
         ('mcp_extract_link', ARRAY['MR215', 'MR209', 'MR203', 'MR204', 'MR205', 'MR206']),
         ('mcp_extract_code', ARRAY['MR215', 'MR209', 'MR203', 'MR204', 'MR205', 'MR206']),
         ('mcp_delete_mailbox', ARRAY['MR203', 'MR204']),
+        ('mcp_mark_message', ARRAY['MR209', 'MR260', 'MR261', 'MR203', 'MR204', 'MR205', 'MR206']),
+        ('mcp_clear_messages', ARRAY['MR203', 'MR204', 'MR205', 'MR206']),
+        ('mcp_extend_mailbox', ARRAY['MR202', 'MR203', 'MR204', 'MR205', 'MR206']),
         ('*', ARRAY['MR240', 'MR241'])  -- every function: the API key
     ) AS t (fn, codes)
     CROSS JOIN LATERAL unnest(t.codes) WITH ORDINALITY AS c (code, n)

@@ -27,8 +27,8 @@
 --   is:read is:unread has:attachment tag:x before:YYYY-MM-DD after:YYYY-MM-DD (UTC days; before is
 --              strictly before the day, after is from the day on); another value: MR227
 -- Substring matching reads the lexemes of the inbox's vectors (strpos, no pattern: nothing of the
--- query becomes a LIKE or a regular expression), one inbox at a time. tag: matches nothing until
--- messages have tags. Errors: MR203-MR206 (authorization, as for reading), MR246 (nothing to
+-- query becomes a LIKE or a regular expression), one inbox at a time. tag:x matches a message with
+-- the tag x (sql/22_marks.sql, plus-addressing). Errors: MR203-MR206 (authorization, as for reading), MR246 (nothing to
 -- search for), MR225-MR227 (above).
 
 CREATE OR REPLACE FUNCTION mailroom._search_vector_version()
@@ -469,7 +469,8 @@ BEGIN
                     WHEN 'attachment' THEN pg_catalog.jsonb_array_length(g.attachments) > 0
                     WHEN 'before' THEN g.received_at < t.at
                     WHEN 'after' THEN g.received_at >= t.at
-                    ELSE false  -- tag: messages have no tags yet
+                    WHEN 'tag' THEN t.lexemes[1] = ANY(g.tags)
+                    ELSE false
                 END IS DISTINCT FROM t.negated
             )
         )

@@ -104,6 +104,7 @@ BEGIN
         'catchall', p_box.catchall_domain IS NOT NULL,
         'max_messages', p.max_messages,
         'max_message_bytes', p.max_message_bytes,
+        'max_ttl_seconds', p.max_ttl_minutes::bigint * 60,
         'mailbox_id', p_box.id,
         'is_active', mailroom._mailbox_open(p_box)
     )
@@ -113,7 +114,7 @@ END;
 $$;
 
 COMMENT ON FUNCTION mailroom._http_mailbox_json(mailroom.mailboxes) IS
-'Internal: the JSON of a mailbox in HTTP answers, REST v1 Mailbox (no token, no owner id).';
+'Internal: the JSON of a mailbox in HTTP answers, REST v1 Mailbox (no token, no owner id; max_ttl_seconds: the plan''s longest TTL from now, the bound of http_extend_mailbox).';
 
 CREATE OR REPLACE FUNCTION mailroom._http_client_subject(p_client text)
 RETURNS bytea
@@ -346,18 +347,21 @@ AS $$
         p_message.id, p_message.received_at, p_message.envelope_from, p_message.envelope_to,
         p_message.from_header, p_message.subject, p_message.size_bytes, p_message.is_read, p_message.attachments
     ) || jsonb_build_object(
-        'snippet', btrim(regexp_replace(left(coalesce(p_message.text_body, ''), 400), '\s+', ' ', 'g'))
+        'snippet', btrim(regexp_replace(left(coalesce(p_message.text_body, ''), 400), '\s+', ' ', 'g')),
+        'tags', to_jsonb(p_message.tags)
     )
 $$;
 
 COMMENT ON FUNCTION mailroom._http_message_summary(mailroom.messages) IS
-'Internal: the JSON of a message in a list, REST v1 MessageSummary (no bodies: the first words of the text as snippet).';
+'Internal: the JSON of a message in a list, REST v1 MessageSummary (no bodies: the first words of the text as snippet; its tags).';
 
 CREATE OR REPLACE FUNCTION mailroom._http_message_page(
     p_box mailroom.mailboxes,
     p_limit integer,
     p_offset integer,
-    p_after_id bigint
+    p_after_id bigint,
+    p_tag text DEFAULT null,
+    p_unread boolean DEFAULT null
 )
 RETURNS jsonb
 LANGUAGE plpgsql
@@ -377,7 +381,11 @@ BEGIN
         FROM (
             SELECT g.*
             FROM mailroom.messages AS g
-            WHERE g.mailbox_id = p_box.id AND (p_after_id IS NULL OR g.id > p_after_id)
+            WHERE
+                g.mailbox_id = p_box.id AND (p_after_id IS NULL OR g.id > p_after_id)
+                -- the filters: a tag (as stored: lower case), unread (true) or read (false) only
+                AND (p_tag IS NULL OR lower(btrim(p_tag)) = ANY(g.tags))
+                AND (p_unread IS NULL OR g.is_read <> p_unread)
             ORDER BY g.received_at DESC, g.id DESC
             LIMIT p_limit OFFSET p_offset
         ) AS g
@@ -385,8 +393,8 @@ BEGIN
 END;
 $$;
 
-COMMENT ON FUNCTION mailroom._http_message_page(mailroom.mailboxes, integer, integer, bigint) IS
-'Internal: a page of a mailbox''s messages, newest first (after p_after_id if given), as a JSON array of MessageSummary; 22023 for a limit out of 1..500 or a negative offset.';
+COMMENT ON FUNCTION mailroom._http_message_page(mailroom.mailboxes, integer, integer, bigint, text, boolean) IS
+'Internal: a page of a mailbox''s messages, newest first (after p_after_id if given; with tag p_tag; unread or read only by p_unread), as a JSON array of MessageSummary; 22023 for a limit out of 1..500 or a negative offset.';
 
 CREATE OR REPLACE FUNCTION mailroom.http_list_messages(
     p_address text,
@@ -394,7 +402,9 @@ CREATE OR REPLACE FUNCTION mailroom.http_list_messages(
     p_key_digest bytea,
     p_limit integer DEFAULT 50,
     p_offset integer DEFAULT 0,
-    p_after_id bigint DEFAULT null
+    p_after_id bigint DEFAULT null,
+    p_tag text DEFAULT null,
+    p_unread boolean DEFAULT null
 )
 RETURNS jsonb
 LANGUAGE plpgsql
@@ -404,15 +414,16 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
     RETURN mailroom._http_message_page(
-        mailroom._http_box(p_address, p_session_token, p_key_digest), p_limit, p_offset, p_after_id
+        mailroom._http_box(p_address, p_session_token, p_key_digest), p_limit, p_offset, p_after_id, p_tag, p_unread
     );
 END;
 $$;
 
-COMMENT ON FUNCTION mailroom.http_list_messages(text, text, bytea, integer, integer, bigint) IS
-'GET /api/v1/mailboxes/{address}/messages: a page of the mailbox''s messages, newest first (after p_after_id if given), as a JSON array of MessageSummary.';
+COMMENT ON FUNCTION mailroom.http_list_messages(text, text, bytea, integer, integer, bigint, text, boolean) IS
+'GET /api/v1/mailboxes/{address}/messages: a page of the mailbox''s messages, newest first (after p_after_id if given; ?tag=, ?unread=), as a JSON array of MessageSummary.';
 
-GRANT EXECUTE ON FUNCTION mailroom.http_list_messages(text, text, bytea, integer, integer, bigint) TO mailroom_http;
+GRANT EXECUTE ON FUNCTION mailroom.http_list_messages(text, text, bytea, integer, integer, bigint, text, boolean)
+TO mailroom_http;
 
 CREATE OR REPLACE FUNCTION mailroom.http_mailbox_view(
     p_address text,
@@ -522,7 +533,11 @@ BEGIN
         ),
         'headers', mailroom._header_fields(v_message.raw),
         'link', v_link,
-        'code', v_code
+        'code', v_code,
+        'tags', to_jsonb(coalesce((
+            SELECT g.tags FROM mailroom.messages AS g
+            WHERE g.id = v_message.message_id AND g.received_at = v_message.received_at
+        ), '{}'))
     );
 END;
 $$;
@@ -781,3 +796,184 @@ COMMENT ON FUNCTION mailroom.http_message_attachment(text, text, bytea, bigint, 
 'GET …/messages/{id}/attachments/{n}: the metadata of attachment n (from 0) and the raw message it is in; MR250 if there is none.';
 
 GRANT EXECUTE ON FUNCTION mailroom.http_message_attachment(text, text, bytea, bigint, integer) TO mailroom_http;
+
+CREATE OR REPLACE FUNCTION mailroom.http_update_message(
+    p_address text,
+    p_session_token text,
+    p_key_digest bytea,
+    p_message_id bigint,
+    p_is_read boolean DEFAULT null,
+    p_tags text[] DEFAULT null
+)
+RETURNS jsonb
+LANGUAGE plpgsql
+VOLATILE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    RETURN mailroom._http_message_summary(mailroom._mark_message(
+        mailroom._http_box(p_address, p_session_token, p_key_digest), p_message_id, p_is_read, p_tags
+    ));
+END;
+$$;
+
+COMMENT ON FUNCTION mailroom.http_update_message(text, text, bytea, bigint, boolean, text[]) IS
+'PATCH /api/v1/mailboxes/{address}/messages/{id}: mark read or unread and/or replace the tag set (NULL: unchanged); the MessageSummary after. Errors: MR209, MR260/MR261 (sql/22_marks.sql).';
+
+GRANT EXECUTE ON FUNCTION mailroom.http_update_message(text, text, bytea, bigint, boolean, text[]) TO mailroom_http;
+
+CREATE OR REPLACE FUNCTION mailroom.http_delete_messages(
+    p_address text,
+    p_session_token text,
+    p_key_digest bytea,
+    p_message_ids bigint[]
+)
+RETURNS jsonb
+LANGUAGE plpgsql
+VOLATILE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    RETURN jsonb_build_object('deleted', mailroom._delete_inbox_messages(
+        mailroom._http_box(p_address, p_session_token, p_key_digest), p_message_ids, false
+    ));
+END;
+$$;
+
+COMMENT ON FUNCTION mailroom.http_delete_messages(text, text, bytea, bigint[]) IS
+'POST /api/v1/mailboxes/{address}/messages/delete: delete the messages of these ids (1-500, MR262; ids not in the inbox are not counted); {"deleted": n}.';
+
+GRANT EXECUTE ON FUNCTION mailroom.http_delete_messages(text, text, bytea, bigint[]) TO mailroom_http;
+
+CREATE OR REPLACE FUNCTION mailroom.http_clear_messages(p_address text, p_session_token text, p_key_digest bytea)
+RETURNS jsonb
+LANGUAGE plpgsql
+VOLATILE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    RETURN jsonb_build_object('deleted', mailroom._delete_inbox_messages(
+        mailroom._http_box(p_address, p_session_token, p_key_digest), NULL, true
+    ));
+END;
+$$;
+
+COMMENT ON FUNCTION mailroom.http_clear_messages(text, text, bytea) IS
+'DELETE /api/v1/mailboxes/{address}/messages: delete every message of an open inbox (the inbox stays); {"deleted": n}.';
+
+GRANT EXECUTE ON FUNCTION mailroom.http_clear_messages(text, text, bytea) TO mailroom_http;
+
+CREATE OR REPLACE FUNCTION mailroom.http_extend_mailbox(
+    p_address text,
+    p_session_token text,
+    p_key_digest bytea,
+    p_ttl_seconds integer
+)
+RETURNS jsonb
+LANGUAGE plpgsql
+VOLATILE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_box mailroom.mailboxes := mailroom._http_box(p_address, p_session_token, p_key_digest);
+    v_now timestamptz := mailroom.clock();
+BEGIN
+    IF p_ttl_seconds IS NULL OR p_ttl_seconds <= 0 THEN
+        RAISE EXCEPTION USING
+            ERRCODE = 'MR202',
+            MESSAGE = format('ttl_seconds must be a positive number of seconds, got %s', coalesce(p_ttl_seconds::text, 'NULL'));
+    END IF;
+    -- expires_at = now + ttl, clamped to now + the plan's max TTL, never earlier than it is (an
+    -- extension never shortens); under the row lock, re-checked open (as extend_mailbox)
+    UPDATE mailroom.mailboxes AS m
+    SET expires_at = greatest(
+        m.expires_at,
+        v_now + least(make_interval(secs => p_ttl_seconds), make_interval(mins => p.max_ttl_minutes))
+    )
+    FROM mailroom.plans AS p
+    WHERE
+        m.id = v_box.id
+        AND p.name = m.plan
+        AND mailroom._mailbox_open(m.is_active, m.deleted_at, m.expires_at, v_now)
+    RETURNING m.* INTO v_box;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION USING ERRCODE = 'MR205', MESSAGE = format('mailbox expired at %s', v_box.expires_at);
+    END IF;
+    RETURN mailroom._http_mailbox_json(v_box);
+END;
+$$;
+
+COMMENT ON FUNCTION mailroom.http_extend_mailbox(text, text, bytea, integer) IS
+'POST /api/v1/mailboxes/{address}/extend: expires_at = now + p_ttl_seconds, clamped to the plan''s max TTL (max_ttl_seconds), never earlier than it was; the Mailbox after. Errors: MR202 a TTL not positive, MR203-MR206.';
+
+GRANT EXECUTE ON FUNCTION mailroom.http_extend_mailbox(text, text, bytea, integer) TO mailroom_http;
+
+CREATE OR REPLACE FUNCTION mailroom.http_list_all_messages(
+    p_session_token text,
+    p_key_digest bytea,
+    p_limit integer DEFAULT 50,
+    p_before_id bigint DEFAULT null,
+    p_tag text DEFAULT null,
+    p_unread boolean DEFAULT null
+)
+RETURNS jsonb
+LANGUAGE plpgsql
+STABLE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_owner text;
+    v_now timestamptz := mailroom.clock();
+    v_boxes bigint[];
+BEGIN
+    -- an owner's list: an API key's only (a session token opens one inbox: MR263, 403)
+    IF p_key_digest IS NULL THEN
+        IF p_session_token IS NOT NULL THEN
+            RAISE EXCEPTION USING
+                ERRCODE = 'MR263',
+                MESSAGE = 'the list of all mail needs an API key: a session token opens one inbox';
+        END IF;
+        PERFORM mailroom._http_owner(NULL, NULL);
+    END IF;
+    IF p_limit IS NULL OR p_limit NOT BETWEEN 1 AND 200 THEN
+        RAISE EXCEPTION USING ERRCODE = '22023', MESSAGE = 'limit must be between 1 and 200';
+    END IF;
+    v_owner := mailroom._api_key_owner(p_key_digest);
+    -- the owner's open inboxes (owner types api and mcp, as http_list_mailboxes), then their
+    -- messages newest first by id, a page before p_before_id (keyset: ids only grow)
+    v_boxes := ARRAY(
+        SELECT m.id FROM mailroom.mailboxes AS m
+        WHERE
+            m.owner_type IN ('api', 'mcp')
+            AND m.owner_id = v_owner
+            AND mailroom._mailbox_open(m.is_active, m.deleted_at, m.expires_at, v_now)
+    );
+    RETURN (
+        SELECT coalesce(jsonb_agg(
+            mailroom._http_message_summary(g) || jsonb_build_object('mailbox', b.address) ORDER BY g.id DESC
+        ), '[]')
+        FROM (
+            SELECT g.*
+            FROM mailroom.messages AS g
+            WHERE
+                g.mailbox_id = ANY(v_boxes)
+                AND (p_before_id IS NULL OR g.id < p_before_id)
+                AND (p_tag IS NULL OR lower(btrim(p_tag)) = ANY(g.tags))
+                AND (p_unread IS NULL OR g.is_read <> p_unread)
+            ORDER BY g.id DESC
+            LIMIT p_limit
+        ) AS g
+        INNER JOIN mailroom.mailboxes AS b ON b.id = g.mailbox_id
+    );
+END;
+$$;
+
+COMMENT ON FUNCTION mailroom.http_list_all_messages(text, bytea, integer, bigint, text, boolean) IS
+'GET /api/v1/messages: an API key owner''s mail across their open inboxes, newest first by id (keyset: before p_before_id; ?tag=, ?unread=), at most 200, each MessageSummary with its mailbox''s address. Errors: MR263 a session token (403), MR240/MR241, 22023 limit.';
+
+GRANT EXECUTE ON FUNCTION mailroom.http_list_all_messages(text, bytea, integer, bigint, text, boolean) TO mailroom_http;

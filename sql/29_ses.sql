@@ -55,9 +55,10 @@ BEGIN
     FOR v_rcpt IN
         SELECT r.address
         FROM (
-            SELECT DISTINCT ON (mailroom._normalize_address(a.address)) a.address, a.n
+            -- one copy per box, as over SMTP: box+a@ and box+b@ are box@'s (sql/02_addresses.sql)
+            SELECT DISTINCT ON (mailroom._address_base(mailroom._normalize_address(a.address))) a.address, a.n
             FROM unnest(p_recipients) WITH ORDINALITY AS a (address, n)
-            ORDER BY mailroom._normalize_address(a.address), a.n
+            ORDER BY mailroom._address_base(mailroom._normalize_address(a.address)), a.n
         ) AS r
         ORDER BY r.n
     LOOP

@@ -405,3 +405,88 @@ def test_an_api_keys_inbox_list_and_its_mcp_inboxes(server, cli):
     token = server.request("GET", "/api/v1/mailboxes", token=anonymous["session_token"])
     assert (token.status, token.error_code) == (401, "MR241")
     assert server.request("GET", "/api/v1/mailboxes?limit=0", token=key).status == 400
+
+
+def test_marks_tags_deletes_extend_and_all_mail(server, cli, deliver):
+    """Issue 35 item 1 over HTTP: PATCH (read/unread, tags), ?tag= and ?unread=, tag: and is: in search,
+    tags from plus-addressing, delete selected and all, extend within the plan's max TTL, and an API
+    key owner's all-mail list (keyset by id, each with its inbox; 403 for a session token). Each
+    answer has exactly its model's keys."""
+    key = __import__("json").loads(cli("apikey", "create", "team-marks", "--json").stdout)["api_key"]
+    box = server.request("POST", "/api/v1/mailboxes?plan=pro", token=key).json()
+    other = server.request("POST", "/api/v1/mailboxes", token=key).json()
+    anonymous = _create(server)
+    path = f"/api/v1/mailboxes/{box['address']}"
+    assert_shape(box, models.CreatedMailbox)
+    assert box["max_ttl_seconds"] == 24 * 3600
+    first = deliver(box["address"], "First", "one")
+    tagged = deliver(box["address"].replace("@", "+Invoices@"), "Second", "two")
+    elsewhere = deliver(other["address"], "Third", "three")
+    deliver(anonymous["address"], "Not the key's", "x")
+
+    listed = server.request("GET", path + "/messages", token=key).json()
+    for m in listed:
+        assert_shape(m, models.MessageSummary)
+    assert {m["id"]: m["tags"] for m in listed} == {first: [], tagged: ["invoices"]}
+    assert [m["id"] for m in server.request("GET", path + "/messages?tag=invoices", token=key).json()] == [tagged]
+
+    patched = server.request("PATCH", f"{path}/messages/{first}", token=key, body={"is_read": True, "tags": ["B", "a"]})
+    assert patched.status == 200, patched.body
+    assert_shape(patched.json(), models.MessageSummary)
+    assert (patched.json()["is_read"], patched.json()["tags"]) == (True, ["a", "b"])
+    untouched = server.request("PATCH", f"{path}/messages/{first}", token=key, body={"is_read": False})
+    assert (untouched.json()["is_read"], untouched.json()["tags"]) == (False, ["a", "b"])
+    server.request("PATCH", f"{path}/messages/{first}", token=key, body={"is_read": True})
+    assert [m["id"] for m in server.request("GET", path + "/messages?unread=true", token=key).json()] == [tagged]
+    assert [m["id"] for m in server.request("GET", path + "/messages?unread=false", token=key).json()] == [first]
+    found = server.request("GET", path + "/search?q=tag:a%20is:read", token=key).json()["messages"]
+    assert [m["id"] for m in found] == [first]
+    assert [m["id"] for m in server.request("GET", path + "/search?q=is:unread", token=key).json()["messages"]] == [tagged]
+    read = server.request("GET", f"{path}/messages/{tagged}", token=key).json()
+    assert_shape(read, models.Message)
+    assert read["tags"] == ["invoices"]
+
+    bad = server.request("PATCH", f"{path}/messages/{first}", token=key, body={"tags": ["no spaces"]})
+    assert (bad.status, bad.error_code) == (400, "MR260")
+    many = server.request("PATCH", f"{path}/messages/{first}", token=key, body={"tags": [f"t{i}" for i in range(21)]})
+    assert (many.status, many.error_code) == (400, "MR261")
+    wrong = server.request("PATCH", f"{path}/messages/{first}", token=key, body={"is_read": "maybe"})
+    assert wrong.status == 422 and wrong.json()["error"]["code"] == "22023"
+    assert server.request("PATCH", f"{path}/messages/{elsewhere}", token=key, body={"is_read": True}).error_code == "MR209"
+
+    # all mail: the key owner's, newest first by id, keyset by before_id; each with its inbox
+    every = server.request("GET", "/api/v1/messages", token=key)
+    assert every.status == 200
+    for m in every.json():
+        assert_shape(m, models.OwnerMessageSummary)
+    assert [(m["id"], m["mailbox"]) for m in every.json()] == [
+        (elsewhere, other["address"]), (tagged, box["address"]), (first, box["address"])]
+    page = server.request("GET", f"/api/v1/messages?limit=1&before_id={elsewhere}", token=key).json()
+    assert [m["id"] for m in page] == [tagged]
+    assert [m["id"] for m in server.request("GET", "/api/v1/messages?tag=a", token=key).json()] == [first]
+    session = server.request("GET", "/api/v1/messages", token=anonymous["session_token"])
+    assert (session.status, session.error_code) == (403, "MR263")
+    assert server.request("GET", "/api/v1/messages").status == 401
+    assert server.request("GET", "/api/v1/messages?limit=201", token=key).status == 400
+
+    # extend: now + ttl, clamped to the plan's max TTL
+    extended = server.request("POST", path + "/extend", token=key, body={"ttl_seconds": 10**9})
+    assert extended.status == 200, extended.body
+    assert_shape(extended.json(), models.Mailbox)
+    gained = dt.datetime.fromisoformat(extended.json()["expires_at"]) - dt.datetime.now(dt.UTC)
+    assert dt.timedelta(hours=23, minutes=59) < gained <= dt.timedelta(hours=24)
+    assert server.request("POST", path + "/extend", token=key, body={"ttl_seconds": 0}).error_code == "MR202"
+    assert server.request("POST", path + "/extend", token=key, body={}).status == 422
+
+    # delete selected (only the inbox's own are counted), then all; the inbox stays
+    selected = server.request("POST", path + "/messages/delete", token=key, body={"ids": [first, elsewhere]})
+    assert (selected.status, selected.json()) == (200, {"deleted": 1})
+    assert_shape(selected.json(), models.DeletedCount)
+    assert server.request("POST", path + "/messages/delete", token=key, body={"ids": []}).error_code == "MR262"
+    cleared = server.request("DELETE", path + "/messages", token=key)
+    assert (cleared.status, cleared.json()) == (200, {"deleted": 1})
+    assert server.request("GET", path, token=key).json()["message_count"] == 0
+    assert server.request("GET", f"/api/v1/mailboxes/{other['address']}/messages", token=key).json()[0]["id"] == elsewhere
+    doc = server.request("GET", "/openapi.json").json()
+    assert _schema_of(doc, "/api/v1/messages", "get", "200")["items"] == {"$ref": "#/components/schemas/OwnerMessageSummary"}
+    assert "requestBody" in doc["paths"]["/api/v1/mailboxes/{address}/messages/{message_id}"]["patch"]

@@ -1,4 +1,4 @@
-"""`mailroom inbox create|list|read|extend|delete` as a real subprocess."""
+"""`mailroom inbox create|list|read|extend|tag|clear|delete` as a real subprocess."""
 
 from __future__ import annotations
 
@@ -35,6 +35,17 @@ def test_create_list_read_extend_delete(cli, conn, server):
     extended = cli("inbox", "extend", box["address"], "10m", env=env)
     assert extended.returncode == 0, extended.stderr
     assert datetime.fromisoformat(extended.stdout.split(": ", 1)[1].strip()) > expires
+
+    tagged = cli("inbox", "tag", box["address"], message_id, "Work", "q1", "--unread", "--json", env=env)
+    assert tagged.returncode == 0, tagged.stderr
+    assert json.loads(tagged.stdout) == {"id": int(message_id), "is_read": False, "tags": ["q1", "work"]}
+    read = cli("inbox", "tag", box["address"], message_id, "--read", "--json", env=env)
+    assert json.loads(read.stdout)["tags"] == ["q1", "work"] and json.loads(read.stdout)["is_read"] is True
+    assert "tags: \n" in cli("inbox", "tag", box["address"], message_id, "--no-tags", env=env).stdout + "\n"
+    bad = cli("inbox", "tag", box["address"], message_id, "no way", env=env)
+    assert bad.returncode == 2 and bad.stderr.startswith("mailroom: error: a tag is 1 to 64 characters")
+    assert cli("inbox", "clear", box["address"], env=env).stdout.strip() == "deleted: 1"
+    assert cli("inbox", "list", box["address"], env=env).stdout == ""
 
     assert cli("inbox", "delete", box["address"], env=env).stdout.strip() == "deleted"
     gone = cli("inbox", "list", box["address"], env=env)

@@ -22,7 +22,7 @@ from mcp_support import doc, error, http_session, mailroom_env, send_mail, stdio
 from mailroom.testing import as_login
 
 TOOLS = {"create_inbox", "list_inboxes", "list_messages", "read_message", "wait_for_message", "extract_link",
-         "extract_code", "delete_inbox"}
+         "extract_code", "delete_inbox", "mark_message", "clear_inbox", "extend_inbox"}
 
 
 async def _story(session, smtp_port: int, db_url: str) -> None:
@@ -84,6 +84,24 @@ async def _story(session, smtp_port: int, db_url: str) -> None:
     assert '"Activate your account"' in inbox.contents[0].text
     read = await session.read_resource(f"mailroom://inbox/{address}/message/{found['id']}")
     assert "https://app.example.org/activate?t=abc123" in read.contents[0].text
+
+    # issue 35 item 1: mark, tag (also by plus-addressing), extend, clear
+    marked = doc(await session.call_tool("mark_message", {"address": address, "message_id": found["id"],
+                                                          "is_read": False, "tags": ["Signup", "ci"]}))
+    assert (marked["is_read"], marked["tags"]) == (False, ["ci", "signup"])
+    assert error(await session.call_tool("mark_message", {"address": address, "message_id": found["id"],
+                                                          "tags": ["not a tag"]}))["code"] == "MR260"
+    await send_mail(smtp_port, address.replace("@", "+receipts@"), "Receipt", "paid")
+    for _ in range(50):
+        listed = doc(await session.call_tool("list_messages", {"address": address}))
+        if len(listed["messages"]) == 3:
+            break
+        await asyncio.sleep(0.1)
+    assert listed["messages"][0]["tags"] == ["receipts"]
+    extended = doc(await session.call_tool("extend_inbox", {"address": address, "ttl_seconds": 1800}))
+    assert extended["max_ttl_seconds"] == 3600 and extended["expires_at"] > box["expires_at"]
+    assert doc(await session.call_tool("clear_inbox", {"address": address})) == {"deleted": 3}
+    assert doc(await session.call_tool("list_messages", {"address": address}))["messages"] == []
 
     assert doc(await session.call_tool("delete_inbox", {"address": address})) == {"deleted": True}
     assert error(await session.call_tool("list_messages", {"address": address}))["code"] == "MR206"

@@ -1,6 +1,6 @@
 -- One address rule for every area: what an account may hold, the outbound queue can send to.
 BEGIN;
-SELECT plan(11);
+SELECT plan(17);
 
 SELECT ok(mailroom._is_valid_address('alice@example.com'), 'a plain address is valid');
 SELECT ok(mailroom._is_valid_address('first.last+tag@mail.example.org'), 'dots and + in the local part');
@@ -59,6 +59,14 @@ SELECT is(
     'not domain names: empty, edge hyphens, empty labels, upper case, underscore, wildcard, a 64-octet label, 261 octets'
 );
 SELECT is(mailroom._is_domain_name(NULL), false, 'NULL is not a domain name');
+
+-- plus-addressing: the box and the tag of an address in stored form
+SELECT is(mailroom._address_base('box+news@example.org'), 'box@example.org', 'box+tag@: the box');
+SELECT is(mailroom._address_base('box@example.org'), 'box@example.org', 'no tag: the address itself');
+SELECT is(mailroom._address_base('+x@example.org'), '+x@example.org', 'a local part starting with + is not split');
+SELECT is(mailroom._address_tag('box+news.2024_a-b@example.org'), 'news.2024_a-b', 'the tag');
+SELECT is(mailroom._address_tag('box+a+b@example.org'), NULL, 'what follows the + is no tag: NULL');
+SELECT is(mailroom._address_tag('box@exa+mple.org'), NULL, 'a + in the domain is no tag');
 
 SELECT * FROM finish();
 ROLLBACK;

@@ -1,7 +1,7 @@
 -- Foundation: erase_address removes or anonymizes one address everywhere and keeps it suppressed
 -- by its keyed hash only; a dry run counts and changes nothing.
 BEGIN;
-SELECT plan(46);
+SELECT plan(51);
 
 SET LOCAL mailroom.clock = '2030-01-01 00:00Z';
 SELECT mailroom.upsert_sender('tap', 'robot@mailroom.test', '127.0.0.1', 2525);
@@ -34,6 +34,17 @@ SELECT mailroom.deliver_message(
     :'box',
     convert_to(E'From: Alice <ALICE@EXAMPLE.COM>\r\nSubject: hi\r\n\r\nhi\r\n', 'UTF8'), 'alice@example.com'
 );
+-- and one from a plus form of it (erasure finds alice+news@ too)
+SELECT mailroom.deliver_message(
+    :'box', convert_to(E'Subject: news\r\n\r\nnews\r\n', 'UTF8'), 'alice+news@example.com'
+);
+
+-- plus forms: alice@ also finds alice+news@ (mail to it is alice's), never malice+news@
+SELECT ok('write to alice+news@example.com.' ~* mailroom._address_pattern('alice@example.com'), 'the pattern finds a plus form');
+SELECT ok(NOT 'malice+news@example.com' ~* mailroom._address_pattern('alice@example.com'), 'not inside a longer local part');
+SELECT ok(NOT 'alice@example.com' ~* mailroom._address_pattern('alice+news@example.com'), 'an address with a tag: as written');
+SELECT ok(mailroom._is_address_form('<Alice+News@Example.com>', 'alice@example.com'), 'a recipient in a plus form is the address');
+SELECT ok(NOT mailroom._is_address_form('malice+news@example.com', 'alice@example.com'), 'another local part is not');
 
 SELECT set_eq(
     $$SELECT item FROM mailroom.erase_address('alice@example.com', p_dry_run => true) WHERE affected > 0$$,

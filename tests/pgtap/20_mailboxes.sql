@@ -1,6 +1,6 @@
 -- Mailboxes: TTL clamping per plan, addresses, owners, extend, soft delete, authorization.
 BEGIN;
-SELECT plan(62);
+SELECT plan(64);
 
 SET LOCAL mailroom.clock = '2030-01-01 00:00:00+00';
 
@@ -277,6 +277,18 @@ SELECT ok(
     AND has_function_privilege('mailroom_admin', 'mailroom.list_plans()', 'EXECUTE')
     AND has_function_privilege('mailroom_monitor', 'mailroom.list_plans()', 'EXECUTE'),
     '... whose hint (SELECT name FROM mailroom.list_plans()) the application may run'
+);
+
+-- plus-addressing at RCPT: the box's verdict, the box's address (one copy per box)
+SELECT is(
+    (SELECT row(c.verdict, c.address)::text FROM mailroom.check_recipient(
+        (SELECT replace(upper(address), '@', '+Tag@') FROM mailroom.mailboxes WHERE is_active ORDER BY id LIMIT 1)) AS c),
+    (SELECT row('ok', address)::text FROM mailroom.mailboxes WHERE is_active ORDER BY id LIMIT 1),
+    'box+tag@: the box''s verdict and address'
+);
+SELECT is(
+    (SELECT c.verdict FROM mailroom.check_recipient('nobody+tag@mailroom.test') AS c), 'unknown',
+    'a plus address of no box: unknown'
 );
 
 SELECT * FROM finish();

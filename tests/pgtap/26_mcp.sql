@@ -3,7 +3,7 @@
 -- creation limit shared with REST (MR243); the JSON of reads, one-look waits (MR212 on the last),
 -- link and code, deletion (MR206 after it).
 BEGIN;
-SELECT plan(25);
+SELECT plan(29);
 
 SET LOCAL mailroom.clock = '2030-01-01 00:00:00+00';
 SELECT mailroom.create_api_key('agent-1', sha256('mrk_one'::bytea));
@@ -76,6 +76,17 @@ SELECT throws_ok(
     format($$SELECT mailroom.mcp_extract_code(%L, sha256('mrk_one'::bytea), %s, '\m\d{9}\M')$$, pg_temp.a(), (SELECT id FROM m)),
     'MR215', NULL, 'no code of that pattern: MR215'
 );
+SELECT is(
+    mailroom.mcp_mark_message(pg_temp.a(), pg_temp.k(), (SELECT id FROM m), false, ARRAY['Signup']) - ARRAY[
+        'id', 'received_at', 'to_address', 'from', 'envelope_from', 'size', 'snippet', 'attachment_count',
+        'has_attachments', 'from_address'],
+    '{"subject": "Activate", "is_read": false, "tags": ["signup"]}'::jsonb, 'mark_message: unread, tagged'
+);
+SELECT throws_ok(format($$SELECT mailroom.mcp_mark_message(%L, sha256('mrk_two'::bytea), %s, true)$$, pg_temp.a(),
+    (SELECT id FROM m)), 'MR204', NULL, 'mark_message with another owner''s key: MR204');
+SELECT is(mailroom.mcp_extend_mailbox(pg_temp.a(), pg_temp.k(), 600) ->> 'expires_at', '2030-01-01T00:10:00+00:00',
+    'extend_inbox: now + the TTL');
+SELECT is(mailroom.mcp_clear_messages(pg_temp.a(), pg_temp.k()), '{"deleted": 1}'::jsonb, 'clear_inbox: every message');
 SELECT is(mailroom.mcp_delete_mailbox(pg_temp.a(), pg_temp.k()), true, 'delete the inbox');
 SELECT throws_ok(format($$SELECT mailroom.mcp_list_messages(%L, sha256('mrk_one'::bytea))$$, pg_temp.a()), 'MR206', NULL,
     'a deleted inbox: MR206');

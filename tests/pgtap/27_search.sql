@@ -4,7 +4,7 @@
 -- unfilled or filled by an older definition is matched with its vector computed on the fly, and
 -- reindex_messages rebuilds the old ones.
 BEGIN;
-SELECT plan(60);
+SELECT plan(63);
 
 SET LOCAL mailroom.clock = '2030-01-01 00:00:00+00';
 CREATE TEMP TABLE b AS SELECT * FROM mailroom.create_mailbox(30, 'free');
@@ -89,7 +89,7 @@ SELECT is(pg_temp.found('is:unread'), 'invoice', 'is:unread');
 SELECT is(pg_temp.found('is:read account'), 'welcome', 'is:read');
 SELECT is(pg_temp.found('has:attachment'), 'invoice', 'has:attachment');
 SELECT is(pg_temp.found('-has:attachment'), 'welcome', '-has:attachment');
-SELECT is(pg_temp.found('tag:billing'), '', 'tag: matches nothing until messages have tags');
+SELECT is(pg_temp.found('tag:billing'), '', 'tag: no message has the tag yet');
 SELECT is(pg_temp.found('before:2030-01-01'), 'welcome', 'before: a UTC day');
 SELECT is(pg_temp.found('after:2030-01-01'), 'invoice', 'after: from that day on');
 -- bounds
@@ -143,6 +143,12 @@ SELECT throws_ok(
     format($$SELECT * FROM mailroom.search_messages(%L, 'wrong', 'account')$$, (SELECT address FROM b)),
     'MR204', NULL, 'a wrong token: MR204'
 );
+
+-- tag: (sql/22_marks.sql)
+UPDATE mailroom.messages SET tags = '{billing,q1}' WHERE id = (SELECT id FROM g WHERE k = 'invoice');
+SELECT is(pg_temp.found('tag:billing'), 'invoice', 'tag: finds a message with the tag');
+SELECT is(pg_temp.found('tag:Billing welcome'), '', 'tag: AND a word (lower case: as stored)');
+SELECT is(pg_temp.found('-tag:q1'), 'welcome', '-tag: the others');
 
 SELECT * FROM finish();
 ROLLBACK;

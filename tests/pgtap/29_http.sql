@@ -4,7 +4,7 @@
 -- v1 shapes (a list is a JSON array, the original service's keys), an API key's inbox list, and its
 -- mcp inboxes read over REST.
 BEGIN;
-SELECT plan(34);
+SELECT plan(51);
 
 SET LOCAL mailroom.clock = '2030-01-01 00:00:00+00';
 SELECT mailroom.create_api_key('team-1', sha256('mrk_one'::bytea));
@@ -53,7 +53,7 @@ SELECT is(
         mailroom.http_list_messages(pg_temp.a(), pg_temp.t(), null)) AS e (d)),
     '{"subject": "Hi", "from_address": "app@example.org", "is_read": false, "has_attachments": true,
       "from": "App <app@example.org>", "envelope_from": "app@example.org", "size": 69, "attachment_count": 1,
-      "snippet": "Go to https://app.example.org/a?t=1 code 48213"}'::jsonb,
+      "snippet": "Go to https://app.example.org/a?t=1 code 48213", "tags": []}'::jsonb,
     'a summary: the original service''s keys and mailroom''s'
 );
 SELECT is(
@@ -120,6 +120,76 @@ SELECT is(
     (SELECT jsonb_path_query_array(mailroom.http_list_mailboxes(sha256('mrk_one'::bytea)), '$[*].address')),
     jsonb_build_array(pg_temp.oa()), 'a deleted inbox leaves the list'
 );
+
+-- issue 35 item 1: tags (plus-addressing and PATCH), list filters, marks, deletes, extend, all mail
+CREATE TEMP TABLE pm (k text, id bigint);
+INSERT INTO pm SELECT 'plain', mailroom.deliver_message(pg_temp.oa(), '\x31'::bytea, 'a@example.org', 'Plain');
+INSERT INTO pm SELECT 'news', mailroom.deliver_message(replace(pg_temp.oa(), '@', '+News@'), '\x32'::bytea, 'b@example.org', 'News');
+INSERT INTO pm SELECT 'anon', mailroom.deliver_message(pg_temp.a(), '\x33'::bytea, 'c@example.org', 'Anon');
+CREATE FUNCTION pg_temp.pm(text) RETURNS bigint LANGUAGE sql AS $$ SELECT id FROM pm WHERE k = $1 $$;
+SELECT is(
+    mailroom.http_list_messages(pg_temp.oa(), null, sha256('mrk_one'::bytea), p_tag => 'news') -> 0 -> 'tags',
+    '["news"]'::jsonb, '?tag=: the plus-addressed message, with its tags in the summary'
+);
+SELECT is(
+    mailroom.http_update_message(pg_temp.oa(), null, sha256('mrk_one'::bytea), pg_temp.pm('plain'), true, ARRAY['b', 'A'])
+        - ARRAY['received_at', 'id', 'to_address', 'from', 'envelope_from', 'size', 'snippet', 'attachment_count',
+                'has_attachments', 'from_address'],
+    '{"subject": "Plain", "is_read": true, "tags": ["a", "b"]}'::jsonb, 'PATCH: read, tags replaced (sorted, lower case)'
+);
+SELECT is(
+    (SELECT jsonb_path_query_array(
+        mailroom.http_list_messages(pg_temp.oa(), null, sha256('mrk_one'::bytea), p_unread => true), '$[*].subject')),
+    '["News"]'::jsonb, '?unread=true: the unread only'
+);
+SELECT is(
+    (SELECT jsonb_path_query_array(
+        mailroom.http_list_messages(pg_temp.oa(), null, sha256('mrk_one'::bytea), p_unread => false), '$[*].subject')),
+    '["Plain"]'::jsonb, '?unread=false: the read only'
+);
+SELECT throws_ok(
+    format($$SELECT mailroom.http_update_message(%L, null, sha256('mrk_one'::bytea), %s, null, ARRAY['a b'])$$,
+        pg_temp.oa(), pg_temp.pm('plain')), 'MR260', NULL, 'PATCH a bad tag: MR260'
+);
+SELECT is(
+    (SELECT jsonb_path_query_array(mailroom.http_list_all_messages(null, sha256('mrk_one'::bytea)), '$[*].subject')),
+    '["News", "Plain"]'::jsonb, 'all mail: the key owner''s messages, newest first (not the anonymous inbox''s)'
+);
+SELECT is(
+    mailroom.http_list_all_messages(null, sha256('mrk_one'::bytea), 1, pg_temp.pm('news')) -> 0 -> 'mailbox',
+    to_jsonb(pg_temp.oa()), 'all mail: keyset by id (before_id), each with its inbox'
+);
+SELECT is(
+    jsonb_array_length(mailroom.http_list_all_messages(null, sha256('mrk_one'::bytea), p_tag => 'a', p_unread => false)), 1,
+    'all mail: ?tag= and ?unread= filters'
+);
+SELECT throws_ok(format($$SELECT mailroom.http_list_all_messages(%L, null)$$, pg_temp.t()), 'MR263', NULL,
+    'all mail with a session token: MR263');
+SELECT throws_ok($$SELECT mailroom.http_list_all_messages(null, null)$$, 'MR240', NULL, 'all mail without credentials: MR240');
+SELECT throws_ok($$SELECT mailroom.http_list_all_messages(null, sha256('mrk_one'::bytea), 201)$$, '22023', NULL,
+    'all mail: limit over 200: 22023');
+SELECT is(
+    mailroom.http_extend_mailbox(pg_temp.oa(), null, sha256('mrk_one'::bytea), 999999) - ARRAY[
+        'address', 'plan', 'owner_type', 'created_at', 'message_count', 'catchall', 'max_messages', 'max_message_bytes',
+        'mailbox_id', 'is_active'],
+    jsonb_build_object('expires_at', '2030-01-02T00:01:00+00:00', 'max_ttl_seconds', 86400),
+    'extend: now + ttl, clamped to the plan''s max TTL (pro: a day)'
+);
+SELECT is(
+    mailroom.http_extend_mailbox(pg_temp.oa(), null, sha256('mrk_one'::bytea), 60) ->> 'expires_at',
+    '2030-01-02T00:01:00+00:00', 'extend never shortens'
+);
+SELECT throws_ok(format($$SELECT mailroom.http_extend_mailbox(%L, %L, null, 0)$$, pg_temp.a(), pg_temp.t()), 'MR202', NULL,
+    'extend by 0 seconds: MR202');
+SELECT is(
+    mailroom.http_delete_messages(pg_temp.oa(), null, sha256('mrk_one'::bytea), ARRAY[pg_temp.pm('plain'), pg_temp.pm('anon')]),
+    '{"deleted": 1}'::jsonb, 'delete selected: only the inbox''s own are counted'
+);
+SELECT is(
+    mailroom.http_clear_messages(pg_temp.oa(), null, sha256('mrk_one'::bytea)), '{"deleted": 1}'::jsonb,
+    'delete all: the rest'
+);
+SELECT is((SELECT message_count FROM mailroom.mailboxes WHERE address = pg_temp.oa()), 0, 'the count back to 0');
 
 SET LOCAL mailroom.clock = '2030-01-01 00:06:00+00';
 SELECT throws_ok(format($$SELECT mailroom.http_list_messages(%L, %L, null)$$, pg_temp.a(), pg_temp.t()), 'MR205', NULL,

@@ -25,7 +25,7 @@ import time
 from collections.abc import AsyncIterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 from urllib.parse import quote
 
 import psycopg
@@ -33,6 +33,7 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse, JSONResponse, Response, StreamingResponse
 from psycopg.types.string import TextLoader
+from pydantic import BaseModel, ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from mailroom.core.errors import Kind, describe_db_error, error_code, kind_of
@@ -369,7 +370,7 @@ def create_app(config: HttpConfig | None = None) -> FastAPI:  # noqa: PLR0915 - 
     if config.cors_origins:
         from fastapi.middleware.cors import CORSMiddleware
 
-        app.add_middleware(CORSMiddleware, allow_origins=config.cors_origins, allow_methods=["GET", "POST", "DELETE"],
+        app.add_middleware(CORSMiddleware, allow_origins=config.cors_origins, allow_methods=["GET", "POST", "PATCH", "DELETE"],
                            allow_headers=["Authorization", "X-API-Key", "X-Session-Token"])
     if config.access_log:
         app.add_middleware(_AccessLog)
@@ -468,11 +469,45 @@ def create_app(config: HttpConfig | None = None) -> FastAPI:  # noqa: PLR0915 - 
         return JSONResponse({"deleted": bool(deleted)})
 
     @app.get("/api/v1/mailboxes/{address}/messages", tags=["messages"], response_model=list[models.MessageSummary],
-             responses=errors(400, 401, 403, 404, 422, 503), summary="Messages, newest first (paged): a JSON array")
+             responses=errors(400, 401, 403, 404, 422, 503),
+             summary="Messages, newest first (paged; tag= a tag, unread=true/false): a JSON array")
     async def list_messages(request: Request, address: str, limit: int = 50, offset: int = 0,
-                            after: int | None = None) -> Response:
-        return _json(await state.call(sqlapi.http_list_messages, limit=limit, offset=offset, after_id=after,
-                                      **creds(request, address).sql(address)))
+                            after: int | None = None, tag: str | None = None, unread: bool | None = None) -> Response:
+        return _json(await state.call(sqlapi.http_list_messages, limit=limit, offset=offset, after_id=after, tag=tag,
+                                      unread=unread, **creds(request, address).sql(address)))
+
+    @app.delete("/api/v1/mailboxes/{address}/messages", tags=["messages"], response_model=models.DeletedCount,
+                responses=errors(401, 403, 404, 503), summary="Delete every message of the inbox (the inbox stays)")
+    async def clear_messages(request: Request, address: str) -> Response:
+        return _json(await state.call(sqlapi.http_clear_messages, retry=False,
+                                      **creds(request, address, unsafe=True).sql(address)))
+
+    @app.post("/api/v1/mailboxes/{address}/messages/delete", tags=["messages"], response_model=models.DeletedCount,
+              responses=errors(400, 401, 403, 404, 413, 503), openapi_extra=models.body(models.DeleteMessages),
+              summary="Delete the messages of these ids (1 to 500; ids not in the inbox are not counted)")
+    async def delete_messages(request: Request, address: str) -> Response:
+        body = _body(models.DeleteMessages, await _small_json(request, 64 * 1024))
+        return _json(await state.call(sqlapi.http_delete_messages, retry=False, message_ids=body.ids,
+                                      **creds(request, address, unsafe=True).sql(address)))
+
+    @app.post("/api/v1/mailboxes/{address}/extend", tags=["mailboxes"], response_model=models.Mailbox,
+              responses=errors(400, 401, 403, 404, 413, 503), openapi_extra=models.body(models.Extend),
+              summary="Extend the inbox: expires_at = now + ttl_seconds, clamped to the plan's max_ttl_seconds, "
+                      "never earlier than it was")
+    async def extend_mailbox(request: Request, address: str) -> Response:
+        body = _body(models.Extend, await _small_json(request))
+        return _json(await state.call(sqlapi.http_extend_mailbox, retry=False, ttl_seconds=body.ttl_seconds,
+                                      **creds(request, address, unsafe=True).sql(address)))
+
+    @app.get("/api/v1/messages", tags=["messages"], response_model=list[models.OwnerMessageSummary],
+             responses=errors(400, 401, 403, 422, 503),
+             summary="An API key owner's mail across their open inboxes, newest first by id (keyset: before_id; "
+                     "tag=, unread=); 403 for a session token")
+    async def list_all_messages(request: Request, limit: int = 50, before_id: int | None = None,
+                                tag: str | None = None, unread: bool | None = None) -> Response:
+        c = request_credentials(request)
+        return _json(await state.call(sqlapi.http_list_all_messages, session_token=c.session_token,
+                                      key_digest=c.key_digest, limit=limit, before_id=before_id, tag=tag, unread=unread))
 
     @app.get("/api/v1/mailboxes/{address}/messages/{message_id}", tags=["messages"], response_model=models.Message,
              responses=errors(400, 401, 403, 404, 503),
@@ -481,6 +516,16 @@ def create_app(config: HttpConfig | None = None) -> FastAPI:  # noqa: PLR0915 - 
     async def read_message(request: Request, address: str, message_id: str) -> Response:
         return _json(await state.call(sqlapi.http_read_message, message_id=_message_id(message_id),
                                       **creds(request, address).sql(address)))
+
+    @app.patch("/api/v1/mailboxes/{address}/messages/{message_id}", tags=["messages"],
+               response_model=models.MessageSummary, responses=errors(400, 401, 403, 404, 413, 503),
+               openapi_extra=models.body(models.MessagePatch),
+               summary="Mark a message read or unread and/or replace its tags (a field left out: unchanged)")
+    async def update_message(request: Request, address: str, message_id: str) -> Response:
+        body = _body(models.MessagePatch, await _small_json(request))
+        return _json(await state.call(sqlapi.http_update_message, retry=False, message_id=_message_id(message_id),
+                                      is_read=body.is_read, tags=body.tags,
+                                      **creds(request, address, unsafe=True).sql(address)))
 
     @app.delete("/api/v1/mailboxes/{address}/messages/{message_id}", tags=["messages"], response_model=models.Deleted,
                 responses=errors(400, 401, 403, 404, 503), summary="Delete one message")
@@ -644,8 +689,8 @@ async def _read_body(request: Request, limit: int) -> bytes:
     return bytes(body)
 
 
-async def _small_json(request: Request) -> dict[str, Any]:
-    body = await _read_body(request, 16 * 1024)
+async def _small_json(request: Request, limit: int = 16 * 1024) -> dict[str, Any]:
+    body = await _read_body(request, limit)
     if not body.strip():
         return {}
     try:
@@ -655,3 +700,16 @@ async def _small_json(request: Request) -> dict[str, Any]:
     if not isinstance(doc, dict):
         raise ApiError(400, "22023", "the body must be a JSON object")
     return doc
+
+
+_B = TypeVar("_B", bound=BaseModel)
+
+
+def _body(model: type[_B], doc: dict[str, Any]) -> _B:
+    """A request body read by _small_json (bounded), checked against its model (the OpenAPI document's
+    requestBody, models.body): a field of the wrong type is 422, as FastAPI answers a parameter's."""
+    try:
+        return model.model_validate(doc)
+    except ValidationError as exc:
+        detail = "; ".join(f"{'.'.join(str(p) for p in e.get('loc', ()))}: {e.get('msg')}" for e in exc.errors())
+        raise ApiError(422, "22023", detail) from None

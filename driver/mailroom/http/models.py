@@ -16,7 +16,7 @@ a field later is not a breaking change for a client that validates against the d
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any
+from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -38,6 +38,7 @@ class Mailbox(_Model):
     catchall: bool = Field(description="made by the first mail to an address of a catch-all domain")
     max_messages: int | None = Field(description="the plan's message count limit")
     max_message_bytes: int | None = Field(description="the plan's size limit of one message")
+    max_ttl_seconds: int | None = Field(description="the plan's longest TTL from now: the bound of POST …/extend")
     mailbox_id: int = Field(description="mailroom's id of the inbox (the payload of NOTIFY mailroom_inbox)")
 
 
@@ -63,6 +64,7 @@ class MessageSummary(_Model):
     size: int = Field(description="bytes as received")
     attachment_count: int
     snippet: str = Field(description="the first words of the text part, whitespace folded")
+    tags: list[str] = Field(description="its tags, sorted, lower case (PATCH, or plus-addressing: box+tag@domain)")
 
 
 class SearchHit(MessageSummary):
@@ -101,6 +103,7 @@ class Message(_Model):
     headers: list[list[str]] = Field(description="[name, value] pairs in order, unfolded")
     link: str | None = Field(description="the first http(s) link (as GET …/links)")
     code: str | None = Field(description="a 5-digit code (as GET …/code)")
+    tags: list[str] = Field(description="its tags, sorted, lower case")
 
 
 class MailboxView(_Model):
@@ -153,7 +156,8 @@ def errors(*statuses: int) -> dict[int | str, dict[str, Any]]:
     # the codes of each status: docs/http.md (no MR code is written in Python: tests/db/test_error_codes.py)
     described = {
         400: "bad input", 401: "no credentials, or an unknown or revoked API key",
-        403: "not this inbox's credential, a plan that needs an API key, a cookie request without its CSRF header",
+        403: "not this inbox's credential, a plan that needs an API key, a cookie request without its CSRF header, "
+             "the all-mail list with a session token",
         404: "no such inbox, expired or deleted; no such message, link, code or attachment",
         408: "the long poll's time passed", 413: "body too large", 422: "a parameter of the wrong type",
         429: "the creation rate limit, with Retry-After", 503: "the database is unavailable",
@@ -168,3 +172,45 @@ def json_errors(*statuses: int) -> dict[int | str, dict[str, Any]]:
     return {s: {"description": d["description"],
                 "content": {"application/json": {"schema": {"$ref": "#/components/schemas/ErrorResponse"}}}}
             for s, d in errors(*statuses).items()}
+
+
+# -- issue 35 item 1: marks, deletes, extending, an owner's all mail ---------------------------------
+
+
+class OwnerMessageSummary(MessageSummary):
+    """`GET /api/v1/messages`: a message of any of the API key owner's open inboxes."""
+
+    mailbox: str = Field(description="the address of the inbox it is in")
+
+
+class DeletedCount(_Model):
+    deleted: int = Field(description="how many messages were deleted")
+
+
+class MessagePatch(_Model):
+    """`PATCH …/messages/{id}`: a field left out (or null) is left as it is."""
+
+    is_read: bool | None = Field(default=None, description="mark it read (true) or unread (false)")
+    tags: list[str] | None = Field(
+        default=None, description="the new tag set (replaces it): at most 20 tags of 1-64 characters a-z 0-9 . _ - "
+                                  "(stored lower case, sorted; MR260, MR261)")
+
+
+class DeleteMessages(_Model):
+    """`POST …/messages/delete`."""
+
+    ids: list[Annotated[int, Field(ge=1, le=2**63 - 1)]] = Field(description="1 to 500 message ids (MR262)")
+
+
+class Extend(_Model):
+    """`POST …/extend`."""
+
+    ttl_seconds: int = Field(ge=-2**31, le=2**31 - 1,
+                             description="expires_at becomes now + ttl_seconds, clamped to the plan's max_ttl_seconds, "
+                                         "never earlier than it was (MR202 when not positive)")
+
+
+def body(model: type[BaseModel]) -> dict[str, Any]:
+    """`openapi_extra=` of a route that reads its JSON body itself (bounded, app._small_json): the body's
+    schema in the OpenAPI document."""
+    return {"requestBody": {"required": True, "content": {"application/json": {"schema": model.model_json_schema()}}}}

@@ -24,7 +24,23 @@ http_list_mailboxes = SqlFunction(
 )
 http_list_messages = SqlFunction(
     "http_list_messages",
-    f"{_WHO}, p_limit integer = default, p_offset integer = default, p_after_id bigint = default",
+    f"{_WHO}, p_limit integer = default, p_offset integer = default, p_after_id bigint = default,"
+    " p_tag text = default, p_unread boolean = default",
+    returns="jsonb",
+)
+# issue 35 item 1: marks (read, tags), deleting selected or all, extending, an owner's all-mail list
+http_update_message = SqlFunction(
+    "http_update_message",
+    f"{_WHO}, p_message_id bigint, p_is_read boolean = default, p_tags text[] = default",
+    returns="jsonb",
+)
+http_delete_messages = SqlFunction("http_delete_messages", f"{_WHO}, p_message_ids bigint[]", returns="jsonb")
+http_clear_messages = SqlFunction("http_clear_messages", _WHO, returns="jsonb")
+http_extend_mailbox = SqlFunction("http_extend_mailbox", f"{_WHO}, p_ttl_seconds integer", returns="jsonb")
+http_list_all_messages = SqlFunction(
+    "http_list_all_messages",
+    "p_session_token text, p_key_digest bytea, p_limit integer = default, p_before_id bigint = default,"
+    " p_tag text = default, p_unread boolean = default",
     returns="jsonb",
 )
 # the page and the start of /events: {"mailbox": Mailbox, "messages": [MessageSummary]} in one call

@@ -1,8 +1,9 @@
 """`mailroom inbox …` and `mailroom expire`: the typer commands of the expiring inboxes.
 
 Each `inbox` command is one call of the SQL API (create_mailbox, list_messages, read_message,
-extend_mailbox, delete_mailbox; `inbox fault set/clear/show`: set_inbox_fault, clear_inbox_fault,
-inbox_fault); `inbox serve` runs mailroom.inboxes.server.InboundServer and
+extend_mailbox, delete_mailbox; `inbox tag`: mark_message, `inbox clear`: delete_inbox_messages;
+`inbox fault set/clear/show`: set_inbox_fault, clear_inbox_fault, inbox_fault); `inbox serve` runs
+mailroom.inboxes.server.InboundServer and
 `expire` runs mailroom.inboxes.expiry.ExpiryWorker.
 """
 
@@ -290,6 +291,47 @@ def delete_cmd(
     rows = _db_call(url, sqlapi.delete_mailbox, address=address, session_token=token, owner_type=owner_type,
                     owner_id=owner_id)
     print("deleted" if rows[0][0] else "already deleted")
+
+
+@inbox_app.command("tag")
+def tag_cmd(
+    address: AddressArgument,
+    message_id: Annotated[int, typer.Argument(metavar="ID", help="Message id from `inbox list`.")],
+    tags: Annotated[Optional[list[str]], typer.Argument(
+        metavar="[TAG]...", help="The message's new tag set (none given: unchanged); a-z 0-9 . _ -, at most 20.")]
+    = None,
+    no_tags: Annotated[bool, typer.Option("--no-tags", help="Remove every tag.")] = False,
+    read: Annotated[Optional[bool], typer.Option("--read/--unread", help="Also mark it read or unread.")] = None,
+    database_url: DatabaseUrlOption = None,
+    token: TokenOption = None,
+    owner_type: OwnerTypeOption = None,
+    owner_id: OwnerIdOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Set a message's tags (replacing them) and, with --read/--unread, its read mark."""
+    if tags and no_tags:
+        raise ConfigError("give TAGs or --no-tags, not both")
+    url = resolve_database_url(database_url)
+    rows = _db_call(url, sqlapi.mark_message, address=address, session_token=token, message_id=message_id,
+                    is_read=read, tags=[] if no_tags else (list(tags) if tags else None), owner_type=owner_type,
+                    owner_id=owner_id)
+    _, is_read, stored = rows[0]
+    _print({"id": message_id, "is_read": is_read, "tags": stored if as_json else " ".join(stored)}, as_json)
+
+
+@inbox_app.command("clear")
+def clear_cmd(
+    address: AddressArgument,
+    database_url: DatabaseUrlOption = None,
+    token: TokenOption = None,
+    owner_type: OwnerTypeOption = None,
+    owner_id: OwnerIdOption = None,
+) -> None:
+    """Delete every message of an inbox (the inbox stays open); prints how many."""
+    url = resolve_database_url(database_url)
+    rows = _db_call(url, sqlapi.delete_inbox_messages, address=address, session_token=token, message_ids=None,
+                    owner_type=owner_type, owner_id=owner_id)
+    print(f"deleted: {rows[0][0]}")
 
 
 fault_app = new_app(

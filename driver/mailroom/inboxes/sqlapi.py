@@ -100,3 +100,17 @@ inbox_fault = SqlFunction(
     "p_address text, p_session_token text, p_owner_type text = default, p_owner_id text = default",
     returns="jsonb",
 )
+
+# marks and deletes (sql/22_marks.sql)
+mark_message = SqlFunction(
+    "mark_message",
+    "p_address text, p_session_token text, p_message_id bigint, p_is_read boolean = default,"
+    " p_tags text[] = default, p_owner_type text = default, p_owner_id text = default",
+    returns=("message_id", "is_read", "tags"),
+)
+delete_inbox_messages = SqlFunction(
+    "delete_inbox_messages",
+    "p_address text, p_session_token text, p_message_ids bigint[] = default, p_owner_type text = default,"
+    " p_owner_id text = default",
+    returns="integer",
+)

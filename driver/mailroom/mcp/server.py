@@ -361,6 +361,41 @@ def build(backend: Backend, credential: Callable[[], bytes | None] | None = None
 
         return await _tool(work)
 
+    @tool(sqlapi.mcp_mark_message, annotations=ToolAnnotations(readOnlyHint=False, destructiveHint=False,
+                                                                idempotentHint=True, openWorldHint=False))
+    async def mark_message(
+        address: Address,
+        message_id: MessageId,
+        is_read: Annotated[bool | None, Field(description="true: mark it read; false: unread. Default: unchanged.")]
+        = None,
+        tags: Annotated[list[str] | None, Field(
+            description="The message's new tag set (replaces it): at most 20 tags of 1-64 characters a-z 0-9 . _ - "
+                        "(stored lower case). Default: unchanged.")] = None,
+    ) -> CallToolResult:
+        """Mark a message read or unread and/or set its tags: the message summary after ({id, subject, is_read,
+        tags, …}). Mail sent to box+tag@domain arrives in box@domain already tagged with tag."""
+        return await _tool(lambda: call(sqlapi.mcp_mark_message, retry=False, address=address, key_digest=who(),
+                                        message_id=message_id, is_read=is_read, tags=tags))
+
+    @tool(sqlapi.mcp_clear_messages, annotations=ToolAnnotations(readOnlyHint=False, destructiveHint=True,
+                                                                  idempotentHint=True, openWorldHint=False))
+    async def clear_inbox(address: Address) -> CallToolResult:
+        """Delete every message of an inbox; the inbox stays open and keeps its address: {deleted: n}."""
+        return await _tool(lambda: call(sqlapi.mcp_clear_messages, retry=False, address=address, key_digest=who()))
+
+    @tool(sqlapi.mcp_extend_mailbox, annotations=ToolAnnotations(readOnlyHint=False, destructiveHint=False,
+                                                                  idempotentHint=True, openWorldHint=False))
+    async def extend_inbox(
+        address: Address,
+        ttl_seconds: Annotated[int, Field(
+            description="The inbox expires this many seconds from now (cut to the plan's max_ttl_seconds; never "
+                        "earlier than it would have).", ge=1, le=2**31 - 1)],
+    ) -> CallToolResult:
+        """Keep an inbox open longer: expires_at = now + ttl_seconds within its plan's limit. The inbox after:
+        {address, expires_at, max_ttl_seconds, …}."""
+        return await _tool(lambda: call(sqlapi.mcp_extend_mailbox, retry=False, address=address, key_digest=who(),
+                                        ttl_seconds=ttl_seconds))
+
     async def resource(fn: Any, **kwargs: Any) -> str:
         try:
             return json.dumps(await call(fn, key_digest=who(), **kwargs), default=str)

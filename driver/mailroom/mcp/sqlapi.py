@@ -28,4 +28,10 @@ mcp_extract_code = SqlFunction(
     "mcp_extract_code", f"{_WHO}, p_message_id bigint, p_pattern text = default", returns="text"
 )
 mcp_delete_mailbox = SqlFunction("mcp_delete_mailbox", _WHO, returns="boolean")
+mcp_mark_message = SqlFunction(
+    "mcp_mark_message", f"{_WHO}, p_message_id bigint, p_is_read boolean = default, p_tags text[] = default",
+    returns="jsonb",
+)
+mcp_clear_messages = SqlFunction("mcp_clear_messages", _WHO, returns="jsonb")
+mcp_extend_mailbox = SqlFunction("mcp_extend_mailbox", f"{_WHO}, p_ttl_seconds integer", returns="jsonb")
 mcp_error_codes = SqlFunction("mcp_error_codes", returns=("function_name", "code", "meaning"))
