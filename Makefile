@@ -6,13 +6,13 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 APT_PACKAGES := postgresql-15 postgresql-15-pgtap libtap-parser-sourcehandler-pgtap-perl pgbouncer postfix postgresql-15-cron \
-                chromium wrk libmail-dkim-perl
+                chromium wrk libmail-dkim-perl spamassassin spamd
 # Citus (tests/citus, docs/scale.md): no registry here ships it; the source and its build script sit
 # beside the checkout (../shared/citus/build.sh: Debian build deps, about a minute, then at once)
 CITUS_BUILD ?= $(CURDIR)/../shared/citus/build.sh
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 
-.PHONY: help deps venv lint test test-pgtap test-py demo bench bench-quick snapshot wheel soak clean
+.PHONY: help deps venv lint caniemail test test-pgtap test-py demo bench bench-quick snapshot wheel soak clean
 
 help:
 	@echo "make demo         the whole story end to end on a private PostgreSQL cluster"
@@ -20,6 +20,7 @@ help:
 	@echo "make lint         sqlfluff (sql/, migrations/) and ruff"
 	@echo "make bench        figures in bench/results.md (minutes); bench-quick (< 1 minute)"
 	@echo "make snapshot     rewrite tests/db/schema.snapshot after changing migrations/ or sql/"
+	@echo "make caniemail    refresh driver/mailroom/checks/data from the npm package caniemail (CANIEMAIL_VERSION)"
 	@echo "make wheel        build dist/mailroom-*.whl and the sdist (they carry migrations/ and sql/)"
 	@echo "make soak         the fault-injection run for SOAK_SECONDS (1800) under load (docs/reliability.md)"
 
@@ -28,7 +29,8 @@ deps:
 	    && ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 \
 	    && { command -v pgbouncer >/dev/null 2>&1 || [ -x /usr/sbin/pgbouncer ]; } \
 	    && { command -v smtp-source >/dev/null 2>&1 || [ -x /usr/sbin/smtp-source ]; } \
-	    && command -v chromium >/dev/null 2>&1 && command -v wrk >/dev/null 2>&1; then :; \
+	    && command -v chromium >/dev/null 2>&1 && command -v wrk >/dev/null 2>&1 \
+	    && { command -v spamd >/dev/null 2>&1 || [ -x /usr/sbin/spamd ]; }; then :; \
 	elif [ "$$(id -u)" = 0 ]; then \
 	    echo "installing $(APT_PACKAGES)"; \
 	    echo "postfix postfix/main_mailer_type select No configuration" | debconf-set-selections; \
@@ -66,6 +68,11 @@ demo: deps venv
 
 snapshot: deps venv
 	$(PY) -m mailroom.testing snapshot
+
+# the HTML check's data (docs/checks.md): caniemail.com's support data as the npm package ships it
+CANIEMAIL_VERSION ?= 2.0.2
+caniemail:
+	$(PYTHON) scripts/refresh_caniemail.py --version $(CANIEMAIL_VERSION)
 
 wheel: venv
 	rm -rf dist build

@@ -24,7 +24,7 @@ UNION ALL
 SELECT 'mailroom_http', unnest(ARRAY[
     'listen', 'unlisten', 'await_writers',
     'http_create_mailbox', 'http_get_mailbox', 'http_list_mailboxes', 'http_list_messages', 'http_mailbox_view',
-    'http_read_message', 'http_message_raw',
+    'http_read_message', 'http_message_raw', 'http_message_check',
     'http_message_attachment', 'http_delete_mailbox', 'http_delete_message', 'http_extract_link', 'http_extract_code',
     'http_check_message', 'http_search_messages', 'index_messages', 'reindex_messages', 'deliver_ses_message', 'clock', 'setting',
     'list_migrations', 'schema_version', 'error_codes', 'unsubscribe', 'worker_heartbeat', 'worker_stopped',

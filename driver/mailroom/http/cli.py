@@ -72,6 +72,14 @@ def serve_cmd(
     pool_timeout: Annotated[float, duration_option(
         "--pool-timeout", positive=True, maximum=600,
         help="A request waits this long for a database connection, then 503 with Retry-After.")] = "3s",
+    link_check: Annotated[bool, typer.Option(
+        envvar="MAILROOM_LINK_CHECK",
+        help="Run the link check (GET …/checks/links: the server fetches every link of a message; off: 503).")] = False,
+    link_check_allow: Annotated[Optional[list[str]], typer.Option(
+        envvar="MAILROOM_LINK_CHECK_ALLOW",
+        help="A network the link check may reach although private or loopback (CIDR, repeatable, comma-separated).")] = None,
+    spamd: Annotated[Optional[str], typer.Option(
+        envvar="MAILROOM_SPAMD", help="host:port of a SpamAssassin spamd: runs the spam check (off: 503).")] = None,
 ) -> None:
     """Serve the REST API (/api/v1, /docs), the inbox page (/inbox/{address}) and the SES hook."""
     if not 0 <= port <= 65535:
@@ -87,6 +95,18 @@ def serve_cmd(
 
         if not Path(sns_cert_dir).is_dir():
             raise ConfigError(f"--sns-cert-dir {sns_cert_dir} is not a directory")
+    allow = [n.strip() for value in link_check_allow or [] for n in value.split(",") if n.strip()]
+    from mailroom.checks.links import LinkPolicy
+    from mailroom.checks.spam import Spamd
+
+    try:
+        LinkPolicy.parse(allow)
+        if spamd:
+            Spamd.parse(spamd)
+    except ValueError as exc:
+        raise ConfigError(f"--link-check-allow: {exc}" if "network" in str(exc) else str(exc)) from None
+    if allow and not link_check:
+        raise ConfigError("--link-check-allow goes with --link-check")
     url = resolve_database_url(database_url)
     from mailroom.http.server import serve
 
@@ -96,6 +116,7 @@ def serve_cmd(
         proxy=proxy, secure_cookies=secure_cookies if secure_cookies is not None else bool(tls_cert or proxy),
         ses_topics=topics, sns_cert_dir=sns_cert_dir, sns_ca_file=sns_ca_file, sns_connect_to=sns_connect_to,
         access_log=access_log, statement_timeout=statement_timeout, pool_timeout=pool_timeout,
+        link_check=link_check, link_check_allow=allow, spamd=spamd,
     )
 
 

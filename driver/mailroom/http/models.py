@@ -136,6 +136,62 @@ class Unsubscribed(_Model):
     first: bool = Field(description="false when the recipient was suppressed already")
 
 
+class HtmlFeature(_Model):
+    """A caniemail feature the message's HTML uses, and how many clients support it (their latest version)."""
+
+    name: str = Field(description="caniemail's slug, e.g. html-img, css-display-flex")
+    kind: str = Field(description="html or css")
+    supported: int = Field(description="clients that support it")
+    partial: int = Field(description="clients that support it partly")
+    unsupported: int = Field(description="clients that do not support it (clients without data count in none)")
+    notes: list[str] = Field(description="caniemail's notes on the support counted")
+    title: str | None = None
+    url: str | None = Field(default=None, description="its page on caniemail.com")
+    found: int | None = Field(default=None, description="times it occurs in the message")
+
+
+class HtmlCheck(_Model):
+    """`GET …/checks/html` (docs/checks.md): which clients support the HTML and CSS of the message."""
+
+    score: float = Field(description="0..100: supported (client, feature) pairs among the known ones, partial as half")
+    clients: int = Field(description="clients (a family on a platform, e.g. gmail.android) in the data")
+    features: list[HtmlFeature]
+    source: str = Field(description="the data: caniemail and its version")
+    truncated: bool | None = Field(default=None, description="the HTML or its CSS was longer than the check reads")
+
+
+class LinkResult(_Model):
+    url: str
+    kind: str = Field(description="link (a href, or a URL of the text part) or image (img src)")
+    status: int | None = Field(description="the last HTTP status (after redirects); null when none came")
+    ok: bool = Field(description="a 2xx or 3xx status at the end of the redirects")
+    error: str | None = Field(description="why not ok: HTTP status, timeout, refused by the SSRF guard, ...")
+    redirects: int
+
+
+class LinkCheck(_Model):
+    """`GET …/checks/links` (docs/checks.md): does every link and image answer (HEAD, then GET)."""
+
+    links: list[LinkResult]
+    checked: int
+    skipped: int = Field(description="URLs past the check's bound of 50")
+
+
+class SpamRule(_Model):
+    name: str
+    score: float
+    description: str
+
+
+class SpamCheck(_Model):
+    """`GET …/checks/spam` (docs/checks.md): SpamAssassin's (spamd's) verdict on the raw message."""
+
+    score: float
+    threshold: float = Field(description="spamd's required score")
+    is_spam: bool
+    rules: list[SpamRule] = Field(description="the rules hit, highest score first")
+
+
 class ErrorInfo(_Model):
     code: str = Field(description="the SQLSTATE: mailroom's (a row of mailroom.error_codes) or a standard one; empty at the edge")
     kind: str = Field(description="usage, config, not_found, gone, limit, conflict, denied, unavailable, internal")
@@ -160,7 +216,8 @@ def errors(*statuses: int) -> dict[int | str, dict[str, Any]]:
              "the all-mail list with a session token",
         404: "no such inbox, expired or deleted; no such message, link, code or attachment",
         408: "the long poll's time passed", 413: "body too large", 422: "a parameter of the wrong type",
-        429: "the creation rate limit, with Retry-After", 503: "the database is unavailable",
+        429: "the creation rate limit, with Retry-After", 502: "the service a check asks (spamd) failed",
+        503: "the database is unavailable; a check this server does not run (MR280, MR281)",
     }
     return {s: {"model": ErrorResponse, "description": described[s]} for s in statuses}
 

@@ -1,0 +1,59 @@
+-- Checks of the mail itself (issue 35 item 3, docs/checks.md): the HTML compatibility check, the
+-- link check and the spam score. Each request of GET …/messages/{id}/checks/{check} is ONE call of
+-- http_message_check, which authorizes it as every http_* function does, decides whether the check
+-- may run here (the server's switch travels as p_enabled: MR280 link check off, MR281 spam check
+-- off, both 503) and returns only what that check reads: the HTML part (html), the HTML and text
+-- parts (links), the raw bytes as received (spam; bounded by the plan's size limit, which refused
+-- anything larger at delivery). The fetching and the analysis are the HTTP face's, after this call,
+-- within its bounds. Never marks the message read.
+
+CREATE OR REPLACE FUNCTION mailroom.http_message_check(
+    p_address text,
+    p_session_token text,
+    p_key_digest bytea,
+    p_message_id bigint,
+    p_check text,
+    p_enabled boolean DEFAULT true
+)
+RETURNS TABLE (html_body text, text_body text, raw bytea)
+LANGUAGE plpgsql
+STABLE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_who record := mailroom._http_who(p_address, p_session_token, p_key_digest);
+    v_message mailroom.messages;
+BEGIN
+    IF p_check IS NULL OR p_check NOT IN ('html', 'links', 'spam') THEN
+        RAISE EXCEPTION USING
+            ERRCODE = 'MR283',
+            MESSAGE = format('unknown check %s: html, links or spam', coalesce(quote_literal(left(p_check, 40)), 'NULL'));
+    END IF;
+    v_message := mailroom._readable_message(p_address, p_session_token, p_message_id, v_who.owner_type, v_who.owner_id);
+    IF p_check = 'links' AND NOT coalesce(p_enabled, false) THEN
+        RAISE EXCEPTION USING
+            ERRCODE = 'MR280',
+            MESSAGE = 'the link check is off on this server (mailroom http serve --link-check)';
+    END IF;
+    IF p_check = 'spam' AND NOT coalesce(p_enabled, false) THEN
+        RAISE EXCEPTION USING
+            ERRCODE = 'MR281',
+            MESSAGE = 'the spam check is off on this server (mailroom http serve --spamd host:port)';
+    END IF;
+    IF p_check = 'html' AND coalesce(v_message.html_body, '') = '' THEN
+        RAISE EXCEPTION USING
+            ERRCODE = 'MR282',
+            MESSAGE = format('message %s has no HTML part to check', p_message_id);
+    END IF;
+    html_body := CASE WHEN p_check IN ('html', 'links') THEN v_message.html_body END;
+    text_body := CASE WHEN p_check = 'links' THEN v_message.text_body END;
+    raw := CASE WHEN p_check = 'spam' THEN v_message.raw END;
+    RETURN NEXT;
+END;
+$$;
+
+COMMENT ON FUNCTION mailroom.http_message_check(text, text, bytea, bigint, text, boolean) IS
+'GET …/messages/{id}/checks/{html,links,spam}: what the check reads (HTML part; HTML and text; raw bytes), not marking it read; MR280/MR281 when the server runs no such check, MR282 no HTML part, MR283 unknown check.';
+
+GRANT EXECUTE ON FUNCTION mailroom.http_message_check(text, text, bytea, bigint, text, boolean) TO mailroom_http;

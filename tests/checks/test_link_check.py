@@ -1,0 +1,84 @@
+"""The link check (docs/checks.md) against a loopback HTTP server the test starts: statuses, HEAD then
+GET, redirects (each one checked again, at most 3), time bounds, and the SSRF guard refusing a
+loopback target the operator did not allow."""
+
+from __future__ import annotations
+
+import asyncio
+import ipaddress
+import time
+
+from mailroom.checks import links
+
+
+def _policy(**bounds) -> links.LinkPolicy:
+    policy = links.LinkPolicy.parse(["127.0.0.1/32"])
+    for name, value in bounds.items():
+        setattr(policy, name, value)
+    return policy
+
+
+def test_the_link_check_over_http(serve, inbox, deliver, target) -> None:
+    server = serve("--link-check", "--link-check-allow", "127.0.0.1/32")
+    base = f"http://127.0.0.1:{target.server_address[1]}"
+    away = f"http://127.0.0.2:{target.server_address[1]}/ok"
+    html = (f'<a href="{base}/ok">ok</a> <a href="{base}/missing">gone</a> <a href="{base}/redirect">r</a>'
+            f'<a href="{base}/hops/3">3 hops</a> <a href="{base}/hops/4">4 hops</a> <a href="{base}/no-head">n</a>'
+            f'<a href="{base}/away">away</a> <a href="{away}">not allowed</a> <a href="mailto:x@example.org">m</a>'
+            f'<a href="#top">anchor</a> <img src="{base}/img.png"> <a href="{base}/ok">ok again</a>')
+    text = f"Also see {base}/ok?from=text. And {base}/missing"
+    address, token = inbox(server)
+    message = deliver(address, "links", text=text, html=html)
+    answer = server.request("GET", f"/api/v1/mailboxes/{address}/messages/{message}/checks/links", token=token, timeout=30)
+    assert answer.status == 200, answer.body
+    doc = answer.json()
+    by_url = {link["url"]: link for link in doc["links"]}
+    assert doc["checked"] == len(doc["links"]) == 10 and doc["skipped"] == 0, doc  # each URL once; mailto and # not
+    assert by_url[f"{base}/ok"] == {"url": f"{base}/ok", "kind": "link", "status": 200, "ok": True, "error": None,
+                                    "redirects": 0}
+    assert (by_url[f"{base}/missing"]["status"], by_url[f"{base}/missing"]["ok"]) == (404, False)
+    assert by_url[f"{base}/missing"]["error"] == "HTTP 404"
+    assert (by_url[f"{base}/redirect"]["status"], by_url[f"{base}/redirect"]["redirects"]) == (200, 1)
+    assert by_url[f"{base}/hops/3"]["ok"] and by_url[f"{base}/hops/3"]["redirects"] == 3
+    assert not by_url[f"{base}/hops/4"]["ok"] and "more than 3 redirects" in by_url[f"{base}/hops/4"]["error"]
+    assert by_url[f"{base}/no-head"]["status"] == 200 and ("GET", "/no-head") in target.seen  # HEAD refused: GET
+    assert by_url[f"{base}/img.png"]["kind"] == "image" and by_url[f"{base}/img.png"]["ok"]
+    assert by_url[f"{base}/ok?from=text"]["ok"]
+    # 127.0.0.2 is loopback and not in --link-check-allow: refused, directly and after a redirect
+    assert by_url[away]["status"] is None and "loopback" in by_url[away]["error"] and not by_url[away]["ok"]
+    assert by_url[f"{base}/away"]["redirects"] == 1 and "redirect 1: refused" in by_url[f"{base}/away"]["error"]
+
+
+def test_a_loopback_url_is_refused_unless_allowed(target) -> None:
+    url = f"http://127.0.0.1:{target.server_address[1]}/ok"
+    refused = asyncio.run(links.check(f'<a href="{url}">x</a>', None, links.LinkPolicy()))
+    assert refused["links"][0]["status"] is None
+    assert "loopback" in refused["links"][0]["error"]
+    named = asyncio.run(links.check(f'<a href="http://localhost:{target.server_address[1]}/ok">x</a>', None,
+                                    links.LinkPolicy()))
+    assert "loopback" in named["links"][0]["error"]  # refused after DNS resolution, not by the name
+    allowed = asyncio.run(links.check(f'<a href="{url}">x</a>', None, _policy()))
+    assert allowed["links"][0]["ok"] is True
+    for address, reason in (("10.1.2.3", "private"), ("169.254.169.254", "link-local"), ("224.0.0.1", "multicast"),
+                            ("240.0.0.1", "reserved"), ("::1", "loopback"), ("::ffff:127.0.0.1", "loopback"),
+                            ("fe80::1", "link-local"), ("0.0.0.0", "unspecified")):
+        assert links.refusal(ipaddress.ip_address(address), []) == reason, address
+    assert links.refusal(ipaddress.ip_address("93.184.215.14"), []) is None
+
+
+def test_time_and_count_are_bounded(target) -> None:
+    base = f"http://127.0.0.1:{target.server_address[1]}"
+    started = time.monotonic()
+    slow = asyncio.run(links.check(f'<a href="{base}/slow">s</a>', None, _policy(per_url=0.5)))
+    assert time.monotonic() - started < 2.5  # the slow route answers after 3 s
+    assert slow["links"][0]["status"] is None and "no answer within 0.5 s" in slow["links"][0]["error"]
+    started = time.monotonic()
+    many = "".join(f'<a href="{base}/slow?{n}">s</a>' for n in range(20))
+    bounded = asyncio.run(links.check(many, None, _policy(per_url=5, total=1.0)))
+    assert time.monotonic() - started < 2.5
+    assert bounded["checked"] == 20 and not any(link["ok"] for link in bounded["links"])
+    assert all("ran out" in link["error"] or "no answer" in link["error"] for link in bounded["links"])
+    sixty = "".join(f'<a href="{base}/ok?{n}">o</a>' for n in range(60))
+    counted = asyncio.run(links.check(sixty, None, _policy()))
+    assert (counted["checked"], counted["skipped"]) == (50, 10)
+    assert all(link["ok"] for link in counted["links"])

@@ -1,0 +1,78 @@
+-- The checks of a message (docs/checks.md): http_message_check authorizes as every http_* call,
+-- returns only what each check reads, refuses a check the server does not run (MR280, MR281), the
+-- HTML check of a message without HTML (MR282) and an unknown check (MR283), and never marks the
+-- message read.
+BEGIN;
+SELECT plan(12);
+
+SET LOCAL mailroom.clock = '2030-01-01 00:00:00+00';
+CREATE TEMP TABLE j AS SELECT mailroom.http_create_mailbox(null, '192.0.2.1', 5) AS doc;
+CREATE FUNCTION pg_temp.a() RETURNS text LANGUAGE sql AS $$ SELECT doc ->> 'address' FROM j $$;
+CREATE FUNCTION pg_temp.t() RETURNS text LANGUAGE sql AS $$ SELECT doc ->> 'session_token' FROM j $$;
+CREATE TEMP TABLE m AS SELECT mailroom.deliver_message(
+    pg_temp.a(), convert_to(E'Subject: hi\r\n\r\nbody', 'UTF8'), 'a@example.org', 'hi', null, 'see https://example.org/x',
+    '<p style="color:red">hi <a href="https://example.org/y">y</a></p>'
+) AS id;
+CREATE TEMP TABLE p AS SELECT mailroom.deliver_message(
+    pg_temp.a(), convert_to(E'Subject: plain\r\n\r\nbody', 'UTF8'), 'a@example.org', 'plain', null, 'plain text'
+) AS id;
+
+SELECT is(
+    (SELECT row(html_body IS NOT null, text_body IS null, raw IS null)::text
+     FROM mailroom.http_message_check(pg_temp.a(), pg_temp.t(), null, (SELECT id FROM m), 'html')),
+    '(t,t,t)', 'html: the HTML part only'
+);
+SELECT is(
+    (SELECT row(html_body IS NOT null, text_body, raw IS null)::text
+     FROM mailroom.http_message_check(pg_temp.a(), pg_temp.t(), null, (SELECT id FROM m), 'links', true)),
+    '(t,"see https://example.org/x",t)', 'links: the HTML and text parts'
+);
+SELECT is(
+    (SELECT row(html_body IS null, text_body IS null, convert_from(raw, 'UTF8'))::text
+     FROM mailroom.http_message_check(pg_temp.a(), pg_temp.t(), null, (SELECT id FROM m), 'spam', true)),
+    row(true, true, E'Subject: hi\r\n\r\nbody')::text, 'spam: the raw bytes as received'
+);
+SELECT throws_ok(
+    format($$SELECT * FROM mailroom.http_message_check(%L, %L, null, %s, 'links', false)$$,
+           pg_temp.a(), pg_temp.t(), (SELECT id FROM m)),
+    'MR280', NULL, 'the link check off: MR280'
+);
+SELECT throws_ok(
+    format($$SELECT * FROM mailroom.http_message_check(%L, %L, null, %s, 'links', null)$$,
+           pg_temp.a(), pg_temp.t(), (SELECT id FROM m)),
+    'MR280', NULL, 'a switch not told is off: MR280'
+);
+SELECT throws_ok(
+    format($$SELECT * FROM mailroom.http_message_check(%L, %L, null, %s, 'spam', false)$$,
+           pg_temp.a(), pg_temp.t(), (SELECT id FROM m)),
+    'MR281', NULL, 'the spam check off: MR281'
+);
+SELECT throws_ok(
+    format($$SELECT * FROM mailroom.http_message_check(%L, %L, null, %s, 'html')$$,
+           pg_temp.a(), pg_temp.t(), (SELECT id FROM p)),
+    'MR282', NULL, 'no HTML part: MR282'
+);
+SELECT throws_ok(
+    format($$SELECT * FROM mailroom.http_message_check(%L, %L, null, %s, 'dkim')$$,
+           pg_temp.a(), pg_temp.t(), (SELECT id FROM m)),
+    'MR283', NULL, 'an unknown check: MR283'
+);
+SELECT throws_ok(
+    format($$SELECT * FROM mailroom.http_message_check(%L, 'nope', null, %s, 'html')$$, pg_temp.a(), (SELECT id FROM m)),
+    'MR204', NULL, 'a wrong token: MR204'
+);
+SELECT throws_ok(
+    format($$SELECT * FROM mailroom.http_message_check(%L, null, null, %s, 'html')$$, pg_temp.a(), (SELECT id FROM m)),
+    'MR240', NULL, 'no credentials: MR240'
+);
+SELECT throws_ok(
+    format($$SELECT * FROM mailroom.http_message_check(%L, %L, null, 0, 'links', false)$$, pg_temp.a(), pg_temp.t()),
+    'MR209', NULL, 'another message: MR209 before the switch is told'
+);
+SELECT is(
+    (SELECT count(*)::int FROM mailroom.messages WHERE id IN ((SELECT id FROM m), (SELECT id FROM p)) AND is_read), 0,
+    'a check never marks the message read'
+);
+
+SELECT * FROM finish();
+ROLLBACK;
