@@ -5,8 +5,11 @@
 -- REST are the same owner's. Thin wrappers of the SQL API the CLI and psql use (create_mailbox,
 -- read_message, extract_link, extract_code, delete_mailbox) and of the HTTP face's JSON
 -- (sql/29_http.sql), so an MCP answer and a REST answer have the same shape.
--- Errors: those of the wrapped functions (MR201-MR215), MR240 no API key, MR241 unknown or
--- revoked key, MR243 the REST API's creation rate limit (shared with REST: one quota per key).
+-- Who may use an inbox is the HTTP face's rule, the one rule of both faces (issue 36: _http_who
+-- and _http_box of sql/29_http.sql); only MR240's wording is the MCP face's own (_mcp_key).
+-- Fault injection (sql/24_faults.sql): mcp_set_inbox_fault, mcp_clear_inbox_fault.
+-- Errors: those of the wrapped functions (MR201-MR215, MR230-MR232), MR240 no API key, MR241 unknown
+-- or revoked key, MR243 the REST API's creation rate limit (shared with REST: one quota per key).
 
 CREATE OR REPLACE FUNCTION mailroom._mcp_owner(p_key_digest bytea)
 RETURNS text
@@ -15,39 +18,32 @@ STABLE
 SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
-    -- the MCP face knows only API keys: no key is MR240, a bad one MR241 (_api_key_owner)
-    IF p_key_digest IS NULL THEN
-        RAISE EXCEPTION USING ERRCODE = 'MR240', MESSAGE = 'credentials required: an API key';
-    END IF;
-    RETURN mailroom._api_key_owner(p_key_digest);
+    -- the MCP face knows only API keys: no key is MR240 (_mcp_key), a bad one MR241 (_api_key_owner)
+    RETURN mailroom._api_key_owner(mailroom._mcp_key(p_key_digest));
 END;
 $$;
 
 COMMENT ON FUNCTION mailroom._mcp_owner(bytea) IS
 'Internal: the owner id of an MCP request''s API key; MR240 without one, MR241 for a bad one.';
 
-CREATE OR REPLACE FUNCTION mailroom._mcp_owner_type(p_address text)
-RETURNS text
+CREATE OR REPLACE FUNCTION mailroom._mcp_key(p_key_digest bytea)
+RETURNS bytea
 LANGUAGE plpgsql
-STABLE
+IMMUTABLE
 SET search_path = pg_catalog, pg_temp
 AS $$
-DECLARE
-    -- by id, found by address first (on Citus two single-shard reads, as _authorize_mailbox)
-    v_id bigint := mailroom._mailbox_id(mailroom._normalize_address(p_address));
 BEGIN
-    -- the owner type a key's owner is checked against for this inbox: its own when it is api or
-    -- mcp, else mcp (then _authorize_mailbox refuses: MR203 unknown, MR204 not the key's)
-    RETURN coalesce((
-        SELECT m.owner_type::text
-        FROM mailroom.mailboxes AS m
-        WHERE m.id = v_id AND m.owner_type IN ('api', 'mcp')
-    ), 'mcp');
+    -- the MCP face's own MR240 wording (it knows only API keys); the key itself is then judged by
+    -- the HTTP face's owner rule (_http_who, _http_box in sql/29_http.sql: issue 36, one rule)
+    IF p_key_digest IS NULL THEN
+        RAISE EXCEPTION USING ERRCODE = 'MR240', MESSAGE = 'credentials required: an API key';
+    END IF;
+    RETURN p_key_digest;
 END;
 $$;
 
-COMMENT ON FUNCTION mailroom._mcp_owner_type(text) IS
-'Internal: the owner type an API key''s owner reads this inbox as (api or mcp, the inbox''s own; mcp when it is neither).';
+COMMENT ON FUNCTION mailroom._mcp_key(bytea) IS
+'Internal: the API key digest of an MCP request, MR240 without one (then _http_who/_http_box decide, the owner rule of both faces).';
 
 CREATE OR REPLACE FUNCTION mailroom._mcp_box(p_address text, p_key_digest bytea)
 RETURNS mailroom.mailboxes
@@ -56,14 +52,12 @@ STABLE
 SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
-    RETURN mailroom._authorize_mailbox(
-        p_address, NULL, mailroom._mcp_owner_type(p_address), mailroom._mcp_owner(p_key_digest)
-    );
+    RETURN mailroom._http_box(p_address, NULL, mailroom._mcp_key(p_key_digest));
 END;
 $$;
 
 COMMENT ON FUNCTION mailroom._mcp_box(text, bytea) IS
-'Internal: the open api or mcp inbox of the API key''s owner (MR203-MR206 as _authorize_mailbox, MR240/MR241 for the key).';
+'Internal: the open api or mcp inbox of the API key''s owner, by the HTTP face''s rule (_http_box: MR203-MR206, MR241), MR240 without a key.';
 
 CREATE OR REPLACE FUNCTION mailroom.mcp_create_mailbox(
     p_key_digest bytea,
@@ -183,8 +177,9 @@ SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-    v_owner text := mailroom._mcp_owner(p_key_digest);
-    v_type text := mailroom._mcp_owner_type(p_address);
+    v_who record := mailroom._http_who(p_address, NULL, mailroom._mcp_key(p_key_digest));
+    v_owner text := v_who.owner_id;
+    v_type text := v_who.owner_type;
     v_message record;
     v_link text;
     v_code text;
@@ -286,10 +281,10 @@ STABLE
 SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
+DECLARE
+    v_who record := mailroom._http_who(p_address, NULL, mailroom._mcp_key(p_key_digest));
 BEGIN
-    RETURN mailroom.extract_link(
-        p_address, NULL, p_message_id, p_url_like, mailroom._mcp_owner_type(p_address), mailroom._mcp_owner(p_key_digest)
-    );
+    RETURN mailroom.extract_link(p_address, NULL, p_message_id, p_url_like, v_who.owner_type, v_who.owner_id);
 END;
 $$;
 
@@ -311,8 +306,9 @@ SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-    v_owner text := mailroom._mcp_owner(p_key_digest);
-    v_type text := mailroom._mcp_owner_type(p_address);
+    v_who record := mailroom._http_who(p_address, NULL, mailroom._mcp_key(p_key_digest));
+    v_owner text := v_who.owner_id;
+    v_type text := v_who.owner_type;
 BEGIN
     IF p_pattern IS NULL THEN
         RETURN mailroom.extract_code(p_address, NULL, p_message_id, p_owner_type => v_type, p_owner_id => v_owner);
@@ -333,10 +329,10 @@ VOLATILE
 SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
+DECLARE
+    v_who record := mailroom._http_who(p_address, NULL, mailroom._mcp_key(p_key_digest));
 BEGIN
-    RETURN mailroom.delete_mailbox(
-        p_address, NULL, mailroom._mcp_owner_type(p_address), mailroom._mcp_owner(p_key_digest)
-    );
+    RETURN mailroom.delete_mailbox(p_address, NULL, v_who.owner_type, v_who.owner_id);
 END;
 $$;
 
@@ -408,6 +404,53 @@ COMMENT ON FUNCTION mailroom.mcp_extend_mailbox(text, bytea, integer) IS
 
 GRANT EXECUTE ON FUNCTION mailroom.mcp_extend_mailbox(text, bytea, integer) TO mailroom_http;
 
+CREATE OR REPLACE FUNCTION mailroom.mcp_set_inbox_fault(
+    p_address text,
+    p_key_digest bytea,
+    p_stage text,
+    p_reply text,
+    p_share numeric DEFAULT 100,
+    p_count integer DEFAULT null
+)
+RETURNS jsonb
+LANGUAGE plpgsql
+VOLATILE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_who record := mailroom._http_who(p_address, NULL, mailroom._mcp_key(p_key_digest));
+BEGIN
+    RETURN mailroom.set_inbox_fault(
+        p_address, NULL, p_stage, p_reply, coalesce(p_share, 100), p_count, v_who.owner_type, v_who.owner_id
+    );
+END;
+$$;
+
+COMMENT ON FUNCTION mailroom.mcp_set_inbox_fault(text, bytea, text, text, numeric, integer) IS
+'MCP set_inbox_fault: set_inbox_fault for the API key''s owner (stage, reply, share, the next p_count only); the fault as JSON.';
+
+GRANT EXECUTE ON FUNCTION mailroom.mcp_set_inbox_fault(text, bytea, text, text, numeric, integer) TO mailroom_http;
+
+CREATE OR REPLACE FUNCTION mailroom.mcp_clear_inbox_fault(p_address text, p_key_digest bytea)
+RETURNS boolean
+LANGUAGE plpgsql
+VOLATILE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_who record := mailroom._http_who(p_address, NULL, mailroom._mcp_key(p_key_digest));
+BEGIN
+    RETURN mailroom.clear_inbox_fault(p_address, NULL, v_who.owner_type, v_who.owner_id);
+END;
+$$;
+
+COMMENT ON FUNCTION mailroom.mcp_clear_inbox_fault(text, bytea) IS
+'MCP clear_inbox_fault: clear_inbox_fault for the API key''s owner (the inbox''s own fault); false if it had none.';
+
+GRANT EXECUTE ON FUNCTION mailroom.mcp_clear_inbox_fault(text, bytea) TO mailroom_http;
+
 CREATE OR REPLACE FUNCTION mailroom.mcp_error_codes()
 RETURNS TABLE (function_name text, code text, meaning text)
 LANGUAGE sql
@@ -429,6 +472,8 @@ AS $$
         ('mcp_mark_message', ARRAY['MR209', 'MR260', 'MR261', 'MR203', 'MR204', 'MR205', 'MR206']),
         ('mcp_clear_messages', ARRAY['MR203', 'MR204', 'MR205', 'MR206']),
         ('mcp_extend_mailbox', ARRAY['MR202', 'MR203', 'MR204', 'MR205', 'MR206']),
+        ('mcp_set_inbox_fault', ARRAY['MR230', 'MR231', 'MR232', 'MR203', 'MR204', 'MR205', 'MR206']),
+        ('mcp_clear_inbox_fault', ARRAY['MR203', 'MR204']),
         ('*', ARRAY['MR240', 'MR241'])  -- every function: the API key
     ) AS t (fn, codes)
     CROSS JOIN LATERAL unnest(t.codes) WITH ORDINALITY AS c (code, n)

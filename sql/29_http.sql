@@ -47,9 +47,12 @@ AS $$
 DECLARE
     v_id bigint;
 BEGIN
-    -- the owner a request reads as: an API key's owner holds its inboxes of owner type api and
-    -- mcp (an agent's inbox, made over MCP or by `mailroom inbox create --owner-type mcp`); with a
-    -- session token the owner is NULL and the token decides
+    -- THE owner rule of the front ends (issue 36: the HTTP face's http_* and the MCP server's mcp_*
+    -- functions both use it, through _http_box or directly; the MCP face passes no session token
+    -- and checks first that there is a key, _mcp_key, for its own MR240 wording). The owner a
+    -- request reads as: an API key's owner holds its inboxes of owner type api and mcp (an agent's
+    -- inbox, made over MCP or by `mailroom inbox create --owner-type mcp`), any other inbox is read
+    -- as api and so refused (MR204); with a session token the owner is NULL and the token decides
     owner_id := mailroom._http_owner(p_session_token, p_key_digest);
     owner_type := 'api';
     IF owner_id IS NOT NULL THEN
@@ -63,7 +66,7 @@ END;
 $$;
 
 COMMENT ON FUNCTION mailroom._http_who(text, text, bytea) IS
-'Internal: the (owner type, owner id) a request reads an inbox as: an API key''s owner as api, or as mcp for its mcp inboxes; MR240/MR241 as _http_owner.';
+'Internal: the one owner rule of the HTTP and MCP faces: the (owner type, owner id) a request reads an inbox as: an API key''s owner as api, or as mcp for its mcp inboxes; MR240/MR241 as _http_owner.';
 
 CREATE OR REPLACE FUNCTION mailroom._http_box(
     p_address text,
@@ -106,7 +109,10 @@ BEGIN
         'max_message_bytes', p.max_message_bytes,
         'max_ttl_seconds', p.max_ttl_minutes::bigint * 60,
         'mailbox_id', p_box.id,
-        'is_active', mailroom._mailbox_open(p_box)
+        'is_active', mailroom._mailbox_open(p_box),
+        -- the fault injected at its SMTP door (sql/24_faults.sql), its own or its catch-all
+        -- domain's; null when none
+        'fault', mailroom._fault_json(p_box.id, p_box.address, split_part(p_box.address, '@', 2))
     )
     FROM mailroom.plans AS p
     WHERE p.name = p_box.plan);
@@ -114,7 +120,7 @@ END;
 $$;
 
 COMMENT ON FUNCTION mailroom._http_mailbox_json(mailroom.mailboxes) IS
-'Internal: the JSON of a mailbox in HTTP answers, REST v1 Mailbox (no token, no owner id; max_ttl_seconds: the plan''s longest TTL from now, the bound of http_extend_mailbox).';
+'Internal: the JSON of a mailbox in HTTP and MCP answers, REST v1 Mailbox (no token, no owner id; max_ttl_seconds: the plan''s longest TTL from now, the bound of http_extend_mailbox; its fault or null).';
 
 CREATE OR REPLACE FUNCTION mailroom._http_client_subject(p_client text)
 RETURNS bytea
@@ -977,3 +983,109 @@ COMMENT ON FUNCTION mailroom.http_list_all_messages(text, bytea, integer, bigint
 'GET /api/v1/messages: an API key owner''s mail across their open inboxes, newest first by id (keyset: before p_before_id; ?tag=, ?unread=), at most 200, each MessageSummary with its mailbox''s address. Errors: MR263 a session token (403), MR240/MR241, 22023 limit.';
 
 GRANT EXECUTE ON FUNCTION mailroom.http_list_all_messages(text, bytea, integer, bigint, text, boolean) TO mailroom_http;
+
+-- Fault injection from the API (issue 35, item 5; sql/24_faults.sql has the rule): the inbox's
+-- own fault, set, shown and cleared by whoever may read the inbox (the owner rule above)
+
+CREATE OR REPLACE FUNCTION mailroom.http_set_inbox_fault(
+    p_address text,
+    p_session_token text,
+    p_key_digest bytea,
+    p_stage text,
+    p_reply text,
+    p_share numeric DEFAULT 100,
+    p_count integer DEFAULT null
+)
+RETURNS jsonb
+LANGUAGE plpgsql
+VOLATILE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_who record := mailroom._http_who(p_address, p_session_token, p_key_digest);
+BEGIN
+    RETURN mailroom.set_inbox_fault(
+        p_address, p_session_token, p_stage, p_reply, coalesce(p_share, 100), p_count, v_who.owner_type, v_who.owner_id
+    );
+END;
+$$;
+
+COMMENT ON FUNCTION mailroom.http_set_inbox_fault(text, text, bytea, text, text, numeric, integer) IS
+'PUT /api/v1/mailboxes/{address}/fault: set_inbox_fault (stage, reply, share 100 by default, the next p_count only); the fault as JSON. Errors: MR230-MR232, MR203-MR206.';
+
+GRANT EXECUTE ON FUNCTION mailroom.http_set_inbox_fault(text, text, bytea, text, text, numeric, integer)
+TO mailroom_http;
+
+CREATE OR REPLACE FUNCTION mailroom.http_clear_inbox_fault(p_address text, p_session_token text, p_key_digest bytea)
+RETURNS boolean
+LANGUAGE plpgsql
+VOLATILE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_who record := mailroom._http_who(p_address, p_session_token, p_key_digest);
+BEGIN
+    RETURN mailroom.clear_inbox_fault(p_address, p_session_token, v_who.owner_type, v_who.owner_id);
+END;
+$$;
+
+COMMENT ON FUNCTION mailroom.http_clear_inbox_fault(text, text, bytea) IS
+'DELETE /api/v1/mailboxes/{address}/fault: clear_inbox_fault (the inbox''s own fault; its catch-all domain''s stays); false if it had none.';
+
+GRANT EXECUTE ON FUNCTION mailroom.http_clear_inbox_fault(text, text, bytea) TO mailroom_http;
+
+CREATE OR REPLACE FUNCTION mailroom.http_inbox_fault(p_address text, p_session_token text, p_key_digest bytea)
+RETURNS jsonb
+LANGUAGE plpgsql
+STABLE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_box mailroom.mailboxes := mailroom._http_box(p_address, p_session_token, p_key_digest);
+    v_fault jsonb := mailroom._fault_json(v_box.id, v_box.address, split_part(v_box.address, '@', 2));
+BEGIN
+    IF v_fault IS NULL THEN
+        RAISE EXCEPTION USING ERRCODE = 'MR270', MESSAGE = 'no fault is set for this inbox or its catch-all domain';
+    END IF;
+    RETURN v_fault;
+END;
+$$;
+
+COMMENT ON FUNCTION mailroom.http_inbox_fault(text, text, bytea) IS
+'GET /api/v1/mailboxes/{address}/fault: the fault in force for an open inbox (its own, else its catch-all domain''s) as JSON; MR270 when none.';
+
+GRANT EXECUTE ON FUNCTION mailroom.http_inbox_fault(text, text, bytea) TO mailroom_http;
+
+-- Release (issue 35, item 4; sql/32_outbound_release.sql has the rule): the one function through
+-- which mailroom_http puts mail in the outbound queue
+
+CREATE OR REPLACE FUNCTION mailroom.http_release_message(
+    p_address text,
+    p_session_token text,
+    p_key_digest bytea,
+    p_message_id bigint,
+    p_to text,
+    p_sender text DEFAULT null
+)
+RETURNS jsonb
+LANGUAGE plpgsql
+VOLATILE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_who record := mailroom._http_who(p_address, p_session_token, p_key_digest);
+BEGIN
+    RETURN mailroom.release_message(
+        p_address, p_session_token, p_message_id, p_to, p_sender, v_who.owner_type, v_who.owner_id
+    );
+END;
+$$;
+
+COMMENT ON FUNCTION mailroom.http_release_message(text, text, bytea, bigint, text, text) IS
+'POST …/messages/{id}/release: release_message for the request''s credential; {"outbound_id", "to", "sender"}. Errors: MR395-MR397 (403), MR301, MR303, MR306, MR318, MR203-MR209.';
+
+GRANT EXECUTE ON FUNCTION mailroom.http_release_message(text, text, bytea, bigint, text, text) TO mailroom_http;

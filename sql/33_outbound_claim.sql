@@ -210,7 +210,8 @@ RETURNS TABLE (
     dkim_selector text,
     dkim_public_key text,
     dkim_algorithm text,
-    attachments jsonb
+    attachments jsonb,
+    raw_message bytea
 )
 LANGUAGE plpgsql
 SET jit = off
@@ -316,7 +317,9 @@ BEGIN
         k.public_key,
         k.algorithm,
         -- attachments (sql/32): base64 in JSON, for the messages that have any
-        mailroom._attachments_json(c.attachments)
+        mailroom._attachments_json(c.attachments),
+        -- a released message (sql/32_outbound_release.sql): the bytes to send as they are
+        c.raw_message
     FROM claimed AS c
     INNER JOIN relays AS r ON c.sender_id = r.id
     CROSS JOIN LATERAL (
@@ -374,7 +377,8 @@ RETURNS TABLE (
     dkim_selector text,
     dkim_public_key text,
     dkim_algorithm text,
-    attachments jsonb
+    attachments jsonb,
+    raw_message bytea
 )
 LANGUAGE plpgsql
 SECURITY DEFINER

@@ -388,7 +388,8 @@ RETURNS TABLE (
     dkim_selector text,
     dkim_public_key text,
     dkim_algorithm text,
-    attachments jsonb
+    attachments jsonb,
+    raw_message bytea
 )
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
@@ -542,7 +543,8 @@ BEGIN
             k.selector,
             k.public_key,
             k.algorithm,
-            mailroom._attachments_json(c.attachments)
+            mailroom._attachments_json(c.attachments),
+            c.raw_message
         FROM unnest(v_rows) AS c
         INNER JOIN mailroom.senders AS r ON c.sender_id = r.id
         CROSS JOIN LATERAL (

@@ -14,6 +14,7 @@ import hashlib
 import secrets
 import time
 
+import aiosmtplib
 import psycopg
 import pytest
 from mcp.shared.exceptions import McpError
@@ -22,7 +23,8 @@ from mcp_support import doc, error, http_session, mailroom_env, send_mail, stdio
 from mailroom.testing import as_login
 
 TOOLS = {"create_inbox", "list_inboxes", "list_messages", "read_message", "wait_for_message", "extract_link",
-         "extract_code", "delete_inbox", "mark_message", "clear_inbox", "extend_inbox"}
+         "extract_code", "delete_inbox", "mark_message", "clear_inbox", "extend_inbox", "set_inbox_fault",
+         "clear_inbox_fault"}
 
 
 async def _story(session, smtp_port: int, db_url: str) -> None:
@@ -74,6 +76,21 @@ async def _story(session, smtp_port: int, db_url: str) -> None:
                                                           "pattern": "\\m\\d{9}\\M"}))["code"] == "MR215"
     listed = doc(await session.call_tool("list_messages", {"address": address}))
     assert [m["subject"] for m in listed["messages"]] == ["Activate your account", "Welcome"]
+
+    # fault injection (issue 35): the next message is refused at RCPT by the real server, then mail flows again
+    fault = doc(await session.call_tool("set_inbox_fault", {"address": address, "stage": "rcpt",
+                                                            "reply": "451 4.7.1 Greylisted by the agent", "count": 1}))
+    assert (fault["stage"], fault["remaining"], fault["fired"]) == ("rcpt", 1, 0)
+    assert "MR231" in tools["set_inbox_fault"].description
+    assert error(await session.call_tool("set_inbox_fault", {"address": address, "stage": "rcpt",
+                                                             "reply": "250 ok"}))["code"] == "MR231"
+    with pytest.raises(aiosmtplib.SMTPRecipientsRefused) as refused:
+        await send_mail(smtp_port, address, "Refused", "by the fault")
+    assert refused.value.recipients[0].code == 451
+    shown = doc(await session.call_tool("list_messages", {"address": address}))["mailbox"]["fault"]
+    assert (shown["fired"], shown["remaining"], shown["active"]) == (1, 0, False)
+    assert doc(await session.call_tool("clear_inbox_fault", {"address": address})) == {"deleted": True}
+    assert doc(await session.call_tool("list_messages", {"address": address}))["mailbox"]["fault"] is None
 
     # the same as resources
     uris = [str(r.uri) for r in (await session.list_resources()).resources]

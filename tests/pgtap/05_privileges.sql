@@ -18,7 +18,8 @@ SELECT 'mailroom_app', unnest(ARRAY[
     'find_message', 'await_message', 'is_suppressed', 'search_messages', 'clock', 'setting', 'interval_setting',
     'account_status', 'list_migrations', 'schema_version', 'error_codes', 'token_actions', 'list_settings', 'list_plans',
     'enqueue_bulk_message', 'enqueue_message_with_attachments',
-    'set_inbox_fault', 'clear_inbox_fault', 'inbox_fault', 'mark_message', 'delete_inbox_messages'
+    'set_inbox_fault', 'clear_inbox_fault', 'inbox_fault', 'mark_message', 'delete_inbox_messages', 'release_message',
+    'release_options'
 ])
 UNION ALL
 SELECT 'mailroom_http', unnest(ARRAY[
@@ -31,7 +32,9 @@ SELECT 'mailroom_http', unnest(ARRAY[
     'mcp_create_mailbox', 'mcp_list_mailboxes', 'mcp_list_messages', 'mcp_read_message', 'mcp_check_message',
     'mcp_extract_link', 'mcp_extract_code', 'mcp_delete_mailbox', 'mcp_error_codes',
     'http_update_message', 'http_delete_messages', 'http_clear_messages', 'http_extend_mailbox', 'http_list_all_messages',
-    'mcp_mark_message', 'mcp_clear_messages', 'mcp_extend_mailbox'
+    'mcp_mark_message', 'mcp_clear_messages', 'mcp_extend_mailbox',
+    'http_set_inbox_fault', 'http_clear_inbox_fault', 'http_inbox_fault', 'mcp_set_inbox_fault', 'mcp_clear_inbox_fault',
+    'http_release_message', 'release_options'
 ])
 UNION ALL
 SELECT 'mailroom_collector', unnest(ARRAY[

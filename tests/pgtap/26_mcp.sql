@@ -3,7 +3,7 @@
 -- creation limit shared with REST (MR243); the JSON of reads, one-look waits (MR212 on the last),
 -- link and code, deletion (MR206 after it).
 BEGIN;
-SELECT plan(29);
+SELECT plan(35);
 
 SET LOCAL mailroom.clock = '2030-01-01 00:00:00+00';
 SELECT mailroom.create_api_key('agent-1', sha256('mrk_one'::bytea));
@@ -87,6 +87,21 @@ SELECT throws_ok(format($$SELECT mailroom.mcp_mark_message(%L, sha256('mrk_two':
 SELECT is(mailroom.mcp_extend_mailbox(pg_temp.a(), pg_temp.k(), 600) ->> 'expires_at', '2030-01-01T00:10:00+00:00',
     'extend_inbox: now + the TTL');
 SELECT is(mailroom.mcp_clear_messages(pg_temp.a(), pg_temp.k()), '{"deleted": 1}'::jsonb, 'clear_inbox: every message');
+-- fault injection (issue 35) and the one owner rule (issue 36): the MCP face's MR240 words, the rule's MR204
+SELECT is((mailroom.mcp_set_inbox_fault(pg_temp.a(), pg_temp.k(), 'data', '554 5.7.1 Policy', 50) ->> 'share')::numeric, 50.0,
+    'mcp_set_inbox_fault');
+SELECT is(mailroom.mcp_list_messages(pg_temp.a(), pg_temp.k()) -> 'mailbox' -> 'fault' ->> 'reply', '554 5.7.1 Policy',
+    'the inbox''s JSON shows the fault');
+SELECT throws_ok(format($$SELECT mailroom.mcp_set_inbox_fault(%L, sha256('mrk_two'::bytea), 'rcpt', '451 4.3.0 x')$$,
+    pg_temp.a()), 'MR204', NULL, 'another owner''s key cannot set it: MR204');
+SELECT throws_ok(format($$SELECT mailroom.mcp_clear_inbox_fault(%L, null)$$, pg_temp.a()), 'MR240',
+    'credentials required: an API key', 'no key: MR240 in the MCP face''s words');
+SELECT ok(mailroom.mcp_clear_inbox_fault(pg_temp.a(), pg_temp.k()), 'mcp_clear_inbox_fault');
+SELECT is(
+    (SELECT array_agg(code ORDER BY code) FROM mailroom.mcp_error_codes() WHERE function_name = 'mcp_clear_inbox_fault'),
+    ARRAY['MR203', 'MR204'], 'mcp_error_codes lists the fault tools'' codes'
+);
+
 SELECT is(mailroom.mcp_delete_mailbox(pg_temp.a(), pg_temp.k()), true, 'delete the inbox');
 SELECT throws_ok(format($$SELECT mailroom.mcp_list_messages(%L, sha256('mrk_one'::bytea))$$, pg_temp.a()), 'MR206', NULL,
     'a deleted inbox: MR206');

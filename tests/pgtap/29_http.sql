@@ -4,7 +4,7 @@
 -- v1 shapes (a list is a JSON array, the original service's keys), an API key's inbox list, and its
 -- mcp inboxes read over REST.
 BEGIN;
-SELECT plan(51);
+SELECT plan(61);
 
 SET LOCAL mailroom.clock = '2030-01-01 00:00:00+00';
 SELECT mailroom.create_api_key('team-1', sha256('mrk_one'::bytea));
@@ -38,6 +38,28 @@ SELECT throws_ok(format($$SELECT mailroom.http_get_mailbox(%L, null, sha256('mrk
     'MR204', NULL, 'another owner''s key: MR204');
 SELECT throws_ok(format($$SELECT mailroom.http_get_mailbox(%L, null, sha256('mrk_one'::bytea))$$, pg_temp.a()),
     'MR204', NULL, 'a key does not open an anonymous inbox');
+
+-- fault injection over the API (issue 35, item 5): the owner rule, the Mailbox's fault, MR270
+SELECT throws_ok(format($$SELECT mailroom.http_inbox_fault(%L, %L, null)$$, pg_temp.a(), pg_temp.t()), 'MR270', NULL,
+    'no fault: MR270 (the route''s 404)');
+SELECT is(mailroom.http_get_mailbox(pg_temp.a(), pg_temp.t(), null) -> 'fault', 'null'::jsonb,
+    'the Mailbox''s fault is null when none');
+SELECT is(
+    (SELECT row(f ->> 'scope', f ->> 'stage', f ->> 'reply', f ->> 'share', f ->> 'remaining')::text
+     FROM (SELECT mailroom.http_set_inbox_fault(pg_temp.a(), pg_temp.t(), null, 'after-data', '451 4.3.0 Lost ack', null, 2) AS f) AS r),
+    '(inbox,after_data,"451 4.3.0 Lost ack",100.00,2)', 'http_set_inbox_fault with the token (share null: 100)'
+);
+SELECT is(mailroom.http_get_mailbox(pg_temp.a(), pg_temp.t(), null) -> 'fault' ->> 'stage', 'after_data',
+    'the Mailbox shows its fault');
+SELECT is(mailroom.http_inbox_fault(pg_temp.a(), pg_temp.t(), null) ->> 'remaining', '2', 'http_inbox_fault');
+SELECT throws_ok(format($$SELECT mailroom.http_set_inbox_fault(%L, null, sha256('mrk_one'::bytea), 'rcpt', '451 4.3.0 x')$$,
+    pg_temp.a()), 'MR204', NULL, 'a key does not set an anonymous inbox''s fault');
+SELECT is(mailroom.http_set_inbox_fault(pg_temp.oa(), null, sha256('mrk_one'::bytea), 'rcpt', '550 5.1.1 No') ->> 'stage',
+    'rcpt', 'the owner''s key sets its inbox''s fault');
+SELECT throws_ok(format($$SELECT mailroom.http_set_inbox_fault(%L, %L, null, 'helo', '451 4.3.0 x')$$,
+    pg_temp.a(), pg_temp.t()), 'MR230', NULL, 'a bad stage: MR230');
+SELECT ok(mailroom.http_clear_inbox_fault(pg_temp.a(), pg_temp.t(), null), 'http_clear_inbox_fault');
+SELECT ok(NOT mailroom.http_clear_inbox_fault(pg_temp.a(), pg_temp.t(), null), 'cleared already: false');
 
 CREATE TEMP TABLE m AS SELECT mailroom.deliver_message(
     pg_temp.a(), convert_to(E'From: App <app@example.org>\r\nSubject: Hi\r\nX-Folded: one\r\n two\r\n\r\nbody', 'UTF8'),

@@ -383,7 +383,7 @@ def create_app(config: HttpConfig | None = None) -> FastAPI:  # noqa: PLR0915 - 
     if config.cors_origins:
         from fastapi.middleware.cors import CORSMiddleware
 
-        app.add_middleware(CORSMiddleware, allow_origins=config.cors_origins, allow_methods=["GET", "POST", "PATCH", "DELETE"],
+        app.add_middleware(CORSMiddleware, allow_origins=config.cors_origins, allow_methods=["GET", "POST", "PUT", "PATCH", "DELETE"],
                            allow_headers=["Authorization", "X-API-Key", "X-Session-Token"])
     if config.access_log:
         app.add_middleware(_AccessLog)
@@ -711,6 +711,45 @@ def create_app(config: HttpConfig | None = None) -> FastAPI:  # noqa: PLR0915 - 
 
         return StreamingResponse(stream(), media_type="text/event-stream",
                                  headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"})
+
+    # -- fault injection and release (issue 35, items 4 and 5) -------------------------------------
+
+    @app.get("/api/v1/mailboxes/{address}/fault", tags=["faults"], response_model=models.Fault,
+             responses=errors(401, 403, 404, 503),
+             summary="The fault injected at the inbox's SMTP door (its own, else its catch-all domain's); 404 when none")
+    async def get_fault(request: Request, address: str) -> Response:
+        return _json(await state.call(sqlapi.http_inbox_fault, **creds(request, address).sql(address)))
+
+    @app.put("/api/v1/mailboxes/{address}/fault", tags=["faults"], response_model=models.Fault,
+             responses=errors(400, 401, 403, 404, 503),
+             summary="Make the inbound SMTP server answer this inbox a chosen 4xx/5xx reply at rcpt, data or after_data "
+                     "(every message, a share of them, or the next count)")
+    async def set_fault(request: Request, address: str, body: models.FaultRequest) -> Response:
+        return _json(await state.call(sqlapi.http_set_inbox_fault, retry=False, stage=body.stage, reply=body.reply,
+                                      share=body.share, count=body.count,
+                                      **creds(request, address, unsafe=True).sql(address)))
+
+    @app.delete("/api/v1/mailboxes/{address}/fault", tags=["faults"], response_model=models.Deleted,
+                responses=errors(401, 403, 404, 503),
+                summary="Clear the inbox's own fault (its catch-all domain's stays); deleted false if it had none")
+    async def clear_fault(request: Request, address: str) -> Response:
+        deleted = await state.call(sqlapi.http_clear_inbox_fault, retry=False,
+                                   **creds(request, address, unsafe=True).sql(address))
+        return JSONResponse({"deleted": bool(deleted)})
+
+    @app.get("/api/v1/release", tags=["release"], response_model=models.ReleaseOptions, responses=errors(503),
+             summary="Whether captured messages may be released, and through which senders")
+    async def release_options() -> Response:
+        return _json(await state.call(sqlapi.release_options))
+
+    @app.post("/api/v1/mailboxes/{address}/messages/{message_id}/release", tags=["release"],
+              response_model=models.Released, responses=errors(400, 401, 403, 404, 409, 413, 503),
+              summary="Send a captured message on to an address, as received with Resent- headers, through a sender "
+                      "and the outbound queue")
+    async def release_message(request: Request, address: str, message_id: str, body: models.ReleaseRequest) -> Response:
+        return _json(await state.call(sqlapi.http_release_message, retry=False, message_id=_message_id(message_id),
+                                      to=body.to, sender=body.sender,
+                                      **creds(request, address, unsafe=True).sql(address)))
 
     # -- SES through SNS -------------------------------------------------------------------------
 

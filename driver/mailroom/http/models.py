@@ -25,6 +25,19 @@ class _Model(BaseModel):
     model_config = ConfigDict(extra="allow", populate_by_name=True)
 
 
+class Fault(_Model):
+    """A fault injected at the inbox's SMTP door (sql/24_faults.sql `_fault_json`; docs/inboxes.md)."""
+
+    scope: str = Field(description="inbox (its own) or catchall_domain (its catch-all domain's)")
+    stage: str = Field(description="rcpt, data or after_data: where the inbound server answers the reply")
+    reply: str = Field(description="the SMTP reply it answers, e.g. 451 4.3.0 Try again later")
+    share: float = Field(description="the percentage of messages it answers (0 to 100)")
+    remaining: int | None = Field(description="how many more times it answers; null: every time until cleared")
+    fired: int = Field(description="how many times it answered since it was set")
+    active: bool = Field(description="whether it can still answer (share above 0, remaining not 0)")
+    set_at: datetime
+
+
 class Mailbox(_Model):
     """An open inbox (`_http_mailbox_json`): never its session token, never its owner's id."""
 
@@ -40,6 +53,8 @@ class Mailbox(_Model):
     max_message_bytes: int | None = Field(description="the plan's size limit of one message")
     max_ttl_seconds: int | None = Field(description="the plan's longest TTL from now: the bound of POST …/extend")
     mailbox_id: int = Field(description="mailroom's id of the inbox (the payload of NOTIFY mailroom_inbox)")
+    fault: Fault | None = Field(description="the fault injected at its SMTP door (its own, else its catch-all "
+                                            "domain's); null when none")
 
 
 class CreatedMailbox(Mailbox):
@@ -117,6 +132,33 @@ class SearchResult(_Model):
     mailbox: Mailbox
     query: str
     messages: list[SearchHit]
+
+
+class FaultRequest(BaseModel):
+    """`PUT …/fault`: what the inbound server answers, where and how often."""
+
+    stage: str = Field(description="rcpt, data or after_data (after-data accepted)")
+    reply: str = Field(description="421, 450-452 or 550-554, an enhanced status of the same class, text")
+    share: float = Field(default=100, description="the percentage of messages it answers, 0 to 100")
+    count: int | None = Field(default=None, description="only the next this many messages; null: every one")
+
+
+class ReleaseRequest(BaseModel):
+    """`POST …/messages/{id}/release`: where to send the message, and through which sender."""
+
+    to: str = Field(description="the address the message is sent on to")
+    sender: str | None = Field(default=None, description="a sender of GET /api/v1/release; null: its first")
+
+
+class Released(_Model):
+    outbound_id: int = Field(description="the outbound queue's id of the message (mailroom outbound show)")
+    to: str
+    sender: str
+
+
+class ReleaseOptions(_Model):
+    enabled: bool = Field(description="false while the setting release.senders names no sender")
+    senders: list[str] = Field(description="the senders a message may be released through")
 
 
 class Deleted(_Model):
@@ -213,9 +255,10 @@ def errors(*statuses: int) -> dict[int | str, dict[str, Any]]:
     described = {
         400: "bad input", 401: "no credentials, or an unknown or revoked API key",
         403: "not this inbox's credential, a plan that needs an API key, a cookie request without its CSRF header, "
-             "the all-mail list with a session token",
-        404: "no such inbox, expired or deleted; no such message, link, code or attachment",
-        408: "the long poll's time passed", 413: "body too large", 422: "a parameter of the wrong type",
+             "the all-mail list with a session token, a release that is off or not allowed",
+        404: "no such inbox, expired or deleted; no such message, link, code, attachment or fault",
+        408: "the long poll's time passed", 409: "a released message's address is on the suppression list",
+        413: "body too large (a released message: over outbound.max_message_bytes)", 422: "a parameter of the wrong type",
         429: "the creation rate limit, with Retry-After", 502: "the service a check asks (spamd) failed",
         503: "the database is unavailable; a check this server does not run (MR280, MR281)",
     }

@@ -74,6 +74,19 @@ http_message_check = SqlFunction(
     "http_message_check", f"{_WHO}, p_message_id bigint, p_check text, p_enabled boolean = default",
     returns=("html_body", "text_body", "raw"),
 )
+# fault injection (sql/24_faults.sql through sql/29_http.sql)
+http_set_inbox_fault = SqlFunction(
+    "http_set_inbox_fault",
+    f"{_WHO}, p_stage text, p_reply text, p_share numeric = default, p_count integer = default",
+    returns="jsonb",
+)
+http_clear_inbox_fault = SqlFunction("http_clear_inbox_fault", _WHO, returns="boolean")
+http_inbox_fault = SqlFunction("http_inbox_fault", _WHO, returns="jsonb")
+# release (sql/32_outbound_release.sql): the one way mailroom_http queues mail, and the form's options
+http_release_message = SqlFunction(
+    "http_release_message", f"{_WHO}, p_message_id bigint, p_to text, p_sender text = default", returns="jsonb"
+)
+release_options = SqlFunction("release_options", returns="jsonb")
 index_messages = SqlFunction("index_messages", "p_message_ids bigint[]", returns="integer")
 deliver_ses_message = SqlFunction(
     "deliver_ses_message",

@@ -396,6 +396,39 @@ def build(backend: Backend, credential: Callable[[], bytes | None] | None = None
         return await _tool(lambda: call(sqlapi.mcp_extend_mailbox, retry=False, address=address, key_digest=who(),
                                         ttl_seconds=ttl_seconds))
 
+    @tool(sqlapi.mcp_set_inbox_fault, annotations=ToolAnnotations(readOnlyHint=False, destructiveHint=False,
+                                                                   idempotentHint=True, openWorldHint=False))
+    async def set_inbox_fault(
+        address: Address,
+        stage: Annotated[str, Field(
+            description="Where the inbound SMTP server answers the reply: rcpt (the recipient is refused), data (the "
+                        "message is refused, nothing stored) or after_data (stored, then the error: a retry "
+                        "duplicates it).")],
+        reply: Annotated[str, Field(
+            description="The SMTP reply: 421, 450-452 or 550-554, an enhanced status code of the same class and "
+                        "text, e.g. '451 4.3.0 Try again later'.")],
+        share: Annotated[float, Field(description="The percentage of messages it answers, 0 to 100.", ge=0, le=100)]
+        = 100,
+        count: Annotated[int | None, Field(description="Only the next this many messages (default: every one).",
+                                           ge=1)] = None,
+    ) -> CallToolResult:
+        """Fault injection: make the inbox's SMTP server answer an error on purpose, to test an application's
+        retries and bounce handling. Replaces the inbox's fault. Returns {scope, stage, reply, share, remaining,
+        fired, active, set_at}; the inbox's JSON shows it as `fault`."""
+        return await _tool(lambda: call(sqlapi.mcp_set_inbox_fault, retry=False, address=address, key_digest=who(),
+                                        stage=stage, reply=reply, share=share, count=count))
+
+    @tool(sqlapi.mcp_clear_inbox_fault, annotations=ToolAnnotations(readOnlyHint=False, destructiveHint=False,
+                                                                     idempotentHint=True, openWorldHint=False))
+    async def clear_inbox_fault(address: Address) -> CallToolResult:
+        """Fault injection: stop the inbox's own fault (mail is accepted again). {deleted: true}, or false if it had
+        none."""
+        async def work() -> dict[str, Any]:
+            return {"deleted": bool(await call(sqlapi.mcp_clear_inbox_fault, retry=False, address=address,
+                                               key_digest=who()))}
+
+        return await _tool(work)
+
     async def resource(fn: Any, **kwargs: Any) -> str:
         try:
             return json.dumps(await call(fn, key_digest=who(), **kwargs), default=str)

@@ -34,4 +34,10 @@ mcp_mark_message = SqlFunction(
 )
 mcp_clear_messages = SqlFunction("mcp_clear_messages", _WHO, returns="jsonb")
 mcp_extend_mailbox = SqlFunction("mcp_extend_mailbox", f"{_WHO}, p_ttl_seconds integer", returns="jsonb")
+mcp_set_inbox_fault = SqlFunction(
+    "mcp_set_inbox_fault",
+    f"{_WHO}, p_stage text, p_reply text, p_share numeric = default, p_count integer = default",
+    returns="jsonb",
+)
+mcp_clear_inbox_fault = SqlFunction("mcp_clear_inbox_fault", _WHO, returns="boolean")
 mcp_error_codes = SqlFunction("mcp_error_codes", returns=("function_name", "code", "meaning"))

@@ -216,6 +216,10 @@ def render(row: dict[str, Any], list_unsubscribe: str | None = None) -> bytes | 
 
 
 def message_bytes(row: dict[str, Any], list_unsubscribe: str | None = None) -> bytes:
-    """The bytes of the message the sender sends (before DKIM): render(), else the builder."""
+    """The bytes of the message the sender sends (before DKIM): a released message's own bytes
+    (release_message: the Resent- block and the message as received, sent as they are), else
+    render(), else the builder."""
+    if row.get("raw_message") is not None:
+        return bytes(row["raw_message"])
     data = render(row, list_unsubscribe)
     return data if data is not None else build_message(row, list_unsubscribe).as_bytes()

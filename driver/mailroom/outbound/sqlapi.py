@@ -15,7 +15,7 @@ claim_messages = SqlFunction(
         "bcc_addrs", "subject", "text_body", "html_body", "headers", "created_at", "possibly_sent", "smtp_host",
         "smtp_port", "smtp_security", "smtp_username", "smtp_password_sealed", "smtp_password_set",
         "smtp_allow_cleartext", "return_path", "recipients", "return_paths", "list_unsubscribe", "dkim_domain",
-        "dkim_selector", "dkim_public_key", "dkim_algorithm", "attachments",
+        "dkim_selector", "dkim_public_key", "dkim_algorithm", "attachments", "raw_message",
     ),
 )
 finalize_messages = SqlFunction(
