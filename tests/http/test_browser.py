@@ -457,6 +457,7 @@ def test_fault_injection_in_the_inbox_header(page, server, smtp_port):
         send(smtp_port, box["address"], "refused on purpose")
     page.reload()
     expect(page.locator("#fault-badge")).to_contain_text("rcpt")  # rendered by the server too
+    page.locator("#fault summary").click()
     shoot(page, "http-fault")
     page.get_by_role("button", name="Clear").click()
     expect(page.locator("#fault-badge")).to_be_hidden()
@@ -470,30 +471,36 @@ def test_no_serious_accessibility_violation_on_any_view(browser, server, smtp_po
          attachments=[("pic.png", "image/png", png())])
     mid = wait_count(server, box, 1)[0]["id"]
     key = json.loads(cli("apikey", "create", "axe-team", "--json").stdout)["api_key"]
+    owned = server.request("POST", "/api/v1/mailboxes", token=key).json()
+    send(smtp_port, owned["address"], "In the owner's inbox", attachments=[("pic.png", "image/png", png())])
     found = {}
-    for scheme in ("light", "dark"):
+    for scheme in ("light", "dark"):  # every view in light; in dark the views whose colours differ most
         ctx = browser.new_context(viewport=WIDE, color_scheme=scheme, base_url=server.base)
         try:
             page = ctx.new_page()
-            page.goto("/")
-            found[f"home {scheme}"] = axe_violations(page)
+            if scheme == "light":
+                page.set_content("<html><body><input type=text><img src=x.png></body></html>")
+                assert axe_violations(page), "axe found nothing on a page with an unlabelled input"  # the probe works
+                page.goto("/")
+                found[f"home {scheme}"] = axe_violations(page)
             open_inbox(page, server.base, box)
             page.locator("#messages li.msg").first.wait_for()
-            found[f"inbox {scheme}"] = axe_violations(page)
             page.locator("#messages li.msg a.open").first.click()
             page.locator("#pane #message").wait_for()
-            found[f"split pane {scheme}"] = axe_violations(page)
+            found[f"inbox and split pane {scheme}"] = axe_violations(page)
             page.goto(f"/inbox/{box['address']}/messages/{mid}")
-            for tab in ("HTML source", "Headers", "Attachments (1)"):
-                page.get_by_role("tab", name=tab).click()
-                found[f"message {tab} {scheme}"] = axe_violations(page)
+            page.get_by_role("tab", name="HTML source").click()
+            found[f"message, source {scheme}"] = axe_violations(page)
+            if scheme == "dark":
+                continue
+            page.get_by_role("tab", name="Attachments (1)").click()
             page.keyboard.press("?")
-            found[f"shortcuts {scheme}"] = axe_violations(page)
+            found[f"message, attachments, shortcuts {scheme}"] = axe_violations(page)
             page.goto("/mail")
             found[f"key login {scheme}"] = axe_violations(page)
             page.get_by_label("API key").fill(key)
             page.get_by_role("button", name="Open all my mail").click()
-            page.locator("#messages").wait_for()
+            page.locator("#messages li.msg").first.wait_for()
             found[f"all mail {scheme}"] = axe_violations(page)
         finally:
             ctx.close()
