@@ -4,6 +4,7 @@ mail builders, axe-core, and screenshots written to docs/img/ when MAILROOM_SCRE
 
 from __future__ import annotations
 
+import email.policy
 import os
 import shutil
 import smtplib
@@ -11,7 +12,6 @@ import struct
 import subprocess
 import sys
 import zlib
-import email.policy
 from email.message import EmailMessage
 from pathlib import Path
 
@@ -89,7 +89,8 @@ OVERFLOW = """() => {
   const w = document.documentElement.clientWidth, out = [];
   document.querySelectorAll("body *").forEach(e => {
     const r = e.getBoundingClientRect();
-    if (r.right > w + 0.5 && r.width > 0) out.push(e.tagName + (e.id ? "#" + e.id : "") + "." + e.className + " " + Math.round(r.right));
+    if (r.right > w + 0.5 && r.width > 0)
+      out.push(e.tagName + (e.id ? "#" + e.id : "") + "." + e.className + " " + Math.round(r.right));
   });
   return [document.documentElement.scrollWidth, out.slice(0, 8)];
 }"""

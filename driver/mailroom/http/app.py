@@ -383,7 +383,8 @@ def create_app(config: HttpConfig | None = None) -> FastAPI:  # noqa: PLR0915 - 
     if config.cors_origins:
         from fastapi.middleware.cors import CORSMiddleware
 
-        app.add_middleware(CORSMiddleware, allow_origins=config.cors_origins, allow_methods=["GET", "POST", "PUT", "PATCH", "DELETE"],
+        app.add_middleware(CORSMiddleware, allow_origins=config.cors_origins,
+                           allow_methods=["GET", "POST", "PUT", "PATCH", "DELETE"],
                            allow_headers=["Authorization", "X-API-Key", "X-Session-Token"])
     if config.access_log:
         app.add_middleware(_AccessLog)

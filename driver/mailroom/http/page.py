@@ -330,7 +330,7 @@ def render_all_mail(mailboxes: list[dict[str, Any]], *, csrf: str, tag: str | No
     body = f"""<div class="card" id="inbox" data-view="all" data-tag="{e(tag or "")}">
   <div class="row-flex" style="justify-content:space-between"><h1 style="font-size:1.3em;margin:0">All my mail</h1>
   <button type="button" class="ghost small" id="notify">Notify me</button></div>
-  <details><summary>{len(mailboxes)} open inbox(es)</summary><ul id="mailboxes">{boxes}</ul></details>{note}
+  <details id="inboxes"><summary>{len(mailboxes)} open inbox(es)</summary><ul id="mailboxes">{boxes}</ul></details>{note}
 </div>
 <div class="split has-pane" id="split">
   <section class="card" aria-label="messages">
