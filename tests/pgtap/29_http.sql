@@ -193,7 +193,7 @@ SELECT throws_ok($$SELECT mailroom.http_list_all_messages(null, sha256('mrk_one'
 SELECT is(
     mailroom.http_extend_mailbox(pg_temp.oa(), null, sha256('mrk_one'::bytea), 999999) - ARRAY[
         'address', 'plan', 'owner_type', 'created_at', 'message_count', 'catchall', 'max_messages', 'max_message_bytes',
-        'mailbox_id', 'is_active'],
+        'mailbox_id', 'is_active', 'fault'],
     jsonb_build_object('expires_at', '2030-01-02T00:01:00+00:00', 'max_ttl_seconds', 86400),
     'extend: now + ttl, clamped to the plan''s max TTL (pro: a day)'
 );
