@@ -201,7 +201,7 @@ def message_row(m: dict[str, Any], address: str, *, show_mailbox: bool = False) 
     cls = "msg unread" if unread else "msg"
     dot = '<span class="dot" title="unread"></span><span class="sr-only">unread, </span>' if unread else ""
     count = int(m.get("attachment_count") or (1 if m.get("has_attachments") else 0))
-    clip = (f'<span class="mark" title="{count} attachment(s)">📎{count}<span class="sr-only"> attachment(s)</span></span>'
+    clip = (f'<span class="mark" title="{count} attachment(s)">📎{count}<span class="sr-only"> attachment(s)</span></span> '
             if count else "")
     tags = m.get("tags") or []
     box = f'<span class="mailbox-of">{e(address)}</span> ' if show_mailbox else ""
@@ -211,7 +211,7 @@ def message_row(m: dict[str, Any], address: str, *, show_mailbox: bool = False) 
         f'<div class="body"><a class="open" href="{_inbox_url(address)}/messages/{mid}">'
         f'<span class="line1"><span class="from">{dot}{e(m.get("from") or m.get("envelope_from"))}</span>'
         f'{_time(m.get("received_at"))}</span>'
-        f'<span class="subject">{e(subject)}{clip}</span>'
+        f'<span class="subject">{clip}{e(subject)}</span>'
         f'<span class="snippet">{e(m.get("snippet") or "")}</span></a>'
         f'<span class="tags">{box}{_tags(tags, address)}</span></div></li>'
     )
@@ -295,7 +295,7 @@ def render_inbox(mailbox: dict[str, Any], messages: list[dict[str, Any]], *, csr
     <div><span id="live" class="live" title="connecting"></span>
       <strong><span id="count">{int(mailbox.get("message_count") or len(messages))}</span> message(s)</strong>
       <span class="muted">· new mail appears here live</span></div>
-    <form method="get" action="{_inbox_url(address)}" role="search"><input type="search" name="q" id="search"
+    <form method="get" action="{_inbox_url(address)}" role="search" id="search-form"><input type="search" name="q" id="search"
       placeholder="Search: words, pine*, from:, tag:, is:unread" value="{e(query or '')}" aria-label="search">
       <button type="submit" class="ghost">Search</button></form>
     <div class="row-flex"><button type="button" class="ghost small" id="notify">Notify me</button>

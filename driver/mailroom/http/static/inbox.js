@@ -72,7 +72,9 @@
   function tick() {
     if (!expires) return;
     var iso = expires.dataset.expires, t = expires.querySelector("time");
-    if (!t) { t = timeEl(iso); expires.textContent = ""; expires.appendChild(t); }
+    if (!expires.dataset.ticking) {  // "expires <ISO>" from the server becomes the countdown
+      t = t || timeEl(iso); expires.textContent = ""; expires.appendChild(t); expires.dataset.ticking = "1";
+    }
     t.setAttribute("datetime", iso);
     t.title = "expires " + localTime(iso) + " (" + iso + ")";
     t.textContent = left(new Date(iso).getTime() - Date.now());
@@ -351,7 +353,8 @@
     var n = m.attachment_count || (m.has_attachments ? 1 : 0);
     if (n) {
       var clip = el("span", "mark", "📎" + n); clip.title = n + " attachment(s)";
-      clip.appendChild(el("span", "sr-only", " attachment(s)")); subj.appendChild(clip);
+      clip.appendChild(el("span", "sr-only", " attachment(s)"));
+      subj.insertBefore(document.createTextNode(" "), subj.firstChild); subj.insertBefore(clip, subj.firstChild);
     }
     a.appendChild(subj); a.appendChild(el("span", "snippet", m.snippet || ""));
     body.appendChild(a);
