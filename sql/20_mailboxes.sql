@@ -416,7 +416,11 @@ BEGIN
     -- the session): it runs at every RCPT, where a SQL function was parsed and planned each time.
     -- A plus address is its box's (box+tag@domain: box@domain, sql/02_addresses.sql): the address
     -- answered is the box's, so a server stores one copy per box however its tags were written.
-    address := mailroom._address_base(mailroom._normalize_address(p_address));
+    -- (the call only for an address with a '+': a function call with SET search_path is not free)
+    address := mailroom._normalize_address(p_address);
+    IF strpos(address, '+') > 0 THEN
+        address := mailroom._address_base(address);
+    END IF;
     v_id := mailroom._mailbox_id(check_recipient.address);
     SELECT m.* INTO v_box FROM mailroom.mailboxes AS m WHERE m.id = v_id;
     IF v_box.id IS NULL THEN

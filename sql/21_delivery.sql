@@ -23,7 +23,7 @@ AS $$
 DECLARE
     v_address text := mailroom._normalize_address(p_address);
     -- plus-addressing (sql/02_addresses.sql): box+tag@domain is stored in box@domain, tagged tag
-    v_tag text := mailroom._address_tag(v_address);
+    v_tag text := CASE WHEN strpos(v_address, '+') > 0 THEN mailroom._address_tag(v_address) END;
     v_size bigint := octet_length(p_raw);
     v_message_id bigint;
     v_mailbox_id bigint;
@@ -44,7 +44,9 @@ BEGIN
 
     -- the mailbox by its address (mailbox_addresses), then every statement by its id: on Citus
     -- the mailbox row and the message are on the same worker (colocated by mailbox id)
-    v_box_id := mailroom._mailbox_id(mailroom._address_base(v_address));
+    v_box_id := mailroom._mailbox_id(
+        CASE WHEN strpos(v_address, '+') > 0 THEN mailroom._address_base(v_address) ELSE v_address END
+    );
     FOR v_attempt IN 1..2 LOOP
         v_now := mailroom.clock();
         -- The guard (open by mailroom._mailbox_open, under the plan's size and

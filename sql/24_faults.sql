@@ -161,11 +161,14 @@ VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-    -- a plus address meets its box's fault (box+tag@domain: box@domain)
-    v_address text := mailroom._address_base(mailroom._normalize_address(p_address));
+    v_address text := mailroom._normalize_address(p_address);
     v_fault record;
     v_reply text;
 BEGIN
+    -- a plus address meets its box's fault (box+tag@domain: box@domain)
+    IF strpos(v_address, '+') > 0 THEN
+        v_address := mailroom._address_base(v_address);
+    END IF;
     -- The reply of the fault in force for this recipient at this stage when it answers this time
     -- (its share drawn with random(), its count taken), else NULL: the inbox's own fault first, then
     -- its catch-all domain's. A recipient without a fault costs this one probe of inbox_faults.

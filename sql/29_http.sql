@@ -887,6 +887,7 @@ AS $$
 DECLARE
     v_box mailroom.mailboxes := mailroom._http_box(p_address, p_session_token, p_key_digest);
     v_now timestamptz := mailroom.clock();
+    v_target timestamptz;
 BEGIN
     IF p_ttl_seconds IS NULL OR p_ttl_seconds <= 0 THEN
         RAISE EXCEPTION USING
@@ -894,16 +895,17 @@ BEGIN
             MESSAGE = format('ttl_seconds must be a positive number of seconds, got %s', coalesce(p_ttl_seconds::text, 'NULL'));
     END IF;
     -- expires_at = now + ttl, clamped to now + the plan's max TTL, never earlier than it is (an
-    -- extension never shortens); under the row lock, re-checked open (as extend_mailbox)
+    -- extension never shortens); under the row lock, re-checked open (as extend_mailbox). The
+    -- target is computed first: the UPDATE has only immutable operators over columns (Citus refuses
+    -- timestamptz + interval, which is stable, there)
+    v_target := v_now + least(
+        make_interval(secs => p_ttl_seconds),
+        (SELECT make_interval(mins => p.max_ttl_minutes) FROM mailroom.plans AS p WHERE p.name = v_box.plan)
+    );
     UPDATE mailroom.mailboxes AS m
-    SET expires_at = greatest(
-        m.expires_at,
-        v_now + least(make_interval(secs => p_ttl_seconds), make_interval(mins => p.max_ttl_minutes))
-    )
-    FROM mailroom.plans AS p
+    SET expires_at = greatest(m.expires_at, v_target)
     WHERE
         m.id = v_box.id
-        AND p.name = m.plan
         AND mailroom._mailbox_open(m.is_active, m.deleted_at, m.expires_at, v_now)
     RETURNING m.* INTO v_box;
     IF NOT FOUND THEN

@@ -35,3 +35,20 @@ def test_the_rest_v1_calls_on_citus(cconn, citus_url):
         assert (found["id"], found["subject"], found["is_read"]) == (message, "Hi", True)
         view = http.execute("SELECT mailroom.http_mailbox_view(%s, null, %s)", (mcp, digest)).fetchone()[0]
         assert (view["mailbox"]["owner_type"], [m["id"] for m in view["messages"]]) == ("mcp", [message])
+        # issue 35 item 1 on Citus: a plus-addressed delivery (tagged), PATCH, ?tag=, all mail (one
+        # multi-shard read), extend, delete selected and all
+        with psycopg.connect(testing.as_login(citus_url, "mr_inbound"), autocommit=True) as inbound:
+            tagged = inbound.execute("SELECT mailroom.deliver_message(%s, %s)",
+                                     (mcp.replace("@", "+news@"), b"Subject: news\r\n\r\nx")).fetchone()[0]
+        patched = http.execute("SELECT mailroom.http_update_message(%s, null, %s, %s, false, ARRAY['a'])",
+                               (mcp, digest, message)).fetchone()[0]
+        assert (patched["is_read"], patched["tags"]) == (False, ["a"])
+        by_tag = http.execute("SELECT mailroom.http_list_messages(%s, null, %s, p_tag => 'news')", (mcp, digest)).fetchone()[0]
+        assert [m["id"] for m in by_tag] == [tagged]
+        every = http.execute("SELECT mailroom.http_list_all_messages(null, %s)", (digest,)).fetchone()[0]
+        assert [(m["id"], m["mailbox"]) for m in every] == [(tagged, mcp), (message, mcp)]
+        extended = http.execute("SELECT mailroom.http_extend_mailbox(%s, null, %s, 1800)", (mcp, digest)).fetchone()[0]
+        assert extended["max_ttl_seconds"] == 3600
+        assert http.execute("SELECT mailroom.http_delete_messages(%s, null, %s, %s)",
+                            (mcp, digest, [message])).fetchone()[0] == {"deleted": 1}
+        assert http.execute("SELECT mailroom.http_clear_messages(%s, null, %s)", (mcp, digest)).fetchone()[0] == {"deleted": 1}

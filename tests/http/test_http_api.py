@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import datetime as dt
 import hashlib
+import json
 import re
 import threading
 import time
@@ -251,8 +252,9 @@ def test_event_stream_sends_each_new_message(server, deliver, conn):
         got = stream.next_event("message", timeout=5)
         assert (got["id"], got["subject"]) == (first, "First")
         assert_shape(got, models.MessageSummary)  # the list's shape
-        second = deliver(box["address"], "Second", "two")
-        assert stream.next_event("message", timeout=5)["id"] == second
+        second = deliver(box["address"].replace("@", "+live@"), "Second", "two")  # plus-addressed: tagged
+        got = stream.next_event("message", timeout=5)
+        assert (got["id"], got["tags"]) == (second, ["live"])
     finally:
         stream.close()
     # the LISTEN hub filled their search vectors after delivery
@@ -295,6 +297,15 @@ def test_page_cookie_and_csrf(server):
     conn.request("DELETE", f"/api/v1/mailboxes/{address}", headers={"Cookie": jar})
     forged = conn.getresponse()
     assert forged.status == 403 and b"X-CSRF-Token" in forged.read()
+    # so do the changes of issue 35 (clear, extend, delete selected, PATCH)
+    for method, path, body in (("DELETE", "/messages", None), ("POST", "/extend", b'{"ttl_seconds": 60}'),
+                               ("POST", "/messages/delete", b'{"ids": [1]}'), ("PATCH", "/messages/1", b'{"is_read": "x"}')):
+        conn.request(method, f"/api/v1/mailboxes/{address}{path}", body=body, headers={"Cookie": jar})
+        refused = conn.getresponse()
+        assert (refused.status, json.loads(refused.read())["error"]["code"]) == (403, "42501"), path
+    conn.request("DELETE", f"/api/v1/mailboxes/{address}/messages", headers={"Cookie": jar, "X-CSRF-Token": csrf})
+    cleared = conn.getresponse()
+    assert (cleared.status, cleared.read()) == (200, b'{"deleted": 0}')
     conn.request("DELETE", f"/api/v1/mailboxes/{address}", headers={"Cookie": jar, "X-CSRF-Token": csrf})
     real = conn.getresponse()
     assert real.status == 200 and real.read() == b'{"deleted":true}'

@@ -1,7 +1,7 @@
 -- SES delivery: each recipient through the RCPT check (catch-all included) and deliver_message's
 -- guard; refusals named as RCPT names them; a replayed messageId stores nothing.
 BEGIN;
-SELECT plan(7);
+SELECT plan(9);
 
 SET LOCAL mailroom.clock = '2030-01-01 00:00:00+00';
 CREATE TEMP TABLE b AS SELECT * FROM mailroom.create_mailbox(5, 'free');
@@ -28,6 +28,13 @@ SELECT is(
     '(,duplicate,)', 'a replay of the messageId: duplicate'
 );
 SELECT is((SELECT message_count FROM mailroom.mailboxes WHERE address = (SELECT address FROM b)), 1, 'and nothing more stored');
+-- plus-addressing: box+a@ and box+b@ are box@'s: one copy, tagged with the first
+CREATE TEMP TABLE p AS SELECT * FROM mailroom.deliver_ses_message(
+    'ses-plus', ARRAY[replace((SELECT address FROM b), '@', '+a@'), replace((SELECT address FROM b), '@', '+b@')],
+    '\x31'::bytea
+);
+SELECT is((SELECT string_agg(outcome, ',') FROM p), 'stored', 'two plus forms of one box: stored once');
+SELECT is((SELECT tags FROM mailroom.messages WHERE id = (SELECT message_id FROM p)), '{a}'::text[], 'tagged with the first');
 UPDATE mailroom.plans SET max_message_bytes = 3 WHERE name = 'free';
 SELECT is(
     (SELECT outcome FROM mailroom.deliver_ses_message('ses-2', ARRAY[(SELECT address FROM b)], '\x31323334'::bytea)),

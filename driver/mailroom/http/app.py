@@ -500,18 +500,18 @@ def create_app(config: HttpConfig | None = None) -> FastAPI:  # noqa: PLR0915 - 
               responses=errors(400, 401, 403, 404, 413, 503), openapi_extra=models.body(models.DeleteMessages),
               summary="Delete the messages of these ids (1 to 500; ids not in the inbox are not counted)")
     async def delete_messages(request: Request, address: str) -> Response:
+        who = creds(request, address, unsafe=True).sql(address)  # the CSRF rule before the body is read
         body = _body(models.DeleteMessages, await _small_json(request, 64 * 1024))
-        return _json(await state.call(sqlapi.http_delete_messages, retry=False, message_ids=body.ids,
-                                      **creds(request, address, unsafe=True).sql(address)))
+        return _json(await state.call(sqlapi.http_delete_messages, retry=False, message_ids=body.ids, **who))
 
     @app.post("/api/v1/mailboxes/{address}/extend", tags=["mailboxes"], response_model=models.Mailbox,
               responses=errors(400, 401, 403, 404, 413, 503), openapi_extra=models.body(models.Extend),
               summary="Extend the inbox: expires_at = now + ttl_seconds, clamped to the plan's max_ttl_seconds, "
                       "never earlier than it was")
     async def extend_mailbox(request: Request, address: str) -> Response:
+        who = creds(request, address, unsafe=True).sql(address)
         body = _body(models.Extend, await _small_json(request))
-        return _json(await state.call(sqlapi.http_extend_mailbox, retry=False, ttl_seconds=body.ttl_seconds,
-                                      **creds(request, address, unsafe=True).sql(address)))
+        return _json(await state.call(sqlapi.http_extend_mailbox, retry=False, ttl_seconds=body.ttl_seconds, **who))
 
     @app.get("/api/v1/messages", tags=["messages"], response_model=list[models.OwnerMessageSummary],
              responses=errors(400, 401, 403, 422, 503),
@@ -536,10 +536,10 @@ def create_app(config: HttpConfig | None = None) -> FastAPI:  # noqa: PLR0915 - 
                openapi_extra=models.body(models.MessagePatch),
                summary="Mark a message read or unread and/or replace its tags (a field left out: unchanged)")
     async def update_message(request: Request, address: str, message_id: str) -> Response:
+        who = creds(request, address, unsafe=True).sql(address)
         body = _body(models.MessagePatch, await _small_json(request))
         return _json(await state.call(sqlapi.http_update_message, retry=False, message_id=_message_id(message_id),
-                                      is_read=body.is_read, tags=body.tags,
-                                      **creds(request, address, unsafe=True).sql(address)))
+                                      is_read=body.is_read, tags=body.tags, **who))
 
     @app.delete("/api/v1/mailboxes/{address}/messages/{message_id}", tags=["messages"], response_model=models.Deleted,
                 responses=errors(400, 401, 403, 404, 503), summary="Delete one message")

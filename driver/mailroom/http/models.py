@@ -293,13 +293,13 @@ class MessagePatch(_Model):
     is_read: bool | None = Field(default=None, description="mark it read (true) or unread (false)")
     tags: list[str] | None = Field(
         default=None, description="the new tag set (replaces it): at most 20 tags of 1-64 characters a-z 0-9 . _ - "
-                                  "(stored lower case, sorted; MR260, MR261)")
+                                  "(stored lower case, sorted)")
 
 
 class DeleteMessages(_Model):
     """`POST …/messages/delete`."""
 
-    ids: list[Annotated[int, Field(ge=1, le=2**63 - 1)]] = Field(description="1 to 500 message ids (MR262)")
+    ids: list[Annotated[int, Field(ge=1, le=2**63 - 1)]] = Field(description="1 to 500 message ids")
 
 
 class Extend(_Model):
@@ -307,7 +307,7 @@ class Extend(_Model):
 
     ttl_seconds: int = Field(ge=-2**31, le=2**31 - 1,
                              description="expires_at becomes now + ttl_seconds, clamped to the plan's max_ttl_seconds, "
-                                         "never earlier than it was (MR202 when not positive)")
+                                         "never earlier than it was; positive")
 
 
 def body(model: type[BaseModel]) -> dict[str, Any]:

@@ -298,7 +298,7 @@ def tag_cmd(
     address: AddressArgument,
     message_id: Annotated[int, typer.Argument(metavar="ID", help="Message id from `inbox list`.")],
     tags: Annotated[Optional[list[str]], typer.Argument(
-        metavar="[TAG]...", help="The message's new tag set (none given: unchanged); a-z 0-9 . _ -, at most 20.")]
+        metavar="TAG", help="The message's new tag set (none given: unchanged); a-z 0-9 . _ -, at most 20.")]
     = None,
     no_tags: Annotated[bool, typer.Option("--no-tags", help="Remove every tag.")] = False,
     read: Annotated[Optional[bool], typer.Option("--read/--unread", help="Also mark it read or unread.")] = None,
