@@ -1,11 +1,11 @@
 -- Checks of the mail itself (issue 35 item 3, docs/checks.md): the HTML compatibility check, the
 -- link check and the spam score. Each request of GET …/messages/{id}/checks/{check} is ONE call of
 -- http_message_check, which authorizes it as every http_* function does, decides whether the check
--- may run here (the server's switch travels as p_enabled: MR280 link check off, MR281 spam check
--- off, both 503) and returns only what that check reads: the HTML part (html), the HTML and text
--- parts (links), the raw bytes as received (spam; bounded by the plan's size limit, which refused
--- anything larger at delivery). The fetching and the analysis are the HTTP face's, after this call,
--- within its bounds. Never marks the message read.
+-- may run here (the server's switch travels as p_enabled, off unless told: MR280 link check off,
+-- MR281 spam check off, both 503; the HTML check needs no switch) and returns only what that check
+-- reads: the HTML part (html), the HTML and text parts (links), the raw bytes as received (spam;
+-- bounded by the plan's size limit, which refused anything larger at delivery). The fetching and
+-- the analysis are the HTTP face's, after this call, within its bounds. Never marks the message read.
 
 CREATE OR REPLACE FUNCTION mailroom.http_message_check(
     p_address text,
@@ -13,7 +13,7 @@ CREATE OR REPLACE FUNCTION mailroom.http_message_check(
     p_key_digest bytea,
     p_message_id bigint,
     p_check text,
-    p_enabled boolean DEFAULT true
+    p_enabled boolean DEFAULT false
 )
 RETURNS TABLE (html_body text, text_body text, raw bytea)
 LANGUAGE plpgsql

@@ -7,10 +7,12 @@ import json
 from importlib import resources
 
 import pytest
+from checks_support import assert_shape
 
 from mailroom.checks import html as html_check
 from mailroom.checks.links import LinkPolicy
 from mailroom.checks.spam import Spamd
+from mailroom.http import models
 
 CRAFTED = """<!DOCTYPE html>
 <html lang="en"><head>
@@ -82,10 +84,10 @@ def test_the_html_check_over_http(serve, inbox, deliver) -> None:
     answer = server.request("GET", f"/api/v1/mailboxes/{address}/messages/{crafted}/checks/html", token=token)
     assert answer.status == 200, answer.body
     doc = answer.json()
-    assert set(doc) >= {"score", "clients", "features", "source"}
+    assert_shape(doc, models.HtmlCheck)
     assert doc == json.loads(json.dumps(html_check.check(CRAFTED)))
     for feature in doc["features"]:
-        assert set(feature) >= {"name", "kind", "supported", "partial", "unsupported", "notes"}
+        assert_shape(feature, models.HtmlFeature)
     # no HTML part: MR282, 404
     none = server.request("GET", f"/api/v1/mailboxes/{address}/messages/{plain}/checks/html", token=token)
     assert (none.status, none.error_code) == (404, "MR282"), none.body

@@ -8,7 +8,10 @@ import asyncio
 import ipaddress
 import time
 
+from checks_support import assert_shape
+
 from mailroom.checks import links
+from mailroom.http import models
 
 
 def _policy(**bounds) -> links.LinkPolicy:
@@ -32,6 +35,9 @@ def test_the_link_check_over_http(serve, inbox, deliver, target) -> None:
     answer = server.request("GET", f"/api/v1/mailboxes/{address}/messages/{message}/checks/links", token=token, timeout=30)
     assert answer.status == 200, answer.body
     doc = answer.json()
+    assert_shape(doc, models.LinkCheck)
+    for link in doc["links"]:
+        assert_shape(link, models.LinkResult)
     by_url = {link["url"]: link for link in doc["links"]}
     assert doc["checked"] == len(doc["links"]) == 10 and doc["skipped"] == 0, doc  # each URL once; mailto and # not
     assert by_url[f"{base}/ok"] == {"url": f"{base}/ok", "kind": "link", "status": 200, "ok": True, "error": None,

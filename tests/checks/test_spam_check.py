@@ -3,6 +3,10 @@ network tests off): GTUBE scores as spam with its rule, a plain message does not
 
 from __future__ import annotations
 
+from checks_support import assert_shape
+
+from mailroom.http import models
+
 GTUBE = "XJS*C4JDBQADN1.NSBN3*2IDNEN*GTUBE-STANDARD-ANTI-UBE-TEST-EMAIL*C.34X"
 
 
@@ -20,6 +24,9 @@ def test_the_spam_check_over_http(serve, inbox, deliver, spamd) -> None:
     answer = server.request("GET", f"/api/v1/mailboxes/{address}/messages/{spam}/checks/spam", token=token, timeout=30)
     assert answer.status == 200, answer.body
     doc = answer.json()
+    assert_shape(doc, models.SpamCheck)
+    for rule in doc["rules"]:
+        assert_shape(rule, models.SpamRule)
     assert doc["is_spam"] is True and doc["score"] >= 1000 and doc["threshold"] == 5.0, doc
     gtube = next(rule for rule in doc["rules"] if rule["name"] == "GTUBE")
     assert gtube["score"] == 1000.0 and "Generic Test for Unsolicited Bulk Email" in gtube["description"]

@@ -4,7 +4,7 @@ Every `a href` and `img src` of the HTML part and every http(s) link of the text
 is asked with HEAD, then GET when HEAD is refused or fails (the GET's body is never read), with httpx.
 Bounded: at most MAX_URLS URLs (the rest are counted as skipped), PER_URL seconds each (redirects
 included), TOTAL seconds for the whole check, MAX_REDIRECTS redirects per URL, each redirect target
-checked like the first URL. Off unless the server runs with --link-check (MR280, 503).
+checked like the first URL. Off unless the server runs with --link-check (SQL refuses it: 503).
 
 SSRF guard: a URL's host is resolved first and each of its addresses checked; a loopback, private,
 link-local, multicast, reserved, unspecified or otherwise non-global address is refused unless it is
@@ -147,9 +147,9 @@ async def _ask(client: Any, url: str, policy: LinkPolicy) -> tuple[int, str | No
     port = parts.port or (443 if parts.scheme.lower() == "https" else 80)
     address = await _resolve(parts.hostname, port, policy.allow)
     target = httpx.URL(url).copy_with(host=str(address))
-    host_header = parts.hostname if parts.port is None else f"{parts.hostname}:{parts.port}"
-    if ":" in parts.hostname and parts.port is None:
-        host_header = f"[{parts.hostname}]"
+    host_header = f"[{parts.hostname}]" if ":" in parts.hostname else parts.hostname
+    if parts.port is not None:
+        host_header = f"{host_header}:{parts.port}"
     headers = {"Host": host_header, "User-Agent": "mailroom-link-check/1", "Accept": "*/*"}
     extensions = {"sni_hostname": parts.hostname} if parts.scheme.lower() == "https" else {}
     status: int | None = None

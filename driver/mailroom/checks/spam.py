@@ -3,7 +3,7 @@
 The bytes as received (bounded by the plan's size limit, which refused anything larger at delivery)
 go to spamd at --spamd host:port with aiospamc's REPORT: the `Spam` header gives the score and the
 threshold, the report's table the rules hit, each with its score and description. Off unless the
-server runs with --spamd (MR281, 503). spamd's own settings decide which tests run (docs/checks.md:
+server runs with --spamd (SQL refuses it: 503). spamd's own settings decide which tests run (docs/checks.md:
 the test kit runs it with --local, no network tests, and the rules Debian's package ships).
 """
 

@@ -76,10 +76,11 @@ def serve_cmd(
         envvar="MAILROOM_LINK_CHECK",
         help="Run the link check (GET …/checks/links: the server fetches every link of a message; off: 503).")] = False,
     link_check_allow: Annotated[Optional[list[str]], typer.Option(
-        envvar="MAILROOM_LINK_CHECK_ALLOW",
+        envvar="MAILROOM_LINK_CHECK_ALLOW", metavar="CIDR",
         help="A network the link check may reach although private or loopback (CIDR, repeatable, comma-separated).")] = None,
     spamd: Annotated[Optional[str], typer.Option(
-        envvar="MAILROOM_SPAMD", help="host:port of a SpamAssassin spamd: runs the spam check (off: 503).")] = None,
+        envvar="MAILROOM_SPAMD", metavar="HOST:PORT",
+        help="host:port of a SpamAssassin spamd: runs the spam check (off: 503).")] = None,
 ) -> None:
     """Serve the REST API (/api/v1, /docs), the inbox page (/inbox/{address}) and the SES hook."""
     if not 0 <= port <= 65535:

@@ -260,7 +260,7 @@ def errors(*statuses: int) -> dict[int | str, dict[str, Any]]:
         408: "the long poll's time passed", 409: "a released message's address is on the suppression list",
         413: "body too large (a released message: over outbound.max_message_bytes)", 422: "a parameter of the wrong type",
         429: "the creation rate limit, with Retry-After", 502: "the service a check asks (spamd) failed",
-        503: "the database is unavailable; a check this server does not run (MR280, MR281)",
+        503: "the database is unavailable; a check this server does not run (docs/checks.md)",
     }
     return {s: {"model": ErrorResponse, "description": described[s]} for s in statuses}
 
