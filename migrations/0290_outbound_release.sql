@@ -41,4 +41,5 @@ DROP FUNCTION IF EXISTS mailroom._claim(timestamptz, integer, text, interval, bo
 DROP FUNCTION IF EXISTS mailroom._mcp_owner_type(text);
 
 -- a released message too large for the queue is the HTTP face's 413, as a body too large
-UPDATE mailroom.error_codes SET http_status = 413 WHERE code = 'MR306' AND http_status IS NULL;
+UPDATE mailroom.error_codes SET http_status = 413
+WHERE code = 'MR306' AND http_status IS null;

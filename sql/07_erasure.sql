@@ -468,13 +468,19 @@ BEGIN
             error_log = replace(m.error_log, v_tag, '<erased>'),
             -- an attachment naming the address (its name or its bytes) goes whole: bytes are
             -- not rewritten (sql/32)
-            attachments = mailroom._attachments_without(m.attachments, v_addr)
+            attachments = mailroom._attachments_without(m.attachments, v_addr),
+            -- a released message's bytes (sql/32_outbound_release.sql) holding it go whole: it is
+            -- then sent as its (erased) subject and text
+            raw_message = CASE
+                WHEN strpos(lower(encode(m.raw_message, 'escape')), v_addr) = 0 THEN m.raw_message
+            END
         WHERE
             mailroom._texts_hold_address(v_pattern, VARIADIC m.to_addrs || m.cc_addrs || m.bcc_addrs)
             OR mailroom._texts_hold_address(v_pattern, m.subject, m.text_body, m.html_body, m.headers::text)
             OR mailroom._key_holds_address(m.idempotency_key, v_addr)
             OR strpos(m.error_log, v_tag) > 0
-            OR m.attachments IS DISTINCT FROM mailroom._attachments_without(m.attachments, v_addr);
+            OR m.attachments IS DISTINCT FROM mailroom._attachments_without(m.attachments, v_addr)
+            OR strpos(lower(encode(m.raw_message, 'escape')), v_addr) > 0;
         GET DIAGNOSTICS v_n = ROW_COUNT;
         v_counts := v_counts || jsonb_build_object('outbound_messages_rewritten', v_n);
         UPDATE mailroom.outbound_bounces AS b

@@ -12,7 +12,7 @@
 -- bad address, MR318 suppressed); MR306 when the bytes exceed outbound.max_message_bytes.
 
 CREATE OR REPLACE FUNCTION mailroom._setting_list(p_name text)
-RETURNS text []
+RETURNS text[]
 LANGUAGE sql
 STABLE
 SET search_path = pg_catalog, pg_temp
@@ -113,12 +113,8 @@ BEGIN
             ERRCODE = 'MR396',
             MESSAGE = format('sender %s may not release messages (release.senders)', quote_literal(left(v_sender, 63)));
     END IF;
-    SELECT * INTO v_message FROM mailroom.messages AS g WHERE g.id = p_message_id AND g.mailbox_id = v_box.id;
-    IF NOT FOUND THEN
-        RAISE EXCEPTION USING
-            ERRCODE = 'MR209',
-            MESSAGE = format('message %s not found in this mailbox', coalesce(p_message_id::text, 'NULL'));
-    END IF;
+    -- the message of this inbox (MR209 otherwise: the inbox area's rule, sql/25_waiting.sql)
+    v_message := mailroom._readable_message(p_address, p_session_token, p_message_id, p_owner_type, p_owner_id);
     -- the row: the original's subject and text (what the operator's view shows, and what a sender
     -- of the previous release, which knows no raw_message, would send), validated, suppressed
     -- (MR318) and queued by the one enqueue path

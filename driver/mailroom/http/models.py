@@ -134,20 +134,27 @@ class SearchResult(_Model):
     messages: list[SearchHit]
 
 
+# a JSON string PostgreSQL can take as text (no NUL): refused here with 422, as a parameter of the wrong type
+_NO_NUL = r"^[^\x00]*$"
+
+
 class FaultRequest(BaseModel):
     """`PUT …/fault`: what the inbound server answers, where and how often."""
 
-    stage: str = Field(description="rcpt, data or after_data (after-data accepted)")
-    reply: str = Field(description="421, 450-452 or 550-554, an enhanced status of the same class, text")
+    stage: str = Field(pattern=_NO_NUL, max_length=64, description="rcpt, data or after_data (after-data accepted)")
+    reply: str = Field(pattern=_NO_NUL, max_length=1000,
+                       description="421, 450-452 or 550-554, an enhanced status of the same class, text")
     share: float = Field(default=100, description="the percentage of messages it answers, 0 to 100")
-    count: int | None = Field(default=None, description="only the next this many messages; null: every one")
+    count: int | None = Field(default=None, ge=-2**31, le=2**31 - 1,
+                              description="only the next this many messages; null: every one")
 
 
 class ReleaseRequest(BaseModel):
     """`POST …/messages/{id}/release`: where to send the message, and through which sender."""
 
-    to: str = Field(description="the address the message is sent on to")
-    sender: str | None = Field(default=None, description="a sender of GET /api/v1/release; null: its first")
+    to: str = Field(pattern=_NO_NUL, max_length=1000, description="the address the message is sent on to")
+    sender: str | None = Field(default=None, pattern=_NO_NUL, max_length=200,
+                               description="a sender of GET /api/v1/release; null: its first")
 
 
 class Released(_Model):
