@@ -27,6 +27,9 @@ class Credentials:
         return {"address": address, "session_token": self.session_token, "key_digest": self.key_digest}
 
 
+KEY_COOKIE = "mailroom_key"  # an API key's owner's cookie (the page's /mail); an inbox's cookie is cookie_name(address)
+
+
 def cookie_name(address: str) -> str:
     return "mailroom_" + hashlib.sha256(address.strip().lower().encode()).hexdigest()[:16]
 
@@ -52,6 +55,6 @@ def request_credentials(request: Request, address: str | None = None) -> Credent
     value = value or request.headers.get("x-api-key") or request.headers.get("x-session-token")
     if value:
         return split_credential(value)
-    if address is not None:
-        return split_credential(request.cookies.get(cookie_name(address)), from_cookie=True)
-    return Credentials(None, None, None, False)
+    # the page's cookies: the inbox's own, else an API key's owner's (KEY_COOKIE, the /mail view)
+    cookie = request.cookies.get(cookie_name(address)) if address is not None else None
+    return split_credential(cookie or request.cookies.get(KEY_COOKIE), from_cookie=True)

@@ -1,33 +1,42 @@
-"""The web page of an inbox: server-rendered HTML, one small script for the live list and the buttons.
+"""The web page: server-rendered HTML, one small script (static/inbox.js) and one style sheet, no build step.
 
-- `/` opens an inbox (address and token or API key) or creates an anonymous one.
+- `/` creates an anonymous inbox, opens one (address and token or API key), or opens all the mail of
+  an API key's owner (`/mail`).
 - `/inbox/{address}?token=…` (or its form) keeps the credential in an HttpOnly, SameSite=Strict
   cookie of that inbox and redirects to `/inbox/{address}`, so the token leaves the address bar.
-- `/inbox/{address}`: the messages, newest first, arriving live (EventSource on the API's
-  `/events`), a search box, and delete. `/inbox/{address}/messages/{id}`: the message, its
-  extracted link and code with copy buttons, the HTML part in a sandboxed frame whose own
-  Content-Security-Policy blocks scripts and remote loads (images on request), the text part,
-  the headers, the raw source and the attachments.
-Every page is one SQL call (the list, the message, the search); the page's own CSP allows only
-its script (`/static/inbox.js`), no inline script, and no framing by other sites.
+  An inbox made from the page shows its session token once (a one-use cookie says it was just made).
+- `/inbox/{address}`: the messages, newest first, arriving live (EventSource on the API's `/events`),
+  a search box, selection, mark read/unread, tags, delete one/selected/all, the expiry's countdown and
+  "extend", the inbox's fault injection; on a wide screen the list is left and the message right.
+- `/inbox/{address}/messages/{id}`: the message (`?pane=1`: the same without the page around it, for
+  the split pane): its link and code with copy buttons, the HTML part in a sandboxed frame (mobile,
+  tablet, desktop widths), the HTML source highlighted by Pygments (escaped, server-side), the text,
+  the headers, the raw source and its `.eml` download, the attachments (thumbnails of raster images),
+  the checks (HTML, links, spam) and the release form.
+- `/mail`: all the mail of an API key's owner (the key kept in a cookie like an inbox's token).
+Every page is one SQL call; the page's CSP allows only its own script and style sheet, no inline
+script, and no framing by other sites. The page's buttons use the REST API with the page's CSRF header.
 """
 
 from __future__ import annotations
 
+import hashlib
 import html
 import json
+from functools import cache
+from importlib import resources
 from typing import Any
-from urllib.parse import quote
+from urllib.parse import parse_qs, quote
 
 from fastapi import FastAPI, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 
 from mailroom.http import sqlapi
-from mailroom.http.credentials import cookie_name, csrf_token, request_credentials, split_credential
+from mailroom.http.credentials import KEY_COOKIE, cookie_name, csrf_token, request_credentials, split_credential
 from mailroom.http.state import ApiError, State
 
 PAGE_CSP = (
-    "default-src 'none'; script-src 'self'; style-src 'unsafe-inline'; img-src 'self' data:; "
+    "default-src 'none'; script-src 'self'; style-src 'self' 'unsafe-inline'; img-src 'self' data:; "
     "frame-src 'self'; connect-src 'self'; form-action 'self'; base-uri 'none'; frame-ancestors 'none'"
 )
 PAGE_HEADERS = {
@@ -36,127 +45,87 @@ PAGE_HEADERS = {
     "Referrer-Policy": "no-referrer",
     "Cache-Control": "no-store",
 }
+FRESH_COOKIE = "mailroom_fresh"  # one use: the inbox just made from the page shows its session token once
+HIGHLIGHT_MAX = 256 * 1024  # characters of HTML source highlighted; the rest is shown plain
+THUMBNAIL_TYPES = ("image/png", "image/jpeg", "image/gif", "image/webp")  # never SVG inline
+STATIC_TYPES = {"style.css": "text/css; charset=utf-8", "inbox.js": "text/javascript; charset=utf-8",
+                "favicon.svg": "image/svg+xml"}
 
-STYLE = """
-body{font:15px/1.45 system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:0;color:#1d2430;background:#f5f6f8}
-header{background:#233047;color:#fff;padding:12px 24px;display:flex;gap:16px;align-items:center;flex-wrap:wrap}
-header a{color:#fff;text-decoration:none;font-weight:600}
-header .addr{font-family:ui-monospace,monospace;font-size:15px}
-header .muted{color:#b9c3d6;font-size:13px}
-main{max-width:1000px;margin:20px auto;padding:0 16px}
-.card{background:#fff;border:1px solid #dde1e8;border-radius:8px;padding:16px;margin-bottom:16px}
-table{border-collapse:collapse;width:100%}
-td,th{padding:8px 10px;border-bottom:1px solid #eceef2;text-align:left;vertical-align:top}
-tr.unread td{font-weight:600}
-tr.new{animation:flash 2s}
-@keyframes flash{from{background:#fff6c8}to{background:transparent}}
-.muted{color:#6b7487;font-size:13px}
-button,.button{background:#2f6fde;color:#fff;border:0;border-radius:6px;padding:6px 12px;font-size:14px;cursor:pointer;
-text-decoration:none;display:inline-block}
-button.danger{background:#c8352e}
-button.ghost,.button.ghost{background:#e8ecf3;color:#1d2430}
-input[type=text],input[type=search],input[type=password]{padding:6px 8px;border:1px solid #c9ced8;border-radius:6px;
-font-size:14px;min-width:260px}
-.live{display:inline-block;width:9px;height:9px;border-radius:50%;background:#9aa3b2;margin-right:6px}
-.live.on{background:#2fb344}
-.extract{display:flex;gap:10px;align-items:center;margin:6px 0;flex-wrap:wrap}
-.extract code{background:#f0f2f6;padding:4px 8px;border-radius:4px;word-break:break-all}
-iframe.body{width:100%;height:420px;border:1px solid #dde1e8;border-radius:6px;background:#fff}
-pre{white-space:pre-wrap;word-break:break-word;background:#f7f8fa;padding:12px;border-radius:6px;margin:0}
-nav.tabs a{margin-right:14px}
-.empty{color:#6b7487;text-align:center;padding:24px}
-"""
 
-SCRIPT = r"""
-(function () {
-  "use strict";
-  var root = document.getElementById("inbox");
-  var csrf = document.querySelector('meta[name="csrf-token"]');
-  csrf = csrf ? csrf.content : "";
-  function api(path) { return "/api/v1/mailboxes/" + encodeURIComponent(root.dataset.address) + path; }
-  function text(tag, value, cls) {
-    var el = document.createElement(tag); el.textContent = value == null ? "" : value;
-    if (cls) el.className = cls; return el;
-  }
-  function when(iso) { try { return new Date(iso).toLocaleString(); } catch (e) { return iso; } }
-  // copy buttons: the value is in data-copy
-  document.querySelectorAll("button[data-copy]").forEach(function (b) {
-    b.addEventListener("click", function () {
-      var done = function () { b.textContent = "Copied"; b.dataset.copied = "1"; };
-      if (navigator.clipboard && navigator.clipboard.writeText) {
-        navigator.clipboard.writeText(b.dataset.copy).then(done, function () {
-          var t = document.createElement("textarea"); t.value = b.dataset.copy; document.body.appendChild(t);
-          t.select(); document.execCommand("copy"); t.remove(); done();
-        });
-      } else { done(); }
-    });
-  });
-  // delete buttons: DELETE on the API with the page's CSRF token
-  document.querySelectorAll("button[data-delete]").forEach(function (b) {
-    b.addEventListener("click", function () {
-      if (!window.confirm(b.dataset.confirm || "Delete?")) return;
-      fetch(api(b.dataset.delete), {method: "DELETE", headers: {"X-CSRF-Token": csrf}, credentials: "same-origin"})
-        .then(function (r) { if (r.ok) { window.location = b.dataset.then; } else { r.json().then(function (e) {
-          window.alert(e.detail || "refused"); }); } });
-    });
-  });
-  // images on request: reload the sandboxed frame with images allowed
-  var images = document.getElementById("show-images");
-  if (images) images.addEventListener("click", function () {
-    var f = document.getElementById("html-frame"); f.src = f.dataset.src + "?images=1"; images.remove();
-  });
-  // the live list
-  var list = document.getElementById("messages");
-  if (!list || !window.EventSource) return;
-  var status = document.getElementById("live");
-  var es = new EventSource(api("/events"));
-  es.addEventListener("open", function () { status.classList.add("on"); status.title = "live"; });
-  es.addEventListener("error", function () { status.classList.remove("on"); status.title = "reconnecting"; });
-  es.addEventListener("message", function (ev) {
-    var m = JSON.parse(ev.data);
-    if (document.getElementById("m" + m.id)) return;
-    var empty = document.getElementById("empty"); if (empty) empty.remove();
-    var tr = document.createElement("tr"); tr.id = "m" + m.id; tr.className = "unread new";
-    var a = document.createElement("a"); a.href = "/inbox/" + encodeURIComponent(root.dataset.address) + "/messages/" + m.id;
-    a.textContent = m.subject || "(no subject)";
-    var subj = document.createElement("td"); subj.appendChild(a);
-    if (m.snippet) { subj.appendChild(document.createElement("br")); subj.appendChild(text("span", m.snippet, "muted")); }
-    tr.appendChild(text("td", m.from || m.envelope_from)); tr.appendChild(subj);
-    tr.appendChild(text("td", when(m.received_at), "muted"));
-    list.insertBefore(tr, list.firstChild);
-    var count = document.getElementById("count"); if (count) count.textContent = String(Number(count.textContent) + 1);
-  });
-  es.addEventListener("closed", function () { es.close(); status.classList.remove("on"); status.title = "closed";
-    var c = document.getElementById("closed"); if (c) c.hidden = false; });
-})();
-"""
+@cache
+def static_file(name: str) -> bytes:
+    return resources.files("mailroom.http").joinpath("static", name).read_bytes()
+
+
+@cache
+def pygments_css() -> str:
+    from pygments.formatters import HtmlFormatter
+
+    light = HtmlFormatter(style="default").get_style_defs(".hl")
+    dark = HtmlFormatter(style="github-dark").get_style_defs(".hl")
+    return f"{light}\n@media (prefers-color-scheme:dark){{\n{dark}\n}}\n"
+
+
+def highlight_html(source: str | None) -> str:
+    """The HTML part's source as escaped, highlighted markup (Pygments' HtmlLexer, server-side)."""
+    from pygments import highlight
+    from pygments.formatters import HtmlFormatter
+    from pygments.lexers import HtmlLexer
+
+    text = source or ""
+    rest = ""
+    if len(text) > HIGHLIGHT_MAX:
+        text, rest = text[:HIGHLIGHT_MAX], text[HIGHLIGHT_MAX:]
+    out = highlight(text, HtmlLexer(), HtmlFormatter(cssclass="hl", wrapcode=True))
+    if rest:
+        out += f'<pre class="plain">{e(rest)}</pre>'
+    return out
 
 
 def e(value: Any) -> str:
     return html.escape("" if value is None else str(value), quote=True)
 
 
-def _page(title: str, body: str, *, header: str = "", csrf: str = "") -> str:
+HELP = """<dialog id="help" aria-labelledby="help-title"><h2 id="help-title">Keyboard shortcuts</h2>
+<table class="kv"><tbody>
+<tr><th><kbd>j</kbd> / <kbd>k</kbd></th><td>next / previous message</td></tr>
+<tr><th><kbd>o</kbd> or <kbd>Enter</kbd></th><td>open the message</td></tr>
+<tr><th><kbd>#</kbd> or <kbd>Delete</kbd></th><td>delete the message</td></tr>
+<tr><th><kbd>x</kbd></th><td>select the message</td></tr>
+<tr><th><kbd>/</kbd></th><td>search</td></tr>
+<tr><th><kbd>?</kbd></th><td>this list</td></tr>
+<tr><th><kbd>Esc</kbd></th><td>close</td></tr></tbody></table>
+<form method="dialog"><p><button type="submit">Close</button></p></form></dialog>"""
+
+
+def _page(title: str, body: str, *, header: str = "", csrf: str = "", wide: bool = False) -> str:
     meta = f'<meta name="csrf-token" content="{e(csrf)}">' if csrf else ""
     return (
         "<!doctype html><html lang=en><head><meta charset=utf-8>"
         f'<meta name="viewport" content="width=device-width,initial-scale=1">{meta}'
-        f"<title>{e(title)}</title><style>{STYLE}</style></head><body>"
-        f'<header><a href="/">mailroom</a>{header}</header><main>{body}</main>'
+        '<meta name="color-scheme" content="light dark">'
+        f"<title>{e(title)}</title>"
+        '<link rel="icon" href="/static/favicon.svg" type="image/svg+xml">'
+        '<link rel="stylesheet" href="/static/style.css"><link rel="stylesheet" href="/static/pygments.css">'
+        '</head><body>'
+        f'<header class="top"><a href="/">mailroom</a>{header}<span class="spacer"></span>'
+        '<button type="button" class="ghost small" id="show-help" aria-haspopup="dialog">Shortcuts <kbd>?</kbd></button>'
+        f'</header><main class="{"wide" if wide else ""}">{body}</main>{HELP}'
+        '<div id="status" class="sr-only" role="status" aria-live="polite"></div>'
         '<script src="/static/inbox.js"></script></body></html>'
     )
 
 
 def error_page(status: int, message: str, code: str) -> str:
     hint = " (expired, deleted, or never existed)" if status == 404 else ""
-    return _page(f"{status}", f'<div class="card"><h2>{status}</h2><p>{e(message)}{e(hint)}</p>'
+    return _page(f"{status}", f'<div class="card"><h1>{status}</h1><p>{e(message)}{e(hint)}</p>'
                  f'<p class="muted">{e(code)}</p><p><a href="/">Open another inbox</a></p></div>')
 
 
 def unsubscribe_page(token: str) -> str:
     """The page of an unsubscribe link opened in a browser: one button that POSTs the RFC 8058 body
     (a GET never unsubscribes: scanners follow links)."""
-    return _page("Unsubscribe", f'<div class="card"><h2>Unsubscribe</h2>'
+    return _page("Unsubscribe", f'<div class="card"><h1>Unsubscribe</h1>'
                  f'<form method="post" action="/unsubscribe/{quote(token, safe="")}">'
                  '<input type="hidden" name="List-Unsubscribe" value="One-Click">'
                  '<p>Stop receiving these emails at this address?</p>'
@@ -198,110 +167,324 @@ def download_headers(filename: str) -> dict[str, str]:
     }
 
 
-def _inbox_header(mailbox: dict[str, Any]) -> str:
-    return (f'<span class="addr">{e(mailbox["address"])}</span>'
-            f'<span class="muted">plan {e(mailbox["plan"])} · expires {e(mailbox["expires_at"])}</span>')
-
-
 def _inbox_url(address: str) -> str:
     return f"/inbox/{quote(address)}"
 
 
-def render_inbox(mailbox: dict[str, Any], messages: list[dict[str, Any]], *, csrf: str, query: str | None,
-                 results: list[dict[str, Any]] | None) -> str:
+def _api(address: str) -> str:
+    return f"/api/v1/mailboxes/{quote(address)}"
+
+
+def _time(iso: Any, cls: str = "") -> str:
+    """A time as the script shows it: the browser's local time, the ISO time on hover (title)."""
+    c = f' class="{cls}"' if cls else ""
+    return f'<time datetime="{e(iso)}" title="{e(iso)}"{c}>{e(iso)}</time>'
+
+
+def _tags(tags: list[str] | None, address: str | None) -> str:
+    if not tags:
+        return ""
+    links = []
+    for tag in tags:
+        href = f"{_inbox_url(address)}?q={quote('tag:' + tag)}" if address else f"/mail?tag={quote(tag)}"
+        links.append(f'<a class="tag" href="{e(href)}" data-tag="{e(tag)}">{e(tag)}</a>')
+    return "".join(links)
+
+
+def message_row(m: dict[str, Any], address: str, *, show_mailbox: bool = False) -> str:
+    """One message in a list; inbox.js builds the same markup for the rows that arrive live."""
+    mid = int(m["id"])
+    subject = m.get("subject") or "(no subject)"
+    unread = m.get("is_read") is False
+    cls = "msg unread" if unread else "msg"
+    dot = '<span class="dot" title="unread"></span><span class="sr-only">unread, </span>' if unread else ""
+    count = int(m.get("attachment_count") or (1 if m.get("has_attachments") else 0))
+    clip = (f'<span class="mark" title="{count} attachment(s)">📎{count}<span class="sr-only"> attachment(s)</span></span> '
+            if count else "")
+    tags = m.get("tags") or []
+    box = f'<span class="mailbox-of">{e(address)}</span> ' if show_mailbox else ""
+    return (
+        f'<li class="{cls}" id="m{mid}" data-id="{mid}" data-mailbox="{e(address)}" data-tags="{e(json.dumps(tags))}">'
+        f'<input type="checkbox" class="pick" aria-label="select “{e(subject)}”">'
+        f'<div class="body"><a class="open" href="{_inbox_url(address)}/messages/{mid}">'
+        f'<span class="line1"><span class="from">{dot}{e(m.get("from") or m.get("envelope_from"))}</span>'
+        f'{_time(m.get("received_at"))}</span>'
+        f'<span class="subject">{clip}{e(subject)}</span>'
+        f'<span class="snippet">{e(m.get("snippet") or "")}</span></a>'
+        f'<span class="tags">{box}{_tags(tags, address)}</span></div></li>'
+    )
+
+
+LIST_TOOLBAR = """<div class="toolbar" id="toolbar" role="toolbar" aria-label="selected messages">
+<label><input type="checkbox" id="pick-all"> all</label>
+<button type="button" class="ghost small" data-act="read" disabled>Mark read</button>
+<button type="button" class="ghost small" data-act="unread" disabled>Mark unread</button>
+<input type="text" id="tag-name" placeholder="tag" aria-label="tag name" size="8" maxlength="64">
+<button type="button" class="ghost small" data-act="tag" disabled>Add tag</button>
+<button type="button" class="ghost small" data-act="untag" disabled>Remove tag</button>
+<button type="button" class="danger small" data-act="delete" disabled>Delete selected</button>
+{delete_all}</div>"""
+
+
+def _fault_text(fault: dict[str, Any] | None) -> str:
+    if not fault:
+        return ""
+    share = fault.get("share")
+    remaining = fault.get("remaining")
+    scope = f"{fault.get('scope')} " if fault.get("scope") else ""
+    how = f", next {remaining}" if remaining is not None else (f", {share}% of messages" if share not in (None, 100) else "")
+    return f"{scope}fault at {fault.get('stage')}: {fault.get('reply')}{how}"
+
+
+def _fault_panel(mailbox: dict[str, Any]) -> str:
+    fault = mailbox.get("fault")
+    active = bool(fault) and fault.get("active", True) is not False
+    badge = f'<span class="fault" id="fault-badge">⚠ {e(_fault_text(fault))}</span>' if active else \
+        '<span class="fault" id="fault-badge" hidden></span>'
+    return f"""{badge}
+<details id="fault" class="fault-form"><summary>Fault injection</summary>
+<form id="fault-form" class="row-flex">
+<label>Stage <select name="stage"><option value="rcpt">RCPT</option><option value="data">DATA</option>
+<option value="after_data">after DATA</option></select></label>
+<label>Reply <input type="text" name="reply" value="451 4.3.0 injected fault" size="22" required></label>
+<label>Share % <input type="number" name="share" min="0" max="100" value="100" size="4"></label>
+<label>Next N <input type="number" name="count" min="1" placeholder="all" size="4"></label>
+<button type="submit" class="small">Set fault</button>
+<button type="button" class="ghost small" id="fault-clear">Clear</button></form>
+<p class="muted">The inbound SMTP server answers this reply on purpose, to test an application's retries.</p></details>"""
+
+
+def _inbox_header(mailbox: dict[str, Any]) -> str:
     address = mailbox["address"]
-    rows = []
-    for m in results if results is not None else messages:
-        subject = e(m.get("subject") or "(no subject)")
-        link = f'{_inbox_url(address)}/messages/{int(m["id"])}'
-        snippet = f'<br><span class="muted">{e(m["snippet"])}</span>' if m.get("snippet") else ""
-        unread = ' class="unread"' if m.get("is_read") is False else ""
-        rows.append(f'<tr id="m{int(m["id"])}"{unread}><td>{e(m.get("from") or m.get("envelope_from"))}</td>'
-                    f'<td><a href="{link}">{subject}</a>{snippet}</td>'
-                    f'<td class="muted">{e(m.get("received_at"))}</td></tr>')
-    empty = '<tr id="empty"><td colspan=3 class="empty">No mail yet: it appears here as it arrives.</td></tr>'
+    max_ttl = mailbox.get("max_ttl_seconds")
+    return (f'<span class="addr" id="address">{e(address)}</span>'
+            f'<button type="button" class="ghost small" id="copy-address" data-copy="{e(address)}">Copy address</button>'
+            f'<span class="muted">plan {e(mailbox.get("plan"))} · <span id="expires" data-expires="{e(mailbox["expires_at"])}">'
+            f'expires {_time(mailbox["expires_at"])}</span></span>'
+            f'<button type="button" class="ghost small" id="extend" data-max-ttl="{e(max_ttl or "")}">Extend</button>')
+
+
+def _token_card(address: str, token: str) -> str:
+    return (f'<div class="card token" id="token-card"><h2>Your new inbox</h2>'
+            '<p>Its session token is shown only now: keep it to open this inbox elsewhere or with curl.</p>'
+            f'<div class="extract"><strong>Address</strong><code id="new-address">{e(address)}</code>'
+            f'<button type="button" class="ghost" id="copy-new-address" data-copy="{e(address)}">Copy address</button></div>'
+            f'<div class="extract"><strong>Token</strong><code id="session-token">{e(token)}</code>'
+            f'<button type="button" class="ghost" id="copy-token" data-copy="{e(token)}">Copy token</button></div>'
+            f'<pre class="muted">curl -H "Authorization: Bearer {e(token)}" '
+            f'{e(_api(address))}/messages</pre></div>')
+
+
+def render_inbox(mailbox: dict[str, Any], messages: list[dict[str, Any]], *, csrf: str, query: str | None,
+                 results: list[dict[str, Any]] | None, token: str | None = None) -> str:
+    address = mailbox["address"]
+    shown = results if results is not None else messages
+    rows = "".join(message_row(m, address) for m in shown)
+    empty = '<li id="empty" class="empty">No mail yet: it appears here as it arrives.</li>'
     search_note = ""
     if results is not None:
         search_note = (f'<p class="muted" id="matches">{len(results)} matching message(s) for “{e(query)}” · '
                        f'<a href="{_inbox_url(address)}">all messages</a></p>')
-    body_id = "results" if results is not None else "messages"
-    body = f"""
-<div class="card" id="inbox" data-address="{e(address)}">
-  <div style="display:flex;justify-content:space-between;align-items:center;gap:12px;flex-wrap:wrap">
+    list_id = "results" if results is not None else "messages"
+    delete_all = '<button type="button" class="danger small" id="delete-all">Delete all</button>'
+    body = f"""{_token_card(address, token) if token else ""}
+<div class="card" id="inbox" data-address="{e(address)}" data-view="inbox">
+  <div class="row-flex" style="justify-content:space-between">
     <div><span id="live" class="live" title="connecting"></span>
       <strong><span id="count">{int(mailbox.get("message_count") or len(messages))}</span> message(s)</strong>
       <span class="muted">· new mail appears here live</span></div>
-    <form method="get" action="{_inbox_url(address)}"><input type="search" name="q" placeholder="Search subject, from, text"
-      value="{e(query or '')}" aria-label="search"> <button type="submit" class="ghost">Search</button></form>
-    <button class="danger" data-delete="" data-then="/" data-confirm="Delete this inbox and its mail?">Delete inbox</button>
+    <form method="get" action="{_inbox_url(address)}" role="search" id="search-form"><input type="search" name="q" id="search"
+      placeholder="Search: words, pine*, from:, tag:, is:unread" value="{e(query or '')}" aria-label="search">
+      <button type="submit" class="ghost">Search</button></form>
+    <div class="row-flex"><button type="button" class="ghost small" id="notify">Notify me</button>
+    <button type="button" class="danger small" data-delete="" data-then="/" data-confirm="Delete this inbox and its mail?">
+      Delete inbox</button></div>
   </div>
+  <div class="row-flex">{_fault_panel(mailbox)}</div>
   <p id="closed" hidden class="muted">This inbox is closed (expired or deleted).</p>
   {search_note}
-  <table><thead><tr><th>From</th><th>Subject</th><th>Received</th></tr></thead>
-  <tbody id="{body_id}">{"".join(rows) or (empty if results is None else "")}</tbody></table>
+</div>
+<div class="split has-pane" id="split">
+  <section class="card" aria-label="messages">
+    {LIST_TOOLBAR.format(delete_all=delete_all)}
+    <ul class="messages" id="{list_id}">{rows or (empty if results is None else "")}</ul>
+  </section>
+  <section class="card" id="pane" aria-label="message" tabindex="-1"><p class="empty">Select a message (<kbd>j</kbd>,
+    <kbd>k</kbd>, <kbd>o</kbd>)</p></section>
 </div>"""
-    return _page(f"Inbox {address}", body, header=_inbox_header(mailbox), csrf=csrf)
+    return _page(f"Inbox {address}", body, header=_inbox_header(mailbox), csrf=csrf, wide=True)
 
 
-def render_message(address: str, m: dict[str, Any], *, csrf: str) -> str:
-    base = f"/api/v1/mailboxes/{quote(address)}/messages/{int(m['id'])}"
+def render_all_mail(mailboxes: list[dict[str, Any]], *, csrf: str, tag: str | None) -> str:
+    """An API key's owner: all their open inboxes, and all their mail in one list (inbox.js fills it from
+    GET /api/v1/messages, each row naming its inbox), with the split pane."""
+    boxes = "".join(
+        f'<li><a href="{_inbox_url(b["address"])}">{e(b["address"])}</a> '
+        f'<span class="muted">{int(b.get("message_count") or 0)} message(s) · expires {_time(b.get("expires_at"))}'
+        f'{" · catch-all" if b.get("catchall") else ""}</span></li>'
+        for b in mailboxes
+    )
+    note = f'<p class="muted" id="tag-filter">tag “{e(tag)}” · <a href="/mail">all mail</a></p>' if tag else ""
+    body = f"""<div class="card" id="inbox" data-view="all" data-tag="{e(tag or "")}">
+  <div class="row-flex" style="justify-content:space-between"><h1 style="font-size:1.3em;margin:0">All my mail</h1>
+  <button type="button" class="ghost small" id="notify">Notify me</button></div>
+  <details id="inboxes"><summary>{len(mailboxes)} open inbox(es)</summary><ul id="mailboxes">{boxes}</ul></details>{note}
+</div>
+<div class="split has-pane" id="split">
+  <section class="card" aria-label="messages">
+    {LIST_TOOLBAR.format(delete_all="")}
+    <ul class="messages" id="messages"><li id="empty" class="empty">Loading…</li></ul>
+    <p><button type="button" class="ghost small" id="more" hidden>Older messages</button></p>
+  </section>
+  <section class="card" id="pane" aria-label="message" tabindex="-1"><p class="empty">Select a message</p></section>
+</div>"""
+    return _page("All my mail", body, header='<span class="muted">an API key\'s inboxes</span>', csrf=csrf, wide=True)
+
+
+def _attachments(base: str, m: dict[str, Any]) -> str:
+    items = []
+    for a in m.get("attachments") or []:
+        url = f'{base}/attachments/{int(a["index"])}'
+        name = a.get("filename") or "attachment"
+        ctype = (a.get("content_type") or "").lower().split(";")[0].strip()
+        thumb = (f'<a href="{url}"><img src="{url}" alt="{e(name)}" loading="lazy"></a>'
+                 if ctype in THUMBNAIL_TYPES else "")
+        items.append(f'<li>{thumb}<a href="{url}" download>{e(name)}</a><br>'
+                     f'<span class="muted">{e(a.get("content_type"))}, {int(a.get("size") or 0)} bytes</span></li>')
+    return "".join(items)
+
+
+def _tab(key: str, label: str, selected: bool = False, hidden: bool = False) -> str:
+    return (f'<button type="button" role="tab" id="tab-{key}" aria-controls="panel-{key}" '
+            f'aria-selected="{"true" if selected else "false"}" tabindex="{0 if selected else -1}"'
+            f'{" hidden" if hidden else ""} data-tab="{key}">{label}</button>')
+
+
+def _panel(key: str, content: str, selected: bool = False, extra: str = "") -> str:
+    return (f'<div role="tabpanel" id="panel-{key}" aria-labelledby="tab-{key}" tabindex="0"'
+            f'{"" if selected else " hidden"}{extra}>{content}</div>')
+
+
+def message_block(address: str, m: dict[str, Any], *, pane: bool = False) -> str:
+    """The message: the whole page's main part, or the split pane's content (`pane`)."""
+    mid = int(m["id"])
+    base = f"{_api(address)}/messages/{mid}"
+    page_url = f"{_inbox_url(address)}/messages/{mid}"
     extract = ""
     if m.get("link"):
         extract += (f'<div class="extract"><strong>Link</strong><code id="link">{e(m["link"])}</code>'
-                    f'<button class="ghost" id="copy-link" data-copy="{e(m["link"])}">Copy link</button></div>')
+                    f'<button type="button" class="ghost" id="copy-link" data-copy="{e(m["link"])}">Copy link</button></div>')
     if m.get("code"):
         extract += (f'<div class="extract"><strong>Code</strong><code id="code">{e(m["code"])}</code>'
-                    f'<button class="ghost" id="copy-code" data-copy="{e(m["code"])}">Copy code</button></div>')
-    html_part = ""
-    if m.get("body_html"):
-        html_part = (f'<div class="card"><div style="display:flex;justify-content:space-between"><h3 style="margin:0">HTML</h3>'
-                     f'<button class="ghost" id="show-images">Show images</button></div>'
-                     f'<p class="muted">Rendered in a sandbox: scripts and remote content are blocked.</p>'
-                     f'<iframe class="body" id="html-frame" sandbox="allow-popups" '
-                     f'referrerpolicy="no-referrer" title="HTML part" data-src="{base}/html" src="{base}/html"></iframe></div>')
-    text_part = f'<div class="card"><h3 style="margin-top:0">Text</h3><pre id="text">{e(m.get("body_text"))}</pre></div>' \
-        if m.get("body_text") else ""
-    headers = "".join(f"<tr><th>{e(name)}</th><td>{e(value)}</td></tr>" for name, value in m.get("headers") or [])
-    attachments = "".join(
-        f'<li><a href="{base}/attachments/{int(a["index"])}">{e(a.get("filename") or "attachment")}</a> '
-        f'<span class="muted">{e(a.get("content_type"))}, {int(a.get("size") or 0)} bytes</span></li>'
-        for a in m.get("attachments") or []
-    )
-    body = f"""
-<div class="card" id="inbox" data-address="{e(address)}">
-  <p><a href="{_inbox_url(address)}">← all messages</a></p>
-  <h2 id="subject" style="margin:6px 0">{e(m.get("subject") or "(no subject)")}</h2>
-  <p class="muted">From {e(m.get("from") or m.get("envelope_from"))} · to {e(m.get("to_address"))} · {e(m.get("received_at"))}
+                    f'<button type="button" class="ghost" id="copy-code" data-copy="{e(m["code"])}">Copy code</button></div>')
+    has_html = bool(m.get("body_html"))
+    first = "html" if has_html else "text"
+    attachments = _attachments(base, m)
+    n_att = len(m.get("attachments") or [])
+    tabs = "".join([
+        _tab("html", "HTML", first == "html", hidden=not has_html),
+        _tab("source", "HTML source", hidden=not has_html),
+        _tab("text", "Text", first == "text"),
+        _tab("headers", "Headers"),
+        _tab("raw", "Raw"),
+        _tab("attachments", f"Attachments ({n_att})", hidden=not n_att),
+        _tab("check-html", "HTML check", hidden=not has_html),
+        _tab("check-links", "Link check"),
+        _tab("check-spam", "Spam score"),
+        _tab("release", "Release"),
+    ])
+    frame = ""
+    if has_html:
+        frame = (f'<div class="row-flex" role="group" aria-label="preview width">'
+                 '<button type="button" class="ghost small" data-width="375">Mobile 375</button>'
+                 '<button type="button" class="ghost small" data-width="768">Tablet 768</button>'
+                 '<button type="button" class="ghost small" data-width="" aria-pressed="true">Desktop</button>'
+                 '<button type="button" class="ghost small" id="show-images">Show images</button></div>'
+                 '<p class="muted">Rendered in a sandbox: scripts and remote content are blocked.</p>'
+                 f'<iframe class="body" id="html-frame" sandbox="allow-popups" referrerpolicy="no-referrer" '
+                 f'title="HTML part" data-src="{base}/html" src="{base}/html"></iframe>')
+    source = highlight_html(m.get("body_html")) if has_html else ""
+    text = f'<pre id="text">{e(m.get("body_text"))}</pre>' if m.get("body_text") else '<p class="muted">No text part.</p>'
+    headers = "".join(f"<tr><th scope=row>{e(name)}</th><td>{e(value)}</td></tr>" for name, value in m.get("headers") or [])
+    raw = (f'<p><a class="button ghost" id="eml" href="{page_url}/eml" download>Download .eml</a> '
+           f'<a href="{base}/raw" target="_blank" rel="noopener">open as text</a></p>'
+           f'<pre id="raw" data-src="{base}/raw">…</pre>')
+    release = ('<form id="release-form" class="row-flex"><label>To <input type="email" name="to" required '
+               'placeholder="someone@example.com"></label><label>Sender <select name="sender"></select></label>'
+               '<button type="submit">Release</button></form>'
+               '<p class="muted">Sends the stored bytes as received (with Resent- headers) through the outbound '
+               'queue.</p><p id="release-result" role="status"></p>')
+    panels = "".join([
+        _panel("html", frame, first == "html"),
+        _panel("source", source),
+        _panel("text", text, first == "text"),
+        _panel("headers", f'<table class="kv" id="headers"><tbody>{headers}</tbody></table>'),
+        _panel("raw", raw),
+        _panel("attachments", f'<ul class="thumbs" id="attachments">{attachments}</ul>'),
+        _panel("check-html", '<p class="muted">Checking…</p>', extra=' data-check="html"'),
+        _panel("check-links", '<p class="muted">Checking…</p>', extra=' data-check="links"'),
+        _panel("check-spam", '<p class="muted">Checking…</p>', extra=' data-check="spam"'),
+        _panel("release", release),
+    ])
+    back = "" if pane else f'<p><a href="{_inbox_url(address)}">← all messages</a></p>'
+    heading = "h2" if pane else "h1"
+    tags = m.get("tags") or []
+    return f"""<article id="message" data-address="{e(address)}" data-id="{mid}" data-base="{e(base)}"
+  data-tags="{e(json.dumps(tags))}" aria-labelledby="subject">
+  {back}
+  <{heading} id="subject" style="margin:6px 0;font-size:1.35em">{e(m.get("subject") or "(no subject)")}</{heading}>
+  <p class="muted">From {e(m.get("from") or m.get("envelope_from"))} · to {e(m.get("to_address"))} · {_time(m.get("received_at"))}
     · {int(m.get("size") or 0)} bytes</p>
   {extract}
-  <p><a class="button ghost" href="{base}/raw" target="_blank" rel="noopener">Raw source</a>
-    <button class="danger" data-delete="/messages/{int(m['id'])}" data-then="{_inbox_url(address)}"
-      data-confirm="Delete this message?">Delete message</button></p>
-</div>
-{html_part}{text_part}
-{'<div class="card"><h3 style="margin-top:0">Attachments</h3><ul>' + attachments + '</ul></div>' if attachments else ''}
-<div class="card"><h3 style="margin-top:0">Headers</h3><table id="headers">{headers}</table></div>"""
+  <div class="row-flex"><span id="msg-tags">{_tags(tags, address)}</span>
+    <form id="tag-form" class="row-flex"><input type="text" name="tag" placeholder="new tag" aria-label="new tag" size="10"
+      maxlength="64"><button type="submit" class="ghost small">Add tag</button></form></div>
+  <div class="row-flex" style="margin-top:8px">
+    <button type="button" class="ghost small" id="mark-unread">Mark unread</button>
+    <a class="button ghost small" href="{page_url}/eml" download>Download .eml</a>
+    <button type="button" class="danger small" data-delete="/messages/{mid}" data-then="{_inbox_url(address)}"
+      data-confirm="Delete this message?">Delete message</button></div>
+  <div class="tabs" role="tablist" aria-label="message parts">{tabs}</div>
+  {panels}
+</article>"""
+
+
+def render_message(address: str, m: dict[str, Any], *, csrf: str) -> str:
+    body = f'<div class="card" id="inbox" data-address="{e(address)}" data-view="message">{message_block(address, m)}</div>'
     return _page(m.get("subject") or "message", body, header=f'<span class="addr">{e(address)}</span>', csrf=csrf)
 
 
 def render_login(address: str, error: str = "") -> str:
-    err = f'<p style="color:#c8352e">{e(error)}</p>' if error else ""
-    body = f"""<div class="card"><h2>Open {e(address)}</h2>{err}
+    err = f'<p style="color:var(--bad)">{e(error)}</p>' if error else ""
+    body = f"""<div class="card"><h1>Open {e(address)}</h1>{err}
 <form method="post" action="{_inbox_url(address)}/login">
-<p><input type="password" name="token" placeholder="session token or API key" autocomplete="off" required></p>
+<p><input type="password" name="token" placeholder="session token or API key" aria-label="session token or API key"
+  autocomplete="off" required></p>
 <p><button type="submit">Open inbox</button></p></form>
 <p class="muted">The token is kept in a cookie of this browser for this inbox only.</p></div>"""
     return _page(f"Open {address}", body)
 
 
+def render_key_login(error: str = "") -> str:
+    err = f'<p style="color:var(--bad)">{e(error)}</p>' if error else ""
+    body = f"""<div class="card"><h1>All my mail</h1>{err}
+<form method="post" action="/mail/login">
+<p><input type="password" name="key" placeholder="API key (mrk_…)" aria-label="API key" autocomplete="off" required></p>
+<p><button type="submit">Open all my mail</button></p></form>
+<p class="muted">The key is kept in a cookie of this browser (HttpOnly, this site only).</p></div>"""
+    return _page("All my mail", body)
+
+
 def render_home() -> str:
-    body = """<div class="card"><h2>Temporary inboxes</h2>
+    body = """<div class="card"><h1>Temporary inboxes</h1>
 <form method="post" action="/inbox"><button type="submit">Create a temporary inbox</button>
 <span class="muted"> · anonymous, the default plan</span></form></div>
-<div class="card"><h3>Open an inbox</h3><form method="get" action="/inbox">
-<p><input type="text" name="address" placeholder="address@domain" required></p>
-<p><input type="password" name="token" placeholder="session token or API key" required autocomplete="off"></p>
+<div class="card"><h2>Open an inbox</h2><form method="get" action="/inbox">
+<p><input type="text" name="address" placeholder="address@domain" aria-label="address" required></p>
+<p><input type="password" name="token" placeholder="session token or API key" aria-label="session token or API key"
+  required autocomplete="off"></p>
 <p><button type="submit">Open</button></p></form>
+<p><a href="/mail">All the mail of an API key</a></p>
 <p class="muted">API: <a href="/docs">/docs</a> · <a href="/openapi.json">/openapi.json</a></p></div>"""
     return _page("mailroom", body)
 
@@ -320,21 +503,38 @@ def same_origin(request: Request) -> bool:
 def render_confirm(address: str, token: str) -> str:
     """A link with a token that came from another site: the person confirms before it becomes their cookie
     (login CSRF: a page elsewhere could otherwise open its own inbox in the person's browser)."""
-    return _page("Open inbox", f'<div class="card"><h2>Open this inbox?</h2><p class="addr">{e(address)}</p>'
+    return _page("Open inbox", f'<div class="card"><h1>Open this inbox?</h1><p class="addr">{e(address)}</p>'
                  f'<form method="post" action="{e(_inbox_url(address))}/login">'
                  f'<input type="hidden" name="token" value="{e(token)}">'
                  '<p class="muted">A link from another site opens it: keep it only if you meant to.</p>'
                  '<button type="submit">Open inbox</button></form></div>')
 
 
+def eml_headers(message_id: int) -> dict[str, str]:
+    return {
+        "Content-Disposition": f'attachment; filename="message-{message_id}.eml"',
+        "X-Content-Type-Options": "nosniff",
+        "Content-Security-Policy": "sandbox",
+        "Cache-Control": "no-store",
+    }
+
+
+async def _form(request: Request, name: str) -> str:
+    body = (await request.body())[:4096].decode("utf-8", "replace")
+    return (parse_qs(body).get(name) or [""])[0].strip()
+
+
 def add_routes(app: FastAPI, state: State) -> None:  # noqa: PLR0915 - the page's routes, one place
     def html_response(content: str, status: int = 200) -> HTMLResponse:
         return HTMLResponse(content, status_code=status, headers=PAGE_HEADERS)
 
-    def with_cookie(response: Response, address: str, credential: str) -> Response:
-        response.set_cookie(cookie_name(address), credential, httponly=True, samesite="strict",
+    def with_cookie(response: Response, name: str, credential: str) -> Response:
+        response.set_cookie(name, credential, httponly=True, samesite="strict",
                             secure=state.config.secure_cookies, path="/", max_age=7 * 24 * 3600)
         return response
+
+    class _NeedLogin(Exception):
+        pass
 
     def page_creds(request: Request, address: str) -> Any:
         c = request_credentials(request, address)
@@ -342,17 +542,24 @@ def add_routes(app: FastAPI, state: State) -> None:  # noqa: PLR0915 - the page'
             raise _NeedLogin()
         return c
 
-    class _NeedLogin(Exception):
-        pass
-
     @app.exception_handler(_NeedLogin)
     async def need_login(request: Request, exc: _NeedLogin) -> Response:
         return html_response(render_login(request.path_params.get("address", "")), 401)
 
-    @app.get("/static/inbox.js", include_in_schema=False)
-    async def script() -> Response:
-        return Response(SCRIPT, media_type="text/javascript; charset=utf-8",
+    @app.get("/static/{name}", include_in_schema=False)
+    async def static(name: str) -> Response:
+        if name == "pygments.css":
+            return Response(pygments_css(), media_type="text/css; charset=utf-8",
+                            headers={"Cache-Control": "max-age=300", "X-Content-Type-Options": "nosniff"})
+        if name not in STATIC_TYPES:
+            raise ApiError(404, "", "no such file", kind="not_found")
+        return Response(static_file(name), media_type=STATIC_TYPES[name],
                         headers={"Cache-Control": "max-age=300", "X-Content-Type-Options": "nosniff"})
+
+    @app.get("/favicon.ico", include_in_schema=False)
+    async def favicon() -> Response:
+        return Response(static_file("favicon.svg"), media_type="image/svg+xml",
+                        headers={"Cache-Control": "max-age=3600", "X-Content-Type-Options": "nosniff"})
 
     @app.get("/", include_in_schema=False)
     async def home() -> Response:
@@ -368,8 +575,12 @@ def add_routes(app: FastAPI, state: State) -> None:  # noqa: PLR0915 - the page'
         refuse_cross_site(request)
         doc = json.loads(await state.call(sqlapi.http_create_mailbox, retry=False, key_digest=None,
                                           client=request.client.host if request.client else None))
-        return with_cookie(RedirectResponse(_inbox_url(doc["address"]), status_code=303), doc["address"],
-                           doc["session_token"])
+        name = cookie_name(doc["address"])
+        response = with_cookie(RedirectResponse(_inbox_url(doc["address"]), status_code=303), name, doc["session_token"])
+        # one use, a minute: the next view of this inbox shows its token once, then deletes it
+        response.set_cookie(FRESH_COOKIE, name, httponly=True, samesite="strict", secure=state.config.secure_cookies,
+                            path="/", max_age=60)
+        return response
 
     @app.get("/inbox", include_in_schema=False)
     async def open_inbox(address: str, token: str) -> Response:
@@ -378,13 +589,10 @@ def add_routes(app: FastAPI, state: State) -> None:  # noqa: PLR0915 - the page'
     @app.post("/inbox/{address}/login", include_in_schema=False)
     async def login(request: Request, address: str) -> Response:
         refuse_cross_site(request)
-        form = (await request.body())[:4096].decode("utf-8", "replace")
-        from urllib.parse import parse_qs
-
-        token = (parse_qs(form).get("token") or [""])[0].strip()
+        token = await _form(request, "token")
         if not token:
             return html_response(render_login(address, "Give the inbox's session token or an API key."), 400)
-        return with_cookie(RedirectResponse(_inbox_url(address), status_code=303), address, token)
+        return with_cookie(RedirectResponse(_inbox_url(address), status_code=303), cookie_name(address), token)
 
     @app.get("/inbox/{address}", include_in_schema=False)
     async def inbox(request: Request, address: str, q: str | None = None, token: str | None = None) -> Response:
@@ -392,7 +600,7 @@ def add_routes(app: FastAPI, state: State) -> None:  # noqa: PLR0915 - the page'
             split_credential(token)
             if not same_origin(request):
                 return html_response(render_confirm(address, token.strip()))
-            return with_cookie(RedirectResponse(_inbox_url(address), status_code=303), address, token.strip())
+            return with_cookie(RedirectResponse(_inbox_url(address), status_code=303), cookie_name(address), token.strip())
         c = page_creds(request, address)
         try:  # one call: the list, or the search results
             if q and q.strip():
@@ -405,11 +613,45 @@ def add_routes(app: FastAPI, state: State) -> None:  # noqa: PLR0915 - the page'
             if err.status in (401, 403):
                 return html_response(render_login(address, err.message), err.status)
             raise
-        return html_response(render_inbox(doc["mailbox"], doc["messages"], csrf=csrf_token(c.raw), query=q,
-                                          results=results))
+        fresh = c.session_token is not None and c.from_cookie and request.cookies.get(FRESH_COOKIE) == cookie_name(address)
+        response = html_response(render_inbox(doc["mailbox"], doc.get("messages") or [], csrf=csrf_token(c.raw), query=q,
+                                              results=results, token=c.session_token if fresh else None))
+        if request.cookies.get(FRESH_COOKIE) is not None:
+            response.delete_cookie(FRESH_COOKIE, path="/")
+        return response
 
     @app.get("/inbox/{address}/messages/{message_id}", include_in_schema=False)
-    async def message(request: Request, address: str, message_id: int) -> Response:
+    async def message(request: Request, address: str, message_id: int, pane: int = 0) -> Response:
         c = page_creds(request, address)
         doc = json.loads(await state.call(sqlapi.http_read_message, message_id=message_id, **c.sql(address)))
+        if pane:
+            return html_response(message_block(address, doc, pane=True))
         return html_response(render_message(address, doc, csrf=csrf_token(c.raw)))
+
+    @app.get("/inbox/{address}/messages/{message_id}/eml", include_in_schema=False)
+    async def eml(request: Request, address: str, message_id: int) -> Response:
+        c = page_creds(request, address)
+        raw = await state.call(sqlapi.http_message_raw, message_id=message_id, **c.sql(address))
+        return Response(bytes(raw), media_type="message/rfc822", headers=eml_headers(message_id))
+
+    @app.get("/mail", include_in_schema=False)
+    async def all_mail(request: Request, tag: str | None = None) -> Response:
+        key = request.cookies.get(KEY_COOKIE)
+        if not key:
+            return html_response(render_key_login(), 401)
+        digest = hashlib.sha256(key.strip().encode()).digest()  # only a key's digest reaches SQL
+        try:  # one call: the owner's open inboxes; the messages come from GET /api/v1/messages
+            boxes = json.loads(await state.call(sqlapi.http_list_mailboxes, key_digest=digest, limit=100, offset=0))
+        except ApiError as err:
+            if err.status in (401, 403):
+                return html_response(render_key_login(err.message), err.status)
+            raise
+        return html_response(render_all_mail(boxes, csrf=csrf_token(key.strip()), tag=tag))
+
+    @app.post("/mail/login", include_in_schema=False)
+    async def key_login(request: Request) -> Response:
+        refuse_cross_site(request)
+        key = await _form(request, "key")
+        if not key:
+            return html_response(render_key_login("Give an API key."), 400)
+        return with_cookie(RedirectResponse("/mail", status_code=303), KEY_COOKIE, key)
