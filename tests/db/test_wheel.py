@@ -53,6 +53,10 @@ def test_the_wheel_and_the_sdist_carry_every_package_and_all_the_sql(installed):
     for folder, package in (("migrations", "mailroom/db/migrations"), ("sql", "mailroom/db/sql")):
         files = {p.name for p in (ROOT / folder).glob("*.sql")}
         assert files and {f"{package}/{f}" for f in files} <= names, f"{folder}/ is not all in the wheel"
+    # data-only folders of the driver: the page's static files, the HTML check's data
+    for folder in ("http/static", "checks/data"):
+        files = {p.name for p in (ROOT / "driver" / "mailroom" / folder).iterdir() if p.is_file()}
+        assert files and {f"mailroom/{folder}/{f}" for f in files} <= names, f"mailroom/{folder} is not all in the wheel"
     sdist = subprocess.run(["tar", "tzf", str(next(dist.glob("*.tar.gz")))], capture_output=True, text=True).stdout
     assert re.search(r"/migrations/0001_foundation\.sql$", sdist, re.M) and re.search(r"/sql/00_clock\.sql$", sdist, re.M)
 
