@@ -470,11 +470,11 @@ def test_release_from_the_page_queues_the_stored_bytes(page, server, smtp_port, 
         form = page.locator("#release-form")
         expect(form.locator("select[name=sender] option")).to_have_text(["browser-relay"])
         form.locator("input[name=to]").fill(to)
-        shoot(page, "http-release")
         form.get_by_role("button", name="Release").click()
         result = page.locator("#release-result")
         expect(result).to_have_text(re.compile(rf"^Queued as outbound message \d+ to {re.escape(to)} from browser-relay$"))
         expect(result).to_have_class("ok")
+        shoot(page, "http-release")
         outbound_id = int(re.search(r"message (\d+) ", result.text_content()).group(1))
         status, to_addrs, raw = conn.execute(
             "SELECT status::text, to_addrs, raw_message FROM mailroom.outbound_messages WHERE id = %s",
