@@ -5,8 +5,6 @@ and a real SpamAssassin spamd on a free 127.0.0.1 port."""
 from __future__ import annotations
 
 import os
-import shutil
-import socket
 import subprocess
 import sys
 import threading
@@ -21,6 +19,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "http"))  # the HTTP tests' helpers
 
+from checks_support import running_spamd  # noqa: E402
 from http_support import HttpServer, start_http  # noqa: E402
 
 from mailroom import testing  # noqa: E402
@@ -135,48 +134,8 @@ def target() -> Iterator[ThreadingHTTPServer]:
     server.server_close()
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _pong(port: int) -> bool:
-    try:
-        with socket.create_connection(("127.0.0.1", port), timeout=2) as s:
-            s.sendall(b"PING SPAMC/1.5\r\n\r\n")
-            return b"PONG" in s.recv(100)
-    except OSError:
-        return False
-
-
 @pytest.fixture(scope="module")
 def spamd(tmp_path_factory) -> Iterator[str]:
-    """A real spamd (Debian's spamassassin, its shipped rules) on a free 127.0.0.1 port: host:port.
-    Network tests off (--local), no user configuration, no rule update; stopped by its pid."""
-    binary = shutil.which("spamd") or ("/usr/sbin/spamd" if Path("/usr/sbin/spamd").exists() else None)
-    if binary is None:
-        if os.environ.get("CI"):
-            pytest.fail("spamd is not installed (make deps installs Debian's spamd)")
-        pytest.skip("spamd is not installed (apt-get install spamassassin spamd)")
-    home = tmp_path_factory.mktemp("spamd")
-    port = _free_port()
-    log = open(home / "spamd.log", "w")  # noqa: SIM115 - the child writes to it
-    proc = subprocess.Popen(
-        [binary, "--listen", f"127.0.0.1:{port}", "--allowed-ips", "127.0.0.1", "--local", "--nouser-config",
-         "--max-children", "1", "--min-children", "1", "--pidfile", str(home / "spamd.pid"), "--syslog", "stderr"],
-        stdout=log, stderr=log, stdin=subprocess.DEVNULL,
-    )
-    log.close()
-    deadline = time.monotonic() + 30
-    while not _pong(port):
-        assert proc.poll() is None, (home / "spamd.log").read_text()
-        assert time.monotonic() < deadline, "spamd did not answer PING within 30 s:\n" + (home / "spamd.log").read_text()
-        time.sleep(0.1)
-    yield f"127.0.0.1:{port}"
-    proc.terminate()
-    try:
-        proc.wait(timeout=10)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
+    """A real spamd on a free 127.0.0.1 port (checks_support.running_spamd): host:port."""
+    with running_spamd(tmp_path_factory.mktemp("spamd")) as address:
+        yield address

@@ -1,6 +1,7 @@
 """Helpers of the browser tests (tests/http/test_browser*.py): Debian's chromium driven by Playwright
 (sync API, headless, never `playwright install`), a real `mailroom inbox serve` for SMTP delivery,
-mail builders, axe-core, and screenshots written to docs/img/ when MAILROOM_SCREENSHOTS=1."""
+mail builders, axe-core, a loopback HTTP server for the link check, and screenshots written to
+docs/img/ when MAILROOM_SCREENSHOTS=1. The real spamd is tests/checks' (checks_support.running_spamd)."""
 
 from __future__ import annotations
 
@@ -11,9 +12,17 @@ import smtplib
 import struct
 import subprocess
 import sys
+import threading
 import zlib
+from collections.abc import Iterator
+from contextlib import contextmanager
 from email.message import EmailMessage
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "checks"))  # checks_support: the real spamd
+
+from checks_support import running_spamd  # noqa: E402,F401 - re-exported for the browser test
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 FLAGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
@@ -100,3 +109,31 @@ def phone_fits(page, width: int = 375) -> None:
     """No horizontal overflow at phone width: document.scrollWidth <= width (else the elements past it)."""
     scroll, past = page.evaluate(OVERFLOW)
     assert scroll <= width, f"scrollWidth {scroll}: {past}"
+
+
+class _LinkTarget(BaseHTTPRequestHandler):
+    """What the link check asks in the browser test: /ok answers 200, every other path 404."""
+
+    def _answer(self) -> None:
+        self.send_response(200 if self.path.split("?", 1)[0] == "/ok" else 404)
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+    do_GET = do_HEAD = _answer
+
+    def log_message(self, *args) -> None:
+        pass
+
+
+@contextmanager
+def link_target() -> Iterator[str]:
+    """A loopback HTTP server on a free 127.0.0.1 port: its base URL (http://127.0.0.1:PORT)."""
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _LinkTarget)
+    server.daemon_threads = True
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()

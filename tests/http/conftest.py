@@ -29,7 +29,14 @@ def db_url(pg, template_db: str) -> Iterator[str]:
 
 
 @pytest.fixture(scope="module")
-def module_server(db_url: str, tmp_path_factory) -> Iterator[HttpServer]:
+def server_flags() -> tuple[str, ...]:
+    """Flags of the module's `mailroom http serve` (a module overrides this: the browser test turns the
+    link and spam checks on)."""
+    return ()
+
+
+@pytest.fixture(scope="module")
+def module_server(db_url: str, tmp_path_factory, server_flags: tuple[str, ...]) -> Iterator[HttpServer]:
     import os
     import subprocess
     import sys
@@ -39,7 +46,7 @@ def module_server(db_url: str, tmp_path_factory) -> Iterator[HttpServer]:
         merged.update(PYTHONUNBUFFERED="1", MAILROOM_DATABASE_URL=db_url, **(env or {}))
         return subprocess.Popen([sys.executable, "-m", "mailroom", *args], env=testing.driver_env(merged, args), **kwargs)
 
-    server = start_http(popen, tmp_path_factory.mktemp("http") / "http.log")
+    server = start_http(popen, tmp_path_factory.mktemp("http") / "http.log", *server_flags)
     yield server
     server.stop()
 
