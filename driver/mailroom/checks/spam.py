@@ -1,20 +1,27 @@
 """The spam score: what a real SpamAssassin (spamd) says of the message's raw bytes.
 
 The bytes as received (bounded by the plan's size limit, which refused anything larger at delivery)
-go to spamd at --spamd host:port with aiospamc's REPORT: the `Spam` header gives the score and the
-threshold, the report's table the rules hit, each with its score and description. Off unless the
+go to spamd at --spamd host:port as a REPORT of its protocol (SPAMC/1.5, spamd's PROTOCOL file: a
+request line, Content-length, the bytes; the answer's status line, its `Spam` header with the score
+and the threshold, and the report, whose table lists the rules hit, each with its score and
+description). The protocol is a few lines, spoken here: the client libraries on PyPI pin an old typer. Off unless the
 server runs with --spamd (SQL refuses it: 503). spamd's own settings decide which tests run (docs/checks.md:
 the test kit runs it with --local, no network tests, and the rules Debian's package ships).
 """
 
 from __future__ import annotations
 
+import asyncio
 import re
 from dataclasses import dataclass
 from typing import Any
 
 TIMEOUT = 15.0  # seconds for the whole exchange with spamd
 _RULE = re.compile(r"^\s*(-?[0-9]+(?:\.[0-9]+)?)\s+([A-Z0-9_]+)\s+(.*)$")
+_STATUS = re.compile(rb"^SPAMD/[0-9.]+ +([0-9]+) *(.*?)\r?\n$")
+_SPAM = re.compile(r"^(true|false|yes|no)\s*;\s*(-?[0-9]+(?:\.[0-9]+)?)\s*/\s*(-?[0-9]+(?:\.[0-9]+)?)", re.IGNORECASE)
+MAX_ANSWER = 1 << 20  # bytes of spamd's report read at the most
+MAX_HEADERS = 32
 
 
 @dataclass(frozen=True)
@@ -54,26 +61,49 @@ def rules_of(report: str) -> list[dict[str, Any]]:
     return rules
 
 
+async def report(raw: bytes, spamd: Spamd) -> tuple[str, str]:
+    """spamd's answer to REPORT: its Spam header's value and the report (SpamdFailed otherwise)."""
+    try:
+        reader, writer = await asyncio.open_connection(spamd.host, spamd.port)
+    except OSError:
+        raise SpamdFailed("spamd cannot be reached") from None
+    try:
+        writer.write(b"REPORT SPAMC/1.5\r\nContent-length: %d\r\n\r\n" % len(raw) + raw)
+        await writer.drain()
+        status = _STATUS.match(await reader.readline())
+        if status is None:
+            raise SpamdFailed("spamd's answer is not SPAMD/1.x")
+        if status.group(1) != b"0":
+            raise SpamdFailed(f"spamd refused the message ({status.group(1).decode()} "
+                              f"{status.group(2).decode('ascii', 'replace')[:80]})")
+        headers: dict[str, str] = {}
+        for _ in range(MAX_HEADERS):
+            line = (await reader.readline()).decode("latin-1").strip()
+            if not line:
+                break
+            name, _, value = line.partition(":")
+            headers[name.strip().lower()] = value.strip()
+        length = headers.get("content-length", "")
+        body = await (reader.readexactly(min(int(length), MAX_ANSWER)) if length.isdigit() else reader.read(MAX_ANSWER))
+    except (OSError, asyncio.IncompleteReadError):
+        raise SpamdFailed("spamd ended the connection before its answer") from None
+    finally:
+        writer.close()
+    if "spam" not in headers:
+        raise SpamdFailed("spamd's answer has no Spam header")
+    return headers["spam"], body.decode("utf-8", "replace")
+
+
 async def check(raw: bytes, spamd: Spamd, timeout: float = TIMEOUT) -> dict[str, Any]:
     """The SpamCheck answer (docs/checks.md): score, threshold, is_spam and the rules hit."""
-    import aiospamc
-    from aiospamc.connections import Timeout
-    from aiospamc.exceptions import AIOSpamcConnectionFailed, BadResponse, ClientTimeoutException
-    from aiospamc.responses import ResponseException
-
     try:
-        response = await aiospamc.report(raw, host=spamd.host, port=spamd.port, timeout=Timeout(total=timeout))
-    except ClientTimeoutException:
+        spam, text = await asyncio.wait_for(report(raw, spamd), timeout)
+    except TimeoutError:
         raise SpamdFailed(f"spamd gave no answer within {timeout:g} s") from None
-    except AIOSpamcConnectionFailed:
-        raise SpamdFailed("spamd cannot be reached") from None
-    except (ResponseException, BadResponse) as exc:
-        raise SpamdFailed(f"spamd refused the message ({type(exc).__name__})") from None
-    spam = response.headers.spam
-    if spam is None:
-        raise SpamdFailed("spamd's answer has no Spam header")
-    report = bytes(response.body or b"").decode("utf-8", "replace")
-    rules = rules_of(report)
+    verdict = _SPAM.match(spam)
+    if verdict is None:
+        raise SpamdFailed("spamd's Spam header is not `verdict ; score / threshold`")
+    rules = rules_of(text)
     rules.sort(key=lambda r: (-r["score"], r["name"]))
-    return {"score": round(float(spam.score), 1), "threshold": round(float(spam.threshold), 1), "is_spam": bool(spam.value),
-            "rules": rules}
+    return {"score": round(float(verdict.group(2)), 1), "threshold": round(float(verdict.group(3)), 1),
+            "is_spam": verdict.group(1).lower() in ("true", "yes"), "rules": rules}

@@ -83,7 +83,8 @@ class Outage:
     def delay(self, exc: BaseException | str) -> float:
         """Note a failed attempt (logs when the wait starts and then every REMIND seconds); the wait before the next."""
         reason = exc if isinstance(exc, str) else describe_db_error(exc)
-        reason = reason.removeprefix(f"{self.what}: ")
+        # a failed connection (mailroom.db.connect.ConnectFailed) says both what and why: the line says it once
+        reason = reason.removeprefix("cannot connect to the database: ").removeprefix(f"{self.what}: ")
         with self._lock:
             now = time.monotonic()
             if not self.retries:
