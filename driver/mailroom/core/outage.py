@@ -83,8 +83,7 @@ class Outage:
     def delay(self, exc: BaseException | str) -> float:
         """Note a failed attempt (logs when the wait starts and then every REMIND seconds); the wait before the next."""
         reason = exc if isinstance(exc, str) else describe_db_error(exc)
-        # a failed connection (mailroom.db.connect.ConnectFailed) says both what and why: the line says it once
-        reason = reason.removeprefix("cannot connect to the database: ").removeprefix(f"{self.what}: ")
+        reason = reason.removeprefix(f"{self.what}: ")
         with self._lock:
             now = time.monotonic()
             if not self.retries:
@@ -111,16 +110,18 @@ class Outage:
 
     async def call(self, fn: Callable[[], Awaitable[T]], retry_on: Callable[[BaseException], bool], *,
                    stopping: Callable[[], bool] | None = None,
-                   sleep: Callable[[float], Awaitable[object]] = asyncio.sleep) -> T | None:
+                   sleep: Callable[[float], Awaitable[object]] = asyncio.sleep,
+                   describe: Callable[[BaseException], BaseException | str] = lambda exc: exc) -> T | None:
         """`await fn()` until it does not fail with an error `retry_on` accepts; None once `stopping()`
-        (checked after each wait; `sleep` may return early when the worker stops)."""
+        (checked after each wait; `sleep` may return early when the worker stops). `describe` gives
+        what the outage line says of an error (the error itself by default)."""
         while True:
             try:
                 result = await fn()
             except Exception as exc:
                 if not retry_on(exc):
                     raise
-                await sleep(self.delay(exc))
+                await sleep(self.delay(describe(exc)))
                 if stopping is not None and stopping():
                     return None
                 continue

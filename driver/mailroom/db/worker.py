@@ -117,7 +117,7 @@ class Worker:
                              sleep: Callable[[float], Awaitable[object]]) -> T | None:
         """`await fn()` until the database answers (waiting while it is out of reach: one line, and one
         when it is back); None once `stopping()`. Any other error is raised."""
-        return await self.outage.call(fn, unavailable, stopping=stopping, sleep=sleep)
+        return await self.outage.call(fn, unavailable, stopping=stopping, sleep=sleep, describe=reason)
 
     # -- 2. heartbeat -----------------------------------------------------------------------------
 
