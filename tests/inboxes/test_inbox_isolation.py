@@ -150,7 +150,7 @@ def test_one_message_never_fails_another_of_its_group(conn, start_server, make_m
         END $$;
         CREATE TRIGGER poison BEFORE INSERT ON mailroom.messages FOR EACH ROW EXECUTE FUNCTION public.poison();
     """)
-    server = start_server("--pool-size", "1")
+    server = start_server("--pool-size", "1", "--log-messages")  # the group commit's own line
     box = make_mailbox(plan="pro")
     replies: dict[str, int] = {}
 

@@ -56,6 +56,12 @@ def refused_at_rcpt(log: str) -> int:
     return log.count("refused a recipient at RCPT")
 
 
+@pytest.fixture
+def server(start_server):
+    """With a line per message and per refused recipient (--log-messages): these tests count them."""
+    return start_server("--log-messages")
+
+
 def test_data_over_the_mailbox_limit_is_refused_while_reading(server, conn, make_mailbox):
     """A free inbox (2 MiB): of a 5 MiB message the server holds at most the limit and one probe
     step (256 KiB), reads the rest without keeping it, says 552 and goes on."""
@@ -175,7 +181,7 @@ def test_expired_inboxes_do_not_count_as_invalid_recipients(server, conn, make_m
 def test_max_bad_recipients_is_configurable_and_pipelined_commands_after_421_are_not_run(
     start_server, conn, make_mailbox
 ):
-    srv = start_server("--max-bad-recipients", "2")
+    srv = start_server("--max-bad-recipients", "2", "--log-messages")
     box = make_mailbox()
     with socket.create_connection((srv.host, srv.port), timeout=10) as sock:
         reader = sock.makefile("rb")

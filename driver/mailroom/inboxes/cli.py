@@ -64,6 +64,26 @@ def _serve_opt(flag: str, help: str, **kwargs: Any) -> Any:  # noqa: A002
     return env_option(flag, env="MAILROOM_INBOX_" + flag.lstrip("-").replace("-", "_").upper(), help=help, **kwargs)
 
 
+EVENT_LOOPS = ("auto", "uvloop", "asyncio")
+
+
+def _loop_factory(choice: str) -> Any:
+    """The event loop factory of `inbox serve --event-loop`: uvloop (libuv; fewer microseconds per
+    SMTP command and connection than asyncio's own loop) when installed and not refused, else None
+    (asyncio's default loop)."""
+    if choice not in EVENT_LOOPS:
+        raise ConfigError(f"--event-loop must be one of {', '.join(EVENT_LOOPS)}, got {choice!r}")
+    if choice == "asyncio":
+        return None
+    try:
+        import uvloop
+    except ImportError:
+        if choice == "uvloop":
+            raise ConfigError("--event-loop uvloop: the uvloop package is not installed") from None
+        return None
+    return uvloop.new_event_loop
+
+
 @inbox_app.command("serve")
 def serve_cmd(
     database_url: DatabaseUrlOption = None,
@@ -106,14 +126,22 @@ def serve_cmd(
     tls_key: Annotated[Optional[str], _serve_opt("--tls-key", "PEM private key of --tls-cert.", metavar="FILE")] = None,
     require_tls: Annotated[bool, _serve_opt(
         "--require-tls", "Refuse MAIL, RCPT and DATA before STARTTLS (530 5.7.0).")] = False,
+    log_every: Annotated[float, duration_option(
+        "--log-every", env="MAILROOM_INBOX_LOG_EVERY", minimum=0.1, maximum=86400,
+        help="How often to log one summary line of what was stored and refused (none while idle).")] = "60s",
+    log_messages: Annotated[bool, _serve_opt(
+        "--log-messages", "Also log a line per message and per refused recipient (slower; for debugging).")] = False,
+    event_loop: Annotated[str, _serve_opt(
+        "--event-loop", "auto (uvloop when installed), uvloop or asyncio.", metavar="LOOP")] = "auto",
 ) -> None:
     """Run the inbound SMTP server that stores mail for open inboxes."""
     import asyncio
+    import logging
 
     from mailroom.inboxes.server import InboundServer
 
+    new_loop = _loop_factory(event_loop)  # a bad choice is one line and exit 2 before anything starts
     url = resolve_database_url(database_url)
-    import logging
 
     if tls_cert is not None or tls_key is not None or require_tls:
         from mailroom.inboxes.server import tls_context
@@ -124,6 +152,10 @@ def serve_cmd(
             raise ConfigError("--tls-cert and --tls-key go together")
         tls_context(tls_cert, tls_key)  # a bad file is one line and exit 2 before anything starts
     logging.getLogger("mail.log").setLevel(logging.WARNING)  # aiosmtpd logs addresses at INFO
+    if log_messages:
+        from mailroom.core.log import get_logger
+
+        get_logger("inbox").setLevel(logging.DEBUG)
 
     def run(bind_port: int, ready: Any = None, reuse_port: bool = False, worker_index: int = 0) -> None:
         server = InboundServer(
@@ -133,13 +165,15 @@ def serve_cmd(
             pool_size=pool_size, data_size_limit=max_message_size, reuse_port=reuse_port, db_timeout=db_timeout,
             metrics_port=None if metrics_port is None else (metrics_port + worker_index if metrics_port else 0),
             metrics_host=metrics_host, tls_cert=tls_cert, tls_key=tls_key, require_tls=require_tls,
+            log_every=log_every,
         )
 
         async def main() -> None:
             server.astop_on_signals()
             await server.run(ready)
 
-        asyncio.run(main())
+        with asyncio.Runner(loop_factory=new_loop) as runner:
+            runner.run(main())
 
     if workers == 1:
         run(port)

@@ -4,6 +4,8 @@ expiry worker (`mailroom expire --metrics-port`), with the standard gauges of ev
 
 from __future__ import annotations
 
+import time
+
 from prometheus_client import Counter, Gauge
 
 from mailroom.core.metrics import WorkerMetrics
@@ -34,6 +36,72 @@ class InboundMetrics(WorkerMetrics):
             self.recipients.labels(verdict=verdict)
         for result in MESSAGE_RESULTS:
             self.messages.labels(result=result)
+
+
+class InboundTally:
+    """What the inbound server did since its last summary line (`inbox serve --log-every`): one line
+    for many messages instead of one line each, and none when nothing happened. Counts and verdicts
+    only, never an address."""
+
+    def __init__(self) -> None:
+        self._reset(time.monotonic())
+
+    def _reset(self, now: float) -> None:
+        self.since = now
+        self.sessions = 0  # SMTP sessions accepted (connections refused at the door are logged apart)
+        self.stored = 0  # messages stored (one per DATA answered 250 for inboxes, whatever its recipients)
+        self.statements = 0  # delivering statements (and commits) that stored them: fewer with group commit
+        self.bounces = 0  # bounce reports recorded (DATA for VERP return paths answered 250)
+        self.tempfail = 0  # RCPT and DATA answered 4xx because the database could not be asked or said retry
+        self.refused_recipients: dict[str, int] = {}  # by verdict (unknown, expired, full, fault, ...)
+        self.refused_messages: dict[str, int] = {}  # by verdict (too_large, fault, MR code, line too long, ...)
+
+    def refused_recipient(self, verdict: str) -> None:
+        self.refused_recipients[verdict] = self.refused_recipients.get(verdict, 0) + 1
+
+    def refused_message(self, verdict: str) -> None:
+        self.refused_messages[verdict] = self.refused_messages.get(verdict, 0) + 1
+
+    def answered(self, reply: str, *, bounce: bool = False) -> None:
+        """A DATA reply: stored (or a bounce recorded), 4xx, or refused (by its status and enhanced code)."""
+        if reply[:1] == "2":
+            if bounce:
+                self.bounces += 1
+            else:
+                self.stored += 1
+        elif reply[:1] == "4":
+            self.tempfail += 1
+        else:
+            code = reply.split()[:2]  # "552 5.3.4": the status and, when given, the enhanced code
+            self.refused_message(" ".join(code if len(code) == 2 and code[1][:1].isdigit() else code[:1]))
+
+    def line(self, now: float | None = None) -> str | None:
+        """The summary since the last one (and start a new period), or None when nothing happened."""
+        now = time.monotonic() if now is None else now
+        seconds = now - self.since
+        rcpts, msgs = sum(self.refused_recipients.values()), sum(self.refused_messages.values())
+        if not (self.sessions or self.stored or self.bounces or self.tempfail or rcpts or msgs):
+            self.since = now
+            return None
+        parts = [f"stored {self.stored} message(s) in {self.sessions} session(s)"
+                 + (f" ({self.statements} statement(s))" if self.statements else "")]
+        refused = []
+        if rcpts:
+            refused.append(f"{rcpts} recipient(s) ({_breakdown(self.refused_recipients)})")
+        if msgs:
+            refused.append(f"{msgs} message(s) ({_breakdown(self.refused_messages)})")
+        if refused:
+            parts.append("refused " + " and ".join(refused))
+        if self.tempfail:
+            parts.append(f"answered 4xx {self.tempfail} time(s)")
+        if self.bounces:
+            parts.append(f"recorded {self.bounces} bounce(s)")
+        self._reset(now)
+        return f"in {seconds:.0f}s: " + ", ".join(parts)
+
+
+def _breakdown(counts: dict[str, int]) -> str:
+    return ", ".join(f"{key} {n}" for key, n in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
 
 
 class ExpiryMetrics(WorkerMetrics):

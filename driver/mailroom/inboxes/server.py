@@ -6,7 +6,8 @@ bounded by --db-timeout (451 past it); the processes that parse large messages a
 event loop are mailroom.inboxes.parsing. Started while the database is down, the server waits for
 it (one log line) before it listens; cut off later, it answers 451 and logs the outage once and the
 recovery once. It reports in like every worker (kind inbound: what it serves, its metrics) and,
-on a clean exit, reports itself stopped.
+on a clean exit, reports itself stopped. What it stored and refused is one summary line every
+--log-every (and one at the stop), none while idle: no line per message unless --log-messages.
 """
 
 from __future__ import annotations
@@ -50,6 +51,17 @@ def tls_context(cert_file: str, key_file: str) -> ssl.SSLContext:
     return context
 
 
+def loop_name(loop: asyncio.AbstractEventLoop) -> str:
+    """`uvloop` or `asyncio`: the event loop the server runs on (said in its listening line)."""
+    return "uvloop" if type(loop).__module__.split(".")[0] == "uvloop" else "asyncio"
+
+
+def _log_summary(handler: InboxHandler) -> None:
+    line = handler.tally.line()
+    if line is not None:
+        log.info("%s", line)
+
+
 class InboundServer(Worker):
     """The listening server and its connection pool, on the worker skeleton (mailroom.db.worker);
     run() until stop() (or SIGTERM: astop_on_signals)."""
@@ -77,6 +89,7 @@ class InboundServer(Worker):
         tls_cert: str | None = None,
         tls_key: str | None = None,
         require_tls: bool = False,
+        log_every: float = 60.0,
     ) -> None:
         if (tls_cert is None) != (tls_key is None):
             raise UserError("--tls-cert and --tls-key go together", 2)
@@ -102,6 +115,7 @@ class InboundServer(Worker):
         self.data_size_limit = data_size_limit
         self.hostname = hostname
         self.parse_workers = parse_workers
+        self.log_every = log_every  # seconds between summary lines (mailroom.inboxes.metrics.InboundTally)
         self.bound_port: int | None = None
         self._stop: asyncio.Event | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -141,6 +155,12 @@ class InboundServer(Worker):
         success ends an outage at once (not at the next SMTP command)."""
         return self.abeat_every(lambda: self._pool.connection(timeout=self.db_timeout),  # type: ignore[union-attr]
                                 stopping=self._stop, timeout=self.db_timeout)
+
+    async def _summaries(self, handler: InboxHandler) -> None:
+        """The summary line every --log-every while something happened (cancelled at the stop)."""
+        while True:
+            await asyncio.sleep(self.log_every)
+            _log_summary(handler)
 
     async def run(self, ready: Callable[[int], None] | None = None) -> None:
         self._loop = asyncio.get_running_loop()
@@ -219,12 +239,14 @@ class InboundServer(Worker):
         self.bound_port = server.sockets[0].getsockname()[1]
         self.heartbeat.serves = f"smtp {self.host}:{self.bound_port}"
         beats = asyncio.ensure_future(self._beats())
+        summaries = asyncio.ensure_future(self._summaries(handler))
         log.info(
             "listening on %s:%d (SIZE %d, max %d recipients, %d refused recipients a session, %d sessions,"
-            " %s sessions a client, idle timeout %gs, %s)",
+            " %s sessions a client, idle timeout %gs, %s, event loop %s)",
             self.host, self.bound_port, size_limit, self.max_recipients, self.max_bad_recipients,
             self.max_sessions, self.max_sessions_per_client or "any", self.idle_timeout,
             "STARTTLS required" if self.require_tls else "STARTTLS offered" if tls else "no STARTTLS",
+            loop_name(self._loop),
         )
         if ready is not None:
             ready(self.bound_port)
@@ -238,6 +260,8 @@ class InboundServer(Worker):
                 await asyncio.wait_for(handler.idle.wait(), timeout=10)
             except TimeoutError:
                 log.warning("stopping with %d delivery(ies) still running", handler.in_flight)
+            summaries.cancel()
+            _log_summary(handler)  # what happened since the last one
             with contextlib.suppress(asyncio.CancelledError, TimeoutError):
                 await asyncio.wait_for(beats, timeout=self.db_timeout)  # ends after a heartbeat in flight
             await pool.close()

@@ -27,6 +27,7 @@ It asks mailroom.inboxes.delivery everything that needs the database and sends t
 from __future__ import annotations
 
 import asyncio
+import functools
 import time
 from typing import Any, AnyStr
 
@@ -37,7 +38,7 @@ from mailroom.core.errors import describe_db_error
 from mailroom.core.log import get_logger
 from mailroom.inboxes.addresses import parse_path
 from mailroom.inboxes.delivery import REPLY_TEMPFAIL, Delivery
-from mailroom.inboxes.metrics import RCPT_VERDICTS, InboundMetrics
+from mailroom.inboxes.metrics import RCPT_VERDICTS, InboundMetrics, InboundTally
 from mailroom.inboxes.mime import clean_text
 
 log = get_logger("inbox")
@@ -102,13 +103,31 @@ class _Session(Session):
         self.refused_recipients = 0
 
 
+@functools.cache
+def _hook_members(cls: type) -> list[str]:
+    """The members of `cls` that aiosmtpd's SMTP.__init__ looks up by name (smtp_* commands, auth_*
+    mechanisms, handle_* hooks), found once per class.
+
+    aiosmtpd 1.4.6 finds them at every connection with dir() and inspect.getmembers() on the new SMTP
+    object and on the handler: getattr of every attribute of both (about 200), 17% of the server's CPU
+    with a new session per message (cProfile, smtp-source without -d). The names are the classes'
+    (nothing sets such an attribute on an instance), so InboundSMTP and InboxHandler answer dir()
+    with this list and aiosmtpd builds the same tables from it (tests/inboxes/test_inbox_sessions.py)."""
+    return [name for name in dir(cls) if name.startswith(("smtp_", "auth_", "handle_"))]
+
+
 class InboxHandler:
     """aiosmtpd handler: RCPT checks and DATA delivery through the SQL API."""
+
+    def __dir__(self) -> list[str]:
+        return _hook_members(type(self))  # what aiosmtpd looks for, at every connection: see _hook_members
 
     def __init__(self, delivery: Delivery, *, max_recipients: int = 100, metrics: InboundMetrics | None = None) -> None:
         self.delivery = delivery
         self.max_recipients = max_recipients
         self.metrics = metrics or InboundMetrics()
+        # what the periodic summary line counts (delivery counts its statements in the same one)
+        self.tally: InboundTally = delivery.tally
         self.in_flight = 0
         self.idle = asyncio.Event()
         self.idle.set()
@@ -125,21 +144,25 @@ class InboxHandler:
         except psycopg.OperationalError as exc:  # lost, or no answer within --db-timeout
             self.delivery.unreachable("recipient check", exc)
             self.metrics.recipients.labels(verdict="tempfail").inc()
+            self.tally.tempfail += 1
             return REPLY_TEMPFAIL
         except psycopg.Error as exc:
             log.error("recipient check failed: %s", describe_db_error(exc))
             self.metrics.recipients.labels(verdict="tempfail").inc()
+            self.tally.tempfail += 1
             return REPLY_TEMPFAIL
         except Exception as exc:  # noqa: BLE001 - a 4xx, never a traceback to the client
             log.error("recipient check failed unexpectedly: %s", type(exc).__name__)
             self.metrics.recipients.labels(verdict="tempfail").inc()
+            self.tally.tempfail += 1
             return REPLY_TEMPFAIL
         self.delivery.reached()
         self.metrics.recipients.labels(verdict=verdict if verdict in RCPT_VERDICTS else "other").inc()
         if refusal is not None:
             if verdict == "unknown":  # the directory-harvest count (see _Session)
                 session.refused_recipients += 1
-            log.info("refused a recipient at RCPT: %s", verdict)
+            self.tally.refused_recipient(verdict)  # the summary line (--log-every)
+            log.debug("refused a recipient at RCPT: %s", verdict)  # --log-messages
             return refusal
         if verdict == "bounce":
             if envelope.accepted:
@@ -169,6 +192,7 @@ class InboxHandler:
             reply = REPLY_TEMPFAIL
         try:
             self.metrics.messages.labels(result=_result_of(reply)).inc()
+            self.tally.answered(reply, bounce=isinstance(envelope, _Envelope) and bool(envelope.bounces))
             return reply
         finally:
             self.in_flight -= 1
@@ -282,6 +306,9 @@ class InboundSMTP(SMTP):
     # DATA read in blocks (_read_data_bulk); False: line by line (_read_data_lines), aiosmtpd's way
     bulk_data = True
 
+    def __dir__(self) -> list[str]:
+        return _hook_members(type(self))  # what aiosmtpd's __init__ looks for: see _hook_members
+
     def _create_session(self) -> _Session:
         return _Session(self.loop)
 
@@ -306,6 +333,7 @@ class InboundSMTP(SMTP):
                 transport.close()  # after the reply is flushed; no session, no database work
                 return
             self._client = client
+            self.event_handler.tally.sessions += 1
         super().connection_made(transport)
 
     def connection_lost(self, error: Exception | None) -> None:
@@ -510,6 +538,7 @@ class InboundSMTP(SMTP):
             if too_big_for:
                 log.info("refused a message at DATA: over %s (read %d bytes, held at most %d)",
                          too_big_for, received, held)
+            handler.tally.answered(refusal, bounce=bool(envelope.bounces))
             self._set_post_data_state()
             await self.push(refusal)
             return
