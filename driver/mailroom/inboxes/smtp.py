@@ -127,7 +127,7 @@ class InboxHandler:
         self.max_recipients = max_recipients
         self.metrics = metrics or InboundMetrics()
         # what the periodic summary line counts (delivery counts its statements in the same one)
-        self.tally: InboundTally = delivery.tally
+        self.tally: InboundTally = delivery.tally if delivery is not None else InboundTally()
         self.in_flight = 0
         self.idle = asyncio.Event()
         self.idle.set()
