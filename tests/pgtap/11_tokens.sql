@@ -171,9 +171,10 @@ SELECT ok(
     '_token_eligible is false (not NULL) for a missing status or action'
 );
 SELECT ok(
-    mailroom_internal._dequeue_tokens_sql(true) ~ '_token_eligible\(t\.action, a\.status\)'
+    mailroom_internal._dequeue_tokens_sql(true) ~ 'a\.status = ta\.eligible_status'
+    AND pg_get_functiondef('mailroom_internal._token_eligible'::regproc) ~ 'a\.eligible_status = p_status'
     AND pg_get_functiondef('mailroom_internal._consume_token'::regproc) ~ '_token_eligible\(',
-    'dequeue_tokens and consume_token both decide eligibility through _token_eligible'
+    'dequeue_tokens (joined) and consume_token (through _token_eligible) both decide eligibility by the type''s eligible_status'
 );
 
 -- eligibility: activation for provisioned, recovery for active, not expired, not consumed
