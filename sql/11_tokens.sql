@@ -601,7 +601,7 @@ $q$;
         ),
         marked AS (
             UPDATE mailroom.tokens AS t
-            -- SHA-256 by the core's sha256() (the same digest as pgcrypto's digest(, 'sha256'),
+            -- SHA-256 by the core's sha256() (the same bytes as the _digest wrapper's, 'sha256',
             -- without a PL/pgSQL wrapper call a digest)
             SET dispatched_at = $3,
                 secret_digest = sha256(m.secret),
