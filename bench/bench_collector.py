@@ -386,6 +386,41 @@ def start_and_drain(url: str, seed: _Seed | None, n: int, runs: int, progress: C
     return rows
 
 
+def backlog_vs_seed(url: str, seed: _Seed, n: int, limit: int, runs: int,
+                    progress: Callable[[str], None]) -> list[dict]:
+    """Issue 37: an n-token backlog drained at `limit`, first line to last (the per-batch cost:
+    dequeue, minting, signing, output, commit, without the process start), mailroom's and the seed's
+    C collector on its own backlog, interleaved run by run."""
+    ours, ref = [], []
+
+    def one(kind: str, i: int) -> float:
+        if kind == "mailroom":
+            with psycopg.connect(url, autocommit=True) as conn:
+                _bulk(conn, f"bl{limit}_{i}_", n)
+        else:
+            seed.bulk(f"bl{limit}_{i}_", n)
+        progress(f"collector: {n}-token backlog at limit {limit}, {kind} ({i + 1}/{runs})")
+        c = _Collector(url, limit, 50) if kind == "mailroom" else seed.collector(limit, 50)
+        try:
+            end = c.wait_count(n, 300)
+            return n / max(end - (c.first_at or end), 1e-9)
+        finally:
+            c.stop()
+
+    for i in range(runs):
+        ours.append(one("mailroom", i))
+        ref.append(one("seed", i))
+    r_ours, r_ref = statistics.median(ours), statistics.median(ref)
+    note = f"{n:,} tokens, first line to last, median of {runs} interleaved runs"
+    return [
+        _row(f"backlog of {n:,} at limit {limit}: mailroom", r_ours, "tokens/s", note),
+        _row(f"backlog of {n:,} at limit {limit}: reference, the seed's C collector", r_ref, "tokens/s",
+             f"{note}; its own backlog on the seed schema"),
+        _row(f"backlog of {n:,} at limit {limit}: mailroom / C collector", r_ours / r_ref, "ratio",
+             "tokens/s of mailroom over the reference's, same run (issue 37 goal: >= 2.0)"),
+    ]
+
+
 def run(url: str, quick: bool, progress: Callable[[str], None]) -> list[dict]:
     with tempfile.TemporaryDirectory(prefix="mailroom-ccol-") as tmp:
         missing = ""
@@ -401,6 +436,8 @@ def run(url: str, quick: bool, progress: Callable[[str], None]) -> list[dict]:
             rows.append({"area": AREA, "benchmark": "reference: the seed's C collector", "value": "skipped",
                          "unit": "", "note": f"not built: {missing}; the (a) and (b) rows have no reference"})
         rows += start_and_drain(url, seed, 10_000, 1 if quick else 3, progress)
+        if seed:
+            rows += backlog_vs_seed(url, seed, 10_000, 100, 1 if quick else 3, progress)
         if quick:
             rows += backlog_rates(url, 6_000, [(10, 1_000), (100, 2_000), (1000, 3_000)], progress)
         else:

@@ -1,6 +1,6 @@
 -- Tokens: codes, signed values (the keyring's active key), minting at dispatch, revocation, dequeue eligibility, expiry, no plaintext at rest.
 BEGIN;
-SELECT plan(69);
+SELECT plan(73);
 
 SET LOCAL mailroom.clock = '2030-01-01 00:00:00+00';
 CREATE TEMP TABLE k (key bytea);
@@ -171,9 +171,10 @@ SELECT ok(
     '_token_eligible is false (not NULL) for a missing status or action'
 );
 SELECT ok(
-    mailroom_internal._dequeue_tokens_sql(true) ~ '_token_eligible\(t\.action, a\.status\)'
+    mailroom_internal._dequeue_tokens_sql(true) ~ 'a\.status = ta\.eligible_status'
+    AND pg_get_functiondef('mailroom_internal._token_eligible'::regproc) ~ 'a\.eligible_status = p_status'
     AND pg_get_functiondef('mailroom_internal._consume_token'::regproc) ~ '_token_eligible\(',
-    'dequeue_tokens and consume_token both decide eligibility through _token_eligible'
+    'dequeue_tokens (joined) and consume_token (through _token_eligible) both decide eligibility by the type''s eligible_status'
 );
 
 -- eligibility: activation for provisioned, recovery for active, not expired, not consumed
@@ -299,6 +300,37 @@ SELECT matches(split_part(pg_temp.dequeue_plan(1000), 'CTE closed', 1), 'Index S
 SELECT is(pg_temp.nonempty_seq_scans(pg_temp.dequeue_plan(1000)), NULL, 'and never a sequential scan of tokens');
 SELECT matches(split_part(split_part(pg_temp.dequeue_plan(100), 'CTE closed', 2), 'CTE minted', 1), 'Index Scan using tokens_(p[0-9]{8}t[0-9]{4}|default)_pending_expiry_idx on tokens',
     'expired pending tokens are found through tokens_pending_expiry_idx');
+
+-- A batch's secrets and codes come from one draw of the CSPRNG (35 bytes a token): each token its
+-- own secret and a 5-digit code, the row keeps the digests of exactly what was handed out, and the
+-- signed value is the one-token signer's
+SELECT count(mailroom.create_account('mint' || g || '@example.com', 'mint' || g)) FROM generate_series(1, 300) AS g;
+CREATE TEMP TABLE minted_batch AS
+SELECT d.action, d.login, d.signed, d.code, d.token_id,
+    substring(mailroom_internal._b64url_decode(d.signed) FROM 1 FOR 32) AS secret
+FROM mailroom.dequeue_tokens(1000) AS d
+WHERE d.login LIKE 'mint%';
+SELECT is(
+    (SELECT ARRAY[count(*), count(DISTINCT secret), count(*) FILTER (WHERE octet_length(secret) = 32)]::int[] FROM minted_batch),
+    ARRAY[300, 300, 300], 'a batch of 300: 300 tokens, 300 distinct 32-byte secrets'
+);
+SELECT ok(
+    (SELECT bool_and(code ~ '^[0-9]{5}$') AND count(DISTINCT code) >= 290 FROM minted_batch),
+    'every code 5 digits, and spread (at most 10 repeats in 300 draws of 10^5)'
+);
+SELECT is(
+    (SELECT count(*)::int FROM minted_batch AS b
+     INNER JOIN mailroom.tokens AS t ON t.id = b.token_id
+     WHERE t.secret_digest = mailroom_internal._digest(b.secret, 'sha256')
+         AND t.code_digest = mailroom_internal._digest(b.secret || convert_to(b.code, 'UTF8'), 'sha256')
+         AND t.secret IS NULL AND t.code IS NULL),
+    300, 'each row keeps pgcrypto''s SHA-256 of its secret and of secret || code, and no plaintext'
+);
+SELECT is(
+    (SELECT count(*)::int FROM minted_batch AS b
+     WHERE b.signed = mailroom_internal._signed_value(b.action, b.secret, b.code, mailroom_internal._active_signing_key())),
+    300, 'each signed value is the one-token signer''s (same MAC, same base64url)'
+);
 
 -- each pending index can serve only its own query, whatever the estimates
 SET CONSTRAINTS ALL IMMEDIATE;  -- fire the deferred FK checks before touching indexes
