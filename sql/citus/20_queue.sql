@@ -364,11 +364,6 @@ SET search_path = pg_catalog, pg_temp
 -- claim_messages plans generically (sql/33); Citus has no generic plan for a multi-shard read
 -- with parameters ("could not create distributed plan")
 SET plan_cache_mode = force_custom_plan
--- one connection a worker, its shards' reads one after the other on it: the executor otherwise
--- opens more connections to a worker while tasks wait (slow start, 10 ms), and a session keeps
--- one a worker (citus.max_cached_conns_per_worker), so each claim paid new ones (a backend
--- started on the worker each), more than the few small reads they would run side by side
-SET citus.max_adaptive_executor_pool_size = 1
 AS $fn$
 DECLARE
     v_head integer[];
@@ -429,6 +424,18 @@ COMMENT ON FUNCTION mailroom_internal._due_lanes(timestamptz, integer, text[]) I
 'Citus only: an uncapped claim''s lanes and the node of each: the queue head''s lanes (one read without locks), the first row''s node first; none when nothing is due.';
 
 REVOKE ALL ON FUNCTION mailroom_internal._due_lanes(timestamptz, integer, text[]) FROM public;
+
+-- One connection a worker for the head's read, its shards read one after the other on it: the
+-- executor otherwise opens more connections to a worker while tasks wait (slow start, 10 ms),
+-- and a session keeps one a worker (citus.max_cached_conns_per_worker), so each claim paid new
+-- ones (a backend started on the worker each), more than the few small reads they run side by
+-- side. (Through EXECUTE: sqlfluff cannot parse a SET of a dotted setting.)
+DO $pool$
+BEGIN
+    EXECUTE 'ALTER FUNCTION mailroom_internal._due_lanes(timestamptz, integer, text[]) '
+        'SET citus.max_adaptive_executor_pool_size = 1';
+END;
+$pool$;
 
 CREATE OR REPLACE FUNCTION mailroom_internal._claim(
     p_now timestamptz, p_limit integer, p_worker text, p_lease interval, p_limited boolean
