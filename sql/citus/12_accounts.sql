@@ -339,12 +339,22 @@ BEGIN
             MESSAGE = format('dequeue_tokens: limit must be a positive integer, got %s',
                 coalesce(p_limit::text, 'NULL'));
     END IF;
-    UPDATE mailroom.tokens AS t
-    SET revoked_at = t.expires_at
-    WHERE t.dispatched_at IS NULL
-        AND t.consumed_at IS NULL
-        AND t.revoked_at IS NULL
-        AND t.expires_at <= v_now;
+    -- expired pending tokens retired: looked for first (a read opens no write on the workers),
+    -- so a dequeue with none does not write every shard and commit both workers in two phases
+    IF EXISTS (
+        SELECT 1 FROM mailroom.tokens AS t
+        WHERE t.dispatched_at IS NULL
+            AND t.consumed_at IS NULL
+            AND t.revoked_at IS NULL
+            AND t.expires_at <= v_now
+    ) THEN
+        UPDATE mailroom.tokens AS t
+        SET revoked_at = t.expires_at
+        WHERE t.dispatched_at IS NULL
+            AND t.consumed_at IS NULL
+            AND t.revoked_at IS NULL
+            AND t.expires_at <= v_now;
+    END IF;
     -- candidates, unlocked: twice the limit, so tokens a concurrent caller holds leave enough
     SELECT array_agg(DISTINCT c.account) INTO v_accounts
     FROM (
@@ -400,6 +410,14 @@ BEGIN
     PERFORM mailroom_internal._issue_requested_recoveries(p_limit);
 END;
 $fn$;
+
+-- its reads of every shard with one connection a worker (see _due_lanes, sql/citus/20)
+DO $pool$
+BEGIN
+    EXECUTE 'ALTER FUNCTION mailroom_internal._dequeue_tokens(integer, bytea, boolean) '
+        'SET citus.max_adaptive_executor_pool_size = 1';
+END;
+$pool$;
 
 COMMENT ON FUNCTION mailroom_internal._dequeue_tokens(integer, bytea, boolean) IS
 'Internal (Citus): claim up to p_limit eligible tokens shard by shard (single-shard SKIP LOCKED statements, from a random shard), '
