@@ -458,6 +458,7 @@ DECLARE
     v_minute_capped text[];
     v_lanes integer[];
     v_nodes integer[];
+    v_head integer[];
     v_lane integer;
     v_i integer;
     v_left integer := p_limit;
@@ -491,17 +492,27 @@ BEGIN
         INTO v_lanes, v_domains, v_rooms, v_in_flight_capped, v_minute_capped
         FROM mailroom_internal._lane_rooms(p_now, p_limit, v_blocked) AS r;
     ELSE
-        -- the lanes of the queue's head (one read without locks: nothing due, nothing more)
-        SELECT d.lanes, d.nodes INTO v_lanes, v_nodes FROM mailroom_internal._due_lanes(p_now, p_limit, v_blocked) AS d;
+        -- a random lane first: with a queue deeper than the claim, that one statement fills it
+        v_lanes := ARRAY(SELECT l.lane FROM mailroom.outbound_lanes AS l ORDER BY random() LIMIT 1);
     END IF;
-    FOR v_i IN 1..coalesce(cardinality(v_lanes), 0) LOOP
+    v_i := 0;
+    LOOP
+        v_i := v_i + 1;
+        IF v_i > coalesce(cardinality(v_lanes), 0) THEN
+            -- the first lane did not fill an uncapped claim: the lanes of the queue's head, the
+            -- first row's worker first (one read without locks: nothing due, nothing more)
+            EXIT WHEN v_capped OR v_nodes IS NOT NULL OR v_left <= 0;
+            SELECT d.lanes, d.nodes INTO v_head, v_nodes
+            FROM mailroom_internal._due_lanes(p_now, p_limit, v_blocked) AS d;
+            v_lanes := v_lanes || ARRAY(
+                SELECT x.lane FROM unnest(v_head) WITH ORDINALITY AS x (lane, o)
+                WHERE x.lane <> ALL (v_lanes)
+                ORDER BY x.o
+            );
+            EXIT WHEN v_i > cardinality(v_lanes);
+        END IF;
         v_lane := v_lanes[v_i];
         EXIT WHEN v_left <= 0;
-        -- once it has rows, an uncapped claim stays on one node: a claim written on one worker
-        -- commits in one phase, one on two in two (PREPARE and COMMIT PREPARED on each). The
-        -- rest is due on the other nodes for the next claim; a sender claims again at once
-        -- after a non-empty batch.
-        EXIT WHEN v_left < p_limit AND v_i > 1 AND v_nodes[v_i] IS DISTINCT FROM v_nodes[v_i - 1];
         -- Claim first, into a variable, then read what goes with the rows in a statement of its
         -- own: one statement naming both _claim_lane and a reference table is shipped by Citus to
         -- a node as a whole (the claim then runs nested, in another backend), which cost ~0.5 s

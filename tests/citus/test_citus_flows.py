@@ -199,16 +199,23 @@ def test_single_key_writes_commit_on_one_worker(cconn):
 
 
 def test_claim_reads_the_head_and_stays_on_one_worker(cconn):
-    """issue 37: a claim with nothing due is one read (no locking statement, no transaction
-    written on a worker); a claim with work takes rows from one worker only (one-phase commit),
-    and finalize prepares at most once a worker."""
+    """issue 37: a claim with nothing due is one lane's statement and a read of the queue's head
+    (nothing prepared on a worker); a claim from a queue deeper than it takes its rows from one
+    lane, on one worker (one-phase commit); finalize prepares at most once a worker; one lane a
+    worker."""
     cconn.execute("SELECT mailroom.upsert_sender('head', 'noreply@mailroom.test', '127.0.0.1', 2525)")
     while cconn.execute("SELECT count(*) FROM mailroom.claim_messages(500, 'drain')").fetchone()[0]:
         pass
     rows, sent = _remote_commands(cconn, "SELECT id FROM mailroom.claim_messages(10, 'idle')")
     assert rows == []
-    assert not [c for c in sent if c.startswith(("UPDATE", "PREPARE", "COMMIT PREPARED"))], sent
+    assert not [c for c in sent if c.startswith(("PREPARE", "COMMIT PREPARED"))], sent
+    assert len([c for c in sent if c.startswith("UPDATE")]) == 1, sent  # the first lane only
     assert [c for c in sent if c.startswith("SELECT lane")], sent  # the head's read
+    lanes = cconn.execute(
+        "SELECT count(*), count(DISTINCT mailroom_internal._shard_node(get_shard_id_for_distribution_column("
+        "'mailroom.outbound_messages', lane))) FROM mailroom.outbound_lanes"
+    ).fetchone()
+    assert lanes == (2, 2)
 
     cconn.execute(
         "SELECT mailroom.enqueue_message('head', ARRAY['h' || g || '@example.com'], 's', 'b') FROM generate_series(1, 120) g"
@@ -221,6 +228,7 @@ def test_claim_reads_the_head_and_stays_on_one_worker(cconn):
     rows, sent = _remote_commands(cconn, "SELECT id, claim_token FROM mailroom.claim_messages(10, 'head')")
     assert len(rows) == 10
     assert not [c for c in sent if c.startswith("PREPARE")], sent
+    assert not [c for c in sent if c.startswith("SELECT lane")], sent  # the first lane filled it
     claimed_nodes = {r[0] for r in cconn.execute(
         "SELECT DISTINCT mailroom_internal._shard_node(get_shard_id_for_distribution_column("
         "'mailroom.outbound_messages', lane)) FROM mailroom.outbound_messages WHERE id = ANY(%s)", ([r[0] for r in rows],)
