@@ -2,10 +2,11 @@
 
 A coordinator with two workers (mailroom.testing.start_citus, all on 127.0.0.1, 8 shards a table,
 one a worker for the outbound queue) is started beside the bench cluster; each operation runs on
-the single node and on the coordinator in alternating rounds (A B A B), one session each, and the row gives the median time per call on
-both and their ratio. These 2 cores cannot show a speed-up: the rows measure the coordinator's
-overhead per call (planning, routing, two-phase commits), which is what a deployment of one
-coordinator and N workers pays per operation (docs/scale.md). Skipped when Citus is not installed.
+the single node and on the coordinator in alternating rounds (A B A B), one session each, and
+the row gives the median time per call on both and their ratio. These 2 cores cannot show a
+speed-up: the rows measure the coordinator's overhead per call (planning, routing, two-phase
+commits), which is what a deployment of one coordinator and N workers pays per operation
+(docs/scale.md). Skipped when Citus is not installed.
 """
 
 from __future__ import annotations
