@@ -171,9 +171,12 @@ def _remote_commands(cconn, statement: str, params: tuple = ()) -> tuple[list, l
     return rows, [m.removeprefix("issuing ") for m in seen if m.startswith("issuing ")]
 
 
-def _node(cconn, table: str, value) -> int:
+def _node(cconn, table: str, value: int | str) -> int:
+    """The worker (Citus group) of the shard of `table` holding `value` (a bigint id or a text key)."""
+    cast = "text" if isinstance(value, str) else "bigint"
     return cconn.execute(
-        "SELECT mailroom_internal._shard_node(get_shard_id_for_distribution_column(%s::regclass, %s))", (table, value)
+        f"SELECT mailroom_internal._shard_node(get_shard_id_for_distribution_column(%s::regclass, %s::{cast}))",
+        (table, value),
     ).fetchone()[0]
 
 
