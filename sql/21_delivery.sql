@@ -53,30 +53,35 @@ BEGIN
         -- count limits) is part of this one statement: a message can never land in an expired
         -- inbox, whether or not the expiry sweep has run. Bumping message_count takes the row
         -- lock, so the count limit is exact under concurrency and a concurrent sweep that
-        -- flips is_active is seen on re-check.
-        WITH box AS (
-            UPDATE mailroom.mailboxes AS m
-            SET message_count = m.message_count + 1
-            FROM mailroom.plans AS p
-            WHERE
-                m.id = v_box_id
-                AND p.name = m.plan
-                AND mailroom_internal._mailbox_open(m.is_active, m.deleted_at, m.expires_at, v_now)
-                AND m.message_count < p.max_messages
-                AND v_size <= p.max_message_bytes
-            RETURNING m.id, v_now AS received_at
-        )
+        -- flips is_active is seen on re-check. The message is inserted by the next statement, in
+        -- this transaction, under the row lock: two statements, not an INSERT … SELECT from the
+        -- UPDATE, which Citus runs through the coordinator (the row pulled back, the message pushed
+        -- to the worker as an intermediate result, then a two-phase commit); two statements on one
+        -- worker commit there in one phase (issue 37).
+        v_mailbox_id := NULL;
+        UPDATE mailroom.mailboxes AS m
+        SET message_count = m.message_count + 1
+        FROM mailroom.plans AS p
+        WHERE
+            m.id = v_box_id
+            AND p.name = m.plan
+            AND mailroom_internal._mailbox_open(m.is_active, m.deleted_at, m.expires_at, v_now)
+            AND m.message_count < p.max_messages
+            AND v_size <= p.max_message_bytes
+        RETURNING m.id INTO v_mailbox_id;
 
-        INSERT INTO mailroom.messages (
-            mailbox_id, raw, envelope_from, envelope_to, from_header, subject,
-            text_body, html_body, attachments, size_bytes, received_at, tags
-        )
-        SELECT
-            box.id, p_raw, coalesce(p_envelope_from, ''), btrim(p_address), p_from_header,
-            p_subject, p_text_body, p_html_body, coalesce(p_attachments, '[]'), v_size,
-            box.received_at, CASE WHEN v_tag IS NULL THEN '{}'::text[] ELSE ARRAY[v_tag] END
-        FROM box
-        RETURNING id, mailbox_id INTO v_message_id, v_mailbox_id;
+        IF v_mailbox_id IS NOT NULL THEN
+            INSERT INTO mailroom.messages (
+                mailbox_id, raw, envelope_from, envelope_to, from_header, subject,
+                text_body, html_body, attachments, size_bytes, received_at, tags
+            )
+            VALUES (
+                v_mailbox_id, p_raw, coalesce(p_envelope_from, ''), btrim(p_address), p_from_header,
+                p_subject, p_text_body, p_html_body, coalesce(p_attachments, '[]'), v_size,
+                v_now, CASE WHEN v_tag IS NULL THEN '{}'::text[] ELSE ARRAY[v_tag] END
+            )
+            RETURNING id INTO v_message_id;
+        END IF;
 
         IF v_message_id IS NOT NULL THEN
             -- mailroom_inbox (issue 15) and, for existing listeners, mailroom_delivery: the same

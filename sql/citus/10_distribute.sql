@@ -135,7 +135,18 @@ BEGIN
         ALTER TABLE mailroom.outbound_messages ALTER COLUMN lane SET DEFAULT mailroom_internal._outbound_lane();
         ALTER TABLE mailroom.outbound_messages DROP CONSTRAINT outbound_messages_pkey;
         ALTER TABLE mailroom.outbound_messages ADD CONSTRAINT outbound_messages_pkey PRIMARY KEY (id, created_at, lane);
-        PERFORM create_distributed_table('mailroom.outbound_messages', 'lane', colocate_with => 'none');
+        -- One lane (one shard) a worker, not citus.shard_count (issue 37): concurrent claimers
+        -- share a lane as they share the queue on one node (SKIP LOCKED within the shard), and
+        -- every statement that covers the queue (a claim that finds nothing, finalize by ids, the
+        -- reaper, the operator verbs) costs one statement a shard: 2 instead of 8 on two workers
+        -- (docs/scale.md; a worker added later gets lanes by alter_distributed_table).
+        PERFORM create_distributed_table(
+            'mailroom.outbound_messages', 'lane', colocate_with => 'none',
+            shard_count => greatest((
+                SELECT count(*)::integer FROM pg_catalog.pg_dist_node AS n
+                WHERE n.groupid <> 0 AND n.isactive AND n.noderole = 'primary'
+            ), 1)
+        );
         -- one lane per shard: the smallest non-negative integer that hashes into it
         v_lanes := (SELECT count(*) FROM pg_catalog.pg_dist_shard AS s
                     WHERE s.logicalrelid = 'mailroom.outbound_messages'::regclass);

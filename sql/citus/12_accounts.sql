@@ -124,6 +124,45 @@ $$;
 COMMENT ON FUNCTION mailroom_internal._lock_account_by_email(text) IS
 'Internal (Citus): the account of an address through account_emails, its row locked on its shard (no row: none).';
 
+-- Ids placed beside a key (issue 37): a row written with its lookup row commits in one phase
+-- when both are on one worker, in two (PREPARE and COMMIT PREPARED on each worker) when not. The
+-- lookup tables are distributed by text (an address, an email), the rows by a bigint id, so they
+-- cannot be colocated; but the id is ours to choose: the next value of its sequence whose shard is
+-- on the worker of the key's shard (about one value in N skipped with N workers). A placement
+-- that moves (the rebalancer) only costs the two phases again, never correctness.
+CREATE OR REPLACE FUNCTION mailroom_internal._shard_node(p_shard bigint)
+RETURNS integer
+LANGUAGE sql
+STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT min(pl.groupid) FROM pg_catalog.pg_dist_placement AS pl WHERE pl.shardid = p_shard
+$$;
+
+COMMENT ON FUNCTION mailroom_internal._shard_node(bigint) IS
+'Internal (Citus): the node (Citus group) holding this shard.';
+
+CREATE OR REPLACE FUNCTION mailroom_internal._id_beside(p_sequence regclass, p_table regclass, p_node integer)
+RETURNS bigint
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_id bigint;
+BEGIN
+    -- at most 64 values: with a node that holds no shard of p_table, the last one
+    FOR v_try IN 1..64 LOOP
+        v_id := nextval(p_sequence);
+        EXIT WHEN mailroom_internal._shard_node(get_shard_id_for_distribution_column(p_table, v_id)) = p_node;
+    END LOOP;
+    RETURN v_id;
+END;
+$$;
+
+COMMENT ON FUNCTION mailroom_internal._id_beside(regclass, regclass, integer) IS
+'Internal (Citus): the next value of p_sequence whose shard of p_table (distributed by that id) is on node p_node (at most 64 tries).';
+
 -- sql/10's seam of create_account: the keys reserved in their lookup tables, then the account
 -- row and its activation token (create_account raises MR102/MR103 for the key named taken)
 CREATE OR REPLACE FUNCTION mailroom_internal._insert_account(p_email text, p_login text, OUT id bigint, OUT taken text)
@@ -132,10 +171,16 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     v_id bigint;
+    v_now timestamptz;
 BEGIN
     -- as on one node, a bad email or login is refused before any key is looked at
     PERFORM mailroom_internal._check_account_identity(p_email, p_login);
-    v_id := nextval(pg_catalog.pg_get_serial_sequence('mailroom.accounts', 'id'));
+    -- the account (and its token) on the worker of its email's lookup row (_id_beside): one phase
+    -- when the login's row is there too
+    v_id := mailroom_internal._id_beside(
+        pg_catalog.pg_get_serial_sequence('mailroom.accounts', 'id')::regclass, 'mailroom.accounts',
+        mailroom_internal._shard_node(get_shard_id_for_distribution_column('mailroom.account_emails', lower(p_email)))
+    );
     -- each key on its own shard: ON CONFLICT DO NOTHING waits for a concurrent insert of the same
     -- key to end, then says whether it was taken; email first, as on one node (MR102 before MR103)
     INSERT INTO mailroom.account_emails (email, account) VALUES (lower(p_email), v_id) ON CONFLICT DO NOTHING;
@@ -150,7 +195,12 @@ BEGIN
     END IF;
     -- created_at from the coordinator's clock (the row's trigger runs on a worker, sql/10)
     INSERT INTO mailroom.accounts (id, email, login, created_at) VALUES (v_id, p_email, p_login, mailroom.clock());
-    PERFORM mailroom_internal._issue_token(v_id, 'activation');
+    -- its activation token, as _issue_token without the revocation (a new account has no token
+    -- to supersede: one statement on the worker fewer)
+    v_now := mailroom.clock();
+    INSERT INTO mailroom.tokens (account, action, created_at, expires_at)
+    VALUES (v_id, 'activation', v_now, v_now + mailroom.setting('tokens.ttl')::interval);
+    PERFORM mailroom_internal._announce_tokens(1);
     id := v_id;
 END;
 $$;
@@ -289,12 +339,22 @@ BEGIN
             MESSAGE = format('dequeue_tokens: limit must be a positive integer, got %s',
                 coalesce(p_limit::text, 'NULL'));
     END IF;
-    UPDATE mailroom.tokens AS t
-    SET revoked_at = t.expires_at
-    WHERE t.dispatched_at IS NULL
-        AND t.consumed_at IS NULL
-        AND t.revoked_at IS NULL
-        AND t.expires_at <= v_now;
+    -- expired pending tokens retired: looked for first (a read opens no write on the workers),
+    -- so a dequeue with none does not write every shard and commit both workers in two phases
+    IF EXISTS (
+        SELECT 1 FROM mailroom.tokens AS t
+        WHERE t.dispatched_at IS NULL
+            AND t.consumed_at IS NULL
+            AND t.revoked_at IS NULL
+            AND t.expires_at <= v_now
+    ) THEN
+        UPDATE mailroom.tokens AS t
+        SET revoked_at = t.expires_at
+        WHERE t.dispatched_at IS NULL
+            AND t.consumed_at IS NULL
+            AND t.revoked_at IS NULL
+            AND t.expires_at <= v_now;
+    END IF;
     -- candidates, unlocked: twice the limit, so tokens a concurrent caller holds leave enough
     SELECT array_agg(DISTINCT c.account) INTO v_accounts
     FROM (
@@ -350,6 +410,14 @@ BEGIN
     PERFORM mailroom_internal._issue_requested_recoveries(p_limit);
 END;
 $fn$;
+
+-- its reads of every shard with one connection a worker (see _due_lanes, sql/citus/20)
+DO $pool$
+BEGIN
+    EXECUTE 'ALTER FUNCTION mailroom_internal._dequeue_tokens(integer, bytea, boolean) '
+        'SET citus.max_adaptive_executor_pool_size = 1';
+END;
+$pool$;
 
 COMMENT ON FUNCTION mailroom_internal._dequeue_tokens(integer, bytea, boolean) IS
 'Internal (Citus): claim up to p_limit eligible tokens shard by shard (single-shard SKIP LOCKED statements, from a random shard), '

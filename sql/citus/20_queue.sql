@@ -356,6 +356,87 @@ COMMENT ON FUNCTION mailroom_internal._lane_rooms(timestamptz, integer, text[]) 
 
 REVOKE ALL ON FUNCTION mailroom_internal._lane_rooms(timestamptz, integer, text[]) FROM public;
 
+CREATE OR REPLACE FUNCTION mailroom_internal._due_lanes(p_now timestamptz, p_limit integer, p_blocked text[])
+RETURNS TABLE (lanes integer[], nodes integer[])
+LANGUAGE plpgsql
+STABLE
+SET search_path = pg_catalog, pg_temp
+-- claim_messages plans generically (sql/33); Citus has no generic plan for a multi-shard read
+-- with parameters ("could not create distributed plan")
+SET plan_cache_mode = force_custom_plan
+AS $fn$
+DECLARE
+    v_head integer[];
+    v_all integer[];
+BEGIN
+    -- The lanes an uncapped claim visits, and the node (Citus group) of each. First the head of
+    -- the queue over every lane: each shard's first due rows in the claim's order (its index,
+    -- outbound_messages_due_idx), merged here. A read without locks opens no transaction on the
+    -- workers, so a claim with nothing due costs this one read, not a locking statement on
+    -- every lane and a two-phase commit of both workers (issue 37).
+    v_head := ARRAY(
+        SELECT d.lane
+        FROM mailroom.outbound_messages AS d
+        WHERE
+            d.status = 'queued'
+            AND coalesce(d.next_retry_at, '-infinity'::timestamptz) <= p_now
+            AND d.rcpt_domain <> ALL (coalesce(p_blocked, '{}'))
+        ORDER BY d.priority DESC, coalesce(d.next_retry_at, '-infinity'::timestamptz), d.id
+        LIMIT p_limit
+    );
+    IF cardinality(v_head) = 0 THEN
+        lanes := '{}';
+        nodes := '{}';
+        RETURN NEXT;
+        RETURN;
+    END IF;
+    -- (the reference table in a statement of its own: the one below reads Citus' catalog)
+    v_all := ARRAY(SELECT l.lane FROM mailroom.outbound_lanes AS l);
+    -- The head's lanes on the node of its first row (the most urgent), in head order; then
+    -- the head's lanes on the other nodes; then every other lane, for when the head's rows were
+    -- all taken by concurrent claimers (SKIP LOCKED) while more are due.
+    WITH placed AS (
+        SELECT
+            a.lane,
+            (
+                SELECT min(pl.groupid) FROM pg_catalog.pg_dist_placement AS pl
+                WHERE pl.shardid = get_shard_id_for_distribution_column('mailroom.outbound_messages', a.lane)
+            ) AS node,
+            (SELECT min(h.o) FROM unnest(v_head) WITH ORDINALITY AS h (lane, o) WHERE h.lane = a.lane) AS o
+        FROM unnest(v_all) AS a (lane)
+    ),
+
+    first AS (
+        SELECT p.node FROM placed AS p WHERE p.lane = v_head[1]
+    )
+
+    SELECT
+        array_agg(p.lane ORDER BY p.o IS NULL, p.node IS DISTINCT FROM f.node, p.node, p.o, p.lane),
+        array_agg(p.node ORDER BY p.o IS NULL, p.node IS DISTINCT FROM f.node, p.node, p.o, p.lane)
+    INTO lanes, nodes
+    FROM placed AS p
+    CROSS JOIN first AS f;
+    RETURN NEXT;
+END;
+$fn$;
+
+COMMENT ON FUNCTION mailroom_internal._due_lanes(timestamptz, integer, text[]) IS
+'Citus only: an uncapped claim''s lanes and the node of each: the queue head''s lanes (one read without locks), the first row''s node first; none when nothing is due.';
+
+REVOKE ALL ON FUNCTION mailroom_internal._due_lanes(timestamptz, integer, text[]) FROM public;
+
+-- One connection a worker for the head's read, its shards read one after the other on it: the
+-- executor otherwise opens more connections to a worker while tasks wait (slow start, 10 ms),
+-- and a session keeps one a worker (citus.max_cached_conns_per_worker), so each claim paid new
+-- ones (a backend started on the worker each), more than the few small reads they run side by
+-- side. (Through EXECUTE: sqlfluff cannot parse a SET of a dotted setting.)
+DO $pool$
+BEGIN
+    EXECUTE 'ALTER FUNCTION mailroom_internal._due_lanes(timestamptz, integer, text[]) '
+        'SET citus.max_adaptive_executor_pool_size = 1';
+END;
+$pool$;
+
 CREATE OR REPLACE FUNCTION mailroom_internal._claim(
     p_now timestamptz, p_limit integer, p_worker text, p_lease interval, p_limited boolean
 )
@@ -376,7 +457,10 @@ DECLARE
     v_in_flight_capped text[];
     v_minute_capped text[];
     v_lanes integer[];
+    v_nodes integer[];
+    v_head integer[];
     v_lane integer;
+    v_i integer;
     v_left integer := p_limit;
     v_got integer;
     v_rows mailroom.outbound_messages[];
@@ -408,9 +492,26 @@ BEGIN
         INTO v_lanes, v_domains, v_rooms, v_in_flight_capped, v_minute_capped
         FROM mailroom_internal._lane_rooms(p_now, p_limit, v_blocked) AS r;
     ELSE
-        v_lanes := ARRAY(SELECT l.lane FROM mailroom.outbound_lanes AS l ORDER BY random());
+        -- a random lane first: with a queue deeper than the claim, that one statement fills it
+        v_lanes := ARRAY(SELECT l.lane FROM mailroom.outbound_lanes AS l ORDER BY random() LIMIT 1);
     END IF;
-    FOREACH v_lane IN ARRAY v_lanes LOOP
+    v_i := 0;
+    LOOP
+        v_i := v_i + 1;
+        IF v_i > coalesce(cardinality(v_lanes), 0) THEN
+            -- the first lane did not fill an uncapped claim: the lanes of the queue's head, the
+            -- first row's worker first (one read without locks: nothing due, nothing more)
+            EXIT WHEN v_capped OR v_nodes IS NOT NULL OR v_left <= 0;
+            SELECT d.lanes, d.nodes INTO v_head, v_nodes
+            FROM mailroom_internal._due_lanes(p_now, p_limit, v_blocked) AS d;
+            v_lanes := v_lanes || ARRAY(
+                SELECT x.lane FROM unnest(v_head) WITH ORDINALITY AS x (lane, o)
+                WHERE x.lane <> ALL (v_lanes)
+                ORDER BY x.o
+            );
+            EXIT WHEN v_i > cardinality(v_lanes);
+        END IF;
+        v_lane := v_lanes[v_i];
         EXIT WHEN v_left <= 0;
         -- Claim first, into a variable, then read what goes with the rows in a statement of its
         -- own: one statement naming both _claim_lane and a reference table is shipped by Citus to
@@ -668,6 +769,16 @@ BEGIN
         'SET citus.allow_nested_distributed_execution = on';
 END;
 $nested$;
+
+-- finalize_messages (sql/34) updates by id, which is not the distribution column: every shard.
+-- One connection a worker (see _due_lanes): without it the executor opened up to 6 connections to
+-- the two workers for the 8 shards, each then prepared and committed in two phases (issue 37).
+DO $finalize$
+BEGIN
+    EXECUTE 'ALTER FUNCTION mailroom.finalize_messages(bigint[], bigint[], text[], integer[], text[], text[]) '
+        'SET citus.max_adaptive_executor_pool_size = 1';
+END;
+$finalize$;
 
 -- A token email's rendering (_claim_token_email, sql/41) runs inside claim_messages, which plans a
 -- small unlimited claim generically (plan_cache_mode = force_generic_plan, sql/33). _mint_token's

@@ -73,7 +73,12 @@ VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-    v_id bigint := nextval(pg_catalog.pg_get_serial_sequence('mailroom.mailboxes', 'id'));
+    -- an id whose mailbox shard is on the worker of the address's reservation (sql/citus/12,
+    -- _id_beside): the reservation and the row commit there in one phase, not two
+    v_id bigint := mailroom_internal._id_beside(
+        pg_catalog.pg_get_serial_sequence('mailroom.mailboxes', 'id')::regclass, 'mailroom.mailboxes',
+        mailroom_internal._shard_node(get_shard_id_for_distribution_column('mailroom.mailbox_addresses', p_address))
+    );
     v_reserved bigint;
     v_holder bigint;
 BEGIN

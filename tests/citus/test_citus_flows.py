@@ -151,6 +151,101 @@ def _forget_sender(cconn, name: str) -> None:
     )
 
 
+def _remote_commands(cconn, statement: str, params: tuple = ()) -> tuple[list, list[str]]:
+    """A statement's rows and the commands the coordinator sent the workers for it
+    (citus.log_remote_commands; what runs on the coordinator itself is not sent)."""
+    seen: list[str] = []
+
+    def heard(diag) -> None:
+        seen.append(diag.message_primary or "")
+
+    cconn.add_notice_handler(heard)
+    cconn.execute("SET citus.log_remote_commands = on")
+    cconn.execute("SET client_min_messages = log")
+    try:
+        rows = cconn.execute(statement, params).fetchall()
+    finally:
+        cconn.execute("RESET citus.log_remote_commands")
+        cconn.execute("RESET client_min_messages")
+        cconn.remove_notice_handler(heard)
+    return rows, [m.removeprefix("issuing ") for m in seen if m.startswith("issuing ")]
+
+
+def _node(cconn, table: str, value: int | str) -> int:
+    """The worker (Citus group) of the shard of `table` holding `value` (a bigint id or a text key)."""
+    cast = "text" if isinstance(value, str) else "bigint"
+    return cconn.execute(
+        f"SELECT mailroom_internal._shard_node(get_shard_id_for_distribution_column(%s::regclass, %s::{cast}))",
+        (table, value),
+    ).fetchone()[0]
+
+
+def test_single_key_writes_commit_on_one_worker(cconn):
+    """issue 37: a new mailbox's id is chosen on its address's worker, so create_mailbox commits
+    there in one phase; a delivery's guard and message are two statements routed to the mailbox's
+    worker (not an INSERT … SELECT through the coordinator); a new account is placed on its email's
+    worker."""
+    for _ in range(4):
+        (box,), sent = _remote_commands(cconn, "SELECT mailbox_id, address FROM mailroom.create_mailbox(30, 'free')")
+        assert _node(cconn, "mailroom.mailboxes", box[0]) == _node(cconn, "mailroom.mailbox_addresses", box[1])
+        assert not [c for c in sent if c.startswith("PREPARE TRANSACTION")], sent
+        _, sent = _remote_commands(cconn, "SELECT mailroom.deliver_message(%s, %s)",
+                                   (box[1], b"Subject: hi\r\n\r\nhi\r\n"))
+        assert not [c for c in sent if c.startswith(("PREPARE TRANSACTION", "COPY"))], sent
+        assert [c for c in sent if c.startswith("INSERT INTO mailroom.messages_")], sent
+    for i in range(4):
+        (row,) = cconn.execute("SELECT mailroom.create_account(%s, %s)", (f"near{i}@example.com", f"near{i}")).fetchall()
+        assert _node(cconn, "mailroom.accounts", row[0]) == _node(cconn, "mailroom.account_emails", f"near{i}@example.com")
+        # its activation token, written without the reissue's revocation (nothing to revoke)
+        assert cconn.execute("SELECT count(*) FROM mailroom.tokens WHERE account = %s AND action = 'activation'"
+                             " AND revoked_at IS NULL", (row[0],)).fetchone()[0] == 1
+
+
+def test_claim_reads_the_head_and_stays_on_one_worker(cconn):
+    """issue 37: a claim with nothing due is one lane's statement and a read of the queue's head
+    (nothing prepared on a worker); a claim from a queue deeper than it takes its rows from one
+    lane, on one worker (one-phase commit); finalize prepares at most once a worker; one lane a
+    worker."""
+    cconn.execute("SELECT mailroom.upsert_sender('head', 'noreply@mailroom.test', '127.0.0.1', 2525)")
+    while cconn.execute("SELECT count(*) FROM mailroom.claim_messages(500, 'drain')").fetchone()[0]:
+        pass
+    rows, sent = _remote_commands(cconn, "SELECT id FROM mailroom.claim_messages(10, 'idle')")
+    assert rows == []
+    assert not [c for c in sent if c.startswith(("PREPARE", "COMMIT PREPARED"))], sent
+    assert len([c for c in sent if c.startswith("UPDATE")]) == 1, sent  # the first lane only
+    assert [c for c in sent if c.startswith("SELECT lane")], sent  # the head's read
+    lanes = cconn.execute(
+        "SELECT count(*), count(DISTINCT mailroom_internal._shard_node(get_shard_id_for_distribution_column("
+        "'mailroom.outbound_messages', lane))) FROM mailroom.outbound_lanes"
+    ).fetchone()
+    assert lanes == (2, 2)
+
+    cconn.execute(
+        "SELECT mailroom.enqueue_message('head', ARRAY['h' || g || '@example.com'], 's', 'b') FROM generate_series(1, 120) g"
+    )
+    nodes = {r[0] for r in cconn.execute(
+        "SELECT DISTINCT mailroom_internal._shard_node(get_shard_id_for_distribution_column("
+        "'mailroom.outbound_messages', lane)) FROM mailroom.outbound_messages WHERE status = 'queued'"
+    )}
+    assert len(nodes) == 2  # the queue spans both workers
+    rows, sent = _remote_commands(cconn, "SELECT id, claim_token FROM mailroom.claim_messages(10, 'head')")
+    assert len(rows) == 10
+    assert not [c for c in sent if c.startswith("PREPARE")], sent
+    assert not [c for c in sent if c.startswith("SELECT lane")], sent  # the first lane filled it
+    claimed_nodes = {r[0] for r in cconn.execute(
+        "SELECT DISTINCT mailroom_internal._shard_node(get_shard_id_for_distribution_column("
+        "'mailroom.outbound_messages', lane)) FROM mailroom.outbound_messages WHERE id = ANY(%s)", ([r[0] for r in rows],)
+    )}
+    assert len(claimed_nodes) == 1
+    outcomes, sent = _remote_commands(
+        cconn, "SELECT result FROM mailroom.finalize_messages(%s, %s, %s)",
+        ([r[0] for r in rows], [r[1] for r in rows], ["sent"] * len(rows)),
+    )
+    assert [o[0] for o in outcomes] == ["sent"] * 10
+    assert len([c for c in sent if c.startswith("PREPARE TRANSACTION")]) <= 2, sent
+    _forget_sender(cconn, "head")
+
+
 def test_demo_story_on_citus(ccli):
     """The activation story end to end: account -> token -> collect -> send -> inbox serve -> consume."""
     proc = ccli("demo", "--pace", "0", timeout=180)
