@@ -568,4 +568,4 @@ def run_http(config: McpConfig, *, host: str, port: int) -> None:
     app = http_app(config, host=host)
     server = uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False, lifespan="on",
                                            timeout_graceful_shutdown=5, server_header=False))
-    asyncio.run(server.serve(sockets=[sock]))
+    server.run(sockets=[sock])  # on uvloop when it is installed (uvicorn's loop="auto"), as `http serve`
