@@ -4,17 +4,26 @@ HTTP layer costs: FastAPI, uvicorn, the pool and one round trip).
 
 1. GET /api/v1/mailboxes/{address}/messages (an inbox of 20 messages, the first page) vs pgbench
    running `SELECT mailroom.http_list_messages(…)` with as many clients.
-2. POST /api/v1/mailboxes (an anonymous inbox each, the rate limit set out of the way) vs pgbench
+2. GET /api/v1/mailboxes/{address}/wait answered at once (a matching message is there: the long
+   poll's look after a wake-up) vs pgbench running `SELECT mailroom.http_check_message(…)`.
+3. POST /api/v1/mailboxes (an anonymous inbox each, the rate limit set out of the way) vs pgbench
    running `SELECT mailroom.http_create_mailbox(…)`.
-Both with 16 connections / clients; the server with --workers 2 (the machine's cores).
+All with 16 connections / clients; the server with --workers 2 (the machine's cores).
+4. MCP: the `list_messages` tool called over streamable HTTP (`mailroom mcp --http-port`, one
+   JSON-RPC POST at a time on a kept-alive connection) vs its SQL call alone (`mcp_list_messages` on one connection): medians,
+   and the difference, what the MCP layer adds to a call.
 """
 
 from __future__ import annotations
 
+import asyncio
+import hashlib
 import json
 import os
 import re
+import secrets
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -136,6 +145,16 @@ def run(url: str, quick: bool, progress: Callable[[str], None]) -> list[dict]:
         rows.append(_row(f"same SQL call (http_list_messages) through pgbench, {CONNECTIONS} clients",
                          tps, "tx/s", f"latency average {avg:.2f} ms"))
 
+        progress(f"GET …/wait (a matching message there): wrk {seconds}s")
+        rate, p50, p99 = _wrk(f"{base}/api/v1/mailboxes/{address}/wait?subject=message%25&timeout=5", seconds, auth)
+        progress("the same call through pgbench")
+        tps, avg = _pgbench(url, f"SELECT mailroom.http_check_message({_literal(address)}, {_literal(token)}, NULL, "
+                                 "'message%', false);", seconds)
+        rows.append(_row(f"GET /api/v1/mailboxes/{{address}}/wait (answered at once), wrk {CONNECTIONS} conn",
+                         rate, "req/s", f"p50 {p50:.2f} ms, p99 {p99:.2f} ms; {rate / tps:.2f}× the pgbench line below"))
+        rows.append(_row(f"same SQL call (http_check_message) through pgbench, {CONNECTIONS} clients",
+                         tps, "tx/s", f"latency average {avg:.2f} ms"))
+
         progress(f"POST /api/v1/mailboxes: wrk {seconds}s")
         rate, p50, p99 = _wrk(f"{base}/api/v1/mailboxes", seconds, {}, script='wrk.method = "POST"\n')
         progress("the same call through pgbench")
@@ -151,4 +170,82 @@ def run(url: str, quick: bool, progress: Callable[[str], None]) -> list[dict]:
         except subprocess.TimeoutExpired:
             proc.kill()
         log_path.unlink(missing_ok=True)
+    progress("MCP: list_messages over streamable HTTP vs its SQL call")
+    rows += _mcp_rows(url, 100 if quick else 400)
     return rows
+
+
+def _mcp_rows(url: str, calls: int) -> list[dict]:
+    """Median latency of the `list_messages` tool over MCP (20 messages) and of its SQL call alone."""
+    import httpx
+
+    from mailroom.mcp import sqlapi
+    from mailroom.testing import as_login
+
+    key = "mrk_" + secrets.token_urlsafe(32)
+    digest = hashlib.sha256(key.encode()).digest()
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("SELECT mailroom.create_api_key('bench-mcp', %s, 'bench', %s)", (digest, key[-4:]))
+        address = conn.execute("SELECT mailroom.mcp_create_mailbox(%s)", (digest,)).fetchone()[0]["address"]
+        for n in range(20):
+            conn.execute("SELECT mailroom.deliver_message(%s, %s, 'app@example.org', %s, 'App <app@example.org>', %s)",
+                         (address, f"Subject: message {n}\r\n\r\nbody".encode(), f"message {n}", "body " * 50))
+    login = as_login(url, "mr_http")
+    log_path = Path(tempfile.mkstemp(prefix="bench-mcp-", suffix=".log")[1])
+    with open(log_path, "w") as log_file:
+        proc = subprocess.Popen([sys.executable, "-m", "mailroom", "mcp", "--http-port", "0", "--database-url", login],
+                                stdout=subprocess.DEVNULL, stderr=log_file, start_new_session=True,
+                                env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    try:
+        deadline = time.monotonic() + 30
+        while not (match := re.search(r"listening on 127\.0\.0\.1:(\d+)", log_path.read_text())):
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"mailroom mcp did not start: {log_path.read_text()[-300:]}")
+            time.sleep(0.1)
+        port = int(match.group(1))
+
+        async def tool_calls() -> list[float]:
+            # the tool call as it travels: one JSON-RPC POST on a kept-alive connection (the server is
+            # stateless: no session to open), the answer read whole; no client SDK's own work counted
+            body = {"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+                    "params": {"name": "list_messages", "arguments": {"address": address}}}
+            headers = {"Authorization": f"Bearer {key}", "Accept": "application/json, text/event-stream"}
+            async with httpx.AsyncClient(headers=headers, timeout=30) as client:
+                times = []
+                for n in range(calls + 10):
+                    started = time.perf_counter()
+                    resp = await client.post(f"http://127.0.0.1:{port}/mcp", json=body)
+                    times.append(time.perf_counter() - started)
+                    if n == 0:
+                        text = resp.text
+                        data = json.loads(text[text.index("{"):text.rindex("}") + 1])
+                        assert resp.status_code == 200 and not data["result"].get("isError"), text[:300]
+                        assert len(json.loads(data["result"]["content"][0]["text"])["messages"]) == 20
+                return times[10:]
+
+        async def sql_calls() -> list[float]:
+            async with await psycopg.AsyncConnection.connect(login, autocommit=True) as conn:
+                times = []
+                for _ in range(calls + 10):
+                    started = time.perf_counter()
+                    await sqlapi.mcp_list_messages.avalue(conn, address=address, key_digest=digest)
+                    times.append(time.perf_counter() - started)
+                return times[10:]
+
+        tool, sql = [], []
+        for _ in range(4):  # interleaved: the machine's load moves both alike
+            tool += asyncio.run(tool_calls())
+            sql += asyncio.run(sql_calls())
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+        log_path.unlink(missing_ok=True)
+    tool_ms, sql_ms = statistics.median(tool) * 1000, statistics.median(sql) * 1000
+    return [
+        _row("MCP tool call list_messages (20 messages), streamable HTTP POST, 1 client", tool_ms, "ms",
+             f"median of {len(tool)}; {tool_ms - sql_ms:+.2f} ms over the SQL call below"),
+        _row("same SQL call (mcp_list_messages) on one connection", sql_ms, "ms", f"median of {len(sql)}"),
+    ]

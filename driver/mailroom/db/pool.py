@@ -17,11 +17,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 from collections.abc import AsyncIterator
 from typing import Any
 
 import psycopg
+from psycopg import sql
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
 from mailroom.core.log import get_logger
@@ -57,20 +59,43 @@ def async_pool(url: str, *, max_size: int, application_name: str, configure: Any
     )
 
 
-# The statement timeout of one transaction: a runtime role is a NOLOGIN group role (ALTER ROLE … SET
-# on it does nothing), a pooler drops startup options, and a function's own SET does not re-arm the
-# timer of the statement running it; so it is set per transaction, before the call (docs/deployment.md).
-_SET_TIMEOUT = "SELECT pg_catalog.set_config('statement_timeout', %s, true)"
+# The statement timeout of one call: a runtime role is a NOLOGIN group role (ALTER ROLE … SET on it
+# does nothing), a pooler drops startup options, and a function's own SET does not re-arm the timer of
+# the statement running it; so it is set in the call's own transaction, before the call
+# (docs/deployment.md). Both travel as ONE simple-query string: PostgreSQL runs a string of several
+# statements as one implicit transaction (the SET LOCAL ends with it) and arms the statement timeout
+# afresh for each of them, so the call is bounded; one message out, one round trip, no BEGIN/COMMIT.
+_SET_TIMEOUT = "SELECT pg_catalog.set_config('statement_timeout', '{ms}ms', true); "
+
+
+class _BoundedCursor(psycopg.AsyncClientCursor):
+    """A cursor whose every execute() is `SET LOCAL statement_timeout` + the statement in one string
+    (the parameters bound by psycopg's client-side adaptation, as literals); it answers the statement's
+    result (the set_config's is skipped)."""
+
+    _prefix = ""
+
+    async def execute(self, query: Any, params: Any = None, **kwargs: Any) -> Any:
+        text = self._prefix + query if isinstance(query, str) else sql.Composed([sql.SQL(self._prefix), query])
+        await super().execute(text, params, **kwargs)
+        self.nextset()
+        return self
+
+
+@functools.cache
+def _bounded_cursor(ms: int) -> type[psycopg.AsyncClientCursor]:
+    return type("BoundedCursor", (_BoundedCursor,), {"_prefix": _SET_TIMEOUT.format(ms=ms)})
 
 
 @contextlib.asynccontextmanager
 async def bounded_transaction(conn: psycopg.AsyncConnection, statement_timeout: float) -> AsyncIterator[None]:
-    """A transaction on `conn` whose every statement stops after `statement_timeout` seconds
-    (57014). Pipelined: the BEGIN, the timeout and the first call travel in one round trip, the
-    COMMIT in a second."""
-    async with conn.pipeline(), conn.transaction():
-        await conn.execute(_SET_TIMEOUT, (f"{max(1, int(statement_timeout * 1000))}ms",))
+    """Inside: every statement run on `conn` (through conn.cursor() or conn.execute()) is its own
+    transaction that stops it after `statement_timeout` seconds (57014), in one round trip."""
+    conn.cursor_factory = _bounded_cursor(max(1, int(statement_timeout * 1000)))
+    try:
         yield
+    finally:
+        conn.cursor_factory = psycopg.AsyncCursor
 
 
 _abandoned: set[asyncio.Task] = set()

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import hashlib
 import inspect
 import json
@@ -218,6 +219,23 @@ def error_catalog(database_url: str) -> dict[str, list[tuple[str, str]]]:
     return catalog
 
 
+def _build_options_once(server: FastMCP) -> None:
+    """The SDK builds each stateless request's initialization options anew, reading its own package's
+    metadata from disk (importlib.metadata, an email-format parse): a quarter of the server's CPU per
+    tool call. They do not change once the server's handlers are registered (in FastMCP's constructor):
+    built once, at the first request."""
+    lowlevel = server._mcp_server  # noqa: SLF001 - the SDK's own server, whose method the manager calls
+    build_options = lowlevel.create_initialization_options
+    once = functools.cache(build_options)
+
+    def options(notification_options: Any = None, experimental_capabilities: Any = None) -> Any:
+        if notification_options is None and experimental_capabilities is None:
+            return once()
+        return build_options(notification_options, experimental_capabilities)
+
+    lowlevel.create_initialization_options = options
+
+
 def build(backend: Backend, credential: Callable[[], bytes | None] | None = None, *, host: str = "127.0.0.1",
           stateless_http: bool = True, errors: dict[str, list[tuple[str, str]]] | None = None) -> MailroomMCP:
     """The MCP server: its tools and resources over `backend`. `credential` gives the API key's digest
@@ -232,6 +250,9 @@ def build(backend: Backend, credential: Callable[[], bytes | None] | None = None
     loopback = host in ("127.0.0.1", "localhost", "::1")
     server = MailroomMCP(
         name="mailroom", instructions=INSTRUCTIONS, log_level="WARNING", host=host, stateless_http=stateless_http,
+        # a tool's answer as one JSON body, not a one-event SSE stream: stateless calls send no
+        # notifications, and the stream's tasks cost about a quarter of the call's overhead (docs/mcp.md)
+        json_response=True,
         # a browser page must not reach a server on this machine through a rebound DNS name; behind a
         # real host name the API key is what guards it
         transport_security=TransportSecuritySettings(
@@ -257,6 +278,7 @@ def build(backend: Backend, credential: Callable[[], bytes | None] | None = None
 
         return register
 
+    _build_options_once(server)
     who = credential or from_request
     server.backend = backend
     server.credential = who
@@ -568,4 +590,4 @@ def run_http(config: McpConfig, *, host: str, port: int) -> None:
     app = http_app(config, host=host)
     server = uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False, lifespan="on",
                                            timeout_graceful_shutdown=5, server_header=False))
-    asyncio.run(server.serve(sockets=[sock]))
+    server.run(sockets=[sock])  # on uvloop when it is installed (uvicorn's loop="auto"), as `http serve`
