@@ -11,7 +11,7 @@ and calls them with keyword arguments named after the SQL parameters without the
     rows = sqlapi.dequeue_tokens.rows(conn, limit=100)            # list of named tuples
     n = sqlapi.purge_sent_messages.value(conn, before=cutoff)     # one value
     rows = await sqlapi.finalize_messages.arows(aconn, ids=[...], ...)
-    rows = sqlapi.deliver_message.each(conn, [{"address": a} for a in rcpts], raw=raw)  # one statement, many calls
+    rows = sqlapi.deliver_message.each(conn, [{"address": a} for a in rcpts], raw=raw, ...)  # one statement, many calls
 
 The statement uses named notation with an explicit cast for every argument
 (`SELECT … FROM mailroom.dequeue_tokens(p_limit => %(limit)s::integer)`), so an argument renamed

@@ -30,7 +30,7 @@ import codecs
 import contextlib
 import hashlib
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from email import policy
 from typing import Any
 from urllib.parse import unquote_to_bytes
@@ -62,14 +62,22 @@ _REFUSED_CODECS = frozenset({"punycode", "idna"})
 
 @dataclass
 class ParsedMessage:
-    """Fields extracted from a raw message; any of them may be None when unreadable."""
+    """Fields extracted from a raw message; any of them may be None when unreadable.
+
+    They reach the database as ONE document (document(): every field by name), which
+    deliver_message, deliver_messages and deliver_ses_message read by name (sql/21_delivery.sql):
+    a field stored with the message is a field here, its column and its line in deliver_message."""
 
     subject: str | None = None
     from_header: str | None = None
     text_body: str | None = None
     html_body: str | None = None
     attachments: list[dict[str, Any]] = field(default_factory=list)
-    defects: int = 0
+    defects: int = 0  # not stored: how many parts or headers could not be read
+
+    def document(self) -> dict[str, Any]:
+        """Every field by name: the `p_parsed` JSON object of the delivering calls."""
+        return {f.name: getattr(self, f.name) for f in fields(self)}
 
 
 def clean_text(value: str | None, limit: int | None = None) -> str | None:
