@@ -77,6 +77,7 @@ BEGIN
             -- the parsed fields, by name
             subject,
             from_header,
+            reply_to,
             text_body,
             html_body,
             attachments
@@ -86,6 +87,7 @@ BEGIN
             CASE WHEN v_tag IS NULL THEN '{}'::text[] ELSE ARRAY[v_tag] END,
             v_parsed ->> 'subject',
             v_parsed ->> 'from_header',
+            v_parsed ->> 'reply_to',
             v_parsed ->> 'text_body',
             v_parsed ->> 'html_body',
             v_attachments

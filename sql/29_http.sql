@@ -326,7 +326,8 @@ AS $$
         'from', p_message.from_header,
         'envelope_from', p_message.envelope_from,
         'size', p_message.size_bytes,
-        'attachment_count', jsonb_array_length(p_message.attachments)
+        'attachment_count', jsonb_array_length(p_message.attachments),
+        'reply_to', p_message.reply_to
     )
 $$;
 

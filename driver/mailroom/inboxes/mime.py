@@ -44,6 +44,7 @@ MAX_HEADER_VALUE = 8 * 1024  # characters of one header value that are interpret
 FIELD_LIMITS = {
     "subject": 2000,
     "from": 2000,
+    "reply_to": 2000,
     "filename": 1000,
     "content_type": 255,
     "disposition": 100,
@@ -70,6 +71,7 @@ class ParsedMessage:
 
     subject: str | None = None
     from_header: str | None = None
+    reply_to: str | None = None  # the Reply-To header, read as From is
     text_body: str | None = None
     html_body: str | None = None
     attachments: list[dict[str, Any]] = field(default_factory=list)
@@ -597,6 +599,9 @@ def parse_message(raw: bytes) -> ParsedMessage:
         sender = root.header("from")
         if sender is not None:
             result.from_header = clean_text(_from_text(_unfold(sender)), FIELD_LIMITS["from"])
+        reply_to = root.header("reply-to")
+        if reply_to is not None:
+            result.reply_to = clean_text(_from_text(_unfold(reply_to)), FIELD_LIMITS["reply_to"])
     except Exception:  # noqa: BLE001 - a broken header must not lose the message
         result.defects += 1
 
