@@ -20,6 +20,7 @@ deliver_messages = SqlFunction(
     "deliver_messages",
     "p_message integer[], p_address text[], p_raw bytea[], p_envelope_from text[], p_parsed jsonb[]",
     returns=("message", "message_ids", "verdict", "reply"),
+    binary=("raw", "parsed"),  # the group commit's bulk: no hex or array escaping of bodies
 )
 set_delivery_receipt = SqlFunction("set_delivery_receipt", "p_key uuid")
 settle_delivery = SqlFunction("settle_delivery", "p_key uuid", returns="text[]")
