@@ -3,16 +3,16 @@
 -- statement, each stored for all its recipients or for none, with the verdict and the SMTP reply.
 -- Error codes: MR203 unknown, MR205 expired, MR206 deleted, MR207 too large, MR208 full,
 -- MR211 empty or malformed input, MR216 deliver_messages' arrays.
+-- The parsed message (mailroom.inboxes.mime, ParsedMessage.document()) is ONE jsonb object per
+-- message, read here by name: subject, from_header, text_body, html_body (text or null) and
+-- attachments (an array of metadata objects); keys nothing reads are ignored. A new parsed field is
+-- a column of mailroom.messages and its line in deliver_message's INSERT.
 
 CREATE OR REPLACE FUNCTION mailroom.deliver_message(
     p_address text,
     p_raw bytea,
-    p_envelope_from text DEFAULT '',
-    p_subject text DEFAULT null,
-    p_from_header text DEFAULT null,
-    p_text_body text DEFAULT null,
-    p_html_body text DEFAULT null,
-    p_attachments jsonb DEFAULT '[]'
+    p_envelope_from text,
+    p_parsed jsonb
 )
 RETURNS bigint
 LANGUAGE plpgsql
@@ -31,12 +31,17 @@ DECLARE
     v_reason text;
     v_now timestamptz;
     v_payload text;  -- the NOTIFY payload: ids only
+    v_parsed jsonb := coalesce(p_parsed, '{}');
+    v_attachments jsonb := coalesce(nullif(p_parsed -> 'attachments', 'null'), '[]');
 BEGIN
     IF p_raw IS NULL OR btrim(p_raw, '\x20090d0a'::bytea) = ''::bytea THEN
         -- no header, no body (nothing, or only white space): nothing to store
         RAISE EXCEPTION USING ERRCODE = 'MR211', MESSAGE = 'message is empty';
     END IF;
-    IF p_attachments IS NOT NULL AND jsonb_typeof(p_attachments) <> 'array' THEN
+    IF jsonb_typeof(v_parsed) <> 'object' THEN
+        RAISE EXCEPTION USING ERRCODE = 'MR211', MESSAGE = 'the parsed message must be a JSON object';
+    END IF;
+    IF jsonb_typeof(v_attachments) <> 'array' THEN
         RAISE EXCEPTION USING
             ERRCODE = 'MR211',
             MESSAGE = 'attachments must be a JSON array of metadata objects';
@@ -72,13 +77,24 @@ BEGIN
 
         IF v_mailbox_id IS NOT NULL THEN
             INSERT INTO mailroom.messages (
-                mailbox_id, raw, envelope_from, envelope_to, from_header, subject,
-                text_body, html_body, attachments, size_bytes, received_at, tags
+                mailbox_id, raw, envelope_from, envelope_to, size_bytes, received_at, tags,
+                -- the parsed fields, by name
+                subject,
+                from_header,
+                reply_to,
+                text_body,
+                html_body,
+                attachments
             )
             VALUES (
-                v_mailbox_id, p_raw, coalesce(p_envelope_from, ''), btrim(p_address), p_from_header,
-                p_subject, p_text_body, p_html_body, coalesce(p_attachments, '[]'), v_size,
-                v_now, CASE WHEN v_tag IS NULL THEN '{}'::text[] ELSE ARRAY[v_tag] END
+                v_mailbox_id, p_raw, coalesce(p_envelope_from, ''), btrim(p_address), v_size, v_now,
+                CASE WHEN v_tag IS NULL THEN '{}'::text[] ELSE ARRAY[v_tag] END,
+                v_parsed ->> 'subject',
+                v_parsed ->> 'from_header',
+                v_parsed ->> 'reply_to',
+                v_parsed ->> 'text_body',
+                v_parsed ->> 'html_body',
+                v_attachments
             )
             RETURNING id INTO v_message_id;
         END IF;
@@ -119,8 +135,58 @@ BEGIN
 END;
 $$;
 
+COMMENT ON FUNCTION mailroom.deliver_message(text, bytea, text, jsonb) IS
+'Store a raw message and its parsed fields (p_parsed: one JSON object, read by name) for one recipient if its mailbox is open and within plan limits (guard in the INSERT; box+tag@domain: in box@domain, tagged tag); NOTIFY mailroom_inbox and mailroom_delivery with ids where someone listens (mailroom.listen); returns the message id. Errors: MR203 unknown, MR205 expired, MR206 deleted, MR207 too large, MR208 full, MR211 empty or malformed.';
+
+GRANT EXECUTE ON FUNCTION mailroom.deliver_message(text, bytea, text, jsonb) TO mailroom_inbound;
+
+CREATE OR REPLACE FUNCTION mailroom_internal._parsed_document(
+    p_subject text,
+    p_from_header text,
+    p_text_body text,
+    p_html_body text,
+    p_attachments jsonb
+)
+RETURNS jsonb
+LANGUAGE sql
+IMMUTABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT jsonb_build_object(
+        'subject', p_subject, 'from_header', p_from_header, 'text_body', p_text_body,
+        'html_body', p_html_body, 'attachments', p_attachments
+    )
+$$;
+
+COMMENT ON FUNCTION mailroom_internal._parsed_document(text, text, text, text, jsonb) IS
+'Internal, deprecated since 0.2.0, removed in 0.3.0 (for the field-by-field forms of deliver_message, deliver_messages and deliver_ses_message): their fields as the p_parsed document.';
+
+-- The previous release's form (its inbound server and SES hook, during an upgrade): the parsed
+-- fields one argument each. Deprecated since 0.2.0, removed in 0.3.0.
+CREATE OR REPLACE FUNCTION mailroom.deliver_message(
+    p_address text,
+    p_raw bytea,
+    p_envelope_from text DEFAULT '',
+    p_subject text DEFAULT null,
+    p_from_header text DEFAULT null,
+    p_text_body text DEFAULT null,
+    p_html_body text DEFAULT null,
+    p_attachments jsonb DEFAULT '[]'
+)
+RETURNS bigint
+LANGUAGE sql
+VOLATILE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT mailroom.deliver_message(
+        p_address => p_address, p_raw => p_raw, p_envelope_from => p_envelope_from,
+        p_parsed => mailroom_internal._parsed_document(p_subject, p_from_header, p_text_body, p_html_body, p_attachments)
+    )
+$$;
+
 COMMENT ON FUNCTION mailroom.deliver_message(text, bytea, text, text, text, text, text, jsonb) IS
-'Store a raw message for one recipient if its mailbox is open and within plan limits (guard in the INSERT; box+tag@domain: in box@domain, tagged tag); NOTIFY mailroom_inbox and mailroom_delivery with ids where someone listens (mailroom.listen); returns the message id. Errors: MR203 unknown, MR205 expired, MR206 deleted, MR207 too large, MR208 full, MR211 empty.';
+'Deprecated since 0.2.0, removed in 0.3.0: use mailroom.deliver_message(p_address, p_raw, p_envelope_from, p_parsed jsonb); the parsed fields one argument each.';
 
 GRANT EXECUTE ON FUNCTION mailroom.deliver_message(text, bytea, text, text, text, text, text, jsonb) TO mailroom_inbound;
 
@@ -139,11 +205,7 @@ CREATE OR REPLACE FUNCTION mailroom.deliver_messages(
     p_address text[],
     p_raw bytea[],
     p_envelope_from text[],
-    p_subject text[],
-    p_from_header text[],
-    p_text_body text[],
-    p_html_body text[],
-    p_attachments jsonb[]
+    p_parsed jsonb[]
 )
 RETURNS TABLE (message integer, message_ids bigint[], verdict text, reply text)
 LANGUAGE plpgsql
@@ -162,9 +224,7 @@ DECLARE
     v_replies text[] := '{}';
 BEGIN
     IF p_message IS NULL OR p_address IS NULL OR cardinality(p_message) <> cardinality(p_address)
-        OR coalesce(cardinality(p_envelope_from), 0) <> v_n OR coalesce(cardinality(p_subject), 0) <> v_n
-        OR coalesce(cardinality(p_from_header), 0) <> v_n OR coalesce(cardinality(p_text_body), 0) <> v_n
-        OR coalesce(cardinality(p_html_body), 0) <> v_n OR coalesce(cardinality(p_attachments), 0) <> v_n
+        OR coalesce(cardinality(p_envelope_from), 0) <> v_n OR coalesce(cardinality(p_parsed), 0) <> v_n
         OR EXISTS (SELECT 1 FROM unnest(p_message) AS m (i) WHERE m.i IS NULL OR m.i NOT BETWEEN 1 AND v_n) THEN
         RAISE EXCEPTION USING
             ERRCODE = 'MR216',
@@ -197,8 +257,7 @@ BEGIN
             message_ids := '{}';
             FOREACH v_address IN ARRAY v_recipients LOOP
                 message_ids := message_ids || mailroom.deliver_message(
-                    v_address, p_raw[i], p_envelope_from[i], p_subject[i], p_from_header[i], p_text_body[i],
-                    p_html_body[i], p_attachments[i]
+                    v_address, p_raw[i], p_envelope_from[i], p_parsed[i]
                 );
             END LOOP;
             verdict := 'ok';
@@ -231,10 +290,56 @@ BEGIN
 END;
 $$;
 
+COMMENT ON FUNCTION mailroom.deliver_messages(integer[], text[], bytea[], text[], jsonb[]) IS
+'The inbound DATA step: deliver_message for every (message, recipient) with its parsed document, each message for all its recipients or none; one row per message: its ids, verdict (ok, a refusing recipient verdict, retry, fault (an injected fault: stored only after DATA), or the code of a refusal of the message itself) and the SMTP reply to send; leaves the receipt set_delivery_receipt asked for (MR216 bad arrays).';
+
+GRANT EXECUTE ON FUNCTION mailroom.deliver_messages(integer[], text[], bytea[], text[], jsonb[]) TO mailroom_inbound;
+
+-- The previous release's form (its inbound server, during an upgrade): the parsed fields one array
+-- each. Deprecated since 0.2.0, removed in 0.3.0.
+CREATE OR REPLACE FUNCTION mailroom.deliver_messages(
+    p_message integer[],
+    p_address text[],
+    p_raw bytea[],
+    p_envelope_from text[],
+    p_subject text[],
+    p_from_header text[],
+    p_text_body text[],
+    p_html_body text[],
+    p_attachments jsonb[]
+)
+RETURNS TABLE (message integer, message_ids bigint[], verdict text, reply text)
+LANGUAGE plpgsql
+VOLATILE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_n integer := coalesce(cardinality(p_raw), 0);
+BEGIN
+    IF coalesce(cardinality(p_subject), 0) <> v_n OR coalesce(cardinality(p_from_header), 0) <> v_n
+        OR coalesce(cardinality(p_text_body), 0) <> v_n OR coalesce(cardinality(p_html_body), 0) <> v_n
+        OR coalesce(cardinality(p_attachments), 0) <> v_n THEN
+        RAISE EXCEPTION USING
+            ERRCODE = 'MR216',
+            MESSAGE = 'deliver_messages: message arrays of one length, and a message position (1-based) for each recipient';
+    END IF;
+    RETURN QUERY SELECT * FROM mailroom.deliver_messages(
+        p_message => p_message, p_address => p_address, p_raw => p_raw, p_envelope_from => p_envelope_from,
+        p_parsed => ARRAY(
+            SELECT mailroom_internal._parsed_document(
+                p_subject[i], p_from_header[i], p_text_body[i], p_html_body[i], p_attachments[i]
+            )
+            FROM generate_series(1, v_n) AS i ORDER BY i
+        )
+    );
+END;
+$$;
+
 COMMENT ON FUNCTION mailroom.deliver_messages(
     integer[], text[], bytea[], text[], text[], text[], text[], text[], jsonb[]
 ) IS
-'The inbound DATA step: deliver_message for every (message, recipient), each message for all its recipients or none; one row per message: its ids, verdict (ok, a refusing recipient verdict, retry, fault (an injected fault: stored only after DATA), or the code of a refusal of the message itself) and the SMTP reply to send; leaves the receipt set_delivery_receipt asked for (MR216 bad arrays).';
+'Deprecated since 0.2.0, removed in 0.3.0: use mailroom.deliver_messages(p_message, p_address, p_raw, p_envelope_from, p_parsed jsonb[]); the parsed fields one array each (MR216 bad arrays).';
 
 GRANT EXECUTE ON FUNCTION mailroom.deliver_messages(
     integer[], text[], bytea[], text[], text[], text[], text[], text[], jsonb[]

@@ -307,17 +307,7 @@ $$;
 COMMENT ON FUNCTION mailroom_internal._from_address(text, text) IS
 'Internal: the sender''s address of a message for from_address: the From header''s address, else the envelope sender.';
 
-CREATE OR REPLACE FUNCTION mailroom_internal._http_message_json(
-    p_id bigint,
-    p_received_at timestamptz,
-    p_envelope_from text,
-    p_envelope_to text,
-    p_from_header text,
-    p_subject text,
-    p_size integer,
-    p_is_read boolean,
-    p_attachments jsonb
-)
+CREATE OR REPLACE FUNCTION mailroom_internal._http_message_json(p_message mailroom.messages)
 RETURNS jsonb
 LANGUAGE sql
 IMMUTABLE
@@ -325,23 +315,24 @@ SET search_path = pg_catalog, pg_temp
 AS $$
     SELECT jsonb_build_object(
         -- the original service's keys
-        'id', p_id,
-        'subject', p_subject,
-        'from_address', mailroom_internal._from_address(p_from_header, p_envelope_from),
-        'to_address', p_envelope_to,
-        'received_at', p_received_at,
-        'is_read', p_is_read,
-        'has_attachments', jsonb_array_length(p_attachments) > 0,
+        'id', p_message.id,
+        'subject', p_message.subject,
+        'from_address', mailroom_internal._from_address(p_message.from_header, p_message.envelope_from),
+        'to_address', p_message.envelope_to,
+        'received_at', p_message.received_at,
+        'is_read', p_message.is_read,
+        'has_attachments', jsonb_array_length(p_message.attachments) > 0,
         -- mailroom's
-        'from', p_from_header,
-        'envelope_from', p_envelope_from,
-        'size', p_size,
-        'attachment_count', jsonb_array_length(p_attachments)
+        'from', p_message.from_header,
+        'envelope_from', p_message.envelope_from,
+        'size', p_message.size_bytes,
+        'attachment_count', jsonb_array_length(p_message.attachments),
+        'reply_to', p_message.reply_to
     )
 $$;
 
-COMMENT ON FUNCTION mailroom_internal._http_message_json(bigint, timestamptz, text, text, text, text, integer, boolean, jsonb) IS
-'Internal: the keys every message answer of the HTTP API has (REST v1 MessageSummary without its snippet).';
+COMMENT ON FUNCTION mailroom_internal._http_message_json(mailroom.messages) IS
+'Internal: the keys every message answer of the HTTP API has (REST v1 MessageSummary without its snippet), from the stored row.';
 
 CREATE OR REPLACE FUNCTION mailroom_internal._http_message_summary(p_message mailroom.messages)
 RETURNS jsonb
@@ -349,10 +340,7 @@ LANGUAGE sql
 IMMUTABLE
 SET search_path = pg_catalog, pg_temp
 AS $$
-    SELECT mailroom_internal._http_message_json(
-        p_message.id, p_message.received_at, p_message.envelope_from, p_message.envelope_to,
-        p_message.from_header, p_message.subject, p_message.size_bytes, p_message.is_read, p_message.attachments
-    ) || jsonb_build_object(
+    SELECT mailroom_internal._http_message_json(p_message) || jsonb_build_object(
         'snippet', btrim(regexp_replace(left(coalesce(p_message.text_body, ''), 400), '\s+', ' ', 'g')),
         'tags', to_jsonb(p_message.tags)
     )
@@ -508,6 +496,7 @@ AS $$
 DECLARE
     v_who record := mailroom_internal._http_who(p_address, p_session_token, p_key_digest);
     v_message record;
+    v_row mailroom.messages;
     v_link text;
     v_code text;
 BEGIN
@@ -527,23 +516,20 @@ BEGIN
         WHEN SQLSTATE 'MR215' THEN
             v_code := NULL;
     END;
-    RETURN mailroom_internal._http_message_json(
-        v_message.message_id, v_message.received_at, v_message.envelope_from, v_message.envelope_to,
-        v_message.from_header, v_message.subject, v_message.size_bytes, v_message.is_read, v_message.attachments
-    ) || jsonb_build_object(
-        'body_text', v_message.text_body,
-        'body_html', v_message.html_body,
+    -- the stored row (read and authorized by read_message above, and marked read): its shape's keys
+    SELECT g.* INTO v_row FROM mailroom.messages AS g
+    WHERE g.id = v_message.message_id AND g.received_at = v_message.received_at;
+    RETURN mailroom_internal._http_message_json(v_row) || jsonb_build_object(
+        'body_text', v_row.text_body,
+        'body_html', v_row.html_body,
         'attachments', (
             SELECT coalesce(jsonb_agg(a.value || jsonb_build_object('index', a.n - 1) ORDER BY a.n), '[]')
-            FROM jsonb_array_elements(v_message.attachments) WITH ORDINALITY AS a (value, n)
+            FROM jsonb_array_elements(v_row.attachments) WITH ORDINALITY AS a (value, n)
         ),
-        'headers', mailroom_internal._header_fields(v_message.raw),
+        'headers', mailroom_internal._header_fields(v_row.raw),
         'link', v_link,
         'code', v_code,
-        'tags', to_jsonb(coalesce((
-            SELECT g.tags FROM mailroom.messages AS g
-            WHERE g.id = v_message.message_id AND g.received_at = v_message.received_at
-        ), '{}'))
+        'tags', to_jsonb(coalesce(v_row.tags, '{}'))
     );
 END;
 $$;

@@ -10,12 +10,8 @@ CREATE OR REPLACE FUNCTION mailroom.deliver_ses_message(
     p_ses_message_id text,
     p_recipients text[],
     p_raw bytea,
-    p_envelope_from text DEFAULT '',
-    p_subject text DEFAULT null,
-    p_from_header text DEFAULT null,
-    p_text_body text DEFAULT null,
-    p_html_body text DEFAULT null,
-    p_attachments jsonb DEFAULT '[]'
+    p_envelope_from text,
+    p_parsed jsonb
 )
 RETURNS TABLE (recipient text, outcome text, message_id bigint)
 LANGUAGE plpgsql
@@ -67,9 +63,7 @@ BEGIN
         SELECT c.verdict INTO v_verdict FROM mailroom_internal._check_recipient_or_claim(v_rcpt, v_size) AS c;
         IF v_verdict = 'ok' THEN
             BEGIN
-                message_id := mailroom.deliver_message(
-                    v_rcpt, p_raw, p_envelope_from, p_subject, p_from_header, p_text_body, p_html_body, p_attachments
-                );
+                message_id := mailroom.deliver_message(v_rcpt, p_raw, p_envelope_from, p_parsed);
                 v_verdict := 'stored';
                 v_stored := v_stored + 1;
             EXCEPTION
@@ -94,8 +88,39 @@ BEGIN
 END;
 $$;
 
+COMMENT ON FUNCTION mailroom.deliver_ses_message(text, text[], bytea, text, jsonb) IS
+'Store a message received by SES and its parsed document (as deliver_message) for each recipient through the RCPT check (catch-all included) and deliver_message''s guard; one row per recipient: stored (with its id) or the refusal (unknown, expired, deleted, too_large, full); a replayed SES messageId: one row, duplicate. Errors: MR211 empty message.';
+
+GRANT EXECUTE ON FUNCTION mailroom.deliver_ses_message(text, text[], bytea, text, jsonb) TO mailroom_http;
+
+-- The previous release's form (its HTTP server, during an upgrade): the parsed fields one argument
+-- each. Deprecated since 0.2.0, removed in 0.3.0.
+CREATE OR REPLACE FUNCTION mailroom.deliver_ses_message(
+    p_ses_message_id text,
+    p_recipients text[],
+    p_raw bytea,
+    p_envelope_from text DEFAULT '',
+    p_subject text DEFAULT null,
+    p_from_header text DEFAULT null,
+    p_text_body text DEFAULT null,
+    p_html_body text DEFAULT null,
+    p_attachments jsonb DEFAULT '[]'
+)
+RETURNS TABLE (recipient text, outcome text, message_id bigint)
+LANGUAGE sql
+VOLATILE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT * FROM mailroom.deliver_ses_message(
+        p_ses_message_id => p_ses_message_id, p_recipients => p_recipients, p_raw => p_raw,
+        p_envelope_from => p_envelope_from,
+        p_parsed => mailroom_internal._parsed_document(p_subject, p_from_header, p_text_body, p_html_body, p_attachments)
+    )
+$$;
+
 COMMENT ON FUNCTION mailroom.deliver_ses_message(text, text[], bytea, text, text, text, text, text, jsonb) IS
-'Store a message received by SES for each recipient through the RCPT check (catch-all included) and deliver_message''s guard; one row per recipient: stored (with its id) or the refusal (unknown, expired, deleted, too_large, full); a replayed SES messageId: one row, duplicate. Errors: MR211 empty message.';
+'Deprecated since 0.2.0, removed in 0.3.0: use mailroom.deliver_ses_message(p_ses_message_id, p_recipients, p_raw, p_envelope_from, p_parsed jsonb); the parsed fields one argument each.';
 
 GRANT EXECUTE ON FUNCTION mailroom.deliver_ses_message(
     text, text[], bytea, text, text, text, text, text, jsonb

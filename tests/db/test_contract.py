@@ -71,7 +71,7 @@ def _prepare(conn: psycopg.Connection, fn: contract.SqlFunction) -> None:
             names.append(match.group(1))
         return f"${names.index(match.group(1)) + 1}"
 
-    query = re.sub(r"%\((\w+)\)s", number, fn.statement())
+    query = re.sub(r"%\((\w+)\)[sb]", number, fn.statement())
     result = conn.pgconn.prepare(f"contract_{fn.name}".encode(), query.encode())
     message = result.error_message.decode(errors="replace").strip()
     assert result.status == psycopg.pq.ExecStatus.COMMAND_OK, f"{fn.qualified}: {message}"
@@ -133,6 +133,11 @@ def test_calls_are_checked_before_anything_is_sent() -> None:
         fn.statement(["limt"])
     each = fn.each_statement(["limit"], ["lease"])
     assert "unnest(%(limit__each)s::integer[])" in each and "p_lease => %(lease)s::interval" in each
+    bulk = contract.SqlFunction("contract_bulk", "p_raw bytea[], p_n integer", binary=("raw",))
+    contract.REGISTRY.remove(bulk)
+    assert bulk.statement() == "SELECT mailroom.contract_bulk(p_raw => %(raw)b::bytea[], p_n => %(n)s::integer)"
+    with pytest.raises(ValueError, match="binary names no parameter"):
+        contract.SqlFunction("contract_bulk", "p_raw bytea[]", binary=("rwa",))
 
 
 def test_each_calls_once_per_row_in_order(conn: psycopg.Connection) -> None:

@@ -32,7 +32,7 @@ def messages(draw) -> bytes:
             + b"\r\nContent-ID: <" + draw(FRAGMENT) + b">\r\nContent-Transfer-Encoding: " + draw(FRAGMENT)
             + b"\r\n\r\n" + draw(FRAGMENT) + b"\r\n"
         )
-    return (b"Subject: " + draw(FRAGMENT) + b"\r\nFrom: " + draw(FRAGMENT)
+    return (b"Subject: " + draw(FRAGMENT) + b"\r\nFrom: " + draw(FRAGMENT) + b"\r\nReply-To: " + draw(FRAGMENT)
             + b'\r\nContent-Type: multipart/mixed; boundary="b"\r\n\r\n' + b"".join(parts) + b"--b--\r\n")
 
 
@@ -52,6 +52,7 @@ def test_every_parsed_field_is_storable(raw):
     parsed = parse_message(raw)
     _storable(parsed.subject, FIELD_LIMITS["subject"])
     _storable(parsed.from_header, FIELD_LIMITS["from"])
+    _storable(parsed.reply_to, FIELD_LIMITS["reply_to"])
     _storable(parsed.text_body)
     _storable(parsed.html_body)
     for attachment in parsed.attachments:
@@ -85,3 +86,14 @@ def test_a_nul_in_a_content_type_and_invalid_utf8_come_out_clean():
     assert attachment["content_type"] == "text/plain"  # RFC 2045 5.2: an invalid type reads as text/plain
     assert attachment["filename"] == "r\ufffd\ufffdsum\ufffd.pdf"
     assert parsed.subject == "caf\ufffd \ufffd \ufffd"
+
+
+def test_reply_to_is_read_as_from_is_bounded_and_clean():
+    assert parse_message(b"From: a@x.test\r\nSubject: s\r\n\r\nbody").reply_to is None
+    parsed = parse_message(b"Reply-To: Help Desk <help@x.test>\r\n\r\nbody")
+    assert parsed.reply_to == "Help Desk <help@x.test>"
+    encoded = parse_message(b"Reply-To: =?utf-8?q?Caf=C3=A9?= <c@x.test>,\r\n b@x.test\r\n\r\nbody")
+    assert encoded.reply_to == "Café <c@x.test>, b@x.test"  # decoded and unfolded
+    long = parse_message(b"Reply-To: " + b"\xff\x00" * 3000 + b"\r\n\r\nbody").reply_to
+    assert len(long) == FIELD_LIMITS["reply_to"] and "\x00" not in long
+    long.encode("utf-8")

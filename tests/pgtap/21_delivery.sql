@@ -1,6 +1,6 @@
 -- Delivery guard at the exact expiry boundary, plan limits, list/read and their errors.
 BEGIN;
-SELECT plan(63);
+SELECT plan(68);
 
 SET LOCAL mailroom.clock = '2030-01-01 00:00:00+00';
 
@@ -14,7 +14,8 @@ SET LOCAL mailroom.clock = '2030-01-01 00:09:59.999999+00';
 SELECT ok(mailroom.mailbox_accepts((SELECT address FROM b WHERE k = 'free')), 'accepts 1 us before expiry');
 SELECT ok(
     mailroom.deliver_message((SELECT address FROM b WHERE k = 'free'), '\x4869'::bytea, 'a@example.com',
-        'Hi', 'A <a@example.com>', 'text', '<p>html</p>', '[{"filename": "x.txt"}]') > 0,
+        '{"subject": "Hi", "from_header": "A <a@example.com>", "text_body": "text", "html_body": "<p>html</p>",
+          "attachments": [{"filename": "x.txt"}]}'::jsonb) > 0,
     'delivers 1 us before expiry'
 );
 SELECT is(
@@ -77,9 +78,20 @@ SELECT throws_ok(format('SELECT mailroom.deliver_message(%L, %L::bytea)', (SELEC
 SELECT throws_ok(format('SELECT mailroom.deliver_message(%L, NULL)', (SELECT address FROM b WHERE k = 'pro')),
     'MR211', 'message is empty', 'NULL message');
 SELECT throws_ok(
+    format('SELECT mailroom.deliver_message(%L, %L::bytea, %L, %L::jsonb)',
+        (SELECT address FROM b WHERE k = 'pro'), '\x41', '', '{"attachments": {}}'),
+    'MR211', 'attachments must be a JSON array of metadata objects', 'attachments must be an array'
+);
+SELECT throws_ok(
+    format('SELECT mailroom.deliver_message(%L, %L::bytea, %L, %L::jsonb)',
+        (SELECT address FROM b WHERE k = 'pro'), '\x41', '', '["Hi"]'),
+    'MR211', 'the parsed message must be a JSON object', 'the parsed message is one JSON object'
+);
+SELECT throws_ok(
     format('SELECT mailroom.deliver_message(%L, %L::bytea, p_attachments => %L)',
         (SELECT address FROM b WHERE k = 'pro'), '\x41', '{}'),
-    'MR211', 'attachments must be a JSON array of metadata objects', 'attachments must be an array'
+    'MR211', 'attachments must be a JSON array of metadata objects',
+    'the previous release''s form (deprecated): the same refusal'
 );
 
 -- Size limit per plan: free 2 MiB, pro 10 MiB.
@@ -131,6 +143,7 @@ SELECT throws_ok(
     '22023', 'p_limit must be positive and p_offset non-negative', 'bad paging is refused'
 );
 
+-- the previous release's form (a deprecated wrapper of the p_parsed form): the same message stored
 CREATE TEMP TABLE m AS
 SELECT mailroom.deliver_message((SELECT address FROM b WHERE k = 'pro'), '\x53756269'::bytea, 'sender@example.org',
     'Subject line', 'S <sender@example.org>', 'the text', '<b>the html</b>',
@@ -191,9 +204,13 @@ SELECT * FROM mailroom.deliver_messages(
     ARRAY[1, 2, 2, 3],
     ARRAY[(SELECT address FROM b WHERE k = 'g1'), (SELECT address FROM b WHERE k = 'g1'),
         (SELECT address FROM b WHERE k = 'g2'), 'nobody@mailroom.test'],
-    ARRAY['\x41'::bytea, '\x4242'::bytea, '\x43'::bytea], ARRAY['a@example.com', '', ''], ARRAY['one', 'two', 'three'],
-    ARRAY[NULL, 'B <b@example.com>', NULL], ARRAY['t1', NULL, NULL], ARRAY[NULL, '<p>2</p>', NULL],
-    ARRAY['[]'::jsonb, '[{"filename": "b.txt"}]'::jsonb, '[]'::jsonb]
+    ARRAY['\x41'::bytea, '\x4242'::bytea, '\x43'::bytea], ARRAY['a@example.com', '', ''],
+    ARRAY[
+        '{"subject": "one", "text_body": "t1", "attachments": []}',
+        '{"subject": "two", "from_header": "B <b@example.com>", "html_body": "<p>2</p>",
+          "attachments": [{"filename": "b.txt"}], "defects": 0}',
+        '{"subject": "three"}'
+    ]::jsonb[]
 );
 SELECT results_eq(
     'SELECT message, cardinality(message_ids), verdict, reply FROM g ORDER BY message',
@@ -218,8 +235,7 @@ WHERE id = (SELECT mailbox_id FROM b WHERE k = 'g2');
 SELECT results_eq(
     format(
         'SELECT verdict, reply, message_ids FROM mailroom.deliver_messages(ARRAY[1, 1], ARRAY[%L, %L],'
-        ' ARRAY[''\x41''::bytea], ARRAY[''''], ARRAY[NULL]::text[], ARRAY[NULL]::text[], ARRAY[NULL]::text[],'
-        ' ARRAY[NULL]::text[], ARRAY[''[]'']::jsonb[])',
+        ' ARRAY[''\x41''::bytea], ARRAY[''''], ARRAY[''{}'']::jsonb[])',
         (SELECT address FROM b WHERE k = 'g1'), (SELECT address FROM b WHERE k = 'g2')
     ),
     $$VALUES ('retry'::text, '451 4.2.0 A recipient became unavailable; please try again'::text, '{}'::bigint[])$$,
@@ -232,8 +248,7 @@ SELECT is(
 SELECT results_eq(
     format(
         'SELECT verdict, reply FROM mailroom.deliver_messages(ARRAY[1, 1], ARRAY[%L, %L],'
-        ' ARRAY[%L::bytea], ARRAY[''''], ARRAY[NULL]::text[], ARRAY[NULL]::text[], ARRAY[NULL]::text[],'
-        ' ARRAY[NULL]::text[], ARRAY[''[]'']::jsonb[])',
+        ' ARRAY[%L::bytea], ARRAY[''''], ARRAY[''{}'']::jsonb[])',
         (SELECT address FROM b WHERE k = 'g1'), (SELECT address FROM b WHERE k = 'gp'),
         '\x' || repeat('41', (SELECT max_message_bytes + 1 FROM mailroom.plans WHERE name = 'free'))
     ),
@@ -243,8 +258,7 @@ SELECT results_eq(
 SELECT results_eq(
     format(
         'SELECT verdict, reply FROM mailroom.deliver_messages(ARRAY[1], ARRAY[%L], ARRAY[''\x200d0a''::bytea],'
-        ' ARRAY[''''], ARRAY[NULL]::text[], ARRAY[NULL]::text[], ARRAY[NULL]::text[], ARRAY[NULL]::text[],'
-        ' ARRAY[''[]'']::jsonb[])',
+        ' ARRAY[''''], ARRAY[''{}'']::jsonb[])',
         (SELECT address FROM b WHERE k = 'gp')
     ),
     $$VALUES ('MR211'::text, '554 5.6.0 Message is empty'::text)$$,
@@ -252,13 +266,34 @@ SELECT results_eq(
 );
 SELECT throws_ok(
     $$SELECT * FROM mailroom.deliver_messages(ARRAY[2], ARRAY['a@b.c'], ARRAY['\x41'::bytea], ARRAY[''],
-        ARRAY[NULL]::text[], ARRAY[NULL]::text[], ARRAY[NULL]::text[], ARRAY[NULL]::text[], ARRAY['[]']::jsonb[])$$,
+        ARRAY['{}']::jsonb[])$$,
     'MR216', NULL, 'a recipient of no message: MR216'
 );
 SELECT throws_ok(
     $$SELECT * FROM mailroom.deliver_messages(ARRAY[1], ARRAY['a@b.c'], ARRAY['\x41'::bytea], ARRAY['', ''],
-        ARRAY[NULL]::text[], ARRAY[NULL]::text[], ARRAY[NULL]::text[], ARRAY[NULL]::text[], ARRAY['[]']::jsonb[])$$,
+        ARRAY['{}']::jsonb[])$$,
     'MR216', NULL, 'message arrays of different lengths: MR216'
+);
+SELECT throws_ok(
+    $$SELECT * FROM mailroom.deliver_messages(ARRAY[1], ARRAY['a@b.c'], ARRAY['\x41'::bytea], ARRAY[''],
+        ARRAY['{}', '{}']::jsonb[])$$,
+    'MR216', NULL, 'a parsed document per message: MR216'
+);
+-- the previous release's form (deprecated): one array per parsed field, checked and stored the same
+SELECT throws_ok(
+    $$SELECT * FROM mailroom.deliver_messages(ARRAY[1], ARRAY['a@b.c'], ARRAY['\x41'::bytea], ARRAY[''],
+        ARRAY['x', 'y'], ARRAY[NULL]::text[], ARRAY[NULL]::text[], ARRAY[NULL]::text[], ARRAY['[]']::jsonb[])$$,
+    'MR216', NULL, 'the previous release''s form: its field arrays of one length, MR216'
+);
+CREATE TEMP TABLE old_form AS
+SELECT * FROM mailroom.deliver_messages(ARRAY[1], ARRAY[(SELECT address FROM b WHERE k = 'gp')], ARRAY['\x45'::bytea],
+    ARRAY['old@example.com'], ARRAY['old form'], ARRAY['O <old@example.com>'], ARRAY['t'], ARRAY['<i>h</i>'],
+    ARRAY['[{"filename": "o.txt"}]']::jsonb[]);
+SELECT is(
+    (SELECT row(m.subject, m.from_header, m.text_body, m.html_body, m.attachments)::text
+     FROM old_form AS d JOIN mailroom.messages AS m ON m.id = d.message_ids[1]),
+    row('old form', 'O <old@example.com>', 't', '<i>h</i>', '[{"filename": "o.txt"}]'::jsonb)::text,
+    'the previous release''s form stores every field as the p_parsed form does'
 );
 
 -- check_message_size: the DATA-stage probe
@@ -290,8 +325,7 @@ SELECT mailroom.set_delivery_receipt('00000000-0000-7000-8000-000000000001');
 CREATE TEMP TABLE rc AS
 SELECT * FROM mailroom.deliver_messages(
     ARRAY[1, 2], ARRAY[(SELECT address FROM b WHERE k = 'rc'), 'nobody@mailroom.test'],
-    ARRAY['\x41'::bytea, '\x42'::bytea], ARRAY['', ''], ARRAY['r1', 'r2'], ARRAY[NULL, NULL]::text[],
-    ARRAY[NULL, NULL]::text[], ARRAY[NULL, NULL]::text[], ARRAY['[]'::jsonb, '[]'::jsonb]
+    ARRAY['\x41'::bytea, '\x42'::bytea], ARRAY['', ''], ARRAY['{"subject": "r1"}', '{"subject": "r2"}']::jsonb[]
 );
 SELECT is(
     (SELECT replies FROM mailroom.delivery_receipts WHERE key = '00000000-0000-7000-8000-000000000001'),
@@ -315,7 +349,7 @@ SELECT mailroom.set_delivery_receipt('00000000-0000-7000-8000-000000000002');
 SELECT throws_ok(
     format(
         'SELECT * FROM mailroom.deliver_messages(ARRAY[1], ARRAY[%L], ARRAY[''\x43''::bytea], ARRAY[''''],'
-        ' ARRAY[''late''], ARRAY[NULL]::text[], ARRAY[NULL]::text[], ARRAY[NULL]::text[], ARRAY[''[]''::jsonb])',
+        ' ARRAY[''{"subject": "late"}''::jsonb])',
         (SELECT address FROM b WHERE k = 'rc')
     ),
     '23505', NULL, 'a delivery under a settled key cannot commit: the settled answer is final'
@@ -330,7 +364,7 @@ SELECT is(
 SELECT lives_ok(
     format(
         'SELECT * FROM mailroom.deliver_messages(ARRAY[1], ARRAY[%L], ARRAY[''\x44''::bytea], ARRAY[''''],'
-        ' ARRAY[''plain''], ARRAY[NULL]::text[], ARRAY[NULL]::text[], ARRAY[NULL]::text[], ARRAY[''[]''::jsonb])',
+        ' ARRAY[''{"subject": "plain"}''::jsonb])',
         (SELECT address FROM b WHERE k = 'rc')
     ),
     'one receipt per key: the next deliver_messages of the transaction asks for none'

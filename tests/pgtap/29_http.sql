@@ -63,8 +63,9 @@ SELECT ok(NOT mailroom.http_clear_inbox_fault(pg_temp.a(), pg_temp.t(), null), '
 
 CREATE TEMP TABLE m AS SELECT mailroom.deliver_message(
     pg_temp.a(), convert_to(E'From: App <app@example.org>\r\nSubject: Hi\r\nX-Folded: one\r\n two\r\n\r\nbody', 'UTF8'),
-    'app@example.org', 'Hi', 'App <app@example.org>', 'Go to https://app.example.org/a?t=1 code 48213', '<p>x</p>',
-    '[{"filename": "a.txt", "content_type": "text/plain", "size": 1, "sha256": "00"}]'
+    'app@example.org', '{"subject": "Hi", "from_header": "App <app@example.org>", "reply_to": "Help <help@example.org>",
+      "text_body": "Go to https://app.example.org/a?t=1 code 48213", "html_body": "<p>x</p>",
+      "attachments": [{"filename": "a.txt", "content_type": "text/plain", "size": 1, "sha256": "00"}]}'::jsonb
 ) AS id;
 SELECT is(
     (SELECT jsonb_path_query_array(mailroom.http_list_messages(pg_temp.a(), pg_temp.t(), null), '$[*].subject')),
@@ -75,16 +76,18 @@ SELECT is(
         mailroom.http_list_messages(pg_temp.a(), pg_temp.t(), null)) AS e (d)),
     '{"subject": "Hi", "from_address": "app@example.org", "is_read": false, "has_attachments": true,
       "from": "App <app@example.org>", "envelope_from": "app@example.org", "size": 69, "attachment_count": 1,
-      "snippet": "Go to https://app.example.org/a?t=1 code 48213", "tags": []}'::jsonb,
+      "reply_to": "Help <help@example.org>", "snippet": "Go to https://app.example.org/a?t=1 code 48213", "tags": []}'::jsonb,
     'a summary: the original service''s keys and mailroom''s'
 );
 SELECT is(
     (SELECT jsonb_build_array(d -> 'headers' -> 2, d ->> 'link', d ->> 'code', d -> 'attachments' -> 0 ->> 'index',
-                              d ->> 'body_text', d ->> 'body_html', d ->> 'from_address', d ->> 'is_read')
+                              d ->> 'body_text', d ->> 'body_html', d ->> 'from_address', d ->> 'is_read',
+                              d ->> 'reply_to')
      FROM (SELECT mailroom.http_read_message(pg_temp.a(), pg_temp.t(), null, (SELECT id FROM m)) AS d) AS r),
     '[["X-Folded", "one two"], "https://app.example.org/a?t=1", "48213", "0",
-      "Go to https://app.example.org/a?t=1 code 48213", "<p>x</p>", "app@example.org", "true"]'::jsonb,
-    'a message: unfolded headers, the link, the code, numbered attachments, body_text and body_html, read'
+      "Go to https://app.example.org/a?t=1 code 48213", "<p>x</p>", "app@example.org", "true",
+      "Help <help@example.org>"]'::jsonb,
+    'a message: unfolded headers, the link, the code, numbered attachments, body_text and body_html, read, reply_to'
 );
 SELECT is(
     (SELECT d -> 0 ->> 'is_read' FROM (SELECT mailroom.http_list_messages(pg_temp.a(), pg_temp.t(), null) AS d) AS r),
@@ -156,7 +159,7 @@ SELECT is(
 SELECT is(
     mailroom.http_update_message(pg_temp.oa(), null, sha256('mrk_one'::bytea), pg_temp.pm('plain'), true, ARRAY['b', 'A'])
         - ARRAY['received_at', 'id', 'to_address', 'from', 'envelope_from', 'size', 'snippet', 'attachment_count',
-                'has_attachments', 'from_address'],
+                'has_attachments', 'from_address', 'reply_to'],
     '{"subject": "Plain", "is_read": true, "tags": ["a", "b"]}'::jsonb, 'PATCH: read, tags replaced (sorted, lower case)'
 );
 SELECT is(

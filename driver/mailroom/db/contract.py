@@ -11,7 +11,7 @@ and calls them with keyword arguments named after the SQL parameters without the
     rows = sqlapi.dequeue_tokens.rows(conn, limit=100)            # list of named tuples
     n = sqlapi.purge_sent_messages.value(conn, before=cutoff)     # one value
     rows = await sqlapi.finalize_messages.arows(aconn, ids=[...], ...)
-    rows = sqlapi.deliver_message.each(conn, [{"address": a} for a in rcpts], raw=raw)  # one statement, many calls
+    rows = sqlapi.deliver_message.each(conn, [{"address": a} for a in rcpts], raw=raw, ...)  # one statement, many calls
 
 The statement uses named notation with an explicit cast for every argument
 (`SELECT … FROM mailroom.dequeue_tokens(p_limit => %(limit)s::integer)`), so an argument renamed
@@ -78,17 +78,22 @@ def _parse_params(text: str) -> tuple[Param, ...]:
 class SqlFunction:
     """A function of the SQL API as the driver calls it; see the module docstring."""
 
-    def __init__(self, name: str, params: str = "", *, returns: str | Sequence[str] = "void", setof: bool = False):
+    def __init__(self, name: str, params: str = "", *, returns: str | Sequence[str] = "void", setof: bool = False,
+                 binary: Iterable[str] = ()):
         """`name`: the function in schema mailroom. `params`: its full input signature, in order,
         'p_name type' with '= default' where SQL has a default. `returns`: 'void', a type (one value
         per row), or the names of the result columns the driver reads (rows). `setof`: a scalar
-        function returning a set (rows of one value)."""
+        function returning a set (rows of one value). `binary`: parameters sent in binary format
+        (`%(name)b`: a bytea[] or jsonb[] of a hot path, not escaped into text on either side)."""
         if not _IDENT.match(name):
             raise ValueError(f"bad function name {name!r}")
         self.name = name
         self.qualified = f"{SCHEMA}.{name}"
         self.params = _parse_params(params)
         self.by_name = {p.name: p for p in self.params}
+        self.binary = frozenset(binary)
+        if self.binary - self.by_name.keys():
+            raise ValueError(f"{name}: binary names no parameter: {sorted(self.binary - self.by_name.keys())}")
         if isinstance(returns, str):
             self.columns: tuple[str, ...] = ()
             self.returns = returns
@@ -127,7 +132,8 @@ class SqlFunction:
         names = self._check(self.by_name if given is None else given)
         text = self._statements.get(names)
         if text is None:
-            args = ", ".join(f"{p.sql_name} => %({p.name})s::{p.type}" for p in self.params if p.name in names)
+            args = ", ".join(f"{p.sql_name} => %({p.name}){'b' if p.name in self.binary else 's'}::{p.type}"
+                             for p in self.params if p.name in names)
             text = self._statements[names] = self._select(f"{self.qualified}({args})")
         return text
 

@@ -78,6 +78,7 @@ class MessageSummary(_Model):
     envelope_from: str | None = Field(description="the SMTP reverse path (empty for a bounce)")
     size: int = Field(description="bytes as received")
     attachment_count: int
+    reply_to: str | None = Field(description="the Reply-To header as written, null without one")
     snippet: str = Field(description="the first words of the text part, whitespace folded")
     tags: list[str] = Field(description="its tags, sorted, lower case (PATCH, or plus-addressing: box+tag@domain)")
 
@@ -115,6 +116,7 @@ class Message(_Model):
     envelope_from: str | None
     size: int
     attachment_count: int
+    reply_to: str | None = Field(description="the Reply-To header as written, null without one")
     headers: list[list[str]] = Field(description="[name, value] pairs in order, unfolded")
     link: str | None = Field(description="the first http(s) link (as GET …/links)")
     code: str | None = Field(description="a 5-digit code (as GET …/code)")

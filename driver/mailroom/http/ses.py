@@ -99,9 +99,7 @@ async def handle(state: State, request: Request, body: bytes) -> Response:
     rows = await state.call(
         sqlapi.deliver_ses_message, shape="rows", retry=False,
         ses_message_id=ses_id, recipients=[clean_text(r) or "" for r in recipients[:100]], raw=raw,
-        envelope_from=clean_text(source) if isinstance(source, str) else "",
-        subject=parsed.subject, from_header=parsed.from_header, text_body=parsed.text_body,
-        html_body=parsed.html_body, attachments=Jsonb(parsed.attachments),
+        envelope_from=clean_text(source) if isinstance(source, str) else "", parsed=Jsonb(parsed.document()),
     )
     outcomes = Counter(r.outcome for r in rows)
     stored = outcomes.pop("stored", 0)

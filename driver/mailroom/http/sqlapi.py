@@ -90,9 +90,7 @@ release_options = SqlFunction("release_options", returns="jsonb")
 index_messages = SqlFunction("index_messages", "p_message_ids bigint[]", returns="integer")
 deliver_ses_message = SqlFunction(
     "deliver_ses_message",
-    "p_ses_message_id text, p_recipients text[], p_raw bytea, p_envelope_from text = default,"
-    " p_subject text = default, p_from_header text = default, p_text_body text = default,"
-    " p_html_body text = default, p_attachments jsonb = default",
+    "p_ses_message_id text, p_recipients text[], p_raw bytea, p_envelope_from text, p_parsed jsonb",
     returns=("recipient", "outcome", "message_id"),
 )
 

@@ -298,9 +298,7 @@ async def _deliver_statement(conn: psycopg.AsyncConnection, group: list[Delivery
         message=[i for i, p in enumerate(group, start=1) for _ in p.recipients],
         address=[rcpt for p in group for rcpt in p.recipients],
         raw=[p.raw for p in group], envelope_from=[p.mail_from for p in group],
-        subject=[p.parsed.subject for p in group], from_header=[p.parsed.from_header for p in group],
-        text_body=[p.parsed.text_body for p in group], html_body=[p.parsed.html_body for p in group],
-        attachments=[Jsonb(p.parsed.attachments) for p in group],
+        parsed=[Jsonb(p.parsed.document()) for p in group],
     )
 
 

@@ -30,7 +30,7 @@ import codecs
 import contextlib
 import hashlib
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from email import policy
 from typing import Any
 from urllib.parse import unquote_to_bytes
@@ -44,6 +44,7 @@ MAX_HEADER_VALUE = 8 * 1024  # characters of one header value that are interpret
 FIELD_LIMITS = {
     "subject": 2000,
     "from": 2000,
+    "reply_to": 2000,
     "filename": 1000,
     "content_type": 255,
     "disposition": 100,
@@ -62,14 +63,23 @@ _REFUSED_CODECS = frozenset({"punycode", "idna"})
 
 @dataclass
 class ParsedMessage:
-    """Fields extracted from a raw message; any of them may be None when unreadable."""
+    """Fields extracted from a raw message; any of them may be None when unreadable.
+
+    They reach the database as ONE document (document(): every field by name), which
+    deliver_message, deliver_messages and deliver_ses_message read by name (sql/21_delivery.sql):
+    a field stored with the message is a field here, its column and its line in deliver_message."""
 
     subject: str | None = None
     from_header: str | None = None
+    reply_to: str | None = None  # the Reply-To header, read as From is
     text_body: str | None = None
     html_body: str | None = None
     attachments: list[dict[str, Any]] = field(default_factory=list)
-    defects: int = 0
+    defects: int = 0  # not stored: how many parts or headers could not be read
+
+    def document(self) -> dict[str, Any]:
+        """Every field by name: the `p_parsed` JSON object of the delivering calls."""
+        return {f.name: getattr(self, f.name) for f in fields(self)}
 
 
 def clean_text(value: str | None, limit: int | None = None) -> str | None:
@@ -589,6 +599,9 @@ def parse_message(raw: bytes) -> ParsedMessage:
         sender = root.header("from")
         if sender is not None:
             result.from_header = clean_text(_from_text(_unfold(sender)), FIELD_LIMITS["from"])
+        reply_to = root.header("reply-to")
+        if reply_to is not None:
+            result.reply_to = clean_text(_from_text(_unfold(reply_to)), FIELD_LIMITS["reply_to"])
     except Exception:  # noqa: BLE001 - a broken header must not lose the message
         result.defects += 1
 

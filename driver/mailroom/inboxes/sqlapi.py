@@ -12,18 +12,15 @@ check_bounce_recipient = SqlFunction(
 check_message_size = SqlFunction(
     "check_message_size", "p_addresses text[], p_size bigint", returns=("verdict", "address", "reply")
 )
+# p_parsed: ParsedMessage.document() (mailroom.inboxes.mime), one JSON object per message
 deliver_message = SqlFunction(
-    "deliver_message",
-    "p_address text, p_raw bytea, p_envelope_from text = default, p_subject text = default,"
-    " p_from_header text = default, p_text_body text = default, p_html_body text = default,"
-    " p_attachments jsonb = default",
-    returns="bigint",
+    "deliver_message", "p_address text, p_raw bytea, p_envelope_from text, p_parsed jsonb", returns="bigint"
 )
 deliver_messages = SqlFunction(
     "deliver_messages",
-    "p_message integer[], p_address text[], p_raw bytea[], p_envelope_from text[], p_subject text[],"
-    " p_from_header text[], p_text_body text[], p_html_body text[], p_attachments jsonb[]",
+    "p_message integer[], p_address text[], p_raw bytea[], p_envelope_from text[], p_parsed jsonb[]",
     returns=("message", "message_ids", "verdict", "reply"),
+    binary=("raw", "parsed"),  # the group commit's bulk: no hex or array escaping of bodies
 )
 set_delivery_receipt = SqlFunction("set_delivery_receipt", "p_key uuid")
 settle_delivery = SqlFunction("settle_delivery", "p_key uuid", returns="text[]")
