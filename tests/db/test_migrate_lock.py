@@ -100,7 +100,9 @@ def test_concurrent_migrates_queue_up(db_url):
         proc = subprocess.Popen([sys.executable, "-m", "mailroom", "db", "migrate"],
                                 env={"PATH": "/usr/bin:/bin", "MAILROOM_DATABASE_URL": db_url},
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        time.sleep(3)
+        # waiting, seen in the catalog (a sleep raced the second process's start on a loaded machine)
+        with psycopg.connect(db_url, autocommit=True) as watcher:
+            assert _waiting_on_a_lock(watcher, "mailroom migrate"), "the second migrate did not wait"
         assert proc.poll() is None, "the second migrate did not wait"
         holder.commit()
         _out, err = proc.communicate(timeout=60)
@@ -135,3 +137,41 @@ def test_a_lock_never_released_fails_migrate_with_one_clear_line(db_url):
             migrate.migrate(db_url, lock_timeout=0.3, retries=1)
     finally:
         writer.close()
+
+
+def _waiting_on_a_lock(conn: psycopg.Connection, application: str, within: float = 60) -> bool:
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        if conn.execute("SELECT count(*) FROM pg_stat_activity WHERE application_name = %s"
+                        " AND wait_event_type = 'Lock'", (application,)).fetchone()[0]:
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def test_a_deadlock_with_a_running_transaction_rolls_back_and_is_tried_again(db_url):
+    """The upgrade under load met it (tests/db/test_upgrade_under_load.py, 40P01 in sql/31): sql/ replaces
+    the triggers of tokens (sql/11) and later of outbound_messages (sql/31); a transaction writing
+    outbound_messages then tokens closes the circle, and PostgreSQL aborts the migrate, which waited
+    first. Nothing was applied: the run is tried again, as after a lock timeout, not failed."""
+    writer = psycopg.connect(db_url)
+    watcher = psycopg.connect(db_url, autocommit=True)
+    try:
+        writer.execute("LOCK TABLE mailroom.outbound_messages IN ROW EXCLUSIVE MODE")  # as an UPDATE holds it
+
+        def close_the_circle() -> None:
+            if _waiting_on_a_lock(watcher, "mailroom migrate"):  # the migrate holds tokens, waits for us
+                try:
+                    writer.execute("LOCK TABLE mailroom.tokens IN ROW EXCLUSIVE MODE")  # waits for it: a deadlock
+                    time.sleep(0.5)
+                finally:
+                    writer.commit()
+
+        threading.Thread(target=close_the_circle, daemon=True).start()
+        result, _seconds, said = run_migrate(db_url, timeout=120, lock_timeout=30)
+        assert result is not None, said
+        assert result.lock_retries >= 1, said
+        assert any("deadlocked with a running transaction; rolled back, trying again" in line for line in said), said
+    finally:
+        writer.close()
+        watcher.close()

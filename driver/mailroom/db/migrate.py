@@ -17,7 +17,10 @@ What `db migrate` does (docs/upgrading.md tells it to operators):
   the sql/ file that re-creates it commit together. Anything failing rolls everything back.
 - Locks: `lock_timeout` (default 5 s) bounds each wait for a lock a running transaction holds; on
   a timeout the whole transaction rolls back (it held its locks for at most that long) and is
-  tried again, up to LOCK_RETRIES times. Once it has its locks, it holds them until COMMIT: the
+  tried again, up to LOCK_RETRIES times. A deadlock with a running transaction (PostgreSQL aborts one
+  of the two after deadlock_timeout; a worker's transaction and the sql/ pass replacing triggers on
+  two tables in opposite order) is the same case: nothing was applied, so the whole run is tried
+  again (a retry after a deadlock). Once it has its locks, it holds them until COMMIT: the
   time of the pending migrations plus the sql/ pass (docs/upgrading.md gives the measured figure).
 - A first line `-- mailroom:no-transaction` runs a file in autocommit (for CREATE INDEX
   CONCURRENTLY), split at lines ending in `;`. Such files run after the transaction commits, in
@@ -331,12 +334,18 @@ class _Notices:
 
 
 class _LockTimeout(Exception):
-    """A lock was not granted within lock_timeout: the transaction rolled back, try again."""
+    """A lock was not granted within lock_timeout, or the run was the victim of a deadlock: the
+    transaction rolled back (nothing applied), try again."""
 
     def __init__(self, label: str, exc: psycopg.Error) -> None:
         super().__init__(label)
         self.label = label
         self.exc = exc
+        self.deadlock = isinstance(exc, psycopg.errors.DeadlockDetected)
+
+
+# the errors after which the whole run rolled back without applying anything and may be tried again
+_RETRIED = (psycopg.errors.LockNotAvailable, psycopg.errors.DeadlockDetected)
 
 
 def migrate(
@@ -375,6 +384,12 @@ def migrate(
                 break
             except _LockTimeout as timeout:
                 attempt += 1
+                if attempt > retries and timeout.deadlock:
+                    raise UserError(
+                        f"{timeout.label}: deadlocked with a running transaction, the last of {attempt} tries; "
+                        "nothing was applied. Find the transactions writing mailroom's tables (pg_stat_activity) "
+                        "and run it again",
+                    ) from None
                 if attempt > retries:
                     raise UserError(
                         f"{timeout.label}: a lock it needs was held by another transaction for longer than "
@@ -382,8 +397,10 @@ def migrate(
                         "(pg_stat_activity) or raise --lock-timeout",
                     ) from None
                 delay = min(2.0 ** attempt, 30.0)
-                tell(f"{timeout.label}: waited {lock_timeout:g}s for a lock held by a running transaction; "
-                     f"rolled back, trying again in {delay:g}s (attempt {attempt + 1} of {retries + 1})")
+                why = ("deadlocked with a running transaction" if timeout.deadlock
+                       else f"waited {lock_timeout:g}s for a lock held by a running transaction")
+                tell(f"{timeout.label}: {why}; rolled back, trying again in {delay:g}s "
+                     f"(attempt {attempt + 1} of {retries + 1})")
                 time.sleep(delay)
         result.lock_retries = attempt
         if citus is not None and not citus.distributed:
@@ -493,10 +510,10 @@ def _run_once(
                 upgrade = bool(applied) and any(m.version == KEYRING_VERSION and m.name in done for m in migrations)
                 keys = _secret_key_and_steps(conn, secret if upgrade else None, secret)
             held = time.monotonic() - started
-    except psycopg.errors.LockNotAvailable as exc:
+    except _RETRIED as exc:
         raise _LockTimeout(heard.current or label, exc) from None
     except _Nested as nested:
-        if isinstance(nested.exc, psycopg.errors.LockNotAvailable):
+        if isinstance(nested.exc, _RETRIED):
             raise _LockTimeout(nested.label, nested.exc) from None
         raise nested.error from None
     finally:
