@@ -6,8 +6,11 @@ On a throwaway cluster, with 5-recipient messages (bench/bench_outbound_work.py'
 
 - enqueue_message with 5 recipients, and with 1, per call (one transaction, the app's round trip);
   the suppression check alone (_suppressed_recipients over the 5 addresses: per address a lookup
-  and one HMAC, the erased form under the redaction pepper), as an SQL statement; is_suppressed
-  (one address, one HMAC) per call, the application's own question.
+  and one HMAC, the erased form under the redaction pepper), as an SQL statement a message;
+  is_suppressed (one address, one HMAC) per call, the application's own question.
+- A/B, interleaved: the check of 5 addresses and the one-address test inside one statement (no round
+  trip) by the current definitions (sql/38_outbound_suppressions.sql) and by the previous ones
+  (PREVIOUS below, created in a schema ab_old of the throwaway database).
 - claim_messages(50) of 5-recipient messages with VERP (a bounce domain) and without, per message:
   the return paths are computed in the claim (one per recipient, one HMAC each), so VERP adds no
   round trip; what it adds to the claim is measured here.
@@ -58,18 +61,38 @@ def suppression_statement(conn: psycopg.Connection, n: int, recipients: int) -> 
     return (time.perf_counter() - t0) / n * 1e6
 
 
-def suppression_in_sql(conn: psycopg.Connection, n: int, recipients: int) -> float:
-    """microseconds per message of the same check timed inside one statement (no round trip)."""
-    row = conn.execute(
-        """
-        SELECT extract(epoch FROM clock_timestamp() - s) * 1e6 / %s
-        FROM (SELECT clock_timestamp() AS s) AS t,
-             LATERAL (SELECT count(mailroom_internal._suppressed_recipients(
-                          ARRAY(SELECT 'rcpt' || g || '-' || k || '@example.com' FROM generate_series(1, %s) AS k),
-                          '{}', '{}'))
-                      FROM generate_series(1, %s) AS g) AS x
-        """, (n, recipients, n)).fetchone()
-    return float(row[0])
+# The previous definitions (before issue 37), for the A/B: one _suppression_id (an SQL function with SET:
+# planned at every call; its keys and their HMAC two PL/pgSQL calls) per address
+PREVIOUS = """
+CREATE SCHEMA IF NOT EXISTS ab_old;
+CREATE OR REPLACE FUNCTION ab_old._suppressed(p_address text) RETURNS boolean LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp AS $$ SELECT mailroom_internal._suppression_id(p_address) IS NOT NULL $$;
+CREATE OR REPLACE FUNCTION ab_old._positions(p_kind text, p_addresses text[]) RETURNS text[] LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp AS $$
+    SELECT coalesce(array_agg(format('%s[%s]', p_kind, a.n) ORDER BY a.n), '{}')
+    FROM unnest(p_addresses) WITH ORDINALITY AS a (address, n) WHERE ab_old._suppressed(a.address) $$;
+CREATE OR REPLACE FUNCTION ab_old._suppressed_recipients(p_to text[], p_cc text[], p_bcc text[]) RETURNS text[]
+LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp AS $$
+    SELECT ab_old._positions('to', p_to) || ab_old._positions('cc', p_cc) || ab_old._positions('bcc', p_bcc) $$;
+"""
+
+
+def suppression_in_sql(conn: psycopg.Connection, n: int, recipients: int, schema: str) -> float:
+    """microseconds per message of the check of `recipients` addresses, n messages in one statement
+    (one round trip for all: the check's own cost), by the current or the previous definition."""
+    t0 = time.perf_counter()
+    conn.execute(
+        f"SELECT count({schema}._suppressed_recipients(ARRAY(SELECT 'rcpt' || g || '-' || k || '@example.com'"
+        " FROM generate_series(1, %s) AS k), '{}', '{}')) FROM generate_series(1, %s) AS g", (recipients, n))
+    return (time.perf_counter() - t0) / n * 1e6
+
+
+def one_address_in_sql(conn: psycopg.Connection, n: int, schema: str) -> float:
+    """microseconds per address of the one-address test (is_suppressed's), n addresses in one statement."""
+    t0 = time.perf_counter()
+    conn.execute(f"SELECT count(*) FILTER (WHERE {schema}._suppressed('rcpt' || g || '@example.com'))"
+                 " FROM generate_series(1, %s) AS g", (n,))
+    return (time.perf_counter() - t0) / n * 1e6
 
 
 def is_suppressed_per_call(conn: psycopg.Connection, n: int) -> float:
@@ -147,13 +170,19 @@ def main() -> None:
         with psycopg.connect(url, autocommit=True) as conn:
             outbound.upsert_sender.call(conn, name="bench", from_address="bench@mailroom.test", host="127.0.0.1",
                                         port=25)
+            conn.execute(PREVIOUS)
             runs: dict[str, list[float]] = {}
             for _ in range(3):
                 for name, fn in (
                     ("enqueue_message, 5 recipients (us/call)", lambda: enqueue_per_call(conn, n, 5)),
                     ("enqueue_message, 1 recipient (us/call)", lambda: enqueue_per_call(conn, n, 1)),
                     ("suppression check of 5 addresses, a statement (us/msg)", lambda: suppression_statement(conn, n, 5)),
-                    ("suppression check of 5 addresses, inside SQL (us/msg)", lambda: suppression_in_sql(conn, n, 5)),
+                    ("A/B suppression check of 5 addresses in SQL, now (us/msg)",
+                     lambda: suppression_in_sql(conn, n, 5, "mailroom_internal")),
+                    ("A/B suppression check of 5 addresses in SQL, before (us/msg)",
+                     lambda: suppression_in_sql(conn, n, 5, "ab_old")),
+                    ("A/B one address in SQL, now (us/address)", lambda: one_address_in_sql(conn, n, "mailroom_internal")),
+                    ("A/B one address in SQL, before (us/address)", lambda: one_address_in_sql(conn, n, "ab_old")),
                     ("is_suppressed, 1 address (us/call)", lambda: is_suppressed_per_call(conn, n)),
                     ("claim_messages(50), 5 recipients, VERP (us/msg)", lambda: claim_per_message(conn, True, n, 5)),
                     ("claim_messages(50), 5 recipients, no VERP (us/msg)", lambda: claim_per_message(conn, False, n, 5)),
