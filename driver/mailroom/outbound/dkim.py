@@ -116,6 +116,7 @@ class Signer:
         self.keys = keys
         self._missing: set[tuple[str, str]] = set()
         self._loaded: dict[bytes, Any] = {}  # PEM -> the key OpenSSL signs with, loaded once
+        self._slow = False  # dkimpy's own RSA (a dkimpy whose internals OpenSslDkim does not fit)
 
     @classmethod
     def from_file(cls, path: str | os.PathLike[str]) -> Signer:
@@ -152,14 +153,22 @@ class Signer:
         if pem is None or row.get("dkim_algorithm") != "rsa-sha256":
             self._warn(row)
             return payload
-        signer = _openssl_dkim()(payload)
-        signer.rsa_key = self._rsa_key(pem)
-        header = signer.sign(
-            row["dkim_selector"].encode("ascii"), row["dkim_domain"].encode("ascii"), pem,
-            canonicalize=(b"relaxed", b"relaxed"),
-            include_headers=[h.encode("ascii") for h in SIGNED_HEADERS + ("from", "subject")],
-        )
-        return header + payload
+        selector, domain = row["dkim_selector"].encode("ascii"), row["dkim_domain"].encode("ascii")
+        include = [h.encode("ascii") for h in SIGNED_HEADERS + ("from", "subject")]
+        if not self._slow:
+            try:
+                signer = _openssl_dkim()(payload)
+                signer.rsa_key = self._rsa_key(pem)
+                return signer.sign(selector, domain, pem, canonicalize=(b"relaxed", b"relaxed"),
+                                   include_headers=include) + payload
+            except TypeError:
+                # a dkimpy whose DKIM.gen_header is not the one OpenSslDkim overrides: dkimpy signs alone
+                self._slow = True
+                log.warning("DKIM: this dkimpy's signing internals changed; signing with dkimpy's own RSA (slower)")
+        import dkim
+
+        return dkim.sign(payload, selector, domain, pem, canonicalize=(b"relaxed", b"relaxed"),
+                         include_headers=include) + payload
 
     def _rsa_key(self, pem: bytes) -> Any:
         key = self._loaded.get(pem)
