@@ -223,6 +223,7 @@ def run(conn: psycopg.Connection, url: str, quick: bool, progress: Callable[[str
              f"mailroom send, VERP, {RECIPIENTS} recipients a message (default drain), 4 senders -> smtp-sink")
     if not (postfix_peer.available() and opendkim_peer.available()):
         why = postfix_peer.SKIPPED if not postfix_peer.available() else opendkim_peer.SKIPPED
+        progress(f"real senders: {why}")
         return [_row(n, float("nan"), "", why) for n in names]
     total = total or (1000 if quick else 10000)
     reps = reps or (2 if quick else 3)
