@@ -32,6 +32,12 @@
    interleaved rounds, medians, and the ratio of each pair from the same run. Alone:
    `python -m bench.bench_outbound batch1 [MESSAGES]`.
 
+7. What real senders do (issue 37, item 2; bench/bench_outbound_work.py, rows `real senders: ...`):
+   a DKIM-signed drain against Postfix with a private opendkim as its milter (the same 2,048-bit key,
+   selector and domain), and 5-recipient messages with per-recipient VERP against Postfix's own
+   (sendmail -XV, hold released); default drains, 1 and 4 senders, interleaved, medians, the samples
+   of both sides verified on a capturing sink (signature verifies, return paths) before any timing.
+
 The backlog is loaded with INSERT ... SELECT (the measured calls are the real SQL API).
 """
 
@@ -54,7 +60,7 @@ import psycopg
 from aiosmtpd.controller import Controller
 from psycopg.types.composite import CompositeInfo, register_composite
 
-from bench import memory, postfix_peer, smtp_tools
+from bench import bench_outbound_work, memory, postfix_peer, smtp_tools
 from mailroom.db import cluster as embedded
 from mailroom.outbound import sqlapi as outbound
 
@@ -448,6 +454,9 @@ def run(url: str, quick: bool, progress: Callable[[str], None]) -> list[dict]:
             finally:
                 postfix.close()
             rows += _postfix_reference(conn, url, quick, progress)
+            rows += bench_outbound_work.run(conn, url, quick, progress)
+            outbound.upsert_sender.call(conn, name="bench", from_address="bench@mailroom.test", host="127.0.0.1",
+                                        port=port)
             for procs in (1, 4):
                 progress(f"end to end to aiosmtpd sink, {procs} sender process(es), {total} messages")
                 rate = _end_to_end(conn, url, procs, total, sink, port)

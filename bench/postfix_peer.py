@@ -13,7 +13,13 @@ Two modes:
 - "outbound": every message the private smtpd accepts goes to the hold queue
   (`check_recipient_access static:HOLD`); `release_and_drain()` runs `postsuper -H ALL` and
   `postqueue -f` and times until the queue is empty, while Postfix's smtp(8) client relays to
-  `relay_port` (the same smtp-sink mailroom's sender drains to).
+  `relay_port` (the same smtp-sink mailroom's sender drains to). Options (issue 37, item 2):
+  `hold="header"` holds in cleanup(8) instead (header_checks `/^Subject:/ HOLD`), so mail injected by
+  `sendmail()` (Postfix's sendmail(1) -> postdrop -> pickup, which smtpd's restrictions never see) is
+  held too; `hold="none"` holds nothing (`pipeline()`: smtp-source -> smtpd -> queue -> smtp(8), timed
+  whole); `milter="inet:127.0.0.1:PORT"` puts a milter (bench/opendkim_peer.py) in smtpd_milters and
+  non_smtpd_milters (milter_default_action tempfail: a message the milter did not see is not
+  accepted, never sent unsigned).
 - "inbound": smtpd -> virtual(8) into one Maildir (virtual_mailbox_maps static:, owned by
   nobody); `count_delivered()` counts the files in its new/ directory.
 
@@ -44,6 +50,7 @@ from bench import smtp_tools
 POSTFIX = "/usr/sbin/postfix"
 POSTSUPER = "/usr/sbin/postsuper"
 POSTQUEUE = "/usr/sbin/postqueue"
+SENDMAIL = "/usr/sbin/sendmail"
 DAEMON_DIR = "/usr/lib/postfix/sbin"
 QUEUES = ("maildrop", "incoming", "active", "deferred", "hold")
 
@@ -94,8 +101,9 @@ postlog   unix-dgram n  -       n       -       1       postlogd
 class PostfixPeer:
     """A private Postfix instance under a temporary directory; see the module docstring."""
 
-    def __init__(self, mode: str, relay_port: int | None = None, concurrency: int = 20) -> None:
-        if mode not in ("outbound", "inbound"):
+    def __init__(self, mode: str, relay_port: int | None = None, concurrency: int = 20, hold: str = "smtpd",
+                 milter: str | None = None) -> None:
+        if mode not in ("outbound", "inbound") or hold not in ("smtpd", "header", "none"):
             raise ValueError(mode)
         if not available():
             raise RuntimeError(SKIPPED)
@@ -154,9 +162,16 @@ class PostfixPeer:
             main |= {
                 "relayhost": f"[127.0.0.1]:{relay_port}",
                 "relay_domains": "",
-                "smtpd_recipient_restrictions": "check_recipient_access static:HOLD",
+                "smtpd_recipient_restrictions": ("check_recipient_access static:HOLD" if hold == "smtpd"
+                                                 else "permit_mynetworks, reject"),
                 "smtp_destination_concurrency_limit": str(concurrency),
             }
+            if hold == "header":  # cleanup(8) holds whatever way the message came in
+                (self.home / "hold_checks").write_text("/^Subject:/ HOLD\n")
+                main["header_checks"] = f"regexp:{self.home / 'hold_checks'}"
+            if milter is not None:
+                main |= {"smtpd_milters": milter, "non_smtpd_milters": milter, "milter_protocol": "6",
+                         "milter_default_action": "tempfail"}
         else:
             nobody = _uid("nobody") or 65534
             self.maildir_base.mkdir()
@@ -255,8 +270,13 @@ class PostfixPeer:
             if time.monotonic() > deadline:
                 raise RuntimeError(f"{self.queued(('hold',))} of {n} messages on hold{self._log_tail()}")
             time.sleep(0.05)
-        if self.queued() != n:
-            raise RuntimeError(f"{self.queued()} messages queued, {n} expected (all on hold)")
+        # pickup(8) removes a maildrop file (sendmail's) once cleanup(8) has written the queue file:
+        # for a moment both are there
+        deadline = time.monotonic() + 10
+        while (have := self.queued()) != n and time.monotonic() < deadline:
+            time.sleep(0.05)
+        if have != n:
+            raise RuntimeError(f"{have} messages queued, {n} expected (all on hold)")
 
     def release_and_drain(self, n: int, timeout: float = 600) -> float:
         """Seconds from `postsuper -H ALL` until the queue is empty and n more deliveries are logged."""
@@ -279,6 +299,32 @@ class PostfixPeer:
         deadline = time.monotonic() + 10
         while self.sent() - before < n and time.monotonic() < deadline:
             time.sleep(0.05)
+        if self.sent() - before != n:
+            raise RuntimeError(f"postfix logged {self.sent() - before} deliveries of {n}{self._log_tail()}")
+        return elapsed
+
+    def sendmail(self, sender: str, recipients: list[str], message: bytes, verp: bool = False) -> None:
+        """Inject one message with Postfix's sendmail(1) into this instance (-C its config directory):
+        verp=True passes -XV (per-recipient return paths sender+rcpt=domain@..., default_verp_delimiters)."""
+        argv = [SENDMAIL, "-C", str(self.config), *(["-XV"] if verp else []), "-f", sender, "-i", "--", *recipients]
+        out = subprocess.run(argv, input=message, capture_output=True, timeout=60)
+        if out.returncode != 0:
+            raise RuntimeError(f"sendmail failed ({out.returncode}): {out.stderr.decode(errors='replace')[-300:]}")
+
+    def pipeline(self, n: int, sessions: int, size: int, sender: str, rcpt: str, timeout: float = 600) -> float:
+        """Seconds from smtp-source's start (n messages, `sessions` sessions kept open) until the queue
+        is empty and n more deliveries are logged: receiving (with the milter, if any), queueing and
+        relaying, all timed (hold="none")."""
+        before = self.sent()
+        t0 = time.perf_counter()
+        smtp_tools.smtp_source(self.port, sessions, n, size, sender, rcpt)
+        deadline = time.monotonic() + timeout
+        while self.queued() > 0 or self.sent() - before < n:
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"postfix: {self.sent() - before} of {n} delivered after {timeout:.0f}s"
+                                   f"{self._log_tail()}")
+            time.sleep(0.05)
+        elapsed = time.perf_counter() - t0
         if self.sent() - before != n:
             raise RuntimeError(f"postfix logged {self.sent() - before} deliveries of {n}{self._log_tail()}")
         return elapsed

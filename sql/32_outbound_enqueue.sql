@@ -330,9 +330,8 @@ BEGIN
     -- the message (MR318, naming its position), or with outbound.drop_suppressed_recipients is
     -- dropped; the positions dropped are kept in suppressed_recipients and reported in a NOTICE,
     -- and a message with no recipient left is refused.
-    v_suppressed := mailroom_internal._suppressed_positions('to', v_to)
-        || mailroom_internal._suppressed_positions('cc', v_cc)
-        || mailroom_internal._suppressed_positions('bcc', v_bcc);
+    -- (one _suppressed_flags call for every recipient: one HMAC batch, one index probe)
+    v_suppressed := mailroom_internal._suppressed_recipients(v_to, v_cc, v_bcc);
     IF cardinality(v_suppressed) > 0 THEN
         IF NOT mailroom.setting('outbound.drop_suppressed_recipients')::boolean THEN
             RAISE EXCEPTION USING

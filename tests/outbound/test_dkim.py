@@ -90,3 +90,27 @@ def test_keygen_refuses_a_bad_selector(conn, cli, smtp_server, tmp_path, selecto
     assert made.returncode != 0
     assert made.stderr.startswith("mailroom: error:") and "Traceback" not in made.stderr
     assert not (tmp_path / "k.pem").exists()
+
+
+def test_openssl_signature_is_dkimpys_byte_for_byte(monkeypatch):
+    """The sender's signer (dkimpy with the RSA done by OpenSSL, issue 37) writes the very header dkimpy
+    writes alone (PKCS#1 v1.5 is deterministic), for a message and a key of each size it may meet."""
+    from mailroom.outbound import dkim as mdkim
+
+    monkeypatch.setattr(dkim.time, "time", lambda: 1_800_000_000)
+    message = (b"From: News <news@mailroom.test>\r\nTo: ann@example.com\r\nSubject: Gr\xc3\xbc\xc3\x9fe\r\n"
+               b"Date: Fri, 27 Nov 2026 05:00:00 +0000\r\nMessage-ID: <1@mailroom.test>\r\nMIME-Version: 1.0\r\n"
+               b"Content-Type: text/plain; charset=utf-8\r\n\r\n" + b"a line  of text \r\n" * 40)
+    for bits in (1024, 2048):
+        pem = mdkim.generate_key(bits)
+        public = mdkim.public_record_key(pem)
+        row = {"dkim_public_key": public, "dkim_algorithm": "rsa-sha256", "dkim_selector": "s1",
+               "dkim_domain": "mailroom.test"}
+        ours = mdkim.Signer({public: pem}).sign(message, row)
+        theirs = dkim.sign(message, b"s1", b"mailroom.test", pem, canonicalize=(b"relaxed", b"relaxed"),
+                           include_headers=[h.encode() for h in (*mdkim.SIGNED_HEADERS, "from", "subject")]) + message
+        assert ours == theirs
+        fallback = mdkim.Signer({public: pem})
+        fallback._slow = True  # what a dkimpy with other internals gets: dkimpy's own signature, the same bytes
+        assert fallback.sign(message, row) == theirs
+        assert dkim.verify(ours, dnsfunc=lambda _name, timeout=5, p=public: f"v=DKIM1; k=rsa; p={p}".encode())

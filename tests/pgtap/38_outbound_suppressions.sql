@@ -1,7 +1,7 @@
 -- Outbound: the suppression list (suppress, unsuppress, is_suppressed, list_suppressions), what
 -- enqueue does with a suppressed recipient, token emails skipped, hard bounces from finalize.
 BEGIN;
-SELECT plan(44);
+SELECT plan(51);
 
 SET LOCAL mailroom.clock = '2030-01-01 00:00Z';
 SELECT mailroom.upsert_sender('tap', 'robot@mailroom.test', '127.0.0.1', 2525);
@@ -182,6 +182,51 @@ SELECT ok(
 SELECT is(
     (SELECT count(*)::integer FROM mailroom.list_suppressions(100)),
     (SELECT count(*)::integer FROM mailroom.suppressions), 'list returns every entry within its limit'
+);
+
+-- issue 37: the list's test in one pass (_suppressed_flags: one HMAC batch, one probe) and the
+-- one-address test (_suppressed, PL/pgSQL) answer what _suppression_id answers per address
+SET LOCAL mailroom.clock = '2030-01-03 00:00Z';
+SELECT mailroom.suppress('flag1@example.com', 'manual');
+SELECT mailroom.suppress('later@example.com', 'manual', '2030-01-04Z');
+SELECT mailroom.suppress('over@example.com', 'manual', '2030-01-03 12:00Z');
+INSERT INTO mailroom.suppressions (address, reason, created_at)
+VALUES (mailroom_internal._erased_form('erased-one@example.com'), 'manual', mailroom.clock());
+SET LOCAL mailroom.clock = '2030-01-03 13:00Z';
+SELECT is(
+    mailroom_internal._suppressed_flags(ARRAY[
+        'nobody@example.com', ' <FLAG1@example.com> ', 'erased-one@example.com', 'later@example.com',
+        'over@example.com', NULL, 'not an address'
+    ]),
+    ARRAY[false, true, true, true, false, false, false],
+    'flags, in order: normalized, the erased form, in force, expired, NULL and junk are not suppressed'
+);
+SELECT is(mailroom_internal._suppressed_flags('{}'), '{}'::boolean[], 'flags of an empty list: empty');
+SELECT is(mailroom_internal._suppressed_flags(NULL), '{}'::boolean[], 'flags of NULL: empty');
+SELECT is(
+    (SELECT array_agg(mailroom_internal._suppressed(a) ORDER BY n)
+     FROM unnest(ARRAY['nobody@example.com', 'FLAG1@example.com', 'erased-one@example.com', 'over@example.com', NULL])
+        WITH ORDINALITY AS u (a, n)),
+    (SELECT array_agg(mailroom_internal._suppression_id(a) IS NOT NULL ORDER BY n)
+     FROM unnest(ARRAY['nobody@example.com', 'FLAG1@example.com', 'erased-one@example.com', 'over@example.com', NULL])
+        WITH ORDINALITY AS u (a, n)),
+    'the one-address test agrees with _suppression_id (normalized, erased form, expiry, NULL)'
+);
+SELECT is(
+    mailroom_internal._suppressed_recipients(
+        ARRAY['a@example.com', 'flag1@example.com'], ARRAY['erased-one@example.com'],
+        ARRAY['b@example.com', 'later@example.com']
+    ),
+    ARRAY['to[2]', 'cc[1]', 'bcc[2]'],
+    'positions over to, cc and bcc from one list: each counted within its own field'
+);
+SELECT is(
+    mailroom_internal._suppressed_recipients(NULL, ARRAY['later@example.com'], NULL), ARRAY['cc[1]'],
+    'positions with NULL fields'
+);
+SELECT is(
+    mailroom_internal._without_suppressed(ARRAY['a@example.com', 'later@example.com', 'b@example.com']),
+    ARRAY['a@example.com', 'b@example.com'], 'without the suppressed ones, in order'
 );
 
 SELECT * FROM finish();
