@@ -53,8 +53,8 @@ def send_many(port: int, boxes: list[str], client: int, count: int, replies: dic
 def test_inbox_serve_through_the_pooler_stores_every_accepted_message_once(conn, urls, workers):
     boxes = [conn.execute("SELECT address FROM mailroom.create_mailbox(60, 'pro')").fetchone()[0] for _ in range(5)]
     # --db-timeout is this test's liveness bound (a call without an answer within it is a 451): the
-    # default 5 s, on two cores shared with the Citus tests' clusters, once left 2 of 500 messages
-    # at 451 in CI (the cause not seen: the message below now shows the server's warnings)
+    # default 5 s, on two cores shared with the Citus tests' clusters. 2 of 500 at 451 were two group
+    # commits deadlocking on the inboxes' rows, taken for a lost answer (tests/inboxes/test_group_deadlock.py)
     server, port = serve(workers, urls("inbound").database, "--db-timeout", "30s")
     replies: dict[str, int] = {}
     lock = threading.Lock()

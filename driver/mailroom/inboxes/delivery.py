@@ -18,7 +18,8 @@ The protocol layer (mailroom.inboxes.smtp) asks this module and sends the reply 
   (issue 34); 451 only when nothing was stored, or when the database cannot be asked within the
   timeout (then a retry may duplicate it: the one case left, logged).
   A group whose statement fails for any reason but a lost connection is delivered message by
-  message: one message never fails another; a message the database cannot store for its content
+  message: one message never fails another (a deadlock between two groups, SQLSTATE class 40, is an
+  answer that nothing was kept, not a lost connection); a message the database cannot store for its content
   (SQLSTATE class 22) gets 554 5.6.0.
 - a bounce (docs/bounces.md): mailroom.inboxes.bounce reads the report (its first MiB, in the
   parsing processes when large) and `mailroom.record_bounce`
@@ -186,6 +187,11 @@ class Delivery:
                 # pg_terminate_backend): nothing was stored, one retry on a fresh one is safe.
                 log.warning("delivery attempt %d: stale database connection: %s", attempt, exc)
             except psycopg.OperationalError as exc:
+                if _rolled_back(exc):
+                    # deadlock or serialization failure (class 40): the server's answer that it
+                    # rolled back, nothing stored; the next attempt keeps the receipt key
+                    log.warning("delivery attempt %d rolled back (%s): trying again", attempt, exc.sqlstate)
+                    continue
                 # Lost during the delivering statement (or none within the timeout): its receipt
                 # tells what was decided (a 451 only when nothing was stored, or no one can tell).
                 self.unreachable("delivering", exc)
@@ -257,8 +263,15 @@ class Delivery:
                 return None  # nothing was sent
             try:
                 rows = await _deliver(conn, group, key)
-            except psycopg.OperationalError:
-                raise  # the answer is lost: the caller settles it by the receipt
+            except psycopg.OperationalError as exc:
+                if not _rolled_back(exc):
+                    raise  # the answer is lost: the caller settles it by the receipt
+                # a deadlock (two groups taking the same inboxes' row locks in other orders) or a
+                # serialization failure: an answer, not a lost one; the statement rolled back and
+                # nothing was kept, so each goes alone (one inbox row at a time: no circle)
+                log.info("group commit of %d messages rolled back (%s): delivering them one by one",
+                         len(group), exc.sqlstate)
+                return None
             except psycopg.Error as exc:
                 # one of them cannot be stored, or it met a schema change (db migrate), and nothing
                 # was kept: each goes alone (and waits out the schema change)
@@ -272,6 +285,13 @@ class Delivery:
         for p, row in zip(group, rows, strict=True):
             _log_delivery(p, row)
         return [row.reply for row in rows]
+
+
+def _rolled_back(exc: psycopg.Error) -> bool:
+    """SQLSTATE class 40 (deadlock, serialization failure): the server answered that the transaction
+    rolled back, nothing kept. psycopg files 40P01 under OperationalError, beside a lost connection,
+    which is no answer at all."""
+    return (exc.sqlstate or "").startswith("40")
 
 
 def receipt_key() -> uuid.UUID:
