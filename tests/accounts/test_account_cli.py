@@ -34,11 +34,11 @@ def test_the_account_story_from_the_cli(cli, conn):
     assert _json(cli("account", "show", str(account), "--json"))["email"] == "Story@example.test"
 
     signed, _ = _dequeue(conn)
-    consumed = _json(cli("account", "consume", signed, "--json"))
+    consumed = _json(cli("account", "consume", "--json", "--", signed))
     assert consumed["account"] == account and consumed["outcome"] == "consumed"
     assert _json(cli("account", "show", str(account), "--json"))["status"] == "active"
 
-    used = cli("account", "consume", signed)
+    used = cli("account", "consume", "--", signed)
     assert used.returncode != 0 and used.stderr.count("\n") == 1 and used.stderr.startswith("mailroom: error: ")
 
     assert _json(cli("account", "suspend", str(account), "--json"))["status"] == "suspended"
@@ -49,9 +49,9 @@ def test_the_account_story_from_the_cli(cli, conn):
     assert cli("account", "recover", "story@example.test").returncode == 0
     signed, code = _dequeue(conn)
     assert code is not None
-    wrong = cli("account", "consume", signed, "--code", "00000" if code != "00000" else "11111")
+    wrong = cli("account", "consume", "--code", "00000" if code != "00000" else "11111", "--", signed)
     assert wrong.returncode == 2 and "wrong recovery code" in wrong.stderr and wrong.stderr.count("\n") == 1
-    recovered = _json(cli("account", "consume", signed, "--code", code, "--json"))
+    recovered = _json(cli("account", "consume", "--code", code, "--json", "--", signed))
     assert recovered["account"] == account and recovered["outcome"] == "consumed"
 
     listed = cli("account", "list")
