@@ -91,11 +91,12 @@ def _bounded_cursor(ms: int) -> type[psycopg.AsyncClientCursor]:
 async def bounded_transaction(conn: psycopg.AsyncConnection, statement_timeout: float) -> AsyncIterator[None]:
     """Inside: every statement run on `conn` (through conn.cursor() or conn.execute()) is its own
     transaction that stops it after `statement_timeout` seconds (57014), in one round trip."""
+    previous = conn.cursor_factory
     conn.cursor_factory = _bounded_cursor(max(1, int(statement_timeout * 1000)))
     try:
         yield
     finally:
-        conn.cursor_factory = psycopg.AsyncCursor
+        conn.cursor_factory = previous
 
 
 _abandoned: set[asyncio.Task] = set()
