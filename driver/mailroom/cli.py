@@ -8,8 +8,11 @@ missing argument: click's own errors too, never its boxed panel), 1 for a runtim
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import importlib
 import os
+import re
 import sys
 from typing import Any
 
@@ -50,6 +53,10 @@ COMMANDS: dict[str, tuple[str, str, str | None]] = {
 }
 
 
+# Commands whose options are coerced without pydantic when the value is plainly valid (below)
+FAST_OPTIONS = frozenset({"collect"})
+
+
 def load_command(name: str) -> Any:
     """Import one area's typer app and return the click command for `name`."""
     import typer.main
@@ -60,7 +67,97 @@ def load_command(name: str) -> Any:
         group = typer.main.get_group(typer_app)
         group.name = name
         return group
-    return typer.main.get_group(typer_app).commands[command]
+    click_command = typer.main.get_group(typer_app).commands[command]
+    if name in FAST_OPTIONS:
+        fast_options(click_command)
+    return click_command
+
+
+_PLAIN_INT = re.compile(r"(?:0|[1-9][0-9]{0,17})")
+
+
+def fast_options(command: Any) -> None:
+    """Coerce the plainly valid values of `command`'s options without building pydantic adapters.
+
+    typer 0.29 coerces every option value through a pydantic TypeAdapter, so a started command
+    imports pydantic and builds one adapter an option (-h included): about a third of `mailroom
+    collect`'s start above the `import psycopg, typer` floor (docs/accounts.md). Here a value typer
+    would accept unchanged (a str for a str option, a bool for a flag, a decimal int within the
+    option's min/max, a value the option's own parser accepts) is returned as typer returns it;
+    anything else (a bad value, a bool from the environment, another type) goes to typer's own
+    coercion, so every error message and edge case stays typer's. typer internals, guarded: another
+    typer keeps its own path (tests/ops/test_startup.py checks that pydantic stays out)."""
+    fast = _fast_param_factory()
+    if fast is None:  # pragma: no cover - another typer
+        return
+    for param in command.params:
+        fast(param)
+    get_help_option = getattr(command, "get_help_option", None)
+    if get_help_option is not None:
+        def help_option(ctx: Any) -> Any:
+            option = get_help_option(ctx)
+            if option is not None:
+                fast(option)
+            return option
+
+        command.get_help_option = help_option
+
+
+_PLAIN_INT = re.compile(r"(?:0|[1-9][0-9]{0,17})")
+
+
+@functools.cache
+def _fast_param_factory() -> Any:
+    """The function that gives one typer parameter the plain-value path of fast_options (None: another typer)."""
+    try:
+        from typer._coercion import RuntimeParam, build_runtime_param
+        from typer.core import _TyperParameter
+    except ImportError:  # pragma: no cover - another typer
+        return None
+    if not dataclasses.is_dataclass(RuntimeParam):  # pragma: no cover - another typer
+        return None
+
+    @dataclasses.dataclass(frozen=True)
+    class FastParam(RuntimeParam):
+        descriptor: Any = None
+        slow: list = dataclasses.field(default_factory=list)  # typer's own, built on first need
+
+        def _plain(self, value: Any) -> tuple[bool, Any]:
+            info, annotation = self.parameter_info, self.annotation
+            if info.parser is not None:
+                try:
+                    return True, info.parser(value)
+                except Exception:  # noqa: BLE001 - typer's path reports it
+                    return False, None
+            if annotation is str or annotation is bool:
+                return type(value) is annotation, value
+            if annotation is int and not getattr(info, "clamp", False):
+                if isinstance(value, str) and _PLAIN_INT.fullmatch(value):
+                    number = int(value)
+                elif type(value) is int:
+                    number = value
+                else:
+                    return False, None
+                low, high = info.min, info.max
+                return (low is None or number >= low) and (high is None or number <= high), number
+            return False, None
+
+        def _coerce_value(self, value: Any, param: Any, ctx: Any) -> Any:
+            plain, result = self._plain(value)
+            if plain:
+                return result
+            if not self.slow:
+                self.slow.append(build_runtime_param(self.descriptor))
+            return self.slow[0]._coerce_value(value, param=param, ctx=ctx)
+
+    def fast(param: Any) -> None:
+        descriptor = getattr(param, "type_descriptor", None)
+        if (isinstance(param, _TyperParameter) and getattr(param, "_runtime_param", "") is None
+                and descriptor is not None and descriptor.file_annotation is None):
+            param._runtime_param = FastParam(parameter_info=descriptor.parameter_info,
+                                             annotation=descriptor.annotation, descriptor=descriptor)
+
+    return fast
 
 
 class LazyGroup(TyperGroup):
@@ -110,6 +207,8 @@ def main(argv: list[str] | None = None) -> None:
     if args[:1] in (["--version"], ["-V"]):
         print(version_line())
         return
+    if args[:1] and args[0] in FAST_OPTIONS:
+        fast_options(app)  # the root group's own -h, before it parses
     try:
         code = app.main(args=args, prog_name="mailroom", standalone_mode=False)
     except click_impl.exceptions.NoArgsIsHelpError as exc:

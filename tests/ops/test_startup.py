@@ -1,5 +1,6 @@
 """A started command loads its own area only: `mailroom collect` imports no other command's modules
-and no help renderer (the root command loads areas lazily, driver/mailroom/cli.py)."""
+and no help renderer (the root command loads areas lazily, driver/mailroom/cli.py), nor pydantic
+(typer 0.29 coerces options through it: mailroom.cli.fast_options keeps it out of collect)."""
 
 from __future__ import annotations
 
@@ -22,7 +23,7 @@ main()
 OTHER_AREAS = ("mailroom.inboxes", "mailroom.outbound", "mailroom.ops", "mailroom.http", "mailroom.db.migrate",
                "mailroom.db.cluster")
 HEAVY = ("rich", "typer.rich_utils", "aiosmtpd", "aiosmtplib", "prometheus_client", "psycopg_pool", "fastapi", "starlette",
-         "uvicorn", "cryptography")
+         "uvicorn", "cryptography", "pydantic", "pydantic_core")
 
 
 def test_started_collector_imports_only_its_area(db_url, tmp_path):
