@@ -52,6 +52,38 @@ COMMENT ON FUNCTION mailroom.list_messages(text, text, text, text, integer, inte
 
 GRANT EXECUTE ON FUNCTION mailroom.list_messages(text, text, text, text, integer, integer) TO mailroom_app;
 
+CREATE OR REPLACE FUNCTION mailroom_internal._read_message_row(
+    p_address text,
+    p_session_token text,
+    p_message_id bigint,
+    p_owner_type text,
+    p_owner_id text
+)
+RETURNS mailroom.messages
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_box mailroom.mailboxes := mailroom_internal._authorize_mailbox(p_address, p_session_token, p_owner_type, p_owner_id);
+    v_message mailroom.messages;
+BEGIN
+    UPDATE mailroom.messages AS g
+    SET is_read = true
+    WHERE g.id = p_message_id AND g.mailbox_id = v_box.id
+    RETURNING g.* INTO v_message;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION USING
+            ERRCODE = 'MR209',
+            MESSAGE = format('message %s not found in this mailbox', coalesce(p_message_id::text, 'NULL'));
+    END IF;
+    RETURN v_message;
+END;
+$$;
+
+COMMENT ON FUNCTION mailroom_internal._read_message_row(text, text, bigint, text, text) IS
+'Internal: read_message''s one step: the stored row of a message of an open mailbox the caller may read, marked read (MR203-MR206 as _authorize_mailbox, MR209 if not in it).';
+
 CREATE OR REPLACE FUNCTION mailroom.read_message(
     p_address text,
     p_session_token text,
@@ -79,21 +111,13 @@ SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-    v_box mailroom.mailboxes;
+    v_row mailroom.messages := mailroom_internal._read_message_row(
+        p_address, p_session_token, p_message_id, p_owner_type, p_owner_id
+    );
 BEGIN
-    v_box := mailroom_internal._authorize_mailbox(p_address, p_session_token, p_owner_type, p_owner_id);
-    RETURN QUERY
-    UPDATE mailroom.messages AS g
-    SET is_read = true
-    WHERE g.id = p_message_id AND g.mailbox_id = v_box.id
-    RETURNING
-        g.id, g.envelope_from, g.envelope_to, g.from_header, g.subject, g.text_body,
-        g.html_body, g.attachments, g.size_bytes, g.received_at, g.is_read, g.raw;
-    IF NOT FOUND THEN
-        RAISE EXCEPTION USING
-            ERRCODE = 'MR209',
-            MESSAGE = format('message %s not found in this mailbox', coalesce(p_message_id::text, 'NULL'));
-    END IF;
+    RETURN QUERY SELECT
+        v_row.id, v_row.envelope_from, v_row.envelope_to, v_row.from_header, v_row.subject, v_row.text_body,
+        v_row.html_body, v_row.attachments, v_row.size_bytes, v_row.received_at, v_row.is_read, v_row.raw;
 END;
 $$;
 

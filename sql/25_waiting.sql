@@ -242,6 +242,52 @@ $$;
 COMMENT ON FUNCTION mailroom_internal._html_to_text(text) IS
 'Internal: the visible text of an HTML body (style and script dropped, tags to spaces, the five common entities decoded), for extract_code.';
 
+CREATE OR REPLACE FUNCTION mailroom_internal._message_link(p_message mailroom.messages, p_url_like text)
+RETURNS text
+LANGUAGE plpgsql
+IMMUTABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_link text;
+BEGIN
+    -- The text part: http(s) URLs up to white space or a delimiter, without trailing punctuation.
+    SELECT u.url INTO v_link
+    FROM (
+        SELECT
+            regexp_replace(m.hit[1], '[.,;:!?)\]''"]+$', '') AS url,
+            m.n
+        FROM regexp_matches(coalesce(p_message.text_body, ''), '(https?://[^\s<>"]+)', 'gi')
+            WITH ORDINALITY AS m (hit, n)
+    ) AS u
+    WHERE p_url_like IS NULL OR u.url LIKE p_url_like
+    ORDER BY u.n
+    LIMIT 1;
+    IF v_link IS NULL THEN
+        -- Else the HTML part: the http(s) hrefs, in document order, with &amp; decoded.
+        SELECT u.url INTO v_link
+        FROM (
+            SELECT
+                replace(btrim(coalesce(m.hit[1], m.hit[2], m.hit[3])), '&amp;', '&') AS url,
+                m.n
+            FROM regexp_matches(
+                coalesce(p_message.html_body, ''),
+                'href\s*=\s*(?:"([^"]*)"|''([^'']*)''|([^\s>"'']+))', 'gi'
+            ) WITH ORDINALITY AS m (hit, n)
+        ) AS u
+        WHERE
+            u.url ~* '^https?://'
+            AND (p_url_like IS NULL OR u.url LIKE p_url_like)
+        ORDER BY u.n
+        LIMIT 1;
+    END IF;
+    RETURN v_link;
+END;
+$$;
+
+COMMENT ON FUNCTION mailroom_internal._message_link(mailroom.messages, text) IS
+'Internal: the first http(s) link of a stored message LIKE p_url_like (NULL: any), from the text part, else the HTML hrefs; NULL when none (extract_link, http_read_message, mcp_read_message).';
+
 CREATE OR REPLACE FUNCTION mailroom.extract_link(
     p_address text,
     p_session_token text,
@@ -262,36 +308,7 @@ DECLARE
 BEGIN
     PERFORM mailroom_internal._caller_pattern(p_url_like, 'like');
     v_message := mailroom_internal._readable_message(p_address, p_session_token, p_message_id, p_owner_type, p_owner_id);
-    -- The text part: http(s) URLs up to white space or a delimiter, without trailing punctuation.
-    SELECT u.url INTO v_link
-    FROM (
-        SELECT
-            regexp_replace(m.hit[1], '[.,;:!?)\]''"]+$', '') AS url,
-            m.n
-        FROM regexp_matches(coalesce(v_message.text_body, ''), '(https?://[^\s<>"]+)', 'gi')
-            WITH ORDINALITY AS m (hit, n)
-    ) AS u
-    WHERE p_url_like IS NULL OR u.url LIKE p_url_like
-    ORDER BY u.n
-    LIMIT 1;
-    IF v_link IS NULL THEN
-        -- Else the HTML part: the http(s) hrefs, in document order, with &amp; decoded.
-        SELECT u.url INTO v_link
-        FROM (
-            SELECT
-                replace(btrim(coalesce(m.hit[1], m.hit[2], m.hit[3])), '&amp;', '&') AS url,
-                m.n
-            FROM regexp_matches(
-                coalesce(v_message.html_body, ''),
-                'href\s*=\s*(?:"([^"]*)"|''([^'']*)''|([^\s>"'']+))', 'gi'
-            ) WITH ORDINALITY AS m (hit, n)
-        ) AS u
-        WHERE
-            u.url ~* '^https?://'
-            AND (p_url_like IS NULL OR u.url LIKE p_url_like)
-        ORDER BY u.n
-        LIMIT 1;
-    END IF;
+    v_link := mailroom_internal._message_link(v_message, p_url_like);
     IF v_link IS NULL THEN
         RAISE EXCEPTION USING
             ERRCODE = 'MR215',
@@ -307,6 +324,25 @@ COMMENT ON FUNCTION mailroom.extract_link(text, text, bigint, text, text, text) 
 'First http(s) link of a message LIKE p_url_like (NULL: any): from the text part, else from the HTML hrefs; MR215 when there is none; authorized like read_message (MR209), does not mark it read.';
 
 GRANT EXECUTE ON FUNCTION mailroom.extract_link(text, text, bigint, text, text, text) TO mailroom_app;
+
+CREATE OR REPLACE FUNCTION mailroom_internal._message_code(p_message mailroom.messages, p_pattern text)
+RETURNS text[]
+LANGUAGE plpgsql
+IMMUTABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_hit text [] := regexp_match(coalesce(p_message.text_body, ''), p_pattern);
+BEGIN
+    IF v_hit IS NULL THEN
+        v_hit := regexp_match(coalesce(mailroom_internal._html_to_text(p_message.html_body), ''), p_pattern);
+    END IF;
+    RETURN v_hit;
+END;
+$$;
+
+COMMENT ON FUNCTION mailroom_internal._message_code(mailroom.messages, text) IS
+'Internal: the first match (regexp_match''s array) of the regular expression p_pattern in a stored message''s text part, else its HTML''s visible text; NULL when none (the caller bounds the pattern: _caller_pattern).';
 
 CREATE OR REPLACE FUNCTION mailroom.extract_code(
     p_address text,
@@ -331,10 +367,7 @@ BEGIN
     END IF;
     PERFORM mailroom_internal._caller_pattern(p_pattern, 'regex');
     v_message := mailroom_internal._readable_message(p_address, p_session_token, p_message_id, p_owner_type, p_owner_id);
-    v_hit := regexp_match(coalesce(v_message.text_body, ''), p_pattern);
-    IF v_hit IS NULL THEN
-        v_hit := regexp_match(coalesce(mailroom_internal._html_to_text(v_message.html_body), ''), p_pattern);
-    END IF;
+    v_hit := mailroom_internal._message_code(v_message, p_pattern);
     IF v_hit IS NULL THEN
         RAISE EXCEPTION USING
             ERRCODE = 'MR215',

@@ -178,53 +178,19 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     v_who record := mailroom_internal._http_who(p_address, NULL, mailroom_internal._mcp_key(p_key_digest));
-    v_owner text := v_who.owner_id;
-    v_type text := v_who.owner_type;
-    v_message record;
-    v_link text;
-    v_code text;
-BEGIN
-    SELECT * INTO v_message FROM mailroom.read_message(p_address, NULL, p_message_id, v_type, v_owner);
-    BEGIN
-        v_link := mailroom.extract_link(p_address, NULL, p_message_id, NULL, v_type, v_owner);
-    EXCEPTION
-        WHEN SQLSTATE 'MR215' THEN
-            v_link := NULL;
-    END;
-    BEGIN
-        v_code := mailroom.extract_code(p_address, NULL, p_message_id, p_owner_type => v_type, p_owner_id => v_owner);
-    EXCEPTION
-        WHEN SQLSTATE 'MR215' THEN
-            v_code := NULL;
-    END;
-    RETURN jsonb_build_object(
-        'id', v_message.message_id,
-        'received_at', v_message.received_at,
-        'envelope_from', v_message.envelope_from,
-        'to', v_message.envelope_to,
-        'from', v_message.from_header,
-        'subject', v_message.subject,
-        'size', v_message.size_bytes,
-        'is_read', v_message.is_read,
-        'text', v_message.text_body,
-        'html', v_message.html_body,
-        'attachments', (
-            SELECT coalesce(jsonb_agg(a.value || jsonb_build_object('index', a.n - 1) ORDER BY a.n), '[]')
-            FROM jsonb_array_elements(v_message.attachments) WITH ORDINALITY AS a (value, n)
-        ),
-        'headers', mailroom_internal._header_fields(v_message.raw),
-        'link', v_link,
-        'code', v_code,
-        'tags', to_jsonb(coalesce((
-            SELECT g.tags FROM mailroom.messages AS g
-            WHERE g.id = v_message.message_id AND g.received_at = v_message.received_at
-        ), '{}'))
+    v_row mailroom.messages := mailroom_internal._read_message_row(
+        p_address, NULL, p_message_id, v_who.owner_type, v_who.owner_id
     );
+BEGIN
+    -- the HTTP API's Message (reply_to, from_address, body_text …), and the keys MCP answered first
+    RETURN mailroom_internal._http_message_document(
+        v_row, mailroom_internal._message_link(v_row, NULL), (mailroom_internal._message_code(v_row, '\m\d{5}\M'))[1]
+    ) || jsonb_build_object('to', v_row.envelope_to, 'text', v_row.text_body, 'html', v_row.html_body);
 END;
 $$;
 
 COMMENT ON FUNCTION mailroom.mcp_read_message(text, bytea, bigint) IS
-'MCP read_message and the message resource: read_message as JSON (as http_read_message: headers, text, HTML, attachments'' metadata, the extracted link and code), marked read.';
+'MCP read_message and the message resource: the message read once and marked read, as http_read_message answers it (REST v1 Message: reply_to, headers, bodies, attachments'' metadata, the extracted link and code) with MCP''s first keys to, text and html.';
 
 GRANT EXECUTE ON FUNCTION mailroom.mcp_read_message(text, bytea, bigint) TO mailroom_http;
 

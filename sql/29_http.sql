@@ -481,6 +481,33 @@ $$;
 COMMENT ON FUNCTION mailroom_internal._header_fields(bytea) IS
 'Internal: the header fields of a raw message as [name, value] pairs, unfolded (first 64 KiB, 500 fields, non-ASCII bytes escaped).';
 
+CREATE OR REPLACE FUNCTION mailroom_internal._http_message_document(
+    p_message mailroom.messages,
+    p_link text,
+    p_code text
+)
+RETURNS jsonb
+LANGUAGE sql
+IMMUTABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT mailroom_internal._http_message_json(p_message) || jsonb_build_object(
+        'body_text', p_message.text_body,
+        'body_html', p_message.html_body,
+        'attachments', (
+            SELECT coalesce(jsonb_agg(a.value || jsonb_build_object('index', a.n - 1) ORDER BY a.n), '[]')
+            FROM jsonb_array_elements(p_message.attachments) WITH ORDINALITY AS a (value, n)
+        ),
+        'headers', mailroom_internal._header_fields(p_message.raw),
+        'link', p_link,
+        'code', p_code,
+        'tags', to_jsonb(coalesce(p_message.tags, '{}'))
+    )
+$$;
+
+COMMENT ON FUNCTION mailroom_internal._http_message_document(mailroom.messages, text, text) IS
+'Internal: the JSON of one message read whole, REST v1 Message (bodies, attachments'' metadata, headers, its link and code), from the stored row: http_read_message''s and mcp_read_message''s.';
+
 CREATE OR REPLACE FUNCTION mailroom.http_read_message(
     p_address text,
     p_session_token text,
@@ -495,41 +522,13 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     v_who record := mailroom_internal._http_who(p_address, p_session_token, p_key_digest);
-    v_message record;
-    v_row mailroom.messages;
-    v_link text;
-    v_code text;
+    -- the row read once, authorized and marked read; its link and code found in it (NULL when none)
+    v_row mailroom.messages := mailroom_internal._read_message_row(
+        p_address, p_session_token, p_message_id, v_who.owner_type, v_who.owner_id
+    );
 BEGIN
-    SELECT * INTO v_message
-    FROM mailroom.read_message(p_address, p_session_token, p_message_id, v_who.owner_type, v_who.owner_id);
-    BEGIN
-        v_link := mailroom.extract_link(p_address, p_session_token, p_message_id, NULL, v_who.owner_type, v_who.owner_id);
-    EXCEPTION
-        WHEN SQLSTATE 'MR215' THEN
-            v_link := NULL;
-    END;
-    BEGIN
-        v_code := mailroom.extract_code(
-            p_address, p_session_token, p_message_id, p_owner_type => v_who.owner_type, p_owner_id => v_who.owner_id
-        );
-    EXCEPTION
-        WHEN SQLSTATE 'MR215' THEN
-            v_code := NULL;
-    END;
-    -- the stored row (read and authorized by read_message above, and marked read): its shape's keys
-    SELECT g.* INTO v_row FROM mailroom.messages AS g
-    WHERE g.id = v_message.message_id AND g.received_at = v_message.received_at;
-    RETURN mailroom_internal._http_message_json(v_row) || jsonb_build_object(
-        'body_text', v_row.text_body,
-        'body_html', v_row.html_body,
-        'attachments', (
-            SELECT coalesce(jsonb_agg(a.value || jsonb_build_object('index', a.n - 1) ORDER BY a.n), '[]')
-            FROM jsonb_array_elements(v_row.attachments) WITH ORDINALITY AS a (value, n)
-        ),
-        'headers', mailroom_internal._header_fields(v_row.raw),
-        'link', v_link,
-        'code', v_code,
-        'tags', to_jsonb(coalesce(v_row.tags, '{}'))
+    RETURN mailroom_internal._http_message_document(
+        v_row, mailroom_internal._message_link(v_row, NULL), (mailroom_internal._message_code(v_row, '\m\d{5}\M'))[1]
     );
 END;
 $$;

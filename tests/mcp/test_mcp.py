@@ -246,3 +246,28 @@ def test_every_call_has_a_statement_timeout(db_url: str, api_key: str, mcp_http)
 
     took = asyncio.run(run())
     assert 1.9 < took < 6, took
+
+
+def test_fast_path_answers_as_the_sdk_transport_does(api_key: str, mcp_http) -> None:
+    """The same tools/call through the fast path (a JSON body with its length) and through the SDK's
+    transport (the same body chunked, which the fast path leaves to it): the same JSON-RPC answer."""
+    import json
+
+    import httpx
+
+    headers = {"Authorization": f"Bearer {api_key}", "Accept": "application/json, text/event-stream",
+               "Content-Type": "application/json"}
+    url = f"http://127.0.0.1:{mcp_http.port}/mcp"
+    with httpx.Client(headers=headers, timeout=30) as client:
+        box = client.post(url, json={"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+                                     "params": {"name": "create_inbox", "arguments": {}}}).json()
+        address = json.loads(box["result"]["content"][0]["text"])["address"]
+        for name, arguments in (("list_messages", {"address": address}), ("list_messages", {"address": "no@where"}),
+                                ("read_message", {"address": address, "message_id": 1})):
+            body = json.dumps({"jsonrpc": "2.0", "id": 5, "method": "tools/call",
+                               "params": {"name": name, "arguments": arguments}}).encode()
+            fast = client.post(url, content=body)
+            sdk = client.post(url, content=iter([body]))  # no Content-Length: the SDK's transport
+            assert fast.status_code == sdk.status_code == 200
+            assert fast.headers["content-type"] == sdk.headers["content-type"] == "application/json"
+            assert fast.json() == sdk.json(), (fast.text, sdk.text)

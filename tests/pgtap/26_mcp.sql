@@ -3,7 +3,7 @@
 -- creation limit shared with REST (MR243); the JSON of reads, one-look waits (MR212 on the last),
 -- link and code, deletion (MR206 after it).
 BEGIN;
-SELECT plan(35);
+SELECT plan(37);
 
 SET LOCAL mailroom.clock = '2030-01-01 00:00:00+00';
 SELECT mailroom.create_api_key('agent-1', sha256('mrk_one'::bytea));
@@ -66,6 +66,18 @@ SELECT is(
      FROM (SELECT mailroom.mcp_read_message(pg_temp.a(), pg_temp.k(), (SELECT id FROM m)) AS d) AS x),
     '["Activate", "https://app.example.org/activate?t=1", "48213", true]'::jsonb,
     'a message: its link and code, marked read'
+);
+-- one document with the HTTP API's (reply_to, from_address, body_text …), and MCP's first keys beside it
+SELECT is(
+    mailroom.mcp_read_message(pg_temp.a(), pg_temp.k(), (SELECT id FROM m)) - ARRAY['to', 'text', 'html'],
+    mailroom.http_read_message(pg_temp.a(), null, pg_temp.k(), (SELECT id FROM m)),
+    'read_message: the HTTP API''s Message document'
+);
+SELECT is(
+    (SELECT jsonb_build_array(d ? 'reply_to', d ->> 'to' = d ->> 'to_address', d ->> 'text' = d ->> 'body_text')
+     FROM (SELECT mailroom.mcp_read_message(pg_temp.a(), pg_temp.k(), (SELECT id FROM m)) AS d) AS x),
+    '[true, true, true]'::jsonb,
+    'read_message: reply_to, and to and text as before'
 );
 SELECT throws_ok(format($$SELECT mailroom.mcp_read_message(%L, sha256('mrk_one'::bytea), -1)$$, pg_temp.a()),
     'MR209', NULL, 'no such message: MR209');
