@@ -73,9 +73,6 @@ def load_command(name: str) -> Any:
     return click_command
 
 
-_PLAIN_INT = re.compile(r"(?:0|[1-9][0-9]{0,17})")
-
-
 def fast_options(command: Any) -> None:
     """Coerce the plainly valid values of `command`'s options without building pydantic adapters.
 
