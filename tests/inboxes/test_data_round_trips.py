@@ -4,10 +4,12 @@ no fault set), which notes every chunk a client sends upstream.
 
 - RCPT: one round trip (check_bounce_recipient: the recipient's answer stays at RCPT time);
 - DATA: one round trip, `deliver_messages` with its receipt key as ONE autocommit statement. It was two
-  (set_delivery_receipt and deliver_messages in a pipeline: its Flush, then the Sync that commits).
+  round trips (set_delivery_receipt and deliver_messages in a pipeline: its Flush, then the Sync that
+  commits), sent as 3 to 5 writes: this test, run against that driver, counted [4, 3, 5].
 
-Each exchange is counted with nothing else in flight; the median of three messages, so a heartbeat that
-happens to fall in one window (one every ~10 s) does not decide it.
+What is counted is the writes the server sends upstream during the exchange (one write, one answer: one
+round trip), with nothing else in flight; the median of three messages, so a heartbeat that happens to
+fall in one window (one every ~10 s) does not decide it.
 """
 
 from __future__ import annotations
