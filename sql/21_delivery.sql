@@ -136,7 +136,7 @@ END;
 $$;
 
 COMMENT ON FUNCTION mailroom.deliver_message(text, bytea, text, jsonb) IS
-'Store a raw message and its parsed fields (p_parsed: one JSON object, read by name) for one recipient if its mailbox is open and within plan limits (guard in the INSERT; box+tag@domain: in box@domain, tagged tag); NOTIFY mailroom_inbox and mailroom_delivery with ids where someone listens (mailroom.listen); returns the message id. Errors: MR203 unknown, MR205 expired, MR206 deleted, MR207 too large, MR208 full, MR211 empty or malformed.';
+'Store a raw message and its parsed fields (p_parsed: one JSON object, read by name) for one recipient if its mailbox is open and within plan limits (the guard is the UPDATE of the mailbox''s count, under its row lock; box+tag@domain: in box@domain, tagged tag); NOTIFY mailroom_inbox and mailroom_delivery with ids where someone listens (mailroom.listen); returns the message id. Errors: MR203 unknown, MR205 expired, MR206 deleted, MR207 too large, MR208 full, MR211 empty or malformed.';
 
 GRANT EXECUTE ON FUNCTION mailroom.deliver_message(text, bytea, text, jsonb) TO mailroom_inbound;
 
@@ -199,13 +199,15 @@ GRANT EXECUTE ON FUNCTION mailroom.deliver_message(text, bytea, text, text, text
 -- by _delivery_refusal), or 'fault' with the reply of an inbox's injected fault at DATA (nothing
 -- stored) or after DATA (stored: message_ids; sql/24_faults.sql). An error that is no refusal of
 -- mail (error_codes has no reply for it)
--- fails the whole statement: then nothing of it is kept.
+-- fails the whole statement: then nothing of it is kept. p_receipt: the key of the receipt it leaves
+-- (below), in the same transaction, so the server's DATA step is one autocommit statement.
 CREATE OR REPLACE FUNCTION mailroom.deliver_messages(
     p_message integer[],
     p_address text[],
     p_raw bytea[],
     p_envelope_from text[],
-    p_parsed jsonb[]
+    p_parsed jsonb[],
+    p_receipt uuid DEFAULT null
 )
 RETURNS TABLE (message integer, message_ids bigint[], verdict text, reply text)
 LANGUAGE plpgsql
@@ -285,15 +287,16 @@ BEGIN
         v_replies := v_replies || reply;
         RETURN NEXT;
     END LOOP;
-    -- the receipt the inbound server asked for (set_delivery_receipt), in this same transaction
-    PERFORM mailroom_internal._record_delivery_receipt(v_replies);
+    -- the receipt the inbound server asked for (p_receipt, or set_delivery_receipt earlier in this
+    -- transaction), in this same transaction
+    PERFORM mailroom_internal._record_delivery_receipt(v_replies, p_receipt);
 END;
 $$;
 
-COMMENT ON FUNCTION mailroom.deliver_messages(integer[], text[], bytea[], text[], jsonb[]) IS
-'The inbound DATA step: deliver_message for every (message, recipient) with its parsed document, each message for all its recipients or none; one row per message: its ids, verdict (ok, a refusing recipient verdict, retry, fault (an injected fault: stored only after DATA), or the code of a refusal of the message itself) and the SMTP reply to send; leaves the receipt set_delivery_receipt asked for (MR216 bad arrays).';
+COMMENT ON FUNCTION mailroom.deliver_messages(integer[], text[], bytea[], text[], jsonb[], uuid) IS
+'The inbound DATA step: deliver_message for every (message, recipient) with its parsed document, each message for all its recipients or none; one row per message: its ids, verdict (ok, a refusing recipient verdict, retry, fault (an injected fault: stored only after DATA), or the code of a refusal of the message itself) and the SMTP reply to send; leaves a receipt of the replies under p_receipt (or the key set_delivery_receipt gave), for settle_delivery (MR216 bad arrays).';
 
-GRANT EXECUTE ON FUNCTION mailroom.deliver_messages(integer[], text[], bytea[], text[], jsonb[]) TO mailroom_inbound;
+GRANT EXECUTE ON FUNCTION mailroom.deliver_messages(integer[], text[], bytea[], text[], jsonb[], uuid) TO mailroom_inbound;
 
 -- The previous release's form (its inbound server, during an upgrade): the parsed fields one array
 -- each. Deprecated since 0.2.0, removed in 0.3.0.
@@ -425,8 +428,10 @@ COMMENT ON FUNCTION mailroom.check_message_size(text[], bigint) IS
 GRANT EXECUTE ON FUNCTION mailroom.check_message_size(text[], bigint) TO mailroom_inbound;
 
 -- Delivery receipts (issue 34): an answer lost after the delivering statement was sent is not a
--- possible duplicate. The inbound server sends set_delivery_receipt(key) and deliver_messages in
--- ONE transaction (a pipeline: one round trip); the receipt holds the replies decided. When the
+-- possible duplicate. The inbound server passes its key to deliver_messages (p_receipt), which
+-- records the receipt in the statement's own transaction: one autocommit statement, one round trip
+-- (set_delivery_receipt(key) before deliver_messages in one transaction does the same for a
+-- caller that does not pass it); the receipt holds the replies decided. When the
 -- answer is lost, settle_delivery(key) on another connection tells what was decided, and makes it
 -- final: where no receipt is there yet it leaves a tombstone, so the statement, were it still
 -- running, cannot commit (its receipt's key is taken). A settle that meets the receipt of a
@@ -452,27 +457,30 @@ COMMENT ON FUNCTION mailroom.set_delivery_receipt(uuid) IS
 
 GRANT EXECUTE ON FUNCTION mailroom.set_delivery_receipt(uuid) TO mailroom_inbound;
 
-CREATE OR REPLACE FUNCTION mailroom_internal._record_delivery_receipt(p_replies text[])
+CREATE OR REPLACE FUNCTION mailroom_internal._record_delivery_receipt(p_replies text[], p_key uuid)
 RETURNS void
 LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-    v_key text := nullif(pg_catalog.current_setting('mailroom.delivery_receipt', true), '');
+    v_asked text := nullif(pg_catalog.current_setting('mailroom.delivery_receipt', true), '');
+    v_key uuid := coalesce(p_key, v_asked::uuid);
 BEGIN
+    IF v_asked IS NOT NULL THEN
+        PERFORM pg_catalog.set_config('mailroom.delivery_receipt', '', true);  -- one receipt per key
+    END IF;
     IF v_key IS NULL THEN
         RETURN;  -- not asked for (psql, the SES hook, a test)
     END IF;
-    PERFORM pg_catalog.set_config('mailroom.delivery_receipt', '', true);  -- one receipt per key
     -- a tombstone under the key (settle_delivery came first): unique_violation, nothing commits
     INSERT INTO mailroom.delivery_receipts (key, replies, created_at)
-    VALUES (v_key::uuid, p_replies, mailroom.clock());
+    VALUES (v_key, p_replies, mailroom.clock());
 END;
 $$;
 
-COMMENT ON FUNCTION mailroom_internal._record_delivery_receipt(text[]) IS
-'Internal: the receipt set_delivery_receipt asked for in this transaction (its replies); fails when settle_delivery took the key first.';
+COMMENT ON FUNCTION mailroom_internal._record_delivery_receipt(text[], uuid) IS
+'Internal: the receipt of a delivering statement (its replies) under p_key, or under the key set_delivery_receipt gave in this transaction when p_key is null; fails when settle_delivery took the key first.';
 
 CREATE OR REPLACE FUNCTION mailroom.settle_delivery(p_key uuid)
 RETURNS text[]

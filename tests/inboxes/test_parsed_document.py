@@ -16,7 +16,7 @@ from psycopg.types.json import Jsonb
 
 from mailroom.http import sqlapi as http_sqlapi
 from mailroom.inboxes import sqlapi
-from mailroom.inboxes.delivery import DeliveryParams, _deliver_statement
+from mailroom.inboxes.delivery import DeliveryParams, _deliver, receipt_key
 from mailroom.inboxes.mime import ParsedMessage
 
 NOT_STORED = {"defects"}  # counted for the log, not kept with the message
@@ -51,12 +51,16 @@ def test_the_group_commit_stores_every_field_of_the_document(conn, db_url, make_
     group = [DeliveryParams(b"Subject: a\r\n\r\nx", _filled("first"), "a@example.com", [one.address]),
              DeliveryParams(b"Subject: b\r\n\r\ny", _filled("second"), "", [one.address, two.address])]
 
+    key = receipt_key()
+
     async def deliver() -> list:
         async with await psycopg.AsyncConnection.connect(db_url, autocommit=True) as aconn:
-            return await _deliver_statement(aconn, group)
+            return await _deliver(aconn, group, key)
 
     rows = asyncio.run(deliver())
     assert [r.verdict for r in rows] == ["ok", "ok"]
+    # the server's one statement leaves its receipt, in its own transaction (issue 37: one round trip)
+    assert sqlapi.settle_delivery.value(conn, key=key) == [r.reply for r in rows]
     for params, row in zip(group, rows, strict=True):
         _stored(conn, row.message_ids, params.parsed)
 

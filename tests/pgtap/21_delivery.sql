@@ -1,6 +1,6 @@
 -- Delivery guard at the exact expiry boundary, plan limits, list/read and their errors.
 BEGIN;
-SELECT plan(68);
+SELECT plan(71);
 
 SET LOCAL mailroom.clock = '2030-01-01 00:00:00+00';
 
@@ -371,6 +371,30 @@ SELECT lives_ok(
 );
 SELECT is(
     (SELECT count(*)::int FROM mailroom.delivery_receipts), 2, 'so it leaves none'
+);
+-- the key as an argument (issue 37): the inbound server's DATA step is one autocommit statement
+CREATE TEMP TABLE rc3 AS
+SELECT * FROM mailroom.deliver_messages(
+    p_message => ARRAY[1], p_address => ARRAY[(SELECT address FROM b WHERE k = 'rc')], p_raw => ARRAY['\x45'::bytea],
+    p_envelope_from => ARRAY[''], p_parsed => ARRAY['{"subject": "keyed"}']::jsonb[],
+    p_receipt => '00000000-0000-7000-8000-000000000003'
+);
+SELECT is(
+    mailroom.settle_delivery('00000000-0000-7000-8000-000000000003'),
+    ARRAY['250 2.0.0 OK: stored for 1 recipient(s)'],
+    'deliver_messages with p_receipt leaves the receipt itself: settle_delivery finds its replies'
+);
+SELECT throws_ok(
+    format(
+        'SELECT * FROM mailroom.deliver_messages(ARRAY[1], ARRAY[%L], ARRAY[''\x46''::bytea], ARRAY[''''],'
+        ' ARRAY[''{"subject": "late2"}''::jsonb], ''00000000-0000-7000-8000-000000000002'')',
+        (SELECT address FROM b WHERE k = 'rc')
+    ),
+    '23505', NULL, 'a delivery passing a settled key cannot commit either'
+);
+SELECT is(
+    (SELECT count(*)::int FROM mailroom.messages WHERE subject IN ('late2', 'keyed')), 1,
+    'nothing of it is stored; the keyed one is'
 );
 SELECT throws_ok('SELECT mailroom.settle_delivery(NULL)', 'MR217', NULL, 'settle_delivery needs a key');
 SELECT throws_ok('SELECT mailroom.set_delivery_receipt(NULL)', 'MR217', NULL, 'set_delivery_receipt needs a key');

@@ -7,8 +7,8 @@ The protocol layer (mailroom.inboxes.smtp) asks this module and sends the reply 
   the size so far (else its reply);
 - a message: parsed (mailroom.inboxes.mime; over 16 KiB in the server's parsing processes,
   mailroom.inboxes.parsing, so a parse never holds up another session), then
-  `mailroom.deliver_messages` in ONE transaction with its receipt (`set_delivery_receipt(key)` first,
-  both in one pipeline: one round trip), grouped with other sessions' messages when deliveries
+  `mailroom.deliver_messages` with its receipt key (`p_receipt`): ONE autocommit statement, one round
+  trip, the receipt recorded in its transaction), grouped with other sessions' messages when deliveries
   overlap (_GroupCommit: one COMMIT for the group). SQL stores each message for all its recipients
   or for none and answers its verdict and SMTP reply (4xx when a retry can succeed, 5xx otherwise);
   the reply is sent only after the statement returned (committed), so a 250 is never lost and a
@@ -304,21 +304,16 @@ def receipt_key() -> uuid.UUID:
 
 
 async def _deliver(conn: psycopg.AsyncConnection, group: list[DeliveryParams], key: uuid.UUID) -> list[Any]:
-    """mailroom.deliver_messages for `group`, after set_delivery_receipt(key), in ONE transaction sent
-    in one round trip (a pipeline: statements up to its sync share an implicit transaction): one row
-    per message (ids, verdict, reply), in order, and a receipt of the replies under `key`."""
-    async with conn.pipeline():
-        await sqlapi.set_delivery_receipt.acall(conn, key=key)
-        return await _deliver_statement(conn, group)
-
-
-async def _deliver_statement(conn: psycopg.AsyncConnection, group: list[DeliveryParams]) -> list[Any]:
+    """mailroom.deliver_messages for `group` with its receipt key: ONE autocommit statement (its own
+    transaction, committed before the answer comes back), one round trip: one row per message (ids,
+    verdict, reply), in order, and a receipt of the replies under `key`, in the same transaction."""
     return await sqlapi.deliver_messages.arows(
         conn,
         message=[i for i, p in enumerate(group, start=1) for _ in p.recipients],
         address=[rcpt for p in group for rcpt in p.recipients],
         raw=[p.raw for p in group], envelope_from=[p.mail_from for p in group],
         parsed=[Jsonb(p.parsed.document()) for p in group],
+        receipt=key,
     )
 
 

@@ -18,11 +18,11 @@ deliver_message = SqlFunction(
 )
 deliver_messages = SqlFunction(
     "deliver_messages",
-    "p_message integer[], p_address text[], p_raw bytea[], p_envelope_from text[], p_parsed jsonb[]",
+    "p_message integer[], p_address text[], p_raw bytea[], p_envelope_from text[], p_parsed jsonb[],"
+    " p_receipt uuid = default",
     returns=("message", "message_ids", "verdict", "reply"),
     binary=("raw", "parsed"),  # the group commit's bulk: no hex or array escaping of bodies
 )
-set_delivery_receipt = SqlFunction("set_delivery_receipt", "p_key uuid")
 settle_delivery = SqlFunction("settle_delivery", "p_key uuid", returns="text[]")
 record_bounce = SqlFunction(
     "record_bounce", "p_return_path text, p_reports jsonb", returns=("message_id", "outcome", "reports", "suppressed")
