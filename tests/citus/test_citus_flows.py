@@ -271,8 +271,8 @@ def test_rows_past_retention_go_through_the_seams(cconn):
     cconn.execute("SELECT mailroom.upsert_sender('retain', 'noreply@mailroom.test', '127.0.0.1', 2525)")
     ids = [r[0] for r in cconn.execute(
         "SELECT mailroom.enqueue_message('retain', ARRAY['k' || g || '@example.com'], 's', 'b',"
-        " p_idempotency_key => 'retain-' || g) FROM generate_series(1, 6) g"
-    ).fetchall()]
+        " p_idempotency_key => 'retain-' || g) FROM generate_series(1, 40) g"
+    ).fetchall()]  # 40 rows on random lanes: all in one lane has a chance of 2^-39 with two lanes (6 gave 1 in 32)
     cconn.execute("UPDATE mailroom.outbound_messages SET status = 'cancelled' WHERE id = ANY(%s)", (ids,))
     lanes = cconn.execute("SELECT count(DISTINCT lane) FROM mailroom.outbound_messages WHERE id = ANY(%s)",
                           (ids,)).fetchone()[0]
