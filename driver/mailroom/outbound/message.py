@@ -150,6 +150,13 @@ def _template(from_address: str) -> _Template:
     return template
 
 
+def _crlf(text: str) -> str:
+    """_NLCRE.sub("\\r\\n", text) by str.replace: CRLF, a lone CR and a lone LF each become CRLF."""
+    if "\r" in text:
+        text = text.replace("\r\n", "\n").replace("\r", "\n")
+    return text.replace("\n", "\r\n")
+
+
 def _text_part(text: str, subtype: str, mime_version: bool) -> bytes:
     """A text part as set_text_content makes it and the generator writes it: Content-Type,
     Content-Transfer-Encoding (the stdlib's choice), MIME-Version when EmailMessage adds one, the body."""
@@ -159,7 +166,7 @@ def _text_part(text: str, subtype: str, mime_version: bool) -> bytes:
         b"Content-Transfer-Encoding: ", cte.encode(), b"\r\n",
         _MIME_VERSION if mime_version else b"",
         b"\r\n",
-        _NLCRE.sub("\r\n", payload).encode("ascii", "surrogateescape"),
+        _crlf(payload).encode("ascii", "surrogateescape"),
     ))
 
 
