@@ -170,6 +170,20 @@ def _text_part(text: str, subtype: str, mime_version: bool) -> bytes:
     ))
 
 
+_DATE_LINES: dict[tuple[Any, Any], bytes] = {}
+
+
+def _date_line(created_at: Any) -> bytes:
+    """The folded Date line of an enqueue time (a burst enqueued in one transaction shares one)."""
+    key = (created_at, created_at.utcoffset())  # equal instants in other zones are written otherwise
+    line = _DATE_LINES.get(key)
+    if line is None:
+        if len(_DATE_LINES) >= 256:
+            _DATE_LINES.clear()
+        line = _DATE_LINES[key] = _POLICY.fold_binary("Date", email.utils.format_datetime(created_at))
+    return line
+
+
 def renders(row: dict[str, Any]) -> bool:
     """Whether render() covers the row: no attachments, and no extra header the builder's
     set_content would move, drop or keep instead of its own (Content-*, MIME-Version)."""
@@ -193,7 +207,7 @@ def render(row: dict[str, Any], list_unsubscribe: str | None = None) -> bytes | 
         ]
         if row["cc_addrs"]:
             out.append(fold("Cc", ", ".join(row["cc_addrs"])))
-        out.append(fold("Date", email.utils.format_datetime(row["created_at"])))
+        out.append(_date_line(row["created_at"]))
         out.append(fold("Message-ID", row["message_id"]))
         for name, value in (row["headers"] or {}).items():
             if list_unsubscribe is None or name.lower() not in _LIST_UNSUBSCRIBE:
