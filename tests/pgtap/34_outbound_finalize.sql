@@ -1,6 +1,6 @@
 -- Outbound: finalize_messages (classification, backoff, max attempts, fencing), release, reaper.
 BEGIN;
-SELECT plan(78);
+SELECT plan(80);
 
 SET LOCAL mailroom.clock = '2030-01-01 00:00Z';
 SELECT mailroom.upsert_sender('tap', 'robot@mailroom.test', '127.0.0.1', 2525);
@@ -380,6 +380,29 @@ SELECT throws_ok(
     'MR320', NULL, 'a bad claim limit is MR320'
 );
 SELECT is(pg_temp.fst('fc3'), 'processing 0', 'and the outcome of that call was not recorded');
+-- issue 37: on a burst enqueued a moment before (no statistics), finalize finds its rows by the
+-- primary key; the fence written as an OR of statuses was planned as a BitmapOr that walked the
+-- whole due index (a partial index on the queued rows) for id = ANY
+INSERT INTO mailroom.outbound_messages (sender_id, to_addrs, subject, text_body, message_id)
+SELECT s.id, ARRAY['burst' || g || '@example.com'], 'burst', 't', '<burst' || g || '@mailroom.test>'
+FROM mailroom.senders AS s, generate_series(1, 10000) AS g WHERE s.name = 'tap';
+CREATE TEMP TABLE fc_burst ON COMMIT DROP AS SELECT id, claim_token FROM mailroom.claim_messages(50, 'burst');
+CREATE TEMP TABLE fc_due_scans ON COMMIT DROP AS
+SELECT sum(pg_stat_get_xact_numscans(c.oid)) AS n FROM pg_class AS c
+WHERE c.relkind = 'i' AND c.relname LIKE 'outbound\_messages%\_due\_idx';
+SELECT is(
+    (SELECT count(*)::integer FROM mailroom.finalize_messages(
+        ARRAY(SELECT id FROM fc_burst), ARRAY(SELECT claim_token FROM fc_burst), array_fill('sent'::text, ARRAY[50])
+    ) AS f WHERE f.result = 'sent'),
+    50, 'a burst''s batch of 50 is finalized'
+);
+SELECT is(
+    (SELECT sum(pg_stat_get_xact_numscans(c.oid)) FROM pg_class AS c
+     WHERE c.relkind = 'i' AND c.relname LIKE 'outbound\_messages%\_due\_idx'),
+    (SELECT n FROM fc_due_scans),
+    'finalize of a burst without statistics never scans the due index'
+);
+DELETE FROM mailroom.outbound_messages WHERE subject = 'burst';
 -- domain limits: the in-flight count the finalize leaves is the one the claim sees
 SELECT mailroom.set_domain_limit('cap.example', 1, NULL);
 SELECT mailroom.enqueue_message('tap', ARRAY['x@cap.example'], s, 't') FROM (VALUES ('cap1'), ('cap2')) AS v (s);

@@ -150,6 +150,13 @@ def _template(from_address: str) -> _Template:
     return template
 
 
+def _crlf(text: str) -> str:
+    """_NLCRE.sub("\\r\\n", text) by str.replace: CRLF, a lone CR and a lone LF each become CRLF."""
+    if "\r" in text:
+        text = text.replace("\r\n", "\n").replace("\r", "\n")
+    return text.replace("\n", "\r\n")
+
+
 def _text_part(text: str, subtype: str, mime_version: bool) -> bytes:
     """A text part as set_text_content makes it and the generator writes it: Content-Type,
     Content-Transfer-Encoding (the stdlib's choice), MIME-Version when EmailMessage adds one, the body."""
@@ -159,8 +166,22 @@ def _text_part(text: str, subtype: str, mime_version: bool) -> bytes:
         b"Content-Transfer-Encoding: ", cte.encode(), b"\r\n",
         _MIME_VERSION if mime_version else b"",
         b"\r\n",
-        _NLCRE.sub("\r\n", payload).encode("ascii", "surrogateescape"),
+        _crlf(payload).encode("ascii", "surrogateescape"),
     ))
+
+
+_DATE_LINES: dict[tuple[Any, Any], bytes] = {}
+
+
+def _date_line(created_at: Any) -> bytes:
+    """The folded Date line of an enqueue time (a burst enqueued in one transaction shares one)."""
+    key = (created_at, created_at.utcoffset())  # equal instants in other zones are written otherwise
+    line = _DATE_LINES.get(key)
+    if line is None:
+        if len(_DATE_LINES) >= 256:
+            _DATE_LINES.clear()
+        line = _DATE_LINES[key] = _POLICY.fold_binary("Date", email.utils.format_datetime(created_at))
+    return line
 
 
 def renders(row: dict[str, Any]) -> bool:
@@ -186,7 +207,7 @@ def render(row: dict[str, Any], list_unsubscribe: str | None = None) -> bytes | 
         ]
         if row["cc_addrs"]:
             out.append(fold("Cc", ", ".join(row["cc_addrs"])))
-        out.append(fold("Date", email.utils.format_datetime(row["created_at"])))
+        out.append(_date_line(row["created_at"]))
         out.append(fold("Message-ID", row["message_id"]))
         for name, value in (row["headers"] or {}).items():
             if list_unsubscribe is None or name.lower() not in _LIST_UNSUBSCRIBE:

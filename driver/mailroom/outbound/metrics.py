@@ -89,14 +89,16 @@ class SenderMetrics(WorkerMetrics):
             ["queue"],
             registry=r,
         )
-        for result in RESULTS:
-            for cls in SMTP_CLASSES:
-                self.messages.labels(result=result, smtp_class=cls)
+        # the children of each label set, looked up once (labels() takes a lock and builds a key each call)
+        self._messages = {(result, cls): self.messages.labels(result=result, smtp_class=cls)
+                          for result in RESULTS for cls in SMTP_CLASSES}
+        self._seconds = {cls: self.send_seconds.labels(smtp_class=cls) for cls in SMTP_CLASSES}
 
     def record(self, result: str, cls: str, seconds: float | None) -> None:
-        self.messages.labels(result=result, smtp_class=cls).inc()
+        counter = self._messages.get((result, cls))
+        (counter or self.messages.labels(result=result, smtp_class=cls)).inc()
         if seconds is not None:
-            self.send_seconds.labels(smtp_class=cls).observe(seconds)
+            (self._seconds.get(cls) or self.send_seconds.labels(smtp_class=cls)).observe(seconds)
 
     def update_stats(self, stats: dict) -> None:
         """Copy one row of mailroom.outbound_stats into the gauges."""

@@ -43,7 +43,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import psycopg
-from psycopg.types.composite import CompositeInfo, register_composite
+from psycopg.types.composite import CompositeInfo
 
 from mailroom.accounts import secret_key
 from mailroom.core.errors import ConfigError, Kind, UserError, describe_db_error, kind_of
@@ -53,7 +53,7 @@ from mailroom.core.ready import notify_ready
 from mailroom.db import sqlapi as db_sqlapi
 from mailroom.db.connect import ConnectFailed
 from mailroom.db.worker import Worker, unavailable
-from mailroom.outbound import sqlapi
+from mailroom.outbound import claimrow, sqlapi
 from mailroom.outbound.dkim import Signer
 from mailroom.outbound.metrics import SenderMetrics
 from mailroom.outbound.sealing import KEY_FILE_ENV, Unsealer
@@ -453,6 +453,16 @@ class Sender(Worker):
         outcomes: list[Outcome] = []
         unsent: list[dict[str, Any]] = []
         broken: dict[Relay, Outcome] = {}  # relays that could not be reached in this batch
+        abort = asyncio.ensure_future(self.aborting.wait())  # one waiter for the batch, not one a message
+        try:
+            return await self._deliver_rows(conns, rows, started, outcomes, unsent, broken, abort)
+        finally:
+            abort.cancel()
+
+    async def _deliver_rows(
+        self, conns: RelayConnections, rows: list[dict[str, Any]], started: float, outcomes: list[Outcome],
+        unsent: list[dict[str, Any]], broken: dict[Relay, Outcome], abort: asyncio.Future[Any],
+    ) -> tuple[list[Outcome], list[dict[str, Any]]]:
         for pos, row in enumerate(rows):
             if self.stopping.is_set() or time.monotonic() - started > self.budget:
                 unsent.extend(rows[pos:])
@@ -474,9 +484,7 @@ class Sender(Worker):
             attempt = Attempt()
             t0 = time.monotonic()
             task = asyncio.ensure_future(deliver(conns, relay, row, attempt, self.dkim))
-            abort = asyncio.ensure_future(self.aborting.wait())
             await asyncio.wait({task, abort}, return_when=asyncio.FIRST_COMPLETED)
-            abort.cancel()
             if not task.done():
                 task.cancel()
                 with contextlib.suppress(BaseException):
@@ -519,7 +527,7 @@ class Sender(Worker):
         if self.claim_row is None:
             self.claim_row = await CompositeInfo.fetch(conn, "mailroom.claimed_message")
         if self.claim_row is not None:  # None: a schema without it (finalize and claim are then two calls)
-            register_composite(self.claim_row, conn)
+            claimrow.register(self.claim_row, conn)  # psycopg's row objects, the text split by bytes.find
 
     def _keeps_going(self, conn: psycopg.AsyncConnection, outcomes: list[Outcome], unsent: list[dict]) -> bool:
         """Whether the outcomes go with the next claim in one call (finalize_and_claim): a batch fully
