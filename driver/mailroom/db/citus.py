@@ -207,10 +207,23 @@ def owner_may_log_in(conn: psycopg.Connection) -> None:
                         f"`SELECT run_command_on_workers('ALTER ROLE {OWNER} LOGIN')` on the coordinator (docs/scale.md)")
 
 
-def drop_database(topology: Topology, dbname: str) -> None:
+def drop_database(topology: Topology, dbname: str, *, patience: float = 15.0) -> None:
+    """Drop `dbname` on every node. WITH (FORCE) ends the sessions of clients, but Citus' maintenance
+    daemon, a background worker of a database with the extension, may still hold it for a moment
+    (55006 "being accessed by other users"; met on a topology just started): the statement, which
+    drops or does nothing, is tried again within `patience` seconds."""
+    statement = sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(dbname))
     for node in topology.nodes:
+        deadline = time.monotonic() + patience
         with connect(node.url("postgres")) as conn:
-            conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(dbname)))
+            while True:
+                try:
+                    conn.execute(statement)
+                    break
+                except psycopg.errors.ObjectInUse:
+                    if time.monotonic() > deadline:
+                        raise
+                    time.sleep(0.2)
 
 
 def is_coordinator(conn: psycopg.Connection) -> bool:
