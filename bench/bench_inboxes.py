@@ -15,7 +15,8 @@
    new/), into `mailroom inbox serve` (one process and --workers one per core), and into the same
    server reading DATA line by line (the reader before the block reader, bench.inbox_serve_lines),
    interleaved, each both ways: sessions kept open (`smtp-source -d`) and a new session per
-   message (without -d: connect, banner, EHLO, ..., QUIT every message); rates, ratios to Postfix
+   message (without -d: connect, banner, EHLO, ..., QUIT every message), 4,000 messages a run (quick:
+   1,000), 3 rounds (`bench.run --rounds N`; quick: 2); rates, ratios to Postfix
    of the same mode, and the server's CPU per message; the resident memory (VmRSS, bench.memory)
    of each server's process tree and of Postfix's (master, smtpd, cleanup, qmgr, virtual, ...) idle
    and at its peak under that load; then the two DATA readers alone on one message.
@@ -41,7 +42,7 @@ from pathlib import Path
 import psycopg
 from psycopg.types.json import Jsonb
 
-from bench import memory, postfix_peer, smtp_tools
+from bench import knobs, memory, postfix_peer, smtp_tools
 from mailroom.inboxes import sqlapi as inboxes
 
 AREA = "inboxes"
@@ -120,7 +121,7 @@ SIZE = 2000
 def _bench_smtp(url: str, conn: psycopg.Connection, quick: bool, progress: Callable[[str], None]) -> list[dict]:
     """Postfix's smtp-source (C) against smtp-sink, a bare aiosmtpd and `mailroom inbox serve`."""
     def count(sessions: int) -> int:
-        return (300 if sessions == 1 else 600) if quick else (3000 if sessions == 1 else 8000)
+        return (300 if sessions == 1 else 600) if quick else (1500 if sessions == 1 else 4000)
 
     rates: dict[tuple[str, int], float] = {}
     rows: list[dict] = []
@@ -232,7 +233,9 @@ def _postfix_reference(url: str, conn: psycopg.Connection, quick: bool,
         return [_row(f"reference peer: {peer}, {s} sessions, {mode}", float("nan"), "", postfix_peer.SKIPPED)
                 for mode, _ in MODES for s in sessions_list
                 for peer in ("Postfix smtpd -> virtual Maildir", "mailroom inbox serve")]
-    n, reps = (1000, 2) if quick else (10000, 3)
+    # 4,000 a cell: each side >= ~10 s on the quiet 2-core VM (Postfix ~300-500 msg/s, mailroom ~250-400);
+    # 10,000 took ~2 min a (sessions, mode) cell a round
+    n, reps = (1000 if quick else 4000), knobs.rounds(quick)
     rates: dict[tuple[str, int, str], list[float]] = {}
     cpu: dict[tuple[str, int], list[float]] = {}  # the server process's CPU microseconds per message
     peer = None
