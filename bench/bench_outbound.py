@@ -431,8 +431,8 @@ def run(url: str, quick: bool, progress: Callable[[str], None]) -> list[dict]:
             outbound.upsert_sender.call(conn, name="bench", from_address="bench@mailroom.test", host="127.0.0.1", port=port)
 
             rows += batch1(conn, url, 500 if quick else 2000, knobs.rounds(quick), progress)
-            for batch, total in ((1, 500 if quick else 3000), (100, 5000 if quick else 50000),
-                                 (500, 10000 if quick else 100000)):
+            for batch, total in ((1, 500 if quick else 1500), (100, 5000 if quick else 25000),
+                                 (500, 10000 if quick else 50000)):
                 progress(f"SQL-only claim+finalize, batch {batch}, {total} messages")
                 rate = _sql_cycle(conn, batch, total)
                 rows.append(_row(f"SQL-only claim+finalize cycle, batch {batch}", rate, "msgs/s",
