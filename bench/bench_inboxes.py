@@ -17,7 +17,7 @@
    server reading DATA line by line (the reader before the block reader, bench.inbox_serve_lines),
    interleaved, each both ways: sessions kept open (`smtp-source -d`) and a new session per
    message (without -d: connect, banner, EHLO, ..., QUIT every message), 4,000 messages a run (quick:
-   1,000), 3 rounds (`bench.run --rounds N`; quick: 2); rates, ratios to Postfix
+   1,000), 3 rounds (`bench.run --rounds N`; quick: 1); rates, ratios to Postfix
    of the same mode, and the server's CPU per message; the resident memory (VmRSS, bench.memory)
    of each server's process tree and of Postfix's (master, smtpd, cleanup, qmgr, virtual, ...) idle
    and at its peak under that load; then the two DATA readers alone on one message.

@@ -20,7 +20,7 @@
    (issue 37): tuned (INSERT ... SELECT, VACUUM ANALYZE, --batch-size 100 --poll-interval 0.2s)
    and default, what a user meets (a burst enqueued through enqueue_message a moment before, no
    ANALYZE, `mailroom send --until-idle` with its defaults); both timed from process start;
-   interleaved, 3 rounds (quick: 2; `bench.run --rounds N`), medians and the ratio to Postfix of
+   interleaved, 3 rounds (quick: 1; `bench.run --rounds N`), medians and the ratio to Postfix of
    the same run; the machine's fdatasync rate (bench.run, pg_test_fsync) in each row's note. Resident memory
    (bench.memory, VmRSS): Postfix's processes idle and draining, one idle `mailroom send`, and the
    sender processes at their peak while draining.

@@ -31,7 +31,7 @@ a=rsa-sha256 that verifies (dkimpy, against the run's public key); and each side
 as 5 transactions of one recipient each, with 5 distinct return paths of the expected form.
 
 Sizes (full run): 4,000 messages a DKIM row, 2,500 x 5 recipients a VERP row, 3 rounds (`bench.run
---rounds N`); quick: 1,000 and 500, 2 rounds. Alone: `python -m bench.bench_outbound_work [MESSAGES
+--rounds N`); quick: 1,000 and 500, 1 round. Alone: `python -m bench.bench_outbound_work [MESSAGES
 [ROUNDS]]` (default 1,000 and 2, both kinds of row).
 """
 

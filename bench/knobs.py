@@ -7,7 +7,7 @@ import os
 ROUNDS_ENV = "MAILROOM_BENCH_ROUNDS"
 
 
-def rounds(quick: bool, full: int = 3, short: int = 2) -> int:
+def rounds(quick: bool, full: int = 3, short: int = 1) -> int:
     """Interleaved rounds of a comparison: `--rounds N` of bench.run (MAILROOM_BENCH_ROUNDS) if given, else
     `full` (quick: `short`)."""
     value = os.environ.get(ROUNDS_ENV, "")
