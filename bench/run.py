@@ -12,9 +12,9 @@ and in the notes of the outbound drain rows (env MAILROOM_BENCH_FDATASYNC hands 
 The table is written after every area (marked "in progress: N of M areas" until the last one), so a
 run cut short keeps every area it finished; each area's wall time is a row of its own (`wall time`,
 area `bench`). At start the run prints each area's expected duration (ESTIMATE_MIN, for the quiet
-2-core development VM; a loaded machine takes longer). `--rounds N` sets
-the interleaved rounds of the areas that read it (bench.knobs.rounds: the Postfix comparisons of
-outbound and inboxes, and outbound's batch-1 rows; default 3, quick 1: a quick run says only that each row is produced).
+2-core development VM; a loaded machine takes longer). `--rounds N` sets the interleaved rounds of
+the areas that read it (bench.knobs.rounds: the Postfix comparisons of outbound and inboxes, and
+outbound's batch-1 rows; default 3, quick 1: a quick run says only that each row is produced).
 """
 
 from __future__ import annotations
@@ -164,7 +164,7 @@ def render(rows: list[dict], info: list[tuple[str, str]], reference: float | Non
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--quick", action="store_true", help="small sizes, under a minute")
+    parser.add_argument("--quick", action="store_true", help="small sizes and 1 round: each row is produced, not measured")
     parser.add_argument("--only", nargs="*", choices=AREAS, help="run only these areas")
     parser.add_argument("--rounds", type=int, metavar="N",
                         help="interleaved rounds of the Postfix comparisons (default 3, quick 1)")
