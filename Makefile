@@ -18,7 +18,7 @@ help:
 	@echo "make demo         the whole story end to end on a private PostgreSQL cluster"
 	@echo "make test         lint, pgTAP (pg_prove) and pytest against a cluster the run starts"
 	@echo "make lint         sqlfluff (sql/, migrations/) and ruff"
-	@echo "make bench        figures in bench/results.md (minutes); bench-quick (< 1 minute)"
+	@echo "make bench        figures in bench/results.md (~35 min, written after each area; BENCH_ARGS=\"--only outbound --rounds 2\"); bench-quick (< 2 min)"
 	@echo "make snapshot     rewrite tests/db/schema.snapshot after changing migrations/ or sql/"
 	@echo "make caniemail    refresh driver/mailroom/checks/data from the npm package caniemail (CANIEMAIL_VERSION)"
 	@echo "make wheel        build dist/mailroom-*.whl and the sdist (they carry migrations/ and sql/)"
@@ -78,11 +78,14 @@ wheel: venv
 	rm -rf dist build
 	$(PY) -m build --outdir dist .
 
+# extra options of bench.run: --only AREA ..., --rounds N, --output FILE
+BENCH_ARGS ?=
+
 bench: deps venv
-	$(PY) -m bench.run
+	$(PY) -m bench.run $(BENCH_ARGS)
 
 bench-quick: deps venv
-	$(PY) -m bench.run --quick
+	$(PY) -m bench.run --quick $(BENCH_ARGS)
 
 # the fault-injection suite's long run (tests/faults, docs/reliability.md): the CI run injects faults for
 # 90 s; this one for SOAK_SECONDS, with SOAK_SEED (its figures in SOAK_REPORT, JSON)

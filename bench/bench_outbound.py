@@ -3,7 +3,7 @@
 1. SQL-only cycle: claim_messages(batch) then finalize_messages(all 'sent'), each its own
    autocommit transaction (2 commits per batch), one worker, at batch 1, 100 and 500.
 2. End to end: `mailroom send --until-idle` subprocesses (1 and 4 of them, --concurrency 4 each)
-   draining 20,000 queued messages (quick: 1,000) to Postfix's smtp-sink (a C sink, the real
+   draining 10,000 queued messages (quick: 1,000) to Postfix's smtp-sink (a C sink, the real
    ceiling) and to an aiosmtpd sink in this process; wall time includes process start-up. The
    ratio column compares with pgbench's single-row commit rate of the same run.
 3. Claim latency (claim 100 + release, so the queue keeps its size) with 10^3, 10^5 and 10^6
@@ -20,8 +20,8 @@
    (issue 37): tuned (INSERT ... SELECT, VACUUM ANALYZE, --batch-size 100 --poll-interval 0.2s)
    and default, what a user meets (a burst enqueued through enqueue_message a moment before, no
    ANALYZE, `mailroom send --until-idle` with its defaults); both timed from process start;
-   interleaved, 3 rounds (quick: 2), medians and the ratio to Postfix of the same run; the
-   machine's fdatasync rate (bench.run, pg_test_fsync) in each row's note. Resident memory
+   interleaved, 3 rounds (quick: 1; `bench.run --rounds N`), medians and the ratio to Postfix of
+   the same run; the machine's fdatasync rate (bench.run, pg_test_fsync) in each row's note. Resident memory
    (bench.memory, VmRSS): Postfix's processes idle and draining, one idle `mailroom send`, and the
    sender processes at their peak while draining.
 
@@ -60,7 +60,7 @@ import psycopg
 from aiosmtpd.controller import Controller
 from psycopg.types.composite import CompositeInfo, register_composite
 
-from bench import bench_outbound_work, memory, postfix_peer, smtp_tools
+from bench import bench_outbound_work, knobs, memory, postfix_peer, smtp_tools
 from mailroom.db import cluster as embedded
 from mailroom.outbound import sqlapi as outbound
 
@@ -308,7 +308,7 @@ def _postfix_reference(conn: psycopg.Connection, url: str, quick: bool,
     runs_of = {benches[1]: (1, False), benches[2]: (4, False), benches[3]: (1, True), benches[4]: (4, True)}
     if not postfix_peer.available():
         return [_row(f"reference peer: {b}", float("nan"), "", postfix_peer.SKIPPED) for b in benches]
-    total, reps = (1000, 2) if quick else (10000, 3)
+    total, reps = (1000 if quick else 10000), knobs.rounds(quick)
     rates: dict[str, list[float]] = {b: [] for b in benches}
     rss: dict[str, dict] = {}
     postfix_loads: list[dict] = []
@@ -430,15 +430,15 @@ def run(url: str, quick: bool, progress: Callable[[str], None]) -> list[dict]:
         with psycopg.connect(url, autocommit=True) as conn:
             outbound.upsert_sender.call(conn, name="bench", from_address="bench@mailroom.test", host="127.0.0.1", port=port)
 
-            rows += batch1(conn, url, 500 if quick else 2000, 2 if quick else 3, progress)
-            for batch, total in ((1, 500 if quick else 3000), (100, 5000 if quick else 50000),
-                                 (500, 10000 if quick else 100000)):
+            rows += batch1(conn, url, 500 if quick else 2000, knobs.rounds(quick), progress)
+            for batch, total in ((1, 500 if quick else 1500), (100, 5000 if quick else 25000),
+                                 (500, 10000 if quick else 50000)):
                 progress(f"SQL-only claim+finalize, batch {batch}, {total} messages")
                 rate = _sql_cycle(conn, batch, total)
                 rows.append(_row(f"SQL-only claim+finalize cycle, batch {batch}", rate, "msgs/s",
                                  f"{total} msgs, 1 worker, 2 commits per batch"))
 
-            total = 1000 if quick else 20000
+            total = 1000 if quick else 10000
             postfix = smtp_tools.SmtpSink()
             try:
                 for procs in (1, 4):

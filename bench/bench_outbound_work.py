@@ -30,7 +30,9 @@ run stops unless: both sides' samples carry a DKIM-Signature with d=mailroom.tes
 a=rsa-sha256 that verifies (dkimpy, against the run's public key); and each side's VERP sample came
 as 5 transactions of one recipient each, with 5 distinct return paths of the expected form.
 
-Alone: `python -m bench.bench_outbound_work [MESSAGES [ROUNDS]]` (default 1,000 and 2).
+Sizes (full run): 4,000 messages a DKIM row, 2,500 x 5 recipients a VERP row, 3 rounds (`bench.run
+--rounds N`); quick: 1,000 and 500, 1 round. Alone: `python -m bench.bench_outbound_work [MESSAGES
+[ROUNDS]]` (default 1,000 and 2, both kinds of row).
 """
 
 from __future__ import annotations
@@ -51,7 +53,7 @@ from pathlib import Path
 import psycopg
 from aiosmtpd.controller import Controller
 
-from bench import opendkim_peer, postfix_peer, smtp_tools
+from bench import knobs, opendkim_peer, postfix_peer, smtp_tools
 from mailroom.outbound import dkim as mdkim
 from mailroom.outbound import sqlapi as outbound
 
@@ -212,6 +214,13 @@ def verify_samples(conn: psycopg.Connection, url: str, key_file: Path, public_ke
         outbound.set_sender_bounce_domain.call(conn, sender="bench", domain=None)
 
 
+# messages a round (full run): each side of a DKIM row runs >= ~10 s on the quiet 2-core VM (Postfix +
+# opendkim ~150-250 msg/s, mailroom signed ~350-500); VERP 2,500 x 5 recipients (the release ~15 s,
+# its untimed sendmail -XV injection ~40 s a round: 10,000 took 2.5 min a round, not timed)
+DKIM_MESSAGES = 4000
+VERP_MESSAGES = 2500
+
+
 def run(conn: psycopg.Connection, url: str, quick: bool, progress: Callable[[str], None],
         total: int | None = None, reps: int | None = None) -> list[dict]:
     names = ("Postfix + opendkim milter: smtp-source -> smtpd -> smtp(8) -> smtp-sink, signing",
@@ -225,8 +234,9 @@ def run(conn: psycopg.Connection, url: str, quick: bool, progress: Callable[[str
         why = postfix_peer.SKIPPED if not postfix_peer.available() else opendkim_peer.SKIPPED
         progress(f"real senders: {why}")
         return [_row(n, float("nan"), "", why) for n in names]
-    total = total or (1000 if quick else 10000)
-    reps = reps or (2 if quick else 3)
+    dkim_total = total or (1000 if quick else DKIM_MESSAGES)
+    verp_total = total or (500 if quick else VERP_MESSAGES)
+    reps = reps or knobs.rounds(quick)
     rates: dict[str, list[float]] = {n: [] for n in names}
     home = Path(tempfile.mkdtemp(prefix="mailroom-bench-dkim-"))
     key_file = home / "dkim.pem"
@@ -247,25 +257,25 @@ def run(conn: psycopg.Connection, url: str, quick: bool, progress: Callable[[str
         for rep in range(reps):
             tag = f"real senders, round {rep + 1}/{reps}"
             for name, peer in ((names[0], signing), (names[1], plain)):
-                elapsed = peer.pipeline(total, 4, 2000, SENDER, "rcpt@example.com")
-                rates[name].append(total / elapsed)
-                progress(f"{tag}: {name}: {total / elapsed:,.0f} msgs/s")
+                elapsed = peer.pipeline(dkim_total, 4, 2000, SENDER, "rcpt@example.com")
+                rates[name].append(dkim_total / elapsed)
+                progress(f"{tag}: {name}: {dkim_total / elapsed:,.0f} msgs/s ({elapsed:.1f} s)")
             outbound.set_dkim_key.rows(conn, sender="bench", selector=SELECTOR, public_key=public)
             for name, procs in ((names[2], 1), (names[3], 4)):
-                rate = drain(conn, url, procs, total, sink.port, 1, key_file)
+                rate = drain(conn, url, procs, dkim_total, sink.port, 1, key_file)
                 rates[name].append(rate)
                 progress(f"{tag}: {name}: {rate:,.0f} msgs/s ({rate / rates[names[0]][-1]:.2f}x this round's Postfix)")
             outbound.delete_dkim_key.call(conn, domain=DOMAIN)
-            progress(f"{tag}: injecting {total} messages x {RECIPIENTS} recipients with sendmail -XV (not timed)")
-            _inject_verp(verp, total)
-            verp.wait_held(total)
-            elapsed = verp.release_and_drain(total * RECIPIENTS)
-            rates[names[4]].append(total / elapsed)
-            progress(f"{tag}: {names[4]}: {total / elapsed:,.0f} msgs/s")
+            progress(f"{tag}: injecting {verp_total} messages x {RECIPIENTS} recipients with sendmail -XV (not timed)")
+            _inject_verp(verp, verp_total)
+            verp.wait_held(verp_total)
+            elapsed = verp.release_and_drain(verp_total * RECIPIENTS)
+            rates[names[4]].append(verp_total / elapsed)
+            progress(f"{tag}: {names[4]}: {verp_total / elapsed:,.0f} msgs/s ({elapsed:.1f} s)")
             outbound.set_sender_bounce_domain.call(conn, sender="bench", domain=BOUNCE_DOMAIN)
             try:
                 for name, procs in ((names[5], 1), (names[6], 4)):
-                    rate = drain(conn, url, procs, total, sink.port, RECIPIENTS, None)
+                    rate = drain(conn, url, procs, verp_total, sink.port, RECIPIENTS, None)
                     rates[name].append(rate)
                     progress(f"{tag}: {name}: {rate:,.0f} msgs/s ({rate / rates[names[4]][-1]:.2f}x this round's "
                              "Postfix)")
@@ -285,8 +295,9 @@ def run(conn: psycopg.Connection, url: str, quick: bool, progress: Callable[[str
     fsync = _fdatasync_note()
     rows = [
         _row(names[0], med[names[0]], "msgs/s",
-             f"reference: median of {reps} runs ({runs[names[0]]}); {total} msgs of ~2 KB (smtp-source -s 4 -d -l 2000)"
-             " signed in smtpd by opendkim (2,048-bit RSA, relaxed/relaxed, d=mailroom.test s=bench), timed from "
+             f"reference: median of {reps} runs ({runs[names[0]]}); {dkim_total} msgs of ~2 KB (smtp-source -s 4 -d "
+             "-l 2000) signed in smtpd by opendkim on a unix socket (2,048-bit RSA, relaxed/relaxed, "
+             "d=mailroom.test s=bench), timed from "
              f"smtp-source's start until the queue is empty and every delivery logged; {med[names[0]] / med[names[1]]:.2f}x "
              f"its own unsigned pipeline{fsync}"),
         _row(names[1], med[names[1]], "msgs/s",
@@ -296,18 +307,18 @@ def run(conn: psycopg.Connection, url: str, quick: bool, progress: Callable[[str
     for name in names[2:4]:
         rows.append(_row(name, med[name], "msgs/s",
                          f"{med[name] / med[names[0]]:.2f}x Postfix + opendkim ({med[names[0]]:,.0f} msgs/s, same run, "
-                         f"interleaved); median of {reps} runs ({runs[name]}); {total} msgs of ~2 KB enqueued by "
+                         f"interleaved); median of {reps} runs ({runs[name]}); {dkim_total} msgs of ~2 KB enqueued by "
                          "enqueue_message just before (not timed), each signed by the sender (dkimpy, the same key, "
                          f"selector and domain), `mailroom send --until-idle` defaults, timed from process start{fsync}"))
     rows.append(_row(names[4], med[names[4]], "msgs/s",
-                     f"reference: median of {reps} runs ({runs[names[4]]}); {total} msgs of ~2 KB to {RECIPIENTS} "
-                     f"recipients each ({total * RECIPIENTS} deliveries, one transaction each, return paths "
+                     f"reference: median of {reps} runs ({runs[names[4]]}); {verp_total} msgs of ~2 KB to {RECIPIENTS} "
+                     f"recipients each ({verp_total * RECIPIENTS} deliveries, one transaction each, return paths "
                      "bench+rcpt=domain@mailroom.test) injected by sendmail -XV on hold (not timed), then postsuper -H "
                      f"ALL + postqueue -f until the queue is empty and every delivery logged{fsync}"))
     for name in names[5:]:
         rows.append(_row(name, med[name], "msgs/s",
                          f"{med[name] / med[names[4]]:.2f}x Postfix -XV ({med[names[4]]:,.0f} msgs/s, same run, "
-                         f"interleaved); median of {reps} runs ({runs[name]}); {total} msgs x {RECIPIENTS} recipients "
+                         f"interleaved); median of {reps} runs ({runs[name]}); {verp_total} msgs x {RECIPIENTS} recipients "
                          "enqueued by enqueue_message just before (not timed), one transaction and one signed return "
                          f"path a recipient, `mailroom send --until-idle` defaults, timed from process start{fsync}"))
     return rows

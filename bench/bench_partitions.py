@@ -29,6 +29,7 @@ from collections.abc import Callable
 from datetime import datetime, timedelta
 
 import psycopg
+from psycopg.types.json import Jsonb
 
 from mailroom.accounts import sqlapi as accounts
 from mailroom.db import sqlapi as db_sqlapi
@@ -157,8 +158,9 @@ def _flat(conn: psycopg.Connection, sizes: list[int], progress: Callable[[str], 
     calls = {
         "claim_messages(100)": (outbound.claim_messages, lambda box: {"limit": 100, "worker": "bench"}),
         "dequeue_tokens(100)": (accounts.dequeue_tokens, lambda box: {"limit": 100}),
+        # since issue 36 the parsed fields travel as one jsonb document (p_parsed), not one parameter each
         "deliver_message": (inboxes.deliver_message, lambda box: {"address": box[0], "raw": b"\x00",
-                                                                  "envelope_from": "", "subject": "bench"}),
+                                                                  "envelope_from": "", "parsed": Jsonb({"subject": "bench"})}),
         "list_messages (one inbox, 20 messages)": (
             inboxes.list_messages, lambda box: {"address": box[0], "session_token": box[1]}),
     }

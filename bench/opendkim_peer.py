@@ -2,11 +2,22 @@
 
 `OpenDkim(domain, selector, private_pem)` writes a private opendkim.conf, the key file and a pid file
 into a temporary directory, runs `/usr/sbin/opendkim -f -x CONF` (foreground, its own process) on a
-free loopback inet socket, and waits until it listens; `milter` is the `inet:127.0.0.1:PORT` that
+unix socket in that directory, and waits until it listens; `milter` is the `unix:/PATH` that
 Postfix's smtpd_milters/non_smtpd_milters name. The system configuration (/etc/opendkim.conf) is
 never read. It signs (Mode s) mail whose From domain is `domain` with `selector` and the key given:
 the same domain, selector and 2,048-bit RSA key as mailroom's signing key of the run, relaxed/relaxed
 like mailroom's signer (driver/mailroom/outbound/dkim.py), rsa-sha256. `close()` terminates it by pid.
+
+Why a unix socket (issue 37; docs/benchmarks.md "The Postfix + opendkim reference"): on a loopback
+inet socket Postfix + opendkim signed 42 msg/s, 100 ms a message a session, while opendkim's CPU is
+~3.5 ms a message. strace -f -tt of opendkim showed every message waiting twice ~42 ms for Postfix's
+next milter packet (after its reply to the DATA macros and after its final accept): the length of
+Linux's delayed-ACK timer (40 ms), the mark of Nagle's algorithm holding a small write until the
+previous one is acknowledged. A unix socket has neither: 122-162 msg/s at 4 sessions in the same
+minutes, 20 ms a message on one session. `socket="inet"` keeps the old form, to measure the
+difference. The socket is made with UMask 000 (mode 0777) in a directory of its own: Postfix's smtpd
+and cleanup (user postfix) must connect to it, and adding postfix to group opendkim would change the
+system.
 
 `verify(message, public_key)` checks a DKIM-Signature with dkimpy against the public half (the p= of
 the record) instead of DNS: what the bench checks on the sink side before timing either signer.
@@ -36,12 +47,20 @@ def available() -> bool:
 class OpenDkim:
     """One opendkim process signing for one domain and selector; see the module docstring."""
 
-    def __init__(self, domain: str, selector: str, private_pem: bytes) -> None:
+    def __init__(self, domain: str, selector: str, private_pem: bytes, socket: str = "unix") -> None:
         if not available():
             raise RuntimeError(SKIPPED)
         self.home = Path(tempfile.mkdtemp(prefix="mailroom-bench-opendkim-", dir="/tmp"))
         self.port = smtp_tools.free_port()
-        self.milter = f"inet:127.0.0.1:{self.port}"
+        self.socket_path = self.home / "milter.sock"
+        if socket == "unix":
+            self.milter = f"unix:{self.socket_path}"
+            listen = f"local:{self.socket_path}"
+            umask = "000"
+        else:
+            self.milter = f"inet:127.0.0.1:{self.port}"
+            listen = f"inet:{self.port}@127.0.0.1"  # libmilter's form; Postfix's is self.milter
+            umask = "007"
         key = self.home / f"{selector}.private"
         key.write_bytes(private_pem)
         key.chmod(0o600)
@@ -63,13 +82,13 @@ class OpenDkim:
             "Domain": domain,
             "Selector": selector,
             "KeyFile": str(key),
-            "Socket": f"inet:{self.port}@127.0.0.1",  # libmilter's form; Postfix's is self.milter
+            "Socket": listen,
             "PidFile": str(self.home / "opendkim.pid"),
             "Canonicalization": "relaxed/relaxed",
             "SignatureAlgorithm": "rsa-sha256",
             "InternalHosts": "127.0.0.1",
             "RequireSafeKeys": "no",
-            "UMask": "007",
+            "UMask": umask,
             "Background": "no",
         }
         if user is not None:
@@ -81,7 +100,10 @@ class OpenDkim:
                                      stderr=subprocess.PIPE)
         atexit.register(self.close)
         try:
-            smtp_tools.wait_port(self.port, self.proc)
+            if socket == "unix":
+                smtp_tools.wait_unix(self.socket_path, self.proc)
+            else:
+                smtp_tools.wait_port(self.port, self.proc)
         except BaseException:
             err = self.proc.stderr.read().decode(errors="replace")[-300:] if self.proc.poll() is not None else ""
             self.close()

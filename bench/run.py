@@ -1,6 +1,6 @@
 """`make bench`: every benchmark on one dedicated cluster, written to bench/results.md.
 
-    python -m bench.run [--quick] [--only AREA ...] [--output bench/results.md]
+    python -m bench.run [--quick] [--only AREA ...] [--rounds N] [--output bench/results.md]
 
 The cluster runs with PostgreSQL's default durability (fsync on, synchronous_commit on), and
 pgbench's single-row commit rate is measured first, in the same run, as the reference the
@@ -8,6 +8,13 @@ other rates are compared with: absolute numbers vary between machines, ratios tr
 The storage's fdatasync rate (`pg_test_fsync -s 1`, its "one 8kB write" fdatasync line, on the
 cluster's own file system) is measured with it: printed, in the machine table, a row of its own,
 and in the notes of the outbound drain rows (env MAILROOM_BENCH_FDATASYNC hands it to the areas).
+
+The table is written after every area (marked "in progress: N of M areas" until the last one), so a
+run cut short keeps every area it finished; each area's wall time is a row of its own (`wall time`,
+area `bench`). At start the run prints each area's expected duration (ESTIMATE_MIN, for the quiet
+2-core development VM; a loaded machine takes longer). `--rounds N` sets the interleaved rounds of
+the areas that read it (bench.knobs.rounds: the Postfix comparisons of outbound and inboxes, and
+outbound's batch-1 rows; default 3, quick 1: a quick run says only that each row is produced).
 """
 
 from __future__ import annotations
@@ -26,11 +33,18 @@ import time
 import traceback
 from pathlib import Path
 
+from bench import knobs
 from mailroom import testing
 from mailroom.db import cluster as embedded
 from mailroom.db.connect import connect
 
 AREAS = ("accounts", "collector", "inboxes", "outbound", "partitions", "purge", "http", "citus", "memory")
+# minutes each area is expected to take alone (full run, default rounds) on the quiet 2-core development
+# VM: outbound and inboxes projected phase by phase from the quiet run of 2026-11-27 07:26 UTC with the
+# new counts, the others from their wall time on a loaded machine (rough): docs/benchmarks.md "How long
+# `make bench` takes"
+ESTIMATE_MIN = {"accounts": 3.0, "collector": 3.0, "inboxes": 14.0, "outbound": 17.0, "partitions": 1.5,
+                "purge": 1.0, "http": 2.5, "citus": 3.0, "memory": 0.5}
 HERE = Path(__file__).resolve().parent
 
 
@@ -123,12 +137,14 @@ def ratio(row: dict, reference: float | None) -> str:
     return ""
 
 
-def render(rows: list[dict], info: list[tuple[str, str]], reference: float | None, quick: bool, took: float) -> str:
+def render(rows: list[dict], info: list[tuple[str, str]], reference: float | None, quick: bool, took: float,
+           progress_note: str = "") -> str:
+    status = f" **In progress: {progress_note}** (the table so far; the run goes on)." if progress_note else ""
     lines = [
-        f"# mailroom benchmark results{' (quick)' if quick else ''}",
+        f"# mailroom benchmark results{' (quick)' if quick else ''}{' (in progress)' if progress_note else ''}",
         "",
         f"Generated {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())} by `make bench{'-quick' if quick else ''}` "
-        f"in {took:.0f} s. Rates are compared with pgbench's single-row commit rate measured in the same run "
+        f"in {took:.0f} s.{status} Rates are compared with pgbench's single-row commit rate measured in the same run "
         "(ratio column): absolute numbers vary between machines.",
         "",
         "| machine | |",
@@ -149,16 +165,33 @@ def render(rows: list[dict], info: list[tuple[str, str]], reference: float | Non
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--quick", action="store_true", help="small sizes, under a minute")
+    parser.add_argument("--quick", action="store_true", help="small sizes and 1 round: each row is produced, not measured")
     parser.add_argument("--only", nargs="*", choices=AREAS, help="run only these areas")
+    parser.add_argument("--rounds", type=int, metavar="N",
+                        help="interleaved rounds of the Postfix comparisons (default 3, quick 1)")
     parser.add_argument("--output", type=Path, default=HERE / "results.md")
     args = parser.parse_args(argv)
+    if args.rounds is not None:
+        if args.rounds < 1:
+            parser.error("--rounds must be at least 1")
+        os.environ[knobs.ROUNDS_ENV] = str(args.rounds)
     started = time.monotonic()
     areas = args.only or list(AREAS)
     progress(f"starting a dedicated cluster ({'quick' if args.quick else 'full'} run: {', '.join(areas)})")
+    if not args.quick:
+        scale = (args.rounds or 3) / 3
+        guess = {a: ESTIMATE_MIN[a] * (scale if a in ("inboxes", "outbound") else 1) for a in areas}
+        progress("expected (alone on the quiet 2-core VM; longer on a loaded machine): "
+                 + ", ".join(f"{a} ~{m:.0f} min" for a, m in guess.items()) + f"; total ~{sum(guess.values()):.0f} min")
     cluster = start_cluster()
     rows: list[dict] = []
     failures = 0
+    info: list[tuple[str, str]] = []
+    reference = None
+
+    def write(note: str = "") -> None:
+        args.output.write_text(render(rows, info, reference, args.quick, time.monotonic() - started, note))
+
     try:
         info = machine(cluster)
         progress("pgbench reference (single-row commits)")
@@ -177,11 +210,12 @@ def main(argv: list[str] | None = None) -> int:
         info.append(("fdatasync (pg_test_fsync -s 1, one 8 kB write)", f"{fmt(sync_row['value'])} ops/s"))
         os.environ["MAILROOM_BENCH_FDATASYNC"] = f"{sync_row['value']:.0f}"
         progress(f"fdatasync: {fmt(sync_row['value'])} ops/s")
-        for area in areas:
+        write(f"0 of {len(areas)} areas")
+        for done, area in enumerate(areas, 1):
             dbname = f"bench_{area}"
-            url = testing.migrated_database(cluster, dbname)
-            progress(f"{area}: running")
             t0 = time.monotonic()
+            url = testing.migrated_database(cluster, dbname)
+            progress(f"{area}: running ({done} of {len(areas)})")
             try:
                 module = importlib.import_module(f"bench.bench_{area}")
                 area_rows = module.run(url, args.quick, lambda msg, a=area: progress(f"{a}: {msg}"))
@@ -190,14 +224,18 @@ def main(argv: list[str] | None = None) -> int:
                 traceback.print_exc()
                 area_rows = [{"area": area, "benchmark": "FAILED", "value": float("nan"), "unit": "",
                               "note": f"{type(exc).__name__}: {str(exc)[:120]}"}]
+            took = time.monotonic() - t0
             rows.extend(area_rows)
-            progress(f"{area}: done in {time.monotonic() - t0:.1f}s")
+            rows.append({"area": "bench", "benchmark": f"wall time: {area}", "value": round(took), "unit": "s",
+                         "note": f"{took / 60:.1f} min, from its database's creation to its last row"})
+            progress(f"{area}: done in {took:.1f}s")
             testing.drop_database(cluster, dbname)
+            write("" if done == len(areas) else f"{done} of {len(areas)} areas")
+            progress(f"wrote {args.output} ({done} of {len(areas)} areas)")
     finally:
         testing.stop_cluster(cluster)
-    text = render(rows, info, reference, args.quick, time.monotonic() - started)
-    args.output.write_text(text)
-    print(text)
+    write()
+    print(args.output.read_text())
     progress(f"wrote {args.output} in {time.monotonic() - started:.0f}s")
     return 1 if failures else 0
 

@@ -49,6 +49,21 @@ def wait_port(port: int, proc: subprocess.Popen | None = None, timeout: float = 
     raise RuntimeError(f"nothing listens on port {port}")
 
 
+def wait_unix(path: Path, proc: subprocess.Popen | None = None, timeout: float = 20) -> None:
+    """Until a server accepts connections on the unix socket `path` (or its process exits)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc is not None and proc.poll() is not None:
+            raise RuntimeError(f"server on {path} exited with {proc.returncode}")
+        try:
+            with socket.socket(socket.AF_UNIX) as s:
+                s.connect(str(path))
+                return
+        except OSError:
+            time.sleep(0.05)
+    raise RuntimeError(f"nothing listens on {path}")
+
+
 def smtp_source(port: int, sessions: int, messages: int, size: int, mail_from: str, rcpt: str,
                 reuse: bool = True) -> float:
     """Seconds smtp-source took to send `messages`: reuse=True passes -d (each session keeps its
