@@ -516,16 +516,16 @@ def create_app(config: HttpConfig | None = None) -> FastAPI:  # noqa: PLR0915 - 
 
     page.add_routes(app, state)
     # the hot reads, without FastAPI's per-request parameter machinery when their query is plain
-    _fast_get(app, "/api/v1/mailboxes/{address}/messages", list_messages,
-              {"limit": int, "offset": int, "after": int, "tag": str, "unread": bool})
-    _fast_get(app, "/api/v1/mailboxes/{address}/wait", wait, {"subject": str, "timeout": float})
+    hot = {
+        "messages": (list_messages, {"limit": int, "offset": int, "after": int, "tag": str, "unread": bool}),
+        "wait": (wait, {"subject": str, "timeout": float}),
+    }
+    for tail, (endpoint, params) in hot.items():
+        _fast_get(app, f"/api/v1/mailboxes/{{address}}/{tail}", endpoint, params)
     if not config.access_log and not config.cors_origins:
         # outermost (inside Starlette's error middleware): the hot reads skip the middleware stack and the
         # router too; with an access log or CORS they take the way above, through both
-        app.add_middleware(_HotGets, routes=app.router.routes, endpoints={
-            "messages": (list_messages, {"limit": int, "offset": int, "after": int, "tag": str, "unread": bool}),
-            "wait": (wait, {"subject": str, "timeout": float}),
-        })
+        app.add_middleware(_HotGets, routes=app.router.routes, endpoints=hot)
     return app
 
 
@@ -603,18 +603,11 @@ def _fast_get(app: FastAPI, path: str, endpoint: Any, params: dict[str, type]) -
     declared = route.app
 
     async def fast(scope: dict, receive: Any, send: Any) -> None:
-        request = Request(scope, receive, send)
-        query: dict[str, Any] = {}
-        for name, value in request.query_params.multi_items():
-            kind = params.get(name)
-            if kind is None:
-                continue
-            if name in query or not _PLAIN[kind](value):
-                await declared(scope, receive, send)
-                return
-            query[name] = int(value) if kind is int else float(value) if kind is float \
-                else value == "true" if kind is bool else value
-        response = await endpoint(request, **scope["path_params"], **query)
+        query = _plain_query(scope["query_string"], params)
+        if query is None:
+            await declared(scope, receive, send)
+            return
+        response = await endpoint(Request(scope, receive, send), **scope["path_params"], **query)
         await response(scope, receive, send)
 
     route.app = fast
