@@ -183,9 +183,8 @@ DECLARE
     );
 BEGIN
     -- the HTTP API's Message (reply_to, from_address, body_text …), and the keys MCP answered first
-    RETURN mailroom_internal._http_message_document(
-        v_row, mailroom_internal._message_link(v_row, NULL), (mailroom_internal._message_code(v_row, '\m\d{5}\M'))[1]
-    ) || jsonb_build_object('to', v_row.envelope_to, 'text', v_row.text_body, 'html', v_row.html_body);
+    RETURN mailroom_internal._http_message_document(v_row)
+        || jsonb_build_object('to', v_row.envelope_to, 'text', v_row.text_body, 'html', v_row.html_body);
 END;
 $$;
 

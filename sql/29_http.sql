@@ -481,11 +481,7 @@ $$;
 COMMENT ON FUNCTION mailroom_internal._header_fields(bytea) IS
 'Internal: the header fields of a raw message as [name, value] pairs, unfolded (first 64 KiB, 500 fields, non-ASCII bytes escaped).';
 
-CREATE OR REPLACE FUNCTION mailroom_internal._http_message_document(
-    p_message mailroom.messages,
-    p_link text,
-    p_code text
-)
+CREATE OR REPLACE FUNCTION mailroom_internal._http_message_document(p_message mailroom.messages)
 RETURNS jsonb
 LANGUAGE sql
 IMMUTABLE
@@ -499,14 +495,15 @@ AS $$
             FROM jsonb_array_elements(p_message.attachments) WITH ORDINALITY AS a (value, n)
         ),
         'headers', mailroom_internal._header_fields(p_message.raw),
-        'link', p_link,
-        'code', p_code,
+        -- the first link and the first code (extract_code's default pattern), NULL when none
+        'link', mailroom_internal._message_link(p_message, NULL),
+        'code', (mailroom_internal._message_code(p_message, '\m\d{5}\M'))[1],
         'tags', to_jsonb(coalesce(p_message.tags, '{}'))
     )
 $$;
 
-COMMENT ON FUNCTION mailroom_internal._http_message_document(mailroom.messages, text, text) IS
-'Internal: the JSON of one message read whole, REST v1 Message (bodies, attachments'' metadata, headers, its link and code), from the stored row: http_read_message''s and mcp_read_message''s.';
+COMMENT ON FUNCTION mailroom_internal._http_message_document(mailroom.messages) IS
+'Internal: the JSON of one message read whole, REST v1 Message (bodies, attachments'' metadata, headers, its first link and code found in it), from the stored row: http_read_message''s and mcp_read_message''s.';
 
 CREATE OR REPLACE FUNCTION mailroom.http_read_message(
     p_address text,
@@ -522,14 +519,12 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     v_who record := mailroom_internal._http_who(p_address, p_session_token, p_key_digest);
-    -- the row read once, authorized and marked read; its link and code found in it (NULL when none)
+    -- the row read once, authorized and marked read (its document finds its link and code)
     v_row mailroom.messages := mailroom_internal._read_message_row(
         p_address, p_session_token, p_message_id, v_who.owner_type, v_who.owner_id
     );
 BEGIN
-    RETURN mailroom_internal._http_message_document(
-        v_row, mailroom_internal._message_link(v_row, NULL), (mailroom_internal._message_code(v_row, '\m\d{5}\M'))[1]
-    );
+    RETURN mailroom_internal._http_message_document(v_row);
 END;
 $$;
 
