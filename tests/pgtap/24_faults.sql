@@ -3,7 +3,7 @@
 -- or the next N; a catch-all domain's fault for its inboxes; the setters validate their input and
 -- authorize like the other inbox functions. The real server: tests/inboxes/test_faults.py.
 BEGIN;
-SELECT plan(76);
+SELECT plan(78);
 
 SET LOCAL mailroom.clock = '2030-01-01 00:00:00+00';
 
@@ -232,6 +232,15 @@ SELECT is(
     (SELECT row(verdict, stored, skipped)::text FROM pg_temp.deliver(ARRAY['anon@own.example'])),
     '(ok,1,1)', 'catch-all: its fault does not refuse mail for an inbox of the domain another owner has'
 );
+SELECT is(
+    mailroom.inbox_fault('c@own.example', NULL, 'api', 'owner-a') ->> 'scope', 'catchall_domain',
+    'inbox_fault: the domain''s fault is shown for owner A''s inbox of it'
+);
+SELECT is(
+    mailroom_internal._fault_json(m.id, m.address, 'own.example'), NULL,
+    'and not for the inbox of the domain another owner has (it is not in force there)'
+)
+FROM mailroom.mailboxes AS m WHERE m.address = 'anon@own.example';
 SELECT ok(mailroom.remove_catchall_domain('own.example'), 'owner A''s catch-all domain removed');
 
 -- clearing, authorization
