@@ -5,7 +5,6 @@ loopback target the operator did not allow."""
 from __future__ import annotations
 
 import asyncio
-import ipaddress
 import time
 
 from checks_support import assert_shape
@@ -65,11 +64,7 @@ def test_a_loopback_url_is_refused_unless_allowed(target) -> None:
     assert "loopback" in named["links"][0]["error"]  # refused after DNS resolution, not by the name
     allowed = asyncio.run(links.check(f'<a href="{url}">x</a>', None, _policy()))
     assert allowed["links"][0]["ok"] is True
-    for address, reason in (("10.1.2.3", "private"), ("169.254.169.254", "link-local"), ("224.0.0.1", "multicast"),
-                            ("240.0.0.1", "reserved"), ("::1", "loopback"), ("::ffff:127.0.0.1", "loopback"),
-                            ("fe80::1", "link-local"), ("0.0.0.0", "unspecified")):
-        assert links.refusal(ipaddress.ip_address(address), []) == reason, address
-    assert links.refusal(ipaddress.ip_address("93.184.215.14"), []) is None
+    # how each kind of address is named: tests/core/test_netguard.py (the guard is mailroom.core.netguard)
 
 
 def test_time_and_count_are_bounded(target) -> None:
