@@ -83,3 +83,25 @@ def test_time_and_count_are_bounded(target) -> None:
     counted = asyncio.run(links.check(sixty, None, _policy()))
     assert (counted["checked"], counted["skipped"]) == (50, 10)
     assert all(link["ok"] for link in counted["links"])
+
+
+def test_a_malformed_link_fails_alone(serve, inbox, deliver, target) -> None:
+    """A link httpx or urllib refuses to parse (a CR from `&#13;` inside the URL, an unclosed IPv6
+    literal, a port out of range) is that link's row with its error; the check answers 200."""
+    server = serve("--link-check", "--link-check-allow", "127.0.0.1/32")
+    base = f"http://127.0.0.1:{target.server_address[1]}"
+    html = (f'<a href="{base}/ok">ok</a> <a href="{base}/ok&#13;x">cr</a> <a href="http://[::1/x">v6</a>'
+            f'<a href="http://127.0.0.1:99999/">port</a>')
+    address, token = inbox(server)
+    message = deliver(address, "malformed links", html=html)
+    answer = server.request("GET", f"/api/v1/mailboxes/{address}/messages/{message}/checks/links", token=token, timeout=30)
+    assert answer.status == 200, answer.body
+    doc = answer.json()
+    by_url = {link["url"]: link for link in doc["links"]}
+    assert doc["checked"] == 4 and set(by_url) == {f"{base}/ok", f"{base}/ok\rx", "http://[::1/x", "http://127.0.0.1:99999/"}
+    assert by_url[f"{base}/ok"]["ok"] is True
+    for url in (f"{base}/ok\rx", "http://[::1/x", "http://127.0.0.1:99999/"):
+        assert (by_url[url]["ok"], by_url[url]["status"]) == (False, None), by_url[url]
+        assert by_url[url]["error"], by_url[url]
+    assert "not a valid URL" in by_url[f"{base}/ok\rx"]["error"]
+    assert "IPv6" in by_url["http://[::1/x"]["error"]

@@ -84,7 +84,11 @@ def extract(html: str | None, text: str | None) -> list[tuple[str, str]]:
     seen: set[str] = set()
     links = []
     for url, kind in found:
-        if urlsplit(url).scheme.lower() not in ("http", "https") or url in seen:
+        try:
+            scheme = urlsplit(url).scheme.lower()
+        except ValueError:  # e.g. an unclosed [IPv6 literal: listed, and its row says why it fails
+            scheme = url[:url.find(":")].strip().lower()
+        if scheme not in ("http", "https") or url in seen:
             continue
         seen.add(url)
         links.append((url, kind))
@@ -150,9 +154,15 @@ async def _check_one(client: Any, url: str, kind: str, policy: LinkPolicy, deadl
     except httpx.HTTPError as exc:
         result["status"] = None
         result["error"] = f"{type(exc).__name__}: {str(exc)[:200] or 'the request failed'}"
+    except httpx.InvalidURL as exc:
+        result["status"] = None
+        result["error"] = f"not a valid URL: {str(exc)[:200]}"
     except (OSError, ValueError) as exc:
         result["status"] = None
         result["error"] = f"the request failed: {str(exc)[:200]}"
+    except Exception as exc:  # noqa: BLE001 - one link's failure is its row's, never the whole check's
+        result["status"] = None
+        result["error"] = f"the request failed ({type(exc).__name__}): {str(exc)[:200]}"
     return result
 
 
