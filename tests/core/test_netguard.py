@@ -42,3 +42,14 @@ def test_a_url_is_pinned_to_the_checked_address() -> None:
     assert tls.headers == {"Host": "127.0.0.1"} and tls.extensions == {"sni_hostname": "127.0.0.1"}
     six = asyncio.run(netguard.pin("http://[::1]:81/", allow))
     assert six.headers == {"Host": "[::1]:81"} and six.url.host == "::1"
+
+
+def test_a_port_outside_the_list_is_refused() -> None:
+    with pytest.raises(netguard.Refused, match=r"^refused: port 8080 is not asked \(a hint\)$"):
+        asyncio.run(netguard.pin("http://93.184.215.14:8080/", [], {80, 443}, port_hint="a hint"))
+    for url in ("https://93.184.215.14/", "http://93.184.215.14/", "http://93.184.215.14:80/"):
+        assert str(asyncio.run(netguard.pin(url, [], {80, 443})).address) == "93.184.215.14"  # the scheme's port
+    with pytest.raises(netguard.Refused, match="port 443"):
+        asyncio.run(netguard.pin("https://93.184.215.14/", [], {80}))
+    with pytest.raises(netguard.Refused, match="loopback"):  # the address is named first, whatever the port
+        asyncio.run(netguard.pin("http://127.0.0.1:8080/", [], {80}))

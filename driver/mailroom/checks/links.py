@@ -4,7 +4,10 @@ Every `a href` and `img src` of the HTML part and every http(s) link of the text
 is asked with HEAD, then GET when HEAD is refused or fails (the GET's body is never read), with httpx.
 Bounded: at most MAX_URLS URLs (the rest are counted as skipped), PER_URL seconds each (redirects
 included), TOTAL seconds for the whole check, MAX_REDIRECTS redirects per URL, each redirect target
-checked like the first URL. Off unless the server runs with --link-check (SQL refuses it: 503).
+checked like the first URL; only the ports of the setting checks.link_ports (80 and 443 by default).
+A link that fails, however it fails (a URL httpx will not parse included), is that link's row with
+its error: the check as a whole answers. Off unless the server runs with --link-check (SQL refuses
+it: 503).
 
 SSRF guard (mailroom.core.netguard, shared with the webhook sender): a URL's host is resolved first
 and each of its addresses checked; a loopback, private, link-local, multicast, reserved, unspecified
@@ -20,7 +23,7 @@ import asyncio
 import re
 import time
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from html.parser import HTMLParser
 from typing import Any
 from urllib.parse import urljoin, urlsplit
@@ -36,13 +39,16 @@ CONCURRENCY = 8
 MAX_SOURCE = 1024 * 1024  # characters of each part read for links
 MAX_URL = 2048
 REDIRECTS = frozenset({301, 302, 303, 307, 308})
+PORTS = frozenset({80, 443})  # the default of the setting checks.link_ports
 _TEXT_URL = re.compile(r"https?://[^\s<>\"'`{}|\\^\[\]]+", re.I)
 
 @dataclass
 class LinkPolicy:
-    """The bounds and the networks the operator allowed (mailroom http serve --link-check-allow)."""
+    """The bounds, the networks the operator allowed (mailroom http serve --link-check-allow) and the
+    ports a URL may name (setting checks.link_ports, which SQL reads with the message: with_ports)."""
 
     allow: list[IpNetwork] = field(default_factory=list)
+    ports: frozenset[int] = PORTS
     max_urls: int = MAX_URLS
     per_url: float = PER_URL
     total: float = TOTAL
@@ -52,6 +58,10 @@ class LinkPolicy:
     def parse(cls, networks: Iterable[str]) -> LinkPolicy:
         """From CIDR strings; ValueError names a bad one."""
         return cls(allow=netguard.parse_networks(networks))
+
+    def with_ports(self, ports: Iterable[int]) -> LinkPolicy:
+        """The same policy, for the ports given (the setting's value as SQL answers it)."""
+        return replace(self, ports=frozenset(ports))
 
 
 class _Links(HTMLParser):
@@ -99,7 +109,8 @@ async def _ask(client: Any, url: str, policy: LinkPolicy) -> tuple[int, str | No
     """One URL, one hop: (status, Location header)."""
     import httpx
 
-    pinned = await netguard.pin(url, policy.allow, hint="--link-check-allow to allow it")
+    pinned = await netguard.pin(url, policy.allow, policy.ports, hint="--link-check-allow to allow it",
+                                port_hint="the setting checks.link_ports lists the ports asked")
     headers = {**pinned.headers, "User-Agent": "mailroom-link-check/1", "Accept": "*/*"}
     status: int | None = None
     location: str | None = None

@@ -4,7 +4,8 @@ A URL's host is resolved first and each of its addresses classified: a loopback,
 link-local, multicast, reserved, unspecified or otherwise non-global address (IPv4-mapped IPv6
 included) is refused unless it is in a network the operator allowed. The request then goes to the
 address that was checked (`pin`: the URL's host stays in `Host` and in TLS's SNI and certificate
-check), so a second DNS answer cannot point it elsewhere.
+check), so a second DNS answer cannot point it elsewhere. A port outside the caller's list is refused
+too (after the address, so an address the guard refuses is named as such whatever its port).
 
 core: imports nothing of mailroom's db or areas (docs/architecture.md, "Layering").
 """
@@ -14,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import ipaddress
 import socket
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
@@ -83,9 +84,11 @@ class Pinned:
     extensions: dict[str, str]  # httpx's: TLS's SNI (and certificate check) on the URL's own host
 
 
-async def pin(url: str, allow: list[IpNetwork], hint: str = "") -> Pinned:
-    """Guard one URL (http or https only; every address of its host allowed) and pin it to the
-    address checked. Refused says why not."""
+async def pin(url: str, allow: list[IpNetwork], ports: Collection[int] | None = None, hint: str = "",
+              port_hint: str = "") -> Pinned:
+    """Guard one URL (http or https only; every address of its host allowed; its port, the scheme's
+    when it names none, in `ports` unless None) and pin it to the address checked. Refused says why
+    not (`hint`, `port_hint`: how the operator would allow it)."""
     import httpx
 
     parts = urlsplit(url)
@@ -94,6 +97,8 @@ async def pin(url: str, allow: list[IpNetwork], hint: str = "") -> Pinned:
         raise Refused(f"not an http(s) URL: {parts.scheme or '(none)'}")
     port = parts.port or (443 if scheme == "https" else 80)
     address = await resolve(parts.hostname, port, allow, hint)
+    if ports is not None and port not in ports:
+        raise Refused(f"refused: port {port} is not asked{f' ({port_hint})' if port_hint else ''}")
     target = httpx.URL(url).copy_with(host=str(address))
     host_header = f"[{parts.hostname}]" if ":" in parts.hostname else parts.hostname
     if parts.port is not None:
