@@ -97,7 +97,7 @@ def extract(html: str | None, text: str | None) -> list[tuple[str, str]]:
         try:
             scheme = urlsplit(url).scheme.lower()
         except ValueError:  # e.g. an unclosed [IPv6 literal: listed, and its row says why it fails
-            scheme = url[:url.find(":")].strip().lower()
+            scheme = url.partition(":")[0].strip().lower()
         if scheme not in ("http", "https") or url in seen:
             continue
         seen.add(url)
