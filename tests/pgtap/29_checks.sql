@@ -1,9 +1,9 @@
 -- The checks of a message (docs/checks.md): http_message_check authorizes as every http_* call,
 -- returns only what each check reads, refuses a check the server does not run (MR280, MR281), the
 -- HTML check of a message without HTML (MR282) and an unknown check (MR283), and never marks the
--- message read.
+-- message read. The link check reads its ports too (setting checks.link_ports; MR284 when bad).
 BEGIN;
-SELECT plan(12);
+SELECT plan(17);
 
 SET LOCAL mailroom.clock = '2030-01-01 00:00:00+00';
 CREATE TEMP TABLE j AS SELECT mailroom.http_create_mailbox(null, '192.0.2.1', 5) AS doc;
@@ -32,6 +32,32 @@ SELECT is(
      FROM mailroom.http_message_check(pg_temp.a(), pg_temp.t(), null, (SELECT id FROM m), 'spam', true)),
     row(true, true, E'Subject: hi\r\n\r\nbody')::text, 'spam: the raw bytes as received'
 );
+SELECT is(
+    (SELECT link_ports FROM mailroom.http_message_check(pg_temp.a(), pg_temp.t(), null, (SELECT id FROM m), 'links', true)),
+    '{80,443}'::integer[], 'links: the ports it may ask, 80 and 443 by default'
+);
+SELECT is(
+    (SELECT link_ports FROM mailroom.http_message_check(pg_temp.a(), pg_temp.t(), null, (SELECT id FROM m), 'html')),
+    null, 'html: no ports'
+);
+SELECT mailroom.set_setting('checks.link_ports', ' 8080, 443,80 ,8080');
+SELECT is(
+    (SELECT link_ports FROM mailroom.http_message_check(pg_temp.a(), pg_temp.t(), null, (SELECT id FROM m), 'links', true)),
+    '{80,443,8080}'::integer[], 'links: the ports of checks.link_ports, sorted, each once'
+);
+SELECT mailroom.set_setting('checks.link_ports', '80,70000');
+SELECT throws_ok(
+    format($$SELECT * FROM mailroom.http_message_check(%L, %L, null, %s, 'links', true)$$,
+           pg_temp.a(), pg_temp.t(), (SELECT id FROM m)),
+    'MR284', NULL, 'a port over 65535: MR284'
+);
+SELECT mailroom.set_setting('checks.link_ports', '80;443');
+SELECT throws_ok(
+    format($$SELECT * FROM mailroom.http_message_check(%L, %L, null, %s, 'links', true)$$,
+           pg_temp.a(), pg_temp.t(), (SELECT id FROM m)),
+    'MR284', NULL, 'not a comma-separated list: MR284'
+);
+SELECT mailroom.set_setting('checks.link_ports', '80,443');
 SELECT throws_ok(
     format($$SELECT * FROM mailroom.http_message_check(%L, %L, null, %s, 'links', false)$$,
            pg_temp.a(), pg_temp.t(), (SELECT id FROM m)),
