@@ -71,6 +71,7 @@ class RunPlan:
     metrics_port: int | None = None  # base: send +0, collect +1, inbox +2, expire +3, maintain +4
     http_host: str = "127.0.0.1"
     http_port: int | None = None  # the HTTP face's port (its worker in `urls` when on)
+    http_args: tuple[str, ...] = ()  # more options of `http serve` (the checks: --link-check, --spamd)
 
 
 def plan(
@@ -91,7 +92,7 @@ def children_of(p: RunPlan) -> list[Child]:
         "send": ["send"],
         "expire": ["expire"],
         "maintain": ["maintain", "--every", MAINTAIN_EVERY],
-        "http": ["http", "serve", "--host", p.http_host, "--port", str(p.http_port or 0)],
+        "http": ["http", "serve", "--host", p.http_host, "--port", str(p.http_port or 0), *p.http_args],
     }
     children = []
     for worker, (_role, offset) in WORKERS.items():
