@@ -65,12 +65,12 @@ BEGIN
     IF p_check = 'links' AND NOT coalesce(p_enabled, false) THEN
         RAISE EXCEPTION USING
             ERRCODE = 'MR280',
-            MESSAGE = 'the link check is off on this server (mailroom http serve --link-check)';
+            MESSAGE = 'the link check is off on this server: start it with --link-check (mailroom http serve, or mailroom run --http-port N)';
     END IF;
     IF p_check = 'spam' AND NOT coalesce(p_enabled, false) THEN
         RAISE EXCEPTION USING
             ERRCODE = 'MR281',
-            MESSAGE = 'the spam check is off on this server (mailroom http serve --spamd host:port)';
+            MESSAGE = 'the spam check is off on this server: run SpamAssassin''s spamd (Debian: apt install spamd; it listens on 127.0.0.1:783) and start the server with --spamd 127.0.0.1:783 (mailroom http serve, or mailroom run --http-port N)';
     END IF;
     IF p_check = 'html' AND coalesce(v_message.html_body, '') = '' THEN
         RAISE EXCEPTION USING

@@ -3,7 +3,7 @@
 -- HTML check of a message without HTML (MR282) and an unknown check (MR283), and never marks the
 -- message read. The link check reads its ports too (setting checks.link_ports; MR284 when bad).
 BEGIN;
-SELECT plan(17);
+SELECT plan(18);
 
 SET LOCAL mailroom.clock = '2030-01-01 00:00:00+00';
 CREATE TEMP TABLE j AS SELECT mailroom.http_create_mailbox(null, '192.0.2.1', 5) AS doc;
@@ -72,6 +72,12 @@ SELECT throws_ok(
     format($$SELECT * FROM mailroom.http_message_check(%L, %L, null, %s, 'spam', false)$$,
            pg_temp.a(), pg_temp.t(), (SELECT id FROM m)),
     'MR281', NULL, 'the spam check off: MR281'
+);
+SELECT throws_like(
+    format($$SELECT * FROM mailroom.http_message_check(%L, %L, null, %s, 'spam', false)$$,
+           pg_temp.a(), pg_temp.t(), (SELECT id FROM m)),
+    '%apt install spamd%--spamd 127.0.0.1:783%mailroom run%',
+    'the spam check off says how to get a spamd and turn the check on (issue 44 item 5)'
 );
 SELECT throws_ok(
     format($$SELECT * FROM mailroom.http_message_check(%L, %L, null, %s, 'html')$$,
