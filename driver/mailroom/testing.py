@@ -10,6 +10,7 @@ pytest reuses the cluster named by MAILROOM_TEST_CLUSTER_HOME when set (see test
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import os
 import shutil
@@ -19,7 +20,9 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
+from typing import TextIO
 
 import psycopg
 from psycopg import sql
@@ -420,28 +423,44 @@ def write_snapshot(cluster: embedded.Cluster) -> Path:
     return path
 
 
+@contextlib.contextmanager
+def phase(name: str, out: TextIO | None = None) -> Iterator[None]:
+    """Time one phase of a run: `== phase NAME: 12.3 s` on stderr when it ends (failed or not), the
+    line .ci/run's phases print too, so a CI log shows where its minutes went."""
+    started = time.monotonic()
+    try:
+        yield
+    finally:
+        print(f"== phase {name}: {time.monotonic() - started:.1f} s", file=out or sys.stderr, flush=True)
+
+
 def main(argv: list[str]) -> int:
     if not argv or argv[0] not in ("pgtap", "all", "snapshot"):
         print(__doc__, file=sys.stderr)
         return 2
     command, rest = argv[0], argv[1:]
-    cluster = start_cluster()
+    with phase("cluster start"):
+        cluster = start_cluster()
     try:
         if command == "snapshot":
             print(f"wrote {write_snapshot(cluster)}", file=sys.stderr)
             return 0
         if command == "pgtap":
-            return run_pgtap(cluster, rest)
-        rc = run_pgtap(cluster, [])
+            with phase("pgTAP"):
+                return run_pgtap(cluster, rest)
+        with phase("pgTAP"):
+            rc = run_pgtap(cluster, [])
         args, parallel = pytest_args(rest)
         env = dict(os.environ)
         if parallel:
             # each xdist worker starts its own cluster (roles are cluster-wide: two workers
             # migrating templates in one cluster would race to create them)
-            stop_cluster(cluster)
+            with phase("cluster stop"):
+                stop_cluster(cluster)
         else:
             env[CLUSTER_ENV] = str(cluster.home)
-        pytest_rc = subprocess.call([sys.executable, "-m", "pytest", *args], env=env)
+        with phase("pytest"):
+            pytest_rc = subprocess.call([sys.executable, "-m", "pytest", *args], env=env)
         return rc or pytest_rc
     finally:
         if cluster.is_running():
@@ -453,9 +472,11 @@ def pytest_args(rest: list[str]) -> tuple[list[str], bool]:
     one pytest-xdist worker per core (`--dist loadfile`: a module's fixtures, such as a Citus
     topology, are made once), unless the caller chose (-n, -p no:xdist); whether it is parallel."""
     chose = any(a.startswith(("-n", "--numprocesses", "--dist")) or a == "no:xdist" for a in rest)
+    # the slowest tests and fixtures, named in every run's log (where pytest's minutes go)
+    durations = [] if any(a.startswith("--durations") for a in rest) else ["--durations=30"]
     if chose or (os.cpu_count() or 1) < 2 or importlib.util.find_spec("xdist") is None:
-        return list(rest), False
-    return ["-n", "auto", "--dist", "loadfile", *rest], True
+        return [*durations, *rest], False
+    return ["-n", "auto", "--dist", "loadfile", *durations, *rest], True
 
 
 if __name__ == "__main__":
