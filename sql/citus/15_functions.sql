@@ -24,7 +24,7 @@ BEGIN
         ORDER BY p.oid
     LOOP
         BEGIN
-            PERFORM create_distributed_function(v_fn::text);
+            PERFORM create_distributed_function(v_fn);
         EXCEPTION
             -- The one refusal accepted: the function depends on an object Citus does not
             -- distribute (a coordinator-only table's row type), which create_distributed_function
