@@ -1,7 +1,8 @@
 """Test harness: a throwaway cluster per run, migrated databases, pg_prove, pytest.
 
     python -m mailroom.testing pgtap [FILE ...]   pgTAP files (default tests/pgtap/*.sql)
-    python -m mailroom.testing all [PYTEST ARGS]  pg_prove on one cluster, then pytest (one worker per core)
+    python -m mailroom.testing all [PYTEST ARGS]  pg_prove on one cluster and pytest (one worker per core,
+                                                  each with a cluster of its own) side by side
     python -m mailroom.testing snapshot           rewrite tests/db/schema.snapshot from a fresh migrate
 
 pytest reuses the cluster named by MAILROOM_TEST_CLUSTER_HOME when set (see tests/conftest.py).
@@ -19,6 +20,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -195,12 +197,15 @@ def _port_is_free(port: int) -> bool:
     return True
 
 
-def pg_prove(cluster: embedded.Cluster, dbname: str, files: list[str]) -> int:
+def pg_prove_argv(cluster: embedded.Cluster, dbname: str, files: list[str]) -> list[str]:
     exe = shutil.which("pg_prove")
     if exe is None:
         raise UserError("pg_prove not found: apt-get install libtap-parser-sourcehandler-pgtap-perl postgresql-15-pgtap")
-    argv = [exe, "--ext", ".sql", "-h", str(cluster.home), "-p", str(cluster.port), "-U", "postgres", "-d", dbname, *files]
-    return subprocess.call(argv)
+    return [exe, "--ext", ".sql", "-h", str(cluster.home), "-p", str(cluster.port), "-U", "postgres", "-d", dbname, *files]
+
+
+def pg_prove(cluster: embedded.Cluster, dbname: str, files: list[str]) -> int:
+    return subprocess.call(pg_prove_argv(cluster, dbname, files))
 
 
 def _pgtap_files(args: list[str]) -> list[str]:
@@ -448,23 +453,53 @@ def main(argv: list[str]) -> int:
         if command == "pgtap":
             with phase("pgTAP"):
                 return run_pgtap(cluster, rest)
-        with phase("pgTAP"):
-            rc = run_pgtap(cluster, [])
         args, parallel = pytest_args(rest)
         env = dict(os.environ)
         if parallel:
             # each xdist worker starts its own cluster (roles are cluster-wide: two workers
-            # migrating templates in one cluster would race to create them)
-            with phase("cluster stop"):
-                stop_cluster(cluster)
-        else:
-            env[CLUSTER_ENV] = str(cluster.home)
+            # migrating templates in one cluster would race to create them), so pg_prove runs on this
+            # one alongside pytest, not before it: its single backend fills the CPU pytest's workers
+            # leave idle while they wait on servers, subprocesses and sleeps
+            return _pgtap_alongside_pytest(cluster, args, env)
+        with phase("pgTAP"):
+            rc = run_pgtap(cluster, [])
+        env[CLUSTER_ENV] = str(cluster.home)
         with phase("pytest"):
             pytest_rc = subprocess.call([sys.executable, "-m", "pytest", *args], env=env)
         return rc or pytest_rc
     finally:
         if cluster.is_running():
             stop_cluster(cluster)
+
+
+def _pgtap_alongside_pytest(cluster: embedded.Cluster, args: list[str], env: dict[str, str]) -> int:
+    """pg_prove (its report kept in a file, printed once pytest is done: the two never interleave)
+    while pytest runs; the exit code is the first failure's."""
+    files = _pgtap_files([])
+    with phase("pgTAP database"):
+        migrated_database(cluster, "mailroom_pgtap", pgtap=True)
+    with tempfile.TemporaryFile("w+") as report:
+        started = time.monotonic()
+        prove = subprocess.Popen(pg_prove_argv(cluster, "mailroom_pgtap", files), stdout=report,
+                                 stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        ended: list[float] = []  # when pg_prove ended (a thread waits for it: pytest holds this one)
+        waiter = threading.Thread(target=lambda: (prove.wait(), ended.append(time.monotonic())), daemon=True)
+        waiter.start()
+        try:
+            with phase("pytest (pgTAP alongside)"):
+                pytest_rc = subprocess.call([sys.executable, "-m", "pytest", *args], env=env)
+            rc = prove.wait()
+            waiter.join()
+        finally:
+            if prove.poll() is None:
+                prove.kill()
+                prove.wait()
+        report.seek(0)
+        print("== pgTAP (pg_prove, run alongside pytest)", flush=True)
+        sys.stdout.write(report.read())
+        sys.stdout.flush()
+        print(f"== phase pgTAP: {ended[0] - started:.1f} s (alongside pytest)", file=sys.stderr, flush=True)
+    return rc or pytest_rc
 
 
 def pytest_args(rest: list[str]) -> tuple[list[str], bool]:
