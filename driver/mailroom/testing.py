@@ -54,7 +54,11 @@ def create_database(cluster: embedded.Cluster, name: str, *, template: str | Non
         conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
         stmt = sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name))
         if template:
-            stmt += sql.SQL(" TEMPLATE {}").format(sql.Identifier(template))
+            # FILE_COPY, not PostgreSQL 15's default WAL_LOG: a test cluster has no fsync, so its two
+            # checkpoints are cheap, and the clone's pages never pass through shared buffers, which the
+            # DROP at the test's end would then scan out (measured on 2 loaded cores, 12 MB template:
+            # create 0.48 s + drop 0.04 s against 0.56 s + 0.09 s, over 30 clones of each)
+            stmt += sql.SQL(" TEMPLATE {} STRATEGY FILE_COPY").format(sql.Identifier(template))
         conn.execute(stmt)
     return cluster.url(name)
 
