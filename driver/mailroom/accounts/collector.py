@@ -58,7 +58,7 @@ class CollectorConfig:
     poll_ms: int = 1000
     metrics_port: int | None = None  # Prometheus /metrics (mailroom.accounts.metrics), off when None
     metrics_host: str = "127.0.0.1"
-    key_fingerprint: str | None = None  # of MAILROOM_SECRET_KEY: checked once connected (accounts/secret_key.py)
+    key_fingerprint: str | None = None  # of MAILROOM_SECRET_KEY: checked once connected (db/keyring.py)
 
 
 def parse_config(
