@@ -17,7 +17,7 @@ says in one line that something else must expire them (pg_cron, another `mailroo
 `mailroom doctor` warns when nothing has expired inboxes recently.
 
 MAILROOM_SECRET_KEY in run's environment reaches collect and send: `run` checks it first (the keyring's
-active key, by fingerprint: mailroom.accounts.secret_key) and refuses with one line, exit 2.
+active key, by fingerprint: mailroom.db.keyring) and refuses with one line, exit 2.
 
 Which login: each child connects as the login of its URL. One URL for all needs a login granted
 mailroom_inbound (inbox serve, expire, maintain), mailroom_collector (collect) and mailroom_sender
@@ -142,7 +142,7 @@ def check_logins(urls: dict[str, str], connect: Callable[[str], psycopg.Connecti
 def check_secret_key(urls: dict[str, str]) -> None:
     """MAILROOM_SECRET_KEY set and a worker that signs (collect, send) in the plan: it must be the
     keyring's active key (ConfigError, one line, exit 2). Out of reach: each child checks once connected."""
-    from mailroom.accounts.secret_key import check_at_start, env_fingerprint
+    from mailroom.db.keyring import check_at_start, env_fingerprint
 
     signing = [w for w in ("collect", "send") if w in urls]
     fingerprint = env_fingerprint() if signing else None
