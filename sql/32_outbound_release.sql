@@ -166,11 +166,8 @@ DECLARE
     v_end integer;
     v_head text;
     v_eol text;
-    v_lines text [];
-    v_fields bigint [];
     v_froms text [];
-    v_first bigint;
-    v_reply boolean;
+    v_at integer;
     v_new text;
 BEGIN
     -- Release is forwarding (docs/outbound.md, "Release is forwarding"): when a From field of the
@@ -178,9 +175,9 @@ BEGIN
     -- From field is renamed X-Original-From (its lines kept as they were), and in place of the
     -- first come From: "<its display name> via mailroom" <the release sender> and, when the header
     -- has no Reply-To, Reply-To: the first original From's value. The header is the bytes up to the
-    -- first empty line, read as Latin-1 (byte for byte, so 8-bit headers pass unchanged); one pass
-    -- over its lines, folded continuation lines belonging to the field above them. Any other
-    -- message is returned as it is.
+    -- first empty line, read as Latin-1 (byte for byte, so 8-bit headers pass unchanged), by
+    -- regular expressions without back-references (linear), folded continuation lines belonging
+    -- to the field above them. Any other message is returned as it is.
     IF p_raw IS NULL OR substring(p_raw FROM 1 FOR 1) = '\x0a'::bytea OR substring(p_raw FROM 1 FOR 2) = '\x0d0a'::bytea THEN
         RETURN p_raw;
     END IF;
@@ -198,47 +195,25 @@ BEGIN
     v_head := convert_from(substring(p_raw FROM 1 FOR v_end), 'LATIN1');
     v_eol := CASE WHEN v_head ~ '\r\n' OR v_head !~ '\n' THEN E'\r\n' ELSE E'\n' END;
 
-    -- the header's lines (each with its line end), and the field each belongs to
-    SELECT array_agg(l.m[1] ORDER BY l.n), array_agg(l.f ORDER BY l.n) INTO v_lines, v_fields
-    FROM (
-        SELECT x.m, x.n, sum(CASE WHEN x.m[1] ~ '^[ \t]' THEN 0 ELSE 1 END) OVER (ORDER BY x.n) AS f
-        FROM regexp_matches(v_head, '[^\n]*\n|[^\n]+', 'g') WITH ORDINALITY AS x (m, n)
-    ) AS l;
-
-    -- the From fields, each its value (the lines after "From:", as written), in order
-    SELECT array_agg(f.value ORDER BY f.field), min(f.field) INTO v_froms, v_first
-    FROM (
-        SELECT r.field, regexp_replace(string_agg(r.line, '' ORDER BY r.n), '^[^:]*:', '') AS value
-        FROM unnest(v_lines, v_fields) WITH ORDINALITY AS r (line, field, n)
-        WHERE r.field IN (
-            SELECT h.field FROM unnest(v_lines, v_fields) AS h (line, field) WHERE h.line ~* '^from[ \t]*:'
-        )
-        GROUP BY r.field
-    ) AS f;
-    IF v_froms IS NULL
+    -- the From fields' values (after "From:", continuation lines and line ends as written), in order;
+    -- flag n: ^ is the start of any line of the header
+    v_froms := ARRAY(
+        SELECT f.m[1] FROM regexp_matches(v_head, '^from[ \t]*:([^\n]*(?:\n[ \t][^\n]*)*\n?)', 'gin') AS f (m)
+    );
+    IF cardinality(v_froms) = 0
         OR (cardinality(v_froms) = 1
             AND NOT mailroom_internal._release_signs_for(regexp_replace(v_froms[1], '\r?\n', '', 'g'))) THEN
         RETURN p_raw;
     END IF;
-    v_reply := EXISTS (SELECT 1 FROM unnest(v_lines) AS r (line) WHERE r.line ~* '^reply-to[ \t]*:');
     v_new := 'From: ' || mailroom_internal._release_display(v_froms[1]) || ' <' || p_sender_from || '>' || v_eol
-        || CASE WHEN v_reply THEN '' ELSE
+        || CASE WHEN v_head ~* '(?n)^reply-to[ \t]*:' THEN '' ELSE
             'Reply-To:' || v_froms[1] || CASE WHEN v_froms[1] ~ '\n$' THEN '' ELSE v_eol END
         END;
+    -- the new fields where the first From was, every From renamed in place (its lines unchanged)
+    v_at := regexp_instr(v_head, '^from[ \t]*:', 1, 1, 0, 'in');
     RETURN convert_to(
-        (
-            SELECT string_agg(
-                CASE
-                    WHEN r.line ~* '^from[ \t]*:' THEN
-                        CASE WHEN r.field = v_first THEN v_new ELSE '' END
-                        || 'X-Original-From:' || substring(r.line FROM position(':' IN r.line) + 1)
-                        || CASE WHEN r.line ~ '\n$' THEN '' ELSE v_eol END
-                    ELSE r.line
-                END,
-                '' ORDER BY r.n
-            )
-            FROM unnest(v_lines, v_fields) WITH ORDINALITY AS r (line, field, n)
-        ),
+        substr(v_head, 1, v_at - 1) || v_new
+        || regexp_replace(substr(v_head, v_at), '^from[ \t]*:', 'X-Original-From:', 'gin'),
         'LATIN1'
     ) || substring(p_raw FROM v_end + 1);
 END;

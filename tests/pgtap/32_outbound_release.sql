@@ -6,7 +6,7 @@
 -- inbox's rates (MR020), not from a catch-all inbox unless listed (MR397), one audit line each (no
 -- address), and a From in a domain mailroom signs for rewritten as a mailing list does.
 BEGIN;
-SELECT plan(53);
+SELECT plan(54);
 
 SET LOCAL mailroom.clock = '2030-01-01 00:00:00+00';
 SELECT mailroom.upsert_sender('relay', 'robot@mailroom.test', '127.0.0.1', 2525);
@@ -263,6 +263,13 @@ SELECT is(
     convert_to(E'From: "Zoë \\"Q\\" via mailroom" <robot@mailroom.test>\r\n'
         || E'X-Original-From: "Zoë \\"Q\\"" <zoe@operator.example>\r\nReply-To: z@x.example\r\n\r\n', 'UTF8'),
     'a quoted name with quotes and 8-bit letters: quoted again'
+);
+SELECT is(
+    convert_from(mailroom_internal._release_forwarded(
+        convert_to(E'Received: by x\r\nSubject: x\r\nFrom: CEO <ceo@mailroom.test>', 'UTF8'), 'robot@mailroom.test'), 'UTF8'),
+    E'Received: by x\r\nSubject: x\r\nFrom: "CEO via mailroom" <robot@mailroom.test>\r\nReply-To: CEO <ceo@mailroom.test>\r\n'
+    || 'X-Original-From: CEO <ceo@mailroom.test>',
+    'a From below other fields, in a message without a body: rewritten in its place'
 );
 SELECT throws_ok(
     $$SELECT mailroom_internal._release_forwarded('\x46726f6d3a20610062406f70657261746f722e6578616d706c650d0a0d0a'::bytea, 'r@mailroom.test')$$,
