@@ -3,6 +3,7 @@
     python -m mailroom.testing pgtap [FILE ...]   pgTAP files (default tests/pgtap/*.sql)
     python -m mailroom.testing all [PYTEST ARGS]  pg_prove on one cluster and pytest (one worker per core,
                                                   each with a cluster of its own) side by side
+        --fast-paths-off-pass   then tests/http, tests/mcp and tests/outbound again with MAILROOM_FAST_PATHS=off
     python -m mailroom.testing snapshot           rewrite tests/db/schema.snapshot from a fresh migrate
 
 pytest reuses the cluster named by MAILROOM_TEST_CLUSTER_HOME when set (see tests/conftest.py).
@@ -31,12 +32,18 @@ from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from mailroom.core.errors import UserError
+from mailroom.core.fastpaths import ENV as FAST_PATHS_ENV
 from mailroom.db import cluster as embedded
 from mailroom.db.connect import connect
 from mailroom.db.files import checkout_root
 from mailroom.db.migrate import migrate
 
 CLUSTER_ENV = "MAILROOM_TEST_CLUSTER_HOME"
+
+# `all --fast-paths-off-pass`: the suites run a second time on the public paths (MAILROOM_FAST_PATHS=off),
+# as psycopg runs its suite on both of its implementations (docs/architecture.md, Private internals)
+FAST_PATHS_OFF_FLAG = "--fast-paths-off-pass"
+FAST_PATHS_OFF_SUITES = ("tests/http", "tests/mcp", "tests/outbound")
 
 
 def start_cluster(prefix: str = "mailroom-test-") -> embedded.Cluster:
@@ -136,9 +143,12 @@ def as_login(url: str, login: str | None) -> str:
 
 
 def driver_env(env: dict[str, str], args: tuple[str, ...] | list[str]) -> dict[str, str]:
-    """MAILROOM_DATABASE_URL / MAILROOM_LISTEN_URL of a command's environment, as its test login."""
+    """MAILROOM_DATABASE_URL / MAILROOM_LISTEN_URL of a command's environment, as its test login; the
+    run's MAILROOM_FAST_PATHS (the `--fast-paths-off-pass`) reaches the command unless `env` sets it."""
     login = login_for(args)
     out = dict(env)
+    if FAST_PATHS_ENV in os.environ:
+        out.setdefault(FAST_PATHS_ENV, os.environ[FAST_PATHS_ENV])
     for key in ("MAILROOM_DATABASE_URL", "MAILROOM_LISTEN_URL"):
         if out.get(key) and out[key].strip().lower() not in ("none", "off"):
             out[key] = as_login(out[key], login)
@@ -457,6 +467,8 @@ def main(argv: list[str]) -> int:
         if command == "pgtap":
             with phase("pgTAP"):
                 return run_pgtap(cluster, rest)
+        off_pass = FAST_PATHS_OFF_FLAG in rest
+        rest = [a for a in rest if a != FAST_PATHS_OFF_FLAG]
         args, parallel = pytest_args(rest)
         env = dict(os.environ)
         if parallel:
@@ -464,13 +476,21 @@ def main(argv: list[str]) -> int:
             # migrating templates in one cluster would race to create them), so pg_prove runs on this
             # one alongside pytest, not before it: its single backend fills the CPU pytest's workers
             # leave idle while they wait on servers, subprocesses and sleeps
-            return _pgtap_alongside_pytest(cluster, args, env)
-        with phase("pgTAP"):
-            rc = run_pgtap(cluster, [])
-        env[CLUSTER_ENV] = str(cluster.home)
-        with phase("pytest"):
-            pytest_rc = subprocess.call([sys.executable, "-m", "pytest", *args], env=env)
-        return rc or pytest_rc
+            rc = _pgtap_alongside_pytest(cluster, args, env)
+        else:
+            with phase("pgTAP"):
+                rc = run_pgtap(cluster, [])
+            env[CLUSTER_ENV] = str(cluster.home)
+            with phase("pytest"):
+                pytest_rc = subprocess.call([sys.executable, "-m", "pytest", *args], env=env)
+            rc = rc or pytest_rc
+        if off_pass:
+            # the suites whole, spread as the first run was (its other arguments chose files or tests)
+            off_args = (["-n", "auto", "--dist", "loadfile"] if parallel else ["-p", "no:xdist"]) + list(FAST_PATHS_OFF_SUITES)
+            with phase(f"pytest {' '.join(FAST_PATHS_OFF_SUITES)} with {FAST_PATHS_ENV}=off"):
+                off_rc = subprocess.call([sys.executable, "-m", "pytest", *off_args], env={**env, FAST_PATHS_ENV: "off"})
+            rc = rc or off_rc
+        return rc
     finally:
         if cluster.is_running():
             stop_cluster(cluster)

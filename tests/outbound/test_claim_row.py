@@ -55,3 +55,17 @@ def test_claimed_rows_load_as_register_composite_loads_them(conn):
             got = ours.execute("SELECT %s::mailroom.claimed_message", (text,)).fetchone()[0]
             assert got == expected
             assert got._fields == expected._fields
+
+
+def test_the_split_loader_is_installed_exactly_when_switched_on(conn):
+    """A psycopg whose composite loader the split does not fit would leave psycopg's own loader in place
+    with every comparison above still passing: this fails instead (MAILROOM_FAST_PATHS=off: psycopg's)."""
+    from psycopg.pq import Format
+
+    from mailroom.core import fastpaths
+
+    info = CompositeInfo.fetch(conn, "mailroom.claimed_message")
+    with psycopg.connect(conn.info.dsn) as ours:
+        claimrow.register(info, ours)
+        loader = ours.adapters.get_loader(info.oid, Format.TEXT)
+        assert (loader.__name__ == "FastLoader") is fastpaths.enabled(), (psycopg.__version__, loader)

@@ -34,6 +34,7 @@ from fastapi.routing import APIRoute
 from pydantic import BaseModel, ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from mailroom.core import fastpaths
 from mailroom.core.log import get_logger
 from mailroom.http import docs, models, page, ses, sqlapi
 from mailroom.http.credentials import Credentials, csrf_token, request_credentials
@@ -516,6 +517,8 @@ def create_app(config: HttpConfig | None = None) -> FastAPI:  # noqa: PLR0915 - 
     # -- the page ----------------------------------------------------------------------------------
 
     page.add_routes(app, state)
+    if not fastpaths.enabled():  # MAILROOM_FAST_PATHS=off: every request through the middleware and its route
+        return app
     # the hot reads, without FastAPI's per-request parameter machinery when their query is plain
     hot = {
         "messages": (list_messages, {"limit": int, "offset": int, "after": int, "tag": str, "unread": bool}),
@@ -581,6 +584,7 @@ class _HotGets:
         if query is None:
             await self.app(scope, receive, send)
             return
+        fastpaths.hit("http.hot_gets")
         endpoint, _, route = self.endpoints[match[2]]
         scope["route"] = route
         scope["path_params"] = {"address": match[1]}
@@ -608,6 +612,7 @@ def _fast_get(app: FastAPI, path: str, endpoint: Any, params: dict[str, type]) -
         if query is None:
             await declared(scope, receive, send)
             return
+        fastpaths.hit("http.fast_get")
         response = await endpoint(Request(scope, receive, send), **scope["path_params"], **query)
         await response(scope, receive, send)
 

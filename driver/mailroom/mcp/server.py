@@ -39,6 +39,7 @@ from mcp.server.transport_security import TransportSecuritySettings
 from mcp.types import CallToolResult, Resource, TextContent, ToolAnnotations
 from pydantic import Field
 
+from mailroom.core import fastpaths
 from mailroom.core.credentials import key_digest
 from mailroom.core.errors import Kind, describe_db_error, kind_of
 from mailroom.core.log import get_logger
@@ -274,7 +275,8 @@ def build(backend: Backend, credential: Callable[[], bytes | None] | None = None
 
         return register
 
-    _build_options_once(server)
+    if fastpaths.enabled():  # MAILROOM_FAST_PATHS=off: the SDK builds them per request
+        _build_options_once(server)
     who = credential or from_request
     server.backend = backend
     server.credential = who
@@ -597,6 +599,7 @@ class _FastCalls:
         from mcp import types
         from mcp.shared.exceptions import McpError
 
+        fastpaths.hit("mcp.fast_calls")
         try:
             req = types.ClientRequest.model_validate({"method": message["method"], "params": message.get("params")})
         except ValueError as exc:
@@ -667,7 +670,9 @@ def http_app(config: McpConfig, *, host: str) -> Any:
 
     app.router.lifespan_context = lifespan
     path = server.settings.streamable_http_path
-    return _RequireKey(_FastCalls(app, server, path, server.settings.transport_security), path)
+    if fastpaths.enabled():  # MAILROOM_FAST_PATHS=off: every request through the SDK's transport
+        app = _FastCalls(app, server, path, server.settings.transport_security)
+    return _RequireKey(app, path)
 
 
 def run_http(config: McpConfig, *, host: str, port: int) -> None:
