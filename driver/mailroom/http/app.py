@@ -35,7 +35,7 @@ from pydantic import BaseModel, ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from mailroom.core.log import get_logger
-from mailroom.http import docs, models, page, ses, sqlapi
+from mailroom.http import docs, edge, models, page, ses, sqlapi
 from mailroom.http.credentials import Credentials, csrf_token, request_credentials
 from mailroom.http.models import errors
 from mailroom.http.state import CONFIG_ENV, ApiError, HttpConfig, State, error_body
@@ -139,10 +139,7 @@ def create_app(config: HttpConfig | None = None) -> FastAPI:  # noqa: PLR0915 - 
 
     @app.exception_handler(ApiError)
     async def api_error(request: Request, err: ApiError) -> Response:
-        if request.url.path.startswith("/inbox") or request.url.path == "/":
-            return HTMLResponse(page.error_page(err.status, err.message, err.code), status_code=err.status,
-                                headers={**err.headers, **page.PAGE_HEADERS})
-        return JSONResponse(error_body(err), status_code=err.status, headers=err.headers)
+        return _error_response(request.url.path, err)
 
     @app.exception_handler(StarletteHTTPException)
     async def http_error(request: Request, exc: StarletteHTTPException) -> Response:
@@ -526,7 +523,20 @@ def create_app(config: HttpConfig | None = None) -> FastAPI:  # noqa: PLR0915 - 
         # outermost (inside Starlette's error middleware): the hot reads skip the middleware stack and the
         # router too; with an access log or CORS they take the way above, through both
         app.add_middleware(_HotGets, routes=app.router.routes, endpoints=hot)
+    # outermost: every request bounded and checked before anything reads it (http/edge.py)
+    app.add_middleware(edge.Edge, refusals=edge.Refusals(state),
+                       render=lambda scope, err: _error_response(scope["path"], err, at_edge=True))
     return app
+
+
+def _error_response(path: str, err: ApiError, *, at_edge: bool = False) -> Response:
+    """An ApiError as the face answers it: the page's HTML under /inbox and /, else the ErrorResponse.
+    The edge's answers (at_edge) pass no middleware after it: they carry the security headers themselves."""
+    if path.startswith("/inbox") or path == "/":
+        return HTMLResponse(page.error_page(err.status, err.message, err.code), status_code=err.status,
+                            headers={**err.headers, **page.PAGE_HEADERS})
+    return JSONResponse(error_body(err), status_code=err.status,
+                        headers={**err.headers, **_HOT_HEADERS} if at_edge else err.headers)
 
 
 # A query value the fast path takes as it is; anything else (a sign, a space, an exponent, "yes", an

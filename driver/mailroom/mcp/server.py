@@ -44,6 +44,7 @@ from mailroom.core.errors import Kind, describe_db_error, kind_of
 from mailroom.core.log import get_logger
 from mailroom.db.connect import alearn_vocabulary
 from mailroom.db.pool import NoConnection, async_pool, front_call
+from mailroom.http import edge
 from mailroom.http.events import Hub
 from mailroom.mcp import sqlapi
 
@@ -675,7 +676,9 @@ def http_app(config: McpConfig, *, host: str) -> Any:
 
     app.router.lifespan_context = lifespan
     path = server.settings.streamable_http_path
-    return _RequireKey(_FastCalls(app, server, path, server.settings.transport_security), path)
+    # the edge first (mailroom.http.edge): the body bounded and its nesting checked before the key check
+    return edge.Edge(_RequireKey(_FastCalls(app, server, path, server.settings.transport_security), path),
+                     refusals=edge.Refusals(backend))
 
 
 def run_http(config: McpConfig, *, host: str, port: int) -> None:
