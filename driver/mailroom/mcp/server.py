@@ -530,21 +530,32 @@ def run_stdio(config: McpConfig, api_key: str) -> None:
 
 
 class _RequireKey:
-    """Pure ASGI middleware: an HTTP request without any API key is refused at the edge (401 and
-    WWW-Authenticate, the standard SQLSTATE of a missing authorization, no database call); a key
-    that is there is SQL's to judge."""
+    """Pure ASGI middleware: an HTTP request without any API key is refused before the transport (401 and
+    WWW-Authenticate) with the code and words SQL gives a call without a key (MR240 of _mcp_key: asked
+    once, then kept; no database, no code); a key that is there is SQL's to judge."""
 
-    def __init__(self, app: Any, path: str) -> None:
+    def __init__(self, app: Any, path: str, backend: Backend | None = None) -> None:
         self.app = app
         self.path = path
+        self.backend = backend
+        self.refusal: ToolFailure | None = None
+
+    async def _no_key(self) -> ToolFailure:
+        if self.refusal is None and self.backend is not None:
+            try:
+                await self.backend.call(sqlapi.mcp_list_mailboxes, key_digest=None)
+            except ToolFailure as failure:
+                if failure.code:
+                    self.refusal = failure
+        return self.refusal or ToolFailure("", Kind.DENIED.value, "an API key is required: Authorization: Bearer mrk_…")
 
     async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
         if scope["type"] == "http" and scope["path"].rstrip("/") == self.path:
             headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", [])}
             if header_credential(headers) is None:
-                body = json.dumps({"error": {
-                    "code": "28000", "kind": Kind.DENIED.value,
-                    "message": "an API key is required: Authorization: Bearer mrk_…"}}).encode()
+                failure = await self._no_key()
+                error = {"code": failure.code, "kind": failure.kind, "message": failure.message}
+                body = json.dumps({"detail": failure.message, "error": error}).encode()
                 await send({"type": "http.response.start", "status": 401, "headers": [
                     (b"content-type", b"application/json"), (b"www-authenticate", b'Bearer realm="mailroom"'),
                     (b"content-length", str(len(body)).encode())]})
@@ -677,7 +688,7 @@ def http_app(config: McpConfig, *, host: str) -> Any:
     app.router.lifespan_context = lifespan
     path = server.settings.streamable_http_path
     # the edge first (mailroom.http.edge): the body bounded and its nesting checked before the key check
-    return edge.Edge(_RequireKey(_FastCalls(app, server, path, server.settings.transport_security), path),
+    return edge.Edge(_RequireKey(_FastCalls(app, server, path, server.settings.transport_security), path, backend),
                      refusals=edge.Refusals(backend))
 
 
