@@ -41,3 +41,43 @@ def test_no_key_is_401_with_mr240(mcp_http) -> None:
     doc = response.json()
     assert doc["error"] == {"code": "MR240", "kind": "denied", "message": "credentials required: an API key"}, doc
     assert doc["detail"] == "credentials required: an API key"
+
+
+def _rpc(mcp_http, api_key: str, method: str, params: dict | None = None) -> dict:  # noqa: ANN001
+    message = {"jsonrpc": "2.0", "id": 1, "method": method, "params": params or {}}
+    response = httpx.post(f"http://127.0.0.1:{mcp_http.port}/mcp", json=message, timeout=30,
+                          headers={**HEADERS, "Authorization": f"Bearer {api_key}"})
+    assert response.status_code == 200, response.text
+    return response.json()["result"]
+
+
+def test_server_info_names_mailrooms_version(mcp_http, api_key) -> None:
+    from mailroom import __version__
+
+    result = _rpc(mcp_http, api_key, "initialize", {"protocolVersion": "2025-06-18", "capabilities": {},
+                                                   "clientInfo": {"name": "test", "version": "1"}})
+    assert result["serverInfo"] == {"name": "mailroom", "version": __version__} | \
+        {k: v for k, v in result["serverInfo"].items() if k not in ("name", "version")}
+
+
+def test_tool_descriptions_speak_of_what_mcp_has(mcp_http, api_key) -> None:
+    tools = {t["name"]: t["description"] for t in _rpc(mcp_http, api_key, "tools/list")["tools"]}
+    assert not [name for name, text in tools.items() if "session token" in text], tools
+    extend = tools["extend_inbox"]
+    mr202 = extend[extend.index("MR202"):].split(";")[0]
+    assert "seconds" in mr202, mr202
+
+
+def test_stdio_with_a_wrong_key_exits_2_before_serving(db_url) -> None:
+    import subprocess
+    import sys
+
+    from mcp_support import mailroom_env
+
+    args = ("mcp",)
+    proc = subprocess.run([sys.executable, "-m", "mailroom", *args], input=b"", capture_output=True, timeout=60,
+                          env=mailroom_env(db_url, args, {"MAILROOM_MCP_API_KEY": "mrk_not-a-key"}))
+    assert proc.returncode == 2, proc.stderr
+    err = proc.stderr.decode()
+    assert "MAILROOM_MCP_API_KEY" in err and "MR241" in err and "Traceback" not in err, err
+    assert "mrk_not-a-key" not in err

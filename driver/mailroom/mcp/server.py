@@ -283,6 +283,9 @@ def build(backend: Backend, credential: Callable[[], bytes | None] | None = None
 
         return register
 
+    from mailroom import __version__
+
+    server._mcp_server.version = __version__  # noqa: SLF001 - serverInfo.version: mailroom's, not the SDK's
     _build_options_once(server)
     who = credential or from_request
     server.backend = backend
@@ -513,10 +516,26 @@ async def _wait(backend: Backend, address: str, digest: bytes | None, subject_li
 # -- the two transports ---------------------------------------------------------------------------
 
 
-def run_stdio(config: McpConfig, api_key: str) -> None:
+def check_key(database_url: str, digest: bytes | None, source: str) -> None:
+    """stdio's one key judged by SQL before serving: a key SQL refuses is a ConfigError (exit 2), not
+    a server that fails at its first tool call. `source` names where the key came from."""
+    from mailroom.core.errors import ConfigError
+    from mailroom.db.connect import connect
+
+    with connect(database_url, application_name="mailroom-mcp") as conn:
+        try:
+            sqlapi.mcp_list_mailboxes.value(conn, key_digest=digest)
+        except psycopg.Error as exc:
+            if kind_of(exc) is not Kind.DENIED:
+                raise
+            raise ConfigError(f"{source}: {exc.diag.message_primary} ({exc.sqlstate})") from None
+
+
+def run_stdio(config: McpConfig, api_key: str, key_source: str = "the API key") -> None:
     """Serve one agent on stdin/stdout with the key of the environment (its digest only goes to SQL)."""
     digest = key_digest(api_key)
     errors = error_catalog(config.database_url)
+    check_key(config.database_url, digest, key_source)
 
     async def main() -> None:
         backend = Backend(config)
