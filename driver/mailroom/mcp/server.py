@@ -189,11 +189,24 @@ Address = Annotated[str, Field(description="The inbox address, as create_inbox o
 MessageId = Annotated[int, Field(description="The message id, from wait_for_message or list_messages.")]
 
 
+_TEMPLATE_ERROR = "Error creating resource from template: "
+
+
 class MailroomMCP(FastMCP):
-    """FastMCP whose resource list names the caller's open inboxes too (one SQL call)."""
+    """FastMCP whose resource list names the caller's open inboxes too (one SQL call), and whose
+    resource errors are the failure's own words (the SDK prefixes a template's error twice)."""
 
     backend: Backend
     credential: Callable[[], bytes | None]
+
+    async def read_resource(self, uri: Any) -> Any:
+        try:
+            return await super().read_resource(uri)
+        except ValueError as exc:
+            message = str(exc)
+            while message.startswith(_TEMPLATE_ERROR):
+                message = message[len(_TEMPLATE_ERROR):]
+            raise ValueError(message) from None
 
     async def list_resources(self) -> list[Resource]:
         resources = await super().list_resources()
