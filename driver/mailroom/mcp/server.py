@@ -563,7 +563,7 @@ def run_stdio(config: McpConfig, api_key: str, key_source: str = "the API key") 
 
 class _RequireKey:
     """Pure ASGI middleware: an HTTP request without any API key is refused before the transport (401 and
-    WWW-Authenticate) with the code and words SQL gives a call without a key (MR240 of _mcp_key: asked
+    WWW-Authenticate) with the code and words SQL gives a call without a key (_mcp_key's: asked
     once, then kept; no database, no code); a key that is there is SQL's to judge."""
 
     def __init__(self, app: Any, path: str, backend: Backend | None = None) -> None:
