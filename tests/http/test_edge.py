@@ -155,3 +155,13 @@ def test_json_nested_past_the_bound_is_400_not_500(server, method, path):
     assert resp.error_code == "MR033" and "64 levels" in resp.json()["detail"], resp.body
     time.sleep(0.1)
     assert "Traceback" not in server.log() and "RecursionError" not in server.log()
+
+
+def test_a_regex_that_does_not_compile_is_its_own_code(server, deliver):
+    resp = server.request("POST", "/api/v1/mailboxes")
+    box = resp.json()
+    message_id = deliver(box["address"], "your code", "Your code is 12345")
+    resp = server.request("GET", f"/api/v1/mailboxes/{box['address']}/messages/{message_id}/code?pattern=%28%5B0-9%5D%2B",
+                          token=box["session_token"])
+    assert resp.status == 400, resp.body
+    assert resp.error_code == "MR034" and "not a valid regular expression" in resp.json()["detail"], resp.body

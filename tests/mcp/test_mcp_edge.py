@@ -81,3 +81,18 @@ def test_stdio_with_a_wrong_key_exits_2_before_serving(db_url) -> None:
     err = proc.stderr.decode()
     assert "MAILROOM_MCP_API_KEY" in err and "MR241" in err and "Traceback" not in err, err
     assert "mrk_not-a-key" not in err
+
+
+def test_extract_codes_description_lists_a_bad_pattern(mcp_http, api_key) -> None:
+    tools = {t["name"]: t["description"] for t in _rpc(mcp_http, api_key, "tools/list")["tools"]}
+    assert "MR010" in tools["extract_code"] and "MR034" in tools["extract_code"], tools["extract_code"]
+    assert "MR011" in tools["extract_link"], tools["extract_link"]
+
+
+def test_a_resource_error_is_its_own_words(mcp_http, api_key) -> None:
+    message = {"jsonrpc": "2.0", "id": 1, "method": "resources/read",
+               "params": {"uri": "mailroom://inbox/nobody@example.com"}}
+    response = httpx.post(f"http://127.0.0.1:{mcp_http.port}/mcp", json=message, timeout=30,
+                          headers={**HEADERS, "Authorization": f"Bearer {api_key}"})
+    error = response.json()["error"]
+    assert error["message"].startswith("MR203: "), error
