@@ -165,3 +165,9 @@ def test_a_regex_that_does_not_compile_is_its_own_code(server, deliver):
                           token=box["session_token"])
     assert resp.status == 400, resp.body
     assert resp.error_code == "MR034" and "not a valid regular expression" in resp.json()["detail"], resp.body
+
+
+def test_a_cookie_that_unquotes_to_a_nul_is_400(server):
+    resp = server.request("GET", "/api/v1/mailboxes/x@example.com", headers={"Cookie": 'mailroom_key="\\000abc"'})
+    assert resp.status == 400 and resp.error_code == "MR031", resp.body
+    assert "cannot contain NUL" not in server.log()

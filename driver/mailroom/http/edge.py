@@ -93,9 +93,14 @@ def _text_refusal(raw: bytes, *, plus: bool = False) -> str | None:
 
 
 def url_refusal(scope: dict) -> str | None:
+    """'nul' or 'malformed' for the path or query; 'nul' for a cookie whose quoted value would unquote to
+    a NUL (the octal escape \\000, which Starlette's cookie parser decodes), else None."""
     raw_path = scope.get("raw_path")
     refusal = _text_refusal(raw_path) if raw_path else ("nul" if "\x00" in scope["path"] else None)
-    return refusal or _text_refusal(scope.get("query_string") or b"", plus=True)
+    refusal = refusal or _text_refusal(scope.get("query_string") or b"", plus=True)
+    if refusal is None and any(k.lower() == b"cookie" and b"\\000" in v for k, v in scope.get("headers", ())):
+        return "nul"
+    return refusal
 
 
 # a JSON string (escapes included); what is left outside strings holds the structure
