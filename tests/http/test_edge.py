@@ -171,3 +171,18 @@ def test_a_cookie_that_unquotes_to_a_nul_is_400(server):
     resp = server.request("GET", "/api/v1/mailboxes/x@example.com", headers={"Cookie": 'mailroom_key="\\000abc"'})
     assert resp.status == 400 and resp.error_code == "MR031", resp.body
     assert "cannot contain NUL" not in server.log()
+
+
+def test_the_json_scan_counts_structure_only():
+    from mailroom.http.edge import JSON_DEPTH, json_refusal
+
+    assert json_refusal(b"[" * JSON_DEPTH + b"]" * JSON_DEPTH) is None
+    assert json_refusal(b"[" * (JSON_DEPTH + 1) + b"]" * (JSON_DEPTH + 1)) == "json_depth"
+    assert json_refusal(b'{"a":' * (JSON_DEPTH + 1) + b"1" + b"}" * (JSON_DEPTH + 1)) == "json_depth"
+    assert json_refusal(b"[" * 200_000) == "json_depth"  # never closed: a parser descends them all the same
+    assert json_refusal(b'["' + b"[" * 5000 + b'"]') is None  # brackets in a string are text
+    assert json_refusal(b'["\\"' + b"[" * 5000 + b'"]') is None  # an escaped quote does not end it
+    assert json_refusal(b"[" + b"[1]," * 100_000 + b"1]") is None  # wide is not deep
+    assert json_refusal(b'{"a": "x\\u0000"}') == "nul"
+    assert json_refusal(b'{"a": "x\\\\u0000"}') is None  # an escaped backslash, then the text u0000
+    assert json_refusal(b'{"a": "x\\\\\\u0000"}') == "nul"
