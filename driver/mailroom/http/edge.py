@@ -78,15 +78,18 @@ def bound_of(method: str, path: str) -> BodyBound:
     return DEFAULT_BOUND
 
 
-def _text_refusal(raw: bytes, *, plus: bool = False) -> str | None:
-    """'nul' or 'malformed' for a percent-encoded path, query or form, else None."""
-    if plus:
-        raw = raw.replace(b"+", b" ")
-    decoded = unquote_to_bytes(raw) if b"%" in raw else raw
-    if b"\x00" in decoded:
+_HIGH_ESCAPE = re.compile(rb"%[89a-fA-F]")
+
+
+def _text_refusal(raw: bytes) -> str | None:
+    """'nul' or 'malformed' for a percent-encoded path, query or form, else None (decoded only when it
+    holds a byte over 0x7f, raw or escaped: the usual path and query cost two scans)."""
+    if b"\x00" in raw or b"%00" in raw:
         return "nul"
+    if raw.isascii() and not _HIGH_ESCAPE.search(raw):
+        return None
     try:
-        decoded.decode("utf-8")
+        unquote_to_bytes(raw).decode("utf-8")
     except UnicodeDecodeError:
         return "malformed"
     return None
@@ -97,7 +100,7 @@ def url_refusal(scope: dict) -> str | None:
     a NUL (the octal escape \\000, which Starlette's cookie parser decodes), else None."""
     raw_path = scope.get("raw_path")
     refusal = _text_refusal(raw_path) if raw_path else ("nul" if "\x00" in scope["path"] else None)
-    refusal = refusal or _text_refusal(scope.get("query_string") or b"", plus=True)
+    refusal = refusal or _text_refusal(scope.get("query_string") or b"")
     if refusal is None and any(k.lower() == b"cookie" and b"\\000" in v for k, v in scope.get("headers", ())):
         return "nul"
     return refusal
@@ -198,7 +201,10 @@ class Edge:
             await self.refuse(scope, receive, send, "body_too_large", bound.max_bytes)
             return
         if bound.shape == "raw":
-            await self._counted(scope, receive, send, bound.max_bytes)
+            if scope["method"] in ("GET", "HEAD"):
+                await self.app(scope, receive, send)  # no route reads a GET's body (the hot reads' way)
+            else:
+                await self._counted(scope, receive, send, bound.max_bytes)
             return
         body = bytearray()
         while True:
@@ -212,7 +218,7 @@ class Edge:
             if not message.get("more_body", False):
                 break
         data = bytes(body)
-        refusal = json_refusal(data) if bound.shape == "json" else _text_refusal(data, plus=True)
+        refusal = json_refusal(data) if bound.shape == "json" else _text_refusal(data)
         if refusal is not None:
             await self.refuse(scope, receive, send, refusal, JSON_DEPTH if refusal == "json_depth" else None)
             return
