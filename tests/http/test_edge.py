@@ -186,3 +186,11 @@ def test_the_json_scan_counts_structure_only():
     assert json_refusal(b'{"a": "x\\u0000"}') == "nul"
     assert json_refusal(b'{"a": "x\\\\u0000"}') is None  # an escaped backslash, then the text u0000
     assert json_refusal(b'{"a": "x\\\\\\u0000"}') == "nul"
+
+
+@pytest.mark.parametrize(("path", "bound"), [("/unsubscribe/sometoken", 4096), ("/hooks/ses", 1024 * 1024),
+                                             ("/api/v1/mailboxes/x@example.com/messages/delete", 64 * 1024)])
+def test_every_bodied_route_answers_its_bound_with_mr030(server, path, bound):
+    resp = server.request("POST", path, body=b"x" * (bound + 1), headers={"Content-Type": "text/plain"})
+    assert resp.status == 413, resp.body
+    assert resp.error_code == "MR030" and f"{bound} bytes" in resp.json()["detail"], resp.body
