@@ -615,7 +615,7 @@ def _fast_get(app: FastAPI, path: str, endpoint: Any, params: dict[str, type]) -
 
 
 async def _read_body(request: Request) -> bytes:
-    """The request's body, bounded before the route by the edge (http/edge.py: BODY_BOUNDS, MR030, the
+    """The request's body, bounded before the route by the edge (http/edge.py: BODY_BOUNDS, the
     one table of the bounds; a JSON body's nesting checked there too)."""
     return await request.body()
 
