@@ -8,6 +8,8 @@ from __future__ import annotations
 from mailroom.db.contract import SqlFunction
 
 error_codes = SqlFunction("error_codes", returns=("code", "kind", "meaning", "smtp_reply", "http_status"))
+# the edge's refusals (sql/04_edge.sql): raised with their code, asked once per process (mailroom.api.edge)
+edge_refusal = SqlFunction("edge_refusal", "p_refusal text, p_bound bigint = default")
 
 setting = SqlFunction("setting", "p_name text", returns="text")
 interval_setting = SqlFunction("interval_setting", "p_name text", returns="interval")
