@@ -2,6 +2,7 @@
 -- worker_health, their privileges, and the plan of every due-count (its partial index).
 BEGIN;
 SELECT plan(52);
+\ir fixtures/default_settings.sql
 
 -- ---------------------------------------------------------------- shape and privileges
 SELECT has_table('mailroom', 'workers', 'mailroom.workers exists');

@@ -2,6 +2,7 @@
 -- by its keyed hash only; a dry run counts and changes nothing.
 BEGIN;
 SELECT plan(51);
+\ir fixtures/default_settings.sql
 
 SET LOCAL mailroom.clock = '2030-01-01 00:00Z';
 SELECT mailroom.upsert_sender('tap', 'robot@mailroom.test', '127.0.0.1', 2525);

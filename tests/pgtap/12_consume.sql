@@ -1,6 +1,7 @@
 -- verify_token and consume_token: every success and every error path, against the keyring (no key passed).
 BEGIN;
 SELECT plan(72);
+\ir fixtures/default_settings.sql
 
 SET LOCAL mailroom.clock = '2030-01-01 00:00:00+00';
 -- old: a key the keyring does not hold (an attacker's, or a previous release's)

@@ -4,6 +4,7 @@
 -- never lock the owner out (issue 21, items 6 and 7).
 BEGIN;
 SELECT plan(34);
+\ir fixtures/default_settings.sql
 
 SET LOCAL mailroom.clock = '2030-01-01 00:00:00+00';
 SELECT mailroom.create_account('act@example.com', 'act');

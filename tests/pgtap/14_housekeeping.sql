@@ -1,6 +1,7 @@
 -- purge_tokens: deletes only tokens that expired long enough ago.
 BEGIN;
 SELECT plan(5);
+\ir fixtures/default_settings.sql
 
 SET LOCAL mailroom.clock = '2030-01-01 00:00:00+00';
 SELECT mailroom.create_account('old@example.com', 'old');

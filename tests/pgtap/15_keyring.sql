@@ -2,6 +2,7 @@
 -- read by no runtime role.
 BEGIN;
 SELECT plan(31);
+\ir fixtures/default_settings.sql
 
 SET LOCAL mailroom.clock = '2030-01-01 00:00:00+00';
 

@@ -1,6 +1,7 @@
 -- Mailboxes: TTL clamping per plan, addresses, owners, extend, soft delete, authorization.
 BEGIN;
 SELECT plan(64);
+\ir fixtures/default_settings.sql
 
 SET LOCAL mailroom.clock = '2030-01-01 00:00:00+00';
 

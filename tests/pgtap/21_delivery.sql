@@ -1,6 +1,7 @@
 -- Delivery guard at the exact expiry boundary, plan limits, list/read and their errors.
 BEGIN;
 SELECT plan(71);
+\ir fixtures/default_settings.sql
 
 SET LOCAL mailroom.clock = '2030-01-01 00:00:00+00';
 

@@ -2,6 +2,7 @@
 -- mailboxes, ordering, paging and its errors, the read flag.
 BEGIN;
 SELECT plan(37);
+\ir fixtures/default_settings.sql
 
 SET LOCAL mailroom.clock = '2030-01-01 00:00:00+00';
 CREATE TEMP TABLE b AS

@@ -2,6 +2,7 @@
 -- exercised with a second real session through dblink.
 BEGIN;
 SELECT plan(30);
+\ir fixtures/default_settings.sql
 
 SET LOCAL client_min_messages = warning;
 CREATE EXTENSION IF NOT EXISTS dblink;

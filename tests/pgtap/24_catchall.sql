@@ -3,6 +3,7 @@
 -- admin functions validate their input. The SMTP side is in tests/http/test_catchall.py.
 BEGIN;
 SELECT plan(17);
+\ir fixtures/default_settings.sql
 
 SET LOCAL mailroom.clock = '2030-01-01 00:00:00+00';
 SELECT lives_ok($$SELECT mailroom.set_catchall_domain('Dev.Example', 'team-1', 'pro', 2, 30)$$, 'a domain becomes catch-all');

@@ -4,6 +4,7 @@
 -- the GRANT lines of sql/, tests/db/test_privileges.py.
 BEGIN;
 SELECT plan(10);
+\ir fixtures/default_settings.sql
 
 SELECT is(
     (

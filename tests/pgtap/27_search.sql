@@ -5,6 +5,7 @@
 -- reindex_messages rebuilds the old ones.
 BEGIN;
 SELECT plan(63);
+\ir fixtures/default_settings.sql
 
 SET LOCAL mailroom.clock = '2030-01-01 00:00:00+00';
 CREATE TEMP TABLE b AS SELECT * FROM mailroom.create_mailbox(30, 'free');

@@ -4,6 +4,7 @@
 -- message read.
 BEGIN;
 SELECT plan(12);
+\ir fixtures/default_settings.sql
 
 SET LOCAL mailroom.clock = '2030-01-01 00:00:00+00';
 CREATE TEMP TABLE j AS SELECT mailroom.http_create_mailbox(null, '192.0.2.1', 5) AS doc;

@@ -1,6 +1,7 @@
 -- Outbound: enqueue_message validation, defaults, idempotency, send-after.
 BEGIN;
 SELECT plan(37);
+\ir fixtures/default_settings.sql
 
 SET LOCAL mailroom.clock = '2030-01-01 00:00Z';
 SELECT mailroom.upsert_sender('tap', 'robot@mailroom.test', '127.0.0.1', 2525);

@@ -5,6 +5,7 @@
 -- them to the sender.
 BEGIN;
 SELECT plan(26);
+\ir fixtures/default_settings.sql
 
 SET LOCAL mailroom.clock = '2030-01-01 00:00:00+00';
 SELECT mailroom.upsert_sender('relay', 'robot@mailroom.test', '127.0.0.1', 2525);

@@ -1,6 +1,7 @@
 -- Outbound: the stats view, retry, purge, list/show, and documentation of the public API.
 BEGIN;
 SELECT plan(24);
+\ir fixtures/default_settings.sql
 
 SET LOCAL mailroom.clock = '2030-01-01 00:00Z';
 SELECT mailroom.upsert_sender('tap', 'robot@mailroom.test', '127.0.0.1', 2525);

@@ -3,6 +3,7 @@
 -- report: only about the return path's own recipient, at most once.
 BEGIN;
 SELECT plan(78);
+\ir fixtures/default_settings.sql
 
 SET LOCAL mailroom.clock = '2030-01-01 00:00Z';
 SELECT mailroom.upsert_sender('tap', 'robot@mailroom.test', '127.0.0.1', 2525);

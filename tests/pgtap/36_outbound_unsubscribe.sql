@@ -2,6 +2,7 @@
 -- unsubscribe() for the HTTP face, once per recipient.
 BEGIN;
 SELECT plan(12);
+\ir fixtures/default_settings.sql
 
 SET LOCAL mailroom.clock = '2030-01-01 00:00Z';
 SELECT mailroom.upsert_sender('news', 'news@mailroom.test', '127.0.0.1', 2525);

@@ -5,6 +5,7 @@
 -- GRANT lines of sql/, by tests/db/test_privileges.py.
 BEGIN;
 SELECT plan(14);
+\ir fixtures/default_settings.sql
 
 CREATE TEMP TABLE roles (role text);
 INSERT INTO roles

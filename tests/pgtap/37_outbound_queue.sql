@@ -3,6 +3,7 @@
 -- order); the queue's numbers (held back by limits is not due) and the queue by domain.
 BEGIN;
 SELECT plan(66);
+\ir fixtures/default_settings.sql
 
 SET LOCAL mailroom.clock = '2030-01-01 00:00:00+00';
 SELECT mailroom.upsert_sender('q', 'robot@mailroom.test', '127.0.0.1', 2525);

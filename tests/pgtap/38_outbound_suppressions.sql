@@ -2,6 +2,7 @@
 -- enqueue does with a suppressed recipient, token emails skipped, hard bounces from finalize.
 BEGIN;
 SELECT plan(51);
+\ir fixtures/default_settings.sql
 
 SET LOCAL mailroom.clock = '2030-01-01 00:00Z';
 SELECT mailroom.upsert_sender('tap', 'robot@mailroom.test', '127.0.0.1', 2525);

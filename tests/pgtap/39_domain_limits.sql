@@ -3,6 +3,7 @@
 -- Two claimers racing for the last slot are in tests/outbound/test_domain_limits.py (two sessions).
 BEGIN;
 SELECT plan(59);
+\ir fixtures/default_settings.sql
 
 SET LOCAL mailroom.clock = '2030-01-01 00:00:10Z';
 SELECT mailroom.upsert_sender('tap', 'robot@mailroom.test', '127.0.0.1', 2525);

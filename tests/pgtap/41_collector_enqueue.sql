@@ -1,6 +1,7 @@
 -- Collector --enqueue: dequeue + enqueue in one transaction; the claim renders each attempt with a fresh link.
 BEGIN;
 SELECT plan(19);
+\ir fixtures/default_settings.sql
 
 SELECT mailroom.create_account('ann@example.test', 'ann');
 SELECT mailroom.create_account('bob@example.test', 'bob');
