@@ -17,8 +17,9 @@ SELECT is(mailroom_internal._recipient_domain(ARRAY['a@one.test', 'b@two.test'],
     'a message to several domains counts against its first recipient''s only');
 SELECT is(mailroom_internal._recipient_domain('{}', '{}', '{}'), '', 'no recipient: the unknown domain ''''');
 SELECT mailroom.enqueue_message('tap', ARRAY['X@Upper.Test'], 's', 't', p_bcc => ARRAY['y@other.test']);
-SELECT is((SELECT rcpt_domain FROM mailroom.outbound_messages), 'upper.test', 'enqueue_message fills rcpt_domain');
-DELETE FROM mailroom.outbound_messages;
+SELECT is((SELECT rcpt_domain FROM mailroom.outbound_messages WHERE sender_id = (SELECT s.id FROM mailroom.senders AS s WHERE s.name = 'tap')),
+    'upper.test', 'enqueue_message fills rcpt_domain');
+DELETE FROM mailroom.outbound_messages WHERE sender_id = (SELECT s.id FROM mailroom.senders AS s WHERE s.name = 'tap');
 
 -- ---------------------------------------------------------------- patterns
 SELECT is(mailroom_internal._domain_patterns('a.b.example.com'),

@@ -47,6 +47,8 @@ FORBIDDEN = re.compile(
     re.I | re.S,
 )
 DBLINK = re.compile(r"\bdblink\w*\s*\(|\bpostgres_fdw\b|\bCREATE\s+SERVER\b", re.I)
+# A write to every row of a mailroom table locks rows a live worker may need (its finalize would wait)
+WHOLE_TABLE = re.compile(r"^\s*(DELETE\s+FROM|UPDATE|TRUNCATE(\s+TABLE)?)\s+(ONLY\s+)?mailroom\w*\.", re.I)
 SET_ROLE = re.compile(r"^\s*SET\s+(?:LOCAL\s+|SESSION\s+)?ROLE\s+([a-z_][a-z0-9_]*)", re.I)
 HEADER = re.compile(r"^--\s*verify:\s*(.+?)\s*$", re.M)
 TAP_RESULT = re.compile(r"^(not )?ok\b")
@@ -244,6 +246,8 @@ class VerifyFile:
                 return f"it runs {code.split()[0].upper()} inside the suite's transaction"
             if DBLINK.search(code):
                 return "it reaches outside its transaction (dblink or a foreign server)"
+            if WHOLE_TABLE.match(code) and not re.search(r"\bWHERE\b", code, re.I):
+                return f"it writes every row of a table ({' '.join(code.split()[:3])}): it would lock rows a live worker holds"
         return None
 
     def roles(self) -> set[str]:
