@@ -371,7 +371,9 @@ SELECT lives_ok(
     'one receipt per key: the next deliver_messages of the transaction asks for none'
 );
 SELECT is(
-    (SELECT count(*)::int FROM mailroom.delivery_receipts), 2, 'so it leaves none'
+    (SELECT count(*)::int FROM mailroom.delivery_receipts
+     WHERE key::text IN ('00000000-0000-7000-8000-000000000001', '00000000-0000-7000-8000-000000000002')), 2,
+    'so it leaves none'
 );
 -- the key as an argument (issue 37): the inbound server's DATA step is one autocommit statement
 CREATE TEMP TABLE rc3 AS
