@@ -287,21 +287,6 @@ SELECT mailroom.suppress(p_address => format('blocked%s@used.example', g), p_rea
 SELECT mailroom.worker_heartbeat(p_worker => 'gen-host:1', p_kind => 'sender', p_listening => true, p_claimed => 2);
 """
 
-# Files not yet independent of the data around them (issue 47, item 1, left for a follow-up), skipped
-# by name in the used pass (the fresh pass, pg_prove, still runs them). Remove a name once its file
-# makes and asserts on its own rows:
-# - the claim takes every due row of the installation, not the test's alone, and whole-table DELETEs
-#   clear the queue between cases: 33_outbound_claim, 36_outbound_bounces, 37_outbound_privileges,
-#   37_outbound_queue, 39_domain_limits (db verify refuses the DELETEs: they would lock a live sender's rows);
-# - enqueue_token_emails dispatches every pending token: 41_collector_enqueue;
-# - queue_health and the heartbeats' forgetting read and delete every row (and the plan section inserts
-#   50,000 rows and dispatches the installation's tokens): 06_queue_health;
-NOT_YET_INDEPENDENT = (
-    "06_queue_health", "33_outbound_claim", "36_outbound_bounces",
-    "37_outbound_privileges", "37_outbound_queue", "39_domain_limits", "41_collector_enqueue",
-)
-
-
 def used_database(cluster: embedded.Cluster, name: str = "mailroom_used") -> str:
     """A migrated database with pgtap that the demo and the data generator have used (a few seconds)."""
     url = migrated_database(cluster, name, pgtap=True)
@@ -324,12 +309,9 @@ def run_used_pgtap(cluster: embedded.Cluster) -> int:
     from mailroom.db import verify
 
     url = used_database(cluster)
-    files = [f.name for f in verify.suite_files() if f.name.removesuffix(".sql") not in NOT_YET_INDEPENDENT]
-    print(f"# used database: skipping {len(NOT_YET_INDEPENDENT)} files not yet independent of the data around them: "
-          + ", ".join(NOT_YET_INDEPENDENT), flush=True)
     with connect(url) as conn:
         before = verify.checksums(conn)
-    rc = verify.verify(url, files)
+    rc = verify.verify(url)  # every file; those marked `not on a live database yet` are skipped, named
     with connect(url) as conn:
         after = verify.checksums(conn)
     changed = sorted(t for t in before.keys() | after.keys() if before.get(t) != after.get(t))

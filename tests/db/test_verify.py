@@ -41,10 +41,10 @@ def test_the_checker_refuses_a_file_that_leaves_its_transaction_or_reaches_outsi
     assert "BEGIN" in (_unsafe("SELECT 1;\nROLLBACK;\n") or "")
 
 
-def test_every_shipped_file_stays_in_its_transaction_or_is_listed_as_not_yet_independent() -> None:
-    refused = {f.name.removesuffix(".sql"): why for f in verify.suite_files()
-               if (why := verify.VerifyFile.load(f).unsafe()) is not None}
-    assert set(refused) <= set(testing.NOT_YET_INDEPENDENT), refused
+def test_every_shipped_file_stays_in_its_transaction_or_is_marked_not_on_a_live_database_yet() -> None:
+    files = [verify.VerifyFile.load(f) for f in verify.suite_files()]
+    refused = {vf.name: why for vf in files if (why := vf.unsafe()) is not None and vf.not_live_yet() is None}
+    assert refused == {}, refused
     # the suite ships: every file of tests/pgtap is a resource of mailroom.db.pgtap, its fixtures too
     assert {f.name for f in verify.suite_files()} == {p.name for p in (ROOT / "tests" / "pgtap").glob("*.sql")}
     assert verify.suite().joinpath("fixtures", "default_settings.sql").is_file()

@@ -1,4 +1,5 @@
 -- Outbound: claim_messages (what is due, lease, token) and its plan at any queue size.
+-- verify: not on a live database yet: the claim takes the installation's due rows too, and it clears the whole queue between cases
 BEGIN;
 SELECT plan(30);
 \ir fixtures/default_settings.sql

@@ -1,6 +1,7 @@
 -- Bounces (sql/36_outbound_bounces.sql): VERP return paths from claim_messages, one per recipient, their
 -- signature checked at RCPT (check_bounce_recipient), and what record_bounce decides for each kind of
 -- report: only about the return path's own recipient, at most once.
+-- verify: not on a live database yet: the claim takes the installation's due rows too
 BEGIN;
 SELECT plan(78);
 \ir fixtures/default_settings.sql

@@ -1,6 +1,7 @@
 -- Outbound: per recipient domain limits in the claim (max in flight, max per minute), the
 -- domain backoff after a throttling reply, pattern matching and the admin API (docs/limits.md).
 -- Two claimers racing for the last slot are in tests/outbound/test_domain_limits.py (two sessions).
+-- verify: not on a live database yet: the claim takes the installation's due rows too, and it clears the whole queue between cases
 BEGIN;
 SELECT plan(59);
 \ir fixtures/default_settings.sql
