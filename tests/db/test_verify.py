@@ -34,6 +34,8 @@ def test_the_checker_refuses_a_file_that_leaves_its_transaction_or_reaches_outsi
         ("SELECT dblink_exec('c', 'BEGIN');", "dblink"), ("SELECT * FROM dblink('c', 'x') AS t (a int);", "dblink"),
         ("PREPARE TRANSACTION 'x';", "PREPARE"), ("ROLLBACK;\nBEGIN;", "ROLLBACK"),
         ("DELETE FROM mailroom.outbound_messages;", "every row"), ("ALTER SYSTEM SET work_mem = '1MB';", "ALTER"),
+        ("DROP INDEX mailroom.tokens_pending_idx;", "schema"), ("ANALYZE mailroom.tokens;", "schema"),
+        ("CREATE INDEX x ON mailroom.tokens (id);", "schema"),
     ):
         reason = _unsafe(f"BEGIN;\nSELECT plan(1);\n{body}\nSELECT * FROM finish();\nROLLBACK;\n")
         assert reason is not None and why.lower() in reason.lower(), (body, reason)

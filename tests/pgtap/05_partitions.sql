@@ -2,6 +2,7 @@
 -- partitions are created ahead, those wholly past retention are dropped, and nothing queued,
 -- processing, unexpired or in an active mailbox is ever dropped. (A concurrent second caller
 -- needs a second session: tests/db/test_partitions.py.)
+-- verify: not on a live database yet: maintain_partitions creates and drops partitions (DDL: locks every worker waits for until the ROLLBACK)
 BEGIN;
 SELECT plan(39);
 \ir fixtures/default_settings.sql

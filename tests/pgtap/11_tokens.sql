@@ -1,4 +1,5 @@
 -- Tokens: codes, signed values (the keyring's active key), minting at dispatch, revocation, dequeue eligibility, expiry, no plaintext at rest.
+-- verify: not on a live database yet: its plan section dispatches the installation's pending tokens, drops and recreates an index of mailroom.tokens and runs ANALYZE
 BEGIN;
 SELECT plan(73);
 \ir fixtures/default_settings.sql
