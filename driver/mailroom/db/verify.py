@@ -17,10 +17,11 @@ the TAP rows pgTAP returns, and ends with pg_prove's summary (`Files=N, Tests=M,
 `Result: PASS` or `FAIL`).
 
 A file may declare what it needs in a header comment line: `-- verify: needs superuser` (it reads or
-does what only a superuser may), `-- verify: not on citus: <reason>` (on Citus only CITUS_FILES run at all), `-- verify: not on a live database
-yet: <reason>` (it still assumes the data around it, or takes the installation's rows: skipped). Files that `SET [LOCAL] ROLE
-mailroom_x` need membership of that role. A file whose needs the connected role lacks is skipped
-with the reason (TAP `1..0 # SKIP …`), never failed.
+does what only a superuser may; SET SESSION AUTHORIZATION and CREATE ROLE are detected), `-- verify:
+not on citus: <reason>` (on Citus only CITUS_FILES run at all), `-- verify: not on a live database yet:
+<reason>` (it still assumes the data around it, or takes the installation's rows). Files that `SET
+[LOCAL] ROLE mailroom_x` need membership of that role. A file whose needs the connected role lacks is
+skipped with the reason (TAP `1..0 # SKIP …`), never failed.
 """
 
 from __future__ import annotations
