@@ -6,6 +6,7 @@ pass); these tests check the runner's guarantees on a few files, as a DBA would 
 from __future__ import annotations
 
 import os
+import socket
 import subprocess
 import sys
 import threading
@@ -135,3 +136,66 @@ def test_verify_says_what_it_needs(db_url) -> None:
     proc = _verify(testing.as_login(db_url, "mr_monitor"), "24_inbox_privileges")
     assert proc.returncode == 0, proc.stdout
     assert "skipped: needs membership of mailroom_app" in proc.stdout
+
+
+def test_a_sender_draining_the_queue_never_waits_longer_than_the_lock_timeout(used_url, pg) -> None:
+    """The whole suite while `mailroom send` drains 300 messages: no backend of the sender waits on a
+    lock for longer than LOCK_TIMEOUT (sampled every 50 ms from pg_stat_activity)."""
+    from aiosmtpd.controller import Controller
+
+    class Accept:
+        async def handle_DATA(self, server, session, envelope):  # noqa: N802 (aiosmtpd API)
+            return "250 OK"
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    relay = Controller(Accept(), hostname="127.0.0.1", port=port)
+    relay.start()
+    sender: subprocess.Popen | None = None
+    try:
+        with psycopg.connect(used_url, autocommit=True) as conn:
+            conn.execute("SELECT mailroom.upsert_sender(p_name => 'drain', p_from_address => 'drain@used.example',"
+                         " p_host => '127.0.0.1', p_port => %s)", (port,))
+            conn.execute("SELECT mailroom.enqueue_message(p_sender => 'drain', p_to => ARRAY['d' || g || '@drain.example'],"
+                         " p_subject => 'drain ' || g, p_text_body => 'x') FROM generate_series(1, 300) AS g")
+        env = testing.driver_env({**os.environ, "MAILROOM_DATABASE_URL": used_url}, ("send",))
+        sender = subprocess.Popen([sys.executable, "-m", "mailroom", "send"], env=env,
+                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        waits: dict[tuple[int, str], tuple[float, float]] = {}
+        done = threading.Event()
+
+        def sample() -> None:
+            with psycopg.connect(used_url, autocommit=True) as probe:
+                while not done.is_set():
+                    now = time.monotonic()
+                    for pid, started in probe.execute(
+                            "SELECT pid, state_change::text FROM pg_stat_activity"
+                            " WHERE usename = 'mr_sender' AND wait_event_type = 'Lock'"):
+                        first, _ = waits.get((pid, started), (now, now))
+                        waits[(pid, started)] = (first, now)
+                    time.sleep(0.05)
+
+        thread = threading.Thread(target=sample, daemon=True)
+        thread.start()
+        proc = _verify(used_url)
+        done.set()
+        thread.join(timeout=5)
+        assert proc.returncode == 0, proc.stdout[-3000:]
+        longest = max((last - first for first, last in waits.values()), default=0.0)
+        limit = float(verify.LOCK_TIMEOUT.removesuffix("s"))
+        assert longest < limit, f"the sender waited {longest:.2f}s on a lock the suite held (limit {verify.LOCK_TIMEOUT})"
+        with psycopg.connect(used_url, autocommit=True) as conn:
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline:
+                sent = conn.execute("SELECT count(*) FROM mailroom.outbound_messages AS m JOIN mailroom.senders AS s"
+                                    " ON s.id = m.sender_id WHERE s.name = 'drain' AND m.status = 'sent'").fetchone()[0]
+                if sent == 300:
+                    break
+                time.sleep(0.2)
+            assert sent == 300, "the sender drained the queue meanwhile"
+    finally:
+        if sender is not None:
+            sender.terminate()
+            sender.wait(timeout=30)
+        relay.stop()
