@@ -197,8 +197,9 @@ GRANT EXECUTE ON FUNCTION mailroom.deliver_message(text, bytea, text, text, text
 -- (a subtransaction each): one row per message with its ids, its verdict and the SMTP reply the
 -- server sends (250 only for a stored message; a refusal's reply from mailroom.error_codes, chosen
 -- by _delivery_refusal), or 'fault' with the reply of an inbox's injected fault at DATA (nothing
--- stored) or after DATA (stored: message_ids; sql/24_faults.sql). An error that is no refusal of
--- mail (error_codes has no reply for it)
+-- stored) or after DATA (stored: message_ids; sql/24_faults.sql), applied only when every recipient
+-- of the message belongs to the fault's owner (else skipped, counted in faults_skipped). An error
+-- that is no refusal of mail (error_codes has no reply for it)
 -- fails the whole statement: then nothing of it is kept. p_receipt: the key of the receipt it leaves
 -- (below), in the same transaction, so the server's DATA step is one autocommit statement.
 CREATE OR REPLACE FUNCTION mailroom.deliver_messages(
@@ -209,7 +210,7 @@ CREATE OR REPLACE FUNCTION mailroom.deliver_messages(
     p_parsed jsonb[],
     p_receipt uuid DEFAULT null
 )
-RETURNS TABLE (message integer, message_ids bigint[], verdict text, reply text)
+RETURNS TABLE (message integer, message_ids bigint[], verdict text, reply text, faults_skipped integer)
 LANGUAGE plpgsql
 VOLATILE
 SECURITY DEFINER
@@ -222,6 +223,7 @@ DECLARE
     v_address text;
     v_state text;
     v_fault text;
+    v_skipped integer;
     v_faults boolean;
     v_replies text[] := '{}';
 BEGIN
@@ -241,13 +243,15 @@ BEGIN
             SELECT r.address FROM unnest(p_message, p_address) WITH ORDINALITY AS r (m, address, k)
             WHERE r.m = i ORDER BY r.k
         );
-        -- a fault at DATA (sql/24_faults.sql): the first recipient whose inbox's fault answers
-        -- refuses the message for all, before anything is stored
+        -- a fault at DATA (sql/24_faults.sql): the first recipient's inbox fault that answers
+        -- refuses the message, before anything is stored, when every recipient is its owner's
+        -- (else it is skipped and counted: one owner's fault never refuses another's copy)
         reply := NULL;
-        FOREACH v_address IN ARRAY CASE WHEN v_faults THEN v_recipients ELSE '{}' END LOOP
-            reply := mailroom_internal._recipient_fault(v_address, 'data');
-            EXIT WHEN reply IS NOT NULL;
-        END LOOP;
+        faults_skipped := 0;
+        IF v_faults THEN
+            SELECT t.reply, t.skipped INTO reply, faults_skipped
+            FROM mailroom_internal._transaction_fault(v_recipients, 'data') AS t;
+        END IF;
         IF reply IS NOT NULL THEN
             message_ids := '{}';
             verdict := 'fault';
@@ -274,15 +278,16 @@ BEGIN
             FROM mailroom_internal._delivery_refusal(v_recipients, octet_length(p_raw[i]), v_state) AS r;
         END;
         IF verdict = 'ok' AND v_faults THEN
-            -- a fault after DATA: stored (message_ids), then answered the fault's reply
-            FOREACH v_address IN ARRAY v_recipients LOOP
-                v_fault := mailroom_internal._recipient_fault(v_address, 'after_data');
-                IF v_fault IS NOT NULL THEN
-                    verdict := 'fault';
-                    reply := v_fault;
-                    EXIT;
-                END IF;
-            END LOOP;
+            -- a fault after DATA: stored (message_ids), then answered the fault's reply; as at
+            -- DATA, only when every recipient is the fault's owner's (else the retry it asks for
+            -- would store another owner's copy twice)
+            SELECT t.reply, t.skipped INTO v_fault, v_skipped
+            FROM mailroom_internal._transaction_fault(v_recipients, 'after_data') AS t;
+            faults_skipped := faults_skipped + v_skipped;
+            IF v_fault IS NOT NULL THEN
+                verdict := 'fault';
+                reply := v_fault;
+            END IF;
         END IF;
         v_replies := v_replies || reply;
         RETURN NEXT;
@@ -294,7 +299,7 @@ END;
 $$;
 
 COMMENT ON FUNCTION mailroom.deliver_messages(integer[], text[], bytea[], text[], jsonb[], uuid) IS
-'The inbound DATA step: deliver_message for every (message, recipient) with its parsed document, each message for all its recipients or none; one row per message: its ids, verdict (ok, a refusing recipient verdict, retry, fault (an injected fault: stored only after DATA), or the code of a refusal of the message itself) and the SMTP reply to send; leaves a receipt of the replies under p_receipt (or the key set_delivery_receipt gave), for settle_delivery (MR216 bad arrays).';
+'The inbound DATA step: deliver_message for every (message, recipient) with its parsed document, each message for all its recipients or none; one row per message: its ids, verdict (ok, a refusing recipient verdict, retry, fault (an injected fault, applied only when every recipient is the fault owner''s: stored only after DATA), or the code of a refusal of the message itself), the SMTP reply to send and faults_skipped (the DATA-stage faults not applied because a recipient is another owner''s); leaves a receipt of the replies under p_receipt (or the key set_delivery_receipt gave), for settle_delivery (MR216 bad arrays).';
 
 GRANT EXECUTE ON FUNCTION mailroom.deliver_messages(integer[], text[], bytea[], text[], jsonb[], uuid) TO mailroom_inbound;
 
@@ -327,7 +332,7 @@ BEGIN
             ERRCODE = 'MR216',
             MESSAGE = 'deliver_messages: message arrays of one length, and a message position (1-based) for each recipient';
     END IF;
-    RETURN QUERY SELECT * FROM mailroom.deliver_messages(
+    RETURN QUERY SELECT d.message, d.message_ids, d.verdict, d.reply FROM mailroom.deliver_messages(
         p_message => p_message, p_address => p_address, p_raw => p_raw, p_envelope_from => p_envelope_from,
         p_parsed => ARRAY(
             SELECT mailroom_internal._parsed_document(
@@ -335,7 +340,7 @@ BEGIN
             )
             FROM generate_series(1, v_n) AS i ORDER BY i
         )
-    );
+    ) AS d;
 END;
 $$;
 

@@ -11,6 +11,12 @@
 -- next N (a counter decremented under the fault's row lock, so concurrent sessions never take more
 -- than N). An inbox's own fault replaces its catch-all domain's. Faults apply to the inbound SMTP
 -- server only: mailbox_accepts, check_recipient and the SES hook never see them.
+-- A fault harms only its owner (docs/architecture.md, agreed for issues 43-47): an inbox's fault
+-- belongs to its inbox's owner (one api or mcp owner; an anonymous inbox is its own owner), a
+-- catch-all domain's to the catch-all's owner (and is in force only for that owner's inboxes of the
+-- domain). A RCPT fault answers its own recipient's RCPT alone; a DATA-stage fault answers a
+-- message only when every recipient belongs to the fault's owner, else it is skipped and counted
+-- (_transaction_fault; deliver_messages' faults_skipped).
 -- Errors: MR230 bad stage, MR231 bad reply, MR232 bad share or count, MR233 not a catch-all domain,
 -- and those of _authorize_mailbox (MR203-MR206).
 
@@ -93,7 +99,18 @@ BEGIN
             'set_at', f.set_at
         )
         FROM mailroom.inbox_faults AS f
-        WHERE (f.address = p_address AND f.mailbox_id = p_mailbox_id) OR f.catchall_domain = lower(p_domain)
+        WHERE
+            (f.address = p_address AND f.mailbox_id = p_mailbox_id)
+            OR (
+                f.catchall_domain = lower(p_domain)
+                -- a catch-all domain's fault is in force only for an inbox of the catch-all's owner
+                AND (
+                    p_mailbox_id IS NULL
+                    OR mailroom_internal._mailbox_owner(p_mailbox_id) = (
+                        SELECT 'api:' || d.owner_id FROM mailroom.catchall_domains AS d WHERE d.domain = f.catchall_domain
+                    )
+                )
+            )
         ORDER BY f.address IS NULL
         LIMIT 1
     );
@@ -154,49 +171,119 @@ $$;
 COMMENT ON FUNCTION mailroom_internal._set_fault(bigint, text, text, text, text, numeric, integer) IS
 'Internal: set (or replace) the fault of an inbox (id and address), or of a catch-all domain; MR230 stage, MR231 reply, MR232 share or count.';
 
-CREATE OR REPLACE FUNCTION mailroom_internal._recipient_fault(p_address text, p_stage text)
+CREATE OR REPLACE FUNCTION mailroom_internal._mailbox_owner(p_mailbox_id bigint)
+RETURNS text
+LANGUAGE plpgsql
+STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    -- whom a fault may harm, as one key: api:<owner id> or mcp:<owner id> for an owned inbox (all of
+    -- that owner's inboxes are one owner), anonymous:<mailbox id> for an anonymous one (each is its
+    -- own owner: its token holder owns nothing else); NULL when no such mailbox
+    RETURN (
+        SELECT CASE
+            WHEN m.owner_type = 'anonymous' THEN 'anonymous:' || m.id::text
+            ELSE m.owner_type::text || ':' || m.owner_id
+        END
+        FROM mailroom.mailboxes AS m
+        WHERE m.id = p_mailbox_id
+    );
+END;
+$$;
+
+COMMENT ON FUNCTION mailroom_internal._mailbox_owner(bigint) IS
+'Internal: the owner key of a mailbox for fault injection (api:<id>, mcp:<id>, or anonymous:<mailbox id>: an anonymous inbox is its own owner), NULL if none.';
+
+CREATE OR REPLACE FUNCTION mailroom_internal._address_owner(p_address text)
+RETURNS text
+LANGUAGE plpgsql
+STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_address text := mailroom_internal._normalize_address(p_address);
+BEGIN
+    -- a plus address belongs to its box (box+tag@domain: box@domain)
+    IF strpos(v_address, '+') > 0 THEN
+        v_address := mailroom_internal._address_base(v_address);
+    END IF;
+    RETURN mailroom_internal._mailbox_owner(mailroom_internal._mailbox_id(v_address));
+END;
+$$;
+
+COMMENT ON FUNCTION mailroom_internal._address_owner(text) IS
+'Internal: the owner key (_mailbox_owner) of the mailbox a recipient address names now, NULL if none.';
+
+CREATE OR REPLACE FUNCTION mailroom_internal._fault_in_force(p_address text)
+RETURNS TABLE (id bigint, stage text, active boolean, owner text, recipient_owner text)
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_column
+DECLARE
+    v_address text := mailroom_internal._normalize_address(p_address);
+    v_domain text;
+    v_fault record;
+BEGIN
+    -- a plus address meets its box's fault (box+tag@domain: box@domain)
+    IF strpos(v_address, '+') > 0 THEN
+        v_address := mailroom_internal._address_base(v_address);
+    END IF;
+    v_domain := split_part(v_address, '@', 2);
+    -- The fault found for this recipient, no row when none: the inbox's own fault first, then its
+    -- catch-all domain's. A recipient without a fault costs this one probe of inbox_faults.
+    SELECT f.id, f.stage, f.mailbox_id, f.share, f.remaining INTO v_fault
+    FROM mailroom.inbox_faults AS f
+    WHERE f.address = v_address OR f.catchall_domain = v_domain
+    ORDER BY f.address IS NULL
+    LIMIT 1;
+    IF NOT FOUND THEN
+        RETURN;
+    END IF;
+    IF v_fault.mailbox_id IS NOT NULL AND v_fault.mailbox_id IS DISTINCT FROM mailroom_internal._mailbox_id(v_address) THEN
+        -- left by a purged inbox whose address a new one has now (a catch-all address): gone
+        DELETE FROM mailroom.inbox_faults AS f WHERE f.id = v_fault.id;
+        SELECT f.id, f.stage, f.mailbox_id, f.share, f.remaining INTO v_fault
+        FROM mailroom.inbox_faults AS f WHERE f.catchall_domain = v_domain;
+        IF NOT FOUND THEN
+            RETURN;
+        END IF;
+    END IF;
+    id := v_fault.id;
+    stage := v_fault.stage;
+    active := v_fault.share > 0 AND coalesce(v_fault.remaining, 1) > 0;
+    -- whom it may harm: an inbox's fault, its inbox's owner (the recipient's own inbox: found by its
+    -- id above); a catch-all domain's, the catch-all's owner (owner type api, as its inboxes)
+    recipient_owner := mailroom_internal._address_owner(v_address);
+    IF v_fault.mailbox_id IS NOT NULL THEN
+        owner := recipient_owner;
+    ELSE
+        owner := (SELECT 'api:' || d.owner_id FROM mailroom.catchall_domains AS d WHERE d.domain = v_domain);
+    END IF;
+    RETURN NEXT;
+END;
+$$;
+
+COMMENT ON FUNCTION mailroom_internal._fault_in_force(text) IS
+'Internal: the fault found for a recipient (its inbox''s own, else its catch-all domain''s; a purged inbox''s removed): id, stage, active, the owner it belongs to and the recipient''s owner (_mailbox_owner keys); no row when none.';
+
+CREATE OR REPLACE FUNCTION mailroom_internal._fire_fault(p_id bigint)
 RETURNS text
 LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-    v_address text := mailroom_internal._normalize_address(p_address);
-    v_fault record;
     v_reply text;
 BEGIN
-    -- a plus address meets its box's fault (box+tag@domain: box@domain)
-    IF strpos(v_address, '+') > 0 THEN
-        v_address := mailroom_internal._address_base(v_address);
-    END IF;
-    -- The reply of the fault in force for this recipient at this stage when it answers this time
-    -- (its share drawn with random(), its count taken), else NULL: the inbox's own fault first, then
-    -- its catch-all domain's. A recipient without a fault costs this one probe of inbox_faults.
-    SELECT f.id, f.stage, f.mailbox_id INTO v_fault
-    FROM mailroom.inbox_faults AS f
-    WHERE f.address = v_address OR f.catchall_domain = split_part(v_address, '@', 2)
-    ORDER BY f.address IS NULL
-    LIMIT 1;
-    IF NOT FOUND THEN
-        RETURN NULL;
-    END IF;
-    IF v_fault.mailbox_id IS NOT NULL AND v_fault.mailbox_id IS DISTINCT FROM mailroom_internal._mailbox_id(v_address) THEN
-        -- left by a purged inbox whose address a new one has now (a catch-all address): gone
-        DELETE FROM mailroom.inbox_faults AS f WHERE f.id = v_fault.id;
-        SELECT f.id, f.stage INTO v_fault
-        FROM mailroom.inbox_faults AS f WHERE f.catchall_domain = split_part(v_address, '@', 2);
-        IF NOT FOUND THEN
-            RETURN NULL;
-        END IF;
-    END IF;
-    IF v_fault.stage <> p_stage THEN
-        RETURN NULL;
-    END IF;
-    -- under the row lock: a concurrent answer is re-checked against the count it left
+    -- the fault's reply if it answers this time (its share drawn with random(), its count taken),
+    -- else NULL; under the row lock: a concurrent answer is re-checked against the count it left
     UPDATE mailroom.inbox_faults AS f
     SET remaining = f.remaining - 1, fired = f.fired + 1
     WHERE
-        f.id = v_fault.id
+        f.id = p_id
         AND (f.remaining IS NULL OR f.remaining > 0)
         AND pg_catalog.random() * 100 < f.share
     RETURNING f.reply INTO v_reply;
@@ -204,8 +291,83 @@ BEGIN
 END;
 $$;
 
+COMMENT ON FUNCTION mailroom_internal._fire_fault(bigint) IS
+'Internal: a fault''s SMTP reply if it answers this time (share drawn, count taken under its row lock), else NULL.';
+
+CREATE OR REPLACE FUNCTION mailroom_internal._recipient_fault(p_address text, p_stage text)
+RETURNS text
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_fault record;
+BEGIN
+    -- The reply of the fault in force for this one recipient at this stage when it answers this
+    -- time, else NULL. A fault harms only its owner: a catch-all domain's fault is not in force for
+    -- an inbox of that domain another owner has.
+    SELECT f.* INTO v_fault FROM mailroom_internal._fault_in_force(p_address) AS f;
+    IF NOT FOUND THEN
+        RETURN NULL;
+    END IF;
+    IF v_fault.stage <> p_stage OR v_fault.owner IS DISTINCT FROM v_fault.recipient_owner THEN
+        RETURN NULL;
+    END IF;
+    RETURN mailroom_internal._fire_fault(v_fault.id);
+END;
+$$;
+
 COMMENT ON FUNCTION mailroom_internal._recipient_fault(text, text) IS
-'Internal: the SMTP reply of the fault in force for a recipient at a stage (rcpt, data, after_data) if it answers this time (share drawn, count taken), else NULL.';
+'Internal: the SMTP reply of the fault in force for a recipient at a stage (rcpt, data, after_data) if it answers this time (share drawn, count taken), else NULL; a catch-all domain''s fault only for an inbox of the catch-all''s owner.';
+
+CREATE OR REPLACE FUNCTION mailroom_internal._transaction_fault(
+    p_addresses text[],
+    p_stage text,
+    OUT reply text,
+    OUT skipped integer
+)
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_address text;
+    v_fault record;
+    v_owners text[];
+    v_seen bigint[] := '{}';
+BEGIN
+    -- A DATA-stage fault (data, after_data) answers a message only when every recipient of it
+    -- belongs to the fault's owner (_mailbox_owner: one api or mcp owner, or that very anonymous
+    -- inbox; a catch-all domain's fault belongs to the catch-all's owner): one owner's fault never
+    -- refuses, nor has retried (so doubled), another owner's copy. reply: the first fault that
+    -- answers, else NULL; skipped: the active faults at this stage not applied for another owner's
+    -- recipient (each fault once), counted whether or not its share would have drawn it, and its
+    -- count not taken. The recipients' owners are looked up only when a fault at this stage is found.
+    skipped := 0;
+    FOREACH v_address IN ARRAY coalesce(p_addresses, '{}') LOOP
+        SELECT f.* INTO v_fault FROM mailroom_internal._fault_in_force(v_address) AS f;
+        CONTINUE WHEN NOT FOUND;
+        CONTINUE WHEN v_fault.stage <> p_stage OR v_fault.id = ANY(v_seen);
+        v_seen := v_seen || v_fault.id;
+        IF v_owners IS NULL THEN
+            v_owners := CASE
+                WHEN cardinality(p_addresses) = 1 THEN ARRAY[v_fault.recipient_owner]
+                ELSE ARRAY(SELECT mailroom_internal._address_owner(a.address) FROM unnest(p_addresses) AS a (address))
+            END;
+        END IF;
+        IF v_fault.owner IS NULL
+            OR EXISTS (SELECT 1 FROM unnest(v_owners) AS o (owner) WHERE o.owner IS DISTINCT FROM v_fault.owner) THEN
+            skipped := skipped + CASE WHEN v_fault.active THEN 1 ELSE 0 END;
+            CONTINUE;
+        END IF;
+        reply := mailroom_internal._fire_fault(v_fault.id);
+        EXIT WHEN reply IS NOT NULL;
+    END LOOP;
+END;
+$$;
+
+COMMENT ON FUNCTION mailroom_internal._transaction_fault(text[], text) IS
+'Internal: the reply of the first DATA-stage fault (p_stage data or after_data) that answers a message of these recipients, applied only when every recipient belongs to the fault''s owner; skipped: the active faults left unapplied for that reason.';
 
 CREATE OR REPLACE FUNCTION mailroom_internal._check_recipient_fault(
     p_address text,

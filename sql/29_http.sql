@@ -1060,13 +1060,15 @@ AS $$
 DECLARE
     v_who record := mailroom_internal._http_who(p_address, p_session_token, p_key_digest);
 BEGIN
-    RETURN mailroom.release_message(
-        p_address, p_session_token, p_message_id, p_to, p_sender, v_who.owner_type, v_who.owner_id
+    -- the key's id: release.rate_per_key counts per API key (sql/32_outbound_release.sql)
+    RETURN mailroom_internal._release_message(
+        p_address, p_session_token, p_message_id, p_to, p_sender, v_who.owner_type, v_who.owner_id,
+        (SELECT k.id FROM mailroom.api_keys AS k WHERE k.digest = p_key_digest AND v_who.owner_id IS NOT NULL)
     );
 END;
 $$;
 
 COMMENT ON FUNCTION mailroom.http_release_message(text, text, bytea, bigint, text, text) IS
-'POST …/messages/{id}/release: release_message for the request''s credential; {"outbound_id", "to", "sender"}. Errors: MR395-MR397 (403), MR301, MR303, MR306, MR318, MR203-MR209.';
+'POST …/messages/{id}/release: release_message for the request''s credential, its rate counted per API key; {"outbound_id", "to", "sender"}. Errors: MR395-MR397 (403), MR301, MR303, MR306, MR318, MR390, MR020 (429), MR021 (403), MR203-MR209.';
 
 GRANT EXECUTE ON FUNCTION mailroom.http_release_message(text, text, bytea, bigint, text, text) TO mailroom_http;

@@ -84,7 +84,7 @@ def deliver(db_url: str) -> Callable[..., int]:
 class _Target(BaseHTTPRequestHandler):
     """The link check's loopback target: /ok 200, /missing 404, /no-head (405 to HEAD, 200 to GET),
     /redirect -> /ok, /hops/N -> /hops/N-1 … /hops/0 200, /away -> 127.0.0.2 (loopback, not allowed),
-    /slow answers after 3 s."""
+    /other-port -> 127.0.0.1:9 (a port checks.link_ports does not list), /slow answers after 3 s."""
 
     def _answer(self) -> None:
         path = self.path.split("?", 1)[0]
@@ -99,6 +99,8 @@ class _Target(BaseHTTPRequestHandler):
             self._reply(301, location=f"/hops/{int(path.rsplit('/', 1)[1]) - 1}")
         elif path == "/away":
             self._reply(302, location=f"http://127.0.0.2:{self.server.server_address[1]}/ok")
+        elif path == "/other-port":
+            self._reply(302, location="http://127.0.0.1:9/ok")
         elif path == "/slow":
             time.sleep(3)
             self._reply(200)

@@ -460,6 +460,7 @@ def test_release_from_the_page_queues_the_stored_bytes(page, server, smtp_port, 
     to = new_box(server)["address"]
     conn.execute("SELECT mailroom.upsert_sender('browser-relay', 'robot@mailroom.test', '127.0.0.1', %s)", (smtp_port,))
     conn.execute("SELECT mailroom.set_setting('release.senders', 'browser-relay')")
+    conn.execute("SELECT mailroom.set_setting('release.allowed_recipients', %s)", (to,))  # empty allows none
     try:
         send(smtp_port, box["address"], "Release me", text="Pay 12 EUR by Friday.")
         mid = wait_count(server, {"address": box["address"], "session_token": key}, 1)[0]["id"]
@@ -486,6 +487,7 @@ def test_release_from_the_page_queues_the_stored_bytes(page, server, smtp_port, 
         assert page.errors == []
     finally:
         conn.execute("SELECT mailroom.set_setting('release.senders', '')")
+        conn.execute("SELECT mailroom.set_setting('release.allowed_recipients', '')")
 
 
 def test_fault_injection_in_the_inbox_header(page, server, smtp_port):

@@ -7,8 +7,10 @@ from __future__ import annotations
 
 import json
 import smtplib
+import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 
+import pytest
 from inbox_support import wait_for_log
 
 MESSAGE = b"Subject: retry me\r\n\r\nhello\r\n"
@@ -138,3 +140,70 @@ def test_the_count_is_taken_atomically_by_concurrent_sessions(server, conn, make
         replies = list(pool.map(lambda _: _send(server, box)[0][0], range(8)))
     assert sorted(replies) == [250] * 5 + [451] * 3
     assert _stored(conn, box) == 5
+
+
+# A fault harms only its owner (issue 45 item 2; docs/inboxes.md "Fault injection"): the review's mixed
+# transaction, one SMTP transaction to owner B's inbox and owner A's, owner A's inbox set a DATA-stage fault.
+
+def _owned(make_mailbox, kind: str, owner: str):
+    """An inbox of `owner` (an API owner), or for kind anonymous one with a token (its own owner)."""
+    return make_mailbox() if kind == "anonymous" else make_mailbox(owner_type="api", owner_id=owner)
+
+
+def _owner_fault(conn, box, stage: str, reply: str) -> None:
+    """What `PUT …/fault` does for the inbox's holder: its token, or its API owner."""
+    owner = (None, None) if box.token else ("api", conn.execute(
+        "SELECT owner_id FROM mailroom.mailboxes WHERE id = %s", (box.id,)).fetchone()[0])
+    conn.execute("SELECT mailroom.set_inbox_fault(%s, %s, %s, %s, 100, NULL, %s, %s)",
+                 (box.address, box.token, stage, reply, *owner))
+
+
+def _send_to(server, *boxes) -> tuple[int, bytes]:
+    """One transaction to every box (each RCPT accepted): the DATA reply."""
+    with smtplib.SMTP(server.host, server.port, timeout=30) as client:
+        client.ehlo()
+        client.mail("app@example.com")
+        for box in boxes:
+            assert client.rcpt(box.address)[0] == 250
+        return client.data(MESSAGE)
+
+
+def _scrape(port: int) -> str:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as resp:
+        return resp.read().decode()
+
+
+@pytest.mark.parametrize("kind", ["api", "anonymous"])
+def test_a_fault_never_refuses_nor_doubles_another_owners_copy(start_server, conn, make_mailbox, kind):
+    server = start_server("--metrics-port", "0", "--log-every", "1s")
+    metrics_port = int(wait_for_log(server.log_path, r"metrics on http://127\.0\.0\.1:(\d+)/metrics", server.proc)[1])
+    owner_a, owner_b = _owned(make_mailbox, kind, "owner-a"), _owned(make_mailbox, kind, "owner-b")
+    # data 550: before, DATA answered 550 and the sender bounced owner B's copy (0 copies)
+    _owner_fault(conn, owner_a, "data", "550 5.7.1 Owner A refuses")
+    assert _send_to(server, owner_b, owner_a) == (250, b"2.0.0 OK: stored for 2 recipient(s)")
+    assert (_stored(conn, owner_a), _stored(conn, owner_b)) == (1, 1)
+    # after_data 451: before, stored then 451, and the sender's retry gave owner B a second copy
+    _owner_fault(conn, owner_a, "after_data", "451 4.3.0 Owner A lost the acknowledgement")
+    reply = _send_to(server, owner_a, owner_b)
+    assert reply == (250, b"2.0.0 OK: stored for 2 recipient(s)")  # nothing for the sender to retry
+    assert (_stored(conn, owner_a), _stored(conn, owner_b)) == (2, 2)  # owner B: exactly one copy of each
+    # skipped and counted: its log line, the summary line and the metric; never an address
+    wait_for_log(server.log_path, r"skipped 1 injected fault\(s\): the message has a recipient of another owner",
+                 server.proc)
+    wait_for_log(server.log_path, r"skipped [12] injected fault\(s\) of another owner", server.proc)
+    assert "mailroom_inbound_faults_skipped_total 2.0" in _scrape(metrics_port)
+    log_text = server.log_path.read_text()
+    assert owner_a.address not in log_text and owner_b.address not in log_text
+    shown = conn.execute("SELECT f.fired FROM mailroom.inbox_faults AS f WHERE f.mailbox_id = %s",
+                         (owner_a.id,)).fetchone()
+    assert shown == (0,)  # a skipped fault did not fire
+
+
+def test_a_fault_still_answers_when_every_recipient_is_its_owners(server, conn, make_mailbox):
+    first, second = make_mailbox(owner_type="api", owner_id="owner-a"), make_mailbox(owner_type="api", owner_id="owner-a")
+    _owner_fault(conn, first, "data", "550 5.7.1 Owner A refuses")
+    assert _send_to(server, second, first) == (550, b"5.7.1 Owner A refuses")
+    assert (_stored(conn, first), _stored(conn, second)) == (0, 0)
+    _owner_fault(conn, first, "after_data", "451 4.3.0 Owner A lost the acknowledgement")
+    assert _send_to(server, first, second) == (451, b"4.3.0 Owner A lost the acknowledgement")
+    assert (_stored(conn, first), _stored(conn, second)) == (1, 1)

@@ -65,7 +65,22 @@ def test_demo_story_runs_end_to_end(cli, conn, db_url):
     assert conn.execute("SELECT bool_or(is_active) FROM mailroom.mailboxes").fetchone()[0] is False
     assert conn.execute("SELECT count(*) FROM mailroom.messages").fetchone()[0] == 1
     statuses = dict(conn.execute("SELECT status::text, count(*) FROM mailroom.outbound_messages GROUP BY 1").fetchall())
-    assert statuses == {"sent": 1, "queued": 1}
+    assert statuses == {"sent": 1, "cancelled": 1}
+
+
+def test_demo_leaves_nothing_pointing_at_its_ports(cli, conn):
+    """Issue 44, item 5: after the demo, the collector's sender and link base are what they were, and no
+    mail is left queued through the demo's senders (whose relays were its throwaway ports)."""
+    conn.execute("SELECT mailroom.set_setting('collector.link_base_url', 'https://app.example')")
+    before = dict(conn.execute("SELECT name, value FROM mailroom.list_settings()"
+                               " WHERE name IN ('collector.sender', 'collector.link_base_url')").fetchall())
+    proc = cli("demo", "--pace", "0", timeout=120)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    after = dict(conn.execute("SELECT name, value FROM mailroom.list_settings()"
+                              " WHERE name IN ('collector.sender', 'collector.link_base_url')").fetchall())
+    assert after == before
+    assert conn.execute("SELECT count(*) FROM mailroom.outbound_messages WHERE status IN ('queued', 'processing')"
+                        ).fetchone()[0] == 0
 
 
 def test_demo_failing_midway_stops_what_it_started(cli, conn, db_url):

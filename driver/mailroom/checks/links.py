@@ -4,27 +4,32 @@ Every `a href` and `img src` of the HTML part and every http(s) link of the text
 is asked with HEAD, then GET when HEAD is refused or fails (the GET's body is never read), with httpx.
 Bounded: at most MAX_URLS URLs (the rest are counted as skipped), PER_URL seconds each (redirects
 included), TOTAL seconds for the whole check, MAX_REDIRECTS redirects per URL, each redirect target
-checked like the first URL. Off unless the server runs with --link-check (SQL refuses it: 503).
+checked like the first URL; only the ports of the setting checks.link_ports (80 and 443 by default).
+A link that fails, however it fails (a URL httpx will not parse included), is that link's row with
+its error: the check as a whole answers. Off unless the server runs with --link-check (SQL refuses
+it: 503).
 
-SSRF guard: a URL's host is resolved first and each of its addresses checked; a loopback, private,
-link-local, multicast, reserved, unspecified or otherwise non-global address is refused unless it is
-in a network the operator allowed (--link-check-allow 127.0.0.1/32). The request then goes to the
-address that was checked (the URL's host stays in Host and in TLS's SNI and certificate check), so a
-second DNS answer cannot point it elsewhere. No proxy from the environment is used.
+SSRF guard (mailroom.core.netguard, shared with the webhook sender): a URL's host is resolved first
+and each of its addresses checked; a loopback, private, link-local, multicast, reserved, unspecified
+or otherwise non-global address is refused unless it is in a network the operator allowed
+(--link-check-allow 127.0.0.1/32). The request then goes to the address that was checked (the URL's
+host stays in Host and in TLS's SNI and certificate check), so a second DNS answer cannot point it
+elsewhere. No proxy from the environment is used.
 """
 
 from __future__ import annotations
 
 import asyncio
-import ipaddress
 import re
-import socket
 import time
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from html.parser import HTMLParser
 from typing import Any
 from urllib.parse import urljoin, urlsplit
+
+from mailroom.core import netguard
+from mailroom.core.netguard import IpNetwork, Refused
 
 MAX_URLS = 50
 PER_URL = 5.0
@@ -34,17 +39,16 @@ CONCURRENCY = 8
 MAX_SOURCE = 1024 * 1024  # characters of each part read for links
 MAX_URL = 2048
 REDIRECTS = frozenset({301, 302, 303, 307, 308})
+PORTS = frozenset({80, 443})  # the default of the setting checks.link_ports
 _TEXT_URL = re.compile(r"https?://[^\s<>\"'`{}|\\^\[\]]+", re.I)
-
-IpNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
-IpAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
-
 
 @dataclass
 class LinkPolicy:
-    """The bounds and the networks the operator allowed (mailroom http serve --link-check-allow)."""
+    """The bounds, the networks the operator allowed (mailroom http serve --link-check-allow) and the
+    ports a URL may name (setting checks.link_ports, which SQL reads with the message: with_ports)."""
 
     allow: list[IpNetwork] = field(default_factory=list)
+    ports: frozenset[int] = PORTS
     max_urls: int = MAX_URLS
     per_url: float = PER_URL
     total: float = TOTAL
@@ -53,17 +57,11 @@ class LinkPolicy:
     @classmethod
     def parse(cls, networks: Iterable[str]) -> LinkPolicy:
         """From CIDR strings; ValueError names a bad one."""
-        allow = []
-        for value in networks:
-            try:
-                allow.append(ipaddress.ip_network(value.strip(), strict=False))
-            except ValueError:
-                raise ValueError(f"not an IP network: {value!r} (e.g. 127.0.0.1/32, 10.0.0.0/8)") from None
-        return cls(allow=allow)
+        return cls(allow=netguard.parse_networks(networks))
 
-
-class Refused(Exception):
-    """The URL is not checked: its scheme, or an address the SSRF guard refuses."""
+    def with_ports(self, ports: Iterable[int]) -> LinkPolicy:
+        """The same policy, for the ports given (the setting's value as SQL answers it)."""
+        return replace(self, ports=frozenset(ports))
 
 
 class _Links(HTMLParser):
@@ -96,66 +94,28 @@ def extract(html: str | None, text: str | None) -> list[tuple[str, str]]:
     seen: set[str] = set()
     links = []
     for url, kind in found:
-        if urlsplit(url).scheme.lower() not in ("http", "https") or url in seen:
+        try:
+            scheme = urlsplit(url).scheme.lower()
+        except ValueError:  # e.g. an unclosed [IPv6 literal: listed, and its row says why it fails
+            scheme = url.partition(":")[0].strip().lower()
+        if scheme not in ("http", "https") or url in seen:
             continue
         seen.add(url)
         links.append((url, kind))
     return links
 
 
-def refusal(address: IpAddress, allow: list[IpNetwork]) -> str | None:
-    """Why the SSRF guard refuses an address (None: it may be asked)."""
-    if any(address.version == net.version and address in net for net in allow):
-        return None
-    mapped = getattr(address, "ipv4_mapped", None)
-    if mapped is not None:
-        return refusal(mapped, allow)
-    for test, reason in (("is_loopback", "loopback"), ("is_link_local", "link-local"), ("is_multicast", "multicast"),
-                         ("is_unspecified", "unspecified"), ("is_reserved", "reserved"), ("is_private", "private")):
-        if getattr(address, test):
-            return reason
-    return None if address.is_global else "non-global"
-
-
-async def _resolve(host: str, port: int, allow: list[IpNetwork]) -> IpAddress:
-    """The address to connect to: every address the name resolves to must pass the guard."""
-    try:
-        literal = ipaddress.ip_address(host.strip("[]"))
-        addresses: list[IpAddress] = [literal]
-    except ValueError:
-        try:
-            infos = await asyncio.get_running_loop().getaddrinfo(host, port, type=socket.SOCK_STREAM)
-        except OSError as exc:
-            raise Refused(f"the name does not resolve ({exc.strerror or exc})") from None
-        addresses = list(dict.fromkeys(ipaddress.ip_address(info[4][0].split("%", 1)[0]) for info in infos))
-    if not addresses:
-        raise Refused("the name does not resolve")
-    for address in addresses:
-        reason = refusal(address, allow)
-        if reason is not None:
-            raise Refused(f"refused: {host} resolves to a {reason} address (--link-check-allow to allow it)")
-    return addresses[0]
-
-
 async def _ask(client: Any, url: str, policy: LinkPolicy) -> tuple[int, str | None]:
     """One URL, one hop: (status, Location header)."""
     import httpx
 
-    parts = urlsplit(url)
-    if parts.scheme.lower() not in ("http", "https") or not parts.hostname:
-        raise Refused(f"not an http(s) URL: {parts.scheme or '(none)'}")
-    port = parts.port or (443 if parts.scheme.lower() == "https" else 80)
-    address = await _resolve(parts.hostname, port, policy.allow)
-    target = httpx.URL(url).copy_with(host=str(address))
-    host_header = f"[{parts.hostname}]" if ":" in parts.hostname else parts.hostname
-    if parts.port is not None:
-        host_header = f"{host_header}:{parts.port}"
-    headers = {"Host": host_header, "User-Agent": "mailroom-link-check/1", "Accept": "*/*"}
-    extensions = {"sni_hostname": parts.hostname} if parts.scheme.lower() == "https" else {}
+    pinned = await netguard.pin(url, policy.allow, policy.ports, hint="--link-check-allow to allow it",
+                                port_hint="the setting checks.link_ports lists the ports asked")
+    headers = {**pinned.headers, "User-Agent": "mailroom-link-check/1", "Accept": "*/*"}
     status: int | None = None
     location: str | None = None
     for method in ("HEAD", "GET"):
-        request = client.build_request(method, target, headers=headers, extensions=extensions)
+        request = client.build_request(method, pinned.url, headers=headers, extensions=pinned.extensions)
         try:
             response = await client.send(request, stream=True)
         except httpx.HTTPError:
@@ -205,9 +165,15 @@ async def _check_one(client: Any, url: str, kind: str, policy: LinkPolicy, deadl
     except httpx.HTTPError as exc:
         result["status"] = None
         result["error"] = f"{type(exc).__name__}: {str(exc)[:200] or 'the request failed'}"
+    except httpx.InvalidURL as exc:
+        result["status"] = None
+        result["error"] = f"not a valid URL: {str(exc)[:200]}"
     except (OSError, ValueError) as exc:
         result["status"] = None
         result["error"] = f"the request failed: {str(exc)[:200]}"
+    except Exception as exc:  # noqa: BLE001 - one link's failure is its row's, never the whole check's
+        result["status"] = None
+        result["error"] = f"the request failed ({type(exc).__name__}): {str(exc)[:200]}"
     return result
 
 

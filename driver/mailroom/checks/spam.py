@@ -20,8 +20,12 @@ TIMEOUT = 15.0  # seconds for the whole exchange with spamd
 _RULE = re.compile(r"^\s*(-?[0-9]+(?:\.[0-9]+)?)\s+([A-Z0-9_]+)\s+(.*)$")
 _STATUS = re.compile(rb"^SPAMD/[0-9.]+ +([0-9]+) *(.*?)\r?\n$")
 _SPAM = re.compile(r"^(true|false|yes|no)\s*;\s*(-?[0-9]+(?:\.[0-9]+)?)\s*/\s*(-?[0-9]+(?:\.[0-9]+)?)", re.IGNORECASE)
+_LENGTH = re.compile(r"[0-9]{1,10}")
 MAX_ANSWER = 1 << 20  # bytes of spamd's report read at the most
 MAX_HEADERS = 32
+MAX_LINE = 8192  # bytes of spamd's status line and of each header line
+MAX_DIGITS = 12  # characters of a score (spamd's are like -0.1, 5.0, 1000.0): longer is nonsense
+MAX_DESCRIPTION = 1000  # characters of a rule's description, its continuation lines joined
 
 
 @dataclass(frozen=True)
@@ -42,10 +46,21 @@ class SpamdFailed(Exception):
     """spamd did not answer, or answered with an error."""
 
 
+def score_of(text: str) -> float:
+    """A score of spamd's answer; SpamdFailed on nonsense (a 400-digit number would be `inf`, which
+    no JSON answer can carry)."""
+    if len(text) > MAX_DIGITS:
+        raise SpamdFailed(f"spamd's answer has a score of {len(text)} characters")
+    return float(text)
+
+
 def rules_of(report: str) -> list[dict[str, Any]]:
     """The rules of a SpamAssassin report's table (`pts rule name description`), continuation
-    lines of a description joined to it."""
+    lines of a description joined to it (at most MAX_DESCRIPTION characters). Linear in the report:
+    a description's parts are joined once, at the end. SpamdFailed on a nonsense score."""
     rules: list[dict[str, Any]] = []
+    parts: list[list[str]] = []  # each rule's description, in parts
+    size = 0  # characters of the last rule's parts
     table = False
     for line in report.splitlines():
         if not table:
@@ -55,16 +70,22 @@ def rules_of(report: str) -> list[dict[str, Any]]:
             break
         match = _RULE.match(line)
         if match:
-            rules.append({"name": match.group(2), "score": float(match.group(1)), "description": match.group(3).strip()})
-        elif rules and line.startswith(" "):
-            rules[-1]["description"] = f"{rules[-1]['description']} {line.strip()}".strip()
+            rules.append({"name": match.group(2), "score": score_of(match.group(1))})
+            parts.append([match.group(3).strip()])
+            size = len(parts[-1][0])
+        elif rules and line.startswith(" ") and size <= MAX_DESCRIPTION:
+            parts[-1].append(line.strip())
+            size += len(parts[-1][-1]) + 1
+    for rule, words in zip(rules, parts, strict=True):
+        rule["description"] = " ".join(word for word in words if word)[:MAX_DESCRIPTION]
     return rules
 
 
 async def report(raw: bytes, spamd: Spamd) -> tuple[str, str]:
-    """spamd's answer to REPORT: its Spam header's value and the report (SpamdFailed otherwise)."""
+    """spamd's answer to REPORT: its Spam header's value and the report (SpamdFailed otherwise, and on
+    nonsense: a line over MAX_LINE bytes, a Content-length that is not a number of at most 10 digits)."""
     try:
-        reader, writer = await asyncio.open_connection(spamd.host, spamd.port)
+        reader, writer = await asyncio.open_connection(spamd.host, spamd.port, limit=MAX_LINE)
     except OSError:
         raise SpamdFailed("spamd cannot be reached") from None
     try:
@@ -83,10 +104,14 @@ async def report(raw: bytes, spamd: Spamd) -> tuple[str, str]:
                 break
             name, _, value = line.partition(":")
             headers[name.strip().lower()] = value.strip()
-        length = headers.get("content-length", "")
-        body = await (reader.readexactly(min(int(length), MAX_ANSWER)) if length.isdigit() else reader.read(MAX_ANSWER))
+        length = headers.get("content-length")
+        if length is not None and not _LENGTH.fullmatch(length):
+            raise SpamdFailed(f"spamd's Content-length is not a number of at most 10 digits ({len(length)} characters)")
+        body = await (reader.readexactly(min(int(length), MAX_ANSWER)) if length else reader.read(MAX_ANSWER))
     except (OSError, asyncio.IncompleteReadError):
         raise SpamdFailed("spamd ended the connection before its answer") from None
+    except ValueError:  # StreamReader.readline past its limit
+        raise SpamdFailed(f"spamd's answer has a line over {MAX_LINE} bytes") from None
     finally:
         writer.close()
     if "spam" not in headers:
@@ -105,5 +130,5 @@ async def check(raw: bytes, spamd: Spamd, timeout: float = TIMEOUT) -> dict[str,
         raise SpamdFailed("spamd's Spam header is not `verdict ; score / threshold`")
     rules = rules_of(text)
     rules.sort(key=lambda r: (-r["score"], r["name"]))
-    return {"score": round(float(verdict.group(2)), 1), "threshold": round(float(verdict.group(3)), 1),
+    return {"score": round(score_of(verdict.group(2)), 1), "threshold": round(score_of(verdict.group(3)), 1),
             "is_spam": verdict.group(1).lower() in ("true", "yes"), "rules": rules}

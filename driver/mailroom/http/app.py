@@ -369,7 +369,8 @@ def create_app(config: HttpConfig | None = None) -> FastAPI:  # noqa: PLR0915 - 
 
         row = await check_source(request, address, message_id, "links", enabled=state.link_policy is not None)
         assert state.link_policy is not None  # SQL refused the check otherwise (MR280)
-        return JSONResponse(await links.check(row.html_body, row.text_body, state.link_policy))
+        policy = state.link_policy.with_ports(row.link_ports)  # the setting checks.link_ports, read by SQL
+        return JSONResponse(await links.check(row.html_body, row.text_body, policy))
 
     @app.get("/api/v1/mailboxes/{address}/messages/{message_id}/checks/spam", tags=["checks"],
              response_model=models.SpamCheck, responses=errors(400, 401, 403, 404, 502, 503),

@@ -68,11 +68,11 @@ http_check_message = SqlFunction(
 http_search_messages = SqlFunction(
     "http_search_messages", f"{_WHO}, p_query text, p_limit integer = default", returns="jsonb"
 )
-# the checks of a message (sql/29_checks.sql, docs/checks.md): what a check reads; p_enabled is this
-# server's switch for it (MR280, MR281 when off)
+# the checks of a message (sql/29_checks.sql, docs/checks.md): what a check reads (the link check: and
+# the ports it may ask); p_enabled is this server's switch for it (MR280, MR281 when off)
 http_message_check = SqlFunction(
     "http_message_check", f"{_WHO}, p_message_id bigint, p_check text, p_enabled boolean = default",
-    returns=("html_body", "text_body", "raw"),
+    returns=("html_body", "text_body", "raw", "link_ports"),
 )
 # fault injection (sql/24_faults.sql through sql/29_http.sql)
 http_set_inbox_fault = SqlFunction(

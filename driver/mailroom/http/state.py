@@ -27,10 +27,10 @@ from mailroom.core.log import get_logger
 from mailroom.core.ready import notify_ready
 from mailroom.db.connect import alearn_vocabulary
 from mailroom.db.heartbeat import SERVES_ENV
+from mailroom.db.hub import Hub
 from mailroom.db.pool import NoConnection, async_pool, front_call
 from mailroom.db.worker import Worker
 from mailroom.http import sqlapi
-from mailroom.http.events import Hub
 from mailroom.http.sns import SnsVerifier
 from mailroom.inboxes.parsing import ParsePool
 

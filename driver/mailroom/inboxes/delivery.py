@@ -26,6 +26,9 @@ The protocol layer (mailroom.inboxes.smtp) asks this module and sends the reply 
   decides, in ONE autocommit statement; 250 follows it. A bounce nothing could be read from is
   still 250 (SQL notes it as unparsed), so a relay does not retry it for days. It is not stored.
   A refusal answers the SMTP reply mailroom.error_codes gives its SQLSTATE.
+- an injected fault (docs/inboxes.md, "Fault injection") is decided in those same calls; a DATA-stage
+  fault SQL did not apply because a recipient belongs to another owner comes back as the row's
+  faults_skipped, counted here (the summary line, mailroom_inbound_faults_skipped_total).
 Python writes only the replies SQL gives, and its own 451 when the database cannot be asked.
 Logs carry counts, sizes and ids, never addresses or subjects.
 """
@@ -51,7 +54,7 @@ from mailroom.db.connect import StaleConnection, ensure_alive
 from mailroom.db.contract import SqlFunction
 from mailroom.db.pool import within
 from mailroom.inboxes import sqlapi
-from mailroom.inboxes.metrics import InboundTally
+from mailroom.inboxes.metrics import InboundMetrics, InboundTally
 from mailroom.inboxes.mime import ParsedMessage
 from mailroom.inboxes.parsing import ParsePool
 
@@ -88,7 +91,7 @@ class Delivery:
     outcome decides the reply). Past it, DatabaseTimeout: the SMTP layer answers 451."""
 
     def __init__(self, pool: AsyncConnectionPool, parser: ParsePool, *, group_size: int = 32, timeout: float = 5.0,
-                 outage: Outage | None = None) -> None:
+                 outage: Outage | None = None, metrics: InboundMetrics | None = None) -> None:
         self.pool = pool
         self.parser = parser
         self.timeout = timeout
@@ -96,6 +99,7 @@ class Delivery:
         self.outage = outage or Outage(log)  # the database unreachable: logged once, and once recovered
         self.upgrade = UpgradeBackoff(log)  # calls that meet a schema change wait and retry (docs/upgrading.md)
         self.tally = InboundTally()  # the periodic summary line (inbox serve --log-every): no line per message
+        self.metrics = metrics  # the server's (faults skipped); None: not counted there
 
     def unreachable(self, what: str, exc: BaseException) -> None:
         """A call failed on the connection (lost, none within the timeout): the outage's one line,
@@ -247,6 +251,7 @@ class Delivery:
         self.reached()
         self.tally.statements += 1
         _log_delivery(p, row)
+        self._count_skipped(row)
         return row.reply
 
     async def _deliver_group(self, group: list[DeliveryParams], key: uuid.UUID) -> list[str] | None:
@@ -284,7 +289,20 @@ class Delivery:
             log.debug("group commit: %d messages in one statement", len(group))
         for p, row in zip(group, rows, strict=True):
             _log_delivery(p, row)
+            self._count_skipped(row)
         return [row.reply for row in rows]
+
+    def _count_skipped(self, row: Any) -> None:
+        """The DATA-stage faults SQL left unapplied to a message because a recipient of it belongs to
+        another owner (a fault harms only its owner): counted, and said at info (the tester who set
+        one looks for why it did not answer); no address."""
+        skipped = row.faults_skipped or 0
+        if not skipped:
+            return
+        self.tally.faults_skipped += skipped
+        if self.metrics is not None:
+            self.metrics.faults_skipped.inc(skipped)
+        log.info("skipped %d injected fault(s): the message has a recipient of another owner", skipped)
 
 
 def _rolled_back(exc: psycopg.Error) -> bool:

@@ -32,6 +32,11 @@ class InboundMetrics(WorkerMetrics):
             "mailroom_inbound_messages", "DATA answered: stored (250), refused (5xx), tempfail (4xx).", ["result"],
             registry=r,
         )
+        self.faults_skipped = Counter(
+            "mailroom_inbound_faults_skipped",
+            "Injected DATA-stage faults not applied: a recipient of the message belongs to another owner.",
+            registry=r,
+        )
         for verdict in RCPT_LABELS:
             self.recipients.labels(verdict=verdict)
         for result in MESSAGE_RESULTS:
@@ -55,6 +60,7 @@ class InboundTally:
         self.tempfail = 0  # RCPT and DATA answered 4xx because the database could not be asked or said retry
         self.refused_recipients: dict[str, int] = {}  # by verdict (unknown, expired, full, fault, ...)
         self.refused_messages: dict[str, int] = {}  # by verdict (too_large, fault, MR code, line too long, ...)
+        self.faults_skipped = 0  # injected DATA-stage faults not applied: a recipient was another owner's
 
     def refused_recipient(self, verdict: str) -> None:
         self.refused_recipients[verdict] = self.refused_recipients.get(verdict, 0) + 1
@@ -80,7 +86,8 @@ class InboundTally:
         now = time.monotonic() if now is None else now
         seconds = now - self.since
         rcpts, msgs = sum(self.refused_recipients.values()), sum(self.refused_messages.values())
-        if not (self.sessions or self.stored or self.bounces or self.tempfail or rcpts or msgs):
+        if not (self.sessions or self.stored or self.bounces or self.tempfail or rcpts or msgs
+                or self.faults_skipped):
             self.since = now
             return None
         parts = [f"stored {self.stored} message(s) in {self.sessions} session(s)"
@@ -96,6 +103,8 @@ class InboundTally:
             parts.append(f"answered 4xx {self.tempfail} time(s)")
         if self.bounces:
             parts.append(f"recorded {self.bounces} bounce(s)")
+        if self.faults_skipped:
+            parts.append(f"skipped {self.faults_skipped} injected fault(s) of another owner")
         self._reset(now)
         return f"in {seconds:.0f}s: " + ", ".join(parts)
 

@@ -199,7 +199,7 @@ class InboundServer(Worker):
             await parser.close()
             self.metrics.shutdown()
             raise UserError(f"cannot start the parsing processes: {exc}") from None
-        handler = InboxHandler(Delivery(pool, parser, timeout=self.db_timeout, outage=self.outage),
+        handler = InboxHandler(Delivery(pool, parser, timeout=self.db_timeout, outage=self.outage, metrics=self.metrics),
                                max_recipients=self.max_recipients, metrics=self.metrics)
         smtp_class = _smtp_class(self.max_line_length)
         hostname = self.hostname or domain

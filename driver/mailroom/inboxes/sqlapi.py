@@ -20,7 +20,7 @@ deliver_messages = SqlFunction(
     "deliver_messages",
     "p_message integer[], p_address text[], p_raw bytea[], p_envelope_from text[], p_parsed jsonb[],"
     " p_receipt uuid = default",
-    returns=("message", "message_ids", "verdict", "reply"),
+    returns=("message", "message_ids", "verdict", "reply", "faults_skipped"),
     binary=("raw", "parsed"),  # the group commit's bulk: no hex or array escaping of bodies
 )
 settle_delivery = SqlFunction("settle_delivery", "p_key uuid", returns="text[]")

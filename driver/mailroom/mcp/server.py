@@ -24,7 +24,6 @@ import asyncio
 import contextlib
 import contextvars
 import functools
-import hashlib
 import inspect
 import json
 import os
@@ -40,11 +39,12 @@ from mcp.server.transport_security import TransportSecuritySettings
 from mcp.types import CallToolResult, Resource, TextContent, ToolAnnotations
 from pydantic import Field
 
+from mailroom.core.credentials import key_digest
 from mailroom.core.errors import Kind, describe_db_error, kind_of
 from mailroom.core.log import get_logger
 from mailroom.db.connect import alearn_vocabulary
+from mailroom.db.hub import Hub
 from mailroom.db.pool import NoConnection, async_pool, front_call
-from mailroom.http.events import Hub
 from mailroom.mcp import sqlapi
 
 log = get_logger("mcp")
@@ -105,14 +105,6 @@ def db_failure(exc: psycopg.Error) -> ToolFailure:
         log.error("database error: %s", describe_db_error(exc))
         message = "internal error"
     return ToolFailure(code, kind.value, message)
-
-
-def key_digest(value: str | None) -> bytes | None:
-    """The sha256 of an API key (what SQL compares); None without one. Any other value is only a
-    digest too: SQL refuses it as an unknown key."""
-    if not value or not value.strip():
-        return None
-    return hashlib.sha256(value.strip().encode()).digest()
 
 
 def header_credential(headers: Any) -> str | None:

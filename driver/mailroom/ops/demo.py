@@ -37,6 +37,7 @@ from mailroom.outbound import sqlapi as outbound
 
 DEMO_SENDER = "mailroom-demo"
 FLAKY_SENDER = "mailroom-demo-flaky"
+DEMO_SETTINGS = ("collector.sender", "collector.link_base_url")  # what the story sets, restored after it
 LINK_BASE = "https://mailroom.test"
 
 
@@ -103,6 +104,8 @@ def run_demo(database_url: str | None, data_dir: Path | None, pace: float) -> No
 
     relay = Controller(TempFailHandler(), hostname="127.0.0.1", port=free_port())
     started: list[Supervisor] = []  # filled as soon as the workers start, so a failure stops them too
+    with connect(url) as conn:
+        settings_before = {name: db_sqlapi.setting.value(conn, name=name) for name in DEMO_SETTINGS}
     try:
         relay.start()
         _run_story(story, url, relay, started)
@@ -113,10 +116,30 @@ def run_demo(database_url: str | None, data_dir: Path | None, pace: float) -> No
             if not supervisor.stopping:
                 supervisor.stop()
         relay.stop()
+        _tidy(story, url, settings_before)
         if started_cluster is not None:
             embedded.down(started_cluster.home)
             story.step("stopped the embedded cluster the demo started")
     story.step("done: every process the demo started has stopped")
+
+
+def _tidy(story: Story, url: str, settings_before: dict[str, str]) -> None:
+    """Leave nothing that points at the demo's throwaway ports (issue 44, item 5): the settings it changed
+    back as they were, and the mail still queued through its senders cancelled (kept as cancelled until
+    retention; `mailroom outbound retry` brings it back). Its senders' rows stay: nothing uses them."""
+    try:
+        with connect(url) as conn:
+            for name, value in settings_before.items():
+                db_sqlapi.set_setting.call(conn, name=name, value=value)
+            ids = [m.id for m in outbound.list_outbound_messages.rows(conn, status="queued", limit=1000)
+                   if m.sender in (DEMO_SENDER, FLAKY_SENDER)]
+            if ids:
+                outbound.cancel_messages.call(conn, ids=ids)
+    except psycopg.Error as exc:
+        story.step(f"could not tidy up: {describe_db_error(exc)}")
+        return
+    story.step(f"restored {', '.join(sorted(settings_before))}; cancelled {len(ids)} message(s) still queued "
+               "through the demo's senders")
 
 
 def _run_story(story: Story, url: str, relay: Controller, started: list[Supervisor]) -> None:
