@@ -70,7 +70,11 @@ def test_the_default_settings_fixture_is_what_a_fresh_migrate_seeds(conn) -> Non
 
     pinned = dict(re.findall(r"^\s*\('([^']*)', '((?:[^']|'')*)'\)", text, re.M))
     pinned = {k: v.replace("''", "'") for k, v in pinned.items()}
-    assert pinned == fresh, "tests/pgtap/fixtures/default_settings.sql differs from a fresh migrate's settings"
+    assert pinned == fresh, (
+        "tests/pgtap/fixtures/default_settings.sql differs from a fresh migrate's settings (a setting added or its "
+        "default changed): its VALUES are `SELECT format('(%L, %L)', name, value) FROM mailroom.settings ORDER BY name` "
+        f"of a fresh database; missing {sorted(fresh.keys() - pinned.keys())}, "
+        f"differing {sorted(k for k in fresh.keys() & pinned.keys() if fresh[k] != pinned[k])}")
 
 
 @pytest.fixture(scope="module")
