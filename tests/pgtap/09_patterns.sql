@@ -2,6 +2,7 @@
 -- every function that takes one.
 BEGIN;
 SELECT plan(21);
+\ir fixtures/default_settings.sql
 
 SELECT is(mailroom_internal._caller_pattern('\m\d{5}\M', 'regex'), '\m\d{5}\M', 'the default code pattern passes');
 SELECT is(mailroom_internal._caller_pattern('code: ([A-Z0-9]{6,8})', 'regex'), 'code: ([A-Z0-9]{6,8})', 'a group with a bounded count passes');

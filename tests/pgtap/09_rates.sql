@@ -4,6 +4,7 @@
 -- none) and MR021; the audit line; maintain_partitions deletes old windows and audit lines.
 BEGIN;
 SELECT plan(26);
+\ir fixtures/default_settings.sql
 
 SET LOCAL mailroom.clock = '2030-01-01 00:00:10+00';
 CREATE FUNCTION pg_temp.err(p_sql text) RETURNS text LANGUAGE plpgsql AS $$

@@ -6,6 +6,7 @@
 -- checks.rate_per_inbox; sql/09_rates.sql): over either, MR020.
 BEGIN;
 SELECT plan(22);
+\ir fixtures/default_settings.sql
 
 SET LOCAL mailroom.clock = '2030-01-01 00:00:00+00';
 CREATE TEMP TABLE j AS SELECT mailroom.http_create_mailbox(null, '192.0.2.1', 5) AS doc;

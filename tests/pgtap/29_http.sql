@@ -5,6 +5,7 @@
 -- mcp inboxes read over REST.
 BEGIN;
 SELECT plan(61);
+\ir fixtures/default_settings.sql
 
 SET LOCAL mailroom.clock = '2030-01-01 00:00:00+00';
 SELECT mailroom.create_api_key('team-1', sha256('mrk_one'::bytea));

@@ -7,6 +7,7 @@
 -- address), and a From in a domain mailroom signs for rewritten as a mailing list does.
 BEGIN;
 SELECT plan(54);
+\ir fixtures/default_settings.sql
 
 SET LOCAL mailroom.clock = '2030-01-01 00:00:00+00';
 SELECT mailroom.upsert_sender('relay', 'robot@mailroom.test', '127.0.0.1', 2525);
