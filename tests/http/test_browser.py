@@ -411,9 +411,11 @@ def _checks_message(server, smtp_port, box, links_base: str) -> int:
 
 
 @pytest.mark.parametrize("check", ["html", "links", "spam"])
-def test_check_tabs(page, server, smtp_port, links_base, check):
+def test_check_tabs(page, server, smtp_port, links_base, conn, check):
     from playwright.sync_api import expect
 
+    # the link check asks only the ports of checks.link_ports: 80, 443 and the test's own server's
+    conn.execute("SELECT mailroom.set_setting('checks.link_ports', %s)", (f"80,443,{links_base.rsplit(':', 1)[1]}",))
     box = new_box(server)
     mid = _checks_message(server, smtp_port, box, links_base)
     api = server.request("GET", f"/api/v1/mailboxes/{box['address']}/messages/{mid}/checks/{check}",
