@@ -8,6 +8,7 @@ import email.policy
 import json
 import os
 import random
+import re
 import smtplib
 import struct
 import time
@@ -15,12 +16,25 @@ import zlib
 from email.message import EmailMessage
 
 import pytest
-from browser_support import CHROMIUM, FLAGS, open_inbox, png, start_smtp
+from browser_support import CHROMIUM, FLAGS, axe_violations, link_target, open_inbox, phone_fits, png, send, start_smtp
 
 pytestmark = pytest.mark.skipif(not os.path.exists(CHROMIUM), reason="chromium is not installed (apt-get install chromium)")
 
 WIDE = {"width": 1280, "height": 820}
 PHONE = {"width": 375, "height": 740}
+
+
+@pytest.fixture(scope="module")
+def links_base() -> str:
+    """The loopback HTTP server the link check asks: /ok answers 200, anything else 404."""
+    with link_target() as base:
+        yield base
+
+
+@pytest.fixture(scope="module")
+def server_flags() -> tuple[str, ...]:
+    """This module's server runs the link check (loopback allowed: the test's own server)."""
+    return ("--link-check", "--link-check-allow", "127.0.0.1/32")
 
 
 @pytest.fixture(scope="module")
@@ -145,4 +159,82 @@ def test_inline_cid_images_render_in_the_frame_missing_and_too_large_stay_unrend
     page.wait_for_function("() => document.querySelector('#html-frame').src.endsWith('?images=1')")
     widths = natural_widths(page, ["logo", "gone", "big"], settle="logo")
     assert widths == {"logo": 24, "gone": 0, "big": 0}, widths  # still inline with remote images allowed
+    assert page.errors == []
+
+
+def new_box(server) -> dict:
+    return server.request("POST", "/api/v1/mailboxes?ttl_minutes=30").json()
+
+
+def test_list_rows_are_compact_and_the_list_comes_first_at_phone_width(browser, server, smtp_port):
+    """Issue 44 item 10: a row was about 76 px tall (7 on a laptop's screen); at phone width the list
+    started halfway down the screen, under the inbox's controls."""
+    box = new_box(server)
+    for n in range(4):
+        send(smtp_port, box["address"], f"Your order {n} has shipped", text=f"Order {n} left our warehouse today.")
+    wait_count(server, box, 4)
+    found = {}
+    for name, viewport in (("wide", WIDE), ("phone", PHONE)):
+        ctx = browser.new_context(viewport=viewport, base_url=server.base)
+        try:
+            page = ctx.new_page()
+            open_inbox(page, server.base, box)
+            rows = page.locator("#messages li.msg")
+            rows.nth(3).wait_for()
+            heights = [rows.nth(i).bounding_box()["height"] for i in range(4)]
+            assert max(heights) <= 56, (name, heights)  # two lines: sender and time; subject (and snippet)
+            if name == "phone":
+                first = rows.first.bounding_box()
+                assert first["y"] <= viewport["height"] / 3, first  # the list first (it began halfway down)
+                assert page.locator("#split").bounding_box()["y"] < page.locator("#inbox").bounding_box()["y"]
+                phone_fits(page)
+            else:
+                assert rows.first.locator(".snippet").is_visible()  # beside the subject
+            found[name] = axe_violations(page)
+        finally:
+            ctx.close()
+    assert not any(found.values()), json.dumps(found, indent=1)
+
+
+def contrast(page, selector: str) -> float:
+    """WCAG contrast ratio of an element's text against the first opaque background under it."""
+    return page.evaluate("""sel => {
+      const rgb = s => s.match(/[\\d.]+/g).map(Number);
+      const lin = x => { x /= 255; return x <= 0.03928 ? x / 12.92 : ((x + 0.055) / 1.055) ** 2.4; };
+      const lum = c => { const v = c.slice(0, 3).map(lin); return 0.2126 * v[0] + 0.7152 * v[1] + 0.0722 * v[2]; };
+      let e = document.querySelector(sel); const fg = rgb(getComputedStyle(e).color);
+      let bg = null;
+      for (; e; e = e.parentElement) {
+        const c = rgb(getComputedStyle(e).backgroundColor);
+        if (c.length < 4 || c[3] > 0) { bg = c; break; }
+      }
+      const [a, b] = [lum(fg), lum(bg || [255, 255, 255])].sort((x, y) => y - x);
+      return (a + 0.05) / (b + 0.05);
+    }""", selector)
+
+
+def test_shortcuts_key_is_readable_and_every_link_check_column_has_a_heading(page, server, smtp_port, links_base):
+    """Issue 44 item 10: the Shortcuts button's `?` was white on near-white in light mode; the link
+    check's error column had no heading."""
+    from playwright.sync_api import expect
+
+    box = new_box(server)
+    send(smtp_port, box["address"], "Links", text="links",
+         html=f"<p><a href='{links_base}/ok'>here</a> and <a href='{links_base}/missing'>gone</a></p>")
+    mid = wait_count(server, box, 1)[0]["id"]
+    open_inbox(page, server.base, box)
+    assert contrast(page, "#show-help kbd") >= 4.5
+    assert contrast(page, "#show-help") >= 4.5
+    page.goto(f"/inbox/{box['address']}/messages/{mid}")
+    page.get_by_role("tab", name="Link check").click()
+    panel = page.locator("#panel-check-links")
+    expect(panel.locator("tbody tr")).to_have_count(2, timeout=30000)
+    headings = panel.locator("thead th").all_text_contents()
+    assert len(headings) == 5 and all(h.strip() for h in headings), headings
+    expect(panel.locator("thead th").nth(4)).to_have_text("Result")
+    assert re.search(r"HTTP 404", panel.locator("tbody").text_content())
+    frame = page.locator("#html-frame")
+    page.get_by_role("tab", name="HTML", exact=True).click()
+    assert frame.bounding_box()["height"] > 460  # a screenful, not a fixed 460 px
+    assert axe_violations(page) == []
     assert page.errors == []
