@@ -213,11 +213,12 @@ def contrast(page, selector: str) -> float:
     }""", selector)
 
 
-def test_shortcuts_key_is_readable_and_every_link_check_column_has_a_heading(page, server, smtp_port, links_base):
+def test_shortcuts_key_is_readable_and_every_link_check_column_has_a_heading(page, server, smtp_port, links_base, conn):
     """Issue 44 item 10: the Shortcuts button's `?` was white on near-white in light mode; the link
     check's error column had no heading."""
     from playwright.sync_api import expect
 
+    conn.execute("SELECT mailroom.set_setting('checks.link_ports', %s)", (f"80,443,{links_base.rsplit(':', 1)[1]}",))
     box = new_box(server)
     send(smtp_port, box["address"], "Links", text="links",
          html=f"<p><a href='{links_base}/ok'>here</a> and <a href='{links_base}/missing'>gone</a></p>")
