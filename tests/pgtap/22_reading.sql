@@ -1,7 +1,7 @@
 -- Reading a mailbox: list_messages and read_message — authorization, expired and deleted
 -- mailboxes, ordering, paging and its errors, the read flag.
 BEGIN;
-SELECT plan(37);
+SELECT plan(43);
 \ir fixtures/default_settings.sql
 
 -- the clock before any installation existed: expire_mailboxes meets this test's inboxes alone
@@ -194,6 +194,51 @@ SELECT throws_ok(
     format('SELECT * FROM mailroom.list_messages(%L, %L)', pg_temp.addr('anon'), 'wrong'),
     'MR204', 'not authorized for this mailbox (wrong session token or owner)',
     'an expired mailbox is revealed only to an authorized caller'
+);
+
+-- inline images (issue 44 item 3): which cid: references of an HTML part may show which part
+CREATE FUNCTION pg_temp.part(p_cid text, p_type text, p_size bigint, p_sha text DEFAULT repeat('a', 64))
+RETURNS jsonb LANGUAGE sql AS $$
+    SELECT jsonb_build_object('filename', null, 'content_type', p_type, 'disposition', 'inline', 'size', p_size,
+                              'content_id', p_cid, 'sha256', p_sha)
+$$;
+SELECT is(
+    mailroom_internal._inline_images(
+        '<img src="cid:logo@x"><div style="background:url(CID:bg@x)"></div><img src=''cid:logo@x''>',
+        jsonb_build_array(pg_temp.part('bg@x', 'image/gif', 10, repeat('b', 64)), pg_temp.part('logo@x', 'image/png', 20),
+                          pg_temp.part('logo@x', 'image/jpeg', 30, repeat('c', 64)), pg_temp.part('unused@x', 'image/png', 5))),
+    '[{"cid": "logo@x", "content_type": "image/png", "sha256": "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa", "size": 20},
+      {"cid": "bg@x", "content_type": "image/gif", "sha256": "bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb", "size": 10}]'::jsonb,
+    'inline images: each referenced image once, in order of first reference, the first part of a Content-ID, CSS url() too'
+);
+SELECT is(
+    mailroom_internal._inline_images('<img src="cid:nope@x">', jsonb_build_array(pg_temp.part('logo@x', 'image/png', 20))),
+    '[]'::jsonb, 'a reference without its part: left out'
+);
+SELECT is(
+    mailroom_internal._inline_images(
+        '<img src="cid:big@x"><img src="cid:ok@x">',
+        jsonb_build_array(pg_temp.part('big@x', 'image/png', 2097153), pg_temp.part('ok@x', 'image/png', 2097152))) -> 0 ->> 'cid',
+    'ok@x', 'a part over 2 MiB: left out; one of 2 MiB: shown'
+);
+SELECT is(
+    mailroom_internal._inline_images(
+        '<img src="cid:s@x"><img src="cid:t@x"><img src="cid:b@x">',
+        jsonb_build_array(pg_temp.part('s@x', 'image/svg+xml', 10), pg_temp.part('t@x', 'text/html', 10),
+                          pg_temp.part('b@x', 'image/png', 10, 'not-a-digest'))),
+    '[]'::jsonb, 'SVG, a part that is no image, a part without its digest: left out'
+);
+SELECT is(
+    (SELECT jsonb_path_query_array(mailroom_internal._inline_images(
+        (SELECT string_agg(format('<img src="cid:p%s@x">', i), '') FROM generate_series(1, 5) AS i),
+        (SELECT jsonb_agg(pg_temp.part(format('p%s@x', i), 'image/png', 2097152)) FROM generate_series(1, 5) AS i)),
+        '$[*].cid')),
+    '["p1@x", "p2@x", "p3@x", "p4@x"]'::jsonb, 'at most 8 MiB in all: the first four parts of 2 MiB, not the fifth'
+);
+SELECT is(
+    mailroom_internal._inline_images(null, jsonb_build_array(pg_temp.part('logo@x', 'image/png', 20))) ||
+    mailroom_internal._inline_images('<img src="cid:logo@x">', null),
+    '[]'::jsonb, 'no HTML or no parts: none'
 );
 
 SELECT * FROM finish();

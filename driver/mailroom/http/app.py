@@ -297,11 +297,15 @@ def create_app(config: HttpConfig | None = None) -> FastAPI:  # noqa: PLR0915 - 
 
     @app.get("/api/v1/mailboxes/{address}/messages/{message_id}/html", tags=["messages"], response_class=HTMLResponse,
              responses=models.json_errors(400, 401, 403, 404, 422, 503),
-             summary="The HTML part for a sandboxed frame: scripts and remote loads blocked (images=1 allows images)")
+             summary="The HTML part for a sandboxed frame: cid: images inline, scripts and remote loads blocked "
+                     "(images=1 allows remote images)")
     async def message_html(request: Request, address: str, message_id: str, images: int = 0) -> Response:
-        doc = json.loads(await state.call(sqlapi.http_read_message, message_id=_message_id(message_id),
-                                          **creds(request, address).sql(address)))
-        return HTMLResponse(page.sandboxed_html(doc.get("body_html")), headers=page.message_frame_headers(bool(images)))
+        row = await state.call(sqlapi.http_message_frame, shape="row", message_id=_message_id(message_id),
+                               **creds(request, address).sql(address))
+        parts = json.loads(row.inline_parts)  # cid: references SQL lets show, cut from the raw bytes here
+        payloads = await state.parser.parts(bytes(row.raw), frozenset(p["sha256"] for p in parts)) if parts else {}
+        body = page.inline_images(row.html_body, parts, payloads)
+        return HTMLResponse(page.sandboxed_html(body), headers=page.message_frame_headers(bool(images)))
 
     @app.get("/api/v1/mailboxes/{address}/messages/{message_id}/attachments/{index}", tags=["messages"],
              response_class=Response,
