@@ -39,6 +39,7 @@ from mailroom.http import docs, models, page, ses, sqlapi
 from mailroom.http.credentials import Credentials, csrf_token, request_credentials
 from mailroom.http.models import errors
 from mailroom.http.state import CONFIG_ENV, ApiError, HttpConfig, State, error_body
+from mailroom.http.waits import until_disconnected
 
 __all__ = ["CONFIG_ENV", "ApiError", "HttpConfig", "State", "create_app"]
 
@@ -392,34 +393,34 @@ def create_app(config: HttpConfig | None = None) -> FastAPI:  # noqa: PLR0915 - 
                                       **creds(request, address).sql(address)))
 
     @app.get("/api/v1/mailboxes/{address}/wait", tags=["messages"], response_model=models.MessageSummary,
-             responses=errors(400, 401, 403, 404, 408, 422, 503),
-             summary="Long poll: the newest message whose subject is LIKE subject=, within timeout= seconds")
-    async def wait(request: Request, address: str, subject: str | None = None, timeout: float = 30) -> Response:
+             responses=errors(400, 401, 403, 404, 408, 410, 422, 429, 503),
+             summary="Long poll: the newest message whose subject is LIKE subject= (and whose id is greater than "
+                     "after=), within timeout= seconds; 410 when the inbox expires or is deleted meanwhile")
+    async def wait(request: Request, address: str, subject: str | None = None, timeout: float = 30,
+                   after: int | None = None) -> Response:
         if not 0 <= timeout <= 600:
             raise ApiError(400, "22023", "timeout must be between 0 and 600 seconds")
-        who = creds(request, address).sql(address)
-        deadline = time.monotonic() + timeout
-        # the first look before anything else: a message already there is one call (it authorizes too);
-        # the last look (the deadline passed) is refused by SQL when nothing came: MR212, 408
-        found = await state.call(sqlapi.http_check_message, subject_like=subject, last=timeout <= 0, **who)
-        if found is not None:
-            return _json(found)
-        mailbox = json.loads(await state.call(sqlapi.http_get_mailbox, **who))
-        event = state.hub.subscribe(mailbox["mailbox_id"])
+        c = creds(request, address)
+        who = c.sql(address)
+
+        async def look(last: bool) -> dict[str, Any]:
+            return json.loads(await state.call(sqlapi.http_wait_look, subject_like=subject, after_id=after,
+                                               last=last, **who))
+
+        # the one wait (http/waits.py): its first look answers a message already there (and authorizes);
+        # then one look per wake-up shared by the waits of this credential, inbox, filter and cursor, never
+        # past the inbox's expiry; the client's disconnect cancels it at once
+        work = state.waits.wait(credential=hashlib.sha256((c.raw or "").encode()).digest(), key=(subject, after),
+                                look=look, timeout=timeout)
         try:
-            while True:
-                event.clear()
-                left = deadline - time.monotonic()
-                # subscribed before this look: a delivery after it sets the event
-                found = await state.call(sqlapi.http_check_message, subject_like=subject, last=left <= 0, **who)
-                if found is not None:
-                    return _json(found)
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(event.wait(), state.hub.wait_timeout(left))
-                if await request.is_disconnected():
-                    return Response(status_code=499)
-        finally:
-            state.hub.unsubscribe(mailbox["mailbox_id"], event)
+            finished, found = await until_disconnected(work, request.receive)
+        except ApiError as err:
+            if err.kind == "gone":  # the inbox expired (MR205) or was deleted (MR206): the wait's end, 410
+                raise ApiError(410, err.code, err.message, headers=err.headers, kind=err.kind) from None
+            raise
+        if not finished:
+            return Response(status_code=499)
+        return _json(json.dumps(found))
 
     @app.get("/api/v1/mailboxes/{address}/events", tags=["messages"], response_class=StreamingResponse,
              responses={200: {"content": {"text/event-stream": {"schema": {"type": "string"}}},
@@ -518,7 +519,7 @@ def create_app(config: HttpConfig | None = None) -> FastAPI:  # noqa: PLR0915 - 
     # the hot reads, without FastAPI's per-request parameter machinery when their query is plain
     hot = {
         "messages": (list_messages, {"limit": int, "offset": int, "after": int, "tag": str, "unread": bool}),
-        "wait": (wait, {"subject": str, "timeout": float}),
+        "wait": (wait, {"subject": str, "timeout": float, "after": int}),
     }
     for tail, (endpoint, params) in hot.items():
         _fast_get(app, f"/api/v1/mailboxes/{{address}}/{tail}", endpoint, params)

@@ -65,6 +65,15 @@ http_extract_code = SqlFunction(
 http_check_message = SqlFunction(
     "http_check_message", f"{_WHO}, p_subject_like text = default, p_last boolean = default", returns="jsonb"
 )
+# the one wait (REST's long poll, MCP's wait_for_message): one look, {mailbox_id, expires_in, message}
+http_wait_look = SqlFunction(
+    "http_wait_look",
+    f"{_WHO}, p_subject_like text = default, p_after_id bigint = default, p_last boolean = default",
+    returns="jsonb",
+)
+# the caps a server process counts its waits and event streams against, and the refusal over one
+wait_caps = SqlFunction("wait_caps", returns=("kind", "per_credential", "total"))
+wait_refused = SqlFunction("wait_refused", "p_kind text, p_scope text")
 http_search_messages = SqlFunction(
     "http_search_messages", f"{_WHO}, p_query text, p_limit integer = default", returns="jsonb"
 )

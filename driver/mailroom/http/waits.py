@@ -1,0 +1,243 @@
+"""The one wait of a server process (docs/architecture.md, "The wait"): REST's long poll and MCP's
+wait_for_message, counted against the caps and sharing their looks.
+
+A wait makes its own first look (`look(last)`, one SQL call, `http_wait_look`: it authorizes the
+credential and answers `{mailbox_id, expires_in, message}`). Nothing there yet: it is admitted under
+the caps SQL reads (`wait_caps`; over one, the face's `refuse` raises SQL's refusal, MR251/MR252),
+then joins the group of waits of the same credential, inbox, filter and cursor. A group makes ONE
+look per wake-up of its inbox on the hub (a delivery, the inbox's deletion, a reconnect of LISTEN, the
+poll interval while LISTEN is down) and never sleeps past the inbox's expiry (`expires_in`, by
+mailroom.clock()): the look after it answers SQL's MR205, which ends every wait of the group, as a
+match or any other error does. A wait that reaches its timeout makes its own last look (`last`: SQL
+answers MR212 when nothing came). A cancelled wait (its client gone: `until_disconnected`) leaves
+its group at once; the last one out stops the group's looks.
+
+The credential is only a digest here (the API key's, or the session token's sha256): the group's
+key and the caps' count, never logged.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
+
+from mailroom.http.events import Hub
+
+T = TypeVar("T")
+
+CAPS_TTL = 10.0  # seconds the caps read from SQL are kept before they are read again
+EXPIRY_SLACK = 0.05  # seconds past expires_in before the look that finds the inbox expired
+LONGEST_SLEEP = 600.0  # a group looks at least this often, whatever the inbox's expiry
+
+Look = Callable[[bool], Awaitable[dict[str, Any]]]
+
+
+class _Group:
+    """The waits of one (credential, inbox, filter, cursor): one look per wake-up, one outcome for all."""
+
+    def __init__(self, waits: Waits, key: tuple, mailbox_id: int, look: Look, expires_in: float) -> None:
+        self.waits = waits
+        self.key = key
+        self.mailbox_id = mailbox_id
+        self.look = look
+        self.members = 0
+        self.outcome: asyncio.Future = asyncio.get_running_loop().create_future()
+        # read once, so an outcome nobody awaits any more logs nothing
+        self.outcome.add_done_callback(lambda f: f.cancelled() or f.exception())
+        self.event = waits.hub.subscribe(mailbox_id)
+        self.task = asyncio.ensure_future(self._run(expires_in))
+
+    async def _run(self, expires_in: float) -> None:
+        try:
+            while True:
+                # the first member looked before the group was subscribed: look once more at once, so a
+                # delivery in between is seen; then at every wake-up, never later than the expiry
+                self.event.clear()
+                try:
+                    found = await self.look(False)
+                except asyncio.CancelledError:
+                    raise
+                except Exception as exc:  # noqa: BLE001 - SQL's refusal (MR205, MR206 …) or the database's ends them all
+                    self._end(exc=exc)
+                    return
+                self.waits.looks += 1
+                if found.get("message") is not None:
+                    self._end(result=found["message"])
+                    return
+                expires_in = float(found.get("expires_in") or 0)
+                idle = min(expires_in + EXPIRY_SLACK, LONGEST_SLEEP)
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self.event.wait(), self.waits.hub.wait_timeout(idle))
+        finally:
+            self.waits._forget(self)
+
+    def _end(self, *, result: Any = None, exc: BaseException | None = None) -> None:
+        self.waits._forget(self)  # a wait that comes later starts a group of its own (and looks at once)
+        if self.outcome.done():
+            return
+        if exc is not None:
+            self.outcome.set_exception(exc)
+        else:
+            self.outcome.set_result(result)
+
+    def leave(self) -> None:
+        self.members -= 1
+        if self.members <= 0:
+            self.task.cancel()
+            self.waits._forget(self)
+
+
+class Waits:
+    """A server process's waits: their caps, their groups, what they cost (for tests and metrics)."""
+
+    def __init__(self, hub: Hub, *, caps: Callable[[], Awaitable[dict[str, tuple[int, int]]]],
+                 refuse: Callable[[str, str], Awaitable[None]]) -> None:
+        self.hub = hub
+        self._read_caps = caps
+        self._refuse = refuse
+        self._caps: dict[str, tuple[int, int]] | None = None
+        self._caps_at = 0.0
+        self._held: dict[str, dict[bytes, int]] = {}
+        self._armed: dict[str, int] = {}  # the sums of _held (read by the metrics thread: plain ints)
+        self._groups: dict[tuple, _Group] = {}
+        self.looks = 0  # the groups' looks (not the waits' first and last), since start
+
+    # -- what tests and metrics read ------------------------------------------------------------
+
+    def armed(self, kind: str = "wait") -> int:
+        """Waits (or event streams: kind events) admitted and not yet ended."""
+        return self._armed.get(kind, 0)
+
+    @property
+    def groups(self) -> int:
+        return len(self._groups)
+
+    def register(self, registry: Any) -> None:
+        """Export the waits on a Prometheus registry (a worker's --metrics-port): mailroom_waits{kind} armed,
+        mailroom_wait_groups, mailroom_wait_looks_total (the groups' shared looks)."""
+        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+        waits = self
+
+        class Collector:
+            def collect(self) -> Any:
+                armed = GaugeMetricFamily("mailroom_waits", "Waits (kind wait) and event streams (kind events) "
+                                          "this server process holds.", labels=["kind"])
+                for kind in ("wait", "events"):
+                    armed.add_metric([kind], waits.armed(kind))
+                yield armed
+                yield GaugeMetricFamily("mailroom_wait_groups", "Groups of waits sharing one look per wake-up.",
+                                        value=waits.groups)
+                yield CounterMetricFamily("mailroom_wait_looks", "Looks the groups of waits made.", value=waits.looks)
+
+        registry.register(Collector())
+
+    # -- the caps -------------------------------------------------------------------------------
+
+    async def caps(self, kind: str) -> tuple[int, int]:
+        if self._caps is None or time.monotonic() - self._caps_at > CAPS_TTL:
+            try:
+                self._caps = await self._read_caps()
+                self._caps_at = time.monotonic()
+            except Exception:
+                if self._caps is None:
+                    raise  # never read: the face's error (the database is unavailable …)
+        return self._caps[kind]
+
+    async def take(self, kind: str, credential: bytes) -> Callable[[], None]:
+        """Take one place of `kind` (wait, events) for `credential`: the function that gives it back (once,
+        however often it is called). Over a cap the face's refusal (SQL's MR251 per credential, MR252 in
+        total) is raised instead."""
+        per_credential, total = await self.caps(kind)
+        held = self._held.setdefault(kind, {})
+        if held.get(credential, 0) >= per_credential:
+            await self._refuse(kind, "credential")
+        if self._armed.get(kind, 0) >= total:
+            await self._refuse(kind, "total")
+        held[credential] = held.get(credential, 0) + 1
+        self._armed[kind] = self._armed.get(kind, 0) + 1
+        given_back = False
+
+        def give_back() -> None:
+            nonlocal given_back
+            if given_back:
+                return
+            given_back = True
+            self._armed[kind] -= 1
+            left = held.get(credential, 1) - 1
+            if left > 0:
+                held[credential] = left
+            else:
+                held.pop(credential, None)
+
+        return give_back
+
+    @contextlib.asynccontextmanager
+    async def admitted(self, kind: str, credential: bytes) -> Any:
+        """One place of `kind` for `credential` while the block runs (take)."""
+        give_back = await self.take(kind, credential)
+        try:
+            yield
+        finally:
+            give_back()
+
+    # -- the wait -------------------------------------------------------------------------------
+
+    async def wait(self, *, credential: bytes, key: tuple, look: Look, timeout: float) -> Any:
+        """The message a wait answers (its `message` document), or the error of the look that ended it.
+        `key` names what it waits for besides the credential and the inbox (its filter and cursor)."""
+        deadline = time.monotonic() + max(timeout, 0.0)
+        first = await look(timeout <= 0)
+        if first.get("message") is not None:
+            return first["message"]
+        async with self.admitted("wait", credential):
+            mailbox_id = int(first["mailbox_id"])
+            group_key = (credential, mailbox_id, *key)
+            group = self._groups.get(group_key)
+            if group is None:
+                group = self._groups[group_key] = _Group(self, group_key, mailbox_id, look,
+                                                         float(first.get("expires_in") or 0))
+            group.members += 1
+            try:
+                left = deadline - time.monotonic()
+                if left > 0:
+                    with contextlib.suppress(TimeoutError):
+                        return await asyncio.wait_for(asyncio.shield(group.outcome), left)
+            finally:
+                group.leave()
+        # the deadline passed: its own last look (SQL answers MR212 when nothing came)
+        last = await look(True)
+        return last["message"]
+
+    def _forget(self, group: _Group) -> None:
+        if self._groups.get(group.key) is group:
+            del self._groups[group.key]
+            self.hub.unsubscribe(group.mailbox_id, group.event)
+
+
+async def until_disconnected(work: Awaitable[T], receive: Callable[[], Awaitable[dict]]) -> tuple[bool, T | None]:
+    """Run `work` while watching the ASGI `receive` for `http.disconnect` (a request whose body was
+    read: the next message is its disconnect): (True, result) when it finished, (False, None) when the
+    client went first, `work` cancelled at once (so a wait leaves its group within the second)."""
+    task = asyncio.ensure_future(work)
+
+    async def gone() -> None:
+        while (await receive())["type"] != "http.disconnect":
+            pass
+
+    watch = asyncio.ensure_future(gone())
+    try:
+        await asyncio.wait({task, watch}, return_when=asyncio.FIRST_COMPLETED)
+        if task.done():
+            return True, task.result()
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await task
+        return False, None
+    finally:
+        watch.cancel()
+        if not task.done():
+            task.cancel()
