@@ -11,9 +11,10 @@ from __future__ import annotations
 import socket
 import threading
 import time
+import urllib.error
 
 import psycopg
-from http_support import request
+from http_support import EventStream, request
 
 
 def _expiring_inbox(db_url: str, seconds: float) -> tuple[str, str]:
@@ -133,3 +134,58 @@ def test_waits_are_capped_and_a_closed_socket_frees_its_place(start_server, db_u
         with psycopg.connect(db_url, autocommit=True) as c:
             c.execute("SELECT mailroom.set_setting('wait.max_per_credential', '100')")
             c.execute("SELECT mailroom.set_setting('wait.max_total', '2000')")
+
+
+def test_an_event_stream_closes_at_expiry_and_at_deletion(server, db_url) -> None:
+    """The event stream's wait ends as the long poll's: `closed` when its inbox expires (not at the next
+    keepalive, 15 s) and as soon as it is deleted."""
+    address, token = _expiring_inbox(db_url, 2)
+    stream = EventStream(f"{server.base}/api/v1/mailboxes/{address}/events", token, timeout=30)
+    try:
+        stream.next_event("mailbox")
+        started = time.monotonic()
+        closed = stream.next_event("closed", timeout=30)
+        assert closed["error"]["code"] == "MR205", closed
+        assert time.monotonic() - started < 10, "closed at the keepalive, not at the expiry"
+    finally:
+        stream.close()
+    address, token = _expiring_inbox(db_url, 600)
+    stream = EventStream(f"{server.base}/api/v1/mailboxes/{address}/events", token, timeout=30)
+    try:
+        stream.next_event("mailbox")
+        started = time.monotonic()
+        assert server.request("DELETE", f"/api/v1/mailboxes/{address}", token=token).json() == {"deleted": True}
+        closed = stream.next_event("closed", timeout=30)
+        assert closed["error"]["code"] == "MR206", closed
+        assert time.monotonic() - started < 10, "closed at the keepalive, not at the deletion"
+    finally:
+        stream.close()
+
+
+def test_event_streams_are_capped(start_server, db_url) -> None:
+    """events.max_per_credential 1: a token's second stream is 429 MR251; closing the first frees its place."""
+    with psycopg.connect(db_url, autocommit=True) as c:
+        c.execute("SELECT mailroom.set_setting('events.max_per_credential', '1')")
+    try:
+        server = start_server()
+        address, token = _expiring_inbox(db_url, 600)
+        url = f"{server.base}/api/v1/mailboxes/{address}/events"
+        first = EventStream(url, token)
+        first.next_event("mailbox")
+        refused = request("GET", url, token=token)
+        assert (refused.status, refused.error_code) == (429, "MR251"), refused.body
+        assert refused.headers["retry-after"] == "1" and "events.max_per_credential" in refused.json()["detail"]
+        first.close()
+        started = time.monotonic()
+        while True:
+            try:
+                again = EventStream(url, token)
+                break
+            except urllib.error.HTTPError as err:
+                assert err.code == 429 and time.monotonic() - started < 10, err.code
+                time.sleep(0.1)
+        assert again.next_event("mailbox")["address"] == address
+        again.close()
+    finally:
+        with psycopg.connect(db_url, autocommit=True) as c:
+            c.execute("SELECT mailroom.set_setting('events.max_per_credential', '500')")

@@ -23,6 +23,7 @@ import json
 import re
 import time
 from collections.abc import AsyncIterator
+from datetime import datetime
 from typing import Any, TypeVar
 from urllib.parse import parse_qs, parse_qsl, quote
 
@@ -32,6 +33,7 @@ from fastapi.middleware.cors import CORSMiddleware
 from fastapi.responses import HTMLResponse, JSONResponse, Response, StreamingResponse
 from fastapi.routing import APIRoute
 from pydantic import BaseModel, ValidationError
+from starlette.background import BackgroundTask
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from mailroom.core.log import get_logger
@@ -82,6 +84,14 @@ def _one_click(body: bytes) -> str | None:
         if len(rest) == 2:
             return rest[1].split("\r\n", 1)[0]
     return None
+
+
+def _epoch(value: str | None) -> float | None:
+    """An ISO timestamp of a JSON answer (an inbox's expires_at) in seconds since the epoch; None if unreadable."""
+    try:
+        return datetime.fromisoformat(value).timestamp() if value else None
+    except ValueError:
+        return None
 
 
 def _message_id(value: str) -> int:
@@ -427,23 +437,33 @@ def create_app(config: HttpConfig | None = None) -> FastAPI:  # noqa: PLR0915 - 
                               "description": "`mailbox` (a Mailbox) first, then `message` (a MessageSummary, `id:` its id) "
                                              "for each new message, `closed` (an ErrorResponse) when the inbox expires or "
                                              "is deleted"},
-                        **errors(401, 403, 404, 503)},
+                        **errors(401, 403, 404, 429, 503)},
              summary="Server-Sent Events: `message` for each new message, `closed` when the inbox expires")
     async def events(request: Request, address: str) -> Response:
-        who = creds(request, address).sql(address)
+        c = creds(request, address)
+        who = c.sql(address)
         first = json.loads(await state.call(sqlapi.http_mailbox_view, limit=1, **who))
         mailbox_id = first["mailbox"]["mailbox_id"]
         last_id = int(request.headers.get("last-event-id") or 0) if (request.headers.get("last-event-id") or "").isdigit() \
             else max([m["id"] for m in first["messages"]], default=0)
+        # an event stream takes a place under the caps (events.*: 429 MR251/MR252), given back when it ends
+        give_back = await state.waits.take("events", hashlib.sha256((c.raw or "").encode()).digest())
+        # the inbox's expiry is a wake-up too, so `closed` comes when it passes, not at the next keepalive
+        expires = _epoch(first["mailbox"].get("expires_at"))
         event = state.hub.subscribe(mailbox_id)
 
         async def stream() -> AsyncIterator[str]:
-            nonlocal last_id
+            nonlocal last_id, expires
             try:
                 yield f"retry: 2000\nevent: mailbox\ndata: {json.dumps(first['mailbox'])}\n\n"
                 while True:
+                    idle = config.keepalive
+                    if expires is not None:
+                        idle = min(idle, max(expires - time.time(), 0) + 0.05)
+                        if idle < config.keepalive:
+                            expires = None  # once: a look decides (an inbox extended meanwhile stays open)
                     with contextlib.suppress(TimeoutError):
-                        await asyncio.wait_for(event.wait(), state.hub.wait_timeout(config.keepalive))
+                        await asyncio.wait_for(event.wait(), state.hub.wait_timeout(idle))
                     event.clear()
                     try:
                         listed = json.loads(await state.call(sqlapi.http_list_messages, limit=100, after_id=last_id, **who))
@@ -461,8 +481,11 @@ def create_app(config: HttpConfig | None = None) -> FastAPI:  # noqa: PLR0915 - 
                         yield ": keepalive\n\n"
             finally:
                 state.hub.unsubscribe(mailbox_id, event)
+                give_back()
 
-        return StreamingResponse(stream(), media_type="text/event-stream",
+        # given back by the stream's end, or after the response when the stream never started (a client gone
+        # first): give_back is once
+        return StreamingResponse(stream(), media_type="text/event-stream", background=BackgroundTask(give_back),
                                  headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"})
 
     # -- fault injection and release (issue 35, items 4 and 5) -------------------------------------
