@@ -3,13 +3,13 @@ wait_for_message, counted against the caps and sharing their looks.
 
 A wait makes its own first look (`look(last)`, one SQL call, `http_wait_look`: it authorizes the
 credential and answers `{mailbox_id, expires_in, message}`). Nothing there yet: it is admitted under
-the caps SQL reads (`wait_caps`; over one, the face's `refuse` raises SQL's refusal, MR251/MR252),
+the caps SQL reads (`wait_caps`; over one, the face's `refuse` raises SQL's refusal, `wait_refused`),
 then joins the group of waits of the same credential, inbox, filter and cursor. A group makes ONE
 look per wake-up of its inbox on the hub (a delivery, the inbox's deletion, a reconnect of LISTEN, the
 poll interval while LISTEN is down) and never sleeps past the inbox's expiry (`expires_in`, by
-mailroom.clock()): the look after it answers SQL's MR205, which ends every wait of the group, as a
+mailroom.clock()): the look after it answers SQL's "expired", which ends every wait of the group, as a
 match or any other error does. A wait that reaches its timeout makes its own last look (`last`: SQL
-answers MR212 when nothing came). A cancelled wait (its client gone: `until_disconnected`) leaves
+answers "timed out" when nothing came). A cancelled wait (its client gone: `until_disconnected`) leaves
 its group at once; the last one out stops the group's looks.
 
 The credential is only a digest here (the API key's, or the session token's sha256): the group's
@@ -149,8 +149,8 @@ class Waits:
 
     async def take(self, kind: str, credential: bytes) -> Callable[[], None]:
         """Take one place of `kind` (wait, events) for `credential`: the function that gives it back (once,
-        however often it is called). Over a cap the face's refusal (SQL's MR251 per credential, MR252 in
-        total) is raised instead."""
+        however often it is called). Over a cap the face's refusal (SQL's, wait_refused: per credential or
+        in total) is raised instead."""
         per_credential, total = await self.caps(kind)
         held = self._held.setdefault(kind, {})
         if held.get(credential, 0) >= per_credential:
@@ -208,7 +208,7 @@ class Waits:
                         return await asyncio.wait_for(asyncio.shield(group.outcome), left)
             finally:
                 group.leave()
-        # the deadline passed: its own last look (SQL answers MR212 when nothing came)
+        # the deadline passed: its own last look (SQL answers "timed out" when nothing came)
         last = await look(True)
         return last["message"]
 
