@@ -43,10 +43,9 @@ class _Group:
         self.key = key
         self.mailbox_id = mailbox_id
         self.look = look
-        self.members = 0
-        self.outcome: asyncio.Future = asyncio.get_running_loop().create_future()
-        # read once, so an outcome nobody awaits any more logs nothing
-        self.outcome.add_done_callback(lambda f: f.cancelled() or f.exception())
+        # one future per member, each set when the group ends (a member that leaves drops its own: O(1),
+        # where thousands of waits on one shared future would each scan its callbacks)
+        self.members: set[asyncio.Future] = set()
         self.event = waits.hub.subscribe(mailbox_id)
         self.task = asyncio.ensure_future(self._run(expires_in))
 
@@ -76,16 +75,22 @@ class _Group:
 
     def _end(self, *, result: Any = None, exc: BaseException | None = None) -> None:
         self.waits._forget(self)  # a wait that comes later starts a group of its own (and looks at once)
-        if self.outcome.done():
-            return
-        if exc is not None:
-            self.outcome.set_exception(exc)
-        else:
-            self.outcome.set_result(result)
+        for member in self.members:
+            if member.done():
+                continue
+            if exc is not None:
+                member.set_exception(exc)
+            else:
+                member.set_result(result)
 
-    def leave(self) -> None:
-        self.members -= 1
-        if self.members <= 0:
+    def join(self) -> asyncio.Future:
+        member = asyncio.get_running_loop().create_future()
+        self.members.add(member)
+        return member
+
+    def leave(self, member: asyncio.Future) -> None:
+        self.members.discard(member)
+        if not self.members:
             self.task.cancel()
             self.waits._forget(self)
 
@@ -200,14 +205,14 @@ class Waits:
             if group is None:
                 group = self._groups[group_key] = _Group(self, group_key, mailbox_id, look,
                                                          float(first.get("expires_in") or 0))
-            group.members += 1
+            member = group.join()
             try:
                 left = deadline - time.monotonic()
                 if left > 0:
                     with contextlib.suppress(TimeoutError):
-                        return await asyncio.wait_for(asyncio.shield(group.outcome), left)
+                        return await asyncio.wait_for(member, left)
             finally:
-                group.leave()
+                group.leave(member)
         # the deadline passed: its own last look (SQL answers "timed out" when nothing came)
         last = await look(True)
         return last["message"]
