@@ -33,6 +33,12 @@ EXPIRY_SLACK = 0.05  # seconds past expires_in before the look that finds the in
 LONGEST_SLEEP = 600.0  # a group looks at least this often, whatever the inbox's expiry
 
 Look = Callable[[bool], Awaitable[dict[str, Any]]]
+_DEADLINE = object()  # a member's outcome when its deadline passed first
+
+
+def _past(member: asyncio.Future) -> None:
+    if not member.done():
+        member.set_result(_DEADLINE)
 
 
 class _Group:
@@ -206,12 +212,15 @@ class Waits:
                 group = self._groups[group_key] = _Group(self, group_key, mailbox_id, look,
                                                          float(first.get("expires_in") or 0))
             member = group.join()
+            # the deadline ends the member's future with _DEADLINE (a timer, not wait_for: thousands of waits
+            # leaving at once then cost a cancel each, not wait_for's extra futures)
+            timer = asyncio.get_running_loop().call_later(max(deadline - time.monotonic(), 0), _past, member)
             try:
-                left = deadline - time.monotonic()
-                if left > 0:
-                    with contextlib.suppress(TimeoutError):
-                        return await asyncio.wait_for(member, left)
+                found = await member
+                if found is not _DEADLINE:
+                    return found
             finally:
+                timer.cancel()
                 group.leave(member)
         # the deadline passed: its own last look (SQL answers "timed out" when nothing came)
         last = await look(True)
@@ -228,21 +237,21 @@ async def until_disconnected(work: Awaitable[T], receive: Callable[[], Awaitable
     read: the next message is its disconnect): (True, result) when it finished, (False, None) when the
     client went first, `work` cancelled at once (so a wait leaves its group within the second)."""
     task = asyncio.ensure_future(work)
+    gone = False
 
-    async def gone() -> None:
+    async def watch() -> None:
+        nonlocal gone
         while (await receive())["type"] != "http.disconnect":
             pass
-
-    watch = asyncio.ensure_future(gone())
-    try:
-        await asyncio.wait({task, watch}, return_when=asyncio.FIRST_COMPLETED)
-        if task.done():
-            return True, task.result()
+        gone = True
         task.cancel()
-        with contextlib.suppress(asyncio.CancelledError, Exception):
-            await task
-        return False, None
+
+    watcher = asyncio.ensure_future(watch())
+    try:
+        return True, await task
+    except asyncio.CancelledError:
+        if gone and task.cancelled():
+            return False, None  # the client's: the call is over, nobody to answer
+        raise
     finally:
-        watch.cancel()
-        if not task.done():
-            task.cancel()
+        watcher.cancel()
