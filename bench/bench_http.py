@@ -5,7 +5,7 @@ HTTP layer costs: FastAPI, uvicorn, the pool and one round trip).
 1. GET /api/v1/mailboxes/{address}/messages (an inbox of 20 messages, the first page) vs pgbench
    running `SELECT mailroom.http_list_messages(…)` with as many clients.
 2. GET /api/v1/mailboxes/{address}/wait answered at once (a matching message is there: the long
-   poll's look after a wake-up) vs pgbench running `SELECT mailroom.http_check_message(…)`.
+   poll's look after a wake-up) vs pgbench running `SELECT mailroom.http_wait_look(…)`.
 3. POST /api/v1/mailboxes (an anonymous inbox each, the rate limit set out of the way) vs pgbench
    running `SELECT mailroom.http_create_mailbox(…)`.
 All with 16 connections / clients; the server with --workers 2 (the machine's cores).
@@ -148,11 +148,11 @@ def run(url: str, quick: bool, progress: Callable[[str], None]) -> list[dict]:
         progress(f"GET …/wait (a matching message there): wrk {seconds}s")
         rate, p50, p99 = _wrk(f"{base}/api/v1/mailboxes/{address}/wait?subject=message%25&timeout=5", seconds, auth)
         progress("the same call through pgbench")
-        tps, avg = _pgbench(url, f"SELECT mailroom.http_check_message({_literal(address)}, {_literal(token)}, NULL, "
-                                 "'message%', false);", seconds)
+        tps, avg = _pgbench(url, f"SELECT mailroom.http_wait_look({_literal(address)}, {_literal(token)}, NULL, "
+                                 "'message%', NULL, false);", seconds)
         rows.append(_row(f"GET /api/v1/mailboxes/{{address}}/wait (answered at once), wrk {CONNECTIONS} conn",
                          rate, "req/s", f"p50 {p50:.2f} ms, p99 {p99:.2f} ms; {rate / tps:.2f}× the pgbench line below"))
-        rows.append(_row(f"same SQL call (http_check_message) through pgbench, {CONNECTIONS} clients",
+        rows.append(_row(f"same SQL call (http_wait_look) through pgbench, {CONNECTIONS} clients",
                          tps, "tx/s", f"latency average {avg:.2f} ms"))
 
         progress(f"POST /api/v1/mailboxes: wrk {seconds}s")

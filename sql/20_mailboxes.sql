@@ -388,12 +388,20 @@ BEGIN
         deleted_at = mailroom.clock(),
         inactive_since = coalesce(m.inactive_since, least(m.expires_at, mailroom.clock()))
     WHERE m.id = v_box.id AND m.deleted_at IS NULL;
-    RETURN FOUND;
+    IF NOT FOUND THEN
+        RETURN false;
+    END IF;
+    -- the delete announces itself where mail is announced (ids only), so a wait on the inbox ends
+    -- at once (MR206) instead of at its timeout (docs/architecture.md, "The wait")
+    PERFORM mailroom_internal._notify(
+        'mailroom_inbox', json_build_object('mailbox_id', v_box.id, 'deleted', true)::text
+    );
+    RETURN true;
 END;
 $$;
 
 COMMENT ON FUNCTION mailroom.delete_mailbox(text, text, text, text) IS
-'Soft-delete a mailbox (stops accepting mail at once; purge removes it later); false if it was already deleted.';
+'Soft-delete a mailbox (stops accepting mail at once; purge removes it later; NOTIFY mailroom_inbox {mailbox_id, deleted} where someone listens, which ends its waits); false if it was already deleted.';
 
 GRANT EXECUTE ON FUNCTION mailroom.delete_mailbox(text, text, text, text) TO mailroom_app;
 

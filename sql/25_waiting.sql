@@ -10,13 +10,17 @@
 --   wait that long at most);
 -- - await_message, a procedure called as a top-level CALL: it commits after every poll (50 ms), so
 --   between polls it holds no lock and no snapshot; it may wait up to 10 minutes.
--- find_message is one poll (no wait).
+-- find_message is one poll (no wait). The faces' wait (REST, SSE, MCP: docs/architecture.md, "The
+-- wait") looks with http_wait_look (sql/29_http.sql) on the same _newest_message, and counts its
+-- waits per server process against the caps wait_caps reads (wait_refused raises the refusal).
 -- Errors: MR203/MR204/MR205/MR206 (authorization, as for reading), MR209 (message not in this
 -- mailbox), MR212 (timed out), MR213 (timeout negative, NULL or over the cap), MR214 (nothing
 -- yet and the transaction is not READ COMMITTED, so waiting could never see new mail), MR215
--- (no link or code matching in the message).
+-- (no link or code matching in the message), MR251/MR252 (a server's wait caps, wait_refused).
 
-CREATE OR REPLACE FUNCTION mailroom_internal._newest_message(p_mailbox bigint, p_subject_like text)
+CREATE OR REPLACE FUNCTION mailroom_internal._newest_message(
+    p_mailbox bigint, p_subject_like text, p_after_id bigint DEFAULT null
+)
 RETURNS mailroom.messages
 LANGUAGE sql
 STABLE
@@ -27,12 +31,13 @@ AS $$
     WHERE
         g.mailbox_id = p_mailbox
         AND (p_subject_like IS NULL OR g.subject LIKE p_subject_like)
+        AND (p_after_id IS NULL OR g.id > p_after_id)
     ORDER BY g.received_at DESC, g.id DESC
     LIMIT 1;
 $$;
 
-COMMENT ON FUNCTION mailroom_internal._newest_message(bigint, text) IS
-'Internal: the newest message of a mailbox whose subject is LIKE p_subject_like (NULL: any); a NULL row when there is none.';
+COMMENT ON FUNCTION mailroom_internal._newest_message(bigint, text, bigint) IS
+'Internal: the newest message of a mailbox whose subject is LIKE p_subject_like (NULL: any) and whose id is greater than p_after_id (NULL: any, the wait''s cursor); a NULL row when there is none.';
 
 CREATE OR REPLACE FUNCTION mailroom.find_message(
     p_address text,
@@ -67,7 +72,8 @@ CREATE OR REPLACE FUNCTION mailroom.wait_for_message(
     p_timeout interval,
     p_subject_like text DEFAULT null,
     p_owner_type text DEFAULT null,
-    p_owner_id text DEFAULT null
+    p_owner_id text DEFAULT null,
+    p_after_id bigint DEFAULT null
 )
 RETURNS TABLE (
     message_id bigint,
@@ -112,7 +118,7 @@ BEGIN
         END IF;
         -- Under READ COMMITTED every statement of a VOLATILE function takes a fresh snapshot, so
         -- this query sees every message committed before it started.
-        v_message := mailroom_internal._newest_message(v_box.id, p_subject_like);
+        v_message := mailroom_internal._newest_message(v_box.id, p_subject_like, p_after_id);
         IF v_message.id IS NOT NULL THEN
             RETURN QUERY SELECT
                 v_message.id, v_message.received_at, v_message.subject, v_message.from_header,
@@ -137,10 +143,10 @@ BEGIN
 END;
 $$;
 
-COMMENT ON FUNCTION mailroom.wait_for_message(text, text, interval, text, text, text) IS
-'Newest message of an open mailbox whose subject is LIKE p_subject_like (NULL: any), waiting up to p_timeout (0 to 60 seconds, MR213; the wait holds one snapshot and its transaction''s locks) for one to be committed; MR212 on timeout, MR214 outside READ COMMITTED; authorized like list_messages; does not mark it read.';
+COMMENT ON FUNCTION mailroom.wait_for_message(text, text, interval, text, text, text, bigint) IS
+'Newest message of an open mailbox whose subject is LIKE p_subject_like (NULL: any) and whose id is greater than p_after_id (NULL: any; the cursor of a resend flow), waiting up to p_timeout (0 to 60 seconds, MR213; the wait holds one snapshot and its transaction''s locks) for one to be committed; MR212 on timeout, MR214 outside READ COMMITTED, MR205/MR206 as soon as the mailbox expires or is deleted; authorized like list_messages; does not mark it read.';
 
-GRANT EXECUTE ON FUNCTION mailroom.wait_for_message(text, text, interval, text, text, text) TO mailroom_app;
+GRANT EXECUTE ON FUNCTION mailroom.wait_for_message(text, text, interval, text, text, text, bigint) TO mailroom_app;
 
 CREATE OR REPLACE PROCEDURE mailroom.await_message(
     p_address text,
@@ -382,3 +388,55 @@ COMMENT ON FUNCTION mailroom.extract_code(text, text, bigint, text, text, text) 
 'First match of the regular expression p_pattern (default a 5-digit word; its first group if it has one) in a message: the text part, else the visible text of the HTML part; MR215 when none; MR010 for a pattern past the bounds (200 characters, no back-reference, 8 quantifiers); authorized like read_message (MR209).';
 
 GRANT EXECUTE ON FUNCTION mailroom.extract_code(text, text, bigint, text, text, text) TO mailroom_app;
+
+CREATE OR REPLACE FUNCTION mailroom.wait_caps()
+RETURNS TABLE (kind text, per_credential integer, total integer)
+LANGUAGE sql
+STABLE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+    -- the numbers a server process counts its waits against (the counting is the process's)
+    SELECT 'wait', mailroom.setting('wait.max_per_credential')::integer, mailroom.setting('wait.max_total')::integer
+    UNION ALL
+    SELECT 'events', mailroom.setting('events.max_per_credential')::integer, mailroom.setting('events.max_total')::integer
+$$;
+
+COMMENT ON FUNCTION mailroom.wait_caps() IS
+'The caps of a server process''s waits (kind wait: REST long polls and MCP wait_for_message; kind events: SSE streams): per API key or session token, and in total (settings wait.* and events.*).';
+
+GRANT EXECUTE ON FUNCTION mailroom.wait_caps() TO mailroom_http;
+
+CREATE OR REPLACE FUNCTION mailroom.wait_refused(p_kind text, p_scope text)
+RETURNS void
+LANGUAGE plpgsql
+STABLE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_what text := CASE p_kind WHEN 'wait' THEN 'waits' WHEN 'events' THEN 'event streams' END;
+BEGIN
+    -- the refusal of a wait over a cap the server counted (wait_caps): the code, its words and
+    -- Retry-After (DETAIL, seconds) are SQL's, as every refusal
+    IF v_what IS NULL OR p_scope IS NULL OR p_scope NOT IN ('credential', 'total') THEN
+        RAISE EXCEPTION USING ERRCODE = '22023', MESSAGE = 'p_kind must be wait or events, p_scope credential or total';
+    END IF;
+    IF p_scope = 'credential' THEN
+        RAISE EXCEPTION USING
+            ERRCODE = 'MR251',
+            MESSAGE = format('too many %s for this credential on this server (%s.max_per_credential), try again',
+                             v_what, p_kind),
+            DETAIL = '1';
+    END IF;
+    RAISE EXCEPTION USING
+        ERRCODE = 'MR252',
+        MESSAGE = format('too many %s on this server (%s.max_total), try again', v_what, p_kind),
+        DETAIL = '1';
+END;
+$$;
+
+COMMENT ON FUNCTION mailroom.wait_refused(text, text) IS
+'Raise the refusal of a wait (p_kind wait) or event stream (events) over a server''s cap (wait_caps): MR251 for p_scope credential, MR252 for total, DETAIL the seconds to retry after (1).';
+
+GRANT EXECUTE ON FUNCTION mailroom.wait_refused(text, text) TO mailroom_http;

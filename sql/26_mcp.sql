@@ -230,7 +230,7 @@ END;
 $$;
 
 COMMENT ON FUNCTION mailroom.mcp_check_message(text, bytea, text, boolean) IS
-'MCP wait_for_message: one look without waiting: the inbox id and its newest message whose subject is LIKE p_subject_like (null when none yet); p_last (the wait''s last look): MR212 when none.';
+'Deprecated since 0.2.0, removed in 0.3.0: use mailroom.http_wait_look(…) (what the MCP server calls now). MCP wait_for_message of 0.1: one look without waiting: the inbox id and its newest message whose subject is LIKE p_subject_like (null when none yet); p_last (the wait''s last look): MR212 when none.';
 
 GRANT EXECUTE ON FUNCTION mailroom.mcp_check_message(text, bytea, text, boolean) TO mailroom_http;
 
@@ -436,6 +436,8 @@ AS $$
         ('mcp_list_messages', ARRAY['MR203', 'MR204', 'MR205', 'MR206']),
         ('mcp_read_message', ARRAY['MR209', 'MR203', 'MR204', 'MR205', 'MR206']),
         ('mcp_check_message', ARRAY['MR212', 'MR205', 'MR206', 'MR203', 'MR204']),
+        -- MCP wait_for_message: the one wait's look, and the server's caps on waits (wait_refused)
+        ('http_wait_look', ARRAY['MR212', 'MR205', 'MR206', 'MR251', 'MR252', 'MR203', 'MR204']),
         ('mcp_extract_link', ARRAY['MR215', 'MR011', 'MR209', 'MR203', 'MR204', 'MR205', 'MR206']),
         ('mcp_extract_code', ARRAY['MR215', 'MR010', 'MR034', 'MR209', 'MR203', 'MR204', 'MR205', 'MR206']),
         ('mcp_delete_mailbox', ARRAY['MR203', 'MR204']),

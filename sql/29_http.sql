@@ -662,6 +662,53 @@ COMMENT ON FUNCTION mailroom.http_extract_code(text, text, bytea, bigint, text) 
 
 GRANT EXECUTE ON FUNCTION mailroom.http_extract_code(text, text, bytea, bigint, text) TO mailroom_http;
 
+CREATE OR REPLACE FUNCTION mailroom.http_wait_look(
+    p_address text,
+    p_session_token text,
+    p_key_digest bytea,
+    p_subject_like text DEFAULT null,
+    p_after_id bigint DEFAULT null,
+    p_last boolean DEFAULT false
+)
+RETURNS jsonb
+LANGUAGE plpgsql
+STABLE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_who record := mailroom_internal._http_who(p_address, p_session_token, p_key_digest);
+    v_box mailroom.mailboxes;
+    v_found mailroom.messages;
+BEGIN
+    -- One look of the one wait (docs/architecture.md, "The wait": REST's long poll and MCP's
+    -- wait_for_message): wait_for_message's rule (its authorization, _newest_message) without
+    -- waiting; the server waits between looks on its LISTEN, holding no connection. The inbox's id
+    -- is the key its fan-out wakes waiters by; expires_in (seconds, by mailroom.clock()) how long it
+    -- may sleep at most: a look after that answers MR205.
+    PERFORM mailroom_internal._caller_pattern(p_subject_like, 'like');
+    v_box := mailroom_internal._authorize_mailbox(p_address, p_session_token, v_who.owner_type, v_who.owner_id);
+    v_found := mailroom_internal._newest_message(v_box.id, p_subject_like, p_after_id);
+    IF v_found.id IS NULL AND p_last THEN
+        RAISE EXCEPTION USING  -- the wait's last look: nothing arrived in time
+            ERRCODE = 'MR212',
+            MESSAGE = 'no matching message arrived within the wait''s timeout';
+    END IF;
+    RETURN jsonb_build_object(
+        'mailbox_id', v_box.id,
+        'expires_at', v_box.expires_at,
+        'expires_in', greatest(extract(EPOCH FROM v_box.expires_at - mailroom.clock())::double precision, 0),
+        'message', CASE WHEN v_found.id IS NOT NULL THEN mailroom_internal._http_message_summary(v_found) END
+    );
+END;
+$$;
+
+COMMENT ON FUNCTION mailroom.http_wait_look(text, text, bytea, text, bigint, boolean) IS
+'GET …/wait and MCP wait_for_message: one look of wait_for_message without waiting: {mailbox_id, expires_at, expires_in (seconds left by mailroom.clock()), message}, message the newest whose subject is LIKE p_subject_like and whose id is greater than p_after_id (a MessageSummary; null when none yet). '
+'p_last (the wait''s last look): MR212 when none. Errors: MR203-MR206 (as wait_for_message), MR212, MR240, MR241.';
+
+GRANT EXECUTE ON FUNCTION mailroom.http_wait_look(text, text, bytea, text, bigint, boolean) TO mailroom_http;
+
 CREATE OR REPLACE FUNCTION mailroom.http_check_message(
     p_address text,
     p_session_token text,
@@ -670,43 +717,19 @@ CREATE OR REPLACE FUNCTION mailroom.http_check_message(
     p_last boolean DEFAULT false
 )
 RETURNS jsonb
-LANGUAGE plpgsql
-VOLATILE
+LANGUAGE sql
+STABLE
 SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
-DECLARE
-    v_who record := mailroom_internal._http_who(p_address, p_session_token, p_key_digest);
-    v_found record;
-    v_mailbox bigint;
-    v_message mailroom.messages;
-BEGIN
-    -- one look, no wait: the server waits between looks on its LISTEN, holding no connection
-    BEGIN
-        SELECT * INTO v_found
-        FROM mailroom.wait_for_message(
-            p_address, p_session_token, interval '0', p_subject_like, v_who.owner_type, v_who.owner_id
-        );
-    EXCEPTION
-        WHEN SQLSTATE 'MR212' THEN
-            IF p_last THEN
-                RAISE;  -- the long poll's last look: nothing arrived in time
-            END IF;
-            RETURN NULL;
-    END;
-    -- the message as a list shows it: by its key (id and received_at: one partition) and its
-    -- mailbox (one shard on Citus; the id in a variable, as _authorize_mailbox)
-    v_mailbox := mailroom_internal._mailbox_id(mailroom_internal._normalize_address(p_address));
-    SELECT g.* INTO v_message
-    FROM mailroom.messages AS g
-    WHERE g.mailbox_id = v_mailbox AND g.id = v_found.message_id AND g.received_at = v_found.received_at;
-    RETURN mailroom_internal._http_message_summary(v_message);
-END;
+    SELECT nullif(
+        mailroom.http_wait_look(p_address, p_session_token, p_key_digest, p_subject_like, null, p_last) -> 'message',
+        'null'::jsonb
+    )
 $$;
 
 COMMENT ON FUNCTION mailroom.http_check_message(text, text, bytea, text, boolean) IS
-'GET …/wait: one look of wait_for_message without waiting: the newest message whose subject is LIKE p_subject_like as a MessageSummary, NULL when none yet; '
-'p_last (the long poll''s last look): MR212 when none.';
+'Deprecated since 0.2.0, removed in 0.3.0: use mailroom.http_wait_look(…). GET …/wait of 0.1: one look, the newest message whose subject is LIKE p_subject_like as a MessageSummary, NULL when none yet; p_last: MR212 when none.';
 
 GRANT EXECUTE ON FUNCTION mailroom.http_check_message(text, text, bytea, text, boolean) TO mailroom_http;
 

@@ -14,8 +14,8 @@ SELECT is(
         WHERE p.pronamespace IN ('mailroom'::regnamespace, 'mailroom_internal'::regnamespace) AND p.prosrc ~ 'mailroom_internal\._(notify|listened)\('
             AND p.proname NOT IN ('_notify', '_listened')
     ),
-    'deliver_message',
-    'only deliver_message notifies through the registry (mailroom_inbox, mailroom_delivery): other channels always'
+    'delete_mailbox, deliver_message',
+    'only deliver_message and delete_mailbox (its deletion on mailroom_inbox, ending the waits) notify through the registry (mailroom_inbox, mailroom_delivery): other channels always'
 );
 SELECT ok(
     (SELECT prosrc ~ 'pg_notify\(mailroom\.setting\(''tokens\.channel''\)' FROM pg_proc

@@ -2,7 +2,7 @@
 -- timeouts, authorization), extract_link (text part, HTML hrefs, LIKE filter) and extract_code.
 -- Waiting on a commit from another session is in tests/inboxes/test_inbox_watch.py.
 BEGIN;
-SELECT plan(38);
+SELECT plan(46);
 \ir fixtures/default_settings.sql
 
 SET LOCAL mailroom.clock = '2030-01-01 00:00:00+00';
@@ -233,6 +233,40 @@ SELECT throws_ok(
     '22023', NULL,
     'an empty pattern is refused'
 );
+
+-- the cursor (issue 43): only a message with a greater id answers, so a resend flow waits for the next
+SELECT is(
+    (SELECT message_id FROM mailroom.wait_for_message(
+        pg_temp.addr('anon'), pg_temp.tok('anon'), '0 s', p_after_id => pg_temp.mid('welcome'))),
+    pg_temp.mid('html'),
+    'p_after_id: the newest message after the cursor'
+);
+SELECT throws_ok(
+    format($$SELECT * FROM mailroom.wait_for_message(%L, %L, '100 milliseconds', p_after_id => %s)$$,
+           pg_temp.addr('anon'), pg_temp.tok('anon'), pg_temp.mid('html')),
+    'MR212', NULL,
+    'nothing after the cursor: the wait runs to its timeout (MR212), it does not answer the previous message'
+);
+SELECT is(
+    (SELECT message_id FROM mailroom.wait_for_message(
+        pg_temp.addr('anon'), pg_temp.tok('anon'), '0 s', 'Welcome%', p_after_id => pg_temp.mid('welcome') - 1)),
+    pg_temp.mid('welcome'),
+    'the cursor and the subject filter together'
+);
+SELECT is(
+    (SELECT count(*)::int FROM mailroom.wait_for_message(pg_temp.addr('anon'), pg_temp.tok('anon'), '0 s', null, null, null, null)),
+    1,
+    'p_after_id NULL: any message (the old call''s meaning)'
+);
+-- the caps of a server's waits are settings, and their refusals SQL's
+SELECT results_eq(
+    'SELECT kind, per_credential, total FROM mailroom.wait_caps() ORDER BY kind',
+    $$VALUES ('events'::text, 500, 6000), ('wait'::text, 100, 2000)$$,
+    'wait_caps: the settings wait.* and events.*'
+);
+SELECT throws_ok($$SELECT mailroom.wait_refused('wait', 'credential')$$, 'MR251', NULL, 'over a credential''s cap: MR251');
+SELECT throws_ok($$SELECT mailroom.wait_refused('events', 'total')$$, 'MR252', NULL, 'over the total: MR252');
+SELECT throws_ok($$SELECT mailroom.wait_refused('naps', 'total')$$, '22023', NULL, 'an unknown kind: 22023');
 
 -- the inbox's state is checked as for reading
 SELECT mailroom.delete_mailbox(pg_temp.addr('other'), pg_temp.tok('other')) AS deleted \gset

@@ -4,7 +4,7 @@
 -- v1 shapes (a list is a JSON array, the original service's keys), an API key's inbox list, and its
 -- mcp inboxes read over REST.
 BEGIN;
-SELECT plan(64);
+SELECT plan(70);
 \ir fixtures/default_settings.sql
 
 SET LOCAL mailroom.clock = '2030-01-01 00:00:00+00';
@@ -114,6 +114,32 @@ SELECT is(
     'a one-look wait finds it, as a summary'
 );
 SELECT is(mailroom.http_check_message(pg_temp.a(), pg_temp.t(), null, 'Bye%'), null, 'or answers NULL at once');
+-- http_wait_look: the one wait's look (REST and MCP), with the inbox's id, its expiry and the cursor
+SELECT is(
+    (SELECT jsonb_build_array(d -> 'message' ->> 'subject', d ->> 'expires_in', d ->> 'expires_at')
+     FROM (SELECT mailroom.http_wait_look(pg_temp.a(), pg_temp.t(), null, 'H%') AS d) AS r),
+    jsonb_build_array('Hi', '300', mailroom.http_get_mailbox(pg_temp.a(), pg_temp.t(), null) ->> 'expires_at'),
+    'http_wait_look: the message, and the seconds until the inbox expires by mailroom.clock()'
+);
+SELECT is(
+    mailroom.http_wait_look(pg_temp.a(), pg_temp.t(), null, p_after_id => (SELECT id FROM m)) -> 'message',
+    'null'::jsonb,
+    'after the cursor: nothing yet (never the previous message)'
+);
+SELECT is(
+    (mailroom.http_wait_look(pg_temp.a(), pg_temp.t(), null) ->> 'mailbox_id')::bigint,
+    (mailroom.http_get_mailbox(pg_temp.a(), pg_temp.t(), null) ->> 'mailbox_id')::bigint,
+    'the inbox''s id, the key LISTEN wakes waiters by'
+);
+SELECT throws_ok(
+    format($$SELECT mailroom.http_wait_look(%L, %L, null, p_after_id => %s, p_last => true)$$,
+           pg_temp.a(), pg_temp.t(), (SELECT id FROM m)),
+    'MR212', NULL, 'the last look with nothing after the cursor: MR212'
+);
+SELECT throws_ok(format($$SELECT mailroom.http_wait_look(%L, null, null)$$, pg_temp.a()), 'MR240', NULL,
+    'no credentials: MR240');
+SELECT is(mailroom.http_check_message(pg_temp.a(), pg_temp.t(), null, 'Bye%', false), null,
+    'the 0.1 look (deprecated) answers SQL NULL when none, as it did');
 SELECT lives_ok(format($$SELECT mailroom.http_delete_message(%L, %L, null, %s)$$, pg_temp.a(), pg_temp.t(), (SELECT id FROM m)),
     'delete a message');
 SELECT is(mailroom.http_get_mailbox(pg_temp.a(), pg_temp.t(), null) ->> 'message_count', '0', 'its place is free again');

@@ -2,7 +2,8 @@
 
 `Hub` runs one mailroom.db.listen.Listener (one database connection for the whole process, on the
 direct listen URL) on the channel `mailroom_inbox`, whose payloads are ids only
-(`{"mailbox_id": …, "message_id": …}`, sql/21_delivery.sql). Each waiter registers the mailbox id
+(`{"mailbox_id": …, "message_id": …}`, sql/21_delivery.sql; an inbox's deletion `{"mailbox_id": …,
+"deleted": true}`, sql/20_mailboxes.sql). Each waiter registers the mailbox id
 it follows and gets an asyncio.Event set on every delivery to that mailbox, and on every
 (re)connect of the listener (what was announced meanwhile is gone: look again). While the listener
 is not listening (a transaction pooler, a lost link, `--listen-url none`), waiters time out every
@@ -92,8 +93,11 @@ class Hub:
     def _on_notify(self, channel: str, payload: str) -> None:
         try:
             note = json.loads(payload)
-            mailbox_id, message_id = int(note["mailbox_id"]), int(note["message_id"])
-        except (ValueError, KeyError, TypeError):
+            mailbox_id = int(note["mailbox_id"])
+            # a delivery names its message; an inbox's deletion ({"mailbox_id", "deleted"}) none: its
+            # waiters wake and their look answers MR206
+            message_id = int(note["message_id"]) if note.get("message_id") is not None else None
+        except (ValueError, KeyError, TypeError, AttributeError):
             return
         if self._loop is not None:
             self._loop.call_soon_threadsafe(self._delivered, mailbox_id, message_id)
@@ -104,10 +108,10 @@ class Hub:
 
     # -- on the event loop -----------------------------------------------------------------------
 
-    def _delivered(self, mailbox_id: int, message_id: int) -> None:
+    def _delivered(self, mailbox_id: int, message_id: int | None) -> None:
         for event in self._waiters.get(mailbox_id, ()):
             event.set()
-        if self.indexer is not None:
+        if self.indexer is not None and message_id is not None:
             self._to_index.append(message_id)
             if self._index_task is None or self._index_task.done():
                 self._index_task = asyncio.ensure_future(self._index())

@@ -3,7 +3,7 @@
 Thin by design, like the SMTP server: every request is ONE call of a SQL function of
 mailroom.http.sqlapi (sql/29_http.sql), which authorizes it (session token, or an API key's sha256
 digest) and answers a JSON document that is passed through as it is. The process keeps no state
-that outlives a request but its LISTEN fan-out (mailroom.http.events.Hub). The long poll and the
+that outlives a request but its LISTEN fan-out (mailroom.db.hub.Hub). The long poll and the
 event streams hold no database connection while they wait: they look again (one call) when the hub
 says their inbox got mail, or every poll interval while LISTEN is down.
 
@@ -23,6 +23,7 @@ import json
 import re
 import time
 from collections.abc import AsyncIterator
+from datetime import datetime
 from typing import Any, TypeVar
 from urllib.parse import parse_qs, parse_qsl, quote
 
@@ -32,9 +33,11 @@ from fastapi.middleware.cors import CORSMiddleware
 from fastapi.responses import HTMLResponse, JSONResponse, Response, StreamingResponse
 from fastapi.routing import APIRoute
 from pydantic import BaseModel, ValidationError
+from starlette.background import BackgroundTask
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from mailroom.api import edge
+from mailroom.api.waits import until_disconnected
 from mailroom.core import fastpaths
 from mailroom.core.log import get_logger
 from mailroom.http import docs, models, page, ses, sqlapi
@@ -78,6 +81,14 @@ def _one_click(body: bytes) -> str | None:
         if len(rest) == 2:
             return rest[1].split("\r\n", 1)[0]
     return None
+
+
+def _epoch(value: str | None) -> float | None:
+    """An ISO timestamp of a JSON answer (an inbox's expires_at) in seconds since the epoch; None if unreadable."""
+    try:
+        return datetime.fromisoformat(value).timestamp() if value else None
+    except ValueError:
+        return None
 
 
 def _message_id(value: str) -> int:
@@ -387,57 +398,67 @@ def create_app(config: HttpConfig | None = None) -> FastAPI:  # noqa: PLR0915 - 
                                       **creds(request, address).sql(address)))
 
     @app.get("/api/v1/mailboxes/{address}/wait", tags=["messages"], response_model=models.MessageSummary,
-             responses=errors(400, 401, 403, 404, 408, 422, 503),
-             summary="Long poll: the newest message whose subject is LIKE subject=, within timeout= seconds")
-    async def wait(request: Request, address: str, subject: str | None = None, timeout: float = 30) -> Response:
+             responses=errors(400, 401, 403, 404, 408, 410, 422, 429, 503),
+             summary="Long poll: the newest message whose subject is LIKE subject= (and whose id is greater than "
+                     "after=), within timeout= seconds; 410 when the inbox expires or is deleted meanwhile")
+    async def wait(request: Request, address: str, subject: str | None = None, timeout: float = 30,
+                   after: int | None = None) -> Response:
         if not 0 <= timeout <= 600:
             raise ApiError(400, "22023", "timeout must be between 0 and 600 seconds")
-        who = creds(request, address).sql(address)
-        deadline = time.monotonic() + timeout
-        # the first look before anything else: a message already there is one call (it authorizes too);
-        # the last look (the deadline passed) is refused by SQL when nothing came: MR212, 408
-        found = await state.call(sqlapi.http_check_message, subject_like=subject, last=timeout <= 0, **who)
-        if found is not None:
-            return _json(found)
-        mailbox = json.loads(await state.call(sqlapi.http_get_mailbox, **who))
-        event = state.hub.subscribe(mailbox["mailbox_id"])
+        c = creds(request, address)
+        who = c.sql(address)
+
+        async def look(last: bool) -> dict[str, Any]:
+            return json.loads(await state.call(sqlapi.http_wait_look, subject_like=subject, after_id=after,
+                                               last=last, **who))
+
+        # the one wait (api/waits.py): its first look answers a message already there (and authorizes);
+        # then one look per wake-up shared by the waits of this credential, inbox, filter and cursor, never
+        # past the inbox's expiry; the client's disconnect cancels it at once
+        work = state.waits.wait(credential=hashlib.sha256((c.raw or "").encode()).digest(), key=(subject, after),
+                                look=look, timeout=timeout)
         try:
-            while True:
-                event.clear()
-                left = deadline - time.monotonic()
-                # subscribed before this look: a delivery after it sets the event
-                found = await state.call(sqlapi.http_check_message, subject_like=subject, last=left <= 0, **who)
-                if found is not None:
-                    return _json(found)
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(event.wait(), state.hub.wait_timeout(left))
-                if await request.is_disconnected():
-                    return Response(status_code=499)
-        finally:
-            state.hub.unsubscribe(mailbox["mailbox_id"], event)
+            finished, found = await until_disconnected(work, request.receive)
+        except ApiError as err:
+            if err.kind == "gone":  # the inbox expired (MR205) or was deleted (MR206): the wait's end, 410
+                raise ApiError(410, err.code, err.message, headers=err.headers, kind=err.kind) from None
+            raise
+        if not finished:
+            return Response(status_code=499)
+        return _json(json.dumps(found))
 
     @app.get("/api/v1/mailboxes/{address}/events", tags=["messages"], response_class=StreamingResponse,
              responses={200: {"content": {"text/event-stream": {"schema": {"type": "string"}}},
                               "description": "`mailbox` (a Mailbox) first, then `message` (a MessageSummary, `id:` its id) "
                                              "for each new message, `closed` (an ErrorResponse) when the inbox expires or "
                                              "is deleted"},
-                        **errors(401, 403, 404, 503)},
+                        **errors(401, 403, 404, 429, 503)},
              summary="Server-Sent Events: `message` for each new message, `closed` when the inbox expires")
     async def events(request: Request, address: str) -> Response:
-        who = creds(request, address).sql(address)
+        c = creds(request, address)
+        who = c.sql(address)
         first = json.loads(await state.call(sqlapi.http_mailbox_view, limit=1, **who))
         mailbox_id = first["mailbox"]["mailbox_id"]
         last_id = int(request.headers.get("last-event-id") or 0) if (request.headers.get("last-event-id") or "").isdigit() \
             else max([m["id"] for m in first["messages"]], default=0)
+        # an event stream takes a place under the caps (events.*: 429 MR251/MR252), given back when it ends
+        give_back = await state.waits.take("events", hashlib.sha256((c.raw or "").encode()).digest())
+        # the inbox's expiry is a wake-up too, so `closed` comes when it passes, not at the next keepalive
+        expires = _epoch(first["mailbox"].get("expires_at"))
         event = state.hub.subscribe(mailbox_id)
 
         async def stream() -> AsyncIterator[str]:
-            nonlocal last_id
+            nonlocal last_id, expires
             try:
                 yield f"retry: 2000\nevent: mailbox\ndata: {json.dumps(first['mailbox'])}\n\n"
                 while True:
+                    idle = config.keepalive
+                    if expires is not None:
+                        idle = min(idle, max(expires - time.time(), 0) + 0.05)
+                        if idle < config.keepalive:
+                            expires = None  # once: a look decides (an inbox extended meanwhile stays open)
                     with contextlib.suppress(TimeoutError):
-                        await asyncio.wait_for(event.wait(), state.hub.wait_timeout(config.keepalive))
+                        await asyncio.wait_for(event.wait(), state.hub.wait_timeout(idle))
                     event.clear()
                     try:
                         listed = json.loads(await state.call(sqlapi.http_list_messages, limit=100, after_id=last_id, **who))
@@ -455,8 +476,11 @@ def create_app(config: HttpConfig | None = None) -> FastAPI:  # noqa: PLR0915 - 
                         yield ": keepalive\n\n"
             finally:
                 state.hub.unsubscribe(mailbox_id, event)
+                give_back()
 
-        return StreamingResponse(stream(), media_type="text/event-stream",
+        # given back by the stream's end, or after the response when the stream never started (a client gone
+        # first): give_back is once
+        return StreamingResponse(stream(), media_type="text/event-stream", background=BackgroundTask(give_back),
                                  headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"})
 
     # -- fault injection and release (issue 35, items 4 and 5) -------------------------------------
@@ -515,7 +539,7 @@ def create_app(config: HttpConfig | None = None) -> FastAPI:  # noqa: PLR0915 - 
     # the hot reads, without FastAPI's per-request parameter machinery when their query is plain
     hot = {
         "messages": (list_messages, {"limit": int, "offset": int, "after": int, "tag": str, "unread": bool}),
-        "wait": (wait, {"subject": str, "timeout": float}),
+        "wait": (wait, {"subject": str, "timeout": float, "after": int}),
     }
     for tail, (endpoint, params) in hot.items():
         _fast_get(app, f"/api/v1/mailboxes/{{address}}/{tail}", endpoint, params)

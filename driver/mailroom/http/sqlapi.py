@@ -8,6 +8,7 @@ token or as the sha256 digest of an API key, never as the key.
 
 from __future__ import annotations
 
+from mailroom.api.sqlapi import http_wait_look, wait_caps, wait_refused  # noqa: F401 (the faces' one wait)
 from mailroom.db.contract import SqlFunction
 
 _WHO = "p_address text, p_session_token text, p_key_digest bytea"

@@ -62,7 +62,7 @@ delete_mailbox = SqlFunction(
 wait_for_message = SqlFunction(
     "wait_for_message",
     "p_address text, p_session_token text, p_timeout interval, p_subject_like text = default,"
-    " p_owner_type text = default, p_owner_id text = default",
+    " p_owner_type text = default, p_owner_id text = default, p_after_id bigint = default",
     returns=("message_id", "received_at", "subject"),
 )
 

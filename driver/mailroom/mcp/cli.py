@@ -11,7 +11,7 @@ from typing import Annotated, Optional
 import typer
 
 from mailroom.core.errors import ConfigError
-from mailroom.core.options import duration_option, new_app
+from mailroom.core.options import duration_option, new_app, port_option
 from mailroom.db.config import DatabaseUrlOption, ListenUrlOption, resolve_database_url, resolve_listen_url
 
 app = new_app()
@@ -37,6 +37,9 @@ def mcp_cmd(
     statement_timeout: Annotated[float, duration_option(
         "--statement-timeout", positive=True, maximum=600, env="MAILROOM_MCP_STATEMENT_TIMEOUT",
         help="SET LOCAL statement_timeout of every call.")] = "5s",
+    metrics_port: Annotated[Optional[int], port_option(
+        "--metrics-port", env="MAILROOM_MCP_METRICS_PORT",
+        help="Serve Prometheus metrics (the waits it holds) on 127.0.0.1 at this port (0: any free port).")] = None,
 ) -> None:
     """Serve mailroom's inboxes to AI agents over MCP: create an inbox, wait for its mail, read it, extract
     the link or code, delete it (docs/mcp.md)."""
@@ -52,7 +55,7 @@ def mcp_cmd(
 
     url = resolve_database_url(database_url)
     config = McpConfig(database_url=url, listen_url=resolve_listen_url(listen_url, url), pool_size=pool_size,
-                       poll_interval=poll_interval, statement_timeout=statement_timeout)
+                       poll_interval=poll_interval, statement_timeout=statement_timeout, metrics_port=metrics_port)
     if http_port is None:
         run_stdio(config, api_key, API_KEY_ENV)
     else:

@@ -7,9 +7,11 @@ database). Two transports, one server: stdio (`mailroom mcp`: one agent, the key
 MAILROOM_MCP_API_KEY) and streamable HTTP (`mailroom mcp --http-port`: remote agents, each request
 with `Authorization: Bearer mrk_…`).
 
-`wait_for_message` holds no database connection while it waits: it follows the inbox on the
-process's one LISTEN (mailroom.http.events.Hub, the fan-out of the HTTP face's long poll) and makes
-one call (`mcp_check_message`) per wake-up, so any number of waiting agents share a pool of two.
+`wait_for_message` is the HTTP face's long poll (mailroom.api.waits, docs/architecture.md "The
+wait"): it holds no database connection while it waits, follows the inbox on the process's one LISTEN
+(mailroom.db.hub.Hub), and the waits of one key, inbox, filter and cursor share one call
+(`http_wait_look`) per wake-up; it ends at the inbox's expiry or deletion, is capped per key and in
+total, and a call whose HTTP client is gone is dropped at once (_FastCalls).
 
 Errors come back as MCP tool errors: `isError`, the text `<code>: <message>` and the structured
 `{"error": {"code", "kind", "message"}}` of the REST API; the code and its kind are SQL's
@@ -27,7 +29,6 @@ import functools
 import inspect
 import json
 import os
-import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Annotated, Any
@@ -40,6 +41,8 @@ from mcp.types import CallToolResult, Resource, TextContent, ToolAnnotations
 from pydantic import Field
 
 from mailroom.api import edge
+from mailroom.api import sqlapi as api_sqlapi
+from mailroom.api.waits import Waits, until_disconnected
 from mailroom.core import fastpaths
 from mailroom.core.credentials import key_digest
 from mailroom.core.errors import Kind, describe_db_error, kind_of
@@ -72,6 +75,7 @@ class McpConfig:
     poll_interval: float = 2.0
     statement_timeout: float = 5.0
     pool_timeout: float = 3.0  # seconds a call waits for a pooled connection before "unavailable"
+    metrics_port: int | None = None  # Prometheus on 127.0.0.1 (the waits: mailroom.api.waits), None: off
 
 
 class ToolFailure(Exception):
@@ -125,6 +129,18 @@ class Backend:
         self.pool = async_pool(config.database_url, max_size=config.pool_size, application_name="mailroom-mcp",
                                configure=alearn_vocabulary)
         self.hub = Hub(config.listen_url, poll_interval=config.poll_interval)
+        # the process's waits (mailroom.api.waits, as the HTTP face's): capped, one look a group
+        self.waits = Waits(self.hub, caps=self._wait_caps, refuse=self._wait_refused)
+
+    async def _wait_caps(self) -> dict[str, tuple[int, int]]:
+        async def run(conn: psycopg.AsyncConnection) -> Any:
+            return await api_sqlapi.wait_caps.arows(conn)
+
+        rows = await self._front(run)
+        return {row.kind: (row.per_credential, row.total) for row in rows}
+
+    async def _wait_refused(self, kind: str, scope: str) -> None:
+        await self.call(api_sqlapi.wait_refused, kind=kind, scope=scope)  # raises SQL's MR251/MR252
 
     async def open(self) -> None:
         await self.pool.open(wait=False)
@@ -153,6 +169,9 @@ class Backend:
         async def run(conn: psycopg.AsyncConnection) -> Any:
             return await fn.avalue(conn, **kwargs)
 
+        return await self._front(run)
+
+    async def _front(self, run: Callable[[psycopg.AsyncConnection], Any]) -> Any:
         try:
             return await front_call(self.pool, run, pool_timeout=self.config.pool_timeout,
                                     statement_timeout=self.config.statement_timeout)
@@ -341,7 +360,7 @@ def build(backend: Backend, credential: Callable[[], bytes | None] | None = None
         return await _tool(lambda: call(sqlapi.mcp_read_message, retry=False, address=address, key_digest=who(),
                                         message_id=message_id))
 
-    @tool(sqlapi.mcp_check_message, annotations=read_only)
+    @tool(api_sqlapi.http_wait_look, annotations=read_only)
     async def wait_for_message(
         address: Address,
         subject_like: Annotated[str | None, Field(
@@ -349,13 +368,17 @@ def build(backend: Backend, credential: Callable[[], bytes | None] | None = None
                         "e.g. 'Activate%'. Default: any message.")] = None,
         timeout_seconds: Annotated[float, Field(
             description=f"How long to wait, 0 to {MAX_WAIT_SECONDS} seconds.", ge=0, le=MAX_WAIT_SECONDS)] = 60,
+        after_id: Annotated[int | None, Field(
+            description="Only a message whose id is greater than this one's: pass the id of the message you have "
+                        "(e.g. the first code's) to wait for the next one (a resent code). Default: any message.",
+            ge=0)] = None,
     ) -> CallToolResult:
-        """Wait until the inbox holds a message (matching subject_like, if given) and return the newest such one:
-        {id, received_at, subject, from, envelope_from}; at once if one is there already. Then read_message,
-        extract_link or extract_code with its id. Holds no database connection while it waits. When nothing
-        arrived within timeout_seconds it answers the no-message error: call it again to keep waiting. An inbox
-        that expires or is deleted during the wait ends it with that error."""
-        return await _tool(lambda: _wait(backend, address, who(), subject_like, timeout_seconds))
+        """Wait until the inbox holds a message (matching subject_like, and newer than after_id, if given) and
+        return the newest such one: {id, received_at, subject, from, envelope_from, snippet, …}; at once if one is
+        there already. Then read_message, extract_link or extract_code with its id. Holds no database connection
+        while it waits. When nothing arrived within timeout_seconds it answers the no-message error: call it again
+        to keep waiting. An inbox that expires or is deleted during the wait ends it at once with that error."""
+        return await _tool(lambda: _wait(backend, address, who(), subject_like, timeout_seconds, after_id))
 
     @tool(sqlapi.mcp_extract_link, annotations=read_only)
     async def extract_link(
@@ -493,31 +516,28 @@ def build(backend: Backend, credential: Callable[[], bytes | None] | None = None
 
 
 async def _wait(backend: Backend, address: str, digest: bytes | None, subject_like: str | None,
-                timeout: float) -> dict[str, Any]:
-    """The long poll of the REST API, for one agent: one look per wake-up of the inbox's LISTEN
-    (or per poll interval while LISTEN is down), no connection held between looks."""
-    deadline = time.monotonic() + min(max(timeout, 0.0), MAX_WAIT_SECONDS)
-    mailbox_id: int | None = None
-    event: asyncio.Event | None = None
-    try:
-        while True:
-            if event is not None:
-                event.clear()
-            left = deadline - time.monotonic()
-            # the last look (the deadline passed) is refused by SQL when nothing came: MR212
-            found = await backend.call(sqlapi.mcp_check_message, address=address, key_digest=digest,
-                                       subject_like=subject_like, last=left <= 0)
-            if found["message"] is not None:
-                return found["message"]
-            if event is None:
-                mailbox_id = int(found["mailbox_id"])
-                event = backend.hub.subscribe(mailbox_id)
-                continue  # subscribed after that look: look once more, so a delivery in between is seen
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(event.wait(), backend.hub.wait_timeout(max(left, 0.0)))
-    finally:
-        if event is not None and mailbox_id is not None:
-            backend.hub.unsubscribe(mailbox_id, event)
+                timeout: float, after_id: int | None = None) -> dict[str, Any]:
+    """The REST API's long poll, for one agent (mailroom.api.waits: the same look, http_wait_look, shared
+    by the waits of one key, inbox, filter and cursor, one per wake-up of the inbox's LISTEN, never past
+    its expiry; capped per key and in total; no connection held between looks)."""
+
+    async def look(last: bool) -> dict[str, Any]:
+        return await backend.call(api_sqlapi.http_wait_look, address=address, session_token=None,
+                                  key_digest=digest, subject_like=subject_like, after_id=after_id, last=last)
+
+    return await backend.waits.wait(credential=digest or b"", key=(subject_like, after_id), look=look,
+                                    timeout=min(max(timeout, 0.0), MAX_WAIT_SECONDS))
+
+
+def _serve_metrics(config: McpConfig, backend: Backend) -> None:
+    """--metrics-port: the worker's standard gauges and the process's waits, on 127.0.0.1."""
+    if config.metrics_port is None:
+        return
+    from mailroom.core.metrics import WorkerMetrics
+
+    metrics = WorkerMetrics("mcp")
+    backend.waits.register(metrics.registry)
+    metrics.start(config.metrics_port, "127.0.0.1", log)
 
 
 # -- the two transports ---------------------------------------------------------------------------
@@ -547,6 +567,7 @@ def run_stdio(config: McpConfig, api_key: str, key_source: str = "the API key") 
     async def main() -> None:
         backend = Backend(config)
         server = build(backend, lambda: digest, errors=errors)
+        _serve_metrics(config, backend)
         async with backend.running():
             log.info("serving MCP on stdio (pid %d, pool %d, LISTEN %s)", os.getpid(), config.pool_size,
                      "on" if config.listen_url else "off (polling)")
@@ -637,7 +658,9 @@ class _FastCalls:
         if message is None:
             await self.app(scope, _replay(body, receive), send)
             return
-        await self._answer(message, headers, send)
+        # the body is read: the next message of `receive` is the client's disconnect, which drops the call
+        # (a wait leaves its group) within the second; nobody is left to answer
+        await until_disconnected(self._answer(message, headers, send), receive)
 
     async def _answer(self, message: dict, headers: Any, send: Any) -> None:
         from mcp import types
@@ -704,6 +727,7 @@ def http_app(config: McpConfig, *, host: str) -> Any:
     backend = Backend(config)
     server = build(backend, host=host, errors=error_catalog(config.database_url))
     app = server.streamable_http_app()
+    _serve_metrics(config, backend)
 
     @contextlib.asynccontextmanager
     async def lifespan(_: Any) -> AsyncIterator[None]:
