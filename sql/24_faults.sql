@@ -371,7 +371,8 @@ COMMENT ON FUNCTION mailroom_internal._transaction_fault(text[], text) IS
 
 CREATE OR REPLACE FUNCTION mailroom_internal._check_recipient_fault(
     p_address text,
-    p_size bigint DEFAULT null
+    p_size bigint DEFAULT null,
+    p_sink boolean DEFAULT false
 )
 RETURNS TABLE (verdict text, address text, reply text)
 LANGUAGE plpgsql
@@ -384,7 +385,7 @@ BEGIN
     -- RCPT: verdict 'fault' with the fault's reply. reply is NULL otherwise (the caller answers a
     -- refusing verdict's reply from mailroom.error_codes).
     SELECT c.verdict, c.address INTO verdict, address
-    FROM mailroom_internal._check_recipient_or_claim(p_address, p_size) AS c;
+    FROM mailroom_internal._check_recipient_or_claim(p_address, p_size, p_sink) AS c;
     reply := NULL;
     IF verdict = 'ok' THEN
         reply := mailroom_internal._recipient_fault(address, 'rcpt');
@@ -396,7 +397,7 @@ BEGIN
 END;
 $$;
 
-COMMENT ON FUNCTION mailroom_internal._check_recipient_fault(text, bigint) IS
+COMMENT ON FUNCTION mailroom_internal._check_recipient_fault(text, bigint, boolean) IS
 'Internal: the inbound RCPT verdict of an inbox address (_check_recipient_or_claim), or fault with its reply when the inbox''s RCPT fault answers.';
 
 CREATE OR REPLACE FUNCTION mailroom.set_inbox_fault(

@@ -590,15 +590,19 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     v_box mailroom.mailboxes := mailroom_internal._http_box(p_address, p_session_token, p_key_digest);
+    v_bytes bigint;
 BEGIN
-    DELETE FROM mailroom.messages AS g WHERE g.id = p_message_id AND g.mailbox_id = v_box.id;
+    DELETE FROM mailroom.messages AS g WHERE g.id = p_message_id AND g.mailbox_id = v_box.id
+    RETURNING g.size_bytes INTO v_bytes;
     IF NOT FOUND THEN
         RAISE EXCEPTION USING
             ERRCODE = 'MR209',
             MESSAGE = format('message %s not found in this mailbox', coalesce(p_message_id::text, 'NULL'));
     END IF;
     -- a deleted message frees its place under the plan's message count
-    UPDATE mailroom.mailboxes AS m SET message_count = greatest(m.message_count - 1, 0) WHERE m.id = v_box.id;
+    UPDATE mailroom.mailboxes AS m
+    SET message_count = greatest(m.message_count - 1, 0), stored_bytes = greatest(m.stored_bytes - v_bytes, 0)
+    WHERE m.id = v_box.id;
 END;
 $$;
 
