@@ -241,7 +241,8 @@ GRANT EXECUTE ON FUNCTION mailroom.http_get_mailbox(text, text, bytea) TO mailro
 CREATE OR REPLACE FUNCTION mailroom.http_list_mailboxes(
     p_key_digest bytea,
     p_limit integer DEFAULT 100,
-    p_offset integer DEFAULT 0
+    p_offset integer DEFAULT 0,
+    p_sink boolean DEFAULT false
 )
 RETURNS jsonb
 LANGUAGE plpgsql
@@ -256,14 +257,30 @@ DECLARE
     v_list jsonb := '[]';
 BEGIN
     -- an inbox list belongs to an owner: only an API key has one (a session token opens one inbox,
-    -- and is refused here as an unknown key, MR241, as by http_create_mailbox); MR240 without any
-    IF p_key_digest IS NULL THEN
+    -- and is refused here as an unknown key, MR241, as by http_create_mailbox); MR240 without any,
+    -- but for the sink's open listing (p_sink: the face's --sink on a loopback bind or with
+    -- --sink-public, docs/inboxes.md): the sink's open inboxes, newest first, no key needed
+    IF p_key_digest IS NULL AND NOT coalesce(p_sink, false) THEN
         PERFORM mailroom_internal._http_owner(NULL, NULL);
     END IF;
     IF p_limit IS NULL OR p_limit NOT BETWEEN 1 AND 500 OR p_offset IS NULL OR p_offset < 0 THEN
         RAISE EXCEPTION USING
             ERRCODE = '22023',
             MESSAGE = 'limit must be between 1 and 500 and offset non-negative';
+    END IF;
+    IF p_key_digest IS NULL THEN
+        FOR v_box IN
+            SELECT m.*
+            FROM mailroom.mailboxes AS m
+            WHERE
+                m.catchall_domain = '*' AND m.is_active
+                AND mailroom_internal._mailbox_open(m.is_active, m.deleted_at, m.expires_at, v_now)
+            ORDER BY m.created_at DESC, m.id DESC
+            LIMIT p_limit OFFSET p_offset
+        LOOP
+            v_list := v_list || jsonb_build_array(mailroom_internal._http_mailbox_json(v_box));
+        END LOOP;
+        RETURN v_list;
     END IF;
     v_owner := mailroom_internal._api_key_owner(p_key_digest);
     -- the owner's open inboxes of owner type api and mcp (mailboxes_owner_idx), newest first: the
@@ -284,10 +301,10 @@ BEGIN
 END;
 $$;
 
-COMMENT ON FUNCTION mailroom.http_list_mailboxes(bytea, integer, integer) IS
-'GET /api/v1/mailboxes (and MCP''s inbox list): the open inboxes of an API key''s owner, owner types api and mcp, newest first, as a JSON array of _http_mailbox_json (MR240 no key, MR241 unknown key or a session token).';
+COMMENT ON FUNCTION mailroom.http_list_mailboxes(bytea, integer, integer, boolean) IS
+'GET /api/v1/mailboxes (and MCP''s inbox list): the open inboxes of an API key''s owner, owner types api and mcp, newest first, as a JSON array of _http_mailbox_json; without a key and with p_sink (the face''s sink listing), the sink''s open inboxes (MR240 no key, MR241 unknown key or a session token).';
 
-GRANT EXECUTE ON FUNCTION mailroom.http_list_mailboxes(bytea, integer, integer) TO mailroom_http;
+GRANT EXECUTE ON FUNCTION mailroom.http_list_mailboxes(bytea, integer, integer, boolean) TO mailroom_http;
 
 CREATE OR REPLACE FUNCTION mailroom_internal._from_address(p_from_header text, p_envelope_from text)
 RETURNS text
