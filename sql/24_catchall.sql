@@ -160,6 +160,27 @@ $$;
 COMMENT ON FUNCTION mailroom_internal._check_recipient_or_claim(text, bigint, boolean) IS
 'Internal: check_recipient''s verdict, after creating the inbox of an unknown address on a catch-all domain or subdomain pattern (within its quota), or in the sink (p_sink or inbox.sink).';
 
+CREATE OR REPLACE FUNCTION mailroom_internal._sink_token(p_address text)
+RETURNS text
+LANGUAGE plpgsql
+STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    -- a sink inbox's session token: 24 bytes of HMAC-SHA256 of its address under mailroom.sink_key, as
+    -- URL-safe base64 (32 characters, the form create_mailbox's tokens have); only its digest is stored
+    RETURN rtrim(translate(encode(substring(
+        mailroom_internal._hmac(
+            convert_to('mailroom-sink-token:' || p_address, 'UTF8'),
+            (SELECT k.key FROM mailroom.sink_key AS k), 'sha256'
+        ) FROM 1 FOR 24
+    ), 'base64'), '+/', '-_'), '=');
+END;
+$$;
+
+COMMENT ON FUNCTION mailroom_internal._sink_token(text) IS
+'Internal: the session token of a sink inbox (HMAC of its address under mailroom.sink_key), handed out only by the sink listing.';
+
 CREATE OR REPLACE FUNCTION mailroom_internal._sink_claim(p_address text, p_size bigint, p_box text)
 RETURNS TABLE (verdict text, address text)
 LANGUAGE plpgsql
@@ -172,8 +193,8 @@ DECLARE
     v_now timestamptz;
 BEGIN
     -- The sink's inbox of an unknown address (p_box: its stored form): plan sink, owner type anonymous
-    -- with a session token nobody holds (a random one's digest; the token is never made known), marked
-    -- catchall_domain '*'. Sink creations take turns (a transaction lock), so sink.max_inboxes is exact;
+    -- with the session token _sink_token derives (handed out only by the sink listing, where the HTTP
+    -- face serves it), marked catchall_domain '*'. Sink creations take turns (a transaction lock), so sink.max_inboxes is exact;
     -- the oldest are let go first (_sink_let_go).
     PERFORM pg_catalog.pg_advisory_xact_lock(pg_catalog.hashtext('mailroom.sink'));
     v_now := mailroom.clock();
@@ -182,7 +203,7 @@ BEGIN
         PERFORM mailroom_internal._sink_let_go(NULL, 1);
         PERFORM mailroom_internal._insert_mailbox(
             p_box, v_plan.name, 'anonymous', NULL,
-            mailroom_internal._session_token_digest(encode(mailroom_internal._random_bytes(24), 'base64')),
+            mailroom_internal._session_token_digest(mailroom_internal._sink_token(p_box)),
             v_now + make_interval(mins => v_plan.default_ttl_minutes), v_now, '*'
         );
     END IF;

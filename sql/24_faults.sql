@@ -18,6 +18,7 @@
 -- message only when every recipient belongs to the fault's owner, else it is skipped and counted
 -- (_transaction_fault; deliver_messages' faults_skipped).
 -- Errors: MR230 bad stage, MR231 bad reply, MR232 bad share or count, MR233 not a catch-all domain,
+-- MR295 a sink inbox (its token is the sink listing's: no fault through it),
 -- and those of _authorize_mailbox (MR203-MR206).
 
 -- record, not mailroom.inbox_faults, wherever a row is held: sql/ also compiles where migration 0225
@@ -140,6 +141,12 @@ DECLARE
 BEGIN
     -- one fault per inbox (p_mailbox_id, at p_address) or catch-all domain (p_domain): a new one
     -- replaces it (and a purged inbox's left at the address), its count of answers (fired) anew
+    -- a sink inbox's token is handed out to whoever reaches the sink listing: no fault through it
+    IF EXISTS (SELECT 1 FROM mailroom.mailboxes AS m WHERE m.id = p_mailbox_id AND m.catchall_domain = '*') THEN
+        RAISE EXCEPTION USING
+            ERRCODE = 'MR295',
+            MESSAGE = 'a sink inbox takes no injected fault (fault injection needs an API key''s inbox)';
+    END IF;
     IF p_share IS NULL OR p_share < 0 OR p_share > 100 OR round(p_share, 2) <> p_share THEN
         RAISE EXCEPTION USING
             ERRCODE = 'MR232',
@@ -169,7 +176,7 @@ END;
 $$;
 
 COMMENT ON FUNCTION mailroom_internal._set_fault(bigint, text, text, text, text, numeric, integer) IS
-'Internal: set (or replace) the fault of an inbox (id and address), or of a catch-all domain; MR230 stage, MR231 reply, MR232 share or count.';
+'Internal: set (or replace) the fault of an inbox (id and address), or of a catch-all domain; MR230 stage, MR231 reply, MR232 share or count, MR295 a sink inbox.';
 
 CREATE OR REPLACE FUNCTION mailroom_internal._mailbox_owner(p_mailbox_id bigint)
 RETURNS text
@@ -426,7 +433,7 @@ END;
 $$;
 
 COMMENT ON FUNCTION mailroom.set_inbox_fault(text, text, text, text, numeric, integer, text, text) IS
-'Fault injection: make an open inbox answer p_reply (4xx/5xx) at p_stage (rcpt, data, after_data) for p_share % of messages, the next p_count only if given; replaces its fault; returns it as inbox_fault does. Errors: MR230-MR232, MR203-MR206.';
+'Fault injection: make an open inbox answer p_reply (4xx/5xx) at p_stage (rcpt, data, after_data) for p_share % of messages, the next p_count only if given; replaces its fault; returns it as inbox_fault does. Errors: MR230-MR232, MR295 a sink inbox, MR203-MR206.';
 
 GRANT EXECUTE ON FUNCTION mailroom.set_inbox_fault(text, text, text, text, numeric, integer, text, text)
 TO mailroom_app;

@@ -278,7 +278,11 @@ BEGIN
             ORDER BY m.created_at DESC, m.id DESC
             LIMIT p_limit OFFSET p_offset
         LOOP
-            v_list := v_list || jsonb_build_array(mailroom_internal._http_mailbox_json(v_box));
+            -- each with its session token (CreatedMailbox's key), so the page opens it as any anonymous inbox
+            v_list := v_list || jsonb_build_array(
+                mailroom_internal._http_mailbox_json(v_box)
+                || jsonb_build_object('session_token', mailroom_internal._sink_token(v_box.address))
+            );
         END LOOP;
         RETURN v_list;
     END IF;
@@ -302,7 +306,7 @@ END;
 $$;
 
 COMMENT ON FUNCTION mailroom.http_list_mailboxes(bytea, integer, integer, boolean) IS
-'GET /api/v1/mailboxes (and MCP''s inbox list): the open inboxes of an API key''s owner, owner types api and mcp, newest first, as a JSON array of _http_mailbox_json; without a key and with p_sink (the face''s sink listing), the sink''s open inboxes (MR240 no key, MR241 unknown key or a session token).';
+'GET /api/v1/mailboxes (and MCP''s inbox list): the open inboxes of an API key''s owner, owner types api and mcp, newest first, as a JSON array of _http_mailbox_json; without a key and with p_sink (the face''s sink listing), the sink''s open inboxes, each with its session_token (MR240 no key, MR241 unknown key or a session token).';
 
 GRANT EXECUTE ON FUNCTION mailroom.http_list_mailboxes(bytea, integer, integer, boolean) TO mailroom_http;
 
@@ -1014,7 +1018,7 @@ END;
 $$;
 
 COMMENT ON FUNCTION mailroom.http_set_inbox_fault(text, text, bytea, text, text, numeric, integer) IS
-'PUT /api/v1/mailboxes/{address}/fault: set_inbox_fault (stage, reply, share 100 by default, the next p_count only); the fault as JSON. Errors: MR230-MR232, MR203-MR206.';
+'PUT /api/v1/mailboxes/{address}/fault: set_inbox_fault (stage, reply, share 100 by default, the next p_count only); the fault as JSON. Errors: MR230-MR232, MR295 a sink inbox, MR203-MR206.';
 
 GRANT EXECUTE ON FUNCTION mailroom.http_set_inbox_fault(text, text, bytea, text, text, numeric, integer)
 TO mailroom_http;

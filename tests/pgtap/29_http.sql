@@ -4,7 +4,7 @@
 -- v1 shapes (a list is a JSON array, the original service's keys), an API key's inbox list, and its
 -- mcp inboxes read over REST.
 BEGIN;
-SELECT plan(64);
+SELECT plan(66);
 
 SET LOCAL mailroom.clock = '2030-01-01 00:00:00+00';
 SELECT mailroom.create_api_key('team-1', sha256('mrk_one'::bytea));
@@ -138,6 +138,15 @@ SELECT is((SELECT verdict FROM mailroom.check_bounce_recipient('dev@anything.exa
 SELECT is(
     (SELECT jsonb_path_query_array(mailroom.http_list_mailboxes(null, p_sink => true), '$[*].address')),
     '["dev@anything.example"]'::jsonb, 'the sink listing without a key: the sink''s inboxes only'
+);
+SELECT is(
+    (SELECT mailroom.http_get_mailbox('dev@anything.example', mailroom.http_list_mailboxes(null, p_sink => true) -> 0 ->> 'session_token', null) ->> 'plan'),
+    'sink', 'each with the session token that opens it'
+);
+SELECT throws_ok(
+    format($$SELECT mailroom.http_set_inbox_fault('dev@anything.example', %L, null, 'rcpt', '550 5.1.1 no')$$,
+           mailroom.http_list_mailboxes(null, p_sink => true) -> 0 ->> 'session_token'),
+    'MR295', NULL, 'a sink inbox takes no fault through its token: MR295'
 );
 SELECT is(
     (SELECT jsonb_path_query_array(mailroom.http_list_mailboxes(sha256('mrk_one'::bytea), p_sink => true), '$[*].address'))
