@@ -4,7 +4,9 @@ sink the same mail is refused (550) and the listing needs a key. The rules are S
 
 from __future__ import annotations
 
+import html
 import json
+import re
 import signal
 import smtplib
 import socket
@@ -52,6 +54,17 @@ def _listing(http_port: int) -> tuple[int, object]:
         return err.code, json.load(err)
 
 
+def _get(http_port: int, path: str) -> tuple[int, str]:
+    """GET as a browser following a link of the page (Sec-Fetch-Site: same-origin), keeping its cookies."""
+    opener = urllib.request.build_opener(urllib.request.HTTPCookieProcessor())
+    request = urllib.request.Request(f"http://127.0.0.1:{http_port}{path}", headers={"Sec-Fetch-Site": "same-origin"})
+    try:
+        with opener.open(request, timeout=30) as reply:
+            return reply.status, reply.read().decode()
+    except urllib.error.HTTPError as err:
+        return err.code, err.read().decode()
+
+
 def test_run_sink_stores_mail_for_every_address_and_lists_it_without_a_key(cli_popen, conn):
     proc, smtp_port, http_port, seen = _start(cli_popen, "--sink")
     try:
@@ -67,6 +80,14 @@ def test_run_sink_stores_mail_for_every_address_and_lists_it_without_a_key(cli_p
         assert status == 200, boxes
         assert sorted(b["address"] for b in boxes) == ["alice@gmail.com", "x@sub.example.com"]  # type: ignore[union-attr]
         assert all(b["message_count"] == 1 and b["plan"] == "sink" for b in boxes)  # type: ignore[union-attr]
+        # the page: /mail lists them without a key, each link opens its inbox with the mail in it
+        status, page = _get(http_port, "/mail")
+        assert status == 200 and "alice@gmail.com" in page and "x@sub.example.com" in page, page
+        link = re.search(r'href="(/inbox/alice%40gmail.com\?token=[^"]+)"', page) or re.search(
+            r'href="(/inbox/alice@gmail.com\?token=[^"]+)"', page)
+        assert link, page
+        status, inbox = _get(http_port, html.unescape(link.group(1)))
+        assert status == 200 and "sink test" in inbox, inbox
     finally:
         _stop(proc)
 
@@ -81,6 +102,8 @@ def test_without_the_sink_the_same_mail_is_refused_and_the_listing_needs_a_key(c
         assert conn.execute("SELECT count(*) FROM mailroom.mailboxes").fetchone()[0] == 0
         status, body = _listing(http_port)
         assert status == 401 and body["error"]["code"] == "MR240", body  # type: ignore[index]
+        status, page = _get(http_port, "/mail")
+        assert status == 401 and "API key" in page, page
     finally:
         _stop(proc)
 
