@@ -4,7 +4,7 @@
 -- v1 shapes (a list is a JSON array, the original service's keys), an API key's inbox list, and its
 -- mcp inboxes read over REST.
 BEGIN;
-SELECT plan(66);
+SELECT plan(69);
 
 SET LOCAL mailroom.clock = '2030-01-01 00:00:00+00';
 SELECT mailroom.create_api_key('team-1', sha256('mrk_one'::bytea));
@@ -148,6 +148,13 @@ SELECT throws_ok(
            mailroom.http_list_mailboxes(null, p_sink => true) -> 0 ->> 'session_token'),
     'MR295', NULL, 'a sink inbox takes no fault through its token: MR295'
 );
+SELECT lives_ok($$SELECT mailroom.set_setting('release.senders', 'some-relay')$$, 'release on');
+SELECT throws_ok(
+    format($$SELECT mailroom.http_release_message('dev@anything.example', %L, null, 1, 'qa@corp.example')$$,
+           mailroom.http_list_mailboxes(null, p_sink => true) -> 0 ->> 'session_token'),
+    'MR397', NULL, 'nor a release: an anonymous inbox, and a catch-all one (MR397)'
+);
+SELECT lives_ok($$SELECT mailroom.set_setting('release.senders', '')$$, 'release off again');
 SELECT is(
     (SELECT jsonb_path_query_array(mailroom.http_list_mailboxes(sha256('mrk_one'::bytea), p_sink => true), '$[*].address'))
     @> '["dev@anything.example"]'::jsonb,
