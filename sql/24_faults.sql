@@ -18,7 +18,7 @@
 -- message only when every recipient belongs to the fault's owner, else it is skipped and counted
 -- (_transaction_fault; deliver_messages' faults_skipped).
 -- Errors: MR230 bad stage, MR231 bad reply, MR232 bad share or count, MR233 not a catch-all domain,
--- MR295 a sink inbox (its token is the sink listing's: no fault through it),
+-- MR295 a sink inbox (its token is the sink listing's: no fault through it), MR296 a subdomain pattern,
 -- and those of _authorize_mailbox (MR203-MR206).
 
 -- record, not mailroom.inbox_faults, wherever a row is held: sql/ also compiles where migration 0225
@@ -529,6 +529,12 @@ AS $$
 DECLARE
     v_domain text := mailroom_internal._catchall_domain_name(p_domain);
 BEGIN
+    -- a fault is found by the recipient's own domain (_fault_in_force): a pattern's would never answer
+    IF v_domain LIKE '*.%' THEN
+        RAISE EXCEPTION USING
+            ERRCODE = 'MR296',
+            MESSAGE = 'a catch-all subdomain pattern carries no fault (set it on a domain or on an inbox)';
+    END IF;
     -- every inbox of the domain without a fault of its own; kept until cleared or the domain removed
     PERFORM mailroom_internal._set_fault(NULL, NULL, v_domain, p_stage, p_reply, p_share, p_count);
     RETURN mailroom_internal._fault_json(NULL, NULL, v_domain);
@@ -536,7 +542,7 @@ END;
 $$;
 
 COMMENT ON FUNCTION mailroom.set_catchall_fault(text, text, text, numeric, integer) IS
-'Fault injection for a catch-all domain: its inboxes (those without a fault of their own) answer p_reply at p_stage for p_share % of messages, the next p_count only if given; returns it as JSON. Errors: MR233, MR230-MR232.';
+'Fault injection for a catch-all domain: its inboxes (those without a fault of their own) answer p_reply at p_stage for p_share % of messages, the next p_count only if given; returns it as JSON. Errors: MR233, MR296 a subdomain pattern, MR230-MR232.';
 
 GRANT EXECUTE ON FUNCTION mailroom.set_catchall_fault(text, text, text, numeric, integer) TO mailroom_admin;
 

@@ -6,7 +6,7 @@
 -- sink.max_inboxes or sink.max_bytes the oldest sink inbox is let go. The SMTP side is in
 -- tests/http/test_catchall.py and tests/inboxes/test_sink.py.
 BEGIN;
-SELECT plan(47);
+SELECT plan(48);
 
 SET LOCAL mailroom.clock = '2030-01-01 00:00:00+00';
 SELECT lives_ok($$SELECT mailroom.set_catchall_domain('Dev.Example', 'team-1', 'pro', 2, 30)$$, 'a domain becomes catch-all');
@@ -80,6 +80,10 @@ SELECT is(
     'team-3', 'the domain itself wins over a pattern'
 );
 SELECT throws_ok($$SELECT mailroom.set_catchall_domain('*', 'x')$$, 'MR245', NULL, '* is the sink, not a catch-all: MR245');
+SELECT throws_ok(
+    $$SELECT mailroom.set_catchall_fault('*.corp.example', 'rcpt', '550 5.1.1 no')$$, 'MR296', NULL,
+    'a pattern carries no fault (it would never answer): MR296'
+);
 SELECT throws_ok($$SELECT mailroom.set_catchall_domain('*.com', 'x')$$, 'MR245', NULL, 'a pattern over a top-level domain: MR245');
 
 -- the sink: off by default, the 550 unchanged
