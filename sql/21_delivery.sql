@@ -167,7 +167,7 @@ BEGIN
     -- (deliver_message's UPDATE), so the count is exact. How many went.
     WITH gone AS (
         DELETE FROM mailroom.messages AS g
-        WHERE g.id IN (
+        WHERE g.mailbox_id = p_mailbox_id AND g.id IN (
             SELECT o.id FROM mailroom.messages AS o WHERE o.mailbox_id = p_mailbox_id ORDER BY o.id LIMIT p_count
         )
         RETURNING g.size_bytes
