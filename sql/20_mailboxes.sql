@@ -443,7 +443,7 @@ BEGIN
         WHEN v_box.deleted_at IS NOT NULL THEN 'deleted'
         WHEN NOT mailroom_internal._mailbox_open(v_box) THEN 'expired'
         WHEN p_size IS NOT NULL AND p_size > v_plan.max_message_bytes THEN 'too_large'
-        WHEN v_box.message_count >= v_plan.max_messages THEN 'full'
+        WHEN v_box.message_count >= v_plan.max_messages AND v_plan.when_full = 'refuse' THEN 'full'
         ELSE 'ok'
     END;
     RETURN NEXT;
@@ -451,7 +451,7 @@ END;
 $$;
 
 COMMENT ON FUNCTION mailroom.check_recipient(text, bigint) IS
-'RCPT-stage verdict for an address (and declared size): ok, unknown, deleted, expired, too_large or full, with the normalized address, a plus address as its box''s (de-duplicate recipients by it).';
+'RCPT-stage verdict for an address (and declared size): ok, unknown, deleted, expired, too_large or full (a plan that lets the oldest go is never full), with the normalized address, a plus address as its box''s (de-duplicate recipients by it).';
 
 GRANT EXECUTE ON FUNCTION mailroom.check_recipient(text, bigint) TO mailroom_inbound;
 

@@ -33,6 +33,8 @@ DECLARE
     v_payload text;  -- the NOTIFY payload: ids only
     v_parsed jsonb := coalesce(p_parsed, '{}');
     v_attachments jsonb := coalesce(nullif(p_parsed -> 'attachments', 'null'), '[]');
+    v_over integer;  -- messages over the plan's max_messages (a drop_oldest plan's full inbox)
+    v_sink boolean;  -- a sink inbox (catchall_domain '*'): the sink's caps after storing
 BEGIN
     IF p_raw IS NULL OR btrim(p_raw, '\x20090d0a'::bytea) = ''::bytea THEN
         -- no header, no body (nothing, or only white space): nothing to store
@@ -63,17 +65,20 @@ BEGIN
         -- UPDATE, which Citus runs through the coordinator (the row pulled back, the message pushed
         -- to the worker as an intermediate result, then a two-phase commit); two statements on one
         -- worker commit there in one phase (issue 37).
+        -- A plan that lets the oldest go when full (plans.when_full drop_oldest) takes the message over
+        -- its count; its oldest are deleted below, under the same row lock.
         v_mailbox_id := NULL;
         UPDATE mailroom.mailboxes AS m
-        SET message_count = m.message_count + 1
+        SET message_count = m.message_count + 1, stored_bytes = m.stored_bytes + v_size
         FROM mailroom.plans AS p
         WHERE
             m.id = v_box_id
             AND p.name = m.plan
             AND mailroom_internal._mailbox_open(m.is_active, m.deleted_at, m.expires_at, v_now)
-            AND m.message_count < p.max_messages
+            AND (m.message_count < p.max_messages OR p.when_full = 'drop_oldest')
             AND v_size <= p.max_message_bytes
-        RETURNING m.id INTO v_mailbox_id;
+        RETURNING m.id, m.message_count - p.max_messages, m.catchall_domain = '*'
+        INTO v_mailbox_id, v_over, v_sink;
 
         IF v_mailbox_id IS NOT NULL THEN
             INSERT INTO mailroom.messages (
@@ -97,6 +102,13 @@ BEGIN
                 v_attachments
             )
             RETURNING id INTO v_message_id;
+        END IF;
+
+        IF v_over > 0 THEN
+            PERFORM mailroom_internal._let_oldest_go(v_mailbox_id, v_over);
+        END IF;
+        IF v_sink THEN
+            PERFORM mailroom_internal._sink_let_go(v_mailbox_id, 0);
         END IF;
 
         IF v_message_id IS NOT NULL THEN
@@ -139,6 +151,37 @@ COMMENT ON FUNCTION mailroom.deliver_message(text, bytea, text, jsonb) IS
 'Store a raw message and its parsed fields (p_parsed: one JSON object, read by name) for one recipient if its mailbox is open and within plan limits (the guard is the UPDATE of the mailbox''s count, under its row lock; box+tag@domain: in box@domain, tagged tag); NOTIFY mailroom_inbox and mailroom_delivery with ids where someone listens (mailroom.listen); returns the message id. Errors: MR203 unknown, MR205 expired, MR206 deleted, MR207 too large, MR208 full, MR211 empty or malformed.';
 
 GRANT EXECUTE ON FUNCTION mailroom.deliver_message(text, bytea, text, jsonb) TO mailroom_inbound;
+
+CREATE OR REPLACE FUNCTION mailroom_internal._let_oldest_go(p_mailbox_id bigint, p_count integer)
+RETURNS integer
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_n integer;
+    v_bytes bigint;
+BEGIN
+    -- A full inbox of a drop_oldest plan (plans.when_full): its p_count oldest messages go (by id, the
+    -- order they were stored in), their places and bytes freed. Called under the inbox's row lock
+    -- (deliver_message's UPDATE), so the count is exact. How many went.
+    WITH gone AS (
+        DELETE FROM mailroom.messages AS g
+        WHERE g.mailbox_id = p_mailbox_id AND g.id IN (
+            SELECT o.id FROM mailroom.messages AS o WHERE o.mailbox_id = p_mailbox_id ORDER BY o.id LIMIT p_count
+        )
+        RETURNING g.size_bytes
+    )
+    SELECT count(*), coalesce(sum(gone.size_bytes), 0) INTO v_n, v_bytes FROM gone;
+    UPDATE mailroom.mailboxes AS m
+    SET message_count = greatest(m.message_count - v_n, 0), stored_bytes = greatest(m.stored_bytes - v_bytes, 0)
+    WHERE m.id = p_mailbox_id;
+    RETURN v_n;
+END;
+$$;
+
+COMMENT ON FUNCTION mailroom_internal._let_oldest_go(bigint, integer) IS
+'Internal: delete the p_count oldest messages of an inbox (a drop_oldest plan''s full inbox), freeing their places and bytes; how many.';
 
 CREATE OR REPLACE FUNCTION mailroom_internal._parsed_document(
     p_subject text,

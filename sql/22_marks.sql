@@ -86,6 +86,7 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     v_n integer;
+    v_bytes bigint;
 BEGIN
     -- the ids given (ids of another inbox, or gone already, are not counted), or every message
     IF NOT p_all AND (p_message_ids IS NULL OR cardinality(p_message_ids) NOT BETWEEN 1 AND 500) THEN
@@ -94,12 +95,17 @@ BEGIN
             MESSAGE = format('a list of message ids must hold 1 to 500 ids, got %s',
                 coalesce(cardinality(p_message_ids)::text, 'none'));
     END IF;
-    DELETE FROM mailroom.messages AS g
-    WHERE g.mailbox_id = p_box.id AND (p_all OR g.id = ANY(p_message_ids));
-    GET DIAGNOSTICS v_n = ROW_COUNT;
-    -- the deleted messages free their places under the plan's message count
+    WITH gone AS (
+        DELETE FROM mailroom.messages AS g
+        WHERE g.mailbox_id = p_box.id AND (p_all OR g.id = ANY(p_message_ids))
+        RETURNING g.size_bytes
+    )
+    SELECT count(*), coalesce(sum(gone.size_bytes), 0) INTO v_n, v_bytes FROM gone;
+    -- the deleted messages free their places under the plan's message count, and their bytes
     IF v_n > 0 THEN
-        UPDATE mailroom.mailboxes AS m SET message_count = greatest(m.message_count - v_n, 0) WHERE m.id = p_box.id;
+        UPDATE mailroom.mailboxes AS m
+        SET message_count = greatest(m.message_count - v_n, 0), stored_bytes = greatest(m.stored_bytes - v_bytes, 0)
+        WHERE m.id = p_box.id;
     END IF;
     RETURN v_n;
 END;

@@ -18,6 +18,7 @@
 -- message only when every recipient belongs to the fault's owner, else it is skipped and counted
 -- (_transaction_fault; deliver_messages' faults_skipped).
 -- Errors: MR230 bad stage, MR231 bad reply, MR232 bad share or count, MR233 not a catch-all domain,
+-- MR295 a sink inbox (its token is the sink listing's: no fault through it), MR296 a subdomain pattern,
 -- and those of _authorize_mailbox (MR203-MR206).
 
 -- record, not mailroom.inbox_faults, wherever a row is held: sql/ also compiles where migration 0225
@@ -140,6 +141,12 @@ DECLARE
 BEGIN
     -- one fault per inbox (p_mailbox_id, at p_address) or catch-all domain (p_domain): a new one
     -- replaces it (and a purged inbox's left at the address), its count of answers (fired) anew
+    -- a sink inbox's token is handed out to whoever reaches the sink listing: no fault through it
+    IF EXISTS (SELECT 1 FROM mailroom.mailboxes AS m WHERE m.id = p_mailbox_id AND m.catchall_domain = '*') THEN
+        RAISE EXCEPTION USING
+            ERRCODE = 'MR295',
+            MESSAGE = 'a sink inbox takes no injected fault (fault injection needs an API key''s inbox)';
+    END IF;
     IF p_share IS NULL OR p_share < 0 OR p_share > 100 OR round(p_share, 2) <> p_share THEN
         RAISE EXCEPTION USING
             ERRCODE = 'MR232',
@@ -169,7 +176,7 @@ END;
 $$;
 
 COMMENT ON FUNCTION mailroom_internal._set_fault(bigint, text, text, text, text, numeric, integer) IS
-'Internal: set (or replace) the fault of an inbox (id and address), or of a catch-all domain; MR230 stage, MR231 reply, MR232 share or count.';
+'Internal: set (or replace) the fault of an inbox (id and address), or of a catch-all domain; MR230 stage, MR231 reply, MR232 share or count, MR295 a sink inbox.';
 
 CREATE OR REPLACE FUNCTION mailroom_internal._mailbox_owner(p_mailbox_id bigint)
 RETURNS text
@@ -371,7 +378,8 @@ COMMENT ON FUNCTION mailroom_internal._transaction_fault(text[], text) IS
 
 CREATE OR REPLACE FUNCTION mailroom_internal._check_recipient_fault(
     p_address text,
-    p_size bigint DEFAULT null
+    p_size bigint DEFAULT null,
+    p_sink boolean DEFAULT false
 )
 RETURNS TABLE (verdict text, address text, reply text)
 LANGUAGE plpgsql
@@ -384,7 +392,7 @@ BEGIN
     -- RCPT: verdict 'fault' with the fault's reply. reply is NULL otherwise (the caller answers a
     -- refusing verdict's reply from mailroom.error_codes).
     SELECT c.verdict, c.address INTO verdict, address
-    FROM mailroom_internal._check_recipient_or_claim(p_address, p_size) AS c;
+    FROM mailroom_internal._check_recipient_or_claim(p_address, p_size, p_sink) AS c;
     reply := NULL;
     IF verdict = 'ok' THEN
         reply := mailroom_internal._recipient_fault(address, 'rcpt');
@@ -396,7 +404,7 @@ BEGIN
 END;
 $$;
 
-COMMENT ON FUNCTION mailroom_internal._check_recipient_fault(text, bigint) IS
+COMMENT ON FUNCTION mailroom_internal._check_recipient_fault(text, bigint, boolean) IS
 'Internal: the inbound RCPT verdict of an inbox address (_check_recipient_or_claim), or fault with its reply when the inbox''s RCPT fault answers.';
 
 CREATE OR REPLACE FUNCTION mailroom.set_inbox_fault(
@@ -425,7 +433,7 @@ END;
 $$;
 
 COMMENT ON FUNCTION mailroom.set_inbox_fault(text, text, text, text, numeric, integer, text, text) IS
-'Fault injection: make an open inbox answer p_reply (4xx/5xx) at p_stage (rcpt, data, after_data) for p_share % of messages, the next p_count only if given; replaces its fault; returns it as inbox_fault does. Errors: MR230-MR232, MR203-MR206.';
+'Fault injection: make an open inbox answer p_reply (4xx/5xx) at p_stage (rcpt, data, after_data) for p_share % of messages, the next p_count only if given; replaces its fault; returns it as inbox_fault does. Errors: MR230-MR232, MR295 a sink inbox, MR203-MR206.';
 
 GRANT EXECUTE ON FUNCTION mailroom.set_inbox_fault(text, text, text, text, numeric, integer, text, text)
 TO mailroom_app;
@@ -521,6 +529,12 @@ AS $$
 DECLARE
     v_domain text := mailroom_internal._catchall_domain_name(p_domain);
 BEGIN
+    -- a fault is found by the recipient's own domain (_fault_in_force): a pattern's would never answer
+    IF v_domain LIKE '*.%' THEN
+        RAISE EXCEPTION USING
+            ERRCODE = 'MR296',
+            MESSAGE = 'a catch-all subdomain pattern carries no fault (set it on a domain or on an inbox)';
+    END IF;
     -- every inbox of the domain without a fault of its own; kept until cleared or the domain removed
     PERFORM mailroom_internal._set_fault(NULL, NULL, v_domain, p_stage, p_reply, p_share, p_count);
     RETURN mailroom_internal._fault_json(NULL, NULL, v_domain);
@@ -528,7 +542,7 @@ END;
 $$;
 
 COMMENT ON FUNCTION mailroom.set_catchall_fault(text, text, text, numeric, integer) IS
-'Fault injection for a catch-all domain: its inboxes (those without a fault of their own) answer p_reply at p_stage for p_share % of messages, the next p_count only if given; returns it as JSON. Errors: MR233, MR230-MR232.';
+'Fault injection for a catch-all domain: its inboxes (those without a fault of their own) answer p_reply at p_stage for p_share % of messages, the next p_count only if given; returns it as JSON. Errors: MR233, MR296 a subdomain pattern, MR230-MR232.';
 
 GRANT EXECUTE ON FUNCTION mailroom.set_catchall_fault(text, text, text, numeric, integer) TO mailroom_admin;
 

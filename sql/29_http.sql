@@ -241,7 +241,8 @@ GRANT EXECUTE ON FUNCTION mailroom.http_get_mailbox(text, text, bytea) TO mailro
 CREATE OR REPLACE FUNCTION mailroom.http_list_mailboxes(
     p_key_digest bytea,
     p_limit integer DEFAULT 100,
-    p_offset integer DEFAULT 0
+    p_offset integer DEFAULT 0,
+    p_sink boolean DEFAULT false
 )
 RETURNS jsonb
 LANGUAGE plpgsql
@@ -256,14 +257,34 @@ DECLARE
     v_list jsonb := '[]';
 BEGIN
     -- an inbox list belongs to an owner: only an API key has one (a session token opens one inbox,
-    -- and is refused here as an unknown key, MR241, as by http_create_mailbox); MR240 without any
-    IF p_key_digest IS NULL THEN
+    -- and is refused here as an unknown key, MR241, as by http_create_mailbox); MR240 without any,
+    -- but for the sink's open listing (p_sink: the face's --sink on a loopback bind or with
+    -- --sink-public, docs/inboxes.md): the sink's open inboxes, newest first, no key needed
+    IF p_key_digest IS NULL AND NOT coalesce(p_sink, false) THEN
         PERFORM mailroom_internal._http_owner(NULL, NULL);
     END IF;
     IF p_limit IS NULL OR p_limit NOT BETWEEN 1 AND 500 OR p_offset IS NULL OR p_offset < 0 THEN
         RAISE EXCEPTION USING
             ERRCODE = '22023',
             MESSAGE = 'limit must be between 1 and 500 and offset non-negative';
+    END IF;
+    IF p_key_digest IS NULL THEN
+        FOR v_box IN
+            SELECT m.*
+            FROM mailroom.mailboxes AS m
+            WHERE
+                m.catchall_domain = '*' AND m.is_active
+                AND mailroom_internal._mailbox_open(m.is_active, m.deleted_at, m.expires_at, v_now)
+            ORDER BY m.created_at DESC, m.id DESC
+            LIMIT p_limit OFFSET p_offset
+        LOOP
+            -- each with its session token (CreatedMailbox's key), so the page opens it as any anonymous inbox
+            v_list := v_list || jsonb_build_array(
+                mailroom_internal._http_mailbox_json(v_box)
+                || jsonb_build_object('session_token', mailroom_internal._sink_token(v_box.address))
+            );
+        END LOOP;
+        RETURN v_list;
     END IF;
     v_owner := mailroom_internal._api_key_owner(p_key_digest);
     -- the owner's open inboxes of owner type api and mcp (mailboxes_owner_idx), newest first: the
@@ -284,10 +305,10 @@ BEGIN
 END;
 $$;
 
-COMMENT ON FUNCTION mailroom.http_list_mailboxes(bytea, integer, integer) IS
-'GET /api/v1/mailboxes (and MCP''s inbox list): the open inboxes of an API key''s owner, owner types api and mcp, newest first, as a JSON array of _http_mailbox_json (MR240 no key, MR241 unknown key or a session token).';
+COMMENT ON FUNCTION mailroom.http_list_mailboxes(bytea, integer, integer, boolean) IS
+'GET /api/v1/mailboxes (and MCP''s inbox list): the open inboxes of an API key''s owner, owner types api and mcp, newest first, as a JSON array of _http_mailbox_json; without a key and with p_sink (the face''s sink listing), the sink''s open inboxes, each with its session_token (MR240 no key, MR241 unknown key or a session token).';
 
-GRANT EXECUTE ON FUNCTION mailroom.http_list_mailboxes(bytea, integer, integer) TO mailroom_http;
+GRANT EXECUTE ON FUNCTION mailroom.http_list_mailboxes(bytea, integer, integer, boolean) TO mailroom_http;
 
 CREATE OR REPLACE FUNCTION mailroom_internal._from_address(p_from_header text, p_envelope_from text)
 RETURNS text
@@ -590,15 +611,19 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     v_box mailroom.mailboxes := mailroom_internal._http_box(p_address, p_session_token, p_key_digest);
+    v_bytes bigint;
 BEGIN
-    DELETE FROM mailroom.messages AS g WHERE g.id = p_message_id AND g.mailbox_id = v_box.id;
+    DELETE FROM mailroom.messages AS g WHERE g.id = p_message_id AND g.mailbox_id = v_box.id
+    RETURNING g.size_bytes INTO v_bytes;
     IF NOT FOUND THEN
         RAISE EXCEPTION USING
             ERRCODE = 'MR209',
             MESSAGE = format('message %s not found in this mailbox', coalesce(p_message_id::text, 'NULL'));
     END IF;
     -- a deleted message frees its place under the plan's message count
-    UPDATE mailroom.mailboxes AS m SET message_count = greatest(m.message_count - 1, 0) WHERE m.id = v_box.id;
+    UPDATE mailroom.mailboxes AS m
+    SET message_count = greatest(m.message_count - 1, 0), stored_bytes = greatest(m.stored_bytes - v_bytes, 0)
+    WHERE m.id = v_box.id;
 END;
 $$;
 
@@ -1047,7 +1072,7 @@ END;
 $$;
 
 COMMENT ON FUNCTION mailroom.http_set_inbox_fault(text, text, bytea, text, text, numeric, integer) IS
-'PUT /api/v1/mailboxes/{address}/fault: set_inbox_fault (stage, reply, share 100 by default, the next p_count only); the fault as JSON. Errors: MR230-MR232, MR203-MR206.';
+'PUT /api/v1/mailboxes/{address}/fault: set_inbox_fault (stage, reply, share 100 by default, the next p_count only); the fault as JSON. Errors: MR230-MR232, MR295 a sink inbox, MR203-MR206.';
 
 GRANT EXECUTE ON FUNCTION mailroom.http_set_inbox_fault(text, text, bytea, text, text, numeric, integer)
 TO mailroom_http;

@@ -410,7 +410,8 @@ COMMENT ON FUNCTION mailroom_internal._recipient_position(text[], text[], text[]
 
 CREATE OR REPLACE FUNCTION mailroom.check_bounce_recipient(
     p_address text,
-    p_size bigint DEFAULT null
+    p_size bigint DEFAULT null,
+    p_sink boolean DEFAULT false
 )
 RETURNS TABLE (verdict text, address text, reply text)
 LANGUAGE plpgsql
@@ -424,8 +425,9 @@ BEGIN
     -- path bounce+…, an unsubscribe address unsubscribe+…) is 'bounce' when it is valid, else
     -- 'unknown' (bad signature, unknown message: the same answer); the feedback address
     -- (outbound.feedback_address) is 'bounce'; any other address gets check_recipient's verdict
-    -- (ok, unknown, deleted, ...), after the inbox of an unknown address on a catch-all domain was
-    -- created (sql/24_catchall.sql). A refusing verdict comes with the SMTP reply the server sends
+    -- (ok, unknown, deleted, ...), after the inbox of an unknown address on a catch-all domain, or
+    -- in the sink (p_sink: the server's --sink, or the setting inbox.sink), was created
+    -- (sql/24_catchall.sql). A refusing verdict comes with the SMTP reply the server sends
     -- (mailroom.error_codes). VOLATILE for that creation; PL/pgSQL, so its plans are kept.
     IF mailroom_internal._is_feedback_address(p_address) THEN
         verdict := 'bounce';
@@ -444,14 +446,14 @@ BEGIN
     -- an inbox's injected fault at RCPT comes with its own reply (sql/24_faults.sql)
     RETURN QUERY
     SELECT c.verdict, c.address, coalesce(c.reply, mailroom_internal._verdict_reply(c.verdict))
-    FROM mailroom_internal._check_recipient_fault(p_address, p_size) AS c;
+    FROM mailroom_internal._check_recipient_fault(p_address, p_size, p_sink) AS c;
 END;
 $$;
 
-COMMENT ON FUNCTION mailroom.check_bounce_recipient(text, bigint) IS
-'RCPT-stage verdict of the inbound server: bounce for a valid signed address (a VERP return path, an unsubscribe address) or the feedback address, unknown for a forged one, else check_recipient''s verdict (an unknown address on a catch-all domain gets its inbox first); with the SMTP reply of a refusing verdict.';
+COMMENT ON FUNCTION mailroom.check_bounce_recipient(text, bigint, boolean) IS
+'RCPT-stage verdict of the inbound server: bounce for a valid signed address (a VERP return path, an unsubscribe address) or the feedback address, unknown for a forged one, else check_recipient''s verdict (an unknown address on a catch-all domain, or any with the sink on (p_sink or inbox.sink), gets its inbox first); with the SMTP reply of a refusing verdict.';
 
-GRANT EXECUTE ON FUNCTION mailroom.check_bounce_recipient(text, bigint) TO mailroom_inbound;
+GRANT EXECUTE ON FUNCTION mailroom.check_bounce_recipient(text, bigint, boolean) TO mailroom_inbound;
 
 CREATE OR REPLACE FUNCTION mailroom_internal._complaint_type(p_report jsonb)
 RETURNS text

@@ -17,8 +17,8 @@ SELECT is(
 );
 SELECT has_index('mailroom', 'messages', 'messages_mailbox_received_idx', 'messages by (mailbox_id, received_at)');
 SELECT results_eq(
-    $$SELECT name, max_ttl_minutes FROM mailroom.plans ORDER BY max_ttl_minutes$$,
-    $$VALUES ('free', 60), ('pro', 1440), ('enterprise', 10080)$$,
+    $$SELECT name, max_ttl_minutes FROM mailroom.plans ORDER BY max_ttl_minutes, name$$,
+    $$VALUES ('free', 60), ('pro', 1440), ('sink', 1440), ('enterprise', 10080)$$,
     'seeded plans and their TTL caps'
 );
 
@@ -269,7 +269,7 @@ SELECT is(
 -- list_plans: what MR201's hint names, for the roles that create inboxes or watch them
 SELECT results_eq(
     $$SELECT name, default_ttl_minutes, max_ttl_minutes FROM mailroom.list_plans()$$,
-    $$VALUES ('free', 10, 60), ('pro', 60, 1440), ('enterprise', 1440, 10080)$$,
+    $$VALUES ('free', 10, 60), ('pro', 60, 1440), ('sink', 1440, 1440), ('enterprise', 1440, 10080)$$,
     'list_plans: every plan with its TTL default and ceiling, shortest first'
 );
 SELECT throws_ok($$SELECT * FROM mailroom.create_mailbox(10, 'gold')$$, 'MR201', NULL, 'an unknown plan: MR201 ...');

@@ -1,6 +1,6 @@
 -- Delivery guard at the exact expiry boundary, plan limits, list/read and their errors.
 BEGIN;
-SELECT plan(71);
+SELECT plan(75);
 \ir fixtures/default_settings.sql
 
 SET LOCAL mailroom.clock = '2030-01-01 00:00:00+00';
@@ -406,6 +406,30 @@ SELECT ok(
     AND has_function_privilege('mailroom_inbound', 'mailroom.set_delivery_receipt(uuid)', 'EXECUTE')
     AND NOT has_function_privilege('mailroom_http', 'mailroom.settle_delivery(uuid)', 'EXECUTE'),
     'the inbound server, and only it, settles its deliveries'
+);
+
+-- a plan that lets the oldest go when full (plans.when_full drop_oldest, migration 0475): any plan may
+SET LOCAL mailroom.clock = '2030-01-01 00:00:00+00';
+UPDATE mailroom.plans SET max_messages = 2, when_full = 'drop_oldest' WHERE name = 'enterprise';
+CREATE TEMP TABLE ring AS SELECT * FROM mailroom.create_mailbox(10, 'enterprise');
+SELECT lives_ok(
+    $$SELECT mailroom.deliver_message((SELECT address FROM ring), convert_to('m' || n, 'UTF8'), 'a@example.com', '{}')
+      FROM generate_series(1, 4) AS n$$,
+    'four messages into a drop_oldest inbox of two places'
+);
+SELECT is(
+    (SELECT array_agg(convert_from(raw, 'UTF8') ORDER BY id)::text FROM mailroom.messages
+     WHERE mailbox_id = (SELECT mailbox_id FROM ring)),
+    '{m3,m4}', 'the oldest two went'
+);
+SELECT is(
+    (SELECT row(message_count, stored_bytes)::text FROM mailroom.mailboxes WHERE id = (SELECT mailbox_id FROM ring)),
+    '(2,4)', 'count and bytes of the two kept'
+);
+UPDATE mailroom.plans SET when_full = 'refuse' WHERE name = 'enterprise';
+SELECT throws_ok(
+    format('SELECT mailroom.deliver_message(%L, %L::bytea)', (SELECT address FROM ring), '\x4869'),
+    'MR208', NULL, 'the same inbox under refuse: full (MR208)'
 );
 
 SELECT * FROM finish();

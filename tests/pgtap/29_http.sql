@@ -4,7 +4,7 @@
 -- v1 shapes (a list is a JSON array, the original service's keys), an API key's inbox list, and its
 -- mcp inboxes read over REST.
 BEGIN;
-SELECT plan(70);
+SELECT plan(78);
 \ir fixtures/default_settings.sql
 
 SET LOCAL mailroom.clock = '2030-01-01 00:00:00+00';
@@ -160,6 +160,33 @@ SELECT is(
     '["api"]'::jsonb, 'paged'
 );
 SELECT throws_ok($$SELECT mailroom.http_list_mailboxes(null)$$, 'MR240', NULL, 'the list without a key: MR240');
+-- the sink's open listing (the face's --sink on loopback): the sink's inboxes, no key needed
+SELECT is((SELECT verdict FROM mailroom.check_bounce_recipient('dev@anything.example', p_sink => true)), 'ok', 'a sink inbox');
+SELECT is(
+    (SELECT jsonb_path_query_array(mailroom.http_list_mailboxes(null, p_sink => true), '$[*].address')),
+    '["dev@anything.example"]'::jsonb, 'the sink listing without a key: the sink''s inboxes only'
+);
+SELECT is(
+    (SELECT mailroom.http_get_mailbox('dev@anything.example', mailroom.http_list_mailboxes(null, p_sink => true) -> 0 ->> 'session_token', null) ->> 'plan'),
+    'sink', 'each with the session token that opens it'
+);
+SELECT throws_ok(
+    format($$SELECT mailroom.http_set_inbox_fault('dev@anything.example', %L, null, 'rcpt', '550 5.1.1 no')$$,
+           mailroom.http_list_mailboxes(null, p_sink => true) -> 0 ->> 'session_token'),
+    'MR295', NULL, 'a sink inbox takes no fault through its token: MR295'
+);
+SELECT lives_ok($$SELECT mailroom.set_setting('release.senders', 'some-relay')$$, 'release on');
+SELECT throws_ok(
+    format($$SELECT mailroom.http_release_message('dev@anything.example', %L, null, 1, 'qa@corp.example')$$,
+           mailroom.http_list_mailboxes(null, p_sink => true) -> 0 ->> 'session_token'),
+    'MR397', NULL, 'nor a release: an anonymous inbox, and a catch-all one (MR397)'
+);
+SELECT lives_ok($$SELECT mailroom.set_setting('release.senders', '')$$, 'release off again');
+SELECT is(
+    (SELECT jsonb_path_query_array(mailroom.http_list_mailboxes(sha256('mrk_one'::bytea), p_sink => true), '$[*].address'))
+    @> '["dev@anything.example"]'::jsonb,
+    false, 'with a key, the key''s own inboxes as before'
+);
 SELECT throws_ok(format($$SELECT mailroom.http_list_mailboxes(sha256(%L::bytea))$$, pg_temp.t()), 'MR241', NULL,
     'a session token lists nothing: MR241');
 SELECT throws_ok($$SELECT mailroom.http_list_mailboxes(sha256('mrk_one'::bytea), 0)$$, '22023', NULL, 'a bad limit: 22023');

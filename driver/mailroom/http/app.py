@@ -196,7 +196,8 @@ def create_app(config: HttpConfig | None = None) -> FastAPI:  # noqa: PLR0915 - 
         # an inbox list is an owner's: any credential but a key is looked up as one, and SQL refuses it (MR241)
         key_digest = c.key_digest if c.raw is None or c.key_digest is not None \
             else hashlib.sha256(c.raw.encode()).digest()
-        return _json(await state.call(sqlapi.http_list_mailboxes, key_digest=key_digest, limit=limit, offset=offset))
+        return _json(await state.call(sqlapi.http_list_mailboxes, key_digest=key_digest, limit=limit, offset=offset,
+                                      sink=state.config.sink_listing))
 
     @app.post("/api/v1/mailboxes", status_code=201, tags=["mailboxes"], response_model=models.CreatedMailbox,
               responses=errors(400, 401, 403, 413, 422, 429, 503),

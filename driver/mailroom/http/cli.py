@@ -81,6 +81,14 @@ def serve_cmd(
     spamd: Annotated[Optional[str], typer.Option(
         envvar="MAILROOM_SPAMD", metavar="HOST:PORT",
         help="host:port of a SpamAssassin spamd: runs the spam check (off: 503).")] = None,
+    sink: Annotated[bool, typer.Option(
+        envvar="MAILROOM_HTTP_SINK",
+        help="The sink (docs/inboxes.md): on a loopback bind, the inbox listing needs no key and lists the sink's "
+        "inboxes.")] = False,
+    sink_public: Annotated[bool, typer.Option(
+        "--sink-public", envvar="MAILROOM_HTTP_SINK_PUBLIC",
+        help="With --sink on an address that is not loopback: list the sink's inboxes without a key there too "
+        "(anyone who reaches the port reads them).")] = False,
 ) -> None:
     """Serve the REST API (/api/v1, /docs), the inbox page (/inbox/{address}) and the SES hook."""
     if not 0 <= port <= 65535:
@@ -108,6 +116,19 @@ def serve_cmd(
         raise ConfigError(f"--link-check-allow: {exc}" if "network" in str(exc) else str(exc)) from None
     if allow and not link_check:
         raise ConfigError("--link-check-allow goes with --link-check")
+    if sink_public and not sink:
+        raise ConfigError("--sink-public goes with --sink")
+    sink_listing = sink and (sink_public or is_loopback(host))
+    if sink and not sink_listing:
+        from mailroom.core.log import get_logger
+
+        get_logger("http").warning(f"--sink on {host}, not loopback: the inbox listing still needs a key "
+                                   "(--sink-public lists the sink's inboxes to anyone who reaches the port)")
+    elif sink and not is_loopback(host):
+        from mailroom.core.log import get_logger
+
+        get_logger("http").warning(f"WARN: --sink-public: anyone who reaches {host}:{port} lists and reads the "
+                                   "sink's inboxes without a key")
     url = resolve_database_url(database_url)
     from mailroom.http.server import serve
 
@@ -117,8 +138,20 @@ def serve_cmd(
         proxy=proxy, secure_cookies=secure_cookies if secure_cookies is not None else bool(tls_cert or proxy),
         ses_topics=topics, sns_cert_dir=sns_cert_dir, sns_ca_file=sns_ca_file, sns_connect_to=sns_connect_to,
         access_log=access_log, statement_timeout=statement_timeout, pool_timeout=pool_timeout,
-        link_check=link_check, link_check_allow=allow, spamd=spamd,
+        link_check=link_check, link_check_allow=allow, spamd=spamd, sink_listing=sink_listing,
     )
+
+
+def is_loopback(host: str) -> bool:
+    """Whether a bind address is loopback only (127.0.0.0/8, ::1, localhost): the sink's open listing."""
+    import ipaddress
+
+    if host.strip("[]").lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
 
 
 @apikey_app.command("create")

@@ -496,6 +496,21 @@ def render_key_login(error: str = "") -> str:
     return _page("All my mail", body)
 
 
+def render_sink_mail(mailboxes: list[dict[str, Any]]) -> str:
+    """The sink's open listing (http serve --sink on loopback, or --sink-public): every sink inbox, newest
+    first, each opened by the session token the listing gives (as any anonymous inbox)."""
+    boxes = "".join(
+        f'<li><a href="{_inbox_url(b["address"])}?token={quote(str(b.get("session_token") or ""), safe="")}">'
+        f'{e(b["address"])}</a> <span class="muted">{int(b.get("message_count") or 0)} message(s) · expires '
+        f'{_time(b.get("expires_at"))}</span></li>'
+        for b in mailboxes
+    )
+    body = f"""<div class="card" id="sink"><h1>The sink</h1>
+<p class="muted">Every recipient at every domain gets an inbox here (docs/inboxes.md, the sink); no key needed.</p>
+<ul>{boxes or '<li class="muted">No mail yet.</li>'}</ul></div>"""
+    return _page("The sink", body)
+
+
 def render_home() -> str:
     body = """<div class="card"><h1>Temporary inboxes</h1>
 <form method="post" action="/inbox"><button type="submit">Create a temporary inbox</button>
@@ -658,6 +673,10 @@ def add_routes(app: FastAPI, state: State) -> None:  # noqa: PLR0915 - the page'
     @app.get("/mail", include_in_schema=False)
     async def all_mail(request: Request, tag: str | None = None) -> Response:
         key = request.cookies.get(KEY_COOKIE)
+        if not key and state.config.sink_listing:  # the sink's open listing: docs/inboxes.md
+            boxes = json.loads(await state.call(sqlapi.http_list_mailboxes, key_digest=None, limit=500, offset=0,
+                                                sink=True))
+            return html_response(render_sink_mail(boxes))
         if not key:
             return html_response(render_key_login(), 401)
         digest = hashlib.sha256(key.strip().encode()).digest()  # only a key's digest reaches SQL

@@ -21,7 +21,9 @@ http_create_mailbox = SqlFunction(
 http_get_mailbox = SqlFunction("http_get_mailbox", _WHO, returns="jsonb")
 # the one listing of an API key's inboxes (the REST list, the page, MCP): a JSON array of Mailbox
 http_list_mailboxes = SqlFunction(
-    "http_list_mailboxes", "p_key_digest bytea, p_limit integer = default, p_offset integer = default", returns="jsonb"
+    "http_list_mailboxes",
+    "p_key_digest bytea, p_limit integer = default, p_offset integer = default, p_sink boolean = default",
+    returns="jsonb",
 )
 http_list_messages = SqlFunction(
     "http_list_messages",

@@ -63,6 +63,9 @@ class HttpConfig:
     link_check: bool = False
     link_check_allow: list[str] = field(default_factory=list)
     spamd: str | None = None
+    # the sink's open listing (docs/inboxes.md, the sink): http serve --sink on a loopback bind, or with
+    # --sink-public; then the inbox listing without a key lists the sink's inboxes
+    sink_listing: bool = False
 
     def to_env(self) -> str:
         return json.dumps(asdict(self))

@@ -133,6 +133,9 @@ def serve_cmd(
         "--log-messages", "Also log a line per message and per refused recipient (slower; for debugging).")] = False,
     event_loop: Annotated[str, _serve_opt(
         "--event-loop", "auto (uvloop when installed), uvloop or asyncio.", metavar="LOOP")] = "auto",
+    sink: Annotated[bool, _serve_opt(
+        "--sink", "The sink for development and CI: accept every recipient at every domain, each an inbox made "
+        "at RCPT (plan sink; docs/inboxes.md). Off by default.")] = False,
 ) -> None:
     """Run the inbound SMTP server that stores mail for open inboxes."""
     import asyncio
@@ -165,7 +168,7 @@ def serve_cmd(
             pool_size=pool_size, data_size_limit=max_message_size, reuse_port=reuse_port, db_timeout=db_timeout,
             metrics_port=None if metrics_port is None else (metrics_port + worker_index if metrics_port else 0),
             metrics_host=metrics_host, tls_cert=tls_cert, tls_key=tls_key, require_tls=require_tls,
-            log_every=log_every,
+            log_every=log_every, sink=sink,
         )
 
         async def main() -> None:

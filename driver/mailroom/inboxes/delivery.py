@@ -91,8 +91,9 @@ class Delivery:
     outcome decides the reply). Past it, DatabaseTimeout: the SMTP layer answers 451."""
 
     def __init__(self, pool: AsyncConnectionPool, parser: ParsePool, *, group_size: int = 32, timeout: float = 5.0,
-                 outage: Outage | None = None, metrics: InboundMetrics | None = None) -> None:
+                 outage: Outage | None = None, metrics: InboundMetrics | None = None, sink: bool = False) -> None:
         self.pool = pool
+        self.sink = sink  # inbox serve --sink: every recipient gets an inbox at RCPT (decided in SQL)
         self.parser = parser
         self.timeout = timeout
         self._group = _GroupCommit(self, group_size)
@@ -111,7 +112,7 @@ class Delivery:
 
     async def recipient(self, address: str, size: int | None) -> tuple[str, str, str | None]:
         """check_bounce_recipient's verdict, normalized address and refusal reply (psycopg errors raise)."""
-        row = await self._read(sqlapi.check_bounce_recipient, address=address, size=size)
+        row = await self._read(sqlapi.check_bounce_recipient, address=address, size=size, sink=self.sink)
         return row.verdict, row.address, row.reply
 
     async def size_refusal(self, accepted: list[str], size: int) -> str | None:

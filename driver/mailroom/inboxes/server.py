@@ -90,6 +90,7 @@ class InboundServer(Worker):
         tls_key: str | None = None,
         require_tls: bool = False,
         log_every: float = 60.0,
+        sink: bool = False,
     ) -> None:
         if (tls_cert is None) != (tls_key is None):
             raise UserError("--tls-cert and --tls-key go together", 2)
@@ -100,6 +101,7 @@ class InboundServer(Worker):
         self.require_tls = require_tls
         super().__init__("inbound", log, url=url, metrics=InboundMetrics())
         self.db_timeout = db_timeout
+        self.sink = sink  # --sink: passed to every RCPT call (docs/inboxes.md, the sink)
         self.metrics_port = metrics_port
         self.metrics_host = metrics_host
         self.reuse_port = reuse_port  # several worker processes listen on one port (--workers)
@@ -199,7 +201,8 @@ class InboundServer(Worker):
             await parser.close()
             self.metrics.shutdown()
             raise UserError(f"cannot start the parsing processes: {exc}") from None
-        handler = InboxHandler(Delivery(pool, parser, timeout=self.db_timeout, outage=self.outage, metrics=self.metrics),
+        handler = InboxHandler(Delivery(pool, parser, timeout=self.db_timeout, outage=self.outage, metrics=self.metrics,
+                                        sink=self.sink),
                                max_recipients=self.max_recipients, metrics=self.metrics)
         smtp_class = _smtp_class(self.max_line_length)
         hostname = self.hostname or domain

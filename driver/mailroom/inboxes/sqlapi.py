@@ -7,7 +7,8 @@ from mailroom.db.contract import SqlFunction
 
 # inbound SMTP
 check_bounce_recipient = SqlFunction(
-    "check_bounce_recipient", "p_address text, p_size bigint = default", returns=("verdict", "address", "reply")
+    "check_bounce_recipient", "p_address text, p_size bigint = default, p_sink boolean = default",
+    returns=("verdict", "address", "reply"),
 )
 check_message_size = SqlFunction(
     "check_message_size", "p_addresses text[], p_size bigint", returns=("verdict", "address", "reply")

@@ -63,6 +63,11 @@ def run(
                                          "(`http serve --link-check`).")] = False,
     spamd: Annotated[Optional[str], _run_opt("--spamd", "With --http-port: the spam check's SpamAssassin spamd "
                                              "(`http serve --spamd`).", metavar="HOST:PORT")] = None,
+    sink: Annotated[bool, _run_opt("--sink", "The sink for development and CI: accept every recipient at every "
+                                   "domain (`inbox serve --sink`); with --http-port the listing needs no key on "
+                                   "loopback (`http serve --sink`). Off by default.")] = False,
+    sink_public: Annotated[bool, _run_opt("--sink-public", "With --sink on a --http-host that is not loopback: "
+                                          "the listing needs no key there too (prints a warning).")] = False,
 ) -> None:
     """Run inbound SMTP, the collector (--enqueue), the sender, the expiry worker and partition maintenance
     together; each worker's own options come from its environment variables (MAILROOM_SEND_…).
@@ -88,8 +93,11 @@ def run(
     checks = (("--link-check",) if link_check else ()) + (("--spamd", spamd) if spamd else ())
     if checks and http_port is None:
         raise ConfigError(f"{checks[0]} goes with --http-port (the checks are the HTTP face's)")
+    if sink_public and not sink:
+        raise ConfigError("--sink-public goes with --sink")
+    sinks = (("--sink",) if sink else ()) + (("--sink-public",) if sink_public else ())
     plan = RunPlan(urls, listen, inbox_host, inbox_port, metrics_port, http_host, http_port,  # type: ignore[arg-type]
-                   http_args=checks)
+                   http_args=checks + sinks, inbox_args=sinks[:1])
     raise typer.Exit(run_all(plan, check=lambda url: connect(url, application_name="mailroom-run")))
 
 

@@ -71,7 +71,8 @@ class RunPlan:
     metrics_port: int | None = None  # base: send +0, collect +1, inbox +2, expire +3, maintain +4
     http_host: str = "127.0.0.1"
     http_port: int | None = None  # the HTTP face's port (its worker in `urls` when on)
-    http_args: tuple[str, ...] = ()  # more options of `http serve` (the checks: --link-check, --spamd)
+    http_args: tuple[str, ...] = ()  # more options of `http serve` (the checks: --link-check, --spamd; --sink)
+    inbox_args: tuple[str, ...] = ()  # more options of `inbox serve` (--sink)
 
 
 def plan(
@@ -86,7 +87,7 @@ def plan(
 def children_of(p: RunPlan) -> list[Child]:
     """The supervisor's children of a plan: each command with its URL and metrics port in its environment."""
     args = {
-        "inbox": ["inbox", "serve", "--host", p.inbox_host, "--port", str(p.inbox_port)],
+        "inbox": ["inbox", "serve", "--host", p.inbox_host, "--port", str(p.inbox_port), *p.inbox_args],
         "collect": ["collect", "--enqueue"]
         + ([] if os.environ.get("MAILROOM_BATCH_TIMEOUT") else ["--batch-timeout", RUN_BATCH_TIMEOUT]),
         "send": ["send"],
@@ -168,7 +169,8 @@ def run_all(p: RunPlan, *, check: Callable[[str], psycopg.Connection] | None = N
                         "expires them (pg_cron, another `mailroom expire`; mailroom doctor checks)")
 
     def started() -> None:
-        faces = {"inbox": f"inbox (smtp {p.inbox_host}:{p.inbox_port})", "http": f"http ({p.http_host}:{p.http_port})"}
+        faces = {"inbox": f"inbox (smtp {p.inbox_host}:{p.inbox_port}{', sink' if p.inbox_args else ''})",
+                 "http": f"http ({p.http_host}:{p.http_port})"}
         serving = [faces.get(c.name, c.name) for c in children]
         sup.log.info("running: %s; SIGTERM or Ctrl-C stops all", ", ".join(serving))
 
