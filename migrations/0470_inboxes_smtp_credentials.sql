@@ -9,8 +9,9 @@ CREATE TABLE mailroom.smtp_credentials (
     username text NOT NULL CHECK (username ~ '^[a-z0-9_-]{1,64}$'),
     digest bytea NOT NULL CHECK (octet_length(digest) = 32),
     label text CHECK (length(label) <= 200),
-    -- the capture inbox; NULL once it is purged (the next login makes a new one)
-    capture_mailbox_id bigint REFERENCES mailroom.mailboxes (id) ON DELETE SET NULL,
+    -- the capture inbox's id: no foreign key (on Citus mailboxes are distributed, this a reference
+    -- table); a purged one is simply not found, and the next login makes a new one
+    capture_mailbox_id bigint,
     created_at timestamptz NOT NULL,
     last_login_at timestamptz,
     revoked_at timestamptz,
@@ -20,10 +21,7 @@ CREATE TABLE mailroom.smtp_credentials (
 COMMENT ON TABLE mailroom.smtp_credentials IS
 'SMTP capture credentials (SMTP AUTH): username, sha256 of the secret only, the owner''s capture inbox; revoked_at set = refused.';
 COMMENT ON COLUMN mailroom.smtp_credentials.capture_mailbox_id IS
-'The inbox every message of a logged-in session is stored in (owner type api, the owner''s); re-created on a login when closed.';
-
-CREATE INDEX smtp_credentials_capture_idx ON mailroom.smtp_credentials (capture_mailbox_id)
-WHERE capture_mailbox_id IS NOT null;
+'The inbox every message of a logged-in session is stored in (owner type api, the owner''s); made anew by a login once closed or purged.';
 
 INSERT INTO mailroom.settings (name, value, description, kind, min_value, max_value) VALUES
 (

@@ -1,7 +1,7 @@
 -- SMTP capture credentials: registered by digest only, smtp_login answers the capture inbox (kept
 -- open, re-made when closed) or MR290 alike for a wrong secret, an unknown user and a revoked one.
 BEGIN;
-SELECT plan(17);
+SELECT plan(18);
 
 SET LOCAL mailroom.clock = '2030-01-01 00:00:00+00';
 CREATE TEMP TABLE c AS SELECT * FROM mailroom.create_smtp_credential('team-1', sha256('mrs_one'::bytea), 'ci');
@@ -55,6 +55,13 @@ SELECT isnt((SELECT capture_address FROM l2), (SELECT capture_address FROM c), '
 SELECT is(
     (SELECT capture_address FROM mailroom.list_smtp_credentials('team-1')),
     (SELECT capture_address FROM l2), 'and listed'
+);
+
+-- purged (the row gone; no foreign key): the next login makes another
+DELETE FROM mailroom.mailboxes WHERE address = (SELECT capture_address FROM l2);
+SELECT isnt(
+    (SELECT l.capture_address FROM mailroom.smtp_login((SELECT username FROM c), sha256('mrs_one'::bytea)) AS l),
+    (SELECT capture_address FROM l2), 'a purged capture inbox is made anew'
 );
 
 SELECT is(

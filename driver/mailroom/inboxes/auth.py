@@ -2,7 +2,7 @@
 
 A credential is a username and a secret (`mrs_` + 32 random bytes, URL-safe) made by `mailroom
 smtpcred create`; only the secret's sha256 (secret_digest, the one place it is computed) reaches SQL,
-at creation and at each login (`mailroom.smtp_login`, which answers the capture inbox or MR290).
+at creation and at each login (`mailroom.smtp_login`, which answers the capture inbox or a refusal with its reply, 535).
 What is decided here, in the server process, is what belongs to the protocol:
 - whether a listener offers AUTH before STARTTLS (auth_needs_tls: only on a loopback address);
 - failed logins per client address (LoginFailures: 5 a minute, then 454 4.7.0 until the window
@@ -83,7 +83,7 @@ class CredentialLogin:
         try:
             row = await self.delivery.login(username, secret_digest(password))
         except psycopg.Error as exc:
-            refusal = smtp_reply_of(exc)  # MR290: 535 5.7.8, the same for every wrong credential
+            refusal = smtp_reply_of(exc)  # 535 5.7.8 (mailroom.error_codes), the same for every wrong credential
             if refusal is None:
                 raise
             return refusal

@@ -115,8 +115,8 @@ class Delivery:
         return row.verdict, row.address, row.reply
 
     async def login(self, username: str, digest: bytes) -> Any:
-        """smtp_login's row (credential_id, capture_address, expires_at) for an SMTP AUTH; MR290 and
-        the other psycopg errors raise."""
+        """smtp_login's row (credential_id, capture_address, expires_at) for an SMTP AUTH; a refused
+        login (its SMTP reply in mailroom.error_codes) and the other psycopg errors raise."""
         return await self._read(sqlapi.smtp_login, username=username, digest=digest)
 
     async def size_refusal(self, accepted: list[str], size: int) -> str | None:
