@@ -12,7 +12,7 @@ APT_PACKAGES := postgresql-15 postgresql-15-pgtap libtap-parser-sourcehandler-pg
 CITUS_BUILD ?= $(CURDIR)/../shared/citus/build.sh
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 
-.PHONY: help deps venv lint caniemail test test-pgtap test-py demo bench bench-quick snapshot wheel soak clean
+.PHONY: help deps deps-apt deps-citus venv lint caniemail test test-pgtap test-py demo bench bench-quick snapshot wheel soak clean
 
 help:
 	@echo "make demo         the whole story end to end on a private PostgreSQL cluster"
@@ -24,7 +24,10 @@ help:
 	@echo "make wheel        build dist/mailroom-*.whl and the sdist (they carry migrations/ and sql/)"
 	@echo "make soak         the fault-injection run for SOAK_SECONDS (1800) under load (docs/reliability.md)"
 
-deps:
+# `deps` is the system packages (deps-apt) and the Citus build (deps-citus), timed apart by .ci/run
+deps: deps-apt deps-citus
+
+deps-apt:
 	@if command -v pg_prove >/dev/null 2>&1 && [ -f /usr/share/postgresql/15/extension/pgtap.control ] \
 	    && ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 \
 	    && { command -v pgbouncer >/dev/null 2>&1 || [ -x /usr/sbin/pgbouncer ]; } \
@@ -39,6 +42,8 @@ deps:
 	else \
 	    echo "missing system packages; run: sudo apt-get install -y $(APT_PACKAGES)"; exit 1; \
 	fi
+
+deps-citus:
 	@if [ -x "$(CITUS_BUILD)" ] && [ "$$(id -u)" = 0 ]; then "$(CITUS_BUILD)"; \
 	elif [ ! -f /usr/lib/postgresql/15/lib/citus.so ]; then echo "Citus not installed: tests/citus will be skipped"; fi
 

@@ -38,6 +38,8 @@ TO mailroom_app, mailroom_collector, mailroom_sender, mailroom_inbound, mailroom
 --   domain: a domain name, by the domain part of the shared address rule
 --   url: http:// or https://, a host name or [IPv6] literal, an optional port and path; no
 --     user info, query, fragment or white space; at most max_value characters
+--   rate: "N/min" or "N/h" (sql/09_rates.sql), N within the bounds
+--   globs: comma-separated address globs (sql/09_rates.sql), at most max_value characters
 -- Only numbers, intervals and booleans are quoted back in the message; the text kinds state
 -- the rule without repeating the value.
 CREATE OR REPLACE FUNCTION mailroom_internal._check_setting_value(
@@ -128,6 +130,36 @@ BEGIN
                     MESSAGE = format('setting %s must be an http:// or https:// URL without user info, '
                         || 'query or fragment%s', p_name,
                         CASE WHEN p_max IS NOT NULL THEN format(', at most %s characters', p_max) ELSE '' END);
+            END IF;
+            RETURN;
+        WHEN 'rate' THEN
+            -- "N/min" or "N/h" (sql/09_rates.sql); N within the bounds
+            v_ok := p_value ~ '^[0-9]{1,9}/(min|h)$'
+                AND (p_min IS NULL OR split_part(p_value, '/', 1)::bigint >= p_min::bigint)
+                AND (p_max IS NULL OR split_part(p_value, '/', 1)::bigint <= p_max::bigint);
+            IF NOT v_ok THEN
+                RAISE EXCEPTION USING
+                    ERRCODE = 'MR003',
+                    MESSAGE = format('setting %s must be a rate "N/min" or "N/h" with N from %s to %s, got %L',
+                        p_name, coalesce(p_min, '0'), coalesce(p_max, 'any'), left(p_value, 40));
+            END IF;
+            RETURN;
+        WHEN 'globs' THEN
+            -- comma-separated address globs (sql/09_rates.sql): each without white space or quotes,
+            -- at most 254 characters and 8 "*"; the whole within max_value characters
+            v_ok := (p_max IS NULL OR v_len <= p_max::integer)
+                AND NOT EXISTS (
+                    SELECT 1 FROM regexp_split_to_table(p_value, ',') AS g (item)
+                    WHERE btrim(g.item) <> ''
+                        AND (btrim(g.item) ~ '[\s"<>(),;]' OR length(btrim(g.item)) > 254
+                            OR length(btrim(g.item)) - length(replace(btrim(g.item), '*', '')) > 8)
+                );
+            IF NOT v_ok THEN
+                RAISE EXCEPTION USING
+                    ERRCODE = 'MR003',
+                    MESSAGE = format('setting %s must be comma-separated address globs (such as *@example.com; '
+                        || '"*" any run of characters), each at most 254 characters with at most 8 "*"%s',
+                        p_name, CASE WHEN p_max IS NOT NULL THEN format(', %s characters in all', p_max) ELSE '' END);
             END IF;
             RETURN;
         ELSE

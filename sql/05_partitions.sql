@@ -239,6 +239,10 @@ BEGIN
         RETURN QUERY SELECT 'receipts_deleted'::text, 'delivery_receipts'::text, null::text, v_count;
     END IF;
 
+    -- rate windows past the longest limit, audit lines past audit.retention (sql/09_rates.sql)
+    RETURN QUERY SELECT x.action, x.table_name, null::text, x.row_count
+    FROM mailroom_internal._prune_rates_and_audit(v_batch) AS x;
+
     -- DDL last, its locks held to commit: attaching a partition ahead takes SHARE UPDATE
     -- EXCLUSIVE on the parent and ACCESS EXCLUSIVE on its DEFAULT partition; dropping one takes
     -- ACCESS EXCLUSIVE on the parent (DETACH ... CONCURRENTLY is not allowed while a table has a

@@ -7,6 +7,7 @@
 -- wait_for_message, await_message and the HTTP long poll) goes through _caller_pattern first:
 --   regex: at most 200 characters, no back-reference (\1 … \9), at most 8 quantifiers (* + ? {m,n}),
 --          each repetition count at most 100;                                             MR010
+--          and it compiles (the compiler's 2201B named);                                  MR034
 --   like:  at most 200 characters, at most 8 % wildcards;                                 MR011
 -- A statement timeout is the backstop (docs/deployment.md): the HTTP face and MCP set one per
 -- transaction; a psql login sets its own.
@@ -15,7 +16,7 @@ CREATE OR REPLACE FUNCTION mailroom_internal._caller_pattern(p_pattern text, p_k
 RETURNS text
 LANGUAGE plpgsql
 IMMUTABLE
-PARALLEL SAFE
+PARALLEL RESTRICTED
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
@@ -108,9 +109,16 @@ BEGIN
             MESSAGE = format('a regular expression has at most %s quantifiers (this one has %s)',
                              c_max_quantifiers, v_quantifiers);
     END IF;
+    -- within its bounds, it must compile: the compiler's 2201B is the caller's bad input, named (MR034)
+    BEGIN
+        PERFORM '' ~ p_pattern;
+    EXCEPTION WHEN invalid_regular_expression THEN
+        RAISE EXCEPTION USING ERRCODE = 'MR034',
+            MESSAGE = format('not a valid regular expression: %s', sqlerrm);
+    END;
     RETURN p_pattern;
 END;
 $$;
 
 COMMENT ON FUNCTION mailroom_internal._caller_pattern(text, text) IS
-'Internal: a caller''s pattern (p_kind regex or like) checked before it runs, returned as given: at most 200 characters; a regex without back-references, with at most 8 quantifiers and repetition counts up to 100 (MR010); a LIKE pattern with at most 8 % (MR011).';
+'Internal: a caller''s pattern (p_kind regex or like) checked before it runs, returned as given: at most 200 characters; a regex without back-references, with at most 8 quantifiers and repetition counts up to 100 (MR010), that compiles (MR034); a LIKE pattern with at most 8 % (MR011).';

@@ -125,3 +125,53 @@ COMMENT ON FUNCTION mailroom.read_message(text, text, bigint, text, text) IS
 'One message of an open mailbox with its raw bytes, marked read; MR209 if it is not in this mailbox.';
 
 GRANT EXECUTE ON FUNCTION mailroom.read_message(text, text, bigint, text, text) TO mailroom_app;
+
+CREATE OR REPLACE FUNCTION mailroom_internal._inline_images(p_html text, p_attachments jsonb)
+RETURNS jsonb
+LANGUAGE sql
+IMMUTABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    -- one pass over the HTML for its cid: references (a bounded character class: linear), joined
+    -- with the parts' metadata delivery recorded; the first part of a Content-ID answers for it
+    WITH refs AS (
+        SELECT r.m[1] AS cid, min(r.n) AS first_at
+        FROM regexp_matches(coalesce(p_html, ''), 'cid:([^\s"''<>()]+)', 'gi') WITH ORDINALITY AS r (m, n)
+        GROUP BY r.m[1]
+    ),
+    parts AS (
+        SELECT DISTINCT ON (a.value ->> 'content_id')
+            a.value ->> 'content_id' AS cid,
+            a.value ->> 'content_type' AS content_type,
+            a.value ->> 'sha256' AS sha256,
+            CASE WHEN jsonb_typeof(a.value -> 'size') = 'number' THEN (a.value ->> 'size')::numeric END AS size
+        FROM jsonb_array_elements(
+            CASE WHEN jsonb_typeof(p_attachments) = 'array' THEN p_attachments ELSE '[]'::jsonb END
+        ) WITH ORDINALITY AS a (value, n)
+        WHERE jsonb_typeof(a.value) = 'object' AND a.value ->> 'content_id' IS NOT NULL
+        ORDER BY a.value ->> 'content_id', a.n
+    ),
+    chosen AS (
+        SELECT
+            refs.cid, refs.first_at, p.content_type, p.sha256, p.size,
+            sum(p.size) OVER (ORDER BY refs.first_at) AS running
+        FROM refs
+        INNER JOIN parts AS p ON p.cid = refs.cid
+        -- an image, never SVG (as the attachments' thumbnails), at most 2 MiB, named by its sha256
+        WHERE
+            p.content_type ~ '^image/[a-z0-9][a-z0-9.+-]*$'
+            AND p.content_type <> 'image/svg+xml'
+            AND p.size BETWEEN 0 AND 2097152
+            AND p.sha256 ~ '^[0-9a-f]{64}$'
+    )
+    SELECT coalesce(jsonb_agg(
+        jsonb_build_object('cid', c.cid, 'content_type', c.content_type, 'sha256', c.sha256, 'size', c.size)
+        ORDER BY c.first_at
+    ), '[]'::jsonb)
+    FROM chosen AS c
+    -- in order of first reference, while the total stays within 8 MiB
+    WHERE c.running <= 8388608
+$$;
+
+COMMENT ON FUNCTION mailroom_internal._inline_images(text, jsonb) IS
+'Internal: the inline images of an HTML part, [{cid, content_type, sha256, size}] in order of first reference: each cid: reference whose part (by Content-ID, the first of that ID) is an image/* other than SVG of at most 2 MiB, while their total stays within 8 MiB; any other reference is left out (left as is in the HTML).';

@@ -424,15 +424,20 @@ SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
     -- the refusals each MCP function may answer, with their meaning (mailroom.error_codes): the
-    -- server writes them into the tool descriptions an agent reads, and keeps no list of its own
-    SELECT t.fn, c.code, e.meaning
+    -- server writes them into the tool descriptions an agent reads, and keeps no list of its own.
+    -- Where a meaning speaks of what MCP has not (a session token), the MCP face's own words (MR240:
+    -- _mcp_key's)
+    SELECT
+        t.fn,
+        c.code,
+        coalesce(w.words, e.meaning) AS meaning
     FROM (VALUES
         ('mcp_create_mailbox', ARRAY['MR201', 'MR202', 'MR243']),
         ('mcp_list_messages', ARRAY['MR203', 'MR204', 'MR205', 'MR206']),
         ('mcp_read_message', ARRAY['MR209', 'MR203', 'MR204', 'MR205', 'MR206']),
         ('mcp_check_message', ARRAY['MR212', 'MR205', 'MR206', 'MR203', 'MR204']),
-        ('mcp_extract_link', ARRAY['MR215', 'MR209', 'MR203', 'MR204', 'MR205', 'MR206']),
-        ('mcp_extract_code', ARRAY['MR215', 'MR209', 'MR203', 'MR204', 'MR205', 'MR206']),
+        ('mcp_extract_link', ARRAY['MR215', 'MR011', 'MR209', 'MR203', 'MR204', 'MR205', 'MR206']),
+        ('mcp_extract_code', ARRAY['MR215', 'MR010', 'MR034', 'MR209', 'MR203', 'MR204', 'MR205', 'MR206']),
         ('mcp_delete_mailbox', ARRAY['MR203', 'MR204']),
         ('mcp_mark_message', ARRAY['MR209', 'MR260', 'MR261', 'MR203', 'MR204', 'MR205', 'MR206']),
         ('mcp_clear_messages', ARRAY['MR203', 'MR204', 'MR205', 'MR206']),
@@ -443,6 +448,10 @@ AS $$
     ) AS t (fn, codes)
     CROSS JOIN LATERAL unnest(t.codes) WITH ORDINALITY AS c (code, n)
     INNER JOIN mailroom.error_codes AS e ON c.code = e.code
+    LEFT JOIN (VALUES
+        ('MR204', 'the inbox is not this API key''s owner''s'),
+        ('MR240', 'credentials required: an API key')
+    ) AS w (code, words) ON c.code = w.code
     ORDER BY t.fn, c.n
 $$;
 

@@ -6,6 +6,8 @@
 -- reads: the HTML part (html), the HTML and text parts (links), the raw bytes as received (spam;
 -- bounded by the plan's size limit, which refused anything larger at delivery). The fetching and
 -- the analysis are the HTTP face's, after this call, within its bounds. Never marks the message read.
+-- Each call takes one from the API key's rate checks.rate_per_key (60/min) and one from the inbox's
+-- checks.rate_per_inbox (20/min): over either, MR020 (HTTP 429 with Retry-After; sql/09_rates.sql).
 -- The link check's ports (setting checks.link_ports, migration 0440) travel with what it reads.
 
 CREATE OR REPLACE FUNCTION mailroom_internal._link_ports()
@@ -48,7 +50,7 @@ CREATE OR REPLACE FUNCTION mailroom.http_message_check(
 )
 RETURNS TABLE (html_body text, text_body text, raw bytea, link_ports integer[])
 LANGUAGE plpgsql
-STABLE
+VOLATILE
 SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
@@ -62,15 +64,21 @@ BEGIN
             MESSAGE = format('unknown check %s: html, links or spam', coalesce(quote_literal(left(p_check, 40)), 'NULL'));
     END IF;
     v_message := mailroom_internal._readable_message(p_address, p_session_token, p_message_id, v_who.owner_type, v_who.owner_id);
+    -- one from the API key's rate and one from the inbox's (sql/09_rates.sql; MR020, 429)
+    IF v_who.owner_id IS NOT NULL THEN
+        PERFORM mailroom_internal._take_rate('checks.key',
+            'k' || (SELECT k.id FROM mailroom.api_keys AS k WHERE k.digest = p_key_digest), 'checks.rate_per_key');
+    END IF;
+    PERFORM mailroom_internal._take_rate('checks.inbox', v_message.mailbox_id::text, 'checks.rate_per_inbox');
     IF p_check = 'links' AND NOT coalesce(p_enabled, false) THEN
         RAISE EXCEPTION USING
             ERRCODE = 'MR280',
-            MESSAGE = 'the link check is off on this server (mailroom http serve --link-check)';
+            MESSAGE = 'the link check is off on this server: start it with --link-check (mailroom http serve, or mailroom run --http-port N)';
     END IF;
     IF p_check = 'spam' AND NOT coalesce(p_enabled, false) THEN
         RAISE EXCEPTION USING
             ERRCODE = 'MR281',
-            MESSAGE = 'the spam check is off on this server (mailroom http serve --spamd host:port)';
+            MESSAGE = 'the spam check is off on this server: run SpamAssassin''s spamd (Debian: apt install spamd; it listens on 127.0.0.1:783) and start the server with --spamd 127.0.0.1:783 (mailroom http serve, or mailroom run --http-port N)';
     END IF;
     IF p_check = 'html' AND coalesce(v_message.html_body, '') = '' THEN
         RAISE EXCEPTION USING
@@ -86,6 +94,6 @@ END;
 $$;
 
 COMMENT ON FUNCTION mailroom.http_message_check(text, text, bytea, bigint, text, boolean) IS
-'GET …/messages/{id}/checks/{html,links,spam}: what the check reads (HTML part; HTML and text, with the ports it may ask; raw bytes), not marking it read; MR280/MR281 when the server runs no such check, MR282 no HTML part, MR283 unknown check, MR284 a bad checks.link_ports.';
+'GET …/messages/{id}/checks/{html,links,spam}: what the check reads (HTML part; HTML and text, with the ports it may ask; raw bytes), not marking it read, within checks.rate_per_key and checks.rate_per_inbox (MR020, 429); MR280/MR281 when the server runs no such check, MR282 no HTML part, MR283 unknown check, MR284 a bad checks.link_ports.';
 
 GRANT EXECUTE ON FUNCTION mailroom.http_message_check(text, text, bytea, bigint, text, boolean) TO mailroom_http;

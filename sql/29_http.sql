@@ -783,6 +783,37 @@ COMMENT ON FUNCTION mailroom.http_message_attachment(text, text, bytea, bigint, 
 
 GRANT EXECUTE ON FUNCTION mailroom.http_message_attachment(text, text, bytea, bigint, integer) TO mailroom_http;
 
+CREATE OR REPLACE FUNCTION mailroom.http_message_frame(
+    p_address text,
+    p_session_token text,
+    p_key_digest bytea,
+    p_message_id bigint
+)
+RETURNS TABLE (html_body text, inline_parts jsonb, raw bytea)
+LANGUAGE plpgsql
+VOLATILE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_who record := mailroom_internal._http_who(p_address, p_session_token, p_key_digest);
+    v_row mailroom.messages := mailroom_internal._read_message_row(
+        p_address, p_session_token, p_message_id, v_who.owner_type, v_who.owner_id
+    );
+BEGIN
+    html_body := v_row.html_body;
+    inline_parts := mailroom_internal._inline_images(v_row.html_body, v_row.attachments);
+    -- the raw message only when a part is to be cut from it
+    raw := CASE WHEN jsonb_array_length(inline_parts) > 0 THEN v_row.raw END;
+    RETURN NEXT;
+END;
+$$;
+
+COMMENT ON FUNCTION mailroom.http_message_frame(text, text, bytea, bigint) IS
+'GET …/messages/{id}/html: the HTML part, the inline images its cid: references may show (_inline_images: image parts of at most 2 MiB each, 8 MiB in all) and, when there are any, the raw message they are cut from; marks it read as http_read_message. Errors: MR240, MR241, MR203-MR206 as http_read_message, MR209 not in this mailbox.';
+
+GRANT EXECUTE ON FUNCTION mailroom.http_message_frame(text, text, bytea, bigint) TO mailroom_http;
+
 -- Fault injection from the API (issue 35, item 5; sql/24_faults.sql has the rule): the inbox's
 -- own fault, set, shown and cleared by whoever may read the inbox (the owner rule above)
 
@@ -1060,13 +1091,15 @@ AS $$
 DECLARE
     v_who record := mailroom_internal._http_who(p_address, p_session_token, p_key_digest);
 BEGIN
-    RETURN mailroom.release_message(
-        p_address, p_session_token, p_message_id, p_to, p_sender, v_who.owner_type, v_who.owner_id
+    -- the key's id: release.rate_per_key counts per API key (sql/32_outbound_release.sql)
+    RETURN mailroom_internal._release_message(
+        p_address, p_session_token, p_message_id, p_to, p_sender, v_who.owner_type, v_who.owner_id,
+        (SELECT k.id FROM mailroom.api_keys AS k WHERE k.digest = p_key_digest AND v_who.owner_id IS NOT NULL)
     );
 END;
 $$;
 
 COMMENT ON FUNCTION mailroom.http_release_message(text, text, bytea, bigint, text, text) IS
-'POST …/messages/{id}/release: release_message for the request''s credential; {"outbound_id", "to", "sender"}. Errors: MR395-MR397 (403), MR301, MR303, MR306, MR318, MR203-MR209.';
+'POST …/messages/{id}/release: release_message for the request''s credential, its rate counted per API key; {"outbound_id", "to", "sender"}. Errors: MR395-MR397 (403), MR301, MR303, MR306, MR318, MR390, MR020 (429), MR021 (403), MR203-MR209.';
 
 GRANT EXECUTE ON FUNCTION mailroom.http_release_message(text, text, bytea, bigint, text, text) TO mailroom_http;

@@ -19,6 +19,7 @@ from typing import Any
 import typer
 from typer.core import TyperGroup
 
+from mailroom.core import fastpaths
 from mailroom.core.errors import UserError
 from mailroom.core.options import CONTEXT_SETTINGS
 
@@ -69,7 +70,7 @@ def load_command(name: str) -> Any:
         group.name = name
         return group
     click_command = typer.main.get_group(typer_app).commands[command]
-    if name in FAST_OPTIONS:
+    if name in FAST_OPTIONS and fastpaths.enabled():  # MAILROOM_FAST_PATHS=off: typer's own coercion
         fast_options(click_command)
     return click_command
 
@@ -83,10 +84,13 @@ def fast_options(command: Any) -> None:
     would accept unchanged (a str for a str option, a bool for a flag, a decimal int within the
     option's min/max, a value the option's own parser accepts) is returned as typer returns it;
     anything else (a bad value, a bool from the environment, another type) goes to typer's own
-    coercion, so every error message and edge case stays typer's. typer internals, guarded: another
-    typer keeps its own path (tests/ops/test_startup.py checks that pydantic stays out)."""
+    coercion, so every error message and edge case stays typer's. typer internals, guarded: pyproject.toml
+    pins the tested minor, another typer keeps its own path with a warning, tests/accounts/test_collect_options.py
+    fails then and tests/ops/test_startup.py checks that pydantic stays out. MAILROOM_FAST_PATHS=off: not used."""
     fast = _fast_param_factory()
-    if fast is None:  # pragma: no cover - another typer
+    if fast is None:  # pragma: no cover - another typer (pyproject.toml pins the tested minor)
+        print("mailroom: warning: this typer's coercion internals changed: its own path (pydantic) coerces"
+              " the options", file=sys.stderr)
         return
     for param in command.params:
         fast(param)

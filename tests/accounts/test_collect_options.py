@@ -7,18 +7,30 @@ Each case runs both paths on the same click parameter, in process: no database, 
 
 from __future__ import annotations
 
-import pytest
+import typer
+import typer._coercion as typer_coercion  # the typer internals fast_options relies on: failing here, not skipping
 
 from mailroom import cli
+from mailroom.core import fastpaths
 
-typer_coercion = pytest.importorskip("typer._coercion")  # the typer internals fast_options relies on
 click = cli.click_impl
 
 
 def _command():
     command = cli.load_command("collect")
     assert "collect" in cli.FAST_OPTIONS
+    if not fastpaths.enabled():  # MAILROOM_FAST_PATHS=off: load_command left typer's own; the fast path itself is tested
+        cli.fast_options(command)
     return command
+
+
+def test_the_fast_path_is_taken_exactly_when_switched_on():
+    """A typer whose internals fast_options does not fit would leave every option to typer's pydantic
+    path without a failing comparison (the comparisons need FastParam): this test fails instead."""
+    assert cli._fast_param_factory() is not None, f"typer {typer.__version__}: fast_options does not fit its internals"
+    command = cli.load_command("collect")
+    kinds = {type(p.get_runtime_param()).__name__ for p in command.params if hasattr(p, "type_descriptor")}
+    assert ("FastParam" in kinds) is fastpaths.enabled(), kinds
 
 
 VALUES = [

@@ -105,8 +105,8 @@ def test_the_check_a_worker_makes_on_its_first_connection(db_url):
     collector on its work connection, in a transaction it rolls back; the sender async)."""
     import asyncio
 
-    from mailroom.accounts import secret_key
     from mailroom.core.errors import ConfigError
+    from mailroom.db import keyring as secret_key
     from mailroom.testing import as_login
 
     fp = _fingerprint(OTHER_HEX)

@@ -57,6 +57,9 @@ def test_the_wheel_and_the_sdist_carry_every_package_and_all_the_sql(installed):
     for folder in ("http/static", "checks/data"):
         files = {p.name for p in (ROOT / "driver" / "mailroom" / folder).iterdir() if p.is_file()}
         assert files and {f"mailroom/{folder}/{f}" for f in files} <= names, f"mailroom/{folder} is not all in the wheel"
+    # the pgTAP suite `mailroom db verify` runs (issue 47), its fixtures included
+    suite = {p.relative_to(ROOT / "tests" / "pgtap").as_posix() for p in (ROOT / "tests" / "pgtap").rglob("*.sql")}
+    assert suite and {f"mailroom/db/pgtap/{f}" for f in suite} <= names, "tests/pgtap is not all in the wheel"
     sdist = subprocess.run(["tar", "tzf", str(next(dist.glob("*.tar.gz")))], capture_output=True, text=True).stdout
     assert re.search(r"/migrations/0001_foundation\.sql$", sdist, re.M) and re.search(r"/sql/00_clock\.sql$", sdist, re.M)
 
@@ -147,6 +150,12 @@ def test_one_activation_from_the_wheel_outside_the_checkout(installed, pg, tmp_p
                                 capture_output=True, text=True, timeout=120)
         assert "FAIL" not in doctor.stdout, doctor.stdout
         assert re.search(r"^OK +migrations: schema \d+ .*expected by mailroom", doctor.stdout, re.M), doctor.stdout
+        # the shipped suite, from the wheel, outside the checkout, on this used database (issue 47)
+        with psycopg.connect(url, autocommit=True) as dba:
+            dba.execute("CREATE EXTENSION IF NOT EXISTS pgtap")
+        verified = subprocess.run([str(installed / "mailroom"), "db", "verify", "01_settings", "32_outbound_enqueue"],
+                                  env=env(None), cwd=tmp_path, capture_output=True, text=True, timeout=300)
+        assert verified.returncode == 0 and verified.stdout.rstrip().endswith("Result: PASS"), verified.stdout[-3000:]
         for worker, log in logs.items():
             assert "Traceback" not in log.read_text(), f"{worker}: {log.read_text()[-2000:]}"
         assert all(p.poll() is None for p in procs), {w: p.returncode for w, p in zip(logs, procs, strict=True)}

@@ -264,6 +264,7 @@ class Proxy:
                 if conn.closed or (conn.half_open and upward):
                     continue
                 if self.kind == "latency":
+                    self.stats["delayed"] += 1  # a chunk held back (tests count it rather than time it)
                     await asyncio.sleep(self.params.get("delay", 0.2) + self.rng.uniform(0, self.params.get("jitter", 0.0)))
                 if self.kind == "reset" and self.rng.random() < self.params.get("probability", 0.2):
                     self.stats["reset"] += 1

@@ -411,9 +411,11 @@ def _checks_message(server, smtp_port, box, links_base: str) -> int:
 
 
 @pytest.mark.parametrize("check", ["html", "links", "spam"])
-def test_check_tabs(page, server, smtp_port, links_base, check):
+def test_check_tabs(page, server, smtp_port, links_base, conn, check):
     from playwright.sync_api import expect
 
+    # the link check asks only the ports of checks.link_ports: 80, 443 and the test's own server's
+    conn.execute("SELECT mailroom.set_setting('checks.link_ports', %s)", (f"80,443,{links_base.rsplit(':', 1)[1]}",))
     box = new_box(server)
     mid = _checks_message(server, smtp_port, box, links_base)
     api = server.request("GET", f"/api/v1/mailboxes/{box['address']}/messages/{mid}/checks/{check}",
@@ -460,6 +462,7 @@ def test_release_from_the_page_queues_the_stored_bytes(page, server, smtp_port, 
     to = new_box(server)["address"]
     conn.execute("SELECT mailroom.upsert_sender('browser-relay', 'robot@mailroom.test', '127.0.0.1', %s)", (smtp_port,))
     conn.execute("SELECT mailroom.set_setting('release.senders', 'browser-relay')")
+    conn.execute("SELECT mailroom.set_setting('release.allowed_recipients', %s)", (to,))  # empty allows none
     try:
         send(smtp_port, box["address"], "Release me", text="Pay 12 EUR by Friday.")
         mid = wait_count(server, {"address": box["address"], "session_token": key}, 1)[0]["id"]
@@ -486,6 +489,7 @@ def test_release_from_the_page_queues_the_stored_bytes(page, server, smtp_port, 
         assert page.errors == []
     finally:
         conn.execute("SELECT mailroom.set_setting('release.senders', '')")
+        conn.execute("SELECT mailroom.set_setting('release.allowed_recipients', '')")
 
 
 def test_fault_injection_in_the_inbox_header(page, server, smtp_port):

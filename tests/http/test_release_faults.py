@@ -1,5 +1,9 @@
 """Fault injection and release over the HTTP API, against the real servers (issue 35, items 4 and 5).
 
+Issue 45, item 1 (release is forwarding, not relaying): the attack review's 200 releases by one key
+are refused past release.rate_per_key with MR020 and 429, and its forged `From:` in the release
+sender's own domain is queued From the release sender, the original kept in X-Original-From.
+
 A fault set with `PUT …/fault` is answered by the real `mailroom inbox serve` at the chosen stage; a
 message delivered over SMTP to a real inbox, released with `POST …/messages/{id}/release`, is sent
 by the real sender (`mailroom send --until-idle`) through the outbound queue to a second inbox of
@@ -117,6 +121,10 @@ def test_a_captured_message_released_over_http_arrives_with_its_resent_block(ser
 
     conn.execute("SELECT mailroom.set_setting('release.senders', 'relay')")
     assert server.request("GET", "/api/v1/release").json() == {"enabled": True, "senders": ["relay"]}
+    nowhere = server.request("POST", release, token=key, body={"to": target})
+    assert (nowhere.status, nowhere.error_code) == (403, "MR021")  # release.allowed_recipients: empty allows none
+    conn.execute("SELECT mailroom.set_setting('release.allowed_recipients', %s)",
+                 (f"*@{target.split('@')[1]},blocked@example.com",))
     wrong = server.request("POST", release, token=key, body={"to": target, "sender": "nope"})
     assert (wrong.status, wrong.error_code) == (403, "MR396")
     bad = server.request("POST", release, token=key, body={"to": "not an address"})
@@ -147,3 +155,65 @@ def test_a_captured_message_released_over_http_arrives_with_its_resent_block(ser
     assert raw.endswith(original), raw  # the message as received at the first inbox, byte for byte
     read = server.request("GET", f"/api/v1/mailboxes/{target}/messages/{arrived[0]['id']}", token=key).json()
     assert (read["subject"], read["body_text"].strip()) == ("Invoice 42", "Pay 12 EUR by Friday.")
+
+
+def test_the_reviews_200_releases_by_one_key_stop_at_the_rate(server, conn, deliver):
+    """The review: 200 of 200 releases answered 200. Now the key's 30 an hour (release.rate_per_key),
+    spread over eight inboxes so that no inbox reaches its own 10, then 429 MR020 with Retry-After."""
+    key = _key(conn, "team-flood")
+    conn.execute("SELECT mailroom.upsert_sender('flood', 'robot@mailroom.test', '127.0.0.1', 9)")
+    conn.execute("SELECT mailroom.set_setting('release.senders', 'flood')")
+    conn.execute("SELECT mailroom.set_setting('release.allowed_recipients', '*@victim.example')")
+    boxes = []
+    for _ in range(8):
+        address = server.request("POST", "/api/v1/mailboxes", token=key).json()["address"]
+        boxes.append((address, deliver(address, "hello")))
+    answers = []
+    for n in range(200):
+        address, message_id = boxes[n % len(boxes)]
+        answers.append(server.request("POST", f"/api/v1/mailboxes/{address}/messages/{message_id}/release",
+                                      token=key, body={"to": f"target{n}@victim.example"}))
+    assert [a.status for a in answers] == [200] * 30 + [429] * 170, [a.status for a in answers]
+    refused = answers[30]
+    assert refused.error_code == "MR020"
+    assert "release.rate_per_key" in refused.json()["error"]["message"]
+    assert 0 < int(refused.headers["retry-after"]) <= 3600
+    assert all(a.error_code == "MR020" for a in answers[30:])
+    key_id = conn.execute("SELECT id FROM mailroom.api_keys WHERE owner_id = 'team-flood'").fetchone()[0]
+    assert conn.execute("SELECT count(*) FROM mailroom.audit_log WHERE action = 'release' AND key_id = %s",
+                        (key_id,)).fetchone()[0] == 30
+    assert conn.execute("SELECT count(*) FROM mailroom.outbound_messages AS m JOIN mailroom.senders AS s "
+                        "ON s.id = m.sender_id WHERE s.name = 'flood'").fetchone()[0] == 30
+
+    # one inbox alone: its own 10 an hour (release.rate_per_inbox), whatever the key's
+    other = _key(conn, "team-one-inbox")
+    address = server.request("POST", "/api/v1/mailboxes", token=other).json()["address"]
+    message_id = deliver(address, "hello")
+    statuses = [server.request("POST", f"/api/v1/mailboxes/{address}/messages/{message_id}/release", token=other,
+                               body={"to": f"t{n}@victim.example"}) for n in range(12)]
+    assert [a.status for a in statuses] == [200] * 10 + [429] * 2
+    assert "release.rate_per_inbox" in statuses[10].body.decode()
+
+
+def test_the_reviews_forged_from_is_released_as_forwarded(server, conn, deliver):
+    """The review: `From: CEO <ceo@operator.example>` (the release sender's own domain) went out under
+    the sender's DKIM signature over that From. Now the queued bytes are From the release sender."""
+    key = _key(conn, "team-forge")
+    conn.execute("SELECT mailroom.upsert_sender('operator', 'robot@operator.example', '127.0.0.1', 9)")
+    conn.execute("SELECT mailroom.set_setting('release.senders', 'operator')")
+    conn.execute("SELECT mailroom.set_setting('release.allowed_recipients', '*@victim.example')")
+    source = server.request("POST", "/api/v1/mailboxes", token=key).json()["address"]
+    forged = (b"From: CEO <ceo@operator.example>\r\nReply-To: wire@attacker.example\r\nTo: " + source.encode()
+              + b"\r\nSubject: Urgent wire\r\n\r\nPay today.\r\n")
+    message_id = deliver(source, "Urgent wire", raw=forged, from_header="CEO <ceo@operator.example>")
+    done = server.request("POST", f"/api/v1/mailboxes/{source}/messages/{message_id}/release", token=key,
+                          body={"to": "target@victim.example"})
+    assert done.status == 200, done.body
+    raw = bytes(conn.execute("SELECT raw_message FROM mailroom.outbound_messages WHERE id = %s",
+                             (done.json()["outbound_id"],)).fetchone()[0])
+    head = raw[: raw.index(b"\r\n\r\n")].split(b"\r\n")
+    froms = [line for line in head if line.lower().startswith(b"from:")]
+    assert froms == [b'From: "CEO via mailroom" <robot@operator.example>'], head
+    assert b"X-Original-From: CEO <ceo@operator.example>" in head
+    assert b"Reply-To: wire@attacker.example" in head  # the message's own Reply-To, not a second one
+    assert raw.endswith(b"\r\n\r\nPay today.\r\n")

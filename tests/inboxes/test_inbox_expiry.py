@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 import re
+import select
 import signal
 import subprocess
 import time
@@ -85,17 +87,26 @@ def test_purge_respects_retention(cli, conn):
     assert conn.execute("SELECT count(*) FROM mailroom.mailboxes").fetchone()[0] == 1
 
 
-def test_sigterm_stops_within_a_second(cli_popen, tmp_path: Path):
+def test_sigterm_stops_the_sleeping_worker(cli_popen, tmp_path: Path):
+    """SIGTERM wakes the worker out of its sleep: by events, not a clock. Its ready signal
+    (MAILROOM_READY_FD, written after the first cycle) says it is asleep on its hour-long interval; then
+    the signal, and it must be gone long before any sleep of its own could end: a worker that sleeps
+    its interval out (an hour), or looks at its stop event only every 10 s or more, fails."""
     log_path = tmp_path / "expire.log"
-    with open(log_path, "w") as log_file:
-        proc = cli_popen("expire", "--interval", "60s", stdout=subprocess.DEVNULL, stderr=log_file)
-    wait_for_log(log_path, r"started \(interval 60s", proc)
-    time.sleep(0.3)  # let it finish its first cycle and sleep on the event
-    sent = time.monotonic()
+    ready_r, ready_w = os.pipe()
+    try:
+        with open(log_path, "w") as log_file:
+            proc = cli_popen("expire", "--interval", "3600s", env={"MAILROOM_READY_FD": str(ready_w)},
+                             pass_fds=(ready_w,), stdout=subprocess.DEVNULL, stderr=log_file)
+        os.close(ready_w)
+        readable, _, _ = select.select([ready_r], [], [], 30)
+        assert readable and os.read(ready_r, 1) == b".", log_path.read_text()
+    finally:
+        os.close(ready_r)
     proc.send_signal(signal.SIGTERM)
-    assert proc.wait(timeout=5) == 0
-    assert time.monotonic() - sent < 1.0
-    assert "stopped" in log_path.read_text()
+    assert proc.wait(timeout=10) == 0, log_path.read_text()
+    text = log_path.read_text()
+    assert "started (interval 3600s" in text and "stopped (expired 0, purged 0)" in text, text
 
 
 def test_worker_wakes_when_the_next_inbox_is_due(cli_popen, conn, tmp_path: Path):

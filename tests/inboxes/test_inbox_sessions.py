@@ -134,3 +134,24 @@ def test_a_bad_event_loop_is_one_line_exit_2(cli) -> None:
     result = cli("inbox", "serve", "--event-loop", "tokio")
     assert result.returncode == 2
     assert result.stderr.strip() == "mailroom: error: --event-loop must be one of auto, uvloop, asyncio, got 'tokio'"
+
+
+def test_the_per_class_list_is_what_aiosmtpd_reads_exactly_when_switched_on() -> None:
+    """aiosmtpd finds its tables with dir() of the session and of the handler (inspect.getmembers calls
+    dir too): if it stopped, the per-class answer would go quiet; with MAILROOM_FAST_PATHS=off, dir() is
+    Python's own."""
+    import inspect
+
+    from mailroom.core import fastpaths
+    from mailroom.inboxes.smtp import _hook_members
+
+    source = inspect.getsource(SMTP.__init__)
+    assert "dir(self)" in source and "dir(handler)" in source and "getmembers(" in source
+    loop = asyncio.new_event_loop()
+    try:
+        handler = InboxHandler(_Delivery())  # type: ignore[arg-type]
+        smtp = _smtp_class(998)(handler, hostname="mx.test", loop=loop, decode_data=False)
+        for obj in (smtp, handler):
+            assert (dir(obj) == _hook_members(type(obj))) is fastpaths.enabled()
+    finally:
+        loop.close()

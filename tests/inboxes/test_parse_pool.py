@@ -108,3 +108,31 @@ def test_an_attachment_of_a_large_stored_message_is_found_in_a_worker():
     parsed, found, missing, workers = asyncio.run(main())
     assert parsed.attachments[0]["filename"] == "f.bin" and found == payload and missing is None
     assert workers == 1
+
+
+def test_the_inline_images_of_a_stored_message_are_found_in_one_walk():
+    """What the HTTP server's frame asks (mime.find_parts, by the sha256s SQL chose): inline and in a worker."""
+    from email.message import EmailMessage
+
+    msg = EmailMessage()
+    msg["Subject"] = "newsletter"
+    msg.set_content("text")
+    msg.add_alternative("<img src='cid:a@x'><img src='cid:b@x'>", subtype="html")
+    html = msg.get_payload()[1]
+    small, large = b"\x89PNG small", bytes(range(256)) * 400  # the large one: past the inline limit once encoded
+    html.add_related(small, "image", "png", cid="<a@x>")
+    html.add_related(large, "image", "png", cid="<b@x>")
+    raw = msg.as_bytes()
+
+    async def main():
+        pool = ParsePool(workers=1)
+        try:
+            parsed = await pool.message(raw)
+            shas = frozenset(a["sha256"] for a in parsed.attachments)
+            return parsed, await pool.parts(raw, shas | {"0" * 64}), await pool.parts(raw, frozenset())
+        finally:
+            await pool.close()
+
+    parsed, found, none = asyncio.run(main())
+    by_cid = {a["content_id"]: a["sha256"] for a in parsed.attachments}
+    assert found == {by_cid["a@x"]: small, by_cid["b@x"]: large} and none == {}

@@ -196,3 +196,21 @@ def test_an_activation_mail_arrives_quickly_under_runs_defaults(cli_popen, conn)
         assert max(took) < 2.5, took
     finally:
         _stop(proc)
+
+
+def test_run_passes_the_checks_to_the_http_face():
+    """Issue 44, item 5: `mailroom run` turns on the link and spam checks of its HTTP face (before, only
+    `http serve` had the flags, and run's users had to find the environment variables)."""
+    from mailroom.ops.run import RunPlan, children_of
+
+    plan = RunPlan({"http": ""}, http_port=8025, http_args=("--link-check", "--spamd", "127.0.0.1:783"))
+    (http,) = children_of(plan)
+    assert http.args[-3:] == ["--link-check", "--spamd", "127.0.0.1:783"]
+    assert children_of(RunPlan({"http": ""}, http_port=8025))[0].args[-2:] == ["--port", "8025"]
+
+
+def test_run_refuses_the_checks_without_the_http_face(cli):
+    result = cli("run", "--inbox-port", str(free_port()), "--link-check", timeout=60)
+    assert result.returncode == 2
+    assert result.stderr.strip() == ("mailroom: error: --link-check goes with --http-port "
+                                     "(the checks are the HTTP face's)")

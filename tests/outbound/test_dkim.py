@@ -114,3 +114,21 @@ def test_openssl_signature_is_dkimpys_byte_for_byte(monkeypatch):
         fallback._slow = True  # what a dkimpy with other internals gets: dkimpy's own signature, the same bytes
         assert fallback.sign(message, row) == theirs
         assert dkim.verify(ours, dnsfunc=lambda _name, timeout=5, p=public: f"v=DKIM1; k=rsa; p={p}".encode())
+
+
+def test_openssl_signs_exactly_when_switched_on():
+    """dkimpy's internals that OpenSslDkim overrides (DKIM.gen_header) could change so that dkimpy's own
+    RSA signs again, the same bytes, only slower: this fails then (MAILROOM_FAST_PATHS=off: dkimpy alone)."""
+    from mailroom.core import fastpaths
+    from mailroom.outbound import dkim as mdkim
+
+    pem = mdkim.generate_key(1024)
+    public = mdkim.public_record_key(pem)
+    row = {"dkim_public_key": public, "dkim_algorithm": "rsa-sha256", "dkim_selector": "s1",
+           "dkim_domain": "mailroom.test"}
+    before = fastpaths.served["outbound.dkim_openssl"]
+    signer = mdkim.Signer({public: pem})
+    signed = signer.sign(b"From: a@mailroom.test\r\nSubject: s\r\n\r\nbody\r\n", row)
+    assert signed.startswith(b"DKIM-Signature:")
+    assert (fastpaths.served["outbound.dkim_openssl"] - before == 1) is fastpaths.enabled(), dkim.__file__
+    assert signer._slow is not fastpaths.enabled()

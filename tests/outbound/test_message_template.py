@@ -15,6 +15,7 @@ import string
 
 import pytest
 
+from mailroom.core import fastpaths
 from mailroom.outbound import message, smtp
 
 WORDS = ["hello", "café", "Grüße", "—", "日本語のテキスト", "naïve", "x" * 90, "=?utf-8?q?x?=", "a,b", "<tag>", "\"q\"",
@@ -199,3 +200,16 @@ def test_the_per_sender_template_is_per_from_address():
     for i, row in enumerate(rows):
         assert rendered_bytes(row, None, i) == builder_bytes(row, None, i)
     assert message._TEMPLATES["a@x.test"].from_line == b"From: a@x.test\r\n"
+
+
+def test_the_stdlib_internals_the_fast_paths_use_are_there():
+    """outbound/message.py overrides compat32's private _fold and calls contentmanager._encode_text: on a
+    Python where either moved, the fast paths would go quiet (the same bytes, slower); this fails then."""
+    import inspect
+    from email import contentmanager
+    from email.policy import compat32
+
+    assert message._encode_text is contentmanager._encode_text
+    assert "self._fold(" in inspect.getsource(type(compat32).fold_binary)
+    assert "self._fold(" in inspect.getsource(type(compat32).fold)
+    assert message._FAST is fastpaths.enabled()

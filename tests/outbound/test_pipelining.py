@@ -18,6 +18,8 @@ from aiosmtpd.controller import Controller
 from aiosmtpd.smtp import SMTP as ServerSMTP
 from outbound_support import SEND_FLAGS, Handler, add_sender, free_port
 
+from mailroom.core import fastpaths
+
 VARIANTS = ("pipe", "plain")  # the relay offers PIPELINING / does not
 
 
@@ -140,6 +142,8 @@ def _normalized(content: bytes) -> bytes:
 
 
 def run_both(conn, cli, relays, script: dict, to: list[str], cc=(), bcc=(), extra=(), messages=1, **kw):
+    if not fastpaths.enabled():
+        pytest.skip("MAILROOM_FAST_PATHS=off: nothing is pipelined (test_pipelining_follows_the_switch checks it)")
     servers = relays(**script)
     ids = {}
     for variant, (_handler, port) in servers.items():
@@ -171,6 +175,21 @@ def test_pipelined_delivery_is_pipelined_and_byte_identical(conn, cli, relays):
     assert len(reads) == 3, handlers["pipe"].chunks  # each message's MAIL, 4 RCPTs and DATA in one read
     assert all(r.count(b"RCPT TO:") == 4 for r in reads)
     assert handlers["pipe"].sessions == 1 and handlers["plain"].sessions == 1  # the connection is reused
+
+
+def test_pipelining_follows_the_switch(conn, cli, relays):
+    """The guard of the pipelining built on aiosmtplib's internals (outbound/smtp.py, AIOSMTPLIB_TESTED):
+    with the fast paths on, a relay offering PIPELINING gets the envelope in one read, so an aiosmtplib
+    on which it silently stops fails here; with MAILROOM_FAST_PATHS=off, never."""
+    import aiosmtplib
+
+    handler, port = relays()["pipe"]
+    add_sender(conn, port, name="pipe", from_address="robot@mailroom.test")
+    message_id = _enqueue(conn, "pipe", ["alice@example.com", "bob@example.com"])
+    result = cli("send", "--until-idle", "--concurrency", "1", *SEND_FLAGS, timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert _outcome(conn, message_id)["status"] == "sent"
+    assert len(handler.pipelined_reads()) == (1 if fastpaths.enabled() else 0), (aiosmtplib.__version__, handler.chunks)
 
 
 def test_no_pipelining_flag_keeps_the_command_by_command_exchange(conn, cli, relays):

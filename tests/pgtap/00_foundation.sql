@@ -1,6 +1,7 @@
 -- Foundation: schema, migrations ledger, settings and the settable clock.
 BEGIN;
 SELECT plan(33);
+\ir fixtures/default_settings.sql
 
 SELECT has_schema('mailroom', 'schema mailroom exists');
 SELECT has_extension('pgcrypto', 'pgcrypto is installed');

@@ -1,6 +1,7 @@
 -- One address rule for every area: what an account may hold, the outbound queue can send to.
 BEGIN;
 SELECT plan(17);
+\ir fixtures/default_settings.sql
 
 SELECT ok(mailroom_internal._is_valid_address('alice@example.com'), 'a plain address is valid');
 SELECT ok(mailroom_internal._is_valid_address('first.last+tag@mail.example.org'), 'dots and + in the local part');

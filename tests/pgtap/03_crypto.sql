@@ -2,6 +2,7 @@
 -- pgcrypto is installed in; known vectors (RFC 4231 test case 2, SHA-256 of "abc").
 BEGIN;
 SELECT plan(7);
+\ir fixtures/default_settings.sql
 
 SELECT is(octet_length(mailroom_internal._random_bytes(32)), 32, '_random_bytes: as many bytes as asked');
 SELECT isnt(mailroom_internal._random_bytes(16), mailroom_internal._random_bytes(16), '_random_bytes: not the same twice');

@@ -2,6 +2,7 @@
 -- and the applied migrations) without reading the owner's ledger.
 BEGIN;
 SELECT plan(12);
+\ir fixtures/default_settings.sql
 
 SELECT is(
     mailroom.schema_version(),

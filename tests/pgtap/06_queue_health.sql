@@ -1,7 +1,9 @@
 -- Queue health: queue_health (due, oldest due age, expired leases per queue), worker_heartbeat and
 -- worker_health, their privileges, and the plan of every due-count (its partial index).
+-- verify: not on a live database yet: queue_health and the workers' forgetting read every row, and its plan section dispatches the installation's pending tokens
 BEGIN;
 SELECT plan(52);
+\ir fixtures/default_settings.sql
 
 -- ---------------------------------------------------------------- shape and privileges
 SELECT has_table('mailroom', 'workers', 'mailroom.workers exists');

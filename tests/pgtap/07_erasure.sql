@@ -2,6 +2,7 @@
 -- by its keyed hash only; a dry run counts and changes nothing.
 BEGIN;
 SELECT plan(51);
+\ir fixtures/default_settings.sql
 
 SET LOCAL mailroom.clock = '2030-01-01 00:00Z';
 SELECT mailroom.upsert_sender('tap', 'robot@mailroom.test', '127.0.0.1', 2525);
@@ -63,7 +64,8 @@ SELECT is(
 );
 SELECT is((SELECT count(*)::int FROM mailroom.accounts WHERE id = :alice), 0, 'the account is gone');
 SELECT is((SELECT count(*)::int FROM mailroom.tokens WHERE account = :alice), 0, 'its tokens are gone');
-SELECT is((SELECT count(*)::int FROM mailroom.recovery_requests), 0, 'the recovery request is gone');
+SELECT is((SELECT count(*)::int FROM mailroom.recovery_requests WHERE account = :alice OR email ILIKE '%alice@example.com%'), 0,
+    'the recovery request is gone');
 SELECT is((SELECT count(*)::int FROM mailroom.accounts WHERE id = :malice), 1, 'malice@ (holds alice@) stays');
 SELECT is((SELECT count(*)::int FROM mailroom.outbound_messages WHERE id = :only), 0, 'mail to it alone is gone');
 SELECT is(
@@ -91,7 +93,8 @@ SELECT is(
     (SELECT count(*)::int FROM mailroom.outbound_idempotency_keys WHERE key ILIKE '%alice@%'), 0,
     'and its row'
 );
-SELECT is((SELECT count(*)::int FROM mailroom.messages), 0, 'the inbox message from it is gone');
+SELECT is((SELECT count(*)::int FROM mailroom.messages WHERE mailbox_id = (SELECT id FROM mailroom.mailboxes WHERE address = :'box')), 0,
+    'the inbox message from it is gone');
 SELECT is(
     (SELECT reason FROM mailroom.suppressions WHERE address = mailroom_internal._erased_form('alice@example.com')),
     'complaint', 'the suppression keeps its reason under the keyed hash'

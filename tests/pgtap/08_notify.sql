@@ -3,6 +3,7 @@
 -- rule is checked end to end by tests/db/test_notify_channels.py).
 BEGIN;
 SELECT plan(21);
+\ir fixtures/default_settings.sql
 
 SELECT has_table('mailroom', 'listeners', 'mailroom.listeners exists');
 SELECT is(mailroom.setting('notify.always'), 'false', 'a fresh install notifies the registered channels only where registered');

@@ -1,6 +1,7 @@
 -- Accounts: validation, the insert and status triggers, create/suspend/unsuspend.
 BEGIN;
 SELECT plan(65);
+\ir fixtures/default_settings.sql
 
 SET LOCAL mailroom.clock = '2030-01-01 00:00:00+00';
 

@@ -1,6 +1,8 @@
 -- Tokens: codes, signed values (the keyring's active key), minting at dispatch, revocation, dequeue eligibility, expiry, no plaintext at rest.
+-- verify: not on a live database yet: its plan section dispatches the installation's pending tokens, drops and recreates an index of mailroom.tokens and runs ANALYZE
 BEGIN;
 SELECT plan(73);
+\ir fixtures/default_settings.sql
 
 SET LOCAL mailroom.clock = '2030-01-01 00:00:00+00';
 CREATE TEMP TABLE k (key bytea);

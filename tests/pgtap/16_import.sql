@@ -2,6 +2,7 @@
 -- epoch integers, the jobs.last_seq cursor; collisions skipped and counted; twice imports nothing.
 BEGIN;
 SELECT plan(16);
+\ir fixtures/default_settings.sql
 
 SET LOCAL mailroom.clock = '2030-01-01 00:00:00+00';  -- epoch 1893456000
 SELECT mailroom.create_account('taken@example.com', 'someone');

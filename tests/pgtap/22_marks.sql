@@ -3,6 +3,7 @@
 -- plus-addressing at delivery (box+tag@domain: stored in box@domain, tagged).
 BEGIN;
 SELECT plan(22);
+\ir fixtures/default_settings.sql
 
 SET LOCAL mailroom.clock = '2030-01-01 00:00:00+00';
 CREATE TEMP TABLE b AS SELECT 'anon' AS k, * FROM mailroom.create_mailbox(10, 'free');

@@ -1,9 +1,11 @@
 -- Reading a mailbox: list_messages and read_message — authorization, expired and deleted
 -- mailboxes, ordering, paging and its errors, the read flag.
 BEGIN;
-SELECT plan(37);
+SELECT plan(43);
+\ir fixtures/default_settings.sql
 
-SET LOCAL mailroom.clock = '2030-01-01 00:00:00+00';
+-- the clock before any installation existed: expire_mailboxes meets this test's inboxes alone
+SET LOCAL mailroom.clock = '2000-01-01 00:00:00+00';
 CREATE TEMP TABLE b AS
 SELECT 'anon' AS k, * FROM mailroom.create_mailbox(10, 'free');
 INSERT INTO b SELECT 'owned', * FROM mailroom.create_mailbox(30, 'pro', 'api', 'client-1');
@@ -14,16 +16,16 @@ CREATE FUNCTION pg_temp.tok(text) RETURNS text LANGUAGE sql AS $$ SELECT session
 
 -- Messages arrive out of id order in time: x at 00:03, then y and z at 00:01 (same instant).
 CREATE TEMP TABLE g (k text, id bigint);
-SET LOCAL mailroom.clock = '2030-01-01 00:03:00+00';
+SET LOCAL mailroom.clock = '2000-01-01 00:03:00+00';
 INSERT INTO g SELECT 'x', mailroom.deliver_message(pg_temp.addr('anon'), '\x78'::bytea, 'x@example.org', 'X');
-SET LOCAL mailroom.clock = '2030-01-01 00:01:00+00';
+SET LOCAL mailroom.clock = '2000-01-01 00:01:00+00';
 INSERT INTO g SELECT 'y', mailroom.deliver_message(pg_temp.addr('anon'), '\x79'::bytea, 'y@example.org', 'Y');
 INSERT INTO g SELECT 'z', mailroom.deliver_message(pg_temp.addr('anon'), '\x7a'::bytea, 'z@example.org', 'Z');
 INSERT INTO g SELECT 'w', mailroom.deliver_message(pg_temp.addr('other'), '\x77'::bytea, 'w@example.org', 'W');
 INSERT INTO g SELECT 'o', mailroom.deliver_message(pg_temp.addr('owned'), '\x6f'::bytea, 'o@example.org', 'O');
 INSERT INTO g SELECT 'd', mailroom.deliver_message(pg_temp.addr('doomed'), '\x64'::bytea, 'd@example.org', 'D');
 CREATE FUNCTION pg_temp.mid(text) RETURNS bigint LANGUAGE sql AS $$ SELECT id FROM g WHERE k = $1 $$;
-SET LOCAL mailroom.clock = '2030-01-01 00:05:00+00';
+SET LOCAL mailroom.clock = '2000-01-01 00:05:00+00';
 
 -- ordering and paging
 SELECT results_eq(
@@ -50,7 +52,7 @@ SELECT is(
 SELECT results_eq(
     format('SELECT message_id, envelope_from, envelope_to, subject, size_bytes, received_at, is_read
             FROM mailroom.list_messages(%L, %L) WHERE subject = %L', pg_temp.addr('anon'), pg_temp.tok('anon'), 'X'),
-    format($$VALUES (%s::bigint, 'x@example.org', %L, 'X', 1, '2030-01-01 00:03:00+00'::timestamptz, false)$$,
+    format($$VALUES (%s::bigint, 'x@example.org', %L, 'X', 1, '2000-01-01 00:03:00+00'::timestamptz, false)$$,
         pg_temp.mid('x'), pg_temp.addr('anon')),
     'list_messages returns the stored fields of each message, unread'
 );
@@ -108,7 +110,7 @@ SELECT throws_ok(
     'MR204', 'not authorized for this mailbox (wrong session token or owner)', 'the owner type must match'
 );
 SELECT is(
-    (SELECT bool_or(is_read) FROM mailroom.messages),
+    (SELECT bool_or(is_read) FROM mailroom.messages WHERE id IN (SELECT id FROM g)),
     false,
     'refused reads and listing mark nothing read'
 );
@@ -154,11 +156,11 @@ SELECT throws_ok(
 SELECT mailroom.delete_mailbox(pg_temp.addr('doomed'), pg_temp.tok('doomed'));
 SELECT throws_ok(
     format('SELECT * FROM mailroom.list_messages(%L, %L)', pg_temp.addr('doomed'), pg_temp.tok('doomed')),
-    'MR206', 'mailbox was deleted at 2030-01-01 00:05:00+00', 'listing a deleted mailbox: MR206'
+    'MR206', 'mailbox was deleted at 2000-01-01 00:05:00+00', 'listing a deleted mailbox: MR206'
 );
 SELECT throws_ok(
     format('SELECT * FROM mailroom.read_message(%L, %L, %s)', pg_temp.addr('doomed'), pg_temp.tok('doomed'), pg_temp.mid('d')),
-    'MR206', 'mailbox was deleted at 2030-01-01 00:05:00+00', 'reading from a deleted mailbox: MR206'
+    'MR206', 'mailbox was deleted at 2000-01-01 00:05:00+00', 'reading from a deleted mailbox: MR206'
 );
 SELECT throws_ok(
     format('SELECT * FROM mailroom.list_messages(%L, %L)', pg_temp.addr('doomed'), pg_temp.tok('anon')),
@@ -168,30 +170,75 @@ SELECT throws_ok(
 SELECT is((SELECT is_read FROM mailroom.messages WHERE id = pg_temp.mid('d')), false, 'nothing was marked read');
 
 -- expired: MR205 from the expiry instant, whether or not the sweep ran
-SET LOCAL mailroom.clock = '2030-01-01 00:09:59.999999+00';
+SET LOCAL mailroom.clock = '2000-01-01 00:09:59.999999+00';
 SELECT is(
     (SELECT count(*) FROM mailroom.list_messages(pg_temp.addr('anon'), pg_temp.tok('anon'))), 3::bigint,
     'readable 1 us before expiry'
 );
-SET LOCAL mailroom.clock = '2030-01-01 00:10:00+00';
+SET LOCAL mailroom.clock = '2000-01-01 00:10:00+00';
 SELECT throws_ok(
     format('SELECT * FROM mailroom.list_messages(%L, %L)', pg_temp.addr('anon'), pg_temp.tok('anon')),
-    'MR205', 'mailbox expired at 2030-01-01 00:10:00+00', 'listing at the expiry instant: MR205, not an empty list'
+    'MR205', 'mailbox expired at 2000-01-01 00:10:00+00', 'listing at the expiry instant: MR205, not an empty list'
 );
 SELECT throws_ok(
     format('SELECT * FROM mailroom.read_message(%L, %L, %s)', pg_temp.addr('anon'), pg_temp.tok('anon'), pg_temp.mid('x')),
-    'MR205', 'mailbox expired at 2030-01-01 00:10:00+00', 'reading at the expiry instant: MR205'
+    'MR205', 'mailbox expired at 2000-01-01 00:10:00+00', 'reading at the expiry instant: MR205'
 );
 SELECT is((SELECT is_read FROM mailroom.messages WHERE id = pg_temp.mid('x')), false, 'the refused read marked nothing');
 SELECT is(mailroom.expire_mailboxes(), 1, 'the sweep flips it');
 SELECT throws_ok(
     format('SELECT * FROM mailroom.list_messages(%L, %L)', pg_temp.addr('anon'), pg_temp.tok('anon')),
-    'MR205', 'mailbox expired at 2030-01-01 00:10:00+00', 'after the sweep: still MR205'
+    'MR205', 'mailbox expired at 2000-01-01 00:10:00+00', 'after the sweep: still MR205'
 );
 SELECT throws_ok(
     format('SELECT * FROM mailroom.list_messages(%L, %L)', pg_temp.addr('anon'), 'wrong'),
     'MR204', 'not authorized for this mailbox (wrong session token or owner)',
     'an expired mailbox is revealed only to an authorized caller'
+);
+
+-- inline images (issue 44 item 3): which cid: references of an HTML part may show which part
+CREATE FUNCTION pg_temp.part(p_cid text, p_type text, p_size bigint, p_sha text DEFAULT repeat('a', 64))
+RETURNS jsonb LANGUAGE sql AS $$
+    SELECT jsonb_build_object('filename', null, 'content_type', p_type, 'disposition', 'inline', 'size', p_size,
+                              'content_id', p_cid, 'sha256', p_sha)
+$$;
+SELECT is(
+    mailroom_internal._inline_images(
+        '<img src="cid:logo@x"><div style="background:url(CID:bg@x)"></div><img src=''cid:logo@x''>',
+        jsonb_build_array(pg_temp.part('bg@x', 'image/gif', 10, repeat('b', 64)), pg_temp.part('logo@x', 'image/png', 20),
+                          pg_temp.part('logo@x', 'image/jpeg', 30, repeat('c', 64)), pg_temp.part('unused@x', 'image/png', 5))),
+    '[{"cid": "logo@x", "content_type": "image/png", "sha256": "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa", "size": 20},
+      {"cid": "bg@x", "content_type": "image/gif", "sha256": "bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb", "size": 10}]'::jsonb,
+    'inline images: each referenced image once, in order of first reference, the first part of a Content-ID, CSS url() too'
+);
+SELECT is(
+    mailroom_internal._inline_images('<img src="cid:nope@x">', jsonb_build_array(pg_temp.part('logo@x', 'image/png', 20))),
+    '[]'::jsonb, 'a reference without its part: left out'
+);
+SELECT is(
+    mailroom_internal._inline_images(
+        '<img src="cid:big@x"><img src="cid:ok@x">',
+        jsonb_build_array(pg_temp.part('big@x', 'image/png', 2097153), pg_temp.part('ok@x', 'image/png', 2097152))) -> 0 ->> 'cid',
+    'ok@x', 'a part over 2 MiB: left out; one of 2 MiB: shown'
+);
+SELECT is(
+    mailroom_internal._inline_images(
+        '<img src="cid:s@x"><img src="cid:t@x"><img src="cid:b@x">',
+        jsonb_build_array(pg_temp.part('s@x', 'image/svg+xml', 10), pg_temp.part('t@x', 'text/html', 10),
+                          pg_temp.part('b@x', 'image/png', 10, 'not-a-digest'))),
+    '[]'::jsonb, 'SVG, a part that is no image, a part without its digest: left out'
+);
+SELECT is(
+    (SELECT jsonb_path_query_array(mailroom_internal._inline_images(
+        (SELECT string_agg(format('<img src="cid:p%s@x">', i), '') FROM generate_series(1, 5) AS i),
+        (SELECT jsonb_agg(pg_temp.part(format('p%s@x', i), 'image/png', 2097152)) FROM generate_series(1, 5) AS i)),
+        '$[*].cid')),
+    '["p1@x", "p2@x", "p3@x", "p4@x"]'::jsonb, 'at most 8 MiB in all: the first four parts of 2 MiB, not the fifth'
+);
+SELECT is(
+    mailroom_internal._inline_images(null, jsonb_build_array(pg_temp.part('logo@x', 'image/png', 20))) ||
+    mailroom_internal._inline_images('<img src="cid:logo@x">', null),
+    '[]'::jsonb, 'no HTML or no parts: none'
 );
 
 SELECT * FROM finish();

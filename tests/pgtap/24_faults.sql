@@ -4,6 +4,7 @@
 -- authorize like the other inbox functions. The real server: tests/inboxes/test_faults.py.
 BEGIN;
 SELECT plan(78);
+\ir fixtures/default_settings.sql
 
 SET LOCAL mailroom.clock = '2030-01-01 00:00:00+00';
 

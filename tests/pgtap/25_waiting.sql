@@ -3,6 +3,7 @@
 -- Waiting on a commit from another session is in tests/inboxes/test_inbox_watch.py.
 BEGIN;
 SELECT plan(38);
+\ir fixtures/default_settings.sql
 
 SET LOCAL mailroom.clock = '2030-01-01 00:00:00+00';
 CREATE TEMP TABLE b AS

@@ -4,6 +4,7 @@
 -- link and code, deletion (MR206 after it).
 BEGIN;
 SELECT plan(37);
+\ir fixtures/default_settings.sql
 
 SET LOCAL mailroom.clock = '2030-01-01 00:00:00+00';
 SELECT mailroom.create_api_key('agent-1', sha256('mrk_one'::bytea));

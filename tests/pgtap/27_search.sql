@@ -5,6 +5,7 @@
 -- reindex_messages rebuilds the old ones.
 BEGIN;
 SELECT plan(63);
+\ir fixtures/default_settings.sql
 
 SET LOCAL mailroom.clock = '2030-01-01 00:00:00+00';
 CREATE TEMP TABLE b AS SELECT * FROM mailroom.create_mailbox(30, 'free');
@@ -126,6 +127,11 @@ SELECT is(
     pg_temp.found_set('from:example.org') || '|' || pg_temp.found('pineapple'), 'invoice,welcome|',
     'a vector of the first definition is completed with the addresses'' parts, its text not read again'
 );
+-- the walker's cursor just before this test's first message: it walks the test's three, whatever an
+-- installation holds before them (the cursor row rolls back with the file; a walker running meanwhile
+-- skips it, SKIP LOCKED)
+UPDATE mailroom.search_reindex SET version = mailroom_internal._search_vector_version(), after_id = (SELECT min(id) - 1 FROM g)
+WHERE only_row;
 SELECT is(
     (SELECT row(walked, rebuilt)::text FROM mailroom.reindex_messages(2))
     || (SELECT row(walked, rebuilt)::text FROM mailroom.reindex_messages(2))
@@ -134,7 +140,7 @@ SELECT is(
 );
 SELECT is(
     pg_temp.found('zebra') || '|' || pg_temp.found('pineapple') || '|'
-    || (SELECT count(*) FROM mailroom.messages WHERE search_version = 2),
+    || (SELECT count(*) FROM mailroom.messages WHERE search_version = 2 AND id IN (SELECT id FROM g)),
     '|welcome|3', 'and the rebuilt vectors are of the current definition'
 );
 SELECT throws_ok($$SELECT * FROM mailroom.reindex_messages(0)$$, '22023', NULL, 'reindex_messages: a batch of 1 to 10000');

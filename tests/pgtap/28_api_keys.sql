@@ -1,6 +1,7 @@
 -- API keys: registered by digest only, listed without it, revoked at once; _api_key_owner decides.
 BEGIN;
 SELECT plan(9);
+\ir fixtures/default_settings.sql
 
 SET LOCAL mailroom.clock = '2030-01-01 00:00:00+00';
 CREATE TEMP TABLE k AS SELECT mailroom.create_api_key('team-1', sha256('mrk_one'::bytea), 'ci', '_one') AS id;

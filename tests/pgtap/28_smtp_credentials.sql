@@ -2,6 +2,7 @@
 -- open, re-made when closed) or MR290 alike for a wrong secret, an unknown user and a revoked one.
 BEGIN;
 SELECT plan(18);
+\ir fixtures/default_settings.sql
 
 SET LOCAL mailroom.clock = '2030-01-01 00:00:00+00';
 CREATE TEMP TABLE c AS SELECT * FROM mailroom.create_smtp_credential('team-1', sha256('mrs_one'::bytea), 'ci');

@@ -2,8 +2,11 @@
 -- returns only what each check reads, refuses a check the server does not run (MR280, MR281), the
 -- HTML check of a message without HTML (MR282) and an unknown check (MR283), and never marks the
 -- message read. The link check reads its ports too (setting checks.link_ports; MR284 when bad).
+-- Each check takes one from the key's and the inbox's rates (checks.rate_per_key,
+-- checks.rate_per_inbox; sql/09_rates.sql): over either, MR020.
 BEGIN;
-SELECT plan(17);
+SELECT plan(22);
+\ir fixtures/default_settings.sql
 
 SET LOCAL mailroom.clock = '2030-01-01 00:00:00+00';
 CREATE TEMP TABLE j AS SELECT mailroom.http_create_mailbox(null, '192.0.2.1', 5) AS doc;
@@ -73,6 +76,12 @@ SELECT throws_ok(
            pg_temp.a(), pg_temp.t(), (SELECT id FROM m)),
     'MR281', NULL, 'the spam check off: MR281'
 );
+SELECT throws_like(
+    format($$SELECT * FROM mailroom.http_message_check(%L, %L, null, %s, 'spam', false)$$,
+           pg_temp.a(), pg_temp.t(), (SELECT id FROM m)),
+    '%apt install spamd%--spamd 127.0.0.1:783%mailroom run%',
+    'the spam check off says how to get a spamd and turn the check on (issue 44 item 5)'
+);
 SELECT throws_ok(
     format($$SELECT * FROM mailroom.http_message_check(%L, %L, null, %s, 'html')$$,
            pg_temp.a(), pg_temp.t(), (SELECT id FROM p)),
@@ -98,6 +107,35 @@ SELECT throws_ok(
 SELECT is(
     (SELECT count(*)::int FROM mailroom.messages WHERE id IN ((SELECT id FROM m), (SELECT id FROM p)) AND is_read), 0,
     'a check never marks the message read'
+);
+
+-- the rates, in a minute of their own (the checks above counted in the first one)
+SET LOCAL mailroom.clock = '2030-01-01 00:02:00+00';
+SELECT mailroom.set_setting('checks.rate_per_inbox', '1/min');
+SELECT lives_ok(
+    format($$SELECT * FROM mailroom.http_message_check(%L, %L, null, %s, 'html')$$, pg_temp.a(), pg_temp.t(), (SELECT id FROM m)),
+    'the inbox''s first check this minute'
+);
+SELECT throws_ok(
+    format($$SELECT * FROM mailroom.http_message_check(%L, %L, null, %s, 'html')$$, pg_temp.a(), pg_temp.t(), (SELECT id FROM m)),
+    'MR020', 'rate limit reached: checks.rate_per_inbox allows 1/min; try again in 60 seconds', 'the second: MR020'
+);
+SELECT mailroom.create_api_key('team-c', sha256('mrk_c'::bytea));
+CREATE TEMP TABLE kb AS SELECT mailroom.http_create_mailbox(sha256('mrk_c'::bytea), null) AS doc;
+CREATE TEMP TABLE km AS SELECT mailroom.deliver_message(
+    (SELECT doc ->> 'address' FROM kb), convert_to(E'Subject: hi\r\n\r\nbody', 'UTF8'), 'a@example.org', 'hi', null, 'x',
+    '<p>hi</p>'
+) AS id;
+SELECT mailroom.set_setting('checks.rate_per_key', '1/min');
+SELECT lives_ok(
+    format($$SELECT * FROM mailroom.http_message_check(%L, null, sha256('mrk_c'::bytea), %s, 'html')$$,
+        (SELECT doc ->> 'address' FROM kb), (SELECT id FROM km)),
+    'a key''s first check this minute'
+);
+SELECT throws_ok(
+    format($$SELECT * FROM mailroom.http_message_check(%L, null, sha256('mrk_c'::bytea), %s, 'html')$$,
+        (SELECT doc ->> 'address' FROM kb), (SELECT id FROM km)),
+    'MR020', 'rate limit reached: checks.rate_per_key allows 1/min; try again in 60 seconds', 'its second: MR020 per key'
 );
 
 SELECT * FROM finish();

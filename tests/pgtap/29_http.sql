@@ -4,7 +4,8 @@
 -- v1 shapes (a list is a JSON array, the original service's keys), an API key's inbox list, and its
 -- mcp inboxes read over REST.
 BEGIN;
-SELECT plan(61);
+SELECT plan(64);
+\ir fixtures/default_settings.sql
 
 SET LOCAL mailroom.clock = '2030-01-01 00:00:00+00';
 SELECT mailroom.create_api_key('team-1', sha256('mrk_one'::bytea));
@@ -227,6 +228,31 @@ SELECT throws_ok($$SELECT mailroom.http_create_mailbox(null, '198.51.100.7')$$, 
     'a third creation from one address in the window: MR243');
 SELECT is((SELECT count(*)::int FROM mailroom.http_rate_limits WHERE subject = convert_to('198.51.100.7', 'UTF8')), 0,
     'the client address is not stored as such');
+
+-- the frame's HTML (issue 44 item 3): the HTML part, its inline images and the raw bytes to cut them from
+CREATE TEMP TABLE f AS SELECT mailroom.deliver_message(
+    pg_temp.oa(), convert_to(E'Subject: Logo\r\n\r\nbody', 'UTF8'), 'app@example.org',
+    jsonb_build_object('subject', 'Logo', 'html_body', '<img src="cid:logo@x"><img src="cid:gone@x">',
+        'attachments', jsonb_build_array(jsonb_build_object('content_type', 'image/png', 'size', 67,
+            'content_id', 'logo@x', 'sha256', repeat('a', 64))))
+) AS id;
+SELECT is(
+    (SELECT jsonb_build_array(html_body, inline_parts -> 0 ->> 'cid', jsonb_array_length(inline_parts), raw IS NOT NULL)
+     FROM mailroom.http_message_frame(pg_temp.oa(), null, sha256('mrk_one'::bytea), (SELECT id FROM f))),
+    '["<img src=\"cid:logo@x\"><img src=\"cid:gone@x\">", "logo@x", 1, true]'::jsonb,
+    'the frame: the HTML part, its one inline image (the missing one left out) and the raw bytes'
+);
+SELECT is(
+    (SELECT jsonb_build_array(inline_parts, raw IS NULL)
+     FROM mailroom.http_message_frame(pg_temp.oa(), null, sha256('mrk_one'::bytea), mailroom.deliver_message(
+         pg_temp.oa(), '\x34'::bytea, 'a@example.org', jsonb_build_object('html_body', '<p>no image</p>')))),
+    '[[], true]'::jsonb, 'without inline images: no raw bytes'
+);
+SELECT throws_ok(
+    format($$SELECT * FROM mailroom.http_message_frame(%L, null, %L, %s)$$, pg_temp.oa(), sha256('mrk_two'::bytea),
+           (SELECT id FROM f)),
+    'MR204', NULL, 'the frame of another owner''s inbox: MR204'
+);
 
 SELECT * FROM finish();
 ROLLBACK;

@@ -2,6 +2,7 @@
 -- guard; refusals named as RCPT names them; a replayed messageId stores nothing.
 BEGIN;
 SELECT plan(11);
+\ir fixtures/default_settings.sql
 
 SET LOCAL mailroom.clock = '2030-01-01 00:00:00+00';
 CREATE TEMP TABLE b AS SELECT * FROM mailroom.create_mailbox(5, 'free');

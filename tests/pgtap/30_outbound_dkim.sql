@@ -1,6 +1,7 @@
 -- DKIM keys (sql/30_outbound_dkim.sql): the public half per From domain, the TXT record, what claim returns.
 BEGIN;
 SELECT plan(10);
+\ir fixtures/default_settings.sql
 
 SET LOCAL mailroom.clock = '2030-01-01 00:00Z';
 SELECT mailroom.upsert_sender('news', 'News@Mailroom.test', '127.0.0.1', 2525);

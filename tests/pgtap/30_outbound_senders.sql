@@ -1,6 +1,7 @@
 -- Outbound: sending identities, relay settings, the password encrypted to the sender key (issue 20.4), no cleartext login (21.8).
 BEGIN;
 SELECT plan(49);
+\ir fixtures/default_settings.sql
 
 SELECT has_table('mailroom', 'senders', 'senders table exists');
 SELECT has_table('mailroom', 'outbound_messages', 'outbound_messages table exists');

@@ -1,6 +1,7 @@
 -- Outbound: redact_pii and the trigger that scrubs every write of error_log.
 BEGIN;
 SELECT plan(29);
+\ir fixtures/default_settings.sql
 
 SELECT matches(
     mailroom.redact_pii('550 5.1.1 <alice@example.com> user unknown'),

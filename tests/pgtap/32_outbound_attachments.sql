@@ -1,6 +1,7 @@
 -- Outbound: attachments (enqueue_message_with_attachments, _outbound_attachments, the claim's column).
 BEGIN;
 SELECT plan(14);
+\ir fixtures/default_settings.sql
 
 SET LOCAL mailroom.clock = '2030-01-01 00:00Z';
 SELECT mailroom.upsert_sender('tap', 'robot@mailroom.test', '127.0.0.1', 2525);

@@ -1,6 +1,7 @@
 -- Outbound: enqueue_message validation, defaults, idempotency, send-after.
 BEGIN;
 SELECT plan(37);
+\ir fixtures/default_settings.sql
 
 SET LOCAL mailroom.clock = '2030-01-01 00:00Z';
 SELECT mailroom.upsert_sender('tap', 'robot@mailroom.test', '127.0.0.1', 2525);
@@ -10,17 +11,17 @@ SELECT ok(
     'enqueue_message returns an id'
 );
 SELECT is(
-    (SELECT status::text || ' ' || attempts || ' ' || (next_retry_at IS NULL) FROM mailroom.outbound_messages),
+    (SELECT status::text || ' ' || attempts || ' ' || (next_retry_at IS NULL) FROM mailroom.outbound_messages WHERE sender_id = (SELECT s.id FROM mailroom.senders AS s WHERE s.name = 'tap')),
     'queued 0 true',
     'a new message is queued, never attempted, due now'
 );
 SELECT matches(
-    (SELECT message_id FROM mailroom.outbound_messages),
+    (SELECT message_id FROM mailroom.outbound_messages WHERE sender_id = (SELECT s.id FROM mailroom.senders AS s WHERE s.name = 'tap')),
     '^<[0-9a-f]{32}@mailroom\.test>$',
     'a Message-ID is generated once, on the sender''s domain'
 );
 SELECT is(
-    (SELECT created_at FROM mailroom.outbound_messages), '2030-01-01 00:00Z'::timestamptz,
+    (SELECT created_at FROM mailroom.outbound_messages WHERE sender_id = (SELECT s.id FROM mailroom.senders AS s WHERE s.name = 'tap')), '2030-01-01 00:00Z'::timestamptz,
     'created_at follows mailroom.clock()'
 );
 SELECT is(

@@ -1,6 +1,8 @@
 -- Outbound: claim_messages (what is due, lease, token) and its plan at any queue size.
+-- verify: not on a live database yet: the claim takes the installation's due rows too, and it clears the whole queue between cases
 BEGIN;
 SELECT plan(30);
+\ir fixtures/default_settings.sql
 
 SET LOCAL mailroom.clock = '2030-01-01 00:00Z';
 SELECT mailroom.upsert_sender('tap', 'robot@mailroom.test', '127.0.0.1', 2525);

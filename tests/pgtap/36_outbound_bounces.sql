@@ -1,8 +1,10 @@
 -- Bounces (sql/36_outbound_bounces.sql): VERP return paths from claim_messages, one per recipient, their
 -- signature checked at RCPT (check_bounce_recipient), and what record_bounce decides for each kind of
 -- report: only about the return path's own recipient, at most once.
+-- verify: not on a live database yet: the claim takes the installation's due rows too
 BEGIN;
 SELECT plan(78);
+\ir fixtures/default_settings.sql
 
 SET LOCAL mailroom.clock = '2030-01-01 00:00Z';
 SELECT mailroom.upsert_sender('tap', 'robot@mailroom.test', '127.0.0.1', 2525);

@@ -2,8 +2,10 @@
 -- unsubscribe() for the HTTP face, once per recipient.
 BEGIN;
 SELECT plan(12);
+\ir fixtures/default_settings.sql
 
 SET LOCAL mailroom.clock = '2030-01-01 00:00Z';
+CREATE TEMP TABLE installed AS SELECT id FROM mailroom.suppressions;  -- the installation's own, left aside
 SELECT mailroom.upsert_sender('news', 'news@mailroom.test', '127.0.0.1', 2525);
 CREATE TEMP TABLE m AS
 SELECT
@@ -50,12 +52,13 @@ SELECT throws_ok(
 );
 SELECT is(mailroom.unsubscribe((SELECT u2 FROM t), 'One-Click'), true, 'the first unsubscribe suppresses');
 SELECT results_eq(
-    'SELECT address, reason FROM mailroom.suppressions',
+    'SELECT address, reason FROM mailroom.suppressions WHERE id NOT IN (SELECT id FROM installed)',
     $$VALUES ('u2@example.com', 'unsubscribe')$$, 'exactly its recipient, reason unsubscribe'
 );
 SELECT mailroom.unsuppress('u2@example.com');
 SELECT is(mailroom.unsubscribe(upper((SELECT u2 FROM t)), 'One-Click'), false, 'again (any case): nothing');
-SELECT is((SELECT count(*)::int FROM mailroom.suppressions), 0, 'the admin''s removal stands');
+SELECT is((SELECT count(*)::int FROM mailroom.suppressions WHERE id NOT IN (SELECT id FROM installed)), 0,
+    'the admin''s removal stands');
 
 SELECT * FROM finish();
 ROLLBACK;

@@ -1,8 +1,10 @@
 -- The operator's verbs (sql/37_outbound_queue.sql): hold, release, cancel, delete, run now, retry;
 -- their selections, dry runs and refusals; priorities in the claim (the due index still walked in
 -- order); the queue's numbers (held back by limits is not due) and the queue by domain.
+-- verify: not on a live database yet: the claim takes the installation's due rows too, and it clears the whole queue between cases
 BEGIN;
 SELECT plan(66);
+\ir fixtures/default_settings.sql
 
 SET LOCAL mailroom.clock = '2030-01-01 00:00:00+00';
 SELECT mailroom.upsert_sender('q', 'robot@mailroom.test', '127.0.0.1', 2525);

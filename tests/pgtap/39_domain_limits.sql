@@ -1,8 +1,10 @@
 -- Outbound: per recipient domain limits in the claim (max in flight, max per minute), the
 -- domain backoff after a throttling reply, pattern matching and the admin API (docs/limits.md).
 -- Two claimers racing for the last slot are in tests/outbound/test_domain_limits.py (two sessions).
+-- verify: not on a live database yet: the claim takes the installation's due rows too, and it clears the whole queue between cases
 BEGIN;
 SELECT plan(59);
+\ir fixtures/default_settings.sql
 
 SET LOCAL mailroom.clock = '2030-01-01 00:00:10Z';
 SELECT mailroom.upsert_sender('tap', 'robot@mailroom.test', '127.0.0.1', 2525);
@@ -16,8 +18,9 @@ SELECT is(mailroom_internal._recipient_domain(ARRAY['a@one.test', 'b@two.test'],
     'a message to several domains counts against its first recipient''s only');
 SELECT is(mailroom_internal._recipient_domain('{}', '{}', '{}'), '', 'no recipient: the unknown domain ''''');
 SELECT mailroom.enqueue_message('tap', ARRAY['X@Upper.Test'], 's', 't', p_bcc => ARRAY['y@other.test']);
-SELECT is((SELECT rcpt_domain FROM mailroom.outbound_messages), 'upper.test', 'enqueue_message fills rcpt_domain');
-DELETE FROM mailroom.outbound_messages;
+SELECT is((SELECT rcpt_domain FROM mailroom.outbound_messages WHERE sender_id = (SELECT s.id FROM mailroom.senders AS s WHERE s.name = 'tap')),
+    'upper.test', 'enqueue_message fills rcpt_domain');
+DELETE FROM mailroom.outbound_messages WHERE sender_id = (SELECT s.id FROM mailroom.senders AS s WHERE s.name = 'tap');
 
 -- ---------------------------------------------------------------- patterns
 SELECT is(mailroom_internal._domain_patterns('a.b.example.com'),

@@ -1,6 +1,7 @@
 -- Collector templates: seeded rows, settings, rendering, escaping and each error.
 BEGIN;
 SELECT plan(24);
+\ir fixtures/default_settings.sql
 
 SELECT has_table('mailroom', 'token_email_templates', 'templates table exists');
 SELECT set_eq(

@@ -1,6 +1,8 @@
 -- Collector --enqueue: dequeue + enqueue in one transaction; the claim renders each attempt with a fresh link.
+-- verify: not on a live database yet: enqueue_token_emails dispatches the installation's pending tokens, and the claim takes its due rows
 BEGIN;
 SELECT plan(19);
+\ir fixtures/default_settings.sql
 
 SELECT mailroom.create_account('ann@example.test', 'ann');
 SELECT mailroom.create_account('bob@example.test', 'bob');

@@ -3,6 +3,7 @@
 -- DEFINER API and EXECUTE per role: tests/pgtap/05_privileges.sql and tests/db/test_privileges.py.
 BEGIN;
 SELECT plan(4);
+\ir fixtures/default_settings.sql
 
 SELECT ok(
     NOT has_table_privilege('mailroom_collector', 'mailroom.token_email_templates', 'SELECT, INSERT, UPDATE, DELETE'),

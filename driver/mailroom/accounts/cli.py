@@ -59,7 +59,7 @@ def collect(
 ) -> None:
     """Collect activation / recovery tokens as they are inserted and hand them off in batches."""
     from mailroom.accounts.collector import Collector, parse_config
-    from mailroom.accounts.secret_key import check_at_start, env_fingerprint
+    from mailroom.db.keyring import check_at_start, env_fingerprint
 
     # MAILROOM_SECRET_KEY set: it must be the keyring's active key (checked once connected, exit 2 if not)
     fingerprint = env_fingerprint()
@@ -76,7 +76,7 @@ keys_app = new_app("keys", help="The token signing keyring in the database (admi
 
 
 def _keys_call(database_url: Optional[str], fn_name: str, **kwargs):  # noqa: ANN202 - rows
-    from mailroom.accounts import sqlapi
+    from mailroom.db import sqlapi
     from mailroom.db.connect import call_once
 
     return call_once(resolve_database_url(database_url), getattr(sqlapi, fn_name),
@@ -144,7 +144,7 @@ ACCOUNT_STATUSES = ("provisioned", "active", "suspended")
 
 
 def _account_call(database_url: Optional[str], fn_name: str, **kwargs):  # noqa: ANN202 - rows
-    from mailroom.accounts import sqlapi
+    from mailroom.db import sqlapi
     from mailroom.db.connect import call_once
 
     return call_once(resolve_database_url(database_url), getattr(sqlapi, fn_name),

@@ -29,13 +29,12 @@ from dataclasses import dataclass
 
 import psycopg
 
-from mailroom.accounts import secret_key
 from mailroom.accounts.output import CommitLost, EnqueueSink, OutputClosed, StdoutSink
 from mailroom.core.errors import ConfigError, Kind, UserError, describe_db_error
 from mailroom.core.log import get_logger
 from mailroom.core.metrics import NullMetrics
 from mailroom.core.ready import notify_ready
-from mailroom.db import sqlapi
+from mailroom.db import keyring, sqlapi
 from mailroom.db.connect import ConnectFailed, connection_lost, ping
 from mailroom.db.worker import Worker
 
@@ -59,7 +58,7 @@ class CollectorConfig:
     poll_ms: int = 1000
     metrics_port: int | None = None  # Prometheus /metrics (mailroom.accounts.metrics), off when None
     metrics_host: str = "127.0.0.1"
-    key_fingerprint: str | None = None  # of MAILROOM_SECRET_KEY: checked once connected (accounts/secret_key.py)
+    key_fingerprint: str | None = None  # of MAILROOM_SECRET_KEY: checked once connected (db/keyring.py)
 
 
 def parse_config(
@@ -149,7 +148,7 @@ class Collector(Worker):
             # started while the database is down: wait for it (a wrong password or database name is fatal)
             if self._connect_waiting():
                 assert self.work is not None
-                secret_key.check(self.work, "collect", c.key_fingerprint, self.log)  # before anything is signed
+                keyring.check(self.work, "collect", c.key_fingerprint, self.log)  # before anything is signed
                 assert self.listener is not None
                 self.listener.start()
                 notify_ready()

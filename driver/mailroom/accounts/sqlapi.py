@@ -1,6 +1,7 @@
 """The SQL functions of accounts and tokens the driver calls (mailroom.db.contract): sql/1x, 4x.
 
-None takes a key: the signing keys live in the database's keyring (sql/15_keyring.sql)."""
+None takes a key: the signing keys live in the database's keyring (sql/15_keyring.sql), whose functions are
+declared in db/sqlapi.py (`db migrate` imports a key, and db/keyring.py checks MAILROOM_SECRET_KEY)."""
 
 from __future__ import annotations
 
@@ -26,17 +27,6 @@ list_accounts = SqlFunction(
 )
 request_password_recovery = SqlFunction("request_password_recovery", "p_email text, p_requester text = default")
 
-# `mailroom keys …` (accounts/cli.py), mailroom_admin
-rotate_signing_key = SqlFunction("rotate_signing_key", returns="integer")
-retire_signing_key = SqlFunction("retire_signing_key", "p_id integer")
-export_signing_key = SqlFunction("export_signing_key", "p_id integer = default", returns="bytea")
-import_signing_key = SqlFunction("import_signing_key", "p_key bytea, p_active boolean = default", returns="integer")
-# MAILROOM_SECRET_KEY at the start of collect and send (accounts/secret_key.py): by its fingerprint
-signing_key_state_of = SqlFunction("signing_key_state_of", "p_fingerprint text", returns="mailroom.signing_key_state")
-list_signing_keys = SqlFunction(
-    "list_signing_keys",
-    returns=("id", "state", "origin", "fingerprint", "created_at", "state_changed_at", "last_exported_at"),
-)
 token_actions = SqlFunction("token_actions", returns=(
     "action", "signing_path", "eligible_status", "with_code", "activates_account", "output_code",
 ))

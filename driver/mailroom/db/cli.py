@@ -197,6 +197,28 @@ def import_seed_cmd(
              "MAILROOM_SECRET_KEY=… mailroom keys import (once)")
 
 
+@db_app.command("verify")
+def verify_cmd(
+    files: Annotated[Optional[list[str]], typer.Argument(
+        metavar="[FILE]...", help="Only these files of the suite (e.g. 33_outbound_claim); default: all.")] = None,
+    database_url: DatabaseUrlOption = None,
+    data_dir: DataDirOption = None,
+    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Print every TAP line, not only the failures.")] = False,
+) -> None:
+    """Run the shipped pgTAP suite against the database, every file in a transaction that rolls back (exit 0 or 1).
+
+    Needs the pgtap extension in the database (a superuser runs CREATE EXTENSION pgtap once). Safe on a
+    live installation: docs/operations.md, "Verifying an installation"."""
+    from mailroom.db.verify import verify
+
+    url = _url(database_url, data_dir)
+    try:
+        rc = verify(url, files or (), verbose=verbose)
+    except psycopg.Error as exc:
+        raise db_user_error(exc) from None
+    raise typer.Exit(rc)
+
+
 @db_app.command("url")
 def url_cmd(
     database_url: DatabaseUrlOption = None,

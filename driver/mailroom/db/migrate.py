@@ -527,17 +527,16 @@ def _secret_key_and_steps(
 ) -> tuple[int | None, list[int], list[tuple[str, str, str]]]:
     """In the run's transaction, as the owner: import `to_import` as the active signing key and retire the
     keys the keyring migration generated (never exported: they signed nothing); then the steps left."""
-    from mailroom.accounts import sqlapi as keys_api
-    from mailroom.accounts.secret_key import fingerprint
     from mailroom.db import sqlapi
+    from mailroom.db.keyring import fingerprint
 
     conn.execute(f"SET LOCAL ROLE {OWNER_ROLE}")
     imported, retired = None, []
     if to_import is not None:
-        imported = keys_api.import_signing_key.value(conn, key=to_import, active=True)
-        for key in keys_api.list_signing_keys.rows(conn):
+        imported = sqlapi.import_signing_key.value(conn, key=to_import, active=True)
+        for key in sqlapi.list_signing_keys.rows(conn):
             if key.state == "verify_only" and key.origin == "generated" and key.last_exported_at is None:
-                keys_api.retire_signing_key.call(conn, id=key.id)
+                sqlapi.retire_signing_key.call(conn, id=key.id)
                 retired.append(key.id)
     steps = []
     if conn.execute("SELECT to_regprocedure('mailroom.upgrade_steps(text)') IS NOT NULL").fetchone()[0]:

@@ -1,12 +1,15 @@
 """The foundation's SQL functions the driver calls (mailroom.db.contract): the error vocabulary, settings,
 the clock, who listens (08_notify.sql), partitions and the last maintenance, queue health and worker heartbeats (sql/00_clock.sql,
-01_settings.sql, 04_error_codes.sql, 05_partitions.sql, 06_queue_health.sql), erasure (07_erasure.sql)."""
+01_settings.sql, 04_error_codes.sql, 05_partitions.sql, 06_queue_health.sql), erasure (07_erasure.sql), and the keyring
+(15_keyring.sql: read by `db migrate`, db/keyring.py and `mailroom keys`)."""
 
 from __future__ import annotations
 
 from mailroom.db.contract import SqlFunction
 
 error_codes = SqlFunction("error_codes", returns=("code", "kind", "meaning", "smtp_reply", "http_status"))
+# the edge's refusals (sql/04_edge.sql): raised with their code, asked once per process (mailroom.api.edge)
+edge_refusal = SqlFunction("edge_refusal", "p_refusal text, p_bound bigint = default")
 
 setting = SqlFunction("setting", "p_name text", returns="text")
 interval_setting = SqlFunction("interval_setting", "p_name text", returns="interval")
@@ -53,4 +56,16 @@ erase_address = SqlFunction("erase_address", "p_address text, p_dry_run boolean 
 # moving from the original mailroom (sql/16_import.sql): `mailroom db import-seed`, one batch a call (admin)
 import_seed_accounts = SqlFunction(
     "import_seed_accounts", "p_accounts jsonb, p_tokens jsonb, p_dispatched_up_to bigint", returns=("item", "affected"),
+)
+
+# the keyring (sql/15_keyring.sql): `mailroom keys …` (accounts/cli.py) and `db migrate`'s key import, mailroom_admin
+rotate_signing_key = SqlFunction("rotate_signing_key", returns="integer")
+retire_signing_key = SqlFunction("retire_signing_key", "p_id integer")
+export_signing_key = SqlFunction("export_signing_key", "p_id integer = default", returns="bytea")
+import_signing_key = SqlFunction("import_signing_key", "p_key bytea, p_active boolean = default", returns="integer")
+# MAILROOM_SECRET_KEY at the start of collect and send (db/keyring.py): by its fingerprint
+signing_key_state_of = SqlFunction("signing_key_state_of", "p_fingerprint text", returns="mailroom.signing_key_state")
+list_signing_keys = SqlFunction(
+    "list_signing_keys",
+    returns=("id", "state", "origin", "fingerprint", "created_at", "state_changed_at", "last_exported_at"),
 )

@@ -34,6 +34,8 @@ from fastapi.routing import APIRoute
 from pydantic import BaseModel, ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from mailroom.api import edge
+from mailroom.core import fastpaths
 from mailroom.core.log import get_logger
 from mailroom.http import docs, models, page, ses, sqlapi
 from mailroom.http.credentials import Credentials, csrf_token, request_credentials
@@ -43,8 +45,6 @@ from mailroom.http.state import CONFIG_ENV, ApiError, HttpConfig, State, error_b
 __all__ = ["CONFIG_ENV", "ApiError", "HttpConfig", "State", "create_app"]
 
 log = get_logger("http")
-
-MAX_SES_BODY = 1024 * 1024  # SNS messages are at most 256 KiB
 
 
 def _json(text: str | None, status: int = 200, headers: dict[str, str] | None = None) -> Response:
@@ -62,9 +62,6 @@ def _int(value: str | None, name: str, default: int | None, low: int, high: int)
     if not low <= number <= high:
         raise ApiError(400, "22023", f"{name} must be between {low} and {high}")
     return number
-
-
-_UNSUBSCRIBE_BODY_MAX = 4096
 
 
 def _one_click(body: bytes) -> str | None:
@@ -139,10 +136,7 @@ def create_app(config: HttpConfig | None = None) -> FastAPI:  # noqa: PLR0915 - 
 
     @app.exception_handler(ApiError)
     async def api_error(request: Request, err: ApiError) -> Response:
-        if request.url.path.startswith("/inbox") or request.url.path == "/":
-            return HTMLResponse(page.error_page(err.status, err.message, err.code), status_code=err.status,
-                                headers={**err.headers, **page.PAGE_HEADERS})
-        return JSONResponse(error_body(err), status_code=err.status, headers=err.headers)
+        return _error_response(request.url.path, err)
 
     @app.exception_handler(StarletteHTTPException)
     async def http_error(request: Request, exc: StarletteHTTPException) -> Response:
@@ -173,11 +167,7 @@ def create_app(config: HttpConfig | None = None) -> FastAPI:  # noqa: PLR0915 - 
     async def unsubscribe(request: Request, token: str) -> Response:
         # the mail client's POST: form-encoded or multipart, a few bytes; SQL checks the token's
         # signature and the field's value (MR380, MR384) and suppresses the recipient once
-        body = b""
-        async for chunk in request.stream():
-            body += chunk
-            if len(body) > _UNSUBSCRIBE_BODY_MAX:
-                raise ApiError(413, "22023", "an unsubscribe request is a few bytes", kind="usage")
+        body = await _read_body(request)
         first = await state.call(sqlapi.unsubscribe, retry=False, token=token, one_click=_one_click(body))
         return _json(json.dumps({"unsubscribed": True, "first": bool(first)}))
 
@@ -247,7 +237,7 @@ def create_app(config: HttpConfig | None = None) -> FastAPI:  # noqa: PLR0915 - 
               summary="Delete the messages of these ids (1 to 500; ids not in the inbox are not counted)")
     async def delete_messages(request: Request, address: str) -> Response:
         who = creds(request, address, unsafe=True).sql(address)  # the CSRF rule before the body is read
-        body = _body(models.DeleteMessages, await _small_json(request, 64 * 1024))
+        body = _body(models.DeleteMessages, await _small_json(request))
         return _json(await state.call(sqlapi.http_delete_messages, retry=False, message_ids=body.ids, **who))
 
     @app.post("/api/v1/mailboxes/{address}/extend", tags=["mailboxes"], response_model=models.Mailbox,
@@ -307,11 +297,15 @@ def create_app(config: HttpConfig | None = None) -> FastAPI:  # noqa: PLR0915 - 
 
     @app.get("/api/v1/mailboxes/{address}/messages/{message_id}/html", tags=["messages"], response_class=HTMLResponse,
              responses=models.json_errors(400, 401, 403, 404, 422, 503),
-             summary="The HTML part for a sandboxed frame: scripts and remote loads blocked (images=1 allows images)")
+             summary="The HTML part for a sandboxed frame: cid: images inline, scripts and remote loads blocked "
+                     "(images=1 allows remote images)")
     async def message_html(request: Request, address: str, message_id: str, images: int = 0) -> Response:
-        doc = json.loads(await state.call(sqlapi.http_read_message, message_id=_message_id(message_id),
-                                          **creds(request, address).sql(address)))
-        return HTMLResponse(page.sandboxed_html(doc.get("body_html")), headers=page.message_frame_headers(bool(images)))
+        row = await state.call(sqlapi.http_message_frame, shape="row", message_id=_message_id(message_id),
+                               **creds(request, address).sql(address))
+        parts = json.loads(row.inline_parts)  # cid: references SQL lets show, cut from the raw bytes here
+        payloads = await state.parser.parts(bytes(row.raw), frozenset(p["sha256"] for p in parts)) if parts else {}
+        body = page.inline_images(row.html_body, parts, payloads)
+        return HTMLResponse(page.sandboxed_html(body), headers=page.message_frame_headers(bool(images)))
 
     @app.get("/api/v1/mailboxes/{address}/messages/{message_id}/attachments/{index}", tags=["messages"],
              response_class=Response,
@@ -511,11 +505,13 @@ def create_app(config: HttpConfig | None = None) -> FastAPI:  # noqa: PLR0915 - 
     async def ses_hook(request: Request) -> Response:
         if state.sns is None:
             raise ApiError(404, "", "the SES hook is off (set MAILROOM_SES_TOPICS)", kind="not_found")
-        return await ses.handle(state, request, await _read_body(request, MAX_SES_BODY))
+        return await ses.handle(state, request, await _read_body(request))
 
     # -- the page ----------------------------------------------------------------------------------
 
     page.add_routes(app, state)
+    if not fastpaths.enabled():  # MAILROOM_FAST_PATHS=off: every request through the middleware and its route
+        return app
     # the hot reads, without FastAPI's per-request parameter machinery when their query is plain
     hot = {
         "messages": (list_messages, {"limit": int, "offset": int, "after": int, "tag": str, "unread": bool}),
@@ -527,7 +523,20 @@ def create_app(config: HttpConfig | None = None) -> FastAPI:  # noqa: PLR0915 - 
         # outermost (inside Starlette's error middleware): the hot reads skip the middleware stack and the
         # router too; with an access log or CORS they take the way above, through both
         app.add_middleware(_HotGets, routes=app.router.routes, endpoints=hot)
+    # outermost: every request bounded and checked before anything reads it (api/edge.py)
+    app.add_middleware(edge.Edge, refusals=edge.Refusals(state),
+                       render=lambda scope, err: _error_response(scope["path"], err, at_edge=True))
     return app
+
+
+def _error_response(path: str, err: ApiError, *, at_edge: bool = False) -> Response:
+    """An ApiError as the face answers it: the page's HTML under /inbox and /, else the ErrorResponse.
+    The edge's answers (at_edge) pass no middleware after it: they carry the security headers themselves."""
+    if path.startswith("/inbox") or path == "/":
+        return HTMLResponse(page.error_page(err.status, err.message, err.code), status_code=err.status,
+                            headers={**err.headers, **page.PAGE_HEADERS})
+    return JSONResponse(error_body(err), status_code=err.status,
+                        headers={**err.headers, **_HOT_HEADERS} if at_edge else err.headers)
 
 
 # A query value the fast path takes as it is; anything else (a sign, a space, an exponent, "yes", an
@@ -581,6 +590,7 @@ class _HotGets:
         if query is None:
             await self.app(scope, receive, send)
             return
+        fastpaths.hit("http.hot_gets")
         endpoint, _, route = self.endpoints[match[2]]
         scope["route"] = route
         scope["path_params"] = {"address": match[1]}
@@ -608,26 +618,21 @@ def _fast_get(app: FastAPI, path: str, endpoint: Any, params: dict[str, type]) -
         if query is None:
             await declared(scope, receive, send)
             return
+        fastpaths.hit("http.fast_get")
         response = await endpoint(Request(scope, receive, send), **scope["path_params"], **query)
         await response(scope, receive, send)
 
     route.app = fast
 
 
-async def _read_body(request: Request, limit: int) -> bytes:
-    declared = request.headers.get("content-length")
-    if declared is not None and declared.isdigit() and int(declared) > limit:
-        raise ApiError(413, "", f"body over {limit} bytes", kind="limit")
-    body = bytearray()
-    async for chunk in request.stream():
-        body += chunk
-        if len(body) > limit:
-            raise ApiError(413, "", f"body over {limit} bytes", kind="limit")
-    return bytes(body)
+async def _read_body(request: Request) -> bytes:
+    """The request's body, bounded before the route by the edge (api/edge.py: BODY_BOUNDS, the
+    one table of the bounds; a JSON body's nesting checked there too)."""
+    return await request.body()
 
 
-async def _small_json(request: Request, limit: int = 16 * 1024) -> dict[str, Any]:
-    body = await _read_body(request, limit)
+async def _small_json(request: Request) -> dict[str, Any]:
+    body = await _read_body(request)
     if not body.strip():
         return {}
     try:

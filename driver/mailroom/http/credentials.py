@@ -12,6 +12,8 @@ from typing import Any
 
 from fastapi import Request
 
+from mailroom.core.credentials import key_digest
+
 API_KEY_PREFIX = "mrk_"
 MAX_CREDENTIAL = 256
 
@@ -45,7 +47,7 @@ def split_credential(value: str | None, *, from_cookie: bool = False) -> Credent
     value = value.strip()
     if len(value) > MAX_CREDENTIAL or value.startswith(API_KEY_PREFIX):
         # a credential too long for a session token can only be refused as a key: SQL answers (MR241)
-        return Credentials(None, hashlib.sha256(value.encode()).digest(), value, from_cookie)
+        return Credentials(None, key_digest(value), value, from_cookie)
     return Credentials(value, None, value, from_cookie)
 
 

@@ -257,17 +257,20 @@ class ErrorResponse(_Model):
 
 
 def errors(*statuses: int) -> dict[int | str, dict[str, Any]]:
-    """`responses=` of a route: these statuses answer an ErrorResponse, and so does 422 (a parameter of
-    the wrong type: app.py's handler), in place of FastAPI's default HTTPValidationError."""
-    statuses = tuple(sorted({*statuses, 422}))
+    """`responses=` of a route: these statuses answer an ErrorResponse, and so do 422 (a parameter of
+    the wrong type: app.py's handler), in place of FastAPI's default HTTPValidationError, and the edge's
+    400 and 413 (api/edge.py: any request, before its route)."""
+    statuses = tuple(sorted({*statuses, 400, 413, 422}))
     # the codes of each status: docs/http.md (no MR code is written in Python: tests/db/test_error_codes.py)
     described = {
-        400: "bad input", 401: "no credentials, or an unknown or revoked API key",
+        400: "bad input (the edge: a NUL or malformed path or query, a JSON body nested too deep)",
+        401: "no credentials, or an unknown or revoked API key",
         403: "not this inbox's credential, a plan that needs an API key, a cookie request without its CSRF header, "
              "a release that is off or not allowed, the all-mail list with a session token",
         404: "no such inbox, expired or deleted; no such message, link, code, attachment or fault",
         408: "the long poll's time passed", 409: "a released message's address is on the suppression list",
-        413: "body too large (a released message: over outbound.max_message_bytes)", 422: "a parameter of the wrong type",
+        413: "body over its route's bound (the edge); a released message over outbound.max_message_bytes",
+        422: "a parameter of the wrong type",
         429: "the creation rate limit, with Retry-After", 502: "the service a check asks (spamd) failed",
         503: "the database is unavailable; a check this server does not run (docs/checks.md)",
     }

@@ -54,6 +54,10 @@ http_message_raw = SqlFunction("http_message_raw", f"{_WHO}, p_message_id bigint
 http_message_attachment = SqlFunction(
     "http_message_attachment", f"{_WHO}, p_message_id bigint, p_index integer", returns=("raw", "attachment")
 )
+# the frame of the HTML part: its inline images (sql/22_reading.sql _inline_images) and, with any, the raw message
+http_message_frame = SqlFunction(
+    "http_message_frame", f"{_WHO}, p_message_id bigint", returns=("html_body", "inline_parts", "raw")
+)
 http_delete_mailbox = SqlFunction("http_delete_mailbox", _WHO, returns="boolean")
 http_delete_message = SqlFunction("http_delete_message", f"{_WHO}, p_message_id bigint")
 http_extract_link = SqlFunction(

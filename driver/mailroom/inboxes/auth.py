@@ -1,7 +1,7 @@
 """SMTP AUTH of `mailroom inbox serve`: the SMTP capture credential (docs/inboxes.md, "SMTP AUTH").
 
 A credential is a username and a secret (`mrs_` + 32 random bytes, URL-safe) made by `mailroom
-smtpcred create`; only the secret's sha256 (secret_digest, the one place it is computed) reaches SQL,
+smtpcred create`; only the secret's sha256 (secret_digest: core/credentials.py key_digest) reaches SQL,
 at creation and at each login (`mailroom.smtp_login`, which answers the capture inbox or a refusal with its reply, 535).
 What is decided here, in the server process, is what belongs to the protocol:
 - whether a listener offers AUTH before STARTTLS (auth_needs_tls: only on a loopback address);
@@ -14,7 +14,6 @@ Authenticator (a later change) and plugs into the same place of InboundSMTP.
 
 from __future__ import annotations
 
-import hashlib
 import ipaddress
 import secrets
 import time
@@ -25,6 +24,7 @@ from typing import TYPE_CHECKING, Protocol
 
 import psycopg
 
+from mailroom.core.credentials import key_digest
 from mailroom.core.errors import smtp_reply_of
 
 if TYPE_CHECKING:
@@ -42,10 +42,10 @@ def new_secret() -> str:
     return "mrs_" + secrets.token_urlsafe(32)
 
 
-def secret_digest(secret: str | bytes) -> bytes:
-    """The sha256 of a secret: the only form in which it reaches SQL. (A local sha256 until
-    mailroom.core.credentials.key_digest lands; then this calls it.)"""
-    return hashlib.sha256(secret.encode() if isinstance(secret, str) else secret).digest()
+def secret_digest(secret: str | bytes) -> bytes | None:
+    """The sha256 of a secret (mailroom.core.credentials.key_digest, the one digest of every credential):
+    the only form in which it reaches SQL; None for a blank one (SQL refuses it like a wrong one)."""
+    return key_digest(secret.decode("utf-8", "replace") if isinstance(secret, bytes) else secret)
 
 
 def auth_needs_tls(host: str) -> bool:

@@ -641,3 +641,23 @@ def find_part(raw: bytes, sha256_hex: str) -> bytes | None:
     except Exception:  # noqa: BLE001 - unreadable now: nothing to serve
         return None
     return None
+
+
+def find_parts(raw: bytes, sha256_hexes: frozenset[str] | set[str]) -> dict[str, bytes]:
+    """find_part for several parts in one walk: {sha256: decoded payload} of those found (the inline
+    images of an HTML part, sql/22_reading.sql _inline_images)."""
+    found: dict[str, bytes] = {}
+    if not sha256_hexes:
+        return found
+    try:
+        root, _ = read_entities(raw)
+        for part in leaves(root):
+            data = part.payload(raw)
+            digest = hashlib.sha256(data).hexdigest()
+            if digest in sha256_hexes and digest not in found:
+                found[digest] = data
+                if len(found) == len(sha256_hexes):
+                    break
+    except Exception:  # noqa: BLE001 - unreadable now: what was found so far
+        return found
+    return found

@@ -27,7 +27,7 @@ from typing import Any
 
 from mailroom.core.log import get_logger
 from mailroom.inboxes.bounce import MAX_BOUNCE_BYTES, parse_bounce
-from mailroom.inboxes.mime import ParsedMessage, find_part, parse_message
+from mailroom.inboxes.mime import ParsedMessage, find_part, find_parts, parse_message
 
 log = get_logger("inbox")
 
@@ -52,6 +52,8 @@ def _serve(conn: Connection) -> None:
             result = parse_message(raw)
         elif kind == "bounce":
             result = parse_bounce(raw)
+        elif kind == "parts":
+            result = find_parts(raw, extra)
         else:
             result = find_part(raw, extra)
         try:
@@ -91,7 +93,7 @@ class _Worker:
 
 class ParsePool:
     """Parsing processes (the inbox server's, the HTTP server's): `await message(raw)`,
-    `await bounce(raw)`, `await part(raw, sha256)`."""
+    `await bounce(raw)`, `await part(raw, sha256)`, `await parts(raw, sha256s)`."""
 
     def __init__(self, workers: int = DEFAULT_WORKERS, timeout: float = DEFAULT_TIMEOUT,
                  inline_bytes: int = INLINE_BYTES) -> None:
@@ -144,6 +146,13 @@ class ParsePool:
             return find_part(raw, sha256_hex)
         result = await self._run("part", raw, sha256_hex)
         return result if isinstance(result, bytes) else None
+
+    async def parts(self, raw: bytes, sha256_hexes: frozenset[str]) -> dict[str, bytes]:
+        """mime.find_parts: the decoded payloads of several parts of a stored message in one walk."""
+        if len(raw) <= self.inline_bytes:
+            return find_parts(raw, sha256_hexes)
+        result = await self._run("parts", raw, frozenset(sha256_hexes))
+        return result if isinstance(result, dict) else {}
 
     async def _run(self, kind: str, raw: bytes, extra: Any = None) -> Any:
         await self.start()

@@ -40,6 +40,7 @@ from typing import Any, AnyStr
 import psycopg
 from aiosmtpd.smtp import SMTP, AuthResult, Envelope, LoginPassword, Session, syntax
 
+from mailroom.core import fastpaths
 from mailroom.core.errors import describe_db_error
 from mailroom.core.log import get_logger
 from mailroom.inboxes.addresses import parse_path
@@ -131,8 +132,9 @@ def _hook_members(cls: type) -> list[str]:
 class InboxHandler:
     """aiosmtpd handler: RCPT checks and DATA delivery through the SQL API."""
 
-    def __dir__(self) -> list[str]:
-        return _hook_members(type(self))  # what aiosmtpd looks for, at every connection: see _hook_members
+    if fastpaths.enabled():  # MAILROOM_FAST_PATHS=off: aiosmtpd's dir() of every attribute, every connection
+        def __dir__(self) -> list[str]:
+            return _hook_members(type(self))  # what aiosmtpd looks for, at every connection: see _hook_members
 
     def __init__(self, delivery: Delivery, *, max_recipients: int = 100, metrics: InboundMetrics | None = None) -> None:
         self.delivery = delivery
@@ -334,11 +336,13 @@ class InboundSMTP(SMTP):
         self._client: str | None = None  # the client address whose session this is (once counted)
         self._refused_client = False  # over the client's cap: answered 421 and closed, nothing else
 
-    # DATA read in blocks (_read_data_bulk); False: line by line (_read_data_lines), aiosmtpd's way
-    bulk_data = True
+    # DATA read in blocks (_read_data_bulk, on asyncio's StreamReader._buffer); False: line by line
+    # (_read_data_lines), aiosmtpd's way, as with MAILROOM_FAST_PATHS=off
+    bulk_data = fastpaths.enabled()
 
-    def __dir__(self) -> list[str]:
-        return _hook_members(type(self))  # what aiosmtpd's __init__ looks for: see _hook_members
+    if fastpaths.enabled():  # MAILROOM_FAST_PATHS=off: aiosmtpd's dir() of every attribute, every connection
+        def __dir__(self) -> list[str]:
+            return _hook_members(type(self))  # what aiosmtpd's __init__ looks for: see _hook_members
 
     def _create_session(self) -> _Session:
         return _Session(self.loop)

@@ -54,6 +54,6 @@ def mcp_cmd(
     config = McpConfig(database_url=url, listen_url=resolve_listen_url(listen_url, url), pool_size=pool_size,
                        poll_interval=poll_interval, statement_timeout=statement_timeout)
     if http_port is None:
-        run_stdio(config, api_key)
+        run_stdio(config, api_key, API_KEY_ENV)
     else:
         run_http(config, host=http_host, port=http_port)

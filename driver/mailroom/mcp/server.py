@@ -24,7 +24,6 @@ import asyncio
 import contextlib
 import contextvars
 import functools
-import hashlib
 import inspect
 import json
 import os
@@ -40,11 +39,14 @@ from mcp.server.transport_security import TransportSecuritySettings
 from mcp.types import CallToolResult, Resource, TextContent, ToolAnnotations
 from pydantic import Field
 
+from mailroom.api import edge
+from mailroom.core import fastpaths
+from mailroom.core.credentials import key_digest
 from mailroom.core.errors import Kind, describe_db_error, kind_of
 from mailroom.core.log import get_logger
 from mailroom.db.connect import alearn_vocabulary
+from mailroom.db.hub import Hub
 from mailroom.db.pool import NoConnection, async_pool, front_call
-from mailroom.http.events import Hub
 from mailroom.mcp import sqlapi
 
 log = get_logger("mcp")
@@ -105,14 +107,6 @@ def db_failure(exc: psycopg.Error) -> ToolFailure:
         log.error("database error: %s", describe_db_error(exc))
         message = "internal error"
     return ToolFailure(code, kind.value, message)
-
-
-def key_digest(value: str | None) -> bytes | None:
-    """The sha256 of an API key (what SQL compares); None without one. Any other value is only a
-    digest too: SQL refuses it as an unknown key."""
-    if not value or not value.strip():
-        return None
-    return hashlib.sha256(value.strip().encode()).digest()
 
 
 def header_credential(headers: Any) -> str | None:
@@ -188,11 +182,24 @@ Address = Annotated[str, Field(description="The inbox address, as create_inbox o
 MessageId = Annotated[int, Field(description="The message id, from wait_for_message or list_messages.")]
 
 
+_TEMPLATE_ERROR = "Error creating resource from template: "
+
+
 class MailroomMCP(FastMCP):
-    """FastMCP whose resource list names the caller's open inboxes too (one SQL call)."""
+    """FastMCP whose resource list names the caller's open inboxes too (one SQL call), and whose
+    resource errors are the failure's own words (the SDK prefixes a template's error twice)."""
 
     backend: Backend
     credential: Callable[[], bytes | None]
+
+    async def read_resource(self, uri: Any) -> Any:
+        try:
+            return await super().read_resource(uri)
+        except ValueError as exc:
+            message = str(exc)
+            while message.startswith(_TEMPLATE_ERROR):
+                message = message[len(_TEMPLATE_ERROR):]
+            raise ValueError(message) from None
 
     async def list_resources(self) -> list[Resource]:
         resources = await super().list_resources()
@@ -282,7 +289,11 @@ def build(backend: Backend, credential: Callable[[], bytes | None] | None = None
 
         return register
 
-    _build_options_once(server)
+    from mailroom import __version__
+
+    server._mcp_server.version = __version__  # noqa: SLF001 - serverInfo.version: mailroom's, not the SDK's
+    if fastpaths.enabled():  # MAILROOM_FAST_PATHS=off: the SDK builds them per request
+        _build_options_once(server)
     who = credential or from_request
     server.backend = backend
     server.credential = who
@@ -512,10 +523,26 @@ async def _wait(backend: Backend, address: str, digest: bytes | None, subject_li
 # -- the two transports ---------------------------------------------------------------------------
 
 
-def run_stdio(config: McpConfig, api_key: str) -> None:
+def check_key(database_url: str, digest: bytes | None, source: str) -> None:
+    """stdio's one key judged by SQL before serving: a key SQL refuses is a ConfigError (exit 2), not
+    a server that fails at its first tool call. `source` names where the key came from."""
+    from mailroom.core.errors import ConfigError
+    from mailroom.db.connect import connect
+
+    with connect(database_url, application_name="mailroom-mcp") as conn:
+        try:
+            sqlapi.mcp_list_mailboxes.value(conn, key_digest=digest)
+        except psycopg.Error as exc:
+            if kind_of(exc) is not Kind.DENIED:
+                raise
+            raise ConfigError(f"{source}: {exc.diag.message_primary} ({exc.sqlstate})") from None
+
+
+def run_stdio(config: McpConfig, api_key: str, key_source: str = "the API key") -> None:
     """Serve one agent on stdin/stdout with the key of the environment (its digest only goes to SQL)."""
     digest = key_digest(api_key)
     errors = error_catalog(config.database_url)
+    check_key(config.database_url, digest, key_source)
 
     async def main() -> None:
         backend = Backend(config)
@@ -529,21 +556,32 @@ def run_stdio(config: McpConfig, api_key: str) -> None:
 
 
 class _RequireKey:
-    """Pure ASGI middleware: an HTTP request without any API key is refused at the edge (401 and
-    WWW-Authenticate, the standard SQLSTATE of a missing authorization, no database call); a key
-    that is there is SQL's to judge."""
+    """Pure ASGI middleware: an HTTP request without any API key is refused before the transport (401 and
+    WWW-Authenticate) with the code and words SQL gives a call without a key (_mcp_key's: asked
+    once, then kept; no database, no code); a key that is there is SQL's to judge."""
 
-    def __init__(self, app: Any, path: str) -> None:
+    def __init__(self, app: Any, path: str, backend: Backend | None = None) -> None:
         self.app = app
         self.path = path
+        self.backend = backend
+        self.refusal: ToolFailure | None = None
+
+    async def _no_key(self) -> ToolFailure:
+        if self.refusal is None and self.backend is not None:
+            try:
+                await self.backend.call(sqlapi.mcp_list_mailboxes, key_digest=None)
+            except ToolFailure as failure:
+                if failure.code:
+                    self.refusal = failure
+        return self.refusal or ToolFailure("", Kind.DENIED.value, "an API key is required: Authorization: Bearer mrk_…")
 
     async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
         if scope["type"] == "http" and scope["path"].rstrip("/") == self.path:
             headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", [])}
             if header_credential(headers) is None:
-                body = json.dumps({"error": {
-                    "code": "28000", "kind": Kind.DENIED.value,
-                    "message": "an API key is required: Authorization: Bearer mrk_…"}}).encode()
+                failure = await self._no_key()
+                error = {"code": failure.code, "kind": failure.kind, "message": failure.message}
+                body = json.dumps({"detail": failure.message, "error": error}).encode()
                 await send({"type": "http.response.start", "status": 401, "headers": [
                     (b"content-type", b"application/json"), (b"www-authenticate", b'Bearer realm="mailroom"'),
                     (b"content-length", str(len(body)).encode())]})
@@ -605,6 +643,7 @@ class _FastCalls:
         from mcp import types
         from mcp.shared.exceptions import McpError
 
+        fastpaths.hit("mcp.fast_calls")
         try:
             req = types.ClientRequest.model_validate({"method": message["method"], "params": message.get("params")})
         except ValueError as exc:
@@ -675,7 +714,10 @@ def http_app(config: McpConfig, *, host: str) -> Any:
 
     app.router.lifespan_context = lifespan
     path = server.settings.streamable_http_path
-    return _RequireKey(_FastCalls(app, server, path, server.settings.transport_security), path)
+    if fastpaths.enabled():  # MAILROOM_FAST_PATHS=off: every request through the SDK's transport
+        app = _FastCalls(app, server, path, server.settings.transport_security)
+    # the edge first (mailroom.api.edge): the body bounded and its nesting checked before the key check
+    return edge.Edge(_RequireKey(app, path, backend), refusals=edge.Refusals(backend))
 
 
 def run_http(config: McpConfig, *, host: str, port: int) -> None:

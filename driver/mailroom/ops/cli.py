@@ -59,6 +59,10 @@ def run(
         help="Also run the HTTP face (`mailroom http serve`) on this port; off by default. Its inboxes expire "
              "by the expire worker.")] = None,
     http_host: Annotated[str, _run_opt("--http-host", "HTTP listen address.", metavar="HOST")] = "127.0.0.1",
+    link_check: Annotated[bool, _run_opt("--link-check", "With --http-port: run the link check "
+                                         "(`http serve --link-check`).")] = False,
+    spamd: Annotated[Optional[str], _run_opt("--spamd", "With --http-port: the spam check's SpamAssassin spamd "
+                                             "(`http serve --spamd`).", metavar="HOST:PORT")] = None,
 ) -> None:
     """Run inbound SMTP, the collector (--enqueue), the sender, the expiry worker and partition maintenance
     together; each worker's own options come from its environment variables (MAILROOM_SEND_…).
@@ -81,7 +85,11 @@ def run(
     urls = {w: check_conninfo(f"--{w}-url", own[w]) if own[w] else default for w, on in enabled.items() if on}
     # the children's MAILROOM_LISTEN_URL: --listen-url as given ('none': they poll), else their own URL
     listen = None if listen_url is None else (resolve_listen_url(listen_url, "") or "none")
-    plan = RunPlan(urls, listen, inbox_host, inbox_port, metrics_port, http_host, http_port)  # type: ignore[arg-type]
+    checks = (("--link-check",) if link_check else ()) + (("--spamd", spamd) if spamd else ())
+    if checks and http_port is None:
+        raise ConfigError(f"{checks[0]} goes with --http-port (the checks are the HTTP face's)")
+    plan = RunPlan(urls, listen, inbox_host, inbox_port, metrics_port, http_host, http_port,  # type: ignore[arg-type]
+                   http_args=checks)
     raise typer.Exit(run_all(plan, check=lambda url: connect(url, application_name="mailroom-run")))
 
 

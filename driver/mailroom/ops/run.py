@@ -17,7 +17,7 @@ says in one line that something else must expire them (pg_cron, another `mailroo
 `mailroom doctor` warns when nothing has expired inboxes recently.
 
 MAILROOM_SECRET_KEY in run's environment reaches collect and send: `run` checks it first (the keyring's
-active key, by fingerprint: mailroom.accounts.secret_key) and refuses with one line, exit 2.
+active key, by fingerprint: mailroom.db.keyring) and refuses with one line, exit 2.
 
 Which login: each child connects as the login of its URL. One URL for all needs a login granted
 mailroom_inbound (inbox serve, expire, maintain), mailroom_collector (collect) and mailroom_sender
@@ -71,6 +71,7 @@ class RunPlan:
     metrics_port: int | None = None  # base: send +0, collect +1, inbox +2, expire +3, maintain +4
     http_host: str = "127.0.0.1"
     http_port: int | None = None  # the HTTP face's port (its worker in `urls` when on)
+    http_args: tuple[str, ...] = ()  # more options of `http serve` (the checks: --link-check, --spamd)
 
 
 def plan(
@@ -91,7 +92,7 @@ def children_of(p: RunPlan) -> list[Child]:
         "send": ["send"],
         "expire": ["expire"],
         "maintain": ["maintain", "--every", MAINTAIN_EVERY],
-        "http": ["http", "serve", "--host", p.http_host, "--port", str(p.http_port or 0)],
+        "http": ["http", "serve", "--host", p.http_host, "--port", str(p.http_port or 0), *p.http_args],
     }
     children = []
     for worker, (_role, offset) in WORKERS.items():
@@ -141,7 +142,7 @@ def check_logins(urls: dict[str, str], connect: Callable[[str], psycopg.Connecti
 def check_secret_key(urls: dict[str, str]) -> None:
     """MAILROOM_SECRET_KEY set and a worker that signs (collect, send) in the plan: it must be the
     keyring's active key (ConfigError, one line, exit 2). Out of reach: each child checks once connected."""
-    from mailroom.accounts.secret_key import check_at_start, env_fingerprint
+    from mailroom.db.keyring import check_at_start, env_fingerprint
 
     signing = [w for w in ("collect", "send") if w in urls]
     fingerprint = env_fingerprint() if signing else None

@@ -5,7 +5,9 @@ one character at a time: 0.2-0.3 ms for a row with a 2 KB body, the sender's lar
 cost after the socket (issue 37, the default drain's profile). `register()` registers psycopg's
 loader for the type, then a subclass that splits the record with `bytes.find` (the same fields,
 the same loaders for each, the same row object): tests/outbound/test_claim_row.py compares the two
-on rows with quotes, backslashes, NULLs, empty strings and arrays.
+on rows with quotes, backslashes, NULLs, empty strings and arrays, and fails when the loader is not
+installed (psycopg's loader internals: `make_object`, `_tx`; pyproject.toml pins the tested minor).
+MAILROOM_FAST_PATHS=off: psycopg's own loader.
 """
 
 from __future__ import annotations
@@ -16,6 +18,11 @@ from typing import Any
 import psycopg
 from psycopg.pq import Format
 from psycopg.types.composite import CompositeInfo, register_composite
+
+from mailroom.core import fastpaths
+from mailroom.core.log import get_logger
+
+log = get_logger("send")
 
 _UNDOUBLE = re.compile(rb'(["\\])\1')
 
@@ -70,8 +77,11 @@ def register(info: CompositeInfo, conn: psycopg.AsyncConnection | psycopg.Connec
     """Read `info`'s type on `conn` as psycopg's register_composite does (the same row objects),
     splitting the text form with split_record."""
     register_composite(info, conn)
+    if not fastpaths.enabled():  # MAILROOM_FAST_PATHS=off: psycopg's own loader
+        return
     base: Any = conn.adapters.get_loader(info.oid, Format.TEXT)
     if base is None or not hasattr(base, "make_object"):  # pragma: no cover - another psycopg: its own loader
+        log.warning("this psycopg's composite loader changed: claimed rows are read by psycopg's own (slower)")
         return
 
     class FastLoader(base):  # type: ignore[misc, valid-type]

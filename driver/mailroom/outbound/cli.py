@@ -580,7 +580,7 @@ def send_command(
             "WARN: MAILROOM_ENCRYPTION_KEY is set but no longer used: relay passwords are sealed for the sender key "
             "(MAILROOM_SENDER_KEY_FILE); convert them once with `mailroom outbound convert-passwords`, then unset it"
         )
-    from mailroom.accounts.secret_key import check_at_start, env_fingerprint
+    from mailroom.db.keyring import check_at_start, env_fingerprint
 
     fingerprint = env_fingerprint()  # MAILROOM_SECRET_KEY set: it must be the active signing key (exit 2 if not)
     url = resolve_database_url(database_url)

@@ -23,16 +23,21 @@ from email.message import EmailMessage
 from email.policy import compat32
 from typing import Any
 
+from mailroom.core import fastpaths
+
 # Printable ASCII words separated by single spaces: a header value the compat32 folding (an
 # email.header.Header per header, ~60 us each, a dozen a message) leaves as it is when it fits.
 _PLAIN_HEADER = re.compile(r"[\x21-\x7e]+(?: [\x21-\x7e]+)*")
+# the stdlib's private _fold (overridden below) and contentmanager._encode_text (render()): with
+# MAILROOM_FAST_PATHS=off every header is folded by compat32 and every message built by the builder
+_FAST = fastpaths.enabled()
 
 
 class _Policy(type(compat32)):  # type: ignore[misc]
     """compat32 with a fast path for short plain header values (same bytes; tests/outbound checks)."""
 
     def _fold(self, name: str, value: Any, sanitize: bool) -> str:
-        if (isinstance(value, str) and len(name) + 2 + len(value) <= self.max_line_length
+        if (_FAST and isinstance(value, str) and len(name) + 2 + len(value) <= self.max_line_length
                 and _PLAIN_HEADER.fullmatch(value)):
             return f"{name}: {value}{self.linesep}"
         return super()._fold(name, value, sanitize)
@@ -242,5 +247,5 @@ def message_bytes(row: dict[str, Any], list_unsubscribe: str | None = None) -> b
     render(), else the builder."""
     if row.get("raw_message") is not None:
         return bytes(row["raw_message"])
-    data = render(row, list_unsubscribe)
+    data = render(row, list_unsubscribe) if _FAST else None
     return data if data is not None else build_message(row, list_unsubscribe).as_bytes()

@@ -45,11 +45,11 @@ from typing import Any
 import psycopg
 from psycopg.types.composite import CompositeInfo
 
-from mailroom.accounts import secret_key
 from mailroom.core.errors import ConfigError, Kind, UserError, describe_db_error, kind_of
 from mailroom.core.log import get_logger
 from mailroom.core.outage import RateLimited
 from mailroom.core.ready import notify_ready
+from mailroom.db import keyring
 from mailroom.db import sqlapi as db_sqlapi
 from mailroom.db.connect import ConnectFailed
 from mailroom.db.worker import Worker, unavailable
@@ -163,7 +163,7 @@ class SenderOptions:
     dkim: Signer | None = None  # MAILROOM_DKIM_KEY_FILE: the DKIM private keys (None: no key, mail leaves unsigned)
     pipelining: bool = True  # pipeline MAIL/RCPT/DATA where the relay's EHLO offers PIPELINING (RFC 2920)
     summary_every: float = 60.0  # seconds between the summary lines of what was sent, deferred, failed
-    key_fingerprint: str | None = None  # of MAILROOM_SECRET_KEY: must be the active signing key (accounts/secret_key.py)
+    key_fingerprint: str | None = None  # of MAILROOM_SECRET_KEY: must be the active signing key (db/keyring.py)
 
 
 class Sender(Worker):
@@ -219,7 +219,7 @@ class Sender(Worker):
             # the first connection learns what each MR code means (mailroom.error_codes)
             async with await self.aconnect("mailroom-send") as conn:
                 # claims mint and sign token links: refuse to start with a MAILROOM_SECRET_KEY that does not sign them
-                await secret_key.acheck(conn, "send", self.opts.key_fingerprint, log)
+                await keyring.acheck(conn, "send", self.opts.key_fingerprint, log)
                 value = await db_sqlapi.interval_setting.avalue(conn, name="outbound.lease")
             return value.total_seconds()
 

@@ -163,7 +163,7 @@
     links: function (doc) {
       var box = el("div");
       box.appendChild(el("p", "", doc.checked + " checked, " + doc.skipped + " skipped"));
-      box.appendChild(checkTable(["URL", "Kind", "Status", "Redirects", ""], (doc.links || []).map(function (l) {
+      box.appendChild(checkTable(["URL", "Kind", "Status", "Redirects", "Result"], (doc.links || []).map(function (l) {
         return [l.url, l.kind, l.status == null ? "—" : l.status, l.redirects, verdict(l.ok, "ok", l.error || "failed")];
       })));
       return box;

@@ -1,4 +1,4 @@
-"""The one LISTEN of a server process, fanned out to every open event stream and long poll.
+"""The one LISTEN of a server process, fanned out to every open event stream, long poll and MCP wait.
 
 `Hub` runs one mailroom.db.listen.Listener (one database connection for the whole process, on the
 direct listen URL) on the channel `mailroom_inbox`, whose payloads are ids only

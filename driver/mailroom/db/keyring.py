@@ -8,6 +8,9 @@ whether that key is the active one and refuses to start, with one line naming th
 fixes it, when it is not (exit 2). The key never travels: the command sends its fingerprint (the
 first 8 bytes of sha256(key), the one `mailroom keys list` shows) to `signing_key_state_of`, which
 answers the state of that one key and nothing else.
+
+It lives in db/ because an area (`collect`), another area (`send`) and `db migrate` all read it: an area
+never imports another (docs/architecture.md, Layering).
 """
 
 from __future__ import annotations
@@ -74,7 +77,7 @@ def refusal(command: str, fp: str, state: str | None) -> ConfigError | None:
 def check(conn: psycopg.Connection, command: str, fp: str | None, log=None) -> None:  # noqa: ANN001
     """Raise the refusal when `fp` is not the active key (a no-op for None). On a schema older than the
     check (a worker started before `db migrate`) it says so in one line and goes on."""
-    from mailroom.accounts import sqlapi
+    from mailroom.db import sqlapi
 
     if fp is None:
         return
@@ -98,7 +101,7 @@ def check(conn: psycopg.Connection, command: str, fp: str | None, log=None) -> N
 
 async def acheck(conn: psycopg.AsyncConnection, command: str, fp: str | None, log=None) -> None:  # noqa: ANN001
     """check() for async workers."""
-    from mailroom.accounts import sqlapi
+    from mailroom.db import sqlapi
 
     if fp is None:
         return

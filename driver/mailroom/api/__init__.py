@@ -1,0 +1,1 @@
+"""What the faces (http, mcp) share below them: the error shape and the edge every request passes."""
