@@ -125,3 +125,22 @@ def test_a_revoked_credential_is_refused(server, cli) -> None:
     assert refused.value.smtp_code == 535
     listed = cli("smtpcred", "list", "--owner", "team-1", "--json").stdout
     assert json.loads(listed)["revoked_at"] and "digest" not in listed and cred["secret"] not in listed
+
+
+def test_auth_login_on_the_port_that_does_not_require_it_captures_too(server, cli, conn) -> None:
+    cred = _credential(cli, "team-2")
+    with smtplib.SMTP(server.host, server.port, timeout=30) as smtp:
+        smtp.ehlo("client.test")
+        smtp.esmtp_features["auth"] = "LOGIN"  # the other mechanism
+        smtp.login(cred["username"], cred["secret"])
+        assert smtp.sendmail("app@example.com", ["carol@example.net"], MESSAGE) == {}
+    assert [address for address, _ in _stored(conn)] == [cred["capture_address"]]
+
+
+@pytest.mark.parametrize(("value", "says"), [
+    ("0.0.0.0:2587", "needs --tls-cert"), ("127.0.0.1", "HOST:PORT"), ("127.0.0.1:99999", "HOST:PORT"),
+])
+def test_a_bad_submission_listener_is_one_line_and_exit_2(cli, value: str, says: str) -> None:
+    run = cli("inbox", "serve", "--port", "0", "--submission", value, timeout=120)
+    assert run.returncode == 2, run.stderr
+    assert says in run.stderr and len(run.stderr.strip().splitlines()) == 1, run.stderr
