@@ -49,6 +49,7 @@ COMMANDS: dict[str, tuple[str, str, str | None]] = {
     "maintain": ("mailroom.ops.cli", "app", "maintain"),
     "http": ("mailroom.http.cli", "http_app", None),
     "apikey": ("mailroom.http.cli", "apikey_app", None),
+    "smtpcred": ("mailroom.http.cli", "smtpcred_app", None),
     "catchall": ("mailroom.http.cli", "catchall_app", None),
     "mcp": ("mailroom.mcp.cli", "app", "mcp"),
 }

@@ -130,7 +130,7 @@ def login_for(args: tuple[str, ...] | list[str]) -> str | None:
         return "mr_admin" if sub == "set" else "mr_monitor"
     if command in ("suppress", "keys", "erase"):
         return "mr_admin"
-    if command in ("maintain", "apikey", "catchall"):
+    if command in ("maintain", "apikey", "smtpcred", "catchall"):
         return "mr_admin"
     if command in ("http", "mcp"):
         return "mr_http"

@@ -177,3 +177,22 @@ def test_erasure_deletes_the_mailbox_its_messages_and_frees_its_address(cconn):
     # the other mailbox, its message and its address are untouched
     assert cconn.execute("SELECT message_count FROM mailroom.mailboxes WHERE id = %s", (other[0],)).fetchone() == (1,)
     assert cconn.execute("SELECT mailroom_internal._mailbox_id(%s)", (other[1],)).fetchone() == (other[0],)
+
+
+def test_an_smtp_login_keeps_its_capture_inbox_on_citus(cconn):
+    """smtp_credentials is a reference table (no foreign key to the distributed mailboxes): a login
+    extends the capture inbox on its shard, and makes a new one once it is gone."""
+    assert cconn.execute(
+        "SELECT partmethod FROM pg_dist_partition WHERE logicalrelid = 'mailroom.smtp_credentials'::regclass"
+    ).fetchone() == ("n",)
+    made = cconn.execute(
+        "SELECT username, capture_address FROM mailroom.create_smtp_credential('citus-team', sha256('mrs_c'::bytea))"
+    ).fetchone()
+    login = "SELECT capture_address FROM mailroom.smtp_login(%s, sha256('mrs_c'::bytea))"
+    assert cconn.execute(login, (made[0],)).fetchone() == (made[1],)
+    cconn.execute("SELECT mailroom_internal._delete_mailbox(%s)", (made[1],))
+    again = cconn.execute(login, (made[0],)).fetchone()[0]
+    assert again != made[1]
+    assert cconn.execute(
+        "SELECT owner_type::text, owner_id FROM mailroom.mailboxes WHERE address = %s", (again,)
+    ).fetchone() == ("api", "citus-team")

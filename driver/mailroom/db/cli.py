@@ -200,7 +200,7 @@ def import_seed_cmd(
 @db_app.command("verify")
 def verify_cmd(
     files: Annotated[Optional[list[str]], typer.Argument(
-        metavar="[FILE]...", help="Only these files of the suite (e.g. 33_outbound_claim); default: all.")] = None,
+        metavar="FILE", help="Only these files of the suite (e.g. 33_outbound_claim); default: all.")] = None,
     database_url: DatabaseUrlOption = None,
     data_dir: DataDirOption = None,
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Print every TAP line, not only the failures.")] = False,

@@ -1,7 +1,10 @@
-"""`mailroom http serve`, `mailroom apikey …` and `mailroom catchall …`: the HTTP face's commands.
+"""`mailroom http serve`, `mailroom apikey …`, `mailroom smtpcred …` and `mailroom catchall …`: the HTTP
+face's commands.
 
 `http serve` runs mailroom.http.app under uvicorn (FastAPI, imported only by this command);
-`apikey` and `catchall` are operator commands (role mailroom_admin), one SQL call each.
+`apikey`, `smtpcred` and `catchall` are operator commands (role mailroom_admin), one SQL call each.
+`smtpcred` (the SMTP capture credential of `inbox serve`'s AUTH) sits beside `apikey`, its model: its
+SQL and its digest are the inboxes' (mailroom.inboxes.sqlapi, mailroom.inboxes.auth).
 """
 
 from __future__ import annotations
@@ -19,6 +22,8 @@ from mailroom.db.config import DatabaseUrlOption, ListenUrlOption, resolve_datab
 
 http_app = new_app("http", "The inboxes' HTTP face: REST API, web page, live events, SES hook.")
 apikey_app = new_app("apikey", "API keys (owner type api) of the HTTP API.")
+smtpcred_app = new_app(
+    "smtpcred", "SMTP capture credentials: an app's SMTP login whose mail all goes to its owner's capture inbox.")
 catchall_app = new_app("catchall", "Catch-all inbox domains: unknown addresses get an inbox at RCPT.")
 
 JsonOption = Annotated[bool, typer.Option("--json", help="Print JSON instead of text.")]
@@ -201,6 +206,60 @@ def apikey_revoke(
 
     rows = call_once(resolve_database_url(database_url), sqlapi.revoke_api_key, application_name="mailroom-apikey",
                      key_id=key_id)
+    print("revoked" if rows[0][0] else "already revoked")
+
+
+@smtpcred_app.command("create")
+def smtpcred_create(
+    owner: Annotated[str, typer.Option(
+        help="Owner id: the capture inbox is of owner (api, OWNER), read with an API key of OWNER.")],
+    label: Annotated[Optional[str], typer.Option(help="A note to tell credentials apart.")] = None,
+    database_url: DatabaseUrlOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Make an SMTP login for OWNER (username and secret, printed once: the database keeps only the
+    secret's sha256) and its capture inbox."""
+    from mailroom.db.connect import call_once
+    from mailroom.inboxes import sqlapi
+    from mailroom.inboxes.auth import new_secret, secret_digest
+
+    secret = new_secret()
+    rows = call_once(resolve_database_url(database_url), sqlapi.create_smtp_credential,
+                     application_name="mailroom-smtpcred", owner_id=owner, digest=secret_digest(secret), label=label)
+    row = rows[0]
+    record = {"credential_id": row.credential_id, "owner_id": owner, "username": row.username, "secret": secret,
+              "capture_address": row.capture_address, "expires_at": row.expires_at.isoformat()}
+    if as_json:
+        print(json.dumps(record))
+    else:
+        print("\n".join(f"{k}: {v}" for k, v in record.items()) + "\n(the secret is shown once: store it now)")
+
+
+@smtpcred_app.command("list")
+def smtpcred_list(
+    owner: Annotated[Optional[str], typer.Option(help="Only this owner's credentials.")] = None,
+    database_url: DatabaseUrlOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """List SMTP capture credentials (never a secret or its digest)."""
+    from mailroom.db.connect import call_once
+    from mailroom.inboxes import sqlapi
+
+    _print_rows(call_once(resolve_database_url(database_url), sqlapi.list_smtp_credentials,
+                          application_name="mailroom-smtpcred", owner_id=owner), as_json)
+
+
+@smtpcred_app.command("revoke")
+def smtpcred_revoke(
+    credential_id: Annotated[int, typer.Argument(metavar="ID", help="The credential's id (smtpcred list).")],
+    database_url: DatabaseUrlOption = None,
+) -> None:
+    """Revoke an SMTP capture credential: its next login is refused (535)."""
+    from mailroom.db.connect import call_once
+    from mailroom.inboxes import sqlapi
+
+    rows = call_once(resolve_database_url(database_url), sqlapi.revoke_smtp_credential,
+                     application_name="mailroom-smtpcred", credential_id=credential_id)
     print("revoked" if rows[0][0] else "already revoked")
 
 

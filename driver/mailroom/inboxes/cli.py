@@ -84,6 +84,15 @@ def _loop_factory(choice: str) -> Any:
     return uvloop.new_event_loop
 
 
+def _host_port(value: str) -> tuple[str, int]:
+    """HOST:PORT (an IPv6 HOST in brackets) of --submission."""
+    host, sep, port = value.strip().rpartition(":")
+    host = host.strip("[]")
+    if not sep or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise ConfigError(f"--submission must be HOST:PORT (port 0 to 65535), got {value!r}")
+    return host, int(port)
+
+
 @inbox_app.command("serve")
 def serve_cmd(
     database_url: DatabaseUrlOption = None,
@@ -126,6 +135,9 @@ def serve_cmd(
     tls_key: Annotated[Optional[str], _serve_opt("--tls-key", "PEM private key of --tls-cert.", metavar="FILE")] = None,
     require_tls: Annotated[bool, _serve_opt(
         "--require-tls", "Refuse MAIL, RCPT and DATA before STARTTLS (530 5.7.0).")] = False,
+    submission: Annotated[Optional[str], _serve_opt(
+        "--submission", "Also listen on HOST:PORT for apps' mail: SMTP AUTH required there (smtpcred create); "
+        "a non-loopback HOST needs --tls-cert.", metavar="HOST:PORT")] = None,
     log_every: Annotated[float, duration_option(
         "--log-every", env="MAILROOM_INBOX_LOG_EVERY", minimum=0.1, maximum=86400,
         help="How often to log one summary line of what was stored and refused (none while idle).")] = "60s",
@@ -145,6 +157,9 @@ def serve_cmd(
 
     new_loop = _loop_factory(event_loop)  # a bad choice is one line and exit 2 before anything starts
     url = resolve_database_url(database_url)
+    sub = _host_port(submission) if submission is not None else None
+    if sub is not None and workers > 1 and sub[1] == 0:
+        raise ConfigError("--submission with --workers needs a port (not 0): every worker listens on it")
 
     if tls_cert is not None or tls_key is not None or require_tls:
         from mailroom.inboxes.server import tls_context
@@ -168,7 +183,7 @@ def serve_cmd(
             pool_size=pool_size, data_size_limit=max_message_size, reuse_port=reuse_port, db_timeout=db_timeout,
             metrics_port=None if metrics_port is None else (metrics_port + worker_index if metrics_port else 0),
             metrics_host=metrics_host, tls_cert=tls_cert, tls_key=tls_key, require_tls=require_tls,
-            log_every=log_every, sink=sink,
+            log_every=log_every, sink=sink, submission=sub,
         )
 
         async def main() -> None:

@@ -115,6 +115,11 @@ class Delivery:
         row = await self._read(sqlapi.check_bounce_recipient, address=address, size=size, sink=self.sink)
         return row.verdict, row.address, row.reply
 
+    async def login(self, username: str, digest: bytes) -> Any:
+        """smtp_login's row (credential_id, capture_address, expires_at) for an SMTP AUTH; a refused
+        login (its SMTP reply in mailroom.error_codes) and the other psycopg errors raise."""
+        return await self._read(sqlapi.smtp_login, username=username, digest=digest)
+
     async def size_refusal(self, accepted: list[str], size: int) -> str | None:
         """None when some accepted recipient's plan takes a message of `size` octets (that one is
         moved to the front of `accepted`, to be asked first next time), else the refusal reply

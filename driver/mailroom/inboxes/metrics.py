@@ -12,7 +12,7 @@ from mailroom.core.metrics import WorkerMetrics
 
 # check_bounce_recipient's verdicts, and what the server answers without asking (the metric label)
 RCPT_VERDICTS = ("ok", "bounce", "unknown", "deleted", "expired", "too_large", "full", "fault")
-RCPT_LABELS = (*RCPT_VERDICTS, "too_many", "tempfail", "other")
+RCPT_LABELS = (*RCPT_VERDICTS, "captured", "too_many", "tempfail", "other")  # captured: a logged-in session's
 MESSAGE_RESULTS = ("stored", "refused", "tempfail")
 
 

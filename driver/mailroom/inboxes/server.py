@@ -6,7 +6,9 @@ bounded by --db-timeout (451 past it); the processes that parse large messages a
 event loop are mailroom.inboxes.parsing. Started while the database is down, the server waits for
 it (one log line) before it listens; cut off later, it answers 451 and logs the outage once and the
 recovery once. It reports in like every worker (kind inbound: what it serves, its metrics) and,
-on a clean exit, reports itself stopped. What it stored and refused is one summary line every
+on a clean exit, reports itself stopped. SMTP AUTH (mailroom.inboxes.auth): offered on a loopback
+listener or after STARTTLS, checked by `mailroom.smtp_login`; --submission adds a second listener
+on which it is required (never on the port that receives internet mail). What it stored and refused is one summary line every
 --log-every (and one at the stop), none while idle: no line per message unless --log-messages.
 """
 
@@ -30,6 +32,7 @@ from mailroom.db.connect import ConnectFailed
 from mailroom.db.pool import async_pool
 from mailroom.db.worker import Worker, reason
 from mailroom.inboxes import sqlapi
+from mailroom.inboxes.auth import CredentialLogin, LoginFailures, auth_needs_tls
 from mailroom.inboxes.delivery import Delivery
 from mailroom.inboxes.metrics import InboundMetrics
 from mailroom.inboxes.parsing import DEFAULT_WORKERS, ParsePool
@@ -91,6 +94,7 @@ class InboundServer(Worker):
         require_tls: bool = False,
         log_every: float = 60.0,
         sink: bool = False,
+        submission: tuple[str, int] | None = None,
     ) -> None:
         if (tls_cert is None) != (tls_key is None):
             raise UserError("--tls-cert and --tls-key go together", 2)
@@ -99,6 +103,12 @@ class InboundServer(Worker):
         self.tls_cert = tls_cert
         self.tls_key = tls_key
         self.require_tls = require_tls
+        # (host, port) of the listener that requires AUTH; off a loopback address AUTH needs STARTTLS
+        if submission is not None and auth_needs_tls(submission[0]) and tls_cert is None:
+            raise UserError("--submission on a non-loopback address needs --tls-cert and --tls-key"
+                            " (AUTH is offered there only after STARTTLS)", 2)
+        self.submission = submission
+        self.bound_submission_port: int | None = None
         super().__init__("inbound", log, url=url, metrics=InboundMetrics())
         self.db_timeout = db_timeout
         self.sink = sink  # --sink: passed to every RCPT call (docs/inboxes.md, the sink)
@@ -207,14 +217,20 @@ class InboundServer(Worker):
         smtp_class = _smtp_class(self.max_line_length)
         hostname = self.hostname or domain
         gate = _SessionGate(self.max_sessions, self.metrics, per_client=self.max_sessions_per_client)
+        login = CredentialLogin(handler.delivery)
+        failures = LoginFailures()  # failed logins per client address, in this process (both listeners)
 
-        def factory() -> asyncio.Protocol:
+        def factory(host: str = self.host, auth_required: bool = False) -> asyncio.Protocol:
             if not gate.enter():
                 return _Busy()
             try:
                 return smtp_class(
                     handler,
                     gate=gate,
+                    authenticator=login,
+                    login_failures=failures,
+                    auth_required=auth_required,
+                    auth_require_tls=auth_needs_tls(host),
                     max_bad_recipients=self.max_bad_recipients,
                     data_size_limit=size_limit or None,
                     enable_SMTPUTF8=True,
@@ -241,6 +257,21 @@ class InboundServer(Worker):
             raise UserError(f"cannot listen on {self.host}:{self.port}: {exc.strerror or exc}") from None
         self.bound_port = server.sockets[0].getsockname()[1]
         self.heartbeat.serves = f"smtp {self.host}:{self.bound_port}"
+        submission_server = None
+        if self.submission is not None:
+            sub_host, sub_port = self.submission
+            try:
+                submission_server = await self._loop.create_server(
+                    lambda: factory(sub_host, True), host=sub_host, port=sub_port, reuse_port=self.reuse_port or None
+                )
+            except OSError as exc:
+                server.close()
+                await pool.close()
+                await parser.close()
+                self.metrics.shutdown()
+                raise UserError(f"cannot listen on {sub_host}:{sub_port}: {exc.strerror or exc}") from None
+            self.bound_submission_port = submission_server.sockets[0].getsockname()[1]
+            self.heartbeat.serves += f", submission {sub_host}:{self.bound_submission_port}"
         beats = asyncio.ensure_future(self._beats())
         summaries = asyncio.ensure_future(self._summaries(handler))
         log.info(
@@ -251,6 +282,10 @@ class InboundServer(Worker):
             "STARTTLS required" if self.require_tls else "STARTTLS offered" if tls else "no STARTTLS",
             loop_name(self._loop),
         )
+        if submission_server is not None:
+            log.info("AUTH required on the submission port %s:%d (%s)", self.submission[0],  # type: ignore[index]
+                     self.bound_submission_port,
+                     "offered after STARTTLS" if auth_needs_tls(self.submission[0]) else "loopback")  # type: ignore[index]
         if ready is not None:
             ready(self.bound_port)
         notify_ready()
@@ -258,6 +293,8 @@ class InboundServer(Worker):
             await self._stop.wait()
         finally:
             server.close()
+            if submission_server is not None:
+                submission_server.close()
             # Let messages in DATA finish (their 250 follows COMMIT), then close the pool.
             try:
                 await asyncio.wait_for(handler.idle.wait(), timeout=10)

@@ -21,7 +21,13 @@ It asks mailroom.inboxes.delivery everything that needs the database and sends t
   client's idle connections cannot keep every other sender out for the idle timeout); --idle-timeout.
 - STARTTLS (RFC 3207) when the server has a certificate (--tls-cert/--tls-key), advertised in EHLO;
   with --require-tls every command but EHLO, NOOP, STARTTLS and QUIT gets 530 5.7.0 before it.
-- Logs carry counts, sizes and ids, never addresses or subjects.
+- SMTP AUTH PLAIN and LOGIN (mailroom.inboxes.auth, docs/inboxes.md "SMTP AUTH"): offered on a
+  loopback listener, elsewhere only after STARTTLS; required on a listener made with auth_required
+  (`inbox serve --submission`), never on the port that receives internet mail. A session that logged
+  in has a Capture: RCPT takes any address whose syntax is valid, and DATA stores the message once,
+  in the capture inbox, whatever the recipients. Wrong credentials: 535 5.7.8 (SQL's reply), and past
+  MAX_FAILURES of a client address in a minute its AUTH gets 454 4.7.0 until the window passes.
+- Logs carry counts, sizes and ids, never addresses, usernames or subjects.
 """
 
 from __future__ import annotations
@@ -32,12 +38,13 @@ import time
 from typing import Any, AnyStr
 
 import psycopg
-from aiosmtpd.smtp import SMTP, Envelope, Session
+from aiosmtpd.smtp import SMTP, AuthResult, Envelope, LoginPassword, Session, syntax
 
 from mailroom.core import fastpaths
 from mailroom.core.errors import describe_db_error
 from mailroom.core.log import get_logger
 from mailroom.inboxes.addresses import parse_path
+from mailroom.inboxes.auth import Authenticator, Capture, LoginFailures
 from mailroom.inboxes.delivery import REPLY_TEMPFAIL, Delivery
 from mailroom.inboxes.metrics import RCPT_VERDICTS, InboundMetrics, InboundTally
 from mailroom.inboxes.mime import clean_text
@@ -51,7 +58,8 @@ log = get_logger("inbox")
 # here, and `inbox serve` warns at start on one.
 AIOSMTPD_TESTED = ("1.4.6",)
 AIOSMTPD_INTERNALS = ("_tls_protocol", "_reader", "_set_post_data_state", "_call_handler_hook", "_reset_timeout",
-                      "_handler_coroutine", "_getaddr", "_create_session", "_create_envelope")
+                      "_handler_coroutine", "_getaddr", "_create_session", "_create_envelope", "_authenticate",
+                      "_auth_required")
 
 # Replies of the protocol layer (a recipient's or a message's verdict comes with its reply from SQL).
 # Addresses are never echoed back or logged.
@@ -66,6 +74,8 @@ REPLY_STARTTLS_FIRST = "530 5.7.0 Must issue a STARTTLS command first"
 # aiosmtpd's own reply when require_starttls refuses a command (RFC 3207's text, without the enhanced
 # status code mailroom's other replies carry): InboundSMTP.push answers REPLY_STARTTLS_FIRST instead
 AIOSMTPD_STARTTLS_FIRST = "530 Must issue a STARTTLS command first"
+REPLY_LOGINS_BLOCKED = "454 4.7.0 Too many failed logins from your address, try again later"
+REPLY_AUTH_TEMPFAIL = "454 4.7.0 Temporary authentication failure, please try again later"
 
 
 def _declared_size(mail_options: list[str]) -> int | None:
@@ -92,6 +102,7 @@ class _Envelope(Envelope):
         self.accepted: list[str] = []  # SQL's normalized form of the accepted recipients, each once
         self.accepted_count = 0  # RCPTs answered 250 (a repeated address counts again)
         self.bounces: list[str] = []  # accepted VERP return paths (normalized), each once
+        self.captured = False  # a logged-in session's: accepted is [the capture inbox]
 
 
 class _Session(Session):
@@ -102,6 +113,7 @@ class _Session(Session):
         # unknown recipients in this session, whatever the transaction (a directory-harvest defence;
         # expired and deleted inboxes are the normal life of this service and do not count)
         self.refused_recipients = 0
+        self.capture: Capture | None = None  # after a successful AUTH: where every message goes
 
 
 @functools.cache
@@ -141,6 +153,15 @@ class InboxHandler:
             self.metrics.recipients.labels(verdict="too_many").inc()
             return REPLY_TOO_MANY
         address = clean_text(address) or ""
+        capture = getattr(session, "capture", None)
+        if capture is not None:  # logged in: any valid address (its syntax was read), stored in the capture inbox
+            self.metrics.recipients.labels(verdict="captured").inc()
+            envelope.accepted_count += 1
+            envelope.captured = True
+            if not envelope.accepted:
+                envelope.accepted.append(capture.address)
+            envelope.rcpt_tos.append(address)
+            return "250 2.1.5 OK"
         try:
             verdict, normalized, refusal = await self.delivery.recipient(address, _declared_size(envelope.mail_options))
         except psycopg.OperationalError as exc:  # lost, or no answer within --db-timeout
@@ -216,7 +237,9 @@ class InboxHandler:
         mail_from = envelope.mail_from or ""
         if mail_from == "<>":
             mail_from = ""
-        return await self.delivery.message(raw, clean_text(mail_from) or "", list(envelope.rcpt_tos))
+        # a logged-in session's message goes once to the capture inbox, whatever its recipients
+        recipients = envelope.accepted if isinstance(envelope, _Envelope) and envelope.captured else envelope.rcpt_tos
+        return await self.delivery.message(raw, clean_text(mail_from) or "", list(recipients))
 
 def _result_of(reply: str) -> str:
     """The metric label of a DATA reply: stored (2xx), tempfail (4xx) or refused (5xx)."""
@@ -298,8 +321,16 @@ class InboundSMTP(SMTP):
     transaction's recipients (aiosmtpd's own holds up to the server-wide data_size_limit)."""
 
     def __init__(self, handler: InboxHandler, *, max_bad_recipients: int = 10, gate: _SessionGate | None = None,
-                 **kwargs: Any) -> None:
+                 authenticator: Authenticator | None = None, login_failures: LoginFailures | None = None,
+                 auth_required: bool = False, **kwargs: Any) -> None:
+        # AUTH: aiosmtpd reads PLAIN and LOGIN; the check is `authenticator`'s (async, _check_login).
+        # Without one every login is refused (535), as aiosmtpd's default does. auth_required is set
+        # after aiosmtpd's __init__, which warns at every connection when AUTH is required without TLS
+        # (a loopback listener, where that is meant: mailroom.inboxes.auth.auth_needs_tls).
         super().__init__(handler, **kwargs)
+        self._auth_required = auth_required
+        self._login = authenticator
+        self._login_failures = login_failures
         self.max_bad_recipients = max_bad_recipients
         self._gate = gate  # its slot was taken by the factory, given back at connection_lost
         self._client: str | None = None  # the client address whose session this is (once counted)
@@ -358,6 +389,56 @@ class InboundSMTP(SMTP):
         if self._handler_coroutine is not None:
             self._handler_coroutine.cancel()  # this very task: it ends at the next await
         await asyncio.sleep(0)  # here, before a pipelined command is read
+
+    def _peer_address(self) -> str:
+        peer = self.session.peer if self.session is not None else None
+        return str(peer[0]) if isinstance(peer, (tuple, list)) and peer else ""
+
+    @syntax("AUTH <mechanism>")
+    async def smtp_AUTH(self, arg: str) -> None:  # noqa: N802 - aiosmtpd command name
+        """aiosmtpd's AUTH, after the client's failed logins are counted: at the limit, 454 at once."""
+        if self._login_failures is not None and self._login_failures.blocked(self._peer_address()):
+            await self.push(REPLY_LOGINS_BLOCKED)
+            return
+        await super().smtp_AUTH(arg)
+
+    def _authenticate(self, mechanism: str, auth_data: Any) -> AuthResult:
+        """aiosmtpd's auth_PLAIN/auth_LOGIN call this once they have read a username and password: here it
+        only hands them on (it cannot wait for the database); auth_PLAIN/auth_LOGIN below check them."""
+        return AuthResult(success=True, auth_data=auth_data)
+
+    async def auth_PLAIN(self, server: SMTP, args: list[str]) -> AuthResult:  # noqa: N802 - aiosmtpd mechanism name
+        return await self._check_login(await super().auth_PLAIN(server, args))
+
+    async def auth_LOGIN(self, server: SMTP, args: list[str]) -> AuthResult:  # noqa: N802 - aiosmtpd mechanism name
+        return await self._check_login(await super().auth_LOGIN(server, args))
+
+    async def _check_login(self, read: AuthResult) -> AuthResult:
+        """The login read by aiosmtpd, checked by the authenticator: success gives the session its
+        Capture; a refusal is its reply (535 counted as a failure of the client address)."""
+        if not read.success or not isinstance(read.auth_data, LoginPassword):
+            return read  # refused while reading (aiosmtpd sent its reply, or answers 535)
+        if self._login is None:
+            return AuthResult(success=False, handled=False)  # 535
+        handler: InboxHandler = self.event_handler
+        username = read.auth_data.login.decode("utf-8", "replace")
+        try:
+            outcome = await self._login.login(username, read.auth_data.password)
+        except psycopg.OperationalError as exc:
+            handler.delivery.unreachable("login", exc)
+            return AuthResult(success=False, handled=False, message=REPLY_AUTH_TEMPFAIL)
+        except Exception as exc:  # noqa: BLE001 - a 4xx, never a traceback to the client
+            log.error("login failed unexpectedly: %s", describe_db_error(exc) if isinstance(exc, psycopg.Error)
+                      else type(exc).__name__)
+            return AuthResult(success=False, handled=False, message=REPLY_AUTH_TEMPFAIL)
+        if isinstance(outcome, str):
+            if outcome.startswith("535") and self._login_failures is not None:
+                self._login_failures.failed(self._peer_address())
+            log.info("refused a login: %s", outcome[:9])  # never the username
+            return AuthResult(success=False, handled=False, message=outcome)
+        handler.delivery.reached()
+        self.session.capture = outcome  # type: ignore[union-attr]
+        return AuthResult(success=True, auth_data=outcome)
 
     def _getaddr(self, arg: str) -> tuple[str | None, str | None]:
         """The path of MAIL FROM / RCPT TO read in time linear in its length (mailroom.inboxes.addresses):

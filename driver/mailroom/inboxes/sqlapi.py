@@ -24,6 +24,20 @@ deliver_messages = SqlFunction(
     returns=("message", "message_ids", "verdict", "reply", "faults_skipped"),
     binary=("raw", "parsed"),  # the group commit's bulk: no hex or array escaping of bodies
 )
+# SMTP AUTH (sql/28_smtp_credentials.sql): only the secret's sha256 travels (mailroom.inboxes.auth)
+smtp_login = SqlFunction(
+    "smtp_login", "p_username text, p_digest bytea", returns=("credential_id", "capture_address", "expires_at")
+)
+create_smtp_credential = SqlFunction(
+    "create_smtp_credential", "p_owner_id text, p_digest bytea, p_label text = default",
+    returns=("credential_id", "username", "capture_address", "expires_at"),
+)
+list_smtp_credentials = SqlFunction(
+    "list_smtp_credentials", "p_owner_id text = default",
+    returns=("credential_id", "owner_id", "username", "label", "capture_address", "created_at", "last_login_at",
+             "revoked_at"),
+)
+revoke_smtp_credential = SqlFunction("revoke_smtp_credential", "p_credential_id bigint", returns="boolean")
 settle_delivery = SqlFunction("settle_delivery", "p_key uuid", returns="text[]")
 record_bounce = SqlFunction(
     "record_bounce", "p_return_path text, p_reports jsonb", returns=("message_id", "outcome", "reports", "suppressed")
