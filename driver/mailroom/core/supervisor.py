@@ -2,21 +2,21 @@
 
 A child is either a `mailroom` command run as its own process (`args`), or a function run in a
 forked copy of this process (`target`, whose return value is the exit status). A command child with
-`fork` set is not a new interpreter either: it is a forked copy of this process that runs the command
-(mailroom.cli.main) in its own environment, so the modules the supervisor imported before forking
-(`preload`) are pages the children share (copy-on-write; the objects frozen out of the cyclic
-collector first, so its passes do not write to them): issue 46, item 5, the memory of `mailroom run`.
-Such a child is named `mr <command>` (its comm: ps, top, /proc/PID/comm; its command line is the
-supervisor's). Children start in
-order; a child's `ready` check (if any) runs right after it starts and blocks until it serves (it
-raises UserError when it does not). A command child says it serves itself: it gets the write end of
-a pipe as MAILROOM_READY_FD and writes one byte there when it is connected and serving
-(mailroom.core.ready); once every child is started the supervisor waits for those bytes, saying
-once which child it still waits for (a worker started while the database is down waits for it),
-and only then calls `on_started`. Every child runs in a process group of its own, so a Ctrl-C on
-the terminal reaches the supervisor alone, which stops the children once; and every child dies with
-the supervisor (Linux: SIGTERM from the kernel when its parent dies, `die_with`), so a supervisor
-killed by SIGKILL leaves no child serving on. Then the supervisor
+`fork` set is not a new interpreter either: it is a forked copy of this process that runs the
+command (the package's __main__, as `python -m mailroom` does) in its own environment, so the
+modules the supervisor imported before forking (`preload`) are pages the children share
+(copy-on-write; the objects frozen out of the cyclic collector first, so its passes do not write to
+them): issue 46, item 5, the memory of `mailroom run`. Such a child is named `mr <command>` (its
+comm: ps, top, /proc/PID/comm; its command line is the supervisor's). Children start in order; a
+child's `ready` check (if any) runs right after it starts and blocks until it serves (it raises
+UserError when it does not). A command child says it serves itself: it gets the write end of a pipe
+as MAILROOM_READY_FD and writes one byte there when it is connected and serving
+(mailroom.core.ready); once every child is started the supervisor waits for those bytes, saying once
+which child it still waits for (a worker started while the database is down waits for it), and only
+then calls `on_started`. Every child runs in a process group of its own, so a Ctrl-C on the terminal
+reaches the supervisor alone, which stops the children once; and every child dies with the
+supervisor (Linux: SIGTERM from the kernel when its parent dies, `die_with`), so a supervisor killed
+by SIGKILL leaves no child serving on. Then the supervisor
 waits, and its policy is the same for every set of children:
 
 - a child that exits within `startup_seconds` of its start failed to start: the others are
@@ -176,9 +176,9 @@ def _run_command(child: Child, env: dict[str, str], inherited: list[int]) -> Non
         os.environ.clear()
         os.environ.update(env)  # MAILROOM_SUPERVISOR_PID in it: main() calls die_with first
         sys.argv = ["mailroom", *(child.args or [])]
-        from mailroom.cli import main
+        import runpy
 
-        main(child.args)
+        runpy.run_module("mailroom", run_name="__main__", alter_sys=True)  # what `python -m mailroom` runs
         code = 0
     except SystemExit as exc:
         code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
