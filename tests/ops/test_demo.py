@@ -167,9 +167,10 @@ def workers_of(run_pid: int) -> dict[str, int]:
     return found
 
 
-def test_run_restarts_a_worker_that_dies_alone(cli_popen, db_url, keys):
+def test_run_restarts_a_worker_that_dies_alone(cli_popen, db_url, keys, conn):
     """Issue 46, item 5 (docs/architecture.md, "Isolation"): a worker that dies after its start is started
-    again alone; the others keep their pids, run keeps running, and a SIGTERM still stops all."""
+    again alone and reports in (its heartbeat: what `mailroom status` reads); the others keep their pids,
+    run keeps running, and a SIGTERM still stops all."""
     port = free_port()
     run_url = as_login(db_url, login_for(["run"]))
     proc = cli_popen("run", "--inbox-port", str(port), "--no-expire", env=keys)
@@ -188,6 +189,12 @@ def test_run_restarts_a_worker_that_dies_alone(cli_popen, db_url, keys):
     assert after.get("mr send") not in (None, before["mr send"]), after
     assert proc.poll() is None
     assert {k: v for k, v in after.items() if k != "mr send"} == {k: v for k, v in before.items() if k != "mr send"}
+    reported = None
+    while reported is None and time.monotonic() < deadline:
+        reported = conn.execute("SELECT kind FROM mailroom.workers WHERE worker LIKE %s",
+                                (f"%:{after['mr send']}",)).fetchone()
+        time.sleep(0.1)
+    assert reported == ("sender",)
     with socket.create_connection(("127.0.0.1", port), timeout=5) as smtp:  # the inbox server serves on
         assert smtp.recv(512).startswith(b"220")
     proc.send_signal(signal.SIGTERM)
