@@ -10,6 +10,10 @@
   cleanup/virtual/smtpd processes that never ran at once).
 - by_name(): sums per process name (master, smtpd, cleanup, mailroom send, ...).
 - summary(): one line, "name xN total MiB (max M MiB)" per name.
+- pss_kib(pid): (Pss, Anonymous) of /proc/<pid>/smaps_rollup, the metric agreed for issues 43-47
+  (docs/architecture.md, "Memory, measured one way"): a page shared by n processes counts 1/n in
+  each, so the sum over a tree is what the tree really holds. tree(), Peak and the sums take it as
+  `reader` (the default stays VmRSS for the older rows).
 """
 
 from __future__ import annotations
@@ -31,7 +35,10 @@ def _stat(pid: int) -> tuple[str, int] | None:
 
 def label(pid: int, comm: str) -> str:
     """`mailroom <command>` for a mailroom process (from its command line: python -m mailroom inbox serve
-    ..., or the console script), else the kernel's comm (master, smtpd, qmgr, ...)."""
+    ..., or the console script), else the kernel's comm (master, smtpd, qmgr, ...). A worker `mailroom run`
+    forked is named by its comm, `mr <command>` (mailroom.core.supervisor.comm_of): its command line is run's."""
+    if comm.startswith("mr "):
+        return "mailroom " + comm[3:]
     try:
         args = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace").split("\0")
     except OSError:
@@ -70,6 +77,24 @@ def rss_kib(pid: int) -> tuple[int, int] | None:
     return found["VmRSS:"], found["RssAnon:"]
 
 
+def pss_kib(pid: int) -> tuple[int, int] | None:
+    """(Pss, Anonymous) in KiB from /proc/<pid>/smaps_rollup; (0, 0) for a zombie or kernel thread, None
+    once gone (or not readable: another user's process)."""
+    found = {"Pss:": 0, "Anonymous:": 0}
+    try:
+        text = Path(f"/proc/{pid}/smaps_rollup").read_text()
+    except OSError:
+        return None if not Path(f"/proc/{pid}").exists() else (0, 0)
+    for line in text.splitlines():
+        key = line.split(None, 1)[0] if line else ""
+        if key in found:
+            found[key] = int(line.split()[1])
+    return found["Pss:"], found["Anonymous:"]
+
+
+Reader = Callable[[int], "tuple[int, int] | None"]
+
+
 def processes() -> tuple[dict[int, str], dict[int, int]]:
     """One scan of /proc: ({pid: comm}, {pid: parent pid})."""
     names: dict[int, str] = {}
@@ -82,7 +107,10 @@ def processes() -> tuple[dict[int, str], dict[int, int]]:
     return names, parents
 
 
-def tree(root: int, scan: tuple[dict[int, str], dict[int, int]] | None = None) -> dict[int, tuple[str, int]]:
+def tree(root: int, scan: tuple[dict[int, str], dict[int, int]] | None = None,
+         reader: Reader = rss_kib) -> dict[int, tuple[str, int, int]]:
+    """{pid: (name, first, second)} of root and its descendants: (VmRSS, RssAnon) KiB by default,
+    (Pss, Anonymous) with reader=pss_kib."""
     names, parents = scan or processes()
     members = {root} if root in names else set()
     grew = True
@@ -95,7 +123,7 @@ def tree(root: int, scan: tuple[dict[int, str], dict[int, int]] | None = None) -
     labels = {pid: label(pid, names[pid]) for pid in members}
     out = {}
     for pid in members:
-        rss = rss_kib(pid)
+        rss = reader(pid)
         if rss is not None:
             name = labels[pid]
             if name.startswith("multiprocessing") and parents[pid] in labels:  # whose helper it is
@@ -141,8 +169,10 @@ class Peak:
     each time: processes come and go), from one scan of /proc per sample (the sampler itself must
     not load a 2-core machine); `.peaks[name]` is that group's sample with the largest summed VmRSS."""
 
-    def __init__(self, groups: dict[str, Callable[[], Iterable[int]]], interval: float = 0.25) -> None:
+    def __init__(self, groups: dict[str, Callable[[], Iterable[int]]], interval: float = 0.25,
+                 reader: Reader = rss_kib) -> None:
         self.groups = groups
+        self.reader = reader
         self.interval = interval
         self.peaks: dict[str, Procs] = {name: {} for name in groups}
         self._stop = threading.Event()
@@ -151,7 +181,7 @@ class Peak:
     def _sample(self) -> None:
         scan = processes()
         for group, roots in self.groups.items():
-            now = {pid: p for root in list(roots()) for pid, p in tree(root, scan).items()}
+            now = {pid: p for root in list(roots()) for pid, p in tree(root, scan, self.reader).items()}
             if total_mib(now) >= total_mib(self.peaks[group]):
                 self.peaks[group] = now
 

@@ -56,7 +56,7 @@ COMMANDS: dict[str, tuple[str, str, str | None]] = {
 
 
 # Commands whose options are coerced without pydantic when the value is plainly valid (below)
-FAST_OPTIONS = frozenset({"collect"})
+FAST_OPTIONS = frozenset({"collect", "send", "expire", "maintain"})
 
 
 def load_command(name: str) -> Any:

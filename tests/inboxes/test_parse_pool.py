@@ -136,3 +136,39 @@ def test_the_inline_images_of_a_stored_message_are_found_in_one_walk():
     parsed, found, none = asyncio.run(main())
     by_cid = {a["content_id"]: a["sha256"] for a in parsed.attachments}
     assert found == {by_cid["a@x"]: small, by_cid["b@x"]: large} and none == {}
+
+
+def _children() -> set[int]:
+    """This process's live child processes (from /proc/*/stat)."""
+    found = set()
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                stat = open(f"/proc/{entry}/stat").read()
+            except OSError:
+                continue
+            fields = stat.rsplit(")", 1)[1].split()
+            if int(fields[1]) == os.getpid() and fields[0] != "Z":
+                found.add(int(entry))
+    return found
+
+
+def test_a_lazy_pool_starts_no_process_until_a_large_message():
+    """The inbox server's pool (issue 46, item 5): start() starts nothing (an idle server holds no parsing
+    interpreter); the first message over the inline limit starts the workers, and is parsed by them."""
+    before = _children()
+
+    async def main():
+        pool = ParsePool(workers=2, lazy=True)
+        try:
+            await pool.start()
+            small = await pool.message(b"From: a@x.test\r\nSubject: small\r\n\r\nhi\r\n")
+            idle = _children() - before
+            big = await pool.message(b"From: a@x.test\r\nSubject: big\r\n\r\n" + b"y" * (64 * 1024))
+            return small, idle, big, len(pool._all), _children() - before
+        finally:
+            await pool.close()
+
+    small, idle, big, workers, busy = asyncio.run(main())
+    assert small.subject == "small" and idle == set()
+    assert big.subject == "big" and workers == 2 and len(busy) >= 2

@@ -17,7 +17,9 @@ from mailroom.testing import as_login, login_for
 
 
 def processes_with(db_url: str) -> list[str]:
-    """Command lines of live processes whose environment points at this test database."""
+    """Command lines of live processes whose environment points at this test database, each followed by
+    its name in brackets (a worker `run` forked has run's command line and environment, and its name:
+    `[mr inbox serve]`)."""
     found = []
     needle = f"MAILROOM_DATABASE_URL={db_url}".encode()
     for proc in Path("/proc").iterdir():
@@ -25,7 +27,8 @@ def processes_with(db_url: str) -> list[str]:
             continue
         try:
             if needle in (proc / "environ").read_bytes().split(b"\0"):
-                found.append((proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace"))
+                found.append((proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+                             + f"[{(proc / 'comm').read_text().strip()}]")
         except OSError:
             continue
     return found
@@ -115,7 +118,7 @@ def test_run_starts_all_and_stops_on_sigterm(cli_popen, db_url, keys):
     while len(processes_with(run_url)) < 6 and time.monotonic() < deadline:
         time.sleep(0.1)
     children = processes_with(run_url)
-    for name in ("inbox serve", "collect --enqueue", "mailroom send", "mailroom expire", "maintain --every"):
+    for name in ("[mr inbox serve]", "[mr collect]", "[mr send]", "[mr expire]", "[mr maintain]"):
         assert any(name in c for c in children), (name, children)
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(timeout=15) == 0, proc.stderr.read().decode()
@@ -149,30 +152,56 @@ def test_run_killed_by_sigkill_leaves_no_child(cli_popen, db_url, keys):
     assert processes_with(run_url) == []
 
 
-def test_run_stops_everything_when_a_component_dies(cli_popen, db_url, keys):
+def workers_of(run_pid: int) -> dict[str, int]:
+    """{name: pid} of the workers `run` forked (its children named `mr <command>`)."""
+    found = {}
+    for proc in Path("/proc").iterdir():
+        if proc.name.isdigit():
+            try:
+                stat = (proc / "stat").read_text()
+                comm = (proc / "comm").read_text().strip()
+            except OSError:
+                continue
+            if int(stat.rsplit(")", 1)[1].split()[1]) == run_pid and comm.startswith("mr "):
+                found[comm] = int(proc.name)
+    return found
+
+
+def test_run_restarts_a_worker_that_dies_alone(cli_popen, db_url, keys, conn):
+    """Issue 46, item 5 (docs/architecture.md, "Isolation"): a worker that dies after its start is started
+    again alone and reports in (its heartbeat: what `mailroom status` reads); the others keep their pids,
+    run keeps running, and a SIGTERM still stops all."""
     port = free_port()
     run_url = as_login(db_url, login_for(["run"]))
     proc = cli_popen("run", "--inbox-port", str(port), "--no-expire", env=keys)
     wait_listening(port)
     # every child ready first: a child killed before it is ready is a failed start, another message
     said = _wait_running(proc)
-    deadline = time.monotonic() + 10
-    sender = None
-    while sender is None and time.monotonic() < deadline:
-        for pid in os.listdir("/proc"):
-            if pid.isdigit():
-                try:
-                    cmd = Path(f"/proc/{pid}/cmdline").read_bytes()
-                    env = Path(f"/proc/{pid}/environ").read_bytes()
-                except OSError:
-                    continue
-                if b"mailroom\0send" in cmd and f"MAILROOM_DATABASE_URL={run_url}".encode() in env:
-                    sender = int(pid)
+    before = workers_of(proc.pid)
+    assert set(before) == {"mr inbox serve", "mr collect", "mr send", "mr maintain"}, before
+    time.sleep(5.5)  # past the start-up window (mailroom.core.supervisor.STARTUP_SECONDS)
+    os.kill(before["mr send"], signal.SIGKILL)
+    deadline = time.monotonic() + 30
+    after = workers_of(proc.pid)
+    while after.get("mr send") in (None, before["mr send"]) and time.monotonic() < deadline:
         time.sleep(0.1)
-    assert sender is not None
-    os.kill(sender, signal.SIGKILL)
-    assert proc.wait(timeout=20) == 1
-    assert b"send killed by SIGKILL; stopping the others" in said + proc.stderr.read()
+        after = workers_of(proc.pid)
+    assert after.get("mr send") not in (None, before["mr send"]), after
+    assert proc.poll() is None
+    assert {k: v for k, v in after.items() if k != "mr send"} == {k: v for k, v in before.items() if k != "mr send"}
+    reported = None
+    while reported is None and time.monotonic() < deadline:
+        reported = conn.execute("SELECT kind FROM mailroom.workers WHERE worker LIKE %s",
+                                (f"%:{after['mr send']}",)).fetchone()
+        time.sleep(0.1)
+    assert reported == ("sender",)
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as smtp:  # the inbox server serves on
+        assert smtp.recv(512).startswith(b"220")
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=20) == 0
+    said += proc.stderr.read()
+    assert b"send killed by SIGKILL; starting another" in said, said[-2000:]
+    assert b"stopping the others" not in said
     assert processes_with(run_url) == []
 
 

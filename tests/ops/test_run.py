@@ -3,7 +3,9 @@ before starting anything, and each worker may have a URL, and so a login, of its
 
 from __future__ import annotations
 
+import os
 import signal
+import smtplib
 import socket
 import time
 
@@ -214,3 +216,48 @@ def test_run_refuses_the_checks_without_the_http_face(cli):
     assert result.returncode == 2
     assert result.stderr.strip() == ("mailroom: error: --link-check goes with --http-port "
                                      "(the checks are the HTTP face's)")
+
+
+def _children_named(parent: int) -> dict[int, str]:
+    """{pid: comm} of the live children of `parent`."""
+    found = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                stat = open(f"/proc/{entry}/stat").read()
+                comm = open(f"/proc/{entry}/comm").read().strip()
+            except OSError:
+                continue
+            fields = stat.rsplit(")", 1)[1].split()
+            if int(fields[1]) == parent and fields[0] != "Z":
+                found[int(entry)] = comm
+    return found
+
+
+def test_runs_forked_inbox_server_parses_a_large_message_in_workers_it_starts_then(cli_popen, conn):
+    """Issue 46, item 5: run's workers are forked copies of run (named `mr <command>`), and the inbox
+    server starts its parsing processes at the first message over the inline limit, not before: idle it
+    has none; a 100 KiB message is then stored parsed (its subject read by a parsing process)."""
+    port = free_port()
+    proc = cli_popen("run", "--inbox-port", str(port), "--no-maintain", "--no-collect", "--no-send")
+    try:
+        _read_until(proc, "running: inbox")
+        workers = {comm: pid for pid, comm in _children_named(proc.pid).items()}
+        assert set(workers) == {"mr inbox serve", "mr expire"}, workers
+        inbox = workers["mr inbox serve"]
+        assert _children_named(inbox) == {}
+        box = conn.execute("SELECT address FROM mailroom.create_mailbox(NULL, 'free')").fetchone()[0]
+        body = ("line of a large message\r\n" * 4096).encode()  # 100 KiB: past parsing.INLINE_BYTES
+        with smtplib.SMTP("127.0.0.1", port, timeout=30) as smtp:
+            smtp.sendmail("a@x.test", [box], b"From: a@x.test\r\nSubject: large one\r\n\r\n" + body)
+        deadline = time.monotonic() + 30
+        subject = None
+        while subject is None and time.monotonic() < deadline:
+            row = conn.execute("SELECT m.subject FROM mailroom.messages AS m JOIN mailroom.mailboxes AS b"
+                               " ON b.id = m.mailbox_id WHERE b.address = %s", (box,)).fetchone()
+            subject = row[0] if row else None
+            time.sleep(0.1)
+        assert subject == "large one"
+        assert len(_children_named(inbox)) >= 2  # the parsing processes (and multiprocessing's tracker)
+    finally:
+        _stop(proc)

@@ -1,23 +1,30 @@
 """The one process supervisor: `mailroom run` (a process per command) and `mailroom inbox serve --workers N`.
 
 A child is either a `mailroom` command run as its own process (`args`), or a function run in a
-forked copy of this process (`target`, whose return value is the exit status). Children start in
-order; a child's `ready` check (if any) runs right after it starts and blocks until it serves (it
-raises UserError when it does not). A command child says it serves itself: it gets the write end of
-a pipe as MAILROOM_READY_FD and writes one byte there when it is connected and serving
-(mailroom.core.ready); once every child is started the supervisor waits for those bytes, saying
-once which child it still waits for (a worker started while the database is down waits for it),
-and only then calls `on_started`. Every child runs in a process group of its own, so a Ctrl-C on
-the terminal reaches the supervisor alone, which stops the children once; and every child dies with
-the supervisor (Linux: SIGTERM from the kernel when its parent dies, `die_with`), so a supervisor
-killed by SIGKILL leaves no child serving on. Then the supervisor
+forked copy of this process (`target`, whose return value is the exit status). A command child with
+`fork` set is not a new interpreter either: it is a forked copy of this process that runs the
+command (the package's __main__, as `python -m mailroom` does) in its own environment, so the
+modules the supervisor imported before forking (`preload`) are pages the children share
+(copy-on-write; the objects frozen out of the cyclic collector first, so its passes do not write to
+them): issue 46, item 5, the memory of `mailroom run`. Such a child is named `mr <command>` (its
+comm: ps, top, /proc/PID/comm; its command line is the supervisor's). Children start in order; a
+child's `ready` check (if any) runs right after it starts and blocks until it serves (it raises
+UserError when it does not). A command child says it serves itself: it gets the write end of a pipe
+as MAILROOM_READY_FD and writes one byte there when it is connected and serving
+(mailroom.core.ready); once every child is started the supervisor waits for those bytes, saying once
+which child it still waits for (a worker started while the database is down waits for it), and only
+then calls `on_started`. Every child runs in a process group of its own, so a Ctrl-C on the terminal
+reaches the supervisor alone, which stops the children once; and every child dies with the
+supervisor (Linux: SIGTERM from the kernel when its parent dies, `die_with`), so a supervisor killed
+by SIGKILL leaves no child serving on. Then the supervisor
 waits, and its policy is the same for every set of children:
 
 - a child that exits within `startup_seconds` of its start failed to start: the others are
   stopped and the exit status is 1;
-- a child that exits later is started again after RESTART_DELAY when `restart` is set (the inbox
-  server's workers); otherwise the others are stopped and the exit status is 1, so a service
-  manager (systemd, a container runtime) restarts the whole set (`mailroom run`);
+- a child that exits later is started again alone after RESTART_DELAY when `restart` is set (the
+  inbox server's workers, `mailroom run`'s: a restarted command child's ready byte is not waited
+  for); otherwise the others are stopped and the exit status is 1, so a service manager (systemd,
+  a container runtime) restarts the whole set (the demo);
 - SIGTERM or SIGINT stops every child with SIGTERM (the last started first); each gets `stop_grace`
   seconds to exit before SIGKILL; a child that exits 0 is logged as stopped, any other as what it
   exited with (or what killed it), and the exit status is 0.
@@ -52,6 +59,7 @@ class Child:
 
     name: str
     args: list[str] | None = None  # `python -m mailroom *args`
+    fork: bool = False  # with args: run them in a forked copy of this process, not a new interpreter
     target: Callable[[], int | None] | None = field(default=None, repr=False)  # run in a forked copy
     ready: Callable[[Child], None] | None = field(default=None, repr=False)  # blocks until it serves
     notify: bool = True  # a command child: wait for its MAILROOM_READY_FD byte after the start
@@ -128,6 +136,62 @@ def die_with(parent: int) -> None:
         os.kill(os.getpid(), signal.SIGTERM)
 
 
+PR_SET_NAME = 15
+
+
+def comm_of(child: Child) -> str:
+    """A forked command child's process name: `mr inbox serve`, `mr collect` (the kernel keeps 15 bytes)."""
+    words = (child.args or [])[:2] if (child.args or [""])[0] in ("inbox", "http", "mcp", "db") else (child.args or [])[:1]
+    return " ".join(["mr", *words])[:15]
+
+
+def preload(modules: list[str]) -> None:
+    """Import `modules` here, before the children fork, and freeze what is loaded out of the cyclic
+    collector: the children share those pages instead of each importing its own copy."""
+    import gc
+    import importlib
+
+    for name in modules:
+        importlib.import_module(name)
+    gc.collect()
+    gc.freeze()
+
+
+def _run_command(child: Child, env: dict[str, str], inherited: list[int]) -> None:
+    """In the forked process: run the command `child.args` as `python -m mailroom` would, in `env`;
+    never return into the supervisor's code."""
+    code: int = 1
+    try:
+        os.setpgid(0, 0)  # a process group of its own before anything else (the parent sets it too)
+        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGCHLD):
+            signal.signal(sig, signal.SIG_DFL)
+        for fd in inherited:  # the other children's ready pipes: theirs alone
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+        prctl = _load_prctl()
+        if prctl:
+            prctl(PR_SET_NAME, comm_of(child).encode(), 0, 0, 0)
+        os.environ.clear()
+        os.environ.update(env)  # MAILROOM_SUPERVISOR_PID in it: main() calls die_with first
+        sys.argv = ["mailroom", *(child.args or [])]
+        import runpy
+
+        runpy.run_module("mailroom", run_name="__main__", alter_sys=True)  # what `python -m mailroom` runs
+        code = 0
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+    except BaseException:  # noqa: BLE001 - a forked child never returns into the parent's code
+        code = 1
+    finally:
+        try:
+            sys.stdout.flush()
+            sys.stderr.flush()
+        finally:
+            os._exit(code)
+
+
 def _run_target(child: Child, parent: int) -> None:
     """In the forked process: run the target, never return into the supervisor's code."""
     code = 0
@@ -181,16 +245,34 @@ class Supervisor:
             env = dict(self.env if self.env is not None else os.environ, **(child.env or {}))
             env[SUPERVISOR_ENV] = str(os.getpid())  # it dies with this process (die_with, at its start)
             write_fd = None
+            if child.ready_fd is not None:  # a restarted child's unread pipe
+                os.close(child.ready_fd)
+                child.ready_fd = None
             if child.notify:
                 child.ready_fd, write_fd = os.pipe()
                 os.set_inheritable(write_fd, True)
                 env["MAILROOM_READY_FD"] = str(write_fd)
             try:
-                child.pid = os.posix_spawn(sys.executable, argv, env, setpgroup=0)
+                if child.fork:
+                    _load_prctl()  # here, not in each child
+                    inherited = [c.ready_fd for c in self.children if c.ready_fd is not None]
+                    sys.stdout.flush()
+                    sys.stderr.flush()  # nothing buffered twice
+                    pid = os.fork()
+                    if pid == 0:
+                        _run_command(child, env, inherited)
+                    child.pid = pid
+                    try:
+                        os.setpgid(pid, pid)  # as posix_spawn's setpgroup=0
+                    except OSError:
+                        pass  # it already exited
+                else:
+                    child.pid = os.posix_spawn(sys.executable, argv, env, setpgroup=0)
             finally:
                 if write_fd is not None:
                     os.close(write_fd)  # the child holds it now; the next children must not
-            self.log.info("started %s (pid %d): %s", child.name, child.pid, child.describe())
+            self.log.info("started %s (pid %d): %s%s", child.name, child.pid, child.describe(),
+                          " (forked)" if child.fork else "")
             return
         parent = os.getpid()
         _load_prctl()  # here, not in each child

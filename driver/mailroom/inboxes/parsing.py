@@ -96,8 +96,12 @@ class ParsePool:
     `await bounce(raw)`, `await part(raw, sha256)`, `await parts(raw, sha256s)`."""
 
     def __init__(self, workers: int = DEFAULT_WORKERS, timeout: float = DEFAULT_TIMEOUT,
-                 inline_bytes: int = INLINE_BYTES) -> None:
+                 inline_bytes: int = INLINE_BYTES, *, lazy: bool = False) -> None:
         self.size = max(1, workers)
+        # lazy: start() starts nothing; the workers start at the first message over inline_bytes (a
+        # server that sees none holds no parsing interpreter: issue 46, item 5, about 37 MiB PSS of the
+        # idle `mailroom run` for two workers and multiprocessing's resource tracker)
+        self.lazy = lazy
         self.timeout = timeout
         self.inline_bytes = inline_bytes
         self._ctx = multiprocessing.get_context("spawn")
@@ -108,7 +112,11 @@ class ParsePool:
     async def start(self) -> None:
         """Start the workers (in a thread: spawning waits for each interpreter to come up). Not
         needed before the first call (it starts them then), but a server starts them first so a
-        failure shows at once."""
+        failure shows at once; a lazy pool starts them at the first call only."""
+        if not self.lazy:
+            await self._start()
+
+    async def _start(self) -> None:
         if self._starting is None:
             self._starting = asyncio.Lock()
         async with self._starting:
@@ -155,7 +163,7 @@ class ParsePool:
         return result if isinstance(result, dict) else {}
 
     async def _run(self, kind: str, raw: bytes, extra: Any = None) -> Any:
-        await self.start()
+        await self._start()
         # shielded: a session that goes away mid-parse does not leave a worker with a reply in its
         # pipe (the parse ends, or times out, and the worker goes back or is replaced)
         return await asyncio.shield(asyncio.ensure_future(self._call(kind, raw, extra)))

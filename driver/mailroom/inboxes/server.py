@@ -202,8 +202,9 @@ class InboundServer(Worker):
             self.metrics.shutdown()
             raise UserError(f"cannot connect to the database: {describe_db_error(exc)}") from None
         size_limit = self.data_size_limit if self.data_size_limit is not None else int(max_bytes)
-        # large messages and bounces are parsed in these processes, never on the event loop
-        parser = ParsePool(workers=self.parse_workers)
+        # large messages and bounces are parsed in these processes, never on the event loop; started
+        # at the first one (an idle server holds none: issue 46, item 5)
+        parser = ParsePool(workers=self.parse_workers, lazy=True)
         try:
             await parser.start()
         except Exception as exc:  # noqa: BLE001 - one line, never a traceback

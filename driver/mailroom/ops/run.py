@@ -2,9 +2,20 @@
 maintenance, and with --http-port the HTTP face.
 
 Each child is the same CLI command an operator would run on its own, supervised by
-mailroom.core.supervisor without restarts: when one dies the others are stopped (exit 1), so a
-service manager (systemd, a container runtime) can restart the set. `run` says "running" only once
-every child said it serves (mailroom.core.ready); Ctrl-C or SIGTERM stops them all, exit 0.
+mailroom.core.supervisor with restarts (issue 46, item 5; docs/architecture.md, "Isolation"): a child
+that dies after its start-up window is started again alone, after a second, the others keep running
+with their pids; one that dies within the window failed to start, and then the others are stopped
+(exit 1). `run` says "running" only once every child said it serves (mailroom.core.ready); Ctrl-C or
+SIGTERM stops them all, exit 0.
+
+Memory (issue 46, item 5): the children are not new interpreters but forked copies of `run` (Child.fork),
+which imported every enabled worker's modules first (PRELOAD, before any child connects; it holds no
+connection when it forks: the checks below close theirs) and froze them out of the cyclic collector, so
+the interpreter, the libraries and those modules are pages the children share. Each child is named
+`mr <command>` (ps, top: its comm; its command line is run's). Isolation is unchanged: one process per
+worker, each with its own login, and only `collect` and `send` ever read their keys (the parent imports
+code, never a secret: MAILROOM_SECRET_KEY and the relay's password are in run's environment either way,
+as they were when it passed that environment on).
 
 Start order costs no backoff (issue 34, item 6): the sender's relay is often run's own inbox server
 (the demo, a test setup, an activation mail to one of its inboxes), so the children after the inbox
@@ -35,7 +46,7 @@ from dataclasses import dataclass
 import psycopg
 
 from mailroom.core.errors import ConfigError, UserError
-from mailroom.core.supervisor import Child, Supervisor
+from mailroom.core.supervisor import Child, Supervisor, preload
 from mailroom.db.connect import granted_roles
 
 INBOX_LISTEN_TIMEOUT = 15.0
@@ -54,6 +65,17 @@ WORKERS: dict[str, tuple[str, int]] = {
     "send": ("mailroom_sender", 0),
     "expire": ("mailroom_inbound", 3),
     "maintain": ("mailroom_inbound", 4),
+}
+# what `run` imports before it forks each enabled worker (the command's module and what its command
+# imports when it starts: measured, bench/bench_memory.py and tests/ops/test_startup.py)
+PRELOAD: dict[str, tuple[str, ...]] = {
+    "inbox": ("mailroom.inboxes.cli", "mailroom.inboxes.server"),
+    "http": ("mailroom.http.cli", "mailroom.http.server", "mailroom.http.app", "mailroom.checks.links",
+             "mailroom.checks.spam"),
+    "collect": ("mailroom.accounts.cli", "mailroom.accounts.collector"),
+    "send": ("mailroom.outbound.cli", "mailroom.outbound.sender"),
+    "expire": ("mailroom.inboxes.cli", "mailroom.inboxes.expiry"),
+    "maintain": ("mailroom.ops.cli", "mailroom.ops.maintain"),
 }
 METRICS_ENV = {"inbox": "MAILROOM_INBOX_METRICS_PORT", "collect": "MAILROOM_COLLECT_METRICS_PORT",
                "send": "MAILROOM_SEND_METRICS_PORT", "expire": "MAILROOM_EXPIRE_METRICS_PORT",
@@ -84,8 +106,9 @@ def plan(
     return children_of(RunPlan({w: "" for w, on in enabled.items() if on}, None, inbox_host, inbox_port, metrics_port))
 
 
-def children_of(p: RunPlan) -> list[Child]:
-    """The supervisor's children of a plan: each command with its URL and metrics port in its environment."""
+def children_of(p: RunPlan, *, fork: bool = False) -> list[Child]:
+    """The supervisor's children of a plan: each command with its URL and metrics port in its environment
+    (fork: each a forked copy of this process, not a new interpreter: Child.fork)."""
     args = {
         "inbox": ["inbox", "serve", "--host", p.inbox_host, "--port", str(p.inbox_port), *p.inbox_args],
         "collect": ["collect", "--enqueue"]
@@ -106,7 +129,7 @@ def children_of(p: RunPlan) -> list[Child]:
             env["MAILROOM_LISTEN_URL"] = p.listen_url
         if p.metrics_port is not None and worker in METRICS_ENV:
             env[METRICS_ENV[worker]] = str(p.metrics_port + offset if p.metrics_port else 0)
-        children.append(Child(worker, args[worker], env=env))
+        children.append(Child(worker, args[worker], env=env, fork=fork))
     return children
 
 
@@ -155,14 +178,16 @@ def check_secret_key(urls: dict[str, str]) -> None:
 
 
 def run_all(p: RunPlan, *, check: Callable[[str], psycopg.Connection] | None = None) -> int:
-    """Run the plan's workers until a signal (exit 0 when all stopped cleanly) or one dies (exit 1)."""
-    children = children_of(p)
+    """Run the plan's workers until a signal (exit 0 when all stopped cleanly) or one fails to start
+    (exit 1); a worker that dies later is started again alone."""
+    children = children_of(p, fork=True)
     if not children:
         raise ConfigError("nothing to run: every component is disabled")
     if check is not None:
         check_logins(p.urls, check)
     check_secret_key(p.urls)
-    sup = Supervisor(children, env=dict(os.environ), restart=False)
+    preload([module for worker in p.urls for module in PRELOAD[worker]])
+    sup = Supervisor(children, env=dict(os.environ), restart=True)
     inbox_first(sup)
     if "http" in p.urls and "expire" not in p.urls:
         sup.log.warning("WARN: --no-expire: the inboxes the HTTP face creates expire only if something else "
