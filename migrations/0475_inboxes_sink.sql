@@ -6,16 +6,18 @@
 
 -- What a full inbox does with one more message: refuse it (552 5.2.2, every plan until now), or let
 -- its oldest message go (issue 44 item 4 wants it per plan; the sink's plan does).
-ALTER TABLE mailroom.plans ADD COLUMN when_full text NOT NULL DEFAULT 'refuse'
-CHECK (when_full IN ('refuse', 'drop_oldest'));
+-- (the column and its CHECK in two statements: Citus refuses ADD COLUMN with a constraint on a table
+-- it already distributes, as an upgraded Citus installation's are)
+ALTER TABLE mailroom.plans ADD COLUMN when_full text NOT NULL DEFAULT 'refuse';
+ALTER TABLE mailroom.plans ADD CONSTRAINT plans_when_full_check CHECK (when_full IN ('refuse', 'drop_oldest'));
 
 COMMENT ON COLUMN mailroom.plans.when_full IS
 'A full inbox (max_messages): refuse the next message, or drop_oldest (its oldest message is let go to make room).';
 
 -- The bytes an inbox holds (the sum of its messages' size_bytes): kept by deliver_message, the deletes
 -- and the let-go of drop_oldest, so the sink's byte cap reads a column per inbox, not its messages.
-ALTER TABLE mailroom.mailboxes ADD COLUMN stored_bytes bigint NOT NULL DEFAULT 0
-CHECK (stored_bytes >= 0);
+ALTER TABLE mailroom.mailboxes ADD COLUMN stored_bytes bigint NOT NULL DEFAULT 0;
+ALTER TABLE mailroom.mailboxes ADD CONSTRAINT mailboxes_stored_bytes_check CHECK (stored_bytes >= 0);
 
 COMMENT ON COLUMN mailroom.mailboxes.stored_bytes IS
 'Bytes of the messages the inbox holds (raw size), kept with message_count; the sink''s sink.max_bytes sums it.';
@@ -48,3 +50,9 @@ ON CONFLICT (name) DO NOTHING;
 DROP FUNCTION IF EXISTS mailroom.check_bounce_recipient(text, bigint);
 DROP FUNCTION IF EXISTS mailroom_internal._check_recipient_fault(text, bigint);
 DROP FUNCTION IF EXISTS mailroom_internal._check_recipient_or_claim(text, bigint);
+
+-- the sink's inbox creations take turns on this row (sql/24_catchall.sql, _sink_claim), so
+-- sink.max_inboxes is exact (no advisory lock: any login could take one)
+INSERT INTO mailroom.job_locks (name, description) VALUES
+('sink_claim', 'mailroom_internal._sink_claim(): sink inboxes are created one at a time, so sink.max_inboxes holds')
+ON CONFLICT (name) DO NOTHING;

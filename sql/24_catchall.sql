@@ -194,9 +194,10 @@ DECLARE
 BEGIN
     -- The sink's inbox of an unknown address (p_box: its stored form): plan sink, owner type anonymous
     -- with the session token _sink_token derives (handed out only by the sink listing, where the HTTP
-    -- face serves it), marked catchall_domain '*'. Sink creations take turns (a transaction lock), so sink.max_inboxes is exact;
-    -- the oldest are let go first (_sink_let_go).
-    PERFORM pg_catalog.pg_advisory_xact_lock(pg_catalog.hashtext('mailroom.sink'));
+    -- face serves it), marked catchall_domain '*'. Sink creations take turns (the row 'sink_claim' of
+    -- mailroom.job_locks, waited for: no advisory lock, which any login could take), so sink.max_inboxes
+    -- is exact; the oldest are let go first (_sink_let_go).
+    PERFORM 1 FROM mailroom.job_locks AS j WHERE j.name = 'sink_claim' FOR UPDATE;
     v_now := mailroom.clock();
     SELECT p.* INTO v_plan FROM mailroom.plans AS p WHERE p.name = 'sink';
     IF mailroom_internal._mailbox_id(p_box) IS NULL THEN

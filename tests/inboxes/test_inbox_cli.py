@@ -104,4 +104,4 @@ def test_plans_lists_what_create_accepts(cli):
     assert listed.stdout.splitlines()[0].split() == ["PLAN", "DEFAULT_TTL", "MAX_TTL", "MAX_MESSAGE_BYTES",
                                                      "MAX_MESSAGES"]
     assert [line.split()[:3] for line in listed.stdout.splitlines()[1:]] == [
-        ["free", "10m", "1h"], ["pro", "1h", "1d"], ["enterprise", "1d", "1w"]]
+        ["free", "10m", "1h"], ["pro", "1h", "1d"], ["sink", "1d", "1d"], ["enterprise", "1d", "1w"]]

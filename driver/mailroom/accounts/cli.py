@@ -144,7 +144,7 @@ ACCOUNT_STATUSES = ("provisioned", "active", "suspended")
 
 
 def _account_call(database_url: Optional[str], fn_name: str, **kwargs):  # noqa: ANN202 - rows
-    from mailroom.db import sqlapi
+    from mailroom.accounts import sqlapi
     from mailroom.db.connect import call_once
 
     return call_once(resolve_database_url(database_url), getattr(sqlapi, fn_name),
