@@ -535,19 +535,18 @@ def create_app(config: HttpConfig | None = None) -> FastAPI:  # noqa: PLR0915 - 
     # -- the page ----------------------------------------------------------------------------------
 
     page.add_routes(app, state)
-    if not fastpaths.enabled():  # MAILROOM_FAST_PATHS=off: every request through the middleware and its route
-        return app
-    # the hot reads, without FastAPI's per-request parameter machinery when their query is plain
-    hot = {
-        "messages": (list_messages, {"limit": int, "offset": int, "after": int, "tag": str, "unread": bool}),
-        "wait": (wait, {"subject": str, "timeout": float, "after": int}),
-    }
-    for tail, (endpoint, params) in hot.items():
-        _fast_get(app, f"/api/v1/mailboxes/{{address}}/{tail}", endpoint, params)
-    if not config.access_log and not config.cors_origins:
-        # outermost (inside Starlette's error middleware): the hot reads skip the middleware stack and the
-        # router too; with an access log or CORS they take the way above, through both
-        app.add_middleware(_HotGets, routes=app.router.routes, endpoints=hot)
+    if fastpaths.enabled():  # MAILROOM_FAST_PATHS=off: every request through the middleware and its route
+        # the hot reads, without FastAPI's per-request parameter machinery when their query is plain
+        hot = {
+            "messages": (list_messages, {"limit": int, "offset": int, "after": int, "tag": str, "unread": bool}),
+            "wait": (wait, {"subject": str, "timeout": float, "after": int}),
+        }
+        for tail, (endpoint, params) in hot.items():
+            _fast_get(app, f"/api/v1/mailboxes/{{address}}/{tail}", endpoint, params)
+        if not config.access_log and not config.cors_origins:
+            # outermost (inside Starlette's error middleware): the hot reads skip the middleware stack and the
+            # router too; with an access log or CORS they take the way above, through both
+            app.add_middleware(_HotGets, routes=app.router.routes, endpoints=hot)
     # outermost: every request bounded and checked before anything reads it (api/edge.py)
     app.add_middleware(edge.Edge, refusals=edge.Refusals(state),
                        render=lambda scope, err: _error_response(scope["path"], err, at_edge=True))
