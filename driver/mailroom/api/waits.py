@@ -255,3 +255,50 @@ async def until_disconnected(work: Awaitable[T], receive: Callable[[], Awaitable
         raise
     finally:
         watcher.cancel()
+
+
+class CancelOnDisconnect:
+    """Pure ASGI middleware: a POST to `path` whose client goes away once its body was read has its
+    handling cancelled (MCP's `wait_for_message` through the SDK's own transport, which never asks
+    for the disconnect: with MAILROOM_FAST_PATHS=off, or for a request the fast path hands on). It
+    owns the `receive` channel once the body is in: the inner app asking again gets the disconnect
+    when it comes, so nobody reads the channel twice."""
+
+    def __init__(self, app: Any, path: str) -> None:
+        self.app = app
+        self.path = path
+
+    async def __call__(self, scope: dict, receive: Callable[[], Awaitable[dict]], send: Any) -> None:
+        if scope["type"] != "http" or scope.get("method") != "POST" or scope["path"].rstrip("/") != self.path:
+            await self.app(scope, receive, send)
+            return
+        body_done, gone = asyncio.Event(), asyncio.Event()
+
+        async def inner_receive() -> dict:
+            if body_done.is_set():
+                await gone.wait()
+                return {"type": "http.disconnect"}
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                gone.set()
+            elif not message.get("more_body", False):
+                body_done.set()
+            return message
+
+        task = asyncio.ensure_future(self.app(scope, inner_receive, send))
+
+        async def watch() -> None:
+            await body_done.wait()
+            while (await receive())["type"] != "http.disconnect":
+                pass
+            gone.set()
+            task.cancel()
+
+        watcher = asyncio.ensure_future(watch())
+        try:
+            await task
+        except asyncio.CancelledError:
+            if not (gone.is_set() and task.cancelled()):
+                raise  # not the client's: the server is stopping
+        finally:
+            watcher.cancel()

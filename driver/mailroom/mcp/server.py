@@ -42,7 +42,7 @@ from pydantic import Field
 
 from mailroom.api import edge
 from mailroom.api import sqlapi as api_sqlapi
-from mailroom.api.waits import Waits, until_disconnected
+from mailroom.api.waits import CancelOnDisconnect, Waits, until_disconnected
 from mailroom.core import fastpaths
 from mailroom.core.credentials import key_digest
 from mailroom.core.errors import Kind, describe_db_error, kind_of
@@ -738,6 +738,7 @@ def http_app(config: McpConfig, *, host: str) -> Any:
 
     app.router.lifespan_context = lifespan
     path = server.settings.streamable_http_path
+    app = CancelOnDisconnect(app, path)  # a call whose client went is cancelled: its wait leaves at once
     if fastpaths.enabled():  # MAILROOM_FAST_PATHS=off: every request through the SDK's transport
         app = _FastCalls(app, server, path, server.settings.transport_security)
     # the edge first (mailroom.api.edge): the body bounded and its nesting checked before the key check
