@@ -194,3 +194,16 @@ def test_every_bodied_route_answers_its_bound_with_mr030(server, path, bound):
     resp = server.request("POST", path, body=b"x" * (bound + 1), headers={"Content-Type": "text/plain"})
     assert resp.status == 413, resp.body
     assert resp.error_code == "MR030" and f"{bound} bytes" in resp.json()["detail"], resp.body
+
+
+def test_the_depth_scan_is_linear_on_strings_never_closed():
+    """The attacker review (issue 45, item 5): a body of 65 brackets then '"\\' repeated, ending in a lone
+    backslash, left every quote a failed match scanning to the end (32 KB took 2.9 s, 1 MiB ~50 min,
+    before any key check). A string never closed now runs to the end of the body in one match."""
+    from mailroom.api.edge import JSON_DEPTH, json_refusal
+
+    started = time.monotonic()
+    for body in (b"[" * (JSON_DEPTH + 1) + b'"\\' * (1 << 19), b"[" * (JSON_DEPTH + 1) + b'"' * (1 << 20)):
+        assert json_refusal(body) == "json_depth"
+    assert json_refusal(b'["' + b'\\"' * (1 << 19)) is None
+    assert time.monotonic() - started < 5  # linear: about 0.1 s here; quadratic: hours

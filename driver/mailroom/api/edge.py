@@ -106,8 +106,10 @@ def url_refusal(scope: dict) -> str | None:
     return refusal
 
 
-# a JSON string (escapes included); what is left outside strings holds the structure
-_STRING = re.compile(rb'"(?:[^"\\]++|\\.)*+"', re.S)
+# a JSON string (escapes included); what is left outside strings holds the structure. A string never
+# closed runs to the end of the body (a trailing lone backslash too): a failed match from every quote,
+# each scanning to the end, would be quadratic (the attacker review of issue 45)
+_STRING = re.compile(rb'"(?:[^"\\]++|\\.?)*+(?:"|\Z)', re.S)
 # \u0000 where its backslash is not itself escaped (an odd run of backslashes)
 _NUL_ESCAPE = re.compile(rb"(?<!\\)(?:\\\\)*+\\u0000")
 _NOT_BRACKETS = bytes(c for c in range(256) if c not in b"[]{}")
