@@ -34,3 +34,18 @@ def test_many_references_in_one_pass():
     html = "cid:" * 200_000 + "<img src='cid:logo@x'>" + "cid:logo@x " * 50_000
     out = inline_images(html, [part("logo@x", logo)], {hashlib.sha256(logo).hexdigest(): logo})
     assert out.count("data:image/png;base64,") == 50_001
+
+
+def test_a_reference_repeated_cannot_blow_the_frame_up():
+    """The attacker review (issue 45, item 5): SQL caps the distinct images (8 MiB), but one 100 KiB image
+    and 150 KB of `<img src=cid:a>` made 1.3 GB of data: URIs, built on the HTTP server's event loop. What
+    the rewrite emits is bounded: past INLINE_EMITTED_MAX, a reference is left as it is (it shows nothing)."""
+    from mailroom.http.page import INLINE_EMITTED_MAX
+
+    image = bytes(range(256)) * 400  # 100 KiB
+    html = "<img src=cid:a>" * 10_000
+    out = inline_images(html, [part("a", image)], {hashlib.sha256(image).hexdigest(): image})
+    assert len(out) <= len(html) + INLINE_EMITTED_MAX
+    uri_len = len(base64.b64encode(image)) + len("data:image/png;base64,")
+    assert out.count("data:image/png;base64,") == INLINE_EMITTED_MAX // uri_len
+    assert out.count("cid:a") == 10_000 - INLINE_EMITTED_MAX // uri_len

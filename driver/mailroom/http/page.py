@@ -139,6 +139,10 @@ def unsubscribe_page(token: str) -> str:
 _CID_REFERENCE = re.compile(r"cid:([^\s\"'<>()]+)", re.IGNORECASE)
 
 
+# at most this much data: URI text in one message frame (8 MiB of images, base64: 4/3, and some repeats)
+INLINE_EMITTED_MAX = 12 * 1024 * 1024
+
+
 def inline_images(body: str | None, parts: list[dict[str, Any]], payloads: dict[str, bytes]) -> str | None:
     """The HTML part with each cid: reference SQL chose (`parts`: _inline_images' cid, content_type,
     sha256, size) rewritten to a data: URI of its part's bytes (`payloads` by sha256); every other
@@ -150,7 +154,20 @@ def inline_images(body: str | None, parts: list[dict[str, Any]], payloads: dict[
             uris[p["cid"]] = f"data:{p['content_type']};base64,{base64.b64encode(data).decode('ascii')}"
     if not body or not uris:
         return body
-    return _CID_REFERENCE.sub(lambda m: uris.get(m.group(1), m.group(0)), body)
+    # SQL's cap (8 MiB) is on distinct images; a reference repeated thousands of times would repeat its
+    # data: URI as often (a 100 KiB image and 150 KB of <img src=cid:a> made 1.3 GB: the attacker review
+    # of issue 45). What the rewrite emits is bounded too: past INLINE_EMITTED_MAX a reference is left as is.
+    budget = INLINE_EMITTED_MAX
+
+    def rewrite(m: re.Match) -> str:
+        nonlocal budget
+        uri = uris.get(m.group(1))
+        if uri is None or len(uri) > budget:
+            return m.group(0)
+        budget -= len(uri)
+        return uri
+
+    return _CID_REFERENCE.sub(rewrite, body)
 
 
 def sandboxed_html(body: str | None) -> str:
