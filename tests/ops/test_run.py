@@ -261,3 +261,25 @@ def test_runs_forked_inbox_server_parses_a_large_message_in_workers_it_starts_th
         assert len(_children_named(inbox)) >= 2  # the parsing processes (and multiprocessing's tracker)
     finally:
         _stop(proc)
+
+
+def test_a_secret_in_runs_environment_reaches_only_the_workers_that_read_it(cli_popen):
+    """The attacker review (issue 45, item 5): run's forked workers kept run's whole environment, so the
+    HTTP and SMTP faces held MAILROOM_SECRET_KEY and the relay's password. With a secret in run's
+    environment every worker is a new interpreter (a fork keeps its parent's memory, the environment block
+    included), and each worker's environment goes without the secrets it does not read."""
+    import re
+
+    secret = "hunter2-" + "x" * 24
+    proc = cli_popen("run", "--inbox-port", str(free_port()), "--http-port", str(free_port()), "--no-maintain",
+                     env={"MAILROOM_SMTP_PASSWORD": secret})
+    try:
+        seen = _read_until(proc, "running: inbox")
+        pids = {name: int(pid) for name, pid in re.findall(r"started (\w+) \(pid (\d+)\)", seen)}
+        assert {"inbox", "http", "collect", "send", "expire"} <= set(pids), seen
+        for name, pid in pids.items():
+            environ = open(f"/proc/{pid}/environ", "rb").read()
+            assert secret.encode() not in environ, name
+            assert b"-m\0mailroom\0" in open(f"/proc/{pid}/cmdline", "rb").read(), name  # a new interpreter
+    finally:
+        _stop(proc)

@@ -63,7 +63,8 @@ class Child:
     target: Callable[[], int | None] | None = field(default=None, repr=False)  # run in a forked copy
     ready: Callable[[Child], None] | None = field(default=None, repr=False)  # blocks until it serves
     notify: bool = True  # a command child: wait for its MAILROOM_READY_FD byte after the start
-    env: dict[str, str] | None = field(default=None, repr=False)  # its own environment (merged over the set's)
+    env: dict[str, str | None] | None = field(default=None, repr=False)  # its own environment (merged over the
+    # set's; a None value removes that variable: a secret the worker does not read)
     pid: int | None = None
     started_at: float = 0.0
     returncode: int | None = None  # as subprocess reports it: the exit code, or -N for signal N
@@ -242,7 +243,8 @@ class Supervisor:
         child.started_at = time.monotonic()
         if child.args is not None:
             argv = [sys.executable, "-m", "mailroom", *child.args]
-            env = dict(self.env if self.env is not None else os.environ, **(child.env or {}))
+            env = {k: v for k, v in {**(self.env if self.env is not None else os.environ), **(child.env or {})}.items()
+                   if v is not None}
             env[SUPERVISOR_ENV] = str(os.getpid())  # it dies with this process (die_with, at its start)
             write_fd = None
             if child.ready_fd is not None:  # a restarted child's unread pipe

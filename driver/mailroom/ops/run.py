@@ -14,8 +14,9 @@ connection when it forks: the checks below close theirs) and froze them out of t
 the interpreter, the libraries and those modules are pages the children share. Each child is named
 `mr <command>` (ps, top: its comm; its command line is run's). Isolation is unchanged: one process per
 worker, each with its own login, and only `collect` and `send` ever read their keys (the parent imports
-code, never a secret: MAILROOM_SECRET_KEY and the relay's password are in run's environment either way,
-as they were when it passed that environment on).
+code, never a secret). A forked child keeps its parent's memory, run's environment block included: so with
+a secret in run's environment (SECRET_ENV: MAILROOM_SECRET_KEY, …) every child is a new interpreter again,
+and each worker's environment goes without the secrets it does not read.
 
 Start order costs no backoff (issue 34, item 6): the sender's relay is often run's own inbox server
 (the demo, a test setup, an activation mail to one of its inboxes), so the children after the inbox
@@ -106,6 +107,21 @@ def plan(
     return children_of(RunPlan({w: "" for w, on in enabled.items() if on}, None, inbox_host, inbox_port, metrics_port))
 
 
+# the secrets a worker may find in run's environment, and the workers that read each: every other
+# worker's environment goes without it (the attacker review of issue 45: the HTTP and SMTP faces held
+# MAILROOM_SECRET_KEY). A forked child keeps its parent's memory, run's environment block included, so
+# with any of them set run starts new interpreters instead (docs/operations.md, `run`'s memory).
+SECRET_ENV: dict[str, tuple[str, ...]] = {
+    "MAILROOM_SECRET_KEY": ("collect", "send"),
+    "MAILROOM_ENCRYPTION_KEY": ("send",),  # read only to say it is no longer used
+    "MAILROOM_SMTP_PASSWORD": (),  # `outbound sender add`'s, never a worker's
+}
+
+
+def secrets_in_environment() -> bool:
+    return any(os.environ.get(name) for name in SECRET_ENV)
+
+
 def children_of(p: RunPlan, *, fork: bool = False) -> list[Child]:
     """The supervisor's children of a plan: each command with its URL and metrics port in its environment
     (fork: each a forked copy of this process, not a new interpreter: Child.fork)."""
@@ -122,13 +138,16 @@ def children_of(p: RunPlan, *, fork: bool = False) -> list[Child]:
     for worker, (_role, offset) in WORKERS.items():
         if worker not in p.urls:
             continue
-        env: dict[str, str] = {}
+        env: dict[str, str | None] = {}
         if p.urls[worker]:
             env["MAILROOM_DATABASE_URL"] = p.urls[worker]
         if p.listen_url is not None:
             env["MAILROOM_LISTEN_URL"] = p.listen_url
         if p.metrics_port is not None and worker in METRICS_ENV:
             env[METRICS_ENV[worker]] = str(p.metrics_port + offset if p.metrics_port else 0)
+        for name, readers in SECRET_ENV.items():
+            if worker not in readers:
+                env[name] = None  # removed from this worker's environment
         children.append(Child(worker, args[worker], env=env, fork=fork))
     return children
 
@@ -180,7 +199,8 @@ def check_secret_key(urls: dict[str, str]) -> None:
 def run_all(p: RunPlan, *, check: Callable[[str], psycopg.Connection] | None = None) -> int:
     """Run the plan's workers until a signal (exit 0 when all stopped cleanly) or one fails to start
     (exit 1); a worker that dies later is started again alone."""
-    children = children_of(p, fork=True)
+    # forked from this process only when it holds no secret in its environment (SECRET_ENV)
+    children = children_of(p, fork=not secrets_in_environment())
     if not children:
         raise ConfigError("nothing to run: every component is disabled")
     if check is not None:
