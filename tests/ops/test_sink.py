@@ -88,6 +88,23 @@ def test_run_sink_stores_mail_for_every_address_and_lists_it_without_a_key(cli_p
         assert link, page
         status, inbox = _get(http_port, html.unescape(link.group(1)))
         assert status == 200 and "sink test" in inbox, inbox
+        # the attacker review (issue 45): a page the developer visits can rebind its own name to
+        # 127.0.0.1; its requests name that host, and the open listing is not theirs (a key is asked)
+        rebound = urllib.request.Request(f"http://127.0.0.1:{http_port}/api/v1/mailboxes",
+                                         headers={"Host": f"evil.example:{http_port}"})
+        try:
+            with urllib.request.urlopen(rebound, timeout=30) as reply:
+                raise AssertionError(f"answered {reply.status}: {reply.read()[:200]!r}")
+        except urllib.error.HTTPError as err:
+            assert err.code == 401 and json.load(err)["error"]["code"] == "MR240"
+        page_req = urllib.request.Request(f"http://127.0.0.1:{http_port}/mail", headers={"Host": "evil.example"})
+        try:
+            with urllib.request.urlopen(page_req, timeout=30) as reply:
+                body = reply.read().decode()
+                raise AssertionError(f"answered {reply.status}: {body[:200]}")
+        except urllib.error.HTTPError as err:
+            body = err.read().decode()
+            assert err.code == 401 and "alice@gmail.com" not in body
     finally:
         _stop(proc)
 

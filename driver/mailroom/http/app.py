@@ -41,7 +41,7 @@ from mailroom.api.waits import until_disconnected
 from mailroom.core import fastpaths
 from mailroom.core.log import get_logger
 from mailroom.http import docs, models, page, ses, sqlapi
-from mailroom.http.credentials import Credentials, csrf_token, request_credentials
+from mailroom.http.credentials import Credentials, csrf_token, request_credentials, sink_listing_open
 from mailroom.http.models import errors
 from mailroom.http.state import CONFIG_ENV, ApiError, HttpConfig, State, error_body
 
@@ -197,7 +197,8 @@ def create_app(config: HttpConfig | None = None) -> FastAPI:  # noqa: PLR0915 - 
         key_digest = c.key_digest if c.raw is None or c.key_digest is not None \
             else hashlib.sha256(c.raw.encode()).digest()
         return _json(await state.call(sqlapi.http_list_mailboxes, key_digest=key_digest, limit=limit, offset=offset,
-                                      sink=state.config.sink_listing))
+                                      sink=sink_listing_open(request, state.config.sink_listing,
+                                                             state.config.sink_public)))
 
     @app.post("/api/v1/mailboxes", status_code=201, tags=["mailboxes"], response_model=models.CreatedMailbox,
               responses=errors(400, 401, 403, 413, 422, 429, 503),

@@ -144,6 +144,7 @@ def serve_cmd(
         ses_topics=topics, sns_cert_dir=sns_cert_dir, sns_ca_file=sns_ca_file, sns_connect_to=sns_connect_to,
         access_log=access_log, statement_timeout=statement_timeout, pool_timeout=pool_timeout,
         link_check=link_check, link_check_allow=allow, spamd=spamd, sink_listing=sink_listing,
+        sink_public=sink_public,
     )
 
 

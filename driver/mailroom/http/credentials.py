@@ -60,3 +60,29 @@ def request_credentials(request: Request, address: str | None = None) -> Credent
     # the page's cookies: the inbox's own, else an API key's owner's (KEY_COOKIE, the /mail view)
     cookie = request.cookies.get(cookie_name(address)) if address is not None else None
     return split_credential(cookie or request.cookies.get(KEY_COOKIE), from_cookie=True)
+
+
+_LOOPBACK_HOSTS = frozenset({"localhost", "127.0.0.1", "::1"})
+
+
+def sink_listing_open(request: Request, listing: bool, public: bool) -> bool:
+    """Whether this request may see the sink's open listing (every sink inbox with its token, no key):
+    with `--sink-public` always; else only a request from a loopback peer that names a loopback host.
+    The bind alone is not enough (the attacker review of issue 45): a reverse proxy on the same host
+    forwards strangers from 127.0.0.1 (with --proxy their own address is the peer), and a page a
+    developer visits can rebind its name to 127.0.0.1 (its Host header is still its own name)."""
+    if not listing:
+        return False
+    if public:
+        return True
+    import ipaddress
+
+    host = request.headers.get("host", "")
+    name = host[1:host.find("]")] if host.startswith("[") else host.rsplit(":", 1)[0]
+    if name.lower() not in _LOOPBACK_HOSTS and not name.startswith("127."):
+        return False
+    peer = request.client.host if request.client else ""
+    try:
+        return ipaddress.ip_address(peer).is_loopback
+    except ValueError:
+        return False

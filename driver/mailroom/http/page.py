@@ -34,7 +34,14 @@ from fastapi import FastAPI, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 
 from mailroom.http import sqlapi
-from mailroom.http.credentials import KEY_COOKIE, cookie_name, csrf_token, request_credentials, split_credential
+from mailroom.http.credentials import (
+    KEY_COOKIE,
+    cookie_name,
+    csrf_token,
+    request_credentials,
+    sink_listing_open,
+    split_credential,
+)
 from mailroom.http.state import ApiError, State
 
 PAGE_CSP = (
@@ -690,7 +697,8 @@ def add_routes(app: FastAPI, state: State) -> None:  # noqa: PLR0915 - the page'
     @app.get("/mail", include_in_schema=False)
     async def all_mail(request: Request, tag: str | None = None) -> Response:
         key = request.cookies.get(KEY_COOKIE)
-        if not key and state.config.sink_listing:  # the sink's open listing: docs/inboxes.md
+        if not key and sink_listing_open(request, state.config.sink_listing, state.config.sink_public):
+            # the sink's open listing (docs/inboxes.md): loopback peers naming a loopback host, or --sink-public
             boxes = json.loads(await state.call(sqlapi.http_list_mailboxes, key_digest=None, limit=500, offset=0,
                                                 sink=True))
             return html_response(render_sink_mail(boxes))

@@ -21,7 +21,7 @@ def serve(database_url: str, listen_url: str | None, *, host: str, port: int, wo
           proxy: str | None, secure_cookies: bool, ses_topics: list[str], sns_cert_dir: str | None,
           sns_ca_file: str | None, sns_connect_to: str | None, access_log: bool, statement_timeout: float = 5.0,
           pool_timeout: float = 3.0, link_check: bool = False, link_check_allow: list[str] | None = None,
-          spamd: str | None = None, sink_listing: bool = False) -> None:
+          spamd: str | None = None, sink_listing: bool = False, sink_public: bool = False) -> None:
     import uvicorn
 
     config = HttpConfig(
@@ -30,6 +30,7 @@ def serve(database_url: str, listen_url: str | None, *, host: str, port: int, wo
         sns_connect_to=sns_connect_to, secure_cookies=secure_cookies, access_log=access_log,
         statement_timeout=statement_timeout, pool_timeout=pool_timeout,
         link_check=link_check, link_check_allow=link_check_allow or [], spamd=spamd, sink_listing=sink_listing,
+        sink_public=sink_public,
     )
     os.environ[CONFIG_ENV] = config.to_env()  # the worker processes build their app from it
     family = socket.AF_INET6 if ":" in host else socket.AF_INET

@@ -66,6 +66,7 @@ class HttpConfig:
     # the sink's open listing (docs/inboxes.md, the sink): http serve --sink on a loopback bind, or with
     # --sink-public; then the inbox listing without a key lists the sink's inboxes
     sink_listing: bool = False
+    sink_public: bool = False  # --sink-public: the listing for any peer and Host (else loopback ones only)
 
     def to_env(self) -> str:
         return json.dumps(asdict(self))
