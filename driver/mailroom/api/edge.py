@@ -224,7 +224,7 @@ class Edge:
         if refusal is not None:
             await self.refuse(scope, receive, send, refusal, JSON_DEPTH if refusal == "json_depth" else None)
             return
-        await self.app(scope, _replay(data, receive), send)
+        await self.app(scope, replay(data, receive), send)
 
     async def _counted(self, scope: dict, receive: Any, send: Any, limit: int) -> None:
         seen = 0
@@ -255,15 +255,16 @@ class Edge:
             await self.refuse(scope, receive, send, "body_too_large", limit)
 
 
-def _replay(body: bytes, receive: Any) -> Any:
-    """An ASGI receive that gives `body` (read whole already), then the connection's own (its disconnect)."""
+def replay(body: bytes, receive: Any) -> Any:
+    """An ASGI receive that gives `body` (read whole already), then the connection's own (its disconnect):
+    the edge's and MCP's fast path's, each after reading a body whole."""
     sent = False
 
-    async def replay() -> dict:
+    async def replayed() -> dict:
         nonlocal sent
         if not sent:
             sent = True
             return {"type": "http.request", "body": body, "more_body": False}
         return await receive()
 
-    return replay
+    return replayed

@@ -656,7 +656,7 @@ class _FastCalls:
         body = await request.body()
         message = _fast_message(body)
         if message is None:
-            await self.app(scope, _replay(body, receive), send)
+            await self.app(scope, edge.replay(body, receive), send)
             return
         # the body is read: the next message of `receive` is the client's disconnect, which drops the call
         # (a wait leaves its group) within the second; nobody is left to answer
@@ -705,20 +705,6 @@ def _fast_message(body: bytes) -> dict | None:
             or not isinstance(message.get("params", {}), dict | None)):
         return None
     return message
-
-
-def _replay(body: bytes, receive: Any) -> Any:
-    """An ASGI receive that gives `body` (read whole already), then the connection's own (its disconnect)."""
-    sent = False
-
-    async def replay() -> dict:
-        nonlocal sent
-        if not sent:
-            sent = True
-            return {"type": "http.request", "body": body, "more_body": False}
-        return await receive()
-
-    return replay
 
 
 def http_app(config: McpConfig, *, host: str) -> Any:
