@@ -1,5 +1,6 @@
 -- Foundation: erase_address removes or anonymizes one address everywhere and keeps it suppressed
 -- by its keyed hash only; a dry run counts and changes nothing.
+-- verify: not on a live database yet: its positions section claims (claim_messages(100, …)), which takes the installation's due rows too
 BEGIN;
 SELECT plan(51);
 \ir fixtures/default_settings.sql
