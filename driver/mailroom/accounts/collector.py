@@ -119,13 +119,17 @@ class Collector(Worker):
             [cfg.channel],
             name=APP_NAME,
             on_notify=lambda _channel, payload: self.events.put(_announced(payload)),
-            on_connect=lambda: self.events.put(_RECONNECTED),
+            on_connect=self._on_listen_connect,
             check_interval=min(cfg.healthcheck_ms / 1000, 60.0),
             poll_hint=f"polling every {cfg.poll_ms} ms",
         )
         self.work: psycopg.Connection | None = None
         self.stopping = False
         self.must_drain = True
+        # the listener's (re)connects, counted by its thread; a drain that began while listening
+        # after connect N covers connect N's "look for work" (sql/08_notify.sql): not drained twice
+        self.listen_connects = 0
+        self.drained_after_connect = -1
         self.pending = 0  # tokens announced by notifications since the last batch
         self.first_at = 0.0  # monotonic time of the first notification of this quiet period
         self.last_check = 0.0  # monotonic time of the last round trip that proved the work link alive
@@ -312,7 +316,8 @@ class Collector(Worker):
             return
         while True:
             if event is _RECONNECTED:
-                self.must_drain = True
+                if self.listen_connects > self.drained_after_connect:
+                    self.must_drain = True
             else:
                 if not self.pending:
                     self.first_at = time.monotonic()
@@ -322,6 +327,11 @@ class Collector(Worker):
                 event = self.events.get_nowait()
             except queue.Empty:
                 return
+
+    def _on_listen_connect(self) -> None:
+        """The listener's thread, after each (re)connect: drain the backlog (unless a drain began since)."""
+        self.listen_connects += 1
+        self.events.put(_RECONNECTED)
 
     def _beat(self) -> None:
         """One heartbeat in its own short transaction on the work connection."""
@@ -354,6 +364,9 @@ class Collector(Worker):
     def _drain(self, what: str | None) -> int:
         """Run batches of the limit until one comes back short (or we are asked to stop)."""
         assert self.work is not None
+        connects = self.listen_connects  # read before listening(): the listener counts, then is up
+        if self.listening():
+            self.drained_after_connect = connects
         limit = self.cfg.batch_limit
         total = batches = 0
         while True:
