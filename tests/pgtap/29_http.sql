@@ -4,12 +4,13 @@
 -- v1 shapes (a list is a JSON array, the original service's keys), an API key's inbox list, and its
 -- mcp inboxes read over REST.
 BEGIN;
-SELECT plan(78);
+SELECT plan(81);
 \ir fixtures/default_settings.sql
 
 SET LOCAL mailroom.clock = '2030-01-01 00:00:00+00';
 SELECT mailroom.create_api_key('team-1', sha256('mrk_one'::bytea));
 SELECT mailroom.create_api_key('team-2', sha256('mrk_two'::bytea));
+SELECT mailroom.create_api_key('team-43', sha256('mrk_43'::bytea));
 CREATE TEMP TABLE j AS SELECT mailroom.http_create_mailbox(null, '192.0.2.1', 5) AS doc;
 CREATE TEMP TABLE o AS SELECT mailroom.http_create_mailbox(sha256('mrk_one'::bytea), null, null, 'pro') AS doc;
 CREATE FUNCTION pg_temp.a() RETURNS text LANGUAGE sql AS $$ SELECT doc ->> 'address' FROM j $$;
@@ -26,6 +27,17 @@ SELECT is(
 );
 SELECT throws_ok($$SELECT mailroom.http_create_mailbox(null, 'c', null, 'pro')$$, 'MR242', NULL,
     'anonymous and another plan: MR242');
+-- issue 43: MCP's create_inbox is this function (p_face 'mcp'): owner type mcp, and only with a key
+SELECT is(
+    (mailroom.http_create_mailbox(sha256('mrk_43'::bytea), null, p_face => 'mcp') ->> 'owner_type'), 'mcp',
+    'p_face mcp: the inbox''s owner type is mcp'
+);
+SELECT throws_ok($$SELECT mailroom.http_create_mailbox(null, null, p_face => 'mcp')$$, 'MR240', NULL,
+    'p_face mcp without an API key: MR240 (MCP knows only keys), nothing anonymous made');
+SELECT is(
+    (mailroom.http_create_mailbox(sha256('mrk_43'::bytea), 'c') ->> 'owner_type'), 'api',
+    'the REST face (the default): owner type api'
+);
 SELECT throws_ok($$SELECT mailroom.http_create_mailbox(sha256('mrk_x'::bytea), 'c')$$, 'MR241', NULL,
     'an unknown key: MR241');
 SELECT is(mailroom.http_get_mailbox(pg_temp.a(), pg_temp.t(), null) ->> 'address', pg_temp.a(), 'the token reads it');
