@@ -209,7 +209,7 @@ class InboxHandler:
         self.in_flight += 1
         self.idle.clear()
         try:
-            reply = await self._deliver(envelope)
+            reply = await self._deliver(server, session, envelope)
         except Exception as exc:  # noqa: BLE001 - never a 250 without a stored row, never a traceback
             log.error("delivery failed unexpectedly: %s", type(exc).__name__)
             reply = REPLY_TEMPFAIL
@@ -227,7 +227,7 @@ class InboxHandler:
         reply that refuses it (psycopg errors raise)."""
         return await self.delivery.size_refusal(envelope.accepted, size)
 
-    async def _deliver(self, envelope: Envelope) -> str:
+    async def _deliver(self, server: SMTP, session: Session, envelope: Envelope) -> str:
         raw = envelope.original_content
         if raw is None:
             raw = envelope.content if isinstance(envelope.content, bytes) else b""
@@ -239,7 +239,24 @@ class InboxHandler:
             mail_from = ""
         # a logged-in session's message goes once to the capture inbox, whatever its recipients
         recipients = envelope.accepted if isinstance(envelope, _Envelope) and envelope.captured else envelope.rcpt_tos
-        return await self.delivery.message(raw, clean_text(mail_from) or "", list(recipients))
+        return await self.delivery.message(raw, clean_text(mail_from) or "", list(recipients),
+                                           _trace(server, session, envelope))
+
+
+def _trace(server: SMTP, session: Session, envelope: Envelope) -> dict[str, Any]:
+    """The SMTP session's facts SQL writes the stored message's Received: header from
+    (sql/21_delivery.sql, _received_header: the format, the cleaning of the HELO name, for <…>)."""
+    peer = session.peer
+    return {
+        "client": str(peer[0]) if isinstance(peer, (tuple, list)) and peer else "",
+        "helo": clean_text(session.host_name, 255) or "",  # the client's to choose: SQL keeps a domain's characters
+        "by": server.hostname,
+        "esmtp": session.extended_smtp,
+        "tls": session.ssl is not None,
+        "auth": bool(session.authenticated),
+        "smtputf8": bool(getattr(envelope, "smtp_utf8", False)),
+    }
+
 
 def _result_of(reply: str) -> str:
     """The metric label of a DATA reply: stored (2xx), tempfail (4xx) or refused (5xx)."""
