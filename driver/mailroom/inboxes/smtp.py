@@ -21,7 +21,8 @@ It asks mailroom.inboxes.delivery everything that needs the database and sends t
   client's idle connections cannot keep every other sender out for the idle timeout); --idle-timeout.
 - STARTTLS (RFC 3207) when the server has a certificate (--tls-cert/--tls-key), advertised in EHLO;
   with --require-tls every command but EHLO, NOOP, STARTTLS and QUIT gets 530 5.7.0 before it.
-- SMTP AUTH PLAIN and LOGIN (mailroom.inboxes.auth, docs/inboxes.md "SMTP AUTH"): offered on a
+- SMTP AUTH PLAIN and LOGIN (mailroom.inboxes.auth, docs/inboxes.md "SMTP AUTH"; under --sink every
+  login succeeds and captures nothing, mail stored by recipient as the sink stores it): offered on a
   loopback listener, elsewhere only after STARTTLS; required on a listener made with auth_required
   (`inbox serve --submission`), never on the port that receives internet mail. A session that logged
   in has a Capture: RCPT takes any address whose syntax is valid, and DATA stores the message once,
@@ -453,6 +454,8 @@ class InboundSMTP(SMTP):
                 self._login_failures.failed(self._peer_address())
             log.info("refused a login: %s", outcome[:9])  # never the username
             return AuthResult(success=False, handled=False, message=outcome)
+        if outcome is None:  # the sink's accept-any: logged in, no capture (stored by recipient)
+            return AuthResult(success=True, auth_data=None)
         handler.delivery.reached()
         self.session.capture = outcome  # type: ignore[union-attr]
         return AuthResult(success=True, auth_data=outcome)
