@@ -266,13 +266,14 @@ def errors(*statuses: int) -> dict[int | str, dict[str, Any]]:
         400: "bad input (the edge: a NUL or malformed path or query, a JSON body nested too deep)",
         401: "no credentials, or an unknown or revoked API key",
         403: "not this inbox's credential, a plan that needs an API key, a cookie request without its CSRF header, "
-             "a release that is off or not allowed, the all-mail list with a session token",
+             "a release that is off or not allowed, the all-mail list with a session token, a send through a sender "
+             "not granted to the key or to a recipient not allowed",
         404: "no such inbox, expired or deleted; no such message, link, code, attachment or fault",
         408: "the long poll's time passed", 410: "the inbox expired or was deleted during the long poll",
-        409: "a released message's address is on the suppression list",
-        413: "body over its route's bound (the edge); a released message over outbound.max_message_bytes",
+        409: "a released or sent message's address is on the suppression list",
+        413: "body over its route's bound (the edge); a released or sent message over outbound.max_message_bytes",
         422: "a parameter of the wrong type",
-        429: "the creation rate limit, a rate of release or the checks, too many waits for a credential or in total "
+        429: "the creation rate limit, a rate of release, send or the checks, too many waits for a credential or in total "
              "(Retry-After)",
         502: "the service a check asks (spamd) failed",
         503: "the database is unavailable; a check this server does not run (docs/checks.md)",
