@@ -32,6 +32,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.middleware.cors import CORSMiddleware
 from fastapi.responses import HTMLResponse, JSONResponse, Response, StreamingResponse
 from fastapi.routing import APIRoute
+from psycopg.types.json import Jsonb
 from pydantic import BaseModel, ValidationError
 from starlette.background import BackgroundTask
 from starlette.exceptions import HTTPException as StarletteHTTPException
@@ -410,6 +411,20 @@ def create_app(config: HttpConfig | None = None) -> FastAPI:  # noqa: PLR0915 - 
         return _json(await state.call(sqlapi.http_release_message, retry=False, message_id=_message_id(message_id),
                                       to=body.to, sender=body.sender,
                                       **creds(request, address, unsafe=True).sql(address)))
+
+    # -- send over HTTP (issue 44, item 9; sql/32_outbound_send.sql) --------------------------------
+
+    @app.post("/api/v1/send", tags=["send"], response_model=models.Sent,
+              responses=errors(400, 401, 403, 409, 413, 429, 503), openapi_extra=models.body(models.SendRequest),
+              summary="Send a message (Mailpit's request shape) through an outbound sender granted to the API key")
+    async def send_message(request: Request) -> Response:
+        # an API key in a header only: never the page's cookie (a cross-site form cannot send a header)
+        c = request_credentials(request)
+        key_digest = None if c.from_cookie or c.raw is None else c.key_digest or hashlib.sha256(c.raw.encode()).digest()
+        doc = await _small_json(request)
+        _body(models.SendRequest, doc)  # the types (422); SQL reads the document itself, by name
+        return _json(await state.call(sqlapi.http_send_message, retry=False, key_digest=key_digest,
+                                      message=Jsonb(doc), idempotency_key=request.headers.get("idempotency-key")))
 
     # -- SES through SNS -------------------------------------------------------------------------
 

@@ -59,11 +59,15 @@ http_message_check = SqlFunction(
     returns=("html_body", "text_body", "raw", "link_ports"),
 )
 # fault injection (sql/24_faults.sql through sql/29_http.sql)
-# release (sql/32_outbound_release.sql): the one way mailroom_http queues mail, and the form's options
+# release (sql/32_outbound_release.sql): one of the two ways mailroom_http queues mail, and the form's options
 http_release_message = SqlFunction(
     "http_release_message", f"{_WHO}, p_message_id bigint, p_to text, p_sender text = default", returns="jsonb"
 )
 release_options = SqlFunction("release_options", returns="jsonb")
+# send over HTTP (sql/32_outbound_send.sql): the other way, POST /api/v1/send; the request as one document
+http_send_message = SqlFunction(
+    "http_send_message", "p_key_digest bytea, p_message jsonb, p_idempotency_key text = default", returns="jsonb"
+)
 index_messages = SqlFunction("index_messages", "p_message_ids bigint[]", returns="integer")
 deliver_ses_message = SqlFunction(
     "deliver_ses_message",
@@ -81,6 +85,12 @@ list_api_keys = SqlFunction(
     returns=("key_id", "owner_id", "label", "hint", "created_at", "revoked_at"),
 )
 revoke_api_key = SqlFunction("revoke_api_key", "p_key_id bigint", returns="boolean")
+grant_api_key_sender = SqlFunction("grant_api_key_sender", "p_key_id bigint, p_sender text", returns="boolean")
+revoke_api_key_sender = SqlFunction("revoke_api_key_sender", "p_key_id bigint, p_sender text", returns="boolean")
+list_api_key_senders = SqlFunction(
+    "list_api_key_senders", "p_key_id bigint = default",
+    returns=("key_id", "owner_id", "sender", "from_address", "granted_at"),
+)
 set_catchall_domain = SqlFunction(
     "set_catchall_domain",
     "p_domain text, p_owner_id text, p_plan text = default, p_max_open integer = default,"
