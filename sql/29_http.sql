@@ -939,6 +939,39 @@ COMMENT ON FUNCTION mailroom.http_clear_messages(text, text, bytea) IS
 
 GRANT EXECUTE ON FUNCTION mailroom.http_clear_messages(text, text, bytea) TO mailroom_http;
 
+CREATE OR REPLACE FUNCTION mailroom.http_mark_all_read(
+    p_address text,
+    p_session_token text,
+    p_key_digest bytea,
+    p_is_read boolean DEFAULT true
+)
+RETURNS jsonb
+LANGUAGE plpgsql
+VOLATILE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_box mailroom.mailboxes := mailroom_internal._http_box(p_address, p_session_token, p_key_digest);
+    v_marked integer;
+BEGIN
+    IF p_is_read IS NULL THEN
+        RAISE EXCEPTION USING ERRCODE = '22023', MESSAGE = 'is_read must be true or false';
+    END IF;
+    -- every message of the inbox not marked so yet (an inbox holds at most its plan's max_messages)
+    UPDATE mailroom.messages AS g
+    SET is_read = p_is_read
+    WHERE g.mailbox_id = v_box.id AND g.is_read IS DISTINCT FROM p_is_read;
+    GET DIAGNOSTICS v_marked = ROW_COUNT;
+    RETURN jsonb_build_object('marked', v_marked);
+END;
+$$;
+
+COMMENT ON FUNCTION mailroom.http_mark_all_read(text, text, bytea, boolean) IS
+'Operation mark_all_read (POST /api/v1/mailboxes/{address}/messages/read, MCP mark_all_read): mark every message of an open inbox read (or, p_is_read false, unread); {"marked": n}, the messages changed. Errors: MR203-MR206, MR240, MR241.';
+
+GRANT EXECUTE ON FUNCTION mailroom.http_mark_all_read(text, text, bytea, boolean) TO mailroom_http;
+
 CREATE OR REPLACE FUNCTION mailroom.http_extend_mailbox(
     p_address text,
     p_session_token text,

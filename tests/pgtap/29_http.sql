@@ -4,7 +4,7 @@
 -- v1 shapes (a list is a JSON array, the original service's keys), an API key's inbox list, and its
 -- mcp inboxes read over REST.
 BEGIN;
-SELECT plan(81);
+SELECT plan(85);
 \ir fixtures/default_settings.sql
 
 SET LOCAL mailroom.clock = '2030-01-01 00:00:00+00';
@@ -317,6 +317,22 @@ SELECT throws_ok(
     format($$SELECT * FROM mailroom.http_message_frame(%L, null, %L, %s)$$, pg_temp.oa(), sha256('mrk_two'::bytea),
            (SELECT id FROM f)),
     'MR204', NULL, 'the frame of another owner''s inbox: MR204'
+);
+
+-- operation mark_all_read (issue 43: the one added to prove the count of files, CONTRIBUTING.md)
+CREATE TEMP TABLE ma AS SELECT mailroom.http_create_mailbox(sha256('mrk_43'::bytea), 'c') ->> 'address' AS address;
+SELECT mailroom.deliver_message((SELECT address FROM ma), convert_to('Subject: s' || n || E'\r\n\r\nx', 'UTF8'),
+    'a@example.org', jsonb_build_object('subject', 's' || n))
+FROM generate_series(1, 3) AS n;
+SELECT is(mailroom.http_mark_all_read((SELECT address FROM ma), null, sha256('mrk_43'::bytea)), '{"marked": 3}',
+    'mark_all_read marks every unread message read');
+SELECT is(mailroom.http_mark_all_read((SELECT address FROM ma), null, sha256('mrk_43'::bytea)), '{"marked": 0}',
+    'and none twice');
+SELECT is(mailroom.http_mark_all_read((SELECT address FROM ma), null, sha256('mrk_43'::bytea), false),
+    '{"marked": 3}', 'is_read false: every one unread again');
+SELECT throws_ok(
+    $$SELECT mailroom.http_mark_all_read((SELECT address FROM ma), null, sha256('mrk_two'::bytea))$$, 'MR204', NULL,
+    'another owner''s key: MR204'
 );
 
 SELECT * FROM finish();

@@ -263,6 +263,20 @@ OPERATIONS: tuple[Operation, ...] = (
                 "with tag.", read_only=False),
     ),
     Operation(
+        "mark_all_read",
+        _returns_json("http_mark_all_read", f"{_WHO}, p_is_read boolean = default"),
+        INBOX,
+        "every message of the inbox marked read (or, with `is_read` false, unread): `{\"marked\": n}`, the "
+        "messages it changed",
+        args=(ADDRESS, Arg("is_read", bool, "true: mark every message read; false: unread.", default=True,
+                           body=True)),
+        errors=_BOX,
+        rest=Rest("POST", "/api/v1/mailboxes/{address}/messages/read", "Mark every message of the inbox read "
+                  "(is_read false: unread)", errors=(400, 401, 403, 404, 413, 503)),
+        mcp=Mcp("mark_all_read", "Mark every message of an inbox read (is_read false: unread): {marked: n}, the "
+                "messages it changed.", read_only=False),
+    ),
+    Operation(
         "delete_message",
         SqlFunction("http_delete_message", f"{_WHO}, p_message_id bigint"),
         INBOX,
