@@ -222,7 +222,7 @@ END;
 $$;
 
 COMMENT ON FUNCTION mailroom.http_create_mailbox(bytea, text, integer, text, text) IS
-'POST /api/v1/mailboxes and MCP create_inbox (operation create_mailbox): create_mailbox for an API key''s owner (any plan; owner type mcp when p_face is mcp, which needs a key: MR240) or anonymously (plan http.anonymous_plan, MR242 otherwise), within the creation rate limit of the key or the client (MR243); the mailbox as JSON with its session token.';
+'POST /api/v1/mailboxes and MCP create_inbox (operation create_mailbox): create_mailbox for an API key''s owner (any plan; owner type mcp when p_face is mcp, which needs a key: MR240) or anonymously (plan http.anonymous_plan, MR242 otherwise), within the creation rate limit of the key or the client (MR243); the mailbox as JSON with its session token. Errors: MR201, MR202, MR242, MR243, MR240, MR241.';
 
 GRANT EXECUTE ON FUNCTION mailroom.http_create_mailbox(bytea, text, integer, text, text) TO mailroom_http;
 
@@ -239,7 +239,7 @@ END;
 $$;
 
 COMMENT ON FUNCTION mailroom.http_get_mailbox(text, text, bytea) IS
-'GET /api/v1/mailboxes/{address}: an open mailbox as JSON (MR203-MR206 as for reading, MR240/MR241 credentials).';
+'GET /api/v1/mailboxes/{address}: an open mailbox as JSON (MR203-MR206 as for reading, MR240/MR241 credentials). Errors: MR203, MR204, MR205, MR206, MR240, MR241.';
 
 GRANT EXECUTE ON FUNCTION mailroom.http_get_mailbox(text, text, bytea) TO mailroom_http;
 
@@ -311,7 +311,7 @@ END;
 $$;
 
 COMMENT ON FUNCTION mailroom.http_list_mailboxes(bytea, integer, integer, boolean) IS
-'GET /api/v1/mailboxes (and MCP''s inbox list): the open inboxes of an API key''s owner, owner types api and mcp, newest first, as a JSON array of _http_mailbox_json; without a key and with p_sink (the face''s sink listing), the sink''s open inboxes, each with its session_token (MR240 no key, MR241 unknown key or a session token).';
+'GET /api/v1/mailboxes (and MCP''s inbox list): the open inboxes of an API key''s owner, owner types api and mcp, newest first, as a JSON array of _http_mailbox_json; without a key and with p_sink (the face''s sink listing), the sink''s open inboxes, each with its session_token (MR240 no key, MR241 unknown key or a session token). Errors: MR240, MR241.';
 
 GRANT EXECUTE ON FUNCTION mailroom.http_list_mailboxes(bytea, integer, integer, boolean) TO mailroom_http;
 
@@ -440,7 +440,7 @@ END;
 $$;
 
 COMMENT ON FUNCTION mailroom.http_list_messages(text, text, bytea, integer, integer, bigint, text, boolean) IS
-'GET /api/v1/mailboxes/{address}/messages: a page of the mailbox''s messages, newest first (after p_after_id if given; ?tag=, ?unread=), as a JSON array of MessageSummary.';
+'GET /api/v1/mailboxes/{address}/messages: a page of the mailbox''s messages, newest first (after p_after_id if given; ?tag=, ?unread=), as a JSON array of MessageSummary. Errors: MR203, MR204, MR205, MR206, MR240, MR241.';
 
 GRANT EXECUTE ON FUNCTION mailroom.http_list_messages(text, text, bytea, integer, integer, bigint, text, boolean)
 TO mailroom_http;
@@ -555,7 +555,7 @@ END;
 $$;
 
 COMMENT ON FUNCTION mailroom.http_read_message(text, text, bytea, bigint) IS
-'GET /api/v1/mailboxes/{address}/messages/{id}: read_message as JSON, REST v1 Message (body_text, body_html, attachments'' metadata, headers, the extracted link and code), marked read.';
+'GET /api/v1/mailboxes/{address}/messages/{id}: read_message as JSON, REST v1 Message (body_text, body_html, attachments'' metadata, headers, the extracted link and code), marked read. Errors: MR209, MR203, MR204, MR205, MR206, MR240, MR241.';
 
 GRANT EXECUTE ON FUNCTION mailroom.http_read_message(text, text, bytea, bigint) TO mailroom_http;
 
@@ -598,7 +598,7 @@ END;
 $$;
 
 COMMENT ON FUNCTION mailroom.http_delete_mailbox(text, text, bytea) IS
-'DELETE /api/v1/mailboxes/{address}: delete_mailbox (soft delete: it refuses mail at once); false if it was deleted already.';
+'DELETE /api/v1/mailboxes/{address}: delete_mailbox (soft delete: it refuses mail at once); false if it was deleted already. Errors: MR203, MR204, MR240, MR241.';
 
 GRANT EXECUTE ON FUNCTION mailroom.http_delete_mailbox(text, text, bytea) TO mailroom_http;
 
@@ -633,7 +633,7 @@ END;
 $$;
 
 COMMENT ON FUNCTION mailroom.http_delete_message(text, text, bytea, bigint) IS
-'DELETE /api/v1/mailboxes/{address}/messages/{id}: delete one message of an open mailbox (it frees a place under the plan''s count); MR209 if not in it.';
+'DELETE /api/v1/mailboxes/{address}/messages/{id}: delete one message of an open mailbox (it frees a place under the plan''s count); MR209 if not in it. Errors: MR209, MR203, MR204, MR205, MR206, MR240, MR241.';
 
 GRANT EXECUTE ON FUNCTION mailroom.http_delete_message(text, text, bytea, bigint) TO mailroom_http;
 
@@ -658,7 +658,7 @@ END;
 $$;
 
 COMMENT ON FUNCTION mailroom.http_extract_link(text, text, bytea, bigint, text) IS
-'GET …/messages/{id}/links: extract_link (the first http(s) link LIKE p_url_like; MR215 when none).';
+'GET …/messages/{id}/links: extract_link (the first http(s) link LIKE p_url_like; MR215 when none). Errors: MR215, MR011, MR209, MR203, MR204, MR205, MR206, MR240, MR241.';
 
 GRANT EXECUTE ON FUNCTION mailroom.http_extract_link(text, text, bytea, bigint, text) TO mailroom_http;
 
@@ -688,7 +688,7 @@ END;
 $$;
 
 COMMENT ON FUNCTION mailroom.http_extract_code(text, text, bytea, bigint, text) IS
-'GET …/messages/{id}/code: extract_code (p_pattern NULL: its default, a 5-digit word; MR215 when none).';
+'GET …/messages/{id}/code: extract_code (p_pattern NULL: its default, a 5-digit word; MR215 when none). Errors: MR215, MR010, MR034, MR209, MR203, MR204, MR205, MR206, MR240, MR241.';
 
 GRANT EXECUTE ON FUNCTION mailroom.http_extract_code(text, text, bytea, bigint, text) TO mailroom_http;
 
@@ -735,7 +735,7 @@ $$;
 
 COMMENT ON FUNCTION mailroom.http_wait_look(text, text, bytea, text, bigint, boolean) IS
 'GET …/wait and MCP wait_for_message: one look of wait_for_message without waiting: {mailbox_id, expires_at, expires_in (seconds left by mailroom.clock()), message}, message the newest whose subject is LIKE p_subject_like and whose id is greater than p_after_id (a MessageSummary; null when none yet). '
-'p_last (the wait''s last look): MR212 when none. Errors: MR203-MR206 (as wait_for_message), MR212, MR240, MR241.';
+'p_last (the wait''s last look): MR212 when none. Errors: MR212, MR205, MR206, MR251, MR252, MR011, MR203, MR204, MR240, MR241.';
 
 GRANT EXECUTE ON FUNCTION mailroom.http_wait_look(text, text, bytea, text, bigint, boolean) TO mailroom_http;
 
@@ -796,7 +796,7 @@ END;
 $$;
 
 COMMENT ON FUNCTION mailroom.http_search_messages(text, text, bytea, text, integer) IS
-'GET …/search?q=: the mailbox and the messages search_messages finds, best first, as JSON (MR246 for a query without a word).';
+'GET …/search?q=: the mailbox and the messages search_messages finds, best first, as JSON (MR246 for a query without a word). Errors: MR225, MR226, MR227, MR203, MR204, MR205, MR206, MR240, MR241.';
 
 GRANT EXECUTE ON FUNCTION mailroom.http_search_messages(text, text, bytea, text, integer) TO mailroom_http;
 
@@ -892,7 +892,7 @@ END;
 $$;
 
 COMMENT ON FUNCTION mailroom.http_update_message(text, text, bytea, bigint, boolean, text[]) IS
-'PATCH /api/v1/mailboxes/{address}/messages/{id}: mark read or unread and/or replace the tag set (NULL: unchanged); the MessageSummary after. Errors: MR209, MR260/MR261 (sql/22_marks.sql).';
+'PATCH /api/v1/mailboxes/{address}/messages/{id}: mark read or unread and/or replace the tag set (NULL: unchanged); the MessageSummary after. Errors: MR260, MR261, MR209, MR203, MR204, MR205, MR206, MR240, MR241.';
 
 GRANT EXECUTE ON FUNCTION mailroom.http_update_message(text, text, bytea, bigint, boolean, text[]) TO mailroom_http;
 
@@ -916,7 +916,7 @@ END;
 $$;
 
 COMMENT ON FUNCTION mailroom.http_delete_messages(text, text, bytea, bigint[]) IS
-'POST /api/v1/mailboxes/{address}/messages/delete: delete the messages of these ids (1-500, MR262; ids not in the inbox are not counted); {"deleted": n}.';
+'POST /api/v1/mailboxes/{address}/messages/delete: delete the messages of these ids (1-500, MR262; ids not in the inbox are not counted); {"deleted": n}. Errors: MR262, MR203, MR204, MR205, MR206, MR240, MR241.';
 
 GRANT EXECUTE ON FUNCTION mailroom.http_delete_messages(text, text, bytea, bigint[]) TO mailroom_http;
 
@@ -935,7 +935,7 @@ END;
 $$;
 
 COMMENT ON FUNCTION mailroom.http_clear_messages(text, text, bytea) IS
-'DELETE /api/v1/mailboxes/{address}/messages: delete every message of an open inbox (the inbox stays); {"deleted": n}.';
+'DELETE /api/v1/mailboxes/{address}/messages: delete every message of an open inbox (the inbox stays); {"deleted": n}. Errors: MR203, MR204, MR205, MR206, MR240, MR241.';
 
 GRANT EXECUTE ON FUNCTION mailroom.http_clear_messages(text, text, bytea) TO mailroom_http;
 
@@ -968,7 +968,7 @@ END;
 $$;
 
 COMMENT ON FUNCTION mailroom.http_mark_all_read(text, text, bytea, boolean) IS
-'Operation mark_all_read (POST /api/v1/mailboxes/{address}/messages/read, MCP mark_all_read): mark every message of an open inbox read (or, p_is_read false, unread); {"marked": n}, the messages changed. Errors: MR203-MR206, MR240, MR241.';
+'Operation mark_all_read (POST /api/v1/mailboxes/{address}/messages/read, MCP mark_all_read): mark every message of an open inbox read (or, p_is_read false, unread); {"marked": n}, the messages changed. Errors: MR203, MR204, MR205, MR206, MR240, MR241.';
 
 GRANT EXECUTE ON FUNCTION mailroom.http_mark_all_read(text, text, bytea, boolean) TO mailroom_http;
 
@@ -1016,7 +1016,7 @@ END;
 $$;
 
 COMMENT ON FUNCTION mailroom.http_extend_mailbox(text, text, bytea, integer) IS
-'POST /api/v1/mailboxes/{address}/extend: expires_at = now + p_ttl_seconds, clamped to the plan''s max TTL (max_ttl_seconds), never earlier than it was; the Mailbox after. Errors: MR202 a TTL not positive, MR203-MR206.';
+'POST /api/v1/mailboxes/{address}/extend: expires_at = now + p_ttl_seconds, clamped to the plan''s max TTL (max_ttl_seconds), never earlier than it was; the Mailbox after. Errors: MR202, MR203, MR204, MR205, MR206, MR240, MR241.';
 
 GRANT EXECUTE ON FUNCTION mailroom.http_extend_mailbox(text, text, bytea, integer) TO mailroom_http;
 
@@ -1110,7 +1110,7 @@ END;
 $$;
 
 COMMENT ON FUNCTION mailroom.http_set_inbox_fault(text, text, bytea, text, text, numeric, integer) IS
-'PUT /api/v1/mailboxes/{address}/fault: set_inbox_fault (stage, reply, share 100 by default, the next p_count only); the fault as JSON. Errors: MR230-MR232, MR295 a sink inbox, MR203-MR206.';
+'PUT /api/v1/mailboxes/{address}/fault: set_inbox_fault (stage, reply, share 100 by default, the next p_count only); the fault as JSON. Errors: MR230, MR231, MR232, MR295, MR203, MR204, MR205, MR206, MR240, MR241.';
 
 GRANT EXECUTE ON FUNCTION mailroom.http_set_inbox_fault(text, text, bytea, text, text, numeric, integer)
 TO mailroom_http;
@@ -1130,7 +1130,7 @@ END;
 $$;
 
 COMMENT ON FUNCTION mailroom.http_clear_inbox_fault(text, text, bytea) IS
-'DELETE /api/v1/mailboxes/{address}/fault: clear_inbox_fault (the inbox''s own fault; its catch-all domain''s stays); false if it had none.';
+'DELETE /api/v1/mailboxes/{address}/fault: clear_inbox_fault (the inbox''s own fault; its catch-all domain''s stays); false if it had none. Errors: MR203, MR204, MR240, MR241.';
 
 GRANT EXECUTE ON FUNCTION mailroom.http_clear_inbox_fault(text, text, bytea) TO mailroom_http;
 
@@ -1153,7 +1153,7 @@ END;
 $$;
 
 COMMENT ON FUNCTION mailroom.http_inbox_fault(text, text, bytea) IS
-'GET /api/v1/mailboxes/{address}/fault: the fault in force for an open inbox (its own, else its catch-all domain''s) as JSON; MR270 when none.';
+'GET /api/v1/mailboxes/{address}/fault: the fault in force for an open inbox (its own, else its catch-all domain''s) as JSON; MR270 when none. Errors: MR270, MR203, MR204, MR205, MR206, MR240, MR241.';
 
 GRANT EXECUTE ON FUNCTION mailroom.http_inbox_fault(text, text, bytea) TO mailroom_http;
 
@@ -1189,3 +1189,27 @@ COMMENT ON FUNCTION mailroom.http_release_message(text, text, bytea, bigint, tex
 'POST …/messages/{id}/release: release_message for the request''s credential, its rate counted per API key; {"outbound_id", "to", "sender"}. Errors: MR395-MR397 (403), MR301, MR303, MR306, MR318, MR390, MR020 (429), MR021 (403), MR203-MR209.';
 
 GRANT EXECUTE ON FUNCTION mailroom.http_release_message(text, text, bytea, bigint, text, text) TO mailroom_http;
+
+CREATE OR REPLACE FUNCTION mailroom.face_error_meanings(p_face text)
+RETURNS TABLE (code text, meaning text)
+LANGUAGE sql
+STABLE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+    -- every code with its meaning, in a face's own words where mailroom.error_codes speaks of what the
+    -- face has not (MCP knows only API keys, no session token): what its tool descriptions list
+    SELECT e.code, coalesce(w.words, e.meaning)
+    FROM mailroom.error_codes AS e
+    LEFT JOIN (VALUES
+        ('mcp', 'MR204', 'the inbox is not this API key''s owner''s'),
+        ('mcp', 'MR240', 'credentials required: an API key'),
+        ('mcp', 'MR295', 'a sink inbox takes no injected fault: fault injection needs an inbox of an API key')
+    ) AS w (face, code, words) ON e.code = w.code AND w.face = p_face
+    ORDER BY e.code
+$$;
+
+COMMENT ON FUNCTION mailroom.face_error_meanings(text) IS
+'Every MR code with its meaning as a face (p_face: rest, mcp) says it: mailroom.error_codes, with the face''s own words where the table speaks of a credential the face has not. The MCP server reads it once for its tool descriptions.';
+
+GRANT EXECUTE ON FUNCTION mailroom.face_error_meanings(text) TO mailroom_http;
