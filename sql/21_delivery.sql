@@ -105,7 +105,9 @@ BEGIN
         END IF;
 
         IF v_over > 0 THEN
-            PERFORM mailroom_internal._let_oldest_go(v_mailbox_id, v_over);
+            -- bounded work per delivery: one message goes for the one stored; an inbox over its count by
+            -- more (its plan's max_messages lowered) loses at most 10 a delivery until it is back under
+            PERFORM mailroom_internal._let_oldest_go(v_mailbox_id, least(v_over, 10));
         END IF;
         IF v_sink THEN
             PERFORM mailroom_internal._sink_let_go(v_mailbox_id, 0);

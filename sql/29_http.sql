@@ -376,7 +376,8 @@ CREATE OR REPLACE FUNCTION mailroom_internal._http_message_page(
     p_offset integer,
     p_after_id bigint,
     p_tag text DEFAULT null,
-    p_unread boolean DEFAULT null
+    p_unread boolean DEFAULT null,
+    p_before_id bigint DEFAULT null
 )
 RETURNS jsonb
 LANGUAGE plpgsql
@@ -389,27 +390,31 @@ BEGIN
             ERRCODE = '22023',
             MESSAGE = 'limit must be between 1 and 500 and offset non-negative';
     END IF;
-    -- newest first; after_id: only those delivered after that one (per mailbox, ids follow commit
-    -- order: deliver_message takes the mailbox's row lock before it takes an id)
+    -- newest first by id: per mailbox, ids follow commit order (deliver_message takes the mailbox's
+    -- row lock before it takes an id), where received_at is read before that lock is waited for, so
+    -- two deliveries can carry it in the other order; drop_oldest lets go by id too. So both cursors
+    -- are ids: after_id, only those delivered after that one; before_id (keyset paging), only those
+    -- before it, whether or not it is still there.
     RETURN (
-        SELECT coalesce(jsonb_agg(mailroom_internal._http_message_summary(g) ORDER BY g.received_at DESC, g.id DESC), '[]')
+        SELECT coalesce(jsonb_agg(mailroom_internal._http_message_summary(g) ORDER BY g.id DESC), '[]')
         FROM (
             SELECT g.*
             FROM mailroom.messages AS g
             WHERE
                 g.mailbox_id = p_box.id AND (p_after_id IS NULL OR g.id > p_after_id)
+                AND (p_before_id IS NULL OR g.id < p_before_id)
                 -- the filters: a tag (as stored: lower case), unread (true) or read (false) only
                 AND (p_tag IS NULL OR lower(btrim(p_tag)) = ANY(g.tags))
                 AND (p_unread IS NULL OR g.is_read <> p_unread)
-            ORDER BY g.received_at DESC, g.id DESC
+            ORDER BY g.id DESC
             LIMIT p_limit OFFSET p_offset
         ) AS g
     );
 END;
 $$;
 
-COMMENT ON FUNCTION mailroom_internal._http_message_page(mailroom.mailboxes, integer, integer, bigint, text, boolean) IS
-'Internal: a page of a mailbox''s messages, newest first (after p_after_id if given; with tag p_tag; unread or read only by p_unread), as a JSON array of MessageSummary; 22023 for a limit out of 1..500 or a negative offset.';
+COMMENT ON FUNCTION mailroom_internal._http_message_page(mailroom.mailboxes, integer, integer, bigint, text, boolean, bigint) IS
+'Internal: a page of a mailbox''s messages, newest first by id (after p_after_id, before p_before_id if given; with tag p_tag; unread or read only by p_unread), as a JSON array of MessageSummary; 22023 for a limit out of 1..500 or a negative offset.';
 
 CREATE OR REPLACE FUNCTION mailroom.http_list_messages(
     p_address text,
@@ -419,7 +424,8 @@ CREATE OR REPLACE FUNCTION mailroom.http_list_messages(
     p_offset integer DEFAULT 0,
     p_after_id bigint DEFAULT null,
     p_tag text DEFAULT null,
-    p_unread boolean DEFAULT null
+    p_unread boolean DEFAULT null,
+    p_before_id bigint DEFAULT null
 )
 RETURNS jsonb
 LANGUAGE plpgsql
@@ -429,15 +435,16 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
     RETURN mailroom_internal._http_message_page(
-        mailroom_internal._http_box(p_address, p_session_token, p_key_digest), p_limit, p_offset, p_after_id, p_tag, p_unread
+        mailroom_internal._http_box(p_address, p_session_token, p_key_digest),
+        p_limit, p_offset, p_after_id, p_tag, p_unread, p_before_id
     );
 END;
 $$;
 
-COMMENT ON FUNCTION mailroom.http_list_messages(text, text, bytea, integer, integer, bigint, text, boolean) IS
-'GET /api/v1/mailboxes/{address}/messages: a page of the mailbox''s messages, newest first (after p_after_id if given; ?tag=, ?unread=), as a JSON array of MessageSummary.';
+COMMENT ON FUNCTION mailroom.http_list_messages(text, text, bytea, integer, integer, bigint, text, boolean, bigint) IS
+'GET /api/v1/mailboxes/{address}/messages: a page of the mailbox''s messages, newest first by id (?limit=&offset=; after p_after_id, before p_before_id (keyset) if given; ?tag=, ?unread=), as a JSON array of MessageSummary.';
 
-GRANT EXECUTE ON FUNCTION mailroom.http_list_messages(text, text, bytea, integer, integer, bigint, text, boolean)
+GRANT EXECUTE ON FUNCTION mailroom.http_list_messages(text, text, bytea, integer, integer, bigint, text, boolean, bigint)
 TO mailroom_http;
 
 CREATE OR REPLACE FUNCTION mailroom.http_mailbox_view(
@@ -446,7 +453,8 @@ CREATE OR REPLACE FUNCTION mailroom.http_mailbox_view(
     p_key_digest bytea,
     p_limit integer DEFAULT 50,
     p_offset integer DEFAULT 0,
-    p_after_id bigint DEFAULT null
+    p_after_id bigint DEFAULT null,
+    p_before_id bigint DEFAULT null
 )
 RETURNS jsonb
 LANGUAGE plpgsql
@@ -459,15 +467,17 @@ DECLARE
 BEGIN
     RETURN jsonb_build_object(
         'mailbox', mailroom_internal._http_mailbox_json(v_box),
-        'messages', mailroom_internal._http_message_page(v_box, p_limit, p_offset, p_after_id)
+        'messages', mailroom_internal._http_message_page(
+            v_box, p_limit, p_offset, p_after_id, p_before_id => p_before_id
+        )
     );
 END;
 $$;
 
-COMMENT ON FUNCTION mailroom.http_mailbox_view(text, text, bytea, integer, integer, bigint) IS
-'The inbox page and the start of GET …/events: the mailbox and a page of its messages in one call, {"mailbox": Mailbox, "messages": [MessageSummary]}.';
+COMMENT ON FUNCTION mailroom.http_mailbox_view(text, text, bytea, integer, integer, bigint, bigint) IS
+'The inbox page and the start of GET …/events: the mailbox and a page of its messages (newest first by id; before p_before_id: the keyset page of the page''s Older link) in one call, {"mailbox": Mailbox, "messages": [MessageSummary]}.';
 
-GRANT EXECUTE ON FUNCTION mailroom.http_mailbox_view(text, text, bytea, integer, integer, bigint) TO mailroom_http;
+GRANT EXECUTE ON FUNCTION mailroom.http_mailbox_view(text, text, bytea, integer, integer, bigint, bigint) TO mailroom_http;
 
 CREATE OR REPLACE FUNCTION mailroom_internal._header_fields(p_raw bytea)
 RETURNS jsonb
@@ -763,7 +773,8 @@ CREATE OR REPLACE FUNCTION mailroom.http_search_messages(
     p_session_token text,
     p_key_digest bytea,
     p_query text,
-    p_limit integer DEFAULT 50
+    p_limit integer DEFAULT 50,
+    p_before_id bigint DEFAULT null
 )
 RETURNS jsonb
 LANGUAGE plpgsql
@@ -781,7 +792,7 @@ BEGIN
             SELECT coalesce(jsonb_agg(
                 mailroom_internal._http_message_summary(g) || jsonb_build_object('rank', s.rank) ORDER BY s.n
             ), '[]')
-            FROM mailroom_internal._search_mailbox(v_box, p_query, p_limit) WITH ORDINALITY AS s (
+            FROM mailroom_internal._search_mailboxes(ARRAY[v_box.id], p_query, p_limit, p_before_id) WITH ORDINALITY AS s (
                 message_id, received_at, from_header, subject, rank, n
             )
             INNER JOIN mailroom.messages AS g ON g.id = s.message_id AND g.received_at = s.received_at
@@ -790,10 +801,10 @@ BEGIN
 END;
 $$;
 
-COMMENT ON FUNCTION mailroom.http_search_messages(text, text, bytea, text, integer) IS
-'GET …/search?q=: the mailbox and the messages search_messages finds, best first, as JSON (MR246 for a query without a word).';
+COMMENT ON FUNCTION mailroom.http_search_messages(text, text, bytea, text, integer, bigint) IS
+'GET …/search?q=: the mailbox and the messages search_messages finds, best first then newest by id, as JSON; ?before_id= the last message of the previous page (keyset). Errors: MR246 a query without a word, MR225-MR227 the query, MR218 the page''s last message is gone.';
 
-GRANT EXECUTE ON FUNCTION mailroom.http_search_messages(text, text, bytea, text, integer) TO mailroom_http;
+GRANT EXECUTE ON FUNCTION mailroom.http_search_messages(text, text, bytea, text, integer, bigint) TO mailroom_http;
 
 CREATE OR REPLACE FUNCTION mailroom.http_message_attachment(
     p_address text,
@@ -988,7 +999,8 @@ CREATE OR REPLACE FUNCTION mailroom.http_list_all_messages(
     p_limit integer DEFAULT 50,
     p_before_id bigint DEFAULT null,
     p_tag text DEFAULT null,
-    p_unread boolean DEFAULT null
+    p_unread boolean DEFAULT null,
+    p_query text DEFAULT null
 )
 RETURNS jsonb
 LANGUAGE plpgsql
@@ -1013,6 +1025,11 @@ BEGIN
     IF p_limit IS NULL OR p_limit NOT BETWEEN 1 AND 200 THEN
         RAISE EXCEPTION USING ERRCODE = '22023', MESSAGE = 'limit must be between 1 and 200';
     END IF;
+    IF p_query IS NOT NULL AND (p_tag IS NOT NULL OR p_unread IS NOT NULL) THEN
+        RAISE EXCEPTION USING
+            ERRCODE = '22023',
+            MESSAGE = 'q takes no tag or unread beside it: write tag:x or is:unread in the query';
+    END IF;
     v_owner := mailroom_internal._api_key_owner(p_key_digest);
     -- the owner's open inboxes (owner types api and mcp, as http_list_mailboxes), then their
     -- messages newest first by id, a page before p_before_id (keyset: ids only grow)
@@ -1023,6 +1040,19 @@ BEGIN
             AND m.owner_id = v_owner
             AND mailroom_internal._mailbox_open(m.is_active, m.deleted_at, m.expires_at, v_now)
     );
+    IF p_query IS NOT NULL THEN
+        -- the search box of /mail: the matches across those inboxes, newest first by id too (a list,
+        -- searched; the same keyset)
+        RETURN (
+            SELECT coalesce(jsonb_agg(
+                mailroom_internal._http_message_summary(g) || jsonb_build_object('mailbox', b.address)
+                ORDER BY g.id DESC
+            ), '[]')
+            FROM mailroom_internal._search_mailboxes(v_boxes, p_query, p_limit, p_before_id, true) AS s
+            INNER JOIN mailroom.messages AS g ON g.id = s.message_id AND g.received_at = s.received_at
+            INNER JOIN mailroom.mailboxes AS b ON b.id = g.mailbox_id
+        );
+    END IF;
     RETURN (
         SELECT coalesce(jsonb_agg(
             mailroom_internal._http_message_summary(g) || jsonb_build_object('mailbox', b.address) ORDER BY g.id DESC
@@ -1043,10 +1073,10 @@ BEGIN
 END;
 $$;
 
-COMMENT ON FUNCTION mailroom.http_list_all_messages(text, bytea, integer, bigint, text, boolean) IS
-'GET /api/v1/messages: an API key owner''s mail across their open inboxes, newest first by id (keyset: before p_before_id; ?tag=, ?unread=), at most 200, each MessageSummary with its mailbox''s address. Errors: MR263 a session token (403), MR240/MR241, 22023 limit.';
+COMMENT ON FUNCTION mailroom.http_list_all_messages(text, bytea, integer, bigint, text, boolean, text) IS
+'GET /api/v1/messages: an API key owner''s mail across their open inboxes, newest first by id (keyset: before p_before_id; ?tag=, ?unread=, or ?q= a search query), at most 200, each MessageSummary with its mailbox''s address. Errors: MR263 a session token (403), MR240/MR241, 22023 limit or q beside tag/unread, MR246/MR225-MR227 the query.';
 
-GRANT EXECUTE ON FUNCTION mailroom.http_list_all_messages(text, bytea, integer, bigint, text, boolean) TO mailroom_http;
+GRANT EXECUTE ON FUNCTION mailroom.http_list_all_messages(text, bytea, integer, bigint, text, boolean, text) TO mailroom_http;
 CREATE OR REPLACE FUNCTION mailroom.http_set_inbox_fault(
     p_address text,
     p_session_token text,

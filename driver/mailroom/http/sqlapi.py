@@ -28,7 +28,7 @@ http_list_mailboxes = SqlFunction(
 http_list_messages = SqlFunction(
     "http_list_messages",
     f"{_WHO}, p_limit integer = default, p_offset integer = default, p_after_id bigint = default,"
-    " p_tag text = default, p_unread boolean = default",
+    " p_tag text = default, p_unread boolean = default, p_before_id bigint = default",
     returns="jsonb",
 )
 # issue 35 item 1: marks (read, tags), deleting selected or all, extending, an owner's all-mail list
@@ -43,13 +43,14 @@ http_extend_mailbox = SqlFunction("http_extend_mailbox", f"{_WHO}, p_ttl_seconds
 http_list_all_messages = SqlFunction(
     "http_list_all_messages",
     "p_session_token text, p_key_digest bytea, p_limit integer = default, p_before_id bigint = default,"
-    " p_tag text = default, p_unread boolean = default",
+    " p_tag text = default, p_unread boolean = default, p_query text = default",
     returns="jsonb",
 )
 # the page and the start of /events: {"mailbox": Mailbox, "messages": [MessageSummary]} in one call
 http_mailbox_view = SqlFunction(
     "http_mailbox_view",
-    f"{_WHO}, p_limit integer = default, p_offset integer = default, p_after_id bigint = default",
+    f"{_WHO}, p_limit integer = default, p_offset integer = default, p_after_id bigint = default,"
+    " p_before_id bigint = default",
     returns="jsonb",
 )
 http_read_message = SqlFunction("http_read_message", f"{_WHO}, p_message_id bigint", returns="jsonb")
@@ -73,7 +74,8 @@ http_check_message = SqlFunction(
     "http_check_message", f"{_WHO}, p_subject_like text = default, p_last boolean = default", returns="jsonb"
 )
 http_search_messages = SqlFunction(
-    "http_search_messages", f"{_WHO}, p_query text, p_limit integer = default", returns="jsonb"
+    "http_search_messages", f"{_WHO}, p_query text, p_limit integer = default, p_before_id bigint = default",
+    returns="jsonb",
 )
 # the checks of a message (sql/29_checks.sql, docs/checks.md): what a check reads (the link check: and
 # the ports it may ask); p_enabled is this server's switch for it (MR280, MR281 when off)
