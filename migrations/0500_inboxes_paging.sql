@@ -13,6 +13,9 @@ DROP FUNCTION IF EXISTS mailroom_internal._http_message_page(mailroom.mailboxes,
 -- one inbox's search becomes the search of a set of inboxes (sql/27_search.sql, _search_mailboxes)
 DROP FUNCTION IF EXISTS mailroom_internal._search_mailbox(mailroom.mailboxes, text, integer);
 
+-- list_plans answers each plan's when_full too (a column added to its result: sql/20_mailboxes.sql)
+DROP FUNCTION IF EXISTS mailroom.list_plans();
+
 -- A search page's cursor is its last message: the next page is what ranks after it. Gone (deleted or
 -- let go), it ranks nowhere: the caller starts again from the first page.
 INSERT INTO mailroom.error_codes (code, area, kind, meaning, smtp_reply, verdict, http_status) VALUES
