@@ -399,13 +399,20 @@ BEGIN
         SELECT coalesce(jsonb_agg(mailroom_internal._http_message_summary(g) ORDER BY g.id DESC), '[]')
         FROM (
             SELECT g.*
-            FROM mailroom.messages AS g
-            WHERE
-                g.mailbox_id = p_box.id AND (p_after_id IS NULL OR g.id > p_after_id)
-                AND (p_before_id IS NULL OR g.id < p_before_id)
-                -- the filters: a tag (as stored: lower case), unread (true) or read (false) only
-                AND (p_tag IS NULL OR lower(btrim(p_tag)) = ANY(g.tags))
-                AND (p_unread IS NULL OR g.is_read <> p_unread)
+            FROM (
+                SELECT g.*
+                FROM mailroom.messages AS g
+                WHERE
+                    g.mailbox_id = p_box.id AND (p_after_id IS NULL OR g.id > p_after_id)
+                    AND (p_before_id IS NULL OR g.id < p_before_id)
+                    -- the filters: a tag (as stored: lower case), unread (true) or read (false) only
+                    AND (p_tag IS NULL OR lower(btrim(p_tag)) = ANY(g.tags))
+                    AND (p_unread IS NULL OR g.is_read <> p_unread)
+                -- the inbox's rows through (mailbox_id, received_at), at most its plan's count, then
+                -- sorted: never the primary key's id order with a filter, which walks the newer mail
+                -- of every other inbox to find this one's (an old inbox: its whole table's tail)
+                OFFSET 0
+            ) AS g
             ORDER BY g.id DESC
             LIMIT p_limit OFFSET p_offset
         ) AS g
