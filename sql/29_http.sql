@@ -791,19 +791,29 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     v_box mailroom.mailboxes := mailroom_internal._http_box(p_address, p_session_token, p_key_digest);
+    v_ids bigint[];
+    v_ranks real[];
+    v_messages jsonb;
 BEGIN
+    -- the matches in their order, then their rows by the inbox's id (a query on one inbox: on Citus one
+    -- shard, as every read of an inbox; the rows are not joined to the search's result)
+    SELECT coalesce(array_agg(s.message_id ORDER BY s.n), '{}'), coalesce(array_agg(s.rank ORDER BY s.n), '{}')
+    INTO v_ids, v_ranks
+    FROM mailroom_internal._search_mailboxes(ARRAY[v_box.id], p_query, p_limit, p_before_id) WITH ORDINALITY AS s (
+        message_id, received_at, from_header, subject, rank, n
+    );
+    -- a statement of its own (on Citus pushed to the inbox's shard whole; the mailbox's JSON reads others)
+    SELECT coalesce(jsonb_agg(
+        mailroom_internal._http_message_summary(g)
+        || jsonb_build_object('rank', v_ranks[array_position(v_ids, g.id)])
+        ORDER BY array_position(v_ids, g.id)
+    ), '[]')
+    INTO v_messages
+    FROM (
+        SELECT g.* FROM mailroom.messages AS g WHERE g.mailbox_id = v_box.id AND g.id = ANY(v_ids)
+    ) AS g;
     RETURN jsonb_build_object(
-        'mailbox', mailroom_internal._http_mailbox_json(v_box),
-        'query', p_query,
-        'messages', (
-            SELECT coalesce(jsonb_agg(
-                mailroom_internal._http_message_summary(g) || jsonb_build_object('rank', s.rank) ORDER BY s.n
-            ), '[]')
-            FROM mailroom_internal._search_mailboxes(ARRAY[v_box.id], p_query, p_limit, p_before_id) WITH ORDINALITY AS s (
-                message_id, received_at, from_header, subject, rank, n
-            )
-            INNER JOIN mailroom.messages AS g ON g.id = s.message_id AND g.received_at = s.received_at
-        )
+        'mailbox', mailroom_internal._http_mailbox_json(v_box), 'query', p_query, 'messages', v_messages
     );
 END;
 $$;
@@ -1019,6 +1029,7 @@ DECLARE
     v_owner text;
     v_now timestamptz := mailroom.clock();
     v_boxes bigint[];
+    v_ids bigint[];
 BEGIN
     -- an owner's list: an API key's only (a session token opens one inbox: MR263, 403)
     IF p_key_digest IS NULL THEN
@@ -1050,13 +1061,26 @@ BEGIN
     IF p_query IS NOT NULL THEN
         -- the search box of /mail: the matches across those inboxes, newest first by id too (a list,
         -- searched; the same keyset)
+        PERFORM mailroom_internal._search_terms(p_query);  -- its refusals, with no inbox open too
+        -- one search an inbox (each a query on one inbox: on Citus one shard; the search's correlated
+        -- terms are not a multi-shard query), the newest p_limit of all their matches
+        v_ids := ARRAY(
+            SELECT s.message_id
+            FROM unnest(v_boxes) AS x (box_id)
+            CROSS JOIN LATERAL mailroom_internal._search_mailboxes(
+                ARRAY[x.box_id], p_query, p_limit, p_before_id, true
+            ) AS s
+            ORDER BY s.message_id DESC
+            LIMIT p_limit
+        );
         RETURN (
             SELECT coalesce(jsonb_agg(
                 mailroom_internal._http_message_summary(g) || jsonb_build_object('mailbox', b.address)
                 ORDER BY g.id DESC
             ), '[]')
-            FROM mailroom_internal._search_mailboxes(v_boxes, p_query, p_limit, p_before_id, true) AS s
-            INNER JOIN mailroom.messages AS g ON g.id = s.message_id AND g.received_at = s.received_at
+            FROM (
+                SELECT g.* FROM mailroom.messages AS g WHERE g.mailbox_id = ANY(v_boxes) AND g.id = ANY(v_ids)
+            ) AS g
             INNER JOIN mailroom.mailboxes AS b ON b.id = g.mailbox_id
         );
     END IF;
