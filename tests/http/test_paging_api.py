@@ -35,6 +35,9 @@ def test_before_id_pages_the_list_and_the_search_beside_limit_and_offset(server,
     assert server.request("DELETE", f"/api/v1/mailboxes/{address}/messages/{page1[-1]}", token=token).status == 200
     gone = server.request("GET", f"{search}&before_id={page1[-1]}", token=token)
     assert gone.status == 409 and gone.json()["error"]["code"] == "MR218"
+    # the page, given that gone cursor, goes back to the first page of the results (a 303 the client follows)
+    page = server.request("GET", f"/inbox/{address}?q=order&before_id={page1[-1]}", token=token)
+    assert page.status == 200 and b'id="matches"' in page.body and b"a later page" not in page.body
 
 
 def test_all_mail_searched_with_q(server, deliver, cli):
