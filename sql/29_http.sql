@@ -381,7 +381,8 @@ CREATE OR REPLACE FUNCTION mailroom_internal._http_message_page(
     p_offset integer,
     p_after_id bigint,
     p_tag text DEFAULT null,
-    p_unread boolean DEFAULT null
+    p_unread boolean DEFAULT null,
+    p_before_id bigint DEFAULT null
 )
 RETURNS jsonb
 LANGUAGE plpgsql
@@ -394,27 +395,38 @@ BEGIN
             ERRCODE = '22023',
             MESSAGE = 'limit must be between 1 and 500 and offset non-negative';
     END IF;
-    -- newest first; after_id: only those delivered after that one (per mailbox, ids follow commit
-    -- order: deliver_message takes the mailbox's row lock before it takes an id)
+    -- newest first by id: per mailbox, ids follow commit order (deliver_message takes the mailbox's
+    -- row lock before it takes an id), where received_at is read before that lock is waited for, so
+    -- two deliveries can carry it in the other order; drop_oldest lets go by id too. So both cursors
+    -- are ids: after_id, only those delivered after that one; before_id (keyset paging), only those
+    -- before it, whether or not it is still there.
     RETURN (
-        SELECT coalesce(jsonb_agg(mailroom_internal._http_message_summary(g) ORDER BY g.received_at DESC, g.id DESC), '[]')
+        SELECT coalesce(jsonb_agg(mailroom_internal._http_message_summary(g) ORDER BY g.id DESC), '[]')
         FROM (
             SELECT g.*
-            FROM mailroom.messages AS g
-            WHERE
-                g.mailbox_id = p_box.id AND (p_after_id IS NULL OR g.id > p_after_id)
-                -- the filters: a tag (as stored: lower case), unread (true) or read (false) only
-                AND (p_tag IS NULL OR lower(btrim(p_tag)) = ANY(g.tags))
-                AND (p_unread IS NULL OR g.is_read <> p_unread)
-            ORDER BY g.received_at DESC, g.id DESC
+            FROM (
+                SELECT g.*
+                FROM mailroom.messages AS g
+                WHERE
+                    g.mailbox_id = p_box.id AND (p_after_id IS NULL OR g.id > p_after_id)
+                    AND (p_before_id IS NULL OR g.id < p_before_id)
+                    -- the filters: a tag (as stored: lower case), unread (true) or read (false) only
+                    AND (p_tag IS NULL OR lower(btrim(p_tag)) = ANY(g.tags))
+                    AND (p_unread IS NULL OR g.is_read <> p_unread)
+                -- the inbox's rows through (mailbox_id, received_at), at most its plan's count, then
+                -- sorted: never the primary key's id order with a filter, which walks the newer mail
+                -- of every other inbox to find this one's (an old inbox: its whole table's tail)
+                OFFSET 0
+            ) AS g
+            ORDER BY g.id DESC
             LIMIT p_limit OFFSET p_offset
         ) AS g
     );
 END;
 $$;
 
-COMMENT ON FUNCTION mailroom_internal._http_message_page(mailroom.mailboxes, integer, integer, bigint, text, boolean) IS
-'Internal: a page of a mailbox''s messages, newest first (after p_after_id if given; with tag p_tag; unread or read only by p_unread), as a JSON array of MessageSummary; 22023 for a limit out of 1..500 or a negative offset.';
+COMMENT ON FUNCTION mailroom_internal._http_message_page(mailroom.mailboxes, integer, integer, bigint, text, boolean, bigint) IS
+'Internal: a page of a mailbox''s messages, newest first by id (after p_after_id, before p_before_id if given; with tag p_tag; unread or read only by p_unread), as a JSON array of MessageSummary; 22023 for a limit out of 1..500 or a negative offset.';
 
 CREATE OR REPLACE FUNCTION mailroom.http_list_messages(
     p_address text,
@@ -424,7 +436,8 @@ CREATE OR REPLACE FUNCTION mailroom.http_list_messages(
     p_offset integer DEFAULT 0,
     p_after_id bigint DEFAULT null,
     p_tag text DEFAULT null,
-    p_unread boolean DEFAULT null
+    p_unread boolean DEFAULT null,
+    p_before_id bigint DEFAULT null
 )
 RETURNS jsonb
 LANGUAGE plpgsql
@@ -434,15 +447,16 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
     RETURN mailroom_internal._http_message_page(
-        mailroom_internal._http_box(p_address, p_session_token, p_key_digest), p_limit, p_offset, p_after_id, p_tag, p_unread
+        mailroom_internal._http_box(p_address, p_session_token, p_key_digest),
+        p_limit, p_offset, p_after_id, p_tag, p_unread, p_before_id
     );
 END;
 $$;
 
-COMMENT ON FUNCTION mailroom.http_list_messages(text, text, bytea, integer, integer, bigint, text, boolean) IS
-'GET /api/v1/mailboxes/{address}/messages: a page of the mailbox''s messages, newest first (after p_after_id if given; ?tag=, ?unread=), as a JSON array of MessageSummary. Errors: MR203, MR204, MR205, MR206, MR240, MR241.';
+COMMENT ON FUNCTION mailroom.http_list_messages(text, text, bytea, integer, integer, bigint, text, boolean, bigint) IS
+'GET /api/v1/mailboxes/{address}/messages: a page of the mailbox''s messages, newest first by id (?limit=&offset=; after p_after_id, before p_before_id (keyset) if given; ?tag=, ?unread=), as a JSON array of MessageSummary. Errors: MR203, MR204, MR205, MR206, MR240, MR241.';
 
-GRANT EXECUTE ON FUNCTION mailroom.http_list_messages(text, text, bytea, integer, integer, bigint, text, boolean)
+GRANT EXECUTE ON FUNCTION mailroom.http_list_messages(text, text, bytea, integer, integer, bigint, text, boolean, bigint)
 TO mailroom_http;
 
 CREATE OR REPLACE FUNCTION mailroom.http_mailbox_view(
@@ -451,7 +465,8 @@ CREATE OR REPLACE FUNCTION mailroom.http_mailbox_view(
     p_key_digest bytea,
     p_limit integer DEFAULT 50,
     p_offset integer DEFAULT 0,
-    p_after_id bigint DEFAULT null
+    p_after_id bigint DEFAULT null,
+    p_before_id bigint DEFAULT null
 )
 RETURNS jsonb
 LANGUAGE plpgsql
@@ -464,15 +479,17 @@ DECLARE
 BEGIN
     RETURN jsonb_build_object(
         'mailbox', mailroom_internal._http_mailbox_json(v_box),
-        'messages', mailroom_internal._http_message_page(v_box, p_limit, p_offset, p_after_id)
+        'messages', mailroom_internal._http_message_page(
+            v_box, p_limit, p_offset, p_after_id, p_before_id => p_before_id
+        )
     );
 END;
 $$;
 
-COMMENT ON FUNCTION mailroom.http_mailbox_view(text, text, bytea, integer, integer, bigint) IS
-'The inbox page and the start of GET …/events: the mailbox and a page of its messages in one call, {"mailbox": Mailbox, "messages": [MessageSummary]}.';
+COMMENT ON FUNCTION mailroom.http_mailbox_view(text, text, bytea, integer, integer, bigint, bigint) IS
+'The inbox page and the start of GET …/events: the mailbox and a page of its messages (newest first by id; before p_before_id: the keyset page of the page''s Older link) in one call, {"mailbox": Mailbox, "messages": [MessageSummary]}.';
 
-GRANT EXECUTE ON FUNCTION mailroom.http_mailbox_view(text, text, bytea, integer, integer, bigint) TO mailroom_http;
+GRANT EXECUTE ON FUNCTION mailroom.http_mailbox_view(text, text, bytea, integer, integer, bigint, bigint) TO mailroom_http;
 
 CREATE OR REPLACE FUNCTION mailroom_internal._header_fields(p_raw bytea)
 RETURNS jsonb
@@ -768,7 +785,8 @@ CREATE OR REPLACE FUNCTION mailroom.http_search_messages(
     p_session_token text,
     p_key_digest bytea,
     p_query text,
-    p_limit integer DEFAULT 50
+    p_limit integer DEFAULT 50,
+    p_before_id bigint DEFAULT null
 )
 RETURNS jsonb
 LANGUAGE plpgsql
@@ -778,27 +796,37 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     v_box mailroom.mailboxes := mailroom_internal._http_box(p_address, p_session_token, p_key_digest);
+    v_ids bigint[];
+    v_ranks real[];
+    v_messages jsonb;
 BEGIN
+    -- the matches in their order, then their rows by the inbox's id (a query on one inbox: on Citus one
+    -- shard, as every read of an inbox; the rows are not joined to the search's result)
+    SELECT coalesce(array_agg(s.message_id ORDER BY s.n), '{}'), coalesce(array_agg(s.rank ORDER BY s.n), '{}')
+    INTO v_ids, v_ranks
+    FROM mailroom_internal._search_mailboxes(ARRAY[v_box.id], p_query, p_limit, p_before_id) WITH ORDINALITY AS s (
+        message_id, received_at, from_header, subject, rank, n
+    );
+    -- a statement of its own (on Citus pushed to the inbox's shard whole; the mailbox's JSON reads others)
+    SELECT coalesce(jsonb_agg(
+        mailroom_internal._http_message_summary(g)
+        || jsonb_build_object('rank', v_ranks[array_position(v_ids, g.id)])
+        ORDER BY array_position(v_ids, g.id)
+    ), '[]')
+    INTO v_messages
+    FROM (
+        SELECT g.* FROM mailroom.messages AS g WHERE g.mailbox_id = v_box.id AND g.id = ANY(v_ids)
+    ) AS g;
     RETURN jsonb_build_object(
-        'mailbox', mailroom_internal._http_mailbox_json(v_box),
-        'query', p_query,
-        'messages', (
-            SELECT coalesce(jsonb_agg(
-                mailroom_internal._http_message_summary(g) || jsonb_build_object('rank', s.rank) ORDER BY s.n
-            ), '[]')
-            FROM mailroom_internal._search_mailbox(v_box, p_query, p_limit) WITH ORDINALITY AS s (
-                message_id, received_at, from_header, subject, rank, n
-            )
-            INNER JOIN mailroom.messages AS g ON g.id = s.message_id AND g.received_at = s.received_at
-        )
+        'mailbox', mailroom_internal._http_mailbox_json(v_box), 'query', p_query, 'messages', v_messages
     );
 END;
 $$;
 
-COMMENT ON FUNCTION mailroom.http_search_messages(text, text, bytea, text, integer) IS
-'GET …/search?q=: the mailbox and the messages search_messages finds, best first, as JSON (MR246 for a query without a word). Errors: MR225, MR226, MR227, MR203, MR204, MR205, MR206, MR240, MR241.';
+COMMENT ON FUNCTION mailroom.http_search_messages(text, text, bytea, text, integer, bigint) IS
+'GET …/search?q=: the mailbox and the messages search_messages finds, best first then newest by id, as JSON; ?before_id= the last message of the previous page (keyset). Refusals: MR246 a query without a word, MR225-MR227 the query, MR218 the page''s last message is gone. Errors: MR246, MR218, MR225, MR226, MR227, MR203, MR204, MR205, MR206, MR240, MR241.';
 
-GRANT EXECUTE ON FUNCTION mailroom.http_search_messages(text, text, bytea, text, integer) TO mailroom_http;
+GRANT EXECUTE ON FUNCTION mailroom.http_search_messages(text, text, bytea, text, integer, bigint) TO mailroom_http;
 
 CREATE OR REPLACE FUNCTION mailroom.http_message_attachment(
     p_address text,
@@ -1026,7 +1054,8 @@ CREATE OR REPLACE FUNCTION mailroom.http_list_all_messages(
     p_limit integer DEFAULT 50,
     p_before_id bigint DEFAULT null,
     p_tag text DEFAULT null,
-    p_unread boolean DEFAULT null
+    p_unread boolean DEFAULT null,
+    p_query text DEFAULT null
 )
 RETURNS jsonb
 LANGUAGE plpgsql
@@ -1038,6 +1067,7 @@ DECLARE
     v_owner text;
     v_now timestamptz := mailroom.clock();
     v_boxes bigint[];
+    v_ids bigint[];
 BEGIN
     -- an owner's list: an API key's only (a session token opens one inbox: MR263, 403)
     IF p_key_digest IS NULL THEN
@@ -1051,6 +1081,11 @@ BEGIN
     IF p_limit IS NULL OR p_limit NOT BETWEEN 1 AND 200 THEN
         RAISE EXCEPTION USING ERRCODE = '22023', MESSAGE = 'limit must be between 1 and 200';
     END IF;
+    IF p_query IS NOT NULL AND (p_tag IS NOT NULL OR p_unread IS NOT NULL) THEN
+        RAISE EXCEPTION USING
+            ERRCODE = '22023',
+            MESSAGE = 'q takes no tag or unread beside it: write tag:x or is:unread in the query';
+    END IF;
     v_owner := mailroom_internal._api_key_owner(p_key_digest);
     -- the owner's open inboxes (owner types api and mcp, as http_list_mailboxes), then their
     -- messages newest first by id, a page before p_before_id (keyset: ids only grow)
@@ -1061,6 +1096,32 @@ BEGIN
             AND m.owner_id = v_owner
             AND mailroom_internal._mailbox_open(m.is_active, m.deleted_at, m.expires_at, v_now)
     );
+    IF p_query IS NOT NULL THEN
+        -- the search box of /mail: the matches across those inboxes, newest first by id too (a list,
+        -- searched; the same keyset)
+        PERFORM mailroom_internal._search_terms(p_query);  -- its refusals, with no inbox open too
+        -- one search an inbox (each a query on one inbox: on Citus one shard; the search's correlated
+        -- terms are not a multi-shard query), the newest p_limit of all their matches
+        v_ids := ARRAY(
+            SELECT s.message_id
+            FROM unnest(v_boxes) AS x (box_id)
+            CROSS JOIN LATERAL mailroom_internal._search_mailboxes(
+                ARRAY[x.box_id], p_query, p_limit, p_before_id, true
+            ) AS s
+            ORDER BY s.message_id DESC
+            LIMIT p_limit
+        );
+        RETURN (
+            SELECT coalesce(jsonb_agg(
+                mailroom_internal._http_message_summary(g) || jsonb_build_object('mailbox', b.address)
+                ORDER BY g.id DESC
+            ), '[]')
+            FROM (
+                SELECT g.* FROM mailroom.messages AS g WHERE g.mailbox_id = ANY(v_boxes) AND g.id = ANY(v_ids)
+            ) AS g
+            INNER JOIN mailroom.mailboxes AS b ON b.id = g.mailbox_id
+        );
+    END IF;
     RETURN (
         SELECT coalesce(jsonb_agg(
             mailroom_internal._http_message_summary(g) || jsonb_build_object('mailbox', b.address) ORDER BY g.id DESC
@@ -1081,10 +1142,10 @@ BEGIN
 END;
 $$;
 
-COMMENT ON FUNCTION mailroom.http_list_all_messages(text, bytea, integer, bigint, text, boolean) IS
-'GET /api/v1/messages: an API key owner''s mail across their open inboxes, newest first by id (keyset: before p_before_id; ?tag=, ?unread=), at most 200, each MessageSummary with its mailbox''s address. Errors: MR263 a session token (403), MR240/MR241, 22023 limit.';
+COMMENT ON FUNCTION mailroom.http_list_all_messages(text, bytea, integer, bigint, text, boolean, text) IS
+'GET /api/v1/messages: an API key owner''s mail across their open inboxes, newest first by id (keyset: before p_before_id; ?tag=, ?unread=, or ?q= a search query), at most 200, each MessageSummary with its mailbox''s address. Errors: MR263 a session token (403), MR240/MR241, 22023 limit or q beside tag/unread, MR246/MR225-MR227 the query.';
 
-GRANT EXECUTE ON FUNCTION mailroom.http_list_all_messages(text, bytea, integer, bigint, text, boolean) TO mailroom_http;
+GRANT EXECUTE ON FUNCTION mailroom.http_list_all_messages(text, bytea, integer, bigint, text, boolean, text) TO mailroom_http;
 CREATE OR REPLACE FUNCTION mailroom.http_set_inbox_fault(
     p_address text,
     p_session_token text,

@@ -222,7 +222,7 @@ OPERATIONS: tuple[Operation, ...] = (
         "list_messages",
         _returns_json("http_list_messages",
                       f"{_WHO}, p_limit integer = default, p_offset integer = default, p_after_id bigint = default,"
-                      " p_tag text = default, p_unread boolean = default"),
+                      " p_tag text = default, p_unread boolean = default, p_before_id bigint = default"),
         INBOX,
         "a page of its messages, newest first, as a JSON array of `MessageSummary` (`after`: only those delivered "
         "after that message; `tag`: with that tag; `unread`: unread only, or read only)",
@@ -234,9 +234,12 @@ OPERATIONS: tuple[Operation, ...] = (
                 rest="after"),
             Arg("tag", str, "Only messages with this tag.", default=None),
             Arg("unread", bool, "true: unread only; false: read only.", default=None),
+            Arg("before_id", int, "Keyset paging: only messages whose id is less than this one's (the last id of "
+                "the previous page).", default=None, ge=0),
         ),
         rest=Rest("GET", "/api/v1/mailboxes/{address}/messages",
-                  "Messages, newest first (paged; tag= a tag, unread=true/false): a JSON array",
+                  "Messages, newest first by id (limit/offset, or keyset: before_id= the last id of the previous "
+                  "page; tag= a tag, unread=true/false): a JSON array",
                   "list[MessageSummary]", errors=(400, 401, 403, 404, 422, 503), generic=False),
         mcp=Mcp("list_messages", "List an inbox's messages, newest first: [{id, received_at, from, subject, snippet, "
                 "is_read, tags, …}] (no bodies: read_message)."),
@@ -354,15 +357,20 @@ OPERATIONS: tuple[Operation, ...] = (
     ),
     Operation(
         "search_messages",
-        _returns_json("http_search_messages", f"{_WHO}, p_query text, p_limit integer = default"),
+        _returns_json("http_search_messages",
+                      f"{_WHO}, p_query text, p_limit integer = default, p_before_id bigint = default"),
         INBOX,
         "full-text search (subject, from, text), best first: `{\"query\", \"total\", \"messages\"}`",
         args=(ADDRESS,
               Arg("query", str, "What to find: words (as prefixes), \"phrases\", -not, or, and the qualifiers "
                   "from: to: subject: is: has: tag: before: after: (docs/inboxes.md).", rest="q"),
-              Arg("limit", int, "At most this many (1 to 1000).", default=50, ge=1, le=1000)),
-        rest=Rest("GET", "/api/v1/mailboxes/{address}/search", "Full-text search (subject, from, text), best first",
-                  "SearchResult", errors=(400, 401, 403, 404, 422, 503)),
+              Arg("limit", int, "At most this many (1 to 1000).", default=50, ge=1, le=1000),
+              Arg("before_id", int, "Paging: the results after this message, the last of the previous page (best "
+                  "first, then by id); the conflict error when it is gone: search again from the first page.",
+                  default=None, ge=0)),
+        rest=Rest("GET", "/api/v1/mailboxes/{address}/search", "Full-text search (subject, from, text), best first "
+                  "(paged: before_id= the last id of the previous page)", "SearchResult",
+                  errors=(400, 401, 403, 404, 409, 422, 503)),
         mcp=Mcp("search_messages", "Full-text search of an inbox's messages (subject, from, text), best first: "
                 "{query, total, messages: [{id, subject, snippet, …}]}."),
     ),
