@@ -333,6 +333,7 @@ SELECT is(mailroom.http_mark_all_read((SELECT address FROM ma), null, sha256('mr
 SELECT throws_ok(
     $$SELECT mailroom.http_mark_all_read((SELECT address FROM ma), null, sha256('mrk_two'::bytea))$$, 'MR204', NULL,
     'another owner''s key: MR204'
+);
 
 -- Paging (issue 44 item 4): newest first by id, keyset before_id beside limit/offset. The clock runs
 -- backwards as they arrive, so received_at orders them the other way round: the order is the ids'
