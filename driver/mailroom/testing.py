@@ -230,9 +230,11 @@ def _pgtap_files(args: list[str]) -> list[str]:
     root = checkout_root()
     if root is None:
         raise UserError("the pgTAP suite is part of a mailroom checkout (tests/pgtap), not of the package")
-    # tests/pgtap_sessions: files that drive a second session through dblink (it commits): run here on
-    # the throwaway cluster only, never shipped, never run by `db verify`
-    return [str(p) for folder in ("pgtap", "pgtap_sessions") for p in sorted((root / "tests" / folder).glob("*.sql"))]
+    # tests/pgtap_sessions: files that drive a second session through dblink (it commits); tests/pgtap_fresh:
+    # files that change the schema or its statistics to test a plan or partition maintenance (DDL, ANALYZE).
+    # Both run here on the throwaway cluster only, never shipped, never run by `db verify`
+    return [str(p) for folder in ("pgtap", "pgtap_sessions", "pgtap_fresh")
+            for p in sorted((root / "tests" / folder).glob("*.sql"))]
 
 
 def run_pgtap(cluster: embedded.Cluster, files: list[str]) -> int:
