@@ -86,7 +86,8 @@ UPDATE mailroom.senders
 SET smtp_password_sealed = NULL,
     smtp_password_encrypted = pgp_sym_encrypt('old pw', repeat('ab', 32), 'cipher-algo=aes256, s2k-mode=1, s2k-digest-algo=sha256')
 WHERE name IN ('authed', 'local');
-UPDATE mailroom.outbound_messages SET status = 'queued', claim_token = NULL WHERE subject LIKE 'pw %';
+UPDATE mailroom.outbound_messages SET status = 'queued', claim_token = NULL
+WHERE subject LIKE 'pw %' AND created_at <= mailroom.clock();
 SELECT results_eq(
     $$ SELECT sender_name, smtp_username, smtp_password
        FROM mailroom.claim_messages(100, 'legacy', decode(repeat('ab', 32), 'hex'), NULL)
@@ -95,7 +96,8 @@ SELECT results_eq(
     'claim_messages(limit, worker, key, lease) (deprecated) decrypts the previous release''s ciphertext'
 );
 UPDATE mailroom.senders SET smtp_allow_cleartext = false WHERE name = 'local';
-UPDATE mailroom.outbound_messages SET status = 'queued', claim_token = NULL WHERE subject LIKE 'pw %';
+UPDATE mailroom.outbound_messages SET status = 'queued', claim_token = NULL
+WHERE subject LIKE 'pw %' AND created_at <= mailroom.clock();
 SELECT results_eq(
     $$ SELECT sender_name, smtp_username, smtp_password
        FROM mailroom.claim_messages(100, 'legacy', decode(repeat('ab', 32), 'hex'), NULL)

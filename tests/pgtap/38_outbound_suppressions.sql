@@ -134,7 +134,7 @@ SELECT mailroom.enqueue_message('tap', ARRAY['m1@example.com', 'm2@example.com']
 SELECT mailroom.enqueue_message('tap', ARRAY['soft@example.com'], 'soft', 't');
 UPDATE mailroom.outbound_messages
 SET next_retry_at = CASE WHEN subject IN ('single', 'multi', 'soft') THEN NULL ELSE '2099-01-01Z'::timestamptz END
-WHERE status = 'queued';
+WHERE status = 'queued' AND created_at <= mailroom.clock();
 SELECT is((SELECT count(*)::integer FROM mailroom.claim_messages(10, 'tap')), 3, 'three claimed');
 SELECT is(
     (SELECT array_agg(f.result ORDER BY f.id) FROM mailroom.finalize_messages(
