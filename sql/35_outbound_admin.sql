@@ -61,7 +61,9 @@ BEGIN
             AND m.rcpt_domain = ANY (v_blocked)
         ),
         count(*) FILTER (WHERE m.status = 'queued' AND m.attempts = 0 AND m.next_retry_at > v_now)
-    FROM mailroom.outbound_messages AS m;
+    FROM mailroom.outbound_messages AS m
+    -- made by now: every row for a live reader (a clock pinned before them leaves them out)
+    WHERE m.created_at <= v_now;
 END;
 $$;
 
