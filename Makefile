@@ -12,7 +12,7 @@ APT_PACKAGES := postgresql-15 postgresql-15-pgtap libtap-parser-sourcehandler-pg
 CITUS_BUILD ?= $(CURDIR)/../shared/citus/build.sh
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 
-.PHONY: help deps deps-apt deps-citus venv lint caniemail test test-pgtap test-py demo bench bench-quick snapshot screenshots wheel soak clean
+.PHONY: help deps deps-apt deps-citus venv lint caniemail test test-pgtap test-py demo bench bench-quick snapshot screenshots wheel soak load clean
 
 help:
 	@echo "make demo         the whole story end to end on a private PostgreSQL cluster"
@@ -24,6 +24,7 @@ help:
 	@echo "make screenshots  regenerate docs/img/http-*.png (docs/http.md) on a throwaway cluster, headless chromium"
 	@echo "make wheel        build dist/mailroom-*.whl and the sdist (they carry migrations/ and sql/)"
 	@echo "make soak         the fault-injection run for SOAK_SECONDS (1800) under load (docs/reliability.md)"
+	@echo "make load         load held: 1,000 SMTP sessions, 5,000 SSE streams, 1,000 MCP waits, REST at 200/s (~10 min; LOAD_ARGS)"
 
 # `deps` is the system packages (deps-apt) and the Citus build (deps-citus), timed apart by .ci/run
 deps: deps-apt deps-citus
@@ -108,6 +109,12 @@ soak: deps venv
 	MAILROOM_SOAK_SECONDS=$(SOAK_SECONDS) MAILROOM_FAULT_SEED=$(SOAK_SEED) MAILROOM_FAULT_REPORT=$(SOAK_REPORT) \
 	    $(PY) -m pytest tests/faults/test_fault_injection.py -p no:xdist -p no:cacheprovider -s -q
 	MAILROOM_TEST_OUTAGE=$(SOAK_OUTAGE) $(PY) -m pytest tests/ops/test_long_outage.py -p no:xdist -p no:cacheprovider -s -q
+
+# load held (bench/load.py, docs/reliability.md "Load held"): a throwaway cluster, `mailroom run` and `mailroom mcp
+# --http-port`, each scenario apart, figures printed (not in make test nor CI); LOAD_ARGS="--only sse --scale 0.2"
+LOAD_ARGS ?=
+load: deps venv
+	$(PY) -m bench.load $(LOAD_ARGS)
 
 clean:
 	-$(VENV)/bin/mailroom db down 2>/dev/null

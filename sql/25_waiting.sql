@@ -16,7 +16,7 @@
 -- Errors: MR203/MR204/MR205/MR206 (authorization, as for reading), MR209 (message not in this
 -- mailbox), MR212 (timed out), MR213 (timeout negative, NULL or over the cap), MR214 (nothing
 -- yet and the transaction is not READ COMMITTED, so waiting could never see new mail), MR215
--- (no link or code matching in the message), MR251/MR252 (a server's wait caps, wait_refused).
+-- (no link or code matching in the message), MR251/MR252/MR253 (a server's wait caps, wait_refused).
 
 CREATE OR REPLACE FUNCTION mailroom_internal._newest_message(
     p_mailbox bigint, p_subject_like text, p_after_id bigint DEFAULT null
@@ -390,20 +390,28 @@ COMMENT ON FUNCTION mailroom.extract_code(text, text, bigint, text, text, text) 
 GRANT EXECUTE ON FUNCTION mailroom.extract_code(text, text, bigint, text, text, text) TO mailroom_app;
 
 CREATE OR REPLACE FUNCTION mailroom.wait_caps()
-RETURNS TABLE (kind text, per_credential integer, total integer)
+RETURNS TABLE (kind text, per_credential integer, total integer, per_client integer)
 LANGUAGE sql
 STABLE
 SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
     -- the numbers a server process counts its waits against (the counting is the process's)
-    SELECT 'wait', mailroom.setting('wait.max_per_credential')::integer, mailroom.setting('wait.max_total')::integer
+    SELECT
+        'wait',
+        mailroom.setting('wait.max_per_credential')::integer,
+        mailroom.setting('wait.max_total')::integer,
+        mailroom.setting('wait.max_per_client')::integer
     UNION ALL
-    SELECT 'events', mailroom.setting('events.max_per_credential')::integer, mailroom.setting('events.max_total')::integer
+    SELECT
+        'events',
+        mailroom.setting('events.max_per_credential')::integer,
+        mailroom.setting('events.max_total')::integer,
+        mailroom.setting('events.max_per_client')::integer
 $$;
 
 COMMENT ON FUNCTION mailroom.wait_caps() IS
-'The caps of a server process''s waits (kind wait: REST long polls and MCP wait_for_message; kind events: SSE streams): per API key or session token, and in total (settings wait.* and events.*).';
+'The caps of a server process''s waits (kind wait: REST long polls and MCP wait_for_message; kind events: SSE streams): per API key or session token, in total, and per client address (settings wait.* and events.*).';
 
 GRANT EXECUTE ON FUNCTION mailroom.wait_caps() TO mailroom_http;
 
@@ -419,13 +427,22 @@ DECLARE
 BEGIN
     -- the refusal of a wait over a cap the server counted (wait_caps): the code, its words and
     -- Retry-After (DETAIL, seconds) are SQL's, as every refusal
-    IF v_what IS NULL OR p_scope IS NULL OR p_scope NOT IN ('credential', 'total') THEN
-        RAISE EXCEPTION USING ERRCODE = '22023', MESSAGE = 'p_kind must be wait or events, p_scope credential or total';
+    IF v_what IS NULL OR p_scope IS NULL OR p_scope NOT IN ('credential', 'total', 'client') THEN
+        RAISE EXCEPTION USING ERRCODE = '22023',
+            MESSAGE = 'p_kind must be wait or events, p_scope credential, client or total';
     END IF;
     IF p_scope = 'credential' THEN
         RAISE EXCEPTION USING
             ERRCODE = 'MR251',
             MESSAGE = format('too many %s for this credential on this server (%s.max_per_credential), try again',
+                             v_what, p_kind),
+            DETAIL = '1';
+    END IF;
+    IF p_scope = 'client' THEN
+        -- one client address's, whatever its credentials (anonymous inboxes each have a token of their own)
+        RAISE EXCEPTION USING
+            ERRCODE = 'MR253',
+            MESSAGE = format('too many %s from this client address on this server (%s.max_per_client), try again',
                              v_what, p_kind),
             DETAIL = '1';
     END IF;
@@ -437,6 +454,6 @@ END;
 $$;
 
 COMMENT ON FUNCTION mailroom.wait_refused(text, text) IS
-'Raise the refusal of a wait (p_kind wait) or event stream (events) over a server''s cap (wait_caps): MR251 for p_scope credential, MR252 for total, DETAIL the seconds to retry after (1).';
+'Raise the refusal of a wait (p_kind wait) or event stream (events) over a server''s cap (wait_caps): MR251 for p_scope credential, MR253 for client (its address), MR252 for total, DETAIL the seconds to retry after (1).';
 
 GRANT EXECUTE ON FUNCTION mailroom.wait_refused(text, text) TO mailroom_http;

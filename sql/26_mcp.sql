@@ -327,7 +327,7 @@ AS $$
         ('mcp_read_message', ARRAY['MR209', 'MR203', 'MR204', 'MR205', 'MR206']),
         ('mcp_check_message', ARRAY['MR212', 'MR205', 'MR206', 'MR203', 'MR204']),
         -- MCP wait_for_message: the one wait's look, and the server's caps on waits (wait_refused)
-        ('http_wait_look', ARRAY['MR212', 'MR205', 'MR206', 'MR251', 'MR252', 'MR203', 'MR204']),
+        ('http_wait_look', ARRAY['MR212', 'MR205', 'MR206', 'MR251', 'MR252', 'MR253', 'MR203', 'MR204']),
         ('mcp_extract_link', ARRAY['MR215', 'MR011', 'MR209', 'MR203', 'MR204', 'MR205', 'MR206']),
         ('mcp_extract_code', ARRAY['MR215', 'MR010', 'MR034', 'MR209', 'MR203', 'MR204', 'MR205', 'MR206']),
         ('mcp_delete_mailbox', ARRAY['MR203', 'MR204']),

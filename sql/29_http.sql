@@ -752,7 +752,7 @@ $$;
 
 COMMENT ON FUNCTION mailroom.http_wait_look(text, text, bytea, text, bigint, boolean) IS
 'GET …/wait and MCP wait_for_message: one look of wait_for_message without waiting: {mailbox_id, expires_at, expires_in (seconds left by mailroom.clock()), message}, message the newest whose subject is LIKE p_subject_like and whose id is greater than p_after_id (a MessageSummary; null when none yet). '
-'p_last (the wait''s last look): MR212 when none. Errors: MR212, MR205, MR206, MR251, MR252, MR011, MR203, MR204, MR240, MR241.';
+'p_last (the wait''s last look): MR212 when none. Errors: MR212, MR205, MR206, MR251, MR252, MR253, MR011, MR203, MR204, MR240, MR241.';
 
 GRANT EXECUTE ON FUNCTION mailroom.http_wait_look(text, text, bytea, text, bigint, boolean) TO mailroom_http;
 

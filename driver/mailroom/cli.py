@@ -198,9 +198,27 @@ def fail(message: str, exit_code: int) -> None:
     sys.exit(exit_code)
 
 
+def open_files_up_to_hard_limit() -> None:
+    """The soft limit of open files up to the hard one, as Go's runtime does for every program: a server
+    holds a socket per client (5,000 event streams, 1,000 SMTP sessions: docs/reliability.md, "Load held"),
+    and the soft limit a service is often started with (1,024: systemd's default) would refuse the rest
+    with EMFILE. The hard limit stays the operator's (LimitNOFILE=, ulimit -Hn)."""
+    import resource
+
+    try:
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        if hard == resource.RLIM_INFINITY:
+            hard = max(soft, 1 << 20) if soft != resource.RLIM_INFINITY else soft
+        if soft != resource.RLIM_INFINITY and soft < hard:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
+    except (ValueError, OSError):
+        pass  # a platform that refuses: the limit stays as it was
+
+
 def main(argv: list[str] | None = None) -> None:
     """Entry point: run the app; UserError and click's usage errors become one line and an exit code."""
     args = sys.argv[1:] if argv is None else list(argv)
+    open_files_up_to_hard_limit()
     supervisor = os.environ.pop("MAILROOM_SUPERVISOR_PID", "")  # started by `mailroom run`
     if supervisor.isdigit():
         from mailroom.core.supervisor import die_with

@@ -205,3 +205,129 @@ def test_event_streams_are_capped(start_server, db_url) -> None:
     finally:
         with psycopg.connect(db_url, autocommit=True) as c:
             c.execute("SELECT mailroom.set_setting('events.max_per_credential', '500')")
+
+
+def _get_from(base: str, path: str, token: str, source: str, headers: dict[str, str] | None = None):
+    """GET path as a client at `source` (Linux routes all of 127/8 to lo): (status, headers, JSON or None)."""
+    import http.client
+    import json
+
+    host, port = base.removeprefix("http://").split(":")
+    conn = http.client.HTTPConnection(host, int(port), timeout=30, source_address=(source, 0))
+    try:
+        conn.request("GET", path, headers={"Authorization": f"Bearer {token}", **(headers or {})})
+        resp = conn.getresponse()
+        body = resp.read() if resp.status != 200 or "event-stream" not in (resp.getheader("content-type") or "") \
+            else b""
+        return resp.status, {k.lower(): v for k, v in resp.getheaders()}, json.loads(body) if body else None
+    finally:
+        conn.close()
+
+
+def _held_from(base: str, path: str, token: str, source: str, headers: dict[str, str] | None = None) -> socket.socket:
+    """A request left waiting on a raw socket from `source` (a long poll or an event stream)."""
+    host, port = base.removeprefix("http://").split(":")
+    sock = socket.create_connection((host, int(port)), timeout=10, source_address=(source, 0))
+    extra = "".join(f"{k}: {v}\r\n" for k, v in (headers or {}).items())
+    sock.sendall(f"GET {path} HTTP/1.1\r\nHost: {host}\r\nAuthorization: Bearer {token}\r\n{extra}\r\n".encode())
+    return sock
+
+
+def _refused_past(base: str, held: list[tuple], probe: tuple) -> tuple[dict, dict, list[socket.socket]]:
+    """Hold the requests `held` (each (path, token, source, headers)) and probe (a wait, timeout 0.3) until
+    the server answers 429 while every held one still waits: (headers, body, the held sockets). A probe
+    admitted meanwhile times out (408); a held one answered meanwhile (refused while a probe held a place)
+    is held again."""
+    socks = [_held_from(base, *h) for h in held]
+    started = time.monotonic()
+    while time.monotonic() - started < 30:
+        status, head, body = _get_from(base, *probe)
+        answered = select.select(socks, [], [], 0)[0]
+        for i, sock in enumerate(socks):
+            if sock in answered:
+                sock.close()
+                socks[i] = _held_from(base, *held[i])
+        if status == 429 and not answered:
+            return head, body, socks
+        assert status in (408, 429), (status, body)
+    for sock in socks:
+        sock.close()
+    raise AssertionError("no 429 within 30 s")
+
+
+def test_waits_are_capped_per_client_address(start_server, db_url) -> None:
+    """wait.max_per_client 2: one client's anonymous inboxes, each with a session token of its own (so
+    each under wait.max_per_credential), hold at most two waits together; the third is 429 MR253 with
+    Retry-After: 1, while another client address's wait is admitted (the attacker review after issue 45:
+    one client could otherwise take the whole wait.max_total)."""
+    with psycopg.connect(db_url, autocommit=True) as c:
+        c.execute("SELECT mailroom.set_setting('wait.max_per_client', '2')")
+    try:
+        server = start_server()
+        boxes = [_expiring_inbox(db_url, 600) for _ in range(3)]
+        address, token = boxes[2]
+        head, body, socks = _refused_past(
+            server.base, [(f"/api/v1/mailboxes/{a}/wait?timeout=120", t, "127.0.0.1") for a, t in boxes[:2]],
+            (f"/api/v1/mailboxes/{address}/wait?timeout=0.3", token, "127.0.0.1"))
+        try:
+            assert body["error"]["code"] == "MR253" and head["retry-after"] == "1", body
+            assert "wait.max_per_client" in body["detail"], body
+            status, _, body = _get_from(server.base, f"/api/v1/mailboxes/{address}/wait?timeout=0.3", token,
+                                        "127.0.0.2")
+            assert (status, body["error"]["code"]) == (408, "MR212"), body  # another client: admitted
+        finally:
+            for sock in socks:
+                sock.close()
+    finally:
+        with psycopg.connect(db_url, autocommit=True) as c:
+            c.execute("SELECT mailroom.set_setting('wait.max_per_client', '200')")
+
+
+def test_behind_a_proxy_the_client_is_its_forwarded_address(start_server, db_url) -> None:
+    """With --proxy, the per-client cap counts the address the proxy forwards (X-Forwarded-For), as the
+    creation rate limit does: two clients behind one proxy are two, and one client is one."""
+    with psycopg.connect(db_url, autocommit=True) as c:
+        c.execute("SELECT mailroom.set_setting('wait.max_per_client', '1')")
+    try:
+        server = start_server("--proxy", "127.0.0.1")
+        (a, ta), (b, tb) = _expiring_inbox(db_url, 600), _expiring_inbox(db_url, 600)
+        first = {"X-Forwarded-For": "198.51.100.7"}
+        _, body, (sock,) = _refused_past(server.base, [(f"/api/v1/mailboxes/{a}/wait?timeout=120", ta, "127.0.0.1", first)],
+                                         (f"/api/v1/mailboxes/{b}/wait?timeout=0.3", tb, "127.0.0.1", first))
+        try:
+            assert body["error"]["code"] == "MR253", body
+            status, _, body = _get_from(server.base, f"/api/v1/mailboxes/{b}/wait?timeout=0.3", tb, "127.0.0.1",
+                                        {"X-Forwarded-For": "198.51.100.8"})
+            assert (status, body["error"]["code"]) == (408, "MR212"), body
+        finally:
+            sock.close()
+    finally:
+        with psycopg.connect(db_url, autocommit=True) as c:
+            c.execute("SELECT mailroom.set_setting('wait.max_per_client', '200')")
+
+
+def test_event_streams_are_capped_per_client_address(start_server, db_url) -> None:
+    """events.max_per_client 1: a client's second stream, on another anonymous inbox, is 429 MR253;
+    another client address's is served."""
+    with psycopg.connect(db_url, autocommit=True) as c:
+        c.execute("SELECT mailroom.set_setting('events.max_per_client', '1')")
+    try:
+        server = start_server()
+        (a, ta), (b, tb) = _expiring_inbox(db_url, 600), _expiring_inbox(db_url, 600)
+        first = EventStream(f"{server.base}/api/v1/mailboxes/{a}/events", ta)
+        try:
+            first.next_event("mailbox")
+            status, head, body = _get_from(server.base, f"/api/v1/mailboxes/{b}/events", tb, "127.0.0.1")
+            assert status == 429, f"a second stream from one client address was answered {status}"
+            assert (body["error"]["code"], head["retry-after"]) == ("MR253", "1"), body
+            assert "events.max_per_client" in body["detail"], body
+            sock = _held_from(server.base, f"/api/v1/mailboxes/{b}/events", tb, "127.0.0.2")
+            try:
+                assert sock.recv(64).startswith(b"HTTP/1.1 200"), "another client's stream was refused"
+            finally:
+                sock.close()
+        finally:
+            first.close()
+    finally:
+        with psycopg.connect(db_url, autocommit=True) as c:
+            c.execute("SELECT mailroom.set_setting('events.max_per_client', '1000')")

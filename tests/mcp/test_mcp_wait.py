@@ -4,12 +4,14 @@ It ends at its inbox's expiry (MR205) as soon as the clock passes expires_at, no
 takes a cursor (after_id) so a resend flow waits for the next message; a wait whose HTTP client is
 gone is dropped at once (the server's armed waits, its Prometheus gauge, fall to zero), so a later
 delivery to the inbox costs nothing and another owner's calls stay fast; the waits of one key, inbox,
-filter and cursor share one look per wake-up; and the waits of one key are capped (MR251).
+filter and cursor share one look per wake-up; and the waits of one key are capped (MR251), as are those
+of one client address, whatever its keys (MR253).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import json
 import os
@@ -68,6 +70,7 @@ def mcp_metrics(db_url: str, tmp_path) -> Iterator[tuple[int, int]]:
     with psycopg.connect(db_url, autocommit=True) as c:
         c.execute("SELECT mailroom.set_setting('wait.max_per_credential', '10000')")
         c.execute("SELECT mailroom.set_setting('wait.max_total', '10000')")
+        c.execute("SELECT mailroom.set_setting('wait.max_per_client', '10000')")
     log_path = tmp_path / "mcp.log"
     args = ("mcp", "--http-port", "0", "--pool-size", "2", "--metrics-port", "0")
     with open(log_path, "w") as log_file:
@@ -88,6 +91,7 @@ def mcp_metrics(db_url: str, tmp_path) -> Iterator[tuple[int, int]]:
         with psycopg.connect(db_url, autocommit=True) as c:
             c.execute("SELECT mailroom.set_setting('wait.max_per_credential', '100')")
             c.execute("SELECT mailroom.set_setting('wait.max_total', '2000')")
+            c.execute("SELECT mailroom.set_setting('wait.max_per_client', '200')")
 
 
 def test_expiry_ends_a_wait_at_once_not_at_its_timeout(db_url: str, api_key: str, mcp_http) -> None:
@@ -150,12 +154,13 @@ def test_a_resend_flow_waits_for_the_next_message(db_url: str, api_key: str, smt
     asyncio.run(run())
 
 
-def _raw_wait(port: int, key: str, address: str, timeout: float) -> socket.socket:
-    """A stateless JSON tools/call wait_for_message on a raw socket (closed later without reading)."""
+def _raw_wait(port: int, key: str, address: str, timeout: float, source: str = "127.0.0.1") -> socket.socket:
+    """A stateless JSON tools/call wait_for_message on a raw socket (closed later without reading), from
+    the client address `source` (Linux routes all of 127/8 to lo)."""
     body = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {
         "name": "wait_for_message",
         "arguments": {"address": address, "subject_like": "Code%", "timeout_seconds": timeout}}}).encode()
-    sock = socket.create_connection(("127.0.0.1", port), timeout=10)
+    sock = socket.create_connection(("127.0.0.1", port), timeout=10, source_address=(source, 0))
     sock.sendall(b"POST /mcp HTTP/1.1\r\nHost: 127.0.0.1:%d\r\nAuthorization: Bearer %s\r\n"
                  b"Content-Type: application/json\r\nAccept: application/json, text/event-stream\r\n"
                  b"Content-Length: %d\r\n\r\n%s" % (port, key.encode(), len(body), body))
@@ -238,3 +243,58 @@ def test_the_waits_of_one_key_are_capped(db_url: str, mcp_http) -> None:
             sock.close()
     assert (err["code"], err["kind"]) == ("MR251", "limit"), err
     assert "wait.max_per_credential" in err["message"], err
+
+
+def _answer_of(sock: socket.socket) -> str:
+    """The error code of a raw wait's answer (a tool error's MRnnn), read whole."""
+    data = b""
+    while b"\r\n\r\n" not in data or len(data.split(b"\r\n\r\n", 1)[1]) < int(
+            re.search(rb"content-length: (\d+)", data, re.I).group(1)):
+        chunk = sock.recv(65536)
+        assert chunk, data
+        data += chunk
+    found = re.search(rb'"code"\s*:\s*"(MR\d{3})"|(MR\d{3})', data.split(b"\r\n\r\n", 1)[1])
+    return (found.group(1) or found.group(2)).decode() if found else data.decode()[-300:]
+
+
+@pytest.fixture
+def mcp_per_client(db_url: str, tmp_path) -> Iterator[tuple[int, int]]:
+    """`mailroom mcp --http-port 0 --metrics-port 0` with wait.max_per_client 2."""
+    with psycopg.connect(db_url, autocommit=True) as c:
+        c.execute("SELECT mailroom.set_setting('wait.max_per_client', '2')")
+    log_path = tmp_path / "mcp.log"
+    args = ("mcp", "--http-port", "0", "--pool-size", "2", "--metrics-port", "0")
+    with open(log_path, "w") as log_file:
+        proc = subprocess.Popen([sys.executable, "-m", "mailroom", *args], env=mailroom_env(db_url, args),
+                                stdout=subprocess.DEVNULL, stderr=log_file)
+    try:
+        port = int(wait_for_log(log_path, r"listening on 127\.0\.0\.1:(\d+)", proc, timeout=60).group(1))
+        metrics = int(wait_for_log(log_path, r"metrics on http://127\.0\.0\.1:(\d+)/metrics", proc).group(1))
+        wait_for_log(log_path, r"serving \(pid", proc, timeout=60)
+        yield port, metrics
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=10)
+        with psycopg.connect(db_url, autocommit=True) as c:
+            c.execute("SELECT mailroom.set_setting('wait.max_per_client', '200')")
+
+
+def test_the_waits_of_one_client_address_are_capped(db_url: str, mcp_per_client) -> None:
+    """wait.max_per_client (2): a client address holding two waits (one key's) has a third refused with
+    MR253, even with another key; another address's wait with that key is admitted (it times out: MR212)."""
+    port, metrics = mcp_per_client
+    key_a, key_b = _key(db_url, "agent-5"), _key(db_url, "agent-6")
+    box_a, box_b = _expiring_inbox(db_url, 600, owner="agent-5"), _expiring_inbox(db_url, 600, owner="agent-6")
+    socks = [_raw_wait(port, key_a, box_a, 60) for _ in range(2)]
+    try:
+        _until(lambda: _metrics(metrics).get('mailroom_waits{kind="wait"}') == 2, 60, "two waits armed")
+        for source, code in (("127.0.0.1", "MR253"), ("127.0.0.2", "MR212")):
+            with contextlib.closing(_raw_wait(port, key_b, box_b, 0.2, source=source)) as probe:
+                assert _answer_of(probe) == code, source
+    finally:
+        for sock in socks:
+            sock.close()

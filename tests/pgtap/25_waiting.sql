@@ -2,7 +2,7 @@
 -- timeouts, authorization), extract_link (text part, HTML hrefs, LIKE filter) and extract_code.
 -- Waiting on a commit from another session is in tests/inboxes/test_inbox_watch.py.
 BEGIN;
-SELECT plan(46);
+SELECT plan(47);
 \ir fixtures/default_settings.sql
 
 SET LOCAL mailroom.clock = '2030-01-01 00:00:00+00';
@@ -260,12 +260,17 @@ SELECT is(
 );
 -- the caps of a server's waits are settings, and their refusals SQL's
 SELECT results_eq(
-    'SELECT kind, per_credential, total FROM mailroom.wait_caps() ORDER BY kind',
-    $$VALUES ('events'::text, 500, 6000), ('wait'::text, 100, 2000)$$,
+    'SELECT kind, per_credential, total, per_client FROM mailroom.wait_caps() ORDER BY kind',
+    $$VALUES ('events'::text, 500, 6000, 1000), ('wait'::text, 100, 2000, 200)$$,
     'wait_caps: the settings wait.* and events.*'
 );
 SELECT throws_ok($$SELECT mailroom.wait_refused('wait', 'credential')$$, 'MR251', NULL, 'over a credential''s cap: MR251');
 SELECT throws_ok($$SELECT mailroom.wait_refused('events', 'total')$$, 'MR252', NULL, 'over the total: MR252');
+SELECT throws_ok(
+    $$SELECT mailroom.wait_refused('wait', 'client')$$,
+    'MR253', 'too many waits from this client address on this server (wait.max_per_client), try again',
+    'over a client address''s cap: MR253'
+);
 SELECT throws_ok($$SELECT mailroom.wait_refused('naps', 'total')$$, '22023', NULL, 'an unknown kind: 22023');
 
 -- the inbox's state is checked as for reading

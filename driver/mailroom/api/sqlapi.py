@@ -16,7 +16,7 @@ http_mailbox_view = SqlFunction(
     returns="jsonb",
 )
 # the caps a server process counts its waits and event streams against, and the refusal over one
-wait_caps = SqlFunction("wait_caps", returns=("kind", "per_credential", "total"))
+wait_caps = SqlFunction("wait_caps", returns=("kind", "per_credential", "total", "per_client"))
 wait_refused = SqlFunction("wait_refused", "p_kind text, p_scope text")
 # every code's meaning in a face's words (the MCP server's tool descriptions)
 face_error_meanings = SqlFunction("face_error_meanings", "p_face text", returns=("code", "meaning"))

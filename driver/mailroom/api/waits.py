@@ -3,7 +3,8 @@ wait_for_message, counted against the caps and sharing their looks.
 
 A wait makes its own first look (`look(last)`, one SQL call, `http_wait_look`: it authorizes the
 credential and answers `{mailbox_id, expires_in, message}`). Nothing there yet: it is admitted under
-the caps SQL reads (`wait_caps`; over one, the face's `refuse` raises SQL's refusal, `wait_refused`),
+the caps SQL reads (`wait_caps`: per credential, per client address, in total; over one, the face's
+`refuse` raises SQL's refusal, `wait_refused`),
 then joins the group of waits of the same credential, inbox, filter and cursor. A group makes ONE
 look per wake-up of its inbox on the hub (a delivery, the inbox's deletion, a reconnect of LISTEN, the
 poll interval while LISTEN is down) and never sleeps past the inbox's expiry (`expires_in`, by
@@ -13,7 +14,10 @@ answers "timed out" when nothing came). A cancelled wait (its client gone: `unti
 its group at once; the last one out stops the group's looks.
 
 The credential is only a digest here (the API key's, or the session token's sha256): the group's
-key and the caps' count, never logged.
+key and the caps' count, never logged. The client is the address the face sees (the reverse proxy's
+X-Forwarded-For with `http serve --proxy`; None on stdio: no per-client cap): counted, never logged. Every
+anonymous inbox has a session token of its own, so the per-credential cap alone would let one client
+making inboxes take the whole total (the attacker review after issue 45).
 """
 
 from __future__ import annotations
@@ -104,14 +108,15 @@ class _Group:
 class Waits:
     """A server process's waits: their caps, their groups, what they cost (for tests and metrics)."""
 
-    def __init__(self, hub: Hub, *, caps: Callable[[], Awaitable[dict[str, tuple[int, int]]]],
+    def __init__(self, hub: Hub, *, caps: Callable[[], Awaitable[dict[str, tuple[int, int, int]]]],
                  refuse: Callable[[str, str], Awaitable[None]]) -> None:
         self.hub = hub
         self._read_caps = caps
         self._refuse = refuse
-        self._caps: dict[str, tuple[int, int]] | None = None
+        self._caps: dict[str, tuple[int, int, int]] | None = None
         self._caps_at = 0.0
-        self._held: dict[str, dict[bytes, int]] = {}
+        self._held: dict[str, dict[bytes, int]] = {}  # per kind, per credential
+        self._clients: dict[str, dict[str, int]] = {}  # per kind, per client address
         self._armed: dict[str, int] = {}  # the sums of _held (read by the metrics thread: plain ints)
         self._groups: dict[tuple, _Group] = {}
         self.looks = 0  # the groups' looks (not the waits' first and last), since start
@@ -148,7 +153,8 @@ class Waits:
 
     # -- the caps -------------------------------------------------------------------------------
 
-    async def caps(self, kind: str) -> tuple[int, int]:
+    async def caps(self, kind: str) -> tuple[int, int, int]:
+        """(per credential, in total, per client address) of `kind`."""
         if self._caps is None or time.monotonic() - self._caps_at > CAPS_TTL:
             try:
                 self._caps = await self._read_caps()
@@ -158,17 +164,23 @@ class Waits:
                     raise  # never read: the face's error (the database is unavailable …)
         return self._caps[kind]
 
-    async def take(self, kind: str, credential: bytes) -> Callable[[], None]:
-        """Take one place of `kind` (wait, events) for `credential`: the function that gives it back (once,
-        however often it is called). Over a cap the face's refusal (SQL's, wait_refused: per credential or
-        in total) is raised instead."""
-        per_credential, total = await self.caps(kind)
+    async def take(self, kind: str, credential: bytes, client: str | None = None) -> Callable[[], None]:
+        """Take one place of `kind` (wait, events) for `credential` from `client` (its address; None: not
+        counted per client): the function that gives it back (once, however often it is called). Over a
+        cap the face's refusal (SQL's, wait_refused: per credential, per client or in total) is raised
+        instead."""
+        per_credential, total, per_client = await self.caps(kind)
         held = self._held.setdefault(kind, {})
+        clients = self._clients.setdefault(kind, {})
         if held.get(credential, 0) >= per_credential:
             await self._refuse(kind, "credential")
+        if client is not None and clients.get(client, 0) >= per_client:
+            await self._refuse(kind, "client")
         if self._armed.get(kind, 0) >= total:
             await self._refuse(kind, "total")
         held[credential] = held.get(credential, 0) + 1
+        if client is not None:
+            clients[client] = clients.get(client, 0) + 1
         self._armed[kind] = self._armed.get(kind, 0) + 1
         given_back = False
 
@@ -178,18 +190,16 @@ class Waits:
                 return
             given_back = True
             self._armed[kind] -= 1
-            left = held.get(credential, 1) - 1
-            if left > 0:
-                held[credential] = left
-            else:
-                held.pop(credential, None)
+            _drop(held, credential)
+            if client is not None:
+                _drop(clients, client)
 
         return give_back
 
     @contextlib.asynccontextmanager
-    async def admitted(self, kind: str, credential: bytes) -> Any:
-        """One place of `kind` for `credential` while the block runs (take)."""
-        give_back = await self.take(kind, credential)
+    async def admitted(self, kind: str, credential: bytes, client: str | None = None) -> Any:
+        """One place of `kind` for `credential` from `client` while the block runs (take)."""
+        give_back = await self.take(kind, credential, client)
         try:
             yield
         finally:
@@ -197,14 +207,16 @@ class Waits:
 
     # -- the wait -------------------------------------------------------------------------------
 
-    async def wait(self, *, credential: bytes, key: tuple, look: Look, timeout: float) -> Any:
+    async def wait(self, *, credential: bytes, key: tuple, look: Look, timeout: float,
+                   client: str | None = None) -> Any:
         """The message a wait answers (its `message` document), or the error of the look that ended it.
-        `key` names what it waits for besides the credential and the inbox (its filter and cursor)."""
+        `key` names what it waits for besides the credential and the inbox (its filter and cursor);
+        `client` is the caller's address (counted against the per-client cap; None: not counted)."""
         deadline = time.monotonic() + max(timeout, 0.0)
         first = await look(timeout <= 0)
         if first.get("message") is not None:
             return first["message"]
-        async with self.admitted("wait", credential):
+        async with self.admitted("wait", credential, client):
             mailbox_id = int(first["mailbox_id"])
             group_key = (credential, mailbox_id, *key)
             group = self._groups.get(group_key)
@@ -230,6 +242,36 @@ class Waits:
         if self._groups.get(group.key) is group:
             del self._groups[group.key]
             self.hub.unsubscribe(group.mailbox_id, group.event)
+
+
+class LookSlots:
+    """The looks of waits and event streams (their first look, a group's look per wake-up, a stream's look)
+    take at most half of a face's pool at once: the calls of every other request never queue behind a
+    burst of them. Measured (docs/reliability.md, "Load held"): 1,000 MCP waits arming, or 5,000 event
+    streams opening and then woken by their mail, queued another owner's call behind theirs in the one FIFO
+    of the pool (its p99 1.7 to 2.4 s, and 503s past --pool-timeout)."""
+
+    def __init__(self, pool_size: int) -> None:
+        self.size = max(1, pool_size // 2)
+        self._slots = asyncio.Semaphore(self.size)
+        self.busy = 0  # looks holding a slot (tests)
+
+    async def run(self, call: Callable[[], Awaitable[T]]) -> T:
+        """`call()` once a slot is free, holding it until it answers."""
+        async with self._slots:
+            self.busy += 1
+            try:
+                return await call()
+            finally:
+                self.busy -= 1
+
+
+def _drop(counts: dict, key: Any) -> None:
+    left = counts.get(key, 1) - 1
+    if left > 0:
+        counts[key] = left
+    else:
+        counts.pop(key, None)
 
 
 async def until_disconnected(work: Awaitable[T], receive: Callable[[], Awaitable[dict]]) -> tuple[bool, T | None]:

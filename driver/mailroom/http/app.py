@@ -324,14 +324,16 @@ def create_app(config: HttpConfig | None = None) -> FastAPI:  # noqa: PLR0915 - 
         who = c.sql(address)
 
         async def look(last: bool) -> dict[str, Any]:
-            return json.loads(await state.call(sqlapi.http_wait_look, subject_like=subject, after_id=after,
+            return json.loads(await state.look(sqlapi.http_wait_look, subject_like=subject, after_id=after,
                                                last=last, **who))
 
         # the one wait (api/waits.py): its first look answers a message already there (and authorizes);
         # then one look per wake-up shared by the waits of this credential, inbox, filter and cursor, never
         # past the inbox's expiry; the client's disconnect cancels it at once
+        # counted per credential, per client address (the proxy's X-Forwarded-For with --proxy, as the
+        # creation rate limit's) and in total
         work = state.waits.wait(credential=hashlib.sha256((c.raw or "").encode()).digest(), key=(subject, after),
-                                look=look, timeout=timeout)
+                                look=look, timeout=timeout, client=request.client.host if request.client else None)
         try:
             finished, found = await until_disconnected(work, request.receive)
         except ApiError as err:
@@ -352,12 +354,14 @@ def create_app(config: HttpConfig | None = None) -> FastAPI:  # noqa: PLR0915 - 
     async def events(request: Request, address: str) -> Response:
         c = creds(request, address)
         who = c.sql(address)
-        first = json.loads(await state.call(sqlapi.http_mailbox_view, limit=1, **who))
+        first = json.loads(await state.look(sqlapi.http_mailbox_view, limit=1, **who))
         mailbox_id = first["mailbox"]["mailbox_id"]
         last_id = int(request.headers.get("last-event-id") or 0) if (request.headers.get("last-event-id") or "").isdigit() \
             else max([m["id"] for m in first["messages"]], default=0)
-        # an event stream takes a place under the caps (events.*: 429 MR251/MR252), given back when it ends
-        give_back = await state.waits.take("events", hashlib.sha256((c.raw or "").encode()).digest())
+        # an event stream takes a place under the caps (events.*: 429 MR251/MR252/MR253: per credential, in
+        # total, per client address), given back when it ends
+        give_back = await state.waits.take("events", hashlib.sha256((c.raw or "").encode()).digest(),
+                                           request.client.host if request.client else None)
         # the inbox's expiry is a wake-up too, so `closed` comes when it passes, not at the next keepalive
         expires = _epoch(first["mailbox"].get("expires_at"))
         event = state.hub.subscribe(mailbox_id)
@@ -376,7 +380,8 @@ def create_app(config: HttpConfig | None = None) -> FastAPI:  # noqa: PLR0915 - 
                         await asyncio.wait_for(event.wait(), state.hub.wait_timeout(idle))
                     event.clear()
                     try:
-                        listed = json.loads(await state.call(sqlapi.http_list_messages, limit=100, after_id=last_id, **who))
+                        listed = json.loads(await state.look(sqlapi.http_list_messages, limit=100, after_id=last_id,
+                                                             **who))
                     except ApiError as err:
                         if err.status in (401, 403, 404):
                             yield f"event: closed\ndata: {json.dumps(error_body(err))}\n\n"

@@ -21,7 +21,7 @@ from fastapi import FastAPI
 from psycopg.types.string import TextLoader
 
 from mailroom.api.errors import ApiError, db_error, error_body, unavailable  # noqa: F401 (the faces' one error shape)
-from mailroom.api.waits import Waits
+from mailroom.api.waits import LookSlots, Waits
 from mailroom.checks.links import LinkPolicy
 from mailroom.checks.spam import Spamd
 from mailroom.core.errors import Kind, kind_of
@@ -95,6 +95,7 @@ class State:
         self.hub = Hub(config.listen_url, poll_interval=config.poll_interval, indexer=self._index)
         # the process's long polls and event streams: counted against the caps SQL reads, one look a group
         self.waits = Waits(self.hub, caps=self._wait_caps, refuse=self._wait_refused)
+        self.look_slots = LookSlots(config.pool_size)  # the looks of waits and event streams: half the pool
         # large messages are parsed in these processes (started on first use), never on the loop
         self.parser = ParsePool()
         self.sns: SnsVerifier | None = None
@@ -136,12 +137,17 @@ class State:
         async with self.pool.connection() as conn:
             await sqlapi.index_messages.acall(conn, message_ids=ids)
 
-    async def _wait_caps(self) -> dict[str, tuple[int, int]]:
+    async def _wait_caps(self) -> dict[str, tuple[int, int, int]]:
         rows = await self.call(sqlapi.wait_caps, shape="rows")
-        return {row.kind: (row.per_credential, row.total) for row in rows}
+        return {row.kind: (row.per_credential, row.total, row.per_client) for row in rows}
 
     async def _wait_refused(self, kind: str, scope: str) -> None:
         await self.call(sqlapi.wait_refused, kind=kind, scope=scope)  # raises SQL's refusal: 429, Retry-After
+
+    async def look(self, fn: Any, **kwargs: Any) -> Any:
+        """A call of a wait or an event stream (its looks): as `call`, at most half the pool at once
+        (api/waits.py LookSlots)."""
+        return await self.look_slots.run(lambda: self.call(fn, **kwargs))
 
     async def call(self, fn: Any, *, shape: str = "value", retry: bool = True, **kwargs: Any) -> Any:
         """One SQL call on a pooled connection, in a transaction whose statement timeout is the

@@ -65,6 +65,9 @@ def _log_summary(handler: InboxHandler) -> None:
         log.info("%s", line)
 
 
+LISTEN_BACKLOG = 1024  # at least; --max-sessions when larger
+
+
 class InboundServer(Worker):
     """The listening server and its connection pool, on the worker skeleton (mailroom.db.worker);
     run() until stop() (or SIGTERM: astop_on_signals)."""
@@ -121,6 +124,11 @@ class InboundServer(Worker):
         self.max_bad_recipients = max_bad_recipients
         self.max_sessions = max_sessions
         self.max_sessions_per_client = max_sessions_per_client  # None: no per-client cap
+        # connections the kernel queues before they are accepted (asyncio's default is 100): a burst of
+        # clients larger than that lost their handshake's last ACK and hung up to two minutes without a
+        # greeting (docs/reliability.md, "Load held"); the faces listen with 1,024 too. The kernel caps it
+        # at net.core.somaxconn.
+        self.backlog = max(LISTEN_BACKLOG, max_sessions)
         self.idle_timeout = idle_timeout
         self.max_line_length = max_line_length
         self.pool_size = pool_size
@@ -250,7 +258,7 @@ class InboundServer(Worker):
 
         try:
             server = await self._loop.create_server(
-                factory, host=self.host, port=self.port, reuse_port=self.reuse_port or None
+                factory, host=self.host, port=self.port, reuse_port=self.reuse_port or None, backlog=self.backlog
             )
         except OSError as exc:
             await pool.close()
@@ -264,7 +272,8 @@ class InboundServer(Worker):
             sub_host, sub_port = self.submission
             try:
                 submission_server = await self._loop.create_server(
-                    lambda: factory(sub_host, True), host=sub_host, port=sub_port, reuse_port=self.reuse_port or None
+                    lambda: factory(sub_host, True), host=sub_host, port=sub_port, reuse_port=self.reuse_port or None,
+                    backlog=self.backlog,
                 )
             except OSError as exc:
                 server.close()

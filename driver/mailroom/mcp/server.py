@@ -43,7 +43,7 @@ from pydantic import Field
 
 from mailroom.api import edge, operations
 from mailroom.api import sqlapi as api_sqlapi
-from mailroom.api.waits import CancelOnDisconnect, Waits, until_disconnected
+from mailroom.api.waits import CancelOnDisconnect, LookSlots, Waits, until_disconnected
 from mailroom.core import fastpaths
 from mailroom.core.credentials import key_digest
 from mailroom.core.errors import Kind, describe_db_error, kind_of
@@ -131,13 +131,14 @@ class Backend:
         self.hub = Hub(config.listen_url, poll_interval=config.poll_interval)
         # the process's waits (mailroom.api.waits, as the HTTP face's): capped, one look a group
         self.waits = Waits(self.hub, caps=self._wait_caps, refuse=self._wait_refused)
+        self.look_slots = LookSlots(config.pool_size)  # the waits' looks: half the pool (api/waits.py)
 
-    async def _wait_caps(self) -> dict[str, tuple[int, int]]:
+    async def _wait_caps(self) -> dict[str, tuple[int, int, int]]:
         async def run(conn: psycopg.AsyncConnection) -> Any:
             return await api_sqlapi.wait_caps.arows(conn)
 
         rows = await self._front(run)
-        return {row.kind: (row.per_credential, row.total) for row in rows}
+        return {row.kind: (row.per_credential, row.total, row.per_client) for row in rows}
 
     async def _wait_refused(self, kind: str, scope: str) -> None:
         await self.call(api_sqlapi.wait_refused, kind=kind, scope=scope)  # raises SQL's MR251/MR252
@@ -334,6 +335,16 @@ def build(backend: Backend, credential: Callable[[], bytes | None] | None = None
         request = server.get_context().request_context.request
         return key_digest(header_credential(request.headers)) if request is not None else None
 
+    def client_of_request() -> str | None:
+        """The address of the call's HTTP client (its waits' per-client cap), None on stdio."""
+        if credential is not None:
+            return None  # stdio: one agent, its one key
+        fast = _FAST_CALLER.get()
+        if fast is not None:
+            return fast[1]
+        request = server.get_context().request_context.request
+        return request.client.host if request is not None and request.client else None
+
     meanings = errors or {}
 
     def describe(op: operations.Operation) -> str:
@@ -367,7 +378,8 @@ def build(backend: Backend, credential: Callable[[], bytes | None] | None = None
 
     async def wait_for_message(address: str, subject_like: str | None = None, timeout_seconds: float = 60,
                                after_id: int | None = None) -> CallToolResult:
-        return await _tool(lambda: _wait(backend, address, who(), subject_like, timeout_seconds, after_id))
+        return await _tool(lambda: _wait(backend, address, who(), subject_like, timeout_seconds, after_id,
+                                         client_of_request()))
 
     # its schema from the declaration too, but for MCP's own bound on the timeout (300 s, REST's 600)
     wait_for_message.__signature__ = _signature(wait_op, {"timeout": {"le": MAX_WAIT_SECONDS, "doc": (  # type: ignore[attr-defined]
@@ -407,16 +419,18 @@ def build(backend: Backend, credential: Callable[[], bytes | None] | None = None
 
 
 async def _wait(backend: Backend, address: str, digest: bytes | None, subject_like: str | None,
-                timeout: float, after_id: int | None = None) -> dict[str, Any]:
+                timeout: float, after_id: int | None = None, client: str | None = None) -> dict[str, Any]:
     """The REST API's long poll, for one agent (mailroom.api.waits: the same look, http_wait_look, shared
     by the waits of one key, inbox, filter and cursor, one per wake-up of the inbox's LISTEN, never past
     its expiry; capped per key and in total; no connection held between looks)."""
 
     async def look(last: bool) -> dict[str, Any]:
-        return await backend.call(api_sqlapi.http_wait_look, address=address, session_token=None,
-                                  key_digest=digest, subject_like=subject_like, after_id=after_id, last=last)
+        # at most half the pool at once (LookSlots): a burst of waits never queues other calls behind it
+        return await backend.look_slots.run(lambda: backend.call(
+            api_sqlapi.http_wait_look, address=address, session_token=None, key_digest=digest,
+            subject_like=subject_like, after_id=after_id, last=last))
 
-    return await backend.waits.wait(credential=digest or b"", key=(subject_like, after_id), look=look,
+    return await backend.waits.wait(credential=digest or b"", client=client, key=(subject_like, after_id), look=look,
                                     timeout=min(max(timeout, 0.0), MAX_WAIT_SECONDS))
 
 
@@ -505,9 +519,10 @@ class _RequireKey:
         await self.app(scope, receive, send)
 
 
-# the API key's digest of the call _FastCalls is serving (a 1-tuple: a call without a key is (None,))
-_FAST_CALLER: contextvars.ContextVar[tuple[bytes | None] | None] = contextvars.ContextVar("mailroom_mcp_caller",
-                                                                                         default=None)
+# the API key's digest and the client's address of the call _FastCalls is serving (a call without a key
+# is (None, address))
+_FAST_CALLER: contextvars.ContextVar[tuple[bytes | None, str | None] | None] = contextvars.ContextVar(
+    "mailroom_mcp_caller", default=None)
 _FAST_METHODS = frozenset({"tools/call", "tools/list"})
 _FAST_BODY_MAX = 1024 * 1024
 
@@ -554,9 +569,10 @@ class _FastCalls:
             return
         # the body is read: the next message of `receive` is the client's disconnect, which drops the call
         # (a wait leaves its group) within the second; nobody is left to answer
-        await until_disconnected(self._answer(message, headers, send), receive)
+        client = scope.get("client")
+        await until_disconnected(self._answer(message, headers, send, client[0] if client else None), receive)
 
-    async def _answer(self, message: dict, headers: Any, send: Any) -> None:
+    async def _answer(self, message: dict, headers: Any, send: Any, client: str | None = None) -> None:
         from mcp import types
         from mcp.shared.exceptions import McpError
 
@@ -567,7 +583,7 @@ class _FastCalls:
             result: Any = types.ErrorData(code=types.INVALID_PARAMS, message=f"Invalid request parameters: {exc}")
         else:
             handler = self.lowlevel.request_handlers.get(type(req.root))
-            token = _FAST_CALLER.set((key_digest(header_credential(headers)),))
+            token = _FAST_CALLER.set((key_digest(header_credential(headers)), client))
             try:
                 result = await handler(req.root) if handler is not None else \
                     types.ErrorData(code=types.METHOD_NOT_FOUND, message="Method not found")
