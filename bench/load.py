@@ -17,11 +17,12 @@ with figures, each scenario apart, on a throwaway cluster. Not part of `make tes
 4. rest: REST clients at 200 requests/s for 60 s (open loop: a request every 5 ms, whatever the answers):
    list (50 %), read (30 %), wait (20 %: half answered at once, half held 2 s to their timeout, 408).
 
-During each, another owner (an untouched API key, from 127.0.0.10) calls `GET …/messages` over REST and
-`list_inboxes` over MCP, 5 times a second each: their latency p50/p99 by phase (ramp: the load arriving;
-hold: all held; deliver: the mail arriving). The servers' memory is the summed Pss of each tree (bench/memory.py),
-idle before the load and at its peak; their CPU seconds and this client's own (it competes on the
-same cores); the machine's load average at start and end. Nothing lost: every message stored once (by
+During each, another owner (an untouched API key, from 127.0.0.10, in a process of its own) calls `GET
+…/messages` over REST and `list_inboxes` over MCP, 5 times a second each: their latency p50/p99 by phase
+(ramp: the load arriving; hold: all held; deliver: the mail arriving; load: REST's 60 s). The servers'
+memory is the summed Pss of each tree (bench/memory.py), idle before the load and at its peak; the CPU
+seconds of the servers, of PostgreSQL and of this client (it competes on the same cores); the machine's
+load average at start and end. Figures and findings: docs/reliability.md, "Load held". Nothing lost: every message stored once (by
 its subject), every stream and wait answered its own message; every refusal by code.
 
     python -m bench.load [--only smtp sse mcp rest] [--scale 0.1] [--report FILE.json]

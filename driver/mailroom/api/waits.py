@@ -4,14 +4,14 @@ wait_for_message, counted against the caps and sharing their looks.
 A wait makes its own first look (`look(last)`, one SQL call, `http_wait_look`: it authorizes the
 credential and answers `{mailbox_id, expires_in, message}`). Nothing there yet: it is admitted under
 the caps SQL reads (`wait_caps`: per credential, per client address, in total; over one, the face's
-`refuse` raises SQL's refusal, `wait_refused`),
-then joins the group of waits of the same credential, inbox, filter and cursor. A group makes ONE
-look per wake-up of its inbox on the hub (a delivery, the inbox's deletion, a reconnect of LISTEN, the
-poll interval while LISTEN is down) and never sleeps past the inbox's expiry (`expires_in`, by
-mailroom.clock()): the look after it answers SQL's "expired", which ends every wait of the group, as a
-match or any other error does. A wait that reaches its timeout makes its own last look (`last`: SQL
-answers "timed out" when nothing came). A cancelled wait (its client gone: `until_disconnected`) leaves
-its group at once; the last one out stops the group's looks.
+`refuse` raises SQL's refusal, `wait_refused`), then joins the group of waits of the same credential,
+inbox, filter and cursor. A group makes ONE look per wake-up of its inbox on the hub (a delivery, the
+inbox's deletion, a reconnect of LISTEN, the poll interval while LISTEN is down) and never sleeps past
+the inbox's expiry (`expires_in`, by mailroom.clock()): the look after it answers SQL's "expired",
+which ends every wait of the group, as a match or any other error does. A wait that reaches its
+timeout makes its own last look (`last`: SQL answers "timed out" when nothing came). A cancelled wait
+(its client gone: `until_disconnected`) leaves its group at once; the last one out stops the group's
+looks.
 
 The credential is only a digest here (the API key's, or the session token's sha256): the group's
 key and the caps' count, never logged. The client is the address the face sees (the reverse proxy's
