@@ -83,6 +83,12 @@ BEGIN
         ALTER TABLE mailroom.mailboxes DROP CONSTRAINT IF EXISTS mailboxes_plan_fkey;
     END IF;
 
+    -- api_key_senders joins api_keys into the foreign-key graph of senders, which outbound_messages
+    -- (distributed) points at: Citus then refuses to modify api_keys in a transaction that already ran
+    -- a parallel multi-shard statement (erasure deletes messages, then renames owners in api_keys).
+    -- Keys are revoked, never deleted, so the cascade this key gives is never needed here; the grant's
+    -- functions check the key themselves (sql/32_outbound_send.sql)
+    ALTER TABLE mailroom.api_key_senders DROP CONSTRAINT IF EXISTS api_key_senders_key_id_fkey;
     -- reference tables, parents before children (a foreign key from a reference table points at one)
     FOREACH v_table IN ARRAY ARRAY[
         'settings', 'plans', 'error_codes', 'token_actions', 'token_email_templates', 'senders',
