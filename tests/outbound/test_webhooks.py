@@ -154,6 +154,18 @@ def test_inbox_without_endpoint_queues_nothing(conn, receiver):
     assert webhook_rows(conn) == []
 
 
+def test_the_ssrf_guard_refuses_a_loopback_endpoint_unless_allowed(conn, cli, receiver):
+    endpoint(conn, receiver.url)
+    deliver(conn, inbox(conn), T0)
+    env = {"PGOPTIONS": f"-c mailroom.clock={T0.isoformat()}", **sender_key_env()}
+    result = cli("send", "--until-idle", *SEND_FLAGS, env=env, timeout=30)  # no --webhook-allow
+    assert result.returncode == 0, result.stderr
+    (hook,) = webhook_rows(conn)
+    assert receiver.requests == []
+    assert hook["status"] == "queued" and hook["last_outcome"] == "connect"  # retried: the operator may allow it
+    assert "loopback" in hook["error_log"] and "--webhook-allow" in hook["error_log"]
+
+
 def test_500_then_200_is_delivered_on_retry_with_the_same_id(conn, cli, receiver):
     _, secret, _ = endpoint(conn, receiver.url)
     deliver(conn, inbox(conn), T0)
@@ -231,3 +243,33 @@ def test_an_hour_long_outage_loses_no_event(conn, cli, receiver):
     answered = list(zip(receiver.delivered(secret), receiver.answers, strict=True))
     taken = sorted(p["data"].get("subject", p["type"]) for p, status in answered if status == 200)
     assert taken == ["inbox.expired", "m0", "m20", "m45"]  # every event, once each
+
+
+def test_cli_adds_lists_shows_attempts_replays_and_removes(conn, cli, receiver):
+    conn.execute("SELECT mailroom.set_sender_public_key(%s)", (sender_key()[0],))
+    key_id = conn.execute("SELECT mailroom.create_api_key('acme', %s)", (hashlib.sha256(b"mrk_cli").digest(),)).fetchone()[0]
+    added = cli("webhook", "add", receiver.url, "--event", "message.received", "--key-id", str(key_id))
+    assert added.returncode == 0, added.stderr
+    endpoint_id = int(added.stdout.split("webhook endpoint ")[1].split()[0])
+    secret = added.stdout.split("secret: ")[1].split()[0]
+    assert secret.startswith("whsec_")
+    listed = cli("webhook", "list")
+    assert listed.returncode == 0 and receiver.url in listed.stdout and secret not in listed.stdout
+    bad = cli("webhook", "add", receiver.url, "--event", "message.sent", "--key-id", str(key_id))
+    assert bad.returncode != 0 and "message.received" in bad.stderr and "Traceback" not in bad.stderr
+
+    deliver(conn, inbox(conn), T0)
+    receiver.script = [410]  # gone: failed at once
+    send_at(cli, T0)
+    (hook,) = webhook_rows(conn)
+    attempts = cli("webhook", "attempts", str(endpoint_id))
+    assert attempts.returncode == 0, attempts.stderr
+    assert hook["message_id"] in attempts.stdout and "failed" in attempts.stdout and "attempt 1 http: HTTP 410" in attempts.stdout
+    replayed = cli("webhook", "replay", str(hook["id"]))
+    assert replayed.returncode == 0, replayed.stderr
+    send_at(cli, T0 + timedelta(minutes=1))
+    assert row(conn, hook["id"])["status"] == "sent"
+    assert len({h["webhook-id"] for h, _ in receiver.requests}) == 1 and len(receiver.delivered(secret)) == 2
+    assert cli("webhook", "remove", str(endpoint_id)).returncode == 0
+    gone = cli("webhook", "remove", str(endpoint_id))
+    assert gone.returncode == 1 and "unknown webhook endpoint" in gone.stderr
