@@ -1,6 +1,7 @@
 -- Outbound: webhooks (sql/38_outbound_webhooks.sql): endpoints and their sealed secrets, the events
 -- queued where they happen, a webhook row through the one claim, finalize, reaper and replay, and
--- the HTTP face's functions. Its own key, sender, inboxes and rows only (live-safe).
+-- the HTTP face's functions. Its own key, sender, inboxes and rows, but for the claim:
+-- verify: not on a live database yet: the claim takes the installation's due rows too (its rows are claimed at priority 10, one at a time), and the reaper its stuck rows
 BEGIN;
 SELECT plan(69);
 \ir fixtures/default_settings.sql
