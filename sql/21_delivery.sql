@@ -35,7 +35,9 @@ DECLARE
     v_attachments jsonb := coalesce(nullif(p_parsed -> 'attachments', 'null'), '[]');
     v_over integer;  -- messages over the plan's max_messages (a drop_oldest plan's full inbox)
     v_sink boolean;  -- a sink inbox (catchall_domain '*'): the sink's caps after storing
-    v_owner_type text;  -- the inbox's owner: an API key's (api, mcp) may have webhook endpoints
+    -- the inbox's owner: an API key's (api, mcp) may have webhook endpoints. The enum itself, not a
+    -- text cast in RETURNING: Citus allows only IMMUTABLE functions there (enum_out is STABLE)
+    v_owner_type mailroom.mailbox_owner_type;
     v_owner_id text;
 BEGIN
     IF p_raw IS NULL OR btrim(p_raw, '\x20090d0a'::bytea) = ''::bytea THEN
@@ -79,7 +81,7 @@ BEGIN
             AND mailroom_internal._mailbox_open(m.is_active, m.deleted_at, m.expires_at, v_now)
             AND (m.message_count < p.max_messages OR p.when_full = 'drop_oldest')
             AND v_size <= p.max_message_bytes
-        RETURNING m.id, m.message_count - p.max_messages, m.catchall_domain = '*', m.owner_type::text, m.owner_id
+        RETURNING m.id, m.message_count - p.max_messages, m.catchall_domain = '*', m.owner_type, m.owner_id
         INTO v_mailbox_id, v_over, v_sink, v_owner_type, v_owner_id;
 
         IF v_mailbox_id IS NOT NULL THEN

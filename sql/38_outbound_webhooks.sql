@@ -7,7 +7,8 @@
 --
 -- Events are queued where they happen, in the same transaction: message.received by
 -- deliver_message (sql/21) for an inbox of an API key's owner (one indexed look-up, only for inboxes
--- owned by a key's owner), inbox.expired by the expiry (trigger after_mailboxes_expired),
+-- owned by a key's owner), inbox.expired by the expiry (trigger after_mailboxes_expired; on Citus
+-- the expiry's seam, sql/citus/30_mailboxes.sql),
 -- message.sent / message.failed by finalize_messages (sql/34) and message.bounced by record_bounce
 -- (sql/36) for a sender's endpoints.
 -- Errors: MR345 URL, MR346 event, MR347 too many endpoints, MR348 unknown endpoint, MR349 unknown
@@ -159,26 +160,46 @@ $$;
 COMMENT ON FUNCTION mailroom_internal._webhook_message_received(text, text, bigint, timestamptz, bigint, jsonb) IS
 'Internal (deliver_message): queue message.received for every live endpoint of the inbox owner''s keys that asks for it.';
 
+CREATE OR REPLACE FUNCTION mailroom_internal._webhook_inbox_expired(
+    p_owner_id text, p_address text, p_expires_at timestamptz, p_message_count integer
+)
+RETURNS integer
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_endpoint bigint;
+    v_count integer := 0;
+BEGIN
+    -- inbox.expired for an API key's inbox the expiry just closed: one indexed look-up by owner
+    FOR v_endpoint IN
+        SELECT w.id FROM mailroom.webhook_endpoints AS w
+        INNER JOIN mailroom.api_keys AS k ON w.key_id = k.id
+        WHERE w.owner_id = p_owner_id AND 'inbox.expired' = ANY (w.events) AND k.revoked_at IS NULL
+        ORDER BY w.id
+    LOOP
+        PERFORM mailroom_internal._enqueue_webhook(v_endpoint, 'inbox.expired', jsonb_build_object(
+            'address', p_address, 'expires_at', p_expires_at, 'message_count', p_message_count
+        ));
+        v_count := v_count + 1;
+    END LOOP;
+    RETURN v_count;
+END;
+$$;
+
+COMMENT ON FUNCTION mailroom_internal._webhook_inbox_expired(text, text, timestamptz, integer) IS
+'Internal: queue inbox.expired for the live endpoints of an expired inbox''s owner that ask for it (the trigger '
+'after_mailboxes_expired; on Citus the expiry''s seam, sql/citus/30_mailboxes.sql).';
+
 CREATE OR REPLACE FUNCTION mailroom_internal.trg_mailboxes_expired()
 RETURNS trigger
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
 AS $$
-DECLARE
-    v_endpoint bigint;
 BEGIN
-    -- inbox.expired for an API key's inbox the expiry just closed (the trigger's WHEN: it stopped
-    -- being active, not deleted); one indexed look-up, for key-owned inboxes only
-    FOR v_endpoint IN
-        SELECT w.id FROM mailroom.webhook_endpoints AS w
-        INNER JOIN mailroom.api_keys AS k ON w.key_id = k.id
-        WHERE w.owner_id = NEW.owner_id AND 'inbox.expired' = ANY (w.events) AND k.revoked_at IS NULL
-        ORDER BY w.id
-    LOOP
-        PERFORM mailroom_internal._enqueue_webhook(v_endpoint, 'inbox.expired', jsonb_build_object(
-            'address', NEW.address, 'expires_at', NEW.expires_at, 'message_count', NEW.message_count
-        ));
-    END LOOP;
+    -- the trigger's WHEN: an API key's inbox stopped being active, not deleted
+    PERFORM mailroom_internal._webhook_inbox_expired(NEW.owner_id, NEW.address, NEW.expires_at, NEW.message_count);
     RETURN NULL;
 END;
 $$;

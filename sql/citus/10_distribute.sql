@@ -29,7 +29,8 @@ DROP TRIGGER IF EXISTS after_mailboxes_inserted ON mailroom.mailboxes;
 DROP TRIGGER IF EXISTS before_message_insert ON mailroom.messages;
 DROP TRIGGER IF EXISTS after_mailboxes_deleted ON mailroom.mailboxes;
 -- inbox.expired webhooks (sql/38_outbound_webhooks.sql) are queued by a row trigger that writes
--- outbound_messages, another distributed table: not from a shard (docs/webhooks.md, Citus)
+-- outbound_messages, another distributed table: not from a shard; on Citus the expiry's seam
+-- queues them (sql/citus/30_mailboxes.sql, docs/webhooks.md)
 DROP TRIGGER IF EXISTS after_mailboxes_expired ON mailroom.mailboxes;
 
 DO $distribute$
