@@ -145,7 +145,7 @@ BEGIN
     RETURN QUERY
     SELECT
         m.id,
-        s.name,
+        coalesce(s.name, 'webhook ' || m.webhook_endpoint_id),
         m.status,
         m.priority,
         m.attempts,
@@ -157,7 +157,8 @@ BEGIN
         m.created_at,
         m.sent_at
     FROM mailroom.outbound_messages AS m
-    INNER JOIN mailroom.senders AS s ON m.sender_id = s.id
+    -- a webhook delivery (sql/38_outbound_webhooks.sql) has no sender: named by its endpoint
+    LEFT JOIN mailroom.senders AS s ON m.sender_id = s.id
     WHERE
         (p_status IS NULL OR m.status = p_status::mailroom.outbound_status)
         AND (p_domain IS NULL OR m.rcpt_domain = mailroom_internal._normalize_domain(p_domain))
@@ -205,7 +206,7 @@ BEGIN
     RETURN QUERY
     SELECT
         m.id,
-        s.name,
+        coalesce(s.name, 'webhook ' || m.webhook_endpoint_id),
         m.status,
         m.priority,
         m.attempts,
@@ -227,7 +228,8 @@ BEGIN
         m.suppressed_recipients,
         m.error_log
     FROM mailroom.outbound_messages AS m
-    INNER JOIN mailroom.senders AS s ON m.sender_id = s.id
+    -- a webhook delivery (sql/38_outbound_webhooks.sql) has no sender: named by its endpoint
+    LEFT JOIN mailroom.senders AS s ON m.sender_id = s.id
     WHERE m.id = p_id;
     IF NOT FOUND THEN
         RAISE EXCEPTION USING

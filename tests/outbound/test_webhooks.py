@@ -265,6 +265,10 @@ def test_cli_adds_lists_shows_attempts_replays_and_removes(conn, cli, receiver):
     attempts = cli("webhook", "attempts", str(endpoint_id))
     assert attempts.returncode == 0, attempts.stderr
     assert hook["message_id"] in attempts.stdout and "failed" in attempts.stdout and "attempt 1 http: HTTP 410" in attempts.stdout
+    shown = cli("outbound", "show", str(hook["id"]))  # the queue's own commands show deliveries too
+    assert shown.returncode == 0 and f"webhook {endpoint_id}" in shown.stdout, shown.stderr
+    listed = cli("outbound", "list", "--status", "failed")
+    assert listed.returncode == 0 and f"webhook {endpoint_id}" in listed.stdout, listed.stderr
     replayed = cli("webhook", "replay", str(hook["id"]))
     assert replayed.returncode == 0, replayed.stderr
     send_at(cli, T0 + timedelta(minutes=1))
