@@ -3,7 +3,7 @@
 -- the HTTP face's functions. Its own key, sender, inboxes and rows, but for the claim:
 -- verify: not on a live database yet: the claim takes the installation's due rows too (its rows are claimed at priority 10, one at a time), and the reaper its stuck rows
 BEGIN;
-SELECT plan(69);
+SELECT plan(72);
 \ir fixtures/default_settings.sql
 \ir fixtures/sender_key.sql
 
@@ -259,9 +259,36 @@ SELECT is(
      WHERE m.kind = 'webhook' AND m.webhook_endpoint_id = (SELECT id FROM se)),
     ('message.sent', (SELECT id FROM mail))::text, 'a sent mail queues message.sent for its sender''s endpoint'
 );
+CREATE TEMP TABLE mail2 AS
+SELECT mailroom.enqueue_message('tap-hooks', ARRAY['other@example.com'], 's', 't', p_priority => 10) AS id;
+TRUNCATE c;
+INSERT INTO c SELECT x.* FROM mailroom.claim_messages(1, 'tap-worker') AS x;
 SELECT is(
-    mailroom_internal._webhook_bounced((SELECT id FROM mail), 'hard_bounce', 550, '5.1.1'), 1,
-    'a bounce queues message.bounced for its sender''s endpoint'
+    (SELECT f.result FROM mailroom.finalize_messages(
+        ARRAY[(SELECT id FROM c)], ARRAY[(SELECT claim_token FROM c)], ARRAY['reply'], ARRAY[550], ARRAY['5.1.1']
+    ) AS f),
+    'failed', 'a mail refused 5.1.1 fails'
+);
+SELECT is(
+    (SELECT (m.text_body::jsonb -> 'data' ->> 'status', m.text_body::jsonb -> 'data' ->> 'enhanced_code')::text
+     FROM mailroom.outbound_messages AS m
+     WHERE m.kind = 'webhook' AND m.webhook_endpoint_id = (SELECT id FROM se) AND m.subject = 'message.failed'
+         AND (m.text_body::jsonb -> 'data' ->> 'outbound_id')::bigint = (SELECT id FROM mail2)),
+    ('failed', '5.1.1')::text, 'a failed mail queues message.failed for its sender''s endpoint'
+);
+SELECT mailroom.set_sender_bounce_domain('tap-hooks', 'hooks-bounces.example.org');
+SELECT is(
+    (SELECT outcome FROM mailroom.record_bounce(
+        (mailroom_internal._return_paths((SELECT id FROM mail), (SELECT id FROM mailroom.senders WHERE name = 'tap-hooks'), 1))[1],
+        '[{"recipient": "rcpt@example.com", "action": "failed", "status": "5.1.1", "smtp_code": "550"}]'
+    )),
+    'hard_bounce', 'a bounce report about the mail'
+);
+SELECT is(
+    (SELECT m.text_body::jsonb -> 'data' FROM mailroom.outbound_messages AS m
+     WHERE m.kind = 'webhook' AND m.webhook_endpoint_id = (SELECT id FROM se) AND m.subject = 'message.bounced'),
+    jsonb_build_object('outbound_id', (SELECT id FROM mail), 'bounce', 'hard_bounce', 'smtp_code', 550, 'status', '5.1.1'),
+    'record_bounce queues message.bounced for its sender''s endpoint (no address in it)'
 );
 
 -- the HTTP face: a key's own endpoints
