@@ -12,7 +12,7 @@ APT_PACKAGES := postgresql-15 postgresql-15-pgtap libtap-parser-sourcehandler-pg
 CITUS_BUILD ?= $(CURDIR)/../shared/citus/build.sh
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 
-.PHONY: help deps deps-apt deps-citus venv lint caniemail test test-pgtap test-py demo bench bench-quick snapshot wheel soak clean
+.PHONY: help deps deps-apt deps-citus venv lint caniemail test test-pgtap test-py demo bench bench-quick snapshot screenshots wheel soak clean
 
 help:
 	@echo "make demo         the whole story end to end on a private PostgreSQL cluster"
@@ -21,6 +21,7 @@ help:
 	@echo "make bench        figures in bench/results.md (~35 min, written after each area; BENCH_ARGS=\"--only outbound --rounds 2\"); bench-quick (< 2 min)"
 	@echo "make snapshot     rewrite tests/db/schema.snapshot after changing migrations/ or sql/"
 	@echo "make caniemail    refresh driver/mailroom/checks/data from the npm package caniemail (CANIEMAIL_VERSION)"
+	@echo "make screenshots  regenerate docs/img/http-*.png (docs/http.md) on a throwaway cluster, headless chromium"
 	@echo "make wheel        build dist/mailroom-*.whl and the sdist (they carry migrations/ and sql/)"
 	@echo "make soak         the fault-injection run for SOAK_SECONDS (1800) under load (docs/reliability.md)"
 
@@ -73,6 +74,10 @@ demo: deps venv
 
 snapshot: deps venv
 	$(PY) -m mailroom.testing snapshot
+
+# the images of docs/http.md: a throwaway cluster, real SMTP, headless chromium (not in CI; SCREENSHOTS="http-inbox …")
+screenshots: deps-apt venv
+	$(PY) scripts/screenshots.py $(SCREENSHOTS)
 
 # the HTML check's data (docs/checks.md): caniemail.com's support data as the npm package ships it
 CANIEMAIL_VERSION ?= 2.0.2

@@ -10,7 +10,7 @@ HTTP layer costs: FastAPI, uvicorn, the pool and one round trip).
    running `SELECT mailroom.http_create_mailbox(…)`.
 All with 16 connections / clients; the server with --workers 2 (the machine's cores).
 4. MCP: the `list_messages` tool called over streamable HTTP (`mailroom mcp --http-port`, one
-   JSON-RPC POST at a time on a kept-alive connection) vs its SQL call alone (`mcp_list_messages` on one connection): medians,
+   JSON-RPC POST at a time on a kept-alive connection) vs its SQL call alone (`http_list_messages` on one connection): medians,
    and the difference, what the MCP layer adds to a call.
 """
 
@@ -179,14 +179,15 @@ def _mcp_rows(url: str, calls: int) -> list[dict]:
     """Median latency of the `list_messages` tool over MCP (20 messages) and of its SQL call alone."""
     import httpx
 
-    from mailroom.mcp import sqlapi
+    from mailroom.api.operations import BY_NAME
     from mailroom.testing import as_login
 
     key = "mrk_" + secrets.token_urlsafe(32)
     digest = hashlib.sha256(key.encode()).digest()
     with psycopg.connect(url, autocommit=True) as conn:
         conn.execute("SELECT mailroom.create_api_key('bench-mcp', %s, 'bench', %s)", (digest, key[-4:]))
-        address = conn.execute("SELECT mailroom.mcp_create_mailbox(%s)", (digest,)).fetchone()[0]["address"]
+        address = conn.execute("SELECT mailroom.http_create_mailbox(%s, NULL, p_face => 'mcp')",
+                               (digest,)).fetchone()[0]["address"]
         for n in range(20):
             conn.execute("SELECT mailroom.deliver_message(%s, %s, 'app@example.org', %s, 'App <app@example.org>', %s)",
                          (address, f"Subject: message {n}\r\n\r\nbody".encode(), f"message {n}", "body " * 50))
@@ -228,7 +229,8 @@ def _mcp_rows(url: str, calls: int) -> list[dict]:
                 times = []
                 for _ in range(calls + 10):
                     started = time.perf_counter()
-                    await sqlapi.mcp_list_messages.avalue(conn, address=address, key_digest=digest)
+                    await BY_NAME["list_messages"].sql.avalue(conn, address=address, session_token=None, key_digest=digest,
+                                                                  limit=20)
                     times.append(time.perf_counter() - started)
                 return times[10:]
 
@@ -247,5 +249,5 @@ def _mcp_rows(url: str, calls: int) -> list[dict]:
     return [
         _row("MCP tool call list_messages (20 messages), streamable HTTP POST, 1 client", tool_ms, "ms",
              f"median of {len(tool)}; {tool_ms - sql_ms:+.2f} ms over the SQL call below"),
-        _row("same SQL call (mcp_list_messages) on one connection", sql_ms, "ms", f"median of {len(sql)}"),
+        _row("same SQL call (http_list_messages) on one connection", sql_ms, "ms", f"median of {len(sql)}"),
     ]

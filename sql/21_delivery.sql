@@ -2,17 +2,20 @@
 -- (deliver_message), and the inbound server's DATA step (deliver_messages): several messages in one
 -- statement, each stored for all its recipients or for none, with the verdict and the SMTP reply.
 -- Error codes: MR203 unknown, MR205 expired, MR206 deleted, MR207 too large, MR208 full,
--- MR211 empty or malformed input, MR216 deliver_messages' arrays.
+-- MR211 empty or malformed input, MR216 deliver_messages' arrays, MR285 a trace that is not header lines.
 -- The parsed message (mailroom.inboxes.mime, ParsedMessage.document()) is ONE jsonb object per
 -- message, read here by name: subject, from_header, text_body, html_body (text or null) and
 -- attachments (an array of metadata objects); keys nothing reads are ignored. A new parsed field is
--- a column of mailroom.messages and its line in deliver_message's INSERT.
+-- a column of mailroom.messages and its line in deliver_message's INSERT. One key is not parsed:
+-- "trace", the inbound server's facts of the SMTP session, from which deliver_messages writes the
+-- message's Received: header (_received_header).
 
 CREATE OR REPLACE FUNCTION mailroom.deliver_message(
     p_address text,
     p_raw bytea,
     p_envelope_from text,
-    p_parsed jsonb
+    p_parsed jsonb,
+    p_trace text DEFAULT null
 )
 RETURNS bigint
 LANGUAGE plpgsql
@@ -24,7 +27,11 @@ DECLARE
     v_address text := mailroom_internal._normalize_address(p_address);
     -- plus-addressing (sql/02_addresses.sql): box+tag@domain is stored in box@domain, tagged tag
     v_tag text := CASE WHEN strpos(v_address, '+') > 0 THEN mailroom_internal._address_tag(v_address) END;
+    -- the plan's size limit bounds what the client sent (SIZE, RFC 1870); what is stored (and
+    -- counted in size_bytes, stored_bytes) is that with the trace header in front
     v_size bigint := octet_length(p_raw);
+    v_stored bytea := CASE WHEN p_trace IS NULL THEN p_raw ELSE convert_to(p_trace, 'UTF8') || p_raw END;
+    v_stored_size bigint := octet_length(v_stored);
     v_message_id bigint;
     v_mailbox_id bigint;
     v_box_id bigint;
@@ -43,6 +50,11 @@ BEGIN
     IF p_raw IS NULL OR btrim(p_raw, '\x20090d0a'::bytea) = ''::bytea THEN
         -- no header, no body (nothing, or only white space): nothing to store
         RAISE EXCEPTION USING ERRCODE = 'MR211', MESSAGE = 'message is empty';
+    END IF;
+    IF p_trace IS NOT NULL AND p_trace !~ '^([!-9;-~]+:[^\r\n]*\r\n([ \t][^\r\n]*\r\n)*)+$' THEN
+        RAISE EXCEPTION USING
+            ERRCODE = 'MR285',
+            MESSAGE = 'the trace header must be header fields, each line ending in CRLF';
     END IF;
     IF jsonb_typeof(v_parsed) <> 'object' THEN
         RAISE EXCEPTION USING ERRCODE = 'MR211', MESSAGE = 'the parsed message must be a JSON object';
@@ -73,7 +85,7 @@ BEGIN
         -- its count; its oldest are deleted below, under the same row lock.
         v_mailbox_id := NULL;
         UPDATE mailroom.mailboxes AS m
-        SET message_count = m.message_count + 1, stored_bytes = m.stored_bytes + v_size
+        SET message_count = m.message_count + 1, stored_bytes = m.stored_bytes + v_stored_size
         FROM mailroom.plans AS p
         WHERE
             m.id = v_box_id
@@ -96,7 +108,7 @@ BEGIN
                 attachments
             )
             VALUES (
-                v_mailbox_id, p_raw, coalesce(p_envelope_from, ''), btrim(p_address), v_size, v_now,
+                v_mailbox_id, v_stored, coalesce(p_envelope_from, ''), btrim(p_address), v_stored_size, v_now,
                 CASE WHEN v_tag IS NULL THEN '{}'::text[] ELSE ARRAY[v_tag] END,
                 v_parsed ->> 'subject',
                 v_parsed ->> 'from_header',
@@ -130,7 +142,7 @@ BEGIN
                 SELECT 1 FROM mailroom.webhook_endpoints AS w WHERE w.owner_id = v_owner_id
             ) THEN
                 PERFORM mailroom_internal._webhook_message_received(
-                    v_owner_id, btrim(p_address), v_message_id, v_now, v_size, v_parsed
+                    v_owner_id, btrim(p_address), v_message_id, v_now, v_stored_size, v_parsed
                 );
             END IF;
             RETURN v_message_id;
@@ -161,10 +173,10 @@ BEGIN
 END;
 $$;
 
-COMMENT ON FUNCTION mailroom.deliver_message(text, bytea, text, jsonb) IS
-'Store a raw message and its parsed fields (p_parsed: one JSON object, read by name) for one recipient if its mailbox is open and within plan limits (the guard is the UPDATE of the mailbox''s count, under its row lock; box+tag@domain: in box@domain, tagged tag); NOTIFY mailroom_inbox and mailroom_delivery with ids where someone listens (mailroom.listen); returns the message id. Errors: MR203 unknown, MR205 expired, MR206 deleted, MR207 too large, MR208 full, MR211 empty or malformed.';
+COMMENT ON FUNCTION mailroom.deliver_message(text, bytea, text, jsonb, text) IS
+'Store a raw message and its parsed fields (p_parsed: one JSON object, read by name) for one recipient if its mailbox is open and within plan limits (the guard is the UPDATE of the mailbox''s count, under its row lock; box+tag@domain: in box@domain, tagged tag); p_trace: header lines stored in front of the message (deliver_messages'' Received:), not counted against the plan''s size limit; NOTIFY mailroom_inbox and mailroom_delivery with ids where someone listens (mailroom.listen); returns the message id. Errors: MR203 unknown, MR205 expired, MR206 deleted, MR207 too large, MR208 full, MR211 empty or malformed, MR285 a trace that is not header lines.';
 
-GRANT EXECUTE ON FUNCTION mailroom.deliver_message(text, bytea, text, jsonb) TO mailroom_inbound;
+GRANT EXECUTE ON FUNCTION mailroom.deliver_message(text, bytea, text, jsonb, text) TO mailroom_inbound;
 
 CREATE OR REPLACE FUNCTION mailroom_internal._let_oldest_go(p_mailbox_id bigint, p_count integer)
 RETURNS integer
@@ -247,6 +259,53 @@ COMMENT ON FUNCTION mailroom.deliver_message(text, bytea, text, text, text, text
 
 GRANT EXECUTE ON FUNCTION mailroom.deliver_message(text, bytea, text, text, text, text, text, jsonb) TO mailroom_inbound;
 
+-- The Received: trace header (RFC 5321 section 4.4) the inbound server's messages are stored with,
+-- made from the facts of its SMTP session (deliver_messages reads them from the parsed document's
+-- key "trace", set by the server, not parsed): the client's address, its HELO/EHLO name, the
+-- server's name, whether it was EHLO, STARTTLS, AUTH, SMTPUTF8. The HELO name is the client's to
+-- choose: only a domain's or an address literal's characters are kept, the rest (CR, LF, controls,
+-- white space, parentheses, non-ASCII) written '?', at most 255, so it can never end the header or
+-- start another.
+CREATE OR REPLACE FUNCTION mailroom_internal._received_header(p_trace jsonb, p_for text, p_at timestamptz)
+RETURNS text
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_helo text := regexp_replace(left(coalesce(p_trace ->> 'helo', ''), 255), '[^]A-Za-z0-9.:_[-]', '?', 'g');
+    v_by text := regexp_replace(left(coalesce(p_trace ->> 'by', ''), 255), '[^]A-Za-z0-9.:_[-]', '?', 'g');
+    v_client text := left(p_trace ->> 'client', 64);
+    v_for text := regexp_replace(left(p_for, 320), '[[:cntrl:]<>]', '?', 'g');
+    v_with text;
+BEGIN
+    -- the client as an address literal (no reverse lookup: its cost is a round trip per session)
+    v_client := CASE
+        WHEN v_client ~ '^[0-9]{1,3}(\.[0-9]{1,3}){3}$' THEN '[' || v_client || ']'
+        WHEN v_client ~ '^[0-9A-Fa-f:.]+$' AND strpos(v_client, ':') > 0 THEN '[IPv6:' || lower(v_client) || ']'
+        ELSE 'unknown'
+    END;
+    -- the protocol: RFC 3848 (ESMTP, ESMTPS, ESMTPA, ESMTPSA), RFC 6531 (UTF8SMTP…)
+    v_with := CASE
+        WHEN p_trace -> 'esmtp' IS DISTINCT FROM 'true'::jsonb THEN 'SMTP'
+        ELSE
+            CASE WHEN p_trace -> 'smtputf8' = 'true'::jsonb THEN 'UTF8SMTP' ELSE 'ESMTP' END
+            || CASE WHEN p_trace -> 'tls' = 'true'::jsonb THEN 'S' ELSE '' END
+            || CASE WHEN p_trace -> 'auth' = 'true'::jsonb THEN 'A' ELSE '' END
+    END;
+    RETURN 'Received: from ' || coalesce(nullif(v_helo, ''), 'unknown') || ' (' || v_client || ')'
+        || E'\r\n\tby ' || coalesce(nullif(v_by, ''), 'unknown') || ' (mailroom) with ' || v_with
+        -- an id of its own (shared by the copies of one message): 12 hex digits
+        || ' id ' || upper(lpad(to_hex((random() * 281474976710655)::bigint), 12, '0'))
+        -- for <recipient> only when the message has one (never the list of a message's recipients)
+        || CASE WHEN v_for IS NULL THEN E';\r\n\t' ELSE E'\r\n\tfor <' || v_for || E'>; ' END
+        || to_char(p_at AT TIME ZONE 'UTC', 'Dy, DD Mon YYYY HH24:MI:SS') || E' +0000\r\n';
+END;
+$$;
+
+COMMENT ON FUNCTION mailroom_internal._received_header(jsonb, text, timestamptz) IS
+'Internal: the Received: header (RFC 5321 4.4; RFC 3848 and 6531 protocol names) of a message stored over SMTP, from its session''s trace (client, helo, by, esmtp, tls, auth, smtputf8), for p_for when it has one recipient, dated p_at; every client-chosen value cleaned so it stays one header field.';
+
 -- deliver_messages: the DATA step of `mailroom inbox serve`. Several messages (of several SMTP
 -- sessions) in ONE statement, so one COMMIT stores them all (the server's group commit). Each
 -- recipient row names its message by position in the message arrays, so a message's data is sent
@@ -283,6 +342,7 @@ DECLARE
     v_skipped integer;
     v_faults boolean;
     v_replies text[] := '{}';
+    v_trace text;  -- the message's Received: header, when the server gave its session's trace
 BEGIN
     IF p_message IS NULL OR p_address IS NULL OR cardinality(p_message) <> cardinality(p_address)
         OR coalesce(cardinality(p_envelope_from), 0) <> v_n OR coalesce(cardinality(p_parsed), 0) <> v_n
@@ -316,11 +376,19 @@ BEGIN
             RETURN NEXT;
             CONTINUE;
         END IF;
+        -- one Received: header per message (its copies alike), dated by mailroom.clock()
+        v_trace := CASE WHEN jsonb_typeof(p_parsed[i] -> 'trace') = 'object' THEN
+            mailroom_internal._received_header(
+                p_parsed[i] -> 'trace',
+                CASE WHEN cardinality(v_recipients) = 1 THEN v_recipients[1] END,
+                mailroom.clock()
+            )
+        END;
         BEGIN
             message_ids := '{}';
             FOREACH v_address IN ARRAY v_recipients LOOP
                 message_ids := message_ids || mailroom.deliver_message(
-                    v_address, p_raw[i], p_envelope_from[i], p_parsed[i]
+                    v_address, p_raw[i], p_envelope_from[i], p_parsed[i], v_trace
                 );
             END LOOP;
             verdict := 'ok';
@@ -356,7 +424,7 @@ END;
 $$;
 
 COMMENT ON FUNCTION mailroom.deliver_messages(integer[], text[], bytea[], text[], jsonb[], uuid) IS
-'The inbound DATA step: deliver_message for every (message, recipient) with its parsed document, each message for all its recipients or none; one row per message: its ids, verdict (ok, a refusing recipient verdict, retry, fault (an injected fault, applied only when every recipient is the fault owner''s: stored only after DATA), or the code of a refusal of the message itself), the SMTP reply to send and faults_skipped (the DATA-stage faults not applied because a recipient is another owner''s); leaves a receipt of the replies under p_receipt (or the key set_delivery_receipt gave), for settle_delivery (MR216 bad arrays).';
+'The inbound DATA step: deliver_message for every (message, recipient) with its parsed document (its key trace, the SMTP session''s facts, makes the stored copy''s Received: header), each message for all its recipients or none; one row per message: its ids, verdict (ok, a refusing recipient verdict, retry, fault (an injected fault, applied only when every recipient is the fault owner''s: stored only after DATA), or the code of a refusal of the message itself), the SMTP reply to send and faults_skipped (the DATA-stage faults not applied because a recipient is another owner''s); leaves a receipt of the replies under p_receipt (or the key set_delivery_receipt gave), for settle_delivery (MR216 bad arrays).';
 
 GRANT EXECUTE ON FUNCTION mailroom.deliver_messages(integer[], text[], bytea[], text[], jsonb[], uuid) TO mailroom_inbound;
 

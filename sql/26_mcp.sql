@@ -1,30 +1,8 @@
--- The MCP face of the inboxes (`mailroom mcp`, docs/mcp.md): one function per tool, each one call
--- as mailroom_http, authorized by an API key's sha256 digest (the key never reaches the database).
--- An inbox an agent creates is owned by (mcp, the key's owner); the key reads every open inbox of
--- its owner of owner type api or mcp, so what an agent made over MCP and what a client made over
--- REST are the same owner's. Thin wrappers of the SQL API the CLI and psql use (create_mailbox,
--- read_message, extract_link, extract_code, delete_mailbox) and of the HTTP face's JSON
--- (sql/29_http.sql), so an MCP answer and a REST answer have the same shape.
--- Who may use an inbox is the HTTP face's rule, the one rule of both faces (issue 36: _http_who
--- and _http_box of sql/29_http.sql); only MR240's wording is the MCP face's own (_mcp_key).
--- Fault injection (sql/24_faults.sql): mcp_set_inbox_fault, mcp_clear_inbox_fault.
--- Errors: those of the wrapped functions (MR201-MR215, MR230-MR232), MR240 no API key, MR241 unknown
--- or revoked key, MR243 the REST API's creation rate limit (shared with REST: one quota per key).
-
-CREATE OR REPLACE FUNCTION mailroom_internal._mcp_owner(p_key_digest bytea)
-RETURNS text
-LANGUAGE plpgsql
-STABLE
-SET search_path = pg_catalog, pg_temp
-AS $$
-BEGIN
-    -- the MCP face knows only API keys: no key is MR240 (_mcp_key), a bad one MR241 (_api_key_owner)
-    RETURN mailroom_internal._api_key_owner(mailroom_internal._mcp_key(p_key_digest));
-END;
-$$;
-
-COMMENT ON FUNCTION mailroom_internal._mcp_owner(bytea) IS
-'Internal: the owner id of an MCP request''s API key; MR240 without one, MR241 for a bad one.';
+-- The MCP face's functions of 0.1, kept for 0.2.x callers: each a thin wrapper of the operation's
+-- http_* function (the one SQL function both faces call, driver/mailroom/api/operations.py and
+-- docs/inbox-api.md), with the API key required first (_mcp_key: MR240 without one). No query of its
+-- own: the MCP server of 0.2 calls the http_* functions directly.
+-- Deprecated since 0.2.0, removed in 0.3.0 (the previous release's MCP server calls them).
 
 CREATE OR REPLACE FUNCTION mailroom_internal._mcp_key(p_key_digest bytea)
 RETURNS bytea
@@ -45,20 +23,6 @@ $$;
 COMMENT ON FUNCTION mailroom_internal._mcp_key(bytea) IS
 'Internal: the API key digest of an MCP request, MR240 without one (then _http_who/_http_box decide, the owner rule of both faces).';
 
-CREATE OR REPLACE FUNCTION mailroom_internal._mcp_box(p_address text, p_key_digest bytea)
-RETURNS mailroom.mailboxes
-LANGUAGE plpgsql
-STABLE
-SET search_path = pg_catalog, pg_temp
-AS $$
-BEGIN
-    RETURN mailroom_internal._http_box(p_address, NULL, mailroom_internal._mcp_key(p_key_digest));
-END;
-$$;
-
-COMMENT ON FUNCTION mailroom_internal._mcp_box(text, bytea) IS
-'Internal: the open api or mcp inbox of the API key''s owner, by the HTTP face''s rule (_http_box: MR203-MR206, MR241), MR240 without a key.';
-
 CREATE OR REPLACE FUNCTION mailroom.mcp_create_mailbox(
     p_key_digest bytea,
     p_ttl_minutes integer DEFAULT null,
@@ -70,58 +34,35 @@ VOLATILE
 SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
-DECLARE
-    v_owner text := mailroom_internal._mcp_owner(p_key_digest);
-    v_created record;
-    v_box mailroom.mailboxes;
 BEGIN
-    -- the REST API's creation limit, counted on the same subject: a key has one quota for both faces
-    PERFORM mailroom_internal._http_rate_take(p_key_digest);
-    SELECT c.mailbox_id INTO v_created
-    FROM mailroom.create_mailbox(
-        p_ttl_minutes, coalesce(p_plan, mailroom.setting('http.anonymous_plan')), 'mcp', v_owner
-    ) AS c;
-    SELECT m.* INTO v_box FROM mailroom.mailboxes AS m WHERE m.id = v_created.mailbox_id;
-    RETURN mailroom_internal._http_mailbox_json(v_box);
+    RETURN mailroom.http_create_mailbox(
+            p_key_digest => mailroom_internal._mcp_key(p_key_digest), p_client => NULL,
+            p_ttl_minutes => p_ttl_minutes, p_plan => p_plan, p_face => 'mcp'
+        ) - 'session_token';
 END;
 $$;
 
 COMMENT ON FUNCTION mailroom.mcp_create_mailbox(bytea, integer, text) IS
-'MCP create_inbox: create_mailbox owned by (mcp, the API key''s owner), plan p_plan or http.anonymous_plan, within the REST creation rate limit (MR243); the mailbox as JSON (as http_get_mailbox).';
+'Deprecated since 0.2.0, removed in 0.3.0: use mailroom.http_create_mailbox(…, p_face => ''mcp''). MCP create_inbox of 0.1: an inbox owned by (mcp, the API key''s owner).';
 
 GRANT EXECUTE ON FUNCTION mailroom.mcp_create_mailbox(bytea, integer, text) TO mailroom_http;
 
-CREATE OR REPLACE FUNCTION mailroom.mcp_list_mailboxes(p_key_digest bytea, p_limit integer DEFAULT 100)
+CREATE OR REPLACE FUNCTION mailroom.mcp_list_mailboxes(
+    p_key_digest bytea, p_limit integer DEFAULT 100
+)
 RETURNS jsonb
 LANGUAGE plpgsql
-STABLE
+VOLATILE
 SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
-DECLARE
-    v_owner text := mailroom_internal._mcp_owner(p_key_digest);
 BEGIN
-    IF p_limit IS NULL OR p_limit NOT BETWEEN 1 AND 500 THEN
-        RAISE EXCEPTION USING ERRCODE = '22023', MESSAGE = 'limit must be between 1 and 500';
-    END IF;
-    -- the open inboxes of the key's owner (api and mcp), newest first
-    RETURN (
-        SELECT coalesce(jsonb_agg(mailroom_internal._http_mailbox_json(b) ORDER BY b.created_at DESC, b.id DESC), '[]')
-        FROM (
-            SELECT m.*
-            FROM mailroom.mailboxes AS m
-            WHERE m.owner_type IN ('api', 'mcp')
-                AND m.owner_id = v_owner
-                AND mailroom_internal._mailbox_open(m.is_active, m.deleted_at, m.expires_at, mailroom.clock())
-            ORDER BY m.created_at DESC, m.id DESC
-            LIMIT p_limit
-        ) AS b
-    );
+    RETURN mailroom.http_list_mailboxes(mailroom_internal._mcp_key(p_key_digest), p_limit, 0, false);
 END;
 $$;
 
 COMMENT ON FUNCTION mailroom.mcp_list_mailboxes(bytea, integer) IS
-'MCP list_inboxes: the open api and mcp inboxes of the API key''s owner, newest first, as a JSON array (at most p_limit, 1 to 500).';
+'Deprecated since 0.2.0, removed in 0.3.0: use mailroom.http_list_mailboxes(…). MCP list_inboxes of 0.1: the key''s open api and mcp inboxes, newest first.';
 
 GRANT EXECUTE ON FUNCTION mailroom.mcp_list_mailboxes(bytea, integer) TO mailroom_http;
 
@@ -133,63 +74,40 @@ CREATE OR REPLACE FUNCTION mailroom.mcp_list_messages(
 )
 RETURNS jsonb
 LANGUAGE plpgsql
-STABLE
+VOLATILE
 SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
-DECLARE
-    v_box mailroom.mailboxes;
 BEGIN
-    IF p_limit IS NULL OR p_limit NOT BETWEEN 1 AND 500 OR p_offset IS NULL OR p_offset < 0 THEN
-        RAISE EXCEPTION USING
-            ERRCODE = '22023',
-            MESSAGE = 'limit must be between 1 and 500 and offset non-negative';
-    END IF;
-    v_box := mailroom_internal._mcp_box(p_address, p_key_digest);
-    RETURN jsonb_build_object(
-        'mailbox', mailroom_internal._http_mailbox_json(v_box),
-        'messages', (
-            SELECT coalesce(jsonb_agg(mailroom_internal._http_message_summary(g) ORDER BY g.received_at DESC, g.id DESC), '[]')
-            FROM (
-                SELECT g.*
-                FROM mailroom.messages AS g
-                WHERE g.mailbox_id = v_box.id
-                ORDER BY g.received_at DESC, g.id DESC
-                LIMIT p_limit OFFSET p_offset
-            ) AS g
-        ),
-        'limit', p_limit,
-        'offset', p_offset
-    );
+    RETURN mailroom.http_mailbox_view(p_address, NULL, mailroom_internal._mcp_key(p_key_digest), p_limit, p_offset)
+            || jsonb_build_object('limit', p_limit, 'offset', p_offset);
 END;
 $$;
 
 COMMENT ON FUNCTION mailroom.mcp_list_messages(text, bytea, integer, integer) IS
-'MCP list_messages and the inbox resource: the inbox and a page of its message summaries, newest first, as JSON (as http_list_messages).';
+'Deprecated since 0.2.0, removed in 0.3.0: use mailroom.http_list_messages(…) or http_mailbox_view(…). MCP list_messages of 0.1: {mailbox, messages, limit, offset}.';
 
 GRANT EXECUTE ON FUNCTION mailroom.mcp_list_messages(text, bytea, integer, integer) TO mailroom_http;
 
-CREATE OR REPLACE FUNCTION mailroom.mcp_read_message(p_address text, p_key_digest bytea, p_message_id bigint)
+CREATE OR REPLACE FUNCTION mailroom.mcp_read_message(
+    p_address text, p_key_digest bytea, p_message_id bigint
+)
 RETURNS jsonb
 LANGUAGE plpgsql
 VOLATILE
 SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
-DECLARE
-    v_who record := mailroom_internal._http_who(p_address, NULL, mailroom_internal._mcp_key(p_key_digest));
-    v_row mailroom.messages := mailroom_internal._read_message_row(
-        p_address, NULL, p_message_id, v_who.owner_type, v_who.owner_id
-    );
 BEGIN
-    -- the HTTP API's Message (reply_to, from_address, body_text …), and the keys MCP answered first
-    RETURN mailroom_internal._http_message_document(v_row)
-        || jsonb_build_object('to', v_row.envelope_to, 'text', v_row.text_body, 'html', v_row.html_body);
+    RETURN (
+            SELECT d || jsonb_build_object('to', d -> 'to_address', 'text', d -> 'body_text', 'html', d -> 'body_html')
+            FROM mailroom.http_read_message(p_address, NULL, mailroom_internal._mcp_key(p_key_digest), p_message_id) AS d
+        );
 END;
 $$;
 
 COMMENT ON FUNCTION mailroom.mcp_read_message(text, bytea, bigint) IS
-'MCP read_message and the message resource: the message read once and marked read, as http_read_message answers it (REST v1 Message: reply_to, headers, bodies, attachments'' metadata, the extracted link and code) with MCP''s first keys to, text and html.';
+'Deprecated since 0.2.0, removed in 0.3.0: use mailroom.http_read_message(…). MCP read_message of 0.1: the REST Message with the keys to, text and html.';
 
 GRANT EXECUTE ON FUNCTION mailroom.mcp_read_message(text, bytea, bigint) TO mailroom_http;
 
@@ -201,36 +119,19 @@ CREATE OR REPLACE FUNCTION mailroom.mcp_check_message(
 )
 RETURNS jsonb
 LANGUAGE plpgsql
-STABLE
+VOLATILE
 SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
-DECLARE
-    v_box mailroom.mailboxes := mailroom_internal._mcp_box(p_address, p_key_digest);
-    v_found mailroom.messages := mailroom_internal._newest_message(v_box.id, p_subject_like);
 BEGIN
-    -- one look, no wait (the server waits between looks on its LISTEN, holding no connection); the
-    -- inbox's id comes with it, the key the server's fan-out wakes waiters by
-    IF v_found.id IS NULL AND p_last THEN
-        RAISE EXCEPTION USING
-            ERRCODE = 'MR212',
-            MESSAGE = 'no matching message arrived in time';
-    END IF;
-    RETURN jsonb_build_object(
-        'mailbox_id', v_box.id,
-        'message', CASE WHEN v_found.id IS NOT NULL THEN jsonb_build_object(
-            'id', v_found.id,
-            'received_at', v_found.received_at,
-            'subject', v_found.subject,
-            'from', v_found.from_header,
-            'envelope_from', v_found.envelope_from
-        ) END
+    RETURN mailroom.http_wait_look(
+        p_address, NULL, mailroom_internal._mcp_key(p_key_digest), p_subject_like, NULL, p_last
     );
 END;
 $$;
 
 COMMENT ON FUNCTION mailroom.mcp_check_message(text, bytea, text, boolean) IS
-'Deprecated since 0.2.0, removed in 0.3.0: use mailroom.http_wait_look(…) (what the MCP server calls now). MCP wait_for_message of 0.1: one look without waiting: the inbox id and its newest message whose subject is LIKE p_subject_like (null when none yet); p_last (the wait''s last look): MR212 when none.';
+'Deprecated since 0.2.0, removed in 0.3.0: use mailroom.http_wait_look(…). MCP wait_for_message of 0.1: one look without waiting, {mailbox_id, message, …}.';
 
 GRANT EXECUTE ON FUNCTION mailroom.mcp_check_message(text, bytea, text, boolean) TO mailroom_http;
 
@@ -242,19 +143,17 @@ CREATE OR REPLACE FUNCTION mailroom.mcp_extract_link(
 )
 RETURNS text
 LANGUAGE plpgsql
-STABLE
+VOLATILE
 SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
-DECLARE
-    v_who record := mailroom_internal._http_who(p_address, NULL, mailroom_internal._mcp_key(p_key_digest));
 BEGIN
-    RETURN mailroom.extract_link(p_address, NULL, p_message_id, p_url_like, v_who.owner_type, v_who.owner_id);
+    RETURN mailroom.http_extract_link(p_address, NULL, mailroom_internal._mcp_key(p_key_digest), p_message_id, p_url_like);
 END;
 $$;
 
 COMMENT ON FUNCTION mailroom.mcp_extract_link(text, bytea, bigint, text) IS
-'MCP extract_link: extract_link for the API key''s owner (the first http(s) link LIKE p_url_like; MR215 when none).';
+'Deprecated since 0.2.0, removed in 0.3.0: use mailroom.http_extract_link(…). MCP extract_link of 0.1.';
 
 GRANT EXECUTE ON FUNCTION mailroom.mcp_extract_link(text, bytea, bigint, text) TO mailroom_http;
 
@@ -266,43 +165,36 @@ CREATE OR REPLACE FUNCTION mailroom.mcp_extract_code(
 )
 RETURNS text
 LANGUAGE plpgsql
-STABLE
+VOLATILE
 SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
-DECLARE
-    v_who record := mailroom_internal._http_who(p_address, NULL, mailroom_internal._mcp_key(p_key_digest));
-    v_owner text := v_who.owner_id;
-    v_type text := v_who.owner_type;
 BEGIN
-    IF p_pattern IS NULL THEN
-        RETURN mailroom.extract_code(p_address, NULL, p_message_id, p_owner_type => v_type, p_owner_id => v_owner);
-    END IF;
-    RETURN mailroom.extract_code(p_address, NULL, p_message_id, p_pattern, v_type, v_owner);
+    RETURN mailroom.http_extract_code(p_address, NULL, mailroom_internal._mcp_key(p_key_digest), p_message_id, p_pattern);
 END;
 $$;
 
 COMMENT ON FUNCTION mailroom.mcp_extract_code(text, bytea, bigint, text) IS
-'MCP extract_code: extract_code for the API key''s owner (p_pattern NULL: a 5-digit word; MR215 when none).';
+'Deprecated since 0.2.0, removed in 0.3.0: use mailroom.http_extract_code(…). MCP extract_code of 0.1.';
 
 GRANT EXECUTE ON FUNCTION mailroom.mcp_extract_code(text, bytea, bigint, text) TO mailroom_http;
 
-CREATE OR REPLACE FUNCTION mailroom.mcp_delete_mailbox(p_address text, p_key_digest bytea)
+CREATE OR REPLACE FUNCTION mailroom.mcp_delete_mailbox(
+    p_address text, p_key_digest bytea
+)
 RETURNS boolean
 LANGUAGE plpgsql
 VOLATILE
 SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
-DECLARE
-    v_who record := mailroom_internal._http_who(p_address, NULL, mailroom_internal._mcp_key(p_key_digest));
 BEGIN
-    RETURN mailroom.delete_mailbox(p_address, NULL, v_who.owner_type, v_who.owner_id);
+    RETURN mailroom.http_delete_mailbox(p_address, NULL, mailroom_internal._mcp_key(p_key_digest));
 END;
 $$;
 
 COMMENT ON FUNCTION mailroom.mcp_delete_mailbox(text, bytea) IS
-'MCP delete_inbox: delete_mailbox for the API key''s owner (soft delete: it refuses mail at once); false if it was deleted already.';
+'Deprecated since 0.2.0, removed in 0.3.0: use mailroom.http_delete_mailbox(…). MCP delete_inbox of 0.1.';
 
 GRANT EXECUTE ON FUNCTION mailroom.mcp_delete_mailbox(text, bytea) TO mailroom_http;
 
@@ -320,18 +212,20 @@ SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
-    RETURN mailroom_internal._http_message_summary(
-        mailroom_internal._mark_message(mailroom_internal._mcp_box(p_address, p_key_digest), p_message_id, p_is_read, p_tags)
-    );
+    RETURN mailroom.http_update_message(
+            p_address, NULL, mailroom_internal._mcp_key(p_key_digest), p_message_id, p_is_read, p_tags
+        );
 END;
 $$;
 
 COMMENT ON FUNCTION mailroom.mcp_mark_message(text, bytea, bigint, boolean, text[]) IS
-'MCP mark_message: mark a message read or unread and/or replace its tags (NULL: unchanged), for the API key''s owner; the message summary after (as PATCH over REST).';
+'Deprecated since 0.2.0, removed in 0.3.0: use mailroom.http_update_message(…). MCP mark_message of 0.1.';
 
 GRANT EXECUTE ON FUNCTION mailroom.mcp_mark_message(text, bytea, bigint, boolean, text[]) TO mailroom_http;
 
-CREATE OR REPLACE FUNCTION mailroom.mcp_clear_messages(p_address text, p_key_digest bytea)
+CREATE OR REPLACE FUNCTION mailroom.mcp_clear_messages(
+    p_address text, p_key_digest bytea
+)
 RETURNS jsonb
 LANGUAGE plpgsql
 VOLATILE
@@ -339,18 +233,18 @@ SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
-    RETURN jsonb_build_object(
-        'deleted', mailroom_internal._delete_inbox_messages(mailroom_internal._mcp_box(p_address, p_key_digest), NULL, true)
-    );
+    RETURN mailroom.http_clear_messages(p_address, NULL, mailroom_internal._mcp_key(p_key_digest));
 END;
 $$;
 
 COMMENT ON FUNCTION mailroom.mcp_clear_messages(text, bytea) IS
-'MCP clear_inbox: delete every message of an open inbox of the API key''s owner (the inbox stays); {"deleted": n}.';
+'Deprecated since 0.2.0, removed in 0.3.0: use mailroom.http_clear_messages(…). MCP clear_inbox of 0.1.';
 
 GRANT EXECUTE ON FUNCTION mailroom.mcp_clear_messages(text, bytea) TO mailroom_http;
 
-CREATE OR REPLACE FUNCTION mailroom.mcp_extend_mailbox(p_address text, p_key_digest bytea, p_ttl_seconds integer)
+CREATE OR REPLACE FUNCTION mailroom.mcp_extend_mailbox(
+    p_address text, p_key_digest bytea, p_ttl_seconds integer
+)
 RETURNS jsonb
 LANGUAGE plpgsql
 VOLATILE
@@ -358,14 +252,12 @@ SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
-    -- the rule of POST …/extend (sql/29_http.sql): the key's digest authorizes it as there
-    PERFORM mailroom_internal._mcp_box(p_address, p_key_digest);
-    RETURN mailroom.http_extend_mailbox(p_address, NULL, p_key_digest, p_ttl_seconds);
+    RETURN mailroom.http_extend_mailbox(p_address, NULL, mailroom_internal._mcp_key(p_key_digest), p_ttl_seconds);
 END;
 $$;
 
 COMMENT ON FUNCTION mailroom.mcp_extend_mailbox(text, bytea, integer) IS
-'MCP extend_inbox: expires_at = now + p_ttl_seconds, clamped to the plan''s max TTL, never earlier (as POST …/extend); the inbox after.';
+'Deprecated since 0.2.0, removed in 0.3.0: use mailroom.http_extend_mailbox(…). MCP extend_inbox of 0.1.';
 
 GRANT EXECUTE ON FUNCTION mailroom.mcp_extend_mailbox(text, bytea, integer) TO mailroom_http;
 
@@ -383,36 +275,34 @@ VOLATILE
 SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
-DECLARE
-    v_who record := mailroom_internal._http_who(p_address, NULL, mailroom_internal._mcp_key(p_key_digest));
 BEGIN
-    RETURN mailroom.set_inbox_fault(
-        p_address, NULL, p_stage, p_reply, coalesce(p_share, 100), p_count, v_who.owner_type, v_who.owner_id
-    );
+    RETURN mailroom.http_set_inbox_fault(
+            p_address, NULL, mailroom_internal._mcp_key(p_key_digest), p_stage, p_reply, p_share, p_count
+        );
 END;
 $$;
 
 COMMENT ON FUNCTION mailroom.mcp_set_inbox_fault(text, bytea, text, text, numeric, integer) IS
-'MCP set_inbox_fault: set_inbox_fault for the API key''s owner (stage, reply, share, the next p_count only); the fault as JSON.';
+'Deprecated since 0.2.0, removed in 0.3.0: use mailroom.http_set_inbox_fault(…). MCP set_inbox_fault of 0.1.';
 
 GRANT EXECUTE ON FUNCTION mailroom.mcp_set_inbox_fault(text, bytea, text, text, numeric, integer) TO mailroom_http;
 
-CREATE OR REPLACE FUNCTION mailroom.mcp_clear_inbox_fault(p_address text, p_key_digest bytea)
+CREATE OR REPLACE FUNCTION mailroom.mcp_clear_inbox_fault(
+    p_address text, p_key_digest bytea
+)
 RETURNS boolean
 LANGUAGE plpgsql
 VOLATILE
 SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
-DECLARE
-    v_who record := mailroom_internal._http_who(p_address, NULL, mailroom_internal._mcp_key(p_key_digest));
 BEGIN
-    RETURN mailroom.clear_inbox_fault(p_address, NULL, v_who.owner_type, v_who.owner_id);
+    RETURN mailroom.http_clear_inbox_fault(p_address, NULL, mailroom_internal._mcp_key(p_key_digest));
 END;
 $$;
 
 COMMENT ON FUNCTION mailroom.mcp_clear_inbox_fault(text, bytea) IS
-'MCP clear_inbox_fault: clear_inbox_fault for the API key''s owner (the inbox''s own fault); false if it had none.';
+'Deprecated since 0.2.0, removed in 0.3.0: use mailroom.http_clear_inbox_fault(…). MCP clear_inbox_fault of 0.1.';
 
 GRANT EXECUTE ON FUNCTION mailroom.mcp_clear_inbox_fault(text, bytea) TO mailroom_http;
 
@@ -458,6 +348,6 @@ AS $$
 $$;
 
 COMMENT ON FUNCTION mailroom.mcp_error_codes() IS
-'The MR codes each mcp_* function may raise (function * : every one), in the order a tool description names them, with their meaning.';
+'Deprecated since 0.2.0, removed in 0.3.0: use the errors of each operation (driver/mailroom/api/operations.py, docs/inbox-api.md) and mailroom.error_codes(). The MR codes each 0.1 mcp_* function may raise (function * : every one), in the order a tool description names them, with their meaning.';
 
 GRANT EXECUTE ON FUNCTION mailroom.mcp_error_codes() TO mailroom_http;

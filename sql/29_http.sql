@@ -185,7 +185,8 @@ CREATE OR REPLACE FUNCTION mailroom.http_create_mailbox(
     p_key_digest bytea,
     p_client text,
     p_ttl_minutes integer DEFAULT null,
-    p_plan text DEFAULT null
+    p_plan text DEFAULT null,
+    p_face text DEFAULT 'rest'
 )
 RETURNS jsonb
 LANGUAGE plpgsql
@@ -194,7 +195,10 @@ SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-    v_owner text := mailroom_internal._api_key_owner(p_key_digest);
+    -- MCP knows only API keys (MR240 without one, _mcp_key); its inboxes are owner type mcp
+    v_owner text := mailroom_internal._api_key_owner(
+        CASE WHEN p_face = 'mcp' THEN mailroom_internal._mcp_key(p_key_digest) ELSE p_key_digest END
+    );
     v_anonymous_plan text := mailroom.setting('http.anonymous_plan');
     v_plan text := coalesce(p_plan, v_anonymous_plan);
     v_created record;
@@ -208,7 +212,8 @@ BEGIN
     PERFORM mailroom_internal._http_rate_take(coalesce(p_key_digest, mailroom_internal._http_client_subject(p_client)));
     SELECT c.mailbox_id, c.session_token INTO v_created
     FROM mailroom.create_mailbox(
-        p_ttl_minutes, v_plan, CASE WHEN v_owner IS NULL THEN 'anonymous' ELSE 'api' END, v_owner
+        p_ttl_minutes, v_plan,
+        CASE WHEN v_owner IS NULL THEN 'anonymous' WHEN p_face = 'mcp' THEN 'mcp' ELSE 'api' END, v_owner
     ) AS c;
     SELECT m.* INTO v_box FROM mailroom.mailboxes AS m WHERE m.id = v_created.mailbox_id;
     -- the session token exists only in this answer (the table keeps its digest)
@@ -216,10 +221,10 @@ BEGIN
 END;
 $$;
 
-COMMENT ON FUNCTION mailroom.http_create_mailbox(bytea, text, integer, text) IS
-'POST /api/v1/mailboxes: create_mailbox for an API key''s owner (any plan) or anonymously (plan http.anonymous_plan, MR242 otherwise), within the creation rate limit (MR243); the mailbox as JSON with its session token.';
+COMMENT ON FUNCTION mailroom.http_create_mailbox(bytea, text, integer, text, text) IS
+'POST /api/v1/mailboxes and MCP create_inbox (operation create_mailbox): create_mailbox for an API key''s owner (any plan; owner type mcp when p_face is mcp, which needs a key: MR240) or anonymously (plan http.anonymous_plan, MR242 otherwise), within the creation rate limit of the key or the client (MR243); the mailbox as JSON with its session token.';
 
-GRANT EXECUTE ON FUNCTION mailroom.http_create_mailbox(bytea, text, integer, text) TO mailroom_http;
+GRANT EXECUTE ON FUNCTION mailroom.http_create_mailbox(bytea, text, integer, text, text) TO mailroom_http;
 
 CREATE OR REPLACE FUNCTION mailroom.http_get_mailbox(p_address text, p_session_token text, p_key_digest bytea)
 RETURNS jsonb
@@ -933,6 +938,39 @@ COMMENT ON FUNCTION mailroom.http_clear_messages(text, text, bytea) IS
 'DELETE /api/v1/mailboxes/{address}/messages: delete every message of an open inbox (the inbox stays); {"deleted": n}.';
 
 GRANT EXECUTE ON FUNCTION mailroom.http_clear_messages(text, text, bytea) TO mailroom_http;
+
+CREATE OR REPLACE FUNCTION mailroom.http_mark_all_read(
+    p_address text,
+    p_session_token text,
+    p_key_digest bytea,
+    p_is_read boolean DEFAULT true
+)
+RETURNS jsonb
+LANGUAGE plpgsql
+VOLATILE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_box mailroom.mailboxes := mailroom_internal._http_box(p_address, p_session_token, p_key_digest);
+    v_marked integer;
+BEGIN
+    IF p_is_read IS NULL THEN
+        RAISE EXCEPTION USING ERRCODE = '22023', MESSAGE = 'is_read must be true or false';
+    END IF;
+    -- every message of the inbox not marked so yet (an inbox holds at most its plan's max_messages)
+    UPDATE mailroom.messages AS g
+    SET is_read = p_is_read
+    WHERE g.mailbox_id = v_box.id AND g.is_read IS DISTINCT FROM p_is_read;
+    GET DIAGNOSTICS v_marked = ROW_COUNT;
+    RETURN jsonb_build_object('marked', v_marked);
+END;
+$$;
+
+COMMENT ON FUNCTION mailroom.http_mark_all_read(text, text, bytea, boolean) IS
+'Operation mark_all_read (POST /api/v1/mailboxes/{address}/messages/read, MCP mark_all_read): mark every message of an open inbox read (or, p_is_read false, unread); {"marked": n}, the messages changed. Errors: MR203-MR206, MR240, MR241.';
+
+GRANT EXECUTE ON FUNCTION mailroom.http_mark_all_read(text, text, bytea, boolean) TO mailroom_http;
 
 CREATE OR REPLACE FUNCTION mailroom.http_extend_mailbox(
     p_address text,

@@ -92,7 +92,7 @@ BEGIN
         'settings', 'plans', 'error_codes', 'token_actions', 'token_email_templates', 'senders',
         'redaction_pepper', 'verp_key', 'signing_keys', 'sender_keys', 'domain_limits',
         'suppressions', 'catchall_domains', 'api_keys', 'outbound_lanes', 'dkim_keys', 'spent_signatures',
-        'smtp_credentials', 'webhook_endpoints'
+        'smtp_credentials', 'api_key_senders', 'webhook_endpoints'
     ] LOOP
         IF NOT EXISTS (
             SELECT 1 FROM pg_catalog.pg_dist_partition AS p

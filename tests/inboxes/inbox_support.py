@@ -9,6 +9,18 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+# the Received: header inbound SMTP writes in front of every message it stores (sql/21_delivery.sql,
+# _received_header; tests/inboxes/test_received.py holds its every part)
+RECEIVED = re.compile(rb"\AReceived: from [^\r\n]*\r\n\tby [^\r\n]* \(mailroom\) with [^\r\n]*\r\n\t[^\r\n]*\r\n")
+
+
+def as_sent(raw: bytes) -> bytes:
+    """A message stored over SMTP without the one Received: header mailroom put in front: the
+    client's bytes (the assertion fails when that header is missing)."""
+    match = RECEIVED.match(raw)
+    assert match, f"no Received: header of mailroom's on top: {raw[:300]!r}"
+    return raw[match.end():]
+
 
 @dataclass
 class Mailbox:

@@ -24,7 +24,7 @@ from mailroom.testing import as_login
 
 TOOLS = {"create_inbox", "list_inboxes", "list_messages", "read_message", "wait_for_message", "extract_link",
          "extract_code", "delete_inbox", "set_inbox_fault", "clear_inbox_fault", "mark_message", "clear_inbox",
-         "extend_inbox"}
+         "extend_inbox", "get_inbox", "delete_message", "delete_messages", "search_messages", "get_inbox_fault"}
 
 
 async def _story(session, smtp_port: int, db_url: str) -> None:
@@ -74,8 +74,8 @@ async def _story(session, smtp_port: int, db_url: str) -> None:
         {"code": "48213"}
     assert error(await session.call_tool("extract_code", {"address": address, "message_id": found["id"],
                                                           "pattern": "\\m\\d{9}\\M"}))["code"] == "MR215"
-    listed = doc(await session.call_tool("list_messages", {"address": address}))
-    assert [m["subject"] for m in listed["messages"]] == ["Activate your account", "Welcome"]
+    listed = doc(await session.call_tool("list_messages", {"address": address}))  # REST's answer: a JSON array
+    assert [m["subject"] for m in listed] == ["Activate your account", "Welcome"]
 
     # fault injection (issue 35): the next message is refused at RCPT by the real server, then mail flows again
     fault = doc(await session.call_tool("set_inbox_fault", {"address": address, "stage": "rcpt",
@@ -87,10 +87,10 @@ async def _story(session, smtp_port: int, db_url: str) -> None:
     with pytest.raises(aiosmtplib.SMTPRecipientsRefused) as refused:
         await send_mail(smtp_port, address, "Refused", "by the fault")
     assert refused.value.recipients[0].code == 451
-    shown = doc(await session.call_tool("list_messages", {"address": address}))["mailbox"]["fault"]
+    shown = doc(await session.call_tool("get_inbox", {"address": address}))["fault"]
     assert (shown["fired"], shown["remaining"], shown["active"]) == (1, 0, False)
     assert doc(await session.call_tool("clear_inbox_fault", {"address": address})) == {"deleted": True}
-    assert doc(await session.call_tool("list_messages", {"address": address}))["mailbox"]["fault"] is None
+    assert doc(await session.call_tool("get_inbox", {"address": address}))["fault"] is None
 
     # the same as resources
     uris = [str(r.uri) for r in (await session.list_resources()).resources]
@@ -111,14 +111,19 @@ async def _story(session, smtp_port: int, db_url: str) -> None:
     await send_mail(smtp_port, address.replace("@", "+receipts@"), "Receipt", "paid")
     for _ in range(50):
         listed = doc(await session.call_tool("list_messages", {"address": address}))
-        if len(listed["messages"]) == 3:
+        if len(listed) == 3:
             break
         await asyncio.sleep(0.1)
-    assert listed["messages"][0]["tags"] == ["receipts"]
+    assert listed[0]["tags"] == ["receipts"]
+    # the filters REST has (issue 43: MCP's own copy of the list had none)
+    tagged = doc(await session.call_tool("list_messages", {"address": address, "tag": "receipts"}))
+    assert [m["subject"] for m in tagged] == ["Receipt"]
+    newer = doc(await session.call_tool("list_messages", {"address": address, "after_id": found["id"]}))
+    assert [m["subject"] for m in newer] == ["Receipt"]
     extended = doc(await session.call_tool("extend_inbox", {"address": address, "ttl_seconds": 1800}))
     assert extended["max_ttl_seconds"] == 3600 and extended["expires_at"] > box["expires_at"]
     assert doc(await session.call_tool("clear_inbox", {"address": address})) == {"deleted": 3}
-    assert doc(await session.call_tool("list_messages", {"address": address}))["messages"] == []
+    assert doc(await session.call_tool("list_messages", {"address": address})) == []
 
     assert doc(await session.call_tool("delete_inbox", {"address": address})) == {"deleted": True}
     assert error(await session.call_tool("list_messages", {"address": address}))["code"] == "MR206"

@@ -1,6 +1,8 @@
 """The sink (issue 44 item 1): `mailroom run --sink` accepts every recipient at every domain over real
-SMTP, each an inbox made at RCPT, and its HTTP face on loopback lists them without a key; without the
-sink the same mail is refused (550) and the listing needs a key. The rules are SQL's (pgTAP 24, 29)."""
+SMTP, each an inbox made at RCPT, and any SMTP AUTH login (Mailpit's accept-any, issue 44: no
+capture, stored by recipient); its HTTP face on loopback lists them without a key; without the sink the
+same mail is refused (550), the same login 535 and the listing needs a key. The rules are SQL's
+(pgTAP 24, 29)."""
 
 from __future__ import annotations
 
@@ -72,14 +74,29 @@ def test_run_sink_stores_mail_for_every_address_and_lists_it_without_a_key(cli_p
         with smtplib.SMTP("127.0.0.1", smtp_port, timeout=30) as smtp:
             refused = smtp.sendmail("dev@app.example", ["alice@gmail.com", "x@sub.example.com"], MESSAGE)
         assert refused == {}
+        # any AUTH login succeeds (Mailpit's accept-any), PLAIN or LOGIN, and captures nothing: stored by recipient
+        with smtplib.SMTP("127.0.0.1", smtp_port, timeout=30) as smtp:
+            assert smtp.login("anything", "whatever")[0] == 235
+            assert smtp.sendmail("dev@app.example", ["carol@example.net"], MESSAGE) == {}
+        with smtplib.SMTP("127.0.0.1", smtp_port, timeout=30) as smtp:
+            smtp.ehlo()
+            smtp.user, smtp.password = "someone", "anything at all"
+            assert smtp.auth("LOGIN", smtp.auth_login)[0] == 235
+            assert smtp.sendmail("dev@app.example", ["carol@example.net"], MESSAGE) == {}
         stored = conn.execute(
             "SELECT b.address, b.plan, b.owner_type::text, count(m.id) FROM mailroom.mailboxes AS b"
             " JOIN mailroom.messages AS m ON m.mailbox_id = b.id GROUP BY 1, 2, 3 ORDER BY 1").fetchall()
-        assert stored == [("alice@gmail.com", "sink", "anonymous", 1), ("x@sub.example.com", "sink", "anonymous", 1)]
+        assert stored == [("alice@gmail.com", "sink", "anonymous", 1), ("carol@example.net", "sink", "anonymous", 2),
+                          ("x@sub.example.com", "sink", "anonymous", 1)]
+        assert conn.execute("SELECT count(*) FROM mailroom.smtp_credentials").fetchone()[0] == 0
+        logged_in = conn.execute("SELECT raw FROM mailroom.messages AS m JOIN mailroom.mailboxes AS b"
+                                 " ON b.id = m.mailbox_id WHERE b.address = 'carol@example.net'").fetchall()
+        assert all(b" (mailroom) with ESMTPA id " in bytes(raw) for (raw,) in logged_in)  # RFC 3848
         status, boxes = _listing(http_port)
         assert status == 200, boxes
-        assert sorted(b["address"] for b in boxes) == ["alice@gmail.com", "x@sub.example.com"]  # type: ignore[union-attr]
-        assert all(b["message_count"] == 1 and b["plan"] == "sink" for b in boxes)  # type: ignore[union-attr]
+        assert sorted((b["address"], b["message_count"]) for b in boxes) == [  # type: ignore[union-attr]
+            ("alice@gmail.com", 1), ("carol@example.net", 2), ("x@sub.example.com", 1)]
+        assert all(b["plan"] == "sink" for b in boxes)  # type: ignore[union-attr]
         # the page: /mail lists them without a key, each link opens its inbox with the mail in it
         status, page = _get(http_port, "/mail")
         assert status == 200 and "alice@gmail.com" in page and "x@sub.example.com" in page, page
@@ -116,6 +133,10 @@ def test_without_the_sink_the_same_mail_is_refused_and_the_listing_needs_a_key(c
             with pytest.raises(smtplib.SMTPRecipientsRefused) as refused:
                 smtp.sendmail("dev@app.example", ["alice@gmail.com"], MESSAGE)
         assert refused.value.recipients["alice@gmail.com"][0] == 550
+        with smtplib.SMTP("127.0.0.1", smtp_port, timeout=30) as smtp:  # logins are checked: the capture credential
+            with pytest.raises(smtplib.SMTPAuthenticationError) as wrong:
+                smtp.login("anything", "whatever")
+        assert wrong.value.smtp_code == 535
         assert conn.execute("SELECT count(*) FROM mailroom.mailboxes").fetchone()[0] == 0
         status, body = _listing(http_port)
         assert status == 401 and body["error"]["code"] == "MR240", body  # type: ignore[index]

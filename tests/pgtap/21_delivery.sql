@@ -1,6 +1,6 @@
 -- Delivery guard at the exact expiry boundary, plan limits, list/read and their errors.
 BEGIN;
-SELECT plan(75);
+SELECT plan(87);
 \ir fixtures/default_settings.sql
 
 SET LOCAL mailroom.clock = '2030-01-01 00:00:00+00';
@@ -430,6 +430,99 @@ UPDATE mailroom.plans SET when_full = 'refuse' WHERE name = 'enterprise';
 SELECT throws_ok(
     format('SELECT mailroom.deliver_message(%L, %L::bytea)', (SELECT address FROM ring), '\x4869'),
     'MR208', NULL, 'the same inbox under refuse: full (MR208)'
+);
+
+-- The Received: header of mail stored over SMTP (issue 44): deliver_messages writes it from
+-- the parsed document's trace (the SMTP session's facts), dated by mailroom.clock(), one per message.
+SET LOCAL mailroom.clock = '2031-02-03 04:05:06+00';
+INSERT INTO mailroom.plans (name, default_ttl_minutes, max_ttl_minutes, max_message_bytes, max_messages)
+VALUES ('pgtap_tiny', 10, 10, 100, 10);
+CREATE TEMP TABLE rb AS
+SELECT 'one' AS k, * FROM mailroom.create_mailbox(10, 'pro');
+INSERT INTO rb SELECT 'two', * FROM mailroom.create_mailbox(10, 'pro');
+INSERT INTO rb SELECT 'tiny', * FROM mailroom.create_mailbox(10, 'pgtap_tiny');
+CREATE TEMP TABLE rt AS SELECT
+    '{"client": "192.0.2.7", "helo": "mx.example.org", "by": "in.mailroom.test", "esmtp": true, "tls": true,
+      "auth": false}'::jsonb AS trace;
+
+SELECT is(
+    (SELECT row(d.verdict, cardinality(d.message_ids))::text FROM mailroom.deliver_messages(
+        ARRAY[1], ARRAY[(SELECT address FROM rb WHERE k = 'one')], ARRAY[convert_to(E'Subject: t\r\n\r\nbody\r\n', 'UTF8')],
+        ARRAY['a@example.com'], ARRAY[jsonb_build_object('subject', 't', 'trace', (SELECT trace FROM rt))]) AS d),
+    '(ok,1)', 'a message with its session''s trace is stored'
+);
+SELECT is(
+    (SELECT regexp_replace(convert_from(raw, 'UTF8'), ' id [0-9A-F]{12}', ' id X') FROM mailroom.messages
+     WHERE mailbox_id = (SELECT mailbox_id FROM rb WHERE k = 'one')),
+    E'Received: from mx.example.org ([192.0.2.7])\r\n\tby in.mailroom.test (mailroom) with ESMTPS id X\r\n\tfor <'
+    || (SELECT address FROM rb WHERE k = 'one') || E'>; Mon, 03 Feb 2031 04:05:06 +0000\r\nSubject: t\r\n\r\nbody\r\n',
+    'one Received: header in front: client literal, HELO, server, protocol, id, for <the one recipient>, the clock''s date'
+);
+SELECT is(
+    (SELECT size_bytes::bigint FROM mailroom.messages WHERE mailbox_id = (SELECT mailbox_id FROM rb WHERE k = 'one')),
+    (SELECT octet_length(raw)::bigint FROM mailroom.messages WHERE mailbox_id = (SELECT mailbox_id FROM rb WHERE k = 'one')),
+    'size_bytes is the size stored, the header included'
+);
+
+SELECT is(
+    (SELECT d.verdict FROM mailroom.deliver_messages(
+        ARRAY[1, 1], ARRAY[(SELECT address FROM rb WHERE k = 'one'), (SELECT address FROM rb WHERE k = 'two')],
+        ARRAY[convert_to(E'Subject: both\r\n\r\nx\r\n', 'UTF8')], ARRAY[''],
+        ARRAY[jsonb_build_object('trace', jsonb_build_object(
+            'client', '::1', 'helo', E'evil\r\nX-Injected: yes\rZ', 'by', 'in.mailroom.test')
+        )]) AS d),
+    'ok', 'a message for two recipients, with a HELO holding CR and LF'
+);
+SELECT is(
+    (SELECT count(DISTINCT raw) FROM mailroom.messages WHERE mailbox_id IN (
+        SELECT mailbox_id FROM rb WHERE k IN ('one', 'two'))
+        AND convert_from(raw, 'UTF8') LIKE '%Subject: both%'),
+    1::bigint, 'its two copies are alike (one header per message)'
+);
+SELECT is(
+    (SELECT regexp_replace(convert_from(raw, 'UTF8'), ' id [0-9A-F]{12}', ' id X') FROM mailroom.messages
+     WHERE mailbox_id = (SELECT mailbox_id FROM rb WHERE k = 'two')),
+    E'Received: from evil??X-Injected:?yes?Z ([IPv6:::1])\r\n\tby in.mailroom.test (mailroom) with SMTP id X;\r\n\t'
+    || E'Mon, 03 Feb 2031 04:05:06 +0000\r\nSubject: both\r\n\r\nx\r\n',
+    'no for <...> with two recipients; the HELO''s CR, LF and space written ?, so no line of the client''s own'
+);
+SELECT matches(
+    mailroom_internal._received_header(
+        jsonb_build_object('client', 'not an address', 'helo', repeat('h', 300), 'esmtp', true, 'tls', true,
+            'auth', true, 'smtputf8', true),
+        E'a\r\nb<c>@x.test', now()),
+    E'^Received: from h{255} \\(unknown\\)\r\n\tby unknown \\(mailroom\\) with UTF8SMTPSA id [0-9A-F]{12}\r\n\tfor <a\\?\\?b\\?c\\?@x\\.test>; ',
+    'UTF8SMTPSA (RFC 6531); a HELO bounded to 255; no client literal: unknown; controls and brackets of a recipient written ?'
+);
+
+-- the plan's size limit bounds what the client sent: the header is not counted against it
+SELECT is(
+    (SELECT row(d.verdict, cardinality(d.message_ids))::text FROM mailroom.deliver_messages(
+        ARRAY[1], ARRAY[(SELECT address FROM rb WHERE k = 'tiny')],
+        ARRAY[convert_to(E'Subject: s\r\n\r\n' || repeat('a', 100 - 16) || E'\r\n', 'UTF8')],
+        ARRAY[''], ARRAY[jsonb_build_object('trace', (SELECT trace FROM rt))]) AS d),
+    '(ok,1)', 'a message of exactly the plan''s size is stored with its header'
+);
+SELECT ok(
+    (SELECT size_bytes > 100 FROM mailroom.messages WHERE mailbox_id = (SELECT mailbox_id FROM rb WHERE k = 'tiny')),
+    'and stored larger than the plan''s size (size_bytes counts the header)'
+);
+SELECT is(
+    (SELECT d.verdict FROM mailroom.deliver_messages(
+        ARRAY[1], ARRAY[(SELECT address FROM rb WHERE k = 'tiny')],
+        ARRAY[convert_to(E'Subject: s\r\n\r\n' || repeat('a', 101 - 16) || E'\r\n', 'UTF8')],
+        ARRAY[''], ARRAY[jsonb_build_object('trace', (SELECT trace FROM rt))]) AS d),
+    'too_large', 'one byte more from the client is too large'
+);
+SELECT throws_ok(
+    format('SELECT mailroom.deliver_message(%L, %L::bytea, %L, %L::jsonb, %L)', (SELECT address FROM rb WHERE k = 'one'),
+        '\x4869', '', '{}', E'Received: x\r\nX-Injected: y\n'),
+    'MR285', NULL, 'deliver_message refuses a trace that is not CRLF-terminated header lines'
+);
+SELECT ok(
+    mailroom.deliver_message((SELECT address FROM rb WHERE k = 'one'), '\x4869'::bytea, '', '{}'::jsonb,
+        E'Received: from a (b)\r\n\tby c; d\r\n') > 0,
+    'and stores one that is, in front of the message'
 );
 
 SELECT * FROM finish();

@@ -4,12 +4,13 @@
 -- v1 shapes (a list is a JSON array, the original service's keys), an API key's inbox list, and its
 -- mcp inboxes read over REST.
 BEGIN;
-SELECT plan(78);
+SELECT plan(85);
 \ir fixtures/default_settings.sql
 
 SET LOCAL mailroom.clock = '2030-01-01 00:00:00+00';
 SELECT mailroom.create_api_key('team-1', sha256('mrk_one'::bytea));
 SELECT mailroom.create_api_key('team-2', sha256('mrk_two'::bytea));
+SELECT mailroom.create_api_key('team-43', sha256('mrk_43'::bytea));
 CREATE TEMP TABLE j AS SELECT mailroom.http_create_mailbox(null, '192.0.2.1', 5) AS doc;
 CREATE TEMP TABLE o AS SELECT mailroom.http_create_mailbox(sha256('mrk_one'::bytea), null, null, 'pro') AS doc;
 CREATE FUNCTION pg_temp.a() RETURNS text LANGUAGE sql AS $$ SELECT doc ->> 'address' FROM j $$;
@@ -26,6 +27,17 @@ SELECT is(
 );
 SELECT throws_ok($$SELECT mailroom.http_create_mailbox(null, 'c', null, 'pro')$$, 'MR242', NULL,
     'anonymous and another plan: MR242');
+-- issue 43: MCP's create_inbox is this function (p_face 'mcp'): owner type mcp, and only with a key
+SELECT is(
+    (mailroom.http_create_mailbox(sha256('mrk_43'::bytea), null, p_face => 'mcp') ->> 'owner_type'), 'mcp',
+    'p_face mcp: the inbox''s owner type is mcp'
+);
+SELECT throws_ok($$SELECT mailroom.http_create_mailbox(null, null, p_face => 'mcp')$$, 'MR240', NULL,
+    'p_face mcp without an API key: MR240 (MCP knows only keys), nothing anonymous made');
+SELECT is(
+    (mailroom.http_create_mailbox(sha256('mrk_43'::bytea), 'c') ->> 'owner_type'), 'api',
+    'the REST face (the default): owner type api'
+);
 SELECT throws_ok($$SELECT mailroom.http_create_mailbox(sha256('mrk_x'::bytea), 'c')$$, 'MR241', NULL,
     'an unknown key: MR241');
 SELECT is(mailroom.http_get_mailbox(pg_temp.a(), pg_temp.t(), null) ->> 'address', pg_temp.a(), 'the token reads it');
@@ -305,6 +317,22 @@ SELECT throws_ok(
     format($$SELECT * FROM mailroom.http_message_frame(%L, null, %L, %s)$$, pg_temp.oa(), sha256('mrk_two'::bytea),
            (SELECT id FROM f)),
     'MR204', NULL, 'the frame of another owner''s inbox: MR204'
+);
+
+-- operation mark_all_read (issue 43: the one added to prove the count of files, CONTRIBUTING.md)
+CREATE TEMP TABLE ma AS SELECT mailroom.http_create_mailbox(sha256('mrk_43'::bytea), 'c') ->> 'address' AS address;
+SELECT mailroom.deliver_message((SELECT address FROM ma), convert_to('Subject: s' || n || E'\r\n\r\nx', 'UTF8'),
+    'a@example.org', jsonb_build_object('subject', 's' || n))
+FROM generate_series(1, 3) AS n;
+SELECT is(mailroom.http_mark_all_read((SELECT address FROM ma), null, sha256('mrk_43'::bytea)), '{"marked": 3}',
+    'mark_all_read marks every unread message read');
+SELECT is(mailroom.http_mark_all_read((SELECT address FROM ma), null, sha256('mrk_43'::bytea)), '{"marked": 0}',
+    'and none twice');
+SELECT is(mailroom.http_mark_all_read((SELECT address FROM ma), null, sha256('mrk_43'::bytea), false),
+    '{"marked": 3}', 'is_read false: every one unread again');
+SELECT throws_ok(
+    $$SELECT mailroom.http_mark_all_read((SELECT address FROM ma), null, sha256('mrk_two'::bytea))$$, 'MR204', NULL,
+    'another owner''s key: MR204'
 );
 
 SELECT * FROM finish();

@@ -58,6 +58,7 @@ BODY_BOUNDS: tuple[BodyBound, ...] = (
     BodyBound("POST", f"/api/v1/mailboxes/{_SEG}/messages/{_SEG}/release", 16 * KIB, "json"),
     BodyBound("POST", "/api/v1/webhooks", 16 * KIB, "json"),
     BodyBound("POST", "/hooks/ses", 1024 * KIB, "json"),  # SNS messages are at most 256 KiB
+    BodyBound("POST", "/api/v1/send", 4096 * KIB, "json"),  # a message with its attachments, base64
     BodyBound("POST", f"/unsubscribe/{_SEG}", 4 * KIB, "form"),  # RFC 8058: a few bytes
     BodyBound("POST", "/inbox", 4 * KIB, "form"),  # the page's forms
     BodyBound("POST", f"/inbox/{_SEG}/login", 4 * KIB, "form"),

@@ -3,14 +3,16 @@
 
 from __future__ import annotations
 
+from mailroom.api.operations import BY_NAME
 from mailroom.db.contract import SqlFunction
 
-_WHO = "p_address text, p_session_token text, p_key_digest bytea"
-
 # the one wait (REST's long poll, MCP's wait_for_message): one look, {mailbox_id, expires_in, message}
-http_wait_look = SqlFunction(
-    "http_wait_look",
-    f"{_WHO}, p_subject_like text = default, p_after_id bigint = default, p_last boolean = default",
+http_wait_look = BY_NAME["wait_for_message"].sql
+# the page, the start of REST's /events and MCP's inbox resource: {"mailbox": Mailbox, "messages": [MessageSummary]}
+http_mailbox_view = SqlFunction(
+    "http_mailbox_view",
+    "p_address text, p_session_token text, p_key_digest bytea, p_limit integer = default, p_offset integer = default,"
+    " p_after_id bigint = default",
     returns="jsonb",
 )
 # the caps a server process counts its waits and event streams against, and the refusal over one

@@ -86,6 +86,11 @@ def learn_error_codes(rows: Iterable[tuple[str, str, str, str | None, int | None
         _ERROR_CODES[code] = ErrorCode(known, meaning, smtp_reply, http_status)
 
 
+def meanings() -> dict[str, str]:
+    """Every learned MRnnn code with its meaning (mailroom.error_codes)."""
+    return {code: entry.meaning for code, entry in _ERROR_CODES.items()}
+
+
 def error_code(exc: BaseException) -> ErrorCode | None:
     """The vocabulary entry of an error's MRnnn SQLSTATE, if it has one that was learned."""
     return _ERROR_CODES.get(getattr(exc, "sqlstate", None) or "")

@@ -32,11 +32,12 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.middleware.cors import CORSMiddleware
 from fastapi.responses import HTMLResponse, JSONResponse, Response, StreamingResponse
 from fastapi.routing import APIRoute
+from psycopg.types.json import Jsonb
 from pydantic import BaseModel, ValidationError
 from starlette.background import BackgroundTask
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from mailroom.api import edge
+from mailroom.api import edge, operations
 from mailroom.api.waits import until_disconnected
 from mailroom.core import fastpaths
 from mailroom.core.log import get_logger
@@ -189,8 +190,7 @@ def create_app(config: HttpConfig | None = None) -> FastAPI:  # noqa: PLR0915 - 
 
     # -- the REST API ------------------------------------------------------------------------------
 
-    @app.get("/api/v1/mailboxes", tags=["mailboxes"], response_model=list[models.Mailbox], responses=errors(400, 401, 422, 503),
-             summary="The API key's open inboxes (owner types api and mcp), newest first")
+    @app.get(**declared("list_mailboxes"))
     async def list_mailboxes(request: Request, limit: int = 100, offset: int = 0) -> Response:
         c = request_credentials(request)
         # an inbox list is an owner's: any credential but a key is looked up as one, and SQL refuses it (MR241)
@@ -200,9 +200,7 @@ def create_app(config: HttpConfig | None = None) -> FastAPI:  # noqa: PLR0915 - 
                                       sink=sink_listing_open(request, state.config.sink_listing,
                                                              state.config.sink_public)))
 
-    @app.post("/api/v1/mailboxes", status_code=201, tags=["mailboxes"], response_model=models.CreatedMailbox,
-              responses=errors(400, 401, 403, 413, 422, 429, 503),
-              summary="Create an inbox (anonymous: the default plan; other plans need an API key)")
+    @app.post(**declared("create_mailbox"))
     async def create_mailbox(request: Request, ttl_minutes: int | None = None, plan: str | None = None) -> Response:
         body = await _small_json(request)
         ttl_minutes = _int(str(body["ttl_minutes"]), "ttl_minutes", None, -2**31, 2**31 - 1) \
@@ -214,53 +212,16 @@ def create_app(config: HttpConfig | None = None) -> FastAPI:  # noqa: PLR0915 - 
         key_digest = c.key_digest if c.raw is None or c.key_digest is not None \
             else hashlib.sha256(c.raw.encode()).digest()
         doc = await state.call(sqlapi.http_create_mailbox, retry=False, key_digest=key_digest,
-                               client=request.client.host if request.client else None, ttl_minutes=ttl_minutes, plan=plan)
+                               client=request.client.host if request.client else None, ttl_minutes=ttl_minutes, plan=plan,
+                               **operations.BY_NAME["create_mailbox"].fixed["rest"])
         address = json.loads(doc)["address"]
         return _json(doc, 201, {"Location": f"/api/v1/mailboxes/{quote(address)}"})
 
-    @app.get("/api/v1/mailboxes/{address}", tags=["mailboxes"], response_model=models.Mailbox,
-             responses=errors(401, 403, 404, 503),
-             summary="An open inbox (404 once expired or deleted)")
-    async def get_mailbox(request: Request, address: str) -> Response:
-        return _json(await state.call(sqlapi.http_get_mailbox, **creds(request, address).sql(address)))
-
-    @app.delete("/api/v1/mailboxes/{address}", tags=["mailboxes"], response_model=models.Deleted,
-                responses=errors(401, 403, 404, 503), summary="Delete an inbox (it refuses mail at once)")
-    async def delete_mailbox(request: Request, address: str) -> Response:
-        deleted = await state.call(sqlapi.http_delete_mailbox, retry=False,
-                                   **creds(request, address, unsafe=True).sql(address))
-        return JSONResponse({"deleted": bool(deleted)})
-
-    @app.get("/api/v1/mailboxes/{address}/messages", tags=["messages"], response_model=list[models.MessageSummary],
-             responses=errors(400, 401, 403, 404, 422, 503),
-             summary="Messages, newest first (paged; tag= a tag, unread=true/false): a JSON array")
+    @app.get(**declared("list_messages"))
     async def list_messages(request: Request, address: str, limit: int = 50, offset: int = 0,
                             after: int | None = None, tag: str | None = None, unread: bool | None = None) -> Response:
         return _json(await state.call(sqlapi.http_list_messages, limit=limit, offset=offset, after_id=after, tag=tag,
                                       unread=unread, **creds(request, address).sql(address)))
-
-    @app.delete("/api/v1/mailboxes/{address}/messages", tags=["messages"], response_model=models.DeletedCount,
-                responses=errors(401, 403, 404, 503), summary="Delete every message of the inbox (the inbox stays)")
-    async def clear_messages(request: Request, address: str) -> Response:
-        return _json(await state.call(sqlapi.http_clear_messages, retry=False,
-                                      **creds(request, address, unsafe=True).sql(address)))
-
-    @app.post("/api/v1/mailboxes/{address}/messages/delete", tags=["messages"], response_model=models.DeletedCount,
-              responses=errors(400, 401, 403, 404, 413, 503), openapi_extra=models.body(models.DeleteMessages),
-              summary="Delete the messages of these ids (1 to 500; ids not in the inbox are not counted)")
-    async def delete_messages(request: Request, address: str) -> Response:
-        who = creds(request, address, unsafe=True).sql(address)  # the CSRF rule before the body is read
-        body = _body(models.DeleteMessages, await _small_json(request))
-        return _json(await state.call(sqlapi.http_delete_messages, retry=False, message_ids=body.ids, **who))
-
-    @app.post("/api/v1/mailboxes/{address}/extend", tags=["mailboxes"], response_model=models.Mailbox,
-              responses=errors(400, 401, 403, 404, 413, 503), openapi_extra=models.body(models.Extend),
-              summary="Extend the inbox: expires_at = now + ttl_seconds, clamped to the plan's max_ttl_seconds, "
-                      "never earlier than it was")
-    async def extend_mailbox(request: Request, address: str) -> Response:
-        who = creds(request, address, unsafe=True).sql(address)
-        body = _body(models.Extend, await _small_json(request))
-        return _json(await state.call(sqlapi.http_extend_mailbox, retry=False, ttl_seconds=body.ttl_seconds, **who))
 
     @app.get("/api/v1/messages", tags=["messages"], response_model=list[models.OwnerMessageSummary],
              responses=errors(400, 401, 403, 422, 503),
@@ -271,31 +232,6 @@ def create_app(config: HttpConfig | None = None) -> FastAPI:  # noqa: PLR0915 - 
         c = request_credentials(request)
         return _json(await state.call(sqlapi.http_list_all_messages, session_token=c.session_token,
                                       key_digest=c.key_digest, limit=limit, before_id=before_id, tag=tag, unread=unread))
-
-    @app.get("/api/v1/mailboxes/{address}/messages/{message_id}", tags=["messages"], response_model=models.Message,
-             responses=errors(400, 401, 403, 404, 503),
-             summary="One message: body_text, body_html, attachments' metadata, headers, the extracted link and code; "
-                     "marks it read")
-    async def read_message(request: Request, address: str, message_id: str) -> Response:
-        return _json(await state.call(sqlapi.http_read_message, message_id=_message_id(message_id),
-                                      **creds(request, address).sql(address)))
-
-    @app.patch("/api/v1/mailboxes/{address}/messages/{message_id}", tags=["messages"],
-               response_model=models.MessageSummary, responses=errors(400, 401, 403, 404, 413, 503),
-               openapi_extra=models.body(models.MessagePatch),
-               summary="Mark a message read or unread and/or replace its tags (a field left out: unchanged)")
-    async def update_message(request: Request, address: str, message_id: str) -> Response:
-        who = creds(request, address, unsafe=True).sql(address)
-        body = _body(models.MessagePatch, await _small_json(request))
-        return _json(await state.call(sqlapi.http_update_message, retry=False, message_id=_message_id(message_id),
-                                      is_read=body.is_read, tags=body.tags, **who))
-
-    @app.delete("/api/v1/mailboxes/{address}/messages/{message_id}", tags=["messages"], response_model=models.Deleted,
-                responses=errors(400, 401, 403, 404, 503), summary="Delete one message")
-    async def delete_message(request: Request, address: str, message_id: str) -> Response:
-        await state.call(sqlapi.http_delete_message, retry=False, message_id=_message_id(message_id),
-                         **creds(request, address, unsafe=True).sql(address))
-        return JSONResponse({"deleted": True})
 
     @app.get("/api/v1/mailboxes/{address}/messages/{message_id}/raw", tags=["messages"], response_class=Response,
              responses={200: {"content": {"text/plain": {"schema": {"type": "string"}}},
@@ -337,22 +273,6 @@ def create_app(config: HttpConfig | None = None) -> FastAPI:  # noqa: PLR0915 - 
         return Response(data, media_type=page.download_type(meta.get("content_type")),
                         headers=page.download_headers(meta.get("filename") or f"attachment-{index}"))
 
-    @app.get("/api/v1/mailboxes/{address}/messages/{message_id}/links", tags=["extract"], response_model=models.Link,
-             responses=errors(400, 401, 403, 404, 503),
-             summary="The first http(s) link of a message (like= a LIKE pattern)")
-    async def links(request: Request, address: str, message_id: str, like: str | None = None) -> Response:
-        link = await state.call(sqlapi.http_extract_link, message_id=_message_id(message_id), url_like=like,
-                                **creds(request, address).sql(address))
-        return JSONResponse({"link": link})
-
-    @app.get("/api/v1/mailboxes/{address}/messages/{message_id}/code", tags=["extract"], response_model=models.Code,
-             responses=errors(400, 401, 403, 404, 503),
-             summary="The code in a message (default: a 5-digit word; pattern= a regular expression)")
-    async def code(request: Request, address: str, message_id: str, pattern: str | None = None) -> Response:
-        value = await state.call(sqlapi.http_extract_code, message_id=_message_id(message_id), pattern=pattern,
-                                 **creds(request, address).sql(address))
-        return JSONResponse({"code": value})
-
     # -- checks of the mail itself (docs/checks.md): one SQL call, then the check at this edge -----
 
     def check_source(request: Request, address: str, message_id: str, check: str, enabled: bool = True) -> Any:
@@ -393,16 +313,7 @@ def create_app(config: HttpConfig | None = None) -> FastAPI:  # noqa: PLR0915 - 
             # not mailroom's refusal but the edge's: no code, like the SES hook's
             raise ApiError(502, "", str(exc), kind="unavailable") from None
 
-    @app.get("/api/v1/mailboxes/{address}/search", tags=["messages"], response_model=models.SearchResult,
-             responses=errors(400, 401, 403, 404, 422, 503), summary="Full-text search (subject, from, text), best first")
-    async def search(request: Request, address: str, q: str, limit: int = 50) -> Response:
-        return _json(await state.call(sqlapi.http_search_messages, query=q, limit=limit,
-                                      **creds(request, address).sql(address)))
-
-    @app.get("/api/v1/mailboxes/{address}/wait", tags=["messages"], response_model=models.MessageSummary,
-             responses=errors(400, 401, 403, 404, 408, 410, 422, 429, 503),
-             summary="Long poll: the newest message whose subject is LIKE subject= (and whose id is greater than "
-                     "after=), within timeout= seconds; 410 when the inbox expires or is deleted meanwhile")
+    @app.get(**declared("wait_for_message"))
     async def wait(request: Request, address: str, subject: str | None = None, timeout: float = 30,
                    after: int | None = None) -> Response:
         if not 0 <= timeout <= 600:
@@ -487,29 +398,6 @@ def create_app(config: HttpConfig | None = None) -> FastAPI:  # noqa: PLR0915 - 
 
     # -- fault injection and release (issue 35, items 4 and 5) -------------------------------------
 
-    @app.get("/api/v1/mailboxes/{address}/fault", tags=["faults"], response_model=models.Fault,
-             responses=errors(401, 403, 404, 503),
-             summary="The fault injected at the inbox's SMTP door (its own, else its catch-all domain's); 404 when none")
-    async def get_fault(request: Request, address: str) -> Response:
-        return _json(await state.call(sqlapi.http_inbox_fault, **creds(request, address).sql(address)))
-
-    @app.put("/api/v1/mailboxes/{address}/fault", tags=["faults"], response_model=models.Fault,
-             responses=errors(400, 401, 403, 404, 503),
-             summary="Make the inbound SMTP server answer this inbox a chosen 4xx/5xx reply at rcpt, data or after_data "
-                     "(every message, a share of them, or the next count)")
-    async def set_fault(request: Request, address: str, body: models.FaultRequest) -> Response:
-        return _json(await state.call(sqlapi.http_set_inbox_fault, retry=False, stage=body.stage, reply=body.reply,
-                                      share=body.share, count=body.count,
-                                      **creds(request, address, unsafe=True).sql(address)))
-
-    @app.delete("/api/v1/mailboxes/{address}/fault", tags=["faults"], response_model=models.Deleted,
-                responses=errors(401, 403, 404, 503),
-                summary="Clear the inbox's own fault (its catch-all domain's stays); deleted false if it had none")
-    async def clear_fault(request: Request, address: str) -> Response:
-        deleted = await state.call(sqlapi.http_clear_inbox_fault, retry=False,
-                                   **creds(request, address, unsafe=True).sql(address))
-        return JSONResponse({"deleted": bool(deleted)})
-
     @app.get("/api/v1/release", tags=["release"], response_model=models.ReleaseOptions, responses=errors(503),
              summary="Whether captured messages may be released, and through which senders")
     async def release_options() -> Response:
@@ -524,10 +412,28 @@ def create_app(config: HttpConfig | None = None) -> FastAPI:  # noqa: PLR0915 - 
                                       to=body.to, sender=body.sender,
                                       **creds(request, address, unsafe=True).sql(address)))
 
+    # -- send over HTTP (issue 44, item 9; sql/32_outbound_send.sql) --------------------------------
+
+    @app.post("/api/v1/send", tags=["send"], response_model=models.Sent,
+              responses=errors(400, 401, 403, 409, 413, 429, 503), openapi_extra=models.body(models.SendRequest),
+              summary="Send a message (Mailpit's request shape) through an outbound sender granted to the API key")
+    async def send_message(request: Request) -> Response:
+        # an API key in a header only: never the page's cookie (a cross-site form cannot send a header)
+        c = request_credentials(request)
+        key_digest = None if c.from_cookie or c.raw is None else c.key_digest or hashlib.sha256(c.raw.encode()).digest()
+        doc = await _small_json(request)
+        _body(models.SendRequest, doc)  # the types (422); SQL reads the document itself, by name
+        return _json(await state.call(sqlapi.http_send_message, retry=False, key_digest=key_digest,
+                                      message=Jsonb(doc), idempotency_key=request.headers.get("idempotency-key")))
+
     # -- webhooks (docs/webhooks.md): an API key's own endpoints, their deliveries, a replay -------
 
     def key_only(request: Request) -> bytes | None:
-        return request_credentials(request).key_digest
+        # an API key in a header only, as for send: never the page's cookie (a cross-site form, whose
+        # text/plain body can look like JSON, could otherwise register an endpoint); a session token is
+        # refused as an unknown key (MR241)
+        c = request_credentials(request)
+        return None if c.from_cookie or c.raw is None else c.key_digest or hashlib.sha256(c.raw.encode()).digest()
 
     def an_id(value: str, name: str) -> int:
         number = _int(value, name, None, 1, 2**63 - 1)
@@ -577,6 +483,12 @@ def create_app(config: HttpConfig | None = None) -> FastAPI:  # noqa: PLR0915 - 
             raise ApiError(404, "", "the SES hook is off (set MAILROOM_SES_TOPICS)", kind="not_found")
         return await ses.handle(state, request, await _read_body(request))
 
+    # -- every other operation, built from its declaration (api/operations.py) -------------------------
+
+    for op in operations.OPERATIONS:
+        if op.rest is not None and op.rest.generic:
+            _generic_route(app, state, op, creds)
+
     # -- the page ----------------------------------------------------------------------------------
 
     page.add_routes(app, state)
@@ -596,6 +508,63 @@ def create_app(config: HttpConfig | None = None) -> FastAPI:  # noqa: PLR0915 - 
     app.add_middleware(edge.Edge, refusals=edge.Refusals(state),
                        render=lambda scope, err: _error_response(scope["path"], err, at_edge=True))
     return app
+
+
+def declared(name: str) -> dict[str, Any]:
+    """A route's declaration from its operation (api/operations.py): path, summary, status, answer and
+    errors; for the routes written by hand (tests/http/test_operations.py checks their parameters)."""
+    rest = operations.BY_NAME[name].rest
+    assert rest is not None
+    model: Any = None
+    if rest.model is not None:
+        model = list[getattr(models, rest.model[5:-1])] if rest.model.startswith("list[") else getattr(models, rest.model)
+    extra = {"openapi_extra": models.body(getattr(models, rest.body_model))} if rest.body_model else {}
+    return {"path": rest.path, "summary": rest.summary, "status_code": rest.status, "tags": [rest.tag],
+            "response_model": model, "responses": errors(*rest.errors), **extra}
+
+
+def _generic_route(app: FastAPI, state: State, op: operations.Operation, creds: Any) -> None:
+    """One route of an operation, from its declaration: its path parameters (a message id must be a
+    number: 400), its query parameters typed as declared (their bounds are SQL's: 400 with its code), a
+    JSON body read bounded (the edge) and checked by its model (422), the caller's credentials (a
+    cookie-authorized change needs its CSRF header), ONE call of the operation's SQL function, and its
+    answer: the function's JSON as it is, or a scalar as {wrap: value}."""
+    import inspect
+
+    rest = op.rest
+    assert rest is not None
+    in_path = {a.name for a in op.args if f"{{{a.rest_name}}}" in rest.path}
+    query = [a for a in op.args if a.rest_name and not a.body and a.name not in in_path]
+    body = [a for a in op.args if a.rest_name and a.body]
+    body_model = getattr(models, rest.body_model) if rest.body_model else None
+    unsafe = rest.method != "GET"
+    params = [inspect.Parameter("request", inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=Request)]
+    params += [inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, annotation=str) for name in
+               (a.rest_name for a in op.args if a.name in in_path)]
+    params += [inspect.Parameter(a.rest_name or a.name, inspect.Parameter.KEYWORD_ONLY,
+                                 annotation=a.type if a.required else a.type | None,
+                                 default=inspect.Parameter.empty if a.required else a.default) for a in query]
+
+    async def endpoint(request: Request, **given: Any) -> Response:
+        address = given.pop("address")
+        who = creds(request, address, unsafe=unsafe).sql(address)  # the CSRF rule before any body is read
+        values = {a.name: given[a.rest_name] for a in query}
+        if "message_id" in in_path:
+            values["message_id"] = _message_id(given["message_id"])
+        if body:
+            doc = await _small_json(request)
+            checked = _body(body_model, doc) if body_model is not None else None
+            values.update({a.name: getattr(checked, a.rest_name) if checked is not None else doc.get(a.rest_name)
+                           for a in body})
+        value = await state.call(op.sql, retry=not unsafe, **operations.sql_arguments(op, "rest", values), **who)
+        if op.sql.returns == "jsonb" and rest.wrap is None:
+            return _json(value, rest.status)
+        return JSONResponse(operations.answer(op, "rest", value), status_code=rest.status)
+
+    endpoint.__signature__ = inspect.Signature(params)  # type: ignore[attr-defined]
+    endpoint.__name__ = op.name
+    kwargs = declared(op.name)
+    app.add_api_route(kwargs.pop("path"), endpoint, methods=[rest.method], **kwargs)
 
 
 def _error_response(path: str, err: ApiError, *, at_edge: bool = False) -> Response:

@@ -210,6 +210,50 @@ def apikey_revoke(
     print("revoked" if rows[0][0] else "already revoked")
 
 
+@apikey_app.command("grant-sender")
+def apikey_grant_sender(
+    key_id: Annotated[int, typer.Argument(metavar="KEY_ID", help="The key's id (apikey list).")],
+    sender: Annotated[str, typer.Argument(metavar="SENDER", help="An outbound sender's name (outbound sender list).")],
+    database_url: DatabaseUrlOption = None,
+) -> None:
+    """Let an API key send mail over HTTP (POST /api/v1/send) through SENDER, to send.allowed_recipients."""
+    from mailroom.db.connect import call_once
+    from mailroom.http import sqlapi
+
+    rows = call_once(resolve_database_url(database_url), sqlapi.grant_api_key_sender,
+                     application_name="mailroom-apikey", key_id=key_id, sender=sender)
+    print("granted" if rows[0][0] else "already granted")
+
+
+@apikey_app.command("revoke-sender")
+def apikey_revoke_sender(
+    key_id: Annotated[int, typer.Argument(metavar="KEY_ID", help="The key's id (apikey list).")],
+    sender: Annotated[str, typer.Argument(metavar="SENDER", help="The sender's name.")],
+    database_url: DatabaseUrlOption = None,
+) -> None:
+    """Take back an API key's grant of SENDER: its next send through it is refused (403)."""
+    from mailroom.db.connect import call_once
+    from mailroom.http import sqlapi
+
+    rows = call_once(resolve_database_url(database_url), sqlapi.revoke_api_key_sender,
+                     application_name="mailroom-apikey", key_id=key_id, sender=sender)
+    print("revoked" if rows[0][0] else "not granted")
+
+
+@apikey_app.command("senders")
+def apikey_senders(
+    key_id: Annotated[Optional[int], typer.Argument(metavar="KEY_ID", help="Only this key's grants.")] = None,
+    database_url: DatabaseUrlOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """List the senders API keys may send through over HTTP (grant-sender)."""
+    from mailroom.db.connect import call_once
+    from mailroom.http import sqlapi
+
+    _print_rows(call_once(resolve_database_url(database_url), sqlapi.list_api_key_senders,
+                          application_name="mailroom-apikey", key_id=key_id), as_json)
+
+
 @smtpcred_app.command("create")
 def smtpcred_create(
     owner: Annotated[str, typer.Option(

@@ -266,13 +266,14 @@ def errors(*statuses: int) -> dict[int | str, dict[str, Any]]:
         400: "bad input (the edge: a NUL or malformed path or query, a JSON body nested too deep)",
         401: "no credentials, or an unknown or revoked API key",
         403: "not this inbox's credential, a plan that needs an API key, a cookie request without its CSRF header, "
-             "a release that is off or not allowed, the all-mail list with a session token",
+             "a release that is off or not allowed, the all-mail list with a session token, a send through a sender "
+             "not granted to the key or to a recipient not allowed",
         404: "no such inbox, expired or deleted; no such message, link, code, attachment or fault",
         408: "the long poll's time passed", 410: "the inbox expired or was deleted during the long poll",
-        409: "a released message's address is on the suppression list",
-        413: "body over its route's bound (the edge); a released message over outbound.max_message_bytes",
+        409: "a released or sent message's address is on the suppression list",
+        413: "body over its route's bound (the edge); a released or sent message over outbound.max_message_bytes",
         422: "a parameter of the wrong type",
-        429: "the creation rate limit, a rate of release or the checks, too many waits for a credential or in total "
+        429: "the creation rate limit, a rate of release, send or the checks, too many waits for a credential or in total "
              "(Retry-After)",
         502: "the service a check asks (spamd) failed",
         503: "the database is unavailable; a check this server does not run (docs/checks.md)",
@@ -330,6 +331,56 @@ def body(model: type[BaseModel]) -> dict[str, Any]:
     schema in the OpenAPI document."""
     return {"requestBody": {"required": True, "content": {"application/json": {"schema": model.model_json_schema()}}}}
 
+
+# -- issue 44 item 9: send over HTTP ----------------------------------------------------------------
+
+
+class SendAddress(BaseModel):
+    """An address of a send request: Mailpit's `{"Email", "Name"}` (the Name is checked, not written)."""
+
+    Email: str = Field(max_length=1000)
+    Name: str | None = Field(default=None, max_length=1000)
+
+
+class SendAttachment(BaseModel):
+    """An attachment of a send request (Mailpit's; inline parts, `ContentID`, are refused)."""
+
+    Content: str = Field(description="the file's bytes, base64 (a data: URL's prefix is dropped)")
+    Filename: str = Field(max_length=1000, description="1-255 characters, no path separator")
+    ContentType: str | None = Field(default=None, max_length=200,
+                                    description="type/subtype; none or empty: application/octet-stream")
+    ContentID: str | None = Field(default=None, max_length=1000, description="not supported: must be left out")
+
+
+class SendRequest(BaseModel):
+    """`POST /api/v1/send`: Mailpit's request shape and `Sender`. SQL (http_send_message) reads it by name
+    and refuses a field it does not know, so extra keys pass this model to be named there."""
+
+    model_config = ConfigDict(extra="allow")
+
+    Sender: str | None = Field(default=None, max_length=1000,
+                               description="the outbound sender (granted to the key) to send through; default: the "
+                                           "granted sender whose address is From.Email, else the key's only one")
+    From: SendAddress | str | None = Field(default=None, description="the sender's address (its From line is the "
+                                                                     "sender's from_address)")
+    To: list[SendAddress | str] | None = None
+    Cc: list[SendAddress | str] | None = None
+    Bcc: list[str] | None = Field(default=None, description="addresses (Mailpit's Bcc: strings)")
+    ReplyTo: list[SendAddress | str] | None = Field(default=None, description="written as the Reply-To header")
+    Subject: str | None = Field(default=None, description="at most 998 characters, no line break")
+    Text: str | None = None
+    HTML: str | None = None
+    Headers: dict[str, str] | None = Field(default=None, description="extra headers (not From, To, Subject, …)")
+    Attachments: list[SendAttachment] | None = Field(default=None, description="at most 20")
+
+
+class Sent(_Model):
+    """`POST /api/v1/send`: the queued message (Mailpit's `ID`, and mailroom's keys)."""
+
+    ID: str = Field(description="the outbound queue's id, as a string (Mailpit's key)")
+    outbound_id: int = Field(description="the same id as a number (mailroom outbound show)")
+    message_id: str = Field(description="its Message-ID header, generated once: how to find it where it arrives")
+    sender: str = Field(description="the sender it goes through")
 
 # -- webhooks (sql/38_outbound_webhooks.sql, docs/webhooks.md) ------------------------------------
 

@@ -8,51 +8,39 @@ token or as the sha256 digest of an API key, never as the key.
 
 from __future__ import annotations
 
-from mailroom.api.sqlapi import http_wait_look, wait_caps, wait_refused  # noqa: F401 (the faces' one wait)
+from mailroom.api.operations import BY_NAME as _OPS
+from mailroom.api.sqlapi import http_mailbox_view, http_wait_look, wait_caps, wait_refused  # noqa: F401 (shared)
 from mailroom.db.contract import SqlFunction
+
+# the inbox operations' functions (declared once, in api/operations.py), by the names the routes use
+http_create_mailbox = _OPS["create_mailbox"].sql
+http_get_mailbox = _OPS["get_mailbox"].sql
+http_list_mailboxes = _OPS["list_mailboxes"].sql
+http_list_messages = _OPS["list_messages"].sql
+http_update_message = _OPS["update_message"].sql
+http_delete_messages = _OPS["delete_messages"].sql
+http_clear_messages = _OPS["clear_messages"].sql
+http_extend_mailbox = _OPS["extend_mailbox"].sql
+http_read_message = _OPS["read_message"].sql
+http_delete_mailbox = _OPS["delete_mailbox"].sql
+http_delete_message = _OPS["delete_message"].sql
+http_extract_link = _OPS["extract_link"].sql
+http_extract_code = _OPS["extract_code"].sql
+http_search_messages = _OPS["search_messages"].sql
+http_set_inbox_fault = _OPS["set_fault"].sql
+http_clear_inbox_fault = _OPS["clear_fault"].sql
+http_inbox_fault = _OPS["get_fault"].sql
 
 _WHO = "p_address text, p_session_token text, p_key_digest bytea"
 
-http_create_mailbox = SqlFunction(
-    "http_create_mailbox",
-    "p_key_digest bytea, p_client text, p_ttl_minutes integer = default, p_plan text = default",
-    returns="jsonb",
-)
-http_get_mailbox = SqlFunction("http_get_mailbox", _WHO, returns="jsonb")
 # the one listing of an API key's inboxes (the REST list, the page, MCP): a JSON array of Mailbox
-http_list_mailboxes = SqlFunction(
-    "http_list_mailboxes",
-    "p_key_digest bytea, p_limit integer = default, p_offset integer = default, p_sink boolean = default",
-    returns="jsonb",
-)
-http_list_messages = SqlFunction(
-    "http_list_messages",
-    f"{_WHO}, p_limit integer = default, p_offset integer = default, p_after_id bigint = default,"
-    " p_tag text = default, p_unread boolean = default",
-    returns="jsonb",
-)
 # issue 35 item 1: marks (read, tags), deleting selected or all, extending, an owner's all-mail list
-http_update_message = SqlFunction(
-    "http_update_message",
-    f"{_WHO}, p_message_id bigint, p_is_read boolean = default, p_tags text[] = default",
-    returns="jsonb",
-)
-http_delete_messages = SqlFunction("http_delete_messages", f"{_WHO}, p_message_ids bigint[]", returns="jsonb")
-http_clear_messages = SqlFunction("http_clear_messages", _WHO, returns="jsonb")
-http_extend_mailbox = SqlFunction("http_extend_mailbox", f"{_WHO}, p_ttl_seconds integer", returns="jsonb")
 http_list_all_messages = SqlFunction(
     "http_list_all_messages",
     "p_session_token text, p_key_digest bytea, p_limit integer = default, p_before_id bigint = default,"
     " p_tag text = default, p_unread boolean = default",
     returns="jsonb",
 )
-# the page and the start of /events: {"mailbox": Mailbox, "messages": [MessageSummary]} in one call
-http_mailbox_view = SqlFunction(
-    "http_mailbox_view",
-    f"{_WHO}, p_limit integer = default, p_offset integer = default, p_after_id bigint = default",
-    returns="jsonb",
-)
-http_read_message = SqlFunction("http_read_message", f"{_WHO}, p_message_id bigint", returns="jsonb")
 http_message_raw = SqlFunction("http_message_raw", f"{_WHO}, p_message_id bigint", returns="bytea")
 http_message_attachment = SqlFunction(
     "http_message_attachment", f"{_WHO}, p_message_id bigint, p_index integer", returns=("raw", "attachment")
@@ -61,19 +49,8 @@ http_message_attachment = SqlFunction(
 http_message_frame = SqlFunction(
     "http_message_frame", f"{_WHO}, p_message_id bigint", returns=("html_body", "inline_parts", "raw")
 )
-http_delete_mailbox = SqlFunction("http_delete_mailbox", _WHO, returns="boolean")
-http_delete_message = SqlFunction("http_delete_message", f"{_WHO}, p_message_id bigint")
-http_extract_link = SqlFunction(
-    "http_extract_link", f"{_WHO}, p_message_id bigint, p_url_like text = default", returns="text"
-)
-http_extract_code = SqlFunction(
-    "http_extract_code", f"{_WHO}, p_message_id bigint, p_pattern text = default", returns="text"
-)
 http_check_message = SqlFunction(
     "http_check_message", f"{_WHO}, p_subject_like text = default, p_last boolean = default", returns="jsonb"
-)
-http_search_messages = SqlFunction(
-    "http_search_messages", f"{_WHO}, p_query text, p_limit integer = default", returns="jsonb"
 )
 # the checks of a message (sql/29_checks.sql, docs/checks.md): what a check reads (the link check: and
 # the ports it may ask); p_enabled is this server's switch for it (MR280, MR281 when off)
@@ -82,18 +59,15 @@ http_message_check = SqlFunction(
     returns=("html_body", "text_body", "raw", "link_ports"),
 )
 # fault injection (sql/24_faults.sql through sql/29_http.sql)
-http_set_inbox_fault = SqlFunction(
-    "http_set_inbox_fault",
-    f"{_WHO}, p_stage text, p_reply text, p_share numeric = default, p_count integer = default",
-    returns="jsonb",
-)
-http_clear_inbox_fault = SqlFunction("http_clear_inbox_fault", _WHO, returns="boolean")
-http_inbox_fault = SqlFunction("http_inbox_fault", _WHO, returns="jsonb")
-# release (sql/32_outbound_release.sql): the one way mailroom_http queues mail, and the form's options
+# release (sql/32_outbound_release.sql): one of the two ways mailroom_http queues mail, and the form's options
 http_release_message = SqlFunction(
     "http_release_message", f"{_WHO}, p_message_id bigint, p_to text, p_sender text = default", returns="jsonb"
 )
 release_options = SqlFunction("release_options", returns="jsonb")
+# send over HTTP (sql/32_outbound_send.sql): the other way, POST /api/v1/send; the request as one document
+http_send_message = SqlFunction(
+    "http_send_message", "p_key_digest bytea, p_message jsonb, p_idempotency_key text = default", returns="jsonb"
+)
 index_messages = SqlFunction("index_messages", "p_message_ids bigint[]", returns="integer")
 deliver_ses_message = SqlFunction(
     "deliver_ses_message",
@@ -111,6 +85,12 @@ list_api_keys = SqlFunction(
     returns=("key_id", "owner_id", "label", "hint", "created_at", "revoked_at"),
 )
 revoke_api_key = SqlFunction("revoke_api_key", "p_key_id bigint", returns="boolean")
+grant_api_key_sender = SqlFunction("grant_api_key_sender", "p_key_id bigint, p_sender text", returns="boolean")
+revoke_api_key_sender = SqlFunction("revoke_api_key_sender", "p_key_id bigint, p_sender text", returns="boolean")
+list_api_key_senders = SqlFunction(
+    "list_api_key_senders", "p_key_id bigint = default",
+    returns=("key_id", "owner_id", "sender", "from_address", "granted_at"),
+)
 set_catchall_domain = SqlFunction(
     "set_catchall_domain",
     "p_domain text, p_owner_id text, p_plan text = default, p_max_open integer = default,"

@@ -8,8 +8,9 @@ What is decided here, in the server process, is what belongs to the protocol:
 - failed logins per client address (LoginFailures: 5 a minute, then 454 4.7.0 until the window
   passes). Counted in this process for now; the shared rate mechanism of docs/architecture.md
   (`mailroom_internal._take_rate`, setting smtp.auth_failures_per_client) replaces it when it lands.
-The login itself is an Authenticator: CredentialLogin asks SQL; the sink's accept-any mode is another
-Authenticator (a later change) and plugs into the same place of InboundSMTP.
+The login itself is an Authenticator: CredentialLogin asks SQL; under `inbox serve --sink` it is
+AcceptAnyLogin (Mailpit's accept-any): every username and password succeed and nothing reaches SQL,
+the session gets no Capture, so its mail is stored by recipient as the sink stores all mail.
 """
 
 from __future__ import annotations
@@ -68,9 +69,21 @@ class Capture:
 
 
 class Authenticator(Protocol):
-    """A login: its Capture, or the SMTP reply that refuses it (psycopg errors raise)."""
+    """A login: its Capture, the SMTP reply that refuses it, or None for a login that succeeds without
+    a capture (the sink's); psycopg errors raise."""
 
-    async def login(self, username: str, password: bytes) -> Capture | str: ...
+    async def login(self, username: str, password: bytes) -> Capture | str | None: ...
+
+
+class AcceptAnyLogin:
+    """The sink's AUTH (`inbox serve --sink`, Mailpit's accept-any): every login succeeds, whatever its
+    username and password, and is no SMTP capture credential (None: no Capture), so the session's mail
+    goes where the sink puts all mail, to an inbox per recipient. Nothing is asked of SQL and nothing of
+    the login is kept or logged. It grants nothing a session without AUTH does not have on the sink
+    (docs/security.md)."""
+
+    async def login(self, username: str, password: bytes) -> None:
+        return None
 
 
 class CredentialLogin:

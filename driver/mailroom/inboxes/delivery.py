@@ -77,6 +77,15 @@ class DeliveryParams:
     parsed: ParsedMessage
     mail_from: str
     recipients: list[str]
+    trace: dict[str, Any] | None = None  # the SMTP session's facts: SQL writes Received: from them
+
+
+def document(p: DeliveryParams) -> dict[str, Any]:
+    """The message's JSON document for deliver_messages: the parsed fields, and the session's trace."""
+    doc = p.parsed.document()
+    if p.trace is not None:
+        doc["trace"] = p.trace
+    return doc
 
 
 class DatabaseTimeout(psycopg.OperationalError):
@@ -178,10 +187,13 @@ class Delivery:
                     type(exc).__name__, count)
         return list(replies)
 
-    async def message(self, raw: bytes, mail_from: str, recipients: list[str]) -> str:
-        """Store a message for its accepted recipients (all or none): the reply."""
+    async def message(self, raw: bytes, mail_from: str, recipients: list[str],
+                      trace: dict[str, Any] | None = None) -> str:
+        """Store a message for its accepted recipients (all or none): the reply. `trace`: the SMTP
+        session's facts (client, helo, by, esmtp, tls, auth, smtputf8), from which SQL writes the
+        stored copy's Received: header (sql/21_delivery.sql, _received_header)."""
         parsed = await self.parser.message(raw)  # inline when small, else in a parsing process
-        return await self._group.submit(DeliveryParams(raw, parsed, mail_from, recipients))
+        return await self._group.submit(DeliveryParams(raw, parsed, mail_from, recipients, trace))
 
     async def _deliver_alone(self, params: DeliveryParams) -> str:
         """One message in its own statement (and commit): its reply."""
@@ -336,7 +348,7 @@ async def _deliver(conn: psycopg.AsyncConnection, group: list[DeliveryParams], k
         message=[i for i, p in enumerate(group, start=1) for _ in p.recipients],
         address=[rcpt for p in group for rcpt in p.recipients],
         raw=[p.raw for p in group], envelope_from=[p.mail_from for p in group],
-        parsed=[Jsonb(p.parsed.document()) for p in group],
+        parsed=[Jsonb(document(p)) for p in group],
         receipt=key,
     )
 

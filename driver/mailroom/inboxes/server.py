@@ -32,7 +32,7 @@ from mailroom.db.connect import ConnectFailed
 from mailroom.db.pool import async_pool
 from mailroom.db.worker import Worker, reason
 from mailroom.inboxes import sqlapi
-from mailroom.inboxes.auth import CredentialLogin, LoginFailures, auth_needs_tls
+from mailroom.inboxes.auth import AcceptAnyLogin, Authenticator, CredentialLogin, LoginFailures, auth_needs_tls
 from mailroom.inboxes.delivery import Delivery
 from mailroom.inboxes.metrics import InboundMetrics
 from mailroom.inboxes.parsing import DEFAULT_WORKERS, ParsePool
@@ -218,7 +218,8 @@ class InboundServer(Worker):
         smtp_class = _smtp_class(self.max_line_length)
         hostname = self.hostname or domain
         gate = _SessionGate(self.max_sessions, self.metrics, per_client=self.max_sessions_per_client)
-        login = CredentialLogin(handler.delivery)
+        # the sink accepts any login (Mailpit's accept-any; docs/security.md), else the capture credential
+        login: Authenticator = AcceptAnyLogin() if self.sink else CredentialLogin(handler.delivery)
         failures = LoginFailures()  # failed logins per client address, in this process (both listeners)
 
         def factory(host: str = self.host, auth_required: bool = False) -> asyncio.Protocol:

@@ -21,7 +21,8 @@ It asks mailroom.inboxes.delivery everything that needs the database and sends t
   client's idle connections cannot keep every other sender out for the idle timeout); --idle-timeout.
 - STARTTLS (RFC 3207) when the server has a certificate (--tls-cert/--tls-key), advertised in EHLO;
   with --require-tls every command but EHLO, NOOP, STARTTLS and QUIT gets 530 5.7.0 before it.
-- SMTP AUTH PLAIN and LOGIN (mailroom.inboxes.auth, docs/inboxes.md "SMTP AUTH"): offered on a
+- SMTP AUTH PLAIN and LOGIN (mailroom.inboxes.auth, docs/inboxes.md "SMTP AUTH"; under --sink every
+  login succeeds and captures nothing, mail stored by recipient as the sink stores it): offered on a
   loopback listener, elsewhere only after STARTTLS; required on a listener made with auth_required
   (`inbox serve --submission`), never on the port that receives internet mail. A session that logged
   in has a Capture: RCPT takes any address whose syntax is valid, and DATA stores the message once,
@@ -209,7 +210,7 @@ class InboxHandler:
         self.in_flight += 1
         self.idle.clear()
         try:
-            reply = await self._deliver(envelope)
+            reply = await self._deliver(server, session, envelope)
         except Exception as exc:  # noqa: BLE001 - never a 250 without a stored row, never a traceback
             log.error("delivery failed unexpectedly: %s", type(exc).__name__)
             reply = REPLY_TEMPFAIL
@@ -227,7 +228,7 @@ class InboxHandler:
         reply that refuses it (psycopg errors raise)."""
         return await self.delivery.size_refusal(envelope.accepted, size)
 
-    async def _deliver(self, envelope: Envelope) -> str:
+    async def _deliver(self, server: SMTP, session: Session, envelope: Envelope) -> str:
         raw = envelope.original_content
         if raw is None:
             raw = envelope.content if isinstance(envelope.content, bytes) else b""
@@ -239,7 +240,24 @@ class InboxHandler:
             mail_from = ""
         # a logged-in session's message goes once to the capture inbox, whatever its recipients
         recipients = envelope.accepted if isinstance(envelope, _Envelope) and envelope.captured else envelope.rcpt_tos
-        return await self.delivery.message(raw, clean_text(mail_from) or "", list(recipients))
+        return await self.delivery.message(raw, clean_text(mail_from) or "", list(recipients),
+                                           _trace(server, session, envelope))
+
+
+def _trace(server: SMTP, session: Session, envelope: Envelope) -> dict[str, Any]:
+    """The SMTP session's facts SQL writes the stored message's Received: header from
+    (sql/21_delivery.sql, _received_header: the format, the cleaning of the HELO name, for <…>)."""
+    peer = session.peer
+    return {
+        "client": str(peer[0]) if isinstance(peer, (tuple, list)) and peer else "",
+        "helo": clean_text(session.host_name, 255) or "",  # the client's to choose: SQL keeps a domain's characters
+        "by": server.hostname,
+        "esmtp": session.extended_smtp,
+        "tls": session.ssl is not None,
+        "auth": bool(session.authenticated),
+        "smtputf8": bool(getattr(envelope, "smtp_utf8", False)),
+    }
+
 
 def _result_of(reply: str) -> str:
     """The metric label of a DATA reply: stored (2xx), tempfail (4xx) or refused (5xx)."""
@@ -436,6 +454,8 @@ class InboundSMTP(SMTP):
                 self._login_failures.failed(self._peer_address())
             log.info("refused a login: %s", outcome[:9])  # never the username
             return AuthResult(success=False, handled=False, message=outcome)
+        if outcome is None:  # the sink's accept-any: logged in, no capture (stored by recipient)
+            return AuthResult(success=True, auth_data=None)
         handler.delivery.reached()
         self.session.capture = outcome  # type: ignore[union-attr]
         return AuthResult(success=True, auth_data=outcome)

@@ -13,9 +13,11 @@ check_bounce_recipient = SqlFunction(
 check_message_size = SqlFunction(
     "check_message_size", "p_addresses text[], p_size bigint", returns=("verdict", "address", "reply")
 )
-# p_parsed: ParsedMessage.document() (mailroom.inboxes.mime), one JSON object per message
+# p_parsed: ParsedMessage.document() (mailroom.inboxes.mime), one JSON object per message; the inbound
+# server adds the key "trace" (its SMTP session's facts), from which deliver_messages writes Received:
 deliver_message = SqlFunction(
-    "deliver_message", "p_address text, p_raw bytea, p_envelope_from text, p_parsed jsonb", returns="bigint"
+    "deliver_message", "p_address text, p_raw bytea, p_envelope_from text, p_parsed jsonb, p_trace text = default",
+    returns="bigint",
 )
 deliver_messages = SqlFunction(
     "deliver_messages",

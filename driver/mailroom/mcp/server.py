@@ -1,7 +1,8 @@
 """mailroom's own MCP server: expiring inboxes as tools and resources for AI agents (docs/mcp.md).
 
-Thin like the HTTP face: every tool call and resource read is ONE call of a SQL function of
-mailroom.mcp.sqlapi (sql/26_mcp.sql) as role mailroom_http, in its own transaction with a
+Thin like the HTTP face, and derived from the same declarations: every tool is an operation of
+mailroom.api.operations (docs/inbox-api.md), and every tool call and resource read is ONE call of
+its SQL function, the one REST calls, as role mailroom_http, in its own transaction with a
 statement timeout, authorized by the sha256 digest of an API key (the key never reaches the
 database). Two transports, one server: stdio (`mailroom mcp`: one agent, the key from
 MAILROOM_MCP_API_KEY) and streamable HTTP (`mailroom mcp --http-port`: remote agents, each request
@@ -16,7 +17,7 @@ total, and a call whose HTTP client is gone is dropped at once (_FastCalls).
 Errors come back as MCP tool errors: `isError`, the text `<code>: <message>` and the structured
 `{"error": {"code", "kind", "message"}}` of the REST API; the code and its kind are SQL's
 (mailroom.core.errors.kind_of), never decided here. So are the errors each tool's description
-lists: read once at start from mcp_error_codes() (code and meaning, per SQL function). Logs carry
+lists: the codes its operation declares, with their meaning from mailroom.error_codes. Logs carry
 no key, address or subject.
 """
 
@@ -40,7 +41,7 @@ from mcp.server.transport_security import TransportSecuritySettings
 from mcp.types import CallToolResult, Resource, TextContent, ToolAnnotations
 from pydantic import Field
 
-from mailroom.api import edge
+from mailroom.api import edge, operations
 from mailroom.api import sqlapi as api_sqlapi
 from mailroom.api.waits import CancelOnDisconnect, Waits, until_disconnected
 from mailroom.core import fastpaths
@@ -50,7 +51,6 @@ from mailroom.core.log import get_logger
 from mailroom.db.connect import alearn_vocabulary
 from mailroom.db.hub import Hub
 from mailroom.db.pool import NoConnection, async_pool, front_call
-from mailroom.mcp import sqlapi
 
 log = get_logger("mcp")
 
@@ -197,8 +197,6 @@ async def _tool(work: Callable[[], Any]) -> CallToolResult:
         return failure.result()
 
 
-Address = Annotated[str, Field(description="The inbox address, as create_inbox or list_inboxes gave it.")]
-MessageId = Annotated[int, Field(description="The message id, from wait_for_message or list_messages.")]
 
 
 _TEMPLATE_ERROR = "Error creating resource from template: "
@@ -223,7 +221,7 @@ class MailroomMCP(FastMCP):
     async def list_resources(self) -> list[Resource]:
         resources = await super().list_resources()
         try:
-            inboxes = await self.backend.call(sqlapi.mcp_list_mailboxes, key_digest=self.credential())
+            inboxes = await self.backend.call(operations.BY_NAME["list_mailboxes"].sql, key_digest=self.credential())
         except ToolFailure as failure:
             raise ValueError(str(failure)) from None
         return resources + [
@@ -234,16 +232,64 @@ class MailroomMCP(FastMCP):
         ]
 
 
-def error_catalog(database_url: str) -> dict[str, list[tuple[str, str]]]:
-    """The codes each SQL function of the MCP face may answer, with their meaning (mcp_error_codes;
-    "*": every function), read once at start for the tool descriptions."""
+def error_catalog(database_url: str) -> dict[str, str]:
+    """The meaning of every MR code (mailroom.error_codes, learned at connect), read once at start for the
+    tool descriptions, which list the codes their operation declares (api/operations.py)."""
+    from mailroom.core.errors import meanings
     from mailroom.db.connect import connect
 
-    catalog: dict[str, list[tuple[str, str]]] = {}
-    with connect(database_url, application_name="mailroom-mcp") as conn:
-        for row in sqlapi.mcp_error_codes.rows(conn):
-            catalog.setdefault(row.function_name, []).append((row.code, row.meaning))
-    return catalog
+    with connect(database_url, application_name="mailroom-mcp"):
+        return meanings()
+
+
+# Where a code's meaning speaks of what MCP has not (a session token), the MCP face's own words
+MCP_WORDS = {
+    "MR204": "the inbox is not this API key's owner's",
+    "MR240": "credentials required: an API key",
+}
+
+
+def _signature(op: operations.Operation, overrides: dict[str, dict[str, Any]] | None = None) -> inspect.Signature:
+    """A tool function's signature from its operation's MCP arguments: names, types, defaults, and each one's
+    description and bounds (pydantic Field), which the SDK turns into the tool's input schema and checks
+    every call against. `overrides`: per argument, MCP's own `le` or `doc`."""
+    params = []
+    for a in op.args:
+        if a.mcp_name is None:
+            continue
+        more = (overrides or {}).get(a.name, {})
+        kind = a.type if a.required or a.default is not None else a.type | None
+        field = Field(description=more.get("doc", a.doc), ge=a.ge, le=more.get("le", a.le))
+        params.append(inspect.Parameter(a.mcp_name, inspect.Parameter.KEYWORD_ONLY, annotation=Annotated[kind, field],
+                                        default=inspect.Parameter.empty if a.required else a.default))
+    return inspect.Signature(params, return_annotation=CallToolResult)
+
+
+def _generic_tool(op: operations.Operation, call: Callable[..., Any], who: Callable[[], bytes | None]) -> Any:
+    """The tool function of an operation: its MCP arguments (names, types, bounds, descriptions) from the
+    declaration as its signature, which the SDK reads for the input schema and validates each call by;
+    one SQL call, the operation's, with the API key's digest; the answer as the operation gives it to MCP."""
+    assert op.mcp is not None
+    signature = _signature(op)
+    by_mcp = {a.mcp_name: a.name for a in op.args if a.mcp_name is not None}
+    inbox = op.who == operations.INBOX
+
+    async def tool(**given: Any) -> CallToolResult:
+        values = {by_mcp[name]: value for name, value in given.items()}
+        if inbox:
+            values["session_token"] = None  # MCP knows only API keys
+
+        async def work() -> Any:
+            value = await call(op.sql, retry=op.mcp.read_only, key_digest=who(),
+                               **operations.sql_arguments(op, "mcp", values))
+            return operations.answer(op, "mcp", value)
+
+        return await _tool(work)
+
+    tool.__signature__ = signature  # type: ignore[attr-defined]
+    tool.__name__ = op.mcp.tool
+    tool.__doc__ = op.mcp.description
+    return tool
 
 
 def _build_options_once(server: FastMCP) -> None:
@@ -296,17 +342,19 @@ def build(backend: Backend, credential: Callable[[], bytes | None] | None = None
         request = server.get_context().request_context.request
         return key_digest(header_credential(request.headers)) if request is not None else None
 
-    def tool(fn_sql: Any, annotations: ToolAnnotations) -> Callable[[Any], Any]:
-        """Register a tool: its description is its docstring and the errors SQL says its function answers."""
-        def register(fn: Any) -> Any:
-            codes = (errors or {}).get(fn_sql.name, []) + (errors or {}).get("*", [])
-            text = inspect.cleandoc(fn.__doc__ or "")
-            if codes:
-                text += "\nErrors: " + "; ".join(f"{code} {meaning}" for code, meaning in codes) + "."
-            server.tool(description=text, annotations=annotations, structured_output=False)(fn)
-            return fn
+    meanings = {**(errors or {}), **MCP_WORDS}
 
-        return register
+    def describe(op: operations.Operation) -> str:
+        """A tool's description: its operation's, and the errors it may answer with their meaning."""
+        assert op.mcp is not None
+        codes = [*op.errors, *operations.CREDENTIAL_ERRORS]
+        known = [f"{code} {meanings[code]}" for code in codes if code in meanings]
+        return op.mcp.description + ("\nErrors: " + "; ".join(known) + "." if known else "")
+
+    def annotations(op: operations.Operation) -> ToolAnnotations:
+        assert op.mcp is not None
+        return ToolAnnotations(readOnlyHint=op.mcp.read_only, destructiveHint=op.mcp.destructive,
+                               idempotentHint=op.mcp.idempotent, openWorldHint=False)
 
     from mailroom import __version__
 
@@ -318,176 +366,26 @@ def build(backend: Backend, credential: Callable[[], bytes | None] | None = None
     server.credential = who
     call = backend.call
 
-    read_only = ToolAnnotations(readOnlyHint=True, openWorldHint=False)
+    # every tool of an operation declared generic: built from its declaration (api/operations.py)
+    for op in operations.OPERATIONS:
+        if op.mcp is not None and op.mcp.generic:
+            server.tool(name=op.mcp.tool, description=describe(op), annotations=annotations(op),
+                        structured_output=False)(_generic_tool(op, call, who))
 
-    @tool(sqlapi.mcp_create_mailbox, annotations=ToolAnnotations(readOnlyHint=False, destructiveHint=False,
-                                                                  openWorldHint=False))
-    async def create_inbox(
-        ttl_minutes: Annotated[int | None, Field(
-            description="Minutes until the inbox expires (default: the plan's; more than the plan's maximum is cut "
-                        "to it).")] = None,
-        plan: Annotated[str | None, Field(description="Plan of the inbox (default: free). Plans set TTL and limits.")]
-        = None,
-    ) -> CallToolResult:
-        """Create a temporary email inbox. Returns {address, expires_at, plan, max_messages, max_message_bytes, …}.
-        The address receives mail at once and until expires_at (its TTL); then it refuses mail and reads of it
-        fail as expired. Too many creations: the error's message says in how many seconds to retry."""
-        return await _tool(lambda: call(sqlapi.mcp_create_mailbox, retry=False, key_digest=who(),
-                                        ttl_minutes=ttl_minutes, plan=plan))
+    wait_op = operations.BY_TOOL["wait_for_message"]
 
-    @tool(sqlapi.mcp_list_mailboxes, annotations=read_only)
-    async def list_inboxes() -> CallToolResult:
-        """List this API key's open inboxes (those created over MCP and over the REST API), newest first:
-        [{address, expires_at, message_count, plan, …}]."""
-        return await _tool(lambda: call(sqlapi.mcp_list_mailboxes, key_digest=who()))
-
-    @tool(sqlapi.mcp_list_messages, annotations=read_only)
-    async def list_messages(
-        address: Address,
-        limit: Annotated[int, Field(description="At most this many (1 to 500).", ge=1, le=500)] = 20,
-        offset: Annotated[int, Field(description="Skip this many (paging).", ge=0)] = 0,
-    ) -> CallToolResult:
-        """List an inbox's messages, newest first: {mailbox, messages: [{id, received_at, from, subject, snippet,
-        is_read, attachments}]} (no bodies: read_message)."""
-        return await _tool(lambda: call(sqlapi.mcp_list_messages, address=address, key_digest=who(),
-                                        limit=limit, offset=offset))
-
-    @tool(sqlapi.mcp_read_message, annotations=ToolAnnotations(readOnlyHint=False, destructiveHint=False, idempotentHint=True,
-                                             openWorldHint=False))
-    async def read_message(address: Address, message_id: MessageId) -> CallToolResult:
-        """Read one message and mark it read: {id, from, to, subject, received_at, text, html, headers,
-        attachments (metadata), link (the first http(s) link or null), code (a 5-digit code or null)}."""
-        return await _tool(lambda: call(sqlapi.mcp_read_message, retry=False, address=address, key_digest=who(),
-                                        message_id=message_id))
-
-    @tool(api_sqlapi.http_wait_look, annotations=read_only)
-    async def wait_for_message(
-        address: Address,
-        subject_like: Annotated[str | None, Field(
-            description="Only a message whose subject is LIKE this (SQL LIKE: % any text, _ one character), "
-                        "e.g. 'Activate%'. Default: any message.")] = None,
-        timeout_seconds: Annotated[float, Field(
-            description=f"How long to wait, 0 to {MAX_WAIT_SECONDS} seconds.", ge=0, le=MAX_WAIT_SECONDS)] = 60,
-        after_id: Annotated[int | None, Field(
-            description="Only a message whose id is greater than this one's: pass the id of the message you have "
-                        "(e.g. the first code's) to wait for the next one (a resent code). Default: any message.",
-            ge=0)] = None,
-    ) -> CallToolResult:
-        """Wait until the inbox holds a message (matching subject_like, and newer than after_id, if given) and
-        return the newest such one: {id, received_at, subject, from, envelope_from, snippet, …}; at once if one is
-        there already. Then read_message, extract_link or extract_code with its id. Holds no database connection
-        while it waits. When nothing arrived within timeout_seconds it answers the no-message error: call it again
-        to keep waiting. An inbox that expires or is deleted during the wait ends it at once with that error."""
+    async def wait_for_message(address: str, subject_like: str | None = None, timeout_seconds: float = 60,
+                               after_id: int | None = None) -> CallToolResult:
         return await _tool(lambda: _wait(backend, address, who(), subject_like, timeout_seconds, after_id))
 
-    @tool(sqlapi.mcp_extract_link, annotations=read_only)
-    async def extract_link(
-        address: Address,
-        message_id: MessageId,
-        url_like: Annotated[str | None, Field(
-            description="Only a link LIKE this (SQL LIKE), e.g. '%/activate%'. Default: the first http(s) link.")]
-        = None,
-    ) -> CallToolResult:
-        """The first http(s) link of a message (text, else HTML part): {link}."""
-        async def work() -> dict[str, Any]:
-            return {"link": await call(sqlapi.mcp_extract_link, address=address, key_digest=who(),
-                                       message_id=message_id, url_like=url_like)}
+    # its schema from the declaration too, but for MCP's own bound on the timeout (300 s, REST's 600)
+    wait_for_message.__signature__ = _signature(wait_op, {"timeout": {"le": MAX_WAIT_SECONDS, "doc": (  # type: ignore[attr-defined]
+        f"How long to wait, 0 to {MAX_WAIT_SECONDS} seconds.")}})
 
-        return await _tool(work)
-
-    @tool(sqlapi.mcp_extract_code, annotations=read_only)
-    async def extract_code(
-        address: Address,
-        message_id: MessageId,
-        pattern: Annotated[str | None, Field(
-            description="A PostgreSQL regular expression for the code, e.g. '\\m[A-Z0-9]{6}\\M'. Default: a "
-                        "5-digit word.")] = None,
-    ) -> CallToolResult:
-        """A one-time code in a message (text, else the HTML's visible text): {code}."""
-        async def work() -> dict[str, Any]:
-            return {"code": await call(sqlapi.mcp_extract_code, address=address, key_digest=who(),
-                                       message_id=message_id, pattern=pattern)}
-
-        return await _tool(work)
-
-    @tool(sqlapi.mcp_delete_mailbox, annotations=ToolAnnotations(readOnlyHint=False, destructiveHint=True, idempotentHint=True,
-                                             openWorldHint=False))
-    async def delete_inbox(address: Address) -> CallToolResult:
-        """Delete an inbox: it refuses mail at once and its messages go. {deleted: true}, or false if it was
-        deleted already."""
-        async def work() -> dict[str, Any]:
-            return {"deleted": bool(await call(sqlapi.mcp_delete_mailbox, retry=False, address=address,
-                                               key_digest=who()))}
-
-        return await _tool(work)
-
-    @tool(sqlapi.mcp_set_inbox_fault, annotations=ToolAnnotations(readOnlyHint=False, destructiveHint=False,
-                                                                   idempotentHint=True, openWorldHint=False))
-    async def set_inbox_fault(
-        address: Address,
-        stage: Annotated[str, Field(
-            description="Where the inbound SMTP server answers the reply: rcpt (the recipient is refused), data (the "
-                        "message is refused, nothing stored) or after_data (stored, then the error: a retry "
-                        "duplicates it).")],
-        reply: Annotated[str, Field(
-            description="The SMTP reply: 421, 450-452 or 550-554, an enhanced status code of the same class and "
-                        "text, e.g. '451 4.3.0 Try again later'.")],
-        share: Annotated[float, Field(description="The percentage of messages it answers, 0 to 100.", ge=0, le=100)]
-        = 100,
-        count: Annotated[int | None, Field(description="Only the next this many messages (default: every one).",
-                                           ge=1)] = None,
-    ) -> CallToolResult:
-        """Fault injection: make the inbox's SMTP server answer an error on purpose, to test an application's
-        retries and bounce handling. Replaces the inbox's fault. Returns {scope, stage, reply, share, remaining,
-        fired, active, set_at}; the inbox's JSON shows it as `fault`."""
-        return await _tool(lambda: call(sqlapi.mcp_set_inbox_fault, retry=False, address=address, key_digest=who(),
-                                        stage=stage, reply=reply, share=share, count=count))
-
-    @tool(sqlapi.mcp_clear_inbox_fault, annotations=ToolAnnotations(readOnlyHint=False, destructiveHint=False,
-                                                                     idempotentHint=True, openWorldHint=False))
-    async def clear_inbox_fault(address: Address) -> CallToolResult:
-        """Fault injection: stop the inbox's own fault (mail is accepted again). {deleted: true}, or false if it had
-        none."""
-        async def work() -> dict[str, Any]:
-            return {"deleted": bool(await call(sqlapi.mcp_clear_inbox_fault, retry=False, address=address,
-                                               key_digest=who()))}
-
-        return await _tool(work)
-
-    @tool(sqlapi.mcp_mark_message, annotations=ToolAnnotations(readOnlyHint=False, destructiveHint=False,
-                                                                idempotentHint=True, openWorldHint=False))
-    async def mark_message(
-        address: Address,
-        message_id: MessageId,
-        is_read: Annotated[bool | None, Field(description="true: mark it read; false: unread. Default: unchanged.")]
-        = None,
-        tags: Annotated[list[str] | None, Field(
-            description="The message's new tag set (replaces it): at most 20 tags of 1-64 characters a-z 0-9 . _ - "
-                        "(stored lower case). Default: unchanged.")] = None,
-    ) -> CallToolResult:
-        """Mark a message read or unread and/or set its tags: the message summary after ({id, subject, is_read,
-        tags, …}). Mail sent to box+tag@domain arrives in box@domain already tagged with tag."""
-        return await _tool(lambda: call(sqlapi.mcp_mark_message, retry=False, address=address, key_digest=who(),
-                                        message_id=message_id, is_read=is_read, tags=tags))
-
-    @tool(sqlapi.mcp_clear_messages, annotations=ToolAnnotations(readOnlyHint=False, destructiveHint=True,
-                                                                  idempotentHint=True, openWorldHint=False))
-    async def clear_inbox(address: Address) -> CallToolResult:
-        """Delete every message of an inbox; the inbox stays open and keeps its address: {deleted: n}."""
-        return await _tool(lambda: call(sqlapi.mcp_clear_messages, retry=False, address=address, key_digest=who()))
-
-    @tool(sqlapi.mcp_extend_mailbox, annotations=ToolAnnotations(readOnlyHint=False, destructiveHint=False,
-                                                                  idempotentHint=True, openWorldHint=False))
-    async def extend_inbox(
-        address: Address,
-        ttl_seconds: Annotated[int, Field(
-            description="The inbox expires this many seconds from now (cut to the plan's max_ttl_seconds; never "
-                        "earlier than it would have).", ge=1, le=2**31 - 1)],
-    ) -> CallToolResult:
-        """Keep an inbox open longer: expires_at = now + ttl_seconds within its plan's limit. The inbox after:
-        {address, expires_at, max_ttl_seconds, …}."""
-        return await _tool(lambda: call(sqlapi.mcp_extend_mailbox, retry=False, address=address, key_digest=who(),
-                                        ttl_seconds=ttl_seconds))
+    # the one tool written by hand (the one wait, api/waits.py): its arguments are checked against its
+    # declaration by tests/test_operations.py
+    server.tool(name="wait_for_message", description=describe(wait_op), annotations=annotations(wait_op),
+                structured_output=False)(wait_for_message)
 
     async def resource(fn: Any, **kwargs: Any) -> str:
         try:
@@ -498,19 +396,21 @@ def build(backend: Backend, credential: Callable[[], bytes | None] | None = None
     @server.resource("mailroom://inboxes", name="inboxes", mime_type="application/json",
                      description="This API key's open inboxes, newest first (as list_inboxes).")
     async def inboxes_resource() -> str:
-        return await resource(sqlapi.mcp_list_mailboxes)
+        return await resource(operations.BY_NAME["list_mailboxes"].sql)
 
     @server.resource("mailroom://inbox/{address}", name="inbox", mime_type="application/json",
                      description="An inbox and its 50 newest messages, without bodies (as list_messages).")
     async def inbox_resource(address: str) -> str:
-        return await resource(sqlapi.mcp_list_messages, address=address, limit=50)
+        return await resource(api_sqlapi.http_mailbox_view, address=address, session_token=None, limit=50)
 
     @server.resource("mailroom://inbox/{address}/message/{message_id}", name="message", mime_type="application/json",
                      description="One message with its text, HTML, link and code (as read_message: marks it read).")
     async def message_resource(address: str, message_id: str) -> str:
         if not message_id.isdigit():
             raise ValueError("22023: a message id is a number")
-        return await resource(sqlapi.mcp_read_message, address=address, message_id=int(message_id))
+        op = operations.BY_NAME["read_message"]
+        doc = json.loads(await resource(op.sql, address=address, session_token=None, message_id=int(message_id)))
+        return json.dumps(operations.answer(op, "mcp", doc), default=str)
 
     return server
 
@@ -551,7 +451,7 @@ def check_key(database_url: str, digest: bytes | None, source: str) -> None:
 
     with connect(database_url, application_name="mailroom-mcp") as conn:
         try:
-            sqlapi.mcp_list_mailboxes.value(conn, key_digest=digest)
+            operations.BY_NAME["list_mailboxes"].sql.value(conn, key_digest=digest)
         except psycopg.Error as exc:
             if kind_of(exc) is not Kind.DENIED:
                 raise
@@ -588,13 +488,8 @@ class _RequireKey:
         self.refusal: ToolFailure | None = None
 
     async def _no_key(self) -> ToolFailure:
-        if self.refusal is None and self.backend is not None:
-            try:
-                await self.backend.call(sqlapi.mcp_list_mailboxes, key_digest=None)
-            except ToolFailure as failure:
-                if failure.code:
-                    self.refusal = failure
-        return self.refusal or ToolFailure("", Kind.DENIED.value, "an API key is required: Authorization: Bearer mrk_…")
+        # the MCP face's words for MR240 (it knows only API keys: MCP_WORDS), no database asked
+        return ToolFailure("MR240", Kind.DENIED.value, MCP_WORDS["MR240"])
 
     async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
         if scope["type"] == "http" and scope["path"].rstrip("/") == self.path:
