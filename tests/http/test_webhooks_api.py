@@ -41,6 +41,12 @@ def test_a_key_registers_sees_attempts_replays_and_removes_its_endpoints(server,
     bad = server.request("POST", "/api/v1/webhooks", token=key, body={"url": "https://x.example/", "events": ["message.sent"]})
     assert bad.status == 422 and bad.error_code == "MR346"
 
+    # the page's cookie is no credential here: a cross-site form (a text/plain body that looks like JSON)
+    # must not register an endpoint with it
+    forged = server.request("POST", "/api/v1/webhooks", headers={"Cookie": f"mailroom_key={key}", "Content-Type": "text/plain"},
+                            body=b'{"url": "https://evil.example/", "events": ["message.received"]}')
+    assert forged.status == 401 and forged.error_code == "MR240"
+
     made = server.request("POST", "/api/v1/webhooks", token=key,
                           body={"url": "https://hooks.example.com/in", "events": ["message.received"]})
     assert made.status == 201, made.body
