@@ -51,13 +51,8 @@ COMMENT ON COLUMN mailroom.outbound_messages.webhook_endpoint_id IS
 -- reading the queue: the build reads each partition once and finds no webhook row in one upgraded.
 CREATE INDEX outbound_messages_webhook_idx ON mailroom.outbound_messages (webhook_endpoint_id, id)
 WHERE kind = 'webhook';
--- the partitions' copies get the house's names (<partition>_webhook_idx) where sql/ is already in place
-DO $$
-BEGIN
-    IF pg_catalog.to_regprocedure('mailroom_internal._name_partition_indexes(text)') IS NOT null THEN
-        PERFORM mailroom_internal._name_partition_indexes('outbound_messages');
-    END IF;
-END $$;
+-- (the partitions' copies are named by PostgreSQL here, on a fresh install and an upgrade alike;
+-- maintain_partitions gives them the house's names, <partition>_webhook_idx, as it does every index)
 
 -- The claim's row: a webhook row's URL and sealed secret (columns added, never removed).
 ALTER TYPE mailroom.claimed_message

@@ -21,7 +21,8 @@ RETURNS TABLE (
     held bigint,
     cancelled bigint,
     held_back bigint,
-    scheduled bigint
+    scheduled bigint,
+    webhook_possible_duplicates bigint
 )
 LANGUAGE plpgsql
 STABLE
@@ -60,13 +61,15 @@ BEGIN
             WHERE m.status = 'queued' AND coalesce(m.next_retry_at, '-infinity'::timestamptz) <= v_now
             AND m.rcpt_domain = ANY (v_blocked)
         ),
-        count(*) FILTER (WHERE m.status = 'queued' AND m.attempts = 0 AND m.next_retry_at > v_now)
+        count(*) FILTER (WHERE m.status = 'queued' AND m.attempts = 0 AND m.next_retry_at > v_now),
+        -- webhooks (sql/38_outbound_webhooks.sql): delivered again after a lost answer, possibly twice
+        (SELECT k.value FROM mailroom.outbound_counters AS k WHERE k.name = 'webhook_possible_duplicates')
     FROM mailroom.outbound_messages AS m;
 END;
 $$;
 
 COMMENT ON FUNCTION mailroom.outbound_stats() IS
-'One row: counts per status (queued, processing, sent, failed, held, cancelled), due now (held back by domain limits excluded), retries waiting, scheduled, held back by limits, possibly sent, oldest queued age, stale outcomes, reaped.';
+'One row: counts per status (queued, processing, sent, failed, held, cancelled), due now (held back by domain limits excluded), retries waiting, scheduled, held back by limits, possibly sent, oldest queued age, stale outcomes, reaped, webhook deliveries possibly made twice (docs/webhooks.md).';
 
 GRANT EXECUTE ON FUNCTION mailroom.outbound_stats() TO mailroom_monitor, mailroom_sender;
 GRANT EXECUTE ON FUNCTION mailroom.clock() TO mailroom_monitor, mailroom_sender;
@@ -87,11 +90,12 @@ SELECT
     s.held,
     s.cancelled,
     s.held_back,
-    s.scheduled
+    s.scheduled,
+    s.webhook_possible_duplicates
 FROM mailroom.outbound_stats() AS s;
 
 COMMENT ON VIEW mailroom.outbound_stats IS
-'The row of mailroom.outbound_stats(): counts per status, due now, retries waiting, possibly sent, oldest queued age, stale outcomes, reaped, held, cancelled, held back by limits, scheduled.';
+'The row of mailroom.outbound_stats(): counts per status, due now, retries waiting, possibly sent, oldest queued age, stale outcomes, reaped, held, cancelled, held back by limits, scheduled, webhook deliveries possibly made twice.';
 
 GRANT SELECT ON mailroom.outbound_stats TO mailroom_monitor, mailroom_sender;
 

@@ -5,6 +5,7 @@ retries and the outage driven by a pinned mailroom.clock(), never by sleeping.""
 from __future__ import annotations
 
 import hashlib
+import re
 import signal
 import smtplib
 import subprocess
@@ -216,10 +217,10 @@ def test_worker_killed_mid_delivery_redelivers_with_the_same_id_flagged(conn, cl
     assert first[0]["webhook-id"] == second[0]["webhook-id"] == hook["message_id"]
     assert "webhook-possible-duplicate" not in first[0] and second[0]["webhook-possible-duplicate"] == "true"
     assert len(receiver.delivered(secret)) == 2
-    counted = conn.execute(
-        "SELECT value FROM mailroom.outbound_counters WHERE name = 'webhook_possible_duplicates'"
-    ).fetchone()[0]
+    counted = conn.execute("SELECT webhook_possible_duplicates FROM mailroom.outbound_stats()").fetchone()[0]
     assert counted == 1
+    status = cli("outbound", "status")
+    assert status.returncode == 0 and re.search(r"webhooks possibly delivered twice\s+1\b", status.stdout), status.stdout
 
 
 def test_an_hour_long_outage_loses_no_event(conn, cli, receiver):

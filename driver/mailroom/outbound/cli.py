@@ -71,6 +71,7 @@ def status(database_url: DatabaseUrlOption = None) -> None:
         "oldest_queued_age_seconds": "oldest queued age (s)",
         "stale_outcomes": "stale outcomes ignored",
         "reaped": "reaped",
+        "webhook_possible_duplicates": "webhooks possibly delivered twice",
     }
     width = max(len(v) for v in labels.values())
     for key, label in labels.items():

@@ -50,6 +50,7 @@ reap_stuck_messages = SqlFunction("reap_stuck_messages", "p_older_than interval 
 outbound_stats = SqlFunction("outbound_stats", returns=(
     "queued", "processing", "sent", "failed", "due_now", "retries_waiting", "possibly_sent",
     "oldest_queued_age_seconds", "stale_outcomes", "reaped", "held", "cancelled", "held_back", "scheduled",
+    "webhook_possible_duplicates",
 ))
 
 # operators
