@@ -45,6 +45,16 @@ def test_a_webhook_goes_through_the_citus_queue(cconn):
         ).fetchall()
         mine = [r for r in rows if r[0] == queued[0][0]]
         assert mine and mine[0][2:] == ("webhook", "https://hooks.example.com/in", True)
+        # a sender of the previous release cannot send it ('local'): retried while the endpoint is there
+        assert sender.execute(
+            "SELECT result FROM mailroom.finalize_messages(ARRAY[%s]::bigint[], ARRAY[%s]::bigint[], ARRAY['local'])",
+            (mine[0][0], mine[0][1]),
+        ).fetchone()[0] == "retry"
+        cconn.execute("UPDATE mailroom.outbound_messages SET next_retry_at = NULL WHERE id = %s", (mine[0][0],))
+        rows = sender.execute(
+            "SELECT id, claim_token, kind, webhook_url, webhook_secret_sealed IS NOT NULL FROM mailroom.claim_messages(100, 'w')"
+        ).fetchall()
+        mine = [r for r in rows if r[0] == queued[0][0]]
         result = sender.execute(
             "SELECT result FROM mailroom.finalize_messages(ARRAY[%s]::bigint[], ARRAY[%s]::bigint[], ARRAY['http'],"
             " ARRAY[200])", (mine[0][0], mine[0][1]),

@@ -3,7 +3,7 @@
 -- the HTTP face's functions. Its own key, sender, inboxes and rows, but for the claim:
 -- verify: not on a live database yet: the claim takes the installation's due rows too (its rows are claimed at priority 10, one at a time), and the reaper its stuck rows
 BEGIN;
-SELECT plan(72);
+SELECT plan(74);
 \ir fixtures/default_settings.sql
 \ir fixtures/sender_key.sql
 
@@ -231,6 +231,19 @@ SELECT is(
 SELECT throws_ok(format('SELECT mailroom.replay_webhook(%s)', (SELECT id FROM h)), 'MR354', NULL, 'still queued: MR354');
 SELECT throws_ok($$SELECT mailroom.replay_webhook(-1)$$, 'MR349', NULL, 'an unknown delivery: MR349');
 
+-- a sender of the previous release cannot send a webhook row: its 'local' is retried while the
+-- endpoint is there (a sender of this release takes it); once the endpoint is removed, 'local' fails
+UPDATE mailroom.outbound_messages AS m SET priority = 10 WHERE m.id = (SELECT id FROM h);
+TRUNCATE c;
+INSERT INTO c SELECT x.* FROM mailroom.claim_messages(1, 'tap-worker') AS x;
+SELECT is(
+    (SELECT f.result FROM mailroom.finalize_messages(
+        ARRAY[(SELECT id FROM c)], ARRAY[(SELECT claim_token FROM c)], ARRAY['local'], p_errors => ARRAY['cannot build the message: KeyError']
+    ) AS f),
+    'retry', 'local from a sender that cannot send webhooks: retried'
+);
+UPDATE mailroom.outbound_messages AS m SET next_retry_at = NULL WHERE m.id = (SELECT id FROM h);
+
 -- a 404 fails at once, a 429 is retried
 UPDATE mailroom.outbound_messages AS m SET priority = 10 WHERE m.id = (SELECT id FROM h);
 TRUNCATE c;
@@ -315,6 +328,19 @@ SELECT throws_ok(
 SELECT is(
     mailroom.http_remove_webhook(sha256('mrk_tap_other'::bytea), ((SELECT doc FROM ha) ->> 'id')::bigint) ->> 'removed',
     'true', 'http_remove_webhook'
+);
+
+-- a delivery whose endpoint was removed fails at once ('local': nothing to send it to)
+SELECT mailroom.replay_webhook((SELECT id FROM h));
+SELECT mailroom.remove_webhook((SELECT id FROM e));
+UPDATE mailroom.outbound_messages AS m SET priority = 10 WHERE m.id = (SELECT id FROM h);
+TRUNCATE c;
+INSERT INTO c SELECT x.* FROM mailroom.claim_messages(1, 'tap-worker') AS x;
+SELECT is(
+    (SELECT f.result FROM mailroom.finalize_messages(
+        ARRAY[(SELECT id FROM c)], ARRAY[(SELECT claim_token FROM c)], ARRAY['local'], p_errors => ARRAY['the webhook endpoint was removed']
+    ) AS f),
+    'failed', 'local for a removed endpoint: failed'
 );
 
 SELECT * FROM finish();
