@@ -204,11 +204,14 @@ DECLARE
     v_backoffs boolean := EXISTS (SELECT 1 FROM mailroom.domain_state AS s WHERE s.backoff_until IS NOT NULL);
     -- whether a sender has a webhook endpoint (sql/38_outbound_webhooks.sql): else no event is looked for
     v_hooks boolean := EXISTS (SELECT 1 FROM mailroom.webhook_endpoints AS w WHERE w.sender_id IS NOT NULL);
-    -- webhook deliveries reported 'local' while their endpoint is still there: a sender of the
-    -- previous release, which cannot send a webhook row and says it cannot build it; retried, so a
-    -- sender of this release takes it (docs/webhooks.md, Upgrading). Looked for only when an
-    -- outcome is 'local' (rare). The only 'local' of this release's sender is a removed endpoint.
-    v_local_hooks bigint[] := CASE WHEN 'local' = ANY (p_outcomes) THEN ARRAY(
+    -- webhook deliveries reported with an SMTP outcome (reply, refused) or 'local' while their
+    -- endpoint is still there: a sender of the previous release, which takes a webhook row for mail
+    -- it cannot send; retried, so a sender of this release takes it (docs/webhooks.md, Upgrading).
+    -- Looked for only when such an outcome comes and an endpoint exists. This release's sender
+    -- answers a webhook with 'http' or a connection's outcome, and 'local' only for a removed endpoint.
+    v_odd_hooks bigint[] := CASE
+        WHEN p_outcomes && ARRAY['local', 'reply', 'refused']
+            AND EXISTS (SELECT 1 FROM mailroom.webhook_endpoints AS e) THEN ARRAY(
         -- a join with the endpoints (a reference table on Citus), not a correlated subquery
         SELECT m.id FROM mailroom.outbound_messages AS m
         INNER JOIN mailroom.webhook_endpoints AS w ON m.webhook_endpoint_id = w.id
@@ -286,7 +289,7 @@ BEGIN
             r.enhanced_code,
             r.error,
             CASE
-                WHEN r.outcome = 'local' AND r.id = ANY (v_local_hooks) THEN 'transient'
+                WHEN r.outcome IN ('local', 'reply') AND r.id = ANY (v_odd_hooks) THEN 'transient'
                 ELSE mailroom_internal._classify_outcome(r.outcome, r.smtp_code, r.enhanced_code)
             END AS kind,
             mailroom_internal._reply_class(r.outcome, r.smtp_code) AS reply_class

@@ -3,7 +3,7 @@
 -- the HTTP face's functions. Its own key, sender, inboxes and rows, but for the claim:
 -- verify: not on a live database yet: the claim takes the installation's due rows too (its rows are claimed at priority 10, one at a time), and the reaper its stuck rows
 BEGIN;
-SELECT plan(74);
+SELECT plan(75);
 \ir fixtures/default_settings.sql
 \ir fixtures/sender_key.sql
 
@@ -241,6 +241,15 @@ SELECT is(
         ARRAY[(SELECT id FROM c)], ARRAY[(SELECT claim_token FROM c)], ARRAY['local'], p_errors => ARRAY['cannot build the message: KeyError']
     ) AS f),
     'retry', 'local from a sender that cannot send webhooks: retried'
+);
+UPDATE mailroom.outbound_messages AS m SET next_retry_at = NULL WHERE m.id = (SELECT id FROM h);
+TRUNCATE c;
+INSERT INTO c SELECT x.* FROM mailroom.claim_messages(1, 'tap-worker') AS x;
+SELECT is(
+    (SELECT f.result FROM mailroom.finalize_messages(
+        ARRAY[(SELECT id FROM c)], ARRAY[(SELECT claim_token FROM c)], ARRAY['reply'], ARRAY[554], ARRAY['5.5.1']
+    ) AS f),
+    'retry', 'an SMTP 5xx for a webhook row (a mail relay answered it): retried, never a failure'
 );
 UPDATE mailroom.outbound_messages AS m SET next_retry_at = NULL WHERE m.id = (SELECT id FROM h);
 
