@@ -26,7 +26,7 @@ FROM (
     -- the claim's due predicate (sql/33_outbound_claim.sql)
     SELECT count(*) AS due, min(coalesce(m.next_retry_at, m.created_at)) AS oldest
     FROM mailroom.outbound_messages AS m
-    WHERE m.status = 'queued' AND coalesce(m.next_retry_at, '-infinity'::timestamptz) <= $1
+    WHERE m.status = 'queued' AND coalesce(m.next_retry_at, '-infinity'::timestamptz) <= $1 AND m.created_at <= $1
 ) AS d
 UNION ALL
 -- undispatched, open, unexpired tokens: what dequeue_tokens scans (sql/11_tokens.sql)
@@ -37,6 +37,7 @@ SELECT
     NULL::bigint
 FROM mailroom.tokens AS t
 WHERE t.dispatched_at IS NULL AND t.consumed_at IS NULL AND t.revoked_at IS NULL AND t.expires_at > $1
+    AND t.created_at <= $1
 UNION ALL
 -- active inboxes past their expiry: what expire_mailboxes takes (sql/23_expiry.sql)
 SELECT

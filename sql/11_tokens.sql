@@ -539,6 +539,9 @@ DECLARE
                 AND t.consumed_at IS NULL
                 AND t.revoked_at IS NULL
                 AND t.expires_at > $3
+                -- made by now (always so for a live collector): a pinned clock before the
+                -- installation's tokens meets its own alone (as the claim's _outbound_due)
+                AND t.created_at <= $3
             ORDER BY t.id
             LIMIT $1
             FOR UPDATE OF t SKIP LOCKED

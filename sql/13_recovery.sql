@@ -95,6 +95,8 @@ BEGIN
         SELECT r.id, r.email, r.requester_digest, r.requested_at
         FROM mailroom.recovery_requests AS r
         WHERE r.handled_at IS NULL
+            -- made by now (always so live): a pinned clock before them leaves them alone
+            AND r.requested_at <= v_now
         ORDER BY r.id
         LIMIT greatest(p_limit, 1)
         FOR UPDATE SKIP LOCKED

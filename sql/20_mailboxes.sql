@@ -535,19 +535,20 @@ RETURNS TABLE (
     default_ttl_minutes integer,
     max_ttl_minutes integer,
     max_message_bytes integer,
-    max_messages integer
+    max_messages integer,
+    when_full text
 )
 LANGUAGE sql
 STABLE
 SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
-    SELECT p.name, p.default_ttl_minutes, p.max_ttl_minutes, p.max_message_bytes, p.max_messages
+    SELECT p.name, p.default_ttl_minutes, p.max_ttl_minutes, p.max_message_bytes, p.max_messages, p.when_full
     FROM mailroom.plans AS p
     ORDER BY p.max_ttl_minutes, p.name
 $$;
 
 COMMENT ON FUNCTION mailroom.list_plans() IS
-'The mailbox plans create_mailbox accepts: TTL default and ceiling (minutes), largest message (bytes), messages kept.';
+'The mailbox plans create_mailbox accepts: TTL default and ceiling (minutes), largest message (bytes), messages kept, and what a full inbox does (when_full: refuse, or drop_oldest).';
 
 GRANT EXECUTE ON FUNCTION mailroom.list_plans() TO mailroom_app, mailroom_monitor, mailroom_admin;

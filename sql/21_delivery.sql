@@ -121,7 +121,9 @@ BEGIN
         END IF;
 
         IF v_over > 0 THEN
-            PERFORM mailroom_internal._let_oldest_go(v_mailbox_id, v_over);
+            -- bounded work per delivery: one message goes for the one stored; an inbox over its count by
+            -- more (its plan's max_messages lowered) loses at most 10 a delivery until it is back under
+            PERFORM mailroom_internal._let_oldest_go(v_mailbox_id, least(v_over, 10));
         END IF;
         IF v_sink THEN
             PERFORM mailroom_internal._sink_let_go(v_mailbox_id, 0);
@@ -190,11 +192,16 @@ DECLARE
 BEGIN
     -- A full inbox of a drop_oldest plan (plans.when_full): its p_count oldest messages go (by id, the
     -- order they were stored in), their places and bytes freed. Called under the inbox's row lock
-    -- (deliver_message's UPDATE), so the count is exact. How many went.
+    -- (deliver_message's UPDATE), so the count is exact. How many went. The inbox's ids are read through
+    -- (mailbox_id, received_at), at most its plan's count, then sorted (OFFSET 0: never the primary key's
+    -- id order with a filter, which walks every older message of every inbox to reach this one's first).
     WITH gone AS (
         DELETE FROM mailroom.messages AS g
         WHERE g.mailbox_id = p_mailbox_id AND g.id IN (
-            SELECT o.id FROM mailroom.messages AS o WHERE o.mailbox_id = p_mailbox_id ORDER BY o.id LIMIT p_count
+            SELECT o.id
+            FROM (SELECT o.id FROM mailroom.messages AS o WHERE o.mailbox_id = p_mailbox_id OFFSET 0) AS o
+            ORDER BY o.id
+            LIMIT p_count
         )
         RETURNING g.size_bytes
     )

@@ -29,7 +29,9 @@
 -- Substring matching reads the lexemes of the inbox's vectors (strpos, no pattern: nothing of the
 -- query becomes a LIKE or a regular expression), one inbox at a time. tag:x matches a message with
 -- the tag x (sql/22_marks.sql, plus-addressing). Errors: MR203-MR206 (authorization, as for reading), MR246 (nothing to
--- search for), MR225-MR227 (above).
+-- search for), MR225-MR227 (above), MR218 (a best-first page's cursor, its last message, is gone).
+-- Pages: best first then newest by id; the next page is what ranks after the previous page's last
+-- message (p_before_id: its rank for this query, then its id: a keyset, however the inbox grows).
 
 CREATE OR REPLACE FUNCTION mailroom_internal._search_vector_version()
 RETURNS smallint
@@ -381,7 +383,13 @@ $$;
 COMMENT ON FUNCTION mailroom_internal._search_terms(text) IS
 'Internal: a search query parsed in one pass into its terms (words, phrases, qualifiers, -negation, or); MR225 too long, MR226 too many terms, MR227 a qualifier''s value, MR246 nothing to search for.';
 
-CREATE OR REPLACE FUNCTION mailroom_internal._search_mailbox(p_box mailroom.mailboxes, p_query text, p_limit integer)
+CREATE OR REPLACE FUNCTION mailroom_internal._search_mailboxes(
+    p_box_ids bigint[],
+    p_query text,
+    p_limit integer,
+    p_before_id bigint DEFAULT null,
+    p_newest_first boolean DEFAULT false
+)
 RETURNS TABLE (
     message_id bigint,
     received_at timestamptz,
@@ -405,6 +413,15 @@ BEGIN
         RAISE EXCEPTION USING ERRCODE = '22023', MESSAGE = 'p_limit must be between 1 and 1000';
     END IF;
     v_terms := mailroom_internal._search_terms(p_query);
+    -- best first, a page's cursor is its last message: the next page ranks after it (its rank for this
+    -- query, then its id). A cursor gone from these inboxes ranks nowhere: MR218, start again.
+    IF p_before_id IS NOT NULL AND NOT p_newest_first AND NOT EXISTS (
+        SELECT 1 FROM mailroom.messages AS c WHERE c.id = p_before_id AND c.mailbox_id = ANY(p_box_ids)
+    ) THEN
+        RAISE EXCEPTION USING
+            ERRCODE = 'MR218',
+            MESSAGE = 'the message this search page ends with is gone: search again from the first page';
+    END IF;
     v_vector := EXISTS (SELECT 1 FROM unnest(v_terms) AS t WHERE t.kind IN ('word', 'phrase'));
     -- two words or more that may be looked for as substrings in subject, From and text: the text
     -- of those lexemes is made once a message (for one, only when its prefix did not match)
@@ -417,70 +434,89 @@ BEGIN
             v_rank := CASE WHEN v_rank IS NULL THEN v_t.phrase ELSE v_rank || v_t.phrase END;
         END IF;
     END LOOP;
+    -- Newest first by id (p_newest_first: the owner's all-mail list), or best first then newest by id;
+    -- ids, not received_at: in one inbox they are taken under its row lock, so they are the order mail
+    -- was stored in, and the order drop_oldest lets it go in (sql/21_delivery.sql). The rank is
+    -- computed for the matches and for the cursor, whose rank the keyset compares with.
     RETURN QUERY
-    SELECT g.id, g.received_at, g.from_header, g.subject, coalesce(pg_catalog.ts_rank(v.vector, v_rank), 0)::real
-    FROM mailroom.messages AS g
-    CROSS JOIN LATERAL (
-        SELECT CASE
-            WHEN NOT v_vector THEN null
-            WHEN g.search_vector IS NOT NULL AND g.search_version = c_version THEN g.search_vector
-            WHEN g.search_vector IS NOT NULL AND g.search_version IS NULL AND c_version = 2 THEN
-                mailroom_internal._search_vector_from_v1(g.search_vector, g.from_header, g.envelope_from, g.envelope_to)
-            ELSE mailroom_internal._message_search_vector(
-                g.subject, g.from_header, g.envelope_from, g.text_body, g.html_body, g.envelope_to
-            )
-        END AS vector
-        OFFSET 0  -- computed once a row, not at each use (the planner would inline the expression)
-    ) AS v
-    CROSS JOIN LATERAL (
-        SELECT CASE WHEN v_shared THEN pg_catalog.strip(pg_catalog.ts_filter(v.vector, '{a,b,c}'))::text END AS words
-        OFFSET 0
-    ) AS w
-    WHERE
-        g.mailbox_id = p_box.id
-        -- no group of terms (terms joined by or) without a term that holds
-        AND NOT EXISTS (
-            SELECT 1
-            FROM unnest(v_terms) AS t
-            GROUP BY t.grp
-            HAVING NOT bool_or(
-                CASE t.kind
-                    -- a prefix of a word of these weights (a binary search of the sorted lexemes),
-                    -- else each lexeme inside one: strpos in the text of the stripped vector
-                    WHEN 'word' THEN v.vector @@ t.phrase OR (
-                        t.lexemes IS NOT NULL
-                        AND (
-                            SELECT bool_and(strpos(f.lexemes, l.needle) > 0)
-                            FROM (
-                                SELECT coalesce(
-                                    CASE WHEN t.weights = 'abc' THEN w.words END,
-                                    pg_catalog.strip(pg_catalog.ts_filter(
-                                        v.vector, pg_catalog.string_to_array(t.weights, null)::"char"[]
-                                    ))::text
-                                ) AS lexemes
-                            ) AS f
-                            CROSS JOIN unnest(t.lexemes) AS l (needle)
-                        )
+    SELECT k.id, k.received_at, k.from_header, k.subject, k.rank
+    FROM (
+        SELECT c.*, max(c.rank) FILTER (WHERE c.id = p_before_id) OVER () AS cursor_rank
+        FROM (
+            SELECT g.id, g.received_at, g.from_header, g.subject, m.hit,
+                coalesce(pg_catalog.ts_rank(v.vector, v_rank), 0)::real AS rank
+            FROM mailroom.messages AS g
+            CROSS JOIN LATERAL (
+                SELECT CASE
+                    WHEN NOT v_vector THEN null
+                    WHEN g.search_vector IS NOT NULL AND g.search_version = c_version THEN g.search_vector
+                    WHEN g.search_vector IS NOT NULL AND g.search_version IS NULL AND c_version = 2 THEN
+                        mailroom_internal._search_vector_from_v1(g.search_vector, g.from_header, g.envelope_from, g.envelope_to)
+                    ELSE mailroom_internal._message_search_vector(
+                        g.subject, g.from_header, g.envelope_from, g.text_body, g.html_body, g.envelope_to
                     )
-                    WHEN 'phrase' THEN
-                        pg_catalog.ts_filter(v.vector, pg_catalog.string_to_array(t.weights, null)::"char"[]) @@ t.phrase
-                    WHEN 'read' THEN g.is_read
-                    WHEN 'unread' THEN NOT g.is_read
-                    WHEN 'attachment' THEN pg_catalog.jsonb_array_length(g.attachments) > 0
-                    WHEN 'before' THEN g.received_at < t.at
-                    WHEN 'after' THEN g.received_at >= t.at
-                    WHEN 'tag' THEN t.lexemes[1] = ANY(g.tags)
-                    ELSE false
-                END IS DISTINCT FROM t.negated
-            )
-        )
-    ORDER BY 5 DESC, g.received_at DESC, g.id DESC
+                END AS vector
+                OFFSET 0  -- computed once a row, not at each use (the planner would inline the expression)
+            ) AS v
+            CROSS JOIN LATERAL (
+                SELECT CASE WHEN v_shared THEN pg_catalog.strip(pg_catalog.ts_filter(v.vector, '{a,b,c}'))::text END AS words
+                OFFSET 0
+            ) AS w
+            CROSS JOIN LATERAL (
+                -- no group of terms (terms joined by or) without a term that holds
+                SELECT NOT EXISTS (
+                    SELECT 1
+                    FROM unnest(v_terms) AS t
+                    GROUP BY t.grp
+                    HAVING NOT bool_or(
+                        CASE t.kind
+                            -- a prefix of a word of these weights (a binary search of the sorted lexemes),
+                            -- else each lexeme inside one: strpos in the text of the stripped vector
+                            WHEN 'word' THEN v.vector @@ t.phrase OR (
+                                t.lexemes IS NOT NULL
+                                AND (
+                                    SELECT bool_and(strpos(f.lexemes, l.needle) > 0)
+                                    FROM (
+                                        SELECT coalesce(
+                                            CASE WHEN t.weights = 'abc' THEN w.words END,
+                                            pg_catalog.strip(pg_catalog.ts_filter(
+                                                v.vector, pg_catalog.string_to_array(t.weights, null)::"char"[]
+                                            ))::text
+                                        ) AS lexemes
+                                    ) AS f
+                                    CROSS JOIN unnest(t.lexemes) AS l (needle)
+                                )
+                            )
+                            WHEN 'phrase' THEN
+                                pg_catalog.ts_filter(v.vector, pg_catalog.string_to_array(t.weights, null)::"char"[]) @@ t.phrase
+                            WHEN 'read' THEN g.is_read
+                            WHEN 'unread' THEN NOT g.is_read
+                            WHEN 'attachment' THEN pg_catalog.jsonb_array_length(g.attachments) > 0
+                            WHEN 'before' THEN g.received_at < t.at
+                            WHEN 'after' THEN g.received_at >= t.at
+                            WHEN 'tag' THEN t.lexemes[1] = ANY(g.tags)
+                            ELSE false
+                        END IS DISTINCT FROM t.negated
+                    )
+                ) AS hit
+                OFFSET 0
+            ) AS m
+            WHERE
+                g.mailbox_id = ANY(p_box_ids)
+                AND (p_before_id IS NULL OR NOT p_newest_first OR g.id < p_before_id)
+                AND (m.hit OR (g.id = p_before_id AND NOT p_newest_first))
+        ) AS c
+    ) AS k
+    WHERE
+        k.hit
+        AND (p_before_id IS NULL OR p_newest_first OR (k.rank, k.id) < (k.cursor_rank, p_before_id))
+    ORDER BY CASE WHEN p_newest_first THEN 0 ELSE k.rank END DESC, k.id DESC
     LIMIT p_limit;
 END;
 $$;
 
-COMMENT ON FUNCTION mailroom_internal._search_mailbox(mailroom.mailboxes, text, integer) IS
-'Internal: the messages of one mailbox matching a search query (words as prefixes or substrings, qualifiers, phrases, -negation, or), best first, at most p_limit.';
+COMMENT ON FUNCTION mailroom_internal._search_mailboxes(bigint[], text, integer, bigint, boolean) IS
+'Internal: the messages of these mailboxes matching a search query (words as prefixes or substrings, qualifiers, phrases, -negation, or), best first then newest by id (or newest first by id: p_newest_first), at most p_limit, after the page ending at p_before_id (keyset; MR218 if that message is gone from a best-first search).';
 
 CREATE OR REPLACE FUNCTION mailroom.search_messages(
     p_address text,
@@ -503,8 +539,10 @@ SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
-    RETURN QUERY SELECT * FROM mailroom_internal._search_mailbox(
-        mailroom_internal._authorize_mailbox(p_address, p_session_token, p_owner_type, p_owner_id), p_query, p_limit
+    RETURN QUERY SELECT * FROM mailroom_internal._search_mailboxes(
+        ARRAY[(mailroom_internal._authorize_mailbox(p_address, p_session_token, p_owner_type, p_owner_id)).id],
+        p_query,
+        p_limit
     );
 END;
 $$;

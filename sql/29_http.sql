@@ -222,7 +222,7 @@ END;
 $$;
 
 COMMENT ON FUNCTION mailroom.http_create_mailbox(bytea, text, integer, text, text) IS
-'POST /api/v1/mailboxes and MCP create_inbox (operation create_mailbox): create_mailbox for an API key''s owner (any plan; owner type mcp when p_face is mcp, which needs a key: MR240) or anonymously (plan http.anonymous_plan, MR242 otherwise), within the creation rate limit of the key or the client (MR243); the mailbox as JSON with its session token.';
+'POST /api/v1/mailboxes and MCP create_inbox (operation create_mailbox): create_mailbox for an API key''s owner (any plan; owner type mcp when p_face is mcp, which needs a key: MR240) or anonymously (plan http.anonymous_plan, MR242 otherwise), within the creation rate limit of the key or the client (MR243); the mailbox as JSON with its session token. Errors: MR201, MR202, MR242, MR243, MR240, MR241.';
 
 GRANT EXECUTE ON FUNCTION mailroom.http_create_mailbox(bytea, text, integer, text, text) TO mailroom_http;
 
@@ -239,7 +239,7 @@ END;
 $$;
 
 COMMENT ON FUNCTION mailroom.http_get_mailbox(text, text, bytea) IS
-'GET /api/v1/mailboxes/{address}: an open mailbox as JSON (MR203-MR206 as for reading, MR240/MR241 credentials).';
+'GET /api/v1/mailboxes/{address}: an open mailbox as JSON (MR203-MR206 as for reading, MR240/MR241 credentials). Errors: MR203, MR204, MR205, MR206, MR240, MR241.';
 
 GRANT EXECUTE ON FUNCTION mailroom.http_get_mailbox(text, text, bytea) TO mailroom_http;
 
@@ -311,7 +311,7 @@ END;
 $$;
 
 COMMENT ON FUNCTION mailroom.http_list_mailboxes(bytea, integer, integer, boolean) IS
-'GET /api/v1/mailboxes (and MCP''s inbox list): the open inboxes of an API key''s owner, owner types api and mcp, newest first, as a JSON array of _http_mailbox_json; without a key and with p_sink (the face''s sink listing), the sink''s open inboxes, each with its session_token (MR240 no key, MR241 unknown key or a session token).';
+'GET /api/v1/mailboxes (and MCP''s inbox list): the open inboxes of an API key''s owner, owner types api and mcp, newest first, as a JSON array of _http_mailbox_json; without a key and with p_sink (the face''s sink listing), the sink''s open inboxes, each with its session_token (MR240 no key, MR241 unknown key or a session token). Errors: MR240, MR241.';
 
 GRANT EXECUTE ON FUNCTION mailroom.http_list_mailboxes(bytea, integer, integer, boolean) TO mailroom_http;
 
@@ -381,7 +381,8 @@ CREATE OR REPLACE FUNCTION mailroom_internal._http_message_page(
     p_offset integer,
     p_after_id bigint,
     p_tag text DEFAULT null,
-    p_unread boolean DEFAULT null
+    p_unread boolean DEFAULT null,
+    p_before_id bigint DEFAULT null
 )
 RETURNS jsonb
 LANGUAGE plpgsql
@@ -394,27 +395,38 @@ BEGIN
             ERRCODE = '22023',
             MESSAGE = 'limit must be between 1 and 500 and offset non-negative';
     END IF;
-    -- newest first; after_id: only those delivered after that one (per mailbox, ids follow commit
-    -- order: deliver_message takes the mailbox's row lock before it takes an id)
+    -- newest first by id: per mailbox, ids follow commit order (deliver_message takes the mailbox's
+    -- row lock before it takes an id), where received_at is read before that lock is waited for, so
+    -- two deliveries can carry it in the other order; drop_oldest lets go by id too. So both cursors
+    -- are ids: after_id, only those delivered after that one; before_id (keyset paging), only those
+    -- before it, whether or not it is still there.
     RETURN (
-        SELECT coalesce(jsonb_agg(mailroom_internal._http_message_summary(g) ORDER BY g.received_at DESC, g.id DESC), '[]')
+        SELECT coalesce(jsonb_agg(mailroom_internal._http_message_summary(g) ORDER BY g.id DESC), '[]')
         FROM (
             SELECT g.*
-            FROM mailroom.messages AS g
-            WHERE
-                g.mailbox_id = p_box.id AND (p_after_id IS NULL OR g.id > p_after_id)
-                -- the filters: a tag (as stored: lower case), unread (true) or read (false) only
-                AND (p_tag IS NULL OR lower(btrim(p_tag)) = ANY(g.tags))
-                AND (p_unread IS NULL OR g.is_read <> p_unread)
-            ORDER BY g.received_at DESC, g.id DESC
+            FROM (
+                SELECT g.*
+                FROM mailroom.messages AS g
+                WHERE
+                    g.mailbox_id = p_box.id AND (p_after_id IS NULL OR g.id > p_after_id)
+                    AND (p_before_id IS NULL OR g.id < p_before_id)
+                    -- the filters: a tag (as stored: lower case), unread (true) or read (false) only
+                    AND (p_tag IS NULL OR lower(btrim(p_tag)) = ANY(g.tags))
+                    AND (p_unread IS NULL OR g.is_read <> p_unread)
+                -- the inbox's rows through (mailbox_id, received_at), at most its plan's count, then
+                -- sorted: never the primary key's id order with a filter, which walks the newer mail
+                -- of every other inbox to find this one's (an old inbox: its whole table's tail)
+                OFFSET 0
+            ) AS g
+            ORDER BY g.id DESC
             LIMIT p_limit OFFSET p_offset
         ) AS g
     );
 END;
 $$;
 
-COMMENT ON FUNCTION mailroom_internal._http_message_page(mailroom.mailboxes, integer, integer, bigint, text, boolean) IS
-'Internal: a page of a mailbox''s messages, newest first (after p_after_id if given; with tag p_tag; unread or read only by p_unread), as a JSON array of MessageSummary; 22023 for a limit out of 1..500 or a negative offset.';
+COMMENT ON FUNCTION mailroom_internal._http_message_page(mailroom.mailboxes, integer, integer, bigint, text, boolean, bigint) IS
+'Internal: a page of a mailbox''s messages, newest first by id (after p_after_id, before p_before_id if given; with tag p_tag; unread or read only by p_unread), as a JSON array of MessageSummary; 22023 for a limit out of 1..500 or a negative offset.';
 
 CREATE OR REPLACE FUNCTION mailroom.http_list_messages(
     p_address text,
@@ -424,7 +436,8 @@ CREATE OR REPLACE FUNCTION mailroom.http_list_messages(
     p_offset integer DEFAULT 0,
     p_after_id bigint DEFAULT null,
     p_tag text DEFAULT null,
-    p_unread boolean DEFAULT null
+    p_unread boolean DEFAULT null,
+    p_before_id bigint DEFAULT null
 )
 RETURNS jsonb
 LANGUAGE plpgsql
@@ -434,15 +447,16 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
     RETURN mailroom_internal._http_message_page(
-        mailroom_internal._http_box(p_address, p_session_token, p_key_digest), p_limit, p_offset, p_after_id, p_tag, p_unread
+        mailroom_internal._http_box(p_address, p_session_token, p_key_digest),
+        p_limit, p_offset, p_after_id, p_tag, p_unread, p_before_id
     );
 END;
 $$;
 
-COMMENT ON FUNCTION mailroom.http_list_messages(text, text, bytea, integer, integer, bigint, text, boolean) IS
-'GET /api/v1/mailboxes/{address}/messages: a page of the mailbox''s messages, newest first (after p_after_id if given; ?tag=, ?unread=), as a JSON array of MessageSummary.';
+COMMENT ON FUNCTION mailroom.http_list_messages(text, text, bytea, integer, integer, bigint, text, boolean, bigint) IS
+'GET /api/v1/mailboxes/{address}/messages: a page of the mailbox''s messages, newest first by id (?limit=&offset=; after p_after_id, before p_before_id (keyset) if given; ?tag=, ?unread=), as a JSON array of MessageSummary. Errors: MR203, MR204, MR205, MR206, MR240, MR241.';
 
-GRANT EXECUTE ON FUNCTION mailroom.http_list_messages(text, text, bytea, integer, integer, bigint, text, boolean)
+GRANT EXECUTE ON FUNCTION mailroom.http_list_messages(text, text, bytea, integer, integer, bigint, text, boolean, bigint)
 TO mailroom_http;
 
 CREATE OR REPLACE FUNCTION mailroom.http_mailbox_view(
@@ -451,7 +465,8 @@ CREATE OR REPLACE FUNCTION mailroom.http_mailbox_view(
     p_key_digest bytea,
     p_limit integer DEFAULT 50,
     p_offset integer DEFAULT 0,
-    p_after_id bigint DEFAULT null
+    p_after_id bigint DEFAULT null,
+    p_before_id bigint DEFAULT null
 )
 RETURNS jsonb
 LANGUAGE plpgsql
@@ -464,15 +479,17 @@ DECLARE
 BEGIN
     RETURN jsonb_build_object(
         'mailbox', mailroom_internal._http_mailbox_json(v_box),
-        'messages', mailroom_internal._http_message_page(v_box, p_limit, p_offset, p_after_id)
+        'messages', mailroom_internal._http_message_page(
+            v_box, p_limit, p_offset, p_after_id, p_before_id => p_before_id
+        )
     );
 END;
 $$;
 
-COMMENT ON FUNCTION mailroom.http_mailbox_view(text, text, bytea, integer, integer, bigint) IS
-'The inbox page and the start of GET …/events: the mailbox and a page of its messages in one call, {"mailbox": Mailbox, "messages": [MessageSummary]}.';
+COMMENT ON FUNCTION mailroom.http_mailbox_view(text, text, bytea, integer, integer, bigint, bigint) IS
+'The inbox page and the start of GET …/events: the mailbox and a page of its messages (newest first by id; before p_before_id: the keyset page of the page''s Older link) in one call, {"mailbox": Mailbox, "messages": [MessageSummary]}.';
 
-GRANT EXECUTE ON FUNCTION mailroom.http_mailbox_view(text, text, bytea, integer, integer, bigint) TO mailroom_http;
+GRANT EXECUTE ON FUNCTION mailroom.http_mailbox_view(text, text, bytea, integer, integer, bigint, bigint) TO mailroom_http;
 
 CREATE OR REPLACE FUNCTION mailroom_internal._header_fields(p_raw bytea)
 RETURNS jsonb
@@ -555,7 +572,7 @@ END;
 $$;
 
 COMMENT ON FUNCTION mailroom.http_read_message(text, text, bytea, bigint) IS
-'GET /api/v1/mailboxes/{address}/messages/{id}: read_message as JSON, REST v1 Message (body_text, body_html, attachments'' metadata, headers, the extracted link and code), marked read.';
+'GET /api/v1/mailboxes/{address}/messages/{id}: read_message as JSON, REST v1 Message (body_text, body_html, attachments'' metadata, headers, the extracted link and code), marked read. Errors: MR209, MR203, MR204, MR205, MR206, MR240, MR241.';
 
 GRANT EXECUTE ON FUNCTION mailroom.http_read_message(text, text, bytea, bigint) TO mailroom_http;
 
@@ -598,7 +615,7 @@ END;
 $$;
 
 COMMENT ON FUNCTION mailroom.http_delete_mailbox(text, text, bytea) IS
-'DELETE /api/v1/mailboxes/{address}: delete_mailbox (soft delete: it refuses mail at once); false if it was deleted already.';
+'DELETE /api/v1/mailboxes/{address}: delete_mailbox (soft delete: it refuses mail at once); false if it was deleted already. Errors: MR203, MR204, MR240, MR241.';
 
 GRANT EXECUTE ON FUNCTION mailroom.http_delete_mailbox(text, text, bytea) TO mailroom_http;
 
@@ -633,7 +650,7 @@ END;
 $$;
 
 COMMENT ON FUNCTION mailroom.http_delete_message(text, text, bytea, bigint) IS
-'DELETE /api/v1/mailboxes/{address}/messages/{id}: delete one message of an open mailbox (it frees a place under the plan''s count); MR209 if not in it.';
+'DELETE /api/v1/mailboxes/{address}/messages/{id}: delete one message of an open mailbox (it frees a place under the plan''s count); MR209 if not in it. Errors: MR209, MR203, MR204, MR205, MR206, MR240, MR241.';
 
 GRANT EXECUTE ON FUNCTION mailroom.http_delete_message(text, text, bytea, bigint) TO mailroom_http;
 
@@ -658,7 +675,7 @@ END;
 $$;
 
 COMMENT ON FUNCTION mailroom.http_extract_link(text, text, bytea, bigint, text) IS
-'GET …/messages/{id}/links: extract_link (the first http(s) link LIKE p_url_like; MR215 when none).';
+'GET …/messages/{id}/links: extract_link (the first http(s) link LIKE p_url_like; MR215 when none). Errors: MR215, MR011, MR209, MR203, MR204, MR205, MR206, MR240, MR241.';
 
 GRANT EXECUTE ON FUNCTION mailroom.http_extract_link(text, text, bytea, bigint, text) TO mailroom_http;
 
@@ -688,7 +705,7 @@ END;
 $$;
 
 COMMENT ON FUNCTION mailroom.http_extract_code(text, text, bytea, bigint, text) IS
-'GET …/messages/{id}/code: extract_code (p_pattern NULL: its default, a 5-digit word; MR215 when none).';
+'GET …/messages/{id}/code: extract_code (p_pattern NULL: its default, a 5-digit word; MR215 when none). Errors: MR215, MR010, MR034, MR209, MR203, MR204, MR205, MR206, MR240, MR241.';
 
 GRANT EXECUTE ON FUNCTION mailroom.http_extract_code(text, text, bytea, bigint, text) TO mailroom_http;
 
@@ -735,7 +752,7 @@ $$;
 
 COMMENT ON FUNCTION mailroom.http_wait_look(text, text, bytea, text, bigint, boolean) IS
 'GET …/wait and MCP wait_for_message: one look of wait_for_message without waiting: {mailbox_id, expires_at, expires_in (seconds left by mailroom.clock()), message}, message the newest whose subject is LIKE p_subject_like and whose id is greater than p_after_id (a MessageSummary; null when none yet). '
-'p_last (the wait''s last look): MR212 when none. Errors: MR203-MR206 (as wait_for_message), MR212, MR240, MR241.';
+'p_last (the wait''s last look): MR212 when none. Errors: MR212, MR205, MR206, MR251, MR252, MR011, MR203, MR204, MR240, MR241.';
 
 GRANT EXECUTE ON FUNCTION mailroom.http_wait_look(text, text, bytea, text, bigint, boolean) TO mailroom_http;
 
@@ -768,7 +785,8 @@ CREATE OR REPLACE FUNCTION mailroom.http_search_messages(
     p_session_token text,
     p_key_digest bytea,
     p_query text,
-    p_limit integer DEFAULT 50
+    p_limit integer DEFAULT 50,
+    p_before_id bigint DEFAULT null
 )
 RETURNS jsonb
 LANGUAGE plpgsql
@@ -778,27 +796,37 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     v_box mailroom.mailboxes := mailroom_internal._http_box(p_address, p_session_token, p_key_digest);
+    v_ids bigint[];
+    v_ranks real[];
+    v_messages jsonb;
 BEGIN
+    -- the matches in their order, then their rows by the inbox's id (a query on one inbox: on Citus one
+    -- shard, as every read of an inbox; the rows are not joined to the search's result)
+    SELECT coalesce(array_agg(s.message_id ORDER BY s.n), '{}'), coalesce(array_agg(s.rank ORDER BY s.n), '{}')
+    INTO v_ids, v_ranks
+    FROM mailroom_internal._search_mailboxes(ARRAY[v_box.id], p_query, p_limit, p_before_id) WITH ORDINALITY AS s (
+        message_id, received_at, from_header, subject, rank, n
+    );
+    -- a statement of its own (on Citus pushed to the inbox's shard whole; the mailbox's JSON reads others)
+    SELECT coalesce(jsonb_agg(
+        mailroom_internal._http_message_summary(g)
+        || jsonb_build_object('rank', v_ranks[array_position(v_ids, g.id)])
+        ORDER BY array_position(v_ids, g.id)
+    ), '[]')
+    INTO v_messages
+    FROM (
+        SELECT g.* FROM mailroom.messages AS g WHERE g.mailbox_id = v_box.id AND g.id = ANY(v_ids)
+    ) AS g;
     RETURN jsonb_build_object(
-        'mailbox', mailroom_internal._http_mailbox_json(v_box),
-        'query', p_query,
-        'messages', (
-            SELECT coalesce(jsonb_agg(
-                mailroom_internal._http_message_summary(g) || jsonb_build_object('rank', s.rank) ORDER BY s.n
-            ), '[]')
-            FROM mailroom_internal._search_mailbox(v_box, p_query, p_limit) WITH ORDINALITY AS s (
-                message_id, received_at, from_header, subject, rank, n
-            )
-            INNER JOIN mailroom.messages AS g ON g.id = s.message_id AND g.received_at = s.received_at
-        )
+        'mailbox', mailroom_internal._http_mailbox_json(v_box), 'query', p_query, 'messages', v_messages
     );
 END;
 $$;
 
-COMMENT ON FUNCTION mailroom.http_search_messages(text, text, bytea, text, integer) IS
-'GET …/search?q=: the mailbox and the messages search_messages finds, best first, as JSON (MR246 for a query without a word).';
+COMMENT ON FUNCTION mailroom.http_search_messages(text, text, bytea, text, integer, bigint) IS
+'GET …/search?q=: the mailbox and the messages search_messages finds, best first then newest by id, as JSON; ?before_id= the last message of the previous page (keyset). Refusals: MR246 a query without a word, MR225-MR227 the query, MR218 the page''s last message is gone. Errors: MR246, MR218, MR225, MR226, MR227, MR203, MR204, MR205, MR206, MR240, MR241.';
 
-GRANT EXECUTE ON FUNCTION mailroom.http_search_messages(text, text, bytea, text, integer) TO mailroom_http;
+GRANT EXECUTE ON FUNCTION mailroom.http_search_messages(text, text, bytea, text, integer, bigint) TO mailroom_http;
 
 CREATE OR REPLACE FUNCTION mailroom.http_message_attachment(
     p_address text,
@@ -892,7 +920,7 @@ END;
 $$;
 
 COMMENT ON FUNCTION mailroom.http_update_message(text, text, bytea, bigint, boolean, text[]) IS
-'PATCH /api/v1/mailboxes/{address}/messages/{id}: mark read or unread and/or replace the tag set (NULL: unchanged); the MessageSummary after. Errors: MR209, MR260/MR261 (sql/22_marks.sql).';
+'PATCH /api/v1/mailboxes/{address}/messages/{id}: mark read or unread and/or replace the tag set (NULL: unchanged); the MessageSummary after. Errors: MR260, MR261, MR209, MR203, MR204, MR205, MR206, MR240, MR241.';
 
 GRANT EXECUTE ON FUNCTION mailroom.http_update_message(text, text, bytea, bigint, boolean, text[]) TO mailroom_http;
 
@@ -916,7 +944,7 @@ END;
 $$;
 
 COMMENT ON FUNCTION mailroom.http_delete_messages(text, text, bytea, bigint[]) IS
-'POST /api/v1/mailboxes/{address}/messages/delete: delete the messages of these ids (1-500, MR262; ids not in the inbox are not counted); {"deleted": n}.';
+'POST /api/v1/mailboxes/{address}/messages/delete: delete the messages of these ids (1-500, MR262; ids not in the inbox are not counted); {"deleted": n}. Errors: MR262, MR203, MR204, MR205, MR206, MR240, MR241.';
 
 GRANT EXECUTE ON FUNCTION mailroom.http_delete_messages(text, text, bytea, bigint[]) TO mailroom_http;
 
@@ -935,7 +963,7 @@ END;
 $$;
 
 COMMENT ON FUNCTION mailroom.http_clear_messages(text, text, bytea) IS
-'DELETE /api/v1/mailboxes/{address}/messages: delete every message of an open inbox (the inbox stays); {"deleted": n}.';
+'DELETE /api/v1/mailboxes/{address}/messages: delete every message of an open inbox (the inbox stays); {"deleted": n}. Errors: MR203, MR204, MR205, MR206, MR240, MR241.';
 
 GRANT EXECUTE ON FUNCTION mailroom.http_clear_messages(text, text, bytea) TO mailroom_http;
 
@@ -968,7 +996,7 @@ END;
 $$;
 
 COMMENT ON FUNCTION mailroom.http_mark_all_read(text, text, bytea, boolean) IS
-'Operation mark_all_read (POST /api/v1/mailboxes/{address}/messages/read, MCP mark_all_read): mark every message of an open inbox read (or, p_is_read false, unread); {"marked": n}, the messages changed. Errors: MR203-MR206, MR240, MR241.';
+'Operation mark_all_read (POST /api/v1/mailboxes/{address}/messages/read, MCP mark_all_read): mark every message of an open inbox read (or, p_is_read false, unread); {"marked": n}, the messages changed. Errors: MR203, MR204, MR205, MR206, MR240, MR241.';
 
 GRANT EXECUTE ON FUNCTION mailroom.http_mark_all_read(text, text, bytea, boolean) TO mailroom_http;
 
@@ -1016,7 +1044,7 @@ END;
 $$;
 
 COMMENT ON FUNCTION mailroom.http_extend_mailbox(text, text, bytea, integer) IS
-'POST /api/v1/mailboxes/{address}/extend: expires_at = now + p_ttl_seconds, clamped to the plan''s max TTL (max_ttl_seconds), never earlier than it was; the Mailbox after. Errors: MR202 a TTL not positive, MR203-MR206.';
+'POST /api/v1/mailboxes/{address}/extend: expires_at = now + p_ttl_seconds, clamped to the plan''s max TTL (max_ttl_seconds), never earlier than it was; the Mailbox after. Errors: MR202, MR203, MR204, MR205, MR206, MR240, MR241.';
 
 GRANT EXECUTE ON FUNCTION mailroom.http_extend_mailbox(text, text, bytea, integer) TO mailroom_http;
 
@@ -1026,7 +1054,8 @@ CREATE OR REPLACE FUNCTION mailroom.http_list_all_messages(
     p_limit integer DEFAULT 50,
     p_before_id bigint DEFAULT null,
     p_tag text DEFAULT null,
-    p_unread boolean DEFAULT null
+    p_unread boolean DEFAULT null,
+    p_query text DEFAULT null
 )
 RETURNS jsonb
 LANGUAGE plpgsql
@@ -1038,6 +1067,7 @@ DECLARE
     v_owner text;
     v_now timestamptz := mailroom.clock();
     v_boxes bigint[];
+    v_ids bigint[];
 BEGIN
     -- an owner's list: an API key's only (a session token opens one inbox: MR263, 403)
     IF p_key_digest IS NULL THEN
@@ -1051,6 +1081,11 @@ BEGIN
     IF p_limit IS NULL OR p_limit NOT BETWEEN 1 AND 200 THEN
         RAISE EXCEPTION USING ERRCODE = '22023', MESSAGE = 'limit must be between 1 and 200';
     END IF;
+    IF p_query IS NOT NULL AND (p_tag IS NOT NULL OR p_unread IS NOT NULL) THEN
+        RAISE EXCEPTION USING
+            ERRCODE = '22023',
+            MESSAGE = 'q takes no tag or unread beside it: write tag:x or is:unread in the query';
+    END IF;
     v_owner := mailroom_internal._api_key_owner(p_key_digest);
     -- the owner's open inboxes (owner types api and mcp, as http_list_mailboxes), then their
     -- messages newest first by id, a page before p_before_id (keyset: ids only grow)
@@ -1061,6 +1096,32 @@ BEGIN
             AND m.owner_id = v_owner
             AND mailroom_internal._mailbox_open(m.is_active, m.deleted_at, m.expires_at, v_now)
     );
+    IF p_query IS NOT NULL THEN
+        -- the search box of /mail: the matches across those inboxes, newest first by id too (a list,
+        -- searched; the same keyset)
+        PERFORM mailroom_internal._search_terms(p_query);  -- its refusals, with no inbox open too
+        -- one search an inbox (each a query on one inbox: on Citus one shard; the search's correlated
+        -- terms are not a multi-shard query), the newest p_limit of all their matches
+        v_ids := ARRAY(
+            SELECT s.message_id
+            FROM unnest(v_boxes) AS x (box_id)
+            CROSS JOIN LATERAL mailroom_internal._search_mailboxes(
+                ARRAY[x.box_id], p_query, p_limit, p_before_id, true
+            ) AS s
+            ORDER BY s.message_id DESC
+            LIMIT p_limit
+        );
+        RETURN (
+            SELECT coalesce(jsonb_agg(
+                mailroom_internal._http_message_summary(g) || jsonb_build_object('mailbox', b.address)
+                ORDER BY g.id DESC
+            ), '[]')
+            FROM (
+                SELECT g.* FROM mailroom.messages AS g WHERE g.mailbox_id = ANY(v_boxes) AND g.id = ANY(v_ids)
+            ) AS g
+            INNER JOIN mailroom.mailboxes AS b ON b.id = g.mailbox_id
+        );
+    END IF;
     RETURN (
         SELECT coalesce(jsonb_agg(
             mailroom_internal._http_message_summary(g) || jsonb_build_object('mailbox', b.address) ORDER BY g.id DESC
@@ -1081,10 +1142,10 @@ BEGIN
 END;
 $$;
 
-COMMENT ON FUNCTION mailroom.http_list_all_messages(text, bytea, integer, bigint, text, boolean) IS
-'GET /api/v1/messages: an API key owner''s mail across their open inboxes, newest first by id (keyset: before p_before_id; ?tag=, ?unread=), at most 200, each MessageSummary with its mailbox''s address. Errors: MR263 a session token (403), MR240/MR241, 22023 limit.';
+COMMENT ON FUNCTION mailroom.http_list_all_messages(text, bytea, integer, bigint, text, boolean, text) IS
+'GET /api/v1/messages: an API key owner''s mail across their open inboxes, newest first by id (keyset: before p_before_id; ?tag=, ?unread=, or ?q= a search query), at most 200, each MessageSummary with its mailbox''s address. Errors: MR263 a session token (403), MR240/MR241, 22023 limit or q beside tag/unread, MR246/MR225-MR227 the query.';
 
-GRANT EXECUTE ON FUNCTION mailroom.http_list_all_messages(text, bytea, integer, bigint, text, boolean) TO mailroom_http;
+GRANT EXECUTE ON FUNCTION mailroom.http_list_all_messages(text, bytea, integer, bigint, text, boolean, text) TO mailroom_http;
 CREATE OR REPLACE FUNCTION mailroom.http_set_inbox_fault(
     p_address text,
     p_session_token text,
@@ -1110,7 +1171,7 @@ END;
 $$;
 
 COMMENT ON FUNCTION mailroom.http_set_inbox_fault(text, text, bytea, text, text, numeric, integer) IS
-'PUT /api/v1/mailboxes/{address}/fault: set_inbox_fault (stage, reply, share 100 by default, the next p_count only); the fault as JSON. Errors: MR230-MR232, MR295 a sink inbox, MR203-MR206.';
+'PUT /api/v1/mailboxes/{address}/fault: set_inbox_fault (stage, reply, share 100 by default, the next p_count only); the fault as JSON. Errors: MR230, MR231, MR232, MR295, MR203, MR204, MR205, MR206, MR240, MR241.';
 
 GRANT EXECUTE ON FUNCTION mailroom.http_set_inbox_fault(text, text, bytea, text, text, numeric, integer)
 TO mailroom_http;
@@ -1130,7 +1191,7 @@ END;
 $$;
 
 COMMENT ON FUNCTION mailroom.http_clear_inbox_fault(text, text, bytea) IS
-'DELETE /api/v1/mailboxes/{address}/fault: clear_inbox_fault (the inbox''s own fault; its catch-all domain''s stays); false if it had none.';
+'DELETE /api/v1/mailboxes/{address}/fault: clear_inbox_fault (the inbox''s own fault; its catch-all domain''s stays); false if it had none. Errors: MR203, MR204, MR240, MR241.';
 
 GRANT EXECUTE ON FUNCTION mailroom.http_clear_inbox_fault(text, text, bytea) TO mailroom_http;
 
@@ -1153,7 +1214,7 @@ END;
 $$;
 
 COMMENT ON FUNCTION mailroom.http_inbox_fault(text, text, bytea) IS
-'GET /api/v1/mailboxes/{address}/fault: the fault in force for an open inbox (its own, else its catch-all domain''s) as JSON; MR270 when none.';
+'GET /api/v1/mailboxes/{address}/fault: the fault in force for an open inbox (its own, else its catch-all domain''s) as JSON; MR270 when none. Errors: MR270, MR203, MR204, MR205, MR206, MR240, MR241.';
 
 GRANT EXECUTE ON FUNCTION mailroom.http_inbox_fault(text, text, bytea) TO mailroom_http;
 
@@ -1189,3 +1250,27 @@ COMMENT ON FUNCTION mailroom.http_release_message(text, text, bytea, bigint, tex
 'POST …/messages/{id}/release: release_message for the request''s credential, its rate counted per API key; {"outbound_id", "to", "sender"}. Errors: MR395-MR397 (403), MR301, MR303, MR306, MR318, MR390, MR020 (429), MR021 (403), MR203-MR209.';
 
 GRANT EXECUTE ON FUNCTION mailroom.http_release_message(text, text, bytea, bigint, text, text) TO mailroom_http;
+
+CREATE OR REPLACE FUNCTION mailroom.face_error_meanings(p_face text)
+RETURNS TABLE (code text, meaning text)
+LANGUAGE sql
+STABLE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+    -- every code with its meaning, in a face's own words where mailroom.error_codes speaks of what the
+    -- face has not (MCP knows only API keys, no session token): what its tool descriptions list
+    SELECT e.code, coalesce(w.words, e.meaning)
+    FROM mailroom.error_codes AS e
+    LEFT JOIN (VALUES
+        ('mcp', 'MR204', 'the inbox is not this API key''s owner''s'),
+        ('mcp', 'MR240', 'credentials required: an API key'),
+        ('mcp', 'MR295', 'a sink inbox takes no injected fault: fault injection needs an inbox of an API key')
+    ) AS w (face, code, words) ON e.code = w.code AND w.face = p_face
+    ORDER BY e.code
+$$;
+
+COMMENT ON FUNCTION mailroom.face_error_meanings(text) IS
+'Every MR code with its meaning as a face (p_face: rest, mcp) says it: mailroom.error_codes, with the face''s own words where the table speaks of a credential the face has not. The MCP server reads it once for its tool descriptions.';
+
+GRANT EXECUTE ON FUNCTION mailroom.face_error_meanings(text) TO mailroom_http;

@@ -17,7 +17,10 @@
 
 -- What is due: queued, and never tried or its retry time (or send_after) has come. coalesce()
 -- is the expression of outbound_messages_due_idx, so a scan ordered by priority DESC, due_at, id
--- walks that partial index and stops after LIMIT rows, at any queue size.
+-- walks that partial index and stops after LIMIT rows, at any queue size. And made by then
+-- (created_at <= clock, always so for a live worker): a session that pins the clock before an
+-- installation existed (db verify's pgTAP files) meets its own rows alone, and never locks the
+-- installation's (docs/operations.md, "Verifying an installation").
 CREATE OR REPLACE VIEW mailroom._outbound_due AS
 SELECT
     m.id,
@@ -28,10 +31,11 @@ SELECT
 FROM mailroom.outbound_messages AS m
 WHERE
     m.status = 'queued'
-    AND coalesce(m.next_retry_at, '-infinity'::timestamptz) <= mailroom.clock();
+    AND coalesce(m.next_retry_at, '-infinity'::timestamptz) <= mailroom.clock()
+    AND m.created_at <= mailroom.clock();
 
 COMMENT ON VIEW mailroom._outbound_due IS
-'Internal: the outbound messages due now (queued, retry time or send_after come), with priority and due_at: a claim takes them by priority DESC, due_at, id.';
+'Internal: the outbound messages due now (queued, retry time or send_after come, made by now), with priority and due_at: a claim takes them by priority DESC, due_at, id.';
 
 -- The statement of a function that is one RETURN QUERY (the claim's): what _explain_claim
 -- plans, so the checked plan is the plan of the text that runs.

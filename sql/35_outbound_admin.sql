@@ -64,7 +64,9 @@ BEGIN
         count(*) FILTER (WHERE m.status = 'queued' AND m.attempts = 0 AND m.next_retry_at > v_now),
         -- webhooks (sql/38_outbound_webhooks.sql): delivered again after a lost answer, possibly twice
         (SELECT k.value FROM mailroom.outbound_counters AS k WHERE k.name = 'webhook_possible_duplicates')
-    FROM mailroom.outbound_messages AS m;
+    FROM mailroom.outbound_messages AS m
+    -- made by now: every row for a live reader (a clock pinned before them leaves them out)
+    WHERE m.created_at <= v_now;
 END;
 $$;
 

@@ -206,10 +206,12 @@ BEGIN
         END IF;
     END IF;
 
+    -- a domain or all: the messages made by now (all of them for a live operator; a session pinned
+    -- before an installation existed, db verify's pgTAP, meets its own alone)
     v_where := CASE
         WHEN p_ids IS NOT NULL THEN 'm.id = ANY ($1)'
-        WHEN v_domain IS NOT NULL THEN 'm.rcpt_domain = $2'
-        ELSE 'true'
+        WHEN v_domain IS NOT NULL THEN 'm.rcpt_domain = $2 AND m.created_at <= $5'
+        ELSE 'm.created_at <= $5'
     END;
     IF v_verb.due = 'now' THEN
         -- only what is not due yet changes (a deferred retry, a send_after to come)
@@ -488,7 +490,8 @@ BEGIN
         extract(EPOCH FROM v_now - min(m.created_at))::double precision,
         (SELECT s.backoff_until FROM mailroom.domain_state AS s WHERE s.domain = m.rcpt_domain AND s.backoff_until > v_now)
     FROM mailroom.outbound_messages AS m
-    WHERE m.status IN ('queued', 'held', 'processing')
+    -- made by now: every row for a live operator (a clock pinned before them leaves them out)
+    WHERE m.status IN ('queued', 'held', 'processing') AND m.created_at <= v_now
     GROUP BY m.rcpt_domain
     ORDER BY count(*) DESC, m.rcpt_domain
     LIMIT p_limit;

@@ -230,9 +230,41 @@ def _pgtap_files(args: list[str]) -> list[str]:
     root = checkout_root()
     if root is None:
         raise UserError("the pgTAP suite is part of a mailroom checkout (tests/pgtap), not of the package")
-    # tests/pgtap_sessions: files that drive a second session through dblink (it commits): run here on
-    # the throwaway cluster only, never shipped, never run by `db verify`
-    return [str(p) for folder in ("pgtap", "pgtap_sessions") for p in sorted((root / "tests" / folder).glob("*.sql"))]
+    # tests/pgtap_sessions: files that drive a second session through dblink (it commits); tests/pgtap_fresh:
+    # files that change the schema or its statistics to test a plan or partition maintenance (DDL, ANALYZE).
+    # Both run here on the throwaway cluster only, never shipped, never run by `db verify`
+    return [str(p) for folder in ("pgtap", "pgtap_sessions", "pgtap_fresh")
+            for p in sorted((root / "tests" / folder).glob("*.sql"))]
+
+
+FRESH_FOLDER = "pgtap_fresh"
+
+
+def _pgtap_runs(cluster: embedded.Cluster, files: list[str]) -> list[tuple[str, list[str]]]:
+    """(database, files) for pg_prove: every file on mailroom_pgtap (migrated already), but each file of
+    tests/pgtap_fresh on a clone of its own, made before any file runs: a plan test reads the tables'
+    physical state (pages, dead rows, estimates), which another file's rolled-back rows and ANALYZE change."""
+    fresh = [f for f in files if Path(f).parent.name == FRESH_FOLDER]
+    shared = [f for f in files if f not in fresh]
+    runs = [("mailroom_pgtap", shared)] if shared else []
+    for f in fresh:
+        name = f"mailroom_pgtap_{Path(f).stem}"
+        create_database(cluster, name, template="mailroom_pgtap")
+        runs.append((name, [f]))
+    return runs
+
+
+def _prove_runs(cluster: embedded.Cluster, runs: list[tuple[str, list[str]]], out: TextIO | None = None,
+                current: list[subprocess.Popen] | None = None) -> int:
+    """pg_prove once a run, one after the other; the first failure's exit code. `current` holds the running one."""
+    rc = 0
+    for dbname, files in runs:
+        proc = subprocess.Popen(pg_prove_argv(cluster, dbname, files), stdout=out,
+                                stderr=subprocess.STDOUT if out is not None else None, stdin=subprocess.DEVNULL)
+        if current is not None:
+            current[:] = [proc]
+        rc = rc or proc.wait()
+    return rc
 
 
 def run_pgtap(cluster: embedded.Cluster, files: list[str]) -> int:
@@ -241,7 +273,7 @@ def run_pgtap(cluster: embedded.Cluster, files: list[str]) -> int:
         print("no pgTAP files", file=sys.stderr)
         return 0
     migrated_database(cluster, "mailroom_pgtap", pgtap=True)
-    return pg_prove(cluster, "mailroom_pgtap", files)
+    return _prove_runs(cluster, _pgtap_runs(cluster, files))
 
 
 # ----------------------------------------------------------------------------- the suite on a used database
@@ -614,22 +646,26 @@ def _pgtap_alongside_pytest(cluster: embedded.Cluster, args: list[str], env: dic
     files = _pgtap_files([])
     with phase("pgTAP database"):
         migrated_database(cluster, "mailroom_pgtap", pgtap=True)
+        runs = _pgtap_runs(cluster, files)
     with tempfile.TemporaryFile("w+") as report:
         started = time.monotonic()
-        prove = subprocess.Popen(pg_prove_argv(cluster, "mailroom_pgtap", files), stdout=report,
-                                 stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
-        ended: list[float] = []  # when pg_prove ended (a thread waits for it: pytest holds this one)
-        waiter = threading.Thread(target=lambda: (prove.wait(), ended.append(time.monotonic())), daemon=True)
+        current: list[subprocess.Popen] = []
+        ended: list[float] = []  # when pg_prove ended (a thread runs it: pytest holds this one)
+        rcs: list[int] = []
+        waiter = threading.Thread(
+            target=lambda: (rcs.append(_prove_runs(cluster, runs, report, current)), ended.append(time.monotonic())),
+            daemon=True)
         waiter.start()
         try:
             with phase("pytest (pgTAP alongside)"):
                 pytest_rc = subprocess.call([sys.executable, "-m", "pytest", *args], env=env)
-            rc = prove.wait()
             waiter.join()
+            rc = rcs[0] if rcs else 1
         finally:
-            if prove.poll() is None:
-                prove.kill()
-                prove.wait()
+            if waiter.is_alive():
+                for proc in current:
+                    proc.kill()
+                    proc.wait()
         report.seek(0)
         print("== pgTAP (pg_prove, run alongside pytest)", flush=True)
         sys.stdout.write(report.read())

@@ -258,6 +258,7 @@ BEGIN
                 AND t.consumed_at IS NULL
                 AND t.revoked_at IS NULL
                 AND t.expires_at > $3
+                AND t.created_at <= $3
                 AND ta.eligible_status = a.status
             ORDER BY t.id
             LIMIT $1
@@ -364,6 +365,7 @@ BEGIN
             AND t.consumed_at IS NULL
             AND t.revoked_at IS NULL
             AND t.expires_at > v_now
+            AND t.created_at <= v_now
         ORDER BY t.id
         LIMIT 2 * p_limit
     ) AS c;

@@ -6,7 +6,7 @@
 -- spread over the shards; in each lane the statement is the single-node one with `lane = p_lane`
 -- added, and SKIP LOCKED keeps every row to one claimer. The reaper of sql/34 keeps its one body
 -- and runs its statement once a lane through the seam _outbound_scopes (below).
--- The due predicate and the result columns are those of sql/33 (_outbound_due, _claim): a
+-- The due predicate (made by now included) and the result columns are those of sql/33 (_outbound_due, _claim): a
 -- change there is made here too (tests/citus run the senders on this path); the row is the same
 -- type, mailroom.claimed_message (migration 0250).
 -- Per-domain caps (domain_limits): while a cap is set the claim first decides, on the
@@ -44,6 +44,7 @@ BEGIN
                 d.lane = %1$s
                 AND d.status = 'queued'
                 AND coalesce(d.next_retry_at, '-infinity'::timestamptz) <= $1
+                AND d.created_at <= $1
                 AND d.rcpt_domain <> ALL($5)
             ORDER BY d.priority DESC, coalesce(d.next_retry_at, '-infinity'::timestamptz), d.id
             LIMIT $2
@@ -108,6 +109,7 @@ BEGIN
                         d.lane = %1$s
                         AND d.status = 'queued'
                         AND coalesce(d.next_retry_at, '-infinity'::timestamptz) <= $1
+                        AND d.created_at <= $1
                         AND d.rcpt_domain = ANY($5)
                     ORDER BY d.priority DESC, coalesce(d.next_retry_at, '-infinity'::timestamptz), d.id
                     LIMIT 2 * $2 + 8
@@ -221,6 +223,7 @@ BEGIN
         WHERE
             d.status = 'queued'
             AND coalesce(d.next_retry_at, '-infinity'::timestamptz) <= p_now
+            AND d.created_at <= p_now
             AND d.rcpt_domain <> ALL (v_blocked)
         ORDER BY d.priority DESC, coalesce(d.next_retry_at, '-infinity'::timestamptz), d.id
         LIMIT 2 * p_limit + 8
@@ -380,6 +383,7 @@ BEGIN
         WHERE
             d.status = 'queued'
             AND coalesce(d.next_retry_at, '-infinity'::timestamptz) <= p_now
+            AND d.created_at <= p_now
             AND d.rcpt_domain <> ALL (coalesce(p_blocked, '{}'))
         ORDER BY d.priority DESC, coalesce(d.next_retry_at, '-infinity'::timestamptz), d.id
         LIMIT p_limit

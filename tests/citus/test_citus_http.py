@@ -47,6 +47,16 @@ def test_the_rest_v1_calls_on_citus(cconn, citus_url):
         assert [m["id"] for m in by_tag] == [tagged]
         every = http.execute("SELECT mailroom.http_list_all_messages(null, %s)", (digest,)).fetchone()[0]
         assert [(m["id"], m["mailbox"]) for m in every] == [(tagged, mcp), (message, mcp)]
+        # issue 44 item 4 on Citus: keyset pages of the list and of a search (one inbox: single-shard), and
+        # the owner's mail searched (multi-shard, the rank's window on the coordinator)
+        older = http.execute("SELECT mailroom.http_list_messages(%s, null, %s, p_before_id => %s)",
+                             (mcp, digest, tagged)).fetchone()[0]
+        assert [m["id"] for m in older] == [message]
+        searched = http.execute("SELECT mailroom.http_search_messages(%s, null, %s, 'news or code', 1, %s)",
+                                (mcp, digest, tagged)).fetchone()[0]
+        assert [m["id"] for m in searched["messages"]] == [message]
+        found = http.execute("SELECT mailroom.http_list_all_messages(null, %s, p_query => 'code')", (digest,)).fetchone()[0]
+        assert [(m["id"], m["mailbox"]) for m in found] == [(message, mcp)]
         extended = http.execute("SELECT mailroom.http_extend_mailbox(%s, null, %s, 1800)", (mcp, digest)).fetchone()[0]
         assert extended["max_ttl_seconds"] == 3600
         assert http.execute("SELECT mailroom.http_delete_messages(%s, null, %s, %s)",

@@ -87,7 +87,7 @@ def test_db_migrate_moves_the_earlier_layout_keeping_its_mailboxes_and_messages(
         # the functions typed by mailboxes' row, dropped by Citus with the earlier table, are back
         assert conn.execute(
             "SELECT count(*) FROM pg_proc WHERE pronamespace = 'mailroom_internal'::regnamespace"
-            " AND proname IN ('_authorize_mailbox', '_http_box', '_http_mailbox_json', '_search_mailbox')"
+            " AND proname IN ('_authorize_mailbox', '_http_box', '_http_mailbox_json', '_http_message_page')"
         ).fetchone() == (4,)
         # accounts and tokens moved too: distributed, colocated, their keys in the lookup tables
         accounts, tokens = _kind(conn, "mailroom.accounts"), _kind(conn, "mailroom.tokens")

@@ -144,6 +144,9 @@ class Inboxes(_Db):
         self.boxes: dict[str, dict] = {}  # address -> {expires_at, stored, expired, purged, max}
         plan = self.conn.execute("SELECT * FROM mailroom.list_plans() WHERE name = 'free'").fetchone()
         self.max_messages = plan.get("max_messages")
+        # a full free inbox lets its oldest message go (plans.when_full, migration 0500) or refuses
+        self.drop_oldest = self.conn.execute(
+            "SELECT when_full = 'drop_oldest' AS d FROM mailroom.plans WHERE name = 'free'").fetchone()["d"]
 
     @rule(ttl=st.integers(min_value=1, max_value=120))
     def create(self, ttl: int) -> None:
@@ -163,11 +166,11 @@ class Inboxes(_Db):
             assert state in ("MR203", "MR205", "MR206"), state
         elif self.now >= b["expires_at"]:
             assert state == "MR205", f"accepted past expires_at: {state}"
-        elif self.max_messages is not None and b["stored"] >= self.max_messages:
+        elif self.max_messages is not None and b["stored"] >= self.max_messages and not self.drop_oldest:
             assert state == "MR208", state
         else:
             assert state is None, state
-            b["stored"] += 1
+            b["stored"] = min(b["stored"] + 1, self.max_messages or b["stored"] + 1)
 
     @rule(minutes=st.integers(min_value=1, max_value=90))
     def time_passes(self, minutes: int) -> None:

@@ -1,5 +1,5 @@
 """Search (issue 35, item 2): `mailroom inbox search` and GET /api/v1/mailboxes/{address}/search?q= are the
-same rule (mailroom.search_messages / _search_mailbox, sql/27_search.sql), so they give the same answers,
+same rule (mailroom.search_messages / _search_mailboxes, sql/27_search.sql), so they give the same answers,
 for each kind of term: prefixes, substrings, addresses by their parts, qualifiers, phrases, -negation, or;
 the same refusals (HTTP 400 and the MR code, the CLI one line and exit 2); every match up to the limit."""
 

@@ -106,6 +106,7 @@ def test_plans_lists_what_create_accepts(cli):
     listed = cli("plans")
     assert listed.returncode == 0, listed.stderr
     assert listed.stdout.splitlines()[0].split() == ["PLAN", "DEFAULT_TTL", "MAX_TTL", "MAX_MESSAGE_BYTES",
-                                                     "MAX_MESSAGES"]
-    assert [line.split()[:3] for line in listed.stdout.splitlines()[1:]] == [
-        ["free", "10m", "1h"], ["pro", "1h", "1d"], ["sink", "1d", "1d"], ["enterprise", "1d", "1w"]]
+                                                     "MAX_MESSAGES", "WHEN_FULL"]
+    assert [line.split()[:3] + line.split()[-1:] for line in listed.stdout.splitlines()[1:]] == [
+        ["free", "10m", "1h", "drop_oldest"], ["pro", "1h", "1d", "refuse"], ["sink", "1d", "1d", "drop_oldest"],
+        ["enterprise", "1d", "1w", "refuse"]]

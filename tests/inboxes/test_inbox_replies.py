@@ -9,6 +9,8 @@ import smtplib
 
 def _set_reply(conn, code: str, reply: str) -> None:
     conn.execute("UPDATE mailroom.error_codes SET smtp_reply = %s WHERE code = %s", (reply, code))
+    # a full inbox is refused only under a plan that refuses (the free plan's seed lets the oldest go)
+    conn.execute("UPDATE mailroom.plans SET when_full = 'refuse' WHERE name = 'free'")
 
 
 def test_rcpt_answers_the_reply_of_the_verdict_in_the_vocabulary(server, conn, make_mailbox):

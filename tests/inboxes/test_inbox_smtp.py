@@ -210,7 +210,8 @@ def test_plan_size_limit_552_at_rcpt_and_data(server, conn, make_mailbox):
 
 
 def test_mailbox_full_552(server, conn, make_mailbox):
-    conn.execute("UPDATE mailroom.plans SET max_messages = 1 WHERE name = 'free'")
+    # a plan that refuses when full (the free plan's seed lets the oldest go: test_inbox_full.py)
+    conn.execute("UPDATE mailroom.plans SET max_messages = 1, when_full = 'refuse' WHERE name = 'free'")
     box = make_mailbox()
     with smtplib.SMTP(server.host, server.port, timeout=10) as client:
         assert client.sendmail("a@example.com", [box.address], RAW) == {}

@@ -24,7 +24,8 @@ from mailroom.testing import as_login
 
 TOOLS = {"create_inbox", "list_inboxes", "list_messages", "read_message", "wait_for_message", "extract_link",
          "extract_code", "delete_inbox", "set_inbox_fault", "clear_inbox_fault", "mark_message", "clear_inbox",
-         "extend_inbox", "get_inbox", "delete_message", "delete_messages", "search_messages", "get_inbox_fault"}
+         "extend_inbox", "get_inbox", "delete_message", "delete_messages", "search_messages", "get_inbox_fault",
+         "mark_all_read"}
 
 
 async def _story(session, smtp_port: int, db_url: str) -> None:

@@ -1,8 +1,10 @@
 -- Queue health: queue_health (due, oldest due age, expired leases per queue), worker_heartbeat and
--- worker_health, their privileges, and the plan of every due-count (its partial index).
--- verify: not on a live database yet: queue_health and the workers' forgetting read every row, and its plan section dispatches the installation's pending tokens
+-- worker_health, their privileges. The plan of every due-count (its partial index, ANALYZE at size):
+-- tests/pgtap_fresh/06_queue_health_plans.sql, on the test cluster only. The clock is pinned before any
+-- installation existed: every count is of rows made by then (the test's), and no installation's lease
+-- has expired nor inbox is due by then (docs/operations.md, "Verifying an installation").
 BEGIN;
-SELECT plan(52);
+SELECT plan(46);
 \ir fixtures/default_settings.sql
 
 -- ---------------------------------------------------------------- shape and privileges
@@ -66,7 +68,7 @@ SELECT ok(
 );
 
 -- ---------------------------------------------------------------- queue_health, pinned clock
-SET LOCAL mailroom.clock = '2030-01-01 00:00:00+00';
+SET LOCAL mailroom.clock = '2000-01-01 00:00:00+00';
 SELECT results_eq(
     'SELECT queue, due, oldest_due_age_seconds, expired_leases FROM mailroom.queue_health()',
     $$VALUES ('outbound', 0::bigint, 0::float8, 0::bigint), ('tokens', 0, 0, NULL), ('inbox_expiry', 0, 0, NULL)$$,
@@ -74,11 +76,11 @@ SELECT results_eq(
 );
 SELECT mailroom.upsert_sender('qh', 'robot@mailroom.test', '127.0.0.1', 2525);
 SELECT mailroom.enqueue_message('qh', ARRAY['a' || g || '@example.com'], 's' || g, 't') FROM generate_series(1, 3) AS g;
-SELECT mailroom.enqueue_message('qh', ARRAY['later@example.com'], 'later', 't', p_send_after => '2030-01-01 01:00Z');
+SELECT mailroom.enqueue_message('qh', ARRAY['later@example.com'], 'later', 't', p_send_after => '2000-01-01 01:00Z');
 SELECT mailroom.create_account('qh@example.com', 'qh');
 SELECT mailroom.create_mailbox(10);
 
-SET LOCAL mailroom.clock = '2030-01-01 00:01:30+00';
+SET LOCAL mailroom.clock = '2000-01-01 00:01:30+00';
 CREATE TEMP TABLE h1 ON COMMIT DROP AS SELECT * FROM mailroom.queue_health();
 SELECT is((SELECT due FROM h1 WHERE queue = 'outbound'), 3::bigint, 'outbound: three due, the later one is not');
 SELECT is((SELECT oldest_due_age_seconds FROM h1 WHERE queue = 'outbound'), 90::float8, 'outbound: due for 90 s');
@@ -89,7 +91,7 @@ SELECT is((SELECT due FROM h1 WHERE queue = 'inbox_expiry'), 0::bigint, 'inbox_e
 
 SELECT is((SELECT count(*)::integer FROM mailroom.claim_messages(1, 'qh-w', '60 seconds')), 1, 'one claimed, lease 60 s');
 SELECT is((SELECT count(*)::integer FROM mailroom.dequeue_tokens(10, decode(repeat('ab', 32), 'hex'))), 1, 'the token dispatched');
-SET LOCAL mailroom.clock = '2030-01-01 00:11:00+00';
+SET LOCAL mailroom.clock = '2000-01-01 00:11:00+00';
 CREATE TEMP TABLE h2 ON COMMIT DROP AS SELECT * FROM mailroom.queue_health();
 SELECT is((SELECT due FROM h2 WHERE queue = 'outbound'), 2::bigint, 'outbound: the claimed one is no longer due');
 SELECT is((SELECT oldest_due_age_seconds FROM h2 WHERE queue = 'outbound'), 660::float8, 'outbound: the oldest due is 11 min old');
@@ -101,19 +103,19 @@ SELECT is(mailroom.expire_mailboxes(), 1, 'expired');
 SELECT is((SELECT due FROM mailroom.queue_health() WHERE queue = 'inbox_expiry'), 0::bigint, 'inbox_expiry: nothing due after');
 
 -- ---------------------------------------------------------------- heartbeats
-SET LOCAL mailroom.clock = '2030-01-02 00:00:00+00';
+SET LOCAL mailroom.clock = '2000-01-02 00:00:00+00';
 SELECT lives_ok($$SELECT mailroom.worker_heartbeat('host-a:101', 'sender', true)$$, 'a sender reports in');
 SELECT is(
     (SELECT row(kind, host, listening, last_claim_at IS NULL, claimed)::text FROM mailroom.workers WHERE worker = 'host-a:101'),
     '(sender,host-a,t,t,0)', 'its row: kind, host from the name, listening, no claim yet'
 );
-SET LOCAL mailroom.clock = '2030-01-02 00:00:10+00';
+SET LOCAL mailroom.clock = '2000-01-02 00:00:10+00';
 SELECT mailroom.worker_heartbeat('host-a:101', 'sender', false, 5);
 SELECT mailroom.worker_heartbeat('host-b:7', 'collector', true, 0);
-SET LOCAL mailroom.clock = '2030-01-02 00:00:40+00';
+SET LOCAL mailroom.clock = '2000-01-02 00:00:40+00';
 SELECT results_eq(
     $$SELECT worker, kind, host, listening, heartbeat_age_seconds, listener_age_seconds, last_claim_age_seconds, claimed
-      FROM mailroom.worker_health()$$,
+      FROM mailroom.worker_health() WHERE worker LIKE 'host-%'$$,
     $$VALUES ('host-b:7', 'collector', 'host-b', true, 30::float8, 30::float8, NULL::float8, 0::bigint),
              ('host-a:101', 'sender', 'host-a', false, 30, 40, 30, 5)$$,
     'worker_health: heartbeat, listener and claim ages per worker'
@@ -138,10 +140,10 @@ SELECT is(
     '(running,127.0.0.1:9102,"smtp 127.0.0.1:2525")',
     'the inbound server reports in: running, its metrics address and what it serves'
 );
-SET LOCAL mailroom.clock = '2030-01-02 00:01:41+00';
+SET LOCAL mailroom.clock = '2000-01-02 00:01:41+00';
 SELECT mailroom.worker_heartbeat('host-i:9', 'inbound', false, 0, '127.0.0.1:9102', 'smtp 127.0.0.1:2525');
 SELECT results_eq(
-    $$SELECT worker, state FROM mailroom.worker_health()$$,
+    $$SELECT worker, state FROM mailroom.worker_health() WHERE worker LIKE 'host-%'$$,
     $$VALUES ('host-i:9', 'running'), ('host-b:7', 'lost'), ('host-a:101', 'lost')$$,
     'a worker silent for longer than workers.lost_after (1 minute) is lost; running ones come first'
 );
@@ -152,69 +154,28 @@ SELECT is(
     '(stopped,f,10)', 'stopped, not listening, its last claims counted'
 );
 SELECT is(
-    (SELECT state FROM mailroom.worker_health() ORDER BY 1 DESC LIMIT 1), 'stopped',
+    (SELECT state FROM mailroom.worker_health() WHERE worker LIKE 'host-%' ORDER BY 1 DESC LIMIT 1), 'stopped',
     'stopped workers come last'
 );
-SET LOCAL mailroom.clock = '2030-01-02 00:02:00+00';
+SET LOCAL mailroom.clock = '2000-01-02 00:02:00+00';
 SELECT mailroom.worker_heartbeat('host-a:101', 'sender', true, 1);
 SELECT is(
     (SELECT row(state, claimed, started_at)::text FROM mailroom.worker_health() WHERE worker = 'host-a:101'),
-    '(running,1,"2030-01-02 00:02:00+00")',
+    '(running,1,"2000-01-02 00:02:00+00")',
     'a new process under a stopped worker''s name starts afresh (started_at, claimed)'
 );
 SELECT mailroom.worker_stopped('host-a:101');
-SET LOCAL mailroom.clock = '2030-01-02 01:02:01+00';
+SET LOCAL mailroom.clock = '2000-01-02 01:02:01+00';
 SELECT mailroom.worker_heartbeat('host-i:9', 'inbound', false);
 SELECT is(
-    (SELECT array_agg(worker ORDER BY worker) FROM mailroom.workers), ARRAY['host-b:7', 'host-i:9'],
+    (SELECT array_agg(worker ORDER BY worker) FROM mailroom.workers WHERE worker LIKE 'host-%'), ARRAY['host-b:7', 'host-i:9'],
     'a worker stopped for longer than workers.forget_stopped_after (1 hour) is forgotten; a lost one is kept'
 );
-SET LOCAL mailroom.clock = '2030-01-03 00:01:00+00';
+SET LOCAL mailroom.clock = '2000-01-03 00:01:00+00';
 SELECT mailroom.worker_heartbeat('host-c:1', 'expiry', false);
 SELECT is(
-    (SELECT array_agg(worker ORDER BY worker) FROM mailroom.workers), ARRAY['host-c:1', 'host-i:9'],
+    (SELECT array_agg(worker ORDER BY worker) FROM mailroom.workers WHERE worker LIKE 'host-%'), ARRAY['host-c:1', 'host-i:9'],
     'workers silent for longer than workers.forget_after (1 day) are forgotten'
-);
-
--- ---------------------------------------------------------------- the plan: partial indexes only
--- history in every table (sent messages, dispatched tokens, closed inboxes) and a small backlog
-INSERT INTO mailroom.outbound_messages (sender_id, to_addrs, subject, text_body, message_id, status, sent_at)
-SELECT (SELECT id FROM mailroom.senders WHERE name = 'qh'), ARRAY['bulk@example.com'], 'bulk', 't', '<qh' || g || '@x>',
-    CASE WHEN g % 500 = 0 THEN 'queued' ELSE 'sent' END::mailroom.outbound_status, '2029-01-01Z'
-FROM generate_series(1, 50000) AS g;
-INSERT INTO mailroom.accounts (email, login) SELECT 'hist' || g || '@example.com', 'hist' || g FROM generate_series(1, 20000) AS g;
-UPDATE mailroom.tokens SET dispatched_at = mailroom.clock(), secret = NULL, code = NULL
-WHERE dispatched_at IS NULL AND id % 200 <> 0;
-INSERT INTO mailroom.mailboxes (address, plan, session_token_digest, expires_at, created_at, is_active, inactive_since)
-SELECT format('old-%s@qh.test', g), 'free', '\x00', '2029-01-01Z', '2029-01-01Z', g % 400 = 0,
-    CASE WHEN g % 400 <> 0 THEN '2029-01-01Z'::timestamptz END
-FROM generate_series(1, 50000) AS g;
-ANALYZE mailroom.outbound_messages;
-ANALYZE mailroom.tokens;
-ANALYZE mailroom.accounts;
-ANALYZE mailroom.mailboxes;
--- outbound_messages, messages and tokens are partitioned by time (migration 0100): a plan names a
--- partition's index, <partition>_<index name without the table prefix>, and an empty partition
--- (created ahead) or one of a few rows may be planned as a Seq Scan, cheaper than an index
--- descent. This lists the sequential scans of relations larger than 8 pages (64 kB).
-CREATE FUNCTION pg_temp.nonempty_seq_scans(p_plan text) RETURNS text LANGUAGE sql AS $$
-    SELECT string_agg(DISTINCT m[1], ', ')
-    FROM regexp_matches(p_plan, 'Seq Scan on (\w+)', 'g') AS m
-    WHERE EXISTS (
-        SELECT 1 FROM pg_class AS c
-        WHERE c.relname = m[1] AND c.relnamespace = 'mailroom'::regnamespace AND pg_relation_size(c.oid) > 8 * 8192
-    )
-$$;
-CREATE TEMP TABLE plan ON COMMIT DROP AS SELECT string_agg(p, E'\n') AS p FROM mailroom_internal._explain_queue_health() AS p;
-SELECT ok((SELECT p FROM plan) ~ 'using outbound_messages_(p[0-9]{8}t[0-9]{4}|default)_due_idx', 'outbound due-count: outbound_messages_due_idx');
-SELECT ok((SELECT p FROM plan) ~ 'using outbound_messages_(p[0-9]{8}t[0-9]{4}|default)_processing(_domain)?_idx', 'expired leases: a partial index of the processing rows (outbound_messages_processing_idx or _processing_domain_idx)');
-SELECT ok((SELECT p FROM plan) ~ 'using tokens_(p[0-9]{8}t[0-9]{4}|default)_pending_idx', 'tokens due-count: tokens_pending_idx');
-SELECT ok((SELECT p FROM plan) ~ 'using mailboxes_expiry_idx', 'inbox_expiry due-count: mailboxes_expiry_idx');
-SELECT is(pg_temp.nonempty_seq_scans((SELECT p FROM plan)), NULL, 'no sequential scan of any queue table');
-SELECT results_eq(
-    'SELECT queue, due FROM mailroom.queue_health()',
-    $$VALUES ('outbound', 103::bigint), ('tokens', 100), ('inbox_expiry', 125)$$,
-    'the counts at size (the later message is due by now)'
 );
 
 SELECT * FROM finish();

@@ -4,29 +4,31 @@ BEGIN;
 SELECT plan(16);
 \ir fixtures/default_settings.sql
 
-SET LOCAL mailroom.clock = '2030-01-01 00:00:00+00';  -- epoch 1893456000
+-- the clock before any installation existed: the dequeue meets the test's tokens alone
+-- (docs/operations.md, "Verifying an installation")
+SET LOCAL mailroom.clock = '2000-01-01 00:00:00+00';  -- epoch 946684800
 SELECT mailroom.create_account('taken@example.com', 'someone');
 SELECT mailroom.create_account('other@example.com', 'takenlogin');
 
 CREATE TEMP TABLE seed_accounts AS
 SELECT jsonb_build_array(
     jsonb_build_object('id', 1, 'email', 'prov@example.com', 'login', 'prov', 'status', 'provisioned',
-        'created_at', 1893455900),
+        'created_at', 946684700),
     jsonb_build_object('id', 2, 'email', 'act@example.com', 'login', 'act', 'status', 'active',
-        'created_at', 1893000000, 'status_changed_at', 1893000100, 'activated_at', 1893000100),
+        'created_at', 946228800, 'status_changed_at', 946228900, 'activated_at', 946228900),
     jsonb_build_object('id', 3, 'email', 'sus@example.com', 'login', 'sus', 'status', 'suspended',
-        'created_at', 1893000000, 'status_changed_at', 1893000200, 'activated_at', 1893000100,
-        'suspended_at', 1893000200),
+        'created_at', 946228800, 'status_changed_at', 946229000, 'activated_at', 946228900,
+        'suspended_at', 946229000),
     jsonb_build_object('id', 4, 'email', 'new@example.com', 'login', 'new', 'status', 'provisioned',
-        'created_at', 1893455800),
+        'created_at', 946684600),
     jsonb_build_object('id', 5, 'email', 'stale@example.com', 'login', 'stale', 'status', 'provisioned',
-        'created_at', 1800000000),
+        'created_at', 853228800),
     jsonb_build_object('id', 6, 'email', 'Taken@Example.com', 'login', 'taken2', 'status', 'active',
-        'created_at', 1893000000),
+        'created_at', 946228800),
     jsonb_build_object('id', 7, 'email', 'clash@example.com', 'login', 'takenlogin', 'status', 'active',
-        'created_at', 1893000000),
+        'created_at', 946228800),
     jsonb_build_object('id', 8, 'email', 'nodot@localhost', 'login', 'nodot', 'status', 'active',
-        'created_at', 1893000000)
+        'created_at', 946228800)
 ) AS a;
 
 -- secrets: 32 bytes of 'a' (token 1, dispatched) and of 'b' (token 2, dispatched recovery)
@@ -36,24 +38,24 @@ CREATE TEMP TABLE s AS SELECT
 
 CREATE TEMP TABLE seed_tokens AS
 SELECT jsonb_build_array(
-    jsonb_build_object('id', 1, 'action', 'activation', 'account', 1, 'created_at', 1893455900,
-        'expires_at', 1893456800,
+    jsonb_build_object('id', 1, 'action', 'activation', 'account', 1, 'created_at', 946684700,
+        'expires_at', 946685600,
         'secret_digest', encode(mailroom_internal._digest(s.s1, 'sha256'), 'hex'),
         'code_digest', encode(mailroom_internal._digest(s.s1 || convert_to(s.c1, 'UTF8'), 'sha256'), 'hex')),
-    jsonb_build_object('id', 2, 'action', 'password_recovery', 'account', 2, 'created_at', 1893455900,
-        'expires_at', 1893456800,
+    jsonb_build_object('id', 2, 'action', 'password_recovery', 'account', 2, 'created_at', 946684700,
+        'expires_at', 946685600,
         'secret_digest', encode(mailroom_internal._digest(s.s2, 'sha256'), 'hex'),
         'code_digest', encode(mailroom_internal._digest(s.s2 || convert_to(s.c2, 'UTF8'), 'sha256'), 'hex')),
-    jsonb_build_object('id', 3, 'action', 'activation', 'account', 2, 'created_at', 1893000000,
-        'expires_at', 1893000900, 'consumed_at', 1893000100, 'secret_digest', repeat('00', 32)),
-    jsonb_build_object('id', 4, 'action', 'activation', 'account', 4, 'created_at', 1893455800,
-        'expires_at', 1893456700, 'secret_digest', repeat('01', 32)),
-    jsonb_build_object('id', 5, 'action', 'activation', 'account', 5, 'created_at', 1800000000,
-        'expires_at', 1800000900, 'secret_digest', repeat('02', 32)),
-    jsonb_build_object('id', 6, 'action', 'activation', 'account', 6, 'created_at', 1893455900,
-        'expires_at', 1893456800, 'secret_digest', repeat('03', 32)),
-    jsonb_build_object('id', 9, 'action', 'activation', 'account', 4, 'created_at', 1893455850,
-        'expires_at', 1893456750, 'secret_digest', repeat('04', 32))
+    jsonb_build_object('id', 3, 'action', 'activation', 'account', 2, 'created_at', 946228800,
+        'expires_at', 946229700, 'consumed_at', 946228900, 'secret_digest', repeat('00', 32)),
+    jsonb_build_object('id', 4, 'action', 'activation', 'account', 4, 'created_at', 946684600,
+        'expires_at', 946685500, 'secret_digest', repeat('01', 32)),
+    jsonb_build_object('id', 5, 'action', 'activation', 'account', 5, 'created_at', 853228800,
+        'expires_at', 853229700, 'secret_digest', repeat('02', 32)),
+    jsonb_build_object('id', 6, 'action', 'activation', 'account', 6, 'created_at', 946684700,
+        'expires_at', 946685600, 'secret_digest', repeat('03', 32)),
+    jsonb_build_object('id', 9, 'action', 'activation', 'account', 4, 'created_at', 946684650,
+        'expires_at', 946685550, 'secret_digest', repeat('04', 32))
 ) AS t
 FROM s;
 
@@ -76,12 +78,12 @@ SELECT results_eq(
     $$ SELECT login, status::text, created_at, status_changed_at, activated_at, suspended_at, unsuspended_at
        FROM mailroom.accounts WHERE login IN ('prov', 'act', 'sus', 'new', 'stale') ORDER BY id $$,
     $$ VALUES
-        ('prov', 'provisioned', to_timestamp(1893455900), NULL::timestamptz, NULL::timestamptz, NULL::timestamptz, NULL::timestamptz),
-        ('act', 'active', to_timestamp(1893000000), to_timestamp(1893000100), to_timestamp(1893000100), NULL, NULL),
-        ('sus', 'suspended', to_timestamp(1893000000), to_timestamp(1893000200), to_timestamp(1893000100),
-            to_timestamp(1893000200), NULL),
-        ('new', 'provisioned', to_timestamp(1893455800), NULL, NULL, NULL, NULL),
-        ('stale', 'provisioned', to_timestamp(1800000000), NULL, NULL, NULL, NULL) $$,
+        ('prov', 'provisioned', to_timestamp(946684700), NULL::timestamptz, NULL::timestamptz, NULL::timestamptz, NULL::timestamptz),
+        ('act', 'active', to_timestamp(946228800), to_timestamp(946228900), to_timestamp(946228900), NULL, NULL),
+        ('sus', 'suspended', to_timestamp(946228800), to_timestamp(946229000), to_timestamp(946228900),
+            to_timestamp(946229000), NULL),
+        ('new', 'provisioned', to_timestamp(946684600), NULL, NULL, NULL, NULL),
+        ('stale', 'provisioned', to_timestamp(853228800), NULL, NULL, NULL, NULL) $$,
     'statuses come over; epoch integers become timestamptz'
 );
 
@@ -94,21 +96,21 @@ SELECT results_eq(
     $$ SELECT t.action::text, t.created_at, t.expires_at, t.dispatched_at IS NOT NULL,
               t.secret_digest = mailroom_internal._digest((SELECT s1 FROM s), 'sha256')
        FROM mailroom.tokens AS t JOIN mailroom.accounts AS a ON a.id = t.account WHERE a.login = 'prov' $$,
-    $$ VALUES ('activation', to_timestamp(1893455900), to_timestamp(1893456800), TRUE, TRUE) $$,
+    $$ VALUES ('activation', to_timestamp(946684700), to_timestamp(946685600), TRUE, TRUE) $$,
     'a provisioned account with a usable activation token keeps only it: dispatched (id <= last_seq), its digest'
 );
 
 SELECT results_eq(
     $$ SELECT t.dispatched_at IS NULL, t.secret_digest IS NULL, t.created_at
        FROM mailroom.tokens AS t JOIN mailroom.accounts AS a ON a.id = t.account WHERE a.login = 'new' $$,
-    $$ VALUES (TRUE, TRUE, to_timestamp(1893455850)) $$,
+    $$ VALUES (TRUE, TRUE, to_timestamp(946684650)) $$,
     'undispatched (id > last_seq): the newest usable one only, no digest (mailroom mints at dispatch)'
 );
 
 SELECT results_eq(
     $$ SELECT t.action::text, t.dispatched_at IS NULL, t.created_at
        FROM mailroom.tokens AS t JOIN mailroom.accounts AS a ON a.id = t.account WHERE a.login = 'stale' $$,
-    $$ VALUES ('activation', TRUE, '2030-01-01 00:00:00+00'::timestamptz) $$,
+    $$ VALUES ('activation', TRUE, '2000-01-01 00:00:00+00'::timestamptz) $$,
     'a provisioned account whose seed tokens expired gets mailroom''s fresh activation token'
 );
 

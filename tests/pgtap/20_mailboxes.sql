@@ -1,6 +1,6 @@
 -- Mailboxes: TTL clamping per plan, addresses, owners, extend, soft delete, authorization.
 BEGIN;
-SELECT plan(64);
+SELECT plan(65);
 \ir fixtures/default_settings.sql
 
 SET LOCAL mailroom.clock = '2030-01-01 00:00:00+00';
@@ -271,6 +271,12 @@ SELECT results_eq(
     $$SELECT name, default_ttl_minutes, max_ttl_minutes FROM mailroom.list_plans()$$,
     $$VALUES ('free', 10, 60), ('pro', 60, 1440), ('sink', 1440, 1440), ('enterprise', 1440, 10080)$$,
     'list_plans: every plan with its TTL default and ceiling, shortest first'
+);
+SELECT is(
+    (SELECT count(*)::int FROM mailroom.list_plans() AS l
+     INNER JOIN mailroom.plans AS p ON p.name = l.name AND p.when_full = l.when_full),
+    (SELECT count(*)::int FROM mailroom.plans),
+    'list_plans: what a full inbox of each plan does (when_full)'
 );
 SELECT throws_ok($$SELECT * FROM mailroom.create_mailbox(10, 'gold')$$, 'MR201', NULL, 'an unknown plan: MR201 ...');
 SELECT ok(

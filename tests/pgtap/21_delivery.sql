@@ -1,9 +1,12 @@
 -- Delivery guard at the exact expiry boundary, plan limits, list/read and their errors.
 BEGIN;
-SELECT plan(87);
+SELECT plan(94);
 \ir fixtures/default_settings.sql
 
 SET LOCAL mailroom.clock = '2030-01-01 00:00:00+00';
+-- the count limit's refusal is tested on the free plan: pinned to refuse here (its seeded when_full is
+-- drop_oldest, migration 0500; an installation may choose either); drop_oldest is tested at the end
+UPDATE mailroom.plans SET when_full = 'refuse' WHERE name = 'free';
 
 CREATE TEMP TABLE b AS
 SELECT 'free' AS k, * FROM mailroom.create_mailbox(10, 'free');
@@ -430,6 +433,49 @@ UPDATE mailroom.plans SET when_full = 'refuse' WHERE name = 'enterprise';
 SELECT throws_ok(
     format('SELECT mailroom.deliver_message(%L, %L::bytea)', (SELECT address FROM ring), '\x4869'),
     'MR208', NULL, 'the same inbox under refuse: full (MR208)'
+);
+
+-- a plan's count lowered under its inboxes: each delivery lets at most 10 go (bounded work per
+-- delivery), so the inbox comes back under its count over a few deliveries, never in one long one
+UPDATE mailroom.plans SET max_messages = 30, when_full = 'drop_oldest' WHERE name = 'enterprise';
+SELECT lives_ok(
+    $$SELECT mailroom.deliver_message((SELECT address FROM ring), convert_to('n' || n, 'UTF8'), 'a@example.com', '{}')
+      FROM generate_series(1, 20) AS n$$,
+    'twenty more into the ring, now of thirty places'
+);
+UPDATE mailroom.plans SET max_messages = 2 WHERE name = 'enterprise';
+SELECT lives_ok(
+    format('SELECT mailroom.deliver_message(%L, %L::bytea)', (SELECT address FROM ring), '\x4869'),
+    'one more after the plan went down to two places'
+);
+SELECT is(
+    (SELECT message_count FROM mailroom.mailboxes WHERE id = (SELECT mailbox_id FROM ring)),
+    13, 'twenty-three held, ten let go by that one delivery'
+);
+SELECT is(
+    (SELECT count(*)::int FROM mailroom.messages WHERE mailbox_id = (SELECT mailbox_id FROM ring)),
+    13, 'the count is the messages'' count'
+);
+
+-- the free plan letting the oldest go (its seeded default): the 101st message of a full free inbox is
+-- stored in the same transaction as its oldest goes, the inbox stays at 100
+UPDATE mailroom.plans SET when_full = 'drop_oldest' WHERE name = 'free';
+SELECT is(
+    (SELECT verdict FROM mailroom.check_recipient((SELECT address FROM b WHERE k = 'free2'))), 'ok',
+    'a full free inbox that lets the oldest go is not full at RCPT'
+);
+CREATE TEMP TABLE oldest AS
+SELECT min(id) AS id, max(id) AS newest, count(*) AS n
+FROM mailroom.messages WHERE mailbox_id = (SELECT mailbox_id FROM b WHERE k = 'free2');
+SELECT is((SELECT n FROM oldest), 100::bigint, 'free2 is full');
+CREATE TEMP TABLE newest AS
+SELECT mailroom.deliver_message((SELECT address FROM b WHERE k = 'free2'), '\x4869'::bytea) AS id;
+SELECT ok(
+    (SELECT id FROM newest) > (SELECT newest FROM oldest)
+    AND (SELECT message_count FROM mailroom.mailboxes WHERE id = (SELECT mailbox_id FROM b WHERE k = 'free2')) = 100
+    AND NOT EXISTS (SELECT 1 FROM mailroom.messages WHERE id = (SELECT id FROM oldest))
+    AND (SELECT count(*) FROM mailroom.messages WHERE mailbox_id = (SELECT mailbox_id FROM b WHERE k = 'free2')) = 100,
+    'the 101st message is stored, its oldest gone, 100 kept'
 );
 
 -- The Received: header of mail stored over SMTP (issue 44): deliver_messages writes it from

@@ -4,7 +4,7 @@
 -- unfilled or filled by an older definition is matched with its vector computed on the fly, and
 -- reindex_messages rebuilds the old ones.
 BEGIN;
-SELECT plan(63);
+SELECT plan(67);
 \ir fixtures/default_settings.sql
 
 SET LOCAL mailroom.clock = '2030-01-01 00:00:00+00';
@@ -155,6 +155,35 @@ UPDATE mailroom.messages SET tags = '{billing,q1}' WHERE id = (SELECT id FROM g 
 SELECT is(pg_temp.found('tag:billing'), 'invoice', 'tag: finds a message with the tag');
 SELECT is(pg_temp.found('tag:Billing welcome'), '', 'tag: AND a word (lower case: as stored)');
 SELECT is(pg_temp.found('-tag:q1'), 'welcome', '-tag: the others');
+
+-- pages (issue 44 item 4): the search of several inboxes, newest first by id (the owner's all-mail
+-- search), and the keyset after a best-first page's last message
+CREATE FUNCTION pg_temp.paged(p_boxes bigint[], p_before text, p_newest boolean) RETURNS text LANGUAGE sql AS $$
+    SELECT coalesce(string_agg(g.k, ',' ORDER BY s.n), '')
+    FROM mailroom_internal._search_mailboxes(
+        p_boxes, 'account', 10, (SELECT id FROM g WHERE k = p_before), p_newest
+    ) WITH ORDINALITY AS s (message_id, received_at, from_header, subject, rank, n)
+    INNER JOIN g ON g.id = s.message_id
+$$;
+SELECT is(
+    pg_temp.paged(ARRAY[(SELECT mailbox_id FROM b), (SELECT mailbox_id FROM other)], null, true),
+    'elsewhere,invoice,welcome', 'several inboxes, newest first by id'
+);
+SELECT is(
+    pg_temp.paged(ARRAY[(SELECT mailbox_id FROM b), (SELECT mailbox_id FROM other)], 'invoice', true),
+    'welcome', 'newest first, before_id: those stored before it'
+);
+SELECT is(
+    pg_temp.paged(ARRAY[(SELECT mailbox_id FROM b)], (SELECT split_part(pg_temp.found('account'), ',', 1)), false),
+    (SELECT split_part(pg_temp.found('account'), ',', 2)), 'best first, before_id: what ranks after that page''s last'
+);
+SELECT throws_ok(
+    format(
+        'SELECT * FROM mailroom_internal._search_mailboxes(ARRAY[%s]::bigint[], %L, 10, %s)',
+        (SELECT mailbox_id FROM b), 'account', (SELECT id FROM g WHERE k = 'elsewhere')
+    ),
+    'MR218', NULL, 'best first, a cursor that is not in the inbox (gone): MR218'
+);
 
 SELECT * FROM finish();
 ROLLBACK;

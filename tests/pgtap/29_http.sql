@@ -4,7 +4,7 @@
 -- v1 shapes (a list is a JSON array, the original service's keys), an API key's inbox list, and its
 -- mcp inboxes read over REST.
 BEGIN;
-SELECT plan(85);
+SELECT plan(99);
 \ir fixtures/default_settings.sql
 
 SET LOCAL mailroom.clock = '2030-01-01 00:00:00+00';
@@ -333,6 +333,100 @@ SELECT is(mailroom.http_mark_all_read((SELECT address FROM ma), null, sha256('mr
 SELECT throws_ok(
     $$SELECT mailroom.http_mark_all_read((SELECT address FROM ma), null, sha256('mrk_two'::bytea))$$, 'MR204', NULL,
     'another owner''s key: MR204'
+);
+
+-- Paging (issue 44 item 4): newest first by id, keyset before_id beside limit/offset. The clock runs
+-- backwards as they arrive, so received_at orders them the other way round: the order is the ids'
+-- (the order they were stored in), whatever received_at says.
+SELECT mailroom.create_api_key('team-3', sha256('mrk_three'::bytea));
+SET LOCAL mailroom.clock = '2030-01-01 00:00:00+00';
+CREATE TEMP TABLE pg AS SELECT mailroom.http_create_mailbox(sha256('mrk_three'::bytea), null, null, 'pro') AS doc;
+CREATE FUNCTION pg_temp.pa() RETURNS text LANGUAGE sql AS $$ SELECT doc ->> 'address' FROM pg $$;
+CREATE TEMP TABLE pgm (n integer, id bigint);
+SET LOCAL mailroom.clock = '2030-01-01 00:10:00+00';
+INSERT INTO pgm SELECT 1, mailroom.deliver_message(pg_temp.pa(), '\x31'::bytea, 'a@example.org',
+    '{"subject": "paging paging one"}'::jsonb);
+SET LOCAL mailroom.clock = '2030-01-01 00:09:00+00';
+INSERT INTO pgm SELECT 2, mailroom.deliver_message(pg_temp.pa(), '\x32'::bytea, 'a@example.org', '{"subject": "paging two"}'::jsonb);
+SET LOCAL mailroom.clock = '2030-01-01 00:08:00+00';
+INSERT INTO pgm SELECT 3, mailroom.deliver_message(pg_temp.pa(), '\x33'::bytea, 'a@example.org', '{"subject": "paging three"}'::jsonb);
+SET LOCAL mailroom.clock = '2030-01-01 00:07:00+00';
+INSERT INTO pgm SELECT 4, mailroom.deliver_message(pg_temp.pa(), '\x34'::bytea, 'a@example.org', '{"subject": "paging four"}'::jsonb);
+SET LOCAL mailroom.clock = '2030-01-01 00:06:00+00';
+INSERT INTO pgm SELECT 5, mailroom.deliver_message(pg_temp.pa(), '\x35'::bytea, 'a@example.org', '{"subject": "paging five"}'::jsonb);
+SET LOCAL mailroom.clock = '2030-01-01 00:11:00+00';
+CREATE FUNCTION pg_temp.pid(p_n integer) RETURNS bigint LANGUAGE sql AS $$ SELECT id FROM pgm WHERE n = p_n $$;
+CREATE FUNCTION pg_temp.subjects(p_doc jsonb) RETURNS jsonb LANGUAGE sql AS $$
+    SELECT jsonb_path_query_array(p_doc, '$[*].subject')
+$$;
+SELECT is(
+    pg_temp.subjects(mailroom.http_list_messages(pg_temp.pa(), null, sha256('mrk_three'::bytea), 2)),
+    '["paging five", "paging four"]', 'the first page: the newest two by id (not by received_at)'
+);
+SELECT is(
+    pg_temp.subjects(mailroom.http_list_messages(pg_temp.pa(), null, sha256('mrk_three'::bytea), 2,
+        p_before_id => pg_temp.pid(4))),
+    '["paging three", "paging two"]', 'before_id: the page before the previous page''s last message'
+);
+SELECT is(
+    pg_temp.subjects(mailroom.http_list_messages(pg_temp.pa(), null, sha256('mrk_three'::bytea), 2,
+        p_before_id => pg_temp.pid(2))),
+    '["paging paging one"]', 'the last page: the oldest message'
+);
+SELECT is(
+    pg_temp.subjects(mailroom.http_list_messages(pg_temp.pa(), null, sha256('mrk_three'::bytea), 2, 1)),
+    '["paging four", "paging three"]', 'limit/offset still pages, in the same order (a bare JSON array)'
+);
+SELECT mailroom.http_delete_message(pg_temp.pa(), null, sha256('mrk_three'::bytea), pg_temp.pid(3));
+SELECT is(
+    pg_temp.subjects(mailroom.http_list_messages(pg_temp.pa(), null, sha256('mrk_three'::bytea), 2,
+        p_before_id => pg_temp.pid(3))),
+    '["paging two", "paging paging one"]', 'a cursor that was deleted still pages (ids, not rows)'
+);
+SELECT is(
+    pg_temp.subjects(mailroom.http_mailbox_view(pg_temp.pa(), null, sha256('mrk_three'::bytea), 1,
+        p_before_id => pg_temp.pid(4)) -> 'messages'),
+    '["paging two"]', 'the page''s view pages by before_id too'
+);
+-- search: best first ("paging paging one" ranks above the rest), then newest by id; the next page is
+-- what ranks after the previous page's last message
+SELECT is(
+    pg_temp.subjects(mailroom.http_search_messages(pg_temp.pa(), null, sha256('mrk_three'::bytea), 'paging', 2)
+        -> 'messages'),
+    '["paging paging one", "paging five"]', 'search: the best match, then the newest'
+);
+SELECT is(
+    pg_temp.subjects(mailroom.http_search_messages(pg_temp.pa(), null, sha256('mrk_three'::bytea), 'paging', 2,
+        pg_temp.pid(5)) -> 'messages'),
+    '["paging four", "paging two"]', 'search, before_id: the matches ranked after the previous page''s last'
+);
+SELECT is(
+    pg_temp.subjects(mailroom.http_search_messages(pg_temp.pa(), null, sha256('mrk_three'::bytea), 'paging', 2,
+        pg_temp.pid(1)) -> 'messages'),
+    '["paging five", "paging four"]', 'search, before the best match: the rest from the top'
+);
+SELECT throws_ok(
+    format($$SELECT mailroom.http_search_messages(%L, null, %L, 'paging', 2, %s)$$,
+        pg_temp.pa(), sha256('mrk_three'::bytea), pg_temp.pid(3)),
+    'MR218', NULL, 'search before a message that is gone: MR218, start again'
+);
+-- /mail's search box: the owner's mail matching a query, newest first by id, the same keyset
+SELECT is(
+    pg_temp.subjects(mailroom.http_list_all_messages(null, sha256('mrk_three'::bytea), 2, p_query => 'paging')),
+    '["paging five", "paging four"]', 'all mail searched: newest first by id'
+);
+SELECT is(
+    pg_temp.subjects(mailroom.http_list_all_messages(null, sha256('mrk_three'::bytea), 2, pg_temp.pid(4),
+        p_query => 'paging')),
+    '["paging two", "paging paging one"]', 'all mail searched, before_id: the next page'
+);
+SELECT is(
+    (mailroom.http_list_all_messages(null, sha256('mrk_three'::bytea), 1, p_query => 'two') -> 0 ->> 'mailbox'),
+    pg_temp.pa(), 'each match names its inbox'
+);
+SELECT throws_ok(
+    $$SELECT mailroom.http_list_all_messages(null, sha256('mrk_three'::bytea), 2, p_tag => 'a', p_query => 'paging')$$,
+    '22023', NULL, 'q beside tag: 22023 (tag:x goes in the query)'
 );
 
 SELECT * FROM finish();

@@ -3,9 +3,8 @@
 -- and each part working with its role's rights alone. Pinned search_path, SECURITY DEFINER API and
 -- EXECUTE per role are checked for every function by tests/pgtap/05_privileges.sql and, against the
 -- GRANT lines of sql/, by tests/db/test_privileges.py.
--- verify: not on a live database yet: the claim takes the installation's due rows too, and finalize is fed from it
 BEGIN;
-SELECT plan(14);
+SELECT plan(15);
 \ir fixtures/default_settings.sql
 
 CREATE TEMP TABLE roles (role text);
@@ -57,8 +56,9 @@ SELECT throws_ok($$SELECT mailroom.redact_pii('alice@example.com')$$, '42501', N
 SELECT throws_ok('SELECT pepper FROM mailroom.redaction_pepper', '42501', NULL, 'nor read the pepper');
 RESET ROLE;
 
--- each part works with its role's rights alone
-SET LOCAL mailroom.clock = '2030-01-01 00:00Z';
+-- each part works with its role's rights alone; the clock before any installation existed, so the
+-- claim meets the test's message alone (a row is due once made: docs/operations.md, "Verifying an installation")
+SET LOCAL mailroom.clock = '2000-01-01 00:00Z';
 SET LOCAL ROLE mailroom_admin;
 SELECT ok(mailroom.upsert_sender('tap', 'robot@mailroom.test', '127.0.0.1', 2525) > 0, 'admin upserts a sender');
 RESET ROLE;
@@ -70,6 +70,10 @@ SELECT ok(
 RESET ROLE;
 SET LOCAL ROLE mailroom_sender;
 CREATE TEMP TABLE claimed AS SELECT id, claim_token FROM mailroom.claim_messages(10, 'tap');
+RESET ROLE;
+SELECT is((SELECT count(*)::integer FROM claimed), 1, 'the claim takes the test''s message alone');
+SELECT id AS claimed_id FROM claimed \gset
+SET LOCAL ROLE mailroom_sender;
 SELECT is(
     (
         SELECT result || ' ' || reply_class
@@ -81,7 +85,7 @@ SELECT is(
     'failed 5xx',
     'the sender claims and finalizes (the error_log trigger redacts as the owner)'
 );
-SELECT is((SELECT failed FROM mailroom.outbound_stats), 1::bigint, 'the sender reads outbound_stats');
+SELECT ok((SELECT failed FROM mailroom.outbound_stats) >= 1, 'the sender reads outbound_stats');
 SELECT throws_ok(
     $$SELECT mailroom.enqueue_message('tap', ARRAY['a@example.com'], 's', 't')$$, '42501', NULL,
     'the sender may not enqueue'
@@ -89,11 +93,12 @@ SELECT throws_ok(
 RESET ROLE;
 SET LOCAL ROLE mailroom_monitor;
 SELECT is(
-    (SELECT status::text FROM mailroom.list_outbound_messages()), 'failed', 'monitor lists messages'
+    (SELECT l.status::text FROM mailroom.list_outbound_messages() AS l WHERE l.id = :claimed_id),
+    'failed', 'monitor lists messages'
 );
 RESET ROLE;
 SELECT unalike(
-    (SELECT error_log FROM mailroom.outbound_messages), '%@%', 'and the error_log written for the sender was scrubbed'
+    (SELECT error_log FROM mailroom.outbound_messages WHERE id = :claimed_id), '%@%', 'and the error_log written for the sender was scrubbed'
 );
 
 SELECT * FROM finish();

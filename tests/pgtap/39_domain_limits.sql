@@ -1,12 +1,21 @@
 -- Outbound: per recipient domain limits in the claim (max in flight, max per minute), the
 -- domain backoff after a throttling reply, pattern matching and the admin API (docs/limits.md).
--- Two claimers racing for the last slot are in tests/outbound/test_domain_limits.py (two sessions).
--- verify: not on a live database yet: the claim takes the installation's due rows too, and it clears the whole queue between cases
+-- Two claimers racing for the last slot are in tests/outbound/test_domain_limits.py (two sessions). The
+-- claim's plan with limits on over 200k rows (ANALYZE): tests/pgtap_fresh/39_domain_limits_plans.sql, on the
+-- test cluster only. The clock is pinned before any installation existed, so the claim meets the test's rows
+-- alone, and the domain limits are pinned to none but the default, as the settings are to their defaults
+-- (docs/operations.md, "Verifying an installation").
 BEGIN;
-SELECT plan(59);
+SELECT plan(56);
 \ir fixtures/default_settings.sql
 
-SET LOCAL mailroom.clock = '2030-01-01 00:00:10Z';
+-- the domain limits of a fresh migrate: the default row alone, uncapped (rows of the installation's are
+-- locked until the ROLLBACK: an admin's set_domain_limit meanwhile waits that long; a claim never does)
+DELETE FROM mailroom.domain_limits WHERE pattern <> '*';
+UPDATE mailroom.domain_limits SET max_in_flight = NULL, max_per_minute = NULL
+WHERE pattern = '*' AND (max_in_flight IS NOT NULL OR max_per_minute IS NOT NULL);
+
+SET LOCAL mailroom.clock = '2000-01-01 00:00:10Z';
 SELECT mailroom.upsert_sender('tap', 'robot@mailroom.test', '127.0.0.1', 2525);
 
 -- ---------------------------------------------------------------- the recipient domain
@@ -18,9 +27,11 @@ SELECT is(mailroom_internal._recipient_domain(ARRAY['a@one.test', 'b@two.test'],
     'a message to several domains counts against its first recipient''s only');
 SELECT is(mailroom_internal._recipient_domain('{}', '{}', '{}'), '', 'no recipient: the unknown domain ''''');
 SELECT mailroom.enqueue_message('tap', ARRAY['X@Upper.Test'], 's', 't', p_bcc => ARRAY['y@other.test']);
-SELECT is((SELECT rcpt_domain FROM mailroom.outbound_messages WHERE sender_id = (SELECT s.id FROM mailroom.senders AS s WHERE s.name = 'tap')),
+SELECT is((SELECT rcpt_domain FROM mailroom.outbound_messages
+     WHERE sender_id = (SELECT s.id FROM mailroom.senders AS s WHERE s.name = 'tap') AND created_at <= mailroom.clock()),
     'upper.test', 'enqueue_message fills rcpt_domain');
-DELETE FROM mailroom.outbound_messages WHERE sender_id = (SELECT s.id FROM mailroom.senders AS s WHERE s.name = 'tap');
+DELETE FROM mailroom.outbound_messages
+WHERE sender_id = (SELECT s.id FROM mailroom.senders AS s WHERE s.name = 'tap') AND created_at <= mailroom.clock();
 
 -- ---------------------------------------------------------------- patterns
 SELECT is(mailroom_internal._domain_patterns('a.b.example.com'),
@@ -78,15 +89,18 @@ SELECT is(
     (SELECT in_flight::integer || '/' || max_in_flight FROM mailroom.domain_status() WHERE domain = 'capped.test'),
     '2/2', 'domain_status shows the domain at its cap'
 );
-SELECT mailroom.release_messages(ARRAY(SELECT id FROM mailroom.outbound_messages WHERE status = 'processing' ORDER BY id),
-    ARRAY(SELECT claim_token FROM mailroom.outbound_messages WHERE status = 'processing' ORDER BY id));
+SELECT mailroom.release_messages(
+    ARRAY(SELECT id FROM mailroom.outbound_messages WHERE status = 'processing' AND created_at <= mailroom.clock() ORDER BY id),
+    ARRAY(SELECT claim_token FROM mailroom.outbound_messages
+        WHERE status = 'processing' AND created_at <= mailroom.clock() ORDER BY id)
+);
 SELECT is(
     (SELECT count(*)::integer FROM mailroom.claim_messages(10, 'w5')), 2,
     'released messages leave the in-flight count'
 );
 SELECT mailroom.set_domain_limit('capped.test', NULL, NULL);
 SELECT is((SELECT count(*)::integer FROM mailroom.claim_messages(100, 'w6')), 30, 'no cap: the rest goes in one claim');
-DELETE FROM mailroom.outbound_messages;
+DELETE FROM mailroom.outbound_messages WHERE created_at <= mailroom.clock();
 DELETE FROM mailroom.domain_limits WHERE pattern <> '*';
 
 -- ---------------------------------------------------------------- max per minute, pinned clock
@@ -101,27 +115,27 @@ SELECT is(
 SELECT is((SELECT count(*)::integer FROM mailroom.finalize_messages(
     ARRAY(SELECT id FROM p1 ORDER BY id), ARRAY(SELECT claim_token FROM p1 ORDER BY id), ARRAY(SELECT 'sent' FROM p1)
 ) WHERE result = 'sent'), 4, 'the four are sent');
-SET LOCAL mailroom.clock = '2030-01-01 00:00:59.999Z';
+SET LOCAL mailroom.clock = '2000-01-01 00:00:59.999Z';
 SELECT is((SELECT count(*)::integer FROM mailroom.claim_messages(100, 'w2')), 0,
     'sent messages still count for their minute: nothing more until the minute ends');
 SELECT is(
     (SELECT claimed_this_minute || '/' || max_per_minute FROM mailroom.domain_status() WHERE domain = 'a.minute.test'),
     '3/3', 'domain_status shows the claims of this minute'
 );
-SET LOCAL mailroom.clock = '2030-01-01 00:01:00Z';
+SET LOCAL mailroom.clock = '2000-01-01 00:01:00Z';
 CREATE TEMP TABLE p2 ON COMMIT DROP AS SELECT * FROM mailroom.claim_messages(100, 'w3');
 SELECT is((SELECT count(*)::integer FROM p2), 3, 'a new minute: 3 more');
 SELECT is(
     (SELECT window_start || ' ' || window_count FROM mailroom.domain_state WHERE domain = 'a.minute.test'),
-    '2030-01-01 00:01:00+00 3', 'the count restarts with the minute'
+    '2000-01-01 00:01:00+00 3', 'the count restarts with the minute'
 );
 SELECT mailroom.release_messages(ARRAY(SELECT id FROM p2 ORDER BY id), ARRAY(SELECT claim_token FROM p2 ORDER BY id));
-SET LOCAL mailroom.clock = '2030-01-01 00:01:30Z';
+SET LOCAL mailroom.clock = '2000-01-01 00:01:30Z';
 SELECT is((SELECT count(*)::integer FROM mailroom.claim_messages(100, 'w4')), 0,
     'a released claim still counted in its minute (the rate is of claims)');
-SET LOCAL mailroom.clock = '2030-01-01 00:02:00Z';
+SET LOCAL mailroom.clock = '2000-01-01 00:02:00Z';
 SELECT is((SELECT count(*)::integer FROM mailroom.claim_messages(2, 'w5')), 2, 'the limit of the call still applies');
-DELETE FROM mailroom.outbound_messages;
+DELETE FROM mailroom.outbound_messages WHERE created_at <= mailroom.clock();
 DELETE FROM mailroom.domain_limits WHERE pattern <> '*';
 
 -- ---------------------------------------------------------------- the domain backoff
@@ -133,7 +147,7 @@ SELECT ok(NOT mailroom_internal._is_domain_throttle('reply', 450, '4.2.1', 'mail
 SELECT ok(NOT mailroom_internal._is_domain_throttle('reply', 550, '5.7.1', 'denied'), 'a 5xx is not');
 SELECT ok(NOT mailroom_internal._is_domain_throttle('dropped', NULL, NULL, NULL), 'a dropped connection is not');
 
-SET LOCAL mailroom.clock = '2030-01-01 00:00:00Z';
+SET LOCAL mailroom.clock = '2000-01-01 00:00:00Z';
 SELECT mailroom.enqueue_message('tap', ARRAY['r' || g || '@slow.test'], 's' || g, 't') FROM generate_series(1, 3) AS g;
 SELECT mailroom.enqueue_message('tap', ARRAY['r' || g || '@fast.test'], 'f' || g, 't') FROM generate_series(1, 3) AS g;
 CREATE TEMP TABLE b1 ON COMMIT DROP AS SELECT * FROM mailroom.claim_messages(1, 'w1');
@@ -143,20 +157,20 @@ SELECT * FROM mailroom.finalize_messages(
     ARRAY['421 4.7.0 too many connections, slow down']
 );
 SELECT is(
-    (SELECT result || ' ' || next_retry_at FROM r1), 'retry 2030-01-01 00:01:00+00',
+    (SELECT result || ' ' || next_retry_at FROM r1), 'retry 2000-01-01 00:01:00+00',
     'the throttled message itself follows the attempts² retry rule'
 );
 SELECT is(
     (SELECT backoff_until || ' ' || backoff_level FROM mailroom.domain_state WHERE domain = 'slow.test'),
-    '2030-01-01 00:01:00+00 1', 'a 421 backs the domain off for outbound.domain_backoff_base'
+    '2000-01-01 00:01:00+00 1', 'a 421 backs the domain off for outbound.domain_backoff_base'
 );
 SELECT is(
     (SELECT array_agg(subject ORDER BY id) FROM mailroom.claim_messages(100, 'w2')), ARRAY['f1', 'f2', 'f3'],
     'claim skips the backed-off domain and takes the others'
 );
-SET LOCAL mailroom.clock = '2030-01-01 00:00:59Z';
+SET LOCAL mailroom.clock = '2000-01-01 00:00:59Z';
 SELECT is((SELECT count(*)::integer FROM mailroom.claim_messages(100, 'w3')), 0, 'nothing of the domain before the backoff ends');
-SET LOCAL mailroom.clock = '2030-01-01 00:01:00Z';
+SET LOCAL mailroom.clock = '2000-01-01 00:01:00Z';
 CREATE TEMP TABLE b2 ON COMMIT DROP AS SELECT * FROM mailroom.claim_messages(100, 'w4');
 SELECT is((SELECT array_agg(subject ORDER BY id) FROM b2), ARRAY['s1', 's2', 's3'], 'when the backoff ends, the domain flows again');
 SELECT is((SELECT array_agg(result ORDER BY id) FROM mailroom.finalize_messages(
@@ -165,16 +179,16 @@ SELECT is((SELECT array_agg(result ORDER BY id) FROM mailroom.finalize_messages(
 )), ARRAY['retry', 'retry', 'sent'], 'two greylisted, one accepted');
 SELECT is(
     (SELECT backoff_until || ' ' || backoff_level FROM mailroom.domain_state WHERE domain = 'slow.test'),
-    '2030-01-01 00:03:00+00 2', 'the next episode doubles the backoff (a success in the same batch does not clear it)'
+    '2000-01-01 00:03:00+00 2', 'the next episode doubles the backoff (a success in the same batch does not clear it)'
 );
 -- a reply from a message claimed before the backoff changes nothing
-SET LOCAL mailroom.clock = '2030-01-01 00:02:00Z';
-SELECT mailroom_internal._note_domain_outcomes('2030-01-01 00:02:00Z', ARRAY['slow.test'], '{}');
+SET LOCAL mailroom.clock = '2000-01-01 00:02:00Z';
+SELECT mailroom_internal._note_domain_outcomes('2000-01-01 00:02:00Z', ARRAY['slow.test'], '{}');
 SELECT is(
     (SELECT backoff_until || ' ' || backoff_level FROM mailroom.domain_state WHERE domain = 'slow.test'),
-    '2030-01-01 00:03:00+00 2', 'a throttle reported during the backoff does not extend it'
+    '2000-01-01 00:03:00+00 2', 'a throttle reported during the backoff does not extend it'
 );
-SET LOCAL mailroom.clock = '2030-01-01 00:10:00Z';
+SET LOCAL mailroom.clock = '2000-01-01 00:10:00Z';
 CREATE TEMP TABLE b3 ON COMMIT DROP AS SELECT * FROM mailroom.claim_messages(100, 'w5');
 SELECT is((SELECT count(*)::integer FROM mailroom.finalize_messages(
     ARRAY(SELECT id FROM b3 ORDER BY id), ARRAY(SELECT claim_token FROM b3 ORDER BY id), ARRAY(SELECT 'sent' FROM b3)
@@ -183,52 +197,12 @@ SELECT is(
     (SELECT coalesce(backoff_until::text, 'none') || ' ' || backoff_level FROM mailroom.domain_state WHERE domain = 'slow.test'),
     'none 0', 'a success clears the backoff'
 );
-SELECT mailroom_internal._note_domain_outcomes('2030-01-01 00:10:00Z', ARRAY['slow.test'], '{}');
+SELECT mailroom_internal._note_domain_outcomes('2000-01-01 00:10:00Z', ARRAY['slow.test'], '{}');
 SELECT ok(mailroom.clear_domain_backoff('slow.test'), 'clear_domain_backoff lifts a backoff');
 SELECT is(
-    (SELECT count(*)::integer FROM mailroom.domain_state WHERE backoff_until IS NOT NULL), 0,
+    (SELECT count(*)::integer FROM mailroom.domain_state
+     WHERE backoff_until IS NOT NULL AND domain IN ('capped.test', 'a.minute.test', 'free.test', 'slow.test', 'fast.test')), 0,
     'and no domain is backed off any more'
-);
-
--- ---------------------------------------------------------------- the plan with limits on
--- outbound_messages is partitioned by time (migration 0100): a plan names a partition's index,
--- <partition>_<index name without the table prefix>; an empty partition (created ahead) or a tiny
--- one may be planned as a Seq Scan, cheaper than an index descent. This lists the sequential scans
--- of relations larger than 8 pages (64 kB), as in 33_outbound_claim.
-CREATE FUNCTION pg_temp.nonempty_seq_scans(p_plan text) RETURNS text LANGUAGE sql AS $$
-    SELECT string_agg(DISTINCT m[1], ', ')
-    FROM regexp_matches(p_plan, 'Seq Scan on (\w+)', 'g') AS m
-    WHERE EXISTS (
-        SELECT 1 FROM pg_class AS c
-        WHERE c.relname = m[1] AND c.relnamespace = 'mailroom'::regnamespace AND pg_relation_size(c.oid) > 8 * 8192
-    )
-$$;
--- 200k rows (mostly sent history, 50k queued over 500 domains), one capped domain full
-SELECT mailroom.set_domain_limit('d1.bulk.test', 1, NULL);
-INSERT INTO mailroom.outbound_messages (
-    sender_id, to_addrs, subject, text_body, message_id, status, next_retry_at, sent_at, rcpt_domain
-)
-SELECT
-    (SELECT id FROM mailroom.senders WHERE name = 'tap'), ARRAY['bulk@d' || g % 500 || '.bulk.test'], 'bulk', 't',
-    '<b' || g || '@x>',
-    CASE WHEN g % 4 = 0 THEN 'queued' ELSE 'sent' END::mailroom.outbound_status,
-    CASE WHEN g % 8 = 0 THEN '2031-01-01Z'::timestamptz END,
-    CASE WHEN g % 4 <> 0 THEN '2029-01-01Z'::timestamptz END,
-    'd' || g % 500 || '.bulk.test'
-FROM generate_series(1, 200000) AS g;
-ANALYZE mailroom.outbound_messages;
-SELECT ok(
-    (SELECT string_agg(p, E'\n') FROM mailroom_internal._explain_claim(100, TRUE) AS p)
-    ~ 'Index Scan using outbound_messages_(p[0-9]{8}t[0-9]{4}|default)_due_idx',
-    'with limits on, LIMIT 100: the claim still walks the due index'
-);
-SELECT is(
-    pg_temp.nonempty_seq_scans((SELECT string_agg(p, E'\n') FROM mailroom_internal._explain_claim(500, TRUE) AS p)), NULL,
-    'with limits on, LIMIT 500: no sequential scan of the queue'
-);
-SELECT is(
-    (SELECT count(*)::integer FROM mailroom.claim_messages(100, 'big')), 100,
-    'with limits on, a big claim returns a full batch'
 );
 
 SELECT * FROM finish();

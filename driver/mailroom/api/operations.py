@@ -20,6 +20,8 @@ regenerated docs/inbox-api.md and the schema snapshot (CONTRIBUTING.md, "A new i
 
 from __future__ import annotations
 
+import functools
+import re
 import sys
 from dataclasses import dataclass, field
 from typing import Any
@@ -99,7 +101,6 @@ class Operation:
     who: str
     doc: str  # what it answers (docs/inbox-api.md)
     args: tuple[Arg, ...] = ()
-    errors: tuple[str, ...] = ()  # the MR codes it may answer, besides the credentials' (CREDENTIAL_ERRORS)
     rest: Rest | None = None
     mcp: Mcp | None = None
     fixed: dict[str, Any] = field(default_factory=dict)  # SQL arguments each face sets itself: face -> {name: value}
@@ -107,13 +108,33 @@ class Operation:
     def arg(self, name: str) -> Arg:
         return next(a for a in self.args if a.name == name)
 
+    @property
+    def errors(self) -> tuple[str, ...]:
+        """The codes it may answer: the `Errors:` list of its SQL function's COMMENT (sql/29_http.sql), the
+        one place they are written (no MR code is written in Python: tests/db/test_error_codes.py)."""
+        return sql_errors().get(self.sql.name, ())
 
-CREDENTIAL_ERRORS = ("MR240", "MR241")
+
+_COMMENT = re.compile(r"COMMENT ON FUNCTION mailroom\.(\w+)\([^)]*\) IS\s*((?:'(?:[^']|'')*'\s*)+);")
+_ERRORS = re.compile(r"Errors: ((?:MR\d{3}(?:, )?)+)\.")
+
+
+@functools.cache
+def sql_errors() -> dict[str, tuple[str, ...]]:
+    """Each function's `Errors:` list, read from the SQL the package carries (db/files.py), as it is read
+    without a database: the faces build their tool descriptions and docs/inbox-api.md at import."""
+    from mailroom.db.files import schema_files
+
+    found: dict[str, tuple[str, ...]] = {}
+    for f in schema_files().sql_files():
+        for m in _COMMENT.finditer(f.read_text()):
+            listed = _ERRORS.search(m.group(2).replace("'\n'", "").replace("''", "'"))
+            if listed:
+                found[m.group(1)] = tuple(listed.group(1).split(", "))
+    return found
 
 ADDRESS = Arg("address", str, "The inbox address, as create_inbox or list_inboxes gave it.")
 MESSAGE_ID = Arg("message_id", int, "The message id, from wait_for_message or list_messages.", ge=1)
-_BOX = ("MR203", "MR204", "MR205", "MR206")
-_MSG = ("MR209", *_BOX)
 
 
 def _returns_json(name: str, params: str) -> SqlFunction:
@@ -128,14 +149,13 @@ OPERATIONS: tuple[Operation, ...] = (
                     " p_face text = default", returns="jsonb"),
         ANYONE,
         "`201` `CreatedMailbox`: `address`, `expires_at`, `session_token` (anonymous), `plan`, limits. Anonymous "
-        "callers get `http.anonymous_plan` (free); other plans need an API key (`403 MR242`). Rate limited per key "
-        "or client (`429 MR243`). Over MCP the inbox's owner type is `mcp`.",
+        "callers get `http.anonymous_plan` (free); other plans need an API key (403). Rate limited per key "
+        "or client (429). Over MCP the inbox's owner type is `mcp`.",
         args=(
             Arg("ttl_minutes", int, "Minutes until the inbox expires (default: the plan's; more than the plan's "
                 "maximum is cut to it).", default=None, ge=-2**31, le=2**31 - 1),
             Arg("plan", str, "Plan of the inbox (default: free). Plans set TTL and limits.", default=None),
         ),
-        errors=("MR201", "MR202", "MR242", "MR243"),
         rest=Rest("POST", "/api/v1/mailboxes", "Create an inbox (anonymous: the default plan; other plans need an "
                   "API key)", "CreatedMailbox", status=201, errors=(400, 401, 403, 413, 422, 429, 503),
                   tag="mailboxes", generic=False),
@@ -169,7 +189,6 @@ OPERATIONS: tuple[Operation, ...] = (
         "`Mailbox`: `address`, `expires_at`, `is_active`, plan, `message_count`, limits, `fault` (its injected "
         "fault, or `null`)",
         args=(ADDRESS,),
-        errors=_BOX,
         rest=Rest("GET", "/api/v1/mailboxes/{address}", "An open inbox (404 once expired or deleted)", "Mailbox",
                   errors=(401, 403, 404, 503), tag="mailboxes"),
         mcp=Mcp("get_inbox", "One open inbox: {address, expires_at, message_count, plan, max_messages, fault, …}."),
@@ -180,7 +199,6 @@ OPERATIONS: tuple[Operation, ...] = (
         INBOX,
         "`{\"deleted\": true}` (false if it was deleted already); it refuses mail at once",
         args=(ADDRESS,),
-        errors=("MR203", "MR204"),
         rest=Rest("DELETE", "/api/v1/mailboxes/{address}", "Delete an inbox (it refuses mail at once)", "Deleted",
                   errors=(401, 403, 404, 503), tag="mailboxes", wrap="deleted"),
         mcp=Mcp("delete_inbox", "Delete an inbox: it refuses mail at once and its messages go. {deleted: true}, or "
@@ -194,7 +212,6 @@ OPERATIONS: tuple[Operation, ...] = (
         "TTL (`max_ttl_seconds`); never earlier than it was",
         args=(ADDRESS, Arg("ttl_seconds", int, "The inbox expires this many seconds from now (cut to the plan's "
                            "max_ttl_seconds; never earlier than it would have).", ge=1, le=2**31 - 1, body=True)),
-        errors=("MR202", *_BOX),
         rest=Rest("POST", "/api/v1/mailboxes/{address}/extend", "Extend the inbox: expires_at = now + ttl_seconds, "
                   "clamped to the plan's max_ttl_seconds, never earlier than it was", "Mailbox",
                   errors=(400, 401, 403, 404, 413, 503), tag="mailboxes", body_model="Extend"),
@@ -205,7 +222,7 @@ OPERATIONS: tuple[Operation, ...] = (
         "list_messages",
         _returns_json("http_list_messages",
                       f"{_WHO}, p_limit integer = default, p_offset integer = default, p_after_id bigint = default,"
-                      " p_tag text = default, p_unread boolean = default"),
+                      " p_tag text = default, p_unread boolean = default, p_before_id bigint = default"),
         INBOX,
         "a page of its messages, newest first, as a JSON array of `MessageSummary` (`after`: only those delivered "
         "after that message; `tag`: with that tag; `unread`: unread only, or read only)",
@@ -217,10 +234,12 @@ OPERATIONS: tuple[Operation, ...] = (
                 rest="after"),
             Arg("tag", str, "Only messages with this tag.", default=None),
             Arg("unread", bool, "true: unread only; false: read only.", default=None),
+            Arg("before_id", int, "Keyset paging: only messages whose id is less than this one's (the last id of "
+                "the previous page).", default=None, ge=0),
         ),
-        errors=_BOX,
         rest=Rest("GET", "/api/v1/mailboxes/{address}/messages",
-                  "Messages, newest first (paged; tag= a tag, unread=true/false): a JSON array",
+                  "Messages, newest first by id (limit/offset, or keyset: before_id= the last id of the previous "
+                  "page; tag= a tag, unread=true/false): a JSON array",
                   "list[MessageSummary]", errors=(400, 401, 403, 404, 422, 503), generic=False),
         mcp=Mcp("list_messages", "List an inbox's messages, newest first: [{id, received_at, from, subject, snippet, "
                 "is_read, tags, …}] (no bodies: read_message)."),
@@ -233,7 +252,6 @@ OPERATIONS: tuple[Operation, ...] = (
         "`headers` (`[name, value]` pairs), the extracted `link` and `code`; marks it read. Over MCP also `to`, "
         "`text`, `html` (aliases until 0.3.0)",
         args=(ADDRESS, MESSAGE_ID),
-        errors=_MSG,
         rest=Rest("GET", "/api/v1/mailboxes/{address}/messages/{message_id}",
                   "One message: body_text, body_html, attachments' metadata, headers, the extracted link and code; "
                   "marks it read", "Message"),
@@ -248,13 +266,12 @@ OPERATIONS: tuple[Operation, ...] = (
                       f"{_WHO}, p_message_id bigint, p_is_read boolean = default, p_tags text[] = default"),
         INBOX,
         "mark it read or unread and/or replace its tag set (a key left out or null: unchanged); the "
-        "`MessageSummary` after. Tags: at most 20 (`MR261`), each 1–64 characters of `a-z 0-9 . _ -` (`MR260`), "
+        "`MessageSummary` after. Tags: at most 20, each 1–64 characters of `a-z 0-9 . _ -`, "
         "stored lower case. Mail to `box+tag@domain` arrives in `box@domain` already tagged",
         args=(ADDRESS, MESSAGE_ID,
               Arg("is_read", bool, "true: mark it read; false: unread. Default: unchanged.", default=None, body=True),
               Arg("tags", list[str], "The message's new tag set (replaces it): at most 20 tags of 1-64 characters "
                   "a-z 0-9 . _ - (stored lower case). Default: unchanged.", default=None, body=True)),
-        errors=("MR260", "MR261", *_MSG),
         rest=Rest("PATCH", "/api/v1/mailboxes/{address}/messages/{message_id}",
                   "Mark a message read or unread and/or replace its tags (a field left out: unchanged)",
                   "MessageSummary", errors=(400, 401, 403, 404, 413, 503), body_model="MessagePatch"),
@@ -270,7 +287,6 @@ OPERATIONS: tuple[Operation, ...] = (
         "messages it changed",
         args=(ADDRESS, Arg("is_read", bool, "true: mark every message read; false: unread.", default=True,
                            body=True)),
-        errors=_BOX,
         rest=Rest("POST", "/api/v1/mailboxes/{address}/messages/read", "Mark every message of the inbox read "
                   "(is_read false: unread)", errors=(400, 401, 403, 404, 413, 503)),
         mcp=Mcp("mark_all_read", "Mark every message of an inbox read (is_read false: unread): {marked: n}, the "
@@ -282,7 +298,6 @@ OPERATIONS: tuple[Operation, ...] = (
         INBOX,
         "`{\"deleted\": true}`: one message deleted (it frees a place under the plan's count)",
         args=(ADDRESS, MESSAGE_ID),
-        errors=_MSG,
         rest=Rest("DELETE", "/api/v1/mailboxes/{address}/messages/{message_id}", "Delete one message", "Deleted",
                   wrap="deleted"),
         mcp=Mcp("delete_message", "Delete one message of an inbox: {deleted: true}.", read_only=False,
@@ -292,11 +307,10 @@ OPERATIONS: tuple[Operation, ...] = (
         "delete_messages",
         _returns_json("http_delete_messages", f"{_WHO}, p_message_ids bigint[]"),
         INBOX,
-        "delete the selected messages (1 to 500 ids, `MR262`; ids not of this inbox are skipped, not counted): "
+        "delete the selected messages (1 to 500 ids; ids not of this inbox are skipped, not counted): "
         "`{\"deleted\": n}`",
         args=(ADDRESS, Arg("message_ids", list[int], "The ids of the messages to delete (1 to 500).", rest="ids",
                            mcp="ids", body=True)),
-        errors=("MR262", *_BOX),
         rest=Rest("POST", "/api/v1/mailboxes/{address}/messages/delete",
                   "Delete the messages of these ids (1 to 500; ids not in the inbox are not counted)", "DeletedCount",
                   errors=(400, 401, 403, 404, 413, 503), body_model="DeleteMessages"),
@@ -309,7 +323,6 @@ OPERATIONS: tuple[Operation, ...] = (
         INBOX,
         "delete every message of the inbox, which stays open with its address: `{\"deleted\": n}`",
         args=(ADDRESS,),
-        errors=_BOX,
         rest=Rest("DELETE", "/api/v1/mailboxes/{address}/messages", "Delete every message of the inbox (the inbox "
                   "stays)", "DeletedCount"),
         mcp=Mcp("clear_inbox", "Delete every message of an inbox; the inbox stays open and keeps its address: "
@@ -323,7 +336,6 @@ OPERATIONS: tuple[Operation, ...] = (
         args=(ADDRESS, MESSAGE_ID,
               Arg("url_like", str, "Only a link LIKE this (SQL LIKE), e.g. '%/activate%'. Default: the first http(s) "
                   "link.", default=None, rest="like")),
-        errors=("MR215", "MR011", *_MSG),
         rest=Rest("GET", "/api/v1/mailboxes/{address}/messages/{message_id}/links",
                   "The first http(s) link of a message (like= a LIKE pattern)", "Link", tag="extract", wrap="link"),
         mcp=Mcp("extract_link", "The first http(s) link of a message (text, else HTML part): {link}.", wrap="link"),
@@ -337,7 +349,6 @@ OPERATIONS: tuple[Operation, ...] = (
         args=(ADDRESS, MESSAGE_ID,
               Arg("pattern", str, "A PostgreSQL regular expression for the code, e.g. '\\m[A-Z0-9]{6}\\M'. Default: a "
                   "5-digit word.", default=None)),
-        errors=("MR215", "MR010", "MR034", *_MSG),
         rest=Rest("GET", "/api/v1/mailboxes/{address}/messages/{message_id}/code",
                   "The code in a message (default: a 5-digit word; pattern= a regular expression)", "Code",
                   tag="extract", wrap="code"),
@@ -346,16 +357,20 @@ OPERATIONS: tuple[Operation, ...] = (
     ),
     Operation(
         "search_messages",
-        _returns_json("http_search_messages", f"{_WHO}, p_query text, p_limit integer = default"),
+        _returns_json("http_search_messages",
+                      f"{_WHO}, p_query text, p_limit integer = default, p_before_id bigint = default"),
         INBOX,
         "full-text search (subject, from, text), best first: `{\"query\", \"total\", \"messages\"}`",
         args=(ADDRESS,
               Arg("query", str, "What to find: words (as prefixes), \"phrases\", -not, or, and the qualifiers "
                   "from: to: subject: is: has: tag: before: after: (docs/inboxes.md).", rest="q"),
-              Arg("limit", int, "At most this many (1 to 1000).", default=50, ge=1, le=1000)),
-        errors=("MR225", "MR226", "MR227", *_BOX),
-        rest=Rest("GET", "/api/v1/mailboxes/{address}/search", "Full-text search (subject, from, text), best first",
-                  "SearchResult", errors=(400, 401, 403, 404, 422, 503)),
+              Arg("limit", int, "At most this many (1 to 1000).", default=50, ge=1, le=1000),
+              Arg("before_id", int, "Paging: the results after this message, the last of the previous page (best "
+                  "first, then by id); the conflict error when it is gone: search again from the first page.",
+                  default=None, ge=0)),
+        rest=Rest("GET", "/api/v1/mailboxes/{address}/search", "Full-text search (subject, from, text), best first "
+                  "(paged: before_id= the last id of the previous page)", "SearchResult",
+                  errors=(400, 401, 403, 404, 409, 422, 503)),
         mcp=Mcp("search_messages", "Full-text search of an inbox's messages (subject, from, text), best first: "
                 "{query, total, messages: [{id, subject, snippet, …}]}."),
     ),
@@ -366,9 +381,9 @@ OPERATIONS: tuple[Operation, ...] = (
                       " p_last boolean = default"),
         INBOX,
         "the one wait (docs/http.md, The wait): the newest message whose subject is LIKE `subject` and, with "
-        "`after`, whose id is greater, a `MessageSummary`, as soon as it is committed; `MR212` after the timeout "
-        "(REST at most 600 s, MCP 300 s); `MR205`/`MR206` as soon as the inbox expires or is deleted; "
-        "`MR251`/`MR252` over the server's caps",
+        "`after`, whose id is greater, a `MessageSummary`, as soon as it is committed; the timeout's error after "
+        "it (REST at most 600 s, MCP 300 s); expired or deleted as soon as the inbox is; the caps' errors over "
+        "the server's caps",
         args=(ADDRESS,
               Arg("subject_like", str, "Only a message whose subject is LIKE this (SQL LIKE: % any text, _ one "
                   "character), e.g. 'Activate%'. Default: any message.", default=None, rest="subject"),
@@ -377,7 +392,6 @@ OPERATIONS: tuple[Operation, ...] = (
               Arg("after_id", int, "Only a message whose id is greater than this one's: pass the id of the message "
                   "you have (e.g. the first code's) to wait for the next one (a resent code). Default: any message.",
                   default=None, ge=0, rest="after")),
-        errors=("MR212", "MR205", "MR206", "MR251", "MR252", "MR011", "MR203", "MR204"),
         rest=Rest("GET", "/api/v1/mailboxes/{address}/wait",
                   "Long poll: the newest message whose subject is LIKE subject= (and whose id is greater than "
                   "after=), within timeout= seconds; 410 when the inbox expires or is deleted meanwhile",
@@ -393,9 +407,8 @@ OPERATIONS: tuple[Operation, ...] = (
         "get_fault",
         _returns_json("http_inbox_fault", _WHO),
         INBOX,
-        "the fault injected at the inbox's SMTP door, its own or its catch-all domain's; `404 MR270` when none",
+        "the fault injected at the inbox's SMTP door, its own or its catch-all domain's; 404 when none",
         args=(ADDRESS,),
-        errors=("MR270", *_BOX),
         rest=Rest("GET", "/api/v1/mailboxes/{address}/fault", "The fault injected at the inbox's SMTP door (its own, "
                   "else its catch-all domain's); 404 when none", "Fault", errors=(401, 403, 404, 503), tag="faults"),
         mcp=Mcp("get_inbox_fault", "Fault injection: the fault the inbox's SMTP server answers, {scope, stage, reply, "
@@ -418,7 +431,6 @@ OPERATIONS: tuple[Operation, ...] = (
                   body=True),
               Arg("count", int, "Only the next this many messages (default: every one).", default=None, ge=1,
                   body=True)),
-        errors=("MR230", "MR231", "MR232", *_BOX),
         rest=Rest("PUT", "/api/v1/mailboxes/{address}/fault", "Make the inbound SMTP server answer this inbox a "
                   "chosen 4xx/5xx reply at rcpt, data or after_data (every message, a share of them, or the next "
                   "count)", "Fault", errors=(400, 401, 403, 404, 413, 503), tag="faults", body_model="FaultRequest"),
@@ -433,7 +445,6 @@ OPERATIONS: tuple[Operation, ...] = (
         INBOX,
         "`{\"deleted\": bool}`: the inbox's own fault cleared (its catch-all domain's stays); mail is accepted again",
         args=(ADDRESS,),
-        errors=("MR203", "MR204"),
         rest=Rest("DELETE", "/api/v1/mailboxes/{address}/fault", "Clear the inbox's own fault (its catch-all "
                   "domain's stays); deleted false if it had none", "Deleted", errors=(401, 403, 404, 503),
                   tag="faults", wrap="deleted"),
@@ -500,8 +511,8 @@ def markdown() -> str:
         "docs/inbox-api.md`); a test fails when this page and the table differ. Each operation is one SQL "
         "function of schema `mailroom`, called by both faces with the same arguments: REST authorizes it with a "
         "session token or an API key ([http.md](http.md)), MCP with an API key ([mcp.md](mcp.md)). Every "
-        "operation may also answer `MR240` (no credentials) and `MR241` (an unknown or revoked key); the codes are "
-        "in [inboxes.md](inboxes.md#errors) and [http.md](http.md).",
+        "operation's errors are the `Errors:` list of its SQL function's COMMENT; their meanings are in "
+        "[inboxes.md](inboxes.md#errors) and [http.md](http.md).",
         "",
         "| operation | REST | MCP tool | SQL function | answers | errors |",
         "|---|---|---|---|---|---|",

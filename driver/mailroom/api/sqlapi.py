@@ -12,9 +12,11 @@ http_wait_look = BY_NAME["wait_for_message"].sql
 http_mailbox_view = SqlFunction(
     "http_mailbox_view",
     "p_address text, p_session_token text, p_key_digest bytea, p_limit integer = default, p_offset integer = default,"
-    " p_after_id bigint = default",
+    " p_after_id bigint = default, p_before_id bigint = default",
     returns="jsonb",
 )
 # the caps a server process counts its waits and event streams against, and the refusal over one
 wait_caps = SqlFunction("wait_caps", returns=("kind", "per_credential", "total"))
 wait_refused = SqlFunction("wait_refused", "p_kind text, p_scope text")
+# every code's meaning in a face's words (the MCP server's tool descriptions)
+face_error_meanings = SqlFunction("face_error_meanings", "p_face text", returns=("code", "meaning"))

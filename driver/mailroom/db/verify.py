@@ -26,17 +26,20 @@ skipped with the reason (TAP `1..0 # SKIP …`), never failed.
 
 from __future__ import annotations
 
+import os
 import re
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from importlib import resources
 from importlib.resources.abc import Traversable
+from pathlib import Path
 
 import psycopg
 from psycopg import pq
 
 from mailroom.core.errors import UserError
+from mailroom.db.files import HOME_ENV
 
 LOCK_TIMEOUT = "1s"
 STATEMENT_TIMEOUT = "60s"
@@ -68,7 +71,11 @@ TAP_PLAN = re.compile(r"^1\.\.(\d+)")
 
 
 def suite() -> Traversable:
-    """The shipped pgTAP suite (tests/pgtap of the checkout in an editable install)."""
+    """The shipped pgTAP suite (tests/pgtap of the checkout in an editable install), or MAILROOM_HOME's
+    tests/pgtap when it has one (as `db migrate` reads MAILROOM_HOME's SQL: mailroom.db.files)."""
+    home = os.environ.get(HOME_ENV)
+    if home and (Path(home) / "tests" / "pgtap").is_dir():
+        return Path(home) / "tests" / "pgtap"
     try:
         return resources.files(SUITE_PACKAGE)
     except ModuleNotFoundError:  # pragma: no cover - a broken install

@@ -219,19 +219,21 @@ def create_app(config: HttpConfig | None = None) -> FastAPI:  # noqa: PLR0915 - 
 
     @app.get(**declared("list_messages"))
     async def list_messages(request: Request, address: str, limit: int = 50, offset: int = 0,
-                            after: int | None = None, tag: str | None = None, unread: bool | None = None) -> Response:
+                            after: int | None = None, tag: str | None = None, unread: bool | None = None,
+                            before_id: int | None = None) -> Response:
         return _json(await state.call(sqlapi.http_list_messages, limit=limit, offset=offset, after_id=after, tag=tag,
-                                      unread=unread, **creds(request, address).sql(address)))
+                                      unread=unread, before_id=before_id, **creds(request, address).sql(address)))
 
     @app.get("/api/v1/messages", tags=["messages"], response_model=list[models.OwnerMessageSummary],
              responses=errors(400, 401, 403, 422, 503),
              summary="An API key owner's mail across their open inboxes, newest first by id (keyset: before_id; "
-                     "tag=, unread=); 403 for a session token")
-    async def list_all_messages(request: Request, limit: int = 50, before_id: int | None = None,
+                     "tag=, unread=, or q= a search query); 403 for a session token")
+    async def list_all_messages(request: Request, limit: int = 50, before_id: int | None = None, q: str | None = None,
                                 tag: str | None = None, unread: bool | None = None) -> Response:
         c = request_credentials(request)
         return _json(await state.call(sqlapi.http_list_all_messages, session_token=c.session_token,
-                                      key_digest=c.key_digest, limit=limit, before_id=before_id, tag=tag, unread=unread))
+                                      key_digest=c.key_digest, limit=limit, before_id=before_id, tag=tag, unread=unread,
+                                      query=q))
 
     @app.get("/api/v1/mailboxes/{address}/messages/{message_id}/raw", tags=["messages"], response_class=Response,
              responses={200: {"content": {"text/plain": {"schema": {"type": "string"}}},
@@ -495,7 +497,8 @@ def create_app(config: HttpConfig | None = None) -> FastAPI:  # noqa: PLR0915 - 
     if fastpaths.enabled():  # MAILROOM_FAST_PATHS=off: every request through the middleware and its route
         # the hot reads, without FastAPI's per-request parameter machinery when their query is plain
         hot = {
-            "messages": (list_messages, {"limit": int, "offset": int, "after": int, "tag": str, "unread": bool}),
+            "messages": (list_messages, {"limit": int, "offset": int, "after": int, "tag": str, "unread": bool,
+                                         "before_id": int}),
             "wait": (wait, {"subject": str, "timeout": float, "after": int}),
         }
         for tail, (endpoint, params) in hot.items():

@@ -270,7 +270,8 @@ def errors(*statuses: int) -> dict[int | str, dict[str, Any]]:
              "not granted to the key or to a recipient not allowed",
         404: "no such inbox, expired or deleted; no such message, link, code, attachment or fault",
         408: "the long poll's time passed", 410: "the inbox expired or was deleted during the long poll",
-        409: "a released or sent message's address is on the suppression list",
+        409: "a released or sent message's address is on the suppression list; a search page's last message is "
+             "gone (search again from the first page)",
         413: "body over its route's bound (the edge); a released or sent message over outbound.max_message_bytes",
         422: "a parameter of the wrong type",
         429: "the creation rate limit, a rate of release, send or the checks, too many waits for a credential or in total "

@@ -6,14 +6,17 @@
   cookie of that inbox and redirects to `/inbox/{address}`, so the token leaves the address bar.
   An inbox made from the page shows its session token once (a one-use cookie says it was just made).
 - `/inbox/{address}`: the messages, newest first, arriving live (EventSource on the API's `/events`),
-  a search box, selection, mark read/unread, tags, delete one/selected/all, the expiry's countdown and
-  "extend", the inbox's fault injection; on a wide screen the list is left and the message right.
+  PAGE at a time, an "Older messages" link to the next page (`?before_id=` the last one shown: keyset,
+  one SQL call a page however deep), a search box (results paged the same way), selection, mark
+  read/unread, tags, delete one/selected/all, the expiry's countdown and "extend", the inbox's fault
+  injection; on a wide screen the list is left and the message right.
 - `/inbox/{address}/messages/{id}`: the message (`?pane=1`: the same without the page around it, for
   the split pane): its link and code with copy buttons, the HTML part in a sandboxed frame (mobile,
   tablet, desktop widths), the HTML source highlighted by Pygments (escaped, server-side), the text,
   the headers, the raw source and its `.eml` download, the attachments (thumbnails of raster images),
   the checks (HTML, links, spam) and the release form.
-- `/mail`: all the mail of an API key's owner (the key kept in a cookie like an inbox's token).
+- `/mail`: all the mail of an API key's owner (the key kept in a cookie like an inbox's token), with a
+  search box (`?q=`: their mail matching it, newest first), paged by inbox.js ("Older messages").
 Every page is one SQL call; the page's CSP allows only its own script and style sheet, no inline
 script, and no framing by other sites. The page's buttons use the REST API with the page's CSRF header.
 """
@@ -57,6 +60,7 @@ PAGE_HEADERS = {
 FRESH_COOKIE = "mailroom_fresh"  # one use: the inbox just made from the page shows its session token once
 HIGHLIGHT_MAX = 256 * 1024  # characters of HTML source highlighted; the rest is shown plain
 THUMBNAIL_TYPES = ("image/png", "image/jpeg", "image/gif", "image/webp")  # never SVG inline
+PAGE = 100  # messages a page of the inbox, and search results a page
 STATIC_TYPES = {"style.css": "text/css; charset=utf-8", "inbox.js": "text/javascript; charset=utf-8",
                 "favicon.svg": "image/svg+xml"}
 
@@ -320,20 +324,43 @@ def _token_card(address: str, token: str) -> str:
             f'{e(_api(address))}/messages</pre></div>')
 
 
+def _pager(address: str, shown: list[dict[str, Any]], *, more: bool, query: str | None, paged: bool) -> str:
+    """The links under a page of the list or of the results: the next page (`before_id`, the last one shown)
+    when there is one, and back to the first page from a later one."""
+    base = _inbox_url(address)
+    links = []
+    if paged:
+        first = f"{base}?q={quote(query)}" if query else base
+        links.append(f'<a class="button ghost small" id="newest" href="{e(first)}">'
+                     f'{"First results" if query else "Newest messages"}</a>')
+    if more and shown:
+        q = f"q={quote(query)}&" if query else ""
+        href = f"{base}?{q}before_id={int(shown[-1]['id'])}"
+        links.append(f'<a class="button ghost small" id="older" rel="next" href="{e(href)}">'
+                     f'{"More results" if query else "Older messages"}</a>')
+    return f'<nav class="row-flex pager" aria-label="pages">{"".join(links)}</nav>' if links else ""
+
+
 def render_inbox(mailbox: dict[str, Any], messages: list[dict[str, Any]], *, csrf: str, query: str | None,
-                 results: list[dict[str, Any]] | None, token: str | None = None) -> str:
+                 results: list[dict[str, Any]] | None, token: str | None = None, more: bool = False,
+                 paged: bool = False) -> str:
+    """The inbox page: `messages` (or the search's `results`) of one page; `more`: a next page exists;
+    `paged`: this is a later page (no live arrivals on it: new mail goes to the first page)."""
     address = mailbox["address"]
     shown = results if results is not None else messages
     rows = "".join(message_row(m, address) for m in shown)
-    empty = '<li id="empty" class="empty">No mail yet: it appears here as it arrives.</li>'
+    empty = ('<li id="empty" class="empty">No older messages.</li>' if paged else
+             '<li id="empty" class="empty">No mail yet: it appears here as it arrives.</li>')
     search_note = ""
     if results is not None:
-        search_note = (f'<p class="muted" id="matches">{len(results)} matching message(s) for “{e(query)}” · '
-                       f'<a href="{_inbox_url(address)}">all messages</a></p>')
+        count = f"{len(results)}{'+' if more else ''}"
+        search_note = (f'<p class="muted" id="matches">{count} matching message(s) for “{e(query)}”'
+                       f'{" (a later page)" if paged else ""} · <a href="{_inbox_url(address)}">all messages</a></p>')
     list_id = "results" if results is not None else "messages"
+    pager = _pager(address, shown, more=more, query=query if results is not None else None, paged=paged)
     delete_all = '<button type="button" class="danger small" id="delete-all">Delete all</button>'
     body = f"""{_token_card(address, token) if token else ""}
-<div class="card" id="inbox" data-address="{e(address)}" data-view="inbox">
+<div class="card" id="inbox" data-address="{e(address)}" data-view="inbox"{' data-paged="1"' if paged else ""}>
   <div class="row-flex" style="justify-content:space-between">
     <div><span id="live" class="live" title="connecting"></span>
       <strong><span id="count">{int(mailbox.get("message_count") or len(messages))}</span> message(s)</strong>
@@ -353,6 +380,7 @@ def render_inbox(mailbox: dict[str, Any], messages: list[dict[str, Any]], *, csr
   <section class="card" aria-label="messages">
     {LIST_TOOLBAR.format(delete_all=delete_all)}
     <ul class="messages" id="{list_id}">{rows or (empty if results is None else "")}</ul>
+    {pager}
   </section>
   <section class="card" id="pane" aria-label="message" tabindex="-1"><p class="empty">Select a message (<kbd>j</kbd>,
     <kbd>k</kbd>, <kbd>o</kbd>)</p></section>
@@ -360,9 +388,12 @@ def render_inbox(mailbox: dict[str, Any], messages: list[dict[str, Any]], *, csr
     return _page(f"Inbox {address}", body, header=_inbox_header(mailbox), csrf=csrf, wide=True)
 
 
-def render_all_mail(mailboxes: list[dict[str, Any]], *, csrf: str, tag: str | None) -> str:
+def render_all_mail(mailboxes: list[dict[str, Any]], *, csrf: str, tag: str | None, query: str | None = None) -> str:
     """An API key's owner: all their open inboxes, and all their mail in one list (inbox.js fills it from
-    GET /api/v1/messages, each row naming its inbox), with the split pane."""
+    GET /api/v1/messages, each row naming its inbox, `?q=` the search box's query), with the split pane."""
+    query = (query or "").strip() or None
+    if query:
+        tag = None  # a search of all mail is the query alone (tag:x goes in it)
     boxes = "".join(
         f'<li><a href="{_inbox_url(b["address"])}">{e(b["address"])}</a> '
         f'<span class="muted">{int(b.get("message_count") or 0)} message(s) · expires {_time(b.get("expires_at"))}'
@@ -370,8 +401,13 @@ def render_all_mail(mailboxes: list[dict[str, Any]], *, csrf: str, tag: str | No
         for b in mailboxes
     )
     note = f'<p class="muted" id="tag-filter">tag “{e(tag)}” · <a href="/mail">all mail</a></p>' if tag else ""
-    body = f"""<div class="card" id="inbox" data-view="all" data-tag="{e(tag or "")}">
+    if query:
+        note = f'<p class="muted" id="matches">messages matching “{e(query)}” · <a href="/mail">all mail</a></p>'
+    body = f"""<div class="card" id="inbox" data-view="all" data-tag="{e(tag or "")}" data-q="{e(query or "")}">
   <div class="row-flex" style="justify-content:space-between"><h1 style="font-size:1.3em;margin:0">All my mail</h1>
+  <form method="get" action="/mail" role="search" id="search-form"><input type="search" name="q" id="search"
+    placeholder="Search all my mail: words, from:, tag:, is:unread" value="{e(query or '')}" aria-label="search all my mail">
+    <button type="submit" class="ghost">Search</button></form>
   <button type="button" class="ghost small" id="notify">Notify me</button></div>
   <details id="inboxes"><summary>{len(mailboxes)} open inbox(es)</summary><ul id="mailboxes">{boxes}</ul></details>{note}
 </div>
@@ -655,27 +691,37 @@ def add_routes(app: FastAPI, state: State) -> None:  # noqa: PLR0915 - the page'
         return with_cookie(RedirectResponse(_inbox_url(address), status_code=303), cookie_name(address), token)
 
     @app.get("/inbox/{address}", include_in_schema=False)
-    async def inbox(request: Request, address: str, q: str | None = None, token: str | None = None) -> Response:
+    async def inbox(request: Request, address: str, q: str | None = None, token: str | None = None,
+                    before_id: int | None = None) -> Response:
         if token:  # given once: into the cookie, out of the address bar
             split_credential(token)
             if not same_origin(request):
                 return html_response(render_confirm(address, token.strip()))
             return with_cookie(RedirectResponse(_inbox_url(address), status_code=303), cookie_name(address), token.strip())
         c = page_creds(request, address)
-        try:  # one call: the list, or the search results
+        try:  # one call: a page of the list, or of the search results (one more than shown: is there a next?)
             if q and q.strip():
-                doc = json.loads(await state.call(sqlapi.http_search_messages, query=q, limit=100, **c.sql(address)))
-                results = doc["messages"]
+                doc = json.loads(await state.call(sqlapi.http_search_messages, query=q, limit=PAGE + 1,
+                                                  before_id=before_id, **c.sql(address)))
+                results = doc["messages"][:PAGE]
+                more = len(doc["messages"]) > PAGE
             else:
-                doc = json.loads(await state.call(sqlapi.http_mailbox_view, limit=100, **c.sql(address)))
+                doc = json.loads(await state.call(sqlapi.http_mailbox_view, limit=PAGE + 1, before_id=before_id,
+                                                  **c.sql(address)))
                 results = None
+                more = len(doc["messages"]) > PAGE
+                doc["messages"] = doc["messages"][:PAGE]
         except ApiError as err:
             if err.status in (401, 403):
                 return html_response(render_login(address, err.message), err.status)
+            if err.status == 409 and before_id is not None and q:
+                # the search page's last message is gone (deleted, or let go by a full inbox): its first page
+                return RedirectResponse(f"{_inbox_url(address)}?q={quote(q)}", status_code=303)
             raise
         fresh = c.session_token is not None and c.from_cookie and request.cookies.get(FRESH_COOKIE) == cookie_name(address)
         response = html_response(render_inbox(doc["mailbox"], doc.get("messages") or [], csrf=csrf_token(c.raw), query=q,
-                                              results=results, token=c.session_token if fresh else None))
+                                              results=results, token=c.session_token if fresh else None, more=more,
+                                              paged=before_id is not None))
         if request.cookies.get(FRESH_COOKIE) is not None:
             response.delete_cookie(FRESH_COOKIE, path="/")
         return response
@@ -695,7 +741,7 @@ def add_routes(app: FastAPI, state: State) -> None:  # noqa: PLR0915 - the page'
         return Response(bytes(raw), media_type="message/rfc822", headers=eml_headers(message_id))
 
     @app.get("/mail", include_in_schema=False)
-    async def all_mail(request: Request, tag: str | None = None) -> Response:
+    async def all_mail(request: Request, tag: str | None = None, q: str | None = None) -> Response:
         key = request.cookies.get(KEY_COOKIE)
         if not key and sink_listing_open(request, state.config.sink_listing, state.config.sink_public):
             # the sink's open listing (docs/inboxes.md): loopback peers naming a loopback host, or --sink-public
@@ -711,7 +757,7 @@ def add_routes(app: FastAPI, state: State) -> None:  # noqa: PLR0915 - the page'
             if err.status in (401, 403):
                 return html_response(render_key_login(err.message), err.status)
             raise
-        return html_response(render_all_mail(boxes, csrf=csrf_token(key.strip()), tag=tag))
+        return html_response(render_all_mail(boxes, csrf=csrf_token(key.strip()), tag=tag, query=q))
 
     @app.post("/mail/login", include_in_schema=False)
     async def key_login(request: Request) -> Response:

@@ -38,7 +38,7 @@ _WHO = "p_address text, p_session_token text, p_key_digest bytea"
 http_list_all_messages = SqlFunction(
     "http_list_all_messages",
     "p_session_token text, p_key_digest bytea, p_limit integer = default, p_before_id bigint = default,"
-    " p_tag text = default, p_unread boolean = default",
+    " p_tag text = default, p_unread boolean = default, p_query text = default",
     returns="jsonb",
 )
 http_message_raw = SqlFunction("http_message_raw", f"{_WHO}, p_message_id bigint", returns="bytea")

@@ -528,8 +528,8 @@ def watch_cmd(
 
 @app.command("plans")
 def plans_cmd(database_url: DatabaseUrlOption = None, as_json: JsonOption = False) -> None:
-    """The inbox plans create_mailbox accepts: TTL default and maximum, largest message, messages kept
-    (mailroom.list_plans)."""
+    """The inbox plans create_mailbox accepts: TTL default and maximum, largest message, messages kept, and
+    what a full inbox does: refuse (552) or drop_oldest (mailroom.list_plans)."""
     from mailroom.core.durations import format_seconds
     from mailroom.core.table import table
 
@@ -540,5 +540,5 @@ def plans_cmd(database_url: DatabaseUrlOption = None, as_json: JsonOption = Fals
         return
     table([{"plan": r.name, "default_ttl": format_seconds(r.default_ttl_minutes * 60),
             "max_ttl": format_seconds(r.max_ttl_minutes * 60), "max_message_bytes": r.max_message_bytes,
-            "max_messages": r.max_messages} for r in rows],
-          ["plan", "default_ttl", "max_ttl", "max_message_bytes", "max_messages"])
+            "max_messages": r.max_messages, "when_full": r.when_full} for r in rows],
+          ["plan", "default_ttl", "max_ttl", "max_message_bytes", "max_messages", "when_full"])

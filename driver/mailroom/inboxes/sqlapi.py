@@ -46,7 +46,7 @@ record_bounce = SqlFunction(
 )
 max_inbound_message_bytes = SqlFunction("max_inbound_message_bytes", returns="integer")
 list_plans = SqlFunction("list_plans", returns=(
-    "name", "default_ttl_minutes", "max_ttl_minutes", "max_message_bytes", "max_messages",
+    "name", "default_ttl_minutes", "max_ttl_minutes", "max_message_bytes", "max_messages", "when_full",
 ))
 
 # inboxes

@@ -233,20 +233,12 @@ class MailroomMCP(FastMCP):
 
 
 def error_catalog(database_url: str) -> dict[str, str]:
-    """The meaning of every MR code (mailroom.error_codes, learned at connect), read once at start for the
-    tool descriptions, which list the codes their operation declares (api/operations.py)."""
-    from mailroom.core.errors import meanings
+    """Every MR code's meaning in MCP's words (face_error_meanings), read once at start for the tool
+    descriptions, which list the codes of their operation's SQL function (api/operations.py)."""
     from mailroom.db.connect import connect
 
-    with connect(database_url, application_name="mailroom-mcp"):
-        return meanings()
-
-
-# Where a code's meaning speaks of what MCP has not (a session token), the MCP face's own words
-MCP_WORDS = {
-    "MR204": "the inbox is not this API key's owner's",
-    "MR240": "credentials required: an API key",
-}
+    with connect(database_url, application_name="mailroom-mcp") as conn:
+        return {row.code: row.meaning for row in api_sqlapi.face_error_meanings.rows(conn, face="mcp")}
 
 
 def _signature(op: operations.Operation, overrides: dict[str, dict[str, Any]] | None = None) -> inspect.Signature:
@@ -342,13 +334,12 @@ def build(backend: Backend, credential: Callable[[], bytes | None] | None = None
         request = server.get_context().request_context.request
         return key_digest(header_credential(request.headers)) if request is not None else None
 
-    meanings = {**(errors or {}), **MCP_WORDS}
+    meanings = errors or {}
 
     def describe(op: operations.Operation) -> str:
         """A tool's description: its operation's, and the errors it may answer with their meaning."""
         assert op.mcp is not None
-        codes = [*op.errors, *operations.CREDENTIAL_ERRORS]
-        known = [f"{code} {meanings[code]}" for code in codes if code in meanings]
+        known = [f"{code} {meanings[code]}" for code in op.errors if code in meanings]
         return op.mcp.description + ("\nErrors: " + "; ".join(known) + "." if known else "")
 
     def annotations(op: operations.Operation) -> ToolAnnotations:
@@ -488,8 +479,16 @@ class _RequireKey:
         self.refusal: ToolFailure | None = None
 
     async def _no_key(self) -> ToolFailure:
-        # the MCP face's words for MR240 (it knows only API keys: MCP_WORDS), no database asked
-        return ToolFailure("MR240", Kind.DENIED.value, MCP_WORDS["MR240"])
+        # the code and words SQL gives MCP's call without a key (create_inbox's: _mcp_key, before anything
+        # is made), asked once, then kept
+        if self.refusal is None and self.backend is not None:
+            op = operations.BY_NAME["create_mailbox"]
+            try:
+                await self.backend.call(op.sql, retry=False, key_digest=None, **op.fixed["mcp"])
+            except ToolFailure as failure:
+                if failure.code:
+                    self.refusal = failure
+        return self.refusal or ToolFailure("", Kind.DENIED.value, "an API key is required: Authorization: Bearer mrk_…")
 
     async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
         if scope["type"] == "http" and scope["path"].rstrip("/") == self.path:

@@ -588,7 +588,8 @@
       var c = document.getElementById("closed"); if (c) c.hidden = false;
     });
   }
-  if (root && root.dataset.view === "inbox" && list && list.id === "messages") {
+  // live on the first page only: a later page (?before_id=) holds older mail, new mail goes on the first
+  if (root && root.dataset.view === "inbox" && list && list.id === "messages" && !root.dataset.paged) {
     listen(root.dataset.address, false, document.getElementById("live"));
   }
 
@@ -596,7 +597,9 @@
   if (root && root.dataset.view === "all") {
     var more = document.getElementById("more"), oldest = null;
     var load = function () {
-      var q = "?limit=50" + (oldest ? "&before_id=" + oldest : "") + (root.dataset.tag ? "&tag=" + enc(root.dataset.tag) : "");
+      // the search box's query (q) or the tag filter: newest first either way, the next page before the oldest shown
+      var q = "?limit=50" + (oldest ? "&before_id=" + oldest : "") + (root.dataset.tag ? "&tag=" + enc(root.dataset.tag) : "")
+        + (root.dataset.q ? "&q=" + enc(root.dataset.q) : "");
       call("GET", "/api/v1/messages" + q).then(function (r) {
         var empty = document.getElementById("empty");
         if (!r.ok) {
@@ -608,14 +611,16 @@
           if (!document.getElementById("m" + m.id)) list.appendChild(buildRow(m, m.mailbox, true));
           oldest = oldest == null ? m.id : Math.min(oldest, m.id);
         });
-        if (!rows().length) { var e = el("li", "empty", "No mail yet."); e.id = "empty"; list.appendChild(e); }
+        if (!rows().length) {
+          var e = el("li", "empty", root.dataset.q ? "No message matches." : "No mail yet."); e.id = "empty"; list.appendChild(e);
+        }
         more.hidden = r.body.length < 50;
       });
     };
     more.addEventListener("click", load);
     load();
-    // live: one event stream per open inbox (the first 10)
-    Array.prototype.slice.call(document.querySelectorAll("#mailboxes a"), 0, 10).forEach(function (a) {
+    // live: one event stream per open inbox (the first 10); not on search results (new mail may not match)
+    if (!root.dataset.q) Array.prototype.slice.call(document.querySelectorAll("#mailboxes a"), 0, 10).forEach(function (a) {
       listen(a.textContent, true, null);
     });
   }
