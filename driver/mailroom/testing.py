@@ -128,7 +128,7 @@ def login_for(args: tuple[str, ...] | list[str]) -> str | None:
         return "mr_app"
     if command == "settings":
         return "mr_admin" if sub == "set" else "mr_monitor"
-    if command in ("suppress", "keys", "erase"):
+    if command in ("suppress", "keys", "erase", "webhook"):
         return "mr_admin"
     if command in ("maintain", "apikey", "smtpcred", "catchall"):
         return "mr_admin"

@@ -28,6 +28,10 @@ DROP TRIGGER IF EXISTS after_mailboxes_inserted ON mailroom.mailboxes;
 -- Citus: deliveries check the mailbox in the guard, purge deletes the messages itself
 DROP TRIGGER IF EXISTS before_message_insert ON mailroom.messages;
 DROP TRIGGER IF EXISTS after_mailboxes_deleted ON mailroom.mailboxes;
+-- inbox.expired webhooks (sql/38_outbound_webhooks.sql) are queued by a row trigger that writes
+-- outbound_messages, another distributed table: not from a shard; on Citus the expiry's seam
+-- queues them (sql/citus/30_mailboxes.sql, docs/webhooks.md)
+DROP TRIGGER IF EXISTS after_mailboxes_expired ON mailroom.mailboxes;
 
 DO $distribute$
 DECLARE
@@ -94,7 +98,7 @@ BEGIN
         'settings', 'plans', 'error_codes', 'token_actions', 'token_email_templates', 'senders',
         'redaction_pepper', 'verp_key', 'signing_keys', 'sender_keys', 'domain_limits',
         'suppressions', 'catchall_domains', 'api_keys', 'outbound_lanes', 'dkim_keys', 'spent_signatures',
-        'smtp_credentials', 'api_key_senders'
+        'smtp_credentials', 'api_key_senders', 'webhook_endpoints'
     ] LOOP
         IF NOT EXISTS (
             SELECT 1 FROM pg_catalog.pg_dist_partition AS p
