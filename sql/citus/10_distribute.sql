@@ -93,6 +93,9 @@ BEGIN
     -- Keys are revoked, never deleted, so the cascade this key gives is never needed here; the grant's
     -- functions check the key themselves (sql/32_outbound_send.sql)
     ALTER TABLE mailroom.api_key_senders DROP CONSTRAINT IF EXISTS api_key_senders_key_id_fkey;
+    -- the same for a key's webhook endpoints (they point at senders too); an endpoint of a revoked key
+    -- is refused where it is used (sql/38_outbound_webhooks.sql)
+    ALTER TABLE mailroom.webhook_endpoints DROP CONSTRAINT IF EXISTS webhook_endpoints_key_id_fkey;
     -- reference tables, parents before children (a foreign key from a reference table points at one)
     FOREACH v_table IN ARRAY ARRAY[
         'settings', 'plans', 'error_codes', 'token_actions', 'token_email_templates', 'senders',
