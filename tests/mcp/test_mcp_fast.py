@@ -121,3 +121,10 @@ def test_everything_else_goes_to_the_sdk_transport_with_its_body() -> None:
     status, _ = _post(app, {"jsonrpc": "2.0", "id": 1, "method": "tools/list"}, path="/mcp/")
     assert status == 299
     assert len(sdk.bodies) == len(cases) + 1
+
+
+def test_the_fast_path_serves_only_a_stateless_json_server() -> None:
+    """A server with sessions checks each request's session id in the SDK's transport: never bypassed."""
+    server = build(Backend(McpConfig(database_url="host=/nonexistent dbname=none")), errors={}, stateless_http=False)
+    with pytest.raises(ValueError, match="stateless"):
+        _FastCalls(_Sdk(), server, "/mcp")

@@ -524,6 +524,9 @@ class _FastCalls:
         from mcp.server.transport_security import TransportSecurityMiddleware
         from mcp.shared.version import SUPPORTED_PROTOCOL_VERSIONS
 
+        if not (server.settings.stateless_http and server.settings.json_response):
+            # a session's requests carry its id, which the SDK checks; an SSE answer is a stream
+            raise ValueError("the fast path serves a stateless server answering JSON only")
         self.app = app
         self.server = server
         self.path = path
