@@ -8,6 +8,7 @@ import hashlib
 import re
 import signal
 import smtplib
+import socket
 import subprocess
 import threading
 from collections.abc import Iterator
@@ -179,6 +180,42 @@ def test_500_then_200_is_delivered_on_retry_with_the_same_id(conn, cli, receiver
     assert row(conn, hook["id"])["status"] == "sent"
     assert [p["type"] for p in receiver.delivered(secret)] == ["message.received"] * 2
     assert len({h["webhook-id"] for h, _ in receiver.requests}) == 1
+
+
+def test_a_silent_endpoint_holds_up_one_request_of_a_batch(conn, cli):
+    """An endpoint's rows of a batch go one at a time, and once one gets no answer the others of the batch
+    are not tried (never sent: retried with the backoff, 'connect'), as a relay that cannot be reached
+    in a batch: an API key holder whose endpoint accepts and never answers cannot hold a sender slot,
+    and the mail claimed with its rows, for a timeout a row (review of 2026-12-06: 40 rows of such an
+    endpoint delayed a password reset claimed with them 27 s)."""
+    accepted: list[socket.socket] = []
+    hole = socket.socket()
+    hole.bind(("127.0.0.1", 0))
+    hole.listen(50)
+
+    def accept() -> None:
+        while True:
+            try:
+                accepted.append(hole.accept()[0])
+            except OSError:
+                return
+
+    threading.Thread(target=accept, daemon=True).start()
+    try:
+        endpoint(conn, f"http://127.0.0.1:{hole.getsockname()[1]}/hooks")
+        address = inbox(conn)
+        for _ in range(5):
+            deliver(conn, address, T0)
+        send_at(cli, T0, "--webhook-timeout", "1s")
+        rows = webhook_rows(conn)
+        assert len(accepted) == 1  # one request reached it
+        assert sorted(r["last_outcome"] for r in rows) == ["connect"] * 4 + ["uncertain"]
+        assert all("not tried" in r["error_log"] for r in rows if r["last_outcome"] == "connect")
+        assert all(r["status"] == "queued" for r in rows)
+    finally:
+        hole.close()
+        for c in accepted:
+            c.close()
 
 
 def test_4xx_fails_fast_but_408_and_429_are_retried(conn, cli, receiver):

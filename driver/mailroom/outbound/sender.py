@@ -473,23 +473,37 @@ class Sender(Worker):
     async def deliver_webhooks(
         self, client: WebhookClient, rows: list[dict[str, Any]]
     ) -> tuple[list[Outcome], list[dict[str, Any]]]:
-        """Each webhook row POSTed (at most 8 at once); a row not begun when stopping goes back unsent,
-        one cut short by an abort is reported uncertain (the receiver may have it)."""
+        """Each webhook row POSTed (at most 8 at once, an endpoint's one at a time); a row not begun when
+        stopping goes back unsent, one cut short by an abort is reported uncertain (the receiver may have
+        it). Once an endpoint gives no answer (no connection, a timeout, a request cut short), its other
+        rows of the batch are not tried: 'connect', retried with the backoff, as the rows of a relay
+        that cannot be reached (deliver_lanes), so an endpoint that never answers holds the slot, and
+        the mail claimed with it, for one timeout, not one a row."""
         gate = asyncio.Semaphore(8)
         started: set[int] = set()
+        endpoints: dict[str, asyncio.Lock] = {}  # one request at a time per endpoint URL
+        silent: dict[str, str] = {}  # endpoints that gave no answer in this batch: the outcome they gave
 
         async def one(row: dict[str, Any]) -> Outcome | None:
-            async with gate:
-                if self.stopping.is_set():
-                    return None
-                secret = self.webhook_secret(row)
-                if self.fatal is not None:
-                    return None
-                started.add(row["id"])
-                t0 = time.monotonic()
-                out = await client.deliver(row, secret)
-                out.seconds = time.monotonic() - t0
-                return out
+            url = row.get("webhook_url") or ""
+            async with endpoints.setdefault(url, asyncio.Lock()):
+                if url in silent:
+                    return Outcome(row["id"], row["claim_token"], "connect",
+                                   error=f"not tried: an earlier delivery of this batch to its endpoint got no answer "
+                                         f"({silent[url]})")
+                async with gate:
+                    if self.stopping.is_set():
+                        return None
+                    secret = self.webhook_secret(row)
+                    if self.fatal is not None:
+                        return None
+                    started.add(row["id"])
+                    t0 = time.monotonic()
+                    out = await client.deliver(row, secret)
+                    out.seconds = time.monotonic() - t0
+                    if url and out.outcome in ("connect", "timeout", "uncertain", "dropped"):
+                        silent[url] = f"{out.outcome}: {out.error}" if out.error else out.outcome
+                    return out
 
         tasks = [asyncio.ensure_future(one(r)) for r in rows]
         abort = asyncio.ensure_future(self.aborting.wait())
