@@ -218,6 +218,24 @@ def test_a_silent_endpoint_holds_up_one_request_of_a_batch(conn, cli):
             c.close()
 
 
+def test_a_secret_sealed_for_another_sender_key_stops_only_its_deliveries(conn, cli, receiver):
+    """An endpoint registered before `sender-key init` made a new sender key: its deliveries are retried
+    with the attempt line saying why, the sender goes on (it stopped with exit 2 before, every mail with
+    it: review of 2026-12-06), and the operator can list the old key's file or the holder register again."""
+    from mailroom.outbound.sealing import generate_keypair
+
+    conn.execute("SELECT mailroom.set_sender_public_key(%s)", (generate_keypair(2048)[0],))
+    key_id = conn.execute("SELECT mailroom.create_api_key('acme', %s)", (hashlib.sha256(b"mrk_acme").digest(),)).fetchone()[0]
+    conn.execute("SELECT * FROM mailroom.add_webhook(%s, %s, %s)", (receiver.url, ["message.received"], key_id))
+    conn.execute("SELECT mailroom.set_sender_public_key(%s)", (sender_key()[0],))  # the key of MAILROOM_SENDER_KEY_FILE
+    deliver(conn, inbox(conn), T0)
+    send_at(cli, T0)  # exit 0
+    (hook,) = webhook_rows(conn)
+    assert receiver.requests == []
+    assert hook["status"] == "queued" and hook["last_outcome"] == "local" and hook["attempts"] == 1
+    assert "sealed for another sender key" in hook["error_log"]
+
+
 def test_4xx_fails_fast_but_408_and_429_are_retried(conn, cli, receiver):
     endpoint(conn, receiver.url)
     address = inbox(conn)

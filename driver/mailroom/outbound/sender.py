@@ -456,7 +456,8 @@ class Sender(Worker):
 
     def webhook_secret(self, row: dict[str, Any]) -> str | None:
         """The whsec_ secret of a webhook row's endpoint, opened with the sender key (None: no endpoint
-        any more); without a sender key the sender stops, as for a relay password."""
+        any more, or sealed for another sender key); without a sender key the sender stops, as for a
+        relay password."""
         sealed = row.get("webhook_secret_sealed")
         if sealed is None:
             return None
@@ -464,11 +465,11 @@ class Sender(Worker):
             self.fatal = ConfigError(f"webhook deliveries are queued: set {KEY_FILE_ENV} (the sender key)")
             self.stop()
             return None
-        secret = self.opts.unsealer.open(sealed)
-        if secret is None:
-            self.fatal = ConfigError(f"{KEY_FILE_ENV} cannot open a webhook secret: it was sealed for another sender key")
-            self.stop()
-        return secret
+        # one sealed for another sender key (an endpoint registered before `sender-key init` made a new
+        # one) stops nothing: that endpoint's deliveries are retried ('local', outbound/webhooks.py)
+        # until the old key's file is listed in MAILROOM_SENDER_KEY_FILE or the endpoint is registered
+        # again; a secret is an API key holder's, which the operator cannot set again as a relay password
+        return self.opts.unsealer.open(sealed)
 
     async def deliver_webhooks(
         self, client: WebhookClient, rows: list[dict[str, Any]]
