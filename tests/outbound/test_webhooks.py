@@ -333,3 +333,32 @@ def test_cli_adds_lists_shows_attempts_replays_and_removes(conn, cli, receiver):
     assert cli("webhook", "remove", str(endpoint_id)).returncode == 0
     gone = cli("webhook", "remove", str(endpoint_id))
     assert gone.returncode == 1 and "unknown webhook endpoint" in gone.stderr
+
+
+def test_a_name_that_does_not_resolve_in_time_is_bounded_by_the_timeout(monkeypatch):
+    """The URL's resolution is within --webhook-timeout too: a name server that never answers (the
+    registrant's to choose) holds a slot one timeout, then 'timeout' (nothing sent); it held it for as
+    long as the resolver waited before (review of 2026-12-06)."""
+    import asyncio
+    import time
+
+    from mailroom.core import netguard
+    from mailroom.outbound.webhooks import WebhookClient, WebhookPolicy
+
+    async def slow_pin(*args, **kwargs):
+        await asyncio.sleep(30)
+
+    monkeypatch.setattr(netguard, "pin", slow_pin)
+
+    async def run():
+        client = WebhookClient(WebhookPolicy(timeout=0.3))
+        try:
+            return await client.deliver({"id": 1, "claim_token": 2, "webhook_url": "https://slow.example/h",
+                                         "text_body": "{}", "message_id": "msg_1"}, "whsec_" + "A" * 32)
+        finally:
+            await client.aclose()
+
+    t0 = time.monotonic()
+    out = asyncio.run(run())
+    assert time.monotonic() - t0 < 5
+    assert out.outcome == "timeout" and "resolve" in out.error

@@ -98,7 +98,13 @@ class WebhookClient:
         body = (row.get("text_body") or "").encode()
         sent = False  # whether the answer began (an error after it: possibly delivered)
         try:
-            pinned = await netguard.pin(url, self.policy.allow, hint="mailroom send --webhook-allow to allow it")
+            # the name's resolution bounded too (a name server that never answers, chosen by whoever
+            # registered the URL, would hold the slot past --webhook-timeout): nothing was sent yet
+            try:
+                async with asyncio.timeout(self.policy.timeout):
+                    pinned = await netguard.pin(url, self.policy.allow, hint="mailroom send --webhook-allow to allow it")
+            except TimeoutError:
+                return Outcome(rid, token, "timeout", error="the name did not resolve in time")
             request = self.client.build_request(
                 "POST", pinned.url, content=body, extensions=pinned.extensions,
                 headers={**pinned.headers, **headers(secret, row["message_id"], int(time.time()), body,
