@@ -136,11 +136,14 @@ DECLARE
     v_endpoint bigint;
     v_count integer := 0;
 BEGIN
-    -- deliver_message calls it only when the inbox's owner has an endpoint (its one look-up)
+    -- deliver_message calls it only when the inbox's owner has an endpoint (its one look-up); the
+    -- key's own owner is asked too, not only the copy on the endpoint: an endpoint reaches its key's
+    -- owner's mail alone, whatever became of the copy (the review of 2026-12-06: erasure renamed the
+    -- key's owner, not the copy, and a later owner of that id had its mail sent to the old endpoint)
     FOR v_endpoint IN
         SELECT w.id FROM mailroom.webhook_endpoints AS w
         INNER JOIN mailroom.api_keys AS k ON w.key_id = k.id
-        WHERE w.owner_id = p_owner_id AND 'message.received' = ANY (w.events) AND k.revoked_at IS NULL
+        WHERE w.owner_id = p_owner_id AND k.owner_id = p_owner_id AND 'message.received' = ANY (w.events) AND k.revoked_at IS NULL
         ORDER BY w.id
     LOOP
         PERFORM mailroom_internal._enqueue_webhook(v_endpoint, 'message.received', jsonb_build_object(
@@ -176,7 +179,7 @@ BEGIN
     FOR v_endpoint IN
         SELECT w.id FROM mailroom.webhook_endpoints AS w
         INNER JOIN mailroom.api_keys AS k ON w.key_id = k.id
-        WHERE w.owner_id = p_owner_id AND 'inbox.expired' = ANY (w.events) AND k.revoked_at IS NULL
+        WHERE w.owner_id = p_owner_id AND k.owner_id = p_owner_id AND 'inbox.expired' = ANY (w.events) AND k.revoked_at IS NULL
         ORDER BY w.id
     LOOP
         PERFORM mailroom_internal._enqueue_webhook(v_endpoint, 'inbox.expired', jsonb_build_object(

@@ -100,3 +100,35 @@ def test_a_webhook_goes_through_the_citus_queue(cconn):
     assert (address,) in expired
     cconn.execute("DELETE FROM mailroom.outbound_messages WHERE kind = 'webhook' OR sender_id ="
                   " (SELECT id FROM mailroom.senders WHERE name = 'citus-hooks')")
+
+
+def test_an_erased_owners_endpoint_is_renamed_and_gets_no_later_owners_mail(cconn):
+    """erase_address renames the owner on an API key's endpoint (a reference table) with its key's, after
+    the multi-shard deletes of the same transaction; a later owner of the same id queues nothing to it
+    (review of 2026-12-06)."""
+    cconn.execute("SELECT mailroom.set_sender_public_key(%s)", (generate_keypair(2048)[0],))
+    key_id = cconn.execute(
+        "SELECT mailroom.create_api_key('erin.hooks@victim.test', %s)", (hashlib.sha256(b"mrk_citus_erin").digest(),)
+    ).fetchone()[0]
+    endpoint = cconn.execute(
+        "SELECT id FROM mailroom.add_webhook('https://hooks.example.com/e', ARRAY['message.received'], %s)", (key_id,)
+    ).fetchone()[0]
+    cconn.execute("SELECT * FROM mailroom.erase_address('erin.hooks@victim.test')")
+    owners = cconn.execute(
+        "SELECT (SELECT owner_id FROM mailroom.webhook_endpoints WHERE id = %s), "
+        "(SELECT owner_id FROM mailroom.api_keys WHERE id = %s)", (endpoint, key_id),
+    ).fetchone()
+    assert owners[0] == owners[1] and owners[0].startswith("erased:")
+    cconn.execute("SELECT mailroom.create_api_key('erin.hooks@victim.test', %s)",
+                  (hashlib.sha256(b"mrk_citus_erin_later").digest(),))
+    address = cconn.execute(
+        "SELECT address FROM mailroom.create_mailbox(30, 'free', 'api', 'erin.hooks@victim.test')"
+    ).fetchone()[0]
+    with psycopg.connect(testing.as_login(cconn.info.dsn, "mr_inbound"), autocommit=True) as inbound:
+        inbound.execute(
+            "SELECT mailroom.deliver_message(%s, %s, 'a@example.com', %s::jsonb)",
+            (address, b"Subject: later\r\n\r\nhi\r\n", json.dumps({"subject": "later"})),
+        )
+    assert cconn.execute(
+        "SELECT count(*) FROM mailroom.outbound_messages WHERE kind = 'webhook' AND webhook_endpoint_id = %s", (endpoint,)
+    ).fetchone()[0] == 0

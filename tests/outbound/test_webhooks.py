@@ -8,6 +8,7 @@ import hashlib
 import re
 import signal
 import smtplib
+import socket
 import subprocess
 import threading
 from collections.abc import Iterator
@@ -181,6 +182,60 @@ def test_500_then_200_is_delivered_on_retry_with_the_same_id(conn, cli, receiver
     assert len({h["webhook-id"] for h, _ in receiver.requests}) == 1
 
 
+def test_a_silent_endpoint_holds_up_one_request_of_a_batch(conn, cli):
+    """An endpoint's rows of a batch go one at a time, and once one gets no answer the others of the batch
+    are not tried (never sent: retried with the backoff, 'connect'), as a relay that cannot be reached
+    in a batch: an API key holder whose endpoint accepts and never answers cannot hold a sender slot,
+    and the mail claimed with its rows, for a timeout a row (review of 2026-12-06: 40 rows of such an
+    endpoint delayed a password reset claimed with them 27 s)."""
+    accepted: list[socket.socket] = []
+    hole = socket.socket()
+    hole.bind(("127.0.0.1", 0))
+    hole.listen(50)
+
+    def accept() -> None:
+        while True:
+            try:
+                accepted.append(hole.accept()[0])
+            except OSError:
+                return
+
+    threading.Thread(target=accept, daemon=True).start()
+    try:
+        endpoint(conn, f"http://127.0.0.1:{hole.getsockname()[1]}/hooks")
+        address = inbox(conn)
+        for _ in range(5):
+            deliver(conn, address, T0)
+        send_at(cli, T0, "--webhook-timeout", "1s")
+        rows = webhook_rows(conn)
+        assert len(accepted) == 1  # one request reached it
+        assert sorted(r["last_outcome"] for r in rows) == ["connect"] * 4 + ["uncertain"]
+        assert all("not tried" in r["error_log"] for r in rows if r["last_outcome"] == "connect")
+        assert all(r["status"] == "queued" for r in rows)
+    finally:
+        hole.close()
+        for c in accepted:
+            c.close()
+
+
+def test_a_secret_sealed_for_another_sender_key_stops_only_its_deliveries(conn, cli, receiver):
+    """An endpoint registered before `sender-key init` made a new sender key: its deliveries are retried
+    with the attempt line saying why, the sender goes on (it stopped with exit 2 before, every mail with
+    it: review of 2026-12-06), and the operator can list the old key's file or the holder register again."""
+    from mailroom.outbound.sealing import generate_keypair
+
+    conn.execute("SELECT mailroom.set_sender_public_key(%s)", (generate_keypair(2048)[0],))
+    key_id = conn.execute("SELECT mailroom.create_api_key('acme', %s)", (hashlib.sha256(b"mrk_acme").digest(),)).fetchone()[0]
+    conn.execute("SELECT * FROM mailroom.add_webhook(%s, %s, %s)", (receiver.url, ["message.received"], key_id))
+    conn.execute("SELECT mailroom.set_sender_public_key(%s)", (sender_key()[0],))  # the key of MAILROOM_SENDER_KEY_FILE
+    deliver(conn, inbox(conn), T0)
+    send_at(cli, T0)  # exit 0
+    (hook,) = webhook_rows(conn)
+    assert receiver.requests == []
+    assert hook["status"] == "queued" and hook["last_outcome"] == "local" and hook["attempts"] == 1
+    assert "sealed for another sender key" in hook["error_log"]
+
+
 def test_4xx_fails_fast_but_408_and_429_are_retried(conn, cli, receiver):
     endpoint(conn, receiver.url)
     address = inbox(conn)
@@ -278,3 +333,32 @@ def test_cli_adds_lists_shows_attempts_replays_and_removes(conn, cli, receiver):
     assert cli("webhook", "remove", str(endpoint_id)).returncode == 0
     gone = cli("webhook", "remove", str(endpoint_id))
     assert gone.returncode == 1 and "unknown webhook endpoint" in gone.stderr
+
+
+def test_a_name_that_does_not_resolve_in_time_is_bounded_by_the_timeout(monkeypatch):
+    """The URL's resolution is within --webhook-timeout too: a name server that never answers (the
+    registrant's to choose) holds a slot one timeout, then 'timeout' (nothing sent); it held it for as
+    long as the resolver waited before (review of 2026-12-06)."""
+    import asyncio
+    import time
+
+    from mailroom.core import netguard
+    from mailroom.outbound.webhooks import WebhookClient, WebhookPolicy
+
+    async def slow_pin(*args, **kwargs):
+        await asyncio.sleep(30)
+
+    monkeypatch.setattr(netguard, "pin", slow_pin)
+
+    async def run():
+        client = WebhookClient(WebhookPolicy(timeout=0.3))
+        try:
+            return await client.deliver({"id": 1, "claim_token": 2, "webhook_url": "https://slow.example/h",
+                                         "text_body": "{}", "message_id": "msg_1"}, "whsec_" + "A" * 32)
+        finally:
+            await client.aclose()
+
+    t0 = time.monotonic()
+    out = asyncio.run(run())
+    assert time.monotonic() - t0 < 5
+    assert out.outcome == "timeout" and "resolve" in out.error

@@ -456,7 +456,8 @@ class Sender(Worker):
 
     def webhook_secret(self, row: dict[str, Any]) -> str | None:
         """The whsec_ secret of a webhook row's endpoint, opened with the sender key (None: no endpoint
-        any more); without a sender key the sender stops, as for a relay password."""
+        any more, or sealed for another sender key); without a sender key the sender stops, as for a
+        relay password."""
         sealed = row.get("webhook_secret_sealed")
         if sealed is None:
             return None
@@ -464,32 +465,46 @@ class Sender(Worker):
             self.fatal = ConfigError(f"webhook deliveries are queued: set {KEY_FILE_ENV} (the sender key)")
             self.stop()
             return None
-        secret = self.opts.unsealer.open(sealed)
-        if secret is None:
-            self.fatal = ConfigError(f"{KEY_FILE_ENV} cannot open a webhook secret: it was sealed for another sender key")
-            self.stop()
-        return secret
+        # one sealed for another sender key (an endpoint registered before `sender-key init` made a new
+        # one) stops nothing: that endpoint's deliveries are retried ('local', outbound/webhooks.py)
+        # until the old key's file is listed in MAILROOM_SENDER_KEY_FILE or the endpoint is registered
+        # again; a secret is an API key holder's, which the operator cannot set again as a relay password
+        return self.opts.unsealer.open(sealed)
 
     async def deliver_webhooks(
         self, client: WebhookClient, rows: list[dict[str, Any]]
     ) -> tuple[list[Outcome], list[dict[str, Any]]]:
-        """Each webhook row POSTed (at most 8 at once); a row not begun when stopping goes back unsent,
-        one cut short by an abort is reported uncertain (the receiver may have it)."""
+        """Each webhook row POSTed (at most 8 at once, an endpoint's one at a time); a row not begun when
+        stopping goes back unsent, one cut short by an abort is reported uncertain (the receiver may have
+        it). Once an endpoint gives no answer (no connection, a timeout, a request cut short), its other
+        rows of the batch are not tried: 'connect', retried with the backoff, as the rows of a relay
+        that cannot be reached (deliver_lanes), so an endpoint that never answers holds the slot, and
+        the mail claimed with it, for one timeout, not one a row."""
         gate = asyncio.Semaphore(8)
         started: set[int] = set()
+        endpoints: dict[str, asyncio.Lock] = {}  # one request at a time per endpoint URL
+        silent: dict[str, str] = {}  # endpoints that gave no answer in this batch: the outcome they gave
 
         async def one(row: dict[str, Any]) -> Outcome | None:
-            async with gate:
-                if self.stopping.is_set():
-                    return None
-                secret = self.webhook_secret(row)
-                if self.fatal is not None:
-                    return None
-                started.add(row["id"])
-                t0 = time.monotonic()
-                out = await client.deliver(row, secret)
-                out.seconds = time.monotonic() - t0
-                return out
+            url = row.get("webhook_url") or ""
+            async with endpoints.setdefault(url, asyncio.Lock()):
+                if url in silent:
+                    return Outcome(row["id"], row["claim_token"], "connect",
+                                   error=f"not tried: an earlier delivery of this batch to its endpoint got no answer "
+                                         f"({silent[url]})")
+                async with gate:
+                    if self.stopping.is_set():
+                        return None
+                    secret = self.webhook_secret(row)
+                    if self.fatal is not None:
+                        return None
+                    started.add(row["id"])
+                    t0 = time.monotonic()
+                    out = await client.deliver(row, secret)
+                    out.seconds = time.monotonic() - t0
+                    if url and out.outcome in ("connect", "timeout", "uncertain", "dropped"):
+                        silent[url] = f"{out.outcome}: {out.error}" if out.error else out.outcome
+                    return out
 
         tasks = [asyncio.ensure_future(one(r)) for r in rows]
         abort = asyncio.ensure_future(self.aborting.wait())

@@ -93,11 +93,18 @@ class WebhookClient:
         url = row.get("webhook_url")
         if url is None or secret is None:
             return Outcome(rid, token, "local", error="the webhook endpoint was removed" if url is None
-                           else "the webhook secret cannot be opened")
+                           else "the webhook secret cannot be opened: sealed for another sender key (list that "
+                                "key's file in MAILROOM_SENDER_KEY_FILE, or register the endpoint again)")
         body = (row.get("text_body") or "").encode()
         sent = False  # whether the answer began (an error after it: possibly delivered)
         try:
-            pinned = await netguard.pin(url, self.policy.allow, hint="mailroom send --webhook-allow to allow it")
+            # the name's resolution bounded too (a name server that never answers, chosen by whoever
+            # registered the URL, would hold the slot past --webhook-timeout): nothing was sent yet
+            try:
+                async with asyncio.timeout(self.policy.timeout):
+                    pinned = await netguard.pin(url, self.policy.allow, hint="mailroom send --webhook-allow to allow it")
+            except TimeoutError:
+                return Outcome(rid, token, "timeout", error="the name did not resolve in time")
             request = self.client.build_request(
                 "POST", pinned.url, content=body, extensions=pinned.extensions,
                 headers={**pinned.headers, **headers(secret, row["message_id"], int(time.time()), body,
