@@ -30,6 +30,17 @@ def _key(conn: psycopg.Connection, owner: str) -> str:
     return key
 
 
+def test_registering_without_a_sender_key_says_so_with_503_not_500(server, conn):
+    # first in the module: the module's database has no sender key yet (the next test makes one)
+    assert conn.execute("SELECT count(*) FROM mailroom.sender_keys WHERE state = 'active'").fetchone()[0] == 0
+    key = _key(conn, "hook-nokey")
+    refused = server.request("POST", "/api/v1/webhooks", token=key,
+                             body={"url": "https://x.example/", "events": ["message.received"]})
+    # the operator's to fix, not the caller's: 503 with mailroom's words (attacker review: it was 500)
+    assert (refused.status, refused.error_code) == (503, "MR313"), refused.body
+    assert "a webhook secret) needs a sender key" in refused.json()["detail"]
+
+
 def test_a_key_registers_sees_attempts_replays_and_removes_its_endpoints(server, conn):
     conn.execute("SELECT mailroom.set_sender_public_key(%s)", (generate_keypair(2048)[0],))
     owner = "hook-" + secrets.token_hex(4)
