@@ -221,7 +221,7 @@ def _mcp_rows(url: str, calls: int) -> list[dict]:
                         text = resp.text
                         data = json.loads(text[text.index("{"):text.rindex("}") + 1])
                         assert resp.status_code == 200 and not data["result"].get("isError"), text[:300]
-                        assert len(json.loads(data["result"]["content"][0]["text"])["messages"]) == 20
+                        assert len(json.loads(data["result"]["content"][0]["text"])) == 20  # REST's array
                 return times[10:]
 
         async def sql_calls() -> list[float]:

@@ -399,6 +399,11 @@ BEGIN
         (
             SELECT format('template %s', t.action) FROM mailroom.token_email_templates AS t
             WHERE concat_ws(' ', t.subject, t.text_body, t.html_body) ~* v_pattern ORDER BY t.action LIMIT 1
+        ),
+        (
+            -- a sender's webhook endpoint is the operator's (mailroom webhook add --sender)
+            SELECT format('webhook endpoint %s', w.id) FROM mailroom.webhook_endpoints AS w
+            WHERE w.sender_id IS NOT NULL AND w.url ~* v_pattern ORDER BY w.id LIMIT 1
         )
     ) INTO v_where;
     IF v_where IS NOT NULL THEN
@@ -520,6 +525,16 @@ BEGIN
             owner_id = regexp_replace(k.owner_id, v_pattern, v_erased, 'gi'),
             label = regexp_replace(k.label, v_pattern, v_erased, 'gi')
         WHERE mailroom_internal._texts_hold_address(v_pattern, k.owner_id, k.label);
+        GET DIAGNOSTICS v_m = ROW_COUNT;
+        v_n := v_n + v_m;
+        -- an API key's webhook endpoints (sql/38): the owner copied on them is renamed as the key's,
+        -- else message.received, found by that copy, would go on reaching the erased owner's endpoint
+        -- for the inboxes of whoever owns that id next; an endpoint whose URL holds the address goes
+        -- (its queued deliveries fail at their claim, as for any removed endpoint)
+        DELETE FROM mailroom.webhook_endpoints AS w
+        WHERE w.key_id IS NOT NULL AND w.url ~* v_pattern;
+        UPDATE mailroom.webhook_endpoints AS w SET owner_id = regexp_replace(w.owner_id, v_pattern, v_erased, 'gi')
+        WHERE w.owner_id ~* v_pattern;
         GET DIAGNOSTICS v_m = ROW_COUNT;
         v_n := v_n + v_m;
         UPDATE mailroom.catchall_domains AS c SET owner_id = regexp_replace(c.owner_id, v_pattern, v_erased, 'gi')

@@ -42,6 +42,10 @@ DECLARE
     v_attachments jsonb := coalesce(nullif(p_parsed -> 'attachments', 'null'), '[]');
     v_over integer;  -- messages over the plan's max_messages (a drop_oldest plan's full inbox)
     v_sink boolean;  -- a sink inbox (catchall_domain '*'): the sink's caps after storing
+    -- the inbox's owner: an API key's (api, mcp) may have webhook endpoints. The enum itself, not a
+    -- text cast in RETURNING: Citus allows only IMMUTABLE functions there (enum_out is STABLE)
+    v_owner_type mailroom.mailbox_owner_type;
+    v_owner_id text;
 BEGIN
     IF p_raw IS NULL OR btrim(p_raw, '\x20090d0a'::bytea) = ''::bytea THEN
         -- no header, no body (nothing, or only white space): nothing to store
@@ -89,8 +93,8 @@ BEGIN
             AND mailroom_internal._mailbox_open(m.is_active, m.deleted_at, m.expires_at, v_now)
             AND (m.message_count < p.max_messages OR p.when_full = 'drop_oldest')
             AND v_size <= p.max_message_bytes
-        RETURNING m.id, m.message_count - p.max_messages, m.catchall_domain = '*'
-        INTO v_mailbox_id, v_over, v_sink;
+        RETURNING m.id, m.message_count - p.max_messages, m.catchall_domain = '*', m.owner_type, m.owner_id
+        INTO v_mailbox_id, v_over, v_sink, v_owner_type, v_owner_id;
 
         IF v_mailbox_id IS NOT NULL THEN
             INSERT INTO mailroom.messages (
@@ -133,6 +137,16 @@ BEGIN
             v_payload := json_build_object('mailbox_id', v_mailbox_id, 'message_id', v_message_id)::text;
             PERFORM mailroom_internal._notify('mailroom_inbox', v_payload);
             PERFORM mailroom_internal._notify('mailroom_delivery', v_payload);
+            -- webhooks (sql/38_outbound_webhooks.sql): message.received, queued in this transaction,
+            -- for an API key's inbox whose owner registered an endpoint; one indexed look-up, and
+            -- none for any other inbox
+            IF v_owner_type IN ('api', 'mcp') AND EXISTS (
+                SELECT 1 FROM mailroom.webhook_endpoints AS w WHERE w.owner_id = v_owner_id
+            ) THEN
+                PERFORM mailroom_internal._webhook_message_received(
+                    v_owner_id, btrim(p_address), v_message_id, v_now, v_stored_size, v_parsed
+                );
+            END IF;
             RETURN v_message_id;
         END IF;
 

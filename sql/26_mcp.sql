@@ -308,43 +308,54 @@ GRANT EXECUTE ON FUNCTION mailroom.mcp_clear_inbox_fault(text, bytea) TO mailroo
 
 CREATE OR REPLACE FUNCTION mailroom.mcp_error_codes()
 RETURNS TABLE (function_name text, code text, meaning text)
-LANGUAGE sql
+LANGUAGE plpgsql
 STABLE
 SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
-    -- the refusals each MCP function may answer, with their meaning (mailroom.error_codes): the
-    -- server writes them into the tool descriptions an agent reads, and keeps no list of its own.
-    -- Where a meaning speaks of what MCP has not (a session token), the MCP face's own words (MR240:
-    -- _mcp_key's)
-    SELECT
-        t.fn,
-        c.code,
-        coalesce(w.words, e.meaning) AS meaning
-    FROM (VALUES
-        ('mcp_create_mailbox', ARRAY['MR201', 'MR202', 'MR243']),
-        ('mcp_list_messages', ARRAY['MR203', 'MR204', 'MR205', 'MR206']),
-        ('mcp_read_message', ARRAY['MR209', 'MR203', 'MR204', 'MR205', 'MR206']),
-        ('mcp_check_message', ARRAY['MR212', 'MR205', 'MR206', 'MR203', 'MR204']),
-        -- MCP wait_for_message: the one wait's look, and the server's caps on waits (wait_refused)
-        ('http_wait_look', ARRAY['MR212', 'MR205', 'MR206', 'MR251', 'MR252', 'MR253', 'MR203', 'MR204']),
-        ('mcp_extract_link', ARRAY['MR215', 'MR011', 'MR209', 'MR203', 'MR204', 'MR205', 'MR206']),
-        ('mcp_extract_code', ARRAY['MR215', 'MR010', 'MR034', 'MR209', 'MR203', 'MR204', 'MR205', 'MR206']),
-        ('mcp_delete_mailbox', ARRAY['MR203', 'MR204']),
-        ('mcp_mark_message', ARRAY['MR209', 'MR260', 'MR261', 'MR203', 'MR204', 'MR205', 'MR206']),
-        ('mcp_clear_messages', ARRAY['MR203', 'MR204', 'MR205', 'MR206']),
-        ('mcp_extend_mailbox', ARRAY['MR202', 'MR203', 'MR204', 'MR205', 'MR206']),
-        ('mcp_set_inbox_fault', ARRAY['MR230', 'MR231', 'MR232', 'MR203', 'MR204', 'MR205', 'MR206']),
-        ('mcp_clear_inbox_fault', ARRAY['MR203', 'MR204']),
-        ('*', ARRAY['MR240', 'MR241'])  -- every function: the API key
-    ) AS t (fn, codes)
-    CROSS JOIN LATERAL unnest(t.codes) WITH ORDINALITY AS c (code, n)
-    INNER JOIN mailroom.error_codes AS e ON c.code = e.code
-    LEFT JOIN (VALUES
-        ('MR204', 'the inbox is not this API key''s owner''s'),
-        ('MR240', 'credentials required: an API key')
-    ) AS w (code, words) ON c.code = w.code
-    ORDER BY t.fn, c.n
+BEGIN
+    -- the 0.1 server's catalog, derived: each mcp_* function's codes are the Errors: list of the http_*
+    -- function it wraps now (its COMMENT, the one place an operation's codes are written), the key's
+    -- two ('*': every function) apart, with their meaning in MCP's words (face_error_meanings)
+    RETURN QUERY WITH listed AS (
+        SELECT
+            t.fn,
+            c.code,
+            c.n
+        FROM (VALUES
+            ('mcp_create_mailbox', 'http_create_mailbox'),
+            ('mcp_list_messages', 'http_list_messages'),
+            ('mcp_read_message', 'http_read_message'),
+            ('mcp_check_message', 'http_wait_look'),
+            ('http_wait_look', 'http_wait_look'),
+            ('mcp_extract_link', 'http_extract_link'),
+            ('mcp_extract_code', 'http_extract_code'),
+            ('mcp_delete_mailbox', 'http_delete_mailbox'),
+            ('mcp_mark_message', 'http_update_message'),
+            ('mcp_clear_messages', 'http_clear_messages'),
+            ('mcp_extend_mailbox', 'http_extend_mailbox'),
+            ('mcp_set_inbox_fault', 'http_set_inbox_fault'),
+            ('mcp_clear_inbox_fault', 'http_clear_inbox_fault')
+        ) AS t (fn, http_fn)
+        CROSS JOIN LATERAL (
+            SELECT d.description
+            FROM pg_catalog.pg_proc AS p
+            INNER JOIN pg_catalog.pg_description AS d ON p.oid = d.objoid AND d.classoid = 'pg_catalog.pg_proc'::regclass
+            WHERE p.pronamespace = 'mailroom'::regnamespace AND p.proname = t.http_fn
+            LIMIT 1
+        ) AS f
+        CROSS JOIN LATERAL unnest(
+            string_to_array(substring(f.description FROM 'Errors: ((?:MR[0-9]{3}(?:, )?)+)\.'), ', ')
+        ) WITH ORDINALITY AS c (code, n)
+        WHERE c.code NOT IN (SELECT k.code FROM (VALUES ('MR240'), ('MR241')) AS k (code))
+        UNION ALL
+        SELECT '*', k.code, k.n FROM (VALUES ('MR240', 1), ('MR241', 2)) AS k (code, n)
+    )
+    SELECT l.fn, l.code, m.meaning
+    FROM listed AS l
+    INNER JOIN mailroom.face_error_meanings('mcp') AS m ON l.code = m.code
+    ORDER BY l.fn, l.n;
+END;
 $$;
 
 COMMENT ON FUNCTION mailroom.mcp_error_codes() IS

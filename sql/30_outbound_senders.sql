@@ -108,7 +108,7 @@ BEGIN
     IF NOT FOUND THEN
         RAISE EXCEPTION USING
             ERRCODE = 'MR313',
-            MESSAGE = 'an SMTP password needs a sender key to be stored',
+            MESSAGE = 'a secret (a relay password, a webhook secret) needs a sender key to be stored',
             HINT = 'mailroom keys sender-init (or SELECT mailroom.set_sender_public_key(...))';
     END IF;
     RETURN mailroom_internal._pgp_pub_encrypt(p_data, v_key, 'cipher-algo=aes256, compress-algo=0');

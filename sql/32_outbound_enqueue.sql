@@ -63,10 +63,14 @@ BEGIN
                     'extra header name %s is not a valid header field name', quote_literal(left(v_name, 40))
                 );
         END IF;
+        -- what mailroom sets, and the trace and authentication fields a submitter must not forge
+        -- (a DKIM-Signature or Authentication-Results of its choosing, a Received: or Resent- block)
         IF lower(v_name) IN (
             'from', 'to', 'cc', 'bcc', 'subject', 'date', 'message-id', 'sender',
-            'mime-version', 'content-type', 'content-transfer-encoding', 'content-disposition'
-        ) THEN
+            'mime-version', 'content-type', 'content-transfer-encoding', 'content-disposition',
+            'dkim-signature', 'received', 'return-path', 'authentication-results', 'arc-seal',
+            'arc-message-signature', 'arc-authentication-results'
+        ) OR lower(v_name) LIKE 'resent-%' THEN
             RAISE EXCEPTION USING
                 ERRCODE = 'MR308',
                 MESSAGE = format('extra header %s is set by mailroom and cannot be overridden', v_name);

@@ -295,9 +295,16 @@ BEGIN
         -- attachments (sql/32): base64 in JSON, for the messages that have any
         mailroom_internal._attachments_json(c.attachments),
         -- a released message (sql/32_outbound_release.sql): the bytes to send as they are
-        c.raw_message
+        c.raw_message,
+        -- a webhook delivery (sql/38_outbound_webhooks.sql): its endpoint's URL and sealed secret
+        -- (NULL once the endpoint is removed: the sender fails it)
+        c.kind,
+        w.url,
+        w.secret_sealed
     FROM claimed AS c
-    INNER JOIN relays AS r ON c.sender_id = r.id
+    -- a webhook row has no sender
+    LEFT JOIN relays AS r ON c.sender_id = r.id
+    LEFT JOIN mailroom.webhook_endpoints AS w ON c.kind = 'webhook' AND c.webhook_endpoint_id = w.id
     CROSS JOIN LATERAL (
         SELECT x.envelope, mailroom_internal._unerased(x.envelope, x.envelope) AS live
         FROM (SELECT mailroom_internal._envelope(c.to_addrs, c.cc_addrs, c.bcc_addrs) AS envelope) AS x

@@ -16,7 +16,8 @@ BEGIN
     -- code when it carries a valid one (4.x.x transient, 5.x.x permanent), else by the
     -- RFC 5321 reply code (5yz permanent, anything else transient). A lost connection,
     -- a timeout, a refused connection or an uncertain end of DATA is transient; a message
-    -- the driver cannot build ('local') is permanent.
+    -- the driver cannot build ('local') is permanent. A webhook's HTTP answer ('http', its status
+    -- in p_smtp_code): 2xx sent, 4xx but 408 and 429 permanent (as an SMTP 5xx), else transient.
     -- PL/pgSQL, not SQL: a SQL function with SET search_path is never inlined, and its body
     -- is parsed and planned again in every statement that calls it (about 50 us each time,
     -- a fifth of a one-message finalize); PL/pgSQL keeps its compiled form for the session.
@@ -30,6 +31,12 @@ BEGIN
                 ELSE 'transient'
             END
         WHEN p_outcome = 'local' THEN 'permanent'
+        WHEN p_outcome = 'http' THEN
+            CASE
+                WHEN p_smtp_code BETWEEN 200 AND 299 THEN 'sent'
+                WHEN p_smtp_code BETWEEN 400 AND 499 AND p_smtp_code NOT IN (408, 429) THEN 'permanent'
+                ELSE 'transient'
+            END
         ELSE 'transient'
     END;
 END;
@@ -139,8 +146,9 @@ BEGIN
     -- other for anything else. PL/pgSQL for the reason given at _classify_outcome.
     RETURN CASE
         WHEN p_outcome = 'sent' THEN '2xx'
-        WHEN p_outcome = 'reply' THEN
+        WHEN p_outcome IN ('reply', 'http') THEN
             CASE
+                WHEN p_code BETWEEN 200 AND 299 AND p_outcome = 'http' THEN '2xx'
                 WHEN p_code BETWEEN 400 AND 499 THEN '4xx'
                 WHEN p_code BETWEEN 500 AND 599 THEN '5xx'
                 ELSE 'other'
@@ -194,6 +202,21 @@ DECLARE
     v_backoff_max interval := mailroom.setting('outbound.backoff_max')::interval;
     -- whether any domain has a backoff a success could clear (else a success writes nothing)
     v_backoffs boolean := EXISTS (SELECT 1 FROM mailroom.domain_state AS s WHERE s.backoff_until IS NOT NULL);
+    -- whether a sender has a webhook endpoint (sql/38_outbound_webhooks.sql): else no event is looked for
+    v_hooks boolean := EXISTS (SELECT 1 FROM mailroom.webhook_endpoints AS w WHERE w.sender_id IS NOT NULL);
+    -- webhook deliveries reported with an SMTP outcome (reply, refused) or 'local' while their
+    -- endpoint is still there: a sender of the previous release, which takes a webhook row for mail
+    -- it cannot send; retried, so a sender of this release takes it (docs/webhooks.md, Upgrading).
+    -- Looked for only when such an outcome comes and an endpoint exists. This release's sender
+    -- answers a webhook with 'http' or a connection's outcome, and 'local' only for a removed endpoint.
+    v_odd_hooks bigint[] := CASE
+        WHEN p_outcomes && ARRAY['local', 'reply', 'refused']
+            AND EXISTS (SELECT 1 FROM mailroom.webhook_endpoints AS e) THEN ARRAY(
+        -- a join with the endpoints (a reference table on Citus), not a correlated subquery
+        SELECT m.id FROM mailroom.outbound_messages AS m
+        INNER JOIN mailroom.webhook_endpoints AS w ON m.webhook_endpoint_id = w.id
+        WHERE m.id = ANY (p_ids) AND m.kind = 'webhook'
+    ) ELSE '{}' END;
     -- messages every recipient of which the relay refused at RCPT
     v_refused bigint[] := ARRAY(SELECT u.i FROM unnest(p_ids, p_outcomes) AS u (i, o) WHERE u.o = 'refused');
 BEGIN
@@ -211,11 +234,11 @@ BEGIN
         SELECT 1
         FROM unnest(p_ids, p_claim_tokens, p_outcomes) AS u (i, t, o)
         WHERE u.i IS NULL OR u.t IS NULL OR u.o IS NULL
-            OR u.o NOT IN ('sent', 'reply', 'refused', 'dropped', 'timeout', 'connect', 'uncertain', 'local')
+            OR u.o NOT IN ('sent', 'reply', 'refused', 'dropped', 'timeout', 'connect', 'uncertain', 'local', 'http')
     ) THEN
         RAISE EXCEPTION USING
             ERRCODE = 'MR331',
-            MESSAGE = 'each outcome needs an id, a claim token and one of: sent, reply, refused, dropped, timeout, connect, uncertain, local';
+            MESSAGE = 'each outcome needs an id, a claim token and one of: sent, reply, refused, dropped, timeout, connect, uncertain, local, http';
     END IF;
     IF (SELECT count(DISTINCT u.i) FROM unnest(p_ids) AS u (i)) <> v_n THEN
         RAISE EXCEPTION USING
@@ -265,7 +288,10 @@ BEGIN
             r.smtp_code,
             r.enhanced_code,
             r.error,
-            mailroom_internal._classify_outcome(r.outcome, r.smtp_code, r.enhanced_code) AS kind,
+            CASE
+                WHEN r.outcome IN ('local', 'reply') AND r.id = ANY (v_odd_hooks) THEN 'transient'
+                ELSE mailroom_internal._classify_outcome(r.outcome, r.smtp_code, r.enhanced_code)
+            END AS kind,
             mailroom_internal._reply_class(r.outcome, r.smtp_code) AS reply_class
         FROM reported AS r
     ),
@@ -316,7 +342,9 @@ BEGIN
             -- rows are primary-key probes.
             AND m.status IN ('processing', 'queued')
             AND (m.status <> 'queued' OR (m.possibly_sent AND i.kind = 'sent'))
-        RETURNING m.id, m.status, m.attempts, m.next_retry_at, m.to_addrs, m.cc_addrs, m.bcc_addrs, m.rcpt_domain
+        RETURNING
+            m.id, m.status, m.attempts, m.next_retry_at, m.to_addrs, m.cc_addrs, m.bcc_addrs, m.rcpt_domain,
+            m.kind, m.sender_id, m.message_id, m.possibly_sent, m.last_smtp_code, m.last_enhanced_code, m.sent_at
     ),
 
     -- The domain backoff (sql/39_outbound_domain_limits.sql, docs/limits.md): a reply that says
@@ -361,6 +389,35 @@ BEGIN
             AND NOT (u.id = any(v_refused))
     ),
 
+    -- Webhooks (sql/38_outbound_webhooks.sql): a mail's end (sent, failed) queues message.sent or
+    -- message.failed for its sender's endpoints, in this transaction; nothing is looked for while no
+    -- sender has one. A webhook delivered after a lost answer (reaped, possibly sent) is counted: its
+    -- receiver may have it twice (the same webhook-id).
+    hooked AS (
+        SELECT CASE WHEN v_hooks THEN mailroom_internal._webhook_outcomes(
+            ARRAY(
+                SELECT jsonb_build_object(
+                    'id', u.id, 'sender_id', u.sender_id, 'status', u.status, 'message_id', u.message_id,
+                    'attempts', u.attempts, 'smtp_code', u.last_smtp_code, 'enhanced_code', u.last_enhanced_code,
+                    'sent_at', u.sent_at
+                )
+                FROM upd AS u
+                WHERE u.kind = 'mail' AND u.status IN ('sent', 'failed')
+                ORDER BY u.id
+            )
+        ) ELSE 0 END AS n
+    ),
+
+    duplicates AS (
+        UPDATE mailroom.outbound_counters AS k
+        SET value = k.value + d.n
+        FROM (
+            SELECT count(*) AS n FROM upd AS u
+            WHERE u.kind = 'webhook' AND u.status = 'sent' AND u.possibly_sent
+        ) AS d
+        WHERE k.name = 'webhook_possible_duplicates' AND d.n > 0
+    ),
+
     stale AS (
         UPDATE mailroom.outbound_counters AS k
         SET value = k.value + (SELECT count(*) FROM input) - (SELECT count(*) FROM upd)
@@ -387,6 +444,7 @@ BEGIN
     -- but a SELECT calling a function is not: it must be referenced)
     WHERE (SELECT count(*) FROM bounced) >= 0
         AND (SELECT d.n FROM domains AS d) >= 0
+        AND (SELECT h.n FROM hooked AS h) >= 0
     ORDER BY i.id;
 END;
 $$;

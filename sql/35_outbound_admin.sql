@@ -21,7 +21,8 @@ RETURNS TABLE (
     held bigint,
     cancelled bigint,
     held_back bigint,
-    scheduled bigint
+    scheduled bigint,
+    webhook_possible_duplicates bigint
 )
 LANGUAGE plpgsql
 STABLE
@@ -60,7 +61,9 @@ BEGIN
             WHERE m.status = 'queued' AND coalesce(m.next_retry_at, '-infinity'::timestamptz) <= v_now
             AND m.rcpt_domain = ANY (v_blocked)
         ),
-        count(*) FILTER (WHERE m.status = 'queued' AND m.attempts = 0 AND m.next_retry_at > v_now)
+        count(*) FILTER (WHERE m.status = 'queued' AND m.attempts = 0 AND m.next_retry_at > v_now),
+        -- webhooks (sql/38_outbound_webhooks.sql): delivered again after a lost answer, possibly twice
+        (SELECT k.value FROM mailroom.outbound_counters AS k WHERE k.name = 'webhook_possible_duplicates')
     FROM mailroom.outbound_messages AS m
     -- made by now: every row for a live reader (a clock pinned before them leaves them out)
     WHERE m.created_at <= v_now;
@@ -68,7 +71,7 @@ END;
 $$;
 
 COMMENT ON FUNCTION mailroom.outbound_stats() IS
-'One row: counts per status (queued, processing, sent, failed, held, cancelled), due now (held back by domain limits excluded), retries waiting, scheduled, held back by limits, possibly sent, oldest queued age, stale outcomes, reaped.';
+'One row: counts per status (queued, processing, sent, failed, held, cancelled), due now (held back by domain limits excluded), retries waiting, scheduled, held back by limits, possibly sent, oldest queued age, stale outcomes, reaped, webhook deliveries possibly made twice (docs/webhooks.md).';
 
 GRANT EXECUTE ON FUNCTION mailroom.outbound_stats() TO mailroom_monitor, mailroom_sender;
 GRANT EXECUTE ON FUNCTION mailroom.clock() TO mailroom_monitor, mailroom_sender;
@@ -89,11 +92,12 @@ SELECT
     s.held,
     s.cancelled,
     s.held_back,
-    s.scheduled
+    s.scheduled,
+    s.webhook_possible_duplicates
 FROM mailroom.outbound_stats() AS s;
 
 COMMENT ON VIEW mailroom.outbound_stats IS
-'The row of mailroom.outbound_stats(): counts per status, due now, retries waiting, possibly sent, oldest queued age, stale outcomes, reaped, held, cancelled, held back by limits, scheduled.';
+'The row of mailroom.outbound_stats(): counts per status, due now, retries waiting, possibly sent, oldest queued age, stale outcomes, reaped, held, cancelled, held back by limits, scheduled, webhook deliveries possibly made twice.';
 
 GRANT SELECT ON mailroom.outbound_stats TO mailroom_monitor, mailroom_sender;
 
@@ -147,7 +151,7 @@ BEGIN
     RETURN QUERY
     SELECT
         m.id,
-        s.name,
+        coalesce(s.name, 'webhook ' || m.webhook_endpoint_id),
         m.status,
         m.priority,
         m.attempts,
@@ -159,7 +163,8 @@ BEGIN
         m.created_at,
         m.sent_at
     FROM mailroom.outbound_messages AS m
-    INNER JOIN mailroom.senders AS s ON m.sender_id = s.id
+    -- a webhook delivery (sql/38_outbound_webhooks.sql) has no sender: named by its endpoint
+    LEFT JOIN mailroom.senders AS s ON m.sender_id = s.id
     WHERE
         (p_status IS NULL OR m.status = p_status::mailroom.outbound_status)
         AND (p_domain IS NULL OR m.rcpt_domain = mailroom_internal._normalize_domain(p_domain))
@@ -207,7 +212,7 @@ BEGIN
     RETURN QUERY
     SELECT
         m.id,
-        s.name,
+        coalesce(s.name, 'webhook ' || m.webhook_endpoint_id),
         m.status,
         m.priority,
         m.attempts,
@@ -229,7 +234,8 @@ BEGIN
         m.suppressed_recipients,
         m.error_log
     FROM mailroom.outbound_messages AS m
-    INNER JOIN mailroom.senders AS s ON m.sender_id = s.id
+    -- a webhook delivery (sql/38_outbound_webhooks.sql) has no sender: named by its endpoint
+    LEFT JOIN mailroom.senders AS s ON m.sender_id = s.id
     WHERE m.id = p_id;
     IF NOT FOUND THEN
         RAISE EXCEPTION USING

@@ -498,6 +498,7 @@ DECLARE
     v_stamp text := to_char(v_now AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"');
     v_outcome text;
     v_pos text;
+    v_bounce record;  -- the first bounce report (hard or soft): what a message.bounced webhook says
     r record;
     s record;
 BEGIN
@@ -651,6 +652,9 @@ BEGIN
             mailroom.redact_pii(r.diagnostic)
         );
         v_outcomes := v_outcomes || v_outcome;
+        IF r.outcome IN ('hard_bounce', 'soft_bounce') AND v_bounce IS NULL THEN
+            SELECT r.outcome AS kind, r.code, r.status INTO v_bounce;
+        END IF;
         IF v_outcome <> 'ignored' THEN
             v_lines := v_lines || concat_ws(
                 ' ', v_stamp, 'bounce', v_outcome, v_pos, r.action, r.status,
@@ -672,6 +676,12 @@ BEGIN
         UPDATE mailroom.outbound_messages AS m
         SET error_log = right(concat_ws(E'\n', m.error_log, array_to_string(v_lines, E'\n')), v_log_max)
         WHERE m.id = v_id;
+    END IF;
+
+    -- webhooks (sql/38_outbound_webhooks.sql): message.bounced for the endpoints of the message's
+    -- sender, in this transaction; nothing is looked for while no sender has an endpoint
+    IF v_bounce IS NOT NULL AND EXISTS (SELECT 1 FROM mailroom.webhook_endpoints AS w WHERE w.sender_id IS NOT NULL) THEN
+        PERFORM mailroom_internal._webhook_bounced(v_id, v_bounce.kind, v_bounce.code, v_bounce.status);
     END IF;
 
     RETURN QUERY

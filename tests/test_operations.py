@@ -82,7 +82,7 @@ def test_the_rest_route_is_the_declared_one(app, op):
 def tools():
     from mailroom.mcp.server import Backend, McpConfig, build
 
-    server = build(Backend(McpConfig(database_url="postgresql://nowhere/none")), lambda: b"key", errors={})
+    server = build(Backend(McpConfig(database_url="postgresql://nowhere/none")), lambda ctx: b"key", errors={})
     return {t.name: t for t in asyncio.run(server.list_tools())}
 
 

@@ -103,3 +103,33 @@ def test_a_bytes_to_bytes_codec_is_no_charset():
     assert codecs.lookup("hex")._is_text_encoding is False
     assert mime._codec("hex") is None and mime._codec("base64") is None
     assert mime._codec("utf-8") == "utf-8"
+
+
+def test_mcp_server_reaches_one_private_name_for_its_version():
+    """mcp/server.py's fast path (_FastCalls) stands on the SDK's public API (mcp.types, the Tool objects
+    given to FastMCP's constructor, FastMCP.list_tools(), TransportSecurityMiddleware): the one private name
+    left is FastMCP's `_mcp_server`, once, for serverInfo.version (FastMCP's constructor takes none)."""
+    reaches = _private_reaches(DRIVER / "mcp" / "server.py")
+    assert [r.split(": ", 1)[1] for r in reaches] == ["._mcp_server"], reaches
+    line = (DRIVER / "mcp" / "server.py").read_text().splitlines()[int(reaches[0].split(":")[0]) - 1]
+    assert line.strip().startswith("server._mcp_server.version = __version__"), line
+
+
+def test_mcp_server_info_names_mailrooms_version():
+    """build() sets serverInfo.version through FastMCP's private `_mcp_server` (docs/architecture.md's
+    table): on an SDK where that attribute no longer reaches the initialize answer, the SDK's own version
+    would be announced, silently. The SDK's own client on its in-memory transport, no database."""
+    import asyncio
+
+    from mcp.shared.memory import create_connected_server_and_client_session
+
+    from mailroom.mcp.server import Backend, McpConfig, build
+
+    server = build(Backend(McpConfig(database_url="host=/nonexistent dbname=none")), errors={})
+
+    async def initialize() -> object:
+        async with create_connected_server_and_client_session(server) as session:
+            return await session.initialize()
+
+    result = asyncio.run(initialize())
+    assert (result.serverInfo.name, result.serverInfo.version) == ("mailroom", mailroom.__version__)

@@ -43,6 +43,7 @@ COMMANDS: dict[str, tuple[str, str, str | None]] = {
     "send": ("mailroom.outbound.cli", "app", "send"),
     "outbound": ("mailroom.outbound.cli", "outbound", None),
     "suppress": ("mailroom.outbound.cli", "suppress_app", None),
+    "webhook": ("mailroom.outbound.cli", "webhook_app", None),
     "run": ("mailroom.ops.cli", "app", "run"),
     "demo": ("mailroom.ops.cli", "app", "demo"),
     "doctor": ("mailroom.ops.cli", "app", "doctor"),

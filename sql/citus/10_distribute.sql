@@ -28,6 +28,10 @@ DROP TRIGGER IF EXISTS after_mailboxes_inserted ON mailroom.mailboxes;
 -- Citus: deliveries check the mailbox in the guard, purge deletes the messages itself
 DROP TRIGGER IF EXISTS before_message_insert ON mailroom.messages;
 DROP TRIGGER IF EXISTS after_mailboxes_deleted ON mailroom.mailboxes;
+-- inbox.expired webhooks (sql/38_outbound_webhooks.sql) are queued by a row trigger that writes
+-- outbound_messages, another distributed table: not from a shard; on Citus the expiry's seam
+-- queues them (sql/citus/30_mailboxes.sql, docs/webhooks.md)
+DROP TRIGGER IF EXISTS after_mailboxes_expired ON mailroom.mailboxes;
 
 DO $distribute$
 DECLARE
@@ -83,12 +87,21 @@ BEGIN
         ALTER TABLE mailroom.mailboxes DROP CONSTRAINT IF EXISTS mailboxes_plan_fkey;
     END IF;
 
+    -- api_key_senders joins api_keys into the foreign-key graph of senders, which outbound_messages
+    -- (distributed) points at: Citus then refuses to modify api_keys in a transaction that already ran
+    -- a parallel multi-shard statement (erasure deletes messages, then renames owners in api_keys).
+    -- Keys are revoked, never deleted, so the cascade this key gives is never needed here; the grant's
+    -- functions check the key themselves (sql/32_outbound_send.sql)
+    ALTER TABLE mailroom.api_key_senders DROP CONSTRAINT IF EXISTS api_key_senders_key_id_fkey;
+    -- the same for a key's webhook endpoints (they point at senders too); an endpoint of a revoked key
+    -- is refused where it is used (sql/38_outbound_webhooks.sql)
+    ALTER TABLE mailroom.webhook_endpoints DROP CONSTRAINT IF EXISTS webhook_endpoints_key_id_fkey;
     -- reference tables, parents before children (a foreign key from a reference table points at one)
     FOREACH v_table IN ARRAY ARRAY[
         'settings', 'plans', 'error_codes', 'token_actions', 'token_email_templates', 'senders',
         'redaction_pepper', 'verp_key', 'signing_keys', 'sender_keys', 'domain_limits',
         'suppressions', 'catchall_domains', 'api_keys', 'outbound_lanes', 'dkim_keys', 'spent_signatures',
-        'smtp_credentials', 'api_key_senders'
+        'smtp_credentials', 'api_key_senders', 'webhook_endpoints'
     ] LOOP
         IF NOT EXISTS (
             SELECT 1 FROM pg_catalog.pg_dist_partition AS p

@@ -618,9 +618,14 @@ BEGIN
             k.public_key,
             k.algorithm,
             mailroom_internal._attachments_json(c.attachments),
-            c.raw_message
+            c.raw_message,
+            -- a webhook delivery (sql/38_outbound_webhooks.sql), as on one node (sql/33)
+            c.kind,
+            w.url,
+            w.secret_sealed
         FROM unnest(v_rows) AS c
-        INNER JOIN mailroom.senders AS r ON c.sender_id = r.id
+        LEFT JOIN mailroom.senders AS r ON c.sender_id = r.id
+        LEFT JOIN mailroom.webhook_endpoints AS w ON c.kind = 'webhook' AND c.webhook_endpoint_id = w.id
         CROSS JOIN LATERAL (
             SELECT x.envelope, mailroom_internal._unerased(x.envelope, x.envelope) AS live
             FROM (SELECT mailroom_internal._envelope(c.to_addrs, c.cc_addrs, c.bcc_addrs) AS envelope) AS x

@@ -175,7 +175,16 @@ DECLARE
     v_count integer := 0;
     v_n integer;
     v_ids bigint[];
+    v_expired bigint[] := '{}';
+    v_got bigint[];
+    v_sql text;
     v_shard record;
+    v_box record;
+    -- webhooks (sql/38_outbound_webhooks.sql): inbox.expired, queued here on Citus (one node's
+    -- trigger after_mailboxes_expired would write outbound_messages from a shard)
+    v_hooks boolean := EXISTS (
+        SELECT 1 FROM mailroom.webhook_endpoints AS w WHERE 'inbox.expired' = ANY (w.events)
+    );
 BEGIN
     -- candidates without locks (twice the batch: a concurrent worker may hold some of them)
     v_ids := ARRAY(
@@ -188,7 +197,7 @@ BEGIN
     FOR v_shard IN SELECT s.shard, s.ids FROM mailroom_internal._mailbox_shards(v_ids) AS s LOOP
         EXIT WHEN v_count >= v_batch;
         -- one shard: the ids written into the text; the due condition re-checked under the lock
-        EXECUTE format($sql$
+        v_sql := format($sql$
         UPDATE mailroom.mailboxes AS m
         SET is_active = false, inactive_since = m.expires_at
         WHERE
@@ -201,9 +210,27 @@ BEGIN
                 LIMIT $2
                 FOR UPDATE SKIP LOCKED
             )
-        $sql$, v_shard.ids) USING v_now, v_batch - v_count;
-        GET DIAGNOSTICS v_n = ROW_COUNT;
+        $sql$, v_shard.ids);
+        IF v_hooks THEN
+            -- the same statement, saying which inboxes it expired (one shard still)
+            EXECUTE 'WITH u AS (' || v_sql || ' RETURNING m.id) SELECT coalesce(array_agg(u.id), ''{}'') FROM u'
+            INTO v_got USING v_now, v_batch - v_count;
+            v_n := cardinality(v_got);
+            v_expired := v_expired || v_got;
+        ELSE
+            EXECUTE v_sql USING v_now, v_batch - v_count;
+            GET DIAGNOSTICS v_n = ROW_COUNT;
+        END IF;
         v_count := v_count + v_n;
+    END LOOP;
+    -- the inboxes this call expired, of an API key's owner: read from their shards, queued here on the
+    -- coordinator (a call in the SELECT would run on the workers)
+    FOR v_box IN
+        SELECT m.owner_id, m.address, m.expires_at, m.message_count
+        FROM mailroom.mailboxes AS m
+        WHERE m.id = ANY(v_expired) AND m.owner_type IN ('api', 'mcp') AND m.owner_id IS NOT NULL
+    LOOP
+        PERFORM mailroom_internal._webhook_inbox_expired(v_box.owner_id, v_box.address, v_box.expires_at, v_box.message_count);
     END LOOP;
     RETURN v_count;
 END;

@@ -1,8 +1,10 @@
 """Fixtures of the `citus` tests: a coordinator and two workers (mailroom.db.citus) for the module.
 
-Each module gets one topology and one database migrated through the coordinator (so distributed
-by sql/citus/); Citus cannot clone a distributed database from a template, so tests of a module
-share it and keep their rows apart (their own mailboxes, senders, accounts). Skipped with a
+Each test process (an xdist worker) starts one topology, which its modules share (starting three
+nodes is a third of a module's setup); each module gets its own database on it, migrated through the
+coordinator (so distributed by sql/citus/); Citus cannot clone a distributed database from a
+template, so tests of a module share it and keep their rows apart (their own mailboxes, senders,
+accounts). Skipped with a
 reason when the Citus extension is not installed (../shared/citus/build.sh installs it; CI runs it).
 """
 
@@ -23,7 +25,7 @@ from mailroom.db import citus as citus_db
 pytestmark = pytest.mark.citus
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def citus() -> Iterator[citus_db.Topology]:
     if not citus_db.citus_installed():
         pytest.skip("the Citus extension is not installed (../shared/citus/build.sh)")

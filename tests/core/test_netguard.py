@@ -14,9 +14,12 @@ from mailroom.core import netguard
 def test_each_kind_of_address_is_named() -> None:
     for address, reason in (("10.1.2.3", "private"), ("169.254.169.254", "link-local"), ("224.0.0.1", "multicast"),
                             ("240.0.0.1", "reserved"), ("::1", "loopback"), ("::ffff:127.0.0.1", "loopback"),
-                            ("fe80::1", "link-local"), ("0.0.0.0", "unspecified")):
+                            ("fe80::1", "link-local"), ("0.0.0.0", "unspecified"),
+                            # 6to4 of a loopback or private IPv4 address, and IPv6 site-local (review of 2026-12-06)
+                            ("2002:7f00:1::", "loopback"), ("2002:a00:1::1", "private"), ("fec0::1", "site-local")):
         assert netguard.refusal(ipaddress.ip_address(address), []) == reason, address
     assert netguard.refusal(ipaddress.ip_address("93.184.215.14"), []) is None
+    assert netguard.refusal(ipaddress.ip_address("2002:5db8:d70e::1"), []) is None  # 6to4 of a public address
     allow = netguard.parse_networks(["127.0.0.1/32", " 10.0.0.0/8 "])
     assert netguard.refusal(ipaddress.ip_address("127.0.0.1"), allow) is None
     assert netguard.refusal(ipaddress.ip_address("::ffff:10.9.8.7"), allow) is None  # mapped: its IPv4 address

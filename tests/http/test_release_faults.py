@@ -13,6 +13,7 @@ the same server, where it arrives as it was received, under its Resent- block.
 from __future__ import annotations
 
 import hashlib
+import re
 import secrets
 import smtplib
 import subprocess
@@ -149,10 +150,17 @@ def test_a_captured_message_released_over_http_arrives_with_its_resent_block(ser
                           (done.json()["outbound_id"],)).fetchone()[0]
     assert status == "sent"
     raw = server.request("GET", f"/api/v1/mailboxes/{target}/messages/{arrived[0]['id']}/raw", token=key).body
-    assert raw.startswith(b"Resent-Date: "), raw[:200]
-    head = raw[: raw.index(b"From: Shop")].decode()
+    # the target inbox's own Received: on top (issue 44), then the Resent- block, then the message as the
+    # first inbox stored it: its Received: and the client's bytes (docs/inboxes.md, Received:)
+    received = re.compile(rb"\AReceived: from [^\r\n]*\r\n\tby [^\r\n]* \(mailroom\) with [^\r\n]*\r\n\t[^\r\n]*\r\n")
+    top = received.match(raw)
+    assert top, raw[:300]
+    resent = raw[top.end():]
+    assert resent.startswith(b"Resent-Date: "), resent[:200]
+    head = resent[: resent.index(b"From: Shop")].decode()
     assert f"\r\nResent-From: robot@mailroom.test\r\nResent-To: {target}\r\nResent-Message-ID: <" in head
-    assert raw.endswith(original), raw  # the message as received at the first inbox, byte for byte
+    stored = resent[resent.index(b"Received: "):]
+    assert received.match(stored) and stored[received.match(stored).end():] == original, stored[:300]
     read = server.request("GET", f"/api/v1/mailboxes/{target}/messages/{arrived[0]['id']}", token=key).json()
     assert (read["subject"], read["body_text"].strip()) == ("Invoice 42", "Pay 12 EUR by Friday.")
 

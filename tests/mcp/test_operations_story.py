@@ -8,15 +8,17 @@ from __future__ import annotations
 
 import asyncio
 import json
+import subprocess
+import sys
+from types import SimpleNamespace
 from typing import Any
 from urllib.parse import quote
 
 import httpx
 import psycopg
 import pytest
-from mcp_support import http_session
+from mcp_support import http_session, mailroom_env, wait_for_log
 
-from conftest import start
 from mailroom.api import operations
 from mailroom.api.operations import OPERATIONS
 
@@ -51,10 +53,21 @@ def _deliver(db_url: str, address: str) -> list[int]:
 
 @pytest.fixture(scope="module")
 def http_server(db_url, tmp_path_factory):
-    server = start(db_url, tmp_path_factory.mktemp("http") / "http.log", "http", "serve", "--host", "127.0.0.1",
-                   "--port", "0")
-    yield server
-    server.stop()
+    """`mailroom http serve` beside the module's MCP server, on the same database (its port: `.port`)."""
+    args = ("http", "serve", "--host", "127.0.0.1", "--port", "0")
+    log_path = tmp_path_factory.mktemp("http") / "http.log"
+    with open(log_path, "w") as log_file:
+        proc = subprocess.Popen([sys.executable, "-m", "mailroom", *args], env=mailroom_env(db_url, args),
+                                stdout=subprocess.DEVNULL, stderr=log_file)
+    try:
+        port = int(wait_for_log(log_path, r"listening on 127\.0\.0\.1:(\d+)", proc, timeout=60).group(1))
+        yield SimpleNamespace(port=port)
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
 
 
 def _shape(value: Any) -> Any:

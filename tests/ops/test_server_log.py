@@ -7,22 +7,29 @@ installed as the README says, by a non-superuser owner, so migration 0080 cannot
 logging off for the database. Then the real processes and calls run: the admin makes the sender key
 and a relay with a password, the collector hands out links (stdout) and enqueues emails, the sender
 claims and delivers them through an authenticated relay, the application consumes some links and a
-recovery code, the admin rotates the signing key. What a caller sends by design (the link it
-consumes, its code: bearer credentials, docs/security.md) is in the log; nothing else secret is.
+recovery code, the admin rotates the signing key; the admin registers a webhook endpoint, whose
+whsec_ secret the sender opens to sign a message.received for a real receiver. What a caller sends by
+design (the link it consumes, its code: bearer credentials, docs/security.md) is in the log; nothing
+else secret is.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import subprocess
 import sys
+import threading
 import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import psycopg
 from aiosmtpd.smtp import AuthResult
 from outbound_support import Handler, SmtpServer
+from psycopg.types.json import Jsonb
+from standardwebhooks import Webhook
 
 from mailroom.db.migrate import migrate
 
@@ -66,7 +73,7 @@ def test_a_full_run_leaves_no_key_password_or_unconsumed_link_in_the_server_log(
     with psycopg.connect(url("mail_owner"), autocommit=True) as owner:
         assert owner.execute("SHOW log_parameter_max_length").fetchone()[0] == "-1", "0080 could not turn it off"
         for login, group in (("myapp", "mailroom_app"), ("collector", "mailroom_collector"),
-                             ("sender", "mailroom_sender"), ("ops", "mailroom_admin")):
+                             ("sender", "mailroom_sender"), ("ops", "mailroom_admin"), ("inbound", "mailroom_inbound")):
             owner.execute(f"CREATE ROLE {login} LOGIN")
             owner.execute(f"GRANT {group} TO {login}")
     start = private_cluster.logfile.stat().st_size
@@ -83,6 +90,19 @@ def test_a_full_run_leaves_no_key_password_or_unconsumed_link_in_the_server_log(
         return AuthResult(success=auth_data.password == PASSWORD.encode(), handled=False)
 
     relay = SmtpServer(Handler(), authenticator=authenticator, auth_require_tls=False).start()
+    hooks: list[tuple[dict, bytes]] = []
+
+    class Receiver(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:  # noqa: N802
+            hooks.append((dict(self.headers.items()), self.rfile.read(int(self.headers["content-length"]))))
+            self.send_response(204)
+            self.end_headers()
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    receiver = ThreadingHTTPServer(("127.0.0.1", 0), Receiver)
+    threading.Thread(target=receiver.serve_forever, daemon=True).start()
     try:
         key_file = tmp_path / "sender.key"
         _cli(ops, "outbound", "sender-key", "init", "--out", str(key_file), "--bits", "2048")
@@ -91,6 +111,12 @@ def test_a_full_run_leaves_no_key_password_or_unconsumed_link_in_the_server_log(
              "--allow-cleartext-login")
         with psycopg.connect(url("ops"), autocommit=True) as admin:
             admin.execute("SELECT mailroom.set_setting('collector.sender', 'relay')")
+            key_id = admin.execute("SELECT mailroom.create_api_key('hooked', %s)",
+                                   (hashlib.sha256(b"mrk_hooked").digest(),)).fetchone()[0]
+        # the admin: a webhook endpoint, its secret a result printed once
+        added = _cli(ops, "webhook", "add", f"http://127.0.0.1:{receiver.server_address[1]}/in", "--event",
+                     "message.received", "--key-id", str(key_id))
+        whsec = added.stdout.split("secret: ")[1].split()[0]
 
         with psycopg.connect(url("myapp"), autocommit=True) as app:
             for n in range(1, 5):
@@ -105,6 +131,12 @@ def test_a_full_run_leaves_no_key_password_or_unconsumed_link_in_the_server_log(
             used = recovery["u1"]
             app.execute("SELECT * FROM mailroom.consume_token(%s, %s)", (used["signed"], used["code"]))
 
+            # a message for the key owner's inbox: its message.received goes out with the mail below
+            inbox = app.execute("SELECT address FROM mailroom.create_mailbox(30, 'free', 'api', 'hooked')").fetchone()[0]
+            with psycopg.connect(url("inbound"), autocommit=True) as inbound:
+                inbound.execute("SELECT mailroom.deliver_message(%s, %s, 'a@example.test', %s)",
+                                (inbox, b"Subject: hi\r\n\r\nhi\r\n", Jsonb({"subject": "hi"})))
+
             # the collector (--enqueue) and the sender through the authenticated relay
             app.execute("SELECT mailroom.create_account('u5@example.test', 'u5')")
             enqueue = subprocess.Popen([sys.executable, "-m", "mailroom", "collect", "--enqueue"], env=collector,
@@ -112,15 +144,19 @@ def test_a_full_run_leaves_no_key_password_or_unconsumed_link_in_the_server_log(
             try:
                 deadline = time.monotonic() + 20
                 with psycopg.connect(url("mail_owner"), autocommit=True) as owner:
-                    while not owner.execute("SELECT count(*) FROM mailroom.outbound_messages").fetchone()[0]:
+                    while not owner.execute(
+                        "SELECT count(*) FROM mailroom.outbound_messages WHERE kind = 'mail'"
+                    ).fetchone()[0]:
                         assert time.monotonic() < deadline, "the token email was not enqueued"
                         time.sleep(0.1)
             finally:
                 enqueue.terminate()
                 enqueue.wait(timeout=10)
             _cli({**base, "MAILROOM_DATABASE_URL": url("sender"), "MAILROOM_SENDER_KEY_FILE": str(key_file)},
-                 "send", "--until-idle", "--poll-interval", "0.2s")
+                 "send", "--until-idle", "--poll-interval", "0.2s", "--webhook-allow", "127.0.0.1/32")
         assert logins == [(b"mailer", PASSWORD.encode())], "the sender opened the sealed password and logged in"
+        ((headers, body),) = hooks
+        assert Webhook(whsec).verify(body, headers)["type"] == "message.received", "the sender opened the secret"
         (mail,) = relay.handler.received
         mailed = mail.content.decode().split("/activate?token=", 1)[1][:86]
 
@@ -129,6 +165,8 @@ def test_a_full_run_leaves_no_key_password_or_unconsumed_link_in_the_server_log(
         _cli(ops, "keys", "list")
     finally:
         relay.stop()
+        receiver.shutdown()
+        receiver.server_close()
 
     with psycopg.connect(private_cluster.url("mail"), autocommit=True) as dba:
         keys = [bytes(k).hex() for (k,) in dba.execute("SELECT key FROM mailroom.signing_keys WHERE key IS NOT NULL")]
@@ -146,7 +184,8 @@ def test_a_full_run_leaves_no_key_password_or_unconsumed_link_in_the_server_log(
     secrets = {f"signing key {i}": k for i, k in enumerate(keys)}
     secrets |= {"relay password": PASSWORD, "unconsumed link u2": links["u2"], "unconsumed link u4": links["u4"],
                 "unconsumed recovery link": recovery["u3"]["signed"],
-                "unconsumed recovery code": f"'{recovery['u3']['code']}'", "mailed link": mailed}
+                "unconsumed recovery code": f"'{recovery['u3']['code']}'", "mailed link": mailed,
+                "webhook secret": whsec, "webhook secret's key": whsec.removeprefix("whsec_")}
     leaked = [what for what, value in secrets.items() if value in log]
     assert leaked == [], f"in the server log: {', '.join(leaked)}"
     assert "PRIVATE KEY" not in log and max(key_file.read_text().splitlines(), key=len) not in log

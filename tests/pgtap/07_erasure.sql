@@ -1,7 +1,7 @@
 -- Foundation: erase_address removes or anonymizes one address everywhere and keeps it suppressed
 -- by its keyed hash only; a dry run counts and changes nothing.
 BEGIN;
-SELECT plan(51);
+SELECT plan(55);
 \ir fixtures/default_settings.sql
 
 -- the clock before any installation existed: a claim takes rows made by then, the test's alone
@@ -241,6 +241,40 @@ SELECT * FROM mailroom.erase_address('gone.one@example.org');
 SELECT c.claim_token AS pair_claim FROM mailroom.claim_messages(1000, 'tap') AS c WHERE c.id = :pair \gset
 SELECT * FROM mailroom.finalize_messages(ARRAY[:pair]::bigint[], ARRAY[:pair_claim]::bigint[], ARRAY['reply'], ARRAY[550], ARRAY['5.1.1']);
 SELECT ok(mailroom.is_suppressed('left.one@example.org'), 'the live recipient of a 5xx after an erasure is suppressed');
+
+-- Webhook endpoints of an erased owner (sql/38): their owner is renamed with their key's, so the mail
+-- of a later owner of the same id (a new key for the address) never reaches the erased owner's
+-- endpoint; an endpoint whose URL holds the address goes; a sender's endpoint holding it is the
+-- operator's configuration (MR007)
+\ir fixtures/sender_key.sql
+SELECT mailroom.set_sender_public_key((SELECT public_key FROM sender_key));
+SELECT mailroom.create_api_key('carol.owner@victim.test', sha256('mrk_tap_erase_carol'::bytea)) AS carol_key \gset
+SELECT a.id AS carol_hook
+FROM mailroom.add_webhook('https://hooks.example.com/c', ARRAY['message.received'], :carol_key) AS a \gset
+SELECT a.id AS carol_url_hook
+FROM mailroom.add_webhook('https://hooks.example.com/u;carol.owner@victim.test', ARRAY['message.received'], :carol_key) AS a \gset
+SELECT * FROM mailroom.erase_address('carol.owner@victim.test');
+SELECT is(
+    (SELECT owner_id FROM mailroom.webhook_endpoints WHERE id = :carol_hook),
+    (SELECT owner_id FROM mailroom.api_keys WHERE id = :carol_key),
+    'an erased owner''s webhook endpoint is renamed with its key'
+);
+SELECT is(
+    (SELECT count(*)::int FROM mailroom.webhook_endpoints WHERE id = :carol_url_hook), 0,
+    'a webhook endpoint whose URL holds the erased address goes'
+);
+SELECT mailroom.create_api_key('carol.owner@victim.test', sha256('mrk_tap_erase_carol_later'::bytea));
+SELECT address AS carol_box FROM mailroom.create_mailbox(60, 'free', 'api', 'carol.owner@victim.test') \gset
+SELECT mailroom.deliver_message(:'carol_box', convert_to(E'Subject: later\r\n\r\nx\r\n', 'UTF8'), 'a@example.net', 'later');
+SELECT is(
+    (SELECT count(*)::int FROM mailroom.outbound_messages WHERE kind = 'webhook' AND webhook_endpoint_id = :carol_hook), 0,
+    'a later owner of the same id: none of its mail reaches the erased owner''s endpoint'
+);
+SELECT * FROM mailroom.add_webhook('https://hooks.example.com/s;dan.op@victim.test', ARRAY['message.sent'], p_sender => 'tap');
+SELECT throws_ok(
+    $$SELECT * FROM mailroom.erase_address('dan.op@victim.test')$$, 'MR007', NULL,
+    'an address in a sender''s webhook endpoint is configuration: MR007'
+);
 
 SELECT * FROM finish();
 ROLLBACK;

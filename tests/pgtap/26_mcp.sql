@@ -125,7 +125,8 @@ SELECT throws_ok($$SELECT mailroom.mcp_create_mailbox(sha256('mrk_one'::bytea))$
 
 SELECT is(
     (SELECT string_agg(code, ',') FROM mailroom.mcp_error_codes() WHERE function_name = 'mcp_check_message'),
-    'MR212,MR205,MR206,MR203,MR204', 'the codes of a tool, in the order its description names them'
+    'MR212,MR205,MR206,MR251,MR252,MR253,MR011,MR203,MR204',
+    'the codes of a tool, in the order its description names them (its http_* function''s Errors: list)'
 );
 SELECT is(
     (SELECT count(*)::int FROM mailroom.mcp_error_codes() WHERE meaning IS NULL OR meaning = ''), 0,

@@ -14,7 +14,7 @@ SELECT ok(
 -- a password needs the sender key (its public half here; the private half only where senders run)
 SELECT throws_ok(
     $$SELECT mailroom.upsert_sender('tap2', 'robot@mailroom.test', 'h', 587, 'starttls', 'u', 'pw')$$,
-    'MR313', 'an SMTP password needs a sender key to be stored',
+    'MR313', 'a secret (a relay password, a webhook secret) needs a sender key to be stored',
     'a password before any sender key is MR313'
 );
 \ir fixtures/sender_key.sql

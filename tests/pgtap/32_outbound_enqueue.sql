@@ -1,6 +1,6 @@
 -- Outbound: enqueue_message validation, defaults, idempotency, send-after.
 BEGIN;
-SELECT plan(37);
+SELECT plan(39);
 \ir fixtures/default_settings.sql
 
 SET LOCAL mailroom.clock = '2030-01-01 00:00Z';
@@ -99,6 +99,15 @@ SELECT throws_ok(
 SELECT throws_ok(
     $$SELECT mailroom.enqueue_message('tap', ARRAY['a@example.com'], 's', 't', p_headers => '{"Bcc": "x@example.com"}')$$,
     'MR308', 'extra header Bcc is set by mailroom and cannot be overridden', 'a reserved header is MR308'
+);
+SELECT throws_ok(
+    $$SELECT mailroom.enqueue_message('tap', ARRAY['a@example.com'], 's', 't', p_headers => '{"DKIM-Signature": "v=1"}')$$,
+    'MR308', 'extra header DKIM-Signature is set by mailroom and cannot be overridden',
+    'an authentication field a submitter would forge is MR308 (attacker review of issue 45)'
+);
+SELECT throws_ok(
+    $$SELECT mailroom.enqueue_message('tap', ARRAY['a@example.com'], 's', 't', p_headers => '{"Resent-To": "b@example.com"}')$$,
+    'MR308', 'extra header Resent-To is set by mailroom and cannot be overridden', 'so is a Resent- field'
 );
 SELECT throws_ok(
     $$SELECT mailroom.enqueue_message('tap', ARRAY['a@example.com'], 's', 't', p_headers => '{"X-A": "a\r\nb"}')$$,

@@ -56,6 +56,7 @@ BODY_BOUNDS: tuple[BodyBound, ...] = (
     BodyBound("PATCH", f"/api/v1/mailboxes/{_SEG}/messages/{_SEG}", 16 * KIB, "json"),
     BodyBound("PUT", f"/api/v1/mailboxes/{_SEG}/fault", 16 * KIB, "json"),
     BodyBound("POST", f"/api/v1/mailboxes/{_SEG}/messages/{_SEG}/release", 16 * KIB, "json"),
+    BodyBound("POST", "/api/v1/webhooks", 16 * KIB, "json"),
     BodyBound("POST", "/hooks/ses", 1024 * KIB, "json"),  # SNS messages are at most 256 KiB
     BodyBound("POST", "/api/v1/send", 4096 * KIB, "json"),  # a message with its attachments, base64
     BodyBound("POST", f"/unsubscribe/{_SEG}", 4 * KIB, "form"),  # RFC 8058: a few bytes

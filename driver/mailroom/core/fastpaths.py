@@ -1,5 +1,6 @@
 """One switch for every fast path built on a library's internals (docs/architecture.md, "Private
-internals, each guarded").
+internals, each guarded"), and for MCP's JSON-RPC endpoint (mcp/server.py `_FastCalls`, on the SDK's
+public API), which stands in for the SDK's transport.
 
 `MAILROOM_FAST_PATHS=off` (read once, when this module is first imported): every fast path takes the
 public path it replaces, with the same answers, so a dependency bump that breaks a fast path can be

@@ -1,11 +1,12 @@
 """The SSRF guard of every outbound request whose URL someone else chose (the link check, webhooks).
 
 A URL's host is resolved first and each of its addresses classified: a loopback, private,
-link-local, multicast, reserved, unspecified or otherwise non-global address (IPv4-mapped IPv6
-included) is refused unless it is in a network the operator allowed. The request then goes to the
-address that was checked (`pin`: the URL's host stays in `Host` and in TLS's SNI and certificate
-check), so a second DNS answer cannot point it elsewhere. A port outside the caller's list is refused
-too (after the address, so an address the guard refuses is named as such whatever its port).
+link-local, multicast, reserved, unspecified, site-local or otherwise non-global address (IPv4-mapped
+and 6to4 IPv6 judged by their IPv4 address) is refused unless it is in a network the operator
+allowed. The request then goes to the address that was checked (`pin`: the URL's host stays in
+`Host` and in TLS's SNI and certificate check), so a second DNS answer cannot point it elsewhere. A
+port outside the caller's list is refused too (after the address, so an address the guard refuses
+is named as such whatever its port).
 
 core: imports nothing of mailroom's db or areas (docs/architecture.md, "Layering").
 """
@@ -43,12 +44,15 @@ def refusal(address: IpAddress, allow: list[IpNetwork]) -> str | None:
     """Why the guard refuses an address (None: it may be asked)."""
     if any(address.version == net.version and address in net for net in allow):
         return None
-    mapped = getattr(address, "ipv4_mapped", None)
-    if mapped is not None:
-        return refusal(mapped, allow)
+    # an IPv6 form of an IPv4 address (mapped ::ffff:a.b.c.d, 6to4 2002:aabb:ccdd::/48, which a host
+    # with a 6to4 route sends to that IPv4 address) is judged as that address
+    embedded = getattr(address, "ipv4_mapped", None) or getattr(address, "sixtofour", None)
+    if embedded is not None:
+        return refusal(embedded, allow)
     for test, reason in (("is_loopback", "loopback"), ("is_link_local", "link-local"), ("is_multicast", "multicast"),
-                         ("is_unspecified", "unspecified"), ("is_reserved", "reserved"), ("is_private", "private")):
-        if getattr(address, test):
+                         ("is_unspecified", "unspecified"), ("is_reserved", "reserved"), ("is_private", "private"),
+                         ("is_site_local", "site-local")):
+        if getattr(address, test, False):
             return reason
     return None if address.is_global else "non-global"
 

@@ -433,6 +433,54 @@ def create_app(config: HttpConfig | None = None) -> FastAPI:  # noqa: PLR0915 - 
         return _json(await state.call(sqlapi.http_send_message, retry=False, key_digest=key_digest,
                                       message=Jsonb(doc), idempotency_key=request.headers.get("idempotency-key")))
 
+    # -- webhooks (docs/webhooks.md): an API key's own endpoints, their deliveries, a replay -------
+
+    def key_only(request: Request) -> bytes | None:
+        # an API key in a header only, as for send: never the page's cookie (a cross-site form, whose
+        # text/plain body can look like JSON, could otherwise register an endpoint); a session token is
+        # refused as an unknown key (MR241)
+        c = request_credentials(request)
+        return None if c.from_cookie or c.raw is None else c.key_digest or hashlib.sha256(c.raw.encode()).digest()
+
+    def an_id(value: str, name: str) -> int:
+        number = _int(value, name, None, 1, 2**63 - 1)
+        assert number is not None
+        return number
+
+    @app.post("/api/v1/webhooks", status_code=201, tags=["webhooks"], response_model=models.CreatedWebhookEndpoint,
+              responses=errors(401, 409, 503), openapi_extra=models.body(models.WebhookRequest),
+              summary="Register a webhook endpoint for the API key owner's inboxes; its whsec_ secret is in this "
+                      "answer only")
+    async def add_webhook(request: Request) -> Response:
+        body = _body(models.WebhookRequest, await _small_json(request))
+        return _json(await state.call(sqlapi.http_add_webhook, retry=False, key_digest=key_only(request),
+                                      url=body.url, events=body.events), status=201)
+
+    @app.get("/api/v1/webhooks", tags=["webhooks"], response_model=list[models.WebhookEndpoint],
+             responses=errors(401, 503), summary="The API key's webhook endpoints (never their secrets)")
+    async def list_webhooks(request: Request) -> Response:
+        return _json(await state.call(sqlapi.http_list_webhooks, key_digest=key_only(request)))
+
+    @app.delete("/api/v1/webhooks/{webhook_id}", tags=["webhooks"], response_model=models.RemovedWebhookEndpoint,
+                responses=errors(401, 404, 503), summary="Remove one of the API key's webhook endpoints")
+    async def remove_webhook(request: Request, webhook_id: str) -> Response:
+        return _json(await state.call(sqlapi.http_remove_webhook, retry=False, key_digest=key_only(request),
+                                      id=an_id(webhook_id, "webhook id")))
+
+    @app.get("/api/v1/webhooks/{webhook_id}/deliveries", tags=["webhooks"],
+             response_model=list[models.WebhookDelivery], responses=errors(401, 404, 503),
+             summary="An endpoint's deliveries, newest first, with their attempts")
+    async def webhook_deliveries(request: Request, webhook_id: str, limit: int = 50) -> Response:
+        return _json(await state.call(sqlapi.http_webhook_deliveries, key_digest=key_only(request),
+                                      id=an_id(webhook_id, "webhook id"), limit=_int(str(limit), "limit", 50, 1, 1000)))
+
+    @app.post("/api/v1/webhooks/deliveries/{delivery_id}/replay", tags=["webhooks"],
+              response_model=models.ReplayedWebhookDelivery, responses=errors(401, 404, 409, 503),
+              summary="Send a delivery again: queued, due now, the same webhook-id")
+    async def replay_webhook(request: Request, delivery_id: str) -> Response:
+        return _json(await state.call(sqlapi.http_replay_webhook, retry=False, key_digest=key_only(request),
+                                      delivery_id=an_id(delivery_id, "delivery id")))
+
     # -- SES through SNS -------------------------------------------------------------------------
 
     @app.post("/hooks/ses", tags=["hooks"], responses=errors(400, 403, 404, 413, 503),

@@ -382,3 +382,49 @@ class Sent(_Model):
     outbound_id: int = Field(description="the same id as a number (mailroom outbound show)")
     message_id: str = Field(description="its Message-ID header, generated once: how to find it where it arrives")
     sender: str = Field(description="the sender it goes through")
+
+# -- webhooks (sql/38_outbound_webhooks.sql, docs/webhooks.md) ------------------------------------
+
+
+class WebhookRequest(BaseModel):
+    """`POST /api/v1/webhooks`: the endpoint and the events of the key owner's inboxes it wants."""
+
+    url: str = Field(pattern=_NO_NUL, max_length=2000, description="an http or https URL")
+    events: list[str] = Field(min_length=1, max_length=8,
+                              description="message.received and/or inbox.expired (the key owner's inboxes)")
+
+
+class WebhookEndpoint(_Model):
+    id: int
+    url: str
+    events: list[str]
+    created_at: datetime
+    queued: int = Field(description="its deliveries queued or being delivered")
+
+
+class CreatedWebhookEndpoint(WebhookEndpoint):
+    secret: str = Field(description="the whsec_ signing secret (Standard Webhooks): shown in this answer only")
+
+
+class RemovedWebhookEndpoint(_Model):
+    id: int
+    removed: bool
+
+
+class WebhookDelivery(_Model):
+    id: int = Field(description="the delivery's id (its outbound queue id): replay it by this")
+    event: str
+    webhook_id: str = Field(description="the webhook-id header, the same on every attempt")
+    status: str
+    attempts: int
+    possibly_sent: bool = Field(description="an attempt's answer was lost: the endpoint may have it twice")
+    last_status: int | None = Field(description="the last HTTP status answered")
+    next_retry_at: datetime | None
+    created_at: datetime
+    sent_at: datetime | None
+    attempt_log: str | None = Field(description="one line per attempt (redacted)")
+
+
+class ReplayedWebhookDelivery(_Model):
+    id: int
+    status: str

@@ -104,3 +104,12 @@ list_catchall_domains = SqlFunction(
 
 # one-click unsubscribe (RFC 8058, sql/36_outbound_unsubscribe.sql): the token of the link, the form field's value
 unsubscribe = SqlFunction("unsubscribe", "p_token text, p_one_click text", returns="boolean")
+
+# webhooks (sql/38_outbound_webhooks.sql): an API key's own endpoints
+http_add_webhook = SqlFunction("http_add_webhook", "p_key_digest bytea, p_url text, p_events text[]", returns="jsonb")
+http_list_webhooks = SqlFunction("http_list_webhooks", "p_key_digest bytea", returns="jsonb")
+http_remove_webhook = SqlFunction("http_remove_webhook", "p_key_digest bytea, p_id bigint", returns="jsonb")
+http_webhook_deliveries = SqlFunction(
+    "http_webhook_deliveries", "p_key_digest bytea, p_id bigint, p_limit integer = default", returns="jsonb"
+)
+http_replay_webhook = SqlFunction("http_replay_webhook", "p_key_digest bytea, p_delivery_id bigint", returns="jsonb")

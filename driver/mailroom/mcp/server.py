@@ -12,7 +12,7 @@ with `Authorization: Bearer mrk_…`).
 wait"): it holds no database connection while it waits, follows the inbox on the process's one LISTEN
 (mailroom.db.hub.Hub), and the waits of one key, inbox, filter and cursor share one call
 (`http_wait_look`) per wake-up; it ends at the inbox's expiry or deletion, is capped per key and in
-total, and a call whose HTTP client is gone is dropped at once (_FastCalls).
+total, and a call whose HTTP client is gone is dropped at once (CancelOnDisconnect).
 
 Errors come back as MCP tool errors: `isError`, the text `<code>: <message>` and the structured
 `{"error": {"code", "kind", "message"}}` of the REST API; the code and its kind are SQL's
@@ -25,8 +25,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import contextvars
-import functools
 import inspect
 import json
 import os
@@ -36,14 +34,15 @@ from typing import Annotated, Any
 
 import psycopg
 import psycopg.errors
-from mcp.server.fastmcp import FastMCP
+from mcp.server.fastmcp import Context, FastMCP
+from mcp.server.fastmcp.tools import Tool
 from mcp.server.transport_security import TransportSecuritySettings
 from mcp.types import CallToolResult, Resource, TextContent, ToolAnnotations
 from pydantic import Field
 
 from mailroom.api import edge, operations
 from mailroom.api import sqlapi as api_sqlapi
-from mailroom.api.waits import CancelOnDisconnect, LookSlots, Waits, until_disconnected
+from mailroom.api.waits import CancelOnDisconnect, LookSlots, Waits
 from mailroom.core import fastpaths
 from mailroom.core.credentials import key_digest
 from mailroom.core.errors import Kind, describe_db_error, kind_of
@@ -141,7 +140,7 @@ class Backend:
         return {row.kind: (row.per_credential, row.total, row.per_client) for row in rows}
 
     async def _wait_refused(self, kind: str, scope: str) -> None:
-        await self.call(api_sqlapi.wait_refused, kind=kind, scope=scope)  # raises SQL's MR251/MR252
+        await self.call(api_sqlapi.wait_refused, kind=kind, scope=scope)  # raises SQL's MR251/MR252/MR253
 
     async def open(self) -> None:
         await self.pool.open(wait=False)
@@ -208,7 +207,8 @@ class MailroomMCP(FastMCP):
     resource errors are the failure's own words (the SDK prefixes a template's error twice)."""
 
     backend: Backend
-    credential: Callable[[], bytes | None]
+    credential: Callable[[Context], bytes | None]
+    fast_tools: dict[str, Tool]  # the tools given to the constructor, by name: what _FastCalls runs
 
     async def read_resource(self, uri: Any) -> Any:
         try:
@@ -222,7 +222,8 @@ class MailroomMCP(FastMCP):
     async def list_resources(self) -> list[Resource]:
         resources = await super().list_resources()
         try:
-            inboxes = await self.backend.call(operations.BY_NAME["list_mailboxes"].sql, key_digest=self.credential())
+            inboxes = await self.backend.call(operations.BY_NAME["list_mailboxes"].sql,
+                                              key_digest=self.credential(self.get_context()))
         except ToolFailure as failure:
             raise ValueError(str(failure)) from None
         return resources + [
@@ -245,8 +246,9 @@ def error_catalog(database_url: str) -> dict[str, str]:
 def _signature(op: operations.Operation, overrides: dict[str, dict[str, Any]] | None = None) -> inspect.Signature:
     """A tool function's signature from its operation's MCP arguments: names, types, defaults, and each one's
     description and bounds (pydantic Field), which the SDK turns into the tool's input schema and checks
-    every call against. `overrides`: per argument, MCP's own `le` or `doc`."""
-    params = []
+    every call against. `overrides`: per argument, MCP's own `le` or `doc`. First the call's Context (`ctx`,
+    FastMCP's injection, left out of the schema): the request whose credential the call carries."""
+    params = [inspect.Parameter("ctx", inspect.Parameter.KEYWORD_ONLY, annotation=Context)]
     for a in op.args:
         if a.mcp_name is None:
             continue
@@ -258,22 +260,24 @@ def _signature(op: operations.Operation, overrides: dict[str, dict[str, Any]] | 
     return inspect.Signature(params, return_annotation=CallToolResult)
 
 
-def _generic_tool(op: operations.Operation, call: Callable[..., Any], who: Callable[[], bytes | None]) -> Any:
+def _generic_tool(op: operations.Operation, call: Callable[..., Any], who: Callable[[Context], bytes | None]) -> Any:
     """The tool function of an operation: its MCP arguments (names, types, bounds, descriptions) from the
     declaration as its signature, which the SDK reads for the input schema and validates each call by;
-    one SQL call, the operation's, with the API key's digest; the answer as the operation gives it to MCP."""
+    one SQL call, the operation's, with the API key's digest (`who` reads it from the call's Context);
+    the answer as the operation gives it to MCP."""
     assert op.mcp is not None
     signature = _signature(op)
     by_mcp = {a.mcp_name: a.name for a in op.args if a.mcp_name is not None}
     inbox = op.who == operations.INBOX
 
-    async def tool(**given: Any) -> CallToolResult:
+    async def tool(ctx: Context, **given: Any) -> CallToolResult:
         values = {by_mcp[name]: value for name, value in given.items()}
+        digest = who(ctx)
         if inbox:
             values["session_token"] = None  # MCP knows only API keys
 
         async def work() -> Any:
-            value = await call(op.sql, retry=op.mcp.read_only, key_digest=who(),
+            value = await call(op.sql, retry=op.mcp.read_only, key_digest=digest,
                                **operations.sql_arguments(op, "mcp", values))
             return operations.answer(op, "mcp", value)
 
@@ -285,28 +289,26 @@ def _generic_tool(op: operations.Operation, call: Callable[..., Any], who: Calla
     return tool
 
 
-def _build_options_once(server: FastMCP) -> None:
-    """The SDK builds each stateless request's initialization options anew, reading its own package's
-    metadata from disk (importlib.metadata, an email-format parse): a quarter of the server's CPU per
-    tool call. They do not change once the server's handlers are registered (in FastMCP's constructor):
-    built once, at the first request."""
-    lowlevel = server._mcp_server  # noqa: SLF001 - the SDK's own server, whose method the manager calls
-    build_options = lowlevel.create_initialization_options
-    once = functools.cache(build_options)
-
-    def options(notification_options: Any = None, experimental_capabilities: Any = None) -> Any:
-        if notification_options is None and experimental_capabilities is None:
-            return once()
-        return build_options(notification_options, experimental_capabilities)
-
-    lowlevel.create_initialization_options = options
+def request_credential(ctx: Context) -> bytes | None:
+    """The API key's digest of an HTTP call: the key of the request in its Context (`Authorization: Bearer
+    …` or `X-API-Key`), as the SDK's transport gives it to a tool or resource, and as _FastCalls gives it."""
+    request = ctx.request_context.request
+    return key_digest(header_credential(request.headers)) if request is not None else None
 
 
-def build(backend: Backend, credential: Callable[[], bytes | None] | None = None, *, host: str = "127.0.0.1",
+def request_client(ctx: Context) -> str | None:
+    """The address of an HTTP call's client (its waits' per-client cap: wait.max_per_client), from the
+    request in its Context; None without one."""
+    request = ctx.request_context.request
+    return request.client.host if request is not None and request.client is not None else None
+
+
+def build(backend: Backend, credential: Callable[[Context], bytes | None] | None = None, *, host: str = "127.0.0.1",
           stateless_http: bool = True, errors: dict[str, list[tuple[str, str]]] | None = None) -> MailroomMCP:
     """The MCP server: its tools and resources over `backend`. `credential` gives the API key's digest
-    of the call being served; by default it is read from the HTTP request (Bearer or X-API-Key);
-    `errors` (error_catalog) the codes each tool's description lists."""
+    of the call being served from its Context, the one source of it (stdio: the key of the environment);
+    by default it is read from the HTTP request in the Context (request_credential); `errors`
+    (error_catalog) the codes each tool's description lists."""
     import logging
 
     # the SDK logs a line per request at INFO (no key, address or subject in them, but noise); "mcp"
@@ -314,37 +316,7 @@ def build(backend: Backend, credential: Callable[[], bytes | None] | None = None
     for name in ("mcp.server", "mcp.shared"):
         logging.getLogger(name).setLevel(logging.WARNING)
     loopback = host in ("127.0.0.1", "localhost", "::1")
-    server = MailroomMCP(
-        name="mailroom", instructions=INSTRUCTIONS, log_level="WARNING", host=host, stateless_http=stateless_http,
-        # a tool's answer as one JSON body, not a one-event SSE stream: stateless calls send no
-        # notifications, and the stream's tasks cost about a quarter of the call's overhead (docs/mcp.md)
-        json_response=True,
-        # a browser page must not reach a server on this machine through a rebound DNS name; behind a
-        # real host name the API key is what guards it
-        transport_security=TransportSecuritySettings(
-            enable_dns_rebinding_protection=loopback,
-            allowed_hosts=["127.0.0.1:*", "localhost:*", "[::1]:*"] if loopback else [],
-            allowed_origins=["http://127.0.0.1:*", "http://localhost:*", "http://[::1]:*"] if loopback else [],
-        ),
-    )
-
-    def from_request() -> bytes | None:
-        fast = _FAST_CALLER.get()
-        if fast is not None:  # a call served by _FastCalls: its request's key
-            return fast[0]
-        request = server.get_context().request_context.request
-        return key_digest(header_credential(request.headers)) if request is not None else None
-
-    def client_of_request() -> str | None:
-        """The address of the call's HTTP client (its waits' per-client cap), None on stdio."""
-        if credential is not None:
-            return None  # stdio: one agent, its one key
-        fast = _FAST_CALLER.get()
-        if fast is not None:
-            return fast[1]
-        request = server.get_context().request_context.request
-        return request.client.host if request is not None and request.client else None
-
+    who = credential or request_credential
     meanings = errors or {}
 
     def describe(op: operations.Operation) -> str:
@@ -358,41 +330,61 @@ def build(backend: Backend, credential: Callable[[], bytes | None] | None = None
         return ToolAnnotations(readOnlyHint=op.mcp.read_only, destructiveHint=op.mcp.destructive,
                                idempotentHint=op.mcp.idempotent, openWorldHint=False)
 
-    from mailroom import __version__
+    def tool(fn: Callable[..., Any], op: operations.Operation) -> Tool:
+        # FastMCP's own registration (what server.tool() makes), given to its constructor: the tools
+        # _FastCalls runs are the very objects the SDK's transport runs; `ctx` is the call's Context
+        assert op.mcp is not None
+        return Tool.from_function(fn, name=op.mcp.tool, description=describe(op), annotations=annotations(op),
+                                  context_kwarg="ctx", structured_output=False)
 
-    server._mcp_server.version = __version__  # noqa: SLF001 - serverInfo.version: mailroom's, not the SDK's
-    if fastpaths.enabled():  # MAILROOM_FAST_PATHS=off: the SDK builds them per request
-        _build_options_once(server)
-    who = credential or from_request
-    server.backend = backend
-    server.credential = who
     call = backend.call
-
     # every tool of an operation declared generic: built from its declaration (api/operations.py)
-    for op in operations.OPERATIONS:
-        if op.mcp is not None and op.mcp.generic:
-            server.tool(name=op.mcp.tool, description=describe(op), annotations=annotations(op),
-                        structured_output=False)(_generic_tool(op, call, who))
+    tools = [tool(_generic_tool(op, call, who), op) for op in operations.OPERATIONS if op.mcp is not None and op.mcp.generic]
 
     wait_op = operations.BY_TOOL["wait_for_message"]
 
-    async def wait_for_message(address: str, subject_like: str | None = None, timeout_seconds: float = 60,
-                               after_id: int | None = None) -> CallToolResult:
-        return await _tool(lambda: _wait(backend, address, who(), subject_like, timeout_seconds, after_id,
-                                         client_of_request()))
+    async def wait_for_message(ctx: Context, address: str, subject_like: str | None = None,
+                               timeout_seconds: float = 60, after_id: int | None = None) -> CallToolResult:
+        digest = who(ctx)
+        # counted per client address too over HTTP; stdio (a credential given) is one agent: not counted
+        client = request_client(ctx) if credential is None else None
+        return await _tool(lambda: _wait(backend, address, digest, subject_like, timeout_seconds, after_id,
+                                         client))
 
     # its schema from the declaration too, but for MCP's own bound on the timeout (300 s, REST's 600)
     wait_for_message.__signature__ = _signature(wait_op, {"timeout": {"le": MAX_WAIT_SECONDS, "doc": (  # type: ignore[attr-defined]
         f"How long to wait, 0 to {MAX_WAIT_SECONDS} seconds.")}})
-
     # the one tool written by hand (the one wait, api/waits.py): its arguments are checked against its
     # declaration by tests/test_operations.py
-    server.tool(name="wait_for_message", description=describe(wait_op), annotations=annotations(wait_op),
-                structured_output=False)(wait_for_message)
+    tools.append(tool(wait_for_message, wait_op))
+
+    server = MailroomMCP(
+        name="mailroom", instructions=INSTRUCTIONS, log_level="WARNING", host=host, stateless_http=stateless_http,
+        tools=tools,
+        # a tool's answer as one JSON body, not a one-event SSE stream: stateless calls send no
+        # notifications, and the stream's tasks cost about a quarter of the call's overhead (docs/mcp.md)
+        json_response=True,
+        # a browser page must not reach a server on this machine through a rebound DNS name; behind a
+        # real host name the API key is what guards it
+        transport_security=TransportSecuritySettings(
+            enable_dns_rebinding_protection=loopback,
+            allowed_hosts=["127.0.0.1:*", "localhost:*", "[::1]:*"] if loopback else [],
+            allowed_origins=["http://127.0.0.1:*", "http://localhost:*", "http://[::1]:*"] if loopback else [],
+        ),
+    )
+    from mailroom import __version__
+
+    # serverInfo.version: mailroom's, not the SDK's. FastMCP takes no version (its low-level server does):
+    # the one reach into FastMCP's private attribute, guarded by tests/test_private_internals.py. With it
+    # set, the SDK's per-request initialization options read no package metadata either.
+    server._mcp_server.version = __version__  # noqa: SLF001
+    server.backend = backend
+    server.credential = who
+    server.fast_tools = {t.name: t for t in tools}
 
     async def resource(fn: Any, **kwargs: Any) -> str:
         try:
-            return json.dumps(await call(fn, key_digest=who(), **kwargs), default=str)
+            return json.dumps(await call(fn, key_digest=who(server.get_context()), **kwargs), default=str)
         except ToolFailure as failure:
             raise ValueError(str(failure)) from None
 
@@ -471,7 +463,7 @@ def run_stdio(config: McpConfig, api_key: str, key_source: str = "the API key") 
 
     async def main() -> None:
         backend = Backend(config)
-        server = build(backend, lambda: digest, errors=errors)
+        server = build(backend, lambda ctx: digest, errors=errors)
         _serve_metrics(config, backend)
         async with backend.running():
             log.info("serving MCP on stdio (pid %d, pool %d, LISTEN %s)", os.getpid(), config.pool_size,
@@ -519,107 +511,134 @@ class _RequireKey:
         await self.app(scope, receive, send)
 
 
-# the API key's digest and the client's address of the call _FastCalls is serving (a call without a key
-# is (None, address))
-_FAST_CALLER: contextvars.ContextVar[tuple[bytes | None, str | None] | None] = contextvars.ContextVar(
-    "mailroom_mcp_caller", default=None)
-_FAST_METHODS = frozenset({"tools/call", "tools/list"})
 _FAST_BODY_MAX = 1024 * 1024
+_JSONRPC_KEYS = frozenset({"jsonrpc", "id", "method", "params"})
 
 
 class _FastCalls:
-    """Pure ASGI: a stateless JSON `tools/call` or `tools/list` POST answered by the SDK's own request
-    handler (the low-level server's: its input validation, its CallToolResult) without the SDK's
-    per-request ServerSession, memory streams and task group, which cost about 3 ms of CPU a call
-    (docs/mcp.md, Measured). The transport's checks come first, as the SDK makes them (DNS rebinding,
-    Content-Type, Accept, protocol version); anything else (initialize, notifications, batches,
-    resources, a GET or DELETE, a check that fails) goes to the SDK's app with the body as read."""
+    """Pure ASGI: a small stateless JSON-RPC endpoint for the two requests an agent makes all the time,
+    `tools/call` and `tools/list`, on the SDK's public API only (no private name of it): the request read
+    with `mcp.types` (JSONRPCRequest, CallToolRequestParams, PaginatedRequestParams), the tools FastMCP
+    was given (`server.fast_tools`, the Tool objects of its constructor: their own argument validation and
+    result conversion, `Tool.run`) and `FastMCP.list_tools()`, the answer a `JSONRPCResponse` or
+    `JSONRPCError` built as the low-level server and its session build theirs. It saves the SDK's
+    per-request ServerSession, memory streams and task group (about 3 ms of CPU a call, docs/mcp.md).
 
-    def __init__(self, app: Any, server: FastMCP, path: str, security: TransportSecuritySettings) -> None:
+    The transport's checks come first, by its own rules (TransportSecurityMiddleware's DNS rebinding and
+    Content-Type check, Accept, Content-Type, MCP-Protocol-Version against SUPPORTED_PROTOCOL_VERSIONS);
+    anything else goes to the SDK's app with the body as read, so its answer is the SDK's own: a check
+    that fails, initialize, notifications, batches, resources, a GET or DELETE, a body of unknown length,
+    a request the SDK's models refuse, an unknown tool, task-augmented calls.
+
+    The call's credential is its request, given to the tool as the SDK gives it: in the Context FastMCP
+    injects (`ctx.request_context.request`), the one place tools and resources read it from."""
+
+    def __init__(self, app: Any, server: MailroomMCP, path: str) -> None:
         from mcp.server.transport_security import TransportSecurityMiddleware
+        from mcp.shared.version import SUPPORTED_PROTOCOL_VERSIONS
 
+        if not (server.settings.stateless_http and server.settings.json_response):
+            # a session's requests carry its id, which the SDK checks; an SSE answer is a stream
+            raise ValueError("the fast path serves a stateless server answering JSON only")
         self.app = app
+        self.server = server
         self.path = path
-        self.lowlevel = server._mcp_server  # noqa: SLF001 - the SDK's own server, whose handlers serve the call
-        self.security = TransportSecurityMiddleware(security)
+        self.security = TransportSecurityMiddleware(server.settings.transport_security)
+        self.versions = frozenset(SUPPORTED_PROTOCOL_VERSIONS)
+        # a tool with an output schema is validated against it by the low-level server: the SDK's to answer
+        self.tools = {name: t for name, t in server.fast_tools.items() if t.output_schema is None}
 
     async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
-        if scope["type"] != "http" or scope["method"] != "POST" or scope["path"].rstrip("/") != self.path:
+        if scope["type"] != "http" or scope["method"] != "POST" or scope["path"] != self.path:
             await self.app(scope, receive, send)
             return
-        from mcp.shared.version import SUPPORTED_PROTOCOL_VERSIONS
         from starlette.requests import Request
 
         request = Request(scope, receive)
         headers = request.headers
         accept = [part.strip() for part in headers.get("accept", "").split(",")]
+        content_type = [part.strip() for part in headers.get("content-type", "").split(";")[0].split(",")]
         version = headers.get("mcp-protocol-version")
         declared = headers.get("content-length")
-        if (headers.get("content-type", "").split(";")[0].strip() != "application/json"
-                or not any(part.startswith("application/json") for part in accept)
-                or (version is not None and version not in SUPPORTED_PROTOCOL_VERSIONS)
+        if (not any(part.startswith("application/json") for part in accept)  # json_response: JSON alone
+                or "application/json" not in content_type
+                or (version is not None and version not in self.versions)  # none: the default, supported
                 or declared is None or not declared.isdigit() or int(declared) > _FAST_BODY_MAX
                 or await self.security.validate_request(request, is_post=True) is not None):
             await self.app(scope, receive, send)  # the SDK answers (or refuses) it as it does
             return
         body = await request.body()
-        message = _fast_message(body)
-        if message is None:
+        answer = await self._answer(body, request)
+        if answer is None:
             await self.app(scope, edge.replay(body, receive), send)
             return
-        # the body is read: the next message of `receive` is the client's disconnect, which drops the call
-        # (a wait leaves its group) within the second; nobody is left to answer
-        client = scope.get("client")
-        await until_disconnected(self._answer(message, headers, send, client[0] if client else None), receive)
-
-    async def _answer(self, message: dict, headers: Any, send: Any, client: str | None = None) -> None:
-        from mcp import types
-        from mcp.shared.exceptions import McpError
-
         fastpaths.hit("mcp.fast_calls")
-        try:
-            req = types.ClientRequest.model_validate({"method": message["method"], "params": message.get("params")})
-        except ValueError as exc:
-            result: Any = types.ErrorData(code=types.INVALID_PARAMS, message=f"Invalid request parameters: {exc}")
-        else:
-            handler = self.lowlevel.request_handlers.get(type(req.root))
-            token = _FAST_CALLER.set((key_digest(header_credential(headers)), client))
-            try:
-                result = await handler(req.root) if handler is not None else \
-                    types.ErrorData(code=types.METHOD_NOT_FOUND, message="Method not found")
-            except McpError as err:
-                result = err.error
-            except Exception as err:  # noqa: BLE001 - the SDK answers any other failure of a handler so
-                result = types.ErrorData(code=0, message=str(err))
-            finally:
-                _FAST_CALLER.reset(token)
-        if isinstance(result, types.ErrorData):
-            answer: Any = types.JSONRPCError(jsonrpc="2.0", id=message["id"], error=result)
-        else:
-            answer = types.JSONRPCResponse(jsonrpc="2.0", id=message["id"],
-                                           result=result.model_dump(by_alias=True, mode="json", exclude_none=True))
         data = answer.model_dump_json(by_alias=True, exclude_none=True).encode()
         await send({"type": "http.response.start", "status": 200, "headers": [
             (b"content-type", b"application/json"), (b"content-length", str(len(data)).encode())]})
         await send({"type": "http.response.body", "body": data})
 
+    async def _answer(self, body: bytes, request: Any) -> Any:
+        """The JSONRPCResponse or JSONRPCError of a request this endpoint serves, else None (the SDK's)."""
+        from mcp import types
+        from mcp.shared.context import RequestContext
+        from mcp.shared.exceptions import McpError
+        from pydantic import ValidationError
 
-def _fast_message(body: bytes) -> dict | None:
-    """The JSON-RPC request _FastCalls serves itself (one tools/call or tools/list with an id), else None."""
-    try:
-        message = json.loads(body)
-    except ValueError:
-        return None
-    if (not isinstance(message, dict) or message.get("jsonrpc") != "2.0" or message.get("method") not in _FAST_METHODS
-            or not isinstance(message.get("id"), int | str) or isinstance(message.get("id"), bool)
-            or not isinstance(message.get("params", {}), dict | None)):
-        return None
-    return message
+        try:
+            raw = json.loads(body)
+            if not isinstance(raw, dict) or not raw.keys() <= _JSONRPC_KEYS:
+                return None
+            message = types.JSONRPCRequest.model_validate(raw)
+            if message.method == "tools/list":
+                params: Any = types.PaginatedRequestParams.model_validate(message.params or {})
+            elif message.method == "tools/call" and message.params is not None:
+                params = types.CallToolRequestParams.model_validate(message.params)
+            else:
+                return None
+        except (ValueError, ValidationError):
+            return None
+        if params.task is not None:
+            return None  # task-augmented execution: the SDK's
+        if message.method == "tools/list":
+            result: Any = types.ListToolsResult(tools=await self.server.list_tools())
+        else:
+            tool = self.tools.get(params.name)
+            if tool is None:
+                return None
+            # the Context FastMCP.call_tool would give the tool, with this request in it
+            ctx = Context(request_context=RequestContext(request_id=message.id, meta=params.meta, session=None,
+                                                         lifespan_context=None, request=request),
+                          fastmcp=self.server)
+            try:
+                result = _call_result(await tool.run(params.arguments or {}, context=ctx, convert_result=True))
+            except McpError as err:  # as the low-level server's request loop answers it
+                return types.JSONRPCError(jsonrpc="2.0", id=message.id, error=err.error)
+            except Exception as exc:  # noqa: BLE001 - the low-level handler's: any failure is a tool error
+                result = CallToolResult(content=[TextContent(type="text", text=str(exc))], isError=True)
+        return types.JSONRPCResponse(jsonrpc="2.0", id=message.id,
+                                     result=result.model_dump(by_alias=True, mode="json", exclude_none=True))
 
 
-def http_app(config: McpConfig, *, host: str) -> Any:
+def _call_result(results: Any) -> CallToolResult:
+    """A tool's converted result (`Tool.run(…, convert_result=True)`) as the low-level server's call_tool
+    handler makes it a CallToolResult: as it is, or content and structured content (a pair), or structured
+    content with its JSON as text (a dict), or content alone (an iterable of content blocks)."""
+    if isinstance(results, CallToolResult):
+        return results
+    if isinstance(results, tuple) and len(results) == 2:
+        content, structured = results
+    elif isinstance(results, dict):
+        content, structured = [TextContent(type="text", text=json.dumps(results, indent=2))], results
+    else:
+        content, structured = results, None
+    return CallToolResult(content=list(content), structuredContent=structured, isError=False)
+
+
+def http_app(config: McpConfig, *, host: str, fast: bool | None = None) -> Any:
     """The ASGI app of `mailroom mcp --http-port`: the streamable HTTP transport at /mcp, stateless
-    (any request may reach any process), behind the key check; its lifespan opens the pool and LISTEN."""
+    (any request may reach any process), behind the key check; its lifespan opens the pool and LISTEN.
+    `fast`: whether _FastCalls answers tools/call and tools/list (default: the fast paths' switch)."""
     backend = Backend(config)
     server = build(backend, host=host, errors=error_catalog(config.database_url))
     app = server.streamable_http_app()
@@ -634,9 +653,9 @@ def http_app(config: McpConfig, *, host: str) -> Any:
 
     app.router.lifespan_context = lifespan
     path = server.settings.streamable_http_path
-    app = CancelOnDisconnect(app, path)  # a call whose client went is cancelled: its wait leaves at once
-    if fastpaths.enabled():  # MAILROOM_FAST_PATHS=off: every request through the SDK's transport
-        app = _FastCalls(app, server, path, server.settings.transport_security)
+    if fastpaths.enabled() if fast is None else fast:  # MAILROOM_FAST_PATHS=off: every request the SDK's
+        app = _FastCalls(app, server, path)
+    app = CancelOnDisconnect(app, path)  # a call whose client went is cancelled (its wait leaves at once)
     # the edge first (mailroom.api.edge): the body bounded and its nesting checked before the key check
     return edge.Edge(_RequireKey(app, path, backend), refusals=edge.Refusals(backend))
 

@@ -71,6 +71,7 @@ def status(database_url: DatabaseUrlOption = None) -> None:
         "oldest_queued_age_seconds": "oldest queued age (s)",
         "stale_outcomes": "stale outcomes ignored",
         "reaped": "reaped",
+        "webhook_possible_duplicates": "webhooks possibly delivered twice",
     }
     width = max(len(v) for v in labels.values())
     for key, label in labels.items():
@@ -567,6 +568,11 @@ def send_command(
     pipelining: Annotated[bool, env_option(
         "--pipelining/--no-pipelining", env="MAILROOM_SEND_PIPELINING",
         help="Send MAIL FROM, RCPT TO and DATA in one write where the relay offers PIPELINING (RFC 2920).")] = True,
+    webhook_allow: Annotated[Optional[list[str]], _send_opt(
+        "--webhook-allow", "A network webhook endpoints may be on past the SSRF guard (CIDR, e.g. 127.0.0.1/32; "
+        "repeatable; default: public addresses only).", metavar="CIDR")] = None,
+    webhook_timeout: Annotated[float, _send_duration(
+        "--webhook-timeout", "Time allowed to one webhook request, answer included.", minimum=0.1)] = "10s",
 ) -> None:
     """Deliver queued outbound messages (env MAILROOM_SENDER_KEY_FILE opens the relay passwords,
     MAILROOM_DKIM_KEY_FILE holds the DKIM private keys)."""
@@ -605,10 +611,94 @@ def send_command(
         tls_ca_file=tls_ca_file,
         until_idle=until_idle,
         pipelining=pipelining,
+        webhooks=_webhook_policy(webhook_allow or [], webhook_timeout),
     )
     import asyncio
 
     asyncio.run(Sender(opts).run())
+
+
+def _webhook_policy(networks: list[str], timeout: float) -> Any:
+    from mailroom.outbound.webhooks import WebhookPolicy
+
+    try:
+        return WebhookPolicy.from_flags([n for value in networks for n in value.split(",") if n.strip()], timeout)
+    except ValueError as exc:
+        raise ConfigError(f"--webhook-allow: {exc}") from None
+
+
+webhook_app = new_app(
+    "webhook", "Webhook endpoints (docs/webhooks.md): add, list, remove; a delivery's attempts, replay.",
+)
+
+WEBHOOK_EVENTS = "message.received, inbox.expired (an API key's); message.sent, message.failed, message.bounced (a sender's)"
+
+
+@webhook_app.command("add")
+def webhook_add(
+    url: Annotated[str, typer.Argument(metavar="URL", help="The endpoint: an http or https URL.")],
+    events: Annotated[list[str], typer.Option("--event", metavar="EVENT", help=f"Repeatable: {WEBHOOK_EVENTS}.")],
+    key_id: Annotated[Optional[int], typer.Option("--key-id", metavar="ID",
+                                                  help="The API key (`mailroom apikey list`) whose owner's inboxes.")] = None,
+    sender: Annotated[Optional[str], typer.Option("--sender", metavar="NAME", help="The sender whose mail.")] = None,
+    database_url: DatabaseUrlOption = None,
+) -> None:
+    """Register an endpoint (mailroom.add_webhook); its whsec_ secret is printed once, never stored in the clear."""
+    row = _call(database_url, sqlapi.add_webhook, url=url, events=[e for v in events for e in v.split(",") if e.strip()],
+                key_id=key_id, sender=sender)[0]
+    typer.echo(f"webhook endpoint {row['id']}")
+    typer.echo(f"secret: {row['secret']}")
+    typer.echo("(shown once: the endpoint verifies webhook-signature with it; mailroom keeps it sealed for the sender key)",
+               err=True)
+
+
+@webhook_app.command("list")
+def webhook_list(
+    key_id: Annotated[Optional[int], typer.Option("--key-id", metavar="ID", help="Only this API key's.")] = None,
+    database_url: DatabaseUrlOption = None,
+) -> None:
+    """The endpoints (never their secrets), with their deliveries queued."""
+    rows = _call(database_url, sqlapi.list_webhooks, key_id=key_id)
+    for r in rows:
+        r["events"] = ",".join(r["events"])
+    table(rows, ["id", "key_id", "owner_id", "sender", "url", "events", "queued", "created_at"],
+          empty="no webhook endpoint: add one with `mailroom webhook add URL --event … --key-id ID`")
+
+
+@webhook_app.command("remove")
+def webhook_remove(
+    endpoint: Annotated[int, typer.Argument(metavar="ID", help="An endpoint of `webhook list`.")],
+    database_url: DatabaseUrlOption = None,
+) -> None:
+    """Remove an endpoint and its secret (its queued deliveries fail at their next claim)."""
+    _call(database_url, sqlapi.remove_webhook, id=endpoint)
+    typer.echo(f"webhook endpoint {endpoint} removed")
+
+
+@webhook_app.command("attempts")
+def webhook_attempts(
+    endpoint: Annotated[int, typer.Argument(metavar="ID", help="An endpoint of `webhook list`.")],
+    limit: Annotated[int, typer.Option(min=1, max=1000, metavar="N", help="At most this many, newest first.")] = 20,
+    database_url: DatabaseUrlOption = None,
+) -> None:
+    """An endpoint's deliveries, newest first, each with its attempts (the log SQL keeps, redacted)."""
+    rows = _call(database_url, sqlapi.webhook_deliveries, endpoint_id=endpoint, limit=limit)
+    table(rows, ["id", "event", "webhook_id", "status", "attempts", "possibly_sent", "last_status", "next_retry_at",
+                 "created_at"], empty="no delivery yet")
+    for r in rows:
+        if r["attempt_log"]:
+            typer.echo(f"\n{r['id']} ({r['webhook_id']}):")
+            typer.echo("  " + r["attempt_log"].replace("\n", "\n  "))
+
+
+@webhook_app.command("replay")
+def webhook_replay(
+    delivery: Annotated[int, typer.Argument(metavar="DELIVERY", help="A delivery id of `webhook attempts`.")],
+    database_url: DatabaseUrlOption = None,
+) -> None:
+    """Send a delivery again: queued, due now, attempts from 0, the same webhook-id."""
+    _value(database_url, sqlapi.replay_webhook, delivery_id=delivery)
+    typer.echo(f"webhook delivery {delivery} queued again")
 
 
 suppress_app = new_app("suppress", "The suppression list (admin): add, remove, list, check. Addresses are PII.")

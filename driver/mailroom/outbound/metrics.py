@@ -74,6 +74,11 @@ class SenderMetrics(WorkerMetrics):
             "Outcomes ignored by fencing since the database was created (stats view).",
             registry=r,
         )
+        self.webhook_possible_duplicates = Gauge(
+            "mailroom_outbound_webhook_possible_duplicates",
+            "Webhook deliveries made again after a lost answer (the receiver may have them twice; stats view).",
+            registry=r,
+        )
         self.queue_due = Gauge(
             "mailroom_queue_due", "Rows due now, by queue (mailroom.queue_health).", ["queue"], registry=r
         )
@@ -110,6 +115,7 @@ class SenderMetrics(WorkerMetrics):
         self.possibly_sent.set(float(stats["possibly_sent"]))
         self.oldest_queued.set(float(stats["oldest_queued_age_seconds"]))
         self.stale_outcomes.set(float(stats["stale_outcomes"] or 0))
+        self.webhook_possible_duplicates.set(float(stats.get("webhook_possible_duplicates") or 0))
 
     def update_health(self, rows: list[dict]) -> None:
         """Copy the rows of mailroom.queue_health() into the queue gauges (known queue names only)."""

@@ -38,7 +38,7 @@ import contextlib
 import ssl
 import time
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -58,6 +58,7 @@ from mailroom.outbound.dkim import Signer
 from mailroom.outbound.metrics import SenderMetrics
 from mailroom.outbound.sealing import KEY_FILE_ENV, Unsealer
 from mailroom.outbound.smtp import Attempt, Outcome, Relay, RelayConnections, deliver
+from mailroom.outbound.webhooks import WebhookClient, WebhookPolicy, endpoint_label
 
 log = get_logger("send")
 
@@ -164,6 +165,7 @@ class SenderOptions:
     pipelining: bool = True  # pipeline MAIL/RCPT/DATA where the relay's EHLO offers PIPELINING (RFC 2920)
     summary_every: float = 60.0  # seconds between the summary lines of what was sent, deferred, failed
     key_fingerprint: str | None = None  # of MAILROOM_SECRET_KEY: must be the active signing key (db/keyring.py)
+    webhooks: WebhookPolicy = field(default_factory=WebhookPolicy)  # --webhook-allow, --webhook-timeout
 
 
 class Sender(Worker):
@@ -358,6 +360,7 @@ class Sender(Worker):
                  for _ in range(max(1, self.opts.connections))]
         conn: psycopg.AsyncConnection | None = None
         pending: list[dict[str, Any]] = []  # the next batch, claimed with the last one's outcomes
+        hooks: list[WebhookClient] = []  # the slot's HTTP client for webhook rows, made at the first
         try:
             while not self.stopping.is_set():
                 if conn is None or conn.closed:
@@ -408,8 +411,9 @@ class Sender(Worker):
                     continue
                 self.metrics.claimed.inc(len(rows))
                 self.heartbeat.claimed += len(rows)
-                outcomes, unsent = await self.deliver_lanes(lanes, rows)
-                relays = {r["id"]: f"{r['smtp_host']}:{r['smtp_port']}" for r in rows}
+                outcomes, unsent = await self.deliver_kinds(lanes, hooks, rows)
+                relays = {r["id"]: endpoint_label(r) if r.get("kind") == "webhook" else f"{r['smtp_host']}:{r['smtp_port']}"
+                          for r in rows}
                 if self._keeps_going(conn, outcomes, unsent):
                     claimed_next = await self.report_and_claim(conn, outcomes, relays)
                     if claimed_next is not None:
@@ -423,6 +427,8 @@ class Sender(Worker):
                     await self.report(conn, [], pending)
             for conns in lanes:
                 await conns.close_all()
+            for client in hooks:
+                await client.aclose()
             if conn is not None:
                 await conn.close()
 
@@ -430,6 +436,101 @@ class Sender(Worker):
         """Sleep, but wake at once when stopping."""
         with contextlib.suppress(asyncio.TimeoutError):
             await asyncio.wait_for(self.stopping.wait(), timeout=seconds)
+
+    async def deliver_kinds(
+        self, lanes: list[RelayConnections], hooks: list[WebhookClient], rows: list[dict[str, Any]]
+    ) -> tuple[list[Outcome], list[dict[str, Any]]]:
+        """A claimed batch by kind (sql/33): mail over the slot's SMTP connections, webhook rows
+        (outbound/webhooks.py) over its HTTP client, both at once."""
+        webhook_rows = [r for r in rows if r.get("kind") == "webhook"]
+        if not webhook_rows:
+            return await self.deliver_lanes(lanes, rows)
+        mail_rows = [r for r in rows if r.get("kind") != "webhook"]
+        if not hooks:
+            hooks.append(WebhookClient(self.opts.webhooks))
+        parts = await asyncio.gather(
+            self.deliver_lanes(lanes, mail_rows) if mail_rows else asyncio.sleep(0, ([], [])),
+            self.deliver_webhooks(hooks[0], webhook_rows),
+        )
+        return parts[0][0] + parts[1][0], parts[0][1] + parts[1][1]
+
+    def webhook_secret(self, row: dict[str, Any]) -> str | None:
+        """The whsec_ secret of a webhook row's endpoint, opened with the sender key (None: no endpoint
+        any more, or sealed for another sender key); without a sender key the sender stops, as for a
+        relay password."""
+        sealed = row.get("webhook_secret_sealed")
+        if sealed is None:
+            return None
+        if self.opts.unsealer is None:
+            self.fatal = ConfigError(f"webhook deliveries are queued: set {KEY_FILE_ENV} (the sender key)")
+            self.stop()
+            return None
+        # one sealed for another sender key (an endpoint registered before `sender-key init` made a new
+        # one) stops nothing: that endpoint's deliveries are retried ('local', outbound/webhooks.py)
+        # until the old key's file is listed in MAILROOM_SENDER_KEY_FILE or the endpoint is registered
+        # again; a secret is an API key holder's, which the operator cannot set again as a relay password
+        return self.opts.unsealer.open(sealed)
+
+    async def deliver_webhooks(
+        self, client: WebhookClient, rows: list[dict[str, Any]]
+    ) -> tuple[list[Outcome], list[dict[str, Any]]]:
+        """Each webhook row POSTed (at most 8 at once, an endpoint's one at a time); a row not begun when
+        stopping goes back unsent, one cut short by an abort is reported uncertain (the receiver may have
+        it). Once an endpoint gives no answer (no connection, a timeout, a request cut short), its other
+        rows of the batch are not tried: 'connect', retried with the backoff, as the rows of a relay
+        that cannot be reached (deliver_lanes), so an endpoint that never answers holds the slot, and
+        the mail claimed with it, for one timeout, not one a row."""
+        gate = asyncio.Semaphore(8)
+        started: set[int] = set()
+        endpoints: dict[str, asyncio.Lock] = {}  # one request at a time per endpoint URL
+        silent: dict[str, str] = {}  # endpoints that gave no answer in this batch: the outcome they gave
+
+        async def one(row: dict[str, Any]) -> Outcome | None:
+            url = row.get("webhook_url") or ""
+            async with endpoints.setdefault(url, asyncio.Lock()):
+                if url in silent:
+                    return Outcome(row["id"], row["claim_token"], "connect",
+                                   error=f"not tried: an earlier delivery of this batch to its endpoint got no answer "
+                                         f"({silent[url]})")
+                async with gate:
+                    if self.stopping.is_set():
+                        return None
+                    secret = self.webhook_secret(row)
+                    if self.fatal is not None:
+                        return None
+                    started.add(row["id"])
+                    t0 = time.monotonic()
+                    out = await client.deliver(row, secret)
+                    out.seconds = time.monotonic() - t0
+                    if url and out.outcome in ("connect", "timeout", "uncertain", "dropped"):
+                        silent[url] = f"{out.outcome}: {out.error}" if out.error else out.outcome
+                    return out
+
+        tasks = [asyncio.ensure_future(one(r)) for r in rows]
+        abort = asyncio.ensure_future(self.aborting.wait())
+        try:
+            done = asyncio.ensure_future(asyncio.gather(*tasks, return_exceptions=True))
+            await asyncio.wait({done, abort}, return_when=asyncio.FIRST_COMPLETED)
+            if not done.done():
+                for task in tasks:
+                    task.cancel()
+                with contextlib.suppress(BaseException):
+                    await done
+        finally:
+            abort.cancel()
+        outcomes: list[Outcome] = []
+        unsent: list[dict[str, Any]] = []
+        for row, task in zip(rows, tasks, strict=True):
+            result = None if task.cancelled() else task.exception() or task.result()
+            if isinstance(result, BaseException):
+                log.error("webhook delivery %d failed unexpectedly: %s", row["id"], type(result).__name__)
+            if isinstance(result, Outcome):
+                outcomes.append(result)
+            elif row["id"] in started:
+                outcomes.append(Outcome(row["id"], row["claim_token"], "uncertain", error="shutdown during the request"))
+            else:
+                unsent.append(row)
+        return outcomes, unsent
 
     async def deliver_lanes(
         self, lanes: list[RelayConnections], rows: list[dict[str, Any]]

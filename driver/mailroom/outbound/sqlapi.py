@@ -17,6 +17,8 @@ CLAIMED_MESSAGE = (
     "smtp_port", "smtp_security", "smtp_username", "smtp_password_sealed", "smtp_password_set",
     "smtp_allow_cleartext", "return_path", "recipients", "return_paths", "list_unsubscribe", "dkim_domain",
     "dkim_selector", "dkim_public_key", "dkim_algorithm", "attachments", "raw_message",
+    # a webhook delivery (migration 0510, sql/38_outbound_webhooks.sql): its kind, URL and sealed secret
+    "kind", "webhook_url", "webhook_secret_sealed",
 )
 
 # the sender
@@ -48,6 +50,7 @@ reap_stuck_messages = SqlFunction("reap_stuck_messages", "p_older_than interval 
 outbound_stats = SqlFunction("outbound_stats", returns=(
     "queued", "processing", "sent", "failed", "due_now", "retries_waiting", "possibly_sent",
     "oldest_queued_age_seconds", "stale_outcomes", "reaped", "held", "cancelled", "held_back", "scheduled",
+    "webhook_possible_duplicates",
 ))
 
 # operators
@@ -177,3 +180,18 @@ set_dkim_key = SqlFunction(
     returns=("domain", "selector", "dns_name", "dns_value"),
 )
 delete_dkim_key = SqlFunction("delete_dkim_key", "p_domain text")
+
+# webhooks (sql/38_outbound_webhooks.sql): the operator's
+add_webhook = SqlFunction(
+    "add_webhook", "p_url text, p_events text[], p_key_id bigint = default, p_sender text = default",
+    returns=("id", "secret"),
+)
+list_webhooks = SqlFunction("list_webhooks", "p_key_id bigint = default", returns=(
+    "id", "key_id", "owner_id", "sender", "url", "events", "queued", "created_at",
+))
+remove_webhook = SqlFunction("remove_webhook", "p_id bigint")
+webhook_deliveries = SqlFunction("webhook_deliveries", "p_endpoint_id bigint, p_limit integer = default", returns=(
+    "id", "event", "webhook_id", "status", "attempts", "possibly_sent", "last_status", "next_retry_at", "created_at",
+    "sent_at", "attempt_log",
+))
+replay_webhook = SqlFunction("replay_webhook", "p_delivery_id bigint", returns="bigint")
