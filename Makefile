@@ -99,8 +99,8 @@ bench-quick: deps venv
 	$(PY) -m bench.run --quick $(BENCH_ARGS)
 
 # the fault-injection suite's long run (tests/faults, docs/reliability.md): the CI run injects faults for
-# 90 s; this one for SOAK_SECONDS, with SOAK_SEED (its figures in SOAK_REPORT, JSON)
-# seconds the long-outage test keeps PostgreSQL down in make soak (75 in make test)
+# 60 s; this one for SOAK_SECONDS, with SOAK_SEED (its figures in SOAK_REPORT, JSON)
+# seconds the long-outage test keeps PostgreSQL down in make soak (45 in make test)
 SOAK_OUTAGE ?= 245
 SOAK_SECONDS ?= 1800
 SOAK_SEED    ?= 34

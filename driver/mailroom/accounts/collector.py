@@ -119,16 +119,15 @@ class Collector(Worker):
             [cfg.channel],
             name=APP_NAME,
             on_notify=lambda _channel, payload: self.events.put(_announced(payload)),
-            on_connect=self._on_listen_connect,
+            on_connect=lambda: self.events.put(_RECONNECTED),
             check_interval=min(cfg.healthcheck_ms / 1000, 60.0),
             poll_hint=f"polling every {cfg.poll_ms} ms",
         )
         self.work: psycopg.Connection | None = None
         self.stopping = False
         self.must_drain = True
-        # the listener's (re)connects, counted by its thread; a drain that began while listening
-        # after connect N covers connect N's "look for work" (sql/08_notify.sql): not drained twice
-        self.listen_connects = 0
+        # a drain that began while listening after the listener's connect N covers connect N's
+        # "look for work" (sql/08_notify.sql): its _RECONNECTED does not drain a second time
         self.drained_after_connect = -1
         self.pending = 0  # tokens announced by notifications since the last batch
         self.first_at = 0.0  # monotonic time of the first notification of this quiet period
@@ -316,7 +315,7 @@ class Collector(Worker):
             return
         while True:
             if event is _RECONNECTED:
-                if self.listen_connects > self.drained_after_connect:
+                if self._listen_connects() > self.drained_after_connect:
                     self.must_drain = True
             else:
                 if not self.pending:
@@ -328,10 +327,8 @@ class Collector(Worker):
             except queue.Empty:
                 return
 
-    def _on_listen_connect(self) -> None:
-        """The listener's thread, after each (re)connect: drain the backlog (unless a drain began since)."""
-        self.listen_connects += 1
-        self.events.put(_RECONNECTED)
+    def _listen_connects(self) -> int:
+        return self.listener.connects if self.listener is not None else 0
 
     def _beat(self) -> None:
         """One heartbeat in its own short transaction on the work connection."""
@@ -364,9 +361,11 @@ class Collector(Worker):
     def _drain(self, what: str | None) -> int:
         """Run batches of the limit until one comes back short (or we are asked to stop)."""
         assert self.work is not None
-        connects = self.listen_connects  # read before listening(): the listener counts, then is up
-        if self.listening():
-            self.drained_after_connect = connects
+        # a drain that begins while listening covers the listener's connect (its look for work); one
+        # that began before, while the listener was still connecting, does not: that connect drains again
+        covered = self.listening()
+        if covered:  # then read the count: the listener counts a connect before it is up
+            self.drained_after_connect = self._listen_connects()
         limit = self.cfg.batch_limit
         total = batches = 0
         while True:
@@ -389,10 +388,11 @@ class Collector(Worker):
         if what:
             if total:
                 self.log.info("%s: collected %d tokens in %d batches", what, total, batches)
-            if self.listening():
+            if covered:
                 self.log.info("waiting for notifications on %s", self.cfg.channel)
-            else:
+            elif not self.listening():
                 self.log.info("polling every %d ms", self.cfg.poll_ms)
+            # else the listener came up during this drain: its connect drains once more, then says so
         return total
 
 

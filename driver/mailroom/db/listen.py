@@ -68,6 +68,9 @@ class Listener:
         self._thread: threading.Thread | None = None
         self._down_reason: str | None = None
         self.checks_passed = 0
+        # (re)connects so far, counted before `listening` turns true: a reader that sees `listening`
+        # and then reads `connects` sees this connect counted (the collector's one drain per connect)
+        self.connects = 0
 
     @property
     def listening(self) -> bool:
@@ -107,6 +110,7 @@ class Listener:
         if self._down_reason is not None:
             self.log.info("LISTEN %s: listening again", "/".join(self.channels))
         self._down_reason = None
+        self.connects += 1
         self._listening.set()
         self.on_connect()
 
