@@ -124,9 +124,7 @@ COMMENT ON FUNCTION mailroom_internal._enqueue_webhook(bigint, text, jsonb) IS
 'Internal: queue one webhook delivery (kind webhook) of p_event with data p_data to an endpoint, its payload bounded '
 'by webhooks.max_payload_bytes; NOTIFY mailroom_outbound (id); returns the outbound id.';
 
-CREATE OR REPLACE FUNCTION mailroom_internal._webhook_message_received(
-    p_owner_id text, p_address text, p_message_id bigint, p_received_at timestamptz, p_size bigint, p_parsed jsonb
-)
+CREATE OR REPLACE FUNCTION mailroom_internal._webhook_to_owner(p_owner_id text, p_event text, p_data jsonb)
 RETURNS integer
 LANGUAGE plpgsql
 VOLATILE
@@ -136,27 +134,71 @@ DECLARE
     v_endpoint bigint;
     v_count integer := 0;
 BEGIN
-    -- deliver_message calls it only when the inbox's owner has an endpoint (its one look-up); the
-    -- key's own owner is asked too, not only the copy on the endpoint: an endpoint reaches its key's
-    -- owner's mail alone, whatever became of the copy (the review of 2026-12-06: erasure renamed the
-    -- key's owner, not the copy, and a later owner of that id had its mail sent to the old endpoint)
+    -- who gets an owner's event, written once for every owner event: the live endpoints of that owner's
+    -- keys that ask for it. The key's own owner is asked too, not only the copy on the endpoint: an
+    -- endpoint reaches its key's owner's mail alone, whatever became of the copy (the review of
+    -- 2026-12-06: erasure renamed the key's owner, not the copy, and a later owner of that id had its
+    -- mail sent to the old endpoint)
     FOR v_endpoint IN
         SELECT w.id FROM mailroom.webhook_endpoints AS w
         INNER JOIN mailroom.api_keys AS k ON w.key_id = k.id
-        WHERE w.owner_id = p_owner_id AND k.owner_id = p_owner_id AND 'message.received' = ANY (w.events) AND k.revoked_at IS NULL
+        WHERE w.owner_id = p_owner_id AND k.owner_id = p_owner_id AND p_event = ANY (w.events) AND k.revoked_at IS NULL
         ORDER BY w.id
     LOOP
-        PERFORM mailroom_internal._enqueue_webhook(v_endpoint, 'message.received', jsonb_build_object(
-            'address', p_address,
-            'message_id', p_message_id,
-            'received_at', p_received_at,
-            'size_bytes', p_size,
-            'from', left(p_parsed ->> 'from_header', 2000),
-            'subject', left(p_parsed ->> 'subject', 2000)
-        ));
+        PERFORM mailroom_internal._enqueue_webhook(v_endpoint, p_event, p_data);
         v_count := v_count + 1;
     END LOOP;
     RETURN v_count;
+END;
+$$;
+
+COMMENT ON FUNCTION mailroom_internal._webhook_to_owner(text, text, jsonb) IS
+'Internal: queue p_event with p_data for every live endpoint of an owner''s keys that asks for it (message.received, inbox.expired); how many.';
+
+CREATE OR REPLACE FUNCTION mailroom_internal._webhook_to_sender(p_sender_id bigint, p_event text, p_data jsonb)
+RETURNS integer
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_endpoint bigint;
+    v_count integer := 0;
+BEGIN
+    -- who gets a sender's event, written once for every sender event: that sender's endpoints asking for it
+    FOR v_endpoint IN
+        SELECT w.id FROM mailroom.webhook_endpoints AS w
+        WHERE w.sender_id = p_sender_id AND p_event = ANY (w.events)
+        ORDER BY w.id
+    LOOP
+        PERFORM mailroom_internal._enqueue_webhook(v_endpoint, p_event, p_data);
+        v_count := v_count + 1;
+    END LOOP;
+    RETURN v_count;
+END;
+$$;
+
+COMMENT ON FUNCTION mailroom_internal._webhook_to_sender(bigint, text, jsonb) IS
+'Internal: queue p_event with p_data for every endpoint of a sender that asks for it (message.sent, message.failed, message.bounced); how many.';
+
+CREATE OR REPLACE FUNCTION mailroom_internal._webhook_message_received(
+    p_owner_id text, p_address text, p_message_id bigint, p_received_at timestamptz, p_size bigint, p_parsed jsonb
+)
+RETURNS integer
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    -- deliver_message calls it only when the inbox's owner has an endpoint (its one look-up)
+    RETURN mailroom_internal._webhook_to_owner(p_owner_id, 'message.received', jsonb_build_object(
+        'address', p_address,
+        'message_id', p_message_id,
+        'received_at', p_received_at,
+        'size_bytes', p_size,
+        'from', left(p_parsed ->> 'from_header', 2000),
+        'subject', left(p_parsed ->> 'subject', 2000)
+    ));
 END;
 $$;
 
@@ -171,23 +213,11 @@ LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $$
-DECLARE
-    v_endpoint bigint;
-    v_count integer := 0;
 BEGIN
     -- inbox.expired for an API key's inbox the expiry just closed: one indexed look-up by owner
-    FOR v_endpoint IN
-        SELECT w.id FROM mailroom.webhook_endpoints AS w
-        INNER JOIN mailroom.api_keys AS k ON w.key_id = k.id
-        WHERE w.owner_id = p_owner_id AND k.owner_id = p_owner_id AND 'inbox.expired' = ANY (w.events) AND k.revoked_at IS NULL
-        ORDER BY w.id
-    LOOP
-        PERFORM mailroom_internal._enqueue_webhook(v_endpoint, 'inbox.expired', jsonb_build_object(
-            'address', p_address, 'expires_at', p_expires_at, 'message_count', p_message_count
-        ));
-        v_count := v_count + 1;
-    END LOOP;
-    RETURN v_count;
+    RETURN mailroom_internal._webhook_to_owner(p_owner_id, 'inbox.expired', jsonb_build_object(
+        'address', p_address, 'expires_at', p_expires_at, 'message_count', p_message_count
+    ));
 END;
 $$;
 
@@ -229,20 +259,15 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     v_row jsonb;
-    v_endpoint bigint;
-    v_event text;
     v_count integer := 0;
 BEGIN
     -- finalize_messages (sql/34): one row per mail that ended (sent or failed), with what the
     -- event says; no recipient address goes in a payload
     FOREACH v_row IN ARRAY coalesce(p_rows, '{}') LOOP
-        v_event := CASE v_row ->> 'status' WHEN 'sent' THEN 'message.sent' ELSE 'message.failed' END;
-        FOR v_endpoint IN
-            SELECT w.id FROM mailroom.webhook_endpoints AS w
-            WHERE w.sender_id = (v_row ->> 'sender_id')::bigint AND v_event = ANY (w.events)
-            ORDER BY w.id
-        LOOP
-            PERFORM mailroom_internal._enqueue_webhook(v_endpoint, v_event, jsonb_build_object(
+        v_count := v_count + mailroom_internal._webhook_to_sender(
+            (v_row ->> 'sender_id')::bigint,
+            CASE v_row ->> 'status' WHEN 'sent' THEN 'message.sent' ELSE 'message.failed' END,
+            jsonb_build_object(
                 'outbound_id', (v_row ->> 'id')::bigint,
                 'message_id', v_row ->> 'message_id',
                 'status', v_row ->> 'status',
@@ -250,9 +275,8 @@ BEGIN
                 'smtp_code', (v_row ->> 'smtp_code')::integer,
                 'enhanced_code', v_row ->> 'enhanced_code',
                 'sent_at', v_row -> 'sent_at'
-            ));
-            v_count := v_count + 1;
-        END LOOP;
+            )
+        );
     END LOOP;
     RETURN v_count;
 END;
@@ -269,23 +293,15 @@ LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $$
-DECLARE
-    v_endpoint bigint;
-    v_count integer := 0;
 BEGIN
     -- record_bounce (sql/36): a bounce report for a message of a sender with an endpoint asking for it
-    FOR v_endpoint IN
-        SELECT w.id FROM mailroom.webhook_endpoints AS w
-        INNER JOIN mailroom.outbound_messages AS m ON w.sender_id = m.sender_id
-        WHERE m.id = p_message_id AND 'message.bounced' = ANY (w.events)
-        ORDER BY w.id
-    LOOP
-        PERFORM mailroom_internal._enqueue_webhook(v_endpoint, 'message.bounced', jsonb_build_object(
+    RETURN coalesce((
+        SELECT mailroom_internal._webhook_to_sender(m.sender_id, 'message.bounced', jsonb_build_object(
             'outbound_id', p_message_id, 'bounce', p_kind, 'smtp_code', p_smtp_code, 'status', p_status
-        ));
-        v_count := v_count + 1;
-    END LOOP;
-    RETURN v_count;
+        ))
+        FROM mailroom.outbound_messages AS m
+        WHERE m.id = p_message_id AND m.sender_id IS NOT null
+    ), 0);
 END;
 $$;
 
