@@ -481,6 +481,27 @@ async def scenario_smtp(servers: Servers, probe: Probe, conn: psycopg.Connection
     return sc.result
 
 
+async def _hold_then_deliver(sc: Scenario, probe: Probe, servers: Servers, plan: list, tag: str, tasks: list,
+                             writers: list) -> collections.Counter[str]:
+    """What the SSE and MCP scenarios do once everything is held: hold 10 s, then mail one message to each
+    held stream or wait (48 SMTP sessions), then give their answers 60 s; the SMTP refusals met."""
+    probe.phase = "hold"
+    await asyncio.sleep(10)
+    probe.phase = "deliver"
+    started = time.monotonic()
+    smtp_refusals: collections.Counter[str] = collections.Counter()
+    await deliver_smtp(servers.smtp_port, [(address, f"{tag} {i}") for i, (_, address) in enumerate(plan)],
+                       48, smtp_refusals)
+    sc.result["deliver_s"] = round(time.monotonic() - started, 1)
+    _, pending = await asyncio.wait(tasks, timeout=60)
+    sc.result["all_answered_s"] = round(time.monotonic() - started, 1)
+    for task in pending:
+        task.cancel()
+    for writer in writers:
+        writer.close()
+    return smtp_refusals
+
+
 async def scenario_sse(servers: Servers, probe: Probe, conn: psycopg.Connection, keys: list[str],
                        boxes: list[list[str]], streams: int) -> dict:
     tag = f"load-sse-{secrets.token_hex(3)}"
@@ -540,20 +561,7 @@ async def scenario_sse(servers: Servers, probe: Probe, conn: psycopg.Connection,
             await ready.wait()
         sc.result["open_s"] = round(time.monotonic() - started, 1)
         sc.result["streams_open"] = opened[0]
-        probe.phase = "hold"
-        await asyncio.sleep(10)
-        probe.phase = "deliver"
-        started = time.monotonic()
-        smtp_refusals: collections.Counter[str] = collections.Counter()
-        await deliver_smtp(servers.smtp_port, [(address, f"{tag} {i}") for i, (_, address) in enumerate(plan)],
-                           48, smtp_refusals)
-        sc.result["deliver_s"] = round(time.monotonic() - started, 1)
-        done, pending = await asyncio.wait(tasks, timeout=60)
-        sc.result["all_answered_s"] = round(time.monotonic() - started, 1)
-        for task in pending:
-            task.cancel()
-        for writer in writers:
-            writer.close()
+        smtp_refusals = await _hold_then_deliver(sc, probe, servers, plan, tag, tasks, writers)
     counts = stored(conn, tag + " ")
     right = sum(1 for i, subject in got.items() if subject == f"{tag} {i}")
     sc.result.update(streams=streams, keys=len(keys), refusals=dict(refusals), smtp_refusals=dict(smtp_refusals),
@@ -607,20 +615,7 @@ async def scenario_mcp(servers: Servers, probe: Probe, conn: psycopg.Connection,
             await asyncio.sleep(0.2)
         sc.result["arm_s"] = round(time.monotonic() - started, 1)
         sc.result["waits_held"] = armed
-        probe.phase = "hold"
-        await asyncio.sleep(10)
-        probe.phase = "deliver"
-        started = time.monotonic()
-        smtp_refusals: collections.Counter[str] = collections.Counter()
-        await deliver_smtp(servers.smtp_port, [(address, f"{tag} {i}") for i, (_, address) in enumerate(plan)],
-                           48, smtp_refusals)
-        sc.result["deliver_s"] = round(time.monotonic() - started, 1)
-        done, pending = await asyncio.wait(tasks, timeout=60)
-        sc.result["all_answered_s"] = round(time.monotonic() - started, 1)
-        for task in pending:
-            task.cancel()
-        for writer in writers:
-            writer.close()
+        smtp_refusals = await _hold_then_deliver(sc, probe, servers, plan, tag, tasks, writers)
     counts = stored(conn, tag + " ")
     right = sum(1 for i, subject in got.items() if subject == f"{tag} {i}")
     sc.result.update(waits=waits, keys=len(keys), refusals=dict(refusals), smtp_refusals=dict(smtp_refusals),
