@@ -147,6 +147,7 @@ class Load:
         self.inbound_250_at: list[float] = []
         self.http: collections.Counter[str] = collections.Counter()  # "route status" → count
         self.http_ok_at: list[float] = []
+        self.http_calls: list[tuple[float, float, str]] = []  # (began, ended, "route status") of each request
         self.accounts: dict[str, str] = {}  # email → login
         self.outbound: dict[str, int] = {}  # subject → outbound id
         self.app_errors = 0
@@ -198,6 +199,7 @@ class Load:
                   "wait": f"/api/v1/mailboxes/{box['address']}/wait?subject=in-%25&timeout=1"}
         while not self.stop.wait(0.5):
             for route, path in routes.items():
+                began = time.monotonic()
                 try:
                     status = http(self.rig.http_port, "GET", path, timeout=15, token=box["session_token"])[0]
                 except OSError as exc:  # no answer within 15 s, or refused (SIGKILLed, not started again yet)
@@ -205,6 +207,7 @@ class Load:
                     status = "timeout" if timed_out else "refused"
                 with self.lock:
                     self.http[f"{route} {status}"] += 1
+                    self.http_calls.append((began, time.monotonic(), f"{route} {status}"))
                     if status in (200, 408):
                         self.http_ok_at.append(time.monotonic())
 
@@ -314,15 +317,16 @@ class Schedule:
 
 
 def _chaos(rig: Rig, seconds: float) -> tuple[collections.Counter[str], dict[str, list[float]], list[str],
-                                               list[tuple[str, float, float]]]:
+                                               list[tuple[str, float, float, str]]]:
     """Inject faults one at a time for `seconds`: (faults by kind and target, recovery seconds by worker,
-    failures, (worker, since, bound) of every recovery measured)."""
+    failures, (worker, since, bound, the fault and when) of every recovery measured)."""
     rng = random.Random(SEED)
     schedule = Schedule(rng)
     faults: collections.Counter[str] = collections.Counter()
     recovery: dict[str, list[float]] = collections.defaultdict(list)
     failures: list[str] = []
-    moments: list[tuple[str, float, float]] = []
+    moments: list[tuple[str, float, float, str]] = []
+    began = time.monotonic()
     ends = time.monotonic() + seconds
     while time.monotonic() < ends:
         rig.assert_alive()
@@ -360,7 +364,8 @@ def _chaos(rig: Rig, seconds: float) -> tuple[collections.Counter[str], dict[str
         for name in touched:
             took = _recovered(rig.proxies[name], since, bound)
             label = "send (relay)" if name == "relay" else name
-            moments.append((label, since, bound))
+            wall = time.strftime("%H:%M:%S", time.localtime(time.time() - (time.monotonic() - since)))
+            moments.append((label, since, bound, f"{action} held {hold:.1f}s, cleared at +{since - began:.0f}s ({wall})"))
             if took is None or took > bound:
                 failures.append(f"{label} after {action}: {'no round trip' if took is None else f'{took:.1f}s'}"
                                 f" (bound {bound:.0f}s)")
@@ -371,14 +376,15 @@ def _chaos(rig: Rig, seconds: float) -> tuple[collections.Counter[str], dict[str
     return faults, recovery, failures, moments
 
 
-def _door_recovery(moments: list[tuple[str, float, float]], successes: list[float],
-                   worker: str) -> list[tuple[float, float]]:
-    """(seconds, bound) from each moment `worker` was touched to the first success at its door after it."""
+def _door_recovery(moments: list[tuple[str, float, float, str]], successes: list[float],
+                   worker: str) -> list[tuple[float, float, str]]:
+    """(seconds, bound, the fault) from each moment `worker` was touched to the first success at its door
+    after it."""
     out = []
-    for name, since, bound in moments:
+    for name, since, bound, what in moments:
         if name == worker:
             i = bisect.bisect_left(successes, since)
-            out.append((successes[i] - since if i < len(successes) else float("inf"), bound))
+            out.append((successes[i] - since if i < len(successes) else float("inf"), bound, what))
     return out
 
 
@@ -493,9 +499,17 @@ def test_nothing_lost_and_every_worker_back_within_its_bound(private_cluster):
             doors = {"inbox (first 250)": _door_recovery(moments, sorted(load.inbound_250_at), "inbox"),
                      "http (first 200)": _door_recovery(moments, sorted(load.http_ok_at), "http")}
         for label, values in doors.items():
-            recovery[label] = [v for v, _ in values]
-            failures += [f"{label}: {v:.1f}s (bound {b:.0f}s)" for v, b in values if v > b + DOOR_CADENCE]
-        assert not failures, failures
+            recovery[label] = [v for v, _, _ in values]
+            late = [(v, b, what) for v, b, what in values if v > b + DOOR_CADENCE]
+            failures += [f"{label}: {v:.1f}s (bound {b:.0f}s) after {what}" for v, b, what in late]
+            for _, _, what in late:  # the load's requests around it, the door's worker's own lines of that minute
+                since = next(m[1] for m in moments if m[3] == what)
+                if label.startswith("http"):
+                    failures += [f"  request at {b - since:+.1f}s took {e - b:.1f}s: {r}"
+                                 for b, e, r in load.http_calls if since - 15 < e and b < since + 15]
+                worker, minute = label.split(" ")[0], what[-9:-4]
+                failures += [line for line in rig.workers[worker].text().splitlines() if f" {minute}:" in line][:40]
+        assert not failures, "\n".join(failures)
         for name, w in rig.workers.items():
             assert w.stop() == 0, f"{name}:\n{w.text()}"
             assert "Traceback" not in w.text(), f"{name}:\n{w.text()}"
