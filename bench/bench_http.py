@@ -21,6 +21,7 @@ import hashlib
 import json
 import os
 import re
+import resource
 import secrets
 import shutil
 import statistics
@@ -40,17 +41,63 @@ AREA = "http"
 CONNECTIONS = 16
 
 
+_TICK = os.sysconf("SC_CLK_TCK")
+
+
+def _stat(pid: int) -> list[str] | None:
+    try:
+        text = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return text[text.rindex(")") + 2:].split()  # from field 3 (state) on
+
+
+def _cpu_of(match: Callable[[int, list[str]], bool]) -> float:
+    """CPU seconds (user + system) of every live process `match(pid, fields)` accepts."""
+    total = 0
+    for entry in os.listdir("/proc"):
+        if entry.isdigit() and (fields := _stat(int(entry))) is not None and match(int(entry), fields):
+            total += int(fields[11]) + int(fields[12])
+    return total / _TICK
+
+
+class Cpu:
+    """CPU seconds spent, between start() and stop(), by the server's process group (its workers), the
+    cluster's postmaster and backends, and this process's waited children (wrk, pgbench)."""
+
+    def __init__(self, url: str, server_pgid: int | None) -> None:
+        with psycopg.connect(url) as conn:
+            data = conn.execute("SHOW data_directory").fetchone()[0]
+        self.postmaster = int(Path(data, "postmaster.pid").read_text().split()[0])
+        self.server_pgid = server_pgid
+
+    def _now(self) -> tuple[float, float, float]:
+        server = _cpu_of(lambda _pid, f: int(f[2]) == self.server_pgid) if self.server_pgid else 0.0
+        pg = _cpu_of(lambda pid, f: pid == self.postmaster or int(f[1]) == self.postmaster)
+        kids = resource.getrusage(resource.RUSAGE_CHILDREN)
+        return server, pg, kids.ru_utime + kids.ru_stime
+
+    def start(self) -> None:
+        self.began = self._now()
+
+    def stop(self, requests: float) -> tuple[float, float, float]:
+        """µs per request: (server, PostgreSQL, load generator). A backend that ended in between is not
+        counted (the server's pool and pgbench's clients stay connected through a run)."""
+        ended = self._now()
+        return tuple(1e6 * (b - a) / requests for a, b in zip(self.began, ended, strict=True))
+
+
 def _row(benchmark: str, value: float, unit: str, note: str) -> dict:
     return {"area": AREA, "benchmark": benchmark, "value": value, "unit": unit, "note": note}
 
 
-def _start(url: str) -> tuple[subprocess.Popen, int, Path]:
+def _start(url: str, env: dict[str, str]) -> tuple[subprocess.Popen, int, Path]:
     log_path = Path(tempfile.mkstemp(prefix="bench-http-", suffix=".log")[1])
     argv = [sys.executable, "-m", "mailroom", "http", "serve", "--port", "0", "--workers", "2", "--pool-size", "8",
             "--database-url", url]
     with open(log_path, "w") as log_file:
         proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=log_file, start_new_session=True,
-                                env={**os.environ, "PYTHONUNBUFFERED": "1"})
+                                env={**os.environ, "PYTHONUNBUFFERED": "1", **env})
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
         text = log_path.read_text()
@@ -68,8 +115,9 @@ def _ms(value: str, unit: str) -> float:
     return float(value) * {"us": 0.001, "ms": 1.0, "s": 1000.0}[unit]
 
 
-def _wrk(url: str, seconds: int, headers: dict[str, str], script: str | None = None) -> tuple[float, float, float]:
-    """requests/s, p50 ms, p99 ms of wrk (2 threads, CONNECTIONS connections)."""
+def _wrk(url: str, seconds: int, headers: dict[str, str],
+         script: str | None = None) -> tuple[float, float, float, int]:
+    """requests/s, p50 ms, p99 ms, requests of wrk (2 threads, CONNECTIONS connections)."""
     exe = shutil.which("wrk")
     if exe is None:
         raise RuntimeError("wrk not found: apt-get install wrk")
@@ -92,11 +140,12 @@ def _wrk(url: str, seconds: int, headers: dict[str, str], script: str | None = N
     errors = re.search(r"Non-2xx or 3xx responses: (\d+)", out.stdout)
     if errors:
         raise RuntimeError(f"wrk saw {errors.group(1)} error responses")
-    return float(rate.group(1)), _ms(*p50.groups()), _ms(*p99.groups())
+    total = re.search(r"(\d+) requests in", out.stdout)
+    return float(rate.group(1)), _ms(*p50.groups()), _ms(*p99.groups()), int(total.group(1))
 
 
-def _pgbench(url: str, sql: str, seconds: int) -> tuple[float, float]:
-    """tps and average latency (ms) of pgbench with CONNECTIONS clients running one statement."""
+def _pgbench(url: str, sql: str, seconds: int) -> tuple[float, float, int]:
+    """tps, average latency (ms) and transactions of pgbench with CONNECTIONS clients running one statement."""
     path = Path(tempfile.mkstemp(suffix=".sql")[1])
     path.write_text(sql + "\n")
     path.chmod(0o644)
@@ -108,7 +157,8 @@ def _pgbench(url: str, sql: str, seconds: int) -> tuple[float, float]:
     latency = re.search(r"latency average = ([\d.]+) ms", out.stdout)
     if out.returncode != 0 or not tps or not latency:
         raise RuntimeError(f"pgbench failed: {out.stderr.strip()[-200:]}")
-    return float(tps.group(1)), float(latency.group(1))
+    done = re.search(r"number of transactions actually processed: (\d+)", out.stdout)
+    return float(tps.group(1)), float(latency.group(1)), int(done.group(1))
 
 
 def _literal(value: str) -> str:
@@ -126,53 +176,68 @@ def run(url: str, quick: bool, progress: Callable[[str], None]) -> list[dict]:
                          (address, f"Subject: message {n}\r\n\r\nbody".encode(), f"message {n}", "body " * 50))
     from mailroom.testing import as_login
 
-    proc, port, log_path = _start(as_login(url, "mr_http"))  # the server's own least-privilege role
+    auth = {"Authorization": f"Bearer {token}"}
+    messages = f"/api/v1/mailboxes/{address}/messages"
+    cases = [  # (what, path, headers, wrk script, the same SQL call, its name)
+        ("GET /api/v1/mailboxes/{address}/messages (20 messages)", messages, auth, None,
+         f"SELECT mailroom.http_list_messages({_literal(address)}, {_literal(token)}, NULL);", "http_list_messages"),
+        ("GET /api/v1/mailboxes/{address}/wait (answered at once)",
+         f"/api/v1/mailboxes/{address}/wait?subject=message%25&timeout=5", auth, None,
+         f"SELECT mailroom.http_wait_look({_literal(address)}, {_literal(token)}, NULL, 'message%', NULL, false);",
+         "http_wait_look"),
+        ("POST /api/v1/mailboxes (anonymous inbox)", "/api/v1/mailboxes", {}, 'wrk.method = "POST"\n',
+         "SELECT mailroom.http_create_mailbox(NULL, 'bench-pgbench');", "http_create_mailbox"),
+    ]
     rows: list[dict] = []
-    try:
-        base = f"http://127.0.0.1:{port}"
-        auth = {"Authorization": f"Bearer {token}"}
-        probe = urllib.request.Request(f"{base}/api/v1/mailboxes/{address}/messages", headers=auth)
-        with urllib.request.urlopen(probe, timeout=10) as resp:  # noqa: S310 - 127.0.0.1
-            assert len(json.loads(resp.read())) == 20
-
-        progress(f"GET …/messages: wrk {seconds}s, {CONNECTIONS} connections")
-        rate, p50, p99 = _wrk(f"{base}/api/v1/mailboxes/{address}/messages", seconds, auth)
-        progress("the same call through pgbench")
-        tps, avg = _pgbench(url, f"SELECT mailroom.http_list_messages({_literal(address)}, {_literal(token)}, NULL);",
-                            seconds)
-        rows.append(_row(f"GET /api/v1/mailboxes/{{address}}/messages (20 messages), wrk {CONNECTIONS} conn",
-                         rate, "req/s", f"p50 {p50:.2f} ms, p99 {p99:.2f} ms; {rate / tps:.2f}× the pgbench line below"))
-        rows.append(_row(f"same SQL call (http_list_messages) through pgbench, {CONNECTIONS} clients",
-                         tps, "tx/s", f"latency average {avg:.2f} ms"))
-
-        progress(f"GET …/wait (a matching message there): wrk {seconds}s")
-        rate, p50, p99 = _wrk(f"{base}/api/v1/mailboxes/{address}/wait?subject=message%25&timeout=5", seconds, auth)
-        progress("the same call through pgbench")
-        tps, avg = _pgbench(url, f"SELECT mailroom.http_wait_look({_literal(address)}, {_literal(token)}, NULL, "
-                                 "'message%', NULL, false);", seconds)
-        rows.append(_row(f"GET /api/v1/mailboxes/{{address}}/wait (answered at once), wrk {CONNECTIONS} conn",
-                         rate, "req/s", f"p50 {p50:.2f} ms, p99 {p99:.2f} ms; {rate / tps:.2f}× the pgbench line below"))
-        rows.append(_row(f"same SQL call (http_wait_look) through pgbench, {CONNECTIONS} clients",
-                         tps, "tx/s", f"latency average {avg:.2f} ms"))
-
-        progress(f"POST /api/v1/mailboxes: wrk {seconds}s")
-        rate, p50, p99 = _wrk(f"{base}/api/v1/mailboxes", seconds, {}, script='wrk.method = "POST"\n')
-        progress("the same call through pgbench")
-        tps, avg = _pgbench(url, "SELECT mailroom.http_create_mailbox(NULL, 'bench-pgbench');", seconds)
-        rows.append(_row(f"POST /api/v1/mailboxes (anonymous inbox), wrk {CONNECTIONS} conn", rate, "req/s",
-                         f"p50 {p50:.2f} ms, p99 {p99:.2f} ms; {rate / tps:.2f}× the pgbench line below"))
-        rows.append(_row(f"same SQL call (http_create_mailbox) through pgbench, {CONNECTIONS} clients",
-                         tps, "tx/s", f"latency average {avg:.2f} ms"))
-    finally:
-        proc.terminate()
+    for fast in (True, False):  # the fast paths off: GET …/messages only (issue 46 item 2: "off and on")
+        env = {} if fast else {"MAILROOM_FAST_PATHS": "off"}
+        proc, port, log_path = _start(as_login(url, "mr_http"), env)  # the server's own least-privilege role
         try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-        log_path.unlink(missing_ok=True)
+            base = f"http://127.0.0.1:{port}"
+            probe = urllib.request.Request(f"{base}{messages}", headers=auth)
+            with urllib.request.urlopen(probe, timeout=10) as resp:  # noqa: S310 - 127.0.0.1
+                assert len(json.loads(resp.read())) == 20
+            cpu = Cpu(url, os.getpgid(proc.pid))
+            for what, path, headers, script, sql, name in cases if fast else cases[:1]:
+                label = what if fast else f"{what}, fast paths off (MAILROOM_FAST_PATHS=off)"
+                progress(f"{label}: wrk {seconds}s, {CONNECTIONS} connections")
+                cpu.start()
+                rate, p50, p99, requests = _wrk(f"{base}{path}", seconds, headers, script=script)
+                served = cpu.stop(requests)
+                progress("the same call through pgbench")
+                cpu.start()
+                tps, avg, calls = _pgbench(url, sql, seconds)
+                called = cpu.stop(calls)
+                rows.append(_row(f"{label}, wrk {CONNECTIONS} conn", rate, "req/s",
+                                 f"p50 {p50:.2f} ms, p99 {p99:.2f} ms; {rate / tps:.2f}× the pgbench line below"))
+                rows.append(_row(f"same SQL call ({name}) through pgbench, {CONNECTIONS} clients", tps, "tx/s",
+                                 f"latency average {avg:.2f} ms"))
+                rows.append(_cpu_row(label, served, called, tps))
+        finally:
+            proc.terminate()
+            try:
+                proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+            log_path.unlink(missing_ok=True)
     progress("MCP: list_messages over streamable HTTP vs its SQL call")
     rows += _mcp_rows(url, 100 if quick else 400)
     return rows
+
+
+def _cpu_row(label: str, served: tuple[float, float, float], called: tuple[float, float, float], tps: float) -> dict:
+    """The CPU a request costs above its SQL call (issue 46 item 2): the server's, PostgreSQL's and the load
+    generator's, against pgbench's; the budget the 0.8× goal leaves on this machine's cores; the ratio the
+    machine would reach with the server's CPU taken out (CPU-bound: rate = cores / CPU per request)."""
+    server, pg, wrk = served
+    pg_b, bench = called[1], called[2]
+    cores = os.cpu_count() or 1
+    budget = 1e6 * cores / (0.8 * tps) - pg - wrk  # µs of server CPU per request the goal allows
+    without = (pg_b + bench) / (pg + wrk)
+    return _row(f"{label}: server CPU per request", round(server), "µs",
+                f"PostgreSQL {pg:.0f} µs and wrk {wrk:.0f} µs a request; pgbench's call: PostgreSQL {pg_b:.0f} µs,"
+                f" pgbench {bench:.0f} µs; the 0.8× goal leaves the server {budget:.0f} µs a request on {cores} cores;"
+                f" with the server's CPU taken out the ratio would be {without:.2f}×")
 
 
 def _mcp_rows(url: str, calls: int) -> list[dict]:

@@ -18,7 +18,7 @@
    interleaved, each both ways: sessions kept open (`smtp-source -d`) and a new session per
    message (without -d: connect, banner, EHLO, ..., QUIT every message), 4,000 messages a run (quick:
    1,000), 3 rounds (`bench.run --rounds N`; quick: 1); rates, ratios to Postfix
-   of the same mode, and the server's CPU per message; the resident memory (VmRSS, bench.memory)
+   of the same mode, and the server's CPU per message; the memory (PSS, bench.memory: the metric agreed in docs/architecture.md)
    of each server's process tree and of Postfix's (master, smtpd, cleanup, qmgr, virtual, ...) idle
    and at its peak under that load; then the two DATA readers alone on one message.
 
@@ -220,11 +220,11 @@ MODES = (("kept open", True), ("new session per message", False))  # smtp-source
 
 
 def _memory_rows(name: str, idle: dict, load: dict, note: str) -> list[dict]:
-    return [_row(f"memory: {name}, idle", memory.total_mib(idle), "MiB", f"VmRSS of the process tree: "
+    return [_row(f"memory: {name}, idle", memory.total_mib(idle), "MiB", f"PSS of the process tree: "
                  f"{memory.summary(idle)}; {note}"),
             _row(f"memory: {name}, under load (peak)", memory.total_mib(load), "MiB",
                  f"the processes alive at the sample (every 250 ms, while the runs above ran) with the largest "
-                 f"summed VmRSS: "
+                 f"summed PSS: "
                  f"{memory.summary(load)}; {note}")]
 
 
@@ -261,10 +261,10 @@ def _postfix_reference(url: str, conn: psycopg.Connection, quick: bool, progress
         peer = postfix_peer.PostfixPeer("inbound")
         time.sleep(1)  # let the servers settle before the idle reading
         for name, (server_proc, _, _) in servers.items():
-            idle[name] = memory.tree(server_proc.pid)
-        idle["postfix"] = {pid: p for root in peer.pids() for pid, p in memory.tree(root).items()}
+            idle[name] = memory.tree(server_proc.pid, reader=memory.pss_kib)
+        idle["postfix"] = {pid: p for root in peer.pids() for pid, p in memory.tree(root, reader=memory.pss_kib).items()}
         groups = {name: (lambda pid=proc.pid: [pid]) for name, (proc, _, _) in servers.items()}
-        sampler = memory.Peak({**groups, "postfix": peer.pids})
+        sampler = memory.Peak({**groups, "postfix": peer.pids}, reader=memory.pss_kib)
         with sampler:
             for rep in range(reps):
                 for mode, reuse in MODES:

@@ -21,9 +21,9 @@
    and default, what a user meets (a burst enqueued through enqueue_message a moment before, no
    ANALYZE, `mailroom send --until-idle` with its defaults); both timed from process start;
    interleaved, 3 rounds (quick: 1; `bench.run --rounds N`), medians and the ratio to Postfix of
-   the same run; the machine's fdatasync rate (bench.run, pg_test_fsync) in each row's note. Resident memory
-   (bench.memory, VmRSS): Postfix's processes idle and draining, one idle `mailroom send`, and the
-   sender processes at their peak while draining.
+   the same run; the machine's fdatasync rate (bench.run, pg_test_fsync) in each row's note. Memory
+   (bench.memory, PSS: the metric agreed in docs/architecture.md): Postfix's processes idle and
+   draining, one idle `mailroom send`, and the sender processes at their peak while draining.
 
 6. Batch 1, the sender keeping going (issue 37, item 5): finalize_and_claim (one round trip and one
    commit a message) and the two calls it replaces (claim_messages, then finalize_messages), each
@@ -250,7 +250,7 @@ def _end_to_end(conn: psycopg.Connection, url: str, processes: int, total: int, 
                 "--poll-interval", "0.2s", "--reap-after", "0", *(extra or [])]
     started = time.perf_counter()
     procs = [subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE) for _ in range(processes)]
-    with memory.Peak({"send": lambda: [p.pid for p in procs if p.poll() is None]}) as sampler:
+    with memory.Peak({"send": lambda: [p.pid for p in procs if p.poll() is None]}, reader=memory.pss_kib) as sampler:
         for proc in procs:
             _, err = proc.communicate(timeout=300)
             if proc.returncode != 0:
@@ -264,7 +264,7 @@ def _end_to_end(conn: psycopg.Connection, url: str, processes: int, total: int, 
 
 
 def _idle_sender_rss(url: str, port: int) -> dict:
-    """VmRSS of one `mailroom send` with its defaults, waiting on an empty queue (2 s after start)."""
+    """PSS of one `mailroom send` with its defaults, waiting on an empty queue (2 s after start)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("MAILROOM_SEND_")}
     env |= {"MAILROOM_DATABASE_URL": url, "PYTHONPATH": str(ROOT / "driver")}
     proc = subprocess.Popen([sys.executable, "-m", "mailroom", "send"], env=env, stdout=subprocess.DEVNULL,
@@ -273,7 +273,7 @@ def _idle_sender_rss(url: str, port: int) -> dict:
         time.sleep(2)
         if proc.poll() is not None:
             raise RuntimeError(f"mailroom send exited with {proc.returncode} on an empty queue")
-        return memory.tree(proc.pid)
+        return memory.tree(proc.pid, reader=memory.pss_kib)
     finally:
         proc.terminate()
         try:
@@ -318,12 +318,12 @@ def _postfix_reference(conn: psycopg.Connection, url: str, quick: bool,
     try:
         peer = postfix_peer.PostfixPeer("outbound", relay_port=sink.port)
         time.sleep(1)
-        rss["postfix idle"] = {pid: p for root in peer.pids() for pid, p in memory.tree(root).items()}
+        rss["postfix idle"] = {pid: p for root in peer.pids() for pid, p in memory.tree(root, reader=memory.pss_kib).items()}
         for rep in range(reps):
             progress(f"Postfix reference, run {rep + 1}/{reps}: injecting {total} messages on hold")
             smtp_tools.smtp_source(peer.port, 4, total, 2000, "bench@example.com", "rcpt@example.com")
             peer.wait_held(total)
-            with memory.Peak({"postfix": peer.pids}) as sampler:
+            with memory.Peak({"postfix": peer.pids}, reader=memory.pss_kib) as sampler:
                 elapsed = peer.release_and_drain(total)
             postfix_loads.append(sampler.peaks["postfix"])
             rates[benches[0]].append(total / elapsed)
@@ -369,12 +369,12 @@ def _postfix_reference(conn: psycopg.Connection, url: str, quick: bool,
              "largest sum while Postfix drained its queue (every 250 ms, the round that peaked highest)"),
             ("sender idle", "mailroom send, idle", "one `mailroom send` with its defaults, 2 s after start, "
              "empty queue"),
-            ("sender 1", "mailroom send, 1 sender draining (peak)", "the process's largest VmRSS, sampled every "
+            ("sender 1", "mailroom send, 1 sender draining (peak)", "the process's largest PSS, sampled every "
              "250 ms, in the drain (tuned or default) where it was largest"),
-            ("sender 4", "mailroom send, 4 senders draining (peak)", "the 4 processes' VmRSS at the sample "
+            ("sender 4", "mailroom send, 4 senders draining (peak)", "the 4 processes' PSS at the sample "
              "(every 250 ms) where their sum was largest, in the drain (tuned or default) where it was largest")):
         value = memory.total_mib(rss[key])
-        rows.append(_row(f"memory: {label}", value, "MiB", f"VmRSS: {memory.summary(rss[key])}; {note}"))
+        rows.append(_row(f"memory: {label}", value, "MiB", f"PSS: {memory.summary(rss[key])}; {note}"))
         progress(f"memory: {label}: {value:.1f} MiB")
     return rows
 
