@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hashlib
 import json
 import re
 import time
@@ -192,10 +191,8 @@ def create_app(config: HttpConfig | None = None) -> FastAPI:  # noqa: PLR0915 - 
 
     @app.get(**declared("list_mailboxes"))
     async def list_mailboxes(request: Request, limit: int = 100, offset: int = 0) -> Response:
-        c = request_credentials(request)
         # an inbox list is an owner's: any credential but a key is looked up as one, and SQL refuses it (MR241)
-        key_digest = c.key_digest if c.raw is None or c.key_digest is not None \
-            else hashlib.sha256(c.raw.encode()).digest()
+        key_digest = request_credentials(request).as_key
         return _json(await state.call(sqlapi.http_list_mailboxes, key_digest=key_digest, limit=limit, offset=offset,
                                       sink=sink_listing_open(request, state.config.sink_listing,
                                                              state.config.sink_public)))
@@ -206,11 +203,9 @@ def create_app(config: HttpConfig | None = None) -> FastAPI:  # noqa: PLR0915 - 
         ttl_minutes = _int(str(body["ttl_minutes"]), "ttl_minutes", None, -2**31, 2**31 - 1) \
             if body.get("ttl_minutes") is not None else ttl_minutes
         plan = str(body["plan"]) if body.get("plan") is not None else plan
-        c = request_credentials(request)
         # only an API key creates inboxes for an owner: any other credential is looked up as one, and SQL
         # refuses it (MR241)
-        key_digest = c.key_digest if c.raw is None or c.key_digest is not None \
-            else hashlib.sha256(c.raw.encode()).digest()
+        key_digest = request_credentials(request).as_key
         doc = await state.call(sqlapi.http_create_mailbox, retry=False, key_digest=key_digest,
                                client=request.client.host if request.client else None, ttl_minutes=ttl_minutes, plan=plan,
                                **operations.BY_NAME["create_mailbox"].fixed["rest"])
@@ -332,7 +327,7 @@ def create_app(config: HttpConfig | None = None) -> FastAPI:  # noqa: PLR0915 - 
         # past the inbox's expiry; the client's disconnect cancels it at once
         # counted per credential, per client address (the proxy's X-Forwarded-For with --proxy, as the
         # creation rate limit's) and in total
-        work = state.waits.wait(credential=hashlib.sha256((c.raw or "").encode()).digest(), key=(subject, after),
+        work = state.waits.wait(credential=c.fingerprint, key=(subject, after),
                                 look=look, timeout=timeout, client=request.client.host if request.client else None)
         try:
             finished, found = await until_disconnected(work, request.receive)
@@ -360,7 +355,7 @@ def create_app(config: HttpConfig | None = None) -> FastAPI:  # noqa: PLR0915 - 
             else max([m["id"] for m in first["messages"]], default=0)
         # an event stream takes a place under the caps (events.*: 429 MR251/MR252/MR253: per credential, in
         # total, per client address), given back when it ends
-        give_back = await state.waits.take("events", hashlib.sha256((c.raw or "").encode()).digest(),
+        give_back = await state.waits.take("events", c.fingerprint,
                                            request.client.host if request.client else None)
         # the inbox's expiry is a wake-up too, so `closed` comes when it passes, not at the next keepalive
         expires = _epoch(first["mailbox"].get("expires_at"))
@@ -426,8 +421,7 @@ def create_app(config: HttpConfig | None = None) -> FastAPI:  # noqa: PLR0915 - 
               summary="Send a message (Mailpit's request shape) through an outbound sender granted to the API key")
     async def send_message(request: Request) -> Response:
         # an API key in a header only: never the page's cookie (a cross-site form cannot send a header)
-        c = request_credentials(request)
-        key_digest = None if c.from_cookie or c.raw is None else c.key_digest or hashlib.sha256(c.raw.encode()).digest()
+        key_digest = request_credentials(request).header_key
         doc = await _small_json(request)
         _body(models.SendRequest, doc)  # the types (422); SQL reads the document itself, by name
         return _json(await state.call(sqlapi.http_send_message, retry=False, key_digest=key_digest,
@@ -439,8 +433,7 @@ def create_app(config: HttpConfig | None = None) -> FastAPI:  # noqa: PLR0915 - 
         # an API key in a header only, as for send: never the page's cookie (a cross-site form, whose
         # text/plain body can look like JSON, could otherwise register an endpoint); a session token is
         # refused as an unknown key (MR241)
-        c = request_credentials(request)
-        return None if c.from_cookie or c.raw is None else c.key_digest or hashlib.sha256(c.raw.encode()).digest()
+        return request_credentials(request).header_key
 
     def an_id(value: str, name: str) -> int:
         number = _int(value, name, None, 1, 2**63 - 1)

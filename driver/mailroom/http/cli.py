@@ -9,7 +9,6 @@ SQL and its digest are the inboxes' (mailroom.inboxes.sqlapi, mailroom.inboxes.a
 
 from __future__ import annotations
 
-import hashlib
 import json
 import secrets
 from typing import Annotated, Any, Optional
@@ -169,12 +168,13 @@ def apikey_create(
     as_json: JsonOption = False,
 ) -> None:
     """Make an API key for OWNER; it is printed once (the database keeps only its sha256)."""
+    from mailroom.core.credentials import key_digest
     from mailroom.db.connect import call_once
     from mailroom.http import sqlapi
 
     key = "mrk_" + secrets.token_urlsafe(32)
     rows = call_once(resolve_database_url(database_url), sqlapi.create_api_key, application_name="mailroom-apikey",
-                     owner_id=owner, key_digest=hashlib.sha256(key.encode()).digest(), label=label, hint=key[-4:])
+                     owner_id=owner, key_digest=key_digest(key), label=label, hint=key[-4:])
     record = {"key_id": rows[0][0], "owner_id": owner, "api_key": key}
     if as_json:
         print(json.dumps(record))

@@ -28,6 +28,25 @@ class Credentials:
     def sql(self, address: str) -> dict[str, Any]:
         return {"address": address, "session_token": self.session_token, "key_digest": self.key_digest}
 
+    @property
+    def as_key(self) -> bytes | None:
+        """The credential looked up as an API key whatever it looks like, for what only a key may do (an
+        owner's inbox list, creating an owner's inbox): SQL refuses anything else as an unknown key (MR241)."""
+        if self.raw is None or self.key_digest is not None:
+            return self.key_digest
+        return hashlib.sha256(self.raw.encode()).digest()
+
+    @property
+    def header_key(self) -> bytes | None:
+        """`as_key` from a header only, never from the page's cookie (a cross-site form cannot send a header):
+        sending mail and webhooks."""
+        return None if self.from_cookie else self.as_key
+
+    @property
+    def fingerprint(self) -> bytes:
+        """Whose wait or stream it is, for the per-credential caps: the sha256 of the credential as sent."""
+        return hashlib.sha256((self.raw or "").encode()).digest()
+
 
 KEY_COOKIE = "mailroom_key"  # an API key's owner's cookie (the page's /mail); an inbox's cookie is cookie_name(address)
 
