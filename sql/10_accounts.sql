@@ -87,7 +87,8 @@ BEGIN
         NEW.suspended_at := coalesce(NEW.suspended_at, ts);
     END IF;
     IF NEW.status = 'provisioned' AND mailroom_internal._triggers_cascade() THEN
-        INSERT INTO mailroom.tokens (account, action) VALUES (NEW.id, 'activation');
+        -- created with its account, at the same instant (no second reading of the clock)
+        INSERT INTO mailroom.tokens (account, action, created_at) VALUES (NEW.id, 'activation', ts);
     END IF;
     RETURN NEW;
 END;

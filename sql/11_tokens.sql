@@ -299,15 +299,15 @@ RETURNS trigger
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
 AS $$
-DECLARE
-    ts timestamptz := mailroom.clock();
 BEGIN
     -- whatever an insert passes (an older caller may still pass a secret), nothing rests in plaintext
     NEW.secret := NULL;
     NEW.code := NULL;
     NEW.secret_digest := NULL;
     NEW.code_digest := NULL;
-    NEW.created_at := coalesce(NEW.created_at, ts);
+    -- the clock is read only when the insert did not say (the activation token of an account insert
+    -- carries its account's instant)
+    NEW.created_at := coalesce(NEW.created_at, mailroom.clock());
     NEW.expires_at := coalesce(
         NEW.expires_at, NEW.created_at + mailroom.setting('tokens.ttl')::interval
     );
@@ -317,7 +317,7 @@ BEGIN
     -- On Citus (_triggers_cascade() false) this runs on a worker: _issue_token revokes instead.
     IF mailroom_internal._triggers_cascade() AND EXISTS (SELECT FROM mailroom.accounts AS a WHERE a.id = NEW.account) THEN
         UPDATE mailroom.tokens
-        SET revoked_at = ts
+        SET revoked_at = mailroom.clock()
         WHERE account = NEW.account
             AND action = NEW.action
             AND consumed_at IS NULL

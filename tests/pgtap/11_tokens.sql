@@ -3,7 +3,7 @@
 -- The clock is pinned before any installation existed: the dequeue takes tokens made by then (the
 -- test's alone) and closes none of the installation's (docs/operations.md, "Verifying an installation").
 BEGIN;
-SELECT plan(69);
+SELECT plan(70);
 \ir fixtures/default_settings.sql
 
 SET LOCAL mailroom.clock = '2000-01-01 00:00:00+00';
@@ -367,6 +367,17 @@ SELECT throws_ok(
 SELECT is(
     (SELECT v.valid FROM mailroom.verify_token((SELECT signed FROM orphan_signed), (SELECT code FROM orphan_signed)) AS v),
     false, 'nor verified as any other type'
+);
+
+-- an account's activation token is made at its account's instant: one reading of the clock, not two
+-- (unpinned here, so two readings would differ; issue 46 item 3, the insert's trigger chain)
+SET LOCAL mailroom.clock = '';
+SELECT mailroom.create_account('one-instant@example.com', 'one-instant');
+SELECT is(
+    (SELECT t.created_at FROM mailroom.tokens AS t JOIN mailroom.accounts AS a ON a.id = t.account
+     WHERE a.email = 'one-instant@example.com'),
+    (SELECT a.created_at FROM mailroom.accounts AS a WHERE a.email = 'one-instant@example.com'),
+    'the activation token is created at its account''s instant'
 );
 
 SELECT * FROM finish();
