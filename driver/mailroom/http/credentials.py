@@ -31,7 +31,7 @@ class Credentials:
     @property
     def as_key(self) -> bytes | None:
         """The credential looked up as an API key whatever it looks like, for what only a key may do (an
-        owner's inbox list, creating an owner's inbox): SQL refuses anything else as an unknown key (MR241)."""
+        owner's inbox list, creating an owner's inbox): SQL refuses anything else as an unknown key."""
         if self.raw is None or self.key_digest is not None:
             return self.key_digest
         return hashlib.sha256(self.raw.encode()).digest()
