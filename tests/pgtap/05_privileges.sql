@@ -32,8 +32,14 @@ SELECT plan(24 + 2 * (SELECT count(*)::int FROM runtime_roles));
 SELECT ok((SELECT count(*) FROM runtime_roles) = 8, 'the eight runtime roles exist');
 SELECT is(
     (SELECT coalesce(string_agg(sig, ', ' ORDER BY sig), '') FROM fns
-     WHERE prokind <> 'p' AND NOT coalesce('search_path=pg_catalog, pg_temp' = ANY(proconfig), false)),
-    '', '(a) every function pins search_path = pg_catalog, pg_temp (a procedure that COMMITs cannot carry SET)'
+     WHERE prokind <> 'p' AND NOT coalesce('search_path=pg_catalog, pg_temp' = ANY(proconfig), false)
+         -- but an internal SQL helper inlined into its (pinned) caller's query, which a SET would prevent
+         AND NOT (schema = 'mailroom_internal' AND NOT prosecdef AND proconfig IS NULL
+                  AND (SELECT l.lanname FROM pg_proc AS p INNER JOIN pg_language AS l ON p.prolang = l.oid
+                       WHERE p.oid = fns.oid) = 'sql'
+                  AND obj_description(oid, 'pg_proc') LIKE 'Internal (inlined): %')),
+    '', '(a) every function pins search_path = pg_catalog, pg_temp (a procedure that COMMITs cannot carry SET; '
+        'an internal SQL helper marked "Internal (inlined)" runs inside its pinned caller''s query)'
 );
 SELECT is(
     (SELECT coalesce(string_agg(sig, ', ' ORDER BY sig), '') FROM fns

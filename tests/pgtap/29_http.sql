@@ -4,7 +4,7 @@
 -- v1 shapes (a list is a JSON array, the original service's keys), an API key's inbox list, and its
 -- mcp inboxes read over REST.
 BEGIN;
-SELECT plan(99);
+SELECT plan(100);
 \ir fixtures/default_settings.sql
 
 SET LOCAL mailroom.clock = '2030-01-01 00:00:00+00';
@@ -427,6 +427,27 @@ SELECT is(
 SELECT throws_ok(
     $$SELECT mailroom.http_list_all_messages(null, sha256('mrk_three'::bytea), 2, p_tag => 'a', p_query => 'paging')$$,
     '22023', NULL, 'q beside tag: 22023 (tag:x goes in the query)'
+);
+
+-- the message answer's helpers are inlined into their caller's query (no SET of their own; issue 46):
+-- the plan shows their expressions, never a call
+CREATE FUNCTION pg_temp.plan_of(p_query text) RETURNS text LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp  -- as inside the API functions that call them
+AS $$
+DECLARE
+    v_line text;
+    v_plan text := '';
+BEGIN
+    FOR v_line IN EXECUTE 'EXPLAIN (VERBOSE) ' || p_query LOOP
+        v_plan := v_plan || v_line || E'\n';
+    END LOOP;
+    RETURN v_plan;
+END;
+$$;
+SELECT doesnt_match(
+    pg_temp.plan_of('SELECT mailroom_internal._http_message_summary(g) FROM mailroom.messages AS g LIMIT 1'),
+    '_http_message_summary|_http_message_json|_from_address',
+    'the message helpers are inlined into the list''s query'
 );
 
 SELECT * FROM finish();
