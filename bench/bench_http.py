@@ -52,12 +52,15 @@ def _stat(pid: int) -> list[str] | None:
     return text[text.rindex(")") + 2:].split()  # from field 3 (state) on
 
 
-def _cpu_of(match: Callable[[int, list[str]], bool]) -> float:
-    """CPU seconds (user + system) of every live process `match(pid, fields)` accepts."""
+def _cpu_of(match: Callable[[int, list[str]], bool], reaped: int | None = None) -> float:
+    """CPU seconds (user + system) of every live process `match(pid, fields)` accepts, and of the children
+    `reaped` (a pid) has waited for: a backend that ended is counted in its postmaster's cutime/cstime."""
     total = 0
     for entry in os.listdir("/proc"):
         if entry.isdigit() and (fields := _stat(int(entry))) is not None and match(int(entry), fields):
             total += int(fields[11]) + int(fields[12])
+            if int(entry) == reaped:
+                total += int(fields[13]) + int(fields[14])
     return total / _TICK
 
 
@@ -73,7 +76,7 @@ class Cpu:
 
     def _now(self) -> tuple[float, float, float]:
         server = _cpu_of(lambda _pid, f: int(f[2]) == self.server_pgid) if self.server_pgid else 0.0
-        pg = _cpu_of(lambda pid, f: pid == self.postmaster or int(f[1]) == self.postmaster)
+        pg = _cpu_of(lambda pid, f: pid == self.postmaster or int(f[1]) == self.postmaster, reaped=self.postmaster)
         kids = resource.getrusage(resource.RUSAGE_CHILDREN)
         return server, pg, kids.ru_utime + kids.ru_stime
 
@@ -81,8 +84,7 @@ class Cpu:
         self.began = self._now()
 
     def stop(self, requests: float) -> tuple[float, float, float]:
-        """µs per request: (server, PostgreSQL, load generator). A backend that ended in between is not
-        counted (the server's pool and pgbench's clients stay connected through a run)."""
+        """µs per request: (server, PostgreSQL, load generator)."""
         ended = self._now()
         return tuple(1e6 * (b - a) / requests for a, b in zip(self.began, ended, strict=True))
 
