@@ -6,9 +6,8 @@ from __future__ import annotations
 import logging
 import os
 import signal
-import socket
 
-from mailroom.core.errors import UserError
+from mailroom.api.edge import listening_socket
 from mailroom.core.log import get_logger
 from mailroom.db.heartbeat import SERVES_ENV
 from mailroom.http.state import CONFIG_ENV, HttpConfig
@@ -33,15 +32,7 @@ def serve(database_url: str, listen_url: str | None, *, host: str, port: int, wo
         sink_public=sink_public,
     )
     os.environ[CONFIG_ENV] = config.to_env()  # the worker processes build their app from it
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    try:
-        sock.bind((host, port))
-    except OSError as exc:
-        sock.close()
-        raise UserError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
-    sock.listen(1024)
+    sock = listening_socket(host, port)
     sock.set_inheritable(True)
     bound = sock.getsockname()[1]
     scheme = "https" if tls_cert else "http"

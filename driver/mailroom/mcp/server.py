@@ -664,21 +664,12 @@ def run_http(config: McpConfig, *, host: str, port: int) -> None:
     """Serve remote agents over streamable HTTP on host:port (one socket bound here, so `--http-port 0`
     logs the port it got)."""
     import logging
-    import socket
 
     import uvicorn
 
-    from mailroom.core.errors import UserError
+    from mailroom.api.edge import listening_socket
 
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    try:
-        sock.bind((host, port))
-    except OSError as exc:
-        sock.close()
-        raise UserError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
-    sock.listen(1024)
+    sock = listening_socket(host, port)
     log.info("listening on %s:%d (MCP streamable HTTP at /mcp)", host, sock.getsockname()[1])
     logging.getLogger("uvicorn.access").disabled = True  # its lines would carry nothing useful, ours none
     app = http_app(config, host=host)
