@@ -112,6 +112,6 @@ END;
 $$;
 
 COMMENT ON FUNCTION mailroom.revoke_api_key(bigint) IS
-'Revoke an API key at once (its next request is refused, MR241); false if it was revoked already; MR248 if there is no such key.';
+'Revoke an API key at once (its next request is refused, MR241; its webhook endpoints'' queued deliveries are not sent); false if it was revoked already; MR248 if there is no such key.';
 
 GRANT EXECUTE ON FUNCTION mailroom.revoke_api_key(bigint) TO mailroom_admin;

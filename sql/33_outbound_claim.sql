@@ -297,7 +297,7 @@ BEGIN
         -- a released message (sql/32_outbound_release.sql): the bytes to send as they are
         c.raw_message,
         -- a webhook delivery (sql/38_outbound_webhooks.sql): its endpoint's URL and sealed secret
-        -- (NULL once the endpoint is removed: the sender fails it)
+        -- (NULL once the endpoint is removed or its API key revoked: the sender fails it)
         c.kind,
         w.url,
         w.secret_sealed
@@ -305,6 +305,8 @@ BEGIN
     -- a webhook row has no sender
     LEFT JOIN relays AS r ON c.sender_id = r.id
     LEFT JOIN mailroom.webhook_endpoints AS w ON c.kind = 'webhook' AND c.webhook_endpoint_id = w.id
+        -- an endpoint of a revoked API key is as one removed: its queued deliveries fail ('local')
+        AND NOT EXISTS (SELECT FROM mailroom.api_keys AS ak WHERE ak.id = w.key_id AND ak.revoked_at IS NOT NULL)
     CROSS JOIN LATERAL (
         SELECT x.envelope, mailroom_internal._unerased(x.envelope, x.envelope) AS live
         FROM (SELECT mailroom_internal._envelope(c.to_addrs, c.cc_addrs, c.bcc_addrs) AS envelope) AS x

@@ -626,6 +626,8 @@ BEGIN
         FROM unnest(v_rows) AS c
         LEFT JOIN mailroom.senders AS r ON c.sender_id = r.id
         LEFT JOIN mailroom.webhook_endpoints AS w ON c.kind = 'webhook' AND c.webhook_endpoint_id = w.id
+            -- an endpoint of a revoked API key is as one removed: its queued deliveries fail ('local')
+            AND NOT EXISTS (SELECT FROM mailroom.api_keys AS ak WHERE ak.id = w.key_id AND ak.revoked_at IS NOT NULL)
         CROSS JOIN LATERAL (
             SELECT x.envelope, mailroom_internal._unerased(x.envelope, x.envelope) AS live
             FROM (SELECT mailroom_internal._envelope(c.to_addrs, c.cc_addrs, c.bcc_addrs) AS envelope) AS x

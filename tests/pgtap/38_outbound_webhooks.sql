@@ -4,7 +4,7 @@
 -- installation existed, so the claim meets the test's rows alone (a row is due once made) and the
 -- reaper only leases that ended by then (docs/operations.md, "Verifying an installation").
 BEGIN;
-SELECT plan(75);
+SELECT plan(77);
 \ir fixtures/default_settings.sql
 \ir fixtures/sender_key.sql
 
@@ -340,8 +340,21 @@ SELECT is(
     'true', 'http_remove_webhook'
 );
 
--- a delivery whose endpoint was removed fails at once ('local': nothing to send it to)
+-- a delivery queued for an endpoint whose API key was revoked since is not sent: the claim gives it no
+-- URL, as for a removed endpoint (the attacker review of issue 45: a revoked key's deliveries still went)
 SELECT mailroom.replay_webhook((SELECT id FROM h));
+SAVEPOINT revoked;
+SELECT ok(mailroom.revoke_api_key((SELECT id FROM k)), 'the endpoint''s API key revoked');
+UPDATE mailroom.outbound_messages AS m SET priority = 10 WHERE m.id = (SELECT id FROM h);
+TRUNCATE c;
+INSERT INTO c SELECT x.* FROM mailroom.claim_messages(1, 'tap-worker') AS x;
+SELECT ok(
+    (SELECT id = (SELECT id FROM h) AND webhook_url IS NULL AND webhook_secret_sealed IS NULL FROM c),
+    'claimed with no URL and no secret: the sender fails it, nothing is sent'
+);
+ROLLBACK TO SAVEPOINT revoked;
+
+-- a delivery whose endpoint was removed fails at once ('local': nothing to send it to)
 SELECT mailroom.remove_webhook((SELECT id FROM e));
 UPDATE mailroom.outbound_messages AS m SET priority = 10 WHERE m.id = (SELECT id FROM h);
 TRUNCATE c;

@@ -92,7 +92,7 @@ class WebhookClient:
         rid, token = row["id"], row["claim_token"]
         url = row.get("webhook_url")
         if url is None or secret is None:
-            return Outcome(rid, token, "local", error="the webhook endpoint was removed" if url is None
+            return Outcome(rid, token, "local", error="the webhook endpoint was removed, or its API key revoked" if url is None
                            else "the webhook secret cannot be opened: sealed for another sender key (list that "
                                 "key's file in MAILROOM_SENDER_KEY_FILE, or register the endpoint again)")
         body = (row.get("text_body") or "").encode()
