@@ -35,48 +35,29 @@ from pathlib import Path
 
 import psycopg
 
+from bench import memory
 from mailroom.db import cluster as embedded
 
 AREA = "http"
 CONNECTIONS = 16
 
 
-_TICK = os.sysconf("SC_CLK_TCK")
-
-
-def _stat(pid: int) -> list[str] | None:
-    try:
-        text = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    return text[text.rindex(")") + 2:].split()  # from field 3 (state) on
-
-
-def _cpu_of(match: Callable[[int, list[str]], bool], reaped: int | None = None) -> float:
-    """CPU seconds (user + system) of every live process `match(pid, fields)` accepts, and of the children
-    `reaped` (a pid) has waited for: a backend that ended is counted in its postmaster's cutime/cstime."""
-    total = 0
-    for entry in os.listdir("/proc"):
-        if entry.isdigit() and (fields := _stat(int(entry))) is not None and match(int(entry), fields):
-            total += int(fields[11]) + int(fields[12])
-            if int(entry) == reaped:
-                total += int(fields[13]) + int(fields[14])
-    return total / _TICK
-
-
 class Cpu:
-    """CPU seconds spent, between start() and stop(), by the server's process group (its workers), the
-    cluster's postmaster and backends, and this process's waited children (wrk, pgbench)."""
+    """CPU seconds spent, between start() and stop(), by the server and its workers, the cluster's
+    postmaster and backends, and this process's waited children (wrk, pgbench)."""
 
-    def __init__(self, url: str, server_pgid: int | None) -> None:
+    def __init__(self, url: str, server: int) -> None:
         with psycopg.connect(url) as conn:
             data = conn.execute("SHOW data_directory").fetchone()[0]
         self.postmaster = int(Path(data, "postmaster.pid").read_text().split()[0])
-        self.server_pgid = server_pgid
+        self.server = server
 
     def _now(self) -> tuple[float, float, float]:
-        server = _cpu_of(lambda _pid, f: int(f[2]) == self.server_pgid) if self.server_pgid else 0.0
-        pg = _cpu_of(lambda pid, f: pid == self.postmaster or int(f[1]) == self.postmaster, reaped=self.postmaster)
+        scan = memory.processes()
+        server = sum(memory.cpu_seconds(pid) for pid in memory.descendants(self.server, scan))
+        # the backends alive now, and through the postmaster's reaped children those that ended
+        pg = sum(memory.cpu_seconds(pid, reaped=pid == self.postmaster)
+                 for pid in memory.descendants(self.postmaster, scan))
         kids = resource.getrusage(resource.RUSAGE_CHILDREN)
         return server, pg, kids.ru_utime + kids.ru_stime
 
@@ -111,6 +92,16 @@ def _start(url: str, env: dict[str, str]) -> tuple[subprocess.Popen, int, Path]:
         time.sleep(0.1)
     proc.kill()
     raise RuntimeError(f"http server did not start: {log_path.read_text()[-300:]}")
+
+
+def _stop(proc: subprocess.Popen, log_path: Path) -> None:
+    """A server started by _start (or the MCP one): SIGTERM, then SIGKILL after 15 s; its log removed."""
+    proc.terminate()
+    try:
+        proc.wait(timeout=15)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+    log_path.unlink(missing_ok=True)
 
 
 def _ms(value: str, unit: str) -> float:
@@ -199,7 +190,7 @@ def run(url: str, quick: bool, progress: Callable[[str], None]) -> list[dict]:
             probe = urllib.request.Request(f"{base}{messages}", headers=auth)
             with urllib.request.urlopen(probe, timeout=10) as resp:  # noqa: S310 - 127.0.0.1
                 assert len(json.loads(resp.read())) == 20
-            cpu = Cpu(url, os.getpgid(proc.pid))
+            cpu = Cpu(url, proc.pid)
             for what, path, headers, script, sql, name in cases if fast else cases[:1]:
                 label = what if fast else f"{what}, fast paths off (MAILROOM_FAST_PATHS=off)"
                 progress(f"{label}: wrk {seconds}s, {CONNECTIONS} connections")
@@ -216,12 +207,7 @@ def run(url: str, quick: bool, progress: Callable[[str], None]) -> list[dict]:
                                  f"latency average {avg:.2f} ms"))
                 rows.append(_cpu_row(label, served, called, tps))
         finally:
-            proc.terminate()
-            try:
-                proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-            log_path.unlink(missing_ok=True)
+            _stop(proc, log_path)
     progress("MCP: list_messages over streamable HTTP vs its SQL call")
     rows += _mcp_rows(url, 100 if quick else 400)
     return rows
@@ -306,12 +292,7 @@ def _mcp_rows(url: str, calls: int) -> list[dict]:
             tool += asyncio.run(tool_calls())
             sql += asyncio.run(sql_calls())
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-        log_path.unlink(missing_ok=True)
+        _stop(proc, log_path)
     tool_ms, sql_ms = statistics.median(tool) * 1000, statistics.median(sql) * 1000
     return [
         _row("MCP tool call list_messages (20 messages), streamable HTTP POST, 1 client", tool_ms, "ms",

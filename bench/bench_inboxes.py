@@ -210,12 +210,6 @@ def _data_reader_micro() -> list[dict]:
                  "StreamReader set-up included in both")]
 
 
-def _cpu_seconds(pid: int) -> float:
-    """User + system CPU seconds of one process so far (/proc/PID/stat)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
 MODES = (("kept open", True), ("new session per message", False))  # smtp-source -d / without -d
 
 
@@ -276,12 +270,12 @@ def _postfix_reference(url: str, conn: psycopg.Connection, quick: bool, progress
                             if name == "lines" and not reuse:
                                 continue  # the DATA reader A/B does not depend on the sessions
                             address = _mailbox(conn)
-                            cpu0 = _cpu_seconds(server_proc.pid)
+                            cpu0 = memory.cpu_seconds(server_proc.pid)
                             mr_elapsed = smtp_tools.smtp_source(port, sessions, n, SIZE, "bench@example.com",
                                                                 address, reuse)
                             if reuse:
                                 cpu.setdefault((name, sessions), []).append(
-                                    (_cpu_seconds(server_proc.pid) - cpu0) / n * 1e6)
+                                    (memory.cpu_seconds(server_proc.pid) - cpu0) / n * 1e6)
                             stored = _stored(conn, [address])
                             if stored != n:
                                 raise RuntimeError(f"{name}: smtp-source sent {n} messages but {stored} are stored")

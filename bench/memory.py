@@ -10,6 +10,8 @@
   cleanup/virtual/smtpd processes that never ran at once).
 - by_name(): sums per process name (master, smtpd, cleanup, mailroom send, ...).
 - summary(): one line, "name xN total MiB (max M MiB)" per name.
+- descendants(pid), cpu_seconds(pid): a process tree's members, and a process's CPU seconds (the
+  HTTP and inboxes areas' CPU a request or message).
 - pss_kib(pid): (Pss, Anonymous) of /proc/<pid>/smaps_rollup, the metric agreed for issues 43-47
   (docs/architecture.md, "Memory, measured one way"): a page shared by n processes counts 1/n in
   each, so the sum over a tree is what the tree really holds. tree(), Peak and the sums take it as
@@ -24,13 +26,30 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 
 
-def _stat(pid: int) -> tuple[str, int] | None:
+def _stat_text(pid: int) -> str | None:
     try:
-        text = Path(f"/proc/{pid}/stat").read_text()
+        return Path(f"/proc/{pid}/stat").read_text()
     except OSError:
+        return None
+
+
+def _stat(pid: int) -> tuple[str, int] | None:
+    text = _stat_text(pid)
+    if text is None:
         return None
     name = text[text.index("(") + 1:text.rindex(")")]
     return name, int(text.rsplit(")", 1)[1].split()[1])
+
+
+def cpu_seconds(pid: int, *, reaped: bool = False) -> float:
+    """User + system CPU seconds of one process so far (/proc/<pid>/stat; 0 once gone); with reaped, those
+    of the children it has waited for too (a postmaster's ended backends: its cutime and cstime)."""
+    text = _stat_text(pid)
+    if text is None:
+        return 0.0
+    fields = text.rsplit(")", 1)[1].split()  # from the third field (state) on
+    ticks = int(fields[11]) + int(fields[12]) + (int(fields[13]) + int(fields[14]) if reaped else 0)
+    return ticks / os.sysconf("SC_CLK_TCK")
 
 
 def label(pid: int, comm: str) -> str:
@@ -107,10 +126,8 @@ def processes() -> tuple[dict[int, str], dict[int, int]]:
     return names, parents
 
 
-def tree(root: int, scan: tuple[dict[int, str], dict[int, int]] | None = None,
-         reader: Reader = rss_kib) -> dict[int, tuple[str, int, int]]:
-    """{pid: (name, first, second)} of root and its descendants: (VmRSS, RssAnon) KiB by default,
-    (Pss, Anonymous) with reader=pss_kib."""
+def descendants(root: int, scan: tuple[dict[int, str], dict[int, int]] | None = None) -> set[int]:
+    """root and every process below it (empty once root is gone), from one scan of /proc."""
     names, parents = scan or processes()
     members = {root} if root in names else set()
     grew = True
@@ -120,6 +137,15 @@ def tree(root: int, scan: tuple[dict[int, str], dict[int, int]] | None = None,
             if ppid in members and pid not in members:
                 members.add(pid)
                 grew = True
+    return members
+
+
+def tree(root: int, scan: tuple[dict[int, str], dict[int, int]] | None = None,
+         reader: Reader = rss_kib) -> dict[int, tuple[str, int, int]]:
+    """{pid: (name, first, second)} of root and its descendants: (VmRSS, RssAnon) KiB by default,
+    (Pss, Anonymous) with reader=pss_kib."""
+    names, parents = scan or processes()
+    members = descendants(root, (names, parents))
     labels = {pid: label(pid, names[pid]) for pid in members}
     out = {}
     for pid in members:
