@@ -230,7 +230,7 @@ def test_the_faces_listening_socket_gives_each_connection_tcp_nodelay():
     TCP_NODELAY on the connections it accepted: Nagle held each response's second write (its body, after
     the headers) until the client's delayed ACK, ~40 ms a request (wrk's p50 was 44 ms at a third of the
     machine's CPU; issue 46). The socket both faces listen on now carries it, and Linux passes it on."""
-    from mailroom.api.edge import listening_socket
+    from mailroom.core.sockets import listening_socket
 
     with listening_socket("127.0.0.1", 0) as sock, socket.create_connection(sock.getsockname()):
         accepted, _ = sock.accept()

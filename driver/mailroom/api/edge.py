@@ -20,7 +20,6 @@ what the face renders for it (the page's HTML).
 from __future__ import annotations
 
 import re
-import socket
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -30,7 +29,6 @@ import psycopg
 from starlette.responses import JSONResponse, Response
 
 from mailroom.api.errors import ApiError, db_error, error_body
-from mailroom.core.errors import UserError
 from mailroom.db import sqlapi
 from mailroom.db.pool import NoConnection, front_call
 
@@ -273,22 +271,3 @@ def replay(body: bytes, receive: Any) -> Any:
 
     return replayed
 
-
-def listening_socket(host: str, port: int) -> socket.socket:
-    """The bound, listening TCP socket of an HTTP face (`http serve`, `mcp --http-port`), made before the
-    server starts so that `--port 0` can log the port it got. TCP_NODELAY is set on it, and Linux hands
-    it to every connection it accepts: uvicorn takes `http serve`'s socket by its fd as a unix socket
-    (`socket.fromfd(fd, AF_UNIX, …)`), so neither asyncio nor uvloop set it, and Nagle held each
-    response's second write until the client's delayed ACK: ~40 ms a request (wrk's p50 44 ms at a
-    third of the machine's CPU, docs/benchmarks.md issue 46)."""
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-    try:
-        sock.bind((host, port))
-    except OSError as exc:
-        sock.close()
-        raise UserError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
-    sock.listen(1024)
-    return sock

@@ -7,8 +7,8 @@ import logging
 import os
 import signal
 
-from mailroom.api.edge import listening_socket
 from mailroom.core.log import get_logger
+from mailroom.core.sockets import listening_socket
 from mailroom.db.heartbeat import SERVES_ENV
 from mailroom.http.state import CONFIG_ENV, HttpConfig
 

@@ -21,6 +21,7 @@ from collections.abc import Callable
 from mailroom.core.errors import UserError
 from mailroom.core.log import get_logger
 from mailroom.core.ready import notify_ready
+from mailroom.core.sockets import bound_socket
 from mailroom.core.supervisor import Child, Supervisor
 
 log = get_logger("inbox")
@@ -28,15 +29,7 @@ log = get_logger("inbox")
 
 def reserve_port(host: str, port: int) -> tuple[socket.socket, int]:
     """A bound (not listening) SO_REUSEPORT socket: fixes the port for port 0, fails early when taken."""
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
-    try:
-        sock.bind((host, port))
-    except OSError as exc:
-        sock.close()
-        raise UserError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
+    sock = bound_socket(host, port, options=((socket.SOL_SOCKET, socket.SO_REUSEPORT),))
     return sock, sock.getsockname()[1]
 
 

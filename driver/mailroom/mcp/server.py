@@ -667,7 +667,7 @@ def run_http(config: McpConfig, *, host: str, port: int) -> None:
 
     import uvicorn
 
-    from mailroom.api.edge import listening_socket
+    from mailroom.core.sockets import listening_socket
 
     sock = listening_socket(host, port)
     log.info("listening on %s:%d (MCP streamable HTTP at /mcp)", host, sock.getsockname()[1])
