@@ -377,14 +377,14 @@ def _chaos(rig: Rig, seconds: float) -> tuple[collections.Counter[str], dict[str
 
 
 def _door_recovery(moments: list[tuple[str, float, float, str]], successes: list[float],
-                   worker: str) -> list[tuple[float, float, str]]:
-    """(seconds, bound, the fault) from each moment `worker` was touched to the first success at its door
-    after it."""
+                   worker: str) -> list[tuple[float, float, float, str]]:
+    """(seconds, bound, the moment, the fault) from each moment `worker` was touched to the first success
+    at its door after it."""
     out = []
     for name, since, bound, what in moments:
         if name == worker:
             i = bisect.bisect_left(successes, since)
-            out.append((successes[i] - since if i < len(successes) else float("inf"), bound, what))
+            out.append((successes[i] - since if i < len(successes) else float("inf"), bound, since, what))
     return out
 
 
@@ -499,11 +499,10 @@ def test_nothing_lost_and_every_worker_back_within_its_bound(private_cluster):
             doors = {"inbox (first 250)": _door_recovery(moments, sorted(load.inbound_250_at), "inbox"),
                      "http (first 200)": _door_recovery(moments, sorted(load.http_ok_at), "http")}
         for label, values in doors.items():
-            recovery[label] = [v for v, _, _ in values]
-            late = [(v, b, what) for v, b, what in values if v > b + DOOR_CADENCE]
-            failures += [f"{label}: {v:.1f}s (bound {b:.0f}s) after {what}" for v, b, what in late]
-            for _, _, what in late:  # the load's requests around it, the door's worker's own lines of that minute
-                since = next(m[1] for m in moments if m[3] == what)
+            recovery[label] = [v for v, _, _, _ in values]
+            late = [door for door in values if door[0] > door[1] + DOOR_CADENCE]
+            failures += [f"{label}: {v:.1f}s (bound {b:.0f}s) after {what}" for v, b, _, what in late]
+            for _, _, since, what in late:  # the load's requests around it, the door's worker's lines of that minute
                 if label.startswith("http"):
                     failures += [f"  request at {b - since:+.1f}s took {e - b:.1f}s: {r}"
                                  for b, e, r in load.http_calls if since - 15 < e and b < since + 15]
