@@ -122,18 +122,22 @@ COMMENT ON FUNCTION mailroom_internal._return_path(bigint, bigint) IS
 
 CREATE OR REPLACE FUNCTION mailroom_internal._is_verp_address(p_address text)
 RETURNS boolean
-LANGUAGE sql
+LANGUAGE plpgsql
 STABLE
 SET search_path = pg_catalog, pg_temp
 AS $$
-    -- bounce+…@<a bounce domain>: such an address is a return path or nothing (never a mailbox)
-    SELECT coalesce(
-        (a.address LIKE 'bounce+%@%' OR a.address LIKE 'unsubscribe+%@%')
-        AND mailroom_internal._is_bounce_domain(split_part(a.address, '@', 2))
-        AND a.address NOT LIKE '%@%@%',
-        false
-    )
-    FROM (SELECT mailroom_internal._normalize_address(p_address) AS address) AS a;
+DECLARE
+    v_address text := mailroom_internal._normalize_address(p_address);
+BEGIN
+    -- bounce+…@<a bounce domain>: such an address is a return path or nothing (never a mailbox).
+    -- Every RCPT asks this: PL/pgSQL (a SQL function with SET search_path is parsed again in every
+    -- transaction, sql/20_mailboxes.sql), and the bounce domains are read only for the prefixes.
+    IF v_address IS NULL OR NOT (v_address LIKE 'bounce+%@%' OR v_address LIKE 'unsubscribe+%@%')
+        OR v_address LIKE '%@%@%' THEN
+        RETURN false;
+    END IF;
+    RETURN coalesce(mailroom_internal._is_bounce_domain(split_part(v_address, '@', 2)), false);
+END;
 $$;
 
 COMMENT ON FUNCTION mailroom_internal._is_verp_address(text) IS
@@ -345,17 +349,20 @@ COMMENT ON FUNCTION mailroom_internal._signed_recipient(text) IS
 
 CREATE OR REPLACE FUNCTION mailroom_internal._is_feedback_address(p_address text)
 RETURNS boolean
-LANGUAGE sql
+LANGUAGE plpgsql
 STABLE
 SET search_path = pg_catalog, pg_temp
 AS $$
-    -- the configured address ARF complaint reports arrive at (outbound.feedback_address)
-    SELECT coalesce(
+BEGIN
+    -- the configured address ARF complaint reports arrive at (outbound.feedback_address); PL/pgSQL
+    -- for the reason given at _is_verp_address (every RCPT asks)
+    RETURN coalesce(
         mailroom_internal._normalize_address(p_address) = mailroom_internal._normalize_address(
             nullif(btrim(mailroom.setting('outbound.feedback_address')), '')
         ),
         false
     );
+END;
 $$;
 
 COMMENT ON FUNCTION mailroom_internal._is_feedback_address(text) IS
