@@ -56,8 +56,9 @@ COMMANDS: dict[str, tuple[str, str, str | None]] = {
 }
 
 
-# Commands whose options are coerced without pydantic when the value is plainly valid (below)
-FAST_OPTIONS = frozenset({"collect", "send", "expire", "maintain"})
+# Commands whose options are coerced without pydantic when the value is plainly valid (below); a
+# group's sub-command as "group sub" (`inbox serve`: pydantic is ~9 MiB of a server's resident memory)
+FAST_OPTIONS = frozenset({"collect", "send", "expire", "maintain", "inbox serve"})
 
 
 def load_command(name: str) -> Any:
@@ -69,6 +70,12 @@ def load_command(name: str) -> Any:
     if command is None:
         group = typer.main.get_group(typer_app)
         group.name = name
+        if fastpaths.enabled():  # MAILROOM_FAST_PATHS=off: typer's own coercion
+            subs = [sub for key, sub in group.commands.items() if f"{name} {key}" in FAST_OPTIONS]
+            for sub in subs:
+                fast_options(sub)
+            if subs:
+                fast_options(group)  # the group's own -h, before it picks the sub-command
         return group
     click_command = typer.main.get_group(typer_app).commands[command]
     if name in FAST_OPTIONS and fastpaths.enabled():  # MAILROOM_FAST_PATHS=off: typer's own coercion
@@ -228,7 +235,7 @@ def main(argv: list[str] | None = None) -> None:
     if args[:1] in (["--version"], ["-V"]):
         print(version_line())
         return
-    if args[:1] and args[0] in FAST_OPTIONS:
+    if args[:1] and (args[0] in FAST_OPTIONS or " ".join(args[:2]) in FAST_OPTIONS):
         fast_options(app)  # the root group's own -h, before it parses
     try:
         code = app.main(args=args, prog_name="mailroom", standalone_mode=False)
