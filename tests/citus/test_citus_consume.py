@@ -51,8 +51,10 @@ def _account_and_link(cconn, prefix: str) -> tuple[int, str, str]:
     return account, login, _dequeued(cconn, login)[0]
 
 
-def _routed(cconn, sql: str, args: tuple = ()) -> tuple[list | psycopg.Error, dict[str, set[str]]]:
-    """Run sql as a call of its own; its rows (or its error) and the shards its remote commands name."""
+def _routed(cconn, sql: str, args: tuple = (),
+            commands: list[str] | None = None) -> tuple[list | psycopg.Error, dict[str, set[str]]]:
+    """Run sql as a call of its own; its rows (or its error) and the shards its remote commands name
+    (`commands`, if given, gets every remote command's text)."""
     notices: list[str] = []
 
     def heard(diag: psycopg.errors.Diagnostic) -> None:
@@ -68,6 +70,8 @@ def _routed(cconn, sql: str, args: tuple = ()) -> tuple[list | psycopg.Error, di
     finally:
         cconn.remove_notice_handler(heard)
         cconn.execute("RESET citus.log_remote_commands")
+    if commands is not None:
+        commands += notices
     shards: dict[str, set[str]] = {"tokens": set(), "token_digests": set()}
     for message in notices:
         for table, shard in SHARD.findall(message):
@@ -92,11 +96,16 @@ def test_token_digests_is_distributed_by_the_digest(cconn):
 def test_consume_reads_one_shard_of_tokens(cconn):
     account, _, signed = _account_and_link(cconn, "route")
     assert _lookup(cconn, signed) == account  # written by the dequeue that minted the link
-    result, shards = _routed(cconn, "SELECT account, outcome FROM mailroom.consume_token(%s)", (signed,))
+    commands: list[str] = []
+    result, shards = _routed(cconn, "SELECT account, outcome FROM mailroom.consume_token(%s)", (signed,), commands)
     assert [tuple(r) for r in result] == [(account, "consumed")]
     # one shard of the lookup table, one of tokens (the account's): no fan-out
     assert len(shards["token_digests"]) == 1, shards
     assert len(shards["tokens"]) == 1, shards
+    # the token read twice: found (its account, id and action, _token_by_digest) and locked; its state
+    # is checked on the locked row, not read a third time (issue 46: a round trip to the worker less)
+    reads = [c for c in commands if re.search(r"\bSELECT\b.*\bFROM mailroom\.tokens_\d+", c, re.S)]
+    assert len(reads) == 2 and "FOR UPDATE" in reads[1], reads
     assert cconn.execute("SELECT mailroom.account_status(%s)", (account,)).fetchone()[0] == "active"
     # a used link is refused as on one node, on the same single shard
     result, shards = _routed(cconn, "SELECT * FROM mailroom.consume_token(%s)", (signed,))

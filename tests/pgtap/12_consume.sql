@@ -1,6 +1,6 @@
 -- verify_token and consume_token: every success and every error path, against the keyring (no key passed).
 BEGIN;
-SELECT plan(58);
+SELECT plan(59);
 \ir fixtures/default_settings.sql
 
 -- the clock before any installation existed: the claim and the dequeue take rows made by then, the
@@ -260,6 +260,13 @@ SELECT ok(
 SELECT ok(mailroom_internal._ct_equal('\x0102', '\x0102') AND NOT mailroom_internal._ct_equal('\x0102', '\x0103')
     AND NOT mailroom_internal._ct_equal('\x01', '\x0102') AND NOT coalesce(mailroom_internal._ct_equal(NULL, '\x01'), false),
     '_ct_equal compares whole values');
+
+-- the state rule on a row already read (consume_token asks it of the row it locked, not reading it
+-- again): a row that was not found (its fields NULL: gone between the digest's look-up and the lock)
+SELECT throws_ok(
+    $$SELECT mailroom_internal._raise_token_row_state(NULL::mailroom.tokens)$$, 'MR112', 'unknown token',
+    '_raise_token_row_state: a row not found is an unknown token'
+);
 
 SELECT * FROM finish();
 ROLLBACK;
