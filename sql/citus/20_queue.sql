@@ -495,6 +495,11 @@ BEGIN
         SELECT r.lanes, r.domains, r.rooms, r.in_flight_capped, r.minute_capped
         INTO v_lanes, v_domains, v_rooms, v_in_flight_capped, v_minute_capped
         FROM mailroom_internal._lane_rooms(p_now, p_limit, v_blocked) AS r;
+    ELSIF current_setting('mailroom.claim_found_none', true) = 'on' THEN
+        -- the session's last claim found nothing due: the head's read first (one read without locks,
+        -- no transaction opened on a worker), so an idle sender's every poll is that read alone,
+        -- not a lane's locking statement and its commit on a worker before it (issue 46)
+        v_lanes := '{}';
     ELSE
         -- a random lane first: with a queue deeper than the claim, that one statement fills it
         v_lanes := ARRAY(SELECT l.lane FROM mailroom.outbound_lanes AS l ORDER BY random() LIMIT 1);
@@ -644,6 +649,13 @@ BEGIN
         GET DIAGNOSTICS v_got = ROW_COUNT;
         v_left := v_left - v_got;
     END LOOP;
+    IF NOT v_capped THEN
+        -- for the session's next claim (above): a session setting, so a pooler's other session
+        -- only starts with the other order, never claims differently
+        PERFORM pg_catalog.set_config(
+            'mailroom.claim_found_none', CASE WHEN v_left = p_limit THEN 'on' ELSE 'off' END, false
+        );
+    END IF;
     IF v_capped AND cardinality(v_taken_ids) > 0 THEN
         -- while the locks are held, on the coordinator (sql/citus/07): the rows of in-flight
         -- capped domains, for the next holder to count until the workers show them claimed
@@ -677,7 +689,7 @@ END;
 $fn$;
 
 COMMENT ON FUNCTION mailroom_internal._claim(timestamptz, integer, text, interval, boolean) IS
-'Internal (Citus): the claim, lane by lane from a random one (_claim_lane: one shard, SKIP LOCKED), with the relay settings and rendered token emails of sql/33; under per-domain caps with the rooms of _lane_rooms.';
+'Internal (Citus): the claim, lane by lane from a random one (_claim_lane: one shard, SKIP LOCKED), or from the queue head''s lanes when the session''s last claim found nothing (mailroom.claim_found_none), with the relay settings and rendered token emails of sql/33; under per-domain caps with the rooms of _lane_rooms.';
 
 -- sql/34's seam: a statement that locks with SKIP LOCKED (reap_stuck_messages) runs once a lane,
 -- the lane written into its text so it routes to one shard

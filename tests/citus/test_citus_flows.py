@@ -201,19 +201,34 @@ def test_single_key_writes_commit_on_one_worker(cconn):
                              " AND revoked_at IS NULL", (row[0],)).fetchone()[0] == 1
 
 
+def _finalize_sent(cconn, rows) -> None:
+    cconn.execute("SELECT * FROM mailroom.finalize_messages(%s, %s, %s)",
+                  ([r[0] for r in rows], [r[1] for r in rows], ["sent"] * len(rows)))
+
+
 def test_claim_reads_the_head_and_stays_on_one_worker(cconn):
     """issue 37: a claim with nothing due is one lane's statement and a read of the queue's head
-    (nothing prepared on a worker); a claim from a queue deeper than it takes its rows from one
-    lane, on one worker (one-phase commit); finalize prepares at most once a worker; one lane a
-    worker."""
+    (nothing prepared on a worker), and (issue 46) the session's next one, its last having found
+    nothing, the head's read alone (no transaction on a worker); a claim from a queue deeper than it
+    takes its rows from one lane, on one worker (one-phase commit); finalize prepares at most once a
+    worker; one lane a worker."""
     cconn.execute("SELECT mailroom.upsert_sender('head', 'noreply@mailroom.test', '127.0.0.1', 2525)")
     while cconn.execute("SELECT count(*) FROM mailroom.claim_messages(500, 'drain')").fetchone()[0]:
         pass
+    cconn.execute("SELECT mailroom.enqueue_message('head', ARRAY['one@example.com'], 's', 'b')")
+    assert len(cconn.execute("SELECT id FROM mailroom.claim_messages(10, 'one')").fetchall()) == 1
     rows, sent = _remote_commands(cconn, "SELECT id FROM mailroom.claim_messages(10, 'idle')")
     assert rows == []
     assert not [c for c in sent if c.startswith(("PREPARE", "COMMIT PREPARED"))], sent
     assert len([c for c in sent if c.startswith("UPDATE")]) == 1, sent  # the first lane only
     assert [c for c in sent if c.startswith("SELECT lane")], sent  # the head's read
+    # the last claim found nothing: the next one reads the head and, nothing due, stops there (no
+    # lane's locking statement)
+    rows, again = _remote_commands(cconn, "SELECT id FROM mailroom.claim_messages(10, 'idle')")
+    assert rows == []
+    assert [c for c in again if c.startswith("SELECT lane")], again
+    assert not [c for c in again if c.startswith(("UPDATE", "PREPARE"))], again
+    assert len(again) < len(sent), (again, sent)
     lanes = cconn.execute(
         "SELECT count(*), count(DISTINCT mailroom_internal._shard_node(get_shard_id_for_distribution_column("
         "'mailroom.outbound_messages', lane))) FROM mailroom.outbound_lanes"
@@ -228,6 +243,11 @@ def test_claim_reads_the_head_and_stays_on_one_worker(cconn):
         "'mailroom.outbound_messages', lane)) FROM mailroom.outbound_messages WHERE status = 'queued'"
     )}
     assert len(nodes) == 2  # the queue spans both workers
+    # the last claim found nothing: this one starts from the head's lanes and finds rows
+    rows, sent = _remote_commands(cconn, "SELECT id, claim_token FROM mailroom.claim_messages(10, 'head')")
+    assert len(rows) == 10 and [c for c in sent if c.startswith("SELECT lane")], sent
+    _finalize_sent(cconn, rows)
+    # that one found rows: this one starts from a random lane, which fills it
     rows, sent = _remote_commands(cconn, "SELECT id, claim_token FROM mailroom.claim_messages(10, 'head')")
     assert len(rows) == 10
     assert not [c for c in sent if c.startswith("PREPARE")], sent
