@@ -128,6 +128,30 @@ def test_a_row_a_live_worker_holds_fails_the_test_within_the_lock_timeout(used_u
     assert elapsed < 30, f"verify waited {elapsed:.1f}s behind a held row (lock_timeout {verify.LOCK_TIMEOUT})"
 
 
+def test_a_file_that_holds_a_lock_live_writes_wait_for_fails(used_url) -> None:
+    """A function a file calls may do DDL no statement of the file shows (maintain_partitions with the
+    clock months ahead creates partitions: a live sender's claim waited 1.3 s behind 09_rates until its
+    ROLLBACK, issue 46's CI). The runner fails such a file before its ROLLBACK, naming the lock."""
+    text = ("BEGIN;\nSELECT plan(1);\nSET LOCAL mailroom.clock = '2031-06-01 00:00:00+00';\n"
+            "CREATE TEMP TABLE report AS SELECT * FROM mailroom.maintain_partitions();\n"
+            "SELECT pass('maintenance ran');\nSELECT * FROM finish();\nROLLBACK;\n")
+    vf = verify.VerifyFile("ddl_inside.sql", verify.split_statements(text))
+    assert vf.unsafe() is None  # nothing in its text gives it away
+    with psycopg.connect(used_url, autocommit=True) as conn:
+        who = verify.inspect(conn)
+    lines: list[str] = []
+    result = verify.run_file(used_url, vf, who, lines.append)
+    assert not result.ok and result.error is not None, lines
+    assert "AccessExclusiveLock on mailroom." in result.error and "until its ROLLBACK" in result.error, result.error
+    with psycopg.connect(used_url, autocommit=True) as conn:  # rolled back: no partition of 2031 was kept
+        assert conn.execute("SELECT count(*) FROM pg_class WHERE relname LIKE '%%2031%%'").fetchone()[0] == 0
+    # and a file that only writes its own rows passes the same check
+    plain = verify.VerifyFile("rows.sql", verify.split_statements(
+        "BEGIN;\nSELECT plan(1);\nSELECT mailroom.set_setting('outbound.lease', '7 min');\n"
+        "SELECT pass('a row');\nSELECT * FROM finish();\nROLLBACK;\n"))
+    assert verify.run_file(used_url, plain, who, lines.append).ok, lines
+
+
 def test_verify_says_what_it_needs(db_url) -> None:
     proc = _verify(db_url, "01_settings")  # a migrated database without the pgtap extension
     assert proc.returncode == 2 and "CREATE EXTENSION pgtap" in proc.stderr and "Traceback" not in proc.stderr

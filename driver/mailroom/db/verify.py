@@ -9,7 +9,9 @@ it asserts on and asserts on those alone, so it may run on a production database
   TRANSACTION, VACUUM, CHECKPOINT, ALTER SYSTEM, dblink, …); a file that does is failed unrun;
 - while it runs, a statement that leaves the transaction before the final ROLLBACK fails the file;
 - every session runs with `lock_timeout` (LOCK_TIMEOUT) and `statement_timeout` (STATEMENT_TIMEOUT):
-  a row a live worker holds makes a test fail within the lock timeout, never wait behind it.
+  a row a live worker holds makes a test fail within the lock timeout, never wait behind it;
+- before its ROLLBACK, a file that holds a lock of DDL on a mailroom table (SHARE, SHARE ROW EXCLUSIVE,
+  ACCESS EXCLUSIVE: live workers' statements wait for it), also taken inside a function it called, fails.
 
 The runner is psycopg, not pg_prove: no Perl or psql needed on the DBA's machine. It splits each
 file into statements as psql would (the one meta-command the suite uses, `\\ir`, is inlined), prints
@@ -395,6 +397,14 @@ def run_file(url: str, vf: VerifyFile, who: Connected, emit: Callable[[str], Non
         for index, stmt in enumerate(vf.statements):
             if stmt.startswith("\\gset"):
                 continue
+            if index == last and (held := _strong_locks(conn)):
+                # before the ROLLBACK that releases them: what the file held while it ran (a function
+                # it called may do DDL no statement of it shows, as maintain_partitions does)
+                result.error = (f"it held {held} until its ROLLBACK: every live worker's statement on "
+                                "it waited behind the file")
+                emit(f"# {vf.name}: {result.error}")
+                conn.execute("ROLLBACK")
+                break
             following = vf.statements[index + 1] if index < last else ""
             gset = following.split()[1:] if following.startswith("\\gset") else None
             try:
@@ -427,6 +437,29 @@ def run_file(url: str, vf: VerifyFile, who: Connected, emit: Callable[[str], Non
                 break
     result.seconds = time.monotonic() - started
     return result
+
+
+# The lock modes of DDL, which live workers' statements wait for: ACCESS EXCLUSIVE (CREATE, ALTER, DROP,
+# a partition created or attached: even reads wait), SHARE (CREATE INDEX) and SHARE ROW EXCLUSIVE (CREATE
+# TRIGGER, a foreign key): writes wait. EXCLUSIVE is not among them: it is the keyrings' own serialization
+# of key changes (sql/15_keyring.sql, sql/30_outbound_senders.sql), under which readers go on and which
+# no worker's statement takes or waits for.
+_BLOCKING_MODES = ("ShareLock", "ShareRowExclusiveLock", "AccessExclusiveLock")
+
+
+def _strong_locks(conn: psycopg.Connection) -> str:
+    """The locks of DDL this session holds on mailroom's relations, which live workers' statements would
+    wait for ("" when none): `mode on schema.table`, comma-separated."""
+    rows = conn.execute(
+        "SELECT l.mode || ' on ' || n.nspname || '.' || c.relname FROM pg_catalog.pg_locks AS l"
+        " JOIN pg_catalog.pg_class AS c ON c.oid = l.relation"
+        " JOIN pg_catalog.pg_namespace AS n ON n.oid = c.relnamespace"
+        " WHERE l.pid = pg_catalog.pg_backend_pid() AND l.locktype = 'relation' AND l.granted"
+        " AND l.mode = ANY(%s) AND n.nspname IN ('mailroom', 'mailroom_internal')"
+        " ORDER BY 1 LIMIT 5",
+        (list(_BLOCKING_MODES),),
+    ).fetchall()
+    return ", ".join(r[0] for r in rows)
 
 
 def _text(raw: bytes) -> str:
