@@ -496,9 +496,9 @@ BEGIN
         INTO v_lanes, v_domains, v_rooms, v_in_flight_capped, v_minute_capped
         FROM mailroom_internal._lane_rooms(p_now, p_limit, v_blocked) AS r;
     ELSIF current_setting('mailroom.claim_found_none', true) = 'on' THEN
-        -- the session's last claim found nothing due: the head's read first (one read without locks,
-        -- no transaction opened on a worker), so an idle sender's every poll is that read alone,
-        -- not a lane's locking statement and its commit on a worker before it (issue 46)
+        -- the session's last claim found nothing due: the head's read first (a read without row
+        -- locks), so an idle sender's every poll is that read alone, not a lane's locking UPDATE on a
+        -- worker before it (issue 46)
         v_lanes := '{}';
     ELSE
         -- a random lane first: with a queue deeper than the claim, that one statement fills it
