@@ -94,16 +94,6 @@ def _start(url: str, env: dict[str, str]) -> tuple[subprocess.Popen, int, Path]:
     raise RuntimeError(f"http server did not start: {log_path.read_text()[-300:]}")
 
 
-def _stop(proc: subprocess.Popen, log_path: Path) -> None:
-    """A server started by _start (or the MCP one): SIGTERM, then SIGKILL after 15 s; its log removed."""
-    proc.terminate()
-    try:
-        proc.wait(timeout=15)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-    log_path.unlink(missing_ok=True)
-
-
 def _ms(value: str, unit: str) -> float:
     return float(value) * {"us": 0.001, "ms": 1.0, "s": 1000.0}[unit]
 
@@ -207,7 +197,7 @@ def run(url: str, quick: bool, progress: Callable[[str], None]) -> list[dict]:
                                  f"latency average {avg:.2f} ms"))
                 rows.append(_cpu_row(label, served, called, tps))
         finally:
-            _stop(proc, log_path)
+            memory.stop_server(proc, log_path, timeout=15)
     progress("MCP: list_messages over streamable HTTP vs its SQL call")
     rows += _mcp_rows(url, 100 if quick else 400)
     return rows
@@ -292,7 +282,7 @@ def _mcp_rows(url: str, calls: int) -> list[dict]:
             tool += asyncio.run(tool_calls())
             sql += asyncio.run(sql_calls())
     finally:
-        _stop(proc, log_path)
+        memory.stop_server(proc, log_path, timeout=15)
     tool_ms, sql_ms = statistics.median(tool) * 1000, statistics.median(sql) * 1000
     return [
         _row("MCP tool call list_messages (20 messages), streamable HTTP POST, 1 client", tool_ms, "ms",

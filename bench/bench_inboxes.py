@@ -99,15 +99,6 @@ def _start_server(url: str, workers: int = 1, module: str = "mailroom") -> tuple
     raise RuntimeError(f"inbox server did not start: {log_path.read_text()[-300:]}")
 
 
-def _stop_server(proc: subprocess.Popen, log_path: Path) -> None:
-    proc.terminate()
-    try:
-        proc.wait(timeout=20)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-    log_path.unlink(missing_ok=True)
-
-
 def _stored(conn: psycopg.Connection, addresses: list[str]) -> int:
     return conn.execute(
         "SELECT count(*) FROM mailroom.messages AS g JOIN mailroom.mailboxes AS m ON m.id = g.mailbox_id"
@@ -160,7 +151,7 @@ def _bench_smtp(url: str, conn: psycopg.Connection, quick: bool, progress: Calla
                 rates[name, sessions] = n / elapsed
                 progress(f"{name}, {sessions} session(s): {n / elapsed:,.0f} msg/s stored")
         finally:
-            _stop_server(proc, log_path)
+            memory.stop_server(proc, log_path, timeout=20)
     for sessions in SESSIONS:
         sink, bare = rates["smtp-sink", sessions], rates["bare aiosmtpd", sessions]
         rows.append(_row(f"reference: smtp-source -> smtp-sink, {sessions} session(s)", sink, "msg/s",
@@ -288,7 +279,7 @@ def _postfix_reference(url: str, conn: psycopg.Connection, quick: bool, progress
         if peer is not None:
             peer.close()
         for proc, _, log_path in servers.values():
-            _stop_server(proc, log_path)
+            memory.stop_server(proc, log_path, timeout=20)
     if kept_open is not None:
         how = f"median of {reps} runs of {n} msgs (the Postfix comparison's kept-open runs)"
         for sessions in sessions_list:

@@ -11,7 +11,7 @@
 - by_name(): sums per process name (master, smtpd, cleanup, mailroom send, ...).
 - summary(): one line, "name xN total MiB (max M MiB)" per name.
 - descendants(pid), cpu_seconds(pid): a process tree's members, and a process's CPU seconds (the
-  HTTP and inboxes areas' CPU a request or message).
+  HTTP and inboxes areas' CPU a request or message); stop_server(): ends a server those areas started.
 - pss_kib(pid): (Pss, Anonymous) of /proc/<pid>/smaps_rollup, the metric agreed for issues 43-47
   (docs/architecture.md, "Memory, measured one way"): a page shared by n processes counts 1/n in
   each, so the sum over a tree is what the tree really holds. tree(), Peak and the sums take it as
@@ -21,6 +21,7 @@
 from __future__ import annotations
 
 import os
+import subprocess
 import threading
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -224,3 +225,14 @@ class Peak:
         self._stop.set()
         self._thread.join()
         self._sample()
+
+
+def stop_server(proc: subprocess.Popen, log_path: Path, timeout: float) -> None:
+    """A server process a bench area started (its stderr in log_path): SIGTERM, then SIGKILL after
+    `timeout` seconds; its log removed."""
+    proc.terminate()
+    try:
+        proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+    log_path.unlink(missing_ok=True)
