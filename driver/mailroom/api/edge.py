@@ -270,4 +270,3 @@ def replay(body: bytes, receive: Any) -> Any:
         return await receive()
 
     return replayed
-

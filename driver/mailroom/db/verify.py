@@ -400,8 +400,8 @@ def run_file(url: str, vf: VerifyFile, who: Connected, emit: Callable[[str], Non
             if index == last and (held := _strong_locks(conn)):
                 # before the ROLLBACK that releases them: what the file held while it ran (a function
                 # it called may do DDL no statement of it shows, as maintain_partitions does)
-                result.error = (f"it held {held} until its ROLLBACK: every live worker's statement on "
-                                "it waited behind the file")
+                result.error = (f"it held {held} until its ROLLBACK: live workers' writes there (and, under "
+                                "ACCESS EXCLUSIVE, their reads) waited behind the file")
                 emit(f"# {vf.name}: {result.error}")
                 conn.execute("ROLLBACK")
                 break
