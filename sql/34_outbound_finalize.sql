@@ -159,6 +159,41 @@ BEGIN
 END;
 $$;
 
+-- Add p_n to an outbound counter (outbound_counters, read by queue_stats), writing nothing when
+-- p_n is 0; returns p_n.
+CREATE OR REPLACE FUNCTION mailroom_internal._count_outbound(p_name text, p_n bigint)
+RETURNS bigint
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF p_n > 0 THEN
+        UPDATE mailroom.outbound_counters AS k SET value = k.value + p_n WHERE k.name = p_name;
+    END IF;
+    RETURN p_n;
+END;
+$$;
+
+COMMENT ON FUNCTION mailroom_internal._count_outbound(text, bigint) IS
+'Internal: add p_n to the outbound counter p_name when p_n > 0 (no write at 0); returns p_n.';
+
+-- A Citus seam (mailroom.db.citus.SEAMS): the lanes of outbound_messages that rows claimed under
+-- these claim tokens are in, or NULL for "any". One node is one lane (every row's lane is 0): NULL.
+-- Its Citus form: sql/citus/05_lanes.sql, where a claim token carries the lane it was taken from,
+-- so the statements that act on a claim's rows by id (finalize, release) name that lane and Citus
+-- writes its shard alone, not every shard (a two-phase commit of every worker, docs/scale.md).
+CREATE OR REPLACE FUNCTION mailroom_internal._claim_lanes(p_claim_tokens bigint[])
+RETURNS integer[]
+LANGUAGE sql
+IMMUTABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT null::integer[]
+$$;
+
+COMMENT ON FUNCTION mailroom_internal._claim_lanes(bigint[]) IS
+'Internal (a Citus seam): the lanes rows claimed under these tokens are in, NULL for any (one node: NULL; Citus: the lanes the tokens carry).';
+
 CREATE OR REPLACE FUNCTION mailroom.finalize_messages(
     p_ids bigint[],
     p_claim_tokens bigint[],
@@ -219,6 +254,9 @@ DECLARE
     ) ELSE '{}' END;
     -- messages every recipient of which the relay refused at RCPT
     v_refused bigint[] := ARRAY(SELECT u.i FROM unnest(p_ids, p_outcomes) AS u (i, o) WHERE u.o = 'refused');
+    -- the lanes the claim tokens name (_claim_lanes, a seam: NULL on one node, where the queue is
+    -- one lane; on Citus one shard a lane, so a batch claimed from one lane is written there alone)
+    v_lanes integer[] := mailroom_internal._claim_lanes(p_claim_tokens);
 BEGIN
     IF p_ids IS NULL OR p_claim_tokens IS NULL OR p_outcomes IS NULL
         OR cardinality(p_claim_tokens) <> v_n
@@ -332,6 +370,7 @@ BEGIN
             -- an index condition the planner estimates right (a hash join over a seq scan of
             -- the whole table is what it picks otherwise when statistics say "no processing rows")
             AND m.id = any(p_ids)
+            AND (v_lanes IS NULL OR m.lane = any(v_lanes))
             AND m.claim_token = i.claim_token
             -- processing, or (a reaped row) queued, possibly sent and now sent. Written as a list
             -- and a second condition, not as "status = 'processing' OR (status = 'queued' AND …)":
@@ -408,21 +447,20 @@ BEGIN
         ) ELSE 0 END AS n
     ),
 
+    -- the counters are written only when there is something to count (_count_outbound): on Citus an
+    -- UPDATE of them, even of no row, is a write on the coordinator, and the batch's commit would
+    -- then be a two-phase one (the worker's and the coordinator's)
     duplicates AS (
-        UPDATE mailroom.outbound_counters AS k
-        SET value = k.value + d.n
-        FROM (
-            SELECT count(*) AS n FROM upd AS u
+        SELECT mailroom_internal._count_outbound('webhook_possible_duplicates', (
+            SELECT count(*) FROM upd AS u
             WHERE u.kind = 'webhook' AND u.status = 'sent' AND u.possibly_sent
-        ) AS d
-        WHERE k.name = 'webhook_possible_duplicates' AND d.n > 0
+        )) AS n
     ),
 
     stale AS (
-        UPDATE mailroom.outbound_counters AS k
-        SET value = k.value + (SELECT count(*) FROM input) - (SELECT count(*) FROM upd)
-        WHERE k.name = 'stale_outcomes'
-            AND (SELECT count(*) FROM input) > (SELECT count(*) FROM upd)
+        SELECT mailroom_internal._count_outbound(
+            'stale_outcomes', (SELECT count(*) FROM input) - (SELECT count(*) FROM upd)
+        ) AS n
     )
 
     SELECT
@@ -445,6 +483,8 @@ BEGIN
     WHERE (SELECT count(*) FROM bounced) >= 0
         AND (SELECT d.n FROM domains AS d) >= 0
         AND (SELECT h.n FROM hooked AS h) >= 0
+        AND (SELECT d.n FROM duplicates AS d) >= 0
+        AND (SELECT s.n FROM stale AS s) >= 0
     ORDER BY i.id;
 END;
 $$;
@@ -515,6 +555,7 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     v_count integer;
+    v_lanes integer[] := mailroom_internal._claim_lanes(p_claim_tokens);
 BEGIN
     IF p_ids IS NULL OR p_claim_tokens IS NULL
         OR cardinality(p_ids) <> cardinality(p_claim_tokens) THEN
@@ -533,6 +574,7 @@ BEGIN
     WHERE
         m.id = u.id
         AND m.id = any(p_ids)
+        AND (v_lanes IS NULL OR m.lane = any(v_lanes))
         AND m.claim_token = u.claim_token
         AND m.status = 'processing';
     GET DIAGNOSTICS v_count = ROW_COUNT;

@@ -224,6 +224,34 @@ $$;
 COMMENT ON FUNCTION mailroom_internal._message_bounce_domain(bigint) IS
 'Internal: the bounce domain of a sender''s mail (its own, else the setting outbound.bounce_domain), NULL: no VERP.';
 
+-- The return paths themselves, from a bounce domain and the VERP key read by the caller: the Citus
+-- claim (sql/citus/20_queue.sql) reads them once a claim, where every read of a reference table is a
+-- statement of its own on the coordinator.
+CREATE OR REPLACE FUNCTION mailroom_internal._verp_paths(
+    p_message_id bigint, p_recipients integer, p_domain text, p_key bytea
+)
+RETURNS text[]
+LANGUAGE plpgsql
+IMMUTABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    -- one return path per envelope recipient, NULL without a bounce domain
+    IF p_domain IS NULL THEN
+        RETURN NULL;
+    END IF;
+    RETURN ARRAY(
+        SELECT 'bounce+' || p_message_id::text || '-' || n::text || '-'
+            || mailroom_internal._recipient_signature('mailroom-verp', p_message_id, n, p_key) || '@' || p_domain
+        FROM generate_series(1, p_recipients) AS n
+        ORDER BY n
+    );
+END;
+$$;
+
+COMMENT ON FUNCTION mailroom_internal._verp_paths(bigint, integer, text, bytea) IS
+'Internal: the VERP envelope senders of a message under a bounce domain and key (_return_paths reads them), NULL without a domain.';
+
 CREATE OR REPLACE FUNCTION mailroom_internal._return_paths(p_message_id bigint, p_sender_id bigint, p_recipients integer)
 RETURNS text[]
 LANGUAGE plpgsql
@@ -234,17 +262,11 @@ DECLARE
     v_domain text := mailroom_internal._message_bounce_domain(p_sender_id);
     v_key bytea;
 BEGIN
-    -- one return path per envelope recipient, NULL without a bounce domain
     IF v_domain IS NULL THEN
         RETURN NULL;
     END IF;
     SELECT k.key INTO v_key FROM mailroom.verp_key AS k WHERE k.singleton;
-    RETURN ARRAY(
-        SELECT 'bounce+' || p_message_id::text || '-' || n::text || '-'
-            || mailroom_internal._recipient_signature('mailroom-verp', p_message_id, n, v_key) || '@' || v_domain
-        FROM generate_series(1, p_recipients) AS n
-        ORDER BY n
-    );
+    RETURN mailroom_internal._verp_paths(p_message_id, p_recipients, v_domain, v_key);
 END;
 $$;
 

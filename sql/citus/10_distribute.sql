@@ -144,8 +144,9 @@ BEGIN
     IF NOT EXISTS (
         SELECT 1 FROM pg_catalog.pg_dist_partition AS p WHERE p.logicalrelid = 'mailroom.outbound_messages'::regclass
     ) THEN
-        -- rows queued before (an installation moved to Citus) take lane 0, the first lane of all
-        ALTER TABLE mailroom.outbound_messages ADD COLUMN lane integer NOT NULL DEFAULT 0;
+        -- rows queued before (an installation moved to Citus) are in lane 0, the first lane of all
+        -- (the column of every installation since migration 0570: one node is lane 0)
+        ALTER TABLE mailroom.outbound_messages ADD COLUMN IF NOT EXISTS lane integer NOT NULL DEFAULT 0;
         ALTER TABLE mailroom.outbound_messages ALTER COLUMN lane SET DEFAULT mailroom_internal._outbound_lane();
         ALTER TABLE mailroom.outbound_messages DROP CONSTRAINT outbound_messages_pkey;
         ALTER TABLE mailroom.outbound_messages ADD CONSTRAINT outbound_messages_pkey PRIMARY KEY (id, created_at, lane);

@@ -482,6 +482,12 @@ DECLARE
     v_subject text;
     v_text text;
     v_html text;
+    v_path_row record;
+    v_k integer;
+    v_paths jsonb;
+    v_bounce_senders bigint[] := '{}';
+    v_bounce_domains text[] := '{}';
+    v_verp_key bytea;
 BEGIN
     IF p_limited THEN
         v_blocked := ARRAY(SELECT s.domain FROM mailroom.domain_state AS s WHERE s.backoff_until > p_now);
@@ -532,7 +538,7 @@ BEGIN
                 SELECT c
                 FROM mailroom_internal._claim_lane_capped(
                     v_lane, p_now, v_left, p_worker, p_lease, v_domains, v_rooms,
-                    nextval('mailroom.outbound_claim_token_seq')
+                    mailroom_internal._lane_claim_token(v_lane)
                 ) AS c
             );
             CONTINUE WHEN cardinality(v_rows) = 0;
@@ -558,7 +564,7 @@ BEGIN
             v_rows := ARRAY(
                 SELECT c
                 FROM mailroom_internal._claim_lane(
-                    v_lane, p_now, v_left, p_worker, p_lease, v_blocked, nextval('mailroom.outbound_claim_token_seq')
+                    v_lane, p_now, v_left, p_worker, p_lease, v_blocked, mailroom_internal._lane_claim_token(v_lane)
                 ) AS c
             );
         END IF;
@@ -584,6 +590,29 @@ BEGIN
             v_token_subjects := v_token_subjects || v_subject;
             v_token_texts := v_token_texts || v_text;
             v_token_htmls := v_token_htmls || v_html;
+        END LOOP;
+        -- the rows' return paths (VERP, sql/36), made here: each sender's bounce domain and the VERP
+        -- key read once a claim, where _return_paths in the statement below read them for every row,
+        -- twice (each read of a reference table is a statement of its own on the coordinator, ~0.15
+        -- ms: a third of a claim of 10, issue 46); the key stays out of every statement's text
+        v_paths := '{}';
+        FOR v_path_row IN
+            SELECT c.id, c.sender_id, cardinality(mailroom_internal._envelope(c.to_addrs, c.cc_addrs, c.bcc_addrs)) AS n
+            FROM unnest(v_rows) AS c
+        LOOP
+            v_k := array_position(v_bounce_senders, v_path_row.sender_id);
+            IF v_k IS NULL THEN
+                v_bounce_senders := v_bounce_senders || v_path_row.sender_id;
+                v_bounce_domains := v_bounce_domains || mailroom_internal._message_bounce_domain(v_path_row.sender_id);
+                v_k := cardinality(v_bounce_senders);
+            END IF;
+            IF v_bounce_domains[v_k] IS NOT NULL AND v_verp_key IS NULL THEN
+                SELECT k.key INTO v_verp_key FROM mailroom.verp_key AS k WHERE k.singleton;
+            END IF;
+            v_paths := v_paths || jsonb_build_object(
+                v_path_row.id::text,
+                mailroom_internal._verp_paths(v_path_row.id, v_path_row.n, v_bounce_domains[v_k], v_verp_key)
+            );
         END LOOP;
         RETURN QUERY
         SELECT
@@ -638,8 +667,13 @@ BEGIN
             FROM (SELECT mailroom_internal._envelope(c.to_addrs, c.cc_addrs, c.bcc_addrs) AS envelope) AS x
         ) AS e
         CROSS JOIN LATERAL (
-            SELECT mailroom_internal._unerased(mailroom_internal._return_paths(c.id, c.sender_id, cardinality(e.envelope)), e.envelope)
-                AS paths
+            SELECT mailroom_internal._unerased(
+                CASE
+                    WHEN jsonb_typeof(v_paths -> c.id::text) = 'array'
+                        THEN ARRAY(SELECT jsonb_array_elements_text(v_paths -> c.id::text))
+                END,
+                e.envelope
+            ) AS paths
         ) AS p
         LEFT JOIN mailroom.dkim_keys AS k ON k.domain = mailroom_internal._address_domain(r.from_address)
         LEFT JOIN unnest(v_token_ids, v_token_subjects, v_token_texts, v_token_htmls)
@@ -793,15 +827,22 @@ BEGIN
 END;
 $nested$;
 
--- finalize_messages (sql/34) updates by id, which is not the distribution column: every shard.
--- One connection a worker (see _due_lanes): without it the executor opened up to 6 connections to
--- the two workers for the 8 shards, each then prepared and committed in two phases (issue 37).
+-- finalize_messages and release_messages (sql/34) update by id, which is not the distribution
+-- column, and name the lanes their claim tokens carry (_claim_lanes, sql/citus/05): the shards of
+-- those lanes only, all of them for a token without a lane. One connection a worker (see
+-- _due_lanes): without it the executor opened up to 6 connections to the two workers for the 8
+-- shards, each then prepared and committed in two phases (issue 37). Planned with their values at
+-- every call: the lanes are then a constant Citus prunes the shards by (a generic plan's parameter
+-- is not).
 DO $finalize$
 BEGIN
     EXECUTE 'ALTER FUNCTION mailroom.finalize_messages(bigint[], bigint[], text[], integer[], text[], text[]) '
         'SET citus.max_adaptive_executor_pool_size = 1';
 END;
 $finalize$;
+ALTER FUNCTION mailroom.finalize_messages(bigint[], bigint[], text[], integer[], text[], text[])
+SET plan_cache_mode = force_custom_plan;
+ALTER FUNCTION mailroom.release_messages(bigint[], bigint[]) SET plan_cache_mode = force_custom_plan;
 
 -- A token email's rendering (_claim_token_email, sql/41) runs inside claim_messages, which plans a
 -- small unlimited claim generically (plan_cache_mode = force_generic_plan, sql/33). _mint_token's

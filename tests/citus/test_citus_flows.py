@@ -266,6 +266,61 @@ def test_claim_reads_the_head_and_stays_on_one_worker(cconn):
     _forget_sender(cconn, "head")
 
 
+def test_finalize_writes_the_claims_lane_only(cconn):
+    """issue 46: a claim token carries its lane on Citus, so the finalize of a batch claimed from one
+    lane writes that lane's shard alone and commits on its worker in one phase (it wrote every shard,
+    a two-phase commit of both workers); a token without a lane (taken before this release, in flight
+    across an upgrade) still finalizes, over every lane; the claim's return paths, made once a claim,
+    are the ones _return_paths makes."""
+    cconn.execute("SELECT mailroom.upsert_sender('lanes', 'noreply@mailroom.test', '127.0.0.1', 2525)")
+    cconn.execute("SELECT mailroom.set_sender_bounce_domain('lanes', 'Bounces.Example.COM')")
+    while cconn.execute("SELECT count(*) FROM mailroom.claim_messages(500, 'drain')").fetchone()[0]:
+        pass
+    cconn.execute(
+        "SELECT mailroom.enqueue_message('lanes', ARRAY['l' || g || '@example.com', 'm' || g || '@example.com'], 's', 'b')"
+        " FROM generate_series(1, 80) g"
+    )
+    rows = cconn.execute("SELECT id, claim_token, return_paths FROM mailroom.claim_messages(10, 'lanes')").fetchall()
+    assert len(rows) == 10
+    lanes = {r[0] for r in cconn.execute(
+        "SELECT DISTINCT lane FROM mailroom.outbound_messages WHERE id = ANY(%s)", ([r[0] for r in rows],))}
+    assert len(lanes) == 1
+    assert cconn.execute("SELECT mailroom_internal._claim_lanes(%s)", ([r[1] for r in rows],)).fetchone()[0] == list(lanes)
+    for rid, _, paths in rows:
+        made = cconn.execute(
+            "SELECT mailroom_internal._return_paths(%s, (SELECT id FROM mailroom.senders WHERE name = 'lanes'), 2)", (rid,)
+        ).fetchone()[0]
+        assert paths == made and len(paths) == 2 and paths[0].endswith("@bounces.example.com"), (paths, made)
+    outcomes, sent = _remote_commands(
+        cconn, "SELECT result FROM mailroom.finalize_messages(%s, %s, %s)",
+        ([r[0] for r in rows], [r[1] for r in rows], ["sent"] * len(rows)),
+    )
+    assert [o[0] for o in outcomes] == ["sent"] * 10
+    assert not [c for c in sent if c.startswith(("PREPARE", "COMMIT PREPARED"))], sent
+    assert len([c for c in sent if c.startswith("UPDATE mailroom.outbound_messages_")]) == 1, sent
+
+    # a token of the previous release (no lane in it) for one row of the batch: every lane is written
+    rows = cconn.execute("SELECT id, claim_token FROM mailroom.claim_messages(10, 'lanes')").fetchall()
+    assert len(rows) == 10
+    old = cconn.execute("SELECT nextval('mailroom.outbound_claim_token_seq')").fetchone()[0]
+    cconn.execute("UPDATE mailroom.outbound_messages SET claim_token = %s WHERE id = %s", (old, rows[0][0]))
+    tokens = [old] + [r[1] for r in rows[1:]]
+    assert cconn.execute("SELECT mailroom_internal._claim_lanes(%s)", (tokens,)).fetchone()[0] is None
+    outcomes, sent = _remote_commands(
+        cconn, "SELECT result FROM mailroom.finalize_messages(%s, %s, %s)",
+        ([r[0] for r in rows], tokens, ["sent"] * len(rows)),
+    )
+    assert [o[0] for o in outcomes] == ["sent"] * 10
+    assert len([c for c in sent if c.startswith("UPDATE mailroom.outbound_messages_")]) == 2, sent
+    # release names the lanes of its tokens too
+    rows = cconn.execute("SELECT id, claim_token FROM mailroom.claim_messages(10, 'lanes')").fetchall()
+    (released,), sent = _remote_commands(
+        cconn, "SELECT mailroom.release_messages(%s, %s)", ([r[0] for r in rows], [r[1] for r in rows]))
+    assert released == (10,)
+    assert len([c for c in sent if c.startswith("UPDATE mailroom.outbound_messages_")]) == 1, sent
+    _forget_sender(cconn, "lanes")
+
+
 def test_demo_story_on_citus(ccli):
     """The activation story end to end: account -> token -> collect -> send -> inbox serve -> consume."""
     proc = ccli("demo", "--pace", "0", timeout=180)

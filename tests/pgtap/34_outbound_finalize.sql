@@ -1,6 +1,6 @@
 -- Outbound: finalize_messages (classification, backoff, max attempts, fencing), release, reaper.
 BEGIN;
-SELECT plan(80);
+SELECT plan(85);
 \ir fixtures/default_settings.sql
 
 -- the clock before any installation existed: the claim and the reaper meet the rows made by then, the
@@ -324,6 +324,35 @@ SELECT is(
     ARRAY['true'],
     'one node: one statement over all of outbound_messages (Citus: one a lane)'
 );
+
+-- the Citus seam of finalize and release (issue 46): one node is one lane, 0; no token names a lane
+SELECT is(
+    mailroom_internal._claim_lanes(ARRAY[1, 2, (1::bigint << 62) | (7 << 16) | 3]::bigint[]), null::integer[],
+    'one node: a claim token names no lane (Citus: the lane in the token)'
+);
+SELECT is(
+    (SELECT count(*) FROM mailroom.outbound_messages WHERE lane <> 0), 0::bigint,
+    'one node: every outbound message is in lane 0'
+);
+-- the counters are written only when there is something to count (on Citus an UPDATE of no row is
+-- still a write on the coordinator: a two-phase commit with the worker's)
+CREATE TEMP TABLE counter_before AS
+SELECT value, xmin::text AS version FROM mailroom.outbound_counters WHERE name = 'webhook_possible_duplicates';
+SELECT is(
+    ARRAY[
+        mailroom_internal._count_outbound('webhook_possible_duplicates', 0)::text,
+        (SELECT xmin::text FROM mailroom.outbound_counters WHERE name = 'webhook_possible_duplicates')
+    ],
+    ARRAY['0', (SELECT version FROM counter_before)],
+    '_count_outbound of 0 answers 0 and writes no new version of the counter'
+);
+SELECT is(mailroom_internal._count_outbound('webhook_possible_duplicates', 2), 2::bigint, '_count_outbound of 2 answers 2');
+SELECT is(
+    (SELECT value FROM mailroom.outbound_counters WHERE name = 'webhook_possible_duplicates') - (SELECT value FROM counter_before),
+    2::bigint,
+    '_count_outbound of 2 adds 2'
+);
+UPDATE mailroom.outbound_counters SET value = (SELECT value FROM counter_before) WHERE name = 'webhook_possible_duplicates';
 
 -- finalize_and_claim (issue 37, item 5): finalize_messages then claim_messages in one transaction
 SET LOCAL mailroom.clock = '2000-01-03 00:00Z';

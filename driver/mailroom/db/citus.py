@@ -322,6 +322,8 @@ SEAMS: dict[str, str] = {
     "mailroom_internal._purge_inactive_mailboxes(timestamptz, integer)":
         "shard by shard (SKIP LOCKED), with the messages and the addresses' reservations",
     # outbound and maintenance (sql/citus/20_queue.sql, 25_maintenance.sql)
+    "mailroom_internal._claim_lanes(bigint[])":
+        "a claim token carries its lane: finalize and release write those lanes' shards, not every worker's",
     "mailroom_internal._outbound_scopes()":
         "SKIP LOCKED runs only in a single-shard statement: one statement a lane (one shard each)",
     "mailroom_internal._delete_outbound_past_retention(text, timestamptz, integer)":
