@@ -151,9 +151,11 @@ def _forget_sender(cconn, name: str) -> None:
     )
 
 
-def _remote_commands(cconn, statement: str, params: tuple = ()) -> tuple[list, list[str]]:
+def _remote_commands(cconn, statement: str, params: tuple = (), *, local: bool = False) -> tuple[list, list[str]]:
     """A statement's rows and the commands the coordinator sent the workers for it
-    (citus.log_remote_commands; what runs on the coordinator itself is not sent)."""
+    (citus.log_remote_commands; what runs on the coordinator itself is not sent); local=True: those
+    too, in order, each as "locally: <statement>" (Citus' local execution of a statement on a
+    coordinator's shard or on an intermediate result)."""
     seen: list[str] = []
 
     def heard(diag) -> None:
@@ -168,6 +170,9 @@ def _remote_commands(cconn, statement: str, params: tuple = ()) -> tuple[list, l
         cconn.execute("RESET citus.log_remote_commands")
         cconn.execute("RESET client_min_messages")
         cconn.remove_notice_handler(heard)
+    if local:
+        return rows, [m.removeprefix("issuing ").replace("executing the command locally:", "locally:", 1)
+                      for m in seen if m.startswith(("issuing ", "executing the command locally:"))]
     return rows, [m.removeprefix("issuing ") for m in seen if m.startswith("issuing ")]
 
 
@@ -293,11 +298,15 @@ def test_finalize_writes_the_claims_lane_only(cconn):
         assert paths == made and len(paths) == 2 and paths[0].endswith("@bounces.example.com"), (paths, made)
     outcomes, sent = _remote_commands(
         cconn, "SELECT result FROM mailroom.finalize_messages(%s, %s, %s)",
-        ([r[0] for r in rows], [r[1] for r in rows], ["sent"] * len(rows)),
+        ([r[0] for r in rows], [r[1] for r in rows], ["sent"] * len(rows)), local=True,
     )
     assert [o[0] for o in outcomes] == ["sent"] * 10
     assert not [c for c in sent if c.startswith(("PREPARE", "COMMIT PREPARED"))], sent
-    assert len([c for c in sent if c.startswith("UPDATE mailroom.outbound_messages_")]) == 1, sent
+    updates = [i for i, c in enumerate(sent) if c.startswith("UPDATE mailroom.outbound_messages_")]
+    assert len(updates) == 1, sent
+    # what the outcomes lead to besides the rows (suppressions, domain backoffs, webhooks, counters)
+    # is one statement, then the answer: on Citus each is a statement of its own on the coordinator
+    assert len([c for c in sent[updates[0]:] if c.startswith("locally:")]) == 2, sent[updates[0]:]
 
     # a token of the previous release (no lane in it) for one row of the batch: every lane is written
     rows = cconn.execute("SELECT id, claim_token FROM mailroom.claim_messages(10, 'lanes')").fetchall()
