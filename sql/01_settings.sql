@@ -29,6 +29,33 @@ COMMENT ON FUNCTION mailroom.setting(text) IS
 GRANT EXECUTE ON FUNCTION mailroom.setting(text)
 TO mailroom_app, mailroom_collector, mailroom_sender, mailroom_inbound, mailroom_monitor, mailroom_http;
 
+-- Several settings in one read, in the order asked (a function that needs many: on Citus each read
+-- of the settings, a reference table, is a statement of its own on the coordinator); an unknown name
+-- raises setting()'s MR001.
+CREATE OR REPLACE FUNCTION mailroom_internal._settings(p_names text[])
+RETURNS text[]
+LANGUAGE plpgsql
+STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_values text[];
+    v_missing text;
+BEGIN
+    SELECT array_agg(s.value ORDER BY n.o), min(n.name) FILTER (WHERE s.name IS NULL)
+    INTO v_values, v_missing
+    FROM unnest(p_names) WITH ORDINALITY AS n (name, o)
+    LEFT JOIN mailroom.settings AS s ON n.name = s.name;
+    IF v_missing IS NOT NULL THEN
+        PERFORM mailroom.setting(v_missing);
+    END IF;
+    RETURN v_values;
+END;
+$$;
+
+COMMENT ON FUNCTION mailroom_internal._settings(text[]) IS
+'Internal: the values of several settings in one read, in the order given; an unknown one raises MR001 (setting()).';
+
 -- The rule of each kind; min_value / max_value are inclusive and either may be NULL (unbounded).
 --   interval, integer, number: the value parses as that type and lies within the bounds
 --     (number: not NaN or infinite)

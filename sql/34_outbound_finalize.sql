@@ -230,34 +230,48 @@ AS $$
 DECLARE
     v_now timestamptz := mailroom.clock();
     v_n integer := coalesce(cardinality(p_ids), 0);
-    v_max integer := mailroom.setting('outbound.max_attempts')::integer;
-    v_log_max integer := mailroom.setting('outbound.error_log_max_chars')::integer;
-    v_backoff_base interval := mailroom.setting('outbound.backoff_base')::interval;
-    v_backoff_exponent double precision := mailroom.setting('outbound.backoff_exponent')::double precision;
-    v_backoff_max interval := mailroom.setting('outbound.backoff_max')::interval;
-    -- whether any domain has a backoff a success could clear (else a success writes nothing)
-    v_backoffs boolean := EXISTS (SELECT 1 FROM mailroom.domain_state AS s WHERE s.backoff_until IS NOT NULL);
-    -- whether a sender has a webhook endpoint (sql/38_outbound_webhooks.sql): else no event is looked for
-    v_hooks boolean := EXISTS (SELECT 1 FROM mailroom.webhook_endpoints AS w WHERE w.sender_id IS NOT NULL);
+    -- one read of the settings (on Citus every read of a reference table is a statement of its own)
+    v_settings text[] := mailroom_internal._settings(ARRAY[
+        'outbound.max_attempts', 'outbound.error_log_max_chars', 'outbound.backoff_base',
+        'outbound.backoff_exponent', 'outbound.backoff_max'
+    ]);
+    v_max integer := v_settings[1]::integer;
+    v_log_max integer := v_settings[2]::integer;
+    v_backoff_base interval := v_settings[3]::interval;
+    v_backoff_exponent double precision := v_settings[4]::double precision;
+    v_backoff_max interval := v_settings[5]::interval;
+    -- whether any domain has a backoff a success could clear (else a success writes nothing), and
+    -- whether a sender has a webhook endpoint (sql/38_outbound_webhooks.sql: else no event is looked
+    -- for); one statement (BEGIN below)
+    v_backoffs boolean;
+    v_hooks boolean;
     -- webhook deliveries reported with an SMTP outcome (reply, refused) or 'local' while their
     -- endpoint is still there: a sender of the previous release, which takes a webhook row for mail
     -- it cannot send; retried, so a sender of this release takes it (docs/webhooks.md, Upgrading).
-    -- Looked for only when such an outcome comes and an endpoint exists. This release's sender
-    -- answers a webhook with 'http' or a connection's outcome, and 'local' only for a removed endpoint.
-    v_odd_hooks bigint[] := CASE
-        WHEN p_outcomes && ARRAY['local', 'reply', 'refused']
-            AND EXISTS (SELECT 1 FROM mailroom.webhook_endpoints AS e) THEN ARRAY(
-        -- a join with the endpoints (a reference table on Citus), not a correlated subquery
-        SELECT m.id FROM mailroom.outbound_messages AS m
-        INNER JOIN mailroom.webhook_endpoints AS w ON m.webhook_endpoint_id = w.id
-        WHERE m.id = ANY (p_ids) AND m.kind = 'webhook'
-    ) ELSE '{}' END;
+    -- Looked for only when such an outcome comes and an endpoint exists (BEGIN below: no statement
+    -- at all for a batch without such an outcome). This release's sender answers a webhook with
+    -- 'http' or a connection's outcome, and 'local' only for a removed endpoint.
+    v_odd_hooks bigint[] := '{}';
     -- messages every recipient of which the relay refused at RCPT
     v_refused bigint[] := ARRAY(SELECT u.i FROM unnest(p_ids, p_outcomes) AS u (i, o) WHERE u.o = 'refused');
     -- the lanes the claim tokens name (_claim_lanes, a seam: NULL on one node, where the queue is
     -- one lane; on Citus one shard a lane, so a batch claimed from one lane is written there alone)
     v_lanes integer[] := mailroom_internal._claim_lanes(p_claim_tokens);
 BEGIN
+    SELECT
+        EXISTS (SELECT 1 FROM mailroom.domain_state AS s WHERE s.backoff_until IS NOT NULL),
+        EXISTS (SELECT 1 FROM mailroom.webhook_endpoints AS w WHERE w.sender_id IS NOT NULL)
+    INTO v_backoffs, v_hooks;
+    IF p_outcomes && ARRAY['local', 'reply', 'refused'] THEN
+        v_odd_hooks := CASE
+            WHEN EXISTS (SELECT 1 FROM mailroom.webhook_endpoints AS e) THEN ARRAY(
+                -- a join with the endpoints (a reference table on Citus), not a correlated subquery
+                SELECT m.id FROM mailroom.outbound_messages AS m
+                INNER JOIN mailroom.webhook_endpoints AS w ON m.webhook_endpoint_id = w.id
+                WHERE m.id = ANY (p_ids) AND m.kind = 'webhook'
+            ) ELSE '{}'
+        END;
+    END IF;
     IF p_ids IS NULL OR p_claim_tokens IS NULL OR p_outcomes IS NULL
         OR cardinality(p_claim_tokens) <> v_n
         OR cardinality(p_outcomes) <> v_n

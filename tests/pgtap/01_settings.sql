@@ -1,7 +1,7 @@
 -- set_setting checks every value against its setting's kind and bounds (MR003), and refuses a
 -- setting that declares no kind (MR004).
 BEGIN;
-SELECT plan(59);
+SELECT plan(61);
 
 CREATE FUNCTION pg_temp.refused(p_name text, p_value text) RETURNS text LANGUAGE plpgsql AS $$
 BEGIN
@@ -195,6 +195,18 @@ SELECT is(
      WHERE has_function_privilege(r.role, 'mailroom.setting(text)', 'EXECUTE')
         AND NOT has_function_privilege(r.role, 'mailroom.list_settings()', 'EXECUTE')),
     0, '... whose hint, SELECT name FROM mailroom.list_settings(), every role that may call setting() may run'
+);
+
+-- several settings in one read (finalize_messages: one statement on Citus, not five)
+SELECT is(
+    mailroom_internal._settings(ARRAY['outbound.max_attempts', 'outbound.lease', 'outbound.max_attempts']),
+    ARRAY[mailroom.setting('outbound.max_attempts'), mailroom.setting('outbound.lease'), mailroom.setting('outbound.max_attempts')],
+    '_settings: the values of the names given, in their order'
+);
+SELECT throws_ok(
+    $$SELECT mailroom_internal._settings(ARRAY['outbound.lease', 'no.such.setting'])$$,
+    'MR001', 'unknown setting ''no.such.setting''',
+    '_settings: an unknown name raises setting()''s MR001'
 );
 
 SELECT * FROM finish();
