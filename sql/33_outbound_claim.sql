@@ -362,21 +362,29 @@ BEGIN
             ERRCODE = 'MR321',
             MESSAGE = 'worker name must be 1-200 characters';
     END IF;
-    v_lease := coalesce(p_lease, mailroom.setting('outbound.lease')::interval);
+    -- The lease (the setting outbound.lease unless given) and whether domain limits are in force,
+    -- in one statement (on Citus each read of a reference table is a statement of its own on the
+    -- coordinator). The domain limits (docs/limits.md) cost nothing while no limit is set and no
+    -- domain is backed off: then the claim is the plain statement.
+    SELECT
+        coalesce(p_lease, (SELECT t.value FROM mailroom.settings AS t WHERE t.name = 'outbound.lease')::interval),
+        EXISTS (
+            SELECT 1 FROM mailroom.domain_limits AS l
+            WHERE l.max_in_flight IS NOT NULL OR l.max_per_minute IS NOT NULL
+        ) OR EXISTS (
+            SELECT 1 FROM mailroom.domain_state AS s
+            WHERE s.backoff_until > v_now
+        )
+    INTO v_lease, v_limited;
+    IF v_lease IS NULL THEN
+        -- the setting is gone: setting()'s MR001
+        v_lease := mailroom.setting('outbound.lease')::interval;
+    END IF;
     IF v_lease <= interval '0' THEN
         RAISE EXCEPTION USING
             ERRCODE = 'MR322',
             MESSAGE = format('lease must be positive, got %s', v_lease);
     END IF;
-    -- The domain limits (docs/limits.md) cost nothing while no limit is set and no domain is
-    -- backed off: then the claim is the plain statement.
-    SELECT EXISTS (
-        SELECT 1 FROM mailroom.domain_limits AS l
-        WHERE l.max_in_flight IS NOT NULL OR l.max_per_minute IS NOT NULL
-    ) OR EXISTS (
-        SELECT 1 FROM mailroom.domain_state AS s
-        WHERE s.backoff_until > v_now
-    ) INTO v_limited;
     IF v_limited AND current_setting('transaction_isolation') <> 'read committed' THEN
         -- _domain_room counts under its lock with a fresh snapshot, which only READ COMMITTED has
         RAISE EXCEPTION USING
