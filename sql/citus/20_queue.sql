@@ -371,13 +371,18 @@ AS $fn$
 DECLARE
     v_head integer[];
     v_all integer[];
+    v_lane integer;
 BEGIN
     -- The lanes an uncapped claim visits, and the node (Citus group) of each. First the head of
     -- the queue over every lane: each shard's first due rows in the claim's order (its index,
     -- outbound_messages_due_idx), merged here. A read without locks opens no transaction on the
     -- workers, so a claim with nothing due costs this one read, not a locking statement on
     -- every lane and a two-phase commit of both workers (issue 37).
-    v_head := ARRAY(
+    -- Each lane once, in the order of its first row: read by a loop over the statement itself (as
+    -- ARRAY(SELECT …) the ordered read became an intermediate result and a second statement on the
+    -- coordinator to read it back, issue 46).
+    v_head := '{}';
+    FOR v_lane IN
         SELECT d.lane
         FROM mailroom.outbound_messages AS d
         WHERE
@@ -387,7 +392,11 @@ BEGIN
             AND d.rcpt_domain <> ALL (coalesce(p_blocked, '{}'))
         ORDER BY d.priority DESC, coalesce(d.next_retry_at, '-infinity'::timestamptz), d.id
         LIMIT p_limit
-    );
+    LOOP
+        IF v_lane <> ALL (v_head) THEN
+            v_head := v_head || v_lane;
+        END IF;
+    END LOOP;
     IF cardinality(v_head) = 0 THEN
         lanes := '{}';
         nodes := '{}';

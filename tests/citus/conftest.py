@@ -82,3 +82,34 @@ def ccli_popen(citus_url: str) -> Iterator[Callable[..., subprocess.Popen]]:
         if proc.poll() is None:
             proc.kill()
         proc.wait(timeout=10)
+
+
+def _remote_commands(cconn, statement: str, params: tuple = (), *, local: bool = False) -> tuple[list, list[str]]:
+    """A statement's rows and the commands the coordinator sent the workers for it
+    (citus.log_remote_commands; what runs on the coordinator itself is not sent); local=True: those
+    too, in order, each as "locally: <statement>" (Citus' local execution of a statement on a
+    coordinator's shard or on an intermediate result)."""
+    seen: list[str] = []
+
+    def heard(diag) -> None:
+        seen.append(diag.message_primary or "")
+
+    cconn.add_notice_handler(heard)
+    cconn.execute("SET citus.log_remote_commands = on")
+    cconn.execute("SET client_min_messages = log")
+    try:
+        rows = cconn.execute(statement, params).fetchall()
+    finally:
+        cconn.execute("RESET citus.log_remote_commands")
+        cconn.execute("RESET client_min_messages")
+        cconn.remove_notice_handler(heard)
+    if local:
+        return rows, [m.removeprefix("issuing ").replace("executing the command locally:", "locally:", 1)
+                      for m in seen if m.startswith(("issuing ", "executing the command locally:"))]
+    return rows, [m.removeprefix("issuing ") for m in seen if m.startswith("issuing ")]
+
+
+@pytest.fixture
+def remote_commands() -> Callable[..., tuple[list, list[str]]]:
+    """_remote_commands: a statement's rows and what the coordinator sent the workers for it."""
+    return _remote_commands

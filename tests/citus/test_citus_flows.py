@@ -151,31 +151,6 @@ def _forget_sender(cconn, name: str) -> None:
     )
 
 
-def _remote_commands(cconn, statement: str, params: tuple = (), *, local: bool = False) -> tuple[list, list[str]]:
-    """A statement's rows and the commands the coordinator sent the workers for it
-    (citus.log_remote_commands; what runs on the coordinator itself is not sent); local=True: those
-    too, in order, each as "locally: <statement>" (Citus' local execution of a statement on a
-    coordinator's shard or on an intermediate result)."""
-    seen: list[str] = []
-
-    def heard(diag) -> None:
-        seen.append(diag.message_primary or "")
-
-    cconn.add_notice_handler(heard)
-    cconn.execute("SET citus.log_remote_commands = on")
-    cconn.execute("SET client_min_messages = log")
-    try:
-        rows = cconn.execute(statement, params).fetchall()
-    finally:
-        cconn.execute("RESET citus.log_remote_commands")
-        cconn.execute("RESET client_min_messages")
-        cconn.remove_notice_handler(heard)
-    if local:
-        return rows, [m.removeprefix("issuing ").replace("executing the command locally:", "locally:", 1)
-                      for m in seen if m.startswith(("issuing ", "executing the command locally:"))]
-    return rows, [m.removeprefix("issuing ") for m in seen if m.startswith("issuing ")]
-
-
 def _node(cconn, table: str, value: int | str) -> int:
     """The worker (Citus group) of the shard of `table` holding `value` (a bigint id or a text key)."""
     cast = "text" if isinstance(value, str) else "bigint"
@@ -185,16 +160,16 @@ def _node(cconn, table: str, value: int | str) -> int:
     ).fetchone()[0]
 
 
-def test_single_key_writes_commit_on_one_worker(cconn):
+def test_single_key_writes_commit_on_one_worker(cconn, remote_commands):
     """issue 37: a new mailbox's id is chosen on its address's worker, so create_mailbox commits
     there in one phase; a delivery's guard and message are two statements routed to the mailbox's
     worker (not an INSERT … SELECT through the coordinator); a new account is placed on its email's
     worker."""
     for _ in range(4):
-        (box,), sent = _remote_commands(cconn, "SELECT mailbox_id, address FROM mailroom.create_mailbox(30, 'free')")
+        (box,), sent = remote_commands(cconn, "SELECT mailbox_id, address FROM mailroom.create_mailbox(30, 'free')")
         assert _node(cconn, "mailroom.mailboxes", box[0]) == _node(cconn, "mailroom.mailbox_addresses", box[1])
         assert not [c for c in sent if c.startswith("PREPARE TRANSACTION")], sent
-        _, sent = _remote_commands(cconn, "SELECT mailroom.deliver_message(%s, %s)",
+        _, sent = remote_commands(cconn, "SELECT mailroom.deliver_message(%s, %s)",
                                    (box[1], b"Subject: hi\r\n\r\nhi\r\n"))
         assert not [c for c in sent if c.startswith(("PREPARE TRANSACTION", "COPY"))], sent
         assert [c for c in sent if c.startswith("INSERT INTO mailroom.messages_")], sent
@@ -211,7 +186,7 @@ def _finalize_sent(cconn, rows) -> None:
                   ([r[0] for r in rows], [r[1] for r in rows], ["sent"] * len(rows)))
 
 
-def test_claim_reads_the_head_and_stays_on_one_worker(cconn):
+def test_claim_reads_the_head_and_stays_on_one_worker(cconn, remote_commands):
     """issue 37: a claim with nothing due is one lane's statement and a read of the queue's head
     (nothing prepared on a worker), and (issue 46) the session's next one, its last having found
     nothing, the head's read alone (no transaction on a worker); a claim from a queue deeper than it
@@ -222,18 +197,23 @@ def test_claim_reads_the_head_and_stays_on_one_worker(cconn):
         pass
     cconn.execute("SELECT mailroom.enqueue_message('head', ARRAY['one@example.com'], 's', 'b')")
     assert len(cconn.execute("SELECT id FROM mailroom.claim_messages(10, 'one')").fetchall()) == 1
-    rows, sent = _remote_commands(cconn, "SELECT id FROM mailroom.claim_messages(10, 'idle')")
+    rows, sent = remote_commands(cconn, "SELECT id FROM mailroom.claim_messages(10, 'idle')")
     assert rows == []
     assert not [c for c in sent if c.startswith(("PREPARE", "COMMIT PREPARED"))], sent
     assert len([c for c in sent if c.startswith("UPDATE")]) == 1, sent  # the first lane only
     assert [c for c in sent if c.startswith("SELECT lane")], sent  # the head's read
     # the last claim found nothing: the next one reads the head and, nothing due, stops there (no
     # lane's locking statement)
-    rows, again = _remote_commands(cconn, "SELECT id FROM mailroom.claim_messages(10, 'idle')")
+    rows, again = remote_commands(cconn, "SELECT id FROM mailroom.claim_messages(10, 'idle')", local=True)
     assert rows == []
     assert [c for c in again if c.startswith("SELECT lane")], again
     assert not [c for c in again if c.startswith(("UPDATE", "PREPARE"))], again
     assert len(again) < len(sent), (again, sent)
+    # the head's read is one SELECT a worker, nothing else: no transaction opened on a worker, no
+    # intermediate result read back on the coordinator (issue 46: as ARRAY(SELECT …) it was both)
+    assert not [c for c in again if c.startswith(("BEGIN", "COMMIT", "COPY"))], again
+    assert [c for c in again if c.startswith("locally:")] == [
+        c for c in again if c.startswith("locally:") and "mailroom.settings_" in c], again
     lanes = cconn.execute(
         "SELECT count(*), count(DISTINCT mailroom_internal._shard_node(get_shard_id_for_distribution_column("
         "'mailroom.outbound_messages', lane))) FROM mailroom.outbound_lanes"
@@ -249,11 +229,11 @@ def test_claim_reads_the_head_and_stays_on_one_worker(cconn):
     )}
     assert len(nodes) == 2  # the queue spans both workers
     # the last claim found nothing: this one starts from the head's lanes and finds rows
-    rows, sent = _remote_commands(cconn, "SELECT id, claim_token FROM mailroom.claim_messages(10, 'head')")
+    rows, sent = remote_commands(cconn, "SELECT id, claim_token FROM mailroom.claim_messages(10, 'head')")
     assert len(rows) == 10 and [c for c in sent if c.startswith("SELECT lane")], sent
     _finalize_sent(cconn, rows)
     # that one found rows: this one starts from a random lane, which fills it
-    rows, sent = _remote_commands(cconn, "SELECT id, claim_token FROM mailroom.claim_messages(10, 'head')")
+    rows, sent = remote_commands(cconn, "SELECT id, claim_token FROM mailroom.claim_messages(10, 'head')")
     assert len(rows) == 10
     assert not [c for c in sent if c.startswith("PREPARE")], sent
     assert not [c for c in sent if c.startswith("SELECT lane")], sent  # the first lane filled it
@@ -262,7 +242,7 @@ def test_claim_reads_the_head_and_stays_on_one_worker(cconn):
         "'mailroom.outbound_messages', lane)) FROM mailroom.outbound_messages WHERE id = ANY(%s)", ([r[0] for r in rows],)
     )}
     assert len(claimed_nodes) == 1
-    outcomes, sent = _remote_commands(
+    outcomes, sent = remote_commands(
         cconn, "SELECT result FROM mailroom.finalize_messages(%s, %s, %s)",
         ([r[0] for r in rows], [r[1] for r in rows], ["sent"] * len(rows)),
     )
@@ -271,7 +251,7 @@ def test_claim_reads_the_head_and_stays_on_one_worker(cconn):
     _forget_sender(cconn, "head")
 
 
-def test_finalize_writes_the_claims_lane_only(cconn):
+def test_finalize_writes_the_claims_lane_only(cconn, remote_commands):
     """issue 46: a claim token carries its lane on Citus, so the finalize of a batch claimed from one
     lane writes that lane's shard alone and commits on its worker in one phase (it wrote every shard,
     a two-phase commit of both workers); a token without a lane (taken before this release, in flight
@@ -296,7 +276,7 @@ def test_finalize_writes_the_claims_lane_only(cconn):
             "SELECT mailroom_internal._return_paths(%s, (SELECT id FROM mailroom.senders WHERE name = 'lanes'), 2)", (rid,)
         ).fetchone()[0]
         assert paths == made and len(paths) == 2 and paths[0].endswith("@bounces.example.com"), (paths, made)
-    outcomes, sent = _remote_commands(
+    outcomes, sent = remote_commands(
         cconn, "SELECT result FROM mailroom.finalize_messages(%s, %s, %s)",
         ([r[0] for r in rows], [r[1] for r in rows], ["sent"] * len(rows)), local=True,
     )
@@ -315,7 +295,7 @@ def test_finalize_writes_the_claims_lane_only(cconn):
     cconn.execute("UPDATE mailroom.outbound_messages SET claim_token = %s WHERE id = %s", (old, rows[0][0]))
     tokens = [old] + [r[1] for r in rows[1:]]
     assert cconn.execute("SELECT mailroom_internal._claim_lanes(%s)", (tokens,)).fetchone()[0] is None
-    outcomes, sent = _remote_commands(
+    outcomes, sent = remote_commands(
         cconn, "SELECT result FROM mailroom.finalize_messages(%s, %s, %s)",
         ([r[0] for r in rows], tokens, ["sent"] * len(rows)),
     )
@@ -323,7 +303,7 @@ def test_finalize_writes_the_claims_lane_only(cconn):
     assert len([c for c in sent if c.startswith("UPDATE mailroom.outbound_messages_")]) == 2, sent
     # release names the lanes of its tokens too
     rows = cconn.execute("SELECT id, claim_token FROM mailroom.claim_messages(10, 'lanes')").fetchall()
-    (released,), sent = _remote_commands(
+    (released,), sent = remote_commands(
         cconn, "SELECT mailroom.release_messages(%s, %s)", ([r[0] for r in rows], [r[1] for r in rows]))
     assert released == (10,)
     assert len([c for c in sent if c.startswith("UPDATE mailroom.outbound_messages_")]) == 1, sent
