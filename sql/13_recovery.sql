@@ -83,55 +83,69 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     v_now timestamptz := mailroom.clock();
-    v_ttl interval := mailroom.setting('tokens.ttl')::interval;
+    v_ttl interval;
     v_request record;
     v_account bigint;
     v_status mailroom.account_status;
     v_token bigint;
     v_issued integer := 0;
 BEGIN
-    -- Up to p_limit pending requests, oldest first; a concurrent caller skips the ones taken here.
-    FOR v_request IN
-        SELECT r.id, r.email, r.requester_digest, r.requested_at
-        FROM mailroom.recovery_requests AS r
-        WHERE r.handled_at IS NULL
-            -- made by now (always so live): a pinned clock before them leaves them alone
-            AND r.requested_at <= v_now
-        ORDER BY r.id
-        LIMIT greatest(p_limit, 1)
-        FOR UPDATE SKIP LOCKED
-    LOOP
-        v_account := NULL;
-        v_status := NULL;
-        v_token := NULL;
-        -- a request older than a token's life is answered with nothing (a late mail would surprise)
-        IF v_request.requested_at > v_now - v_ttl THEN
-            -- the account's row lock serialises the policy for one account across collectors
-            SELECT l.id, l.status INTO v_account, v_status
-            FROM mailroom_internal._lock_account_by_email(v_request.email) AS l;
-            IF v_status = 'active' AND mailroom_internal._recovery_allowed(v_account, v_request.requester_digest, v_now) THEN
-                v_token := mailroom_internal._issue_token(v_account, 'password_recovery');
-                v_issued := v_issued + 1;
+    -- Any pending request at all, first, by a read: a call with none locks nothing (on Citus the
+    -- table is on the coordinator, and a row lock taken there makes the dequeue's commit a
+    -- two-phase one; issue 46)
+    PERFORM 1 FROM mailroom.recovery_requests AS r WHERE r.handled_at IS NULL AND r.requested_at <= v_now LIMIT 1;
+    IF FOUND THEN
+        v_ttl := mailroom.setting('tokens.ttl')::interval;
+        -- Up to p_limit pending requests, oldest first; a concurrent caller skips the ones taken here.
+        FOR v_request IN
+            SELECT r.id, r.email, r.requester_digest, r.requested_at
+            FROM mailroom.recovery_requests AS r
+            WHERE r.handled_at IS NULL
+                -- made by now (always so live): a pinned clock before them leaves them alone
+                AND r.requested_at <= v_now
+            ORDER BY r.id
+            LIMIT greatest(p_limit, 1)
+            FOR UPDATE SKIP LOCKED
+        LOOP
+            v_account := NULL;
+            v_status := NULL;
+            v_token := NULL;
+            -- a request older than a token's life is answered with nothing (a late mail would surprise)
+            IF v_request.requested_at > v_now - v_ttl THEN
+                -- the account's row lock serialises the policy for one account across collectors
+                SELECT l.id, l.status INTO v_account, v_status
+                FROM mailroom_internal._lock_account_by_email(v_request.email) AS l;
+                IF v_status = 'active' AND mailroom_internal._recovery_allowed(v_account, v_request.requester_digest, v_now) THEN
+                    v_token := mailroom_internal._issue_token(v_account, 'password_recovery');
+                    v_issued := v_issued + 1;
+                END IF;
             END IF;
-        END IF;
-        IF v_token IS NULL THEN
-            -- nothing issued: nothing to keep, not even the address
-            DELETE FROM mailroom.recovery_requests AS r WHERE r.id = v_request.id;
-        ELSE
-            UPDATE mailroom.recovery_requests AS r
-            SET handled_at = v_now, email = NULL, account = v_account, token_id = v_token
-            WHERE r.id = v_request.id;
-        END IF;
-    END LOOP;
-    -- issued requests leave once out of every window of the policy (a batch per call)
-    DELETE FROM mailroom.recovery_requests AS r
-    WHERE r.id IN (
-        SELECT x.id FROM mailroom.recovery_requests AS x
-        WHERE x.token_id IS NOT NULL AND x.handled_at < v_now - interval '2 days'
-        ORDER BY x.handled_at
-        LIMIT 1000
-        FOR UPDATE SKIP LOCKED
-    );
+            IF v_token IS NULL THEN
+                -- nothing issued: nothing to keep, not even the address
+                DELETE FROM mailroom.recovery_requests AS r WHERE r.id = v_request.id;
+            ELSE
+                UPDATE mailroom.recovery_requests AS r
+                SET handled_at = v_now, email = NULL, account = v_account, token_id = v_token
+                WHERE r.id = v_request.id;
+            END IF;
+        END LOOP;
+    END IF;
+    -- issued requests leave once out of every window of the policy (a batch per call); looked for
+    -- first, so a call with none writes nothing (on Citus the table is on the coordinator, and a
+    -- write there, even of no row, makes the dequeue's commit a two-phase one; issue 46)
+    PERFORM 1 FROM mailroom.recovery_requests AS x
+    WHERE x.token_id IS NOT NULL AND x.handled_at < v_now - interval '2 days'
+    LIMIT 1;
+    IF FOUND THEN
+        DELETE FROM mailroom.recovery_requests AS r
+        WHERE r.id IN (
+            SELECT x.id FROM mailroom.recovery_requests AS x
+            WHERE x.token_id IS NOT NULL AND x.handled_at < v_now - interval '2 days'
+            ORDER BY x.handled_at
+            LIMIT 1000
+            FOR UPDATE SKIP LOCKED
+        );
+    END IF;
     RETURN v_issued;
 END;
 $$;

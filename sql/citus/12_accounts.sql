@@ -341,14 +341,16 @@ BEGIN
                 coalesce(p_limit::text, 'NULL'));
     END IF;
     -- expired pending tokens retired: looked for first (a read opens no write on the workers),
-    -- so a dequeue with none does not write every shard and commit both workers in two phases
-    IF EXISTS (
-        SELECT 1 FROM mailroom.tokens AS t
-        WHERE t.dispatched_at IS NULL
-            AND t.consumed_at IS NULL
-            AND t.revoked_at IS NULL
-            AND t.expires_at <= v_now
-    ) THEN
+    -- so a dequeue with none does not write every shard and commit both workers in two phases.
+    -- A plain read with its LIMIT, not EXISTS (…): Citus made that sublink an intermediate result,
+    -- a transaction on every worker and a second statement on the coordinator (issue 46).
+    PERFORM 1 FROM mailroom.tokens AS t
+    WHERE t.dispatched_at IS NULL
+        AND t.consumed_at IS NULL
+        AND t.revoked_at IS NULL
+        AND t.expires_at <= v_now
+    LIMIT 1;
+    IF FOUND THEN
         UPDATE mailroom.tokens AS t
         SET revoked_at = t.expires_at
         WHERE t.dispatched_at IS NULL
@@ -356,9 +358,11 @@ BEGIN
             AND t.revoked_at IS NULL
             AND t.expires_at <= v_now;
     END IF;
-    -- candidates, unlocked: twice the limit, so tokens a concurrent caller holds leave enough
-    SELECT array_agg(DISTINCT c.account) INTO v_accounts
-    FROM (
+    -- candidates, unlocked: twice the limit, so tokens a concurrent caller holds leave enough. Read
+    -- by a loop over the statement itself (as a subquery its ordered read became an intermediate
+    -- result: a transaction on every worker and a second statement on the coordinator; issue 46)
+    v_accounts := '{}';
+    FOR r IN
         SELECT t.account
         FROM mailroom.tokens AS t
         WHERE t.dispatched_at IS NULL
@@ -368,7 +372,10 @@ BEGIN
             AND t.created_at <= v_now
         ORDER BY t.id
         LIMIT 2 * p_limit
-    ) AS c;
+    LOOP
+        v_accounts := v_accounts || r.account;
+    END LOOP;
+    v_accounts := CASE WHEN cardinality(v_accounts) > 0 THEN ARRAY(SELECT DISTINCT u.a FROM unnest(v_accounts) AS u (a)) END;
     IF v_accounts IS NOT NULL THEN
         FOR v_shard IN
             SELECT array_agg(u.account ORDER BY u.account)
@@ -397,10 +404,17 @@ BEGIN
         END LOOP;
     END IF;
     IF p_mint AND cardinality(v_ids) > 0 THEN
-        -- the new digests' lookup rows (sql/citus/13), so consume_token finds each token's shard
-        INSERT INTO mailroom.token_digests (secret_digest, account)
-        SELECT mailroom_internal._digest(u.secret, 'sha256'), u.account
-        FROM unnest(v_secrets, v_owners) AS u (secret, account);
+        -- the new digests' lookup rows (sql/citus/13), so consume_token finds each token's shard. One
+        -- by a routed INSERT: Citus makes an INSERT … SELECT from the coordinator a COPY, which always
+        -- commits in two phases, even on one worker (issue 46)
+        IF cardinality(v_ids) = 1 THEN
+            INSERT INTO mailroom.token_digests (secret_digest, account)
+            VALUES (mailroom_internal._digest(v_secrets[1], 'sha256'), v_owners[1]);
+        ELSE
+            INSERT INTO mailroom.token_digests (secret_digest, account)
+            SELECT mailroom_internal._digest(u.secret, 'sha256'), u.account
+            FROM unnest(v_secrets, v_owners) AS u (secret, account);
+        END IF;
         RETURN QUERY
         SELECT u.action, u.email, u.login, u.signed, u.code, u.id
         FROM unnest(

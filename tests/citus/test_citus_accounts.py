@@ -3,6 +3,7 @@ login and email kept unique through lookup tables; dequeue_tokens shard by shard
 
 from __future__ import annotations
 
+import re
 import threading
 import uuid
 
@@ -236,3 +237,32 @@ def test_the_deprecated_keyed_consume_activates_too(cconn):
                           (signed, bytes(32))).fetchone()
         assert tuple(row) == (account, "consumed")
         assert app.execute("SELECT mailroom.account_status(%s)", (account,)).fetchone()[0] == "active"
+
+
+def test_dequeue_of_one_reads_without_a_transaction_and_writes_no_coordinator_row(cconn, remote_commands):
+    """issue 46: dequeue_tokens' reads of every shard (expired tokens, candidates) are plain reads,
+    sent before any transaction is opened on a worker (as a sublink they were intermediate results:
+    a transaction on every worker and a statement more on the coordinator); with no recovery request
+    pending nothing on the coordinator is written or locked, and one token's digest goes by a routed
+    INSERT, not a COPY: so the commit is one-phase when the token and its digest share a worker."""
+    with psycopg.connect(testing.as_login(cconn.info.dsn, "mr_collector")) as coll:
+        while coll.execute("SELECT count(*) FROM mailroom.dequeue_tokens(1000)").fetchone()[0]:
+            coll.commit()
+        coll.commit()
+    cconn.execute("DELETE FROM mailroom.recovery_requests")
+    for _ in range(6):
+        tag = uuid.uuid4().hex[:8]
+        with _app(cconn) as app:
+            app.execute("SELECT mailroom.create_account(%s, %s)", (f"d-{tag}@example.com", f"d-{tag}"))
+        rows, sent = remote_commands(cconn, "SELECT login FROM mailroom.dequeue_tokens(1)", local=True)
+        assert [r[0] for r in rows] == [f"d-{tag}"]
+        first_write = next(i for i, c in enumerate(sent) if c.startswith("BEGIN"))
+        assert [c for c in sent[:first_write] if c.startswith("SELECT account")], sent  # the candidates, read before it
+        assert not [c for c in sent if c.startswith(("COPY", "locally: SELECT (EXISTS", "locally: SELECT array_agg"))], sent
+        assert not [c for c in sent if c.startswith("locally:") and "recovery_requests" in c
+                    and any(w in c for w in ("DELETE", "UPDATE", "FOR UPDATE"))], sent
+        shards = {int(m) for c in sent for m in re.findall(r"mailroom\.(?:tokens|token_digests)_(\d+)", c)
+                  if c.startswith(("WITH picked", "INSERT INTO mailroom.token_digests"))}
+        nodes = {cconn.execute("SELECT mailroom_internal._shard_node(%s)", (s,)).fetchone()[0] for s in shards}
+        prepared = [c for c in sent if c.startswith("PREPARE TRANSACTION")]
+        assert len(prepared) == (0 if len(nodes) == 1 else len(nodes)), (nodes, sent)
