@@ -93,7 +93,7 @@ def servers():
     # the served default; and the StreamReader buffer the block reader gives back what it read past the end
     # through (asyncio's private _buffer: without it InboundSMTP silently reads line by line)
     assert _smtp_class(MAX_LINE).bulk_data is fastpaths.enabled()
-    assert isinstance(asyncio.StreamReader()._buffer, bytearray)
+    assert isinstance(asyncio.StreamReader(loop=loop)._buffer, bytearray)
     try:
         yield {name: (handler, port) for name, (_, handler, port) in made.items()}
     finally:
