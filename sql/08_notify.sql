@@ -113,6 +113,39 @@ COMMENT ON FUNCTION mailroom.await_writers(interval) IS
 GRANT EXECUTE ON FUNCTION mailroom.await_writers(interval)
 TO mailroom_app, mailroom_collector, mailroom_sender, mailroom_inbound, mailroom_http;
 
+-- The registry's rule, once: of these channels, the ones a NOTIFY may be heard on (a session
+-- registered with mailroom.listen, or notify.always), in the order given. One statement for any
+-- number of channels (deliver_message asks for two; on Citus each statement that reads a reference
+-- table is one of its own on the coordinator).
+CREATE OR REPLACE FUNCTION mailroom_internal._listened_channels(p_channels text[])
+RETURNS text[]
+LANGUAGE plpgsql
+STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_always text;
+    v_heard text[];
+BEGIN
+    SELECT
+        (SELECT t.value FROM mailroom.settings AS t WHERE t.name = 'notify.always'),
+        ARRAY(
+            SELECT c.channel FROM unnest(p_channels) WITH ORDINALITY AS c (channel, o)
+            WHERE EXISTS (SELECT FROM mailroom.listeners AS l WHERE l.channel = c.channel)
+            ORDER BY c.o
+        )
+    INTO v_always, v_heard;
+    IF v_always IS NULL THEN
+        -- the setting is gone: setting()'s MR001
+        v_always := mailroom.setting('notify.always');
+    END IF;
+    RETURN CASE WHEN v_always::boolean THEN p_channels ELSE v_heard END;
+END;
+$$;
+
+COMMENT ON FUNCTION mailroom_internal._listened_channels(text[]) IS
+'Internal: of these registered channels, the ones a NOTIFY may be heard on (a session registered with mailroom.listen, or notify.always), in the order given.';
+
 CREATE OR REPLACE FUNCTION mailroom_internal._listened(p_channel text)
 RETURNS boolean
 LANGUAGE plpgsql
@@ -120,8 +153,7 @@ STABLE
 SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
-    RETURN EXISTS (SELECT FROM mailroom.listeners AS l WHERE l.channel = p_channel)
-        OR mailroom.setting('notify.always')::boolean;
+    RETURN p_channel = ANY (mailroom_internal._listened_channels(ARRAY[p_channel]));
 END;
 $$;
 
@@ -134,11 +166,26 @@ LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
-    IF mailroom_internal._listened(p_channel) THEN
-        PERFORM pg_notify(p_channel, p_payload);
-    END IF;
+    PERFORM mailroom_internal._notify_each(ARRAY[p_channel], p_payload);
 END;
 $$;
+
+CREATE OR REPLACE FUNCTION mailroom_internal._notify_each(p_channels text[], p_payload text)
+RETURNS void
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_channel text;
+BEGIN
+    FOREACH v_channel IN ARRAY mailroom_internal._listened_channels(p_channels) LOOP
+        PERFORM pg_notify(v_channel, p_payload);
+    END LOOP;
+END;
+$$;
+
+COMMENT ON FUNCTION mailroom_internal._notify_each(text[], text) IS
+'Internal: pg_notify of one payload on each registered channel given that someone may hear (_listened_channels), in the order given.';
 
 COMMENT ON FUNCTION mailroom_internal._notify(text, text) IS
 'Internal: pg_notify on a registered channel (deliver_message''s), only when mailroom_internal._listened says someone may hear it; the always channels call pg_notify.';

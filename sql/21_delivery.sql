@@ -135,17 +135,16 @@ BEGIN
             -- NOTIFY serializes the commits of every notifying transaction). No address or
             -- subject ever goes in it.
             v_payload := json_build_object('mailbox_id', v_mailbox_id, 'message_id', v_message_id)::text;
-            PERFORM mailroom_internal._notify('mailroom_inbox', v_payload);
-            PERFORM mailroom_internal._notify('mailroom_delivery', v_payload);
+            PERFORM mailroom_internal._notify_each(ARRAY['mailroom_inbox', 'mailroom_delivery'], v_payload);
             -- webhooks (sql/38_outbound_webhooks.sql): message.received, queued in this transaction,
             -- for an API key's inbox whose owner registered an endpoint; one indexed look-up, and
-            -- none for any other inbox
-            IF v_owner_type IN ('api', 'mcp') AND EXISTS (
-                SELECT 1 FROM mailroom.webhook_endpoints AS w WHERE w.owner_id = v_owner_id
-            ) THEN
-                PERFORM mailroom_internal._webhook_message_received(
-                    v_owner_id, btrim(p_address), v_message_id, v_now, v_stored_size, v_parsed
-                );
+            -- no statement at all for any other inbox
+            IF v_owner_type IN ('api', 'mcp') THEN
+                IF EXISTS (SELECT 1 FROM mailroom.webhook_endpoints AS w WHERE w.owner_id = v_owner_id) THEN
+                    PERFORM mailroom_internal._webhook_message_received(
+                        v_owner_id, btrim(p_address), v_message_id, v_now, v_stored_size, v_parsed
+                    );
+                END IF;
             END IF;
             RETURN v_message_id;
         END IF;

@@ -2,7 +2,7 @@
 -- deliver_message consults it (docs/architecture.md, "NOTIFY, channel by channel"; each channel's
 -- rule is checked end to end by tests/db/test_notify_channels.py).
 BEGIN;
-SELECT plan(21);
+SELECT plan(23);
 \ir fixtures/default_settings.sql
 
 SELECT has_table('mailroom', 'listeners', 'mailroom.listeners exists');
@@ -11,8 +11,8 @@ SELECT is(
     (
         SELECT string_agg(p.proname, ', ' ORDER BY p.proname)
         FROM pg_proc AS p
-        WHERE p.pronamespace IN ('mailroom'::regnamespace, 'mailroom_internal'::regnamespace) AND p.prosrc ~ 'mailroom_internal\._(notify|listened)\('
-            AND p.proname NOT IN ('_notify', '_listened')
+        WHERE p.pronamespace IN ('mailroom'::regnamespace, 'mailroom_internal'::regnamespace) AND p.prosrc ~ 'mailroom_internal\._(notify|listened|notify_each|listened_channels)\('
+            AND p.proname NOT IN ('_notify', '_listened', '_notify_each', '_listened_channels')
     ),
     'delete_mailbox, deliver_message',
     'only deliver_message and delete_mailbox (its deletion on mailroom_inbox, ending the waits) notify through the registry (mailroom_inbox, mailroom_delivery): other channels always'
@@ -37,8 +37,17 @@ SELECT ok(mailroom_internal._listened('mailroom_delivery'), 'a stale row counts 
 SELECT mailroom.listen(ARRAY['mailroom_inbox']);
 SELECT ok(NOT mailroom_internal._listened('mailroom_delivery'), 'listen prunes the rows of ended sessions');
 
+-- several channels in one statement (deliver_message's two), in the order asked
+SELECT is(
+    mailroom_internal._listened_channels(ARRAY['mailroom_delivery', 'mailroom_inbox']), ARRAY['mailroom_inbox'],
+    '_listened_channels: of the channels asked, the registered ones'
+);
 SELECT mailroom.set_setting('notify.always', 'true');
 SELECT ok(mailroom_internal._listened('mailroom_delivery'), 'notify.always: every channel is notified');
+SELECT is(
+    mailroom_internal._listened_channels(ARRAY['mailroom_delivery', 'mailroom_inbox']), ARRAY['mailroom_delivery', 'mailroom_inbox'],
+    '_listened_channels under notify.always: every channel asked, in the order asked'
+);
 SELECT mailroom.set_setting('notify.always', 'false');
 
 SELECT mailroom.unlisten();
