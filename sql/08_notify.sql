@@ -146,30 +146,6 @@ $$;
 COMMENT ON FUNCTION mailroom_internal._listened_channels(text[]) IS
 'Internal: of these registered channels, the ones a NOTIFY may be heard on (a session registered with mailroom.listen, or notify.always), in the order given.';
 
-CREATE OR REPLACE FUNCTION mailroom_internal._listened(p_channel text)
-RETURNS boolean
-LANGUAGE plpgsql
-STABLE
-SET search_path = pg_catalog, pg_temp
-AS $$
-BEGIN
-    RETURN p_channel = ANY (mailroom_internal._listened_channels(ARRAY[p_channel]));
-END;
-$$;
-
-COMMENT ON FUNCTION mailroom_internal._listened(text) IS
-'Internal: whether a NOTIFY on a registered channel (mailroom_inbox, mailroom_delivery) may be heard (a session registered with mailroom.listen, or notify.always).';
-
-CREATE OR REPLACE FUNCTION mailroom_internal._notify(p_channel text, p_payload text)
-RETURNS void
-LANGUAGE plpgsql
-SET search_path = pg_catalog, pg_temp
-AS $$
-BEGIN
-    PERFORM mailroom_internal._notify_each(ARRAY[p_channel], p_payload);
-END;
-$$;
-
 CREATE OR REPLACE FUNCTION mailroom_internal._notify_each(p_channels text[], p_payload text)
 RETURNS void
 LANGUAGE plpgsql
@@ -185,7 +161,4 @@ END;
 $$;
 
 COMMENT ON FUNCTION mailroom_internal._notify_each(text[], text) IS
-'Internal: pg_notify of one payload on each registered channel given that someone may hear (_listened_channels), in the order given.';
-
-COMMENT ON FUNCTION mailroom_internal._notify(text, text) IS
-'Internal: pg_notify on a registered channel (deliver_message''s), only when mailroom_internal._listened says someone may hear it; the always channels call pg_notify.';
+'Internal: pg_notify of one payload on each registered channel given (deliver_message''s, delete_mailbox''s) that someone may hear (_listened_channels), in the order given; the always channels call pg_notify.';

@@ -393,8 +393,8 @@ BEGIN
     END IF;
     -- the delete announces itself where mail is announced (ids only), so a wait on the inbox ends
     -- at once (MR206) instead of at its timeout (docs/architecture.md, "The wait")
-    PERFORM mailroom_internal._notify(
-        'mailroom_inbox', json_build_object('mailbox_id', v_box.id, 'deleted', true)::text
+    PERFORM mailroom_internal._notify_each(
+        ARRAY['mailroom_inbox'], json_build_object('mailbox_id', v_box.id, 'deleted', true)::text
     );
     RETURN true;
 END;

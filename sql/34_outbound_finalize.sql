@@ -677,11 +677,7 @@ BEGIN
         $q$, v_scope) INTO v_got USING v_now, p_older_than, v_max, v_log_max;
         v_count := v_count + v_got;
     END LOOP;
-    IF v_count > 0 THEN
-        UPDATE mailroom.outbound_counters AS k
-        SET value = k.value + v_count
-        WHERE k.name = 'reaped';
-    END IF;
+    PERFORM mailroom_internal._count_outbound('reaped', v_count);
     RETURN v_count;
 END;
 $$;

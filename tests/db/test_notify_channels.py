@@ -115,7 +115,7 @@ def test_the_table_lists_every_channel_the_schema_sends_on(conn):
     sent = set()
     for path in sorted((ROOT / "sql").rglob("*.sql")):
         text = path.read_text()
-        sent |= set(re.findall(r"(?:pg_notify|mailroom_internal\._notify)\(\s*'([a-z_]+)'", text))
+        sent |= set(re.findall(r"pg_notify\(\s*'([a-z_]+)'", text))
         for names in re.findall(r"mailroom_internal\._notify_each\(\s*ARRAY\[([^\]]*)\]", text):
             sent |= set(re.findall(r"'([a-z_]+)'", names))
     sent.add(conn.execute("SELECT mailroom.setting('tokens.channel')").fetchone()[0])
