@@ -229,9 +229,9 @@ def main(argv: list[str] | None = None) -> None:
     open_files_up_to_hard_limit()
     supervisor = os.environ.pop("MAILROOM_SUPERVISOR_PID", "")  # started by `mailroom run`
     if supervisor.isdigit():
-        from mailroom.core.supervisor import die_with
+        from mailroom.core.supervisor import supervised
 
-        die_with(int(supervisor))
+        supervised(int(supervisor))  # dies with it; SIGQUIT writes the stacks (a stuck child, before SIGKILL)
     if args[:1] in (["--version"], ["-V"]):
         print(version_line())
         return

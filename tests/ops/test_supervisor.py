@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -90,11 +92,15 @@ def test_a_failed_ready_check_stops_what_was_started(tmp_path):
     assert not first.running() and not second.running()
 
 
-def test_a_child_that_ignores_sigterm_is_killed_after_the_grace(tmp_path):
-    def stubborn() -> None:
-        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+def test_a_child_that_ignores_sigterm_is_killed_after_the_grace_with_its_stacks_written(tmp_path, capfd, caplog):
+    def stuck_in_here() -> None:
         while True:
             time.sleep(1)
+
+    def stubborn() -> None:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        threading.Thread(target=stuck_in_here, name="helper", daemon=True).start()
+        stuck_in_here()
 
     sup = Supervisor([Child("stubborn", target=stubborn)], startup_seconds=0.1, stop_grace=0.5)
     _signal_later(0.5)
@@ -102,3 +108,33 @@ def test_a_child_that_ignores_sigterm_is_killed_after_the_grace(tmp_path):
     assert sup.run() == 0
     assert sup.children[0].returncode == -signal.SIGKILL
     assert time.monotonic() - started < 5
+    err = capfd.readouterr().err
+    # where it hung, before it was killed (the collector that once did not stop, CI on ac7884d, said nothing)
+    assert "stubborn did not stop within 0s; its threads' stacks follow, then it is killed" in caplog.text
+    assert err.count("in stuck_in_here") == 2  # both threads
+    assert "Current thread" in err  # faulthandler's header of the main thread's stack
+
+
+def test_a_supervised_command_writes_its_stacks_on_sigquit_and_goes_on(tmp_path):
+    """`python -m mailroom` started by a supervisor (MAILROOM_SUPERVISOR_PID) registers the stacks
+    signal first thing; one waiting for an unreachable database answers it and keeps waiting."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MAILROOM_")}
+    env.update(MAILROOM_DATABASE_URL="postgresql://mailroom@127.0.0.1:1/nothing", MAILROOM_SUPERVISOR_PID=str(os.getpid()))
+    err = tmp_path / "err"
+    with err.open("w") as f:
+        proc = subprocess.Popen([sys.executable, "-m", "mailroom", "collect"], env=env, stdout=subprocess.DEVNULL,
+                                stderr=f)
+    try:
+        deadline = time.monotonic() + 30
+        while "configured" not in err.read_text() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGQUIT)
+        while "collector.py" not in err.read_text() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert "collector.py" in err.read_text()
+        assert proc.poll() is None  # it goes on
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(15) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()

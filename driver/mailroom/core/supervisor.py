@@ -27,13 +27,17 @@ waits, and its policy is the same for every set of children:
   a container runtime) restarts the whole set (the demo);
 - SIGTERM or SIGINT stops every child with SIGTERM (the last started first); each gets `stop_grace`
   seconds to exit before SIGKILL; a child that exits 0 is logged as stopped, any other as what it
-  exited with (or what killed it), and the exit status is 0.
+  exited with (or what killed it), and the exit status is 0. A child still running after the grace
+  is stuck: before SIGKILL it gets SIGQUIT, on which every supervised child writes the Python stack of
+  each of its threads to stderr (`supervised`: faulthandler, which writes from the signal handler
+  itself, so a deadlocked interpreter still answers), so the log says where it hung.
 
 The supervisor holds no database connection and no event loop.
 """
 
 from __future__ import annotations
 
+import faulthandler
 import os
 import select
 import signal
@@ -49,6 +53,8 @@ from mailroom.core.log import get_logger
 STARTUP_SECONDS = 5.0
 RESTART_DELAY = 1.0
 STOP_GRACE_SECONDS = 10.0
+STACKS_SIGNAL = signal.SIGQUIT  # a supervised child writes its threads' stacks to stderr (the JVM's, Go's)
+STACKS_SECONDS = 0.5  # between that signal and SIGKILL
 POLL_SECONDS = 0.1
 READY_PATIENCE = 5.0  # seconds before the supervisor says which child it still waits for
 
@@ -125,6 +131,14 @@ def _load_prctl() -> Any:
     return _prctl
 
 
+def supervised(parent: int) -> None:
+    """What a supervised child does first: die with its supervisor (`die_with`), and write the stacks
+    of its threads to stderr on STACKS_SIGNAL (the supervisor sends it to a child that did not stop
+    within the grace, before SIGKILL; an operator may too: `kill -QUIT PID`)."""
+    faulthandler.register(STACKS_SIGNAL, all_threads=True, chain=False)
+    die_with(parent)
+
+
 def die_with(parent: int) -> None:
     """A child in a process group of its own outlives a supervisor killed by SIGKILL (the OOM killer,
     kill -9), serving on alone (an inbox worker on a SO_REUSEPORT port the next server shares): on
@@ -175,7 +189,7 @@ def _run_command(child: Child, env: dict[str, str], inherited: list[int]) -> Non
         if prctl:
             prctl(PR_SET_NAME, comm_of(child).encode(), 0, 0, 0)
         os.environ.clear()
-        os.environ.update(env)  # MAILROOM_SUPERVISOR_PID in it: main() calls die_with first
+        os.environ.update(env)  # MAILROOM_SUPERVISOR_PID in it: main() calls supervised first
         sys.argv = ["mailroom", *(child.args or [])]
         import runpy
 
@@ -200,7 +214,7 @@ def _run_target(child: Child, parent: int) -> None:
     try:
         for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGCHLD):
             signal.signal(sig, signal.SIG_DFL)
-        die_with(parent)
+        supervised(parent)
         code = (child.target() if child.target is not None else 0) or 0
     except UserError as exc:
         log.error("%s %d: %s", child.name, os.getpid(), exc)
@@ -245,7 +259,7 @@ class Supervisor:
             argv = [sys.executable, "-m", "mailroom", *child.args]
             env = {k: v for k, v in {**(self.env if self.env is not None else os.environ), **(child.env or {})}.items()
                    if v is not None}
-            env[SUPERVISOR_ENV] = str(os.getpid())  # it dies with this process (die_with, at its start)
+            env[SUPERVISOR_ENV] = str(os.getpid())  # it dies with this process (supervised, at its start)
             write_fd = None
             if child.ready_fd is not None:  # a restarted child's unread pipe
                 os.close(child.ready_fd)
@@ -392,7 +406,10 @@ class Supervisor:
             while child.running() and time.monotonic() < deadline:
                 time.sleep(POLL_SECONDS / 2)
             if child.running():
-                self.log.info("%s did not stop within %.0fs; killing it", child.name, self.stop_grace)
+                self.log.info("%s did not stop within %.0fs; its threads' stacks follow, then it is killed",
+                              child.name, self.stop_grace)
+                child.send(STACKS_SIGNAL)
+                time.sleep(STACKS_SECONDS)
                 child.send(signal.SIGKILL)
                 while child.running():
                     time.sleep(POLL_SECONDS / 2)
