@@ -284,9 +284,12 @@ def test_finalize_writes_the_claims_lane_only(cconn, remote_commands):
     assert not [c for c in sent if c.startswith(("PREPARE", "COMMIT PREPARED"))], sent
     updates = [i for i, c in enumerate(sent) if c.startswith("UPDATE mailroom.outbound_messages_")]
     assert len(updates) == 1, sent
-    # what the outcomes lead to besides the rows (suppressions, domain backoffs, webhooks, counters)
-    # is one statement, then the answer: on Citus each is a statement of its own on the coordinator
-    assert len([c for c in sent[updates[0]:] if c.startswith("locally:")]) == 2, sent[updates[0]:]
+    # the UPDATE is a plain statement routed to the lane's shard, not a CTE whose rows come back as an
+    # intermediate result for the coordinator to run the rest of the statement over (a COPY to the
+    # worker, then statements run locally: 7.4 ms of the coordinator's CPU for a finalize of 10);
+    # nothing else is written for a batch all sent (no suppression, backoff, webhook or counter)
+    assert not [c for c in sent if c.startswith("COPY") or "read_intermediate_result" in c], sent
+    assert sent[updates[0] + 1:] == ["COMMIT"], sent[updates[0]:]
 
     # a token of the previous release (no lane in it) for one row of the batch: every lane is written
     rows = cconn.execute("SELECT id, claim_token FROM mailroom.claim_messages(10, 'lanes')").fetchall()
