@@ -138,3 +138,34 @@ def test_a_supervised_command_writes_its_stacks_on_sigquit_and_goes_on(tmp_path)
     finally:
         if proc.poll() is None:
             proc.kill()
+
+
+def test_a_finite_set_ends_when_every_child_is_done(tmp_path):
+    """send --workers N --until-idle: a child that exits 0 is done (not restarted, not a failure even
+    within the start-up window); the supervisor returns 0 once all are."""
+    starts = tmp_path / "starts"
+
+    def done_after(name: str, seconds: float) -> Child:
+        def target() -> int:
+            with starts.open("a") as f:
+                f.write(f"{name} {os.getpid()}\n")
+            time.sleep(seconds)
+            return 0
+
+        return Child(name, target=target)
+
+    sup = Supervisor([done_after("quick", 0), done_after("slow", 1.0)], startup_seconds=5, stop_grace=2, restart=True,
+                     finite=True)
+    started = time.monotonic()
+    assert sup.run() == 0
+    assert 1.0 <= time.monotonic() - started < 5
+    assert sorted(_starts(starts)) == ["quick", "slow"]  # each once
+    assert all(c.done and c.returncode == 0 for c in sup.children)
+
+
+def test_a_finite_set_stops_the_others_when_one_fails(tmp_path):
+    starts = tmp_path / "starts"
+    sup = Supervisor([_child("fails", starts, lives=0.3), _child("forever", starts, lives=None)],
+                     startup_seconds=0.1, stop_grace=2, restart=False, finite=True)
+    assert sup.run() == 1
+    assert sup.children[1].returncode == -signal.SIGTERM

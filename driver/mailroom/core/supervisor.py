@@ -27,7 +27,9 @@ waits, and its policy is the same for every set of children:
   a container runtime) restarts the whole set (the demo);
 - SIGTERM or SIGINT stops every child with SIGTERM (the last started first); each gets `stop_grace`
   seconds to exit before SIGKILL; a child that exits 0 is logged as stopped, any other as what it
-  exited with (or what killed it), and the exit status is 0. A child still running after the grace
+  exited with (or what killed it), and the exit status is 0. A finite set (`mailroom send --workers N
+  --until-idle`) ends when its work does: a child that exits 0 is done, neither restarted nor a
+  failure, and the supervisor exits 0 once every child is done. A child still running after the grace
   is stuck: before SIGKILL it gets SIGQUIT, on which every supervised child writes the Python stack of
   each of its threads to stderr (`supervised`: faulthandler, which writes from the signal handler
   itself, so a deadlocked interpreter still answers), so the log says where it hung.
@@ -76,6 +78,7 @@ class Child:
     returncode: int | None = None  # as subprocess reports it: the exit code, or -N for signal N
     ready_fd: int | None = field(default=None, repr=False)  # read end of its ready pipe, until it is ready
     is_ready: bool = False
+    done: bool = False  # a finite set's child that exited 0 (Supervisor(finite=True))
 
     def exit_text(self) -> str:
         """How it ended, for the log: 'stopped', 'exited with code 3', 'killed by SIGKILL'."""
@@ -239,8 +242,10 @@ class Supervisor:
         startup_seconds: float = STARTUP_SECONDS,
         stop_grace: float = STOP_GRACE_SECONDS,
         log_name: str = "run",
+        finite: bool = False,
     ) -> None:
         self.children = children
+        self.finite = finite
         self.env = env
         self.restart = restart
         self.startup_seconds = startup_seconds
@@ -254,6 +259,7 @@ class Supervisor:
 
     def spawn(self, child: Child) -> None:
         child.returncode = None
+        child.done = False
         child.started_at = time.monotonic()
         if child.args is not None:
             argv = [sys.executable, "-m", "mailroom", *child.args]
@@ -360,6 +366,8 @@ class Supervisor:
                 on_started()
             while not self.received and not self.failed:
                 self._watch()
+                if self.finite and all(c.done for c in self.children):
+                    break
                 time.sleep(POLL_SECONDS)
             if self.received:
                 self.log.info("signal %s received; stopping", signal.Signals(self.received[0]).name)
@@ -376,7 +384,11 @@ class Supervisor:
 
     def _watch(self) -> None:
         for child in self.children:
-            if child.pid is None or child.running():
+            if child.pid is None or child.done or child.running():
+                continue
+            if self.finite and child.returncode == 0:
+                child.done = True  # its work is over (a finite set: send --until-idle)
+                self.log.info("%s %s", child.name, child.exit_text())
                 continue
             if time.monotonic() - child.started_at < self.startup_seconds:
                 self.log.error("%s %s; stopping the others (it failed to start: within %gs of "

@@ -573,6 +573,10 @@ def send_command(
         "repeatable; default: public addresses only).", metavar="CIDR")] = None,
     webhook_timeout: Annotated[float, _send_duration(
         "--webhook-timeout", "Time allowed to one webhook request, answer included.", minimum=0.1)] = "10s",
+    workers: Annotated[int, _send_opt(
+        "--workers", "Sender processes, forked from this one and sharing its imports and keys: one a core "
+        "(each has --concurrency slots; --worker NAME gets -1, -2, ...; metrics on consecutive ports).",
+        min=1, max=64, metavar="N")] = 1,
 ) -> None:
     """Deliver queued outbound messages (env MAILROOM_SENDER_KEY_FILE opens the relay passwords,
     MAILROOM_DKIM_KEY_FILE holds the DKIM private keys)."""
@@ -613,6 +617,13 @@ def send_command(
         pipelining=pipelining,
         webhooks=_webhook_policy(webhook_allow or [], webhook_timeout),
     )
+    if workers > 1:
+        from mailroom.outbound.workers import supervise
+
+        code = supervise(opts, workers)
+        if code:
+            raise typer.Exit(code)
+        return
     import asyncio
 
     asyncio.run(Sender(opts).run())

@@ -1,0 +1,73 @@
+"""`mailroom send --workers N`: N sender processes forked from one (mailroom.outbound.workers), each
+claiming with SKIP LOCKED and reporting under its own name; with --until-idle the set ends when the
+queue is drained."""
+
+from __future__ import annotations
+
+import collections
+import os
+import signal
+import time
+
+from outbound_support import SEND_FLAGS, add_sender, counts, enqueue_many
+
+from mailroom.core.supervisor import STARTUP_SECONDS
+
+
+def _senders(conn) -> dict[str, int]:
+    return dict(conn.execute(
+        "SELECT worker, claimed FROM mailroom.worker_health() WHERE kind = 'sender'").fetchall())
+
+
+def test_workers_drain_the_queue_once_each_message_in_their_own_processes(conn, cli, smtp_server):
+    n = 600
+    server = smtp_server(delay=0.002)
+    add_sender(conn, server.port)
+    enqueue_many(conn, n)
+    result = cli("send", "--until-idle", *SEND_FLAGS, "--workers", "3", "--concurrency", "1", "--batch-size", "20",
+                 "--worker", "drain", timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert counts(conn) == {"sent": n}
+    delivered = collections.Counter(server.handler.message_ids())
+    assert len(delivered) == n and set(delivered.values()) == {1}
+    # three processes, each under its own name, and between them every claim
+    senders = _senders(conn)
+    assert set(senders) == {"drain-1", "drain-2", "drain-3"}, senders
+    assert sum(senders.values()) == n
+    assert "3 sender processes started" in result.stderr and "stopped (3 sender processes)" in result.stderr
+    assert result.stderr.count("sender drain-") >= 3  # each worker's own start line
+
+
+def test_a_killed_worker_is_started_again_and_sigterm_stops_them_all(conn, cli_popen, smtp_server):
+    server = smtp_server()
+    add_sender(conn, server.port)
+    proc = cli_popen("send", *SEND_FLAGS, "--workers", "2", "--worker", "pair")
+    started = time.monotonic()
+    deadline = time.monotonic() + 30
+    while len(_senders(conn)) < 2 and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert set(_senders(conn)) == {"pair-1", "pair-2"}
+    pids = conn.execute("SELECT pid FROM pg_stat_activity WHERE application_name LIKE 'mailroom-send%'").fetchall()
+    assert pids  # the workers are connected (the parent holds no connection of its own)
+    children = [int(p) for p in open(f"/proc/{proc.pid}/task/{proc.pid}/children").read().split()]
+    assert len(children) == 2
+    # past the start-up window (mailroom.core.supervisor: a death within it stops the set)
+    time.sleep(max(0.0, STARTUP_SECONDS + 0.5 - (time.monotonic() - started)))
+    os.kill(children[0], signal.SIGKILL)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        now = [int(p) for p in open(f"/proc/{proc.pid}/task/{proc.pid}/children").read().split()]
+        if len(now) == 2 and children[0] not in now:
+            break
+        time.sleep(0.1)
+    assert len(now) == 2 and children[0] not in now, now
+    enqueue_many(conn, 5)
+    deadline = time.monotonic() + 30
+    while counts(conn).get("sent", 0) < 5 and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert counts(conn) == {"sent": 5}
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, err
+    assert b"killed by SIGKILL; starting another" in err
+    assert b"stopped (2 sender processes)" in err
