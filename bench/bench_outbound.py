@@ -304,15 +304,18 @@ def _postfix_reference(conn: psycopg.Connection, url: str, quick: bool,
                f"mailroom send ({_TUNED}), 1 sender -> smtp-sink",
                f"mailroom send ({_TUNED}), 4 senders -> smtp-sink",
                f"mailroom send ({_DEFAULT}), 1 sender -> smtp-sink",
-               f"mailroom send ({_DEFAULT}), 4 senders -> smtp-sink")
-    runs_of = {benches[1]: (1, False), benches[2]: (4, False), benches[3]: (1, True), benches[4]: (4, True)}
+               f"mailroom send ({_DEFAULT}), 4 senders -> smtp-sink",
+               f"mailroom send ({_DEFAULT}), --workers 4 (4 forked senders) -> smtp-sink")
+    # each drain: (processes, a user's defaults, extra flags, the key of its memory samples)
+    runs_of = {benches[1]: (1, False, [], "1"), benches[2]: (4, False, [], "4"), benches[3]: (1, True, [], "1"),
+               benches[4]: (4, True, [], "4"), benches[5]: (1, True, ["--workers", "4"], "workers 4")}
     if not postfix_peer.available():
         return [_row(f"reference peer: {b}", float("nan"), "", postfix_peer.SKIPPED) for b in benches]
     total, reps = (1000 if quick else 10000), knobs.rounds(quick)
     rates: dict[str, list[float]] = {b: [] for b in benches}
     rss: dict[str, dict] = {}
     postfix_loads: list[dict] = []
-    drains: dict[int, list[dict]] = {1: [], 4: []}
+    drains: dict[str, list[dict]] = {"1": [], "4": [], "workers 4": []}
     sink = smtp_tools.SmtpSink()
     peer = None
     try:
@@ -328,9 +331,9 @@ def _postfix_reference(conn: psycopg.Connection, url: str, quick: bool,
             postfix_loads.append(sampler.peaks["postfix"])
             rates[benches[0]].append(total / elapsed)
             progress(f"Postfix drained {total} in {elapsed:.2f}s ({total / elapsed:,.0f} msgs/s){_fdatasync_note()}")
-            for name, (procs, default) in runs_of.items():
-                rate = _end_to_end(conn, url, procs, total, None, sink.port, text_body=TEXT_2KB, default=default,
-                                   rss=drains[procs])
+            for name, (procs, default, extra, key) in runs_of.items():
+                rate = _end_to_end(conn, url, procs, total, None, sink.port, extra=extra, text_body=TEXT_2KB,
+                                   default=default, rss=drains[key])
                 rates[name].append(rate)
                 progress(f"{name}: {rate:,.0f} msgs/s ({rate / rates[benches[0]][-1]:.2f}x this round's Postfix)")
         conn.execute("TRUNCATE mailroom.outbound_messages")
@@ -360,8 +363,8 @@ def _postfix_reference(conn: psycopg.Connection, url: str, quick: bool,
                     f"--concurrency 4 --batch-size 100 each, timed from process start{_fdatasync_note()}")
         rows.append(_row(f"reference peer: {name}", med, "msgs/s", note))
     rss["postfix load"] = max(postfix_loads, key=memory.total_mib)  # the round that peaked highest
-    for procs in (1, 4):  # the drain whose processes together peaked highest
-        rss[f"sender {procs}"] = max(drains[procs], key=memory.total_mib)
+    for key, samples in drains.items():  # the drain whose processes together peaked highest
+        rss[f"sender {key}"] = max(samples, key=memory.total_mib)
     for key, label, note in (
             ("postfix idle", "Postfix (outbound), idle", "the master's tree before the first injection: master, "
              "qmgr, pickup, smtpd, ..."),
@@ -372,7 +375,10 @@ def _postfix_reference(conn: psycopg.Connection, url: str, quick: bool,
             ("sender 1", "mailroom send, 1 sender draining (peak)", "the process's largest PSS, sampled every "
              "250 ms, in the drain (tuned or default) where it was largest"),
             ("sender 4", "mailroom send, 4 senders draining (peak)", "the 4 processes' PSS at the sample "
-             "(every 250 ms) where their sum was largest, in the drain (tuned or default) where it was largest")):
+             "(every 250 ms) where their sum was largest, in the drain (tuned or default) where it was largest"),
+            ("sender workers 4", "mailroom send --workers 4, draining (peak)", "the parent and its 4 forked "
+             "senders (they share the imports and keys the parent loaded), PSS at the sample where their sum was "
+             "largest")):
         value = memory.total_mib(rss[key])
         rows.append(_row(f"memory: {label}", value, "MiB", f"PSS: {memory.summary(rss[key])}; {note}"))
         progress(f"memory: {label}: {value:.1f} MiB")
