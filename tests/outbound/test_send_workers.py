@@ -7,9 +7,11 @@ from __future__ import annotations
 import collections
 import os
 import signal
+import socket
 import time
+import urllib.request
 
-from outbound_support import SEND_FLAGS, add_sender, counts, enqueue_many
+from outbound_support import SEND_FLAGS, add_sender, counts, enqueue_many, free_port
 
 from mailroom.core.supervisor import STARTUP_SECONDS
 
@@ -41,12 +43,23 @@ def test_workers_drain_the_queue_once_each_message_in_their_own_processes(conn, 
 def test_a_killed_worker_is_started_again_and_sigterm_stops_them_all(conn, cli_popen, smtp_server):
     server = smtp_server()
     add_sender(conn, server.port)
-    proc = cli_popen("send", *SEND_FLAGS, "--workers", "2", "--worker", "pair")
+    port = free_port()
+    while True:  # two consecutive free ports: worker 1's and worker 2's metrics
+        try:
+            with socket.socket() as probe:
+                probe.bind(("127.0.0.1", port + 1))
+            break
+        except OSError:
+            port = free_port()
+    proc = cli_popen("send", *SEND_FLAGS, "--workers", "2", "--worker", "pair", "--metrics-port", str(port))
     started = time.monotonic()
     deadline = time.monotonic() + 30
     while len(_senders(conn)) < 2 and time.monotonic() < deadline:
         time.sleep(0.1)
     assert set(_senders(conn)) == {"pair-1", "pair-2"}
+    for p in (port, port + 1):  # each worker serves its own metrics, on consecutive ports
+        with urllib.request.urlopen(f"http://127.0.0.1:{p}/metrics", timeout=5) as resp:
+            assert b"mailroom_worker_info" in resp.read()
     pids = conn.execute("SELECT pid FROM pg_stat_activity WHERE application_name LIKE 'mailroom-send%'").fetchall()
     assert pids  # the workers are connected (the parent holds no connection of its own)
     children = [int(p) for p in open(f"/proc/{proc.pid}/task/{proc.pid}/children").read().split()]
