@@ -7,12 +7,15 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 APT_PACKAGES := postgresql-15 postgresql-15-pgtap libtap-parser-sourcehandler-pgtap-perl pgbouncer postfix postgresql-15-cron \
                 chromium wrk libmail-dkim-perl spamassassin spamd
+# what only `make bench` needs: the signing milter of the DKIM reference (bench/opendkim_peer.py runs a
+# private one; the system's service is stopped after the install, as postfix is)
+BENCH_APT_PACKAGES := opendkim
 # Citus (tests/citus, docs/scale.md): no registry here ships it; the source and its build script sit
 # beside the checkout (../shared/citus/build.sh: Debian build deps, about a minute, then at once)
 CITUS_BUILD ?= $(CURDIR)/../shared/citus/build.sh
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 
-.PHONY: help deps deps-apt deps-citus venv lint caniemail test test-pgtap test-py demo bench bench-quick snapshot screenshots wheel soak load clean
+.PHONY: help deps deps-apt deps-citus deps-bench venv lint caniemail test test-pgtap test-py demo bench bench-quick snapshot screenshots wheel soak load clean
 
 help:
 	@echo "make demo         the whole story end to end on a private PostgreSQL cluster"
@@ -43,6 +46,16 @@ deps-apt:
 	    if postfix status >/dev/null 2>&1; then postfix stop >/dev/null 2>&1; fi; \
 	else \
 	    echo "missing system packages; run: sudo apt-get install -y $(APT_PACKAGES)"; exit 1; \
+	fi
+
+deps-bench:
+	@if [ -x /usr/sbin/opendkim ]; then :; \
+	elif [ "$$(id -u)" = 0 ]; then \
+	    echo "installing $(BENCH_APT_PACKAGES)"; \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(BENCH_APT_PACKAGES) >/dev/null || exit 1; \
+	    if command -v service >/dev/null 2>&1; then service opendkim stop >/dev/null 2>&1 || true; fi; \
+	else \
+	    echo "no opendkim: the DKIM reference rows are skipped (sudo apt-get install -y $(BENCH_APT_PACKAGES))"; \
 	fi
 
 deps-citus:
@@ -92,10 +105,10 @@ wheel: venv
 # extra options of bench.run: --only AREA ..., --rounds N, --output FILE
 BENCH_ARGS ?=
 
-bench: deps venv
+bench: deps deps-bench venv
 	$(PY) -m bench.run $(BENCH_ARGS)
 
-bench-quick: deps venv
+bench-quick: deps deps-bench venv
 	$(PY) -m bench.run --quick $(BENCH_ARGS)
 
 # the fault-injection suite's long run (tests/faults, docs/reliability.md): the CI run injects faults for
