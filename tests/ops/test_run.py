@@ -283,3 +283,23 @@ def test_a_secret_in_runs_environment_reaches_only_the_workers_that_read_it(cli_
             assert b"-m\0mailroom\0" in open(f"/proc/{pid}/cmdline", "rb").read(), name  # a new interpreter
     finally:
         _stop(proc)
+
+
+def test_run_with_several_sender_processes(cli_popen, conn):
+    """MAILROOM_SEND_WORKERS=2 (`send --workers 2`): run's sender forks two, each reports in under its
+    own name, run still hears it is ready, and both stop with it."""
+    proc = cli_popen("run", "--inbox-port", str(free_port()), "--no-maintain", "--no-collect",
+                     env={"MAILROOM_SEND_WORKERS": "2"})
+    try:
+        _read_until(proc, "running: inbox")
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            rows = conn.execute("SELECT worker, state FROM mailroom.worker_health() WHERE kind = 'sender'").fetchall()
+            if len(rows) >= 2:
+                break
+            time.sleep(0.2)
+        assert len(rows) == 2 and {s for _, s in rows} == {"running"}, rows
+    finally:
+        err = _stop(proc)
+    assert "stopped (2 sender processes)" in err, err
+    assert {s for (s,) in conn.execute("SELECT state FROM mailroom.worker_health() WHERE kind = 'sender'")} == {"stopped"}
