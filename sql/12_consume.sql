@@ -273,6 +273,7 @@ DECLARE
     t mailroom.tokens;
     v_type record;
     v_status mailroom.account_status;
+    v_locked record;  -- the account's status and the token's row, locked together
     v_attempts integer;
 BEGIN
     SELECT f.token_account, f.token_id, f.token_action INTO t.account, t.id, t.action
@@ -297,13 +298,18 @@ BEGIN
     -- concurrent suspend either commits first (then the status check below refuses) or waits
     -- until this token is used. FOR NO KEY UPDATE: a token insert's foreign-key check
     -- (FOR KEY SHARE) on the account does not wait for it, so a reissue cannot deadlock with us.
-    SELECT a.status INTO v_status
+    -- Both rows in one statement, locked in that order (the account's row mark first); the token row
+    -- is locked from here on: its state and attempt count cannot change under us. By account too: on
+    -- Citus the two are co-located and the statement is one round trip to the account's shard (it was
+    -- two, issue 46). A token's account always exists (tokens_account_fkey, ON DELETE CASCADE): no row
+    -- means the token is gone, which _raise_token_row_state says.
+    SELECT a.status, tk AS token INTO v_locked
     FROM mailroom.accounts AS a
-    WHERE a.id = t.account
-    FOR NO KEY UPDATE;
-    -- the token row is locked from here on: its state and attempt count cannot change under us
-    -- (by account too: on Citus the statement then runs on the account's shard, where FOR UPDATE may)
-    SELECT tk.* INTO t FROM mailroom.tokens AS tk WHERE tk.account = t.account AND tk.id = t.id FOR UPDATE;
+    INNER JOIN mailroom.tokens AS tk ON a.id = tk.account
+    WHERE a.id = t.account AND tk.account = t.account AND tk.id = t.id
+    FOR NO KEY UPDATE OF a FOR UPDATE OF tk;
+    v_status := v_locked.status;
+    t := v_locked.token;
     -- its state, from the row just locked (not read again: issue 46, one round trip less on Citus)
     PERFORM mailroom_internal._raise_token_row_state(t);
 

@@ -104,8 +104,13 @@ def test_consume_reads_one_shard_of_tokens(cconn):
     assert len(shards["tokens"]) == 1, shards
     # the token read twice: found (its account, id and action, _token_by_digest) and locked; its state
     # is checked on the locked row, not read a third time (issue 46: a round trip to the worker less)
-    reads = [c for c in commands if re.search(r"\bSELECT\b.*\bFROM mailroom\.tokens_\d+", c, re.S)]
+    reads = [c for c in commands if re.search(r"\bSELECT\b.*\bmailroom\.tokens_\d+", c, re.S)]
     assert len(reads) == 2 and "FOR UPDATE" in reads[1], reads
+    # the account is locked by that same statement, co-located with its token (issue 46: it was a
+    # statement of its own, one more round trip); no other statement reads the account
+    assert re.search(r"\bmailroom\.accounts_\d+", reads[1]) and "FOR NO KEY UPDATE" in reads[1], reads[1]
+    assert not [c for c in commands if re.search(r"\bSELECT\b.*\bmailroom\.accounts_\d+", c, re.S)
+                and c is not reads[1]], commands
     assert cconn.execute("SELECT mailroom.account_status(%s)", (account,)).fetchone()[0] == "active"
     # a used link is refused as on one node, on the same single shard
     result, shards = _routed(cconn, "SELECT * FROM mailroom.consume_token(%s)", (signed,))
