@@ -164,13 +164,20 @@ def comm_of(child: Child) -> str:
 
 
 def preload(modules: list[str]) -> None:
-    """Import `modules` here, before the children fork, and freeze what is loaded out of the cyclic
-    collector: the children share those pages instead of each importing its own copy."""
-    import gc
+    """Import `modules` here, before the children fork, and freeze what is loaded (freeze_loaded)."""
     import importlib
 
     for name in modules:
         importlib.import_module(name)
+    freeze_loaded()
+
+
+def freeze_loaded() -> None:
+    """Freeze what this process has loaded out of the cyclic collector, before the children fork: its
+    passes then do not write to those objects, and the children share their pages instead of each
+    holding its own copy."""
+    import gc
+
     gc.collect()
     gc.freeze()
 

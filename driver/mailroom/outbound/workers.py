@@ -5,7 +5,7 @@ parallel slots on that core. On more cores, more senders: as separate commands t
 interpreters, each with its own copy of every module it imports (~33 MiB PSS each, issue 46: four
 held 131 MiB against Postfix's 73.5 draining the same burst). Here the parent imports the sender,
 loads the relay-password and DKIM keys once, freezes what it loaded out of the cyclic collector
-(mailroom.core.supervisor.preload), and forks the workers, which share those pages copy-on-write.
+(mailroom.core.supervisor.freeze_loaded), and forks the workers, which share those pages copy-on-write.
 
 The parent holds no database connection and no event loop (the key check at start closed its own):
 each worker connects after the fork, claims with SKIP LOCKED like any other sender, and reports its
@@ -23,13 +23,10 @@ import dataclasses
 from collections.abc import Callable
 
 from mailroom.core.log import get_logger
-from mailroom.core.supervisor import Child, Supervisor, preload
+from mailroom.core.supervisor import Child, Supervisor, freeze_loaded
 from mailroom.outbound.sender import Sender, SenderOptions
 
 log = get_logger("send")
-
-# what a sender imports when it runs (mailroom.ops.run.PRELOAD's, and what its first claim loads)
-PRELOAD = ("mailroom.outbound.cli", "mailroom.outbound.sender", "mailroom.outbound.smtp", "mailroom.outbound.message")
 
 
 def options_of(opts: SenderOptions, index: int) -> SenderOptions:
@@ -52,7 +49,9 @@ def supervise(opts: SenderOptions, workers: int) -> int:
 
         return target
 
-    preload(list(PRELOAD))
+    # this module's imports are the sender's (its SMTP client, renderer, DKIM signer ...; the command's
+    # module imported them first): nothing more to import before the fork
+    freeze_loaded()
     children = [Child(f"sender {n}", target=target_of(n - 1)) for n in range(1, workers + 1)]
     # each worker finishes its in-flight SMTP (--shutdown-grace) before it exits
     sup = Supervisor(children, restart=not opts.until_idle, finite=opts.until_idle,
