@@ -159,6 +159,9 @@ def test_send_rejects_bad_key_and_flags(cli):
     assert result.returncode == 2 and result.stderr.count("\n") == 1
     result = cli("send", "--concurrency", "0")
     assert result.returncode == 2 and "--concurrency" in result.stderr
+    result = cli("send", "--event-loop", "tokio")
+    assert result.returncode == 2
+    assert result.stderr == "mailroom: error: --event-loop must be one of auto, uvloop, asyncio, got 'tokio'\n"
 
 
 def test_notify_wakes_an_idle_sender(conn, cli_popen, smtp_server):

@@ -16,6 +16,7 @@ from typing import Annotated, Any, Optional
 
 import typer
 
+from mailroom.core import eventloop
 from mailroom.core.durations import Duration
 from mailroom.core.errors import ConfigError
 from mailroom.core.options import duration_option, env_option, new_app, port_option
@@ -62,26 +63,6 @@ def _print(obj: Any, as_json: bool) -> None:
 
 def _serve_opt(flag: str, help: str, **kwargs: Any) -> Any:  # noqa: A002
     return env_option(flag, env="MAILROOM_INBOX_" + flag.lstrip("-").replace("-", "_").upper(), help=help, **kwargs)
-
-
-EVENT_LOOPS = ("auto", "uvloop", "asyncio")
-
-
-def _loop_factory(choice: str) -> Any:
-    """The event loop factory of `inbox serve --event-loop`: uvloop (libuv; fewer microseconds per
-    SMTP command and connection than asyncio's own loop) when installed and not refused, else None
-    (asyncio's default loop)."""
-    if choice not in EVENT_LOOPS:
-        raise ConfigError(f"--event-loop must be one of {', '.join(EVENT_LOOPS)}, got {choice!r}")
-    if choice == "asyncio":
-        return None
-    try:
-        import uvloop
-    except ImportError:
-        if choice == "uvloop":
-            raise ConfigError("--event-loop uvloop: the uvloop package is not installed") from None
-        return None
-    return uvloop.new_event_loop
 
 
 def _host_port(value: str) -> tuple[str, int]:
@@ -143,19 +124,17 @@ def serve_cmd(
         help="How often to log one summary line of what was stored and refused (none while idle).")] = "60s",
     log_messages: Annotated[bool, _serve_opt(
         "--log-messages", "Also log a line per message and per refused recipient (slower; for debugging).")] = False,
-    event_loop: Annotated[str, _serve_opt(
-        "--event-loop", "auto (uvloop when installed), uvloop or asyncio.", metavar="LOOP")] = "auto",
+    event_loop: Annotated[str, _serve_opt("--event-loop", eventloop.HELP, metavar="LOOP")] = "auto",
     sink: Annotated[bool, _serve_opt(
         "--sink", "The sink for development and CI: accept every recipient at every domain, each an inbox made "
         "at RCPT (plan sink; docs/inboxes.md). Off by default.")] = False,
 ) -> None:
     """Run the inbound SMTP server that stores mail for open inboxes."""
-    import asyncio
     import logging
 
     from mailroom.inboxes.server import InboundServer
 
-    new_loop = _loop_factory(event_loop)  # a bad choice is one line and exit 2 before anything starts
+    new_loop = eventloop.factory(event_loop)  # a bad choice is one line and exit 2 before anything starts
     url = resolve_database_url(database_url)
     sub = _host_port(submission) if submission is not None else None
     if sub is not None and workers > 1 and sub[1] == 0:
@@ -190,8 +169,7 @@ def serve_cmd(
             server.astop_on_signals()
             await server.run(ready)
 
-        with asyncio.Runner(loop_factory=new_loop) as runner:
-            runner.run(main())
+        eventloop.run(main(), new_loop)
 
     if workers == 1:
         run(port)

@@ -24,6 +24,7 @@ import aiosmtpd
 import psycopg
 from psycopg_pool import AsyncConnectionPool
 
+from mailroom.core import eventloop
 from mailroom.core.errors import Kind, UserError, describe_db_error
 from mailroom.core.log import get_logger
 from mailroom.core.ready import notify_ready
@@ -52,11 +53,6 @@ def tls_context(cert_file: str, key_file: str) -> ssl.SSLContext:
         reason = getattr(exc, "strerror", None) or getattr(exc, "reason", None) or str(exc)
         raise UserError(f"cannot load the TLS certificate and key ({cert_file}, {key_file}): {reason}", 2) from None
     return context
-
-
-def loop_name(loop: asyncio.AbstractEventLoop) -> str:
-    """`uvloop` or `asyncio`: the event loop the server runs on (said in its listening line)."""
-    return "uvloop" if type(loop).__module__.split(".")[0] == "uvloop" else "asyncio"
 
 
 def _log_summary(handler: InboxHandler) -> None:
@@ -291,7 +287,7 @@ class InboundServer(Worker):
             self.host, self.bound_port, size_limit, self.max_recipients, self.max_bad_recipients,
             self.max_sessions, self.max_sessions_per_client or "any", self.idle_timeout,
             "STARTTLS required" if self.require_tls else "STARTTLS offered" if tls else "no STARTTLS",
-            loop_name(self._loop),
+            eventloop.name(self._loop),
         )
         if submission_server is not None:
             log.info("AUTH required on the submission port %s:%d (%s)", self.submission[0],  # type: ignore[index]

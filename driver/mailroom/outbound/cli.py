@@ -19,6 +19,7 @@ from typing import Annotated, Any, Optional
 import psycopg
 import typer
 
+from mailroom.core import eventloop
 from mailroom.core.durations import format_age
 from mailroom.core.errors import ConfigError, UserError, describe_db_error
 from mailroom.core.options import duration_option, env_option, new_app, port_option
@@ -577,6 +578,7 @@ def send_command(
         "--workers", "Sender processes, forked from this one and sharing its imports and keys: one a core "
         "(each has --concurrency slots; --worker NAME gets -1, -2, ...; metrics on consecutive ports).",
         min=1, max=64, metavar="N")] = 1,
+    event_loop: Annotated[str, _send_opt("--event-loop", eventloop.HELP, metavar="LOOP")] = "auto",
 ) -> None:
     """Deliver queued outbound messages (env MAILROOM_SENDER_KEY_FILE opens the relay passwords,
     MAILROOM_DKIM_KEY_FILE holds the DKIM private keys)."""
@@ -592,6 +594,7 @@ def send_command(
         )
     from mailroom.db.keyring import check_at_start, env_fingerprint
 
+    new_loop = eventloop.factory(event_loop)  # a bad choice is one line and exit 2 before anything starts
     fingerprint = env_fingerprint()  # MAILROOM_SECRET_KEY set: it must be the active signing key (exit 2 if not)
     url = resolve_database_url(database_url)
     check_at_start(url, "send", fingerprint)
@@ -620,13 +623,11 @@ def send_command(
     if workers > 1:
         from mailroom.outbound.workers import supervise
 
-        code = supervise(opts, workers)
+        code = supervise(opts, workers, new_loop)
         if code:
             raise typer.Exit(code)
         return
-    import asyncio
-
-    asyncio.run(Sender(opts).run())
+    eventloop.run(Sender(opts).run(), new_loop)
 
 
 def _webhook_policy(networks: list[str], timeout: float) -> Any:

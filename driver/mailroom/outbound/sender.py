@@ -45,6 +45,7 @@ from typing import Any
 import psycopg
 from psycopg.types.composite import CompositeInfo
 
+from mailroom.core import eventloop
 from mailroom.core.errors import ConfigError, Kind, UserError, describe_db_error, kind_of
 from mailroom.core.log import get_logger
 from mailroom.core.outage import RateLimited
@@ -249,9 +250,9 @@ class Sender(Worker):
         self.lease = lease
 
         log.info(
-            "sender %s started: concurrency %d, batch %d, lease %.0fs, reap-after %s",
+            "sender %s started: concurrency %d, batch %d, lease %.0fs, reap-after %s, event loop %s",
             self.worker, self.opts.concurrency, self.opts.batch_size, lease,
-            f"{self.opts.reap_after:.0f}s" if self.opts.reap_after > 0 else "off",
+            f"{self.opts.reap_after:.0f}s" if self.opts.reap_after > 0 else "off", eventloop.name(loop),
         )
         listener = self.listen(
             self.opts.listen_url, [CHANNEL], name="mailroom-send-listen",

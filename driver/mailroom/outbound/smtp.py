@@ -194,8 +194,13 @@ class SMTP(aiosmtplib.SMTP):
     async def _create_connection(self, timeout: float | None) -> SMTPResponse:
         response = await super()._create_connection(timeout)
         if _PIPELINING_SUPPORTED and type(self.protocol) is SMTPProtocol:
-            # the same object, able to hold several replies (no state of its own until a pipeline begins)
+            # the same object, able to hold several replies (no state of its own until a pipeline begins);
+            # given to its transport again (asyncio's public set_protocol), since a transport may have
+            # bound the protocol's methods when it was made (uvloop's does: the replies of a pipeline
+            # would go on to SMTPProtocol.data_received, and its reader would wait for nothing)
             self.protocol.__class__ = _PipeliningProtocol
+            if self.transport is not None:
+                self.transport.set_protocol(self.protocol)
         return response
 
     async def transaction(self, mail_from: str, rcpts: list[str], pipelining: bool) -> _Sequential | _Pipeline:

@@ -18,10 +18,10 @@ Readiness (MAILROOM_READY_FD, NOTIFY_SOCKET) is said by the first worker that ha
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 from collections.abc import Callable
 
+from mailroom.core import eventloop
 from mailroom.core.log import get_logger
 from mailroom.core.supervisor import Child, Supervisor, freeze_loaded
 from mailroom.outbound.sender import Sender, SenderOptions
@@ -39,12 +39,12 @@ def options_of(opts: SenderOptions, index: int) -> SenderOptions:
     )
 
 
-def supervise(opts: SenderOptions, workers: int) -> int:
-    """Fork `workers` senders and supervise them; the exit status."""
+def supervise(opts: SenderOptions, workers: int, new_loop: eventloop.LoopFactory = None) -> int:
+    """Fork `workers` senders, each on the event loop `new_loop` makes, and supervise them; the exit status."""
 
     def target_of(index: int) -> Callable[[], int]:
         def target() -> int:
-            asyncio.run(Sender(options_of(opts, index)).run())
+            eventloop.run(Sender(options_of(opts, index)).run(), new_loop)
             return 0
 
         return target
