@@ -20,7 +20,9 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import secrets
+import select
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -34,7 +36,7 @@ from mailroom.db import sqlapi
 from mailroom.db.connect import connection_kwargs, with_defaults
 
 RETRY_AFTER_FAILED_CHECK = 30.0  # a pooler will not start carrying LISTEN soon
-READ_SLICE = 0.5  # longest blocking read, so stop() is honoured quickly
+READ_SLICE = 0.5  # longest blocking read (stop() wakes one at once: the wake pipe)
 
 
 class Listener:
@@ -66,6 +68,9 @@ class Listener:
         self._stop = threading.Event()
         self._listening = threading.Event()
         self._thread: threading.Thread | None = None
+        # stop() writes a byte here, so a read waiting on the connection returns at once (a worker's
+        # stop, e.g. `send --until-idle` once the queue is empty, waited out the read's slice)
+        self._wake: tuple[int, int] | None = None
         self._down_reason: str | None = None
         self.checks_passed = 0
         # (re)connects so far, counted before `listening` turns true: a reader that sees `listening`
@@ -81,6 +86,8 @@ class Listener:
         if self.url is None:
             self.log.info("no listen URL: %s (no notifications)", self.poll_hint or "polling")
             return self
+        self._wake = os.pipe()
+        os.set_blocking(self._wake[1], False)
         self._thread = threading.Thread(target=self._run, name=f"{self.name}-listen", daemon=True)
         self._thread.start()
         return self
@@ -88,8 +95,16 @@ class Listener:
     def stop(self, timeout: float = 2.0) -> None:
         self._stop.set()
         self._listening.clear()
-        if self._thread is not None:
-            self._thread.join(timeout)
+        if self._thread is None:
+            return
+        if self._wake is not None:
+            with contextlib.suppress(OSError):  # full (already woken) or closed
+                os.write(self._wake[1], b"\0")
+        self._thread.join(timeout)
+        if self._wake is not None and not self._thread.is_alive():
+            for fd in self._wake:
+                os.close(fd)
+            self._wake = None
 
     def wait_listening(self, timeout: float) -> bool:
         """Block until the listener is up (tests, start-up ordering); False on timeout."""
@@ -184,13 +199,28 @@ class Listener:
         return self._stop.is_set()
 
     def _read(self, conn: psycopg.Connection, timeout: float, nonce: str | None) -> bool:
-        """Deliver the notifications of one read; True when the self-test nonce was among them."""
-        heard = False
+        """Deliver the notifications of one read, waiting up to `timeout` for the connection (or
+        stop()); True when the self-test nonce was among them."""
+        # what psycopg kept from the connection's last statement, or what is there already
+        heard, delivered = self._deliver(conn, nonce)
+        if delivered:
+            return heard
+        wake = [self._wake[0]] if self._wake is not None else []
+        readable, _, _ = select.select([conn.fileno(), *wake], [], [], timeout)
+        if conn.fileno() in readable and not self._stop.is_set():
+            heard = self._deliver(conn, nonce)[0]
+        return heard
+
+    def _deliver(self, conn: psycopg.Connection, nonce: str | None) -> tuple[bool, bool]:
+        """One read that does not wait (timeout 0: psycopg polls once); whether the self-test nonce
+        came, and whether anything did."""
+        heard = delivered = False
         # stop_after=1 ends after one read with every notification of that read; never break early.
-        for note in conn.notifies(timeout=timeout, stop_after=1):
+        for note in conn.notifies(timeout=0, stop_after=1):
+            delivered = True
             if note.channel == self.check_channel:
                 heard = heard or note.payload == nonce
                 continue
             with contextlib.suppress(Exception):  # a consumer's bug must not kill the listener
                 self.on_notify(note.channel, note.payload)
-        return heard
+        return heard, delivered
