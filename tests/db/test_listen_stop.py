@@ -60,3 +60,34 @@ def test_notifications_arrive_between_and_during_reads(monkeypatch, db_url, send
         assert heard == ["0", "1", "2"]
     finally:
         listener.stop()
+
+
+def test_a_connection_past_descriptor_1024_is_heard(db_url, sender_url):
+    """A server holding many sockets (the HTTP face's waits, inbox sessions) gives the listener's
+    connection a descriptor past select()'s 1,024: the read still waits on it (poll)."""
+    import os
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard != resource.RLIM_INFINITY and hard < 1200:
+        pytest.skip(f"the hard limit of open files is {hard}")
+    resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, 1200), hard))
+    fillers = []
+    try:
+        while not fillers or fillers[-1] < 1030:
+            fillers.append(os.open(os.devnull, os.O_RDONLY))
+        heard = threading.Event()
+        listener = Listener(sender_url, ["outbound_ready"], name="test-fd", log=LOG,
+                            on_notify=lambda _c, _p: heard.set()).start()
+        try:
+            assert listener.wait_listening(20)
+            with psycopg.connect(db_url, autocommit=True) as conn:
+                conn.execute("SELECT pg_notify('outbound_ready', 'x')")
+            assert heard.wait(5)
+            assert listener._thread.is_alive()
+        finally:
+            listener.stop()
+    finally:
+        for fd in fillers:
+            os.close(fd)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))

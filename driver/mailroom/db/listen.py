@@ -205,9 +205,14 @@ class Listener:
         heard, delivered = self._deliver(conn, nonce)
         if delivered:
             return heard
-        wake = [self._wake[0]] if self._wake is not None else []
-        readable, _, _ = select.select([conn.fileno(), *wake], [], [], timeout)
-        if conn.fileno() in readable and not self._stop.is_set():
+        # poll, not select: a server holding many sockets gives this connection a descriptor past
+        # select()'s 1,024 (psycopg's own waits poll too)
+        poller = select.poll()
+        poller.register(conn.fileno(), select.POLLIN)
+        if self._wake is not None:
+            poller.register(self._wake[0], select.POLLIN)
+        ready = poller.poll(max(0, int(timeout * 1000)))
+        if any(fd == conn.fileno() for fd, _ in ready) and not self._stop.is_set():
             heard = self._deliver(conn, nonce)[0]
         return heard
 
