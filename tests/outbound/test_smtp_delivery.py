@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from email.utils import parsedate_to_datetime
 
+import pytest
 from outbound_support import SEND_FLAGS, add_sender, enqueue, row
 
 
@@ -89,7 +90,10 @@ def test_each_sender_uses_its_own_relay(conn, cli, smtp_server):
     assert len(one.handler.received) == 3 and len(two.handler.received) == 2
 
 
-def test_send_with_login_over_starttls(conn, cli, smtp_server, tmp_path):
+@pytest.mark.parametrize("loop", ["uvloop", "asyncio"])
+def test_send_with_login_over_starttls(conn, cli, smtp_server, tmp_path, loop):
+    """STARTTLS and AUTH on both event loops (the TLS layer wraps the transport the client's protocol
+    was given to again: outbound/smtp.py)."""
     import ssl
     import subprocess
 
@@ -114,7 +118,7 @@ def test_send_with_login_over_starttls(conn, cli, smtp_server, tmp_path):
 
     add_sender(conn, server.port, security="starttls", username="relayuser", password="pa55 word")
     (mid,) = enqueue(conn, 1)
-    send(cli, "--tls-ca-file", str(cert), env=sender_key_env())
+    send(cli, "--tls-ca-file", str(cert), "--event-loop", loop, env=sender_key_env())
     assert logins == [(b"relayuser", b"pa55 word")]
     assert len(server.handler.received) == 1 and row(conn, mid)["status"] == "sent"
 
