@@ -188,8 +188,8 @@ BEGIN
     --    the rows a claim of p_limit would look at), its lanes and domains;
     -- 3. the locks of its capped domains (domain_locks, SKIP LOCKED: a domain held by another
     --    claimer gets nothing); under them, in statements of their own (fresh snapshots), the
-    --    in-flight count over all lanes, the claims of earlier holders the workers do not show
-    --    yet (outbound_domain_claims, sql/citus/07) and the minute's count: the room.
+    --    claims of earlier holders the workers do not show yet (outbound_domain_claims,
+    --    sql/citus/07), then the in-flight count over all lanes, and the minute's count: the room.
     -- Uncapped domains get p_limit. A domain not in the result gets nothing in this claim.
     SELECT array_agg(l.pattern), array_agg(l.max_in_flight), array_agg(l.max_per_minute)
     INTO v_patterns, v_max_in_flight, v_max_per_minute
@@ -261,21 +261,14 @@ BEGIN
         );
     END IF;
 
-    -- under the locks: what is in flight now, counted by the workers
+    -- under the locks, first the earlier holders' claims: resolved once a worker shows the row
+    -- claimed by that token or a later one, or gone; until then (their second phase is under
+    -- way) in flight. Resolved before the workers' in-flight count, never after: a second phase
+    -- landing between the two statements is then counted twice (a slot idle for a claim), where
+    -- the other order counted it by neither (a claim past the cap)
     v_busy_domains := '{}';
     v_busy_counts := '{}';
     IF cardinality(v_capped) > 0 THEN
-        FOR v_row IN
-            SELECT m.rcpt_domain AS domain, count(*) AS n
-            FROM mailroom.outbound_messages AS m
-            WHERE m.status = 'processing' AND m.rcpt_domain = ANY (v_capped)
-            GROUP BY m.rcpt_domain
-        LOOP
-            v_busy_domains := v_busy_domains || v_row.domain;
-            v_busy_counts := v_busy_counts || v_row.n;
-        END LOOP;
-        -- earlier holders' claims: resolved once a worker shows the row claimed by that token or
-        -- a later one, or gone; until then (their second phase is under way) in flight
         v_ids_asked := ARRAY(
             SELECT c.message_id FROM mailroom.outbound_domain_claims AS c WHERE c.domain = ANY (v_capped)
         );
@@ -308,6 +301,16 @@ BEGIN
                     )
                 );
         END IF;
+        -- then what is in flight now, counted by the workers
+        FOR v_row IN
+            SELECT m.rcpt_domain AS domain, count(*) AS n
+            FROM mailroom.outbound_messages AS m
+            WHERE m.status = 'processing' AND m.rcpt_domain = ANY (v_capped)
+            GROUP BY m.rcpt_domain
+        LOOP
+            v_busy_domains := v_busy_domains || v_row.domain;
+            v_busy_counts := v_busy_counts || v_row.n;
+        END LOOP;
     END IF;
 
     lanes := ARRAY(SELECT x.lane FROM unnest(v_lanes) AS x (lane) ORDER BY random());

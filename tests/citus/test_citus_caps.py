@@ -228,6 +228,59 @@ def test_a_claim_the_workers_do_not_show_yet_counts_as_in_flight(caps):
         ).fetchone()[0] == 0, "resolved entries are pruned by the next holder"
 
 
+def test_a_claim_whose_second_phase_lands_mid_count_is_counted_once(caps):
+    """The previous holder's second phase lands while the next holder plans: after the workers'
+    in-flight count, before the resolution of outbound_domain_claims. The row is then counted
+    by neither unless the entries are resolved before the count (a claim past the cap, seen
+    once in a fresh-clone CI as 6 rows held against a cap of 3). The claimer is held between its
+    statements by a lock on outbound_domain_claims."""
+    caps.execute("SELECT mailroom.set_domain_limit('landing.test', 2, NULL)")
+    enqueue_to(caps, "landing.test", 10)
+    pending = caps.execute(
+        "SELECT id FROM mailroom.outbound_messages WHERE rcpt_domain = 'landing.test' ORDER BY id LIMIT 1"
+    ).fetchone()[0]
+    token = caps.execute("SELECT nextval('mailroom.outbound_claim_token_seq')").fetchone()[0]
+    caps.execute(
+        "INSERT INTO mailroom.outbound_domain_claims (domain, message_id, claim_token, attempts)"
+        " VALUES ('landing.test', %s, %s, 0)",
+        (pending, token),
+    )
+    lane = caps.execute("SELECT lane FROM mailroom.outbound_messages WHERE id = %s", (pending,)).fetchone()[0]
+    result: list = []
+    errors: list[BaseException] = []
+    with sender(caps) as s, psycopg.connect(caps.info.dsn) as ghost, psycopg.connect(caps.info.dsn) as holder:
+        s_pid = s.info.backend_pid
+        # the prepared transaction on the worker, its second phase not arrived yet
+        ghost.execute(
+            "UPDATE mailroom.outbound_messages SET status = 'processing', claim_token = %s, claimed_by = 'ghost',"
+            " claimed_at = now(), lease_expires_at = now() + interval '5 minutes' WHERE lane = %s AND id = %s",
+            (token, lane, pending),
+        )
+        holder.execute("LOCK TABLE mailroom.outbound_domain_claims IN ACCESS EXCLUSIVE MODE")
+
+        def claim() -> None:
+            try:
+                result.extend(s.execute(CLAIM, (10, "b")).fetchall())
+            except BaseException as exc:  # noqa: BLE001 - reported by the test
+                errors.append(exc)
+
+        t = threading.Thread(target=claim)
+        t.start()
+        deadline = time.monotonic() + 30
+        while caps.execute(
+            "SELECT wait_event_type IS DISTINCT FROM 'Lock' FROM pg_stat_activity WHERE pid = %s", (s_pid,)
+        ).fetchone()[0]:
+            assert time.monotonic() < deadline, "the claim never reached outbound_domain_claims"
+            time.sleep(0.02)
+        ghost.commit()  # the second phase lands
+        holder.commit()
+        t.join(timeout=60)
+        assert not errors, errors
+        got = domains_of(caps, [r[0] for r in result])
+        assert got == {"landing.test": 1}, "one slot of two is the landed claim's"
+        assert in_flight(caps, "landing.test") == 2
+
+
 def test_per_minute_cap_lets_exactly_that_many_through_a_minute(caps):
     caps.execute("SELECT mailroom.set_domain_limit('minute.test', NULL, 5)")
     enqueue_to(caps, "minute.test", 30)
