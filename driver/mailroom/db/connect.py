@@ -2,7 +2,9 @@
 
 Every connection is pooler-safe: no server-side prepared statements (`prepare_threshold=None`:
 PgBouncer in transaction mode hands each transaction to any server connection, where a prepared
-statement of another one does not exist) and no session state is set on it.
+statement of another one does not exist) and no session state is set on it. The servers' pools
+(mailroom.db.pool) turn them on for a connection that reaches PostgreSQL itself
+(`prepare_when_direct`): a repeated call is then parsed, analysed and planned once per connection.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from typing import Any
 import psycopg
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
+from mailroom.core import fastpaths
 from mailroom.core.errors import Kind, UserError, db_user_error, describe_db_error, kind_of, learn_error_codes
 from mailroom.db import sqlapi
 from mailroom.db.contract import SqlFunction
@@ -25,6 +28,27 @@ _vocabulary_read = False
 def connection_kwargs(*, autocommit: bool = True, application_name: str = "mailroom", **extra: Any) -> dict[str, Any]:
     """psycopg connect() keyword arguments for a pooler-safe connection (also for pools' kwargs)."""
     return {"autocommit": autocommit, "application_name": application_name, "prepare_threshold": None, **extra}
+
+
+# psycopg prepares a statement on its connection at its this-many-th execution there: the servers'
+# calls repeat a few statement texts (one per function and set of named arguments)
+PREPARE_THRESHOLD = 2
+
+
+async def prepare_when_direct(conn: psycopg.AsyncConnection) -> bool:
+    """Turn on server-side prepared statements on `conn` (idle, autocommit) when it reaches PostgreSQL
+    itself, and say whether it did. A pooler (PgBouncer) gives its client a backend key of its own,
+    so the process id psycopg was told differs from the one that answers: no prepared statements
+    there (another transaction may run on another server connection). Under the fast-path switch
+    (`MAILROOM_FAST_PATHS=off`: never)."""
+    if not fastpaths.enabled():
+        return False
+    cur = await conn.execute("SELECT pg_catalog.pg_backend_pid()")
+    row = await cur.fetchone()
+    if row is None or row[0] != conn.info.backend_pid:
+        return False
+    conn.prepare_threshold = PREPARE_THRESHOLD
+    return True
 
 
 CONNECT_TIMEOUT = "10"  # seconds: an unreachable server is an answer within this, never a hang

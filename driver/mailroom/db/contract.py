@@ -33,9 +33,12 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import psycopg
 from psycopg import AsyncConnection, Connection
 from psycopg.errors import InsufficientPrivilege
 from psycopg.rows import namedtuple_row
+
+from mailroom.core.errors import is_upgrade_condition
 
 SCHEMA = "mailroom"
 
@@ -171,6 +174,10 @@ class SqlFunction:
             await cur.execute(query, params)
         except InsufficientPrivilege as exc:
             await _aname_roles(cur.connection, exc, self.name)
+            raise
+        except psycopg.Error as exc:
+            if is_upgrade_condition(exc):
+                await forget_prepared(cur.connection)
             raise
 
     def rows(self, conn: Connection, /, **kwargs: Any) -> list[Any]:
@@ -309,3 +316,16 @@ def declarations() -> list[SqlFunction]:
         if info.name.rsplit(".", 1)[-1] == "sqlapi":
             importlib.import_module(info.name)
     return list(REGISTRY)
+
+
+async def forget_prepared(conn: AsyncConnection) -> None:
+    """After a call met the schema changing under it (`db migrate`: a function re-created with another
+    result, "cached plan must not change result type"), drop the connection's prepared statements so
+    the retry plans afresh; psycopg forgets its own when it sees DEALLOCATE ALL succeed. Inside a
+    transaction (failed) nothing is sent: its ROLLBACK makes psycopg deallocate them."""
+    if conn.prepare_threshold is None or conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
+        return
+    try:
+        await conn.execute("DEALLOCATE ALL")
+    except psycopg.Error:
+        pass  # the connection is gone or broken: the pool discards it

@@ -27,7 +27,7 @@ from psycopg import sql
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
 from mailroom.core.log import get_logger
-from mailroom.db.connect import StaleConnection, connection_kwargs, ensure_alive, with_defaults
+from mailroom.db.connect import StaleConnection, connection_kwargs, ensure_alive, prepare_when_direct, with_defaults
 
 # An attempt to connect gives up after this many seconds (its retries 1 s apart, then 2 s).
 RECONNECT_TIMEOUT = 3.0
@@ -51,10 +51,17 @@ _psycopg_log.addFilter(_OneLine())
 
 def async_pool(url: str, *, max_size: int, application_name: str, configure: Any = None,
                min_size: int = 1) -> AsyncConnectionPool:
-    """An unopened pool of pooler-safe autocommit connections (open it with `await pool.open()`)."""
+    """An unopened pool of pooler-safe autocommit connections (open it with `await pool.open()`), each
+    with server-side prepared statements when it reaches PostgreSQL itself (connect.prepare_when_direct)."""
+
+    async def configured(conn: psycopg.AsyncConnection) -> None:
+        await prepare_when_direct(conn)
+        if configure is not None:
+            await configure(conn)
+
     return AsyncConnectionPool(
         with_defaults(url), min_size=min_size, max_size=max_size, open=False,
-        kwargs=connection_kwargs(application_name=application_name), configure=configure,
+        kwargs=connection_kwargs(application_name=application_name), configure=configured,
         reconnect_timeout=RECONNECT_TIMEOUT,
     )
 
