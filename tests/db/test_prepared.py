@@ -16,7 +16,7 @@ import psycopg
 from mailroom import testing
 from mailroom.core import fastpaths
 from mailroom.core.errors import is_upgrade_condition
-from mailroom.db.pool import async_pool
+from mailroom.db.pool import async_pool, front_call
 from mailroom.inboxes import sqlapi
 
 LOGIN = "mr_inbound"
@@ -96,3 +96,56 @@ def test_a_prepared_call_recovers_when_the_result_type_changes(db_url, conn):
     met, after = asyncio.run(scenario())
     assert met is not None and is_upgrade_condition(met), met  # once: "cached plan must not change result type"
     assert after.verdict == "ok" and after.address == "nobody@mailroom.test"
+
+
+async def _front(url: str) -> tuple[list, int, str | None, str]:
+    """On a direct connection: front_call's statement timeout (the session's own) and its calls prepared."""
+    pool = async_pool(url, max_size=1, application_name="mailroom-test")
+    await pool.open()
+    try:
+        async def check(conn: psycopg.AsyncConnection) -> object:
+            return await sqlapi.check_bounce_recipient.arow(conn, address="nobody@mailroom.test")
+
+        async def setting(conn: psycopg.AsyncConnection) -> str:
+            cur = await conn.execute("SELECT current_setting('statement_timeout')")
+            return (await cur.fetchone())[0]
+
+        async def sleep(conn: psycopg.AsyncConnection) -> None:
+            await conn.execute("SELECT pg_sleep(5)")
+
+        rows = [await front_call(pool, check, pool_timeout=5, statement_timeout=0.3) for _ in range(3)]
+        timeout = await front_call(pool, setting, pool_timeout=5, statement_timeout=0.3)
+        cancelled = None
+        try:
+            await front_call(pool, sleep, pool_timeout=5, statement_timeout=0.3)
+        except psycopg.errors.QueryCanceled as exc:
+            cancelled = exc.sqlstate
+        async with pool.connection() as conn:
+            cur = await conn.execute(
+                "SELECT count(*) FROM pg_catalog.pg_prepared_statements WHERE statement LIKE %s",
+                ("%check_bounce_recipient%",),
+            )
+            prepared = (await cur.fetchone())[0]
+        return rows, prepared, cancelled, timeout
+    finally:
+        await pool.close()
+
+
+def test_front_calls_on_a_direct_connection_are_bounded_and_prepared(db_url):
+    """The HTTP and MCP faces' calls (front_call): a direct connection keeps the statement timeout in its
+    session (set once) and prepares the call; a statement past the timeout is cancelled (57014)."""
+    rows, prepared, cancelled, timeout = asyncio.run(_front(testing.as_login(db_url, LOGIN)))
+    assert {r.verdict for r in rows} == {"unknown"}
+    assert prepared == 1
+    assert timeout == "300ms"
+    assert cancelled == "57014"
+
+
+def test_front_calls_through_pgbouncer_set_the_timeout_per_transaction(pooled_db_url):
+    """Through PgBouncer nothing stays on a server connection: the timeout travels with each call (SET
+    LOCAL in the call's own string), and is cancelled there too; nothing is prepared."""
+    rows, prepared, cancelled, timeout = asyncio.run(_front(testing.as_login(pooled_db_url, LOGIN)))
+    assert {r.verdict for r in rows} == {"unknown"}
+    assert prepared == 0
+    assert timeout == "300ms"
+    assert cancelled == "57014"

@@ -19,6 +19,7 @@ import asyncio
 import contextlib
 import functools
 import logging
+import weakref
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -72,7 +73,14 @@ def async_pool(url: str, *, max_size: int, application_name: str, configure: Any
 # (docs/deployment.md). Both travel as ONE simple-query string: PostgreSQL runs a string of several
 # statements as one implicit transaction (the SET LOCAL ends with it) and arms the statement timeout
 # afresh for each of them, so the call is bounded; one message out, one round trip, no BEGIN/COMMIT.
+# A connection that reaches PostgreSQL itself (no pooler: connect.prepare_when_direct) keeps its
+# session's own statement_timeout instead, set once (_session_timeouts): the call is then its one
+# statement, prepared at its repeat (the set_config's parse and run saved at every call).
 _SET_TIMEOUT = "SELECT pg_catalog.set_config('statement_timeout', '{ms}ms', true); "
+_SET_SESSION_TIMEOUT = "SELECT pg_catalog.set_config('statement_timeout', '{ms}ms', false)"
+
+# a direct connection -> the statement_timeout (ms) its session was given by bounded_transaction
+_session_timeouts: weakref.WeakKeyDictionary[psycopg.AsyncConnection, int] = weakref.WeakKeyDictionary()
 
 
 class _BoundedCursor(psycopg.AsyncClientCursor):
@@ -98,8 +106,15 @@ def _bounded_cursor(ms: int) -> type[psycopg.AsyncClientCursor]:
 async def bounded_transaction(conn: psycopg.AsyncConnection, statement_timeout: float) -> AsyncIterator[None]:
     """Inside: every statement run on `conn` (through conn.cursor() or conn.execute()) is its own
     transaction that stops it after `statement_timeout` seconds (57014), in one round trip."""
+    ms = max(1, int(statement_timeout * 1000))
+    if conn.prepare_threshold is not None:  # direct: the session's own timeout (set once), the call prepared
+        if _session_timeouts.get(conn) != ms:
+            await conn.execute(_SET_SESSION_TIMEOUT.format(ms=ms))
+            _session_timeouts[conn] = ms
+        yield
+        return
     previous = conn.cursor_factory
-    conn.cursor_factory = _bounded_cursor(max(1, int(statement_timeout * 1000)))
+    conn.cursor_factory = _bounded_cursor(ms)
     try:
         yield
     finally:

@@ -48,7 +48,7 @@ class HttpConfig:
     listen_url: str | None = None
     pool_size: int = 8
     pool_timeout: float = 3.0  # seconds a request waits for a pooled connection before its 503
-    statement_timeout: float = 5.0  # seconds: every statement of a request (SET LOCAL), then 504
+    statement_timeout: float = 5.0  # seconds: every statement of a request (db.pool.bounded_transaction), then 504
     poll_interval: float = 2.0
     keepalive: float = 15.0
     cors_origins: list[str] = field(default_factory=list)

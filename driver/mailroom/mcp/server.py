@@ -159,11 +159,12 @@ class Backend:
             await self.close()
 
     async def call(self, fn: Any, *, retry: bool = True, **kwargs: Any) -> Any:
-        """One SQL call in its own transaction, under SET LOCAL statement_timeout (mailroom.db.pool.
-        bounded_transaction), with the HTTP face's rules (docs/architecture.md, "Faults at the front
-        ends"): a pooled connection found ended before anything was sent is replaced; nothing else is
-        retried, so a statement the server cancelled or terminated is answered, never run again; no
-        connection within the pool timeout is unavailability. `retry` is kept for callers."""
+        """One SQL call in its own transaction, under the statement timeout (mailroom.db.pool.
+        bounded_transaction: SET LOCAL, or the session's own on a direct connection), with the HTTP
+        face's rules (docs/architecture.md, "Faults at the front ends"): a pooled connection found
+        ended before anything was sent is replaced; nothing else is retried, so a statement the server
+        cancelled or terminated is answered, never run again; no connection within the pool timeout
+        is unavailability. `retry` is kept for callers."""
         del retry
 
         async def run(conn: psycopg.AsyncConnection) -> Any:
