@@ -71,6 +71,24 @@ def in_flight(conn: psycopg.Connection, domain: str) -> int:
     ).fetchone()[0]
 
 
+def pending_claim(conn: psycopg.Connection, domain: str, cap: int) -> tuple[int, int, int]:
+    """A capped domain of 10 queued rows and an earlier holder's claim of its first row recorded in
+    outbound_domain_claims (its second phase not arrived yet): the row's id, the claim token, its lane."""
+    conn.execute("SELECT mailroom.set_domain_limit(%s, %s, NULL)", (domain, cap))
+    enqueue_to(conn, domain, 10)
+    pending = conn.execute(
+        "SELECT id FROM mailroom.outbound_messages WHERE rcpt_domain = %s ORDER BY id LIMIT 1", (domain,)
+    ).fetchone()[0]
+    token = conn.execute("SELECT nextval('mailroom.outbound_claim_token_seq')").fetchone()[0]
+    conn.execute(
+        "INSERT INTO mailroom.outbound_domain_claims (domain, message_id, claim_token, attempts)"
+        " VALUES (%s, %s, %s, 0)",
+        (domain, pending, token),
+    )
+    lane = conn.execute("SELECT lane FROM mailroom.outbound_messages WHERE id = %s", (pending,)).fetchone()[0]
+    return pending, token, lane
+
+
 def sender(cconn: psycopg.Connection, at: datetime | None = None, autocommit: bool = True) -> psycopg.Connection:
     conn = psycopg.connect(testing.as_login(cconn.info.dsn, "mr_sender"), autocommit=autocommit)
     if at is not None:
@@ -191,18 +209,7 @@ def test_a_claim_the_workers_do_not_show_yet_counts_as_in_flight(caps):
     """outbound_domain_claims stands for a previous holder's claim between the coordinator's
     commit and the workers' (two-phase commit): a row there whose worker row does not carry its
     claim token yet takes a slot; once the worker shows it claimed by that token the entry goes."""
-    caps.execute("SELECT mailroom.set_domain_limit('doubt.test', 2, NULL)")
-    enqueue_to(caps, "doubt.test", 10)
-    pending = caps.execute(
-        "SELECT id FROM mailroom.outbound_messages WHERE rcpt_domain = 'doubt.test' ORDER BY id LIMIT 1"
-    ).fetchone()[0]
-    token = caps.execute("SELECT nextval('mailroom.outbound_claim_token_seq')").fetchone()[0]
-    caps.execute(
-        "INSERT INTO mailroom.outbound_domain_claims (domain, message_id, claim_token, attempts)"
-        " VALUES ('doubt.test', %s, %s, 0)",
-        (pending, token),
-    )
-    lane = caps.execute("SELECT lane FROM mailroom.outbound_messages WHERE id = %s", (pending,)).fetchone()[0]
+    pending, token, lane = pending_claim(caps, "doubt.test", 2)
     with sender(caps) as s, psycopg.connect(caps.info.dsn) as ghost:
         # the prepared transaction on the worker: the row locked, not claimed yet to anyone else
         ghost.execute(
@@ -234,18 +241,7 @@ def test_a_claim_whose_second_phase_lands_mid_count_is_counted_once(caps):
     by neither unless the entries are resolved before the count (a claim past the cap, seen
     once in a fresh-clone CI as 6 rows held against a cap of 3). The claimer is held between its
     statements by a lock on outbound_domain_claims."""
-    caps.execute("SELECT mailroom.set_domain_limit('landing.test', 2, NULL)")
-    enqueue_to(caps, "landing.test", 10)
-    pending = caps.execute(
-        "SELECT id FROM mailroom.outbound_messages WHERE rcpt_domain = 'landing.test' ORDER BY id LIMIT 1"
-    ).fetchone()[0]
-    token = caps.execute("SELECT nextval('mailroom.outbound_claim_token_seq')").fetchone()[0]
-    caps.execute(
-        "INSERT INTO mailroom.outbound_domain_claims (domain, message_id, claim_token, attempts)"
-        " VALUES ('landing.test', %s, %s, 0)",
-        (pending, token),
-    )
-    lane = caps.execute("SELECT lane FROM mailroom.outbound_messages WHERE id = %s", (pending,)).fetchone()[0]
+    pending, token, lane = pending_claim(caps, "landing.test", 2)
     result: list = []
     errors: list[BaseException] = []
     with sender(caps) as s, psycopg.connect(caps.info.dsn) as ghost, psycopg.connect(caps.info.dsn) as holder:
