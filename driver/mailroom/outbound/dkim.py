@@ -76,10 +76,12 @@ def _openssl_dkim() -> Any:
     time of signing a 2 KB message, so a sender signing every message was bound at ~20 messages a
     second a core. Canonicalization, the header hash and the header's layout stay dkimpy's; only
     the PKCS#1 v1.5 signature of the header hash (RFC 6376 section 3.3.1, RFC 8017 section 8.2.1)
-    is OpenSSL's, on the key loaded once per key (Signer). The same bytes come out: PKCS#1 v1.5 is
-    deterministic (tests/outbound/test_dkim.py compares both, verifies with Perl's Mail::DKIM, and fails
-    when OpenSSL no longer signs: dkimpy's DKIM.gen_header, fold, RE_BTAG, HashThrough, hash_headers;
-    pyproject.toml pins the tested minor). MAILROOM_FAST_PATHS=off: dkimpy alone."""
+    is OpenSSL's, on the key loaded once per key (Signer); DKIM.sign's steps run without dkimpy's
+    parse of the PEM at every message. The same bytes come out: PKCS#1 v1.5 is deterministic
+    (tests/outbound/test_dkim.py compares both, verifies with Perl's Mail::DKIM, and fails when OpenSSL
+    no longer signs or the PEM is parsed per message: dkimpy's DKIM.sign, DKIM.gen_header, fold,
+    RE_BTAG, HashThrough, hash_headers; pyproject.toml pins the tested minor). MAILROOM_FAST_PATHS=off:
+    dkimpy alone."""
     global _OPENSSL_DKIM
     if _OPENSSL_DKIM is not None:
         return _OPENSSL_DKIM
@@ -89,6 +91,54 @@ def _openssl_dkim() -> Any:
 
     class OpenSslDkim(dkim.DKIM):
         rsa_key: Any = None  # a cryptography RSAPrivateKey, set before sign()
+
+        def sign(self, selector, domain, privkey, signature_algorithm=None, identity=None,
+                 canonicalize=(b"relaxed", b"simple"), include_headers=None, length=False):
+            # dkimpy's DKIM.sign (dkimpy 1.1) for rsa-sha256 without parsing `privkey`: dkimpy reads the
+            # PEM with its pure-Python ASN.1 reader at every call (124 us for a 2,048-bit key, an eighth
+            # of a signed message's sender CPU) only to hand it to gen_header, which signs with the key
+            # OpenSSL loaded once (Signer._rsa_key)
+            if signature_algorithm:
+                self.signature_algorithm = signature_algorithm
+            if self.signature_algorithm != b"rsa-sha256" or self.rsa_key is None:
+                return super().sign(selector, domain, privkey, None, identity, canonicalize, include_headers, length)
+            if identity is not None and not identity.endswith(domain):
+                raise dkim.ParameterError("identity must end with domain")
+            canon_policy = dkim.CanonicalizationPolicy.from_c_value(b"/".join(canonicalize))
+            if include_headers is None:
+                include_headers = self.default_sign_headers()
+            include_headers = tuple((x if isinstance(x, bytes) else x.encode()).lower() for x in include_headers)
+            self.include_headers = include_headers
+            if self.tlsrpt:
+                length = False
+            if b"from" not in include_headers:
+                raise dkim.ParameterError("The From header field MUST be signed")
+            for x in set(include_headers).intersection(self.should_not_sign):
+                raise dkim.ParameterError(f"The {x} header field SHOULD NOT be signed")
+            body = canon_policy.canonicalize_body(self.body)
+            self.hasher = dkim.HASH_ALGORITHMS[self.signature_algorithm]
+            h = self.hasher()
+            h.update(body)
+            bodyhash = base64.b64encode(h.digest())
+            sigfields = [x for x in [
+                (b"v", b"1"),
+                (b"a", self.signature_algorithm),
+                (b"c", canon_policy.to_c_value()),
+                (b"d", domain),
+                (b"i", identity or b"@" + domain),
+                length and (b"l", str(len(body)).encode("ascii")),
+                (b"q", b"dns/txt"),
+                (b"s", selector),
+                (b"t", str(int(dkim.time.time())).encode("ascii")),
+                (b"h", b" : ".join(include_headers)),
+                (b"bh", bodyhash),
+                (b"b", b"0" * 60),
+            ] if x]
+            res = self.gen_header(sigfields, include_headers, canon_policy, b"DKIM-Signature", None)
+            self.domain = domain
+            self.selector = selector
+            self.signature_fields = dict(sigfields)
+            return b"DKIM-Signature: " + res
 
         def gen_header(self, fields, include_headers, canon_policy, header_name, pk, standardize=False):
             # dkimpy's DKIM.gen_header (dkimpy 1.1) for rsa-sha256 without `standardize`, the RSA by OpenSSL
