@@ -9,6 +9,7 @@ Both are public APIs: uvloop.new_event_loop as asyncio.Runner's loop_factory.
 from __future__ import annotations
 
 import asyncio
+import importlib.util
 from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
 
@@ -36,6 +37,12 @@ def factory(choice: str) -> LoopFactory:
             raise ConfigError("--event-loop uvloop: the uvloop package is not installed") from None
         return None
     return uvloop.new_event_loop
+
+
+def auto_modules() -> tuple[str, ...]:
+    """The modules `auto` loads when a worker starts its loop (uvloop, when installed): what a parent
+    that forks such workers imports first, so its pages are shared (mailroom.ops.run's PRELOAD)."""
+    return ("uvloop",) if importlib.util.find_spec("uvloop") is not None else ()
 
 
 def name(loop: asyncio.AbstractEventLoop) -> str:

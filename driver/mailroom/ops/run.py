@@ -40,13 +40,13 @@ says which role a login lacks, instead of letting a child fail on its first call
 
 from __future__ import annotations
 
-import importlib.util
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
 
 import psycopg
 
+from mailroom.core import eventloop
 from mailroom.core.errors import ConfigError, UserError
 from mailroom.core.supervisor import Child, Supervisor, preload
 from mailroom.db.connect import granted_roles
@@ -68,9 +68,9 @@ WORKERS: dict[str, tuple[str, int]] = {
     "expire": ("mailroom_inbound", 3),
     "maintain": ("mailroom_inbound", 4),
 }
-# the event loop `inbox serve` and `send` take when it is installed (mailroom.core.eventloop): imported
-# once here, its module's pages are shared (idle tree 146 -> 143 MiB PSS, bench/bench_memory.py)
-_LOOP = ("uvloop",) if importlib.util.find_spec("uvloop") is not None else ()
+# the event loop `inbox serve` and `send` take by default (mailroom.core.eventloop): imported once
+# here, its module's pages are shared (idle tree 146 -> 143 MiB PSS, bench/bench_memory.py)
+_LOOP = eventloop.auto_modules()
 # what `run` imports before it forks each enabled worker (the command's module and what its command
 # imports when it starts: measured, bench/bench_memory.py and tests/ops/test_startup.py)
 PRELOAD: dict[str, tuple[str, ...]] = {
