@@ -102,3 +102,14 @@ def test_a_started_worker_imports_only_what_it_uses(db_url, tmp_path, command):
     heavy = [h for h in HEAVY if h not in uses]
     loaded_heavy = [m for m in modules if m in heavy or m.startswith(tuple(h + "." for h in heavy))]
     assert loaded_heavy == [], loaded_heavy
+
+
+def test_run_preloads_the_event_loop_its_workers_take():
+    """`auto` takes uvloop (a dependency): `mailroom run` imports it before it forks `inbox serve` and
+    `send`, so its pages are shared (eventloop.auto_modules says it once)."""
+    from mailroom.core import eventloop
+    from mailroom.ops import run
+
+    assert eventloop.auto_modules() == ("uvloop",)
+    for worker in ("inbox", "send"):
+        assert "uvloop" in run.PRELOAD[worker], worker
